@@ -1,0 +1,1 @@
+"""Neutral legacy records -> the trigger model; the migration ledger; cutover and rollback."""

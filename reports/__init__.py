@@ -1,0 +1,1 @@
+"""Comparison and cutover reports: HTML with plots, Markdown, JSON."""

@@ -1,0 +1,1 @@
+"""Command and callback delivery: the in-process bus (embedded) and Pulsar (real)."""

@@ -1,0 +1,1 @@
+"""Leader election: local (one process) and etcd leases with a fencing epoch."""

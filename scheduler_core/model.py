@@ -1,0 +1,192 @@
+"""The design's terms, and nothing else: job, trigger, sharding item, execution command,
+fired record, with their enums and identifier types.
+
+Datetimes here are always aware (UTC in storage); durations are timedelta. Integers in
+milliseconds exist only at the storage and wire boundaries.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import NewType
+
+from scheduler_core.times import require_aware, to_ms
+
+TriggerId = NewType("TriggerId", int)
+JobCode = NewType("JobCode", str)
+CommandId = NewType("CommandId", str)
+Epoch = NewType("Epoch", int)
+
+
+class TriggerState(enum.StrEnum):
+    """Values are what the trigger table stores."""
+
+    CREATED = "created"
+    WAITING = "waiting"
+    ACQUIRED = "acquired"
+    COMPLETED = "completed"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+
+
+class TriggerKind(enum.StrEnum):
+    ONCE = "once"
+    CRON = "cron"
+    FIXED_RATE = "fixed_rate"
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What a trigger does when its fire time is older than the misfire threshold."""
+
+    FIRE_ONCE_NOW = "fire_once_now"
+    SKIP = "skip"
+
+
+class FiredState(enum.StrEnum):
+    """The life of one command: persisted before publication, then its result."""
+
+    PENDING = "pending"  # persisted, publication not yet confirmed
+    PUBLISHED = "published"  # the broker acknowledged it
+    RECEIVED = "received"  # an executor took it (shadow mode stops here)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"  # misfire policy SKIP: recorded, never silently dropped
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL_FIRED
+
+
+_FINAL_FIRED = frozenset({FiredState.SUCCEEDED, FiredState.FAILED, FiredState.TIMED_OUT, FiredState.SKIPPED})
+
+
+def command_id(trigger_id: int, scheduled_at: datetime | int, item_index: int) -> CommandId:
+    """A pure function of (trigger, scheduled fire time, item): every re-fire of the same
+    occurrence yields the same id, so executors and the callback consumer can be idempotent.
+
+    Readable on purpose: an operator can tell from the id which trigger and fire it is.
+    """
+    ms = scheduled_at if isinstance(scheduled_at, int) else to_ms(scheduled_at)
+    return CommandId(f"{trigger_id}-{ms}-{item_index}")
+
+
+def parse_command_id(value: str) -> tuple[TriggerId, int, int]:
+    """(trigger id, scheduled ms, item index) back from a command id."""
+    parts = value.split("-")
+    if len(parts) != 3:
+        raise ValueError(f"not a command id: {value!r}")
+    return TriggerId(int(parts[0])), int(parts[1]), int(parts[2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A registered business definition."""
+
+    job_code: JobCode
+    biz_code: str  # the business domain: it owns a command topic and a fire-pool budget
+    handler: str
+    params: str = ""
+    shard_total: int = 1
+    timeout: timedelta = timedelta(seconds=30)
+    max_retry: int = 0
+    priority: int = 5  # 1 highest .. 9; breaks ties among equal fire times only
+    envelope_size: int = 1  # items of one run carried per message (1: one message per item)
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.job_code:
+            raise ValueError("job_code must not be empty")
+        if self.shard_total < 1:
+            raise ValueError(f"job {self.job_code}: shard_total must be >= 1, got {self.shard_total}")
+        if not 1 <= self.priority <= 9:
+            raise ValueError(f"job {self.job_code}: priority must be 1..9, got {self.priority}")
+        if self.envelope_size < 1:
+            raise ValueError(f"job {self.job_code}: envelope_size must be >= 1, got {self.envelope_size}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trigger:
+    """The durable schedule of a job. A one-shot trigger is one run; cron and fixed-rate
+    triggers keep their next occurrence in next_fire_at."""
+
+    job_code: JobCode
+    biz_code: str
+    kind: TriggerKind
+    next_fire_at: datetime
+    state: TriggerState = TriggerState.WAITING
+    cron: str | None = None  # Quartz syntax, evaluated in time_zone
+    interval: timedelta | None = None  # fixed rate, anchored at the first next_fire_at
+    time_zone: str = "UTC"
+    end_at: datetime | None = None
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE_NOW
+    priority: int = 5
+    owner_epoch: Epoch | None = None
+    acquire_deadline: datetime | None = None
+    version: int = 0
+    id: TriggerId | None = None
+
+    def __post_init__(self) -> None:
+        require_aware(self.next_fire_at, "next_fire_at")
+        if self.end_at is not None:
+            require_aware(self.end_at, "end_at")
+        if self.acquire_deadline is not None:
+            require_aware(self.acquire_deadline, "acquire_deadline")
+        if self.kind is TriggerKind.CRON and not self.cron:
+            raise ValueError(f"trigger of {self.job_code}: a cron trigger needs a cron expression")
+        if self.kind is TriggerKind.FIXED_RATE and (self.interval is None or self.interval <= timedelta(0)):
+            raise ValueError(f"trigger of {self.job_code}: a fixed-rate trigger needs a positive interval")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardingItem:
+    """A fan-out unit inside one run (an audience page, a shard index)."""
+
+    job_code: JobCode
+    index: int
+    param: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionCommand:
+    """One sharding item of one run, as the executor receives it."""
+
+    command_id: CommandId
+    trigger_id: TriggerId
+    job_code: JobCode
+    biz_code: str
+    handler: str
+    scheduled_at: datetime  # T: deliver-at is T, never the acquire time
+    item_index: int = 0
+    item_total: int = 1
+    item_param: str = ""
+    params: str = ""
+    attempt: int = 0
+    timeout: timedelta = timedelta(seconds=30)
+    max_retry: int = 0
+    epoch: Epoch = Epoch(0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FiredRecord:
+    """The durable row per (trigger, fire time, item) tracking publication and result."""
+
+    command_id: CommandId
+    trigger_id: TriggerId
+    job_code: JobCode
+    biz_code: str
+    scheduled_at: datetime
+    item_index: int = 0
+    item_total: int = 1
+    state: FiredState = FiredState.PENDING
+    epoch: Epoch = Epoch(0)
+    fired_at: datetime | None = None  # when the fire pipeline persisted it
+    published_at: datetime | None = None
+    received_at: datetime | None = None  # the executor took it: lag SLI = received_at - T
+    started_at: datetime | None = None  # handler start: lag SLI = started_at - T
+    result_at: datetime | None = None
+    attempt: int = 0
+    message: str = ""
+    misfired: bool = False
+    extra: dict[str, str] = field(default_factory=dict)

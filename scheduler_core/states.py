@@ -1,0 +1,33 @@
+"""The trigger state machine, as data. The store's CAS and the operator commands both
+check against this one table, so a manual operation can never leave a state the
+scheduler misreads."""
+from __future__ import annotations
+
+from scheduler_core.errors import IllegalTransition
+from scheduler_core.model import TriggerState as S
+
+# (from, to): why it exists
+TRANSITIONS: dict[tuple[S, S], str] = {
+    (S.CREATED, S.WAITING): "activate",
+    (S.WAITING, S.ACQUIRED): "admission by the leader (stamps epoch and deadline)",
+    (S.ACQUIRED, S.ACQUIRED): "reclaim by a newer epoch after the owner's deadline",
+    (S.ACQUIRED, S.COMPLETED): "one-shot fired",
+    (S.ACQUIRED, S.WAITING): "cron/fixed-rate next occurrence, or release after failed dispatch",
+    (S.WAITING, S.PAUSED): "pause",
+    (S.PAUSED, S.WAITING): "resume",
+    (S.CREATED, S.CANCELLED): "cancel",
+    (S.WAITING, S.CANCELLED): "cancel",
+    (S.PAUSED, S.CANCELLED): "cancel",
+    (S.ACQUIRED, S.CANCELLED): "cancel after admission: best-effort, commands may be in flight",
+}
+
+TERMINAL: frozenset[S] = frozenset({S.COMPLETED, S.CANCELLED})
+
+
+def is_allowed(from_state: S, to_state: S) -> bool:
+    return (from_state, to_state) in TRANSITIONS
+
+
+def check_transition(from_state: S, to_state: S) -> None:
+    if not is_allowed(from_state, to_state):
+        raise IllegalTransition(str(from_state), str(to_state))

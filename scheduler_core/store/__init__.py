@@ -1,0 +1,1 @@
+"""The durable trigger store: one SQL implementation for TiDB/MariaDB and SQLite."""

@@ -1,0 +1,129 @@
+"""Schema creation and inspection (`switchyard db init|check`).
+
+Init is idempotent: a second run creates nothing and changes nothing. The partition count
+is fixed at the first init; a later init with another count is refused, not applied.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, inspect, select, text
+from sqlalchemy.engine import Engine
+
+from scheduler_core.errors import SchemaError
+from scheduler_core.ports import Partition
+from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
+
+FENCE_NAME = "scheduler"
+_PARTITION_NAME = re.compile(r"^p[0-9]{1,4}$")
+
+
+@dataclass
+class SchemaReport:
+    dialect: str
+    tables: dict[str, int] = field(default_factory=dict)  # table -> rows
+    missing: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    schema_version: int | None = None
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and self.schema_version == SCHEMA_VERSION
+
+
+def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
+    """Partitions of the trigger table, from metadata only."""
+    if tables.sliced_by_column:
+        return [Partition(i, f"p{i}") for i in range(tables.partitions)]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT PARTITION_NAME, PARTITION_ORDINAL_POSITION FROM information_schema.PARTITIONS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t ORDER BY PARTITION_ORDINAL_POSITION"
+            ),
+            {"t": tables.trigger.name},
+        ).all()
+    parts: list[Partition] = []
+    for name, ordinal in rows:
+        if name is None:  # the table exists but is not partitioned: one slice, no hint
+            return [Partition(0, "")]
+        if not _PARTITION_NAME.match(name):
+            # the name is interpolated into SQL as an identifier: accept only the shape
+            # HASH partitioning generates, whatever the metadata says
+            raise SchemaError(f"unexpected partition name {name!r} on {tables.trigger.name}")
+        parts.append(Partition(int(ordinal) - 1, name))
+    if not parts:
+        raise SchemaError(f"table {tables.trigger.name} not found: run `switchyard db init`")
+    return parts
+
+
+def stored_partitions(engine: Engine) -> int | None:
+    """The partition count recorded at init, or None before init."""
+    md_tables = build_tables(engine.dialect.name, 1)
+    if not inspect(engine).has_table(md_tables.meta.name):
+        return None
+    with engine.connect() as conn:
+        value = conn.execute(
+            select(md_tables.meta.c.value).where(md_tables.meta.c.name == "partitions")
+        ).scalar_one_or_none()
+    return None if value is None else int(value)
+
+
+def tables_for(engine: Engine) -> Tables:
+    """The table set of an initialised store (partition count read from dus_meta)."""
+    n = stored_partitions(engine)
+    if n is None:
+        raise SchemaError("the store has no schema: run `switchyard db init --url ...` first")
+    return build_tables(engine.dialect.name, n)
+
+
+def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
+    existing = stored_partitions(engine)
+    if existing is not None and partitions is not None and partitions != existing:
+        raise SchemaError(
+            f"the store was initialised with {existing} partitions; re-partitioning to {partitions} is not done by init"
+        )
+    n = existing or partitions or DEFAULT_PARTITIONS
+    tables = build_tables(engine.dialect.name, n)
+    insp = inspect(engine)
+    before = set(insp.get_table_names())
+    tables.metadata.create_all(engine, checkfirst=True)
+    created = sorted(set(tables.metadata.tables) - before)
+    with engine.begin() as conn:
+        have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
+        for name, value in (("schema_version", str(SCHEMA_VERSION)), ("partitions", str(n))):
+            if name not in have:
+                conn.execute(tables.meta.insert().values(name=name, value=value))
+        if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
+            conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
+    report = check_schema(engine)
+    report.created = created
+    return report
+
+
+def check_schema(engine: Engine) -> SchemaReport:
+    dialect = engine.dialect.name
+    report = SchemaReport(dialect=dialect)
+    insp = inspect(engine)
+    present = set(insp.get_table_names())
+    n = stored_partitions(engine) or DEFAULT_PARTITIONS
+    tables = build_tables(dialect, n)
+    with engine.connect() as conn:
+        for name, table in tables.metadata.tables.items():
+            if name not in present:
+                report.missing.append(name)
+                continue
+            report.tables[name] = conn.execute(select(func.count()).select_from(table)).scalar_one()
+        if tables.meta.name in present:
+            version = conn.execute(
+                select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
+            ).scalar_one_or_none()
+            report.schema_version = None if version is None else int(version)
+    if tables.trigger.name in present:
+        if dialect in MYSQL_DIALECTS:
+            report.partitions = [p.name for p in discover_partitions(engine, tables)]
+        else:
+            report.partitions = [f"part={i}" for i in range(n)]
+    return report

@@ -1,0 +1,370 @@
+"""SqlTriggerStore: the trigger store on TiDB/MariaDB (SQLAlchemy Core + PyMySQL) and on
+SQLite (the embedded default). One implementation; the differences are the partition
+slice and the insert-if-absent spelling."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, bindparam, case, exists, func, insert, literal, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import Select
+
+from scheduler_core.errors import IllegalTransition
+from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, Job, JobCode, ShardingItem, Trigger, TriggerId
+from scheduler_core.model import TriggerState as S
+from scheduler_core.ports import Clock, FiredUpdate, Partition, TriggerStore, Transition
+from scheduler_core.states import check_transition
+from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.rows import (
+    FINAL_RANK,
+    FIRED_RANK,
+    MESSAGE_MAX,
+    fired_from_row,
+    fired_values,
+    job_from_row,
+    job_values,
+    trigger_from_row,
+    trigger_values,
+)
+from scheduler_core.store.schema import Tables
+from scheduler_core.times import opt_to_ms, to_ms
+
+_IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
+
+
+def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+class SqlTriggerStore(TriggerStore):
+    def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.t = tables or tables_for(engine)
+        self._partitions: list[Partition] | None = None
+
+    # --- partitions ------------------------------------------------------------------
+
+    def partitions(self) -> list[Partition]:
+        if self._partitions is None:
+            self._partitions = discover_partitions(self.engine, self.t)
+        return list(self._partitions)
+
+    def _from_partition(self, stmt: Select[Any], partition: Partition) -> Select[Any]:
+        tr = self.t.trigger
+        if self.t.sliced_by_column:
+            return stmt.where(tr.c.part == partition.index)
+        if not partition.name:
+            return stmt
+        # The name came from information_schema and matched ^p[0-9]+$ (admin.py).
+        # "*" because the hint is silently dropped when its dialect name differs.
+        return stmt.with_hint(tr, f"PARTITION ({partition.name})", "*")
+
+    # --- jobs and sharding items -------------------------------------------------------
+
+    def put_job(self, job: Job) -> Job:
+        j = self.t.job
+        now = self.clock.now_ms()
+        values = job_values(job, now)
+        with self.engine.begin() as conn:
+            existing = conn.execute(select(j.c.id).where(j.c.job_code == job.job_code)).scalar_one_or_none()
+            if existing is None:
+                conn.execute(insert(j).values(created_at=now, **values))
+            else:
+                conn.execute(update(j).where(j.c.id == existing).values(**values))
+            row = conn.execute(select(j).where(j.c.job_code == job.job_code)).mappings().one()
+        return job_from_row(row)
+
+    def get_job(self, job_code: JobCode) -> Job | None:
+        return self.get_jobs([job_code]).get(job_code)
+
+    def get_jobs(self, job_codes: Sequence[JobCode]) -> dict[JobCode, Job]:
+        j = self.t.job
+        out: dict[JobCode, Job] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(dict.fromkeys(job_codes))):
+                for row in conn.execute(select(j).where(j.c.job_code.in_(chunk))).mappings():
+                    job = job_from_row(row)
+                    out[job.job_code] = job
+        return out
+
+    def put_sharding_items(self, job_code: JobCode, items: Sequence[ShardingItem]) -> None:
+        j, si = self.t.job, self.t.sharding_item
+        with self.engine.begin() as conn:
+            job_id = conn.execute(select(j.c.id).where(j.c.job_code == job_code)).scalar_one_or_none()
+            if job_id is None:
+                raise KeyError(f"no job {job_code!r}")
+            conn.execute(si.delete().where(si.c.job_id == job_id))
+            if items:
+                conn.execute(
+                    insert(si), [{"job_id": job_id, "item_index": it.index, "param": it.param} for it in items]
+                )
+
+    def sharding_page(self, job_code: JobCode, start: int, limit: int) -> list[ShardingItem]:
+        j, si = self.t.job, self.t.sharding_item
+        stmt = (
+            select(si.c.item_index, si.c.param)
+            .select_from(si.join(j, j.c.id == si.c.job_id))
+            .where(j.c.job_code == job_code, si.c.item_index >= start)
+            .order_by(si.c.item_index)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [ShardingItem(job_code=job_code, index=i, param=p) for i, p in conn.execute(stmt)]
+
+    # --- triggers ---------------------------------------------------------------------
+
+    def add_triggers(self, triggers: Sequence[Trigger]) -> list[Trigger]:
+        if not triggers:
+            return []
+        tr = self.t.trigger
+        now = self.clock.now_ms()
+        jobs = self.get_jobs([t.job_code for t in triggers])
+        out: list[Trigger] = []
+        with self.engine.begin() as conn:
+            for trig in triggers:
+                job = jobs.get(trig.job_code)
+                if job is None or job.id is None:
+                    raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
+                result = conn.execute(insert(tr).values(**trigger_values(trig, job.id, now)))
+                new_id = result.inserted_primary_key[0] if result.inserted_primary_key else None
+                if new_id is None:  # pragma: no cover - every supported driver reports it
+                    raise RuntimeError("the driver did not report the new trigger id")
+                out.append(trigger_from_row(conn.execute(select(tr).where(tr.c.id == new_id)).mappings().one()))
+        return out
+
+    def get_trigger(self, trigger_id: TriggerId) -> Trigger | None:
+        found = self.get_triggers([trigger_id])
+        return found[0] if found else None
+
+    def get_triggers(self, ids: Sequence[TriggerId]) -> list[Trigger]:
+        tr = self.t.trigger
+        out: list[Trigger] = []
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(ids)):
+                out += [trigger_from_row(r) for r in conn.execute(select(tr).where(tr.c.id.in_(chunk))).mappings()]
+        return sorted(out, key=lambda t: t.id or 0)
+
+    def triggers_of(self, *, biz_code: str | None = None, job_code: JobCode | None = None) -> list[Trigger]:
+        tr = self.t.trigger
+        stmt = select(tr).order_by(tr.c.id)
+        if biz_code is not None:
+            stmt = stmt.where(tr.c.biz_code == biz_code)
+        if job_code is not None:
+            stmt = stmt.where(tr.c.job_code == job_code)
+        with self.engine.connect() as conn:
+            return [trigger_from_row(r) for r in conn.execute(stmt).mappings()]
+
+    def select_due(self, partition: Partition, start: datetime, end: datetime, limit: int) -> list[Trigger]:
+        tr = self.t.trigger
+        stmt = (
+            select(tr)
+            .where(tr.c.state == S.WAITING.value, tr.c.next_fire_at.between(to_ms(start), to_ms(end)))
+            .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
+            .limit(max(0, limit))
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(self._from_partition(stmt, partition)).mappings().all()
+        return [trigger_from_row(r) for r in rows]
+
+    def select_expired(self, partition: Partition, now: datetime, live_epoch: Epoch, limit: int) -> list[Trigger]:
+        tr = self.t.trigger
+        stmt = (
+            select(tr)
+            .where(
+                tr.c.state == S.ACQUIRED.value,
+                tr.c.acquire_deadline < to_ms(now),
+                tr.c.owner_epoch != live_epoch,
+            )
+            .order_by(tr.c.next_fire_at, tr.c.id)
+            .limit(max(0, limit))
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(self._from_partition(stmt, partition)).mappings().all()
+        return [trigger_from_row(r) for r in rows]
+
+    def cas(self, change: Transition) -> list[Trigger]:
+        check_transition(change.from_state, change.to_state)
+        if change.from_state == change.to_state and change.epoch is None:
+            raise IllegalTransition(str(change.from_state), str(change.to_state))
+        ids = list(dict.fromkeys(change.ids))
+        if not ids:
+            return []
+        tr, fence = self.t.trigger, self.t.fence
+        token = uuid.uuid4().hex
+        values: dict[str, Any] = {
+            "state": change.to_state.value,
+            "cas_token": token,
+            "version": tr.c.version + 1,
+            "updated_at": self.clock.now_ms(),
+        }
+        if change.epoch is not None:
+            values["owner_epoch"] = change.epoch
+        if change.deadline is not None:
+            values["acquire_deadline"] = to_ms(change.deadline)
+        if change.clear_epoch:
+            values["owner_epoch"] = None
+            values["acquire_deadline"] = None
+        conds = [tr.c.state == change.from_state.value]
+        if change.expected_epoch is not None:
+            conds.append(tr.c.owner_epoch == change.expected_epoch)
+        if change.fence_epoch is not None:
+            # The fence is checked inside the same UPDATE, so a leader deposed between its
+            # last check and this write still cannot land it.
+            conds.append(
+                exists(select(literal(1)).where(fence.c.name == FENCE_NAME, fence.c.epoch == change.fence_epoch))
+            )
+        per_row = change.next_fire_at is not None or change.last_fired_at is not None
+        with self.engine.begin() as conn:
+            if per_row:
+                self._cas_per_row(conn, ids, change, values, conds)
+            else:
+                for chunk in _chunks(ids):
+                    conn.execute(update(tr).where(tr.c.id.in_(chunk), *conds).values(**values))
+            winners: list[Trigger] = []
+            for chunk in _chunks(ids):
+                rows = conn.execute(select(tr).where(tr.c.id.in_(chunk), tr.c.cas_token == token)).mappings()
+                winners += [trigger_from_row(r) for r in rows]
+        return winners
+
+    def _cas_per_row(
+        self, conn: Connection, ids: list[TriggerId], change: Transition, values: dict[str, Any], conds: list[Any]
+    ) -> None:
+        tr = self.t.trigger
+        nexts = change.next_fire_at or {}
+        lasts = change.last_fired_at or {}
+        row_values = dict(values)
+        row_values["next_fire_at"] = bindparam("b_next")
+        row_values["last_fired_at"] = bindparam("b_last")
+        stmt = update(tr).where(tr.c.id == bindparam("b_id"), *conds).values(**row_values)
+        current = {t.id: t for t in self.get_triggers(ids)} if len(nexts) < len(ids) or len(lasts) < len(ids) else {}
+        params = []
+        for tid in ids:
+            cur = current.get(tid)
+            nxt = nexts.get(tid)
+            last = lasts.get(tid)
+            params.append(
+                {
+                    "b_id": tid,
+                    "b_next": to_ms(nxt) if nxt is not None else (to_ms(cur.next_fire_at) if cur else 0),
+                    "b_last": opt_to_ms(last) if last is not None else None,
+                }
+            )
+        conn.execute(stmt, params)
+
+    # --- fencing -----------------------------------------------------------------------
+
+    def claim_epoch(self, epoch: Epoch) -> bool:
+        fence = self.t.fence
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(fence)
+                .where(fence.c.name == FENCE_NAME, fence.c.epoch < epoch)
+                .values(epoch=epoch, updated_at=self.clock.now_ms())
+            )
+            current = conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()
+        return int(current) == int(epoch)
+
+    def current_epoch(self) -> Epoch:
+        fence = self.t.fence
+        with self.engine.connect() as conn:
+            return Epoch(int(conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()))
+
+    # --- fired records -----------------------------------------------------------------
+
+    def put_fired(self, records: Sequence[FiredRecord]) -> int:
+        if not records:
+            return 0
+        fr = self.t.fired
+        stmt = insert(fr)
+        if self.t.sliced_by_column:
+            stmt = stmt.prefix_with("OR IGNORE", dialect="sqlite")
+        else:
+            # IGNORE only skips the duplicate key here: every value was length-checked in
+            # rows.fired_values, so no truncation warning can be swallowed.
+            stmt = stmt.prefix_with("IGNORE")
+        with self.engine.begin() as conn:
+            result = conn.execute(stmt, [fired_values(r) for r in records])
+        return max(0, result.rowcount or 0)
+
+    def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
+        fr = self.t.fired
+        rank = FIRED_RANK[FiredState.PUBLISHED]
+        changed = 0
+        with self.engine.begin() as conn:
+            for chunk in _chunks(list(command_ids)):
+                result = conn.execute(
+                    update(fr)
+                    .where(fr.c.command_id.in_(chunk), fr.c.published_at.is_(None))
+                    .values(
+                        published_at=to_ms(at),
+                        state=case((fr.c.state_rank < rank, FiredState.PUBLISHED.value), else_=fr.c.state),
+                        state_rank=case((fr.c.state_rank < rank, rank), else_=fr.c.state_rank),
+                    )
+                )
+                changed += result.rowcount or 0
+        return changed
+
+    def update_fired(self, updates: Sequence[FiredUpdate]) -> int:
+        if not updates:
+            return 0
+        fr = self.t.fired
+        new_rank = bindparam("u_rank")
+        new_attempt = bindparam("u_attempt")
+        # Forward-only: a higher rank wins; among final results a later attempt wins; a
+        # duplicate or late replay of an older result changes nothing.
+        moves = (fr.c.state_rank < new_rank) | and_(
+            fr.c.state_rank == new_rank, new_rank == FINAL_RANK, fr.c.attempt < new_attempt
+        )
+        stmt = (
+            update(fr)
+            .where(fr.c.command_id == bindparam("u_cid"), moves)
+            .values(
+                state=bindparam("u_state"),
+                state_rank=new_rank,
+                attempt=new_attempt,
+                message=bindparam("u_message"),
+                result_at=case((new_rank == FINAL_RANK, bindparam("u_at")), else_=fr.c.result_at),
+                received_at=func.coalesce(fr.c.received_at, bindparam("u_received")),
+                started_at=func.coalesce(fr.c.started_at, bindparam("u_started")),
+            )
+        )
+        params = [
+            {
+                "u_cid": u.command_id,
+                "u_rank": FIRED_RANK[u.state],
+                "u_attempt": u.attempt,
+                "u_state": u.state.value,
+                "u_message": u.message[:MESSAGE_MAX],
+                "u_at": to_ms(u.at),
+                "u_received": opt_to_ms(u.received_at) if u.received_at else to_ms(u.at),
+                "u_started": opt_to_ms(u.started_at),
+            }
+            for u in updates
+        ]
+        with self.engine.begin() as conn:
+            result = conn.execute(stmt, params)
+        return max(0, result.rowcount or 0)
+
+    def get_fired(self, command_ids: Sequence[CommandId]) -> dict[CommandId, FiredRecord]:
+        fr = self.t.fired
+        out: dict[CommandId, FiredRecord] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(command_ids)):
+                for row in conn.execute(select(fr).where(fr.c.command_id.in_(chunk))).mappings():
+                    rec = fired_from_row(row)
+                    out[rec.command_id] = rec
+        return out
+
+    def fired_between(self, biz_code: str | None, start: datetime, end: datetime) -> list[FiredRecord]:
+        fr = self.t.fired
+        stmt = select(fr).where(fr.c.scheduled_at >= to_ms(start), fr.c.scheduled_at < to_ms(end))
+        if biz_code is not None:
+            stmt = stmt.where(fr.c.biz_code == biz_code)
+        stmt = stmt.order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
+        with self.engine.connect() as conn:
+            return [fired_from_row(r) for r in conn.execute(stmt).mappings()]

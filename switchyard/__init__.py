@@ -1,0 +1,2 @@
+"""The composition root: the CLI, settings and wiring. No domain logic lives here, and
+nothing imports this package."""

@@ -1,0 +1,27 @@
+"""`switchyard` — the console script."""
+from __future__ import annotations
+
+import click
+
+from switchyard.cli.cron import cron
+from switchyard.cli.db import db
+from switchyard.cli.demo import demo
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="switchyard")
+def cli() -> None:
+    """Move delayed and recurring jobs off xxl-job and the batch center, one business at a time.
+
+    Exit codes: 0 ok, 1 failed check, 2 bad arguments or input, 3 server unreachable or
+    credentials refused, 4 schema missing or different, 5 refused by a rule.
+    """
+
+
+cli.add_command(db)
+cli.add_command(cron)
+cli.add_command(demo)
+
+
+def main() -> None:
+    cli(prog_name="switchyard")

@@ -1,0 +1,68 @@
+"""`switchyard db init|check`."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from scheduler_core.store.admin import check_schema, init_schema
+from scheduler_core.store.engine import make_engine, safe_url
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.settings import default_store_url
+
+_url = click.option("--url", default=default_store_url, show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
+                    help="Store URL (sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB).")
+
+
+@click.group()
+def db() -> None:
+    """Create and inspect the trigger store."""
+
+
+@db.command("init")
+@_url
+@click.option("--partitions", type=click.IntRange(1, 1024), default=None,
+              help="Partitions of the trigger table (first init only; default 16).")
+@click.option("--json", "as_json", is_flag=True)
+@cli_errors
+def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
+    """Create the schema (idempotent: a second run changes nothing)."""
+    engine = make_engine(url)
+    try:
+        report = init_schema(engine, partitions)
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"url": safe_url(url), "created": report.created, "partitions": report.partitions,
+                               "schema_version": report.schema_version}))
+        return
+    click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
+    click.echo(f"created: {', '.join(report.created) if report.created else 'nothing (already initialised)'}")
+    click.echo(f"trigger partitions: {len(report.partitions)}")
+
+
+@db.command("check")
+@_url
+@click.option("--json", "as_json", is_flag=True)
+@cli_errors
+def check_cmd(url: str, as_json: bool) -> None:
+    """Report what the store holds; exit 4 if the schema is missing or incomplete."""
+    engine = make_engine(url)
+    try:
+        report = check_schema(engine)
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"url": safe_url(url), "dialect": report.dialect, "ok": report.ok,
+                               "schema_version": report.schema_version, "tables": report.tables,
+                               "missing": report.missing, "partitions": report.partitions}))
+    else:
+        click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
+        for name, rows in report.tables.items():
+            click.echo(f"  {name:<24} {rows:>10} rows")
+        for name in report.missing:
+            click.echo(f"  {name:<24}    MISSING")
+        click.echo(f"trigger partitions: {len(report.partitions)}")
+    if not report.ok:
+        raise CliFailure("the schema is missing or incomplete: run `switchyard db init`", exitcodes.SCHEMA)

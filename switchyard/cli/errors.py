@@ -1,0 +1,62 @@
+"""Turn known failures into one clear line on stderr and a documented exit code, never a
+traceback. Messages pass through `redact` so no secret reaches the terminal."""
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
+
+from scheduler_core.errors import BusError, ElectionError, SchemaError
+from switchyard import exitcodes
+
+F = TypeVar("F", bound=Callable[..., Any])
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+
+
+def redact(text: str) -> str:
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+class CliFailure(click.ClickException):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(redact(message))
+        self.exit_code = code
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        text = str(exc.orig)
+    else:
+        text = str(exc)
+    return redact(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
+
+
+def cli_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except SchemaError as exc:
+            raise CliFailure(str(exc), exitcodes.SCHEMA) from None
+        except (ArgumentError, NoSuchModuleError) as exc:
+            raise CliFailure(f"bad URL: {_first_line(exc)}", exitcodes.USAGE) from None
+        except OperationalError as exc:
+            raise CliFailure(f"cannot reach the database: {_first_line(exc)}", exitcodes.UNREACHABLE) from None
+        except SQLAlchemyError as exc:
+            raise CliFailure(f"database error: {_first_line(exc)}", exitcodes.FAILED) from None
+        except (BusError, ElectionError) as exc:
+            raise CliFailure(f"{_first_line(exc)}", exitcodes.UNREACHABLE) from None
+        except (ValueError, KeyError) as exc:
+            raise CliFailure(_first_line(exc), exitcodes.USAGE) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]

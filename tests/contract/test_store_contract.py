@@ -1,0 +1,217 @@
+"""The trigger store's contract, run on SQLite and on the real MariaDB."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from scheduler_core.clock import ManualClock
+from scheduler_core.errors import IllegalTransition
+from scheduler_core.model import (
+    Epoch,
+    FiredRecord,
+    FiredState,
+    Job,
+    JobCode,
+    ShardingItem,
+    Trigger,
+    TriggerKind,
+    TriggerState,
+    command_id,
+)
+from scheduler_core.ports import FiredUpdate, Transition
+from scheduler_core.store.admin import check_schema, init_schema
+from scheduler_core.store.sql import SqlTriggerStore
+from tests.backends import sql_store
+
+KINDS = [pytest.param("sqlite"), pytest.param("mariadb", marks=pytest.mark.mariadb)]
+W, A = TriggerState.WAITING, TriggerState.ACQUIRED
+
+
+@pytest.fixture(params=KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> Iterator[SqlTriggerStore]:
+    with sql_store(request.param, tmp_path, clock, partitions=4) as s:
+        yield s
+
+
+def _seed(store: SqlTriggerStore, clock: ManualClock, n: int, *, biz: str = "biz-a", step_s: int = 1) -> list[Trigger]:
+    job = store.put_job(Job(job_code=JobCode(f"job-{biz}"), biz_code=biz, handler="h"))
+    return store.add_triggers(
+        [
+            Trigger(job_code=job.job_code, biz_code=biz, kind=TriggerKind.ONCE,
+                    next_fire_at=clock.now() + timedelta(seconds=i * step_s))
+            for i in range(n)
+        ]
+    )
+
+
+def test_init_is_idempotent(store: SqlTriggerStore) -> None:
+    again = init_schema(store.engine)
+    assert again.created == []
+    assert again.ok
+    with pytest.raises(Exception, match="re-partitioning"):
+        init_schema(store.engine, 8)
+
+
+def test_partitions_come_from_metadata_and_split_the_table(store: SqlTriggerStore, clock: ManualClock) -> None:
+    parts = store.partitions()
+    assert [p.index for p in parts] == [0, 1, 2, 3]
+    triggers = _seed(store, clock, 20)
+    seen: list[int] = []
+    for p in parts:
+        due = store.select_due(p, clock.now() - timedelta(hours=1), clock.now() + timedelta(hours=1), 100)
+        assert all((t.id or 0) % 4 == p.index for t in due), "a partition scan returned rows of another partition"
+        seen += [t.id for t in due if t.id is not None]
+    assert sorted(seen) == sorted(t.id for t in triggers if t.id is not None)
+
+
+def test_check_reports_tables_and_partitions(store: SqlTriggerStore, clock: ManualClock) -> None:
+    _seed(store, clock, 3)
+    report = check_schema(store.engine)
+    assert report.ok
+    assert report.tables["dus_job_trigger"] == 3
+    assert len(report.partitions) == 4
+
+
+def test_select_due_window_order_limit_and_priority_ties(store: SqlTriggerStore, clock: ManualClock) -> None:
+    job = store.put_job(Job(job_code=JobCode("j"), biz_code="b", handler="h"))
+    t0 = clock.now()
+    made = store.add_triggers(
+        [Trigger(job_code=job.job_code, biz_code="b", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=s),
+                 priority=p) for s, p in [(40, 5), (10, 9), (10, 1), (20, 5), (3600, 5), (-7200, 5)]]
+    )
+    # all in one partition for ordering: use a single-partition view by scanning each and merging
+    due = []
+    for p in store.partitions():
+        due += store.select_due(p, t0 - timedelta(minutes=1), t0 + timedelta(minutes=30), 10)
+    due.sort(key=lambda t: (t.next_fire_at, t.priority))
+    assert [(int((t.next_fire_at - t0).total_seconds()), t.priority) for t in due] == [(10, 1), (10, 9), (20, 5), (40, 5)]
+    # limit applies per partition scan, in next_fire_at order
+    for p in store.partitions():
+        rows = store.select_due(p, t0 - timedelta(days=1), t0 + timedelta(days=1), 1)
+        assert len(rows) <= 1
+    assert len(made) == 6
+
+
+def test_cas_returns_winners_and_losing_is_not_an_error(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 5)
+    ids = [t.id for t in triggers if t.id is not None]
+    deadline = clock.now() + timedelta(seconds=60)
+    won = store.cas(Transition(ids=ids[:3], from_state=W, to_state=A, epoch=Epoch(7), deadline=deadline))
+    assert sorted(t.id for t in won) == ids[:3]
+    assert all(t.state is A and t.owner_epoch == 7 and t.acquire_deadline == deadline for t in won)
+    # a second contender loses the three it overlaps and wins the rest
+    won2 = store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(8), deadline=deadline))
+    assert sorted(t.id for t in won2) == ids[3:]
+    assert store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(9), deadline=deadline)) == []
+
+
+def test_cas_on_acquired_rows_is_conditioned_on_the_owner_epoch(store: SqlTriggerStore, clock: ManualClock) -> None:
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(3), deadline=clock.now()))
+    stale = store.cas(Transition(ids=[trig.id], from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2)))
+    assert stale == []
+    nxt = clock.now() + timedelta(hours=1)
+    done = store.cas(Transition(ids=[trig.id], from_state=A, to_state=W, expected_epoch=Epoch(3), clear_epoch=True,
+                                next_fire_at={trig.id: nxt}, last_fired_at={trig.id: clock.now()}))
+    assert len(done) == 1 and done[0].next_fire_at == nxt and done[0].owner_epoch is None
+    assert done[0].version == trig.version + 2
+
+
+def test_fencing_refuses_a_deposed_epoch(store: SqlTriggerStore, clock: ManualClock) -> None:
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    assert store.claim_epoch(Epoch(5))
+    assert not store.claim_epoch(Epoch(4)), "an older epoch must not take the fence back"
+    assert store.current_epoch() == 5
+    old = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(4), deadline=clock.now(),
+                               fence_epoch=Epoch(4)))
+    assert old == []
+    new = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
+                               fence_epoch=Epoch(5)))
+    assert len(new) == 1
+
+
+def test_expired_acquisitions_of_other_epochs(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 4)
+    ids = [t.id for t in triggers if t.id is not None]
+    store.cas(Transition(ids=ids[:2], from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now() + timedelta(seconds=5)))
+    store.cas(Transition(ids=ids[2:], from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=5)))
+    clock.advance(timedelta(seconds=6))
+    expired = [t.id for p in store.partitions() for t in store.select_expired(p, clock.now(), Epoch(2), 100)]
+    assert sorted(expired) == ids[:2]
+    reclaimed = store.cas(Transition(ids=ids[:2], from_state=A, to_state=A, expected_epoch=Epoch(1), epoch=Epoch(2),
+                                     deadline=clock.now() + timedelta(seconds=30)))
+    assert sorted(t.id for t in reclaimed) == ids[:2]
+
+
+def test_transitions_outside_the_table_are_refused(store: SqlTriggerStore, clock: ManualClock) -> None:
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    with pytest.raises(IllegalTransition):
+        store.cas(Transition(ids=[trig.id], from_state=TriggerState.COMPLETED, to_state=W))
+    paused = store.cas(Transition(ids=[trig.id], from_state=W, to_state=TriggerState.PAUSED))
+    assert paused[0].state is TriggerState.PAUSED
+
+
+def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, clock: ManualClock) -> None:
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    recs = [
+        FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, i), trigger_id=trig.id, job_code=trig.job_code,
+                    biz_code=trig.biz_code, scheduled_at=trig.next_fire_at, item_index=i, item_total=3,
+                    epoch=Epoch(1), fired_at=clock.now())
+        for i in range(3)
+    ]
+    assert store.put_fired(recs) == 3
+    assert store.put_fired(recs) == 0, "a re-fire must not duplicate fired records"
+    cids = [r.command_id for r in recs]
+    assert store.mark_published(cids, clock.now()) == 3
+    ok = FiredUpdate(cids[0], FiredState.SUCCEEDED, clock.now(), attempt=0, message="done")
+    assert store.update_fired([ok]) == 1
+    # a duplicate and a late "received" do not move a final record back
+    assert store.update_fired([ok, FiredUpdate(cids[0], FiredState.RECEIVED, clock.now())]) == 0
+    # a later attempt's final result wins over an earlier one
+    store.update_fired([FiredUpdate(cids[1], FiredState.FAILED, clock.now(), attempt=0)])
+    store.update_fired([FiredUpdate(cids[1], FiredState.SUCCEEDED, clock.now(), attempt=1)])
+    got = store.get_fired(cids)
+    assert got[cids[0]].state is FiredState.SUCCEEDED and got[cids[0]].message == "done"
+    assert got[cids[1]].state is FiredState.SUCCEEDED and got[cids[1]].attempt == 1
+    assert got[cids[2]].state is FiredState.PUBLISHED
+    window = store.fired_between("biz-a", clock.now() - timedelta(seconds=1), clock.now() + timedelta(seconds=1))
+    assert [r.item_index for r in window] == [0, 1, 2]
+
+
+def test_jobs_upsert_and_sharding_pages(store: SqlTriggerStore) -> None:
+    job = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h", shard_total=5))
+    again = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h2", shard_total=5))
+    assert again.id == job.id and again.handler == "h2"
+    store.put_sharding_items(job.job_code, [ShardingItem(job_code=job.job_code, index=i, param=f"p{i}") for i in range(5)])
+    assert [i.index for i in store.sharding_page(job.job_code, 0, 2)] == [0, 1]
+    assert [i.param for i in store.sharding_page(job.job_code, 2, 10)] == ["p2", "p3", "p4"]
+
+
+def test_hostile_values_are_stored_as_data(store: SqlTriggerStore, clock: ManualClock) -> None:
+    hostile = "x'; DROP TABLE dus_job; -- \"/*"
+    job = store.put_job(Job(job_code=JobCode(hostile), biz_code=hostile[:60], handler=hostile, params=hostile))
+    assert store.get_job(JobCode(hostile)) == job
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM dus_job")).scalar_one() == 1
+
+
+@pytest.mark.mariadb
+def test_mariadb_trigger_table_is_hash_partitioned(tmp_path: Path, clock: ManualClock) -> None:
+    with sql_store("mariadb", tmp_path, clock, partitions=8) as s:
+        with s.engine.connect() as conn:
+            ddl = conn.execute(text("SHOW CREATE TABLE dus_job_trigger")).one()[1]
+            plan = conn.execute(text(
+                "EXPLAIN SELECT id FROM dus_job_trigger PARTITION (p3) WHERE state='waiting' "
+                "AND next_fire_at BETWEEN 0 AND 10 ORDER BY next_fire_at LIMIT 5")).mappings().one()
+        assert "PARTITION BY HASH (`id`)" in ddl and "PARTITIONS 8" in ddl
+        assert plan["key"] == "idx_state_fire"
+        assert "filesort" not in (plan["Extra"] or "")
+        assert [p.name for p in s.partitions()] == [f"p{i}" for i in range(8)]
