@@ -127,18 +127,20 @@ def _number(field: str, token: str) -> int:
     return value
 
 
-def _value(field: str, token: str) -> int:
+def _value(field: str, token: str, item: str) -> int:
     """A number or, in month / day-of-week, a 3-letter name."""
     if token.isdigit():
         return _number(field, token)
     names = _MONTH_NAMES if field == _MONTH else _DAY_NAMES if field == _DOW else None
-    if names is None:
-        raise CronSyntaxError(field, f"invalid value '{token}'")
-    if token not in names:
-        # Quartz reads only the first 3 letters, so "MONDAY" would pass as MON and
-        # "MONX" too; we accept the exact names only.
-        raise CronSyntaxError(field, f"invalid name '{token}' (expected {'-'.join((next(iter(names)), list(names)[-1]))})")
-    return names[token]
+    if names is not None and token in names:
+        return names[token]
+    if token in _MONTH_NAMES or token in _DAY_NAMES:
+        raise CronSyntaxError(field, f"name '{token}' is not allowed in {field}")
+    if names is not None and token[:3] in names:
+        # Quartz reads only the first 3 letters, so "MONDAY" passes as MON (and so does
+        # "MONX"); we accept the exact 3-letter names only.
+        raise CronSyntaxError(field, f"invalid name '{token}' (names are 3 letters, e.g. '{token[:3]}')")
+    raise _diagnose(field, item)
 
 
 def _diagnose(field: str, item: str) -> CronSyntaxError:
@@ -155,7 +157,7 @@ def _diagnose(field: str, item: str) -> CronSyntaxError:
         return CronSyntaxError(field, f"'L' is only allowed in day-of-month and day-of-week ('{item}')")
     if "L" in item:
         return CronSyntaxError(field, f"invalid use of 'L' ('{item}')")
-    return CronSyntaxError(field, f"invalid item '{item}'")
+    return CronSyntaxError(field, f"invalid value '{item}'")
 
 
 def _expand_item(field: str, item: str) -> set[int]:
@@ -180,13 +182,13 @@ def _expand_item(field: str, item: str) -> set[int]:
         step = 1
     if star is not None or start_tok is None:  # "*", "*/n", "/n"
         return set(range(low, high + 1, step))
-    start = _value(field, start_tok)
+    start = _value(field, start_tok, item)
     if end_tok is None:
         end = high if step_tok is not None else start  # "a/n" runs from a to the field's end
     else:
         if start_tok.isdigit() != end_tok.isdigit():
             raise CronSyntaxError(field, f"range mixes a name and a number ('{item}')")
-        end = _value(field, end_tok)
+        end = _value(field, end_tok, item)
     if end >= start:
         return set(range(start, end + 1, step))
     if field == _YEAR:
@@ -241,6 +243,12 @@ class _Spec:
         # (year * 16 + month) -> bitmask of firing days; at most 12 * 230 entries.
         self._day_cache: dict[int, int] = {}
 
+        # Parse both day fields before checking that exactly one is '?', so a typo in
+        # either one is reported as such rather than as a '?' problem.
+        if dom != "?":
+            self._parse_dom(dom)
+        if dow != "?":
+            self._parse_dow(dow)
         if dom == "?" and dow == "?":
             raise CronSyntaxError(_DOW, "'?' can only be specified for day-of-month -OR- day-of-week")
         if dom != "?" and dow != "?":
@@ -249,10 +257,6 @@ class _Spec:
             raise CronSyntaxError(
                 _DOW, "Support for specifying both a day-of-week AND a day-of-month parameter is not implemented."
             )
-        if dom != "?":
-            self._parse_dom(dom)
-        else:
-            self._parse_dow(dow)
 
     def _parse_dom(self, token: str) -> None:
         last: set[int] = set()
@@ -301,12 +305,12 @@ class _Spec:
         m = _DOW_LAST_RE.fullmatch(token)
         if m is not None:  # "6L" or "FRIL": last Friday of the month (Quartz accepts both)
             self.dow_mode = _DOW_LAST
-            self.dow_day = _value(_DOW, m.group(1))
+            self.dow_day = _value(_DOW, m.group(1), token)
             return
         m = _DOW_NTH_RE.fullmatch(token)
         if m is not None:  # "6#3" or "FRI#3": third Friday
             self.dow_mode = _DOW_NTH
-            self.dow_day = _value(_DOW, m.group(1))
+            self.dow_day = _value(_DOW, m.group(1), token)
             if not m.group(2) or not 1 <= int(m.group(2)) <= 5:
                 raise CronSyntaxError(_DOW, f"'#' must be followed by 1-5 ('{token}')")
             self.dow_nth = int(m.group(2))
@@ -406,7 +410,7 @@ def _search(spec: _Spec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> tu
         if years[i] != y:
             y, mo, d, h, mi, s = years[i], 1, 1, 0, 0, 0
         # month
-        nm = month_next[mo] if mo <= 12 else -1
+        nm = month_next[mo]
         if nm < 0:
             y, mo, d, h, mi, s = y + 1, 1, 1, 0, 0, 0
             continue
@@ -545,6 +549,8 @@ class CronExpression:
             # Spring-forward gap: this wall time does not exist. Resume at the first
             # wall time after the gap (a carry search may have more matches in it).
             gap_end = _gap_end(candidate, off0, off1)
+            if gap_end <= candidate.replace(tzinfo=None):  # defensive: always move forward
+                gap_end = candidate.replace(tzinfo=None) + _ONE_SECOND
             y, mo, d, h, mi, s = gap_end.year, gap_end.month, gap_end.day, gap_end.hour, gap_end.minute, gap_end.second
 
 

@@ -93,6 +93,7 @@ class Job:
     max_retry: int = 0
     priority: int = 5  # 1 highest .. 9; breaks ties among equal fire times only
     envelope_size: int = 1  # items of one run carried per message (1: one message per item)
+    explicit_items: bool = False  # sharding items (with params) are stored, not just 0..shard_total-1
     id: int | None = None
 
     def __post_init__(self) -> None:

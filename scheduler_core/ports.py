@@ -7,7 +7,7 @@ Only domain types cross a port: no SQLAlchemy rows, Pulsar messages or etcd leas
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -124,13 +124,23 @@ class TriggerStore(Protocol):
     def triggers_of(self, *, biz_code: str | None = None, job_code: JobCode | None = None) -> list[Trigger]: ...
 
     @abstractmethod
-    def select_due(self, partition: Partition, start: datetime, end: datetime, limit: int) -> list[Trigger]:
+    def select_due(
+        self,
+        partition: Partition,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        exclude_domains: Collection[str] = (),
+    ) -> list[Trigger]:
         """`waiting` triggers of one partition with start <= next_fire_at <= end, ordered by
-        next_fire_at then priority."""
+        next_fire_at then priority, leaving out the given business domains."""
 
     @abstractmethod
-    def select_expired(self, partition: Partition, now: datetime, live_epoch: Epoch, limit: int) -> list[Trigger]:
-        """`acquired` triggers of an epoch other than live_epoch whose deadline has passed."""
+    def select_expired(
+        self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int
+    ) -> list[Trigger]:
+        """`acquired` triggers whose deadline has passed (of an epoch other than
+        live_epoch, when given)."""
 
     @abstractmethod
     def cas(self, change: Transition) -> list[Trigger]:

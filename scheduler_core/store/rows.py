@@ -45,6 +45,7 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
         "max_retry": job.max_retry,
         "priority": job.priority,
         "envelope_size": job.envelope_size,
+        "explicit_items": 1 if job.explicit_items else 0,
         "updated_at": now_ms,
     }
 
@@ -61,6 +62,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
         max_retry=row["max_retry"],
         priority=row["priority"],
         envelope_size=row["envelope_size"],
+        explicit_items=bool(row["explicit_items"]),
     )
 
 

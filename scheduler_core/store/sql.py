@@ -4,7 +4,7 @@ slice and the insert-if-absent spelling."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -159,7 +159,14 @@ class SqlTriggerStore(TriggerStore):
         with self.engine.connect() as conn:
             return [trigger_from_row(r) for r in conn.execute(stmt).mappings()]
 
-    def select_due(self, partition: Partition, start: datetime, end: datetime, limit: int) -> list[Trigger]:
+    def select_due(
+        self,
+        partition: Partition,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        exclude_domains: Collection[str] = (),
+    ) -> list[Trigger]:
         tr = self.t.trigger
         stmt = (
             select(tr)
@@ -167,22 +174,24 @@ class SqlTriggerStore(TriggerStore):
             .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
             .limit(max(0, limit))
         )
+        if exclude_domains:
+            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_domains)))
         with self.engine.connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).mappings().all()
         return [trigger_from_row(r) for r in rows]
 
-    def select_expired(self, partition: Partition, now: datetime, live_epoch: Epoch, limit: int) -> list[Trigger]:
+    def select_expired(
+        self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int
+    ) -> list[Trigger]:
         tr = self.t.trigger
         stmt = (
             select(tr)
-            .where(
-                tr.c.state == S.ACQUIRED.value,
-                tr.c.acquire_deadline < to_ms(now),
-                tr.c.owner_epoch != live_epoch,
-            )
+            .where(tr.c.state == S.ACQUIRED.value, tr.c.acquire_deadline < to_ms(now))
             .order_by(tr.c.next_fire_at, tr.c.id)
             .limit(max(0, limit))
         )
+        if live_epoch is not None:
+            stmt = stmt.where(tr.c.owner_epoch != live_epoch)
         with self.engine.connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).mappings().all()
         return [trigger_from_row(r) for r in rows]

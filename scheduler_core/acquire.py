@@ -1,0 +1,169 @@
+"""Admission: one acquire loop per partition, each scanning only its own partition.
+
+A tick: window = [misfire floor, now + lookahead]; select `waiting` rows in the window
+ordered by next_fire_at (priority breaks ties only), limit = min(batch, free pool
+capacity), leaving out domains whose pool budget is spent; CAS waiting -> acquired with
+the epoch and a deadline; hand chunks to the fire pool, retrying; release what the pool
+keeps refusing. Nothing is lost: a row is either waiting, or acquired by an epoch that
+fires it or lets a newer epoch reclaim it after its deadline.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduler_core.fire import group_by_domain
+from scheduler_core.firepool import FirePool
+from scheduler_core.metrics import SchedulerMetrics
+from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerState
+from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.times import UTC
+
+log = logging.getLogger(__name__)
+BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: datetime
+    end: datetime
+
+
+def plan_window(
+    now: datetime, last_seen: datetime | None, settings: SchedulerSettings, *, sweep: bool = False
+) -> Window:
+    """The tick's window. The floor is the older of the partition's last seen
+    next_fire_at and now - misfire threshold; before anything was seen (start-up) it
+    reaches back to the startup floor. A sweep tick reaches back to the beginning, so a
+    row stranded below every floor is still found and goes through its misfire policy."""
+    threshold_floor = now - settings.misfire_threshold
+    if sweep:
+        floor = BEGINNING
+    elif last_seen is None:
+        floor = now - settings.startup_floor
+    else:
+        floor = min(last_seen, threshold_floor)
+    return Window(floor, now + settings.lookahead)
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    selected: int = 0
+    acquired: int = 0
+    lost: int = 0
+    submitted: int = 0
+    released: int = 0
+    wait: timedelta = timedelta(0)
+
+
+FireChunk = Callable[[Sequence[Trigger], Epoch], object]
+
+
+def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
+    return [triggers[i : i + size] for i in range(0, len(triggers), size)]
+
+
+class PartitionAcquirer:
+    def __init__(
+        self,
+        partition: Partition,
+        store: TriggerStore,
+        pool: FirePool,
+        fire_chunk: FireChunk,
+        clock: Clock,
+        settings: SchedulerSettings,
+        metrics: SchedulerMetrics,
+        epoch: Epoch,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.partition = partition
+        self.store = store
+        self.pool = pool
+        self.fire_chunk = fire_chunk
+        self.clock = clock
+        self.settings = settings
+        self.metrics = metrics
+        self.epoch = epoch
+        self.last_seen: datetime | None = None
+        self.ticks = 0
+        self.rng = rng or random.Random()
+
+    def tick(self) -> TickResult:
+        started = self.clock.monotonic()
+        try:
+            return self._tick()
+        finally:
+            self.metrics.acquire_cycle.labels(partition=self.partition.name).observe(
+                max(0.0, self.clock.monotonic() - started)
+            )
+
+    def _tick(self) -> TickResult:
+        s = self.settings
+        now = self.clock.now()
+        sweep = self.ticks > 0 and self.ticks % s.stale_sweep_every == 0
+        self.ticks += 1
+        window = plan_window(now, self.last_seen, s, sweep=sweep)
+        limit = min(s.batch_size, self.pool.free())
+        if limit <= 0:
+            return TickResult(wait=s.busy_wait)
+        due = self.store.select_due(self.partition, window.start, window.end, limit, self.pool.saturated_domains())
+        if not due:
+            return TickResult(wait=s.idle_wait + timedelta(seconds=self.rng.uniform(0, s.jitter.total_seconds())))
+        newest = max(t.next_fire_at for t in due)
+        self.last_seen = newest if self.last_seen is None else max(self.last_seen, newest)
+        won = self.store.cas(
+            Transition(
+                ids=[t.id for t in due if t.id is not None],
+                from_state=TriggerState.WAITING,
+                to_state=TriggerState.ACQUIRED,
+                epoch=self.epoch,
+                deadline=now + s.acquire_deadline,
+                fence_epoch=self.epoch,
+            )
+        )
+        lost = len(due) - len(won)
+        if lost:
+            self.metrics.cas_losses.labels(stage="acquire").inc(lost)
+        self.metrics.acquired.labels(partition=self.partition.name).inc(len(won))
+        submitted, released = self.submit(won)
+        return TickResult(
+            selected=len(due), acquired=len(won), lost=lost, submitted=submitted, released=released,
+            wait=timedelta(0) if len(due) >= limit else s.busy_wait,
+        )
+
+    def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
+        """Chunks per domain to the pool, with retries; release what keeps being refused."""
+        s = self.settings
+        submitted = 0
+        refused: list[TriggerId] = []
+        for domain, triggers in group_by_domain(won).items():
+            for chunk in chunked(triggers, s.chunk_size):
+                ok = False
+                for attempt in range(s.submit_retries + 1):
+                    if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch)):
+                        ok = True
+                        break
+                    if attempt < s.submit_retries:
+                        self.clock.sleep(s.submit_retry_wait.total_seconds())
+                if ok:
+                    submitted += len(chunk)
+                else:
+                    refused += [t.id for t in chunk if t.id is not None]
+        released = 0
+        if refused:
+            back = self.store.cas(
+                Transition(ids=refused, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
+                           expected_epoch=self.epoch, clear_epoch=True, fence_epoch=self.epoch)
+            )
+            released = len(back)
+            self.metrics.released.inc(released)
+            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released)
+        return submitted, released
+
+
+def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch) -> Callable[[], object]:
+    return lambda: fn(chunk, epoch)

@@ -1,0 +1,395 @@
+"""PulsarBus: the real command bus on Apache Pulsar.
+
+It keeps the semantics of the in-process bus (scheduler_core.bus.memory): deliver-at is
+honoured, consumers of one subscription name share the messages, a subscription sees only
+messages published after it was created, unacked messages come back (after nack, or when
+their consumer closes). `pulsar` is imported only here: nothing Pulsar-shaped crosses the
+port.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pulsar
+
+from scheduler_core.errors import BusError, PublishError
+from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
+
+log = logging.getLogger(__name__)
+
+# The C++ client logs every connect/lookup/producer event at INFO. It goes to this logger;
+# unless someone configured it, keep only warnings and errors.
+CLIENT_LOG = logging.getLogger(f"{__name__}.client")
+
+# Prefetch per consumer. Large enough to keep an executor busy, small enough that one
+# consumer of a Shared group does not hoard messages the others could run.
+RECEIVER_QUEUE_SIZE = 500
+NACK_REDELIVERY_DELAY_MS = 1000  # same as the in-process bus's NACK_DELAY_MS
+DRAIN_POLL_MS = 2  # after the first message, take only what arrives within this
+
+_ILLEGAL = re.compile(r"[^A-Za-z0-9._-]")
+_LEGAL_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+# "<name>-partition-<n>" is how Pulsar names partitions of a partitioned topic.
+_PARTITION_SUFFIX = "-partition-"
+
+
+def topic_local_name(topic_prefix: str, logical: str) -> str:
+    """The local part of the Pulsar topic for a logical topic.
+
+    Illegal characters become "_"; when anything had to change, a short hash of the
+    original name is appended so two distinct logical names never share a topic.
+    """
+    if not logical:
+        raise ValueError("a logical topic name must not be empty")
+    clean = _ILLEGAL.sub("_", logical).replace(_PARTITION_SUFFIX, "_partition_")
+    if clean != logical:
+        clean = f"{clean}-{hashlib.sha256(logical.encode('utf-8')).hexdigest()[:10]}"
+    return f"{topic_prefix}-{clean}"
+
+
+def _safe_url(url: str) -> str:
+    """The URL without any user-info, for messages and repr."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Pending:
+    """Outstanding send callbacks of one publish call."""
+
+    def __init__(self, total: int) -> None:
+        self._cond = threading.Condition()
+        self.outstanding = total
+        self.failed = 0
+        self.first_error: str | None = None
+
+    def done(self, ok: bool, error: str | None = None) -> None:
+        with self._cond:
+            self.outstanding -= 1
+            if not ok:
+                self.failed += 1
+                if self.first_error is None:
+                    self.first_error = error
+            if self.outstanding <= 0:
+                self._cond.notify_all()
+
+    def callback(self, result: Any, _msg_id: Any) -> None:
+        # Runs on a client I/O thread: an exception escaping here terminates the process,
+        # so nothing may propagate.
+        try:
+            ok = result == pulsar.Result.Ok
+            self.done(ok, None if ok else str(result))
+        except BaseException:  # noqa: BLE001 - see above
+            try:
+                self.done(False, "callback error")
+            except BaseException:  # noqa: BLE001
+                pass
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait for every callback; returns how many never came."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.outstanding > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self.outstanding
+                self._cond.wait(remaining)
+            return 0
+
+
+class PulsarBus(MessageBus):
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        admin_url: str | None = None,
+        tenant: str = "public",
+        namespace: str = "default",
+        topic_prefix: str = "switchyard",
+        token: str | None = None,
+        operation_timeout_s: int = 30,
+        max_pending: int = 10000,
+    ) -> None:
+        for label, part in (("tenant", tenant), ("namespace", namespace), ("topic_prefix", topic_prefix)):
+            if not _LEGAL_PART.match(part):
+                raise ValueError(f"{label} {part!r} is not a legal Pulsar name part")
+        self._service_url = _safe_url(service_url)
+        self._admin_url = admin_url.rstrip("/") if admin_url else None
+        self._tenant = tenant
+        self._namespace = namespace
+        self._prefix = topic_prefix
+        self._token = token  # never logged, never in a message or repr
+        self._op_timeout_s = int(operation_timeout_s)
+        self._max_pending = int(max_pending)
+        self._lock = threading.Lock()
+        self._producers: dict[str, pulsar.Producer] = {}
+        self._subscriptions: list[_PulsarSubscription] = []
+        self._closed = False
+        if CLIENT_LOG.level == logging.NOTSET:
+            # The wrapper reads the effective level when the client is built.
+            CLIENT_LOG.setLevel(logging.WARNING)
+        try:
+            self._client = pulsar.Client(
+                service_url,
+                authentication=pulsar.AuthenticationToken(token) if token else None,
+                operation_timeout_seconds=self._op_timeout_s,
+                connection_timeout_ms=min(10000, self._op_timeout_s * 1000),
+                logger=CLIENT_LOG,
+            )
+        except Exception as exc:  # bad URL and the like
+            raise BusError(f"cannot create a Pulsar client for {self._service_url}: {_one_line(exc)}") from None
+
+    def __repr__(self) -> str:
+        return f"PulsarBus({self._service_url!r}, tenant={self._tenant!r}, namespace={self._namespace!r}, topic_prefix={self._prefix!r})"
+
+    # -- naming --------------------------------------------------------------------------
+
+    def local_topic(self, topic: str) -> str:
+        return topic_local_name(self._prefix, topic)
+
+    def pulsar_topic(self, topic: str) -> str:
+        """The full Pulsar topic of a logical topic."""
+        return f"persistent://{self._tenant}/{self._namespace}/{self.local_topic(topic)}"
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _producer(self, topic: str) -> pulsar.Producer:
+        producer = self._producers.get(topic)
+        if producer is not None:
+            return producer
+        with self._lock:
+            if self._closed:
+                raise BusError("the bus is closed")
+            producer = self._producers.get(topic)
+            if producer is None:
+                full = self.pulsar_topic(topic)
+                try:
+                    producer = self._client.create_producer(
+                        full,
+                        send_timeout_millis=self._op_timeout_s * 1000,
+                        max_pending_messages=self._max_pending,
+                        # wait for room instead of failing sends at high rate
+                        block_if_queue_full=True,
+                        # Delayed messages are never batched by the client anyway; for
+                        # immediate ones a batch goes to a single consumer of a Shared
+                        # subscription, which would defeat load sharing.
+                        batching_enabled=False,
+                    )
+                except Exception as exc:
+                    raise BusError(f"cannot create a producer on {full} at {self._service_url}: {_one_line(exc)}") from None
+                self._producers[topic] = producer
+            return producer
+
+    def publish(self, messages: Sequence[BusMessage]) -> None:
+        if self._closed:
+            raise BusError("the bus is closed")
+        if not messages:
+            return
+        # Every producer first: a topic we cannot reach fails the call before anything
+        # of it is sent.
+        producers = {topic: self._producer(topic) for topic in dict.fromkeys(m.topic for m in messages)}
+        pending = _Pending(len(messages))
+        for m in messages:
+            try:
+                producers[m.topic].send_async(
+                    m.payload,
+                    pending.callback,
+                    properties=dict(m.properties) if m.properties else None,
+                    partition_key=m.key or None,
+                    # the binding wants an int (a float raises) and skips a falsy one
+                    deliver_at=int(m.deliver_at_ms) if m.deliver_at_ms is not None else None,
+                )
+            except Exception as exc:  # e.g. the producer was closed under us
+                pending.done(False, _one_line(exc))
+        # Each send fails by itself once the send timeout has passed since it was queued,
+        # so one timeout after the last send bounds the wait; the margin covers the
+        # callback's trip back from the I/O thread.
+        missing = pending.wait(self._op_timeout_s + 5)
+        failed = pending.failed + missing
+        if failed:
+            what = pending.first_error or ("no acknowledgement in time" if missing else "unknown")
+            raise PublishError(f"{failed} message(s) were not acknowledged by the broker ({what})", failed=failed)
+
+    # -- consuming -----------------------------------------------------------------------
+
+    def subscribe(self, topic: str, subscription: str) -> Subscription:
+        full = self.pulsar_topic(topic)
+        with self._lock:
+            if self._closed:
+                raise BusError("the bus is closed")
+        try:
+            consumer = self._client.subscribe(
+                full,
+                subscription,
+                # the default is Exclusive, which ignores deliver-at
+                consumer_type=pulsar.ConsumerType.Shared,
+                initial_position=pulsar.InitialPosition.Latest,
+                receiver_queue_size=RECEIVER_QUEUE_SIZE,
+                negative_ack_redelivery_delay_ms=NACK_REDELIVERY_DELAY_MS,
+            )
+        except Exception as exc:
+            raise BusError(f"cannot subscribe {subscription!r} to {full} at {self._service_url}: {_one_line(exc)}") from None
+        sub = _PulsarSubscription(consumer, topic, self._forget)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._subscriptions.append(sub)
+        if closed:  # the bus closed while we were subscribing
+            sub.close()
+            raise BusError("the bus is closed")
+        return sub
+
+    def _forget(self, sub: _PulsarSubscription) -> None:
+        with self._lock:
+            if sub in self._subscriptions:
+                self._subscriptions.remove(sub)
+
+    # -- admin ---------------------------------------------------------------------------
+
+    def backlog(self, topic: str, subscription: str) -> tuple[int, int]:
+        """(due, delayed) messages waiting in one subscription: the consumer-lag view.
+
+        Counts include delivered-but-unacked messages, as Pulsar's backlog does.
+        """
+        stats = self._topic_stats(topic)
+        if stats is None:
+            return (0, 0)
+        entry = (stats.get("subscriptions") or {}).get(subscription)
+        if entry is None:
+            return (0, 0)
+        total = int(entry.get("msgBacklog", 0))
+        due = int(entry.get("msgBacklogNoDelayed", total))
+        return (due, max(0, total - due))
+
+    def _topic_stats(self, topic: str) -> dict[str, Any] | None:
+        if self._admin_url is None:
+            raise BusError("backlog needs the Pulsar admin URL (admin_url)")
+        local = urllib.parse.quote(self.local_topic(topic), safe="")
+        url = f"{self._admin_url}/admin/v2/persistent/{self._tenant}/{self._namespace}/{local}/stats"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self._op_timeout_s) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # no such topic yet: nothing is waiting
+                return None
+            raise BusError(f"Pulsar admin {_safe_url(self._admin_url)} answered HTTP {exc.code} for topic stats") from None
+        except (OSError, ValueError) as exc:
+            raise BusError(f"Pulsar admin {_safe_url(self._admin_url)} is unreachable: {_one_line(exc)}") from None
+        if not isinstance(body, dict):
+            raise BusError("Pulsar admin returned unexpected topic stats")
+        return body
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            producers = list(self._producers.values())
+            subscriptions = list(self._subscriptions)
+            self._producers.clear()
+            self._subscriptions.clear()
+        for producer in producers:
+            try:
+                producer.flush()
+                producer.close()
+            except Exception as exc:  # closing is best effort; the client close follows
+                log.warning("closing a Pulsar producer failed: %s", _one_line(exc))
+        for sub in subscriptions:
+            sub.close()
+        try:
+            self._client.close()
+        except Exception as exc:
+            log.warning("closing the Pulsar client failed: %s", _one_line(exc))
+
+
+class _PulsarSubscription(Subscription):
+    def __init__(self, consumer: pulsar.Consumer, topic: str, on_close: Callable[[_PulsarSubscription], None]) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._on_close = on_close
+        self._closed = False
+
+    def receive(self, max_messages: int, timeout: timedelta) -> list[Received]:
+        if self._closed or max_messages <= 0:
+            return []
+        out: list[Received] = []
+        wait_ms = max(0, int(timeout.total_seconds() * 1000))
+        while len(out) < max_messages:
+            try:
+                msg = self._consumer.receive(timeout_millis=wait_ms)
+            except pulsar.Timeout:
+                break
+            except pulsar.AlreadyClosed:
+                break
+            except Exception as exc:
+                if out:  # hand over what we have; the error will show again next call
+                    break
+                raise BusError(f"receive on {self._topic} failed: {_one_line(exc)}") from None
+            out.append(self._received(msg))
+            wait_ms = DRAIN_POLL_MS  # the first wait used the timeout; now only drain
+        return out
+
+    def _received(self, msg: pulsar.Message) -> Received:
+        message = BusMessage(
+            topic=self._topic,
+            payload=msg.data() or b"",
+            # The client does not expose a received message's deliver-at.
+            deliver_at_ms=None,
+            properties=dict(msg.properties()),
+            key=msg.partition_key() or None,
+        )
+        return Received(message=message, receipt=msg, redelivery_count=int(msg.redelivery_count()))
+
+    def ack(self, received: Received) -> None:
+        if self._closed:
+            return  # the broker redelivers it to another consumer, as after a crash
+        try:
+            self._consumer.acknowledge(received.receipt)
+        except Exception as exc:
+            raise BusError(f"ack on {self._topic} failed: {_one_line(exc)}") from None
+
+    def nack(self, received: Received) -> None:
+        if self._closed:
+            return
+        try:
+            self._consumer.negative_acknowledge(received.receipt)
+        except Exception as exc:
+            raise BusError(f"nack on {self._topic} failed: {_one_line(exc)}") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # disconnecting hands this consumer's unacked messages to the others
+            self._consumer.close()
+        except Exception as exc:
+            log.warning("closing a Pulsar consumer on %s failed: %s", self._topic, _one_line(exc))
+        self._on_close(self)

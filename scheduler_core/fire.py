@@ -1,0 +1,270 @@
+"""The fire pipeline: for a chunk of acquired triggers, compute the next occurrence,
+expand sharding items page by page, persist fired records, publish each command with
+deliver-at = T, then record the outcome with a fenced CAS.
+
+Order of writes, and what a crash at each point leaves:
+  1. fired records inserted (INSERT-if-absent by command_id) -> trigger still `acquired`
+     by this epoch: reclaimed after its deadline and fired again, same command ids;
+  2. commands published -> same, the re-fire publishes duplicates with the same ids;
+  3. records marked published, then the trigger CAS (next occurrence or completed).
+A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from scheduler_core.codec import command_topic, encode_commands
+from scheduler_core.errors import PublishError
+from scheduler_core.metrics import SchedulerMetrics
+from scheduler_core.model import (
+    Epoch,
+    ExecutionCommand,
+    FiredRecord,
+    FiredState,
+    Job,
+    JobCode,
+    MisfirePolicy,
+    Trigger,
+    TriggerId,
+    TriggerState,
+    command_id,
+)
+from scheduler_core.occurrences import count_between, next_after
+from scheduler_core.ports import BusMessage, Clock, MessageBus, Transition, TriggerStore
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.times import to_ms
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FireOutcome:
+    fired: list[TriggerId] = field(default_factory=list)  # occurrences published
+    completed: list[TriggerId] = field(default_factory=list)
+    rescheduled: list[TriggerId] = field(default_factory=list)
+    misfired: list[TriggerId] = field(default_factory=list)
+    skipped: list[TriggerId] = field(default_factory=list)
+    released: list[TriggerId] = field(default_factory=list)  # publication failed: back to waiting
+    lost: list[TriggerId] = field(default_factory=list)  # final CAS lost (fenced or reclaimed)
+    commands: int = 0
+    messages: int = 0
+
+
+@dataclass
+class _Plan:
+    trigger: Trigger
+    job: Job | None
+    occurrence: datetime  # T: the scheduled time the command ids are built from
+    deliver_at: datetime  # T, or now when a misfire fires once now
+    next_at: datetime | None
+    misfired: bool
+    skip: bool  # misfire policy SKIP: record, publish nothing
+    note: str = ""
+
+
+class FirePipeline:
+    def __init__(
+        self,
+        store: TriggerStore,
+        bus: MessageBus,
+        clock: Clock,
+        settings: SchedulerSettings,
+        metrics: SchedulerMetrics,
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.clock = clock
+        self.settings = settings
+        self.metrics = metrics
+
+    def fire(self, triggers: Sequence[Trigger], epoch: Epoch) -> FireOutcome:
+        out = FireOutcome()
+        if not triggers:
+            return out
+        now = self.clock.now()
+        jobs = self.store.get_jobs([t.job_code for t in triggers])
+        plans = [self._plan(t, jobs.get(t.job_code), now) for t in triggers]
+
+        records: list[FiredRecord] = []
+        messages: list[BusMessage] = []
+        for plan in plans:
+            recs, msgs = self._expand(plan, epoch, now)
+            records += recs
+            messages += msgs
+        # 1. fired records first: from here on the occurrence can never be lost silently
+        self.store.put_fired(records)
+        # 2. publish with deliver-at = T
+        published_ok = True
+        if messages:
+            try:
+                self.bus.publish(messages)
+            except PublishError as exc:
+                published_ok = False
+                self.metrics.publish_failures.inc(exc.failed)
+                log.warning("publication failed for %d of %d messages: %s", exc.failed, len(messages), exc)
+        if not published_ok:
+            # Release to waiting with the same next_fire_at: the next tick fires the same
+            # occurrence again with the same command ids.
+            ids = [p.trigger.id for p in plans if p.trigger.id is not None]
+            released = self.store.cas(
+                Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
+                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch)
+            )
+            out.released = [t.id for t in released if t.id is not None]
+            return out
+        cids = [r.command_id for r in records if r.state is FiredState.PENDING]
+        if cids:
+            self.store.mark_published(cids, self.clock.now())
+        out.commands = len(cids)
+        out.messages = len(messages)
+        for m in messages:
+            self.metrics.published.labels(domain=m.properties.get("biz_code", "")).inc()
+        # 3. the outcome, fenced by the epoch
+        self._record_outcome(plans, epoch, now, out)
+        return out
+
+    # -- planning ---------------------------------------------------------------------
+
+    def _plan(self, trigger: Trigger, job: Job | None, now: datetime) -> _Plan:
+        t = trigger.next_fire_at
+        late = now - t
+        misfired = late > self.settings.misfire_threshold
+        if not misfired:
+            return _Plan(trigger, job, t, t, self._next(trigger, t), False, False)
+        # A misfire follows the trigger's policy and is recorded, never silently dropped.
+        nxt = self._next(trigger, now)
+        missed = count_between(trigger, t, now) if trigger.kind.value != "once" else 0
+        if trigger.misfire_policy is MisfirePolicy.SKIP:
+            note = f"misfire: skipped (late {late}); {missed} later occurrence(s) also passed"
+            return _Plan(trigger, job, t, now, nxt, True, True, note)
+        note = f"misfire: fired once now (late {late}); {missed} later occurrence(s) folded into it"
+        return _Plan(trigger, job, t, now, nxt, True, False, note)
+
+    def _next(self, trigger: Trigger, after: datetime) -> datetime | None:
+        try:
+            return next_after(trigger, after)
+        except ValueError as exc:
+            # an unparsable schedule cannot fire again; completing it is recorded in the log
+            log.error("trigger %s: schedule cannot be evaluated (%s); completing it", trigger.id, exc)
+            return None
+
+    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime) -> tuple[list[FiredRecord], list[BusMessage]]:
+        trig, job = plan.trigger, plan.job
+        assert trig.id is not None
+        if job is None:
+            # The job was deleted under its trigger: record the fire as failed, publish nothing.
+            rec = FiredRecord(command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id,
+                              job_code=trig.job_code, biz_code=trig.biz_code, scheduled_at=plan.occurrence,
+                              state=FiredState.FAILED, epoch=epoch, fired_at=now, result_at=now,
+                              message="job definition not found")
+            return [rec], []
+        if plan.skip:
+            rec = FiredRecord(command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id,
+                              job_code=job.job_code, biz_code=job.biz_code, scheduled_at=plan.occurrence,
+                              item_total=job.shard_total, state=FiredState.SKIPPED, epoch=epoch, fired_at=now,
+                              result_at=now, misfired=True, message=plan.note)
+            return [rec], []
+        records: list[FiredRecord] = []
+        messages: list[BusMessage] = []
+        deliver_ms = to_ms(plan.deliver_at)
+        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(to_ms(plan.occurrence)),
+                 "trigger_id": str(trig.id)}
+        topic = command_topic(job.biz_code)
+        for page in self._pages(job):
+            cmds = [
+                ExecutionCommand(
+                    command_id=command_id(trig.id, plan.occurrence, idx), trigger_id=trig.id, job_code=job.job_code,
+                    biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=idx,
+                    item_total=job.shard_total, item_param=param, params=job.params, timeout=job.timeout,
+                    max_retry=job.max_retry, epoch=epoch,
+                )
+                for idx, param in page
+            ]
+            records += [
+                FiredRecord(command_id=c.command_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
+                            scheduled_at=plan.occurrence, item_index=c.item_index, item_total=job.shard_total,
+                            epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note)
+                for c in cmds
+            ]
+            k = job.envelope_size
+            for i in range(0, len(cmds), k):
+                group = cmds[i : i + k]
+                messages.append(BusMessage(topic, encode_commands(group), deliver_at_ms=deliver_ms,
+                                           properties=props, key=group[0].command_id))
+        return records, messages
+
+    def _pages(self, job: Job) -> Iterator[list[tuple[int, str]]]:
+        """Sharding items page by page: the job's explicit items from the store, or
+        indexes 0..shard_total-1. Pages keep a 100K-item fan-out out of memory at once."""
+        size = self.settings.sharding_page
+        if not job.explicit_items:
+            for start in range(0, job.shard_total, size):
+                yield [(i, "") for i in range(start, min(job.shard_total, start + size))]
+            return
+        start = 0
+        while True:
+            items = self.store.sharding_page(JobCode(job.job_code), start, size)
+            if not items:
+                return
+            yield [(it.index, it.param) for it in items]
+            if len(items) < size:
+                return
+            start = items[-1].index + 1
+
+    # -- outcome ----------------------------------------------------------------------
+
+    def _record_outcome(self, plans: list[_Plan], epoch: Epoch, now: datetime, out: FireOutcome) -> None:
+        reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
+        complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
+        fired_at = {p.trigger.id: p.occurrence for p in plans if p.trigger.id is not None}
+        won: set[TriggerId] = set()
+        if reschedule:
+            ids = list(reschedule)
+            rows = self.store.cas(Transition(
+                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
+                clear_epoch=True, fence_epoch=epoch, next_fire_at=reschedule,  # type: ignore[arg-type]
+                last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
+            ))
+            out.rescheduled = [t.id for t in rows if t.id is not None]
+            won.update(out.rescheduled)
+        if complete:
+            rows = self.store.cas(Transition(
+                ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
+                fence_epoch=epoch, next_fire_at={i: fired_at[i] for i in complete},
+                last_fired_at={i: fired_at[i] for i in complete},
+            ))
+            out.completed = [t.id for t in rows if t.id is not None]
+            won.update(out.completed)
+        for p in plans:
+            tid = p.trigger.id
+            if tid is None:
+                continue
+            if tid not in won:
+                out.lost.append(tid)
+                continue
+            if p.skip:
+                out.skipped.append(tid)
+            else:
+                out.fired.append(tid)
+            if p.misfired:
+                out.misfired.append(tid)
+        if out.lost:
+            # Fenced or reclaimed: the newer owner fires the same occurrence with the same ids.
+            self.metrics.cas_losses.labels(stage="outcome").inc(len(out.lost))
+            log.warning("lost the outcome CAS for %d trigger(s) (epoch %s fenced or reclaimed)", len(out.lost), epoch)
+        for p in plans:
+            if p.misfired:
+                self.metrics.misfires.labels(policy=p.trigger.misfire_policy.value).inc()
+        lag = (now - min(p.occurrence for p in plans)).total_seconds()
+        self.metrics.lookahead_lag.set(lag)
+
+
+def group_by_domain(triggers: Sequence[Trigger]) -> dict[str, list[Trigger]]:
+    out: dict[str, list[Trigger]] = defaultdict(list)
+    for t in triggers:
+        out[t.biz_code].append(t)
+    return out

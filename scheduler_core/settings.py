@@ -1,0 +1,46 @@
+"""Scheduler settings. Defaults are the original production system's values."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerSettings:
+    lookahead: timedelta = timedelta(minutes=30)
+    idle_wait: timedelta = timedelta(seconds=30)
+    jitter: timedelta = timedelta(milliseconds=500)
+    misfire_threshold: timedelta = timedelta(hours=2)
+    startup_floor: timedelta = timedelta(days=7)
+    batch_size: int = 300
+    chunk_size: int = 100
+    sharding_page: int = 300
+    # triggers in the fire pool at once (admitted, not yet recorded), and worker threads
+    fire_pool_capacity: int = 6000
+    fire_workers: int = 8
+    # the largest share of the pool one business domain may hold, unless domain_budgets
+    # names it: a burst in one domain cannot starve another (the hot-minute incident)
+    domain_share: float = 0.5
+    domain_budgets: Mapping[str, int] = field(default_factory=dict)
+    # an acquisition is the owner's for this long; after it, a newer epoch may reclaim it
+    acquire_deadline: timedelta = timedelta(seconds=60)
+    reclaim_interval: timedelta = timedelta(seconds=10)
+    # how often, in ticks, a partition looks below its window for rows left behind
+    stale_sweep_every: int = 20
+    submit_retries: int = 3
+    submit_retry_wait: timedelta = timedelta(milliseconds=50)
+    # wait after a tick that found work but not a full batch
+    busy_wait: timedelta = timedelta(milliseconds=200)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0 < self.domain_share <= 1:
+            raise ValueError("domain_share must be in (0, 1]")
+
+    def budget_of(self, domain: str) -> int:
+        if domain in self.domain_budgets:
+            return max(1, self.domain_budgets[domain])
+        return max(1, int(self.fire_pool_capacity * self.domain_share))
