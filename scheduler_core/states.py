@@ -8,7 +8,9 @@ from scheduler_core.model import TriggerState as S
 
 # (from, to): why it exists
 TRANSITIONS: dict[tuple[S, S], str] = {
-    (S.CREATED, S.WAITING): "activate",
+    (S.CREATED, S.WAITING): "activate (a migrated business enters dual-run or cutover)",
+    (S.CREATED, S.PAUSED): "a migrated trigger whose legacy job is disabled",
+    (S.WAITING, S.CREATED): "deactivate: a business rolled back to legacy",
     (S.WAITING, S.ACQUIRED): "admission by the leader (stamps epoch and deadline)",
     (S.ACQUIRED, S.ACQUIRED): "reclaim by a newer epoch after the owner's deadline",
     (S.ACQUIRED, S.COMPLETED): "one-shot fired",

@@ -6,6 +6,9 @@ import click
 from switchyard.cli.cron import cron
 from switchyard.cli.db import db
 from switchyard.cli.demo import demo
+from switchyard.cli.executor import executor
+from switchyard.cli.scheduler import scheduler
+from switchyard.cli.trigger import trigger
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +24,9 @@ def cli() -> None:
 cli.add_command(db)
 cli.add_command(cron)
 cli.add_command(demo)
+cli.add_command(scheduler)
+cli.add_command(executor)
+cli.add_command(trigger)
 
 
 def main() -> None:

@@ -1,0 +1,154 @@
+"""Neutral legacy records: what the readers hand on, in plain Python types.
+
+Readers know nothing of the scheduler core: these records carry legacy facts, already
+decoded (times as aware UTC datetimes, JSON parsed where the contract says JSON), plus
+the problems the reader found, so that the migrator can quarantine a row with the field
+and the reason instead of guessing.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class SourceSystem(enum.StrEnum):
+    XXL_JOB = "xxl-job"
+    BATCH_CENTER = "batch-center"
+
+
+class ScheduleKind(enum.StrEnum):
+    CRON = "cron"
+    FIXED_RATE = "fixed_rate"
+    ONCE = "once"
+    NONE = "none"  # xxl-job NONE: only fired by hand or as a child job
+
+
+class MisfireRule(enum.StrEnum):
+    FIRE_ONCE_NOW = "fire_once_now"
+    SKIP = "skip"  # xxl-job DO_NOTHING, batch center SKIP
+
+
+class ExecStatus(enum.StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAIL = "fail"
+    TIMEOUT = "timeout"
+    NOT_DISPATCHED = "not_dispatched"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a row cannot be taken as it is: the field and the reason."""
+
+    field: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyBusiness:
+    source: SourceSystem
+    biz_code: str  # xxl-job: the executor group's app_name; batch center: bc_biz.biz_code
+    name: str
+    enabled: bool = True
+    callback_base_url: str | None = None  # batch center
+    access_token: str | None = field(default=None, repr=False)  # a secret: never in repr or logs
+    executor_addresses: tuple[str, ...] = ()  # xxl-job: live executors (registry, or the group's list)
+    source_id: int | None = None  # xxl-job group id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyDefinition:
+    """One legacy job or task, decoded."""
+
+    source: SourceSystem
+    source_key: str  # unique within the source system: xxl-job job id, batch center task id
+    business: str  # biz_code
+    name: str
+    schedule: ScheduleKind
+    cron: str | None = None  # Quartz syntax
+    interval_seconds: int | None = None
+    next_fire_at: datetime | None = None  # aware UTC: the next time the legacy side is due
+    end_at: datetime | None = None
+    time_zone: str = "Asia/Shanghai"  # the zone the cron is evaluated in
+    misfire: MisfireRule = MisfireRule.SKIP
+    enabled: bool = True  # xxl-job trigger_status = 1; batch center WAITING (not PAUSED/...)
+    status: str = ""  # the legacy status, in the legacy's own words
+    handler: str = ""  # xxl-job executor_handler; batch center: the callback URL
+    params: str = ""
+    shard_total: int = 1
+    shard_params: tuple[str, ...] | None = None  # per-shard params (batch center shard_params)
+    broadcast: bool = False  # xxl-job SHARDING_BROADCAST: one item per live executor
+    route_strategy: str = ""
+    timeout_seconds: int = 0  # 0: none
+    max_retry: int = 0
+    priority: int = 5
+    # batch center callback details (the legacy handler the bridge keeps calling)
+    callback_url: str | None = None
+    http_method: str = "POST"
+    callback_timeout_ms: int | None = None
+    version: int | None = None  # batch center optimistic-lock counter
+    migrated_flag: bool | None = None  # batch center `migrated`
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the row as read, for hashing and excerpts
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyExecution:
+    """One legacy execution attempt (xxl_job_log row, bc_task_exec_log row)."""
+
+    source: SourceSystem
+    business: str
+    source_key: str  # the definition's key
+    log_id: int
+    scheduled_at: datetime | None  # batch center stores it; xxl-job does not (None)
+    triggered_at: datetime | None  # dispatch / callback sent
+    finished_at: datetime | None
+    status: ExecStatus
+    shard_index: int = 0
+    shard_total: int = 1
+    attempt: int = 0
+    message: str = ""
+
+
+class ChangeOp(enum.StrEnum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """Where a change stream stands: binlog file + position (and the GTID), or for the
+    polling fallback the high-water update time in `log_pos` (epoch ms) with `log_file`
+    set to 'poll'."""
+
+    log_file: str
+    log_pos: int
+    gtid: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowChange:
+    """One row change of a legacy table, as the stream decoded it."""
+
+    op: ChangeOp
+    schema: str
+    table: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeBatch:
+    """The row changes of one committed transaction, and the position just after its
+    commit: the checkpoint to store in the same target transaction as the changes."""
+
+    changes: tuple[RowChange, ...]
+    position: StreamPosition
+    committed_at: datetime | None = None

@@ -1,0 +1,105 @@
+"""`switchyard scheduler run|stats`."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from datetime import timedelta
+
+import click
+
+from scheduler_core.metrics import SchedulerMetrics
+from scheduler_core.scheduler import Scheduler
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stats import lag_stats
+from switchyard.cli.errors import cli_errors
+from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url
+from switchyard.cli.signals import stop_event
+from switchyard.wiring import open_bus, open_election, open_store
+
+log = logging.getLogger(__name__)
+
+
+@click.group()
+def scheduler() -> None:
+    """Run the scheduler (leader or follower) and read its figures."""
+
+
+@scheduler.command("run")
+@store_url
+@bus_url
+@pulsar_admin
+@pulsar_token
+@topic_prefix
+@click.option("--election", "election_url", default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", "local"),
+              show_default="$SWITCHYARD_ETCD_URL or local", help="'local' or an etcd URL http://HOST:PORT.")
+@click.option("--election-key", default="/switchyard/scheduler/leader", show_default=True)
+@click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This candidate's name.")
+@click.option("--lease-ttl", type=click.FloatRange(2, 600), default=10.0, show_default=True, help="Seconds.")
+@click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
+@click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option("--acquire-deadline", type=click.FloatRange(1), default=60.0, show_default=True, help="Seconds.")
+@click.option("--reclaim-interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds.")
+@click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
+@click.option("--fire-workers", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
+@click.option("--log-level", default="INFO", show_default=True)
+@cli_errors
+def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, election_url: str, election_key: str, name: str,
+            lease_ttl: float, lookahead: float, idle_wait: float, acquire_deadline: float, reclaim_interval: float,
+            batch: int, fire_workers: int, metrics_port: int, log_level: str) -> None:
+    """Campaign for leadership; while leading, admit and fire; always apply results."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    store = open_store(url)
+    bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
+                   topic_prefix=topic_prefix)
+    election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
+    settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait),
+                                 acquire_deadline=timedelta(seconds=acquire_deadline),
+                                 reclaim_interval=timedelta(seconds=reclaim_interval), batch_size=batch,
+                                 fire_workers=fire_workers)
+    metrics = SchedulerMetrics()
+    if metrics_port:
+        metrics.serve(metrics_port)
+    stop = stop_event()
+    sched = Scheduler(store, bus, election, store.clock, settings, metrics)
+    log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
+    try:
+        sched.run(stop)
+    finally:
+        election.close()
+        bus.close()
+        store.engine.dispose()
+    log.info("scheduler %s stopped after %d term(s)", name, sched.status.terms)
+
+
+@scheduler.command("stats")
+@store_url
+@click.option("--since", type=click.FloatRange(0), default=3600.0, show_default=True,
+              help="Seconds back from now (by scheduled time).")
+@click.option("--json", "as_json", is_flag=True)
+@cli_errors
+def stats_cmd(url: str, since: float, as_json: bool) -> None:
+    """Trigger states and per-domain fire-time lag percentiles from fired records."""
+    store = open_store(url)
+    try:
+        now = store.clock.now()
+        records = store.fired_between(None, now - timedelta(seconds=since), now + timedelta(days=1))
+        states: dict[str, int] = {}
+        for t in store.triggers_of():
+            states[t.state.value] = states.get(t.state.value, 0) + 1
+        domains = lag_stats(records)
+        epoch = store.current_epoch()
+    finally:
+        store.engine.dispose()
+    body = {"epoch": epoch, "triggers": states, "domains": [d.as_dict() for d in domains.values()]}
+    if as_json:
+        click.echo(json.dumps(body))
+        return
+    click.echo(f"leader epoch {epoch}; triggers {states}")
+    for d in domains.values():
+        lag = d.received_lag_s
+        fmt = lambda v: "-" if v is None else f"{v:.3f}s"  # noqa: E731
+        click.echo(f"  {d.domain:<20} {d.commands:>8} cmds  lag p50 {fmt(lag.get('p50'))} p99 {fmt(lag.get('p99'))} "
+                   f"max {fmt(lag.get('max'))}  {dict(d.states)}")

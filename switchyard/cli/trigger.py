@@ -1,0 +1,65 @@
+"""`switchyard trigger pause|resume|cancel`."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import click
+
+from scheduler_core import operations
+from scheduler_core.model import JobCode, TriggerId
+from scheduler_core.ports import TriggerStore
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.options import store_url
+from switchyard.wiring import open_store
+
+
+@click.group()
+def trigger() -> None:
+    """Pause, resume or cancel triggers (through the scheduler's own CAS)."""
+
+
+def _select(store: TriggerStore, ids: tuple[int, ...], job: str | None, business: str | None) -> list[TriggerId]:
+    chosen = [TriggerId(i) for i in ids]
+    if job or business:
+        chosen += [t.id for t in store.triggers_of(biz_code=business, job_code=JobCode(job) if job else None)
+                   if t.id is not None]
+    if not chosen:
+        raise CliFailure("name trigger ids, or --job / --business", exitcodes.USAGE)
+    return chosen
+
+
+def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operations.OperationReport]) -> click.Command:
+    @click.command(action)
+    @click.argument("ids", nargs=-1, type=int)
+    @click.option("--job", default=None)
+    @click.option("--business", default=None)
+    @store_url
+    @click.option("--json", "as_json", is_flag=True)
+    @cli_errors
+    def cmd(ids: tuple[int, ...], job: str | None, business: str | None, url: str, as_json: bool) -> None:
+        store = open_store(url)
+        try:
+            report = fn(store, _select(store, ids, job, business))
+        finally:
+            store.engine.dispose()
+        if as_json:
+            click.echo(json.dumps({"action": action, "changed": report.changed, "best_effort": report.best_effort,
+                                   "unchanged": {str(k): v for k, v in report.unchanged.items()}}))
+        else:
+            click.echo(f"{action}: {len(report.changed)} changed")
+            if report.best_effort:
+                click.echo(f"  best-effort (already admitted, commands may still be delivered): {report.best_effort}")
+            for tid, why in report.unchanged.items():
+                click.echo(f"  trigger {tid}: {why}")
+        if not report.ok:
+            raise SystemExit(exitcodes.FAILED)
+
+    cmd.__doc__ = f"{action.capitalize()} triggers by id, job or business."
+    return cmd
+
+
+trigger.add_command(_command("pause", operations.pause))
+trigger.add_command(_command("resume", operations.resume))
+trigger.add_command(_command("cancel", operations.cancel))

@@ -1,0 +1,49 @@
+"""Scheduler processes for fault tests: started as real `switchyard scheduler run`
+subprocesses, ended by their PID only."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class SchedulerProc:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def start_scheduler(name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str,
+                    extra: list[str] | None = None) -> SchedulerProc:
+    log = tmp / f"{name}.log"
+    args = [sys.executable, "-m", "switchyard", "scheduler", "run", "--url", url, "--bus", bus,
+            "--election", etcd, "--election-key", key, "--topic-prefix", prefix, "--name", name,
+            "--lease-ttl", "2", "--idle-wait", "0.3", "--acquire-deadline", "3", "--reclaim-interval", "0.5",
+            "--lookahead", "4", "--log-level", "INFO", *(extra or [])]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return SchedulerProc(name, proc, log)
