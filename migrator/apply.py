@@ -109,11 +109,11 @@ class Migrator:
                         after_commit(changing)
             if progress is not None:
                 progress(len(defs))
-        if source is not None or wanted:
-            deletes = self._deleted(source, wanted, seen)
-            self._record(summary, deletes, keep_rows)
-            if write and deletes:
-                summary.rows_written += self.writer.apply(deletes)
+        # a full pass: ledger rows whose source row is gone become deletes
+        deletes = self._deleted(source, wanted, seen)
+        self._record(summary, deletes, keep_rows)
+        if write and deletes:
+            summary.rows_written += self.writer.apply(deletes)
         summary.seconds = time.perf_counter() - started
         return summary
 
@@ -128,9 +128,8 @@ class Migrator:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
         with self.writer.store.engine.connect() as conn:
             rows = conn.execute(stmt).all()
-        src = source or getattr(self.reader, "source", None)
-        return [Write(Action.DELETE, s, k, b) for s, k, b in rows
-                if k not in seen and (src is None or s == (src.value if hasattr(src, "value") else src))]
+        src = source or self.reader.system.value
+        return [Write(Action.DELETE, s, k, b) for s, k, b in rows if k not in seen and s == src]
 
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:

@@ -7,6 +7,9 @@ from switchyard.cli.cron import cron
 from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.executor import executor
+from switchyard.cli.migrate import migrate
+from switchyard.cli.dualrun import dualrun
+from switchyard.cli.report import report
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.trigger import trigger
 
@@ -27,6 +30,9 @@ cli.add_command(demo)
 cli.add_command(scheduler)
 cli.add_command(executor)
 cli.add_command(trigger)
+cli.add_command(migrate)
+cli.add_command(dualrun)
+cli.add_command(report)
 
 
 def main() -> None:
