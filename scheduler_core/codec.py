@@ -31,7 +31,9 @@ def command_topic(biz_code: str) -> str:
 CALLBACK_TOPIC = "callback"
 
 
-def encode_commands(commands: Sequence[ExecutionCommand]) -> bytes:
+def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool = False) -> bytes:
+    """One envelope. `page_record`: the scheduler keeps one fired record for the whole
+    envelope (its id is the first item's command id), and results say so."""
     if not commands:
         raise ValueError("an envelope needs at least one command")
     head = commands[0]
@@ -54,6 +56,8 @@ def encode_commands(commands: Sequence[ExecutionCommand]) -> bytes:
         "e": head.epoch,
         "i": [[c.item_index, c.item_param] for c in commands],
     }
+    if page_record:
+        body["pr"] = 1
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -63,6 +67,7 @@ def decode_commands(payload: bytes) -> list[ExecutionCommand]:
         trigger_id = TriggerId(int(body["t"]))
         ms = int(body["T"])
         scheduled = from_ms(ms)
+        page = command_id(trigger_id, ms, int(body["i"][0][0])) if body.get("pr") else None
         return [
             ExecutionCommand(
                 command_id=command_id(trigger_id, ms, int(idx)),
@@ -79,6 +84,7 @@ def decode_commands(payload: bytes) -> list[ExecutionCommand]:
                 timeout=timedelta(milliseconds=int(body["to"])),
                 max_retry=int(body["r"]),
                 epoch=Epoch(int(body["e"])),
+                page_id=page,
             )
             for idx, param in body["i"]
         ]
@@ -98,6 +104,7 @@ def encode_results(updates: Sequence[FiredUpdate]) -> bytes:
                 "m": u.message,
                 "rc": opt_to_ms(u.received_at),
                 "st": opt_to_ms(u.started_at),
+                **({"pg": u.page_id} if u.page_id else {}),
             }
             for u in updates
         ],
@@ -117,6 +124,7 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
                 message=str(r.get("m", "")),
                 received_at=opt_from_ms(r.get("rc")),
                 started_at=opt_from_ms(r.get("st")),
+                page_id=CommandId(r["pg"]) if r.get("pg") else None,
             )
             for r in body["r"]
         ]

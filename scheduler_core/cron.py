@@ -531,46 +531,131 @@ class CronExpression:
 
     def _first_from_wall(self, y: int, mo: int, d: int, h: int, mi: int, s: int) -> datetime | None:
         tz = self.tz
-        while True:
-            found = _search(self._spec, y, mo, d, h, mi, s)
-            if found is None:
-                return None
-            y, mo, d, h, mi, s = found
-            candidate = datetime(y, mo, d, h, mi, s, tzinfo=tz)
-            off0 = candidate.utcoffset()
-            later = candidate.replace(fold=1)
-            off1 = later.utcoffset()
-            if off0 == off1:
-                return candidate
-            assert off0 is not None and off1 is not None
-            if off0 > off1:
-                # Fall-back overlap: fold=1 is the later, standard-time instant.
-                return later
-            # Spring-forward gap: this wall time does not exist. Resume at the first
-            # wall time after the gap (a carry search may have more matches in it).
-            gap_end = _gap_end(candidate, off0, off1)
-            if gap_end <= candidate.replace(tzinfo=None):  # defensive: always move forward
-                gap_end = candidate.replace(tzinfo=None) + _ONE_SECOND
-            y, mo, d, h, mi, s = gap_end.year, gap_end.month, gap_end.day, gap_end.hour, gap_end.minute, gap_end.second
+        found = _search(self._spec, y, mo, d, h, mi, s)
+        if found is None:
+            return None
+        candidate = datetime(*found, tzinfo=tz)
+        off = candidate.utcoffset()
+        later = candidate.replace(fold=1)
+        off_later = later.utcoffset()
+        if off == off_later and (candidate - _LOOKBACK).utcoffset() == off:
+            # The usual case: an ordinary wall time, and no clock change in the day
+            # before it, so Quartz's walk cannot have met a gap on the way here.
+            return candidate
+        if off is not None and off_later is not None and off > off_later:
+            # Fall-back overlap: fold=1 is the later, standard-time instant, the one
+            # GregorianCalendar picks for an ambiguous wall time.
+            return later
+        # The candidate lies in a spring-forward gap, or less than a day after one.
+        # Quartz does not skip the gap cleanly: GregorianCalendar moves a wall time in
+        # the gap forward by the gap's length (02:10 -> 03:10 for a one-hour gap), and
+        # Quartz's walk resumes from there, which passes over matches between the gap's
+        # end and that point (Australia/Lord_Howe's 30-minute gap, Antarctica/Troll's
+        # two-hour one; for whole-hour one-hour gaps the result is the same). Replay
+        # Quartz's own walk, slowly, for these few days of the year.
+        wall = _quartz_walk(self._spec, tz, datetime(y, mo, d, h, mi, s))
+        if wall is None:
+            return None
+        result = wall.replace(tzinfo=tz)
+        if result.utcoffset() != result.replace(fold=1).utcoffset():
+            result = result.replace(fold=1)  # ambiguous: standard time, as above
+        return result
 
 
-def _gap_end(wall: datetime, old: timedelta, new: timedelta) -> datetime:
-    """First existing wall time after the spring-forward gap that contains ``wall``.
+# How far back a clock change can still affect Quartz's result (see _first_from_wall):
+# the longest gap in tzdata (Pacific/Apia skipped a whole day in 2011) plus the extra
+# hour Quartz's setCalendarHour may add, with margin.
+_LOOKBACK: Final = timedelta(hours=26)
 
-    For a wall time in a gap, PEP 495 maps fold=0 through the offset before the
-    transition (``old``) and fold=1 through the one after (``new``), so the transition
-    instant T satisfies wall - new < T <= wall - old. Binary search for T to the second;
-    the gap ends at T's wall time, T + new.
+
+def _java_wall(tz: tzinfo, y: int, mo: int, d: int, h: int, mi: int, s: int) -> datetime:
+    """The wall time a lenient GregorianCalendar in ``tz`` shows after setting these fields.
+
+    Out-of-range fields carry (minute 60 is the next hour, day 32 the next month's
+    1st...). A wall time in a spring-forward gap is read with the offset in force before
+    the gap, so it shows up shifted forward by the gap's length. (PEP 495 maps fold=0
+    the same way.) An ambiguous wall time keeps its fields.
     """
-    tz = wall.tzinfo
-    assert tz is not None
-    naive_s = (wall.replace(tzinfo=None) - _EPOCH) // _ONE_SECOND
-    lo = naive_s - int(new.total_seconds())  # before T: old offset in force
-    hi = naive_s - int(old.total_seconds())  # at or after T: new offset in force
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if datetime.fromtimestamp(mid, tz).utcoffset() == new:
-            hi = mid
+    if not 1 <= mo <= 12:
+        y, mo = y + (mo - 1) // 12, (mo - 1) % 12 + 1
+    wall = datetime(y, mo, 1) + timedelta(days=d - 1, hours=h, minutes=mi, seconds=s)
+    aware = wall.replace(tzinfo=tz)
+    before, after = aware.utcoffset(), aware.replace(fold=1).utcoffset()
+    if before is not None and after is not None and before < after:
+        return wall + (after - before)
+    return wall
+
+
+def _quartz_walk(spec: _Spec, tz: tzinfo, wall: datetime) -> datetime | None:
+    """Quartz's CronExpression.getTimeAfter loop, field by field, on a lenient calendar.
+
+    A port of the loop's control flow (second, minute, hour, day, month, year; every
+    change re-normalises the calendar and restarts the loop), kept only for the days
+    near a spring-forward gap, where the calendar's normalisation changes the result.
+    The day step uses our day masks, so the L/W/# quirks of individual Quartz versions
+    are not reproduced; the calendar positions it visits are the same as Quartz's.
+    """
+    sec_next, min_next, hour_next, month_next = spec.sec_next, spec.min_next, spec.hour_next, spec.month_next
+    first_sec, first_min, first_hour = sec_next[0], min_next[0], hour_next[0]
+    years = spec.years
+    cl = wall
+    while True:
+        if cl.year > years[-1]:
+            return None
+        y, mo, d, hr, mi, sec = cl.year, cl.month, cl.day, cl.hour, cl.minute, cl.second
+        # second: Quartz sets SECOND (and MINUTE+1 on a carry) without restarting.
+        if sec_next[sec] >= 0:
+            sec = sec_next[sec]
         else:
-            lo = mid
-    return (_EPOCH + timedelta(seconds=hi + int(new.total_seconds())))
+            sec, mi = first_sec, mi + 1
+        cl = _java_wall(tz, y, mo, d, hr, mi, sec)
+        y, mo, d, hr, mi = cl.year, cl.month, cl.day, cl.hour, cl.minute
+        # minute
+        if min_next[mi] < 0 or min_next[mi] != mi:
+            if min_next[mi] >= 0:
+                mi = min_next[mi]
+            else:
+                mi, hr = first_min, hr + 1
+            cl = _set_hour(tz, y, mo, d, hr, mi, 0)
+            continue
+        # hour
+        if hour_next[hr] < 0 or hour_next[hr] != hr:
+            if hour_next[hr] >= 0:
+                hr = hour_next[hr]
+            else:
+                hr, d = first_hour, d + 1
+            cl = _set_hour(tz, y, mo, d, hr, 0, 0)
+            continue
+        # day (Quartz checks the day before the month)
+        rest = spec.days(y, mo) >> d
+        if rest == 0:
+            cl = _java_wall(tz, y, mo + 1, 1, 0, 0, 0)
+            continue
+        if not rest & 1:
+            cl = _java_wall(tz, y, mo, d + (rest & -rest).bit_length() - 1, 0, 0, 0)
+            continue
+        # month
+        if month_next[mo] != mo:
+            if month_next[mo] >= 0:
+                cl = _java_wall(tz, y, month_next[mo], 1, 0, 0, 0)
+            else:
+                cl = _java_wall(tz, y + 1, month_next[1], 1, 0, 0, 0)
+            continue
+        # year
+        i = bisect_left(years, y)
+        if i == len(years):
+            return None
+        if years[i] != y:
+            cl = _java_wall(tz, years[i], 1, 1, 0, 0, 0)
+            continue
+        return cl
+
+
+def _set_hour(tz: tzinfo, y: int, mo: int, d: int, hr: int, mi: int, sec: int) -> datetime:
+    """Quartz's setCalendarHour: set the hour; if the calendar then shows another hour
+    (the wall time fell in a gap), set hour + 1 instead. Hour 24 just carries."""
+    cl = _java_wall(tz, y, mo, d, hr, mi, sec)
+    if cl.hour != hr and hr != 24:
+        # Java sets HOUR_OF_DAY on the calendar as it now is (already moved by the gap).
+        cl = _java_wall(tz, cl.year, cl.month, cl.day, hr + 1, cl.minute, cl.second)
+    return cl

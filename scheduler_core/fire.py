@@ -119,7 +119,7 @@ class FirePipeline:
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
         if cids:
             self.store.mark_published(cids, self.clock.now())
-        out.commands = len(cids)
+        out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
         for m in messages:
             self.metrics.published.labels(domain=m.properties.get("biz_code", "")).inc()
@@ -184,16 +184,25 @@ class FirePipeline:
                 )
                 for idx, param in page
             ]
-            records += [
-                FiredRecord(command_id=c.command_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
-                            scheduled_at=plan.occurrence, item_index=c.item_index, item_total=job.shard_total,
-                            epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note)
-                for c in cmds
-            ]
             k = job.envelope_size
+            paged = k > 1 and self.settings.page_records
+            if not paged:
+                records += [
+                    FiredRecord(command_id=c.command_id, trigger_id=trig.id, job_code=job.job_code,
+                                biz_code=job.biz_code, scheduled_at=plan.occurrence, item_index=c.item_index,
+                                item_total=job.shard_total, epoch=epoch, fired_at=now, misfired=plan.misfired,
+                                message=plan.note)
+                    for c in cmds
+                ]
             for i in range(0, len(cmds), k):
                 group = cmds[i : i + k]
-                messages.append(BusMessage(topic, encode_commands(group), deliver_at_ms=deliver_ms,
+                if paged:
+                    records.append(FiredRecord(
+                        command_id=group[0].command_id, trigger_id=trig.id, job_code=job.job_code,
+                        biz_code=job.biz_code, scheduled_at=plan.occurrence, item_index=group[0].item_index,
+                        item_total=job.shard_total, item_count=len(group), epoch=epoch, fired_at=now,
+                        misfired=plan.misfired, message=plan.note))
+                messages.append(BusMessage(topic, encode_commands(group, page_record=paged), deliver_at_ms=deliver_ms,
                                            properties=props, key=group[0].command_id))
         return records, messages
 

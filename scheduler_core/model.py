@@ -7,7 +7,7 @@ milliseconds exist only at the storage and wire boundaries.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NewType
 
@@ -167,6 +167,7 @@ class ExecutionCommand:
     timeout: timedelta = timedelta(seconds=30)
     max_retry: int = 0
     epoch: Epoch = Epoch(0)
+    page_id: CommandId | None = None  # the envelope's page record, when it has one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,4 +191,11 @@ class FiredRecord:
     attempt: int = 0
     message: str = ""
     misfired: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+    # A page record stands for item_count items of one envelope (items item_index ..
+    # item_index + item_count - 1): at 200K commands/s one row per item is more than the
+    # store can write, one row per message is not. item_states holds one letter per item
+    # once results arrive (S succeeded, F failed, T timed out, R received).
+    item_count: int = 1
+    item_states: str = ""
+    succeeded_items: int = 0
+    failed_items: int = 0

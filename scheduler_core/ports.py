@@ -86,6 +86,8 @@ class FiredUpdate:
     message: str = ""
     received_at: datetime | None = None
     started_at: datetime | None = None
+    # set when the item's fired record is an envelope's page record (one row per message)
+    page_id: CommandId | None = None
 
 
 class TriggerStore(Protocol):

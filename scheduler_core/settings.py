@@ -30,6 +30,9 @@ class SchedulerSettings:
     stale_sweep_every: int = 20
     submit_retries: int = 3
     submit_retry_wait: timedelta = timedelta(milliseconds=50)
+    # jobs with envelope_size > 1 keep one fired record per envelope ("page") instead of
+    # one per item: chosen on the numbers (bench/), see the README
+    page_records: bool = True
     # wait after a tick that found work but not a full batch
     busy_wait: timedelta = timedelta(milliseconds=200)
 

@@ -28,9 +28,16 @@ from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
 
 log = logging.getLogger(__name__)
 
-# The C++ client logs every connect/lookup/producer event at INFO. It goes to this logger;
-# unless someone configured it, keep only warnings and errors.
-CLIENT_LOG = logging.getLogger(f"{__name__}.client")
+# The C++ client logs every connect/lookup/producer event at INFO, so it keeps only
+# warnings and errors, filtered on the C++ side and written to stdout. Not routed to a
+# Python logger on purpose: with pulsar-client 3.13 that wrapper reports every level as
+# enabled, so each DEBUG line (about five per message sent) takes the GIL and calls
+# Python -- publish ran 3-4x slower -- and a client thread logging while the interpreter
+# exits aborts the process ("terminate called without an active exception",
+# apache/pulsar-client-python#256; a quarter of short runs here). Not a FileLogger on
+# /dev/stderr either: that reopens the file with its own offset and overwrites a
+# redirected stderr.
+CLIENT_LOG_LEVEL = pulsar.LoggerLevel.Warn
 
 # Prefetch per consumer. Large enough to keep an executor busy, small enough that one
 # consumer of a Shared group does not hoard messages the others could run.
@@ -147,16 +154,13 @@ class PulsarBus(MessageBus):
         self._producers: dict[str, pulsar.Producer] = {}
         self._subscriptions: list[_PulsarSubscription] = []
         self._closed = False
-        if CLIENT_LOG.level == logging.NOTSET:
-            # The wrapper reads the effective level when the client is built.
-            CLIENT_LOG.setLevel(logging.WARNING)
         try:
             self._client = pulsar.Client(
                 service_url,
                 authentication=pulsar.AuthenticationToken(token) if token else None,
                 operation_timeout_seconds=self._op_timeout_s,
                 connection_timeout_ms=min(10000, self._op_timeout_s * 1000),
-                logger=CLIENT_LOG,
+                logger=pulsar.ConsoleLogger(CLIENT_LOG_LEVEL),
             )
         except Exception as exc:  # bad URL and the like
             raise BusError(f"cannot create a Pulsar client for {self._service_url}: {_one_line(exc)}") from None
@@ -315,12 +319,15 @@ class PulsarBus(MessageBus):
             subscriptions = list(self._subscriptions)
             self._producers.clear()
             self._subscriptions.clear()
+        # Best effort throughout: publish already waited for its acknowledgements, and
+        # the client close below releases whatever is left.
         for producer in producers:
-            try:
-                producer.flush()
-                producer.close()
-            except Exception as exc:  # closing is best effort; the client close follows
-                log.warning("closing a Pulsar producer failed: %s", _one_line(exc))
+            for step in (producer.flush, producer.close):
+                try:
+                    step()
+                except Exception as exc:
+                    log.warning("closing a Pulsar producer failed: %s", _one_line(exc))
+                    break
         for sub in subscriptions:
             sub.close()
         try:
@@ -344,9 +351,7 @@ class _PulsarSubscription(Subscription):
         while len(out) < max_messages:
             try:
                 msg = self._consumer.receive(timeout_millis=wait_ms)
-            except pulsar.Timeout:
-                break
-            except pulsar.AlreadyClosed:
+            except (pulsar.Timeout, pulsar.AlreadyClosed):  # nothing (more) to take
                 break
             except Exception as exc:
                 if out:  # hand over what we have; the error will show again next call

@@ -191,8 +191,8 @@ class EtcdElection(Election):
         self._backoff = max(0.01, backoff.total_seconds())
         self._max_backoff = max(self._backoff, max_backoff.total_seconds())
         self._clock: Clock = clock or SystemClock()
-        # Each RPC is bounded well inside one keep-alive interval, so a hung call can never
-        # keep the keep-alive from noticing that the lease is running out.
+        # Every RPC gets a deadline of at most TTL/4 (one keep-alive interval), so a hung
+        # call stalls neither a campaign's deadline nor the keep-alive's retries for long.
         self._rpc_timeout = min(2.0, max(0.5, self._ttl_s / 4))
 
         self._lock = threading.Lock()
@@ -201,6 +201,7 @@ class EtcdElection(Election):
         self._closed = False
         self._ever_reached = False
         # loop-thread only:
+        self._outage = False
         self._client: aetcd.Client | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
 
@@ -270,7 +271,7 @@ class EtcdElection(Election):
         while True:
             try:
                 outcome = await self._attempt()
-                self._ever_reached = True
+                self._reached()
                 last_error = None
                 delay = self._backoff
                 if isinstance(outcome, _Won):
@@ -284,8 +285,7 @@ class EtcdElection(Election):
                 if not freed and self._clock.monotonic() >= deadline:
                     return None
             except _TRANSIENT + (_StreamEnded,) as exc:
-                if last_error is None:
-                    log.warning("%r: etcd call failed, retrying: %s", self, _one_line(exc))
+                self._unreached(exc)
                 last_error = exc
                 remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
@@ -296,8 +296,19 @@ class EtcdElection(Election):
         assert last_error is not None
         if not self._ever_reached:
             raise ElectionError(f"etcd unreachable at {self._where}: {_one_line(last_error)}")
-        log.warning("%r: campaign timed out while etcd failed: %s", self, _one_line(last_error))
         return None
+
+    def _reached(self) -> None:
+        self._ever_reached = True
+        if self._outage:
+            log.info("%r: etcd answers again", self)
+            self._outage = False
+
+    def _unreached(self, exc: BaseException) -> None:
+        # once per outage, not once per retry: the scheduler campaigns every second
+        if not self._outage:
+            log.warning("%r: etcd call failed, retrying: %s", self, _one_line(exc))
+            self._outage = True
 
     async def _attempt(self) -> _Won | _Taken:
         client = await self._connected()
@@ -328,13 +339,19 @@ class EtcdElection(Election):
         with self._lock:
             term = self._term
         if term is not None and term.lost is None and kv.lease == term.lease_id and kv.create_revision == term.epoch:
-            # Still ours (campaign again while leading, or after an outage the lease survived).
-            with self._lock:
-                self._paused = False
-                term.confirmed_at = max(term.confirmed_at, sent)
-            if self._keepalive_task is None or self._keepalive_task.done():
-                self._keepalive_task = asyncio.get_running_loop().create_task(self._keep_alive(term))
-            return _Won(term.epoch)
+            # Still ours (campaign again while leading, or after an outage the lease
+            # survived). The key only proves the lease is alive *now*, not for how long:
+            # refresh it, and count the lease's life from that refresh.
+            refreshed_at = self._clock.monotonic()
+            reply = await client.refresh_lease(term.lease_id)
+            if reply is not None and reply.TTL > 0:
+                with self._lock:
+                    self._paused = False
+                    term.confirmed_at = max(term.confirmed_at, refreshed_at)
+                if self._keepalive_task is None or self._keepalive_task.done():
+                    self._keepalive_task = asyncio.get_running_loop().create_task(self._keep_alive(term))
+                return _Won(term.epoch)
+            self._lose(term, "the lease expired")
         return _Taken(kv.header.revision + 1)
 
     def _start_term(self, term: _Term) -> None:
@@ -352,15 +369,18 @@ class EtcdElection(Election):
             watch = await client.watch(self._key, start_revision=watch_from, kind=aetcd.EventKind.DELETE)
         except aetcd.RevisionCompactedError:
             return True  # history is gone: just campaign again
+        events = aiter(watch)
         try:
             async with asyncio.timeout(wait_s):
-                async for _event in watch:
+                async for _event in events:
                     return True
         except TimeoutError:
             return False
         finally:
             with contextlib.suppress(Exception):
                 await watch.cancel()
+            with contextlib.suppress(Exception):
+                await events.aclose()
         raise _StreamEnded("watch stream ended")
 
     async def _keep_alive(self, term: _Term) -> None:

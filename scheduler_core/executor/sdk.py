@@ -160,12 +160,12 @@ class Executor:
             return seen  # idempotent: a redelivered command that already succeeded is not run again
         if self.shadow:
             return FiredUpdate(cmd.command_id, FiredState.RECEIVED, received_at, 0, "shadow: recorded, not invoked",
-                               received_at=received_at)
+                               received_at=received_at, page_id=cmd.page_id)
         fn = self._lookup(cmd)
         if fn is None:
             return FiredUpdate(cmd.command_id, FiredState.FAILED, self.clock.now(), 0,
                                f"no handler registered for job {cmd.job_code!r} (handler {cmd.handler!r})",
-                               received_at=received_at)
+                               received_at=received_at, page_id=cmd.page_id)
         started_at = self.clock.now()
         attempt = 0
         while True:
@@ -182,7 +182,7 @@ class Executor:
             time.sleep(delay)
         state = FiredState.SUCCEEDED if outcome.ok else (FiredState.TIMED_OUT if outcome.timed_out else FiredState.FAILED)
         update = FiredUpdate(cmd.command_id, state, self.clock.now(), attempt, outcome.message,
-                             received_at=received_at, started_at=started_at)
+                             received_at=received_at, started_at=started_at, page_id=cmd.page_id)
         with self._lock:
             self._done[cmd.command_id] = update
             while len(self._done) > self._remember:

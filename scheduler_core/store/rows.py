@@ -129,6 +129,10 @@ def fired_values(rec: FiredRecord) -> dict[str, Any]:
         "attempt": rec.attempt,
         "misfired": 1 if rec.misfired else 0,
         "message": rec.message[:MESSAGE_MAX],
+        "item_count": rec.item_count,
+        "item_states": rec.item_states or None,
+        "succeeded_items": rec.succeeded_items,
+        "failed_items": rec.failed_items,
     }
 
 
@@ -151,4 +155,8 @@ def fired_from_row(row: Mapping[str, Any]) -> FiredRecord:
         attempt=row["attempt"],
         misfired=bool(row["misfired"]),
         message=row["message"],
+        item_count=row["item_count"],
+        item_states=row["item_states"] or "",
+        succeeded_items=row["succeeded_items"],
+        failed_items=row["failed_items"],
     )

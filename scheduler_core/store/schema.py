@@ -173,6 +173,10 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("attempt", Integer, nullable=False, default=0),
         Column("misfired", SmallInteger, nullable=False, default=0),
         Column("message", String(1024), nullable=False, default=""),
+        Column("item_count", Integer, nullable=False, default=1),
+        Column("item_states", Text),
+        Column("succeeded_items", Integer, nullable=False, default=0),
+        Column("failed_items", Integer, nullable=False, default=0),
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
     )

@@ -13,7 +13,18 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import Select
 
 from scheduler_core.errors import IllegalTransition
-from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, Job, JobCode, ShardingItem, Trigger, TriggerId
+from scheduler_core.model import (
+    CommandId,
+    Epoch,
+    FiredRecord,
+    FiredState,
+    Job,
+    JobCode,
+    ShardingItem,
+    Trigger,
+    TriggerId,
+    parse_command_id,
+)
 from scheduler_core.model import TriggerState as S
 from scheduler_core.ports import Clock, FiredUpdate, Partition, TriggerStore, Transition
 from scheduler_core.states import check_transition
@@ -33,6 +44,8 @@ from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
 
 _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
+_LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
+           FiredState.PUBLISHED: "P", FiredState.PENDING: ".", FiredState.SKIPPED: "K"}
 
 
 def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
@@ -321,6 +334,74 @@ class SqlTriggerStore(TriggerStore):
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:
         if not updates:
             return 0
+        pages = [u for u in updates if u.page_id is not None]
+        items = [u for u in updates if u.page_id is None]
+        changed = self._update_pages(pages) if pages else 0
+        return changed + (self._update_items(items) if items else 0)
+
+    def _update_pages(self, updates: Sequence[FiredUpdate]) -> int:
+        """Per-item results of envelopes folded into their page records: one UPDATE per
+        page, forward-only like the per-item path."""
+        fr = self.t.fired
+        groups: dict[CommandId, list[FiredUpdate]] = {}
+        for u in updates:
+            assert u.page_id is not None
+            groups.setdefault(u.page_id, []).append(u)
+        n_final = bindparam("p_nfinal")
+        stmt = (
+            update(fr)
+            .where(
+                fr.c.command_id == bindparam("p_cid"),
+                (fr.c.state_rank < case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")))
+                | and_(fr.c.state_rank == FINAL_RANK, n_final >= fr.c.item_count, fr.c.attempt < bindparam("p_attempt")),
+            )
+            .values(
+                state=case((n_final >= fr.c.item_count, bindparam("p_final_state")), else_=bindparam("p_partial_state")),
+                state_rank=case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")),
+                attempt=bindparam("p_attempt"),
+                item_states=bindparam("p_states"),
+                succeeded_items=bindparam("p_ok"),
+                failed_items=bindparam("p_failed"),
+                message=bindparam("p_message"),
+                result_at=case((n_final >= fr.c.item_count, bindparam("p_at")), else_=fr.c.result_at),
+                received_at=func.coalesce(fr.c.received_at, bindparam("p_received")),
+                started_at=func.coalesce(fr.c.started_at, bindparam("p_started")),
+            )
+        )
+        params = []
+        for page_id, group in groups.items():
+            _tid, _ms, first = parse_command_id(page_id)
+            letters: dict[int, str] = {}
+            for u in group:
+                letters[parse_command_id(u.command_id)[2] - first] = _LETTER[u.state]
+            width = max(letters) + 1
+            states = "".join(letters.get(i, ".") for i in range(width))
+            ok = states.count("S")
+            failed = states.count("F") + states.count("T")
+            finals = ok + failed
+            first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
+            received = [u.received_at for u in group if u.received_at is not None]
+            started = [u.started_at for u in group if u.started_at is not None]
+            params.append({
+                "p_cid": page_id,
+                "p_nfinal": finals,
+                "p_rank_partial": FIRED_RANK[FiredState.RECEIVED],
+                "p_attempt": max(u.attempt for u in group),
+                "p_final_state": (FiredState.SUCCEEDED if failed == 0 else FiredState.FAILED).value,
+                "p_partial_state": FiredState.RECEIVED.value,
+                "p_states": states,
+                "p_ok": ok,
+                "p_failed": failed,
+                "p_message": (f"{failed} of {width} item(s) failed: {first_bad}" if failed else "")[:MESSAGE_MAX],
+                "p_at": to_ms(max(u.at for u in group)),
+                "p_received": to_ms(min(received)) if received else None,
+                "p_started": to_ms(min(started)) if started else None,
+            })
+        with self.engine.begin() as conn:
+            result = conn.execute(stmt, params)
+        return max(0, result.rowcount or 0)
+
+    def _update_items(self, updates: Sequence[FiredUpdate]) -> int:
         fr = self.t.fired
         new_rank = bindparam("u_rank")
         new_attempt = bindparam("u_attempt")
