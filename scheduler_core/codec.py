@@ -58,6 +58,8 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
     }
     if page_record:
         body["pr"] = 1
+    if head.shadow:
+        body["sh"] = 1
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -85,6 +87,7 @@ def decode_commands(payload: bytes) -> list[ExecutionCommand]:
                 max_retry=int(body["r"]),
                 epoch=Epoch(int(body["e"])),
                 page_id=page,
+                shadow=bool(body.get("sh")),
             )
             for idx, param in body["i"]
         ]

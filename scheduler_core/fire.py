@@ -180,7 +180,7 @@ class FirePipeline:
                     command_id=command_id(trig.id, plan.occurrence, idx), trigger_id=trig.id, job_code=job.job_code,
                     biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=idx,
                     item_total=job.shard_total, item_param=param, params=job.params, timeout=job.timeout,
-                    max_retry=job.max_retry, epoch=epoch,
+                    max_retry=job.max_retry, epoch=epoch, shadow=job.shadow,
                 )
                 for idx, param in page
             ]

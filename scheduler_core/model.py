@@ -94,6 +94,9 @@ class Job:
     priority: int = 5  # 1 highest .. 9; breaks ties among equal fire times only
     envelope_size: int = 1  # items of one run carried per message (1: one message per item)
     explicit_items: bool = False  # sharding items (with params) are stored, not just 0..shard_total-1
+    # shadow: executors receive and record its commands without invoking the handler
+    # (dual-run of a business whose handlers are not idempotent)
+    shadow: bool = False
     id: int | None = None
 
     def __post_init__(self) -> None:
@@ -168,6 +171,7 @@ class ExecutionCommand:
     max_retry: int = 0
     epoch: Epoch = Epoch(0)
     page_id: CommandId | None = None  # the envelope's page record, when it has one
+    shadow: bool = False  # published in shadow mode: record, never invoke
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

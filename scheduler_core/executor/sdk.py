@@ -158,7 +158,7 @@ class Executor:
         if seen is not None and seen.state is FiredState.SUCCEEDED:
             self.duplicates += 1
             return seen  # idempotent: a redelivered command that already succeeded is not run again
-        if self.shadow:
+        if self.shadow or cmd.shadow:
             return FiredUpdate(cmd.command_id, FiredState.RECEIVED, received_at, 0, "shadow: recorded, not invoked",
                                received_at=received_at, page_id=cmd.page_id)
         fn = self._lookup(cmd)

@@ -46,6 +46,7 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
         "priority": job.priority,
         "envelope_size": job.envelope_size,
         "explicit_items": 1 if job.explicit_items else 0,
+        "shadow": 1 if job.shadow else 0,
         "updated_at": now_ms,
     }
 
@@ -63,6 +64,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
         priority=row["priority"],
         envelope_size=row["envelope_size"],
         explicit_items=bool(row["explicit_items"]),
+        shadow=bool(row["shadow"]),
     )
 
 

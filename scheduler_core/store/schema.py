@@ -90,6 +90,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("priority", SmallInteger, nullable=False, default=5),
         Column("envelope_size", Integer, nullable=False, default=1),
         Column("explicit_items", SmallInteger, nullable=False, default=0),
+        Column("shadow", SmallInteger, nullable=False, default=0),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         UniqueConstraint("job_code", name="uk_job_code"),

@@ -1,0 +1,124 @@
+"""The legacy switches behind `LegacyControl`, over the documented flags in `readers`.
+
+xxl-job: `trigger_status = 0`; the admin pre-reads up to 5 s ahead, and on <= 2.4.2 a
+running scan can overwrite a stop, so settling waits past the pre-read window, re-reads
+the switch, and stops again if a scan undid it. The settled `trigger_next_time` is the
+first occurrence the legacy side will not fire: the handover time.
+
+Batch center: tasks are paused (status 5, optimistic version); a RUNNING task is its
+own until its callback returns, so settling retries until every task is paused; its
+settled `fire_time` is the handover time (for a finished one-shot there is none).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import column, select, table
+from sqlalchemy.engine import Engine
+
+from migrator.ports import LegacyControl, Settled
+from readers.batchcenter import flag
+from readers.legacy_ddl.tables import WallTime
+from readers.timezones import LegacyTimeZone
+from readers.xxljob import control
+from scheduler_core.ports import Clock
+from scheduler_core.times import from_ms, to_ms
+
+log = logging.getLogger(__name__)
+PRE_READ = timedelta(seconds=5)
+
+
+class XxlJobControl(LegacyControl):
+    def __init__(self, engine: Engine, clock: Clock, *, settle: timedelta = PRE_READ + timedelta(seconds=1),
+                 rechecks: int = 3) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.settle = settle
+        self.rechecks = rechecks
+
+    def stop(self, keys: Sequence[str]) -> Settled:
+        ids = [int(k) for k in keys]
+        notes: list[str] = []
+        control.set_trigger_status(self.engine, ids, 0)
+        for attempt in range(self.rechecks + 1):
+            self.clock.sleep(self.settle.total_seconds())  # past the pre-read window
+            states = control.read_trigger_state(self.engine, ids)
+            undone = [j for j, s in states.items() if s.trigger_status != 0]
+            if not undone:
+                break
+            # a scan on <= 2.4.2 wrote its own trigger_status back over our stop
+            notes.append(f"stop of job(s) {undone[:10]} overwritten by a scan; stopping again (attempt {attempt + 1})")
+            log.warning(notes[-1])
+            control.set_trigger_status(self.engine, undone, 0)
+        else:
+            raise RuntimeError(f"xxl-job jobs {undone[:10]} keep being switched back on by the admin's scan")
+        return Settled(self.next_due(keys), tuple(notes))
+
+    def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
+        states = control.read_trigger_state(self.engine, [int(k) for k in keys])
+        return {str(j): (from_ms(s.trigger_next_time_ms) if s.trigger_next_time_ms > 0 else None)
+                for j, s in states.items()}
+
+    def start(self, next_due: Mapping[str, datetime]) -> list[str]:
+        if not next_due:
+            return []
+        changed = control.set_trigger_status(self.engine, [int(k) for k in next_due], 1,
+                                             next_time_ms={int(k): to_ms(v) for k, v in next_due.items()})
+        return [str(j) for j in changed]
+
+
+_TASK = table("bc_task", column("id"), column("status"), column("fire_time", WallTime()), column("task_type"))
+
+
+class BatchCenterControl(LegacyControl):
+    def __init__(self, engine: Engine, clock: Clock, *, tz: str = "Asia/Shanghai",
+                 retry_every: timedelta = timedelta(milliseconds=500), patience: timedelta = timedelta(minutes=5)) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.tz = tz
+        self.zone = LegacyTimeZone(tz)
+        self.retry_every = retry_every
+        self.patience = patience
+
+    def stop(self, keys: Sequence[str]) -> Settled:
+        pending = [int(k) for k in keys]
+        notes: list[str] = []
+        waited = 0.0
+        while pending:
+            out = flag.pause_tasks(self.engine, pending)
+            # RUNNING tasks are refused (the center owns them until the callback returns),
+            # version conflicts are retried; finished tasks stay as they are
+            retry = [*out.conflicts, *[t for t in out.refused if self._status(t) == 1]]
+            if not retry:
+                break
+            if waited >= self.patience.total_seconds():
+                raise RuntimeError(f"batch-center tasks {retry[:10]} still running after {self.patience}")
+            notes.append(f"{len(retry)} task(s) running or moving; retrying the pause")
+            self.clock.sleep(self.retry_every.total_seconds())
+            waited += self.retry_every.total_seconds()
+            pending = retry
+        return Settled(self.next_due(keys), tuple(notes))
+
+    def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
+        ids = [int(k) for k in keys]
+        out: dict[str, datetime | None] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                rows = conn.execute(select(_TASK.c.id, _TASK.c.status, _TASK.c.fire_time)
+                                    .where(_TASK.c.id.in_(ids[i:i + 500])))
+                for tid, status, fire_time in rows:
+                    finished = int(status) in (2, 3, 4)  # SUCCESS, FAILED, CANCELLED
+                    out[str(tid)] = None if finished or fire_time is None else self.zone.to_utc(fire_time)
+        return out
+
+    def _status(self, task_id: int) -> int | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(_TASK.c.status).where(_TASK.c.id == task_id)).scalar_one_or_none()
+
+    def start(self, next_due: Mapping[str, datetime]) -> list[str]:
+        if not next_due:
+            return []
+        out = flag.resume_tasks(self.engine, {int(k): v for k, v in next_due.items()}, tz=self.tz)
+        return [str(t) for t in (*out.changed, *out.unchanged)]

@@ -1,0 +1,51 @@
+"""What the migrator needs from elsewhere, stated here so that only the composition root
+joins packages: the cutover gate (dual-run's verdict) and the legacy switch."""
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    ready: bool
+    comparison_id: int | None = None
+    computed_at: datetime | None = None
+    reasons: tuple[str, ...] = ()
+
+
+class CutoverGate(Protocol):
+    @abstractmethod
+    def decision(self, business: str) -> GateDecision | None:
+        """The latest stored verdict for the business, or None when there is none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The legacy side after a stop has settled: for each source key, the first
+    occurrence it will not fire (None: it will never fire again, e.g. a finished
+    one-shot). `fired_after_stop` lists what the legacy side still fired while settling."""
+
+    next_due: Mapping[str, datetime | None]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class LegacyControl(Protocol):
+    """The documented switch of one legacy system (xxl-job trigger_status; batch center
+    task pause / bc_biz.enabled)."""
+
+    @abstractmethod
+    def stop(self, keys: Sequence[str]) -> Settled:
+        """Switch the jobs off and wait until the legacy side has settled."""
+
+    @abstractmethod
+    def start(self, next_due: Mapping[str, datetime]) -> list[str]:
+        """Switch the jobs back on, each next due at the given time; returns the keys
+        switched on."""
+
+    @abstractmethod
+    def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
+        """The legacy next due time of each job as it stands (no change)."""
