@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+import hashlib
+import json
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -65,14 +67,16 @@ class Migrator:
             result = map_definition(d, legacy_businesses.get(d.business), now, self.options, active=active)
             entry = ledger.get(d.source_key)
             if isinstance(result, Rejection):
+                qhash = quarantine_hash(result, d)
+                same = entry is not None and entry.status is LedgerStatus.QUARANTINED and entry.content_hash == qhash
                 out.append(Write(Action.QUARANTINE, source, d.source_key, biz, None, result.field, result.reason,
-                                 dict(d.raw)))
+                                 dict(d.raw), qhash, noop=same))
                 continue
             assert isinstance(result, Mapped)
             if entry is None or entry.status is not LedgerStatus.MIGRATED:
                 out.append(Write(Action.CREATE, source, d.source_key, biz, result))
             elif entry.content_hash == result.content_hash:
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result))
+                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=True))
             else:
                 out.append(Write(Action.UPDATE, source, d.source_key, biz, result))
         return out
@@ -102,7 +106,7 @@ class Migrator:
             seen.update(d.source_key for d in defs)
             self._record(summary, writes, keep_rows)
             if write:
-                changing = [w for w in writes if w.action is not Action.UNCHANGED]
+                changing = [w for w in writes if not w.noop]
                 if changing:
                     summary.rows_written += self.writer.apply(changing)
                     if after_commit is not None:
@@ -137,6 +141,11 @@ class Migrator:
             summary.add(PlannedRow(w.source, w.source_key, w.business, w.action,
                                    w.mapped.job.job_code if w.mapped else None, w.field, w.reason),
                         keep=keep_rows and w.action is not Action.UNCHANGED)
+
+
+def quarantine_hash(rejection: Rejection, defn: LegacyDefinition) -> str:
+    body = [rejection.field, rejection.reason, sorted((k, repr(v)) for k, v in defn.raw.items())]
+    return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode()).hexdigest()
 
 
 def _chunks(it: Iterable[LegacyDefinition], size: int) -> Iterator[list[LegacyDefinition]]:

@@ -41,7 +41,8 @@ class Write:
     field: str | None = None
     reason: str | None = None
     raw: dict[str, Any] | None = None
-
+    content_hash: str = ""  # of a quarantine: the same bad row again is no new write
+    noop: bool = False  # nothing to write: unchanged, or still quarantined for the same reason
 
 class TargetWriter:
     def __init__(self, store: SqlTriggerStore) -> None:
@@ -91,7 +92,7 @@ class TargetWriter:
             written += self._update(conn, w, now)
         for w in writes:
             if w.action is Action.QUARANTINE:
-                written += self._ledger(conn, w, LedgerStatus.QUARANTINED, "", None, now)
+                written += self._ledger(conn, w, LedgerStatus.QUARANTINED, w.content_hash, None, now)
             elif w.action is Action.DELETE:
                 written += self._delete(conn, w, now)
         for w in businesses_of(writes):

@@ -1,0 +1,45 @@
+"""Legacy databases and a target store for migrator tests (SQLite or MariaDB)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy.engine import Engine
+
+from migrator.apply import Migrator
+from migrator.mapping import MappingOptions
+from migrator.target import TargetWriter
+from readers.batchcenter.reader import BatchCenterReader
+from readers.legacy_ddl.loader import create_legacy_schema
+from readers.ports import LegacyReader
+from readers.xxljob.reader import XxlJobReader
+from scheduler_core.clock import ManualClock
+from scheduler_core.store.admin import init_schema
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+
+NOW = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class MigrationEnv:
+    legacy: Engine
+    store: SqlTriggerStore
+    reader: LegacyReader
+    migrator: Migrator
+
+    @property
+    def writer(self) -> TargetWriter:
+        return self.migrator.writer
+
+
+def make_env(legacy_url: str, target_url: str, system: str, lineage: str | None = None,
+             options: MappingOptions = MappingOptions()) -> MigrationEnv:
+    legacy = make_engine(legacy_url)
+    create_legacy_schema(legacy, system, lineage)
+    target = make_engine(target_url)
+    init_schema(target, 4)
+    clock = ManualClock(NOW)
+    store = SqlTriggerStore(target, clock)
+    reader: LegacyReader = XxlJobReader(legacy) if system == "xxl-job" else BatchCenterReader(legacy)
+    return MigrationEnv(legacy, store, reader, Migrator(reader, TargetWriter(store), clock, options))
