@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
+from readers.errors import ReaderError
+from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled
 from scheduler_core.errors import BusError, ElectionError, SchemaError
 from switchyard import exitcodes
 
@@ -43,6 +45,12 @@ def cli_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except click.ClickException:
             raise
+        except StreamPermissionError as exc:
+            raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
+        except StreamStalled as exc:
+            raise CliFailure(f"change stream stalled: {exc}", exitcodes.UNREACHABLE) from None
+        except (StreamError, ReaderError) as exc:
+            raise CliFailure(_first_line(exc), exitcodes.FAILED) from None
         except SchemaError as exc:
             raise CliFailure(str(exc), exitcodes.SCHEMA) from None
         except (ArgumentError, NoSuchModuleError) as exc:
