@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, Election, MessageBus
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+
+if TYPE_CHECKING:
+    from migrator.ports import GateDecision, LegacyControl
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
@@ -37,3 +41,32 @@ def open_election(url: str, name: str, ttl: timedelta, clock: Clock | None = Non
 
         return EtcdElection(url, name=name, ttl=ttl, key=key)
     raise ValueError(f"unknown election URL {url!r}: use 'local' or http://HOST:PORT (etcd)")
+
+
+class DualRunGate:
+    """Adapts dual-run's stored verdicts to the migrator's CutoverGate port (the migrator
+    may not import dualrun; only the composition root joins them)."""
+
+    def __init__(self, store: SqlTriggerStore) -> None:
+        self.store = store
+
+    def decision(self, business: str) -> "GateDecision | None":
+        from dualrun.verdict import latest
+        from migrator.ports import GateDecision
+
+        v = latest(self.store, business)
+        if v is None:
+            return None
+        return GateDecision(ready=v.is_ready, comparison_id=v.comparison_id, computed_at=v.computed_at,
+                            reasons=tuple(v.reasons))
+
+
+def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> "LegacyControl":
+    from migrator.legacy_control import BatchCenterControl, XxlJobControl
+
+    engine = make_engine(legacy_url)
+    if source == "xxl-job":
+        return XxlJobControl(engine, clock)
+    if source == "batch-center":
+        return BatchCenterControl(engine, clock, tz=tz)
+    raise ValueError(f"unknown source system {source!r}")

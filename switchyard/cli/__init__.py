@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from switchyard.cli.cron import cron
+from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
 from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.executor import executor
@@ -33,6 +34,10 @@ cli.add_command(trigger)
 cli.add_command(migrate)
 cli.add_command(dualrun)
 cli.add_command(report)
+cli.add_command(status)
+cli.add_command(cutover)
+cli.add_command(rollback)
+dualrun.add_command(dualrun_start)
 
 
 def main() -> None:

@@ -1,0 +1,120 @@
+"""Per-business cutover state, persisted with an audit log of every transition.
+
+    legacy -> dual_run -> cutover;  dual_run|cutover -> legacy (rollback)
+
+Each transition is a conditional update on the business row's version, written in the
+same transaction as its audit row (when, who, why, the verdict that allowed it).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from migrator.model import BusinessState as B
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
+
+ALLOWED: dict[tuple[B, B], str] = {
+    (B.LEGACY, B.DUAL_RUN): "dual-run start",
+    (B.DUAL_RUN, B.CUTOVER): "cutover",
+    (B.DUAL_RUN, B.LEGACY): "rollback",
+    (B.CUTOVER, B.LEGACY): "rollback",
+}
+
+
+class TransitionRefused(Exception):
+    """A business transition the state machine or the gate does not allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class BusinessRecord:
+    biz_code: str
+    source_system: str
+    state: B
+    shadow: bool
+    version: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    biz_code: str
+    from_state: str
+    to_state: str
+    at: datetime
+    actor: str
+    reason: str
+    comparison_id: int | None
+    forced: bool
+    detail: dict[str, Any]
+
+
+class BusinessRegistry:
+    def __init__(self, store: SqlTriggerStore) -> None:
+        self.store = store
+        self.t = store.t
+
+    def get(self, biz_code: str) -> BusinessRecord | None:
+        b = self.t.business
+        with self.store.engine.connect() as conn:
+            row = conn.execute(select(b).where(b.c.biz_code == biz_code)).mappings().first()
+        return None if row is None else _record(row)
+
+    def all(self) -> list[BusinessRecord]:
+        b = self.t.business
+        with self.store.engine.connect() as conn:
+            return [_record(r) for r in conn.execute(select(b).order_by(b.c.biz_code)).mappings()]
+
+    def ensure(self, biz_code: str, source_system: str) -> BusinessRecord:
+        if self.get(biz_code) is None:
+            b = self.t.business
+            with self.store.engine.begin() as conn:
+                if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
+                    conn.execute(insert(b).values(biz_code=biz_code, source_system=source_system,
+                                                  state=B.LEGACY.value, shadow=0, version=0,
+                                                  updated_at=self.store.clock.now_ms()))
+        got = self.get(biz_code)
+        assert got is not None
+        return got
+
+    def transition(self, current: BusinessRecord, to: B, *, actor: str, reason: str, shadow: bool | None = None,
+                   comparison_id: int | None = None, forced: bool = False,
+                   detail: dict[str, Any] | None = None) -> BusinessRecord:
+        if (current.state, to) not in ALLOWED:
+            raise TransitionRefused(f"{current.biz_code}: {current.state.value} -> {to.value} is not a transition "
+                                    f"(allowed: legacy -> dual_run -> cutover, rollback to legacy)")
+        b, a = self.t.business, self.t.audit
+        now = self.store.clock.now_ms()
+        with self.store.engine.begin() as conn:
+            res = conn.execute(update(b).where(b.c.biz_code == current.biz_code, b.c.version == current.version)
+                               .values(state=to.value, version=current.version + 1, updated_at=now,
+                                       shadow=int(current.shadow if shadow is None else shadow)))
+            if (res.rowcount or 0) != 1:
+                raise TransitionRefused(f"{current.biz_code} changed while this transition ran; look at "
+                                        f"`switchyard status` and retry")
+            conn.execute(insert(a).values(biz_code=current.biz_code, from_state=current.state.value,
+                                          to_state=to.value, at=now, actor=actor[:128], reason=reason[:1024],
+                                          comparison_id=comparison_id, forced=int(forced),
+                                          detail=json.dumps(detail or {}, default=str, ensure_ascii=False)))
+        got = self.get(current.biz_code)
+        assert got is not None
+        return got
+
+    def audit(self, biz_code: str | None = None) -> list[AuditEntry]:
+        a = self.t.audit
+        stmt = select(a).order_by(a.c.at, a.c.id)
+        if biz_code is not None:
+            stmt = stmt.where(a.c.biz_code == biz_code)
+        with self.store.engine.connect() as conn:
+            return [AuditEntry(r["biz_code"], r["from_state"], r["to_state"], from_ms(r["at"]), r["actor"],
+                               r["reason"], r["comparison_id"], bool(r["forced"]), json.loads(r["detail"] or "{}"))
+                    for r in conn.execute(stmt).mappings()]
+
+
+def _record(row: Any) -> BusinessRecord:
+    return BusinessRecord(row["biz_code"], row["source_system"], B(row["state"]), bool(row["shadow"]),
+                          int(row["version"]), from_ms(row["updated_at"]))

@@ -1,0 +1,144 @@
+"""`switchyard status | cutover B | rollback B | dualrun start B`."""
+from __future__ import annotations
+
+import getpass
+import json
+from datetime import timedelta
+
+import click
+
+from migrator.business import BusinessRegistry, TransitionRefused
+from migrator.cutover import BusinessSwitch, SwitchReport
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.options import store_url
+from switchyard.wiring import DualRunGate, legacy_control, open_store
+
+legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
+tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
+actor_opt = click.option("--actor", default=getpass.getuser, show_default="the current user",
+                         help="Who is switching (audited).")
+json_opt = click.option("--json", "as_json", is_flag=True)
+
+
+def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0) -> BusinessSwitch:
+    store = open_store(url)
+    rec = BusinessRegistry(store).get(biz)
+    if rec is None:
+        raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
+    control = legacy_control(rec.source_system, legacy_url, store.clock, tz)
+    return BusinessSwitch(store, control, store.clock, DualRunGate(store), max_verdict_age=timedelta(seconds=max_age_s))
+
+
+def _emit(report: SwitchReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), default=str))
+        return
+    click.echo(f"{report.business}: {report.from_state} -> {report.to_state}"
+               + (" (FORCED)" if report.forced else ""))
+    for k, v in (("activated", report.activated), ("deactivated", report.deactivated), ("rewound", report.rewound),
+                 ("legacy jobs switched on", report.legacy_started)):
+        if v:
+            click.echo(f"  {k}: {v}")
+    if report.handover:
+        first = sorted(report.handover.items(), key=lambda kv: kv[1])[:5]
+        click.echo(f"  handover of {len(report.handover)} job(s), earliest: "
+                   + ", ".join(f"{k} at {v}" for k, v in first))
+    for n in report.notes:
+        click.echo(f"  note: {n}")
+
+
+def _refused(fn):  # type: ignore[no-untyped-def]
+    def run(*a, **k):  # type: ignore[no-untyped-def]
+        try:
+            return fn(*a, **k)
+        except TransitionRefused as exc:
+            raise CliFailure(str(exc), exitcodes.REFUSED) from None
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+@click.command("status")
+@store_url
+@json_opt
+@cli_errors
+def status(url: str, as_json: bool) -> None:
+    """Every business's state, its last verdict and when it was computed."""
+    from dualrun.verdict import latest_by_business
+
+    store = open_store(url)
+    try:
+        records = BusinessRegistry(store).all()
+        verdicts = latest_by_business(store)
+    finally:
+        store.engine.dispose()
+    rows = []
+    for r in records:
+        v = verdicts.get(r.biz_code)
+        rows.append({"business": r.biz_code, "source": r.source_system, "state": r.state.value, "shadow": r.shadow,
+                     "since": r.updated_at.isoformat(), "verdict": v.verdict.value if v else None,
+                     "verdict_at": v.computed_at.isoformat() if v else None,
+                     "reasons": list(v.reasons) if v else []})
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    if not rows:
+        click.echo("no businesses yet: run `switchyard migrate run`")
+    for row in rows:
+        verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
+        click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
+                   f"{' (shadow)' if row['shadow'] else '':<10} {verdict}")
+
+
+@click.command("cutover")
+@click.argument("business")
+@store_url
+@legacy_opt
+@tz_opt
+@actor_opt
+@click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
+@click.option("--reason", default="", help="Why (audited).")
+@click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
+@json_opt
+@cli_errors
+@_refused
+def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, force: bool, reason: str,
+            max_verdict_age: float, as_json: bool) -> None:
+    """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh)."""
+    sw = _switch(url, business, legacy_url, legacy_tz, max_verdict_age)
+    _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
+
+
+@click.command("rollback")
+@click.argument("business")
+@store_url
+@legacy_opt
+@tz_opt
+@actor_opt
+@click.option("--reason", default="", help="Why (audited).")
+@json_opt
+@cli_errors
+@_refused
+def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, reason: str, as_json: bool) -> None:
+    """Send BUSINESS back to its legacy scheduler, exactly at the boundary. Always allowed."""
+    sw = _switch(url, business, legacy_url, legacy_tz)
+    _emit(sw.rollback(business, actor=actor, reason=reason), as_json)
+
+
+@click.command("start")
+@click.argument("business")
+@store_url
+@legacy_opt
+@tz_opt
+@actor_opt
+@click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
+@click.option("--reason", default="", help="Why (audited).")
+@json_opt
+@cli_errors
+@_refused
+def dualrun_start(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, shadow: bool, reason: str,
+                  as_json: bool) -> None:
+    """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow)."""
+    sw = _switch(url, business, legacy_url, legacy_tz)
+    _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
