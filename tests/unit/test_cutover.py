@@ -1,0 +1,152 @@
+"""The cutover state machine and the legacy switches, on SQLite legacy databases."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from migrator.business import BusinessRegistry, TransitionRefused
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.model import BusinessState
+from migrator.ports import GateDecision
+from readers.seed import seed_batchcenter, seed_xxljob
+from scheduler_core.model import TriggerState
+from scheduler_core.times import from_ms
+from tests.migration_env import make_env
+
+
+class StubGate:
+    """The cutover gate port answered by the test (dual-run's own tests cover verdicts)."""
+
+    def __init__(self, decision: GateDecision | None) -> None:
+        self.value = decision
+
+    def decision(self, business: str) -> GateDecision | None:
+        return self.value
+
+
+def _xxl(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
+    seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=12, bad_rows=0, malformed_crons=0, rng_seed=2)
+    env.migrator.run()
+    biz = BusinessRegistry(env.store).all()[0].biz_code
+    return env, biz
+
+
+def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    gate = StubGate(None)
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
+    with pytest.raises(TransitionRefused, match="not dual_run"):
+        sw.cutover(biz, actor="ops")
+    rep = sw.start_dual_run(biz, shadow=False, actor="ops", reason="week 1")
+    assert rep.activated > 0
+    assert all(t.state in (TriggerState.WAITING, TriggerState.PAUSED, TriggerState.COMPLETED)
+               for t in env.store.triggers_of(biz_code=biz))
+    with pytest.raises(TransitionRefused, match="no comparison verdict"):
+        sw.cutover(biz, actor="ops")
+    gate.value = GateDecision(ready=False, comparison_id=7, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",))
+    with pytest.raises(TransitionRefused, match="p99 lag 4.2 s"):
+        sw.cutover(biz, actor="ops")
+    with pytest.raises(TransitionRefused, match="needs --reason"):
+        sw.cutover(biz, actor="ops", force=True)
+    gate.value = GateDecision(ready=True, comparison_id=8, computed_at=clock.now() - timedelta(hours=2))
+    with pytest.raises(TransitionRefused, match="old"):
+        sw.cutover(biz, actor="ops")
+    gate.value = GateDecision(ready=True, comparison_id=9, computed_at=clock.now())
+    rep = sw.cutover(biz, actor="ops", reason="numbers are good")
+    assert rep.comparison_id == 9 and not rep.forced
+    assert BusinessRegistry(env.store).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
+    sw.rollback(biz, actor="oncall", reason="regression")
+    audit = BusinessRegistry(env.store).audit(biz)
+    assert [(a.from_state, a.to_state, a.actor) for a in audit] == [
+        ("legacy", "dual_run", "ops"), ("dual_run", "cutover", "ops"), ("cutover", "legacy", "oncall")]
+    assert audit[1].comparison_id == 9 and audit[2].reason == "regression"
+
+
+def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
+                        StubGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    rep = sw.cutover(biz, actor="ops", force=True, reason="vendor deadline")
+    assert rep.forced
+    last = BusinessRegistry(env.store).audit(biz)[-1]
+    assert last.forced and last.reason == "vendor deadline" and last.comparison_id == 3
+
+
+def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
+                        StubGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    links = {ln.source_key: ln for ln in sw.links(biz)}
+    # the new side ran ahead in shadow: pretend it admitted an hour of occurrences
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
+    with env.legacy.connect() as conn:
+        legacy_next = {str(i): ms for i, ms in conn.execute(text(
+            "SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))}
+    rep = sw.cutover(biz, actor="ops", reason="go")
+    with env.legacy.connect() as conn:
+        status = dict(conn.execute(text("SELECT id, trigger_status FROM xxl_job_info")).all())
+    moved = 0
+    for key, ln in links.items():
+        if key not in legacy_next:
+            continue
+        assert status[int(key)] == 0, f"legacy job {key} still on after cutover"
+        t = env.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
+        if t.state is TriggerState.WAITING:
+            # shadow dual-run: rewound to the first occurrence the legacy side will not fire
+            assert t.next_fire_at == from_ms(legacy_next[key]), key
+            moved += 1
+    assert moved > 0 and rep.rewound == moved
+    assert all(not j.shadow for j in (env.store.get_job(ln.job_code) for ln in links.values()) if j)
+    # rollback: the legacy side resumes exactly where the new side stopped
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 600000 WHERE state='waiting'"))
+    waiting = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items()}  # type: ignore[arg-type]
+    waiting = {k: t for k, t in waiting.items() if t.state is TriggerState.WAITING}
+    sw.rollback(biz, actor="ops", reason="back")
+    with env.legacy.connect() as conn:
+        rows = {str(i): (s, ms) for i, s, ms in conn.execute(text(
+            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+    for key, t in waiting.items():
+        assert rows[key] == (1, int(t.next_fire_at.timestamp() * 1000)), key
+        assert env.store.get_trigger(t.id).state is TriggerState.CREATED  # type: ignore[arg-type, union-attr]
+
+
+def test_batch_center_boundary(tmp_path: Path) -> None:
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=2, tasks_per_business=12, bad_rows=0, malformed_crons=0, rng_seed=4)
+    env.migrator.run()
+    clock = env.migrator.clock
+    biz = BusinessRegistry(env.store).all()[0].biz_code
+    with env.legacy.begin() as conn:  # nothing running, so the pause settles at once
+        conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
+    sw = BusinessSwitch(env.store, BatchCenterControl(env.legacy, clock), clock,
+                        StubGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    with env.legacy.connect() as conn:
+        waiting = {str(i) for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND biz_code = :b"),
+                                                   {"b": biz})}
+    sw.cutover(biz, actor="ops", reason="go")
+    with env.legacy.connect() as conn:
+        after = dict(conn.execute(text("SELECT id, status FROM bc_task WHERE biz_code = :b"), {"b": biz}).all())
+    assert all(after[int(k)] == 5 for k in waiting), "every waiting task paused (the documented flag)"
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    with env.legacy.connect() as conn:
+        fire = {str(i): (s, ft) for i, s, ft in conn.execute(text(
+            "SELECT id, status, fire_time FROM bc_task WHERE biz_code = :b"), {"b": biz})}
+    assert rep.legacy_started == len(rep.handover) > 0
+    for key, when in rep.handover.items():
+        status, wall = fire[key]
+        assert status == 0
+        expected = datetime.fromisoformat(when).astimezone(__import__("zoneinfo").ZoneInfo("Asia/Shanghai"))
+        assert str(wall).startswith(expected.strftime("%Y-%m-%d %H:%M:%S"))
