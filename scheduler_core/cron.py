@@ -46,7 +46,6 @@ MIN_YEAR: Final = 1970
 MAX_YEAR: Final = 2199
 
 _ONE_SECOND: Final = timedelta(seconds=1)
-_EPOCH: Final = datetime(1970, 1, 1)
 
 _MONTH_NAMES: Final = {
     name: i + 1
@@ -186,9 +185,10 @@ def _expand_item(field: str, item: str) -> set[int]:
     if end_tok is None:
         end = high if step_tok is not None else start  # "a/n" runs from a to the field's end
     else:
-        if start_tok.isdigit() != end_tok.isdigit():
-            raise CronSyntaxError(field, f"range mixes a name and a number ('{item}')")
         end = _value(field, end_tok, item)
+        if start_tok.isdigit() != end_tok.isdigit():
+            # Quartz fails on these with an index or number-format error.
+            raise CronSyntaxError(field, f"range mixes a name and a number ('{item}')")
     if end >= start:
         return set(range(start, end + 1, step))
     if field == _YEAR:

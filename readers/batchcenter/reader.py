@@ -1,0 +1,197 @@
+"""`BatchCenterReader`: the batch center's businesses, tasks and execution log as neutral
+records, read-only (the documented flags are in `flag.py`).
+
+Paging and connections work as in the xxl-job reader: keyset pages by `id` for tasks,
+by `(scheduled_time, id)` on `idx_biz_time` for the log, one short connection per page,
+or every read on the caller's `Connection` when one is given (one snapshot).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection, Engine, LargeBinary, Select, String, bindparam, cast, column, inspect, select, table
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
+
+from readers.batchcenter.mapping import TaskContext, map_business, map_exec, map_task, shard_count
+from readers.errors import MissingTables, SourceUnavailable
+from readers.legacy_ddl.tables import WallTime
+from readers.legacy_ddl.values import parse_int
+from readers.ports import LegacyReader
+from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
+
+logger = logging.getLogger(__name__)
+
+BIZ, TASK, EXEC_LOG = "bc_biz", "bc_task", "bc_task_exec_log"
+_SHARD_CACHE_LIMIT = 50_000
+_EXEC_COLUMNS = (
+    "id", "task_id", "biz_code", "shard_index", "attempt", "scheduled_time", "start_time", "end_time",
+    "status", "http_status", "worker_host", "error_msg",
+)  # fmt: skip
+
+
+class BatchCenterReader(LegacyReader):
+    """Reads the batch center's `bc_biz`, `bc_task` and `bc_task_exec_log`."""
+
+    system: ClassVar[SourceSystem] = SourceSystem.BATCH_CENTER
+
+    def __init__(self, bind: Engine | Connection, *, tz: str = DEFAULT_ZONE, batch_size: int = 1000) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._bind = bind
+        self._tz = LegacyTimeZone(tz)
+        self._batch = batch_size
+        self._columns: dict[str, tuple[tuple[str, ...], frozenset[str]]] | None = None
+
+    @contextmanager
+    def _connect(self, action: str) -> Iterator[Connection]:
+        try:
+            if isinstance(self._bind, Connection):
+                yield self._bind
+            else:
+                with self._bind.connect() as conn:
+                    yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise SourceUnavailable(self.system.value, action) from exc
+
+    def _shape(self, name: str) -> tuple[tuple[str, ...], frozenset[str]]:
+        """(columns, text columns) of a table as the database has it."""
+        if self._columns is None:
+            with self._connect("inspect_schema") as conn:
+                insp = inspect(conn)
+                present = set(insp.get_table_names())
+                missing = [t for t in (BIZ, TASK, EXEC_LOG) if t not in present]
+                if missing:
+                    raise MissingTables(self.system.value, missing)
+                self._columns = {}
+                for t in (BIZ, TASK, EXEC_LOG):
+                    cols = insp.get_columns(t)
+                    names = tuple(str(c["name"]) for c in cols)
+                    texts = frozenset(str(c["name"]) for c in cols if isinstance(c["type"], String))
+                    self._columns[t] = (names, texts)
+        return self._columns[name]
+
+    def _select_list(self, name: str, wanted: Sequence[str] | None = None) -> list[ColumnElement[object]]:
+        names, texts = self._shape(name)
+        return [
+            cast(column(n), LargeBinary).label(n) if n in texts else column(n)  # type: ignore[misc]
+            for n in (wanted or names)
+            if n in names
+        ]
+
+    # -- businesses -------------------------------------------------------------------
+
+    def businesses(self) -> list[LegacyBusiness]:
+        stmt = select(*self._select_list(BIZ)).select_from(table(BIZ)).order_by(column("biz_code"))
+        with self._connect("read_businesses") as conn:
+            return [map_business(r) for r in conn.execute(stmt).mappings()]
+
+    # -- definitions ------------------------------------------------------------------
+
+    def _context(self) -> TaskContext:
+        return TaskContext(
+            tz=self._tz,
+            businesses={b.biz_code: b for b in self.businesses()},
+            text_columns=self._shape(TASK)[1],
+        )
+
+    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+        """Tasks of these businesses (all tasks, orphans included, when None), by id."""
+        ctx = self._context()
+        codes = tuple(sorted(set(businesses))) if businesses is not None else None
+        if codes is not None and not codes:
+            return
+        last = -1
+        while True:
+            rows = self._task_page(last, codes)
+            for row in rows:
+                yield map_task(row, ctx)
+            if len(rows) < self._batch:
+                return
+            last = int(rows[-1]["id"])
+
+    def _task_page(self, after: int, codes: tuple[str, ...] | None) -> list[RowMapping]:
+        stmt = (
+            select(*self._select_list(TASK))
+            .select_from(table(TASK))
+            .where(column("id") > after)
+            .order_by(column("id"))
+            .limit(self._batch)
+        )
+        if codes is not None:
+            stmt = stmt.where(column("biz_code").in_(codes))
+        with self._connect("read_tasks") as conn:
+            return list(conn.execute(stmt).mappings())
+
+    def definition(self, key: str) -> LegacyDefinition | None:
+        task_id = parse_int(key.strip()) if isinstance(key, str) else None
+        if task_id is None:
+            return None
+        stmt = select(*self._select_list(TASK)).select_from(table(TASK)).where(column("id") == task_id)
+        with self._connect("read_task") as conn:
+            row = conn.execute(stmt).mappings().first()
+        return map_task(row, self._context()) if row is not None else None
+
+    # -- executions -------------------------------------------------------------------
+
+    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+        """Attempts of one business with `scheduled_time` in [since, until), by
+        (scheduled_time, id)."""
+        lo, hi = self._tz.to_wall(since), self._tz.to_wall(until)
+        if lo >= hi:
+            return
+        totals: dict[int, int] = {}
+        cursor: tuple[datetime, int] | None = None
+        while True:
+            rows = self._exec_page(business, lo, hi, cursor)
+            self._load_shard_totals(rows, totals)
+            for row in rows:
+                yield map_exec(row, self._tz, totals)
+            if len(rows) < self._batch:
+                return
+            cursor = (parse_wall(rows[-1]["scheduled_time"]), int(rows[-1]["id"]))
+
+    def _exec_page(
+        self, business: str, lo: datetime, hi: datetime, cursor: tuple[datetime, int] | None
+    ) -> list[RowMapping]:
+        t: ColumnClause[Any] = column("scheduled_time")
+        wall = WallTime(3)
+        stmt = (
+            select(*self._select_list(EXEC_LOG, _EXEC_COLUMNS))
+            .select_from(table(EXEC_LOG))
+            .where(column("biz_code") == business)
+            .where(t < bindparam("hi", hi, type_=wall))
+            .order_by(t, column("id"))
+            .limit(self._batch)
+        )
+        if cursor is None:
+            stmt = stmt.where(t >= bindparam("lo", lo, type_=wall))
+        else:
+            at = bindparam("at", cursor[0], type_=wall)
+            stmt = stmt.where(t >= at).where((t > at) | (column("id") > cursor[1]))
+        with self._connect("read_exec_log") as conn:
+            return list(conn.execute(stmt).mappings())
+
+    def _load_shard_totals(self, rows: Sequence[RowMapping], cache: dict[int, int]) -> None:
+        """Each task's shard count, fetched once per task; the cache is cleared, not
+        grown, past a bound."""
+        wanted = {int(r["task_id"]) for r in rows} - cache.keys()
+        if not wanted:
+            return
+        if len(cache) > _SHARD_CACHE_LIMIT:
+            cache.clear()
+        stmt: Select[*tuple[Any, ...]] = (
+            select(column("id"), column("shard_total"), cast(column("shard_params"), LargeBinary).label("shard_params"))
+            .select_from(table(TASK))
+            .where(column("id").in_(sorted(wanted)))
+        )
+        with self._connect("read_shard_totals") as conn:
+            for r in conn.execute(stmt).mappings():
+                cache[int(r["id"])] = shard_count(parse_int(r["shard_total"]), r["shard_params"])

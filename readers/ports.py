@@ -1,0 +1,39 @@
+"""What the rest of Switchyard may ask of a legacy source, in neutral records only."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Collection, Iterator
+from datetime import datetime
+from typing import ClassVar, Protocol
+
+from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+
+
+class LegacyReader(Protocol):
+    """One legacy scheduler's businesses, definitions and execution log.
+
+    Readers never reject a row: a definition that cannot be taken as it is comes back
+    with `problems` (field + reason) for the migrator to quarantine. Iterators stream in
+    bounded pages, so memory does not grow with the table.
+    """
+
+    system: ClassVar[SourceSystem]
+
+    @abstractmethod
+    def businesses(self) -> list[LegacyBusiness]:
+        """Every business (xxl-job executor group, batch-center `bc_biz` row)."""
+
+    @abstractmethod
+    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+        """Definitions of these businesses (all when None), in source-key order."""
+
+    @abstractmethod
+    def definition(self, key: str) -> LegacyDefinition | None:
+        """One definition by its source key, or None when there is no such row."""
+
+    @abstractmethod
+    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+        """Execution attempts of one business whose time falls in [since, until) (aware
+        datetimes), ordered by that time: xxl-job by `trigger_time` (it stores no fire
+        time), batch center by `scheduled_time`."""

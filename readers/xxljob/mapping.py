@@ -1,0 +1,192 @@
+"""xxl-job's enums and the pure mapping of a decoded `xxl_job_info` row to a definition.
+
+Enum values are matched exactly, as xxl-job's own `match(name, default)` does (a
+lower-case 'cron' is not CRON to xxl-job either). Every value the reader cannot take as
+it is becomes a Problem naming the legacy column; the row is still returned.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from readers.legacy_ddl.tables import XxlJobLineage
+from readers.legacy_ddl.values import INT32_MAX, MAX_TEXT_BYTES, RowDecoder, parse_int, plain
+from readers.records import LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
+from readers.timezones import LegacyTimeZone
+
+MAX_CRON_LENGTH = 128  # the width of schedule_conf / job_cron
+
+
+class ScheduleType(enum.StrEnum):
+    NONE = "NONE"
+    CRON = "CRON"
+    FIX_RATE = "FIX_RATE"
+
+
+class MisfireStrategy(enum.StrEnum):
+    DO_NOTHING = "DO_NOTHING"
+    FIRE_ONCE_NOW = "FIRE_ONCE_NOW"
+
+
+class RouteStrategy(enum.StrEnum):
+    FIRST = "FIRST"
+    LAST = "LAST"
+    ROUND = "ROUND"
+    RANDOM = "RANDOM"
+    CONSISTENT_HASH = "CONSISTENT_HASH"
+    LEAST_FREQUENTLY_USED = "LEAST_FREQUENTLY_USED"
+    LEAST_RECENTLY_USED = "LEAST_RECENTLY_USED"
+    FAILOVER = "FAILOVER"
+    BUSYOVER = "BUSYOVER"
+    SHARDING_BROADCAST = "SHARDING_BROADCAST"
+
+
+class GlueType(enum.StrEnum):
+    BEAN = "BEAN"
+    GLUE_GROOVY = "GLUE_GROOVY"
+    GLUE_SHELL = "GLUE_SHELL"
+    GLUE_PYTHON = "GLUE_PYTHON"
+    GLUE_PYTHON2 = "GLUE_PYTHON2"  # 3.2.0+
+    GLUE_PHP = "GLUE_PHP"
+    GLUE_NODEJS = "GLUE_NODEJS"
+    GLUE_POWERSHELL = "GLUE_POWERSHELL"
+
+
+_MISFIRE = {MisfireStrategy.DO_NOTHING: MisfireRule.SKIP, MisfireStrategy.FIRE_ONCE_NOW: MisfireRule.FIRE_ONCE_NOW}
+
+# columns the legacy scheduler rewrites on every scan: not part of a job's content
+VOLATILE_COLUMNS = frozenset({"trigger_last_time", "trigger_next_time", "update_time"})
+
+
+def glue_handler(glue_type: str, job_id: int) -> str:
+    """The handler name of a GLUE job: its source lives in `glue_source` (kept in `raw`),
+    so it can only run bridged to an xxl-job executor, keyed by the job id (the executor
+    caches GLUE code per job id and `glue_updatetime`)."""
+    return f"glue:{glue_type}:{job_id}"
+
+
+_TEXT_LIMITS = {"executor_param": MAX_TEXT_BYTES}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobContext:
+    lineage: XxlJobLineage
+    groups: Mapping[int, str]  # xxl_job_group.id -> app_name
+    tz: LegacyTimeZone
+    text_columns: frozenset[str]
+
+    @property
+    def job_name_column(self) -> str:
+        return "name" if self.lineage is XxlJobLineage.MASTER else "job_desc"
+
+
+def decode_text(row: Mapping[Any, Any], dec: RowDecoder, text_columns: frozenset[str]) -> dict[str, Any]:
+    """The row with its text columns decoded from bytes (UTF-8 and size Problems in `dec`)."""
+    return {k: dec.text(k, val, max_bytes=_TEXT_LIMITS.get(k)) if k in text_columns else val for k, val in row.items()}
+
+
+def _enum(dec: RowDecoder, field: str, value: Any, enum_type: type[enum.StrEnum]) -> Any:
+    if value is None:
+        dec.add(field, "missing: NULL where a value is required")
+        return None
+    try:
+        return enum_type(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum_type)
+        dec.add(field, f"unknown value {str(value)[:60]!r} (expected one of {allowed})")
+        return None
+
+
+def _schedule(dec: RowDecoder, v: Mapping[str, Any], ctx: JobContext) -> tuple[ScheduleKind, str | None, int | None]:
+    if ctx.lineage is XxlJobLineage.V2_2:
+        # a 2.2 row is CRON + DO_NOTHING (the shape 2.3.0's own init data gives it)
+        kind, conf_field, conf = ScheduleType.CRON, "job_cron", v.get("job_cron")
+    else:
+        kind = _enum(dec, "schedule_type", v.get("schedule_type"), ScheduleType)
+        conf_field, conf = "schedule_conf", v.get("schedule_conf")
+    if kind is ScheduleType.CRON:
+        cron = (conf or "").strip()
+        if not cron:
+            dec.add(conf_field, "empty: a CRON job needs a Quartz expression")
+        elif len(cron) > MAX_CRON_LENGTH:
+            dec.add(conf_field, f"too long: {len(cron)} characters (limit {MAX_CRON_LENGTH})")
+        return ScheduleKind.CRON, cron or None, None
+    if kind is ScheduleType.FIX_RATE:
+        seconds = parse_int(conf) if conf is not None else None
+        if seconds is None:
+            dec.add(conf_field, f"not an integer: {conf!r} (FIX_RATE needs whole seconds)"[:200])
+        elif seconds <= 0:
+            dec.add(conf_field, f"not positive: {seconds} (FIX_RATE needs >= 1 second)")
+            seconds = None
+        elif seconds > INT32_MAX:  # Integer.valueOf would throw
+            dec.add(conf_field, f"out of range: {seconds} (more than {INT32_MAX} seconds)")
+            seconds = None
+        return ScheduleKind.FIXED_RATE, None, seconds
+    return ScheduleKind.NONE, None, None
+
+
+def _misfire(dec: RowDecoder, v: Mapping[str, Any], ctx: JobContext) -> MisfireRule:
+    if ctx.lineage is XxlJobLineage.V2_2:
+        return MisfireRule.SKIP
+    strategy = _enum(dec, "misfire_strategy", v.get("misfire_strategy"), MisfireStrategy)
+    return _MISFIRE.get(strategy, MisfireRule.SKIP)
+
+
+def _handler(dec: RowDecoder, v: Mapping[str, Any], job_id: int) -> str:
+    glue = _enum(dec, "glue_type", v.get("glue_type"), GlueType)
+    handler = (v.get("executor_handler") or "").strip()
+    if glue is GlueType.BEAN:
+        if not handler:
+            dec.add("executor_handler", "missing: a BEAN job needs a handler name")
+        return handler
+    if glue is None:
+        return handler
+    # the executor keys the GLUE source by glue_updatetime; xxl-job itself fails on NULL
+    if v.get("glue_updatetime") is None:
+        dec.add("glue_updatetime", "missing: a GLUE job needs its source version time")
+    else:
+        dec.wall_time("glue_updatetime", v.get("glue_updatetime"))
+    return glue_handler(glue.value, job_id)
+
+
+def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
+    """One `xxl_job_info` row as read (text columns as bytes or str) as a definition."""
+    dec = RowDecoder(ctx.tz)
+    v = decode_text(row, dec, ctx.text_columns)
+    job_id = dec.integer("id", v.get("id"))
+    group_id = dec.integer("job_group", v.get("job_group"))
+    if group_id not in ctx.groups:
+        dec.add("job_group", f"no executor group with id {group_id}")
+    kind, cron, interval = _schedule(dec, v, ctx)
+    misfire = _misfire(dec, v, ctx)
+    route = _enum(dec, "executor_route_strategy", v.get("executor_route_strategy"), RouteStrategy)
+    handler = _handler(dec, v, job_id)
+    status = dec.integer("trigger_status", v.get("trigger_status"), minimum=0, maximum=1)
+    next_fire_at = dec.epoch_ms("trigger_next_time", v.get("trigger_next_time"))
+    timeout = dec.integer("executor_timeout", v.get("executor_timeout"), minimum=0)
+    retries = dec.integer("executor_fail_retry_count", v.get("executor_fail_retry_count"), minimum=0)
+    return LegacyDefinition(
+        source=SourceSystem.XXL_JOB,
+        source_key=str(job_id),
+        business=ctx.groups.get(group_id, ""),
+        name=v.get(ctx.job_name_column) or "",
+        schedule=kind,
+        cron=cron,
+        interval_seconds=interval,
+        next_fire_at=next_fire_at,
+        time_zone=ctx.tz.name,
+        misfire=misfire,
+        enabled=status == 1,
+        status="RUNNING" if status == 1 else "STOPPED",
+        handler=handler,
+        params=v.get("executor_param") or "",
+        broadcast=route is RouteStrategy.SHARDING_BROADCAST,
+        route_strategy=v.get("executor_route_strategy") or "",
+        timeout_seconds=timeout,
+        max_retry=retries,
+        raw={k: plain(val) for k, val in v.items()},
+        problems=tuple(dec.problems),
+    )

@@ -1,0 +1,281 @@
+"""`XxlJobReader`: xxl-job's groups, jobs and log as neutral records, read-only.
+
+Reads stream in pages by key (keyset pagination: `WHERE id > :last ORDER BY id LIMIT
+:batch`; the log by `(trigger_time, id)`), each page on its own short connection, so
+memory stays flat in table size and no connection is held while the caller works.
+Given a `Connection` instead of an `Engine`, every read runs on it: the caller's
+transaction then gives one consistent snapshot (as the snapshot + change stream needs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, select, table, text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.sql.elements import ColumnClause
+
+from readers.errors import MissingTables, SourceUnavailable
+from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
+from readers.legacy_ddl.values import parse_int, raw_text
+from readers.ports import LegacyReader
+from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall, require_aware
+from readers.xxljob.logs import LogContext, map_log
+from readers.xxljob.mapping import JobContext, map_job
+from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
+
+logger = logging.getLogger(__name__)
+
+DEAD_TIMEOUT = timedelta(seconds=90)  # RegistryConfig.DEAD_TIMEOUT: 3 x the 30 s beat
+_TRIGGER_MSG_PREFIX = 1000  # the type leads trigger_msg; a failed trigger's reason follows
+_HANDLE_MSG_PREFIX = 1000
+_RETRY_CACHE_LIMIT = 50_000
+
+
+class XxlJobReader(LegacyReader):
+    """Reads one xxl-job admin database (any lineage: 2.2, 2.4, 3.4, master)."""
+
+    system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
+
+    def __init__(self, bind: Engine | Connection, *, admin_tz: str = DEFAULT_ZONE, batch_size: int = 1000) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._bind = bind
+        self._tz = LegacyTimeZone(admin_tz)
+        self._batch = batch_size
+        self._schema: XxlJobSchema | None = None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextmanager
+    def _connect(self, action: str) -> Iterator[Connection]:
+        try:
+            if isinstance(self._bind, Connection):
+                yield self._bind
+            else:
+                with self._bind.connect() as conn:
+                    yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise SourceUnavailable(self.system.value, action) from exc
+
+    def schema(self) -> XxlJobSchema:
+        if self._schema is None:
+            with self._connect("inspect_schema") as conn:
+                self._schema = inspect_schema(conn)
+            logger.info(
+                "xxl-job schema lineage %s",
+                self._schema.lineage.value,
+                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value},
+            )
+        return self._schema
+
+    def lineage(self) -> XxlJobLineage:
+        return self.schema().lineage
+
+    def _groups(self, conn: Connection) -> list[RowMapping]:
+        shape = self.schema().group
+        stmt: Select[*tuple[Any, ...]] = select(*shape.select_list()).select_from(table(GROUP)).order_by(column("id"))
+        return list(conn.execute(stmt).mappings())
+
+    def _group_names(self, conn: Connection) -> dict[int, str]:
+        shape = self.schema().group
+        stmt: Select[*tuple[Any, ...]] = select(column("id"), *shape.select_list(("app_name",))).select_from(
+            table(GROUP)
+        )
+        return {int(r["id"]): raw_text(r["app_name"])[0] or "" for r in conn.execute(stmt).mappings()}
+
+    # -- businesses -------------------------------------------------------------------
+
+    def businesses(self, *, as_of: datetime | None = None) -> list[LegacyBusiness]:
+        """One business per executor app (`app_name`). Addresses: the live registry rows
+        (updated within DEAD_TIMEOUT of the database's clock, or `as_of`), sorted as the
+        admin sorts them; else the group's `address_list`. Manual groups (address_type 1)
+        always use their typed list, as xxl-job does."""
+        with self._connect("read_businesses") as conn:
+            groups = self._groups(conn)
+            now = require_aware(as_of, "as_of") if as_of is not None else db_utc_now(conn)
+            live = self._live_addresses(conn, now)
+        out: dict[str, LegacyBusiness] = {}
+        for g in groups:
+            business = self._business(g, live)
+            # app_name is unique only on master: keep the first (lowest id) group of a name
+            out.setdefault(business.biz_code, business)
+        return list(out.values())
+
+    def _business(self, g: RowMapping, live: Mapping[str, list[str]]) -> LegacyBusiness:
+        app = raw_text(g["app_name"])[0] or ""
+        listed = [a.strip() for a in (raw_text(g.get("address_list"))[0] or "").split(",") if a.strip()]
+        manual = parse_int(g.get("address_type")) == 1
+        addresses = listed if manual or not live.get(app) else live[app]
+        token = raw_text(g.get("access_token"))[0] if "access_token" in g else None
+        return LegacyBusiness(
+            source=self.system,
+            biz_code=app,
+            name=raw_text(g.get(self.schema().title_column))[0] or app,
+            access_token=token or None,
+            executor_addresses=tuple(addresses),
+            source_id=int(g["id"]),
+        )
+
+    def _live_addresses(self, conn: Connection, now: datetime) -> dict[str, list[str]]:
+        shape = self.schema().registry
+        if shape is None:
+            logger.warning("no %s table: executor addresses come from address_list", REGISTRY)
+            return {}
+        cutoff = self._tz.to_wall(now - DEAD_TIMEOUT)
+        stmt = (
+            select(*shape.select_list(("registry_key", "registry_value")))
+            .select_from(table(REGISTRY))
+            .where(column("registry_group") == "EXECUTOR")
+            .where(column("update_time") > bindparam("cutoff", cutoff, type_=WallTime()))
+        )
+        live: dict[str, set[str]] = {}
+        for r in conn.execute(stmt).mappings():
+            key, value = raw_text(r["registry_key"])[0] or "", (raw_text(r["registry_value"])[0] or "").strip()
+            if value:
+                live.setdefault(key, set()).add(value)  # pre-2.5 registries hold duplicate rows
+        return {k: sorted(v) for k, v in live.items()}  # the admin sorts addresses as strings
+
+    # -- definitions ------------------------------------------------------------------
+
+    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+        """Jobs of these apps (all jobs, orphans included, when None), by job id."""
+        schema = self.schema()
+        with self._connect("read_groups") as conn:
+            groups = self._group_names(conn)
+        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        group_ids: tuple[int, ...] | None = None
+        if businesses is not None:
+            wanted = set(businesses)
+            group_ids = tuple(gid for gid, app in groups.items() if app in wanted)
+            if not group_ids:
+                return
+        last = -1
+        while True:
+            rows = self._job_page(last, group_ids)
+            for row in rows:
+                yield map_job(row, ctx)
+            if len(rows) < self._batch:
+                return
+            last = int(rows[-1]["id"])
+
+    def _job_page(self, after: int, group_ids: Sequence[int] | None) -> list[RowMapping]:
+        stmt = (
+            select(*self.schema().info.select_list())
+            .select_from(table(INFO))
+            .where(column("id") > after)
+            .order_by(column("id"))
+            .limit(self._batch)
+        )
+        if group_ids is not None:
+            stmt = stmt.where(column("job_group").in_(group_ids))
+        with self._connect("read_jobs") as conn:
+            return list(conn.execute(stmt).mappings())
+
+    def definition(self, key: str) -> LegacyDefinition | None:
+        job_id = parse_int(key.strip()) if isinstance(key, str) else None
+        if job_id is None:
+            return None
+        schema = self.schema()
+        stmt = select(*schema.info.select_list()).select_from(table(INFO)).where(column("id") == job_id)
+        with self._connect("read_job") as conn:
+            row = conn.execute(stmt).mappings().first()
+            if row is None:
+                return None
+            groups = self._group_names(conn)
+        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        return map_job(row, ctx)
+
+    # -- executions -------------------------------------------------------------------
+
+    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+        """Log rows of one app with `trigger_time` in [since, until), by (trigger_time, id)."""
+        schema = self.schema()
+        if schema.log is None:
+            raise MissingTables(self.system.value, [LOG])
+        lo, hi = self._tz.to_wall(since), self._tz.to_wall(until)
+        with self._connect("read_groups") as conn:
+            groups = self._group_names(conn)
+        group_ids = tuple(gid for gid, app in groups.items() if app == business)
+        if not group_ids or lo >= hi:
+            return
+        retry_counts: dict[int, int] = {}
+        cursor: tuple[datetime, int] | None = None
+        while True:
+            rows = self._log_page(group_ids, lo, hi, cursor)
+            self._load_retry_counts(rows, retry_counts)
+            ctx = LogContext(tz=self._tz, groups=groups, retry_counts=retry_counts)
+            for row in rows:
+                yield map_log(row, ctx)
+            if len(rows) < self._batch:
+                return
+            cursor = (parse_wall(rows[-1]["trigger_time"]), int(rows[-1]["id"]))
+
+    def _log_page(
+        self, group_ids: Sequence[int], lo: datetime, hi: datetime, cursor: tuple[datetime, int] | None
+    ) -> list[RowMapping]:
+        t: ColumnClause[Any] = column("trigger_time")
+        wall = WallTime()
+        cols: list[Any] = [
+            column("id"), column("job_group"), column("job_id"), column("executor_fail_retry_count"),
+            t, column("trigger_code"), column("handle_time"), column("handle_code"),
+            *self.schema().log.select_list(("executor_sharding_param",)),  # type: ignore[union-attr]
+            _binary_prefix("trigger_msg", _TRIGGER_MSG_PREFIX),
+            _binary_prefix("handle_msg", _HANDLE_MSG_PREFIX),
+        ]  # fmt: skip
+        stmt = (
+            select(*cols)
+            .select_from(table(LOG))
+            .where(column("job_group").in_(group_ids))
+            .where(t < bindparam("hi", hi, type_=wall))
+            .order_by(t, column("id"))
+            .limit(self._batch)
+        )
+        if cursor is None:
+            stmt = stmt.where(t >= bindparam("lo", lo, type_=wall))
+        else:
+            at = bindparam("at", cursor[0], type_=wall)
+            stmt = stmt.where(t >= at).where((t > at) | (column("id") > cursor[1]))
+        with self._connect("read_log") as conn:
+            return list(conn.execute(stmt).mappings())
+
+    def _load_retry_counts(self, rows: Sequence[RowMapping], cache: dict[int, int]) -> None:
+        """The configured retry count of each job in a page (attempt = configured -
+        remaining), fetched once per job; the cache is cleared, not grown, past a bound."""
+        wanted = {int(r["job_id"]) for r in rows} - cache.keys()
+        if not wanted:
+            return
+        if len(cache) > _RETRY_CACHE_LIMIT:
+            cache.clear()
+        stmt: Select[*tuple[Any, ...]] = (
+            select(column("id"), column("executor_fail_retry_count"))
+            .select_from(table(INFO))
+            .where(column("id").in_(sorted(wanted)))
+        )
+        with self._connect("read_retry_counts") as conn:
+            for r in conn.execute(stmt).mappings():
+                cache[int(r["id"])] = parse_int(r["executor_fail_retry_count"]) or 0
+
+
+def _binary_prefix(name: str, length: int) -> Any:
+    """The first `length` characters of a text column, as bytes (see schema.py)."""
+    return cast(func.substr(column(name), 1, length), LargeBinary).label(name)
+
+
+def db_utc_now(conn: Connection) -> datetime:
+    """The database server's clock as aware UTC (registry liveness is judged by it)."""
+    if conn.dialect.name in MYSQL_DIALECTS:
+        value = conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    elif conn.dialect.name == "sqlite":
+        value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
+    else:
+        value = conn.execute(select(func.current_timestamp())).scalar_one()
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc)
+    return parse_wall(value).replace(tzinfo=timezone.utc)
