@@ -1,0 +1,86 @@
+"""cutover / rollback commands on the real MariaDB for one xxl-job business and one
+batch-center business: a refused cutover (verdict not ready), a forced one, a rollback."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from readers.legacy_ddl.loader import create_legacy_schema
+from readers.seed import seed_batchcenter, seed_xxljob
+from scheduler_core.store.admin import init_schema
+from scheduler_core.store.engine import make_engine
+from switchyard import exitcodes
+from switchyard.cli import cli
+from tests.backends import mariadb_database
+
+pytestmark = pytest.mark.mariadb
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("source", ["xxl-job", "batch-center"])
+def test_refused_forced_cutover_and_rollback(source: str) -> None:
+    with mariadb_database("legacy") as legacy_url, mariadb_database("target") as target_url:
+        legacy = make_engine(legacy_url)
+        create_legacy_schema(legacy, source, "3.4" if source == "xxl-job" else None)
+        if source == "xxl-job":
+            seed_xxljob(legacy, "3.4", groups=2, jobs_per_group=8, bad_rows=0, malformed_crons=0, rng_seed=7)
+        else:
+            seed_batchcenter(legacy, businesses=2, tasks_per_business=8, bad_rows=0, malformed_crons=0, rng_seed=7)
+            with legacy.begin() as conn:
+                conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
+        target = make_engine(target_url)
+        init_schema(target, 4)
+        code, out = _run("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url)
+        assert code == 0, out
+        code, out = _run("status", "--url", target_url, "--json")
+        businesses = json.loads(out)
+        biz = businesses[0]["business"]
+        assert businesses[0]["state"] == "legacy"
+
+        code, out = _run("dualrun", "start", biz, "--url", target_url, "--legacy-url", legacy_url)
+        assert code == 0, out
+        # the new side has fired nothing yet: the comparison cannot say ready
+        code, out = _run("dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url,
+                         "--since", "2h")
+        assert code == exitcodes.FAILED, out
+        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
+        assert code == exitcodes.REFUSED and "refused" in out, out
+        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
+        assert code == exitcodes.REFUSED and "--reason" in out, out
+        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force",
+                         "--reason", "tested in staging", "--json")
+        assert code == 0, out
+        report = json.loads(out)
+        assert report["forced"] and report["to_state"] == "cutover"
+        with legacy.connect() as conn:
+            if source == "xxl-job":
+                on = conn.execute(text(
+                    "SELECT COUNT(*) FROM xxl_job_info i JOIN xxl_job_group g ON g.id = i.job_group "
+                    "WHERE g.app_name = :b AND i.trigger_status = 1"), {"b": biz}).scalar_one()
+            else:
+                on = conn.execute(text("SELECT COUNT(*) FROM bc_task WHERE biz_code = :b AND status = 0"),
+                                  {"b": biz}).scalar_one()
+        assert on == 0, "every legacy job of the business switched off"
+
+        code, out = _run("rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill",
+                         "--json")
+        assert code == 0, out
+        back = json.loads(out)
+        assert back["to_state"] == "legacy" and back["legacy_started"] == len(back["handover"]) > 0
+        code, out = _run("status", "--url", target_url, "--json")
+        state = {b["business"]: b for b in json.loads(out)}[biz]
+        assert state["state"] == "legacy" and state["verdict"] == "not_ready"
+        with target.connect() as conn:
+            audit = conn.execute(text("SELECT from_state, to_state, forced, reason FROM dus_cutover_audit "
+                                      "WHERE biz_code = :b ORDER BY id"), {"b": biz}).all()
+        assert [(a[0], a[1], a[2]) for a in audit] == [("legacy", "dual_run", 0), ("dual_run", "cutover", 1),
+                                                       ("cutover", "legacy", 0)]
+        legacy.dispose()
+        target.dispose()
