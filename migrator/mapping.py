@@ -129,7 +129,11 @@ def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) 
             "block_strategy": defn.raw.get("executor_block_strategy"),
             "child_jobs": defn.raw.get("child_jobid") or "",
             "app_name": defn.business,
+            "executor_timeout": defn.timeout_seconds,  # the executor's own timeout (0: none)
         }
+        if glue != "BEAN":  # bridged GLUE jobs: the executor needs the source and its version
+            body["glue_source"] = defn.raw.get("glue_source") or ""
+            body["glue_updatetime"] = _epoch_ms(defn.raw.get("glue_updatetime"))
     return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -231,3 +235,9 @@ def _hash(job: Job, trigger: Trigger | None, items: tuple[ShardingItem, ...]) ->
 def _enabled_state(state: TriggerState) -> str:
     # created (business on legacy) and waiting (dual-run) are the same definition
     return TriggerState.WAITING.value if state is TriggerState.CREATED else state.value
+
+
+def _epoch_ms(value: object) -> int:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000) if value.tzinfo else int(value.replace(tzinfo=EARLIEST.tzinfo).timestamp() * 1000)
+    return 0

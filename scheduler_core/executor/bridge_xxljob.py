@@ -1,0 +1,542 @@
+"""The xxl-job bridge: a migrated xxl-job job keeps running on the business's existing
+xxl-job executor, which Switchyard drives the way an xxl-job admin does
+(notes/xxl-job.md §2.13).
+
+    bridge = XxlJobBridge(access_token=..., callback_host="0.0.0.0", callback_port=9300,
+                          address_provider=lambda app: registry_addresses(app))
+    register_xxl_job_bridge(executor, bridge)
+    ...
+    bridge.close()
+
+One handler call:
+
+1. picks the executor address: the item param when it is an address (SHARDING_BROADCAST
+   items carry the address of their executor), else the addresses of `app_name` from
+   `address_provider` (or, without one, the executors that registered with this bridge),
+   tried in order while they refuse connections;
+2. mints a new logId (unique, increasing, fits a Java long) and registers a waiter;
+3. `POST <address>run` with a TriggerParam JSON and header `XXL-JOB-ACCESS-TOKEN`; the
+   executor answers `{"code":200}` once the fire is queued (anything else is a failure,
+   e.g. "The access token is wrong.", a DISCARD_LATER rejection, an unknown handler);
+4. blocks until the executor POSTs the result to this bridge's callback endpoint
+   (`.../api/callback`, the admin API: a list of {logId, logDateTim, handleCode,
+   handleMsg}; ≤2.2.x sends `executeResult: {code, msg}` instead), or the job's timeout
+   passes (timed out), or the executor stops answering `beat` (failure: lost). handleCode
+   200 -> ok, 502 -> timed out, anything else -> failure.
+
+The executor reports results to the admin addresses in its `xxl.job.admin.addresses`,
+trying them in order and stopping at the first that answers code 200 (the same for its
+30 s registrations). So this bridge's `callback_url` must be listed there *first*.
+Callbacks for logIds the bridge did not mint, and registrations, are relayed to
+`forward_to` (the legacy admins) so the legacy admin keeps working during dual-run;
+without `forward_to`, foreign callbacks are refused (code 500) so the executor hands
+them to the next admin in its list itself. A late result for a logId the bridge minted
+(after its handler gave up) is taken and dropped.
+
+TriggerParam (`POST <address>run`), the same names in 2.x and 3.x (TriggerParam /
+TriggerRequest): jobId, executorHandler, executorParams, executorBlockStrategy,
+executorTimeout (s; from the params' `executor_timeout` if present, else the job's
+timeout rounded up, 0 for none), logId, logDateTime (epoch ms), glueType, glueSource,
+glueUpdatetime (epoch ms; from the params if present, else 0), broadcastIndex,
+broadcastTotal (the item's index and total).
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from scheduler_core.executor.sdk import ExecutionContext, Executor, HandlerResult
+
+log = logging.getLogger(__name__)
+
+XXL_JOB_HANDLER = "xxl-job-bridge"
+ACCESS_TOKEN_HEADER = "XXL-JOB-ACCESS-TOKEN"
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+SUCCESS_CODE = 200
+FAIL_CODE = 500
+TIMEOUT_CODE = 502
+REGISTRY_DEAD_S = 90.0  # xxl-job: an executor not heard from for 3 beats is dead
+MAX_CALLBACK_BYTES = 5 * 1024 * 1024  # the executor's own request limit
+MAX_MESSAGE = 1000
+REMEMBER_MINTED = 100_000  # logIds this bridge minted, to tell a late result from a foreign one
+
+
+# -- log ids -----------------------------------------------------------------------------
+
+class LogIdAllocator:
+    """epoch-ms * 1000 + a counter: strictly increasing within the process, and across
+    restarts as long as the wall clock does not step back and fewer than 1000 ids per ms
+    are minted on average. About 1.8e15 today, far above any legacy auto-increment
+    `xxl_job_log.id`, so a relayed callback can never be mistaken for a legacy row; the
+    Java long lasts until the year 2262."""
+
+    def __init__(self, now_ms: Callable[[], int] | None = None) -> None:
+        self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, self._now_ms() * 1000)
+            return self._last
+
+
+_PROCESS_LOG_IDS = LogIdAllocator()  # shared by every bridge of the process
+
+
+# -- wire helpers ------------------------------------------------------------------------
+
+def looks_like_address(value: str) -> bool:
+    v = value.strip().lower()
+    return (v.startswith("http://") or v.startswith("https://")) and len(v) > len("https://")
+
+
+def _base(address: str) -> str:
+    address = address.strip()
+    return address if address.endswith("/") else address + "/"
+
+
+def _one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackResult:
+    log_id: int
+    code: int
+    message: str
+
+
+def parse_callbacks(body: Any) -> list[CallbackResult]:
+    """The admin's `api/callback` body, any version: handleCode/handleMsg (2.3+),
+    executeResult {code, msg} (≤2.2); logDateTim (≤3.4.2) or logDateTime (master) ignored."""
+    items = body if isinstance(body, list) else [body]
+    out: list[CallbackResult] = []
+    for item in items:
+        if not isinstance(item, dict) or "logId" not in item:
+            raise ValueError("a callback item needs a logId")
+        if "handleCode" in item:
+            code, msg = item.get("handleCode"), item.get("handleMsg")
+        elif isinstance(item.get("executeResult"), dict):
+            code, msg = item["executeResult"].get("code"), item["executeResult"].get("msg")
+        else:
+            raise ValueError("a callback item needs handleCode or executeResult")
+        out.append(CallbackResult(int(item["logId"]), int(code if code is not None else 0), str(msg or "")))
+    return out
+
+
+def result_of(cb: CallbackResult, address: str) -> HandlerResult:
+    msg = _one_line(cb.message)
+    if cb.code == SUCCESS_CODE:
+        return HandlerResult(ok=True, message=msg)
+    if cb.code == TIMEOUT_CODE:
+        return HandlerResult(ok=False, message=f"xxl-job executor {address} timed out (handleCode 502): {msg}"
+                             [:MAX_MESSAGE], timed_out=True)
+    return HandlerResult(ok=False, message=f"xxl-job handleCode {cb.code}: {msg}"[:MAX_MESSAGE])
+
+
+# -- the bridge --------------------------------------------------------------------------
+
+@dataclass
+class _Pending:
+    address: str
+    event: threading.Event = field(default_factory=threading.Event)
+    result: HandlerResult | None = None
+
+
+class _RunRefused(Exception):
+    pass
+
+
+class _Unreachable(Exception):
+    pass
+
+
+class XxlJobBridge:
+    def __init__(
+        self,
+        *,
+        access_token: str | None,
+        callback_host: str = "127.0.0.1",
+        callback_port: int = 0,
+        address_provider: Callable[[str], list[str]] | None = None,
+        log_ids: Callable[[], int] | None = None,
+        forward_to: Sequence[str] = (),
+        run_timeout: float = 3.0,
+        beat_interval: float = 30.0,
+        lost_after_beats: int = 3,
+        advertise_host: str | None = None,
+    ) -> None:
+        self.access_token = access_token or None
+        self.address_provider = address_provider
+        self._log_ids = log_ids or _PROCESS_LOG_IDS
+        self.forward_to = tuple(_base(a) for a in forward_to)
+        self.run_timeout = run_timeout
+        self.beat_interval = beat_interval
+        self.lost_after_beats = lost_after_beats
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._registry: dict[str, dict[str, float]] = {}  # app -> address -> last seen (monotonic)
+        self._minted: OrderedDict[int, None] = OrderedDict()
+        self._closed = False
+        self.callbacks_received = 0
+        self.unknown_callbacks = 0
+        self.late_callbacks = 0
+        self._server = _CallbackServer((callback_host, callback_port), _CallbackHandler, self)
+        host, port = self._server.server_address[:2]
+        self.callback_address = (str(host), int(port))
+        shown = advertise_host or (str(host) if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        self.callback_url = f"http://{shown}:{port}/"  # put first in the executor's xxl.job.admin.addresses
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name=f"xxl-bridge-callback-{port}", daemon=True)
+        self._thread.start()
+
+    # -- the handler -----------------------------------------------------------------
+
+    def __call__(self, ctx: ExecutionContext) -> HandlerResult:
+        try:
+            return self._run(ctx)
+        except Exception as exc:
+            log.exception("xxl-job bridge failed for %s", ctx.command_id)
+            return HandlerResult(ok=False, message=_one_line(f"xxl-job bridge: {type(exc).__name__}: {exc}"))
+
+    def _run(self, ctx: ExecutionContext) -> HandlerResult:
+        if self._closed:
+            return HandlerResult(ok=False, message="xxl-job bridge is closed")
+        try:
+            params = json.loads(ctx.params) if ctx.params else {}
+        except ValueError as exc:
+            return HandlerResult(ok=False, message=f"xxl-job bridge: params are not JSON: {exc}")
+        if not isinstance(params, dict):
+            return HandlerResult(ok=False, message="xxl-job bridge: params are not a JSON object")
+        if params.get("bridge") not in (None, "xxl-job"):
+            return HandlerResult(ok=False, message=f"xxl-job bridge: params are for the {params.get('bridge')!r} bridge")
+        try:
+            job_id = int(params.get("job_id"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return HandlerResult(ok=False, message=f"xxl-job bridge: job_id {params.get('job_id')!r} is not an integer")
+        if not 0 < job_id <= JAVA_INT_MAX:
+            return HandlerResult(ok=False, message=f"xxl-job bridge: job_id {job_id} is outside the Java int range")
+        glue_type = str(params.get("glue_type") or "BEAN").upper()
+        glue_source = params.get("glue_source")
+        if glue_type != "BEAN" and not glue_source:
+            # the executor would build the GLUE handler from an empty source (an empty
+            # script "succeeds"): refuse rather than pretend
+            return HandlerResult(ok=False, message=f"xxl-job bridge: {glue_type} job {job_id} needs glue_source "
+                                                   "in its params to run through the bridge")
+        app = str(params.get("app_name") or "")
+        broadcast = looks_like_address(ctx.item_param)
+        addresses = [ctx.item_param.strip()] if broadcast else self._addresses(app)
+        if not addresses:
+            return HandlerResult(ok=False, message=f"xxl-job bridge: no executor address for app {app!r} "
+                                                   "(address empty)")
+        log_id = int(self._log_ids())
+        if not 0 < log_id <= JAVA_LONG_MAX:
+            return HandlerResult(ok=False, message=f"xxl-job bridge: log id {log_id} does not fit a Java long")
+        timeout_s = ctx.timeout.total_seconds()
+        executor_timeout = params.get("executor_timeout")
+        if not isinstance(executor_timeout, int) or isinstance(executor_timeout, bool) or executor_timeout < 0:
+            executor_timeout = math.ceil(timeout_s) if timeout_s > 0 else 0
+        now_ms = time.time_ns() // 1_000_000
+        trigger = {
+            "jobId": job_id,
+            "executorHandler": params.get("executor_handler") or "",
+            "executorParams": params.get("executor_param") or "",
+            "executorBlockStrategy": params.get("block_strategy") or "SERIAL_EXECUTION",
+            "executorTimeout": min(int(executor_timeout), JAVA_INT_MAX),
+            "logId": log_id,
+            "logDateTime": now_ms,
+            "glueType": glue_type,
+            "glueSource": glue_source or "",
+            "glueUpdatetime": int(params.get("glue_updatetime") or 0),
+            "broadcastIndex": ctx.item_index,
+            "broadcastTotal": ctx.item_total,
+        }
+        pending = _Pending(address="")
+        with self._lock:
+            self._pending[log_id] = pending
+            self._minted[log_id] = None
+            while len(self._minted) > REMEMBER_MINTED:
+                self._minted.popitem(last=False)
+        try:
+            address = self._trigger(addresses, trigger, pending, failover=not broadcast)
+            log.info("xxl-job run %s job %d logId %d -> %s queued", ctx.command_id, job_id, log_id, address)
+            return self._wait(pending, log_id, address, timeout_s)
+        except (_RunRefused, _Unreachable) as exc:
+            return HandlerResult(ok=False, message=_one_line(str(exc)))
+        finally:
+            with self._lock:
+                self._pending.pop(log_id, None)
+
+    def _addresses(self, app: str) -> list[str]:
+        if self.address_provider is not None:
+            return [a for a in (self.address_provider(app) or []) if a and a.strip()]
+        return self.registered_addresses(app)
+
+    def _trigger(self, addresses: list[str], trigger: dict[str, Any], pending: _Pending, *, failover: bool) -> str:
+        errors: list[str] = []
+        for address in addresses if failover else addresses[:1]:
+            pending.address = address
+            try:
+                answer = self._post(address, "run", trigger)
+            except _Unreachable as exc:
+                errors.append(str(exc))
+                continue
+            code = answer.get("code") if isinstance(answer, dict) else None
+            if code == SUCCESS_CODE:
+                return address
+            msg = answer.get("msg") if isinstance(answer, dict) else answer
+            raise _RunRefused(f"xxl-job executor {address} refused logId {trigger['logId']}: code {code}: {msg}")
+        raise _Unreachable("; ".join(errors))
+
+    def _post(self, address: str, path: str, body: Any, timeout: float | None = None) -> Any:
+        """POST JSON the way the admin does; raises _Unreachable (not sent) or _RunRefused."""
+        url = _base(address) + path
+        data = b"" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = {"Content-Type": "application/json;charset=UTF-8", "Accept-Charset": "application/json;charset=UTF-8"}
+        if self.access_token:
+            headers[ACCESS_TOKEN_HEADER] = self.access_token
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        try:
+            with self._opener.open(req, timeout=timeout or self.run_timeout) as resp:
+                raw = resp.read(MAX_CALLBACK_BYTES)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            raise _RunRefused(f"xxl-job executor {address} answered HTTP {exc.code} to {path}") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ConnectionRefusedError):
+                raise _Unreachable(f"xxl-job executor {address} refused the connection") from None
+            raise _RunRefused(f"xxl-job {path} to {address} failed: {_one_line(str(reason), 300)}") from None
+        except (TimeoutError, OSError) as exc:
+            # sent, but no answer: it may or may not be queued; like the admin, a failure
+            raise _RunRefused(f"xxl-job {path} to {address} failed: {type(exc).__name__}: {exc}") from None
+        try:
+            return json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        except ValueError:
+            raise _RunRefused(f"xxl-job executor {address} answered {path} with non-JSON "
+                              f"{_one_line(raw.decode('utf-8', 'replace'), 100)!r}") from None
+
+    def _wait(self, pending: _Pending, log_id: int, address: str, timeout_s: float) -> HandlerResult:
+        deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+        failed_beats = 0
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return HandlerResult(ok=False, timed_out=True,
+                                     message=f"xxl-job executor {address}: no result for logId {log_id} "
+                                             f"within {timeout_s:g}s")
+            slice_s = self.beat_interval if remaining is None else min(self.beat_interval, remaining)
+            if pending.event.wait(max(0.0, slice_s)):
+                assert pending.result is not None
+                return pending.result
+            if remaining is not None and remaining <= self.beat_interval:
+                continue  # the deadline is due: report the timeout, not a beat
+            if self._beat(address):
+                failed_beats = 0
+                continue
+            failed_beats += 1
+            if failed_beats >= self.lost_after_beats:
+                return HandlerResult(ok=False, message=f"xxl-job executor {address} lost: no result for logId "
+                                                       f"{log_id} and {failed_beats} beats unanswered")
+
+    def _beat(self, address: str) -> bool:
+        try:
+            answer = self._post(address, "beat", None, timeout=min(self.run_timeout, max(self.beat_interval, 0.5)))
+        except (_Unreachable, _RunRefused):
+            return False
+        return isinstance(answer, dict) and answer.get("code") == SUCCESS_CODE
+
+    # -- the admin side (callback server) --------------------------------------------
+
+    def token_ok(self, presented: str | None) -> bool:
+        if not self.access_token:
+            return True
+        return presented is not None and hmac.compare_digest(presented.encode(), self.access_token.encode())
+
+    def handle_callback(self, raw: bytes, token: str | None) -> dict[str, Any]:
+        try:
+            body = json.loads(raw.decode("utf-8"))
+            results = parse_callbacks(body)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            return {"code": FAIL_CODE, "msg": f"invalid callback: {_one_line(str(exc), 200)}"}
+        late: list[int] = []
+        foreign: list[Any] = []
+        items = body if isinstance(body, list) else [body]
+        for cb, item in zip(results, items):
+            with self._lock:
+                pending = self._pending.get(cb.log_id)
+                if pending is not None:
+                    if pending.result is None:
+                        pending.result = result_of(cb, pending.address)
+                        self.callbacks_received += 1
+                        pending.event.set()
+                    continue  # else a repeated callback: ignored, like the admin
+                minted = cb.log_id in self._minted
+            if minted:
+                late.append(cb.log_id)
+            else:
+                foreign.append(item)
+        with self._lock:
+            self.late_callbacks += len(late)
+            self.unknown_callbacks += len(foreign)
+        if late:
+            # ours, after the handler gave up (timed out, lost, closed): taken and dropped,
+            # or the executor would keep retrying it
+            log.info("xxl-job bridge: late result(s) for logId %s dropped", late[:10])
+        if not foreign:
+            return {"code": SUCCESS_CODE, "msg": None}
+        if self.forward_to:
+            return self._forward("api/callback", foreign, token)
+        # not ours and nowhere to relay: refuse, so the executor hands the list to the
+        # next admin in its xxl.job.admin.addresses (the legacy admin)
+        ids = [i.get("logId") for i in foreign if isinstance(i, dict)][:10]
+        log.warning("xxl-job bridge: %d callback(s) for logIds it never minted %s, refused", len(foreign), ids)
+        return {"code": FAIL_CODE, "msg": f"logId(s) {ids} unknown to the Switchyard bridge"}
+
+    def handle_registry(self, raw: bytes, token: str | None, remove: bool) -> dict[str, Any]:
+        try:
+            body = json.loads(raw.decode("utf-8"))
+            group, key, value = body.get("registryGroup"), body.get("registryKey"), body.get("registryValue")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            return {"code": FAIL_CODE, "msg": "Illegal Argument."}
+        if not key or not value:
+            return {"code": FAIL_CODE, "msg": "Illegal Argument."}
+        if group in (None, "EXECUTOR"):
+            with self._lock:
+                apps = self._registry.setdefault(str(key), {})
+                if remove:
+                    apps.pop(str(value), None)
+                else:
+                    apps[str(value)] = time.monotonic()
+        if self.forward_to:
+            return self._forward("api/registryRemove" if remove else "api/registry", body, token)
+        return {"code": SUCCESS_CODE, "msg": None}
+
+    def registered_addresses(self, app: str) -> list[str]:
+        """Live executors of an app that registered here, sorted like the admin sorts them."""
+        cutoff = time.monotonic() - REGISTRY_DEAD_S
+        with self._lock:
+            return sorted(a for a, seen in self._registry.get(app, {}).items() if seen >= cutoff)
+
+    def _forward(self, path: str, body: Any, token: str | None) -> dict[str, Any]:
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = {"Content-Type": "application/json;charset=UTF-8"}
+        if token:
+            headers[ACCESS_TOKEN_HEADER] = token
+        last = "no admin answered"
+        for admin in self.forward_to:
+            req = urllib.request.Request(admin + path, data=data, headers=headers, method="POST")
+            try:
+                with self._opener.open(req, timeout=self.run_timeout) as resp:
+                    answer = json.loads(resp.read(MAX_CALLBACK_BYTES).decode("utf-8") or "{}")
+            except (OSError, ValueError, urllib.error.URLError) as exc:
+                last = f"{admin}: {type(exc).__name__}"
+                continue
+            if isinstance(answer, dict) and answer.get("code") == SUCCESS_CODE:
+                return answer
+            last = f"{admin}: {answer!r}"[:200]
+        log.warning("xxl-job bridge: relaying %s to the legacy admin failed: %s", path, last)
+        return {"code": FAIL_CODE, "msg": f"relay to the legacy admin failed: {last}"}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def close(self) -> None:
+        """Stop the callback server; every waiting call returns a failure at once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        with self._lock:
+            for p in self._pending.values():
+                if p.result is None:
+                    p.result = HandlerResult(ok=False, message="xxl-job bridge closed before the result arrived")
+                    p.event.set()
+
+    def __enter__(self) -> XxlJobBridge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _CallbackServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], bridge: XxlJobBridge) -> None:
+        self.bridge = bridge
+        super().__init__(address, handler)
+
+
+class _CallbackHandler(BaseHTTPRequestHandler):
+    server: _CallbackServer
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle keep-alive connection is dropped
+
+    def do_POST(self) -> None:  # noqa: N802
+        bridge = self.server.bridge
+        if bridge._closed:
+            self._answer({"code": FAIL_CODE, "msg": "the Switchyard bridge is closed"}, close=True)
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_CALLBACK_BYTES:
+            self._answer({"code": FAIL_CODE, "msg": "request too large"}, status=413, close=True)
+            return
+        raw = self.rfile.read(length) if length > 0 else b""
+        token = self.headers.get(ACCESS_TOKEN_HEADER)
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if not bridge.token_ok(token):
+            answer: dict[str, Any] = {"code": FAIL_CODE, "msg": "The access token is wrong."}
+        elif path.endswith("/api/callback"):
+            answer = bridge.handle_callback(raw, token)
+        elif path.endswith("/api/registry"):
+            answer = bridge.handle_registry(raw, token, remove=False)
+        elif path.endswith("/api/registryRemove"):
+            answer = bridge.handle_registry(raw, token, remove=True)
+        else:
+            answer = {"code": FAIL_CODE, "msg": f"invalid request, uri-mapping({path[:100]}) not found."}
+        self._answer(answer)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer({"code": FAIL_CODE, "msg": "invalid request, HttpMethod not support."})
+
+    def _answer(self, body: dict[str, Any], status: int = 200, close: bool = False) -> None:
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json;charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("xxl-job bridge callback server: " + format, *args)
+
+
+def register_xxl_job_bridge(executor: Executor, bridge: XxlJobBridge) -> XxlJobBridge:
+    executor.handler(XXL_JOB_HANDLER)(bridge)
+    return bridge

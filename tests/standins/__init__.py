@@ -1,0 +1,1 @@
+"""Small stand-ins for legacy executors and business callbacks, for loopback tests."""
