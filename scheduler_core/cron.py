@@ -31,7 +31,7 @@ import calendar
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -151,7 +151,9 @@ def _diagnose(field: str, item: str) -> CronSyntaxError:
     if "W" in item and field != _DOM:
         return CronSyntaxError(field, f"'W' is only allowed in day-of-month ('{item}')")
     if "W" in item:
-        return CronSyntaxError(field, f"'W' needs a single day, as in 15W or LW ('{item}'); ranges and steps are not allowed")
+        return CronSyntaxError(
+            field, f"'W' needs a single day, as in 15W or LW ('{item}'); ranges and steps are not allowed"
+        )
     if "L" in item and field not in (_DOM, _DOW):
         return CronSyntaxError(field, f"'L' is only allowed in day-of-month and day-of-week ('{item}')")
     if "L" in item:
@@ -391,7 +393,10 @@ def validate(expression: str) -> None:
     _parse(expression)
 
 
-def _search(spec: _Spec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> tuple[int, int, int, int, int, int] | None:
+_Fields = tuple[int, int, int, int, int, int]  # year, month, day, hour, minute, second
+
+
+def _search(spec: _Spec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> _Fields | None:
     """The first wall-clock time >= (y, mo, d, h, mi, s) that matches every field.
 
     Classic carry search: each field takes its next allowed value; when a field has
@@ -502,13 +507,18 @@ class CronExpression:
           shared/notes/xxl-job.md section 4 records this Quartz behaviour; we checked
           it against Quartz 2.3.2 and 2.5.2.
 
+        * Right after a gap that is not one whole hour starting on the hour
+          (Australia/Lord_Howe's 30 minutes, Antarctica/Troll's two hours), Quartz's
+          calendar arithmetic also passes over some times that do exist; we replay
+          Quartz's walk there to give the same answer (see ``_first_from_wall``).
+
         Results are therefore strictly increasing, as instants and as wall times, and
         each wall time fires at most once.
         """
         if dt.tzinfo is None or dt.utcoffset() is None:
             raise ValueError("next_after needs an aware datetime (with tzinfo)")
         try:
-            start = dt.astimezone(timezone.utc).replace(microsecond=0) + _ONE_SECOND
+            start = dt.astimezone(UTC).replace(microsecond=0) + _ONE_SECOND
             wall = start.astimezone(self.tz)
         except OverflowError:  # within a second of datetime.max
             return None
@@ -539,8 +549,11 @@ class CronExpression:
         later = candidate.replace(fold=1)
         off_later = later.utcoffset()
         if off == off_later and (candidate - _LOOKBACK).utcoffset() == off:
-            # The usual case: an ordinary wall time, and no clock change in the day
-            # before it, so Quartz's walk cannot have met a gap on the way here.
+            # The usual case: an ordinary wall time with no clock change in the day
+            # before it. Quartz's walk may still have crossed a gap earlier, but the
+            # calendar only pushes it forward by the gap's length (plus an hour, see
+            # _set_hour), which cannot carry it past a match that is more than a day
+            # after the gap; so Quartz lands on this same first match.
             return candidate
         if off is not None and off_later is not None and off > off_later:
             # Fall-back overlap: fold=1 is the later, standard-time instant, the one

@@ -3,6 +3,7 @@ traceback. Messages pass through `redact` so no secret reaches the terminal."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -66,5 +67,11 @@ def cli_errors(fn: F) -> F:
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except Exception as exc:
+            # never a traceback for an operator; SWITCHYARD_DEBUG=1 shows it to a developer
+            if os.environ.get("SWITCHYARD_DEBUG"):
+                raise
+            raise CliFailure(f"unexpected error ({type(exc).__name__}): {_first_line(exc)} "
+                             "(set SWITCHYARD_DEBUG=1 for the traceback)", exitcodes.FAILED) from None
 
     return wrapper  # type: ignore[return-value]

@@ -9,7 +9,9 @@ versions disagree, or Quartz misbehaves, the row says so and follows the documen
 from __future__ import annotations
 
 import calendar
-from datetime import date, datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,14 +23,13 @@ from scheduler_core.cron import MAX_YEAR, CronExpression, CronSyntaxError, valid
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")
-UTC = timezone.utc
 
 # Start of the infra probe's table (shared/notes/infra-probe.md section 4): a Wednesday.
 PROBE_START = datetime(2026, 12, 2, 13, 0, 1, tzinfo=SHANGHAI)
 
 
-def sh(*args: int) -> datetime:
-    return datetime(*args, tzinfo=SHANGHAI)
+def sh(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=SHANGHAI)
 
 
 def nexts(expr: str, start: datetime, n: int, tz: ZoneInfo | None = None) -> list[datetime]:
@@ -203,8 +204,8 @@ def test_start_before_1970_jumps_to_first_year() -> None:
 # --------------------------------------------------------------------------- time zones and DST
 
 
-def ny(*args: int, fold: int = 0) -> datetime:
-    return datetime(*args, tzinfo=NEW_YORK, fold=fold)
+def ny(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, fold: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=NEW_YORK, fold=fold)
 
 
 def instants(values: list[datetime]) -> list[str]:
@@ -313,7 +314,7 @@ def test_apia_skipped_day() -> None:
 
 # --------------------------------------------------------------------------- rejected expressions
 
-INVALID: list[tuple[str, str, str]] = [
+INVALID: list[tuple[str, str, str | None]] = [
     # (expression, field named in the message, part of the reason)
     ("0 0 12 * *", "expression", "got 5"),
     ("0 0 12 * * ? 2027 extra", "expression", "got 8"),  # xxl-job 2.x ignores the 8th token
@@ -464,6 +465,20 @@ def quartz_weekday(d: date) -> int:
     return (d.weekday() + 1) % 7 + 1  # Monday=0 -> 2 ... Sunday=6 -> 1
 
 
+DayPredicate = Callable[[date], bool]
+
+
+class Spec(NamedTuple):
+    """What a generated expression means, worked out by the generator."""
+
+    secs: list[int]
+    mins: list[int]
+    hours: list[int]
+    months: set[int]
+    day_ok: DayPredicate
+    years: set[int] | None
+
+
 def nearest_weekday(year: int, month: int, n: int) -> int:
     """The weekday closest to day n without leaving the month (independent of the
     implementation's Saturday/Sunday case analysis)."""
@@ -473,7 +488,7 @@ def nearest_weekday(year: int, month: int, n: int) -> int:
 
 
 @st.composite
-def day_rule(draw: st.DrawFn, specials: bool) -> tuple[str, str, object]:
+def day_rule(draw: st.DrawFn, specials: bool) -> tuple[str, str, DayPredicate]:
     """(dom text, dow text, predicate(date) -> bool)."""
     if draw(st.booleans()):
         if specials and draw(st.booleans()):
@@ -508,7 +523,7 @@ def day_rule(draw: st.DrawFn, specials: bool) -> tuple[str, str, object]:
 
 
 @st.composite
-def expression(draw: st.DrawFn, specials: bool = False) -> tuple[str, object]:
+def expression(draw: st.DrawFn, specials: bool = False) -> tuple[str, Spec]:
     sec_t, secs = draw(field(0, 59))
     min_t, mins = draw(field(0, 59))
     hour_t, hours = draw(field(0, 23))
@@ -521,16 +536,16 @@ def expression(draw: st.DrawFn, specials: bool = False) -> tuple[str, object]:
         b = draw(st.integers(a, 2031))
         text += f" {a}-{b}"
         years = set(range(a, b + 1))
-    spec = (sorted(secs), sorted(mins), sorted(hours), months, day_ok, years)
+    spec = Spec(sorted(secs), sorted(mins), sorted(hours), months, day_ok, years)
     return text, spec
 
 
 HORIZON_DAYS = 3 * 366
 
 
-def reference_next(spec: object, t: datetime) -> datetime | None:
+def reference_next(spec: Spec, t: datetime) -> datetime | None:
     """First matching UTC time strictly after t (whole seconds), within HORIZON_DAYS."""
-    secs, mins, hours, months, day_ok, years = spec  # type: ignore[misc]
+    secs, mins, hours, months, day_ok, years = spec
     after = t.replace(microsecond=0)
     day = after.date()
     for _ in range(HORIZON_DAYS):
@@ -556,7 +571,7 @@ instants_2024_2030 = st.datetimes(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression(specials=False), instants_2024_2030)
-def test_matches_brute_force_reference(expr_spec: tuple[str, object], t: datetime) -> None:
+def test_matches_brute_force_reference(expr_spec: tuple[str, Spec], t: datetime) -> None:
     text, spec = expr_spec
     got = CronExpression(text, "UTC").next_after(t)
     want = reference_next(spec, t)
@@ -568,7 +583,7 @@ def test_matches_brute_force_reference(expr_spec: tuple[str, object], t: datetim
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression(specials=True), instants_2024_2030)
-def test_special_days_match_reference(expr_spec: tuple[str, object], t: datetime) -> None:
+def test_special_days_match_reference(expr_spec: tuple[str, Spec], t: datetime) -> None:
     text, spec = expr_spec
     got = CronExpression(text, "UTC").next_after(t)
     want = reference_next(spec, t)
@@ -583,7 +598,7 @@ ZONES = ["UTC", "Asia/Shanghai", "America/New_York", "Europe/Berlin", "Australia
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression(specials=True), st.sampled_from(ZONES), instants_2024_2030)
-def test_successive_fires_strictly_increase(expr_spec: tuple[str, object], zone: str, t: datetime) -> None:
+def test_successive_fires_strictly_increase(expr_spec: tuple[str, Spec], zone: str, t: datetime) -> None:
     text, _ = expr_spec
     e = CronExpression(text, zone)
     previous = t
@@ -600,11 +615,11 @@ def test_successive_fires_strictly_increase(expr_spec: tuple[str, object], zone:
         previous = fire
 
 
-def wall_reference(e: CronExpression, spec: object, t: datetime) -> datetime | None:
+def wall_reference(e: CronExpression, spec: Spec, t: datetime) -> datetime | None:
     """Quartz's DST rule for zones whose clock changes are one whole hour on the hour:
     the first matching wall time at or after wall(floor(t) + 1 s) that exists, at its
     later (standard-time) instant when it is ambiguous."""
-    secs, mins, hours, months, day_ok, years = spec  # type: ignore[misc]
+    secs, mins, hours, months, day_ok, years = spec
     start = (t.astimezone(UTC).replace(microsecond=0) + timedelta(seconds=1)).astimezone(e.tz).replace(tzinfo=None)
     day = start.date()
     for _ in range(HORIZON_DAYS):
@@ -640,7 +655,7 @@ def near_dst_change(draw: st.DrawFn) -> datetime:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expression(specials=False), near_dst_change())
-def test_dst_rule_matches_wall_clock_reference(expr_spec: tuple[str, object], t: datetime) -> None:
+def test_dst_rule_matches_wall_clock_reference(expr_spec: tuple[str, Spec], t: datetime) -> None:
     text, spec = expr_spec
     e = CronExpression(text, t.tzinfo)  # type: ignore[arg-type]
     got = e.next_after(t)
@@ -654,7 +669,7 @@ def test_dst_rule_matches_wall_clock_reference(expr_spec: tuple[str, object], t:
 
 @settings(max_examples=150, deadline=None)
 @given(expression(specials=True))
-def test_parse_is_stable(expr_spec: tuple[str, object]) -> None:
+def test_parse_is_stable(expr_spec: tuple[str, Spec]) -> None:
     text, _ = expr_spec
     validate(text)
     validate(text.lower())  # names and L/W are case-insensitive
