@@ -1,88 +1,345 @@
-"""The main job on the embedded default: no servers, SQLite + in-process bus + local
-election. (The end-to-end migration story replaces the body of this module; the
-scheduler path it shows stays.)"""
+"""The main job on the embedded default: the whole migration story with no servers.
+
+SQLite for the two legacy databases and the Switchyard store, the in-process bus, a
+local election, and a compressed (driven) clock:
+
+1. two legacy schedulers (an xxl-job 3.4 admin and the batch center) run their seeded
+   jobs for an hour and write their logs;
+2. the businesses are migrated: plan, then run (a few bad rows are quarantined);
+3. every business enters dual-run (one in shadow mode), both paths fire for two hours;
+   one business's new handler starts failing half-way (an injected regression);
+4. each business is compared (verdict, reasons, noise baseline) and reported (HTML,
+   Markdown, JSON, and an overview page);
+5. a ready business is cut over, the regressed one is rolled back, and the story runs
+   on for half an hour past the switch;
+6. the boundary is checked occurrence by occurrence: after the switch every
+   occurrence is fired by exactly one side.
+"""
 from __future__ import annotations
 
 import shutil
-import threading
 import time
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
+from dualrun.collect import CompareRequest, compare_business
+from dualrun.model import Window
+from dualrun.settings import CompareSettings
+from dualrun.verdict import put_comparison
+from legacy_sim.batchcenter import BatchCenterSimulator
+from legacy_sim.xxljob import XxlJobSimulator
+from migrator.apply import Migrator
+from migrator.business import BusinessRegistry
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.model import BusinessState
+from migrator.target import TargetWriter
+from readers.batchcenter.reader import BatchCenterReader
+from readers.legacy_ddl.loader import create_legacy_schema
+from readers.ports import LegacyReader
+from readers.seed import seed_batchcenter, seed_xxljob
+from readers.xxljob.reader import XxlJobReader
+from reports.load import load_overview, load_report
+from reports.write import write_report
 from scheduler_core.bus.memory import InProcessBus
-from scheduler_core.clock import SystemClock
-from scheduler_core.election.local import LocalElection, LocalElectionGroup
-from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
-from scheduler_core.scheduler import Scheduler
+from scheduler_core.callbacks import ResultConsumer
+from scheduler_core.clock import ManualClock
+from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
+from scheduler_core.model import Epoch, parse_command_id
+from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.wiring import DualRunGate
+
+START = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
+STEP = timedelta(seconds=10)
+LEGACY_ONLY = timedelta(hours=1)
+DUAL_RUN = timedelta(hours=2)
+AFTER_SWITCH = timedelta(minutes=30)
+REGRESSION_AT = timedelta(minutes=45)  # into dual-run
+
+
+@dataclass
+class BusinessLine:
+    business: str
+    source: str
+    state: str = ""
+    verdict: str = ""
+    reasons: tuple[str, ...] = ()
+    legacy_fires: int = 0
+    new_fires: int = 0
+    boundary_missing: int = 0
+    boundary_doubled: int = 0
+    report: str = ""
 
 
 @dataclass
 class DemoResult:
-    store_url: str
-    command_id: str
-    scheduled_at: str
-    received_lag_ms: float
-    state: str
+    workdir: str
+    overview: str
+    businesses: list[BusinessLine] = field(default_factory=list)
+    quarantined: int = 0
+    migrated: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"workdir": self.workdir, "overview": self.overview, "quarantined": self.quarantined,
+                "migrated": self.migrated, "seconds": round(self.seconds, 1),
+                "businesses": [b.__dict__ | {"reasons": list(b.reasons)} for b in self.businesses]}
 
 
-def run_demo(workdir: Path, say: "callable[[str], None]" = print) -> DemoResult:  # type: ignore[valid-type]
+class _Legacy:
+    """One legacy system: its database, reader, simulator and switch."""
+
+    def __init__(self, source: str, url: str, clock: ManualClock) -> None:
+        self.source = source
+        self.engine = make_engine(url)
+        if source == "xxl-job":
+            create_legacy_schema(self.engine, source, "3.4")
+            self.seed = seed_xxljob(self.engine, "3.4", groups=2, jobs_per_group=6, bad_rows=2, malformed_crons=1,
+                                    executors_per_group=2, rng_seed=11, base_time=START)
+            _quicken_xxljob(self.engine, set(self.seed.bad_keys) | set(self.seed.malformed_cron_keys))
+            self.reader: LegacyReader = XxlJobReader(self.engine)
+            self.sim: Any = XxlJobSimulator(self.engine, lineage="3.4", clock=clock)
+            self.control: Any = XxlJobControl(self.engine, clock)
+        else:
+            create_legacy_schema(self.engine, source, None)
+            self.seed = seed_batchcenter(self.engine, businesses=2, tasks_per_business=6, bad_rows=2,
+                                         malformed_crons=1, rng_seed=11, base_time=START)
+            _quicken_batchcenter(self.engine, set(self.seed.bad_keys) | set(self.seed.malformed_cron_keys))
+            self.reader = BatchCenterReader(self.engine)
+            self.sim = BatchCenterSimulator(self.engine, clock=clock)
+            self.control = BatchCenterControl(self.engine, clock)
+
+
+# The seed's schedules are realistic (hourly, daily); the demo's clock covers a few hours,
+# so its running recurring jobs are given minute-scale schedules of the same kinds.
+QUICK_CRONS = ("0 * * * * ?", "0 0/2 * * * ?", "30 0/3 * * * ?")
+
+
+def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
+    from sqlalchemy import text
+
+    first = int((START + timedelta(minutes=1)).timestamp() * 1000)
+    with engine.begin() as conn:
+        ids = [i for (i,) in conn.execute(text(
+            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type IN ('CRON', 'FIX_RATE') ORDER BY id"))
+            if str(i) not in bad]  # bad rows stay as they are: they are quarantined, not run
+        for n, job_id in enumerate(ids):
+            if n % 4 == 3:
+                conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'FIX_RATE', schedule_conf = '90', "
+                                  "trigger_next_time = :t WHERE id = :id"), {"t": first, "id": job_id})
+            else:
+                conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = :c, "
+                                  "trigger_next_time = :t WHERE id = :id"),
+                             {"c": QUICK_CRONS[n % 3], "t": first, "id": job_id})
+
+
+def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
+    from sqlalchemy import text
+
+    wall = (START + timedelta(hours=8, minutes=1)).strftime("%Y-%m-%d %H:%M:%S")  # Asia/Shanghai wall time
+    with engine.begin() as conn:
+        ids = [i for (i,) in conn.execute(text(
+            "SELECT id FROM bc_task WHERE status IN (0, 1) AND task_type IN (2, 3) ORDER BY id"))
+            if str(i) not in bad]
+        for n, task_id in enumerate(ids):
+            if n % 4 == 3:
+                conn.execute(text("UPDATE bc_task SET task_type = 3, interval_sec = 120, cron_expr = NULL, "
+                                  "status = 0, fire_time = :f WHERE id = :id"), {"f": wall, "id": task_id})
+            else:
+                conn.execute(text("UPDATE bc_task SET task_type = 2, cron_expr = :c, status = 0, fire_time = :f "
+                                  "WHERE id = :id"), {"c": QUICK_CRONS[n % 3], "f": wall, "id": task_id})
+
+
+def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
+    started = time.perf_counter()
     if workdir.exists():
         shutil.rmtree(workdir)  # a second run starts clean
-    workdir.mkdir(parents=True)
-    url = f"sqlite:///{workdir / 'switchyard.db'}"
-    engine = make_engine(url)
-    init_schema(engine, partitions=4)
-    clock = SystemClock()
-    store = SqlTriggerStore(engine, clock)
+    (workdir / "reports").mkdir(parents=True)
+    clock = ManualClock(START)
+    legacies = [_Legacy("xxl-job", f"sqlite:///{workdir / 'legacy-xxljob.db'}", clock),
+                _Legacy("batch-center", f"sqlite:///{workdir / 'legacy-batchcenter.db'}", clock)]
+    target = make_engine(f"sqlite:///{workdir / 'switchyard.db'}")
+    init_schema(target, partitions=4)
+    store = SqlTriggerStore(target, clock)
+    say(f"legacy databases seeded: xxl-job {legacies[0].seed.good + legacies[0].seed.bad} jobs, "
+        f"batch center {legacies[1].seed.good + legacies[1].seed.bad} tasks (a few of them bad)")
+
+    # 1. the legacy schedulers run alone
+    _advance(clock, LEGACY_ONLY, legacies, None)
+    say(f"legacy schedulers ran for {LEGACY_ONLY}: {sum(len(lg.sim.fired) for lg in legacies)} fires logged")
+
+    # 2. migrate: plan, then run
+    result = DemoResult(workdir=str(workdir), overview="")
+    writer = TargetWriter(store)
+    for lg in legacies:
+        m = Migrator(lg.reader, writer, clock)
+        plan = m.plan()
+        say(f"plan {lg.source}: {plan.counts['create']} to create, {plan.counts['quarantine']} quarantined")
+        run = m.run()
+        result.migrated += run.counts["create"]
+        result.quarantined += run.counts["quarantine"]
+        again = Migrator(lg.reader, writer, clock).run()
+        assert again.rows_written == 0, "an unchanged re-run writes nothing"
+    registry = BusinessRegistry(store)
+    businesses = registry.all()
+    source_of = {b.biz_code: b.source_system for b in businesses}
+    say(f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
+        f"{result.quarantined} quarantined with their field and reason")
+
+    # 3. dual-run: every business, the first batch-center one in shadow
     bus = InProcessBus(clock)
-    say(f"store initialised: {url} (4 partitions)")
+    shadow_biz = next(b.biz_code for b in businesses if b.source_system == "batch-center")
+    regressed = next(b.biz_code for b in businesses if b.source_system == "xxl-job")
+    cut = next(b.biz_code for b in businesses if b.source_system == "xxl-job" and b.biz_code != regressed)
+    switches = {lg.source: BusinessSwitch(store, lg.control, clock, DualRunGate(store),
+                                          max_verdict_age=timedelta(days=1)) for lg in legacies}
+    for b in businesses:
+        switches[b.source_system].start_dual_run(b.biz_code, shadow=b.biz_code == shadow_biz, actor="demo",
+                                                 reason="dual-run in the demo")
+    dual_start = clock.now()
+    regression = {"on": False}
+    executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
+    for ex in executors:
+        ex.handler()(_handler(ex.domain, regressed, regression))
+    store.claim_epoch(Epoch(1))
+    core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0),
+                                                                         jitter=timedelta(0)), inline=True)
+    consumer = ResultConsumer(bus, store, core.metrics)
+    new_side = (core, executors, consumer)
+    _advance(clock, REGRESSION_AT, legacies, new_side)
+    regression["on"] = True
+    say(f"dual-run: both paths fired for {REGRESSION_AT}; injecting a regression into {regressed}'s new handler")
+    _advance(clock, DUAL_RUN - REGRESSION_AT, legacies, new_side)
 
-    job = store.put_job(Job(job_code=JobCode("demo-reminder"), biz_code="reminder", handler="send_reminder"))
-    due = clock.now() + timedelta(seconds=2)
-    (trigger,) = store.add_triggers(
-        [Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE, next_fire_at=due)]
-    )
-    say(f"one-shot trigger {trigger.id} for job {job.job_code} due at {due.isoformat()}")
+    # 4. compare every business over the last hour, against its own earlier hour (A/A)
+    window = Window(start=clock.now() - timedelta(hours=1), end=clock.now() - timedelta(minutes=1))
+    for b in businesses:
+        reader = next(lg.reader for lg in legacies if lg.source == b.source_system)
+        comparison = compare_business(store, reader, CompareRequest(business=b.biz_code, window=window),
+                                      settings=CompareSettings(window=timedelta(hours=1)), now=clock.now())
+        put_comparison(store, comparison)
+        line = BusinessLine(b.biz_code, b.source_system, verdict=comparison.verdict.value,
+                            reasons=tuple(comparison.reasons))
+        result.businesses.append(line)
+    say("compared: " + ", ".join(f"{ln.business} {ln.verdict}" for ln in result.businesses))
 
-    executor = Executor(bus, "reminder", clock=clock)
-    handled = threading.Event()
+    # 5. cut over a ready business, roll the regressed one back
+    lines = {ln.business: ln for ln in result.businesses}
+    switch_at = clock.now()
+    if lines[cut].verdict == "ready":
+        rep = switches["xxl-job"].cutover(cut, actor="demo", reason="verdict ready")
+    else:
+        rep = switches["xxl-job"].cutover(cut, actor="demo", force=True,
+                                         reason="demo: cut over despite " + "; ".join(lines[cut].reasons))
+    handovers = {cut: rep.handover}
+    say(f"cut over {cut} (handover of {len(rep.handover)} jobs{', forced' if rep.forced else ''})")
+    back = switches["xxl-job"].rollback(regressed, actor="demo", reason="injected regression: failures on the new path")
+    handovers[regressed] = back.handover
+    say(f"rolled {regressed} back to legacy (legacy resumes where the new side stopped: {len(back.handover)} jobs)")
+    for ex in executors:
+        if ex.domain == regressed:
+            regression["on"] = False
+    _advance(clock, AFTER_SWITCH, legacies, new_side)
 
-    @executor.handler("demo-reminder")
-    def send_reminder(ctx: ExecutionContext) -> None:
-        lag = (clock.now() - ctx.scheduled_at).total_seconds() * 1000
-        say(f"executor ran {ctx.command_id} ({lag:.0f} ms after its fire time)")
-        handled.set()
+    # 6. the boundary, occurrence by occurrence, and the reports
+    for b in registry.all():
+        line = lines[b.biz_code]
+        line.state = b.state.value
+        lg = next(x for x in legacies if x.source == b.source_system)
+        legacy_fires, new_fires = _fires_after(store, lg, b.biz_code, dual_start)
+        line.legacy_fires, line.new_fires = len(legacy_fires), len(new_fires)
+        if b.biz_code in handovers:
+            line.boundary_missing, line.boundary_doubled = _boundary(
+                handovers[b.biz_code], legacy_fires, new_fires, to_new=b.state is BusinessState.CUTOVER,
+                horizon=clock.now() - timedelta(minutes=1), links={ln.source_key: ln.job_code
+                                                                  for ln in switches[b.source_system].links(b.biz_code)})
+        out = workdir / "reports" / f"{b.biz_code}.html"
+        model = load_report(store, b.biz_code, now=clock.now())
+        write_report(model.content(), "html", out)
+        write_report(model.content(), "md", out.with_suffix(".md"))
+        write_report(model.content(), "json", out.with_suffix(".json"))
+        line.report = str(out)
+    overview = workdir / "reports" / "index.html"
+    write_report(load_overview(store, now=clock.now(), reports_dir=overview.parent).content(), "html", overview)
+    result.overview = str(overview)
+    for ex in executors:
+        ex.close()
+    core.shutdown()
+    target.dispose()
+    for lg in legacies:
+        lg.engine.dispose()
+    _ = switch_at
+    result.seconds = time.perf_counter() - started
+    return result
 
-    settings = SchedulerSettings(idle_wait=timedelta(milliseconds=200), jitter=timedelta(milliseconds=50))
-    scheduler = Scheduler(store, bus, LocalElection(LocalElectionGroup(clock)), clock, settings)
-    stop = threading.Event()
-    threads = [threading.Thread(target=scheduler.run, args=(stop,), daemon=True),
-               threading.Thread(target=executor.run, args=(stop,), daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        handled.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        rec = None
-        while time.monotonic() < deadline:
-            recs = store.fired_between("reminder", due - timedelta(seconds=1), due + timedelta(seconds=1))
-            rec = recs[0] if recs else None
-            if rec is not None and rec.state.is_final:
-                break
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
-        executor.close()
-        engine.dispose()
-    if rec is None or rec.state is not FiredState.SUCCEEDED or rec.received_at is None:
-        raise RuntimeError(f"the demo trigger did not complete: {rec}")
-    lag_ms = (rec.received_at - rec.scheduled_at).total_seconds() * 1000
-    return DemoResult(url, rec.command_id, rec.scheduled_at.isoformat(), lag_ms, rec.state.value)
+
+def _handler(domain: str, regressed: str, regression: dict[str, bool]) -> Callable[[ExecutionContext], HandlerResult]:
+    def handle(ctx: ExecutionContext) -> HandlerResult:
+        # the business's work would run here (through its legacy bridge in production)
+        if domain == regressed and regression["on"] and ctx.item_index % 3 == 0:
+            return HandlerResult(ok=False, message="NullPointerException in the new handler (injected)")
+        return HandlerResult(ok=True)
+
+    return handle
+
+
+def _advance(clock: ManualClock, span: timedelta, legacies: list[_Legacy],
+             new_side: tuple[SchedulerCore, list[Executor], ResultConsumer] | None) -> None:
+    end = clock.now() + span
+    while clock.now() < end:
+        clock.advance(STEP)
+        for lg in legacies:
+            lg.sim.step(clock.now())
+        if new_side is not None:
+            core, executors, consumer = new_side
+            core.tick_all()
+            for ex in executors:
+                while ex.poll_once(batch=500, timeout=timedelta(0)):
+                    pass
+            while consumer.poll(timeout=timedelta(0)):
+                pass
+
+
+def _fires_after(store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """(source key, scheduled ms) fired by each side since `since` (one per occurrence)."""
+    links = {ln.job_code: ln.source_key for ln in BusinessSwitch(store, lg.control, store.clock).links(biz)}
+    keys = set(links.values())
+    legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000}
+    new: set[tuple[str, int]] = set()
+    for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
+        if r.job_code in links and r.state.value not in ("skipped", "pending") and not _shadow_only(r):
+            new.add((links[r.job_code], int(parse_command_id(r.command_id)[1])))
+    return legacy, new
+
+
+def _ms(value: int | datetime) -> int:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
+
+
+def _shadow_only(record: Any) -> bool:
+    return record.state.value == "received" and "shadow" in (record.message or "")
+
+
+def _boundary(handover: dict[str, str], legacy: set[tuple[str, int]], new: set[tuple[str, int]], *, to_new: bool,
+              horizon: datetime, links: dict[str, str]) -> tuple[int, int]:
+    """Across the switch: every occurrence from the handover time on is fired by exactly
+    the side that owns it now. Returns (missing, doubled)."""
+    missing = doubled = 0
+    horizon_ms = horizon.timestamp() * 1000
+    for key, at in handover.items():
+        h_ms = datetime.fromisoformat(at).timestamp() * 1000
+        owner, other = (new, legacy) if to_new else (legacy, new)
+        owned = {ms for k, ms in owner if k == key and h_ms <= ms <= horizon_ms}
+        stray = {ms for k, ms in other if k == key and h_ms <= ms <= horizon_ms}
+        doubled += len(owned & stray)
+        # an occurrence of the schedule that neither side fired after the handover
+        expected = owned | stray
+        missing += len(expected - owned)
+    return missing, doubled

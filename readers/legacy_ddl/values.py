@@ -23,6 +23,11 @@ INT32_MAX = 2**31 - 1
 def raw_text(value: Any) -> tuple[str | None, str | None]:
     """(text, error): bytes decoded as strict UTF-8; on failure the text has U+FFFD where
     the bad bytes were, and the error names the first bad offset."""
+    if type(value) is bytes:  # the common case first: this runs for every text cell
+        try:
+            return value.decode("utf-8"), None
+        except UnicodeDecodeError as exc:
+            return value.decode("utf-8", "replace"), f"invalid UTF-8 at byte {exc.start}"
     if value is None or isinstance(value, str):
         return value, None
     if isinstance(value, memoryview):
@@ -38,6 +43,8 @@ def raw_text(value: Any) -> tuple[str | None, str | None]:
 def plain(value: Any) -> Any:
     """A value for `LegacyDefinition.raw`: JSON-friendly (text, ints, wall times as the
     text MySQL prints), so the migrator can hash it the same on every dialect."""
+    if value is None or type(value) in (str, int):
+        return value
     if isinstance(value, datetime):
         return value.isoformat(sep=" ")
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -59,7 +66,8 @@ class RowDecoder:
         decoded, error = raw_text(value)
         if error:
             self.add(field, error)
-        if decoded is not None and max_bytes is not None:
+        # a cheap bound first: n characters are at most 4n bytes of UTF-8
+        if decoded is not None and max_bytes is not None and len(decoded) * 4 > max_bytes:
             size = len(decoded.encode("utf-8", "replace"))
             if size > max_bytes:
                 self.add(field, f"too long: {size} bytes (limit {max_bytes})")
