@@ -128,7 +128,8 @@ def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
     first = int((START + timedelta(minutes=1)).timestamp() * 1000)
     with engine.begin() as conn:
         ids = [i for (i,) in conn.execute(text(
-            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type IN ('CRON', 'FIX_RATE') ORDER BY id"))
+            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND glue_type = 'BEAN' "
+            "AND schedule_type IN ('CRON', 'FIX_RATE') ORDER BY id"))
             if str(i) not in bad]  # bad rows stay as they are: they are quarantined, not run
         for n, job_id in enumerate(ids):
             if n % 4 == 3:
@@ -232,7 +233,6 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
 
     # 5. cut over a ready business, roll the regressed one back
     lines = {ln.business: ln for ln in result.businesses}
-    switch_at = clock.now()
     if lines[cut].verdict == "ready":
         rep = switches["xxl-job"].cutover(cut, actor="demo", reason="verdict ready")
     else:
@@ -258,8 +258,8 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         if b.biz_code in handovers:
             line.boundary_missing, line.boundary_doubled = _boundary(
                 handovers[b.biz_code], legacy_fires, new_fires, to_new=b.state is BusinessState.CUTOVER,
-                horizon=clock.now() - timedelta(minutes=1), links={ln.source_key: ln.job_code
-                                                                  for ln in switches[b.source_system].links(b.biz_code)})
+                horizon=clock.now() - timedelta(minutes=1),
+                triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)})
         out = workdir / "reports" / f"{b.biz_code}.html"
         model = load_report(store, b.biz_code, now=clock.now())
         write_report(model.content(), "html", out)
@@ -275,7 +275,6 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     target.dispose()
     for lg in legacies:
         lg.engine.dispose()
-    _ = switch_at
     result.seconds = time.perf_counter() - started
     return result
 
@@ -328,18 +327,29 @@ def _shadow_only(record: Any) -> bool:
 
 
 def _boundary(handover: dict[str, str], legacy: set[tuple[str, int]], new: set[tuple[str, int]], *, to_new: bool,
-              horizon: datetime, links: dict[str, str]) -> tuple[int, int]:
-    """Across the switch: every occurrence from the handover time on is fired by exactly
-    the side that owns it now. Returns (missing, doubled)."""
+              horizon: datetime, triggers: dict[str, Any]) -> tuple[int, int]:
+    """Across the switch, every occurrence of the schedule from the handover time on is
+    fired by the side that owns it now, and not by the other. Returns (missing, doubled)."""
+    from dataclasses import replace
+
+    from scheduler_core.occurrences import next_after
+
     missing = doubled = 0
-    horizon_ms = horizon.timestamp() * 1000
+    horizon_ms = int(horizon.timestamp() * 1000)
     for key, at in handover.items():
-        h_ms = datetime.fromisoformat(at).timestamp() * 1000
+        first = datetime.fromisoformat(at)
+        trig = triggers.get(key)
+        if trig is None:
+            continue
+        anchored = replace(trig, next_fire_at=first)  # fixed rate: the grid through the handover time
+        expected: list[int] = []
+        cursor: datetime | None = first
+        while cursor is not None and cursor.timestamp() * 1000 <= horizon_ms and len(expected) < 10_000:
+            expected.append(int(cursor.timestamp() * 1000))
+            cursor = next_after(anchored, cursor)
         owner, other = (new, legacy) if to_new else (legacy, new)
-        owned = {ms for k, ms in owner if k == key and h_ms <= ms <= horizon_ms}
-        stray = {ms for k, ms in other if k == key and h_ms <= ms <= horizon_ms}
-        doubled += len(owned & stray)
-        # an occurrence of the schedule that neither side fired after the handover
-        expected = owned | stray
-        missing += len(expected - owned)
+        owned = {ms for k, ms in owner if k == key}
+        stray = {ms for k, ms in other if k == key}
+        missing += sum(1 for ms in expected if ms not in owned)
+        doubled += sum(1 for ms in expected if ms in owned and ms in stray)
     return missing, doubled

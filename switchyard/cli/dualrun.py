@@ -1,9 +1,280 @@
-"""`switchyard dualrun ...` (placeholder group: the commands are added by the dual-run work)."""
+"""`switchyard dualrun compare|watch`: compare the legacy and the new path per business."""
 from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
+from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
+from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
+from dualrun.model import Comparison, as_dict, iso
+from dualrun.ports import BacklogProbe
+from dualrun.settings import CompareSettings, parse_duration, thresholds_from_mapping
+from dualrun.verdict import put_comparison
+from dualrun.watch import Watch
+from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
+from readers.ports import LegacyReader
+from readers.records import SourceSystem
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.options import pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.wiring import open_bus, open_store
 
-@click.group()
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+EPILOG = """\b
+Examples:
+  switchyard dualrun compare --business reminder --source xxl-job \\
+      --legacy-url mysql+pymysql://ro@db/xxl_job --since 2h
+  switchyard dualrun compare --business sop --legacy-url sqlite:///bc.db --json > verdict.json
+  switchyard dualrun watch --business reminder --business sop --every 1m --legacy-url ...
+
+Exit codes: 0 ready, 1 not ready (or failed), 2 bad arguments, 3 a database
+unreachable, 4 schema missing."""
+
+
+def open_reader(source: SourceSystem, legacy_url: str, tz: str) -> LegacyReader:
+    """The legacy reader of a source system (the readers package's adapters)."""
+    engine = make_engine(legacy_url)
+    if source is SourceSystem.XXL_JOB:
+        from readers.xxljob.reader import XxlJobReader
+
+        return XxlJobReader(engine, admin_tz=tz)  # type: ignore[call-arg]
+    from readers.batchcenter.reader import BatchCenterReader
+
+    return BatchCenterReader(engine, tz=tz)  # type: ignore[call-arg]
+
+
+def domain_errors(fn: F) -> F:
+    """Comparator and reader failures as one line and a documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (NoSourceSystem, UnknownBusiness, UnknownSystem) as exc:
+            raise CliFailure(str(exc), exitcodes.USAGE) from None
+        except SourceUnavailable as exc:
+            raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
+        except (MissingTables, UnknownLineage) as exc:
+            raise CliFailure(str(exc), exitcodes.SCHEMA) from None
+        except (DualRunError, ReaderError) as exc:
+            raise CliFailure(str(exc), exitcodes.FAILED) from None
+        except ImportError as exc:
+            raise CliFailure(f"legacy reader not available: {exc}", exitcodes.FAILED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_when(text: str | None, now: datetime) -> datetime | None:
+    """ISO-8601 (a naive value is UTC), or a duration meaning 'that long ago' ('2h')."""
+    if text is None:
+        return None
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither an ISO-8601 time nor a duration like 2h") from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        d = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if d <= timedelta(0):
+        raise click.BadParameter("must be positive")
+    return d
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What every comparison of a command needs: the store, the legacy side, settings."""
+
+    store: SqlTriggerStore
+    legacy_url: str
+    legacy_tz: str
+    source: SourceSystem | None
+    settings_file: dict[str, Any]
+    base: CompareSettings
+    probe: BacklogProbe | None
+    readers: dict[SourceSystem, LegacyReader]
+
+    def reader(self, source: SourceSystem) -> LegacyReader:
+        if source not in self.readers:
+            self.readers[source] = open_reader(source, self.legacy_url, self.legacy_tz)
+        return self.readers[source]
+
+    def settings_for(self, business: str) -> CompareSettings:
+        return replace(self.base, thresholds=thresholds_from_mapping(self.settings_file, business))
+
+    def compare(self, business: str, *, since: str | None = None, until: str | None = None,
+                legacy_business: str | None = None, shadow: bool | None = None) -> tuple[Comparison, int]:
+        now = self.store.clock.now()
+        settings = self.settings_for(business)
+        window = default_window(now, settings.window, parse_when(since, now), parse_when(until, now))
+        request = CompareRequest(business=business, window=window, source=self.source,
+                                 legacy_business=legacy_business, shadow=shadow)
+        source = self.source or _stored_source(self.store, business)
+        result = compare_business(self.store, self.reader(source), request, settings=settings, now=now,
+                                  probe=self.probe)
+        return result, put_comparison(self.store, result)
+
+
+def _stored_source(store: SqlTriggerStore, business: str) -> SourceSystem:
+    for info in fetch_businesses(store):
+        if info.biz_code == business:
+            return SourceSystem(info.source_system)
+    raise NoSourceSystem(business)
+
+
+def _load_thresholds(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.BadParameter(f"cannot read thresholds file {path}: {exc}") from None
+
+
+def _probe(bus_url: str | None, admin_url: str | None, token_env: str, prefix: str) -> BacklogProbe | None:
+    if not bus_url or not admin_url:
+        return None
+    return open_bus(bus_url, admin_url=admin_url, token=os.environ.get(token_env), topic_prefix=prefix)  # type: ignore[return-value]
+
+
+def sources_options(fn: F) -> F:
+    opts = [
+        store_url,
+        click.option("--legacy-url", required=True, help="URL of the legacy database (read only)."),
+        click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
+                     help="Legacy system (default: the business's source system in the store)."),
+        click.option("--legacy-tz", default="Asia/Shanghai", show_default=True,
+                     help="Zone of the legacy DATETIME columns and cron expressions."),
+        click.option("--window", "window", default="1h", show_default=True, callback=_duration,
+                     help="Length of the compared window when --since is not given."),
+        click.option("--baseline-offset", default=None, callback=_duration,
+                     help="How far back the A/A baseline window lies (default: one window length)."),
+        click.option("--thresholds", "thresholds_file", default=None, type=click.Path(dir_okay=False),
+                     help="TOML file: [defaults] and [business.<B>] threshold overrides."),
+        click.option("--bus", "bus_url", default=None, help="pulsar://HOST:PORT, for consumer lag."),
+        pulsar_admin, pulsar_token, topic_prefix,
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str, window: timedelta,
+             baseline_offset: timedelta | None, thresholds_file: str | None, bus_url: str | None,
+             pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str) -> Sources:
+    return Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_tz,
+                   source=SourceSystem(source) if source else None, settings_file=_load_thresholds(thresholds_file),
+                   base=CompareSettings(window=window, baseline_offset=baseline_offset),
+                   probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix), readers={})
+
+
+def render_text(c: Comparison, comparison_id: int) -> str:
+    head = (f"{c.business}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
+            f"{iso(c.window.start)} .. {iso(c.window.end)}; comparison #{comparison_id})")
+    lines = [head, *(f"  - {r}" for r in c.reasons)]
+    for name, m in (("legacy", c.legacy), ("new", c.new), ("baseline", c.baseline)):
+        rate = "n/a" if m.success_rate is None else f"{m.success_rate * 100:.1f}%"
+        p99 = "n/a" if m.lag.p99 is None else f"{m.lag.p99:.3g} s"
+        lines.append(f"  {name:<8} {m.fires:>8,} fires {m.calls:>8,} calls  p99 lag {p99:<9} success {rate}")
+    lines += [f"  note: {n}" for n in c.notes]
+    return "\n".join(lines)
+
+
+@click.group(epilog=EPILOG)
 def dualrun() -> None:
-    """Compare the legacy and the new path per business."""
+    """Compare the legacy and the new path per business, and store the verdicts."""
+
+
+@dualrun.command("compare", epilog=EPILOG)
+@click.option("--business", required=True, help="Business code (the new side's biz_code).")
+@click.option("--legacy-business", default=None, help="The business's name on the legacy side, when it differs.")
+@click.option("--since", default=None, help="Window start: ISO-8601 or a duration ago (2h). Default: --window ago.")
+@click.option("--until", default=None, help="Window end: ISO-8601 or a duration ago. Default: now.")
+@click.option("--shadow/--no-shadow", default=None, help="Override the business's shadow flag in the store.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full comparison as JSON.")
+@sources_options
+@cli_errors
+@domain_errors
+def compare_cmd(business: str, legacy_business: str | None, since: str | None, until: str | None,
+                shadow: bool | None, as_json: bool, **source_kw: Any) -> None:
+    """Compute, store and print the verdict of one business (exit 0 ready, 1 not ready)."""
+    sources = _sources(**source_kw)
+    try:
+        result, cid = sources.compare(business, since=since, until=until, legacy_business=legacy_business,
+                                      shadow=shadow)
+    finally:
+        sources.store.engine.dispose()
+    click.echo(json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False) if as_json
+               else render_text(result, cid))
+    sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
+
+
+@dualrun.command("watch", epilog=EPILOG)
+@click.option("--business", "businesses", multiple=True,
+              help="Business to watch (repeatable; default: every business in dual_run).")
+@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between comparisons.")
+@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N comparisons per business.")
+@click.option("--grace", default="30s", show_default=True, callback=_duration,
+              help="On SIGTERM, how long running comparisons may take to finish.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per comparison.")
+@sources_options
+@cli_errors
+@domain_errors
+def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None, grace: timedelta, as_json: bool,
+              **source_kw: Any) -> None:
+    """Compare on a schedule and store the series, until SIGTERM (or --max-runs)."""
+    from switchyard.cli.signals import stop_event
+
+    sources = _sources(**source_kw)
+    names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "dual_run"]
+    if not names:
+        raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
+    stop = stop_event()
+    watch = Watch(lambda b: _watch_one(sources, b, as_json), names, every, max_runs=max_runs, grace=grace,
+                  on_error=lambda b, e: click.echo(f"{b}: comparison failed: {e}", err=True))
+    summary = watch.run(stop)
+    click.echo(f"watch stopped: {summary.runs} comparison(s), {summary.ready} ready, {summary.not_ready} not ready, "
+               f"{summary.errors} failed" + (f", {summary.abandoned} abandoned" if summary.abandoned else ""), err=True)
+    if summary.abandoned:  # a run still in flight would hold the interpreter: leave now, bounded
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exitcodes.FAILED)
+    sources.store.engine.dispose()
+    sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
+
+
+def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
+    result, cid = sources.compare(business)
+    if as_json:
+        click.echo(json.dumps({"comparison_id": cid, "business": business, "verdict": result.verdict.value,
+                               "computed_at": iso(result.computed_at), "reasons": list(result.reasons)},
+                              ensure_ascii=False))
+    else:
+        click.echo(f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
+                   + "".join(f"\n  - {r}" for r in result.reasons))
+    return result

@@ -1,0 +1,211 @@
+"""Fetch both sides of a business for a window: the only I/O of a comparison.
+
+- legacy: `LegacyReader.executions` (with margins, so retries and late dispatches of the
+  window's fires are seen) and `definitions` (to rebuild the expected occurrences);
+- new: fired records straight from `dus_fired_record` into a frame (no model objects);
+- the link between them: `dus_migration_ledger` (legacy key -> target job code), and the
+  business's state and shadow flag from `dus_business`;
+- consumer lag: the executor subscription's due backlog, from a `BacklogProbe`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import select
+
+from dualrun.compare import Inputs, baseline_window, compare_frames
+from dualrun.errors import NoSourceSystem
+from dualrun.expected import build_expected
+from dualrun.frames import FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
+from dualrun.model import Comparison, ConsumerLag, Mode, Window
+from dualrun.ports import BacklogProbe
+from dualrun.settings import CompareSettings
+from readers.ports import LegacyReader
+from readers.records import LegacyDefinition, SourceSystem
+from scheduler_core.codec import command_topic
+from scheduler_core.errors import BusError
+from scheduler_core.executor.sdk import SUBSCRIPTION
+from scheduler_core.store.sql import SqlTriggerStore
+
+log = logging.getLogger(__name__)
+SOURCE_PREFIX = {SourceSystem.XXL_JOB: "xxl", SourceSystem.BATCH_CENTER: "bc"}  # as migrator.mapping.job_code_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BusinessInfo:
+    biz_code: str
+    source_system: str
+    state: str
+    shadow: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompareRequest:
+    business: str
+    window: Window
+    source: SourceSystem | None = None  # None: from dus_business
+    legacy_business: str | None = None  # the legacy side's name when it differs
+    shadow: bool | None = None  # None: from dus_business
+
+
+def fetch_business(store: SqlTriggerStore, business: str) -> BusinessInfo | None:
+    b = store.t.business
+    with store.engine.connect() as conn:
+        row = conn.execute(select(b).where(b.c.biz_code == business)).first()
+    if row is None:
+        return None
+    return BusinessInfo(biz_code=row.biz_code, source_system=row.source_system, state=row.state,
+                        shadow=bool(row.shadow))
+
+
+def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
+    b = store.t.business
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(b).order_by(b.c.biz_code)).all()
+    return [BusinessInfo(biz_code=r.biz_code, source_system=r.source_system, state=r.state, shadow=bool(r.shadow))
+            for r in rows]
+
+
+def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, business: str) -> dict[str, str]:
+    """Legacy source key -> target job code, from the migration ledger."""
+    lg = store.t.ledger
+    stmt = select(lg.c.source_key, lg.c.target_job_code).where(
+        lg.c.source_system == source.value, lg.c.business == business, lg.c.target_job_code.is_not(None))
+    with store.engine.connect() as conn:
+        return {k: c for k, c in conn.execute(stmt).all()}
+
+
+_FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt")
+
+
+def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
+    """Fired records of a business with scheduled_at in the window, as a new-side frame."""
+    fr = store.t.fired
+    stmt = select(*(fr.c[c] for c in _FIRED)).where(
+        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
+    ).order_by(fr.c.scheduled_at)  # time order: the matcher's sorts are then cheap (idx_fired_biz_time)
+    with store.engine.connect() as conn:
+        raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
+    return new_frame_from(raw, jobs)
+
+
+def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
+    """Vectorised: store columns -> the new-side frame (codes mapped once per distinct value)."""
+    if not len(raw):
+        return pd.DataFrame(copy=False, data={c: np.zeros(0, dtype=np.int64) for c in NEW_COLUMNS})
+    codes, uniques = pd.factorize(raw["job_code"].astype(str))
+    ids = np.asarray([jobs.id(u) for u in uniques], dtype=np.int64)
+    return pd.DataFrame(copy=False, data={
+        "job": ids[codes], "item": raw["item_index"].to_numpy(dtype=np.int64),
+        "total": raw["item_total"].to_numpy(dtype=np.int64),
+        "status": raw["state"].map(FIRED_STATUS).fillna(UNFINISHED).to_numpy(dtype=np.int64),
+        "sched": raw["scheduled_at"].to_numpy(dtype=np.int64),
+        "recv": raw["received_at"].fillna(NONE).to_numpy(dtype=np.int64),
+        "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
+        "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
+    })
+
+
+def _ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:
+    if probe is None:
+        return None, None
+    topic = command_topic(business)
+    try:
+        due, delayed = probe.backlog(topic, SUBSCRIPTION)
+    except BusError as exc:
+        return None, f"consumer lag not measured: {exc}"
+    return ConsumerLag(topic=topic, subscription=SUBSCRIPTION, due=due, delayed=delayed), None
+
+
+@dataclass
+class _Legacy:
+    frame: pd.DataFrame
+    expected: pd.DataFrame
+    notes: list[str]
+
+
+class Collector:
+    """Fetches the inputs of comparisons of one business (definitions read once)."""
+
+    def __init__(self, store: SqlTriggerStore, reader: LegacyReader, *, source: SourceSystem, business: str,
+                 legacy_business: str | None, settings: CompareSettings) -> None:
+        self.store, self.reader, self.source, self.business = store, reader, source, business
+        self.legacy_business = legacy_business or business
+        self.settings = settings
+        self.jobs = JobIndex()
+        self.job_of = fetch_job_codes(store, source, business)
+        self.defs = [d for d in reader.definitions([self.legacy_business]) if d.business == self.legacy_business]
+        self.info: dict[int, JobInfo] = {}
+        for d in self.defs:
+            code = self.code_of(d)
+            self.info[self.jobs.id(code)] = job_info(d, code)
+
+    def code_of(self, d: LegacyDefinition) -> str:
+        return self.code_for_key(d.source_key)
+
+    def code_for_key(self, key: str) -> str:
+        return self.job_of.get(key) or f"{SOURCE_PREFIX[self.source]}:{self.legacy_business}:{key}"[:191]
+
+    def legacy(self, window: Window) -> _Legacy:
+        m = self.settings.match
+        since = window.start - m.nominal_tolerance - m.early
+        until = window.end + m.retry_window
+        rows = self.reader.executions(self.legacy_business, since, until)
+        frame = legacy_frame(rows, self.code_for_key, self.jobs)
+        # occurrences of the whole fetched range: a row just outside the window must find
+        # its own occurrence, not the window's last one
+        exp = build_expected(((self.code_of(d), d) for d in self.defs), Window(start=since, end=until), self.jobs,
+                             cap=m.max_occurrences_per_job)
+        return _Legacy(frame, exp.frame, exp.notes)
+
+    def inputs(self, window: Window, *, mode: Mode, probe: BacklogProbe | None) -> Inputs:
+        base_window = baseline_window(window, self.settings.baseline_offset)
+        cur, base = self.legacy(window), self.legacy(base_window)
+        lag, lag_note = consumer_lag(probe, self.business)
+        notes = [*cur.notes]
+        if lag_note:
+            notes.append(lag_note)
+        if not self.defs:
+            notes.append(f"no legacy definitions found for {self.legacy_business!r}: fires are matched by time "
+                         "only, without expected occurrences")
+        return Inputs(business=self.business, legacy_business=self.legacy_business, source=self.source.value,
+                      mode=mode, window=window, baseline_window=base_window, legacy=cur.frame,
+                      baseline_legacy=base.frame, new=fetch_new(self.store, self.business, window, self.jobs),
+                      expected=cur.expected, baseline_expected=base.expected, jobs=self.jobs, info=self.info,
+                      consumer_lag=lag, notes=tuple(notes))
+
+
+def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
+    """The source system and mode of a request, from the request or dus_business."""
+    info = fetch_business(store, request.business)
+    source = request.source
+    if source is None:
+        if info is None:
+            raise NoSourceSystem(request.business)
+        source = SourceSystem(info.source_system)
+    shadow = request.shadow if request.shadow is not None else bool(info and info.shadow)
+    return source, Mode.SHADOW if shadow else Mode.BOTH
+
+
+def compare_business(store: SqlTriggerStore, reader: LegacyReader, request: CompareRequest, *,
+                     settings: CompareSettings, now: datetime, probe: BacklogProbe | None = None) -> Comparison:
+    """Collect both sides of one business for the request's window and compare them."""
+    source, mode = resolve(store, request)
+    collector = Collector(store, reader, source=source, business=request.business,
+                          legacy_business=request.legacy_business, settings=settings)
+    inputs = collector.inputs(request.window, mode=mode, probe=probe)
+    log.debug("comparing", extra={"action": "compare_business", "business": request.business})
+    return compare_frames(inputs, settings, now)
+
+
+def default_window(now: datetime, length: timedelta, since: datetime | None, until: datetime | None) -> Window:
+    end = until or now
+    return Window(start=since or end - length, end=end)

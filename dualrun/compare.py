@@ -1,0 +1,316 @@
+"""One comparison of a business over a window: measures of both sides, the A/A baseline,
+the mismatches, the time series, and the verdict, computed from frames (no I/O here;
+`dualrun.collect` fetches the frames, `dualrun.verdict` stores the result)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pandas as pd
+
+from dualrun import verdict as rules
+from dualrun.frames import FAIL, NONE, SUCCESS, TIMEOUT, UNFINISHED, JobIndex, JobInfo
+from dualrun.match import (
+    KINDS,
+    LABELS,
+    NO_LABEL,
+    ClassifyContext,
+    JobFlags,
+    Keys,
+    SideFires,
+    Table,
+    expected_keys,
+    lineage_skips,
+    match,
+    member,
+    new_late,
+    prepare_legacy,
+)
+from dualrun.model import (
+    LABEL_TEXT,
+    Bucket,
+    Comparison,
+    ConsumerLag,
+    LagStats,
+    Mismatch,
+    MismatchGroup,
+    MismatchKind,
+    Mode,
+    SideMeasures,
+    Window,
+    iso,
+)
+from dualrun.settings import CompareSettings, MatchSettings, thresholds_as_dict
+
+_Q = (50, 95, 99, 100)
+MAX_GROUPS = 500
+
+
+def _ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """Everything one comparison is computed from."""
+
+    business: str
+    source: str
+    mode: Mode
+    window: Window
+    baseline_window: Window
+    legacy: pd.DataFrame  # attempts, fetched with margins around the window
+    baseline_legacy: pd.DataFrame
+    new: pd.DataFrame
+    expected: pd.DataFrame
+    baseline_expected: pd.DataFrame
+    jobs: JobIndex
+    info: Mapping[int, JobInfo]
+    legacy_business: str = ""
+    consumer_lag: ConsumerLag | None = None
+    notes: tuple[str, ...] = ()
+
+
+# --- measures -----------------------------------------------------------------------------
+
+def lag_stats(lag_ms: np.ndarray) -> LagStats:
+    """Nearest-rank percentiles (scheduler_core.stats.percentile's definition), in seconds."""
+    if not len(lag_ms):
+        return LagStats()
+    p = np.percentile(lag_ms, _Q, method="inverted_cdf") / 1000.0
+    return LagStats(samples=len(lag_ms), p50=float(p[0]), p95=float(p[1]), p99=float(p[2]), max=float(p[3]))
+
+
+def _item_lags(items: pd.DataFrame) -> np.ndarray:
+    d = items["dispatch"]
+    ok = d != NONE
+    return d[ok] - items["sched"][ok]
+
+
+def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray, unscheduled: int = 0) -> SideMeasures:
+    items, fires = side.items, side.fires
+    status = items["status"]
+    attempts = int(items["attempts"].sum())
+    fk = fires["fk"]
+    missing = len(expected_fk) - int(member(fk, expected_fk).sum())
+    return SideMeasures(
+        fires=len(fires), calls=len(items), attempts=attempts, retries=attempts - len(items),
+        duplicates=int(items["dups"].sum()), unscheduled=unscheduled,
+        succeeded=int((status == SUCCESS).sum()), failed=int((status == FAIL).sum()),
+        timed_out=int((status == TIMEOUT).sum()), unfinished=int((status == UNFINISHED).sum()),
+        late=int(late.sum()), missing=missing, expected=len(expected_fk), lag=lag_stats(_item_lags(items)))
+
+
+def legacy_late(fires: pd.DataFrame, s: MatchSettings) -> np.ndarray:
+    d = fires["dispatch"]
+    return (d != NONE) & (d - fires["sched"] > s.late_after.total_seconds() * 1000)
+
+
+def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags) -> SideMeasures:
+    """The legacy side over the earlier window, against its own schedule (the A/A run).
+    Occurrences xxl-job's cron lineage is known to skip are not expected of it."""
+    w = inputs.baseline_window
+    start, end = _ms(w.start), _ms(w.end)
+    keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
+    exp = Table.of(inputs.baseline_expected)
+    side, unsched = prepare_legacy(Table.of(inputs.baseline_legacy), exp, start, end, s, keys)
+    exp_fk = expected_keys(exp, start, end, keys)
+    if inputs.source == "xxl-job" and len(exp_fk):
+        exp_fk = exp_fk[~lineage_skips(keys.job(exp_fk), keys.sched(exp_fk), flags)]
+    return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched))
+
+
+def labelled_new_calls(frame: pd.DataFrame) -> int:
+    """Calls of new-only fires labelled as known differences: not part of the volume check."""
+    sel = (frame["kind"].to_numpy() == KINDS.index(MismatchKind.MISSING_ON_LEGACY)) & (
+        frame["label"].to_numpy() != NO_LABEL)
+    return int(frame["b"].to_numpy()[sel].sum())
+
+
+# --- time series --------------------------------------------------------------------------
+
+def _bucket_ms(window: Window, buckets: int) -> int:
+    raw = window.length.total_seconds() * 1000 / max(1, buckets)
+    return max(1000, int(-(-raw // 1000) * 1000))
+
+
+def _bucket_pcts(b: np.ndarray, lag: np.ndarray, n: int) -> dict[int, np.ndarray]:
+    """Per bucket nearest-rank p50/p95/p99 of lag (NaN where empty): one sort."""
+    out = {q: np.full(n, np.nan) for q in (50, 95, 99)}
+    if not len(lag):
+        return out
+    low = lag.min()
+    key = np.sort(b.astype(np.int64) << 40 | (lag - low))
+    bounds = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) << 40)
+    counts = np.diff(bounds)
+    has = counts > 0
+    for q in (50, 95, 99):
+        k = bounds[:-1] + np.maximum(0, np.ceil(q / 100 * counts).astype(np.int64) - 1)
+        vals = (key[np.minimum(k, len(key) - 1)] & ((1 << 40) - 1)) + low
+        out[q] = np.where(has, vals / 1000.0, np.nan)
+    return out
+
+
+def _side_series(side: SideFires, start: int, width: int, n: int) -> dict[str, np.ndarray]:
+    items = side.items
+    sched = items["sched"]
+    b = np.clip((sched - start) // width, 0, n - 1)
+    d = items["dispatch"]
+    ok = d != NONE
+    pct = _bucket_pcts(b[ok], d[ok] - sched[ok], n)
+    status = items["status"]
+    fin = np.bincount(b, weights=np.isin(status, (SUCCESS, FAIL, TIMEOUT)), minlength=n)
+    suc = np.bincount(b, weights=status == SUCCESS, minlength=n)
+    fb = np.clip((side.fires["sched"] - start) // width, 0, n - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(fin > 0, suc / np.where(fin > 0, fin, 1), np.nan)
+    return {"fires": np.bincount(fb, minlength=n), "p50": pct[50], "p95": pct[95], "p99": pct[99], "success": rate}
+
+
+def _opt(v: float) -> float | None:
+    return None if np.isnan(v) else round(float(v), 3)
+
+
+def build_series(legacy: SideFires, new: SideFires, window: Window, buckets: int) -> tuple[Bucket, ...]:
+    width = _bucket_ms(window, buckets)
+    start = _ms(window.start)
+    n = max(1, -(-(_ms(window.end) - start) // width))
+    ls, ns = _side_series(legacy, start, width, n), _side_series(new, start, width, n)
+    return tuple(Bucket(start=_at(start + i * width), legacy_fires=int(ls["fires"][i]), new_fires=int(ns["fires"][i]),
+                        legacy_p50=_opt(ls["p50"][i]), legacy_p95=_opt(ls["p95"][i]), legacy_p99=_opt(ls["p99"][i]),
+                        new_p50=_opt(ns["p50"][i]), new_p95=_opt(ns["p95"][i]), new_p99=_opt(ns["p99"][i]),
+                        legacy_success=_opt(ls["success"][i]), new_success=_opt(ns["success"][i]))
+                 for i in range(n))
+
+
+# --- mismatch summaries -------------------------------------------------------------------
+
+def _flagged_mask(frame: pd.DataFrame) -> np.ndarray:
+    against = np.asarray([k.against_new for k in KINDS])[frame["kind"].to_numpy()]
+    return against & (frame["label"].to_numpy() == NO_LABEL)
+
+
+def mismatch_counts(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
+    flagged = _flagged_mask(frame)
+    kind, labelled = frame["kind"].to_numpy(), frame["label"].to_numpy() != NO_LABEL
+    out: dict[str, dict[str, int]] = {}
+    for code, k in enumerate(KINDS):
+        sel = kind == code
+        out[k.value] = {"total": int(sel.sum()), "flagged": int((sel & flagged).sum()),
+                        "labelled": int((sel & labelled).sum())}
+    return out
+
+
+def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS) -> tuple[MismatchGroup, ...]:
+    if not len(frame):
+        return ()
+    g = frame.groupby(["kind", "label", "job"], sort=False)["sched"].agg(["count", "min", "max"]).reset_index()
+    g["flagged"] = _flagged_mask(g)
+    g = g.sort_values(["flagged", "count", "kind", "job"], ascending=[False, False, True, True]).head(limit)
+    return tuple(MismatchGroup(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), count=int(r["count"]),
+                               first_at=_at(r["min"]), last_at=_at(r["max"]),
+                               label=None if r.label == NO_LABEL else LABELS[int(r.label)])
+                 for _, r in g.iterrows())
+
+
+_FAILED_WORD = {FAIL: "failed", TIMEOUT: "timed out"}
+
+
+def _secs(ms: int) -> str:
+    return "unknown" if ms == NONE else f"{ms / 1000:.1f} s"
+
+
+def detail(kind: MismatchKind, a: int, b: int) -> str:
+    texts = {
+        MismatchKind.MISSING_ON_NEW: f"legacy fired it (lag {_secs(a)}); the new side did not"
+                                     + (", its misfire policy skipped it" if b == 1 else ""),
+        MismatchKind.EXTRA_ON_NEW: (f"fired {b + 1} times on the new side (a doubled trigger)" if b > 0 else
+                                    "fired on the new side; not in the legacy schedule, not fired by legacy"),
+        MismatchKind.LATE_ON_NEW: (f"new side lag {_secs(a)} (legacy {_secs(b)})" if a != NONE else
+                                   f"not received by an executor (legacy lag {_secs(b)})"),
+        MismatchKind.FAILED_ON_NEW: f"{_FAILED_WORD.get(a, 'failed')} on the new side; legacy succeeded",
+        MismatchKind.FAILED_ON_LEGACY: f"{_FAILED_WORD.get(a, 'failed')} on legacy; the new side succeeded",
+        MismatchKind.ITEMS_DIFFER: f"legacy {a} sharding items, new {b}",
+        MismatchKind.MISSING_ON_LEGACY: f"expected by the schedule and fired by the new side only (lag {_secs(a)})",
+        MismatchKind.UNSCHEDULED_ON_LEGACY: {2: "manual, API or parent-job fire on legacy",
+                                             3: "misfire-compensation fire on legacy"}.get(
+                                                 a, "legacy fire that no expected occurrence explains"),
+        MismatchKind.MISSING_ON_BOTH: "expected by the schedule; neither side fired it",
+    }
+    return texts[kind]
+
+
+def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int) -> tuple[Mismatch, ...]:
+    if not len(frame) or limit <= 0:
+        return ()
+    flagged = _flagged_mask(frame)
+    order = np.r_[np.flatnonzero(flagged)[:limit], np.flatnonzero(~flagged)[:limit]][:limit]
+    rows = frame.iloc[order].sort_values(["kind", "sched", "job"], kind="stable")
+    return tuple(Mismatch(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), scheduled_at=_at(r.sched),
+                          label=None if r.label == NO_LABEL else LABELS[int(r.label)],
+                          detail=detail(KINDS[int(r.kind)], int(r.a), int(r.b)))
+                 for r in rows.itertuples(index=False))
+
+
+# --- the comparison -----------------------------------------------------------------------
+
+def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFrame) -> tuple[str, ...]:
+    notes = list(inputs.notes)
+    if inputs.mode is Mode.SHADOW:
+        notes.insert(0, rules.SHADOW_NOTE)
+    labels = frame["label"].to_numpy()
+    for code, lab in enumerate(LABELS):
+        n = int((labels == code).sum())
+        if n:
+            notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: "
+                         f"{LABEL_TEXT[lab]}")
+    both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"]
+    if both:
+        notes.append(f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the "
+                     "definition changed)")
+    return tuple(notes)
+
+
+def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> Comparison:
+    """The comparison of one business over one window, with its verdict."""
+    t0 = time.perf_counter()
+    s = settings.match
+    start, end = _ms(inputs.window.start), _ms(inputs.window.end)
+    ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info),
+                          xxl=inputs.source == "xxl-job", shadow=inputs.mode is Mode.SHADOW, now_ms=_ms(now))
+    m = match(Table.of(inputs.legacy), Table.of(inputs.new), Table.of(inputs.expected), start=start, end=end,
+              n_jobs=len(inputs.jobs), ctx=ctx)
+    legacy = side_measures(m.legacy, expected_fk=m.expected_fk, late=legacy_late(m.legacy.fires, s),
+                           unscheduled=len(m.unscheduled))
+    new = side_measures(m.new, expected_fk=m.expected_fk, late=new_late(m.new.fires, s, _ms(now)))
+    baseline = baseline_measures(inputs, s, ctx.flags)
+    counts = mismatch_counts(m.mismatches)
+    groups = mismatch_groups(m.mismatches, inputs.jobs)
+    evaluation = rules.evaluate(rules.Evidence(
+        mode=inputs.mode, window=inputs.window, legacy=legacy, new=new, baseline=baseline,
+        reference=m.reference, counts=counts, groups=groups, consumer_lag=inputs.consumer_lag,
+        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches)))
+    return Comparison(
+        business=inputs.business, legacy_business=inputs.legacy_business or inputs.business, source=inputs.source,
+        mode=inputs.mode, window=inputs.window, baseline_window=inputs.baseline_window, computed_at=now,
+        verdict=evaluation.verdict, checks=evaluation.checks, legacy=legacy, new=new, baseline=baseline,
+        noise=evaluation.noise, reference_fires=m.reference, mismatch_counts=counts, mismatch_groups=groups,
+        mismatches=mismatch_sample(m.mismatches, inputs.jobs, s.max_listed),
+        series=build_series(m.legacy, m.new, inputs.window, s.buckets), consumer_lag=inputs.consumer_lag,
+        notes=_notes(inputs, counts, m.mismatches), thresholds=thresholds_as_dict(settings.thresholds),
+        seconds=time.perf_counter() - t0)
+
+
+def baseline_window(window: Window, offset: timedelta | None) -> Window:
+    """The A/A window: the same length, shifted back by `offset` (default: its length)."""
+    return window.shifted(offset or window.length)
+
+
+__all__ = ["Inputs", "baseline_window", "compare_frames", "iso"]

@@ -1,0 +1,152 @@
+"""The column layout of the comparator's frames, and their construction from records.
+
+Everything heavy happens on three pandas frames with integer columns only (times are UTC
+epoch milliseconds, -1 for "none"; jobs are small integers from a `JobIndex`):
+
+- legacy attempts: job, shard, total, attempt, kind, status, trig, sched, fin
+- new items:       job, item, total, status, sched, recv, misfired, attempt
+- expected:        job, sched
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from readers.records import ExecStatus, LegacyDefinition, LegacyExecution
+from scheduler_core.model import FiredState
+
+NONE = -1  # "no time" in an epoch-ms column
+
+# status codes, ordered by severity: a fire's status is the worst of its items
+SUCCESS, UNFINISHED, TIMEOUT, FAIL, SKIPPED = 0, 1, 2, 3, 4
+
+# legacy row kinds (from the trigger type xxl-job writes into trigger_msg)
+SCHEDULE, RETRY, MANUAL, MISFIRE = 0, 1, 2, 3
+
+LEGACY_COLUMNS = ("job", "shard", "total", "attempt", "kind", "status", "trig", "sched", "fin")
+NEW_COLUMNS = ("job", "item", "total", "status", "sched", "recv", "misfired", "attempt")
+EXPECTED_COLUMNS = ("job", "sched")
+
+_EXEC_STATUS = {ExecStatus.SUCCESS: SUCCESS, ExecStatus.RUNNING: UNFINISHED, ExecStatus.TIMEOUT: TIMEOUT,
+                ExecStatus.FAIL: FAIL, ExecStatus.NOT_DISPATCHED: FAIL}
+FIRED_STATUS = {FiredState.SUCCEEDED.value: SUCCESS, FiredState.FAILED.value: FAIL,
+                FiredState.TIMED_OUT.value: TIMEOUT, FiredState.SKIPPED.value: SKIPPED,
+                FiredState.PENDING.value: UNFINISHED, FiredState.PUBLISHED.value: UNFINISHED,
+                FiredState.RECEIVED.value: UNFINISHED}
+
+# xxl-job writes "任务触发类型：<type>" (en: "Trigger type：<type>") into trigger_msg; the
+# original row of a retried fire also gets a retry banner appended, so only the type line
+# says what a row is.
+_TRIGGER_TYPE = re.compile(r"(?:触发类型|trigger\s*type)\s*[:：]\s*([^<\r\n]{1,40})", re.IGNORECASE)
+_KIND_WORDS = ((RETRY, ("失败重试", "retry")), (MISFIRE, ("调度过期补偿", "misfire")),
+               (MANUAL, ("手动", "manual", "api", "父任务", "parent")))
+
+
+def row_kind(message: str, attempt: int) -> int:
+    if attempt > 0:
+        return RETRY
+    m = _TRIGGER_TYPE.search(message) if message else None
+    if m is None:
+        return SCHEDULE
+    kind_text = m.group(1).lower()
+    for kind, words in _KIND_WORDS:
+        if any(w in kind_text for w in words):
+            return kind
+    return SCHEDULE
+
+
+def to_ms(at: datetime | None) -> int:
+    return NONE if at is None else round(at.timestamp() * 1000)
+
+
+@dataclass
+class JobIndex:
+    """Job codes <-> the small integers the frames carry."""
+
+    codes: list[str] = field(default_factory=list)
+    _ids: dict[str, int] = field(default_factory=dict)
+
+    def id(self, code: str) -> int:
+        found = self._ids.get(code)
+        if found is None:
+            found = self._ids[code] = len(self.codes)
+            self.codes.append(code)
+        return found
+
+    def code(self, job_id: int) -> str:
+        return self.codes[job_id]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+def empty(columns: Iterable[str]) -> pd.DataFrame:
+    return pd.DataFrame(copy=False, data={c: np.zeros(0, dtype=np.int64) for c in columns})
+
+
+def legacy_frame(rows: Iterable[LegacyExecution], job_of: Callable[[str], str], jobs: JobIndex) -> pd.DataFrame:
+    """Legacy attempts as a frame; `job_of` maps a legacy source key to the new job code."""
+    cols: dict[str, list[int]] = {c: [] for c in LEGACY_COLUMNS}
+    codes: dict[str, int] = {}
+    for r in rows:
+        jid = codes.get(r.source_key)
+        if jid is None:
+            jid = codes[r.source_key] = jobs.id(job_of(r.source_key))
+        cols["job"].append(jid)
+        cols["shard"].append(r.shard_index)
+        cols["total"].append(r.shard_total)
+        cols["attempt"].append(r.attempt)
+        cols["kind"].append(row_kind(r.message, r.attempt))
+        cols["status"].append(_EXEC_STATUS.get(r.status, FAIL))
+        cols["trig"].append(to_ms(r.triggered_at))
+        cols["sched"].append(to_ms(r.scheduled_at))
+        cols["fin"].append(to_ms(r.finished_at))
+    return _typed(cols, LEGACY_COLUMNS)
+
+
+def new_frame(rows: Iterable[Mapping[str, object]], jobs: JobIndex) -> pd.DataFrame:
+    """New-side items from fired-record rows (store columns: job_code, item_index,
+    item_total, state, scheduled_at, received_at, misfired, attempt; times in epoch ms)."""
+    cols: dict[str, list[int]] = {c: [] for c in NEW_COLUMNS}
+    for r in rows:
+        cols["job"].append(jobs.id(str(r["job_code"])))
+        cols["item"].append(int(r["item_index"]))  # type: ignore[call-overload]
+        cols["total"].append(int(r["item_total"]))  # type: ignore[call-overload]
+        cols["status"].append(FIRED_STATUS.get(str(r["state"]), UNFINISHED))
+        cols["sched"].append(int(r["scheduled_at"]))  # type: ignore[call-overload]
+        recv = r["received_at"]
+        cols["recv"].append(NONE if recv is None else int(recv))  # type: ignore[call-overload]
+        cols["misfired"].append(int(bool(r["misfired"])))
+        cols["attempt"].append(int(r.get("attempt") or 0))  # type: ignore[call-overload]
+    return _typed(cols, NEW_COLUMNS)
+
+
+def _typed(cols: Mapping[str, list[int]], names: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(copy=False, data={c: np.asarray(cols[c], dtype=np.int64) for c in names})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo:
+    """What the labels need to know about one job's legacy definition."""
+
+    job_code: str
+    source_key: str
+    cron: str | None = None
+    time_zone: str = "Asia/Shanghai"
+    broadcast: bool = False
+    misfire_skip: bool = True
+
+    @property
+    def dom_field(self) -> str:
+        parts = (self.cron or "").split()
+        return parts[3].upper() if len(parts) >= 4 else ""
+
+
+def job_info(defn: LegacyDefinition, job_code: str) -> JobInfo:
+    return JobInfo(job_code=job_code, source_key=defn.source_key, cron=defn.cron, time_zone=defn.time_zone,
+                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip")

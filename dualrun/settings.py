@@ -1,0 +1,112 @@
+"""Thresholds and matching tolerances of the comparator, with their defaults, written once.
+
+A difference between the new path and the legacy path is flagged only when it clears
+*both* thresholds of its check after the A/A noise is taken off (Diffy's rule):
+
+    excess   = raw - noise                    raw: how much worse the new side is
+    flagged  = excess > abs  and  excess / (raw + noise) > rel
+
+`raw` and `noise` are in the check's own unit (a rate, seconds, percentage points).
+Every value can be overridden per business (`thresholds_from_mapping`).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import timedelta
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str | float | int | timedelta) -> timedelta:
+    """'500ms', '5s', '1m', '2h', '7d' (a bare number is seconds) -> timedelta."""
+    if isinstance(text, timedelta):
+        return text
+    if isinstance(text, (int, float)):
+        return timedelta(seconds=float(text))
+    m = _DURATION.match(text)
+    if m is None:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 5s, 1m, 2h, 7d)")
+    return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2) or "s"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """Per-business verdict thresholds. Rates are fractions (0.0003 = 0.03 %)."""
+
+    rel: float = 0.20  # Diffy's relative threshold, shared by every check
+    missing_abs: float = 0.0003  # missing fires per reference fire (Diffy's 0.03 %)
+    extra_abs: float = 0.0003  # extra or doubled fires per reference fire
+    late_abs: float = 0.0003  # late fires per reference fire
+    lag_p99_limit: timedelta = timedelta(seconds=1)  # the SLO: new p99 above this may fail
+    lag_p99_abs: timedelta = timedelta(milliseconds=250)  # and worse than legacy by more than this
+    success_rate_abs: float = 0.005  # 0.5 percentage points
+    timeout_rate_abs: float = 0.005
+    volume_abs: float = 0.01  # calls differ by more than 1 %
+    max_due_backlog: int = 1000  # due commands waiting in the executor subscription
+    min_fires: int = 1  # fewer fires than this on both sides: no verdict can be ready
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatchSettings:
+    """How executions are paired with expected occurrences and with each other."""
+
+    # xxl-job stores no fire time: a log row belongs to the latest expected occurrence at
+    # or before trigger_time + early, no further back than `nominal_tolerance`
+    nominal_tolerance: timedelta = timedelta(seconds=30)
+    early: timedelta = timedelta(seconds=1)  # 2.x FIX_RATE can fire up to 999 ms early
+    retry_window: timedelta = timedelta(minutes=10)  # a retry row within this of its fire
+    pair_tolerance: timedelta = timedelta(seconds=5)  # second pass: nearest pairing
+    late_after: timedelta = timedelta(seconds=5)  # a fire later than this is "late"
+    legacy_misfire_threshold: timedelta = timedelta(seconds=5)  # xxl-job's PRE_READ_MS
+    new_misfire_threshold: timedelta = timedelta(hours=2)  # the scheduler core's default
+    settle: timedelta = timedelta(minutes=10)  # results this young may still change
+    max_occurrences_per_job: int = 2_000_000
+    max_listed: int = 200  # mismatches kept in the stored body (all are counted)
+    buckets: int = 24  # time-series points per window
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompareSettings:
+    thresholds: Thresholds = Thresholds()
+    match: MatchSettings = MatchSettings()
+    window: timedelta = timedelta(hours=1)  # default comparison window (until - since)
+    baseline_offset: timedelta | None = None  # A/A window = window shifted back; None: by its length
+
+
+def _coerce(current: Any, value: Any, name: str) -> Any:
+    if isinstance(current, timedelta):
+        return parse_duration(value)
+    if isinstance(current, bool) or not isinstance(current, (int, float)):
+        raise ValueError(f"threshold {name}: unsupported type")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"threshold {name}: expected a number, got {value!r}")
+    return type(current)(value)
+
+
+def override(base: Thresholds, values: Mapping[str, Any]) -> Thresholds:
+    known = {f.name: getattr(base, f.name) for f in fields(base)}
+    changes: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in known:
+            raise ValueError(f"unknown threshold {name!r} (known: {', '.join(sorted(known))})")
+        changes[name] = _coerce(known[name], value, name)
+    return replace(base, **changes)
+
+
+def thresholds_from_mapping(data: Mapping[str, Any], business: str) -> Thresholds:
+    """Defaults < `[defaults]` < `[business.<B>]` of a parsed TOML mapping."""
+    out = override(Thresholds(), data.get("defaults", {}))
+    per_business = data.get("business", {}).get(business, {})
+    return override(out, per_business)
+
+
+def thresholds_as_dict(t: Thresholds) -> dict[str, float | int]:
+    out: dict[str, float | int] = {}
+    for f in fields(t):
+        v = getattr(t, f.name)
+        out[f.name] = v.total_seconds() if isinstance(v, timedelta) else v
+    return out

@@ -1,0 +1,326 @@
+"""The verdict: noise-aware checks (Diffy's rule) and where verdicts are stored.
+
+Every check compares the new side (N) with the legacy side (L) over the same window and
+takes the A/A noise off first: the legacy side over an earlier window (E), measured the
+same way. A check fails only when the new side is worse by more than the noise *and*
+the excess clears both the absolute and the relative threshold:
+
+    raw = how much worse N is than L         noise = |L - E|  (or E's own deviation rate)
+    fail  <=>  raw - noise > abs  and  (raw - noise) / (raw + noise) > rel
+
+Count checks (missing / extra / late fires, sharding items) are rates per reference
+occurrence; their noise is the legacy side's own rate of that deviation from its
+schedule in the earlier window. The p99 lag check also needs N above the SLO limit.
+
+Stored verdicts: `put_comparison` writes a row of `dus_comparison` (body = the full JSON),
+`latest(store, business)` is what the cutover gate reads.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from dualrun.model import (
+    Check,
+    Comparison,
+    ConsumerLag,
+    MismatchGroup,
+    MismatchKind,
+    Mode,
+    SideMeasures,
+    StoredVerdict,
+    Verdict,
+    Window,
+    as_dict,
+    comparison_from_dict,
+    from_iso,
+    iso,
+)
+from dualrun.settings import Thresholds
+from scheduler_core.store.sql import SqlTriggerStore
+
+SHADOW_NOTE = ("shadow mode: the new path records commands without invoking the handlers, so this comparison "
+               "covers timing and volume only (success rate, timeouts and failed fires are not compared)")
+MAX_JOB_DETAILS = 10
+
+
+def clears(raw: float, noise: float, abs_threshold: float, rel: float) -> bool:
+    """Diffy's rule: the excess over noise clears both thresholds."""
+    excess = raw - noise
+    if excess <= abs_threshold:
+        return False
+    total = raw + noise
+    return (excess / total if total > 0 else 1.0) > rel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    mode: Mode
+    window: Window
+    legacy: SideMeasures
+    new: SideMeasures
+    baseline: SideMeasures
+    reference: int
+    counts: dict[str, dict[str, int]]
+    groups: tuple[MismatchGroup, ...]
+    consumer_lag: ConsumerLag | None
+    thresholds: Thresholds
+    labelled_new_calls: int = 0  # calls of new-only fires that are labelled known differences
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    verdict: Verdict
+    checks: tuple[Check, ...]
+    noise: dict[str, float]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.2f}".rstrip("0").rstrip(".") + "%"
+
+
+def _rate_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g} s"
+
+
+def _when(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _plural(noun: str, n: int) -> str:
+    return noun if n == 1 else noun.replace("fire", "fires", 1)
+
+
+def _span(first: datetime, last: datetime) -> str:
+    return f"at {_when(first)}" if first == last else f"between {_when(first)} and {_when(last)}"
+
+
+def _job_details(groups: tuple[MismatchGroup, ...], kind: MismatchKind, noun: str) -> tuple[str, ...]:
+    mine = [g for g in groups if g.kind is kind and g.flagged]
+    out = [f"{g.count:,} {_plural(noun, g.count)} of job {g.job_code} {_span(g.first_at, g.last_at)}"
+           for g in mine[:MAX_JOB_DETAILS]]
+    if len(mine) > MAX_JOB_DETAILS:
+        rest = sum(g.count for g in mine[MAX_JOB_DETAILS:])
+        out.append(f"... and {rest:,} more in {len(mine) - MAX_JOB_DETAILS} other job(s)")
+    return tuple(out)
+
+
+def _baseline_ref(b: SideMeasures) -> int:
+    return max(1, b.fires + b.missing)
+
+
+def _count_check(ev: Evidence, code: str, kind: MismatchKind, noise: float, abs_t: float,
+                 noun: str, adjective: str) -> Check:
+    n = ev.counts[kind.value]["flagged"]
+    ref = max(1, ev.reference)
+    raw = n / ref
+    failed = clears(raw, noise, abs_t, ev.thresholds.rel)
+    head = (f"{n:,} {adjective} fire{'' if n == 1 else 's'} on the new side of {ev.reference:,} "
+            f"({_pct(raw)}; legacy baseline {_pct(noise)}, threshold {_pct(abs_t)} over noise)")
+    if not failed:
+        sentence = f"no {adjective} fires on the new side" if n == 0 else f"{head}: within noise and thresholds"
+        return Check(code=code, passed=True, sentence=sentence, new=raw, noise=noise)
+    return Check(code=code, passed=False, sentence=head, new=raw, noise=noise,
+                 details=_job_details(ev.groups, kind, noun))
+
+
+def _lag_check(ev: Evidence) -> Check:
+    t = ev.thresholds
+    n, leg, base = ev.new.lag.p99, ev.legacy.lag.p99, ev.baseline.lag.p99
+    if n is None:
+        return Check(code="lag_p99", passed=True, skipped=True, sentence="p99 lag: no lag samples on the new side")
+    raw = max(0.0, n - (leg or 0.0))
+    noise = abs(leg - base) if leg is not None and base is not None else 0.0
+    limit = t.lag_p99_limit.total_seconds()
+    failed = n > limit and clears(raw, noise, t.lag_p99_abs.total_seconds(), t.rel)
+    ctx = f"legacy {_s(leg)}, baseline noise {_s(noise)}"
+    if failed:
+        return Check(code="lag_p99", passed=False, sentence=f"p99 lag {_s(n)} > {_s(limit)} ({ctx})",
+                     new=n, legacy=leg, noise=noise)
+    why = "within the limit" if n <= limit else "above the limit but no worse than legacy beyond noise"
+    return Check(code="lag_p99", passed=True, sentence=f"p99 lag {_s(n)} ({ctx}): {why} of {_s(limit)}",
+                 new=n, legacy=leg, noise=noise)
+
+
+def _rate_check(ev: Evidence, code: str, name: str, n: float | None, leg: float | None, base: float | None,
+                abs_t: float, higher_is_worse: bool) -> Check:
+    if ev.mode is Mode.SHADOW:
+        return Check(code=code, passed=True, skipped=True, sentence=f"{name}: not compared in shadow mode")
+    if n is None or leg is None:
+        return Check(code=code, passed=True, skipped=True,
+                     sentence=f"{name}: not enough finished fires to compare (new {_rate_pct(n)}, legacy {_rate_pct(leg)})")
+    raw = max(0.0, (n - leg) if higher_is_worse else (leg - n))
+    noise = abs(leg - base) if base is not None else 0.0
+    failed = clears(raw, noise, abs_t, ev.thresholds.rel)
+    sentence = f"{name} {_rate_pct(n)} vs legacy {_rate_pct(leg)} (baseline noise {noise * 100:.1f} pp)"
+    details: tuple[str, ...] = ()
+    if failed and code == "success_rate":
+        details = _job_details(ev.groups, MismatchKind.FAILED_ON_NEW, "fire failed on the new side only")
+    return Check(code=code, passed=not failed, sentence=sentence, new=n, legacy=leg, noise=noise, details=details)
+
+
+def _per_unit(calls: int, expected: int, window: Window) -> float:
+    return calls / expected if expected else calls / max(1e-9, window.length.total_seconds() / 3600)
+
+
+def _volume_check(ev: Evidence) -> Check:
+    n, leg, b = ev.new.calls - ev.labelled_new_calls, ev.legacy.calls, ev.baseline
+    raw = abs(n / leg - 1.0) if leg else (1.0 if n else 0.0)
+    now_rate = _per_unit(leg, ev.legacy.expected, ev.window)
+    base_rate = _per_unit(b.calls, b.expected, ev.window)
+    noise = abs(now_rate - base_rate) / base_rate if base_rate else 0.0
+    failed = clears(raw, noise, ev.thresholds.volume_abs, ev.thresholds.rel)
+    delta = (n / leg - 1.0) if leg else None
+    shown = "n/a" if delta is None else f"{delta * 100:+.1f}%"
+    sentence = f"call volume {n:,} vs legacy {leg:,} ({shown}; baseline noise {noise * 100:.1f}%)"
+    if ev.labelled_new_calls:
+        sentence += f", not counting {ev.labelled_new_calls:,} new-side call(s) of labelled known differences"
+    return Check(code="volume", passed=not failed, sentence=sentence, new=float(n), legacy=float(leg), noise=noise)
+
+
+def _consumer_check(ev: Evidence) -> Check:
+    lag = ev.consumer_lag
+    if lag is None:
+        return Check(code="consumer_lag", passed=True, skipped=True,
+                     sentence="consumer lag: not measured (no Pulsar admin URL)")
+    limit = ev.thresholds.max_due_backlog
+    sentence = (f"consumer lag: {lag.due:,} due command(s) waiting in subscription {lag.subscription!r} of "
+                f"{lag.topic} ({lag.delayed:,} delayed, not yet due)")
+    if lag.due > limit:
+        return Check(code="consumer_lag", passed=False, sentence=f"{sentence} > {limit:,}", new=float(lag.due))
+    return Check(code="consumer_lag", passed=True, sentence=sentence, new=float(lag.due))
+
+
+def _data_check(ev: Evidence) -> Check:
+    total = ev.legacy.fires + ev.new.fires + ev.legacy.unscheduled
+    w = ev.window
+    if total < ev.thresholds.min_fires:
+        return Check(code="data", passed=False,
+                     sentence=f"only {total} fire(s) on either side between {_when(w.start)} and {_when(w.end)}: "
+                              f"nothing to compare (need {ev.thresholds.min_fires})")
+    return Check(code="data", passed=True,
+                 sentence=f"{ev.legacy.fires:,} legacy and {ev.new.fires:,} new fires between {_when(w.start)} "
+                          f"and {_when(w.end)}")
+
+
+def noise_of(ev: Evidence) -> dict[str, float]:
+    b = ev.baseline
+    ref = _baseline_ref(b)
+    out = {"missing": b.missing / ref, "late": b.late / ref, "extra": b.duplicates / ref, "items": 0.0}
+    if ev.legacy.lag.p99 is not None and b.lag.p99 is not None:
+        out["lag_p99"] = abs(ev.legacy.lag.p99 - b.lag.p99)
+    for key in ("success_rate", "timeout_rate"):
+        leg, base = getattr(ev.legacy, key), getattr(b, key)
+        if leg is not None and base is not None:
+            out[key] = abs(leg - base)
+    return out
+
+
+def evaluate(ev: Evidence) -> Evaluation:
+    t, noise = ev.thresholds, noise_of(ev)
+    checks = (
+        _data_check(ev),
+        _count_check(ev, "missing", MismatchKind.MISSING_ON_NEW, noise["missing"], t.missing_abs,
+                     "missing fire", "missing"),
+        _count_check(ev, "extra", MismatchKind.EXTRA_ON_NEW, noise["extra"], t.extra_abs, "extra fire", "extra"),
+        _count_check(ev, "late", MismatchKind.LATE_ON_NEW, noise["late"], t.late_abs, "late fire", "late"),
+        _count_check(ev, "items", MismatchKind.ITEMS_DIFFER, noise["items"], t.extra_abs,
+                     "fire with a different item count", "differently sharded"),
+        _lag_check(ev),
+        _rate_check(ev, "success_rate", "success rate", ev.new.success_rate, ev.legacy.success_rate,
+                    ev.baseline.success_rate, t.success_rate_abs, higher_is_worse=False),
+        _rate_check(ev, "timeout_rate", "timeout rate", ev.new.timeout_rate, ev.legacy.timeout_rate,
+                    ev.baseline.timeout_rate, t.timeout_rate_abs, higher_is_worse=True),
+        _volume_check(ev),
+        _consumer_check(ev),
+    )
+    if ev.mode is Mode.SHADOW:
+        checks += (Check(code="shadow", passed=True, skipped=True, sentence=SHADOW_NOTE),)
+    ready = all(c.passed or c.skipped for c in checks)
+    return Evaluation(Verdict.READY if ready else Verdict.NOT_READY, checks, noise)
+
+
+# --- storage ------------------------------------------------------------------------------
+
+def _ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
+    """Store one comparison (the full JSON in `body`); returns its id."""
+    body = as_dict(comparison)
+    t = store.t.comparison
+    with store.engine.begin() as conn:
+        result = conn.execute(insert(t).values(
+            biz_code=comparison.business, window_start=_ms(comparison.window.start),
+            window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
+            verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
+            body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
+        return int(result.inserted_primary_key[0])
+
+
+def _stored(row: Any) -> StoredVerdict:
+    body = json.loads(row.body)
+    return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
+                         reasons=tuple(json.loads(row.reasons)),
+                         window=Window(start=_at(row.window_start), end=_at(row.window_end)),
+                         computed_at=_at(row.computed_at), mode=Mode(body.get("mode", Mode.BOTH.value)))
+
+
+def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
+    """The most recently computed verdict of a business, or None: what the cutover gate
+    reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
+    t = store.t.comparison
+    stmt = (select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1))
+    with store.engine.connect() as conn:
+        row = conn.execute(stmt).first()
+    return None if row is None else _stored(row)
+
+
+def history(store: SqlTriggerStore, business: str, *, since: datetime | None = None,
+            limit: int = 500) -> list[Comparison]:
+    """Stored comparisons of a business, oldest first (the series `watch` builds)."""
+    t = store.t.comparison
+    stmt = select(t.c.body).where(t.c.biz_code == business)
+    if since is not None:
+        stmt = stmt.where(t.c.computed_at >= _ms(since))
+    stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
+    with store.engine.connect() as conn:
+        bodies = [r.body for r in conn.execute(stmt)]
+    return [comparison_from_dict(json.loads(b)) for b in reversed(bodies)]
+
+
+def load_comparison(store: SqlTriggerStore, comparison_id: int) -> Comparison | None:
+    t = store.t.comparison
+    with store.engine.connect() as conn:
+        body = conn.execute(select(t.c.body).where(t.c.id == comparison_id)).scalar_one_or_none()
+    return None if body is None else comparison_from_dict(json.loads(body))
+
+
+def latest_by_business(store: SqlTriggerStore) -> dict[str, StoredVerdict]:
+    """The latest verdict of every business that has one (for the overview page)."""
+    t = store.t.comparison
+    with store.engine.connect() as conn:
+        codes = [r[0] for r in conn.execute(select(t.c.biz_code).distinct())]
+    out = {}
+    for code in sorted(codes):
+        found = latest(store, code)
+        if found is not None:
+            out[code] = found
+    return out
+
+
+__all__ = ["SHADOW_NOTE", "clears", "evaluate", "from_iso", "history", "iso", "latest", "latest_by_business",
+           "load_comparison", "put_comparison"]

@@ -1,0 +1,46 @@
+"""Read what a report shows from the store: the comparison, its history, the cutover states."""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from dualrun.collect import fetch_businesses
+from dualrun.errors import NoComparison
+from dualrun.verdict import history, latest, latest_by_business, load_comparison
+from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
+from scheduler_core.store.sql import SqlTriggerStore
+
+
+def load_report(store: SqlTriggerStore, business: str, *, now: datetime, comparison_id: int | None = None,
+                history_limit: int = 200) -> BusinessReport:
+    """The report of one business: its latest (or a given) comparison and the stored series."""
+    if comparison_id is None:
+        found = latest(store, business)
+        if found is None:
+            raise NoComparison(business)
+        comparison_id = found.comparison_id
+    comparison = load_comparison(store, comparison_id)
+    if comparison is None or comparison.business != business:
+        raise NoComparison(business)
+    series = history(store, business, limit=history_limit)
+    state = next((b.state for b in fetch_businesses(store) if b.biz_code == business), None)
+    return BusinessReport(business=business, generated_at=now, comparison=comparison, comparison_id=comparison_id,
+                          state=state, history=tuple(HistoryPoint.of(c) for c in series))
+
+
+def load_overview(store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None,
+                  link_suffix: str = ".html") -> OverviewReport:
+    """Every business with its cutover state and latest verdict; links to the per-business
+    reports that exist next to the overview (`<business><suffix>`)."""
+    infos = {b.biz_code: b for b in fetch_businesses(store)}
+    verdicts = latest_by_business(store)
+    rows = []
+    for code in sorted(set(infos) | set(verdicts)):
+        info, v = infos.get(code), verdicts.get(code)
+        link = f"{code}{link_suffix}"
+        rows.append(OverviewRow(
+            business=code, source=info.source_system if info else None, state=info.state if info else None,
+            shadow=bool(info and info.shadow), verdict=v.verdict.value if v else None,
+            computed_at=v.computed_at if v else None, reasons=v.reasons if v else (),
+            link=link if reports_dir is not None and (reports_dir / link).exists() else None))
+    return OverviewReport(generated_at=now, rows=tuple(rows))

@@ -1,0 +1,163 @@
+"""What a report says, independent of its format: the content every renderer receives.
+
+`BusinessReport.content()` and `OverviewReport.content()` are JSON-ready, already
+redacted, and carry the formatted tables the Markdown and HTML templates share, so the
+three forms say the same thing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from dualrun.model import Comparison, SideMeasures, as_dict, iso
+from reports.redact import redact_tree
+
+REPORT_VERSION = 1
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.2f}%"
+
+
+def _secs(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f} s"
+
+
+def _int(x: int) -> str:
+    return f"{x:,}"
+
+
+_ROWS: tuple[tuple[str, Any], ...] = (
+    ("fires", lambda m: _int(m.fires)),
+    ("calls (sharding items)", lambda m: _int(m.calls)),
+    ("attempts (with retries)", lambda m: _int(m.attempts)),
+    ("retries", lambda m: _int(m.retries)),
+    ("expected fires", lambda m: _int(m.expected)),
+    ("missing expected fires", lambda m: _int(m.missing)),
+    ("late fires", lambda m: _int(m.late)),
+    ("doubled items", lambda m: _int(m.duplicates)),
+    ("unscheduled fires", lambda m: _int(m.unscheduled)),
+    ("lag p50", lambda m: _secs(m.lag.p50)),
+    ("lag p95", lambda m: _secs(m.lag.p95)),
+    ("lag p99", lambda m: _secs(m.lag.p99)),
+    ("lag max", lambda m: _secs(m.lag.max)),
+    ("succeeded", lambda m: _int(m.succeeded)),
+    ("failed", lambda m: _int(m.failed)),
+    ("timed out", lambda m: _int(m.timed_out)),
+    ("unfinished", lambda m: _int(m.unfinished)),
+    ("success rate", lambda m: _pct(m.success_rate)),
+    ("timeout rate", lambda m: _pct(m.timeout_rate)),
+)
+
+_NOISE_NAMES = {"missing": "missing fires per occurrence", "extra": "doubled fires per occurrence",
+                "late": "late fires per occurrence", "items": "item-count differences",
+                "lag_p99": "p99 lag (s)", "success_rate": "success rate", "timeout_rate": "timeout rate"}
+
+
+def measure_rows(legacy: SideMeasures, new: SideMeasures, baseline: SideMeasures) -> list[dict[str, str]]:
+    return [{"measure": name, "legacy": fmt(legacy), "new": fmt(new), "baseline": fmt(baseline)}
+            for name, fmt in _ROWS]
+
+
+def noise_rows(noise: dict[str, float]) -> list[dict[str, str]]:
+    out = []
+    for key, value in noise.items():
+        shown = f"{value:.3f} s" if key == "lag_p99" else f"{value * 100:.3f}%"
+        out.append({"measure": _NOISE_NAMES.get(key, key), "noise": shown})
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryPoint:
+    computed_at: datetime
+    verdict: str
+    legacy_p99: float | None
+    new_p99: float | None
+    legacy_success: float | None
+    new_success: float | None
+    legacy_calls: int
+    new_calls: int
+    flagged: int
+
+    @staticmethod
+    def of(c: Comparison) -> HistoryPoint:
+        flagged = sum(v.get("flagged", 0) for v in c.mismatch_counts.values())
+        return HistoryPoint(computed_at=c.computed_at, verdict=c.verdict.value, legacy_p99=c.legacy.lag.p99,
+                            new_p99=c.new.lag.p99, legacy_success=c.legacy.success_rate,
+                            new_success=c.new.success_rate, legacy_calls=c.legacy.calls, new_calls=c.new.calls,
+                            flagged=flagged)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"computed_at": iso(self.computed_at), "verdict": self.verdict, "legacy_p99": self.legacy_p99,
+                "new_p99": self.new_p99, "legacy_success": self.legacy_success, "new_success": self.new_success,
+                "legacy_calls": self.legacy_calls, "new_calls": self.new_calls, "flagged": self.flagged}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BusinessReport:
+    business: str
+    generated_at: datetime
+    comparison: Comparison
+    comparison_id: int | None = None
+    state: str | None = None  # cutover state from dus_business
+    history: tuple[HistoryPoint, ...] = ()
+
+    def content(self) -> dict[str, Any]:
+        c = self.comparison
+        body = as_dict(c)
+        body.update({
+            "kind": "business_report", "report_version": REPORT_VERSION, "generated_at": iso(self.generated_at),
+            "comparison_id": self.comparison_id, "state": self.state, "ready": c.is_ready,
+            "measure_rows": measure_rows(c.legacy, c.new, c.baseline), "noise_rows": noise_rows(c.noise),
+            "history": [h.as_dict() for h in self.history],
+            "flagged_total": sum(v.get("flagged", 0) for v in c.mismatch_counts.values()),
+            "labelled_total": sum(v.get("labelled", 0) for v in c.mismatch_counts.values()),
+        })
+        return redact_tree(body)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverviewRow:
+    business: str
+    source: str | None
+    state: str | None
+    shadow: bool
+    verdict: str | None
+    computed_at: datetime | None
+    reasons: tuple[str, ...] = ()
+    link: str | None = None
+
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        age = None if self.computed_at is None else now - self.computed_at
+        return {"business": self.business, "source": self.source, "state": self.state, "shadow": self.shadow,
+                "verdict": self.verdict, "computed_at": None if self.computed_at is None else iso(self.computed_at),
+                "age": _age(age), "age_seconds": None if age is None else round(age.total_seconds()),
+                "reasons": list(self.reasons), "link": self.link}
+
+
+def _age(age: timedelta | None) -> str:
+    if age is None:
+        return "never compared"
+    s = int(age.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return f"{max(0, s)}s ago"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverviewReport:
+    generated_at: datetime
+    rows: tuple[OverviewRow, ...]
+
+    def content(self) -> dict[str, Any]:
+        rows = [r.as_dict(self.generated_at) for r in self.rows]
+        counts: dict[str, int] = {}
+        for r in self.rows:
+            counts[r.state or "unknown"] = counts.get(r.state or "unknown", 0) + 1
+        return redact_tree({"kind": "overview", "report_version": REPORT_VERSION,  # type: ignore[no-any-return]
+                            "generated_at": iso(self.generated_at), "rows": rows, "state_counts": counts,
+                            "ready": sum(1 for r in self.rows if r.verdict == "ready"),
+                            "not_ready": sum(1 for r in self.rows if r.verdict == "not_ready")})
+

@@ -1,0 +1,167 @@
+"""`switchyard dualrun compare|watch` through click, on the embedded store.
+
+The legacy reader is the one boundary replaced here: the concrete xxl-job and batch-center
+readers belong to the readers package (and have their own tests); the CLI is handed an
+in-memory reader over the same records the scenario wrote.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, func, select, text
+
+from dualrun.verdict import latest
+from scheduler_core.clock import SystemClock
+from switchyard.cli import cli
+
+cli_dualrun = importlib.import_module("switchyard.cli.dualrun")  # the package attribute is the group
+from tests.unit.test_dualrun_support import Scenario, identical
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(timezone.utc).isoformat()
+
+
+def _args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
+    return ["dualrun", "compare", "--business", s.business, "--source", s.source.value, "--legacy-url", "sqlite://",
+            "--url", f"sqlite:///{tmp_path / 'store.db'}", "--since", _iso(s.current.start), "--until",
+            _iso(s.current.end), *extra]
+
+
+@pytest.fixture
+def patched(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def use(s: Scenario) -> None:
+        s.flush()
+        monkeypatch.setattr(cli_dualrun, "open_reader", lambda source, url, tz: s.reader())
+
+    return use
+
+
+def test_compare_ready_exits_0_and_stores_the_verdict(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s, _ = identical(tmp_path)
+    patched(s)
+    result = CliRunner().invoke(cli, _args(s, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("reminder: READY (xxl-job, dual_run")
+    v = latest(s.store, "reminder")
+    assert v is not None and v.is_ready
+
+
+def test_compare_not_ready_exits_1_with_reasons(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s = Scenario.create(tmp_path)
+    d = s.job("12", "0/10 * * * * ?")
+    s.legacy(d)
+    s.new(d, s.times(d)[:-40])
+    patched(s)
+    result = CliRunner().invoke(cli, _args(s, tmp_path))
+    assert result.exit_code == 1
+    assert "NOT READY" in result.output and "40 missing fires of job xxl:reminder:12" in result.output
+
+
+def test_compare_json_prints_the_full_comparison(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s, _ = identical(tmp_path)
+    patched(s)
+    result = CliRunner().invoke(cli, _args(s, tmp_path, "--json"))
+    assert result.exit_code == 0
+    body = json.loads(result.output)
+    assert body["verdict"] == "ready" and body["comparison_id"] >= 1 and body["measures"]["new"]["fires"] == 360
+
+
+def test_compare_reads_per_business_thresholds_from_toml(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s = Scenario.create(tmp_path)
+    d = s.job("12", "0/10 * * * * ?")
+    s.legacy(d)
+    s.new(d, s.times(d)[1:])
+    patched(s)
+    toml = tmp_path / "thresholds.toml"
+    toml.write_text('[business.reminder]\nmissing_abs = 0.01\n')
+    assert CliRunner().invoke(cli, _args(s, tmp_path)).exit_code == 1
+    assert CliRunner().invoke(cli, _args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
+
+
+def test_compare_without_source_or_business_row_is_a_usage_error(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s, _ = identical(tmp_path)
+    patched(s)
+    args = [a for a in _args(s, tmp_path) if a not in ("--source", "xxl-job")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "has no source system in the store: pass --source" in result.output
+
+
+def test_compare_on_an_uninitialised_store_is_a_schema_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["dualrun", "compare", "--business", "b", "--source", "xxl-job",
+                                      "--legacy-url", "sqlite://", "--url", f"sqlite:///{tmp_path / 'empty.db'}"])
+    assert result.exit_code == 4
+    assert "db init" in result.output and "Traceback" not in result.output
+
+
+def test_watch_with_max_runs_stores_the_series(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
+    s, _ = identical(tmp_path, now=SystemClock().now().replace(microsecond=0))
+    patched(s)
+    result = CliRunner().invoke(cli, ["dualrun", "watch", "--business", "reminder", "--every", "1s", "--max-runs",
+                                      "2", "--legacy-url", "sqlite://", "--source", "xxl-job", "--url",
+                                      f"sqlite:///{tmp_path / 'store.db'}"])
+    assert result.exit_code == 0, result.output
+    t = s.store.t.comparison
+    with s.store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(t)).scalar_one() == 2
+    assert result.output.count(" reminder ready (comparison #") == 2
+
+
+_CHILD = textwrap.dedent("""
+    import importlib
+    import sys
+    from pathlib import Path
+    from scheduler_core.clock import SystemClock
+    from switchyard.cli import cli
+    from tests.unit.test_dualrun_support import identical
+    d = importlib.import_module("switchyard.cli.dualrun")
+    root = Path(sys.argv[1])
+    s, _ = identical(root, now=SystemClock().now().replace(microsecond=0))
+    s.flush()
+    d.open_reader = lambda source, url, tz: s.reader()
+    cli(["dualrun", "watch", "--business", "reminder", "--every", "1s", "--legacy-url", "sqlite://",
+         "--source", "xxl-job", "--url", f"sqlite:///{root / 'store.db'}"], prog_name="switchyard")
+""")
+
+
+def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        deadline = time.monotonic() + 60
+        stored = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with engine.connect() as conn:
+                    stored = conn.execute(text("SELECT COUNT(*) FROM dus_comparison")).scalar_one()
+            except Exception:  # the child has not created the schema yet
+                stored = 0
+            if stored >= 2:
+                break
+            time.sleep(0.2)
+        assert stored >= 2, proc.stderr.read() if proc.poll() is not None else "no comparison stored in time"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        engine.dispose()
+    assert proc.returncode == 0, err
+    assert "watch stopped:" in err and "ready" in out
