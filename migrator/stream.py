@@ -26,7 +26,7 @@ from migrator.apply import AfterCommit, Migrator
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.ports import LegacyReader
-from readers.records import ChangeBatch, LegacyDefinition, SourceSystem, StreamPosition
+from readers.records import ChangeBatch, LegacyBusiness, LegacyDefinition, SourceSystem, StreamPosition
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class StreamMigrator:
     businesses: Collection[str] | None = None
     after_commit: AfterCommit | None = None
     stats: StreamStats = field(default_factory=StreamStats)
+    _legacy_businesses: dict[str, LegacyBusiness] | None = field(default=None, repr=False)
 
     def checkpoint(self) -> StreamPosition | None:
         return self.writer.checkpoint(self.stream_id)
@@ -90,6 +91,7 @@ class StreamMigrator:
                     keys.append(str(row["id"]))
             elif ch.table == BUSINESS_TABLE[source]:
                 refresh = True  # a business's callback base, token or executors changed
+                self._legacy_businesses = None
         writes = self._writes(list(dict.fromkeys(keys)))
         if refresh:
             self.stats.business_refreshes += 1
@@ -114,7 +116,7 @@ class StreamMigrator:
                 gone.append(key)
             else:
                 found.append(defn)
-        legacy_biz = {b.biz_code: b for b in self.reader.businesses()} if found else {}
+        legacy_biz = self._businesses() if found else {}
         writes = [w for w in self.migrator.decide(found, legacy_biz) if self._wanted(w.business)]
         ledger = self.writer.ledger(source, gone)
         writes += [Write(Action.DELETE, source, k, _biz_of_code(entry.job_code))
@@ -126,8 +128,13 @@ class StreamMigrator:
         done = {w.source_key for w in already}
         defs = [d for d in self.reader.definitions(list(self.businesses) if self.businesses else None)
                 if d.source_key not in done]
-        legacy_biz = {b.biz_code: b for b in self.reader.businesses()}
-        return [w for w in self.migrator.decide(defs, legacy_biz) if not w.noop and self._wanted(w.business)]
+        return [w for w in self.migrator.decide(defs, self._businesses()) if not w.noop and self._wanted(w.business)]
+
+    def _businesses(self) -> dict[str, LegacyBusiness]:
+        # read once, and again only after a change to the business table went by
+        if self._legacy_businesses is None:
+            self._legacy_businesses = {b.biz_code: b for b in self.reader.businesses()}
+        return self._legacy_businesses
 
     def _wanted(self, business: str) -> bool:
         if self.businesses is not None and business not in self.businesses:

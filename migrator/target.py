@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from migrator.mapping import Mapped
@@ -90,10 +90,10 @@ class TargetWriter:
             written += self._create(conn, creates, now)
         for w in updates:
             written += self._update(conn, w, now)
+        written += self._ledger_many(conn, [(w, LedgerStatus.QUARANTINED, w.content_hash, None)
+                                            for w in writes if w.action is Action.QUARANTINE], now)
         for w in writes:
-            if w.action is Action.QUARANTINE:
-                written += self._ledger(conn, w, LedgerStatus.QUARANTINED, w.content_hash, None, now)
-            elif w.action is Action.DELETE:
+            if w.action is Action.DELETE:
                 written += self._delete(conn, w, now)
         for w in businesses_of(writes):
             written += self._ensure_business(conn, w[0], w[1], now)
@@ -131,9 +131,8 @@ class TargetWriter:
             conn.execute(delete(si).where(si.c.job_id.in_(list({r["job_id"] for r in item_rows}))))
             conn.execute(insert(si), item_rows)
         written = len(fresh) + len(trig_rows) + len(item_rows)
-        for w in writes:
-            written += self._ledger(conn, w, LedgerStatus.MIGRATED, w.mapped.content_hash, w.mapped.job.job_code, now)  # type: ignore[union-attr]
-        return written
+        return written + self._ledger_many(
+            conn, [(w, LedgerStatus.MIGRATED, w.mapped.content_hash, w.mapped.job.job_code) for w in writes], now)  # type: ignore[union-attr]
 
     def _update(self, conn: Connection, w: Write, now: int) -> int:
         j, tr, si = self.t.job, self.t.trigger, self.t.sharding_item
@@ -175,17 +174,40 @@ class TargetWriter:
         return self._ledger(conn, w, LedgerStatus.DELETED, "", code, now)
 
     def _ledger(self, conn: Connection, w: Write, status: LedgerStatus, h: str, code: str | None, now: int) -> int:
+        return self._ledger_many(conn, [(w, status, h, code)], now)
+
+    def _ledger_many(self, conn: Connection, rows: Sequence[tuple[Write, LedgerStatus, str, str | None]],
+                     now: int) -> int:
+        """Upsert ledger rows: one read of the keys that exist, then one executemany each
+        for updates and inserts (portable: no MySQL- or SQLite-only upsert)."""
+        if not rows:
+            return 0
         lg = self.t.ledger
-        excerpt = None
-        if status is LedgerStatus.QUARANTINED and w.raw is not None:
-            excerpt = json.dumps({k: _plain(v) for k, v in w.raw.items()}, ensure_ascii=False, default=str)[:EXCERPT_MAX]
-        values = {"business": w.business, "status": status.value, "content_hash": h, "target_job_code": code,
-                  "field": w.field, "reason": (w.reason or "")[:1024] or None, "raw_excerpt": excerpt, "updated_at": now}
-        res = conn.execute(update(lg).where(lg.c.source_system == w.source, lg.c.source_key == w.source_key)
-                           .values(**values))
-        if (res.rowcount or 0) == 0:
-            conn.execute(insert(lg).values(source_system=w.source, source_key=w.source_key, **values))
-        return 1
+        source = rows[0][0].source
+        have = {k for (k,) in conn.execute(select(lg.c.source_key).where(
+            lg.c.source_system == source, lg.c.source_key.in_([r[0].source_key for r in rows])))}
+        inserts, updates = [], []
+        for w, status, h, code in rows:
+            excerpt = None
+            if status is LedgerStatus.QUARANTINED and w.raw is not None:
+                excerpt = json.dumps({k: _plain(v) for k, v in w.raw.items()}, ensure_ascii=False,
+                                     default=str)[:EXCERPT_MAX]
+            values = {"business": w.business, "status": status.value, "content_hash": h, "target_job_code": code,
+                      "field": w.field, "reason": (w.reason or "")[:1024] or None, "raw_excerpt": excerpt,
+                      "updated_at": now}
+            if w.source_key in have:
+                updates.append({"k_source": w.source, "k_key": w.source_key, **{f"v_{k}": v for k, v in values.items()}})
+            else:
+                inserts.append({"source_system": w.source, "source_key": w.source_key, **values})
+        if updates:
+            cols = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
+                    "updated_at")
+            conn.execute(update(lg).where(lg.c.source_system == bindparam("k_source"),
+                                          lg.c.source_key == bindparam("k_key"))
+                         .values(**{c: bindparam(f"v_{c}") for c in cols}), updates)
+        if inserts:
+            conn.execute(insert(lg), inserts)
+        return len(rows)
 
     def _ensure_business(self, conn: Connection, biz: str, source: str, now: int) -> int:
         b = self.t.business
