@@ -39,18 +39,26 @@ FIRED_STATUS = {FiredState.SUCCEEDED.value: SUCCESS, FiredState.FAILED.value: FA
                 FiredState.PENDING.value: UNFINISHED, FiredState.PUBLISHED.value: UNFINISHED,
                 FiredState.RECEIVED.value: UNFINISHED}
 
-# xxl-job writes "任务触发类型：<type>" (en: "Trigger type：<type>") into trigger_msg; the
-# original row of a retried fire also gets a retry banner appended, so only the type line
-# says what a row is.
-_TRIGGER_TYPE = re.compile(r"(?:触发类型|trigger\s*type)\s*[:：]\s*([^<\r\n]{1,40})", re.IGNORECASE)
-_KIND_WORDS = ((RETRY, ("失败重试", "retry")), (MISFIRE, ("调度过期补偿", "misfire")),
-               (MANUAL, ("手动", "manual", "api", "父任务", "parent")))
+# The xxl-job reader leads a record's message with the trigger type ("[RETRY] ...",
+# readers/xxljob/logs.py); a raw trigger_msg has it as "任务触发类型：<type>" (en: "Job
+# trigger type：<type>"). The original row of a retried fire also gets a retry banner
+# appended, so only the type line (or the prefix) says what a row is.
+_PREFIX = re.compile(r"^\[(CRON|MANUAL|RETRY|PARENT|API|MISFIRE|UNKNOWN)\]")
+_PREFIX_KIND = {"RETRY": RETRY, "MISFIRE": MISFIRE, "MANUAL": MANUAL, "PARENT": MANUAL, "API": MANUAL}
+_TRIGGER_TYPE = re.compile(r"(?:触发类型|觸發類型|trigger\s*type)\s*[:：]\s*([^<\r\n]{1,40})", re.IGNORECASE)
+_KIND_WORDS = ((RETRY, ("失败重试", "失敗重試", "retry")), (MISFIRE, ("调度过期补偿", "調度過期補償", "misfire")),
+               (MANUAL, ("手动", "手動", "manual", "api", "父任务", "父任務", "parent")))
 
 
 def row_kind(message: str, attempt: int) -> int:
     if attempt > 0:
         return RETRY
-    m = _TRIGGER_TYPE.search(message) if message else None
+    if not message:
+        return SCHEDULE
+    prefix = _PREFIX.match(message)
+    if prefix is not None:
+        return _PREFIX_KIND.get(prefix.group(1), SCHEDULE)
+    m = _TRIGGER_TYPE.search(message)
     if m is None:
         return SCHEDULE
     kind_text = m.group(1).lower()

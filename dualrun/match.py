@@ -56,8 +56,8 @@ class Table:
     def __len__(self) -> int:
         return len(next(iter(self.cols.values()))) if self.cols else 0
 
-    def take(self, idx: np.ndarray) -> Table:
-        return Table({k: v[idx] for k, v in self.cols.items()})
+    def take(self, idx: np.ndarray, names: Iterable[str] | None = None) -> Table:
+        return Table({k: self.cols[k][idx] for k in (names or self.cols)})
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(copy=False, data=self.cols)
@@ -89,7 +89,9 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     a = np.sort(np.asarray(a, dtype=_I64), kind="stable")
     if len(a) < 2:
         return a
-    return a[np.r_[True, a[1:] != a[:-1]]]
+    keep = np.ones(len(a), dtype=bool)
+    keep[1:] = a[1:] != a[:-1]
+    return a[keep]
 
 
 def member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -113,7 +115,7 @@ def _ms(td: object) -> int:
 
 @dataclass
 class SideFires:
-    items: Table  # job, sched, unit, total, status, dispatch, attempts, dups (sorted by fire key)
+    items: Table  # fk, job, sched, unit, total, status, dispatch, attempts, dups (sorted by fire key)
     fires: Table  # fk, job, sched, items, total, status, dispatch, attempts, dups (sorted by fk)
 
 
@@ -179,50 +181,74 @@ def _starts(key: np.ndarray) -> np.ndarray:
     return new
 
 
-def _item_order(keys: Keys, job: np.ndarray, sched: np.ndarray, unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(permutation, group key) sorting rows by (fire time, job, unit), stable within (so
-    attempts stay in trigger-time order). One int64 key when it fits, else a lexsort."""
-    unit_bits = _bits(int(unit.max()) if len(unit) else 0)
-    span = int(sched.max() - keys.origin) if len(sched) else 0
-    if _bits(span) + keys.job_bits + unit_bits <= 62:
-        ik = keys.fire(job, sched) << unit_bits | unit
-        order = _order(ik)
-        return (np.arange(len(ik)), ik) if order is None else (order, ik[order])
-    order = np.lexsort((unit, job, sched))  # stable: ties keep their input order
-    j, t, u = job[order], sched[order], unit[order]
-    return order, np.cumsum(np.r_[True, (j[1:] != j[:-1]) | (t[1:] != t[:-1]) | (u[1:] != u[:-1])])
+@dataclass(frozen=True)
+class ItemKeys:
+    """Rows keyed (fire time, job, unit) in one int64 when it fits (else a lexsort rank):
+    `order` sorts the selected rows, stable (attempts stay in trigger-time order)."""
+
+    order: np.ndarray  # positions into the full columns, in item order
+    key: np.ndarray  # the sorted group key (equal key: same item)
+    unit_bits: int  # > 0: key is packed, so job/sched/unit decode from it
+
+    @staticmethod
+    def build(keys: Keys, job: np.ndarray, sched: np.ndarray, unit: np.ndarray, sel: np.ndarray) -> ItemKeys:
+        unit_bits = _bits(int(unit[sel].max()) if len(sel) else 0)
+        span = int(sched[sel].max() - keys.origin) if len(sel) else 0
+        if _bits(span) + keys.job_bits + unit_bits <= 62:
+            ik = keys.fire(job[sel], sched[sel]) << unit_bits | unit[sel]
+            order = _order(ik)
+            return ItemKeys(sel, ik, unit_bits) if order is None else ItemKeys(sel[order], ik[order], unit_bits)
+        order = sel[np.lexsort((unit[sel], job[sel], sched[sel]))]  # stable: ties keep input order
+        j, t, u = job[order], sched[order], unit[order]
+        change = np.ones(len(order), dtype=bool)
+        change[1:] = (j[1:] != j[:-1]) | (t[1:] != t[:-1]) | (u[1:] != u[:-1])
+        return ItemKeys(order, np.cumsum(change), 0)
+
+    def ids(self, keys: Keys, starts: np.ndarray, job: np.ndarray, sched: np.ndarray,
+            unit: np.ndarray) -> dict[str, np.ndarray]:
+        """fk, job, sched and unit of the items starting at `starts`."""
+        if not self.unit_bits:
+            g = self.order[starts]
+            return {"fk": keys.fire(job[g], sched[g]), "job": job[g], "sched": sched[g], "unit": unit[g]}
+        ik = self.key[starts]
+        fk = ik >> self.unit_bits
+        return {"fk": fk, "job": keys.job(fk), "sched": keys.sched(fk), "unit": ik & ((1 << self.unit_bits) - 1)}
 
 
-def legacy_items(rows: Table, keys: Keys) -> Table:
-    """Fold scheduled legacy attempts (rows with a nominal `sched`) into items."""
-    order, ik = _item_order(keys, rows["job"], rows["sched"], rows["shard"])
-    r = rows.take(order)
-    first = _starts(ik)
-    status = r["status"]
-    prev = np.r_[SUCCESS, status[:-1]] if len(status) else status
-    retry_like = (r["kind"] == RETRY) | (r["attempt"] > 0) | (prev == FAIL) | (prev == TIMEOUT)
+def legacy_items(rows: Table, sched: np.ndarray, sel: np.ndarray, keys: Keys) -> Table:
+    """Fold the selected scheduled legacy attempts (nominal time in `sched`) into items."""
+    ik = ItemKeys.build(keys, rows["job"], sched, rows["shard"], sel)
+    g = ik.order
+    first = _starts(ik.key)
+    status = rows["status"][g]
+    prev = np.empty_like(status)
+    if len(status):
+        prev[0], prev[1:] = SUCCESS, status[:-1]
+    retry_like = (rows["kind"][g] == RETRY) | (rows["attempt"][g] > 0) | (prev == FAIL) | (prev == TIMEOUT)
     dup = ~first & ~retry_like
     starts = np.flatnonzero(first)
-    keep = np.flatnonzero(~dup)
-    item_of_keep = np.cumsum(first)[keep] - 1
-    last_keep = keep[np.r_[np.flatnonzero(np.diff(item_of_keep)), len(keep) - 1]] if len(keep) else keep
-    counts = np.diff(np.r_[starts, len(ik)])
-    n_dup = np.add.reduceat(dup.astype(_I64), starts) if len(starts) else starts
-    return Table({"job": r["job"][starts], "sched": r["sched"][starts], "unit": r["shard"][starts],
-                  "total": r["total"][starts], "status": status[last_keep], "dispatch": r["trig"][starts],
-                  "attempts": counts - n_dup, "dups": n_dup})
+    if not len(starts):
+        return Table({c: np.zeros(0, dtype=_I64) for c in
+                      ("fk", "job", "sched", "unit", "total", "status", "dispatch", "attempts", "dups")})
+    # the item's status is its last attempt's (duplicates aside): the last non-duplicate row
+    last = np.maximum.reduceat(np.where(dup, -1, np.arange(len(g), dtype=_I64)), starts)
+    n_dup = np.add.reduceat(dup.astype(_I64), starts)
+    head = g[starts]
+    return Table({**ik.ids(keys, starts, rows["job"], sched, rows["shard"]), "total": rows["total"][head],
+                  "status": status[last],
+                  "dispatch": rows["trig"][head], "attempts": np.diff(np.append(starts, len(g))) - n_dup,
+                  "dups": n_dup})
 
 
-def new_items(rows: Table, keys: Keys) -> Table:
-    """New-side records (skipped ones excluded) as items; a second record of the same
-    (job, fire time, item), from a doubled trigger, counts as a duplicate."""
-    order, ik = _item_order(keys, rows["job"], rows["sched"], rows["item"])
-    first = _starts(ik)
-    starts = np.flatnonzero(first)
-    taken = order[starts]
-    return Table({"job": rows["job"][taken], "sched": rows["sched"][taken], "unit": rows["item"][taken],
-                  "total": rows["total"][taken], "status": rows["status"][taken], "dispatch": rows["recv"][taken],
-                  "attempts": rows["attempt"][taken] + 1, "dups": np.diff(np.r_[starts, len(ik)]) - 1})
+def new_items(rows: Table, sel: np.ndarray, keys: Keys) -> Table:
+    """The selected new-side records as items; a second record of the same (job, fire
+    time, item), from a doubled trigger, counts as a duplicate."""
+    ik = ItemKeys.build(keys, rows["job"], rows["sched"], rows["item"], sel)
+    starts = np.flatnonzero(_starts(ik.key))
+    head = ik.order[starts]
+    return Table({**ik.ids(keys, starts, rows["job"], rows["sched"], rows["item"]), "total": rows["total"][head],
+                  "status": rows["status"][head], "dispatch": rows["recv"][head],
+                  "attempts": rows["attempt"][head] + 1, "dups": np.diff(np.append(starts, len(ik.key))) - 1})
 
 
 def fires_of(items: Table, keys: Keys) -> Table:
@@ -230,13 +256,13 @@ def fires_of(items: Table, keys: Keys) -> Table:
     if not len(items):
         return Table({c: np.zeros(0, dtype=_I64) for c in
                       ("fk", "job", "sched", "items", "total", "status", "dispatch", "attempts", "dups")})
-    fk_all = keys.fire(items["job"], items["sched"])
+    fk_all = items["fk"]
     starts = np.flatnonzero(_starts(fk_all))
     dispatch = items["dispatch"]
     first = np.minimum.reduceat(np.where(dispatch == NONE, _MAX, dispatch), starts)
     return Table({
         "fk": fk_all[starts], "job": items["job"][starts], "sched": items["sched"][starts],
-        "items": np.diff(np.r_[starts, len(fk_all)]), "total": np.maximum.reduceat(items["total"], starts),
+        "items": np.diff(np.append(starts, len(fk_all))), "total": np.maximum.reduceat(items["total"], starts),
         "status": np.maximum.reduceat(items["status"], starts), "dispatch": np.where(first == _MAX, NONE, first),
         "attempts": np.add.reduceat(items["attempts"], starts), "dups": np.add.reduceat(items["dups"], starts),
     })
@@ -395,16 +421,17 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     """(mismatch frame, paired fires, reference occurrences)."""
     lf, nf = legacy.fires, new.fires
     li, ni = pair(lf, nf, _ms(ctx.settings.pair_tolerance))
-    pieces = _paired(lf.take(li), nf.take(ni), ctx)
-    lo = lf.take(_unpaired(len(lf), li))
+    cols = ("job", "sched", "dispatch", "status", "items")
+    pieces = _paired(lf.take(li, cols), nf.take(ni, cols), ctx)
+    lo = lf.take(_unpaired(len(lf), li), ("fk", "job", "sched", "dispatch"))
     pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"], a=lag_of(lo),
                          b=member(skipped_fk, lo["fk"]).astype(_I64)))
-    no = nf.take(_unpaired(len(nf), ni))
+    no = nf.take(_unpaired(len(nf), ni), ("fk", "job", "sched", "dispatch", "items"))
     pieces += _new_only(no, member(exp_fk, no["fk"]), ctx)
-    doubled = nf.take(np.flatnonzero(nf["dups"] > 0))
+    doubled = nf.take(np.flatnonzero(nf["dups"] > 0), ("job", "sched", "dispatch", "dups"))
     pieces.append(_piece(MismatchKind.EXTRA_ON_NEW, doubled["job"], doubled["sched"], a=lag_of(doubled),
                          b=doubled["dups"]))
-    fired = sorted_unique(np.r_[lf["fk"], nf["fk"]])
+    fired = sorted_unique(np.concatenate((lf["fk"], nf["fk"])))
     neither = exp_fk[~member(fired, exp_fk)]
     pieces.append(_piece(MismatchKind.MISSING_ON_BOTH, keys.job(neither), keys.sched(neither)))
     pieces.append(_piece(MismatchKind.UNSCHEDULED_ON_LEGACY, unscheduled["job"], unscheduled["trig"],
@@ -434,9 +461,7 @@ def prepare_legacy(leg: Table, exp: Table, start: int, end: int, s: MatchSetting
     """The legacy side of one window: fires by nominal time, and the unscheduled rows."""
     sched = assign_nominal(leg, exp, s)
     inside = np.flatnonzero((sched != NONE) & (sched >= start) & (sched < end))
-    rows = leg.take(inside)
-    rows.cols["sched"] = sched[inside]
-    items = legacy_items(rows, keys)
+    items = legacy_items(leg, sched, inside, keys)
     return SideFires(items, fires_of(items, keys)), unscheduled_rows(leg, sched, start, end)
 
 
@@ -445,7 +470,7 @@ def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires
     sched, status = new["sched"], new["status"]
     inside = (sched >= start) & (sched < end)
     skipped = np.flatnonzero(inside & (status == SKIPPED))
-    items = new_items(new.take(np.flatnonzero(inside & (status != SKIPPED))), keys)
+    items = new_items(new, np.flatnonzero(inside & (status != SKIPPED)), keys)
     skipped_fk = sorted_unique(keys.fire(new["job"][skipped], sched[skipped]))
     return SideFires(items, fires_of(items, keys)), skipped_fk
 

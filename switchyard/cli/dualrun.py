@@ -28,7 +28,7 @@ from readers.records import SourceSystem
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
-from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.errors import CliFailure, cli_errors, redact
 from switchyard.cli.options import pulsar_admin, pulsar_token, store_url, topic_prefix
 from switchyard.wiring import open_bus, open_store
 
@@ -229,8 +229,8 @@ def compare_cmd(business: str, legacy_business: str | None, since: str | None, u
                                       shadow=shadow)
     finally:
         sources.store.engine.dispose()
-    click.echo(json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False) if as_json
-               else render_text(result, cid))
+    click.echo(redact(json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False) if as_json
+                      else render_text(result, cid)))
     sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
 
 
@@ -271,10 +271,10 @@ def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None,
 def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
     result, cid = sources.compare(business)
     if as_json:
-        click.echo(json.dumps({"comparison_id": cid, "business": business, "verdict": result.verdict.value,
-                               "computed_at": iso(result.computed_at), "reasons": list(result.reasons)},
-                              ensure_ascii=False))
+        click.echo(redact(json.dumps({"comparison_id": cid, "business": business, "verdict": result.verdict.value,
+                                      "computed_at": iso(result.computed_at), "reasons": list(result.reasons)},
+                                     ensure_ascii=False)))
     else:
-        click.echo(f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
-                   + "".join(f"\n  - {r}" for r in result.reasons))
+        click.echo(redact(f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
+                          + "".join(f"\n  - {r}" for r in result.reasons)))
     return result
