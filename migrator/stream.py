@@ -57,6 +57,7 @@ class StreamMigrator:
     after_commit: AfterCommit | None = None
     stats: StreamStats = field(default_factory=StreamStats)
     _legacy_businesses: dict[str, LegacyBusiness] | None = field(default=None, repr=False)
+    _states: dict[str, BusinessState] = field(default_factory=dict, repr=False)
 
     def checkpoint(self) -> StreamPosition | None:
         return self.writer.checkpoint(self.stream_id)
@@ -80,6 +81,7 @@ class StreamMigrator:
         return self.stats
 
     def apply(self, batch: ChangeBatch) -> None:
+        self._states.clear()
         source = self.reader.system
         table = DEFINITION_TABLE[source]
         keys: list[str] = []
@@ -139,7 +141,9 @@ class StreamMigrator:
     def _wanted(self, business: str) -> bool:
         if self.businesses is not None and business not in self.businesses:
             return False
-        if self.writer.business_state(business) is BusinessState.CUTOVER:
+        if business not in self._states:  # read once per applied transaction: a cutover may land any time
+            self._states[business] = self.writer.business_state(business)
+        if self._states[business] is BusinessState.CUTOVER:
             self.stats.skipped_cut_over += 1
             return False
         return True
