@@ -49,6 +49,10 @@ class RecordReader(LegacyReader):
     def definition(self, key: str) -> LegacyDefinition | None:
         return next((d for d in self.defs if d.source_key == key), None)
 
+    def definitions_by_keys(self, keys: Collection[str]) -> dict[str, LegacyDefinition]:
+        wanted = set(keys)
+        return {d.source_key: d for d in self.definitions() if d.source_key in wanted}
+
     def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         rows = [e for e in self.execs if e.business == business and (t := self._time(e)) is not None
                 and since <= t < until]

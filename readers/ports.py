@@ -33,6 +33,11 @@ class LegacyReader(Protocol):
         """One definition by its source key, or None when there is no such row."""
 
     @abstractmethod
+    def definitions_by_keys(self, keys: Collection[str]) -> dict[str, LegacyDefinition]:
+        """The definitions of these source keys that exist (one read, not one per key:
+        the change stream asks for every key a binlog transaction touched)."""
+
+    @abstractmethod
     def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         """Execution attempts of one business whose time falls in [since, until) (aware
         datetimes), ordered by that time: xxl-job by `trigger_time` (it stores no fire

@@ -139,6 +139,21 @@ class BatchCenterReader(LegacyReader):
             row = conn.execute(stmt).mappings().first()
         return map_task(row, self._context()) if row is not None else None
 
+    def definitions_by_keys(self, keys: Collection[str]) -> dict[str, LegacyDefinition]:
+        ids = sorted({i for i in (parse_int(k.strip()) for k in keys) if i is not None})
+        if not ids:
+            return {}
+        ctx = self._context()
+        out: dict[str, LegacyDefinition] = {}
+        with self._connect("read_tasks") as conn:
+            for i in range(0, len(ids), self._batch):
+                stmt = (select(*self._select_list(TASK)).select_from(table(TASK))
+                        .where(column("id").in_(ids[i:i + self._batch])))
+                for row in conn.execute(stmt).mappings():
+                    d = map_task(row, ctx)
+                    out[d.source_key] = d
+        return out
+
     # -- executions -------------------------------------------------------------------
 
     def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:

@@ -192,6 +192,23 @@ class XxlJobReader(LegacyReader):
         ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
         return map_job(row, ctx)
 
+    def definitions_by_keys(self, keys: Collection[str]) -> dict[str, LegacyDefinition]:
+        ids = sorted({i for i in (parse_int(k.strip()) for k in keys) if i is not None})
+        if not ids:
+            return {}
+        schema = self.schema()
+        out: dict[str, LegacyDefinition] = {}
+        with self._connect("read_jobs") as conn:
+            groups = self._group_names(conn)
+            ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+            for i in range(0, len(ids), self._batch):
+                stmt = (select(*schema.info.select_list()).select_from(table(INFO))
+                        .where(column("id").in_(ids[i:i + self._batch])))
+                for row in conn.execute(stmt).mappings():
+                    d = map_job(row, ctx)
+                    out[d.source_key] = d
+        return out
+
     # -- executions -------------------------------------------------------------------
 
     def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
