@@ -75,7 +75,7 @@ class Watch:
         try:
             result = self.compare_one(business)
         except Exception as exc:  # a loop boundary: log, count, keep watching
-            log.warning("comparison of %s failed: %s", business, exc, exc_info=True,
+            log.warning("comparison of %s failed: %s", business, exc,
                         extra={"action": "watch_compare_failed", "business": business})
             with self._lock:
                 self.summary.errors += 1

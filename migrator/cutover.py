@@ -201,10 +201,12 @@ class BusinessSwitch:
             return  # disabled on the legacy side before migration: stays disabled
         target = handover if shadow else max(t.next_fire_at, handover)
         if target != t.next_fire_at or t.state is S.CREATED:
-            # paused for the alignment, so no acquire slips in between
-            self._move(t, t.state, S.PAUSED)
-            self.store.cas(Transition(ids=[t.id], from_state=S.PAUSED, to_state=S.WAITING,  # type: ignore[list-item]
-                                      next_fire_at={t.id: target}))  # type: ignore[dict-item]
+            # one conditional update (waiting -> waiting, or created -> waiting) with the new
+            # next fire time: an interrupted cutover never leaves a trigger half-moved
+            won = self.store.cas(Transition(ids=[t.id], from_state=t.state, to_state=S.WAITING,  # type: ignore[list-item]
+                                            next_fire_at={t.id: target}))  # type: ignore[dict-item]
+            if not won:
+                raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
             report.rewound += int(target < t.next_fire_at)
 
     def _deactivate(self, links: Sequence[Link]) -> dict[TriggerId, Trigger]:

@@ -99,7 +99,10 @@ class LegacyTimeZone:
     def to_utc(self, wall: datetime | str | bytes) -> datetime:
         """Aware UTC for a stored wall-clock value (fold=0 rule; range-checked)."""
         naive = parse_wall(wall)
-        at = naive.replace(tzinfo=self.zone, fold=0).astimezone(timezone.utc)
+        try:
+            at = naive.replace(tzinfo=self.zone, fold=0).astimezone(timezone.utc)
+        except OverflowError:  # year 1 / 9999: no UTC instant; the same Problem as any out-of-range time
+            raise LegacyTimeError(f"out of range: {naive.isoformat(sep=' ')}") from None
         return _check_range(at, naive.isoformat(sep=" "))
 
     def to_wall(self, at: datetime) -> datetime:

@@ -79,6 +79,7 @@ class PartitionAcquirer:
         metrics: SchedulerMetrics,
         epoch: Epoch,
         rng: random.Random | None = None,
+        on_submitted: Callable[[Sequence[Trigger], bool], None] | None = None,
     ) -> None:
         self.partition = partition
         self.store = store
@@ -91,6 +92,9 @@ class PartitionAcquirer:
         self.last_seen: datetime | None = None
         self.ticks = 0
         self.rng = rng or random.Random()
+        # told of every chunk handed to the pool, before it runs: a queued chunk is this
+        # epoch's work and must never look reclaimable
+        self.on_submitted = on_submitted
 
     def tick(self) -> TickResult:
         started = self.clock.monotonic()
@@ -143,6 +147,8 @@ class PartitionAcquirer:
         for domain, triggers in group_by_domain(won).items():
             for chunk in chunked(triggers, s.chunk_size):
                 ok = False
+                if self.on_submitted is not None:
+                    self.on_submitted(chunk, True)
                 for attempt in range(s.submit_retries + 1):
                     if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch)):
                         ok = True
@@ -152,6 +158,8 @@ class PartitionAcquirer:
                 if ok:
                     submitted += len(chunk)
                 else:
+                    if self.on_submitted is not None:
+                        self.on_submitted(chunk, False)  # refused: released to waiting below
                     refused += [t.id for t in chunk if t.id is not None]
         released = 0
         if refused:

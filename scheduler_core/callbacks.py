@@ -44,6 +44,7 @@ class ResultConsumer:
             self.metrics.results.labels(state=u.state.value).inc()
             self._observe_lag(u)
         self.applied += changed
+        self.metrics.results_applied.inc(changed)
         return changed
 
     def _observe_lag(self, u: FiredUpdate) -> None:

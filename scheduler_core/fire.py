@@ -85,6 +85,13 @@ class FirePipeline:
         out = FireOutcome()
         if not triggers:
             return out
+        if self.store.current_epoch() != epoch:
+            # Deposed: a newer leader fenced the store. Fire nothing: the rows stay acquired
+            # by this dead epoch and the new leader reclaims them (same command ids).
+            out.lost = [t.id for t in triggers if t.id is not None]
+            self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
+            log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
+            return out
         now = self.clock.now()
         jobs = self.store.get_jobs([t.job_code for t in triggers])
         plans = [self._plan(t, jobs.get(t.job_code), now) for t in triggers]
@@ -97,7 +104,12 @@ class FirePipeline:
             messages += msgs
         # 1. fired records first: from here on the occurrence can never be lost silently
         self.store.put_fired(records)
-        # 2. publish with deliver-at = T
+        # 2. publish with deliver-at = T; the fence is checked once more right before, so
+        # a leader paused between its writes and its publication sends nothing stale
+        if messages and self.store.current_epoch() != epoch:
+            out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
+            self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
+            return out
         published_ok = True
         if messages:
             try:

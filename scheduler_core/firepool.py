@@ -66,6 +66,6 @@ class FirePool:
         with self._lock:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
-    def shutdown(self) -> None:
+    def shutdown(self, cancel: bool = False) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=False)
+            self._executor.shutdown(wait=True, cancel_futures=cancel)

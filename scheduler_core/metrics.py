@@ -23,7 +23,9 @@ class SchedulerMetrics:
         self.lookahead_lag = Gauge("switchyard_lookahead_lag_seconds", "now - T of the oldest occurrence last fired (negative: ahead)", registry=r)
         self.fire_lag = Histogram("switchyard_fire_lag_seconds", "Executor receipt or handler start minus T", ["domain", "stage"],
                                   registry=r, buckets=LAG_BUCKETS)
-        self.results = Counter("switchyard_results", "Results applied from the callback topic", ["state"], registry=r)
+        self.results = Counter("switchyard_results", "Results received on the callback topic (duplicates and replays included)",
+                               ["state"], registry=r)
+        self.results_applied = Counter("switchyard_results_applied", "Fired records a result moved forward", registry=r)
         self.errors = Counter("switchyard_errors", "Errors by component (store, bus, election)", ["component"], registry=r)
         self.leader = Gauge("switchyard_is_leader", "1 while this process leads", registry=r)
 

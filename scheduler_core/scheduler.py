@@ -79,10 +79,19 @@ class SchedulerCore:
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
         self.acquirers = [
-            PartitionAcquirer(p, store, self.pool, self._fire_chunk, clock, self.settings, self.metrics, epoch)
+            PartitionAcquirer(p, store, self.pool, self._fire_chunk, clock, self.settings, self.metrics, epoch,
+                              on_submitted=self._queued)
             for p in store.partitions()
         ]
         self._last_reclaim = -1e18
+
+    def _queued(self, chunk: Sequence[Trigger], queued: bool) -> None:
+        ids = [t.id for t in chunk if t.id is not None]
+        with self._lock:
+            if queued:
+                self._in_flight.update(ids)
+            else:
+                self._in_flight.difference_update(ids)
 
     def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch) -> None:
         ids = [t.id for t in chunk if t.id is not None]
@@ -254,11 +263,17 @@ class Scheduler:
                     log.exception("reclaim failed; retrying")
                 stop.wait(0.2)
         finally:
+            deposed = not stop.is_set()
             lost.set()
             for t in threads:
                 t.join(timeout=10)
-            core.drain(timeout=30)
-            core.shutdown()
+            if deposed:
+                # queued chunks are the new leader's to reclaim; firing them now would only
+                # publish duplicates (the fence refuses their outcome anyway)
+                core.pool.shutdown(cancel=True)
+            else:
+                core.drain(timeout=30)
+                core.shutdown()
             self.status.leader = False
             self.metrics.leader.set(0)
             if not stop.is_set():
@@ -267,14 +282,17 @@ class Scheduler:
                 self.election.resign()
 
     def _consume(self, stop: threading.Event) -> None:
-        consumer = ResultConsumer(self.bus, self.store, self.metrics)
+        consumer: ResultConsumer | None = None
         try:
             while not stop.is_set():
                 try:
+                    if consumer is None:  # the bus may be down at start: subscribe with the retries
+                        consumer = ResultConsumer(self.bus, self.store, self.metrics)
                     consumer.poll()
-                except (StoreError, Exception):
+                except (StoreError, Exception) as exc:
                     self.metrics.errors.labels(component="results").inc()
-                    log.exception("applying results failed; retrying")
+                    log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
                     stop.wait(1.0)
         finally:
-            consumer.close()
+            if consumer is not None:
+                consumer.close()

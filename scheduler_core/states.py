@@ -16,6 +16,7 @@ TRANSITIONS: dict[tuple[S, S], str] = {
     (S.ACQUIRED, S.COMPLETED): "one-shot fired",
     (S.ACQUIRED, S.WAITING): "cron/fixed-rate next occurrence, or release after failed dispatch",
     (S.WAITING, S.PAUSED): "pause",
+    (S.WAITING, S.WAITING): "re-align the next fire time (cutover hand-over), in one conditional update",
     (S.PAUSED, S.WAITING): "resume",
     (S.CREATED, S.CANCELLED): "cancel",
     (S.WAITING, S.CANCELLED): "cancel",

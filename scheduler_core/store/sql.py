@@ -211,7 +211,7 @@ class SqlTriggerStore(TriggerStore):
 
     def cas(self, change: Transition) -> list[Trigger]:
         check_transition(change.from_state, change.to_state)
-        if change.from_state == change.to_state and change.epoch is None:
+        if change.from_state == change.to_state and change.epoch is None and change.next_fire_at is None:
             raise IllegalTransition(str(change.from_state), str(change.to_state))
         ids = list(dict.fromkeys(change.ids))
         if not ids:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
-from readers.errors import ReaderError
+from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage
 from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled
 from scheduler_core.errors import BusError, ElectionError, SchemaError
 from switchyard import exitcodes
@@ -50,6 +50,11 @@ def cli_errors(fn: F) -> F:
             raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
         except StreamStalled as exc:
             raise CliFailure(f"change stream stalled: {exc}", exitcodes.UNREACHABLE) from None
+        except SourceUnavailable as exc:
+            cause = f": {_first_line(exc.__cause__)}" if exc.__cause__ is not None else ""
+            raise CliFailure(f"{_first_line(exc)}{cause}", exitcodes.UNREACHABLE) from None
+        except (MissingTables, UnknownLineage) as exc:
+            raise CliFailure(_first_line(exc), exitcodes.SCHEMA) from None
         except (StreamError, ReaderError) as exc:
             raise CliFailure(_first_line(exc), exitcodes.FAILED) from None
         except SchemaError as exc:
@@ -57,7 +62,9 @@ def cli_errors(fn: F) -> F:
         except (ArgumentError, NoSuchModuleError) as exc:
             raise CliFailure(f"bad URL: {_first_line(exc)}", exitcodes.USAGE) from None
         except OperationalError as exc:
-            raise CliFailure(f"cannot reach the database: {_first_line(exc)}", exitcodes.UNREACHABLE) from None
+            code = getattr(exc.orig, "args", [None])[0] if exc.orig is not None else None
+            what = "access denied" if code in (1044, 1045, 1142, 1227) else "cannot reach the database"
+            raise CliFailure(f"{what}: {_first_line(exc)}", exitcodes.UNREACHABLE) from None
         except SQLAlchemyError as exc:
             raise CliFailure(f"database error: {_first_line(exc)}", exitcodes.FAILED) from None
         except (BusError, ElectionError) as exc:
