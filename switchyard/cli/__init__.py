@@ -41,4 +41,18 @@ dualrun.add_command(dualrun_start)
 
 
 def main() -> None:
-    cli(prog_name="switchyard")
+    try:
+        cli(prog_name="switchyard", standalone_mode=False)
+    except click.UsageError as exc:
+        # one line, whatever click's own formatting would have wrapped
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        click.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        click.echo("Error: " + " ".join(exc.format_message().split()), err=True)
+        raise SystemExit(exc.exit_code) from None
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:
+        click.echo("aborted", err=True)
+        raise SystemExit(130) from None

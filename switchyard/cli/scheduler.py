@@ -59,6 +59,11 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
                                  acquire_deadline=timedelta(seconds=acquire_deadline),
                                  reclaim_interval=timedelta(seconds=reclaim_interval), batch_size=batch,
                                  fire_workers=fire_workers)
+    # a bus that cannot be reached at start is a clear error (exit 3), not a process that
+    # runs on without applying results; later outages are ridden out with retries
+    from scheduler_core.codec import CALLBACK_TOPIC
+
+    bus.subscribe(CALLBACK_TOPIC, "scheduler-results").close()
     metrics = SchedulerMetrics()
     if metrics_port:
         metrics.serve(metrics_port)
