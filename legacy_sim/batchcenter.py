@@ -35,8 +35,8 @@ HTTP callbacks, whose results come from `outcome`:
 
 Deterministic: events at one instant go callback ends / retry starts, then the poll.
 Polls that cannot find anything (nothing eligible is due before the next event) are
-skipped arithmetically; each `step` re-polls on the normal cadence first, since other
-code may have written between steps.
+skipped arithmetically (`skip_idle=False` runs them all; same rows); each `step`
+re-polls on the normal cadence first, since other code may have written between steps.
 """
 from __future__ import annotations
 
