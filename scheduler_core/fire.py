@@ -39,6 +39,7 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
+SLOW_PUBLISH_S = 2.0
 
 
 @dataclass
@@ -112,8 +113,16 @@ class FirePipeline:
             return out
         published_ok = True
         if messages:
+            started = self.clock.monotonic()
             try:
                 self.bus.publish(messages)
+                took = self.clock.monotonic() - started
+                if took > SLOW_PUBLISH_S:
+                    # a broker outage shorter than the client's send timeout only shows as
+                    # blocked sends: say so, and count it, so it is not silent
+                    self.metrics.errors.labels(component="bus").inc()
+                    log.warning("publication slow: %d message(s) took %.1f s (broker unreachable or overloaded?)",
+                                len(messages), took)
             except PublishError as exc:
                 published_ok = False
                 self.metrics.publish_failures.inc(exc.failed)
