@@ -1,0 +1,1 @@
+"""Switchyard benchmarks: `python -m bench [--quick]`; see bench/README.md."""

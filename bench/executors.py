@@ -1,0 +1,189 @@
+"""Executors in their own process (as they run in production), with receipt stamps.
+
+`ExecutorHost` spawns a fresh interpreter that subscribes one `Executor` per business
+domain to the bench's topic prefix, says when it is subscribed, runs until every
+expected item was handled (or its deadline), and sends back per-domain figures:
+items handled, messages received, first/last receipt and handler times, and the
+receipt lag (receive time minus T from the message's `scheduled_at` property) per
+message. Receipt is stamped on the subscription the Executor reads from, before its
+concurrency quota and handler run.
+
+Handlers: "noop" (count only) or "http:<url>" (one GET per item, new connection each
+time, as a business callback would be).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+READY_TIMEOUT_S = 60
+
+
+@dataclass
+class HostConfig:
+    pulsar_url: str
+    topic_prefix: str
+    domains: list[str]
+    expected: dict[str, int]  # items per domain
+    handler: str = "noop"
+    concurrency: int = 16
+    deadline_s: float = 120.0
+    keep_lags: bool = True
+
+
+@dataclass
+class DomainFigures:
+    items: int = 0
+    messages: int = 0
+    first_recv: float | None = None  # epoch seconds
+    last_recv: float | None = None
+    first_handled: float | None = None
+    last_handled: float | None = None
+    recv_lag_ms: list[float] = field(default_factory=list)  # one per message
+    start_lag_ms: list[float] = field(default_factory=list)  # handler start - T, one per item
+    errors: int = 0
+
+
+class _StampingSubscription:
+    """Wraps the Executor's subscription: stamps each received message."""
+
+    def __init__(self, inner: Any, fig: DomainFigures, lock: threading.Lock, keep: bool) -> None:
+        self._inner = inner
+        self._fig = fig
+        self._lock = lock
+        self._keep = keep
+
+    def receive(self, max_messages: int, timeout: timedelta) -> Any:
+        got = self._inner.receive(max_messages, timeout)
+        if got:
+            now = time.time()
+            with self._lock:
+                f = self._fig
+                if f.first_recv is None:
+                    f.first_recv = now
+                f.last_recv = now
+                f.messages += len(got)
+                if self._keep:
+                    for r in got:
+                        t = r.message.properties.get("scheduled_at")
+                        if t is not None:
+                            f.recv_lag_ms.append(now * 1000 - int(t))
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _http_call(url: str) -> bool:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    try:
+        conn.request("GET", u.path + (f"?{u.query}" if u.query else ""), headers={"Connection": "close"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200
+    finally:
+        conn.close()
+
+
+def host_main(cfg: HostConfig, out: Any) -> None:
+    from scheduler_core.bus.pulsar import PulsarBus
+    from scheduler_core.executor import ExecutionContext, Executor
+    from scheduler_core.executor.sdk import HandlerResult
+
+    figs = {d: DomainFigures() for d in cfg.domains}
+    lock = threading.Lock()
+    bus = PulsarBus(cfg.pulsar_url, topic_prefix=cfg.topic_prefix)
+    executors = []
+    http_url = cfg.handler[len("http:"):] if cfg.handler.startswith("http:") else None
+    try:
+        for d in cfg.domains:
+            ex = Executor(bus, d, concurrency=cfg.concurrency)
+            ex.sub = _StampingSubscription(ex.sub, figs[d], lock, cfg.keep_lags)  # type: ignore[assignment]
+            fig = figs[d]
+
+            def handler(ctx: ExecutionContext, fig: DomainFigures = fig) -> Any:
+                start = time.time()
+                ok = True
+                if http_url is not None:
+                    try:
+                        ok = _http_call(http_url)
+                    except OSError:
+                        ok = False
+                done = time.time()
+                with lock:
+                    fig.items += 1
+                    if fig.first_handled is None:
+                        fig.first_handled = start
+                    fig.last_handled = done
+                    if cfg.keep_lags:
+                        fig.start_lag_ms.append(start * 1000 - ctx.scheduled_at.timestamp() * 1000)
+                    if not ok:
+                        fig.errors += 1
+                return None if ok else HandlerResult(ok=False, message="http call failed")
+
+            ex.handler()(handler)
+            executors.append(ex)
+        stop = threading.Event()
+        threads = [threading.Thread(target=ex.run, args=(stop,), daemon=True) for ex in executors]
+        for t in threads:
+            t.start()
+        out.put(("ready", time.time()))
+        end = time.monotonic() + cfg.deadline_s
+        cmd = None
+        while time.monotonic() < end:
+            with lock:
+                done = all(figs[d].items >= cfg.expected.get(d, 0) for d in cfg.domains)
+            if done:
+                break
+            time.sleep(0.01)
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        out.put(("done", {d: f.__dict__ for d, f in figs.items()}, cmd))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        for ex in executors:
+            try:
+                ex.close()
+            except Exception:  # noqa: BLE001
+                pass
+        bus.close()
+
+
+class ExecutorHost:
+    def __init__(self, cfg: HostConfig) -> None:
+        self.cfg = cfg
+        ctx = mp.get_context("spawn")
+        self.q = ctx.Queue()
+        self.proc = ctx.Process(target=host_main, args=(cfg, self.q), daemon=True)
+        self.result: dict[str, Any] | None = None
+
+    def __enter__(self) -> ExecutorHost:
+        self.proc.start()
+        msg = self.q.get(timeout=READY_TIMEOUT_S)
+        if msg[0] != "ready":
+            self.proc.join(timeout=5)
+            raise RuntimeError(f"executor host failed to start: {msg[1]}")
+        return self
+
+    def wait(self, timeout: float | None = None) -> dict[str, DomainFigures]:
+        msg = self.q.get(timeout=(timeout if timeout is not None else self.cfg.deadline_s) + 30)
+        if msg[0] == "error":
+            raise RuntimeError(f"executor host: {msg[1]}")
+        self.result = msg[1]
+        return {d: DomainFigures(**v) for d, v in msg[1].items()}
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=10)

@@ -1,0 +1,149 @@
+"""Versus APScheduler 3.11 with its SQLAlchemy job store on the same MariaDB.
+
+APScheduler is set up as its user guide shows ("Configuring the scheduler"):
+BackgroundScheduler, jobstores={'default': SQLAlchemyJobStore(url=...)},
+executors={'default': ThreadPoolExecutor(20)}, job_defaults={'coalesce': False,
+'max_instances': 3}, plus misfire_grace_time=3600 so that no job is dropped as missed
+(the 3.x default of 1 s would discard most of a 20K burst). N one-shot 'date' jobs
+due now are added while the scheduler is paused (not timed); the clock starts at
+resume() and stops when the N-th job function has run.
+
+Switchyard: the same N one-shot triggers due now, the threaded Scheduler, real Pulsar,
+an Executor process with a no-op handler; the clock starts with the scheduler and stops
+when the executor has run the N-th command.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
+
+from bench.executors import ExecutorHost, HostConfig
+from bench.harness import (
+    Deadline,
+    Goal,
+    Row,
+    Section,
+    StackEnv,
+    bench_prefix,
+    delete_topics,
+    fresh_database,
+)
+from bench.workload import ThreadedScheduler, bench_job, load_triggers, make_store, now_ms
+
+NAME = "vs_apscheduler"
+TITLE = "versus APScheduler 3.11 (SQLAlchemyJobStore on the same MariaDB)"
+GOAL = Goal("ratio_min", 20.0)
+APS_THREADS = 20
+
+_lock = threading.Lock()
+_count = {"n": 0, "last": 0.0, "first": 0.0}
+
+
+def fired() -> None:
+    """The APScheduler job: count (module level, so the job store can reference it)."""
+    now = time.perf_counter()
+    with _lock:
+        if _count["n"] == 0:
+            _count["first"] = now
+        _count["n"] += 1
+        _count["last"] = now
+
+
+def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
+    import logging
+
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    settings = {"jobstores": {"default": "SQLAlchemyJobStore(url=<same MariaDB, fresh database>)"},
+                "executors": {"default": f"ThreadPoolExecutor({APS_THREADS})"},
+                "job_defaults": {"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
+                "scheduler": "BackgroundScheduler(timezone=UTC)", "trigger": "date, run_date = now"}
+    sched = BackgroundScheduler(
+        jobstores={"default": SQLAlchemyJobStore(url=url)},
+        executors={"default": ThreadPoolExecutor(APS_THREADS)},
+        job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
+        timezone=timezone.utc,
+    )
+    with _lock:
+        _count.update(n=0, last=0.0, first=0.0)
+    sched.start(paused=True)
+    try:
+        t_add = time.perf_counter()
+        run_date = datetime.now(timezone.utc) + timedelta(milliseconds=100)
+        for i in range(n):
+            sched.add_job(fired, "date", run_date=run_date, id=f"j{i}")
+        add_s = time.perf_counter() - t_add
+        t0 = time.perf_counter()
+        sched.resume()
+        dl = Deadline(limit_s)
+        while not dl.expired():
+            with _lock:
+                if _count["n"] >= n:
+                    break
+            time.sleep(0.01)
+        with _lock:
+            done, last, first = _count["n"], _count["last"], _count["first"]
+    finally:
+        sched.shutdown(wait=False)
+    secs = (last - t0) if done >= n else (time.perf_counter() - t0)
+    return {"fired": done, "seconds": secs, "rate": done / secs if secs > 0 else 0.0, "add_seconds": add_s,
+            "first_fire_after_s": (first - t0) if first else None, "complete": done >= n, "settings": settings}
+
+
+def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float) -> dict[str, Any]:
+    prefix = bench_prefix("aps")
+    store = make_store(url, 16, pool_size=16)
+    bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
+    try:
+        job = store.put_job(bench_job("aps", timeout=timedelta(0)))
+        with ExecutorHost(HostConfig(env.pulsar_url, prefix, ["aps"], {"aps": n}, deadline_s=limit_s + 30,
+                                     keep_lags=False)) as host:
+            load_triggers(url, job, n, first_ms=now_ms() - 1000, spread_ms=1000)
+            ts = ThreadedScheduler(store, bus, SchedulerSettings())
+            t0 = time.time()
+            ts.start()
+            published = ts.wait_fired(n, Deadline(limit_s))
+            fig = host.wait(limit_s)["aps"]
+            ts.close()
+    finally:
+        bus.close()
+        store.engine.dispose()
+        delete_topics(env.pulsar_admin_url, prefix)
+    end = fig.last_handled or time.time()
+    secs = end - t0
+    return {"fired": fig.items, "seconds": secs, "rate": fig.items / secs if secs > 0 else 0.0,
+            "published_seconds": published, "complete": fig.items >= n}
+
+
+def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
+    quick = profile["quick"]
+    n = 2_000 if quick else 20_000
+    limit_s = 120.0 if quick else 300.0
+    sec = Section(NAME, TITLE)
+    with fresh_database(env.mariadb_url, "bench_aps") as url:
+        aps = run_apscheduler(url, n, limit_s)
+    with fresh_database(env.mariadb_url, "bench_apsy") as url:
+        sy = run_switchyard(env, url, n, limit_s)
+    sec.settings = {"N": n, "apscheduler": aps.pop("settings"),
+                    "switchyard": "threaded Scheduler (16 partitions, defaults), PulsarBus, 1 executor process, "
+                                  "no-op handler, job timeout 0"}
+    sec.raw = {"apscheduler": aps, "switchyard": sy}
+    sec.rows = [
+        Row(f"{n:,} one-shot jobs due now: fires/s", sy["rate"], aps["rate"], "/s", GOAL,
+            note="peer: APScheduler" + ("" if aps["complete"] else f", INCOMPLETE {aps['fired']:,}/{n:,}")
+                 + ("" if sy["complete"] else f"; Switchyard INCOMPLETE {sy['fired']:,}/{n:,}")),
+        Row(f"{n:,} one-shot jobs due now: time until all fired", sy["seconds"], aps["seconds"], "s",
+            ratio=(aps["seconds"] / sy["seconds"]) if sy["seconds"] else None,
+            note="ratio = APScheduler time / Switchyard time"),
+    ]
+    sec.notes.append(f"APScheduler: adding the {n:,} jobs took {aps['add_seconds']:.1f} s (not timed); first fire "
+                     f"{(aps['first_fire_after_s'] or 0):.2f} s after resume(). Steady-load fires/s not measured.")
+    return sec
