@@ -1,6 +1,9 @@
 """`switchyard` — the console script."""
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from switchyard.cli.cron import cron
@@ -15,7 +18,28 @@ from switchyard.cli.scheduler import scheduler
 from switchyard.cli.trigger import trigger
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Every error is one line on stderr (click wraps usage errors over several lines)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs.pop("standalone_mode", None)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo("Error: " + " ".join(exc.format_message().split()), err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="switchyard")
 def cli() -> None:
     """Move delayed and recurring jobs off xxl-job and the batch center, one business at a time.
@@ -41,18 +65,4 @@ dualrun.add_command(dualrun_start)
 
 
 def main() -> None:
-    try:
-        cli(prog_name="switchyard", standalone_mode=False)
-    except click.UsageError as exc:
-        # one line, whatever click's own formatting would have wrapped
-        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-        click.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)
-        raise SystemExit(exc.exit_code) from None
-    except click.ClickException as exc:
-        click.echo("Error: " + " ".join(exc.format_message().split()), err=True)
-        raise SystemExit(exc.exit_code) from None
-    except click.exceptions.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except click.Abort:
-        click.echo("aborted", err=True)
-        raise SystemExit(130) from None
+    cli(prog_name="switchyard")

@@ -254,6 +254,11 @@ def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None,
     names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
+    # an unreachable legacy database is a one-line error at start (exit 3), not a series
+    # of failed runs; failures after the start are reported run by run
+    for name in names:
+        source = sources.source or _stored_source(sources.store, name)
+        sources.reader(source).businesses()
     stop = stop_event()
     watch = Watch(lambda b: _watch_one(sources, b, as_json), names, every, max_runs=max_runs, grace=grace,
                   on_error=lambda b, e: click.echo(f"{b}: comparison failed: {e}", err=True))
