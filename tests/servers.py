@@ -54,6 +54,13 @@ def _reachable(url: str) -> bool:
         return False
 
 
+def missing(what: str) -> None:
+    """A required tool or server is absent: skip locally, fail under CI."""
+    if in_ci():
+        pytest.fail(f"{what} (required under CI)", pytrace=False)
+    pytest.skip(what)
+
+
 def server_url(name: str, env: str | None = None) -> str:
     """The URL of a real server, or skip (locally) / fail (CI) when it is not there."""
     var = env or SERVER_ENV[name]

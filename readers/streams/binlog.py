@@ -1,7 +1,7 @@
 """Binlog change stream: the committed transactions of legacy tables, read as a replica would.
 
 Built on mysql-replication (`pymysqlreplication`) 1.0.17, with its measured traps handled here
-(see /work/shared/notes/infra-probe.md §1.3-1.4):
+(see the team notes, shared/notes/infra-probe.md §1.3-1.4):
 
 1. `is_mariadb=True` without `auto_position` ignores log_file/log_pos  -> we always resume by
    file/pos on the MySQL code path (`is_mariadb=False`); MariaDB still sends its GTID events
