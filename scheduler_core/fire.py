@@ -262,10 +262,11 @@ class FirePipeline:
             out.rescheduled = [t.id for t in rows if t.id is not None]
             won.update(out.rescheduled)
         if complete:
+            # a completing trigger's next_fire_at is the occurrence just fired: stamped
+            # from the row itself, in one statement for the whole chunk
             rows = self.store.cas(Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
-                fence_epoch=epoch, next_fire_at={i: fired_at[i] for i in complete},
-                last_fired_at={i: fired_at[i] for i in complete},
+                fence_epoch=epoch, fired_at_next=True,
             ))
             out.completed = [t.id for t in rows if t.id is not None]
             won.update(out.completed)

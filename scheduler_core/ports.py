@@ -72,6 +72,9 @@ class Transition:
     next_fire_at: Mapping[TriggerId, datetime] | None = None
     last_fired_at: Mapping[TriggerId, datetime] | None = None
     fence_epoch: Epoch | None = None
+    # stamp last_fired_at = the row's own next_fire_at (a one-shot completing): one
+    # set-based UPDATE instead of one statement per row
+    fired_at_next: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,6 +231,8 @@ class SqlTriggerStore(TriggerStore):
         if change.clear_epoch:
             values["owner_epoch"] = None
             values["acquire_deadline"] = None
+        if change.fired_at_next:
+            values["last_fired_at"] = tr.c.next_fire_at
         conds = [tr.c.state == change.from_state.value]
         if change.expected_epoch is not None:
             conds.append(tr.c.owner_epoch == change.expected_epoch)

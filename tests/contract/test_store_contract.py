@@ -215,3 +215,15 @@ def test_mariadb_trigger_table_is_hash_partitioned(tmp_path: Path, clock: Manual
         assert plan["key"] == "idx_state_fire"
         assert "filesort" not in (plan["Extra"] or "")
         assert [p.name for p in s.partitions()] == [f"p{i}" for i in range(8)]
+
+
+def test_completion_stamps_last_fired_from_the_row_in_one_update(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 3, step_s=7)
+    ids = [t.id for t in triggers if t.id is not None]
+    store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
+    done = store.cas(Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(1),
+                                fired_at_next=True))
+    assert sorted(t.id for t in done) == ids
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT next_fire_at, last_fired_at FROM dus_job_trigger ORDER BY id")).all()
+    assert all(nxt == last for nxt, last in rows) and len({nxt for nxt, _ in rows}) == 3
