@@ -10,7 +10,10 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
     from migrator.ports import GateDecision, LegacyControl
+    from readers.ports import LegacyReader
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
@@ -69,4 +72,17 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
         return XxlJobControl(engine, clock)
     if source == "batch-center":
         return BatchCenterControl(engine, clock, tz=tz)
+    raise ValueError(f"unknown source system {source!r}")
+
+
+def legacy_reader(source: str, bind: "Engine | Connection", tz: str = "Asia/Shanghai") -> "LegacyReader":
+    """The reader of a legacy system over an engine, or over a connection (a snapshot)."""
+    if source == "xxl-job":
+        from readers.xxljob.reader import XxlJobReader
+
+        return XxlJobReader(bind, admin_tz=tz)
+    if source == "batch-center":
+        from readers.batchcenter.reader import BatchCenterReader
+
+        return BatchCenterReader(bind, tz=tz)
     raise ValueError(f"unknown source system {source!r}")

@@ -30,7 +30,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
 from switchyard.cli.options import pulsar_admin, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import open_bus, open_store
+from switchyard.wiring import legacy_reader, open_bus, open_store
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,14 +48,7 @@ unreachable, 4 schema missing."""
 
 def open_reader(source: SourceSystem, legacy_url: str, tz: str) -> LegacyReader:
     """The legacy reader of a source system (the readers package's adapters)."""
-    engine = make_engine(legacy_url)
-    if source is SourceSystem.XXL_JOB:
-        from readers.xxljob.reader import XxlJobReader
-
-        return XxlJobReader(engine, admin_tz=tz)  # type: ignore[call-arg]
-    from readers.batchcenter.reader import BatchCenterReader
-
-    return BatchCenterReader(engine, tz=tz)  # type: ignore[call-arg]
+    return legacy_reader(source.value, make_engine(legacy_url), tz)
 
 
 def domain_errors(fn: F) -> F:

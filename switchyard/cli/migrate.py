@@ -13,12 +13,11 @@ from migrator.apply import Migrator
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
 from migrator.target import TargetWriter, Write
-from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.store.engine import make_engine
 from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url
-from switchyard.wiring import open_store
+from switchyard.wiring import legacy_reader, open_store
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +33,14 @@ api_only_opt = click.option("--api-only", "api_only", multiple=True,
                             help="Business whose xxl-job NONE jobs become API-only jobs (repeatable).")
 
 
-def open_reader(source: str, engine: Engine, tz: str) -> LegacyReader:
-    if source == SourceSystem.XXL_JOB.value:
-        from readers.xxljob.reader import XxlJobReader
+open_reader = legacy_reader
 
-        return XxlJobReader(engine, admin_tz=tz)
-    from readers.batchcenter.reader import BatchCenterReader
 
-    return BatchCenterReader(engine, tz=tz)
+def definition_options(fn):  # type: ignore[no-untyped-def]
+    """The options plan, run and stream share."""
+    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, glue_opt, api_only_opt)):
+        fn = opt(fn)
+    return fn
 
 
 def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None:
@@ -65,13 +64,7 @@ def migrate() -> None:
 
 
 @migrate.command("plan")
-@source_opt
-@legacy_url
-@target_url
-@business_opt
-@tz_opt
-@glue_opt
-@api_only_opt
+@definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], legacy_tz: str,
@@ -90,13 +83,7 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
 
 
 @migrate.command("run")
-@source_opt
-@legacy_url
-@target_url
-@business_opt
-@tz_opt
-@glue_opt
-@api_only_opt
+@definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], legacy_tz: str,
@@ -166,13 +153,7 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
 
 
 @migrate.command("stream")
-@source_opt
-@legacy_url
-@target_url
-@business_opt
-@tz_opt
-@glue_opt
-@api_only_opt
+@definition_options
 @click.option("--binlog-url", default=None,
               help="URL of a user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT (default: --legacy-url).")
 @click.option("--server-id", type=click.IntRange(1, 2**32 - 1), default=None,
