@@ -213,6 +213,37 @@ def current_position(connection: dict[str, Any] | Any) -> StreamPosition:
     return StreamPosition(log_file, log_pos, gtid)
 
 
+def check_binlog_source(connection: dict[str, Any]) -> None:
+    """Refuse a server whose binlog cannot give us full, named row images, or a user who cannot
+    log in: raises StreamPermissionError / StreamError. Callers run it before a snapshot so a
+    wrong binlog user fails before anything is written."""
+    settings = _settings(connection)
+    user = settings.get("user")
+    try:
+        rows = _query(dict(settings), "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                      "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')")
+    except pymysql.err.MySQLError as exc:
+        if _code(exc) in _PERMISSION_CODES:
+            raise StreamPermissionError(permission_message(user, str(exc))) from exc
+        raise StreamError(f"cannot reach the binlog source {settings.get('host')}:"
+                          f"{settings.get('port')}: {exc}") from exc
+    values = {str(k).lower(): str(v).upper() for k, v in rows}
+    problems = []
+    if values.get("log_bin", "ON") not in ("ON", "1"):
+        problems.append("log_bin is OFF")
+    if values.get("binlog_format", "ROW") != "ROW":
+        problems.append(f"binlog_format={values['binlog_format']} (need ROW)")
+    if values.get("binlog_row_image", "FULL") != "FULL":
+        problems.append(f"binlog_row_image={values['binlog_row_image']} (need FULL: complete before images)")
+    if values.get("binlog_row_metadata") != "FULL":
+        problems.append(
+            f"binlog_row_metadata={values.get('binlog_row_metadata', 'unsupported')} (need FULL: column names "
+            "in the binlog, correct across ALTER TABLE; MariaDB >= 10.5 / MySQL >= 8.0.14)"
+        )
+    if problems:
+        raise StreamError("the binlog source cannot feed a change stream: " + "; ".join(problems))
+
+
 class BinlogChangeStream:
     """One ChangeBatch per committed transaction touching `schemas` x `tables`.
 
@@ -405,30 +436,7 @@ class BinlogChangeStream:
         return self._boundary
 
     def _preflight(self) -> None:
-        """Refuse to start on a server whose binlog cannot give us full, named row images."""
-        try:
-            rows = _query(dict(self._settings), "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
-                          "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')")
-        except pymysql.err.MySQLError as exc:
-            if _code(exc) in _PERMISSION_CODES:
-                raise StreamPermissionError(permission_message(self._user, str(exc))) from exc
-            raise StreamError(f"cannot reach the binlog source {self._settings.get('host')}:"
-                              f"{self._settings.get('port')}: {exc}") from exc
-        values = {str(k).lower(): str(v).upper() for k, v in rows}
-        problems = []
-        if values.get("log_bin", "ON") not in ("ON", "1"):
-            problems.append("log_bin is OFF")
-        if values.get("binlog_format", "ROW") != "ROW":
-            problems.append(f"binlog_format={values['binlog_format']} (need ROW)")
-        if values.get("binlog_row_image", "FULL") != "FULL":
-            problems.append(f"binlog_row_image={values['binlog_row_image']} (need FULL: complete before images)")
-        if values.get("binlog_row_metadata") != "FULL":
-            problems.append(
-                f"binlog_row_metadata={values.get('binlog_row_metadata', 'unsupported')} (need FULL: column names "
-                "in the binlog, correct across ALTER TABLE; MariaDB >= 10.5 / MySQL >= 8.0.14)"
-            )
-        if problems:
-            raise StreamError("the binlog source cannot feed a change stream: " + "; ".join(problems))
+        check_binlog_source(self._settings)
         self._checked = True
 
     def _open(self, position: StreamPosition) -> None:

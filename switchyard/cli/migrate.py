@@ -173,7 +173,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     from sqlalchemy.engine import make_url
 
     from migrator.stream import DEFINITION_TABLE, StreamMigrator
-    from readers.streams import BinlogChangeStream, PollingChangeStream, consistent_snapshot
+    from readers.streams import BinlogChangeStream, PollingChangeStream, check_binlog_source, consistent_snapshot
     from switchyard.cli.signals import stop_event
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -189,6 +189,13 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
         writer = TargetWriter(store)
         sm = StreamMigrator(reader, writer, Migrator(reader, writer, store.clock, options), stream_id,
                             set(businesses) or None, after)
+        system = SourceSystem(source)
+        conn_settings: dict[str, object] = {}
+        if poll_s is None:
+            u = make_url(binlog_url or legacy_url)
+            conn_settings = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username,
+                             "password": u.password or ""}
+            check_binlog_source(conn_settings)  # a wrong binlog user fails before the snapshot writes
         position = sm.checkpoint()
         if position is None:
             with consistent_snapshot(legacy) as (conn, pos):
@@ -197,16 +204,12 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
             click.echo(f"snapshot applied at {pos.log_file}:{pos.log_pos}", err=True)
         else:
             click.echo(f"resuming at {position.log_file}:{position.log_pos}", err=True)
-        system = SourceSystem(source)
         if poll_s is not None:
             start = position if position.log_file == "poll" else None  # after a binlog snapshot: poll all once
             poller = PollingChangeStream(legacy, table=DEFINITION_TABLE[system], key_columns=("id",), tz=legacy_tz,
                                          start=start)
             batches = poller.batches(stop, interval_s=poll_s)
         else:
-            u = make_url(binlog_url or legacy_url)
-            conn_settings = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username,
-                             "password": u.password or ""}
             schema = make_url(legacy_url).database
             binlog = BinlogChangeStream(conn_settings, server_id=server_id or (zlib.crc32(stream_id.encode()) % 2**31 + 1000),
                                         schemas=[schema] if schema else [],

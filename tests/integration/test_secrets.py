@@ -319,6 +319,9 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
         "migrate quarantine": ["migrate", "quarantine", "--target-url", wrong_t],
         "migrate stream (legacy)": ["migrate", "stream", "--source", "batch-center", "--legacy-url", wrong_l,
                                     "--target-url", ok_t],
+        "migrate stream (binlog user)": ["migrate", "stream", "--source", "batch-center", "--legacy-url", ok_l,
+                                         "--target-url", ok_t, "--binlog-url", _with_db(
+                                             flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD)],
         "scheduler stats": ["scheduler", "stats", "--url", wrong_t],
         "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local"],
         "trigger pause": ["trigger", "pause", "1", "--url", wrong_t],
@@ -349,6 +352,14 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
             failures.append(f"[{name}] {exc}")
     assert not failures, f"{len(failures)} of {len(cases)} command(s) mishandle wrong credentials:\n" + \
         "\n\n".join(f[:1500] for f in failures)
+    # nothing half-written: a wrong binlog user is refused before the snapshot writes a checkpoint
+    engine = make_engine(flow.target)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM dus_stream_checkpoint")).scalar() == 0
+            assert conn.execute(text("SELECT COUNT(*) FROM dus_job")).scalar() == 0
+    finally:
+        engine.dispose()
 
 
 def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> None:
