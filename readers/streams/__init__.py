@@ -10,7 +10,7 @@
 Like the rest of `readers`, imports nothing else of Switchyard.
 """
 from readers.streams.binlog import BinlogChangeStream, check_binlog_source, current_position
-from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled
+from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
 from readers.streams.polling import PollingChangeStream, content_hash
 from readers.streams.snapshot import consistent_snapshot
 
@@ -20,6 +20,7 @@ __all__ = [
     "StreamError",
     "StreamPermissionError",
     "StreamStalled",
+    "StreamUnreachable",
     "check_binlog_source",
     "consistent_snapshot",
     "content_hash",

@@ -51,7 +51,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
-from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, permission_message
+from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable, permission_message
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def check_binlog_source(connection: dict[str, Any]) -> None:
     except pymysql.err.MySQLError as exc:
         if _code(exc) in _PERMISSION_CODES:
             raise StreamPermissionError(permission_message(user, str(exc))) from exc
-        raise StreamError(f"cannot reach the binlog source {settings.get('host')}:"
+        raise StreamUnreachable(f"cannot reach the binlog source {settings.get('host')}:"
                           f"{settings.get('port')}: {exc}") from exc
     values = {str(k).lower(): str(v).upper() for k, v in rows}
     problems = []

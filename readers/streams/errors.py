@@ -10,6 +10,10 @@ class StreamStalled(StreamError):
     """Nothing (no event, no heartbeat) arrived for longer than the stall timeout."""
 
 
+class StreamUnreachable(StreamError):
+    """The binlog source does not answer (refused, timed out, unknown host)."""
+
+
 class StreamPermissionError(StreamError):
     """The stream's user lacks a grant it needs."""
 

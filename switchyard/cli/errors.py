@@ -13,7 +13,7 @@ import click
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage
-from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled
+from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
 from scheduler_core.errors import BusError, ElectionError, SchemaError
 from switchyard import exitcodes
 
@@ -47,6 +47,8 @@ def cli_errors(fn: F) -> F:
         except click.ClickException:
             raise
         except StreamPermissionError as exc:
+            raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
+        except StreamUnreachable as exc:
             raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
         except StreamStalled as exc:
             raise CliFailure(f"change stream stalled: {exc}", exitcodes.UNREACHABLE) from None
