@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from scheduler_core.fire import group_by_domain
@@ -21,7 +21,7 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerState
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.times import UTC
+from scheduler_core.times import UTC, from_ms, to_ms
 
 log = logging.getLogger(__name__)
 BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
@@ -119,16 +119,23 @@ class PartitionAcquirer:
             return TickResult(wait=s.idle_wait + timedelta(seconds=self.rng.uniform(0, s.jitter.total_seconds())))
         newest = max(t.next_fire_at for t in due)
         self.last_seen = newest if self.last_seen is None else max(self.last_seen, newest)
-        won = self.store.cas(
+        deadline = from_ms(to_ms(now + s.acquire_deadline))  # as stored: whole milliseconds
+        won_ids = set(self.store.cas_ids(
             Transition(
                 ids=[t.id for t in due if t.id is not None],
                 from_state=TriggerState.WAITING,
                 to_state=TriggerState.ACQUIRED,
                 epoch=self.epoch,
-                deadline=now + s.acquire_deadline,
+                deadline=deadline,
                 fence_epoch=self.epoch,
+                # the rows just read are fired as read: one rewritten since (a migration,
+                # a cutover) loses here and is read again on the next tick
+                expected_version={t.id: t.version for t in due if t.id is not None},
             )
-        )
+        ))
+        # the winners as the UPDATE left them, without reading them back
+        won = [replace(t, state=TriggerState.ACQUIRED, owner_epoch=self.epoch, acquire_deadline=deadline,
+                       version=t.version + 1) for t in due if t.id in won_ids]
         lost = len(due) - len(won)
         if lost:
             self.metrics.cas_losses.labels(stage="acquire").inc(lost)
@@ -163,7 +170,7 @@ class PartitionAcquirer:
                     refused += [t.id for t in chunk if t.id is not None]
         released = 0
         if refused:
-            back = self.store.cas(
+            back = self.store.cas_ids(
                 Transition(ids=refused, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
                            expected_epoch=self.epoch, clear_epoch=True, fence_epoch=self.epoch)
             )

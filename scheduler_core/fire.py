@@ -131,11 +131,10 @@ class FirePipeline:
             # Release to waiting with the same next_fire_at: the next tick fires the same
             # occurrence again with the same command ids.
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
-            released = self.store.cas(
+            out.released = self.store.cas_ids(
                 Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
                            expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch)
             )
-            out.released = [t.id for t in released if t.id is not None]
             return out
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
         if cids:
@@ -254,21 +253,19 @@ class FirePipeline:
         won: set[TriggerId] = set()
         if reschedule:
             ids = list(reschedule)
-            rows = self.store.cas(Transition(
+            out.rescheduled = self.store.cas_ids(Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
                 clear_epoch=True, fence_epoch=epoch, next_fire_at=reschedule,  # type: ignore[arg-type]
                 last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
             ))
-            out.rescheduled = [t.id for t in rows if t.id is not None]
             won.update(out.rescheduled)
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
-            rows = self.store.cas(Transition(
+            out.completed = self.store.cas_ids(Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
                 fence_epoch=epoch, fired_at_next=True,
             ))
-            out.completed = [t.id for t in rows if t.id is not None]
             won.update(out.completed)
         for p in plans:
             tid = p.trigger.id

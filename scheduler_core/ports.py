@@ -75,6 +75,9 @@ class Transition:
     # stamp last_fired_at = the row's own next_fire_at (a one-shot completing): one
     # set-based UPDATE instead of one statement per row
     fired_at_next: bool = False
+    # optimistic check per row: the row changes only while its version is still the one
+    # read (a definition rewritten since the read loses and is read again next time)
+    expected_version: Mapping[TriggerId, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,11 @@ class TriggerStore(Protocol):
     @abstractmethod
     def cas(self, change: Transition) -> list[Trigger]:
         """Apply the transition; returns the winners, re-read. Losing is a normal result."""
+
+    @abstractmethod
+    def cas_ids(self, change: Transition) -> list[TriggerId]:
+        """Apply the transition; returns the winners' ids only, without re-reading rows
+        (the hot path: the caller already holds what it needs)."""
 
     @abstractmethod
     def claim_epoch(self, epoch: Epoch) -> bool:

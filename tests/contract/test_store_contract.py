@@ -227,3 +227,48 @@ def test_completion_stamps_last_fired_from_the_row_in_one_update(store: SqlTrigg
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT next_fire_at, last_fired_at FROM dus_job_trigger ORDER BY id")).all()
     assert all(nxt == last for nxt, last in rows) and len({nxt for nxt, _ in rows}) == 3
+
+
+def test_cas_ids_names_the_winners_without_rows(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 6)
+    ids = [t.id for t in triggers if t.id is not None]
+    deadline = clock.now() + timedelta(seconds=60)
+    assert sorted(store.cas_ids(Transition(ids=ids[:4], from_state=W, to_state=A, epoch=Epoch(2),
+                                           deadline=deadline))) == ids[:4]
+    # overlapping contender: only the two it did not lose (the re-read path)
+    assert sorted(store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(3),
+                                           deadline=deadline))) == ids[4:]
+    assert store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(4), deadline=deadline)) == []
+    assert {t.id: t.owner_epoch for t in store.get_triggers(ids)} == {**{i: 2 for i in ids[:4]}, **{i: 3 for i in ids[4:]}}
+
+
+def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 3, step_s=5)
+    ids = [t.id for t in triggers if t.id is not None]
+    store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
+    later = {ids[0]: clock.now() + timedelta(hours=1), ids[1]: clock.now() + timedelta(hours=2)}
+    won = store.cas_ids(Transition(ids=ids, from_state=A, to_state=W, expected_epoch=Epoch(1), clear_epoch=True,
+                                   next_fire_at=later, last_fired_at={ids[0]: triggers[0].next_fire_at}))
+    assert sorted(won) == ids
+    after = {t.id: t for t in store.get_triggers(ids)}
+    assert after[ids[0]].next_fire_at == later[ids[0]] and after[ids[1]].next_fire_at == later[ids[1]]
+    assert after[ids[2]].next_fire_at == triggers[2].next_fire_at  # not in the map: unchanged
+    with store.engine.connect() as conn:
+        lasts = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+    assert lasts[ids[0]] == int(triggers[0].next_fire_at.timestamp() * 1000)
+    assert lasts[ids[1]] is None and lasts[ids[2]] is None
+
+
+def test_expected_version_makes_a_rewritten_row_lose(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 3)
+    ids = [t.id for t in triggers if t.id is not None]
+    versions = {t.id: t.version for t in triggers if t.id is not None}
+    # a definition rewritten after the read (a migration moved it): its version moved on
+    moved = store.cas(Transition(ids=[ids[1]], from_state=W, to_state=W, next_fire_at={ids[1]: clock.now()}))
+    assert moved[0].version == versions[ids[1]] + 1
+    won = store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
+                                   expected_version=versions))
+    assert sorted(won) == [ids[0], ids[2]]
+    # a row the map does not name cannot win an optimistic transition
+    assert store.cas_ids(Transition(ids=[ids[1]], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
+                                    expected_version={})) == []
