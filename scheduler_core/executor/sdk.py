@@ -8,11 +8,22 @@
 
     executor.run(stop_event)
 
-Commands arrive on the domain's topic (Shared subscription, so executors scale out);
-envelopes are unpacked into items; each item runs with the job's timeout and retries
-with back-off; results are published per item to the callback topic; a message is
-acked only after all of its items' results are published. Delivery is at-least-once:
-a command id that already succeeded here is answered from memory, not run again.
+Commands arrive on the domain's topic (Shared subscription, so executors scale out:
+run more processes with the same domain to use more cores); envelopes are unpacked
+into items; each item runs with the job's timeout and retries with back-off; results
+stay per item (succeeded / failed / timed out, attempt, message) and go to the callback
+topic, one compact entry per envelope, batched by the outbox; a message is acked only
+after all of its items' results are published. Delivery is at-least-once: a command id
+that already succeeded here is answered from memory, not run again.
+
+Concurrency quota: at most `concurrency` envelopes of the domain are in work at once
+(one semaphore step per message, not per item), on `concurrency` worker threads; the
+items of one envelope run one after another on its worker.
+
+Job timeout: a handler still running when the job's timeout passes is reported as timed
+out at that moment (and retried if the job has retries left); its eventual return is
+ignored (a Python thread cannot be killed). One watchdog thread per executor enforces
+it (`runner`), instead of a thread per item.
 
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
@@ -20,47 +31,26 @@ received and recorded, the handler is never called.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.codec import CALLBACK_TOPIC, CodecError, command_topic, decode_commands, encode_results
-from scheduler_core.model import CommandId, ExecutionCommand, FiredState, JobCode, TriggerId
-from scheduler_core.ports import BusMessage, Clock, FiredUpdate, MessageBus, Received
+from scheduler_core.codec import CodecError, Envelope, EnvelopeResult, command_topic, decode_envelope
+from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
+from scheduler_core.executor.runner import EnvelopeRun, run_unwatched, run_watched
+from scheduler_core.executor.watchdog import Watchdog
+from scheduler_core.ports import Clock, MessageBus, Received
+
+__all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
 log = logging.getLogger(__name__)
 SUBSCRIPTION = "executor"
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutionContext:
-    command_id: CommandId
-    trigger_id: TriggerId
-    job_code: JobCode
-    biz_code: str
-    scheduled_at: datetime
-    item_index: int
-    item_total: int
-    item_param: str
-    params: str
-    attempt: int
-    timeout: timedelta
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerResult:
-    ok: bool = True
-    message: str = ""
-    timed_out: bool = False
-
-
-Handler = Callable[[ExecutionContext], "HandlerResult | bool | None"]
+_STOP = None
 
 
 class Executor:
@@ -75,6 +65,7 @@ class Executor:
         retry_backoff: timedelta = timedelta(milliseconds=200),
         max_backoff: timedelta = timedelta(seconds=30),
         remember: int = 100_000,
+        compact_results: bool = True,
     ) -> None:
         self.bus = bus
         self.domain = domain
@@ -82,11 +73,17 @@ class Executor:
         self.shadow = shadow
         self.retry_backoff = retry_backoff
         self.max_backoff = max_backoff
+        self.concurrency = concurrency
+        self.compact_results = compact_results
         self._handlers: dict[str, Handler] = {}
         self._default: Handler | None = None
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"exec-{domain}")
         self._quota = threading.BoundedSemaphore(concurrency)  # per-business concurrency quota
-        self._done: OrderedDict[str, FiredUpdate] = OrderedDict()
+        self._inbox: queue.SimpleQueue[Received | None] = queue.SimpleQueue()
+        self._outbox: ResultOutbox | None = None
+        self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
+        # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
+        self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
+        self._done_items = 0
         self._remember = remember
         self._lock = threading.Lock()
         self.sub = bus.subscribe(command_topic(domain), SUBSCRIPTION)
@@ -107,117 +104,190 @@ class Executor:
 
         return register
 
-    def _lookup(self, cmd: ExecutionCommand) -> Handler | None:
-        return self._handlers.get(cmd.job_code) or self._handlers.get(cmd.handler) or self._default
+    def _lookup(self, env: Envelope) -> Handler | None:
+        return self._handlers.get(env.job_code) or self._handlers.get(env.handler) or self._default
 
     # -- the loop --------------------------------------------------------------------
 
     def run(self, stop: threading.Event, batch: int = 100) -> None:
-        inflight: list[Future[None]] = []
-        while not stop.is_set():
-            inflight = [f for f in inflight if not f.done()]
-            got = self.sub.receive(batch, timedelta(milliseconds=200))
-            for r in got:
+        self._outbox = ResultOutbox(self.bus, self.sub, compact=self.compact_results,
+                                    capacity=4 * self.concurrency, name=f"exec-{self.domain}-results")
+        for i in range(self.concurrency):
+            self._spawn(self._serve, f"exec-{self.domain}-{i}")
+        try:
+            while not stop.is_set():
+                for r in self.sub.receive(batch, timedelta(milliseconds=200)):
+                    self._quota.acquire()  # released when the envelope's items are done
+                    self._inbox.put(r)
+        finally:
+            for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
-                fut = self._pool.submit(self._process_guarded, r)
-                fut.add_done_callback(lambda _f: self._quota.release())
-                inflight.append(fut)
-        for f in inflight:
-            f.result()
+            for _ in range(self.concurrency):  # ...then each serving worker stops
+                self._inbox.put(_STOP)
+            for _ in range(self.concurrency):
+                self._quota.release()
+            self._outbox.close()  # ...and its results are published and acked
+            self._outbox = None
 
     def poll_once(self, batch: int = 100, timeout: timedelta = timedelta(milliseconds=50)) -> int:
-        """Receive and process one batch on the caller's thread (tests, demos)."""
+        """Receive and process one batch on the caller's thread (tests, demos); results
+        are published and the messages acked before it returns."""
         got = self.sub.receive(batch, timeout)
         for r in got:
-            self._process_guarded(r)
+            run = self._start(r, serve_after=False)
+            if run is None:
+                continue
+            if run.done.is_set():  # shadow, or no handler: answered already
+                pass
+            elif run.env.timeout.total_seconds() > 0:
+                # on a thread of its own, so that a timeout hands the rest to a successor
+                # and this call returns once the envelope is finished, not the handler
+                self._spawn(lambda run=run: self._work(run), f"exec-{self.domain}-poll")
+                run.done.wait()
+            else:
+                self._work(run)
+            if isinstance(run.result, EnvelopeResult):
+                publish_and_ack(self.bus, self.sub, [(r, run.result)], self.compact_results)
         return len(got)
 
-    def _process_guarded(self, received: Received) -> None:
-        try:
-            self._process(received)
-        except Exception:
-            # not acked: the bus redelivers it; the same command ids make that safe
-            log.exception("processing a command message failed; it will be redelivered")
-            self.sub.nack(received)
-
-    def _process(self, received: Received) -> None:
-        received_at = self.clock.now()
-        try:
-            commands = decode_commands(received.message.payload)
-        except CodecError as exc:
-            log.error("dropping a malformed command message: %s", exc)
-            self.sub.ack(received)
-            return
-        results = [self._run_item(cmd, received_at) for cmd in commands]
-        self.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results(results), key=results[0].command_id)])
-        self.sub.ack(received)
-
-    def _run_item(self, cmd: ExecutionCommand, received_at: datetime) -> FiredUpdate:
-        with self._lock:
-            seen = self._done.get(cmd.command_id)
-        if seen is not None and seen.state is FiredState.SUCCEEDED:
-            self.duplicates += 1
-            return seen  # idempotent: a redelivered command that already succeeded is not run again
-        if self.shadow or cmd.shadow:
-            return FiredUpdate(cmd.command_id, FiredState.RECEIVED, received_at, 0, "shadow: recorded, not invoked",
-                               received_at=received_at, page_id=cmd.page_id)
-        fn = self._lookup(cmd)
-        if fn is None:
-            return FiredUpdate(cmd.command_id, FiredState.FAILED, self.clock.now(), 0,
-                               f"no handler registered for job {cmd.job_code!r} (handler {cmd.handler!r})",
-                               received_at=received_at, page_id=cmd.page_id)
-        started_at = self.clock.now()
-        attempt = 0
+    def _serve(self) -> None:
+        """A worker: envelopes from the inbox until told to stop, or until the watchdog
+        took its envelope (a successor serves in its place)."""
         while True:
-            ctx = ExecutionContext(
-                command_id=cmd.command_id, trigger_id=cmd.trigger_id, job_code=cmd.job_code, biz_code=cmd.biz_code,
-                scheduled_at=cmd.scheduled_at, item_index=cmd.item_index, item_total=cmd.item_total,
-                item_param=cmd.item_param, params=cmd.params, attempt=attempt, timeout=cmd.timeout,
-            )
-            outcome = self._call(fn, ctx)
-            if outcome.ok or attempt >= cmd.max_retry:
-                break
-            attempt += 1
-            delay = min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
-            time.sleep(delay)
-        state = FiredState.SUCCEEDED if outcome.ok else (FiredState.TIMED_OUT if outcome.timed_out else FiredState.FAILED)
-        update = FiredUpdate(cmd.command_id, state, self.clock.now(), attempt, outcome.message,
-                             received_at=received_at, started_at=started_at, page_id=cmd.page_id)
-        with self._lock:
-            self._done[cmd.command_id] = update
-            while len(self._done) > self._remember:
-                self._done.popitem(last=False)
-            self.processed += 1
-        return update
+            r = self._inbox.get()
+            if r is _STOP:
+                return
+            run = self._start(r, serve_after=True)
+            if run is not None and not run.done.is_set() and not self._work(run):
+                return
 
-    def _call(self, fn: Handler, ctx: ExecutionContext) -> HandlerResult:
-        timeout = ctx.timeout.total_seconds()
-        if timeout <= 0:
-            return _as_result(fn, ctx)
-        # A timed-out handler thread cannot be killed in Python; it is reported as timed
-        # out and its eventual return is ignored.
-        box: list[HandlerResult] = []
-        t = threading.Thread(target=lambda: box.append(_as_result(fn, ctx)), daemon=True)
-        t.start()
-        t.join(timeout)
-        if t.is_alive() or not box:
-            return HandlerResult(ok=False, message=f"timed out after {timeout:g}s", timed_out=True)
-        return box[0]
+    def _start(self, r: Received, *, serve_after: bool) -> EnvelopeRun | None:
+        """The run of one message; None if there is nothing to run (dropped or failed)."""
+        try:
+            received_ms = self.clock.now_ms()
+            try:
+                env = decode_envelope(r.message.payload)
+            except CodecError as exc:
+                log.error("dropping a malformed command message: %s", exc)
+                self.sub.ack(r)
+                self._release(serve_after)
+                return None
+            shadow = self.shadow or env.shadow
+            fn = None if shadow else self._lookup(env)
+            with self._lock:
+                skip = self._done.get((env.trigger_id, env.scheduled_ms))
+            run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
+            if shadow:
+                self._finish(run, "R", "shadow: recorded, not invoked", started=False)
+            elif fn is None:
+                self._finish(run, "F", f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
+                             started=False)
+            return run
+        except Exception:
+            self._failed(r, serve_after)
+            return None
+
+    def _work(self, run: EnvelopeRun) -> bool:
+        """Run the items on this thread; False if the watchdog took the run over."""
+        try:
+            if run.env.timeout.total_seconds() > 0:
+                self._watchdog.watch(run)
+                if not run_watched(run, 0, self._backoff):
+                    return False
+                self._watchdog.unwatch(run)
+            else:
+                run_unwatched(run, self._backoff)
+            self._finish(run)
+        except Exception:
+            self._watchdog.unwatch(run)
+            self._failed(run.received, run.serve_after)  # type: ignore[arg-type]
+            run.done.set()
+        return True
+
+    def _take_over(self, run: EnvelopeRun, gen: int, wait: float) -> None:
+        """The watchdog's hand-over: a successor thread carries on with the run."""
+
+        def carry_on() -> None:
+            if wait > 0:
+                time.sleep(wait)  # the retry's back-off, as on the worker
+            try:
+                if not run_watched(run, gen, self._backoff):
+                    return
+                self._watchdog.unwatch(run)
+                self._finish(run)
+            except Exception:
+                self._watchdog.unwatch(run)
+                self._failed(run.received, run.serve_after)  # type: ignore[arg-type]
+                run.done.set()
+                return
+            if run.serve_after:
+                self._serve()
+
+        self._spawn(carry_on, f"exec-{self.domain}-successor")
+
+    def _finish(self, run: EnvelopeRun, letter: str | None = None, message: str = "", *, started: bool = True) -> None:
+        env = run.env
+        n = len(env.items)
+        now_ms = self.clock.now_ms()
+        letters = letter * n if letter is not None else "".join(run.letters)
+        indices = [idx for idx, _p in env.items]
+        result = EnvelopeResult(
+            trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id,
+            indices=indices, letters=letters, received_ms=run.received_ms,
+            started_ms=run.started_ms if started else None, finished_ms=now_ms,
+            start_offsets_ms=run.start_offsets_ms() if started else None,
+            message=message, exceptions=run.extras,
+        )
+        if letter is None:
+            self._remember_successes(run, indices, letters)
+        run.result = result
+        self._release(run.serve_after)
+        if run.serve_after and self._outbox is not None:
+            self._outbox.put(run.received, result)  # type: ignore[arg-type]
+        run.done.set()
+
+    def _remember_successes(self, run: EnvelopeRun, indices: list[int], letters: str) -> None:
+        if letters.count("S") == len(letters):  # the usual case, at C speed
+            ok = dict.fromkeys(indices, 0)
+        else:
+            ok = {indices[k]: 0 for k, c in enumerate(letters) if c == "S"}
+        for pos, attempt, _m in run.extras:
+            if attempt and indices[pos] in ok:
+                ok[indices[pos]] = attempt
+        key = (run.env.trigger_id, run.env.scheduled_ms)
+        with self._lock:
+            self.processed += len(indices) - run.duplicates
+            self.duplicates += run.duplicates
+            known = self._done.get(key)
+            if known is None:
+                self._done[key] = ok
+                self._done_items += len(ok)
+            else:
+                before = len(known)
+                known.update(ok)
+                self._done_items += len(known) - before
+            while self._done_items > self._remember and len(self._done) > 1:
+                _k, gone = self._done.popitem(last=False)
+                self._done_items -= len(gone)
+
+    def _release(self, serve_after: bool) -> None:
+        if serve_after:
+            self._quota.release()
+
+    def _failed(self, r: Received, serve_after: bool) -> None:
+        # not acked: the bus redelivers it; the same command ids make that safe
+        log.exception("processing a command message failed; it will be redelivered")
+        try:
+            self.sub.nack(r)
+        finally:
+            self._release(serve_after)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        threading.Thread(target=target, name=name, daemon=True).start()
 
     def close(self) -> None:
+        self._watchdog.close()
         self.sub.close()
-        self._pool.shutdown(wait=True)
-
-
-def _as_result(fn: Handler, ctx: ExecutionContext) -> HandlerResult:
-    try:
-        value = fn(ctx)
-    except FutureTimeout:
-        return HandlerResult(ok=False, message="timed out", timed_out=True)
-    except Exception as exc:
-        return HandlerResult(ok=False, message=f"{type(exc).__name__}: {exc}"[:1000])
-    if isinstance(value, HandlerResult):
-        return value
-    if value is False:
-        return HandlerResult(ok=False, message="handler returned False")
-    return HandlerResult(ok=True)
