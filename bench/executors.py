@@ -33,6 +33,9 @@ class HostConfig:
     concurrency: int = 16
     deadline_s: float = 120.0
     keep_lags: bool = True
+    # executor processes on one Shared subscription, as a business scales its executors
+    # out; each reports its count into a shared slot and all stop when the sum is reached
+    processes: int = 1
 
 
 @dataclass
@@ -93,7 +96,7 @@ def _http_call(url: str) -> bool:
         conn.close()
 
 
-def host_main(cfg: HostConfig, out: Any) -> None:
+def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> None:
     from scheduler_core.bus.pulsar import PulsarBus
     from scheduler_core.executor import ExecutionContext, Executor
     from scheduler_core.executor.sdk import HandlerResult
@@ -142,7 +145,15 @@ def host_main(cfg: HostConfig, out: Any) -> None:
         cmd = None
         while time.monotonic() < end:
             with lock:
-                done = all(figs[d].items >= cfg.expected.get(d, 0) for d in cfg.domains)
+                mine = [figs[d].items for d in cfg.domains]
+            if counts is None:
+                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine))
+            else:  # several processes: the sum over all of them, per domain
+                width = len(cfg.domains)
+                for k, n in enumerate(mine):
+                    counts[slot * width + k] = n
+                done = all(sum(counts[p * width + k] for p in range(cfg.processes)) >= cfg.expected.get(d, 0)
+                           for k, d in enumerate(cfg.domains))
             if done:
                 break
             time.sleep(0.01)
@@ -166,26 +177,54 @@ class ExecutorHost:
         self.cfg = cfg
         ctx = mp.get_context("spawn")
         self.q = ctx.Queue()
-        self.proc = ctx.Process(target=host_main, args=(cfg, self.q), daemon=True)
+        n = max(1, cfg.processes)
+        counts = ctx.Array("q", n * len(cfg.domains), lock=False) if n > 1 else None
+        self.procs = [ctx.Process(target=host_main, args=(cfg, self.q, counts, i), daemon=True) for i in range(n)]
         self.result: dict[str, Any] | None = None
 
+    @property
+    def proc(self) -> Any:
+        return self.procs[0]
+
     def __enter__(self) -> ExecutorHost:
-        self.proc.start()
-        msg = self.q.get(timeout=READY_TIMEOUT_S)
-        if msg[0] != "ready":
-            self.proc.join(timeout=5)
-            raise RuntimeError(f"executor host failed to start: {msg[1]}")
+        for p in self.procs:
+            p.start()
+        for _ in self.procs:
+            msg = self.q.get(timeout=READY_TIMEOUT_S)
+            if msg[0] != "ready":
+                for p in self.procs:
+                    p.join(timeout=5)
+                raise RuntimeError(f"executor host failed to start: {msg[1]}")
         return self
 
     def wait(self, timeout: float | None = None) -> dict[str, DomainFigures]:
-        msg = self.q.get(timeout=(timeout if timeout is not None else self.cfg.deadline_s) + 30)
-        if msg[0] == "error":
-            raise RuntimeError(f"executor host: {msg[1]}")
-        self.result = msg[1]
-        return {d: DomainFigures(**v) for d, v in msg[1].items()}
+        merged: dict[str, DomainFigures] = {}
+        for _ in self.procs:
+            msg = self.q.get(timeout=(timeout if timeout is not None else self.cfg.deadline_s) + 30)
+            if msg[0] == "error":
+                raise RuntimeError(f"executor host: {msg[1]}")
+            for d, v in msg[1].items():
+                merged[d] = _merge(merged[d], DomainFigures(**v)) if d in merged else DomainFigures(**v)
+        self.result = {d: f.__dict__ for d, f in merged.items()}
+        return merged
 
     def __exit__(self, *exc: Any) -> None:
-        self.proc.join(timeout=30)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=10)
+        for p in self.procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+
+
+def _merge(a: DomainFigures, b: DomainFigures) -> DomainFigures:
+    def pick(x: float | None, y: float | None, f: Any) -> float | None:
+        return y if x is None else x if y is None else f(x, y)
+
+    return DomainFigures(
+        items=a.items + b.items, messages=a.messages + b.messages,
+        first_recv=pick(a.first_recv, b.first_recv, min), last_recv=pick(a.last_recv, b.last_recv, max),
+        first_handled=pick(a.first_handled, b.first_handled, min),
+        last_handled=pick(a.last_handled, b.last_handled, max),
+        recv_lag_ms=a.recv_lag_ms + b.recv_lag_ms, start_lag_ms=a.start_lag_ms + b.start_lag_ms,
+        errors=a.errors + b.errors,
+    )

@@ -95,7 +95,7 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
 
 
 def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s: float,
-            triggers: int = 1, job_timeout: timedelta = timedelta(0)) -> dict[str, Any]:
+            triggers: int = 1, job_timeout: timedelta = timedelta(0), processes: int = 1) -> dict[str, Any]:
     s_kw: dict[str, Any] = {}
     j_kw: dict[str, Any] = {}
     how = "core default"
@@ -116,7 +116,7 @@ def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s:
             load_triggers(url, job, 1, first_ms=now_ms() - 1000)
         bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
         cfg = HostConfig(env.pulsar_url, prefix, [BIZ], {BIZ: per_trigger * triggers}, deadline_s=limit_s,
-                         keep_lags=False)
+                         keep_lags=False, processes=processes)
         try:
             with ExecutorHost(cfg) as host:
                 started = time.time()
@@ -134,6 +134,7 @@ def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s:
             "seconds": secs, "rate": fig.items / secs if secs > 0 else 0.0, "scheduler_seconds": fired_s,
             "scheduler_rate": (per_trigger * triggers) / fired_s if fired_s > 0 else 0.0,
             "complete": fig.items >= per_trigger * triggers, "job_timeout_s": job_timeout.total_seconds(),
+            "executor_processes": processes,
             "drive": d.stats}
 
 
@@ -179,6 +180,13 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         sec.rows.append(Row(f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, job timeout 30 s",
                             r["rate"], None, "/s", GOAL,
                             note="enforced by one watchdog thread per executor (was a thread per item)"
+                                 + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}")))
+        # executors scaled out: two processes on the same Shared subscription
+        r = one_run(env, total, env_size, mode, limit_s, processes=2)
+        raw.append(r)
+        sec.rows.append(Row(f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, 2 executor processes",
+                            r["rate"], None, "/s", GOAL,
+                            note="one Shared subscription, two processes on the same 2 cores as broker and scheduler"
                                  + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}")))
     sec.raw = {"runs": raw}
     sec.notes.append("scheduler side alone (first tick until fired records + publication done): "

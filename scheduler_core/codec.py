@@ -49,28 +49,36 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
     if not commands:
         raise ValueError("an envelope needs at least one command")
     head = commands[0]
-    ms = to_ms(head.scheduled_at)
     for c in commands[1:]:
         if c.trigger_id != head.trigger_id or c.scheduled_at != head.scheduled_at:
             raise ValueError("an envelope carries items of one run and one fire time only")
+    return encode_envelope(head, [(c.item_index, c.item_param) for c in commands], page_record=page_record)
+
+
+def encode_envelope(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> bytes:
+    """One envelope from the run's header (any command of the run: only its run-level
+    fields are read) and the items as (index, param) pairs: the fire pipeline's fan-out
+    path, which never builds a command object per item."""
+    if not items:
+        raise ValueError("an envelope needs at least one item")
     body = {
         "v": WIRE_VERSION,
-        "t": head.trigger_id,
-        "T": ms,
-        "j": head.job_code,
-        "b": head.biz_code,
-        "h": head.handler,
-        "p": head.params,
-        "n": head.item_total,
-        "a": head.attempt,
-        "to": int(head.timeout.total_seconds() * 1000),
-        "r": head.max_retry,
-        "e": head.epoch,
-        "i": [[c.item_index, c.item_param] for c in commands],
+        "t": run.trigger_id,
+        "T": to_ms(run.scheduled_at),
+        "j": run.job_code,
+        "b": run.biz_code,
+        "h": run.handler,
+        "p": run.params,
+        "n": run.item_total,
+        "a": run.attempt,
+        "to": int(run.timeout.total_seconds() * 1000),
+        "r": run.max_retry,
+        "e": run.epoch,
+        "i": [[i, param] for i, param in items],
     }
     if page_record:
         body["pr"] = 1
-    if head.shadow:
+    if run.shadow:
         body["sh"] = 1
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduler_core.codec import command_topic, encode_commands
+from scheduler_core.codec import command_topic, encode_envelope
 from scheduler_core.errors import PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
@@ -194,36 +194,37 @@ class FirePipeline:
         props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(to_ms(plan.occurrence)),
                  "trigger_id": str(trig.id)}
         topic = command_topic(job.biz_code)
+        # the run's header: run-level fields only, shared by every envelope of the run
+        run = ExecutionCommand(
+            command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id, job_code=job.job_code,
+            biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=0,
+            item_total=job.shard_total, params=job.params, timeout=job.timeout, max_retry=job.max_retry,
+            epoch=epoch, shadow=job.shadow,
+        )
+        k = job.envelope_size
+        paged = k > 1 and self.settings.page_records
         for page in self._pages(job):
-            cmds = [
-                ExecutionCommand(
-                    command_id=command_id(trig.id, plan.occurrence, idx), trigger_id=trig.id, job_code=job.job_code,
-                    biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=idx,
-                    item_total=job.shard_total, item_param=param, params=job.params, timeout=job.timeout,
-                    max_retry=job.max_retry, epoch=epoch, shadow=job.shadow,
-                )
-                for idx, param in page
-            ]
-            k = job.envelope_size
-            paged = k > 1 and self.settings.page_records
+            # per item only what must be per item: ids (and records when not paged); a
+            # 100K fan-out never builds a command object per item
             if not paged:
                 records += [
-                    FiredRecord(command_id=c.command_id, trigger_id=trig.id, job_code=job.job_code,
-                                biz_code=job.biz_code, scheduled_at=plan.occurrence, item_index=c.item_index,
-                                item_total=job.shard_total, epoch=epoch, fired_at=now, misfired=plan.misfired,
-                                message=plan.note)
-                    for c in cmds
+                    FiredRecord(command_id=command_id(trig.id, plan.occurrence, idx), trigger_id=trig.id,
+                                job_code=job.job_code, biz_code=job.biz_code, scheduled_at=plan.occurrence,
+                                item_index=idx, item_total=job.shard_total, epoch=epoch, fired_at=now,
+                                misfired=plan.misfired, message=plan.note)
+                    for idx, _param in page
                 ]
-            for i in range(0, len(cmds), k):
-                group = cmds[i : i + k]
+            for i in range(0, len(page), k):
+                group = page[i : i + k]
+                first = group[0][0]
+                head_id = command_id(trig.id, plan.occurrence, first)
                 if paged:
                     records.append(FiredRecord(
-                        command_id=group[0].command_id, trigger_id=trig.id, job_code=job.job_code,
-                        biz_code=job.biz_code, scheduled_at=plan.occurrence, item_index=group[0].item_index,
-                        item_total=job.shard_total, item_count=len(group), epoch=epoch, fired_at=now,
-                        misfired=plan.misfired, message=plan.note))
-                messages.append(BusMessage(topic, encode_commands(group, page_record=paged), deliver_at_ms=deliver_ms,
-                                           properties=props, key=group[0].command_id))
+                        command_id=head_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
+                        scheduled_at=plan.occurrence, item_index=first, item_total=job.shard_total,
+                        item_count=len(group), epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note))
+                messages.append(BusMessage(topic, encode_envelope(run, group, page_record=paged),
+                                           deliver_at_ms=deliver_ms, properties=props, key=head_id))
         return records, messages
 
     def _pages(self, job: Job) -> Iterator[list[tuple[int, str]]]:
