@@ -81,13 +81,7 @@ def attempt_once(fn: Handler, ctx: ExecutionContext) -> HandlerResult | None:
         return HandlerResult(ok=False, message="timed out", timed_out=True)
     except Exception as exc:
         return HandlerResult(ok=False, message=f"{type(exc).__name__}: {exc}"[:1000])
-    if value is None or value is True:
-        return None
-    if isinstance(value, HandlerResult):
-        return None if value.ok and not value.message else value
-    if value is False:
-        return HandlerResult(ok=False, message="handler returned False")
-    return None
+    return _judge(value)
 
 
 def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:

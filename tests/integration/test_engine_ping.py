@@ -23,17 +23,19 @@ def _kill(url: str, connection_id: int) -> None:
         killer.dispose()
 
 
+def _connection_id(engine: object) -> int:
+    with engine.connect() as conn:  # type: ignore[attr-defined]
+        return int(conn.execute(text("SELECT CONNECTION_ID()")).scalar_one())
+
+
 def test_an_idle_connection_cut_by_the_server_is_replaced_without_an_error() -> None:
     with mariadb_database("ping") as url:
         engine = make_engine(url, pool_size=1)
         try:
-            with engine.connect() as conn:
-                first = conn.execute(text("SELECT CONNECTION_ID()")).scalar_one()
+            first = _connection_id(engine)
             _kill(url, first)
             time.sleep(engine_mod.PING_IF_IDLE_S + 0.2)
-            with engine.connect() as conn:  # the ping finds it dead: a new connection
-                second = conn.execute(text("SELECT CONNECTION_ID()")).scalar_one()
-            assert second != first
+            assert _connection_id(engine) != first  # the ping found it dead: a new connection
         finally:
             engine.dispose()
 
@@ -43,13 +45,11 @@ def test_a_connection_cut_while_busy_fails_once_then_the_pool_recovers(monkeypat
     with mariadb_database("ping") as url:
         engine = make_engine(url, pool_size=1)
         try:
-            with engine.connect() as conn:
-                first = conn.execute(text("SELECT CONNECTION_ID()")).scalar_one()
+            first = _connection_id(engine)
             _kill(url, first)
             with pytest.raises(OperationalError), engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-            with engine.connect() as conn:  # the disconnect invalidated the pool
-                assert conn.execute(text("SELECT CONNECTION_ID()")).scalar_one() != first
+            assert _connection_id(engine) != first  # the disconnect invalidated the pool
         finally:
             engine.dispose()
 
