@@ -21,7 +21,7 @@ from dualrun.compare import Inputs, baseline_window, compare_frames
 from dualrun.errors import NoSourceSystem
 from dualrun.expected import build_expected
 from dualrun.frames import FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
-from dualrun.model import Comparison, ConsumerLag, Mode, Window
+from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings
 from readers.ports import LegacyReader
@@ -77,6 +77,28 @@ def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, business: str)
         lg.c.source_system == source.value, lg.c.business == business, lg.c.target_job_code.is_not(None))
     with store.engine.connect() as conn:
         return {k: c for k, c in conn.execute(stmt).all()}
+
+
+QUARANTINED = "quarantined"  # dus_migration_ledger.status of a row the migrator could not map
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantineEntry:
+    source_key: str
+    field: str | None
+    reason: str | None
+
+
+def fetch_quarantined(store: SqlTriggerStore, source: SourceSystem, business: str) -> list[QuarantineEntry]:
+    """Legacy rows of a business the migrator quarantined (never handed to the new side), from
+    the migration ledger. Rows migrated and later deleted at the source (status `deleted`) or
+    cancelled on the new side are not among them: their missing fires still count."""
+    lg = store.t.ledger
+    stmt = select(lg.c.source_key, lg.c.field, lg.c.reason).where(
+        lg.c.source_system == source.value, lg.c.business == business, lg.c.status == QUARANTINED
+    ).order_by(lg.c.source_key)
+    with store.engine.connect() as conn:
+        return [QuarantineEntry(source_key=k, field=f, reason=r) for k, f, r in conn.execute(stmt).all()]
 
 
 _FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt")
@@ -147,6 +169,11 @@ class Collector:
         for d in self.defs:
             code = self.code_of(d)
             self.info[self.jobs.id(code)] = job_info(d, code)
+        self.quarantined: dict[int, QuarantinedJob] = {}
+        for q in fetch_quarantined(store, source, business):
+            code = self.code_for_key(q.source_key)
+            self.quarantined[self.jobs.id(code)] = QuarantinedJob(source_key=q.source_key, job_code=code,
+                                                                   field=q.field, reason=q.reason)
 
     def code_of(self, d: LegacyDefinition) -> str:
         return self.code_for_key(d.source_key)
@@ -180,7 +207,7 @@ class Collector:
                       mode=mode, window=window, baseline_window=base_window, legacy=cur.frame,
                       baseline_legacy=base.frame, new=fetch_new(self.store, self.business, window, self.jobs),
                       expected=cur.expected, baseline_expected=base.expected, jobs=self.jobs, info=self.info,
-                      consumer_lag=lag, notes=tuple(notes))
+                      consumer_lag=lag, notes=tuple(notes), quarantined=self.quarantined)
 
 
 def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -16,6 +16,7 @@ from dualrun import verdict as rules
 from dualrun.frames import FAIL, NONE, SUCCESS, TIMEOUT, UNFINISHED, JobIndex, JobInfo
 from dualrun.match import (
     KINDS,
+    LABEL_CODE,
     LABELS,
     NO_LABEL,
     ClassifyContext,
@@ -33,6 +34,7 @@ from dualrun.match import (
 from dualrun.model import (
     LABEL_TEXT,
     Bucket,
+    Label,
     Comparison,
     ConsumerLag,
     LagStats,
@@ -40,6 +42,7 @@ from dualrun.model import (
     MismatchGroup,
     MismatchKind,
     Mode,
+    QuarantinedJob,
     SideMeasures,
     Window,
     iso,
@@ -77,6 +80,7 @@ class Inputs:
     legacy_business: str = ""
     consumer_lag: ConsumerLag | None = None
     notes: tuple[str, ...] = ()
+    quarantined: Mapping[int, QuarantinedJob] = field(default_factory=dict)  # job id -> never migrated
 
 
 # --- measures -----------------------------------------------------------------------------
@@ -133,6 +137,26 @@ def labelled_new_calls(frame: pd.DataFrame) -> int:
     sel = (frame["kind"].to_numpy() == KINDS.index(MismatchKind.MISSING_ON_LEGACY)) & (
         frame["label"].to_numpy() != NO_LABEL)
     return int(frame["b"].to_numpy()[sel].sum())
+
+
+def _not_migrated(frame: pd.DataFrame) -> np.ndarray:
+    """Legacy fires of quarantined jobs the new side was never given (b: their calls)."""
+    return (frame["kind"].to_numpy() == KINDS.index(MismatchKind.MISSING_ON_NEW)) & (
+        frame["label"].to_numpy() == LABEL_CODE[Label.NOT_MIGRATED])
+
+
+def quarantined_jobs(frame: pd.DataFrame, quarantined: Mapping[int, QuarantinedJob],
+                     n_jobs: int) -> tuple[QuarantinedJob, ...]:
+    """The quarantined jobs with their not-migrated legacy fires and calls in the window
+    (one bincount per measure, whatever the number of rows)."""
+    if not quarantined:
+        return ()
+    sel = _not_migrated(frame)
+    job = frame["job"].to_numpy()[sel]
+    fires = np.bincount(job, minlength=n_jobs)
+    calls = np.bincount(job, weights=frame["b"].to_numpy()[sel], minlength=n_jobs)
+    out = [replace(q, legacy_fires=int(fires[jid]), legacy_calls=int(calls[jid])) for jid, q in quarantined.items()]
+    return tuple(sorted(out, key=lambda q: (-q.legacy_fires, q.source_key)))
 
 
 # --- time series --------------------------------------------------------------------------
@@ -205,7 +229,15 @@ def mismatch_counts(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
-def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS) -> tuple[MismatchGroup, ...]:
+def _held_detail(quarantined: Mapping[int, QuarantinedJob], label: int, job: int) -> str | None:
+    if label != LABEL_CODE[Label.NOT_MIGRATED]:
+        return None
+    q = quarantined.get(job)
+    return q.detail if q is not None else "not migrated (quarantined)"
+
+
+def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS,
+                    quarantined: Mapping[int, QuarantinedJob] | None = None) -> tuple[MismatchGroup, ...]:
     if not len(frame):
         return ()
     g = frame.groupby(["kind", "label", "job"], sort=False)["sched"].agg(["count", "min", "max"]).reset_index()
@@ -213,7 +245,8 @@ def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS
     g = g.sort_values(["flagged", "count", "kind", "job"], ascending=[False, False, True, True]).head(limit)
     return tuple(MismatchGroup(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), count=int(r["count"]),
                                first_at=_at(r["min"]), last_at=_at(r["max"]),
-                               label=None if r.label == NO_LABEL else LABELS[int(r.label)])
+                               label=None if r.label == NO_LABEL else LABELS[int(r.label)],
+                               detail=_held_detail(quarantined or {}, int(r.label), int(r.job)) or "")
                  for _, r in g.iterrows())
 
 
@@ -244,7 +277,8 @@ def detail(kind: MismatchKind, a: int, b: int) -> str:
     return texts[kind]
 
 
-def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int) -> tuple[Mismatch, ...]:
+def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int,
+                    quarantined: Mapping[int, QuarantinedJob] | None = None) -> tuple[Mismatch, ...]:
     if not len(frame) or limit <= 0:
         return ()
     flagged = _flagged_mask(frame)
@@ -252,7 +286,8 @@ def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int) -> tuple[Mi
     rows = frame.iloc[order].sort_values(["kind", "sched", "job"], kind="stable")
     return tuple(Mismatch(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), scheduled_at=_at(r.sched),
                           label=None if r.label == NO_LABEL else LABELS[int(r.label)],
-                          detail=detail(KINDS[int(r.kind)], int(r.a), int(r.b)))
+                          detail=_held_detail(quarantined or {}, int(r.label), int(r.job))
+                          or detail(KINDS[int(r.kind)], int(r.a), int(r.b)))
                  for r in rows.itertuples(index=False))
 
 
@@ -268,7 +303,7 @@ def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFram
         if n:
             notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: "
                          f"{LABEL_TEXT[lab]}")
-    both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"]
+    both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"] - counts[MismatchKind.MISSING_ON_BOTH.value]["labelled"]
     if both:
         notes.append(f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the "
                      "definition changed)")
@@ -280,7 +315,7 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     t0 = time.perf_counter()
     s = settings.match
     start, end = _ms(inputs.window.start), _ms(inputs.window.end)
-    ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info),
+    ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
                           xxl=inputs.source == "xxl-job", shadow=inputs.mode is Mode.SHADOW, now_ms=_ms(now))
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
@@ -291,22 +326,27 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         baseline = pending.result()
     legacy = side_measures(m.legacy, expected_fk=m.expected_fk, late=legacy_late(m.legacy.fires, s),
                            unscheduled=len(m.unscheduled))
-    new = side_measures(m.new, expected_fk=m.expected_fk, late=new_late(m.new.fires, s, _ms(now)))
+    new_expected = m.expected_fk
+    if inputs.quarantined and len(new_expected):  # the new side is not expected to fire what it was never given
+        keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
+        new_expected = new_expected[~ctx.flags.quarantined[keys.job(new_expected)]]
+    new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, _ms(now)))
     counts = mismatch_counts(m.mismatches)
-    groups = mismatch_groups(m.mismatches, inputs.jobs)
+    groups = mismatch_groups(m.mismatches, inputs.jobs, quarantined=inputs.quarantined)
+    held = quarantined_jobs(m.mismatches, inputs.quarantined, len(inputs.jobs))
     evaluation = rules.evaluate(rules.Evidence(
         mode=inputs.mode, window=inputs.window, legacy=legacy, new=new, baseline=baseline,
         reference=m.reference, counts=counts, groups=groups, consumer_lag=inputs.consumer_lag,
-        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches)))
+        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches), quarantined=held))
     return Comparison(
         business=inputs.business, legacy_business=inputs.legacy_business or inputs.business, source=inputs.source,
         mode=inputs.mode, window=inputs.window, baseline_window=inputs.baseline_window, computed_at=now,
         verdict=evaluation.verdict, checks=evaluation.checks, legacy=legacy, new=new, baseline=baseline,
         noise=evaluation.noise, reference_fires=m.reference, mismatch_counts=counts, mismatch_groups=groups,
-        mismatches=mismatch_sample(m.mismatches, inputs.jobs, s.max_listed),
+        mismatches=mismatch_sample(m.mismatches, inputs.jobs, s.max_listed, inputs.quarantined),
         series=build_series(m.legacy, m.new, inputs.window, s.buckets), consumer_lag=inputs.consumer_lag,
         notes=_notes(inputs, counts, m.mismatches), thresholds=thresholds_as_dict(settings.thresholds),
-        seconds=time.perf_counter() - t0)
+        quarantined=held, seconds=time.perf_counter() - t0)
 
 
 def baseline_window(window: Window, offset: timedelta | None) -> Window:

@@ -308,17 +308,20 @@ class JobFlags:
     broadcast: np.ndarray
     misfire_skip: np.ndarray
     zones: Sequence[str]
+    quarantined: np.ndarray  # per job: quarantined in the migration ledger (never migrated)
 
     @staticmethod
-    def build(n_jobs: int, info: Mapping[int, JobInfo]) -> JobFlags:
+    def build(n_jobs: int, info: Mapping[int, JobInfo], quarantined: Iterable[int] = ()) -> JobFlags:
         dom_l, dom_w = np.zeros(n_jobs, bool), np.zeros(n_jobs, bool)
+        held = np.zeros(n_jobs, bool)
+        held[np.fromiter(quarantined, dtype=_I64)] = True
         broadcast, skip = np.zeros(n_jobs, bool), np.ones(n_jobs, bool)
         zones = ["UTC"] * n_jobs
         for jid, ji in info.items():
             dom = ji.dom_field
             dom_l[jid], dom_w[jid] = "L" in dom, "W" in dom and "L" not in dom
             broadcast[jid], skip[jid], zones[jid] = ji.broadcast, ji.misfire_skip, ji.time_zone
-        return JobFlags(dom_l, dom_w, broadcast, skip, zones)
+        return JobFlags(dom_l, dom_w, broadcast, skip, zones, held)
 
     @property
     def any_month_end(self) -> bool:
@@ -423,9 +426,13 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     li, ni = pair(lf, nf, _ms(ctx.settings.pair_tolerance))
     cols = ("job", "sched", "dispatch", "status", "items")
     pieces = _paired(lf.take(li, cols), nf.take(ni, cols), ctx)
-    lo = lf.take(_unpaired(len(lf), li), ("fk", "job", "sched", "dispatch"))
-    pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"], a=lag_of(lo),
-                         b=member(skipped_fk, lo["fk"]).astype(_I64)))
+    lo = lf.take(_unpaired(len(lf), li), ("fk", "job", "sched", "dispatch", "items"))
+    # a legacy fire of a job the migrator quarantined: never handed over, so not missing on
+    # the new side (labelled; b carries its calls instead of the misfire-skip flag)
+    held = ctx.flags.quarantined[lo["job"]]
+    pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"],
+                         np.where(held, LABEL_CODE[Label.NOT_MIGRATED], NO_LABEL), a=lag_of(lo),
+                         b=np.where(held, lo["items"], member(skipped_fk, lo["fk"]).astype(_I64))))
     no = nf.take(_unpaired(len(nf), ni), ("fk", "job", "sched", "dispatch", "items"))
     pieces += _new_only(no, member(exp_fk, no["fk"]), ctx)
     doubled = nf.take(np.flatnonzero(nf["dups"] > 0), ("job", "sched", "dispatch", "dups"))
@@ -433,11 +440,17 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
                          b=doubled["dups"]))
     fired = sorted_unique(np.concatenate((lf["fk"], nf["fk"])))
     neither = exp_fk[~member(fired, exp_fk)]
-    pieces.append(_piece(MismatchKind.MISSING_ON_BOTH, keys.job(neither), keys.sched(neither)))
+    nj = keys.job(neither)
+    held_n = ctx.flags.quarantined[nj]
+    pieces.append(_piece(MismatchKind.MISSING_ON_BOTH, nj, keys.sched(neither),
+                         np.where(held_n, LABEL_CODE[Label.NOT_MIGRATED], NO_LABEL)))
     pieces.append(_piece(MismatchKind.UNSCHEDULED_ON_LEGACY, unscheduled["job"], unscheduled["trig"],
                          LABEL_CODE[Label.LEGACY_UNSCHEDULED], a=unscheduled["kind"]))
     frame = pd.concat(pieces, ignore_index=True)
-    return frame, len(li), len(lf) + len(nf) - len(li) + len(neither)
+    # occurrences only a quarantined job's legacy side has (or neither) are not the new
+    # side's to fire: they stay out of the rates' reference
+    not_handed = int(held.sum()) + int(held_n.sum())
+    return frame, len(li), len(lf) + len(nf) - len(li) + len(neither) - not_handed
 
 
 # --- the pipeline ---------------------------------------------------------------------------

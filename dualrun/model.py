@@ -71,6 +71,7 @@ class Label(enum.StrEnum):
     LEGACY_UNSCHEDULED = "legacy_unscheduled"
     BROADCAST_ITEMS = "broadcast_items"
     LEGACY_MISSED = "legacy_missed"
+    NOT_MIGRATED = "not_migrated"  # the legacy job is quarantined in the migration ledger
 
 
 LABEL_TEXT: dict[Label, str] = {
@@ -83,7 +84,20 @@ LABEL_TEXT: dict[Label, str] = {
     Label.BROADCAST_ITEMS: "xxl-job SHARDING_BROADCAST has one item per live executor; the new side's item "
                            "count comes from the sharding configuration",
     Label.LEGACY_MISSED: "the legacy side missed an expected fire that the new side fired",
+    Label.NOT_MIGRATED: "not migrated: the legacy job is quarantined in the migration ledger (field and reason "
+                        "listed) and still runs only on legacy; the new side was never given it",
 }
+
+
+def not_migrated_text(field_name: str | None, reason: str | None) -> str:
+    """The detail of a fire of a quarantined job: 'not migrated (quarantined: <field>: <reason>)'."""
+    what = ": ".join(x for x in (field_name or "", reason or "") if x) or "no reason recorded"
+    return f"not migrated (quarantined: {what})"
+
+
+def quarantine_sentence(n: int) -> str:
+    return (f"{n:,} legacy job(s) of this business are quarantined and still run only on legacy; "
+            "fix them before cutover")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,10 +192,28 @@ class MismatchGroup:
     first_at: datetime
     last_at: datetime
     label: Label | None = None
+    detail: str = ""  # e.g. the quarantine field and reason of a not_migrated group
 
     @property
     def flagged(self) -> bool:
         return self.kind.against_new and self.label is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantinedJob:
+    """A legacy job of the business the migrator quarantined (never handed to the new side),
+    with its legacy fires in the compared window."""
+
+    source_key: str
+    job_code: str
+    field: str | None = None
+    reason: str | None = None
+    legacy_fires: int = 0  # scheduled legacy fires in the window (labelled not_migrated, not missing)
+    legacy_calls: int = 0
+
+    @property
+    def detail(self) -> str:
+        return not_migrated_text(self.field, self.reason)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +228,7 @@ class Check:
     noise: float | None = None
     details: tuple[str, ...] = ()
     skipped: bool = False  # not applicable (shadow mode, not measured)
+    warning: bool = False  # passed (not against the new side) but needs action before cutover
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +280,7 @@ class Comparison:
     thresholds: dict[str, float | int] = field(default_factory=dict)
     legacy_business: str = ""
     seconds: float = 0.0  # compute time
+    quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated (ledger: quarantined)
 
     def __post_init__(self) -> None:
         require_aware(self.computed_at, "computed_at")
@@ -264,6 +298,19 @@ class Comparison:
                 out.append(c.sentence)
                 out.extend(c.details)
         return tuple(out)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What must be done before cutover although it does not fail the verdict (e.g.
+        quarantined jobs still running only on legacy), as sentences."""
+        return tuple(c.sentence for c in self.checks if c.warning)
+
+    @property
+    def summary(self) -> str:
+        """The verdict in one sentence, warnings included."""
+        head = "ready" if self.is_ready else "not ready: " + "; ".join(
+            c.sentence for c in self.checks if not c.passed and not c.skipped)
+        return head + "".join(f"; {w}" for w in self.warnings)
 
 
 # --- JSON form ------------------------------------------------------------------------------
@@ -288,8 +335,8 @@ def _side_from(d: dict[str, Any]) -> SideMeasures:
 
 
 def _check(c: Check) -> dict[str, Any]:
-    return {"code": c.code, "passed": c.passed, "skipped": c.skipped, "sentence": c.sentence, "new": c.new,
-            "legacy": c.legacy, "noise": c.noise, "details": list(c.details)}
+    return {"code": c.code, "passed": c.passed, "skipped": c.skipped, "warning": c.warning, "sentence": c.sentence,
+            "new": c.new, "legacy": c.legacy, "noise": c.noise, "details": list(c.details)}
 
 
 def _mismatch(m: Mismatch) -> dict[str, Any]:
@@ -299,7 +346,13 @@ def _mismatch(m: Mismatch) -> dict[str, Any]:
 
 def _group(g: MismatchGroup) -> dict[str, Any]:
     return {"kind": g.kind.value, "job_code": g.job_code, "count": g.count, "first_at": iso(g.first_at),
-            "last_at": iso(g.last_at), "label": g.label.value if g.label else None, "flagged": g.flagged}
+            "last_at": iso(g.last_at), "label": g.label.value if g.label else None, "flagged": g.flagged,
+            "detail": g.detail}
+
+
+def _quarantined(q: QuarantinedJob) -> dict[str, Any]:
+    return {"source_key": q.source_key, "job_code": q.job_code, "field": q.field, "reason": q.reason,
+            "legacy_fires": q.legacy_fires, "legacy_calls": q.legacy_calls, "detail": q.detail}
 
 
 def _bucket(b: Bucket) -> dict[str, Any]:
@@ -321,6 +374,8 @@ def as_dict(c: Comparison) -> dict[str, Any]:
         "computed_at": iso(c.computed_at),
         "verdict": c.verdict.value,
         "reasons": list(c.reasons),
+        "warnings": list(c.warnings),
+        "summary": c.summary,
         "checks": [_check(x) for x in c.checks],
         "measures": {"legacy": _side(c.legacy), "new": _side(c.new), "baseline": _side(c.baseline)},
         "noise": dict(c.noise),
@@ -333,6 +388,7 @@ def as_dict(c: Comparison) -> dict[str, Any]:
         "consumer_lag": None if c.consumer_lag is None else {
             "topic": c.consumer_lag.topic, "subscription": c.consumer_lag.subscription,
             "due": c.consumer_lag.due, "delayed": c.consumer_lag.delayed},
+        "quarantined": [_quarantined(q) for q in c.quarantined],
         "notes": list(c.notes),
         "thresholds": dict(c.thresholds),
         "seconds": round(c.seconds, 3),
@@ -351,14 +407,15 @@ def comparison_from_dict(d: dict[str, Any]) -> Comparison:
         baseline_window=Window.from_dict(d["baseline_window"]), computed_at=from_iso(d["computed_at"]),
         verdict=Verdict(d["verdict"]),
         checks=tuple(Check(code=x["code"], passed=x["passed"], skipped=x.get("skipped", False),
-                           sentence=x["sentence"], new=x.get("new"), legacy=x.get("legacy"), noise=x.get("noise"),
+                           warning=x.get("warning", False), sentence=x["sentence"], new=x.get("new"), legacy=x.get("legacy"), noise=x.get("noise"),
                            details=tuple(x.get("details", ()))) for x in d["checks"]),
         legacy=_side_from(d["measures"]["legacy"]), new=_side_from(d["measures"]["new"]),
         baseline=_side_from(d["measures"]["baseline"]), noise=dict(d.get("noise", {})),
         reference_fires=d.get("reference_fires", 0), mismatch_counts=d.get("mismatch_counts", {}),
         mismatch_groups=tuple(MismatchGroup(kind=MismatchKind(g["kind"]), job_code=g["job_code"], count=g["count"],
                                             first_at=from_iso(g["first_at"]), last_at=from_iso(g["last_at"]),
-                                            label=_label(g.get("label"))) for g in d.get("mismatch_groups", ())),
+                                            label=_label(g.get("label")), detail=g.get("detail", ""))
+                              for g in d.get("mismatch_groups", ())),
         mismatches=tuple(Mismatch(kind=MismatchKind(m["kind"]), job_code=m["job_code"],
                                   scheduled_at=from_iso(m["scheduled_at"]), label=_label(m.get("label")),
                                   detail=m.get("detail", "")) for m in d.get("mismatches", ())),
@@ -367,6 +424,9 @@ def comparison_from_dict(d: dict[str, Any]) -> Comparison:
         consumer_lag=None if lag is None else ConsumerLag(**lag),
         notes=tuple(d.get("notes", ())), thresholds=dict(d.get("thresholds", {})),
         seconds=float(d.get("seconds", 0.0)),
+        quarantined=tuple(QuarantinedJob(source_key=q["source_key"], job_code=q["job_code"], field=q.get("field"),
+                                         reason=q.get("reason"), legacy_fires=q.get("legacy_fires", 0),
+                                         legacy_calls=q.get("legacy_calls", 0)) for q in d.get("quarantined", ())),
     )
 
 
@@ -381,6 +441,7 @@ class StoredVerdict:
     window: Window
     computed_at: datetime
     mode: Mode
+    warnings: tuple[str, ...] = ()  # e.g. quarantined jobs still running only on legacy
 
     @property
     def is_ready(self) -> bool:

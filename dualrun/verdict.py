@@ -31,12 +31,14 @@ from dualrun.model import (
     MismatchGroup,
     MismatchKind,
     Mode,
+    QuarantinedJob,
     SideMeasures,
     StoredVerdict,
     Verdict,
     Window,
     as_dict,
     comparison_from_dict,
+    quarantine_sentence,
     from_iso,
     iso,
 )
@@ -70,6 +72,12 @@ class Evidence:
     consumer_lag: ConsumerLag | None
     thresholds: Thresholds
     labelled_new_calls: int = 0  # calls of new-only fires that are labelled known differences
+    quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated, with their fires in the window
+
+    @property
+    def not_migrated_calls(self) -> int:
+        """Legacy calls of quarantined jobs the new side was never given."""
+        return sum(q.legacy_calls for q in self.quarantined)
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,7 @@ def _per_unit(calls: int, expected: int, window: Window) -> float:
 
 
 def _volume_check(ev: Evidence) -> Check:
-    n, leg, b = ev.new.calls - ev.labelled_new_calls, ev.legacy.calls, ev.baseline
+    n, leg, b = ev.new.calls - ev.labelled_new_calls, ev.legacy.calls - ev.not_migrated_calls, ev.baseline
     raw = abs(n / leg - 1.0) if leg else (1.0 if n else 0.0)
     now_rate = _per_unit(leg, ev.legacy.expected, ev.window)
     base_rate = _per_unit(b.calls, b.expected, ev.window)
@@ -183,7 +191,29 @@ def _volume_check(ev: Evidence) -> Check:
     sentence = f"call volume {n:,} vs legacy {leg:,} ({shown}; baseline noise {noise * 100:.1f}%)"
     if ev.labelled_new_calls:
         sentence += f", not counting {ev.labelled_new_calls:,} new-side call(s) of labelled known differences"
+    if ev.not_migrated_calls:
+        sentence += f", not counting {ev.not_migrated_calls:,} legacy call(s) of quarantined (not migrated) jobs"
     return Check(code="volume", passed=not failed, sentence=sentence, new=float(n), legacy=float(leg), noise=noise)
+
+
+def _quarantine_check(ev: Evidence) -> Check:
+    """Quarantined legacy jobs are never counted against the new side, but never hidden
+    either: a passing check with a warning (the report, the CLI and the summary say it)."""
+    held = ev.quarantined
+    if not held:
+        return Check(code="quarantined", passed=True,
+                     sentence="no quarantined legacy jobs: every legacy job of this business in the migration "
+                              "ledger was migrated")
+    fires = sum(q.legacy_fires for q in held)
+    sentence = (f"{quarantine_sentence(len(held))} ({fires:,} legacy fire(s) in the window labelled not_migrated, "
+                "not counted as missing on the new side)")
+    details = tuple(f"{q.source_key} ({q.job_code}): {q.detail}; {q.legacy_fires:,} legacy fire(s) in the window"
+                    for q in held[:MAX_JOB_DETAILS])
+    if len(held) > MAX_JOB_DETAILS:
+        details += (f"... and {len(held) - MAX_JOB_DETAILS} more quarantined job(s): `switchyard migrate "
+                    "quarantine` lists them all",)
+    return Check(code="quarantined", passed=True, warning=True, sentence=sentence, new=float(len(held)),
+                 details=details)
 
 
 def _consumer_check(ev: Evidence) -> Check:
@@ -241,6 +271,7 @@ def evaluate(ev: Evidence) -> Evaluation:
                     ev.baseline.timeout_rate, t.timeout_rate_abs, higher_is_worse=True),
         _volume_check(ev),
         _consumer_check(ev),
+        _quarantine_check(ev),
     )
     if ev.mode is Mode.SHADOW:
         checks += (Check(code="shadow", passed=True, skipped=True, sentence=SHADOW_NOTE),)
@@ -276,7 +307,8 @@ def _stored(row: Any) -> StoredVerdict:
     return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
                          reasons=tuple(json.loads(row.reasons)),
                          window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-                         computed_at=_at(row.computed_at), mode=Mode(body.get("mode", Mode.BOTH.value)))
+                         computed_at=_at(row.computed_at), mode=Mode(body.get("mode", Mode.BOTH.value)),
+                         warnings=tuple(body.get("warnings", ())))
 
 
 def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:

@@ -42,5 +42,6 @@ def load_overview(store: SqlTriggerStore, *, now: datetime, reports_dir: Path | 
             business=code, source=info.source_system if info else None, state=info.state if info else None,
             shadow=bool(info and info.shadow), verdict=v.verdict.value if v else None,
             computed_at=v.computed_at if v else None, reasons=v.reasons if v else (),
+            warnings=v.warnings if v else (),
             link=link if reports_dir is not None and (reports_dir / link).exists() else None))
     return OverviewReport(generated_at=now, rows=tuple(rows))

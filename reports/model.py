@@ -127,13 +127,14 @@ class OverviewRow:
     computed_at: datetime | None
     reasons: tuple[str, ...] = ()
     link: str | None = None
+    warnings: tuple[str, ...] = ()  # e.g. quarantined jobs still running only on legacy
 
     def as_dict(self, now: datetime) -> dict[str, Any]:
         age = None if self.computed_at is None else now - self.computed_at
         return {"business": self.business, "source": self.source, "state": self.state, "shadow": self.shadow,
                 "verdict": self.verdict, "computed_at": None if self.computed_at is None else iso(self.computed_at),
                 "age": _age(age), "age_seconds": None if age is None else round(age.total_seconds()),
-                "reasons": list(self.reasons), "link": self.link}
+                "reasons": list(self.reasons), "warnings": list(self.warnings), "link": self.link}
 
 
 def _age(age: timedelta | None) -> str:

@@ -189,7 +189,7 @@ def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str, wind
 def render_text(c: Comparison, comparison_id: int) -> str:
     head = (f"{c.business}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
             f"{iso(c.window.start)} .. {iso(c.window.end)}; comparison #{comparison_id})")
-    lines = [head, *(f"  - {r}" for r in c.reasons)]
+    lines = [head, *(f"  - {r}" for r in c.reasons), *(f"  ! {w}" for w in c.warnings)]
     for name, m in (("legacy", c.legacy), ("new", c.new), ("baseline", c.baseline)):
         rate = "n/a" if m.success_rate is None else f"{m.success_rate * 100:.1f}%"
         p99 = "n/a" if m.lag.p99 is None else f"{m.lag.p99:.3g} s"
@@ -270,9 +270,11 @@ def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
     result, cid = sources.compare(business)
     if as_json:
         click.echo(redact(json.dumps({"comparison_id": cid, "business": business, "verdict": result.verdict.value,
-                                      "computed_at": iso(result.computed_at), "reasons": list(result.reasons)},
+                                      "computed_at": iso(result.computed_at), "reasons": list(result.reasons),
+                                      "warnings": list(result.warnings)},
                                      ensure_ascii=False)))
     else:
         click.echo(redact(f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
-                          + "".join(f"\n  - {r}" for r in result.reasons)))
+                          + "".join(f"\n  - {r}" for r in result.reasons)
+                          + "".join(f"\n  ! {w}" for w in result.warnings)))
     return result
