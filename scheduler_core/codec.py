@@ -59,9 +59,13 @@ def encode_envelope(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, 
     """One envelope from the run's header (any command of the run: only its run-level
     fields are read) and the items as (index, param) pairs: the fire pipeline's fan-out
     path, which never builds a command object per item."""
+    return _dump(envelope_body(run, items, page_record=page_record))
+
+
+def envelope_body(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> dict[str, Any]:
     if not items:
         raise ValueError("an envelope needs at least one item")
-    body = {
+    body: dict[str, Any] = {
         "v": WIRE_VERSION,
         "t": run.trigger_id,
         "T": to_ms(run.scheduled_at),
@@ -80,6 +84,22 @@ def encode_envelope(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, 
         body["pr"] = 1
     if run.shadow:
         body["sh"] = 1
+    return body
+
+
+def encode_packed(bodies: Sequence[dict[str, Any]]) -> bytes:
+    """Several runs' envelopes in one message (runs of one job due at the same time): a
+    hot minute of 50K separate triggers becomes a few hundred messages. The executor
+    runs each envelope as its own run and acks the message once all their results are
+    published."""
+    if not bodies:
+        raise ValueError("a packed message needs at least one envelope")
+    if len(bodies) == 1:
+        return _dump(bodies[0])
+    return _dump({"v": WIRE_VERSION, "m": list(bodies)})
+
+
+def _dump(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -133,7 +153,25 @@ class Envelope:
 
 
 def decode_envelope(payload: bytes) -> Envelope:
+    """A message of one envelope (a packed message is refused here: see decode_message)."""
     body = _load(payload)
+    if "m" in body:
+        raise CodecError("a packed message carries several envelopes: use decode_message")
+    return _envelope_from_body(body)
+
+
+def decode_message(payload: bytes) -> list[Envelope]:
+    """Every envelope of a command message: one, or the runs of a packed message."""
+    body = _load(payload)
+    packed = body.get("m")
+    if packed is None:
+        return [_envelope_from_body(body)]
+    if not isinstance(packed, list) or not packed or not all(isinstance(b, dict) for b in packed):
+        raise CodecError("malformed packed message: 'm' must be a non-empty list of envelopes")
+    return [_envelope_from_body(b) for b in packed]
+
+
+def _envelope_from_body(body: dict[str, Any]) -> Envelope:
     try:
         trigger_id = TriggerId(int(body["t"]))
         ms = int(body["T"])
@@ -164,7 +202,7 @@ def decode_envelope(payload: bytes) -> Envelope:
 
 
 def decode_commands(payload: bytes) -> list[ExecutionCommand]:
-    return decode_envelope(payload).commands()
+    return [c for env in decode_message(payload) for c in env.commands()]
 
 
 def encode_results(updates: Sequence[FiredUpdate]) -> bytes:

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 
 from scheduler_core.codec import CALLBACK_TOPIC, EnvelopeResult, encode_envelope_results, encode_results
+from scheduler_core.executor.packs import PackShare, ack, nack
 from scheduler_core.model import command_id
 from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
 
@@ -50,8 +51,8 @@ def _key(r: EnvelopeResult) -> str:
     return command_id(r.trigger_id, r.scheduled_ms, r.indices[0])
 
 
-def publish_and_ack(bus: MessageBus, sub: Subscription, done: Sequence[tuple[Received, EnvelopeResult]],
-                    compact: bool) -> bool:
+def publish_and_ack(bus: MessageBus, sub: Subscription,
+                    done: Sequence[tuple[Received | PackShare, EnvelopeResult]], compact: bool) -> bool:
     """Publish the results, then ack their command messages; on failure nack them."""
     try:
         bus.publish(result_messages([res for _r, res in done], compact))
@@ -59,12 +60,12 @@ def publish_and_ack(bus: MessageBus, sub: Subscription, done: Sequence[tuple[Rec
         log.error("publishing %d result(s) failed; their commands will be redelivered: %s", len(done), exc)
         for r, _res in done:
             try:
-                sub.nack(r)
+                nack(sub, r)
             except Exception:  # noqa: BLE001 - the broker redelivers unacked messages anyway
                 pass
         return False
     for r, _res in done:
-        sub.ack(r)
+        ack(sub, r)
     return True
 
 
@@ -78,7 +79,7 @@ class ResultOutbox:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, received: Received, result: EnvelopeResult) -> None:
+    def put(self, received: Received | PackShare, result: EnvelopeResult) -> None:
         self._q.put((received, result))
 
     def close(self) -> None:
@@ -92,7 +93,7 @@ class ResultOutbox:
             first = self._q.get()
             if first is _STOP:
                 return
-            batch: list[tuple[Received, EnvelopeResult]] = [first]  # type: ignore[list-item]
+            batch: list[tuple[Received | PackShare, EnvelopeResult]] = [first]  # type: ignore[list-item]
             items = len(batch[0][1].indices)
             while items < 4 * MAX_ITEMS_PER_MESSAGE:
                 try:

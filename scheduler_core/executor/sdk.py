@@ -39,9 +39,10 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.codec import CodecError, Envelope, EnvelopeResult, command_topic, decode_envelope
+from scheduler_core.codec import CodecError, Envelope, EnvelopeResult, command_topic, decode_message
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
+from scheduler_core.executor.packs import PackShare, nack
 from scheduler_core.executor.runner import EnvelopeRun, run_unwatched, run_watched
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.ports import Clock, MessageBus, Received
@@ -50,6 +51,7 @@ __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
 log = logging.getLogger(__name__)
 SUBSCRIPTION = "executor"
+OUTBOX_ENVELOPES = 1024
 _STOP = None
 
 
@@ -78,7 +80,7 @@ class Executor:
         self._handlers: dict[str, Handler] = {}
         self._default: Handler | None = None
         self._quota = threading.BoundedSemaphore(concurrency)  # per-business concurrency quota
-        self._inbox: queue.SimpleQueue[Received | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[Received | PackShare, Envelope] | None] = queue.SimpleQueue()
         self._outbox: ResultOutbox | None = None
         self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
@@ -110,15 +112,21 @@ class Executor:
     # -- the loop --------------------------------------------------------------------
 
     def run(self, stop: threading.Event, batch: int = 100) -> None:
+        # the outbox's bound is in envelopes: with one-item envelopes (a hot minute of
+        # separate triggers) a bound of a few per worker capped each result publish at
+        # ~64 results, one broker round trip each (~5K results/s); 1,024 keeps the round
+        # trips few while still bounding what waits when the broker is slow
         self._outbox = ResultOutbox(self.bus, self.sub, compact=self.compact_results,
-                                    capacity=4 * self.concurrency, name=f"exec-{self.domain}-results")
+                                    capacity=max(OUTBOX_ENVELOPES, 4 * self.concurrency),
+                                    name=f"exec-{self.domain}-results")
         for i in range(self.concurrency):
             self._spawn(self._serve, f"exec-{self.domain}-{i}")
         try:
             while not stop.is_set():
                 for r in self.sub.receive(batch, timedelta(milliseconds=200)):
-                    self._quota.acquire()  # released when the envelope's items are done
-                    self._inbox.put(r)
+                    for part in self._runs_of(r):
+                        self._quota.acquire()  # released when the envelope's items are done
+                        self._inbox.put(part)
         finally:
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
@@ -133,8 +141,8 @@ class Executor:
         """Receive and process one batch on the caller's thread (tests, demos); results
         are published and the messages acked before it returns."""
         got = self.sub.receive(batch, timeout)
-        for r in got:
-            run = self._start(r, serve_after=False)
+        for r, env in (part for m in got for part in self._runs_of(m)):
+            run = self._start((r, env), serve_after=False)
             if run is None:
                 continue
             if run.done.is_set():  # shadow, or no handler: answered already
@@ -154,24 +162,32 @@ class Executor:
         """A worker: envelopes from the inbox until told to stop, or until the watchdog
         took its envelope (a successor serves in its place)."""
         while True:
-            r = self._inbox.get()
-            if r is _STOP:
+            part = self._inbox.get()
+            if part is _STOP:
                 return
-            run = self._start(r, serve_after=True)
+            run = self._start(part, serve_after=True)
             if run is not None and not run.done.is_set() and not self._work(run):
                 return
 
-    def _start(self, r: Received, *, serve_after: bool) -> EnvelopeRun | None:
-        """The run of one message; None if there is nothing to run (dropped or failed)."""
+    def _runs_of(self, r: Received) -> list[tuple[Received | PackShare, Envelope]]:
+        """The envelopes of a message, each with the receipt its run acks: the message's
+        own, or for a packed message one share of it (acked when every run is done)."""
+        try:
+            envs = decode_message(r.message.payload)
+        except CodecError as exc:
+            log.error("dropping a malformed command message: %s", exc)
+            self.sub.ack(r)
+            return []
+        if len(envs) == 1:
+            return [(r, envs[0])]
+        share = PackShare(r, len(envs))
+        return [(share, env) for env in envs]
+
+    def _start(self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool) -> EnvelopeRun | None:
+        """The run of one envelope; None if there is nothing to run (failed)."""
+        r, env = part
         try:
             received_ms = self.clock.now_ms()
-            try:
-                env = decode_envelope(r.message.payload)
-            except CodecError as exc:
-                log.error("dropping a malformed command message: %s", exc)
-                self.sub.ack(r)
-                self._release(serve_after)
-                return None
             shadow = self.shadow or env.shadow
             fn = None if shadow else self._lookup(env)
             with self._lock:
@@ -274,11 +290,11 @@ class Executor:
         if serve_after:
             self._quota.release()
 
-    def _failed(self, r: Received, serve_after: bool) -> None:
+    def _failed(self, r: Received | PackShare, serve_after: bool) -> None:
         # not acked: the bus redelivers it; the same command ids make that safe
         log.exception("processing a command message failed; it will be redelivered")
         try:
-            self.sub.nack(r)
+            nack(self.sub, r)
         finally:
             self._release(serve_after)
 
