@@ -133,3 +133,31 @@ def test_unknown_handler_is_a_failure_not_a_crash(tmp_path: Path, clock: ManualC
     _run(h, ex, core)
     (r,) = h.store.get_fired([command_id(t.id, t.next_fire_at, 0)]).values()
     assert r.state is FiredState.FAILED and "no handler registered" in r.message
+
+
+def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(tmp_path: Path,
+                                                                                 clock: ManualClock) -> None:
+    h = make_harness(tmp_path, clock, partitions=1)  # packing is per fire chunk: one partition, one chunk
+    job = h.job("hot", shard_total=1, envelope_size=3)
+    triggers = [h.once(job, 0) for _ in range(5)]
+    ex = Executor(h.bus, "biz-a", clock=clock)
+    ran: list[int] = []
+
+    @ex.handler("hot")
+    def handle(ctx: ExecutionContext) -> HandlerResult:
+        ran.append(ctx.trigger_id)
+        return HandlerResult(ok=ctx.trigger_id != triggers[1].id, message="this one fails")
+
+    core = h.core()
+    core.tick_all()
+    assert core.stats.messages == 2  # 5 one-item runs, up to 3 per message
+    _run(h, ex, core)
+    assert sorted(ran) == sorted(t.id for t in triggers)
+    t0 = triggers[0].next_fire_at
+    records = {r.trigger_id: r for r in h.store.fired_between("biz-a", t0, t0 + timedelta(seconds=1))}
+    assert len(records) == 5
+    assert records[triggers[1].id].state is FiredState.FAILED
+    assert all(records[t.id].state is FiredState.SUCCEEDED for t in triggers if t is not triggers[1])
+    # every message acked: nothing comes back
+    clock.advance(timedelta(minutes=5))
+    assert ex.poll_once(timeout=timedelta(0)) == 0
