@@ -52,17 +52,13 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
     for c in commands[1:]:
         if c.trigger_id != head.trigger_id or c.scheduled_at != head.scheduled_at:
             raise ValueError("an envelope carries items of one run and one fire time only")
-    return encode_envelope(head, [(c.item_index, c.item_param) for c in commands], page_record=page_record)
-
-
-def encode_envelope(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> bytes:
-    """One envelope from the run's header (any command of the run: only its run-level
-    fields are read) and the items as (index, param) pairs: the fire pipeline's fan-out
-    path, which never builds a command object per item."""
-    return _dump(envelope_body(run, items, page_record=page_record))
+    return _dump(envelope_body(head, [(c.item_index, c.item_param) for c in commands], page_record=page_record))
 
 
 def envelope_body(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> dict[str, Any]:
+    """One envelope's body from the run's header (any command of the run: only its
+    run-level fields are read) and the items as (index, param) pairs: the fire pipeline's
+    fan-out path, which never builds a command object per item."""
     if not items:
         raise ValueError("an envelope needs at least one item")
     body: dict[str, Any] = {

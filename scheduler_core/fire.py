@@ -333,9 +333,9 @@ def _pack(envelopes: Sequence[_Envelope]) -> list[BusMessage]:
     one-item triggers of a job goes out as 50K/K messages instead of 50K (the client
     sends a few thousand deliver-at messages a second on this box). Each run keeps its own
     command ids, fired record and results; only the message is shared."""
-    groups: dict[tuple[str, str, int, str], list[_Envelope]] = defaultdict(list)
+    groups: dict[tuple[str, str, int, int], list[_Envelope]] = defaultdict(list)
     for e in envelopes:
-        groups[(e.topic, e.job_code, e.deliver_ms, e.props.get("scheduled_at", ""))].append(e)
+        groups[(e.topic, e.job_code, e.deliver_ms, e.body["T"])].append(e)
     out: list[BusMessage] = []
     for group in groups.values():
         batch: list[_Envelope] = []

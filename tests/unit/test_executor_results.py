@@ -19,10 +19,13 @@ from scheduler_core.codec import (
     command_topic,
     decode_commands,
     decode_envelope,
+    decode_message,
     decode_results,
     encode_commands,
     encode_envelope_results,
+    encode_packed,
     encode_results,
+    envelope_body,
 )
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
@@ -105,6 +108,23 @@ def test_decode_envelope_agrees_with_decode_commands() -> None:
     assert decode_commands(payload) == [cmd.__class__(**{**_fields(cmd), "page_id": env.page_id}) for cmd in cmds]
     with pytest.raises(CodecError):
         decode_envelope(payload.replace(b'[4,"p4"]', b'[4]'))
+
+
+def test_a_packed_message_decodes_to_its_runs_and_a_malformed_one_is_refused() -> None:
+    t = from_ms(T_MS)
+    runs = [ExecutionCommand(command_id=command_id(tid, t, 0), trigger_id=TriggerId(tid), job_code=JobCode("j"),
+                             biz_code="b", handler="h", scheduled_at=t, item_index=0, item_total=1,
+                             epoch=Epoch(1)) for tid in (11, 12, 13)]
+    payload = encode_packed([envelope_body(r, [(0, "")]) for r in runs])
+    assert [e.trigger_id for e in decode_message(payload)] == [11, 12, 13]
+    assert [c.trigger_id for c in decode_commands(payload)] == [11, 12, 13]
+    with pytest.raises(CodecError, match="decode_message"):
+        decode_envelope(payload)  # one envelope expected: a packed message is refused
+    for bad in (b'{"v":1,"m":[]}', b'{"v":1,"m":[1,2]}', b'{"v":1,"m":{"t":1}}'):
+        with pytest.raises(CodecError):
+            decode_message(bad)
+    single = encode_packed([envelope_body(runs[0], [(0, "")])])
+    assert "m" not in json.loads(single)  # a pack of one is a plain envelope
 
 
 def _fields(cmd: ExecutionCommand) -> dict[str, object]:
