@@ -192,9 +192,18 @@ class BusinessSwitch:
                 report.notes.append(f"{ln.source_key}: finished on the legacy side; new trigger cancelled")
             return
         report.handover[ln.source_key] = handover.isoformat()
-        if t.state in (S.COMPLETED, S.CANCELLED):
-            if t.state is S.COMPLETED and t.kind is TriggerKind.ONCE and not shadow:
+        if t.state is S.COMPLETED and t.kind is TriggerKind.ONCE:
+            if not shadow:
                 return  # a live dual-run already fired the one-shot on the new side
+            # The lookahead published it during the shadow dual-run, and the executor only
+            # recorded it; the legacy side, now stopped, has not fired it either. Re-armed at
+            # the legacy due time it fires for real, with the same command id.
+            if not self.store.cas(Transition(ids=[t.id], from_state=S.COMPLETED, to_state=S.WAITING,  # type: ignore[list-item]
+                                             next_fire_at={t.id: handover})):  # type: ignore[dict-item]
+                raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
+            report.rewound += 1
+            return
+        if t.state in (S.COMPLETED, S.CANCELLED):
             report.notes.append(f"{ln.source_key}: new trigger is {t.state.value} but legacy is due at {handover}")
             return
         if t.state is S.PAUSED:

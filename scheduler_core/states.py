@@ -22,8 +22,10 @@ TRANSITIONS: dict[tuple[S, S], str] = {
     (S.WAITING, S.CANCELLED): "cancel",
     (S.PAUSED, S.CANCELLED): "cancel",
     (S.ACQUIRED, S.CANCELLED): "cancel after admission: best-effort, commands may be in flight",
+    (S.COMPLETED, S.WAITING): "re-arm a one-shot at a shadow cutover: its fire was only recorded, never run",
 }
 
+# terminal for the scheduler (it never selects them); a shadow cutover may re-arm a one-shot
 TERMINAL: frozenset[S] = frozenset({S.COMPLETED, S.CANCELLED})
 
 

@@ -57,6 +57,8 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
 # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
 # wait for it while the center runs on)
 @example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=False, one_shot_offsets=[60])
+# ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
+@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=True, roll_back=False, one_shot_offsets=[911, 60])
 def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int, after_cutover_s: int, shadow: bool,
                                                        roll_back: bool, one_shot_offsets: list[int]) -> None:
     with TemporaryDirectory() as tmp:
