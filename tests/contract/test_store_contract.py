@@ -153,7 +153,7 @@ def test_transitions_outside_the_table_are_refused(store: SqlTriggerStore, clock
     (trig,) = _seed(store, clock, 1)
     assert trig.id is not None
     with pytest.raises(IllegalTransition):
-        store.cas(Transition(ids=[trig.id], from_state=TriggerState.COMPLETED, to_state=W))
+        store.cas(Transition(ids=[trig.id], from_state=TriggerState.CANCELLED, to_state=W))
     paused = store.cas(Transition(ids=[trig.id], from_state=W, to_state=TriggerState.PAUSED))
     assert paused[0].state is TriggerState.PAUSED
 
