@@ -2,11 +2,14 @@
 expand sharding items page by page, persist fired records, publish each command with
 deliver-at = T, then record the outcome with a fenced CAS.
 
-Order of writes, and what a crash at each point leaves:
-  1. fired records inserted (INSERT-if-absent by command_id) -> trigger still `acquired`
-     by this epoch: reclaimed after its deadline and fired again, same command ids;
+Order of writes (two transactions per chunk), and what a crash at each point leaves:
+  1. the fence is read and the fired records inserted (INSERT-if-absent by command_id)
+     in one transaction; a deposed leader writes and publishes nothing. Afterwards the
+     trigger is still `acquired` by this epoch: reclaimed after its deadline and fired
+     again, same command ids;
   2. commands published -> same, the re-fire publishes duplicates with the same ids;
-  3. records marked published, then the trigger CAS (next occurrence or completed).
+  3. one transaction: records marked published and the trigger CAS (next occurrence or
+     completed), fenced by the epoch inside each UPDATE.
 A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from scheduler_core.codec import command_topic, encode_packed, envelope_body
 from scheduler_core.errors import PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
+    CommandId,
     Epoch,
     ExecutionCommand,
     FiredRecord,
@@ -87,13 +91,6 @@ class FirePipeline:
         out = FireOutcome()
         if not triggers:
             return out
-        if self.store.current_epoch() != epoch:
-            # Deposed: a newer leader fenced the store. Fire nothing: the rows stay acquired
-            # by this dead epoch and the new leader reclaims them (same command ids).
-            out.lost = [t.id for t in triggers if t.id is not None]
-            self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
-            log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
-            return out
         now = self.clock.now()
         jobs = self.store.get_jobs([t.job_code for t in triggers])
         plans = [self._plan(t, jobs.get(t.job_code), now) for t in triggers]
@@ -110,14 +107,16 @@ class FirePipeline:
                 else:
                     messages.append(e.message())
         messages += _pack(small)
-        # 1. fired records first: from here on the occurrence can never be lost silently
-        self.store.put_fired(records)
-        # 2. publish with deliver-at = T; the fence is checked once more right before, so
-        # a leader paused between its writes and its publication sends nothing stale
-        if messages and self.store.current_epoch() != epoch:
+        # 1. fired records first, behind the fence read in the same transaction: from here
+        # on the occurrence can never be lost silently, and a deposed leader (a newer one
+        # fenced the store) writes and publishes nothing; its rows stay acquired by the
+        # dead epoch and the new leader reclaims them (same command ids)
+        if not self.store.put_fired_fenced(records, epoch):
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
+            log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
             return out
+        # 2. publish with deliver-at = T
         published_ok = True
         if messages:
             started = self.clock.monotonic()
@@ -144,14 +143,12 @@ class FirePipeline:
             )
             return out
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
-        if cids:
-            self.store.mark_published(cids, self.clock.now())
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
         for m in messages:
             self.metrics.published.labels(domain=m.properties.get("biz_code", "")).inc()
-        # 3. the outcome, fenced by the epoch
-        self._record_outcome(plans, epoch, now, out)
+        # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
+        self._record_outcome(plans, epoch, now, cids, out)
         return out
 
     # -- planning ---------------------------------------------------------------------
@@ -258,27 +255,33 @@ class FirePipeline:
 
     # -- outcome ----------------------------------------------------------------------
 
-    def _record_outcome(self, plans: list[_Plan], epoch: Epoch, now: datetime, out: FireOutcome) -> None:
+    def _record_outcome(
+        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome
+    ) -> None:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
         complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
         fired_at = {p.trigger.id: p.occurrence for p in plans if p.trigger.id is not None}
-        won: set[TriggerId] = set()
+        changes: list[Transition] = []
         if reschedule:
             ids = list(reschedule)
-            out.rescheduled = self.store.cas_ids(Transition(
+            changes.append(Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
                 clear_epoch=True, fence_epoch=epoch, next_fire_at=reschedule,  # type: ignore[arg-type]
                 last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
             ))
-            won.update(out.rescheduled)
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
-            out.completed = self.store.cas_ids(Transition(
+            changes.append(Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
                 fence_epoch=epoch, fired_at_next=True,
             ))
-            won.update(out.completed)
+        winners = self.store.finish_fire(published, self.clock.now(), changes)
+        if reschedule:
+            out.rescheduled = winners.pop(0)
+        if complete:
+            out.completed = winners.pop(0)
+        won: set[TriggerId] = set(out.rescheduled) | set(out.completed)
         for p in plans:
             tid = p.trigger.id
             if tid is None:

@@ -172,8 +172,20 @@ class TriggerStore(Protocol):
         """Insert records that do not exist yet (by command_id); returns how many were new."""
 
     @abstractmethod
+    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch) -> bool:
+        """put_fired, only while `epoch` is the store's current leader epoch: the fence is
+        read in the same transaction, before the insert. False: fenced, nothing written."""
+
+    @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
         """Bulk pending -> published (never moves a record back)."""
+
+    @abstractmethod
+    def finish_fire(
+        self, published: Sequence[CommandId], at: datetime, changes: Sequence[Transition]
+    ) -> list[list[TriggerId]]:
+        """One transaction for a fired chunk's outcome: mark_published(published, at),
+        then each transition as cas_ids would apply it; returns each one's winners."""
 
     @abstractmethod
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:

@@ -230,17 +230,20 @@ class SqlTriggerStore(TriggerStore):
         return winners
 
     def cas_ids(self, change: Transition) -> list[TriggerId]:
-        tr = self.t.trigger
         with self.engine.begin() as conn:
-            ids, token, matched = self._cas_update(conn, change)
-            if matched == len(ids):
-                # every row took the new token (it is unique, so matched == changed on every
-                # server): all won, no re-read
-                return ids
-            won: list[TriggerId] = []
-            for chunk in _chunks(ids):
-                won += [TriggerId(r[0]) for r in conn.execute(
-                    select(tr.c.id).where(tr.c.id.in_(chunk), tr.c.cas_token == token))]
+            return self._cas_winners(conn, change)
+
+    def _cas_winners(self, conn: Connection, change: Transition) -> list[TriggerId]:
+        tr = self.t.trigger
+        ids, token, matched = self._cas_update(conn, change)
+        if matched == len(ids):
+            # every row took the new token (it is unique, so matched == changed on every
+            # server): all won, no re-read
+            return ids
+        won: list[TriggerId] = []
+        for chunk in _chunks(ids):
+            won += [TriggerId(r[0]) for r in conn.execute(
+                select(tr.c.id).where(tr.c.id.in_(chunk), tr.c.cas_token == token))]
         return won
 
     def _cas_update(self, conn: Connection, change: Transition) -> tuple[list[TriggerId], str, int]:
@@ -320,6 +323,23 @@ class SqlTriggerStore(TriggerStore):
     def put_fired(self, records: Sequence[FiredRecord]) -> int:
         if not records:
             return 0
+        with self.engine.begin() as conn:
+            return self._insert_fired(conn, records)
+
+    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch) -> bool:
+        fence = self.t.fence
+        with self.engine.begin() as conn:
+            # The fence read is this transaction's first read, so it sees the latest
+            # committed epoch (InnoDB takes its snapshot there; TiDB at BEGIN, a few ms
+            # earlier); the outcome CAS re-checks the fence inside its UPDATE anyway.
+            current = conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()
+            if int(current) != int(epoch):
+                return False
+            if records:
+                self._insert_fired(conn, records)
+        return True
+
+    def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
         fr = self.t.fired
         stmt = insert(fr)
         if self.t.sliced_by_column:
@@ -328,26 +348,39 @@ class SqlTriggerStore(TriggerStore):
             # IGNORE only skips the duplicate key here: every value was length-checked in
             # rows.fired_values, so no truncation warning can be swallowed.
             stmt = stmt.prefix_with("IGNORE")
-        with self.engine.begin() as conn:
-            result = conn.execute(stmt, [fired_values(r) for r in records])
+        result = conn.execute(stmt, [fired_values(r) for r in records])
         return max(0, result.rowcount or 0)
 
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
+        with self.engine.begin() as conn:
+            return self._mark_published(conn, command_ids, at)
+
+    def finish_fire(
+        self, published: Sequence[CommandId], at: datetime, changes: Sequence[Transition]
+    ) -> list[list[TriggerId]]:
+        # one commit per fired chunk instead of one per step: the records' published stamp
+        # and the triggers' outcome land together (a crash before it leaves the triggers
+        # acquired, so they are re-fired with the same command ids, as before)
+        with self.engine.begin() as conn:
+            if published:
+                self._mark_published(conn, published, at)
+            return [self._cas_winners(conn, change) for change in changes]
+
+    def _mark_published(self, conn: Connection, command_ids: Sequence[CommandId], at: datetime) -> int:
         fr = self.t.fired
         rank = FIRED_RANK[FiredState.PUBLISHED]
         changed = 0
-        with self.engine.begin() as conn:
-            for chunk in _chunks(list(command_ids)):
-                result = conn.execute(
-                    update(fr)
-                    .where(fr.c.command_id.in_(chunk), fr.c.published_at.is_(None))
-                    .values(
-                        published_at=to_ms(at),
-                        state=case((fr.c.state_rank < rank, FiredState.PUBLISHED.value), else_=fr.c.state),
-                        state_rank=case((fr.c.state_rank < rank, rank), else_=fr.c.state_rank),
-                    )
+        for chunk in _chunks(list(command_ids)):
+            result = conn.execute(
+                update(fr)
+                .where(fr.c.command_id.in_(chunk), fr.c.published_at.is_(None))
+                .values(
+                    published_at=to_ms(at),
+                    state=case((fr.c.state_rank < rank, FiredState.PUBLISHED.value), else_=fr.c.state),
+                    state_rank=case((fr.c.state_rank < rank, rank), else_=fr.c.state_rank),
                 )
-                changed += result.rowcount or 0
+            )
+            changed += result.rowcount or 0
         return changed
 
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:

@@ -272,3 +272,67 @@ def test_expected_version_makes_a_rewritten_row_lose(store: SqlTriggerStore, clo
     # a row the map does not name cannot win an optimistic transition
     assert store.cas_ids(Transition(ids=[ids[1]], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
                                     expected_version={})) == []
+
+
+def _records(trig: Trigger, clock: ManualClock, n: int, epoch: int) -> list[FiredRecord]:
+    assert trig.id is not None
+    return [
+        FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, i), trigger_id=trig.id, job_code=trig.job_code,
+                    biz_code=trig.biz_code, scheduled_at=trig.next_fire_at, item_index=i, item_total=n,
+                    epoch=Epoch(epoch), fired_at=clock.now())
+        for i in range(n)
+    ]
+
+
+def test_put_fired_fenced_writes_nothing_for_a_deposed_epoch(store: SqlTriggerStore, clock: ManualClock) -> None:
+    (trig,) = _seed(store, clock, 1)
+    assert store.claim_epoch(Epoch(3))
+    assert store.put_fired_fenced(_records(trig, clock, 2, 3), Epoch(3)) is True
+    assert len(store.get_fired([r.command_id for r in _records(trig, clock, 2, 3)])) == 2
+    assert store.claim_epoch(Epoch(4))  # a newer leader fenced the store
+    stale = _records(trig, clock, 4, 3)
+    assert store.put_fired_fenced(stale, Epoch(3)) is False
+    got = store.get_fired([r.command_id for r in stale])
+    assert sorted(got) == sorted(r.command_id for r in stale[:2]), "the fenced call must insert nothing"
+    assert store.put_fired_fenced([], Epoch(4)) is True and store.put_fired_fenced([], Epoch(3)) is False
+
+
+def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 4)
+    ids = [t.id for t in triggers if t.id is not None]
+    assert store.claim_epoch(Epoch(2))
+    assert sorted(store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2),
+                                           deadline=clock.now() + timedelta(seconds=60)))) == ids
+    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
+    assert store.put_fired_fenced(recs, Epoch(2))
+    later = {i: clock.now() + timedelta(hours=1) for i in ids[:2]}
+    winners = store.finish_fire([r.command_id for r in recs], clock.now(), [
+        Transition(ids=ids[:2], from_state=A, to_state=W, expected_epoch=Epoch(2), clear_epoch=True,
+                   fence_epoch=Epoch(2), next_fire_at=later),
+        Transition(ids=ids[2:], from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2),
+                   fence_epoch=Epoch(2), fired_at_next=True),
+    ])
+    assert [sorted(w) for w in winners] == [ids[:2], ids[2:]]
+    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
+    states = {t.id: t.state for t in store.get_triggers(ids)}
+    assert states == {**{i: W for i in ids[:2]}, **{i: TriggerState.COMPLETED for i in ids[2:]}}
+
+
+def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stamp(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    triggers = _seed(store, clock, 2)
+    ids = [t.id for t in triggers if t.id is not None]
+    assert store.claim_epoch(Epoch(2))
+    store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2),
+                             deadline=clock.now() + timedelta(seconds=60)))
+    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
+    assert store.put_fired_fenced(recs, Epoch(2))
+    assert store.claim_epoch(Epoch(3))
+    winners = store.finish_fire([r.command_id for r in recs], clock.now(), [
+        Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2),
+                   fence_epoch=Epoch(2), fired_at_next=True)])
+    assert winners == [[]], "a fenced epoch must not move its triggers"
+    assert {t.state for t in store.get_triggers(ids)} == {A}, "left acquired for the new leader to reclaim"
+    # the commands did go out: their records say so, whoever re-fires them
+    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
