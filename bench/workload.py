@@ -140,6 +140,9 @@ class CountingBus(MessageBus):
     def subscribe(self, topic: str, subscription: str) -> Subscription:
         return _NoSubscription()
 
+    def ensure_subscription(self, topic: str, subscription: str) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

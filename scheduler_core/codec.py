@@ -41,6 +41,10 @@ def command_topic(biz_code: str) -> str:
 
 
 CALLBACK_TOPIC = "callback"
+# The executors' shared subscription on every command topic. The scheduler creates it
+# before its first publish to a topic: a broker keeps messages only for subscriptions
+# that exist, so a business whose executors have not connected yet would lose them.
+EXECUTOR_SUBSCRIPTION = "executor"
 
 
 def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool = False) -> bytes:

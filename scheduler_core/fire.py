@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scheduler_core.codec import command_topic, encode_packed, envelope_body
-from scheduler_core.errors import PublishError
+from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.errors import BusError, PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
     CommandId,
@@ -86,6 +86,7 @@ class FirePipeline:
         self.clock = clock
         self.settings = settings
         self.metrics = metrics
+        self._subscribed: set[str] = set()  # topics whose executor subscription exists
 
     def fire(self, triggers: Sequence[Trigger], epoch: Epoch) -> FireOutcome:
         out = FireOutcome()
@@ -121,6 +122,7 @@ class FirePipeline:
         if messages:
             started = self.clock.monotonic()
             try:
+                self._ensure_subscriptions(messages)
                 self.bus.publish(messages)
                 took = self.clock.monotonic() - started
                 if took > SLOW_PUBLISH_S:
@@ -133,6 +135,10 @@ class FirePipeline:
                 published_ok = False
                 self.metrics.publish_failures.inc(exc.failed)
                 log.warning("publication failed for %d of %d messages: %s", exc.failed, len(messages), exc)
+            except BusError as exc:  # the subscription could not be made: nothing was sent
+                published_ok = False
+                self.metrics.publish_failures.inc(len(messages))
+                log.warning("publication of %d message(s) not attempted: %s", len(messages), exc)
         if not published_ok:
             # Release to waiting with the same next_fire_at: the next tick fires the same
             # occurrence again with the same command ids.
@@ -150,6 +156,15 @@ class FirePipeline:
         # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
         self._record_outcome(plans, epoch, now, cids, out)
         return out
+
+    def _ensure_subscriptions(self, messages: Sequence[BusMessage]) -> None:
+        """The executors' subscription exists on every topic before anything is sent to
+        it: a command published to a topic nobody subscribed to yet (a business whose
+        executors start after the scheduler) is dropped by the broker, a silent loss."""
+        for topic in dict.fromkeys(m.topic for m in messages):
+            if topic not in self._subscribed:
+                self.bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)
+                self._subscribed.add(topic)
 
     # -- planning ---------------------------------------------------------------------
 

@@ -245,6 +245,12 @@ class MessageBus(Protocol):
         """A shared subscription: consumers of the same name split the messages."""
 
     @abstractmethod
+    def ensure_subscription(self, topic: str, subscription: str) -> None:
+        """Create the subscription if it does not exist, with no consumer attached: the
+        bus keeps every message published from then on for it (a subscription sees only
+        messages published after it was created). Idempotent."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
 

@@ -67,6 +67,12 @@ class InProcessBus(MessageBus):
             self._closed = True
             self._cond.notify_all()
 
+    def ensure_subscription(self, topic: str, subscription: str) -> None:
+        with self._cond:
+            if self._closed:
+                raise BusError("the bus is closed")
+            self._topics.setdefault(topic, {}).setdefault(subscription, _Queue())
+
     def backlog(self, topic: str, subscription: str) -> tuple[int, int]:
         """(due, delayed) messages waiting in one subscription: the consumer-lag view."""
         with self._cond:

@@ -153,6 +153,7 @@ class PulsarBus(MessageBus):
         self._lock = threading.Lock()
         self._producers: dict[str, pulsar.Producer] = {}
         self._subscriptions: list[_PulsarSubscription] = []
+        self._ensured: set[tuple[str, str]] = set()
         self._closed = False
         try:
             self._client = pulsar.Client(
@@ -264,6 +265,15 @@ class PulsarBus(MessageBus):
             sub.close()
             raise BusError("the bus is closed")
         return sub
+
+    def ensure_subscription(self, topic: str, subscription: str) -> None:
+        if (topic, subscription) in self._ensured:
+            return
+        # A durable subscription outlives its consumers: subscribing once and closing
+        # leaves it on the broker, which from then on keeps the topic's messages for it.
+        self.subscribe(topic, subscription).close()
+        with self._lock:
+            self._ensured.add((topic, subscription))
 
     def _forget(self, sub: _PulsarSubscription) -> None:
         with self._lock:

@@ -39,7 +39,14 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.codec import CodecError, Envelope, EnvelopeResult, command_topic, decode_message
+from scheduler_core.codec import (
+    EXECUTOR_SUBSCRIPTION,
+    CodecError,
+    Envelope,
+    EnvelopeResult,
+    command_topic,
+    decode_message,
+)
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackShare, nack
@@ -50,7 +57,7 @@ from scheduler_core.ports import Clock, MessageBus, Received
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
 log = logging.getLogger(__name__)
-SUBSCRIPTION = "executor"
+SUBSCRIPTION = EXECUTOR_SUBSCRIPTION
 OUTBOX_ENVELOPES = 1024
 _STOP = None
 

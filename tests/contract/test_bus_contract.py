@@ -96,3 +96,16 @@ def _drain_no_ack(sub: Subscription, want: int, within_s: float) -> list[tuple[f
     while len(got) < want and time.monotonic() < deadline:
         got += [(time.time(), r) for r in sub.receive(want - len(got), timedelta(milliseconds=100))]
     return got
+
+
+def test_an_ensured_subscription_keeps_messages_published_before_its_first_consumer(bus: MessageBus) -> None:
+    topic = command_topic("late-executors")
+    bus.ensure_subscription(topic, "executor")
+    bus.ensure_subscription(topic, "executor")  # idempotent
+    bus.publish([BusMessage(topic, b"kept", properties={"job_code": "j1"})])
+    # a subscription that did not exist at publish time sees nothing of it
+    other = bus.subscribe(topic, "created-later")
+    sub = bus.subscribe(topic, "executor")
+    got = _drain(sub, 1, within_s=10)
+    assert [r.message.payload for _, r in got] == [b"kept"]
+    assert other.receive(10, timedelta(milliseconds=500)) == []

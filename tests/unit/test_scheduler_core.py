@@ -8,6 +8,7 @@ import pytest
 
 from scheduler_core.acquire import BEGINNING, plan_window
 from scheduler_core.clock import ManualClock
+from scheduler_core.codec import command_topic
 from scheduler_core.errors import PublishError
 from scheduler_core.model import (
     Epoch,
@@ -316,3 +317,34 @@ def test_operations_pause_resume_cancel(h) -> None:  # type: ignore[no-untyped-d
     rep = operations.cancel(h.store, [a.id, b.id, 999])
     assert rep.best_effort == [a.id] and sorted(rep.changed) == sorted([a.id, b.id])
     assert rep.unchanged == {999: "no such trigger"}
+
+
+def test_commands_fired_before_any_executor_connects_wait_for_it(h) -> None:  # type: ignore[no-untyped-def]
+    from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, decode_commands
+
+    job = h.job("j", biz="late-biz")
+    t = h.once(job, 1)
+    core = h.core()
+    core.tick_all()  # published while nobody is subscribed to the business's topic
+    assert h.store.get_trigger(t.id).state is TriggerState.COMPLETED
+    h.clock.advance(timedelta(seconds=2))
+    executor = h.bus.subscribe(command_topic("late-biz"), EXECUTOR_SUBSCRIPTION)  # the executor starts late
+    got = executor.receive(10, timedelta(0))
+    assert [c.command_id for r in got for c in decode_commands(r.message.payload)] == [
+        command_id(t.id, t.next_fire_at, 0)], "the broker must have kept the command for the executors"
+
+
+def test_a_subscription_that_cannot_be_made_releases_the_chunk(h) -> None:  # type: ignore[no-untyped-def]
+    from scheduler_core.errors import BusError
+
+    job = h.job("j")
+    t = h.once(job, 1)
+    core = h.core()
+
+    def refuse(_topic: str, _subscription: str) -> None:
+        raise BusError("admin refused")
+
+    h.bus.ensure_subscription = refuse  # type: ignore[method-assign]
+    core.tick_all()
+    assert h.store.get_trigger(t.id).state is TriggerState.WAITING, "released for the next tick, not lost"
+    assert h.bus.published == 0
