@@ -107,7 +107,7 @@ class FirePipeline:
                     small.append(e)
                 else:
                     messages.append(e.message())
-        messages += _pack(small)
+        messages += _pack(small, int(self.settings.pack_window.total_seconds() * 1000))
         # 1. fired records first, behind the fence read in the same transaction: from here
         # on the occurrence can never be lost silently, and a deposed leader (a newer one
         # fenced the store) writes and publishes nothing; its rows stay acquired by the
@@ -246,7 +246,7 @@ class FirePipeline:
                                            head_id, len(group), k, job.job_code))
         if len(envelopes) == 1 and envelopes[0].items < k:
             # a run smaller than an envelope may share a message with other runs of its
-            # job due at the same time (see _pack)
+            # job due together (see _pack)
             envelopes[0].packable = True
         return records, envelopes
 
@@ -345,21 +345,26 @@ class _Envelope:
                           properties=self.props, key=self.key)
 
 
-def _pack(envelopes: Sequence[_Envelope]) -> list[BusMessage]:
-    """Runs of one job due at the same time, each smaller than the job's envelope size,
-    share messages of up to that many items: with envelope_size K, a hot minute of 50K
-    one-item triggers of a job goes out as 50K/K messages instead of 50K (the client
-    sends a few thousand deliver-at messages a second on this box). Each run keeps its own
-    command ids, fired record and results; only the message is shared."""
-    groups: dict[tuple[str, str, int, int], list[_Envelope]] = defaultdict(list)
+def _pack(envelopes: Sequence[_Envelope], window_ms: int = 0) -> list[BusMessage]:
+    """Runs of one job due together, each smaller than the job's envelope size, share
+    messages of up to that many items: with envelope_size K, a hot minute of 50K
+    one-item triggers of a job goes out as about 50K/K messages instead of 50K (the
+    client sends a few thousand deliver-at messages a second on this box). Each run keeps
+    its own command ids, fired record, T and results; only the message is shared.
+
+    "Together" is within `window_ms` of the group's first T, in T order, and the message
+    is delivered at the latest deliver-at of its runs: no run is delivered before its T,
+    and none more than the window after it."""
+    groups: dict[tuple[str, str], list[_Envelope]] = defaultdict(list)
     for e in envelopes:
-        groups[(e.topic, e.job_code, e.deliver_ms, e.body["T"])].append(e)
+        groups[(e.topic, e.job_code)].append(e)
     out: list[BusMessage] = []
     for group in groups.values():
+        group.sort(key=lambda e: e.deliver_ms)
         batch: list[_Envelope] = []
         items = 0
         for e in group:
-            if batch and items + e.items > e.capacity:
+            if batch and (items + e.items > e.capacity or e.deliver_ms - batch[0].deliver_ms > window_ms):
                 out.append(_packed_message(batch))
                 batch, items = [], 0
             batch.append(e)
@@ -370,7 +375,7 @@ def _pack(envelopes: Sequence[_Envelope]) -> list[BusMessage]:
 
 
 def _packed_message(batch: Sequence[_Envelope]) -> BusMessage:
-    head = batch[0]
+    head, last = batch[0], batch[-1]  # sorted by deliver-at: the last is the latest
     props = head.props if len(batch) == 1 else {**head.props, "runs": str(len(batch))}
-    return BusMessage(head.topic, encode_packed([e.body for e in batch]), deliver_at_ms=head.deliver_ms,
+    return BusMessage(head.topic, encode_packed([e.body for e in batch]), deliver_at_ms=last.deliver_ms,
                       properties=props, key=head.key)

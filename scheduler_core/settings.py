@@ -33,6 +33,11 @@ class SchedulerSettings:
     # jobs with envelope_size > 1 keep one fired record per envelope ("page") instead of
     # one per item: chosen on the numbers (bench/), see the README
     page_records: bool = True
+    # runs of one packing job (envelope_size > 1) due within this window of each other
+    # share a message delivered at the latest of their T: never early, at most this late.
+    # 100 ms is the broker's delayed-delivery tick here (Pulsar's default is 1 s), so it
+    # adds no lag the broker does not already add; 0 packs only runs of the same T.
+    pack_window: timedelta = timedelta(milliseconds=100)
     # wait after a tick that found work but not a full batch
     busy_wait: timedelta = timedelta(milliseconds=200)
 

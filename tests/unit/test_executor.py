@@ -161,3 +161,29 @@ def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(
     # every message acked: nothing comes back
     clock.advance(timedelta(minutes=5))
     assert ex.poll_once(timeout=timedelta(0)) == 0
+
+
+def test_packed_runs_span_at_most_the_pack_window_and_none_is_delivered_before_its_T(tmp_path: Path,
+                                                                                    clock: ManualClock) -> None:
+    from scheduler_core.codec import decode_message
+
+    h = make_harness(tmp_path, clock, partitions=1, pack_window=timedelta(milliseconds=100))
+    job = h.job("hot", shard_total=1, envelope_size=10)
+    offsets_ms = [0, 50, 100, 150, 300]
+    triggers = [h.once(job, 1 + ms / 1000) for ms in offsets_ms]
+    sub = h.listen("biz-a")
+    core = h.core()
+    core.tick_all()
+    assert core.stats.messages == 3  # [0, 50, 100] [150] [300]: each within 100 ms of its first run
+    t0 = triggers[0].next_fire_at
+    seen: dict[int, list[int]] = {}
+    for step_ms in range(0, 400, 10):
+        now = t0 + timedelta(milliseconds=step_ms)
+        clock.advance(now - clock.now())
+        for r in sub.receive(10, timedelta(0)):
+            runs = decode_message(r.message.payload)
+            seen[step_ms] = sorted(int((run.scheduled_at - t0).total_seconds() * 1000) for run in runs)
+            for run in runs:
+                assert run.scheduled_at <= now, "a packed run was delivered before its T"
+            sub.ack(r)
+    assert seen == {100: [0, 50, 100], 150: [150], 300: [300]}
