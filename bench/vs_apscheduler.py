@@ -124,18 +124,27 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float) -> dict[str,
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
+    from bench import steady_load
+
     quick = profile["quick"]
     n = 2_000 if quick else 20_000
     limit_s = 120.0 if quick else 300.0
+    rate, window = (200.0, 5.0) if quick else (1000.0, 20.0)
     sec = Section(NAME, TITLE)
     with fresh_database(env.mariadb_url, "bench_aps") as url:
         aps = run_apscheduler(url, n, limit_s)
     with fresh_database(env.mariadb_url, "bench_apsy") as url:
         sy = run_switchyard(env, url, n, limit_s)
+    with fresh_database(env.mariadb_url, "bench_apss") as url:
+        aps_steady = steady_load.run_apscheduler(url, rate, window)
+    with fresh_database(env.mariadb_url, "bench_apsys") as url:
+        sy_steady = steady_load.run_switchyard(env, url, rate, window)
     sec.settings = {"N": n, "apscheduler": aps.pop("settings"),
                     "switchyard": "threaded Scheduler (16 partitions, defaults), PulsarBus, 1 executor process, "
-                                  "no-op handler, job timeout 0"}
-    sec.raw = {"apscheduler": aps, "switchyard": sy}
+                                  "no-op handler, job timeout 0",
+                    "steady": {"offered_rate_per_s": rate, "seconds": window, "due_after_creation_s": steady_load.LEAD_S,
+                               "switchyard_idle_wait_s": 1.0}}
+    sec.raw = {"apscheduler": aps, "switchyard": sy, "steady_apscheduler": aps_steady, "steady_switchyard": sy_steady}
     sec.rows = [
         Row(f"{n:,} one-shot jobs due now: fires/s", sy["rate"], aps["rate"], "/s", GOAL,
             note="peer: APScheduler" + ("" if aps["complete"] else f", INCOMPLETE {aps['fired']:,}/{n:,}")
@@ -144,6 +153,21 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             ratio=(aps["seconds"] / sy["seconds"]) if sy["seconds"] else None,
             note="ratio = APScheduler time / Switchyard time"),
     ]
+    for label, side in (("Switchyard", sy_steady), ("APScheduler", aps_steady)):
+        if not side["complete"]:
+            sec.notes.append(f"steady load: {label} INCOMPLETE, {side['fired']:,}/{side['offered']:,} fired "
+                             f"within {steady_load.GRACE_S:.0f} s after the last due time")
+    offered = f"offered {rate:,.0f}/s for {window:.0f} s, each due {steady_load.LEAD_S:.0f} s after creation"
+    sec.rows += [
+        Row("steady load: fires/s", sy_steady["rate"], aps_steady["rate"], "/s", GOAL,
+            note=f"{offered}; producers reached {sy_steady['offered_rate']:,.0f}/s (Switchyard) and "
+                 f"{aps_steady['offered_rate']:,.0f}/s (APScheduler add_job); peer: APScheduler"),
+        Row("steady load: fire lag p99", sy_steady["lag_s"]["p99"], aps_steady["lag_s"]["p99"], "s",
+            note=f"p50 {sy_steady['lag_s']['p50'] or 0:.3f} s vs {aps_steady['lag_s']['p50'] or 0:.3f} s; "
+                 "lower is better; Switchyard: handler start minus T"),
+    ]
     sec.notes.append(f"APScheduler: adding the {n:,} jobs took {aps['add_seconds']:.1f} s (not timed); first fire "
-                     f"{(aps['first_fire_after_s'] or 0):.2f} s after resume(). Steady-load fires/s not measured.")
+                     f"{(aps['first_fire_after_s'] or 0):.2f} s after resume().")
+    sec.notes.append("steady load: bench/steady_load.py (jobs created continuously while the scheduler runs; "
+                     "fires/s = fired / (last fire - first due)).")
     return sec
