@@ -6,6 +6,31 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
 
+# The etcd election's own counters. They are per process, not per registry: the election is
+# built before the scheduler's metrics (and every EtcdElection of a process shares one etcd
+# event loop), so it counts here and every SchedulerMetrics registry exposes these two.
+# Stages: "campaign" (a campaign transaction, a watch for a vacancy), "keepalive" (a lease
+# refresh or the re-read of the leader key), "resign" (deleting the key on the way out).
+ELECTION_STAGES = ("campaign", "keepalive", "resign")
+ELECTION_ERRORS = Counter("switchyard_election_errors",
+                          "etcd calls of the leader election that failed (refused, lost, timed out), by stage",
+                          ["stage"], registry=None)
+ELECTION_RECONNECTS = Counter("switchyard_election_reconnects",
+                              "etcd answering the election again after failed calls (one per outage), by stage",
+                              ["stage"], registry=None)
+for _stage in ELECTION_STAGES:  # exposed as 0 from the start, so an alert can use increase()
+    ELECTION_ERRORS.labels(stage=_stage)
+    if _stage != "resign":
+        ELECTION_RECONNECTS.labels(stage=_stage)
+
+
+def election_error(stage: str) -> None:
+    ELECTION_ERRORS.labels(stage=stage).inc()
+
+
+def election_reconnect(stage: str) -> None:
+    ELECTION_RECONNECTS.labels(stage=stage).inc()
+
 
 class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -26,8 +51,13 @@ class SchedulerMetrics:
         self.results = Counter("switchyard_results", "Results received on the callback topic (duplicates and replays included)",
                                ["state"], registry=r)
         self.results_applied = Counter("switchyard_results_applied", "Fired records a result moved forward", registry=r)
-        self.errors = Counter("switchyard_errors", "Errors by component (store, bus, election)", ["component"], registry=r)
+        self.errors = Counter("switchyard_errors", "Errors by component (store, fire, bus, results)", ["component"], registry=r)
         self.leader = Gauge("switchyard_is_leader", "1 while this process leads", registry=r)
+        # process-wide (see ELECTION_ERRORS); one collector may sit in several registries
+        self.election_errors = ELECTION_ERRORS
+        self.election_reconnects = ELECTION_RECONNECTS
+        r.register(ELECTION_ERRORS)
+        r.register(ELECTION_RECONNECTS)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -34,6 +34,7 @@ import aetcd
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.errors import ElectionError
+from scheduler_core.metrics import election_error, election_reconnect
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Clock, Election
 
@@ -302,10 +303,12 @@ class EtcdElection(Election):
         self._ever_reached = True
         if self._outage:
             log.info("%r: etcd answers again", self)
+            election_reconnect("campaign")
             self._outage = False
 
     def _unreached(self, exc: BaseException) -> None:
-        # once per outage, not once per retry: the scheduler campaigns every second
+        election_error("campaign")  # every failed call is counted...
+        # ...but logged once per outage, not once per retry: the scheduler campaigns every second
         if not self._outage:
             log.warning("%r: etcd call failed, retrying: %s", self, _one_line(exc))
             self._outage = True
@@ -417,10 +420,12 @@ class EtcdElection(Election):
                     term.confirmed_at = max(term.confirmed_at, sent)
                 if failing:
                     log.info("%r: keep-alive of epoch %s recovered", self, term.epoch)
+                    election_reconnect("keepalive")
                 failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # never let the task die: a dead task is a silent loss
+                election_error("keepalive")
                 if not failing:
                     log.warning("%r: keep-alive of epoch %s failed, retrying: %s", self, term.epoch, _one_line(exc))
                 failing = True
@@ -448,6 +453,7 @@ class EtcdElection(Election):
                 compare=[tx.create(self._key) == term.epoch], success=[tx.delete(self._key)], failure=[]
             )
         except _TRANSIENT as exc:
+            election_error("resign")
             log.warning("%r: could not delete the leader key (the lease will expire): %s", self, _one_line(exc))
         await self._revoke_quietly(term.lease_id)
 

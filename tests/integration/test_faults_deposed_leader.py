@@ -44,8 +44,9 @@ from tests.servers import server_url
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 BIZ = "deposed"
 FIRE_WORKERS, CHUNK = 2, 100  # CHUNK: SchedulerSettings.chunk_size (the default)
-# long enough that the leader does not reclaim its own queued chunks before the stop on a
-# loaded machine (it does after 3 s: the in-flight set only holds running chunks)
+# generous on a loaded machine: the deposed epoch's rows are reclaimed by the new leader
+# once this has passed (a leader never reclaims its own queued chunks: they are marked in
+# flight when submitted, `SchedulerCore._queued`)
 ACQUIRE_DEADLINE_S = 10
 LOST_BOUND_S = 20.0  # lease TTL 2 s, one keep-alive round trip, joins of the acquire loops
 

@@ -1,6 +1,9 @@
 """Server restarts under load, on the real servers: the Pulsar broker restarted during
 publication, MariaDB restarted during acquisition, etcd restarted under a leader. Work
-resumes, nothing is lost, and the failure is visible in the scheduler's log or metrics.
+resumes, nothing is lost, and the failure is visible in the scheduler's log AND in its
+metrics: each scenario asserts at least one pair of a Switchyard log line and the Prometheus
+counter that goes with it (`VisibilityPair`), both non-zero after the outage. The Pulsar
+client's own C++ connection lines on stdout do not count: no metric, no alert.
 
 These tests restart the SHARED servers (`scripts/stack restart ...`): they live in this
 one module so they run one after the other, and each ends with `scripts/stack up` (in a
@@ -30,7 +33,10 @@ import pytest
 
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
+from scheduler_core.election.etcd import EtcdElection
+from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
+from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
@@ -74,6 +80,55 @@ def metrics(port: int) -> dict[str, float]:
 
 def errors_of(samples: dict[str, float], component: str) -> float:
     return samples.get(f'switchyard_errors_total{{component="{component}"}}', 0.0)
+
+
+@dataclass(frozen=True)
+class VisibilityPair:
+    """One way an outage shows: a line the scheduler logs and the counter it increments."""
+
+    log_pattern: str  # a regular expression over the scheduler's log
+    metric: str  # a sample name as the exposition shows it, labels included
+
+    def seen(self, log: str, samples: dict[str, float]) -> tuple[int, float]:
+        return len(re.findall(self.log_pattern, log)), samples.get(self.metric, 0.0)
+
+
+def visibility(pairs: list[VisibilityPair], log: str, samples: dict[str, float]) -> tuple[list[str], str]:
+    """(the pairs seen in both the log and the metrics, a one-line account of every pair)."""
+    both: list[str] = []
+    parts: list[str] = []
+    for pair in pairs:
+        lines, value = pair.seen(log, samples)
+        parts.append(f"{pair.log_pattern!r} x{lines} / {pair.metric}={value:g}")
+        if lines > 0 and value > 0:
+            both.append(pair.metric)
+    return both, "; ".join(parts)
+
+
+def _errors(component: str) -> str:
+    return f'switchyard_errors_total{{component="{component}"}}'
+
+
+PULSAR_PAIRS = [
+    VisibilityPair(r"publication slow: ", _errors("bus")),
+    VisibilityPair(r"publication failed for ", "switchyard_publish_failures_total"),
+    VisibilityPair(r"applying results failed ", _errors("results")),
+    VisibilityPair(r"fire of \d+ trigger\(s\) failed", _errors("fire")),
+]
+MARIADB_PAIRS = [
+    VisibilityPair(r"tick failed; retrying", _errors("store")),
+    VisibilityPair(r"reclaim failed; retrying", _errors("store")),
+    VisibilityPair(r"fire of \d+ trigger\(s\) failed", _errors("fire")),
+    VisibilityPair(r"applying results failed ", _errors("results")),
+]
+ETCD_ERROR_PAIRS = [
+    VisibilityPair(r"etcd call failed, retrying", 'switchyard_election_errors_total{stage="campaign"}'),
+    VisibilityPair(r"keep-alive of epoch \d+ failed, retrying", 'switchyard_election_errors_total{stage="keepalive"}'),
+]
+ETCD_RECONNECT_PAIRS = [
+    VisibilityPair(r"etcd answers again", 'switchyard_election_reconnects_total{stage="campaign"}'),
+    VisibilityPair(r"keep-alive of epoch \d+ recovered", 'switchyard_election_reconnects_total{stage="keepalive"}'),
+]
 
 
 @dataclass
@@ -155,6 +210,36 @@ def _report(run: Run, what: str, samples: dict[str, float], extra: str = "") -> 
             f"results={errors_of(samples, 'results')}; {extra}")
 
 
+def test_election_connection_errors_are_counted() -> None:
+    """The election's counters move where it catches etcd's connection errors: a candidate
+    that cannot reach etcd counts every failed campaign call (in every scheduler registry of
+    the process), then one that reaches the real etcd counts nothing more."""
+    etcd = server_url("etcd")
+    metrics = SchedulerMetrics()
+
+    def count() -> float:
+        return metrics.registry.get_sample_value("switchyard_election_errors_total", {"stage": "campaign"}) or 0.0
+
+    before = count()
+    down = EtcdElection(f"http://127.0.0.1:{_free_port()}", name="nobody", ttl=timedelta(seconds=2),
+                        backoff=timedelta(milliseconds=50))
+    try:
+        with pytest.raises(ElectionError, match="etcd unreachable"):
+            down.campaign(timedelta(seconds=1.5))
+    finally:
+        down.close()
+    failed = count() - before
+    assert failed >= 2, f"{failed} failed campaign call(s) counted in 1.5 s of retries against a closed port"
+    assert SchedulerMetrics().registry.get_sample_value(
+        "switchyard_election_errors_total", {"stage": "campaign"}) == count(), "one process-wide counter"
+    up = EtcdElection(etcd, name="somebody", ttl=timedelta(seconds=2), key=f"/sy-restart/{uuid.uuid4().hex[:6]}")
+    try:
+        assert up.campaign(timedelta(seconds=20)) is not None
+        assert count() - before == failed, "a healthy campaign counts no error"
+    finally:
+        up.close()
+
+
 def test_pulsar_restarted_during_publication(tmp_path: Path) -> None:
     try:
         with scheduled_stream(tmp_path, "pub") as run:
@@ -179,14 +264,10 @@ def test_pulsar_restarted_during_publication(tmp_path: Path) -> None:
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
             assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the broker " \
                            f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
-            # Switchyard's own account of the outage: its log line or its metrics (the Pulsar
-            # client's C++ connection lines on stdout do not count: no metric, no alert)
-            visible = ("publication failed" in log or "released to waiting" in log
-                       or samples.get("switchyard_publish_failures_total", 0) > 0
-                       or errors_of(samples, "bus") > 0 or errors_of(samples, "fire") > 0
-                       or errors_of(samples, "results") > 0)
-            assert visible, "the broker restart left no trace in Switchyard's log lines or metrics " \
-                            "(no 'publication failed', no publish_failures, no errors{component})" + tail
+            # Switchyard's own account of the outage: a log line AND its counter
+            both, seen = visibility(PULSAR_PAIRS, log, samples)
+            print(f"pulsar restart visible in log and metrics: {both or 'none'} ({seen})")
+            assert both, "the broker restart is not visible in BOTH Switchyard's log and its metrics: " + seen + tail
             assert {t.state for t in run.store.triggers_of()} == {TriggerState.COMPLETED}, tail
     finally:
         up = stack("up")
@@ -204,14 +285,14 @@ def test_mariadb_restarted_during_acquisition(tmp_path: Path) -> None:
             all_in = run.wait_all(90)
             samples = metrics(run.port)
             log = run.proc.log_text()
+            both, seen = visibility(MARIADB_PAIRS, log, samples)
             summary = _report(run, "mariadb restart", samples, f"restart took {down_s:.1f}s; "
-                              f"'tick failed' logged {log.count('tick failed')} time(s)")
+                              f"'tick failed' logged {log.count('tick failed')} time(s); visible: {seen}")
             print(summary)
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
             assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after MariaDB " \
                            f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
-            assert "tick failed" in log or errors_of(samples, "store") > 0, \
-                "the MariaDB restart left no 'tick failed' in the log and no errors{component=\"store\"}" + tail
+            assert both, "the MariaDB restart is not visible in BOTH the scheduler's log and its metrics: " + seen + tail
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and {t.state for t in run.store.triggers_of()} != {TriggerState.COMPLETED}:
                 time.sleep(0.25)
@@ -235,9 +316,12 @@ def test_etcd_restarted_under_a_leader(tmp_path: Path) -> None:
             log = run.proc.log_text()
             epoch_after = int(run.store.current_epoch())
             terms = re.findall(r"leading with epoch (\d+)", log)
+            errors_seen, errors_text = visibility(ETCD_ERROR_PAIRS, log, samples)
+            back_seen, back_text = visibility(ETCD_RECONNECT_PAIRS, log, samples)
             summary = _report(run, "etcd restart", samples,
                               f"restart took {down_s:.1f}s; epoch {epoch_before} -> {epoch_after}; terms {terms}; "
-                              f"is_leader={samples.get('switchyard_is_leader')}")
+                              f"is_leader={samples.get('switchyard_is_leader')}; errors: {errors_text}; "
+                              f"reconnects: {back_text}")
             print(summary)
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
             assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the etcd " \
@@ -245,8 +329,11 @@ def test_etcd_restarted_under_a_leader(tmp_path: Path) -> None:
             # it keeps its lease (same epoch, still leading) or regains leadership (a newer term)
             assert samples.get("switchyard_is_leader") == 1.0, "the scheduler is not leading after the restart" + tail
             assert terms and int(terms[-1]) == epoch_after, tail
-            assert "etcd call failed" in log or "keep-alive of epoch" in log, \
-                "the etcd outage left no trace in the scheduler's log" + tail
+            # the outage and the recovery, each in the log AND in switchyard_election_*_total
+            assert errors_seen, "the etcd outage is not visible in BOTH the log and " \
+                                "switchyard_election_errors_total: " + errors_text + tail
+            assert back_seen, "the etcd recovery is not visible in BOTH the log and " \
+                              "switchyard_election_reconnects_total: " + back_text + tail
             assert {t.state for t in run.store.triggers_of()} == {TriggerState.COMPLETED}, tail
     finally:
         up = stack("up")
