@@ -10,12 +10,19 @@ records of the compared window (the baseline's rows are processed too, on top).
 
     .venv/bin/python bench/bench_compare.py              # 10M rows: 5M legacy + 5M new
     .venv/bin/python bench/bench_compare.py --rows 1000000
+
+It ends with the goal row (issue #5: >= 1M log rows/s for 10M log rows across both
+sides) in the bench's table style (`bench.harness.markdown_table`, `bench.compare.goal_row`),
+then one JSON line with the figures (`python -m bench` builds its row from that line).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +31,11 @@ from dualrun.compare import Inputs, compare_frames
 from dualrun.frames import FAIL, RETRY, SCHEDULE, SUCCESS, JobIndex
 from dualrun.model import Mode, Window
 from dualrun.settings import CompareSettings
+
+if __package__ in (None, ""):  # run as a script: the repository root holds `bench`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.compare import GOAL_ROWS, GOAL_ROWS_PER_S, NAME, TITLE, goal_row  # noqa: E402
+from bench.harness import Section, markdown_table  # noqa: E402
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -109,8 +121,15 @@ def main() -> None:
         best, best_cpu = min(best, elapsed), min(best_cpu, cpu)
         print(f"run {i + 1}: {elapsed:.2f} s wall ({cpu:.2f} s CPU)  {rows / elapsed:,.0f} rows/s  "
               f"verdict {c.verdict.value}, {sum(v['flagged'] for v in c.mismatch_counts.values()):,} flagged mismatches")
-    print(f"best: {rows:,} log rows compared in {best:.2f} s = {rows / best:,.0f} rows/s "
-          f"(CPU {best_cpu:.2f} s = {rows / best_cpu:,.0f} rows per CPU-second)")
+    rate, cpu_rate = rows / best, (rows / best_cpu if best_cpu > 0 else None)
+    print(f"best: {rows:,} log rows compared in {best:.2f} s = {rate:,.0f} rows/s "
+          + (f"(CPU {best_cpu:.2f} s = {cpu_rate:,.0f} rows per CPU-second)" if cpu_rate else ""))
+    print()
+    print(markdown_table(Section(NAME, TITLE, rows=[goal_row(rate, rows, cpu_rows_per_s=cpu_rate)])))
+    print(json.dumps({"compare_rows_per_s": round(rate, 1), "rows": rows, "best_s": round(best, 3),
+                      "cpu_rows_per_s": None if cpu_rate is None else round(cpu_rate, 1), "repeat": args.repeat,
+                      "goal_rows_per_s": GOAL_ROWS_PER_S, "goal_rows": GOAL_ROWS,
+                      "goal_ratio": round(rate / GOAL_ROWS_PER_S, 3)}))
 
 
 if __name__ == "__main__":

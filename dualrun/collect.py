@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -181,15 +181,19 @@ class Collector:
     def code_for_key(self, key: str) -> str:
         return self.job_of.get(key) or f"{SOURCE_PREFIX[self.source]}:{self.legacy_business}:{key}"[:191]
 
-    def legacy(self, window: Window) -> _Legacy:
+    def legacy(self, window: Window, *, all_schedules: bool = False) -> _Legacy:
+        """The legacy rows of a window (with margins) and the expected occurrences.
+        `all_schedules`: switched-off definitions expect their schedule's occurrences too
+        (a cutover switches the legacy job off; its schedule still says what is due)."""
         m = self.settings.match
         since = window.start - m.nominal_tolerance - m.early
         until = window.end + m.retry_window
         rows = self.reader.executions(self.legacy_business, since, until)
         frame = legacy_frame(rows, self.code_for_key, self.jobs)
+        defs = [replace(d, enabled=True) for d in self.defs] if all_schedules else self.defs
         # occurrences of the whole fetched range: a row just outside the window must find
         # its own occurrence, not the window's last one
-        exp = build_expected(((self.code_of(d), d) for d in self.defs), Window(start=since, end=until), self.jobs,
+        exp = build_expected(((self.code_of(d), d) for d in defs), Window(start=since, end=until), self.jobs,
                              cap=m.max_occurrences_per_job)
         return _Legacy(frame, exp.frame, exp.notes)
 

@@ -3,7 +3,9 @@
 xxl-job: `trigger_status = 0`; the admin pre-reads up to 5 s ahead, and on <= 2.4.2 a
 running scan can overwrite a stop, so settling waits past the pre-read window, re-reads
 the switch, and stops again if a scan undid it. The settled `trigger_next_time` is the
-first occurrence the legacy side will not fire: the handover time.
+first occurrence the legacy side will not fire: the handover time. A stop that does not
+settle within the re-checks is undone (the jobs it switched off run on at their own next
+time) and refused, so a cutover never ends half-way with the legacy jobs off.
 
 Batch center: tasks are paused (status 5, optimistic version); a RUNNING task is its
 own until its callback returns, so settling retries until every task is paused; its
@@ -41,7 +43,7 @@ class XxlJobControl(LegacyControl):
     def stop(self, keys: Sequence[str]) -> Settled:
         ids = [int(k) for k in keys]
         notes: list[str] = []
-        control.set_trigger_status(self.engine, ids, 0)
+        switched_off = control.set_trigger_status(self.engine, ids, 0)  # the jobs that were running
         for attempt in range(self.rechecks + 1):
             self.clock.sleep(self.settle.total_seconds())  # past the pre-read window
             states = control.read_trigger_state(self.engine, ids)
@@ -53,8 +55,24 @@ class XxlJobControl(LegacyControl):
             log.warning(notes[-1])
             control.set_trigger_status(self.engine, undone, 0)
         else:
-            raise RuntimeError(f"xxl-job jobs {undone[:10]} keep being switched back on by the admin's scan")
+            # Not settled: do not leave the business half-switched (the legacy jobs off while
+            # the cutover is abandoned and, after a shadow dual-run, nothing firing them for
+            # real). Every job this stop switched off runs on at its own next time: the scans
+            # have already fired everything before it, so nothing is missed or doubled.
+            restored = self._restore(switched_off)
+            raise RuntimeError(
+                f"xxl-job jobs {undone[:10]} keep being switched back on by the admin's scan; the stop did not "
+                f"settle after {self.rechecks + 1} re-stops, so the {len(restored)} job(s) it had switched off are "
+                "left running on legacy at their own next time (a 2.4.2-or-older admin: upgrade it, or stop "
+                "its scheduling while cutting over)")
         return Settled(self.next_due(keys), tuple(notes))
+
+    def _restore(self, ids: Sequence[int]) -> list[int]:
+        states = control.read_trigger_state(self.engine, list(ids))
+        nexts = {j: s.trigger_next_time_ms for j, s in states.items() if s.trigger_next_time_ms > 0}
+        if not nexts:
+            return []
+        return list(control.set_trigger_status(self.engine, list(nexts), 1, next_time_ms=nexts))
 
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         states = control.read_trigger_state(self.engine, [int(k) for k in keys])

@@ -15,6 +15,10 @@ class GateDecision:
     comparison_id: int | None = None
     computed_at: datetime | None = None
     reasons: tuple[str, ...] = ()
+    # what must be done before cutover although the verdict passed, e.g. "N legacy job(s)
+    # of this business are quarantined and still run only on legacy; fix them before
+    # cutover" (dual-run's verdict warnings)
+    warnings: tuple[str, ...] = ()
 
 
 class CutoverGate(Protocol):

@@ -61,7 +61,7 @@ class DualRunGate:
         if v is None:
             return None
         return GateDecision(ready=v.is_ready, comparison_id=v.comparison_id, computed_at=v.computed_at,
-                            reasons=tuple(v.reasons))
+                            reasons=tuple(v.reasons), warnings=tuple(v.warnings))
 
 
 def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> "LegacyControl":

@@ -46,6 +46,8 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
                    + ", ".join(f"{k} at {v}" for k, v in first))
     for n in report.notes:
         click.echo(f"  note: {n}")
+    for w in report.warnings:
+        click.echo(f"  warning: {w}")
 
 
 def _refused(fn):  # type: ignore[no-untyped-def]

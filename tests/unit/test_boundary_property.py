@@ -1,6 +1,13 @@
 """The exact boundary as a property: random switch instants, one-shot, cron and
 fixed-rate triggers, both directions. Outside dual-run every occurrence is fired by
-exactly one side: zero missing and zero doubled across the switch."""
+exactly one side: zero missing and zero doubled across the switch.
+
+The boundary is judged by the comparator's own matching (`dualrun.boundary`: the legacy
+log rows as the readers decode them, the fired records, `dualrun.match`), so a mismatch
+the report would show across the switch fails the property; the demo's occurrence
+counter (`switchyard.demo._boundary`, over the simulators' own fire lists) is asserted
+too. With a rollback, both handovers are checked: the new side owns [cutover H,
+rollback F), the legacy side owns F on."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,6 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from dualrun.boundary import Switch, check_boundary
+from dualrun.model import Window
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
@@ -47,20 +56,32 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
                          {"f": wall, "id": task_id})
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ~2-3 s per example on the 2-core box: 20 drawn + the explicit ones fit in about a minute
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=st.sampled_from(["xxl-job", "batch-center"]),
        dual_s=st.integers(min_value=120, max_value=900),
        after_cutover_s=st.integers(min_value=60, max_value=900),
        shadow=st.booleans(),
        roll_back=st.booleans(),
-       one_shot_offsets=st.lists(st.integers(min_value=60, max_value=2400), min_size=1, max_size=2))
+       one_shot_offsets=st.lists(st.integers(min_value=60, max_value=2400), min_size=1, max_size=2),
+       # the default 30 min, or short enough that the legacy side owns occurrences inside
+       # the run after a rollback (F, the first occurrence the new side has not admitted,
+       # is about one lookahead after the rollback)
+       lookahead_min=st.sampled_from([30, 3]))
 # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
 # wait for it while the center runs on)
-@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=False, one_shot_offsets=[60])
+@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=False, one_shot_offsets=[60],
+         lookahead_min=30)
 # ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
-@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=True, roll_back=False, one_shot_offsets=[911, 60])
+@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=True, roll_back=False,
+         one_shot_offsets=[911, 60], lookahead_min=30)
+# found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
+# back to legacy by the rollback before it was due, both at its fire time: the later wins
+@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=True,
+         one_shot_offsets=[1102, 60], lookahead_min=3)
 def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int, after_cutover_s: int, shadow: bool,
-                                                       roll_back: bool, one_shot_offsets: list[int]) -> None:
+                                                       roll_back: bool, one_shot_offsets: list[int],
+                                                       lookahead_min: int) -> None:
     with TemporaryDirectory() as tmp:
         work = Path(tmp)
         clock = ManualClock(START)
@@ -78,26 +99,38 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         ex = Executor(bus, biz, clock=clock)
         ex.handler()(lambda ctx: HandlerResult(ok=True))
         store.claim_epoch(Epoch(1))
-        core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(idle_wait=timedelta(0),
-                             busy_wait=timedelta(0), jitter=timedelta(0)), inline=True)
+        core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(
+            idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0),
+            lookahead=timedelta(minutes=lookahead_min)), inline=True)
         side = (core, [ex], ResultConsumer(bus, store, core.metrics))
         start = clock.now()
         _advance(clock, timedelta(seconds=dual_s), [lg], side)
+        cut_at = clock.now()
         rep = sw.cutover(biz, actor="prop", reason="property")
         handover, to_new = rep.handover, True
+        switches = [Switch(rep.handover, to_new=True, at=cut_at)]
         _advance(clock, timedelta(seconds=after_cutover_s), [lg], side)
         if roll_back:
+            back_at = clock.now()
             back = sw.rollback(biz, actor="prop", reason="property")
             handover, to_new = back.handover, False
+            switches.append(Switch(back.handover, to_new=False, at=back_at))
             _advance(clock, timedelta(minutes=15), [lg], side)
         else:
             _advance(clock, timedelta(minutes=10), [lg], side)
+        horizon = clock.now() - timedelta(minutes=1)
+        what = f"{source} shadow={shadow} rollback={roll_back} lookahead={lookahead_min}m"
+        # the report's matching across the switch(es)
+        check = check_boundary(store, lg.reader, biz, switches, window=Window(start=start, end=horizon),
+                               now=clock.now())
+        assert check.owned > 0, f"{what}: no occurrence after the handover inside the run"
+        assert check.clean, (f"{what}: {check.missing} missing, {check.doubled} doubled, {check.stray} stray "
+                             "across the switch:\n" + "\n".join(map(str, check.issues[:20])))
+        # and the demo's own count, from the simulators' fire lists (the last switch)
         legacy, new = _fires_after(store, lg, biz, start)
         triggers = {ln.source_key: ln.trigger for ln in sw.links(biz)}
-        missing, doubled = _boundary(handover, legacy, new, to_new=to_new,
-                                     horizon=clock.now() - timedelta(minutes=1), triggers=triggers)
-        assert (missing, doubled) == (0, 0), (
-            f"{source} shadow={shadow} rollback={roll_back}: {missing} missing, {doubled} doubled across the switch")
+        missing, doubled = _boundary(handover, legacy, new, to_new=to_new, horizon=horizon, triggers=triggers)
+        assert (missing, doubled) == (0, 0), f"{what}: {missing} missing, {doubled} doubled across the switch"
         ex.close()
         core.shutdown()
         engine.dispose()
