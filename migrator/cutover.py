@@ -34,6 +34,8 @@ from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
 S = TriggerState
+# a rollback retries taking a busy trigger off the scheduler this many times (see _deactivate_one)
+DEACTIVATE_ATTEMPTS = 200
 
 
 @dataclass
@@ -49,6 +51,7 @@ class SwitchReport:
     rewound: int = 0
     legacy_started: int = 0
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the gate's: to fix before cutover, not refusals
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -99,12 +102,14 @@ class BusinessSwitch:
         current = self._current(biz, B.DUAL_RUN)
         decision = self.gate.decision(biz) if self.gate is not None else None
         refusals = self._gate_refusals(decision)
+        warnings = list(decision.warnings) if decision is not None else []
         if refusals and not force:
-            raise TransitionRefused(f"cutover of {biz} refused: " + "; ".join(refusals))
+            raise TransitionRefused(f"cutover of {biz} refused: " + "; ".join(refusals)
+                                    + "".join(f"; warning: {w}" for w in warnings))
         if force and not reason:
             raise TransitionRefused("a forced cutover needs --reason: it is audited")
         report = SwitchReport(biz, current.state.value, B.CUTOVER.value, forced=bool(refusals) and force,
-                              comparison_id=decision.comparison_id if decision else None)
+                              comparison_id=decision.comparison_id if decision else None, warnings=warnings)
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
         links = self.links(biz)
@@ -223,20 +228,26 @@ class BusinessSwitch:
         deactivated triggers as they were left (next_fire_at = first unfired occurrence)."""
         out: dict[TriggerId, Trigger] = {}
         for ln in links:
-            t = self._settled_trigger(ln.trigger)
-            if t.state is S.WAITING:
-                won = self.store.cas(Transition(ids=[t.id], from_state=S.WAITING, to_state=S.CREATED))  # type: ignore[list-item]
-                if won:
-                    out[won[0].id] = won[0]  # type: ignore[index]
-                else:
-                    t = self._settled_trigger(t)
-                    if t.state is S.WAITING:
-                        raise TransitionRefused(f"trigger {t.id} keeps changing; retry the rollback")
-                    if t.state is S.CREATED:
-                        out[t.id] = t  # type: ignore[index]
-            elif t.state is S.CREATED:
+            t = self._deactivate_one(ln.trigger)
+            if t is not None:
                 out[t.id] = t  # type: ignore[index]
         return out
+
+    def _deactivate_one(self, t: Trigger) -> Trigger | None:
+        """One trigger waiting -> created; None if it is in no state to fire (paused,
+        completed, cancelled). A trigger due more often than the lookahead is re-acquired
+        by the scheduler as soon as it is rescheduled, so the CAS can lose to the next tick
+        many times in a row: it is retried (bounded), each time after the fire settles."""
+        for _attempt in range(DEACTIVATE_ATTEMPTS):
+            t = self._settled_trigger(t)
+            if t.state is S.CREATED:
+                return t
+            if t.state is not S.WAITING:
+                return None
+            won = self.store.cas(Transition(ids=[t.id], from_state=S.WAITING, to_state=S.CREATED))  # type: ignore[list-item]
+            if won:
+                return won[0]
+        raise TransitionRefused(f"trigger {t.id} keeps changing; retry the rollback")
 
     def _settled_trigger(self, t: Trigger) -> Trigger:
         """The trigger re-read, waiting while the scheduler holds it (acquired)."""
