@@ -143,8 +143,14 @@ class BusinessSwitch:
                 t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
                 if t is None:
                     continue  # paused, completed or cancelled on the new side: the legacy job stays off
-                starts[ln.source_key] = t.next_fire_at  # F: the first occurrence the new side has not fired
-                report.handover[ln.source_key] = t.next_fire_at.isoformat()
+                start = t.next_fire_at  # F: the first occurrence the new side has not fired
+                legacy_next = settled.next_due.get(ln.source_key) if settled is not None else None
+                if legacy_next is not None and legacy_next > start:
+                    # a live dual-run whose new side fell behind: legacy already fired up to
+                    # its own next time; starting it at F would fire [F, legacy_next) twice
+                    start = legacy_next
+                starts[ln.source_key] = start
+                report.handover[ln.source_key] = start.isoformat()
             report.legacy_started = len(self.control.start(starts))
         else:
             report.notes.append("shadow dual-run: the legacy side never stopped; nothing changed on it")

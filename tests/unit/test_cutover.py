@@ -150,3 +150,35 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
         assert status == 0
         expected = datetime.fromisoformat(when).astimezone(__import__("zoneinfo").ZoneInfo("Asia/Shanghai"))
         assert str(wall).startswith(expected.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(tmp_path: Path) -> None:
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, StubGate(None))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    links = {ln.source_key: ln for ln in sw.links(biz)}
+    waiting = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items()}  # type: ignore[arg-type]
+    waiting = {k: t for k, t in waiting.items() if t is not None and t.state is TriggerState.WAITING}
+    assert waiting
+    # legacy ran ahead of a new side that fell behind: its next times are an hour later
+    with env.legacy.begin() as conn:
+        for key, t in waiting.items():
+            conn.execute(text("UPDATE xxl_job_info SET trigger_next_time = :ms WHERE id = :id AND trigger_status = 1"),
+                         {"ms": int(t.next_fire_at.timestamp() * 1000) + 3_600_000, "id": int(key)})
+    with env.legacy.connect() as conn:
+        legacy_next = {str(i): ms for i, ms in conn.execute(text(
+            "SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))}
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    with env.legacy.connect() as conn:
+        rows = {str(i): (s, ms) for i, s, ms in conn.execute(text(
+            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+    checked = 0
+    for key, t in waiting.items():
+        if key not in legacy_next:
+            continue
+        new_next = int(t.next_fire_at.timestamp() * 1000)
+        assert rows[key][0] == 1, key
+        assert rows[key][1] == max(new_next, legacy_next[key]), f"{key}: legacy restarted behind what it fired"
+        checked += int(legacy_next[key] > new_next)
+    assert checked > 0 and rep.legacy_started >= checked
