@@ -9,14 +9,17 @@ bad rows never stop the rest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 import hashlib
 import json
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 
+from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, source_digest, source_half
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
+from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import TargetWriter, Write
 from readers.ports import LegacyReader
@@ -50,35 +53,55 @@ class Migrator:
 
     # -- internals --------------------------------------------------------------------
 
-    def decide(self, defs: Sequence[LegacyDefinition], legacy_businesses: dict[str, LegacyBusiness]) -> list[Write]:
-        """The writes for one chunk of definitions (no I/O but the ledger read)."""
+    def decide(self, defs: Sequence[LegacyDefinition], legacy_businesses: dict[str, LegacyBusiness],
+               conn: Connection | None = None, states: Mapping[str, BusinessState] | None = None) -> list[Write]:
+        """The writes for one chunk of definitions (no I/O but the ledger read and the
+        business states, on `conn` when given: the caller's transaction; `states`: the
+        business states already read, absent ones are legacy)."""
         if not defs:
             return []
         source = defs[0].source.value
-        ledger = self.writer.ledger(source, [d.source_key for d in defs])
+        ledger = self.writer.ledger(source, [d.source_key for d in defs], conn)
         now = self.clock.now()
-        states: dict[str, BusinessState] = {}
+        known = states is not None
+        states = dict(states or {})
         out: list[Write] = []
         for d in defs:
             biz = business_of(d, self.options)
+            entry = ledger.get(d.source_key)
+            digest = source_digest(d, legacy_businesses.get(d.business), self.options)
+            if (digest and entry is not None and entry.status is LedgerStatus.MIGRATED
+                    and source_half(entry.content_hash) == digest):
+                # the same legacy content in the same context: the target already holds its
+                # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
+                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, None, noop=True,
+                                 content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
+                continue
             if biz not in states:
-                states[biz] = self.writer.business_state(biz)
+                states[biz] = BusinessState.LEGACY if known else self.writer.business_state(biz, conn)
             active = states[biz] is not BusinessState.LEGACY
             result = map_definition(d, legacy_businesses.get(d.business), now, self.options, active=active)
-            entry = ledger.get(d.source_key)
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
-                same = entry is not None and entry.status is LedgerStatus.QUARANTINED and entry.content_hash == qhash
+                same = entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
                 out.append(Write(Action.QUARANTINE, source, d.source_key, biz, None, result.field, result.reason,
-                                 dict(d.raw), qhash, noop=same))
+                                 dict(d.raw), combined(digest, qhash), noop=same))
                 continue
             assert isinstance(result, Mapped)
+            h = combined(digest, result.content_hash)
             if entry is None or entry.status is not LedgerStatus.MIGRATED:
-                out.append(Write(Action.CREATE, source, d.source_key, biz, result))
-            elif entry.content_hash == result.content_hash:
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=True))
+                out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h))
+            elif _same(entry.content_hash, result.content_hash):
+                # mapped the same: the target is right. When only the digest moved (a column
+                # outside the mapping changed, the mapping code changed, an old ledger row)
+                # the ledger row alone takes the new digest, else every later run would map
+                # this row again: a one-off ledger write, never a target write
+                refresh = bool(digest) and source_half(entry.content_hash) != digest
+                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=not refresh,
+                                 content_hash=h if refresh else entry.content_hash,
+                                 flag_pending=d.migrated_flag is False))
             else:
-                out.append(Write(Action.UPDATE, source, d.source_key, biz, result))
+                out.append(Write(Action.UPDATE, source, d.source_key, biz, result, content_hash=h))
         return out
 
     def _go(
@@ -99,20 +122,25 @@ class Migrator:
             code for code in legacy_biz if self.options.business_map.get(code, code) in wanted
         ] or list(wanted)
         seen: set[str] = set()
-        source = None
-        for defs in _chunks(self.reader.definitions(legacy_filter), self.chunk):
-            source = defs[0].source.value
-            writes = self.decide(defs, legacy_biz)
-            seen.update(d.source_key for d in defs)
-            self._record(summary, writes, keep_rows)
+        source = self.reader.system.value
+        def decided() -> Iterator[list[Write]]:
+            # reading, mapping and the summary's counts: all on one thread
+            for defs in self._to_decide(legacy_filter, legacy_biz, summary, seen, progress):
+                writes = self.decide(defs, legacy_biz)
+                self._record(summary, writes, keep_rows)
+                yield writes
+
+        # a run prepares the next chunk while the current one is written (see prefetch)
+        for writes in (prefetch(decided()) if write else decided()):
             if write:
                 changing = [w for w in writes if not w.noop]
                 if changing:
                     summary.rows_written += self.writer.apply(changing)
-                    if after_commit is not None:
-                        after_commit(changing)
-            if progress is not None:
-                progress(len(defs))
+                # after the commit: what changed, and unchanged rows whose legacy flag an
+                # earlier run failed to set after its commit
+                done = [w for w in writes if not w.noop or w.flag_pending]
+                if done and after_commit is not None:
+                    after_commit(done)
         # a full pass: ledger rows whose source row is gone become deletes
         deletes = self._deleted(source, wanted, seen)
         self._record(summary, deletes, keep_rows)
@@ -120,6 +148,47 @@ class Migrator:
             summary.rows_written += self.writer.apply(deletes)
         summary.seconds = time.perf_counter() - started
         return summary
+
+    def _to_decide(
+        self, legacy_filter: list[str] | None, legacy_biz: dict[str, LegacyBusiness], summary: MigrationSummary,
+        seen: set[str], progress: Callable[[int], None] | None,
+    ) -> Iterator[list[LegacyDefinition]]:
+        """Chunks of definitions to decide. When the legacy server computes the content
+        digests itself, rows whose digest the ledger already holds are counted unchanged
+        here from one short hash each, and only the others are read and mapped."""
+        source = self.reader.system.value
+        digests = getattr(self.reader, "content_digests", None)
+        # a first run (nothing migrated yet) has nothing to skip: the plain scan reads each
+        # row once, instead of its digest and then the row by key
+        if digests is not None and not self.writer.has_migrated(source):
+            digests = None
+        pages = digests(legacy_filter) if digests is not None else None
+        if pages is None:
+            for defs in _chunks(self.reader.definitions(legacy_filter), self.chunk):
+                seen.update(d.source_key for d in defs)
+                yield defs
+                if progress is not None:
+                    progress(len(defs))
+            return
+        for page in _chunks(pages, self.chunk):
+            seen.update(p.source_key for p in page)
+            ledger = self.writer.ledger(source, [p.source_key for p in page])
+            other: list[str] = []
+            for p in page:
+                entry = ledger.get(p.source_key)
+                if (entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending
+                        and source_half(entry.content_hash)
+                        == context_digest(p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business),
+                                          self.options, broadcast=p.broadcast)):
+                    summary.add(PlannedRow(source, p.source_key, self.options.business_map.get(p.business, p.business),
+                                           Action.UNCHANGED, entry.job_code), keep=False)
+                else:
+                    other.append(p.source_key)
+            if other:
+                by_key = self.reader.definitions_by_keys(other)
+                yield [by_key[k] for k in other if k in by_key]  # a row deleted meanwhile: the next run sees it
+            if progress is not None:
+                progress(len(page))
 
     def _deleted(self, source: str | None, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """Ledger rows whose source row is gone (operators delete rows by hand)."""
@@ -146,6 +215,12 @@ class Migrator:
 def quarantine_hash(rejection: Rejection, defn: LegacyDefinition) -> str:
     body = [rejection.field, rejection.reason, sorted((k, repr(v)) for k, v in defn.raw.items())]
     return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode()).hexdigest()
+
+
+def _same(stored: str, full_hash: str) -> bool:
+    """The stored ledger hash holds this mapped (or quarantine) hash: in its second half,
+    or, written before the two-half format, as the whole of it."""
+    return stored == full_hash or (len(stored) == 2 * HALF and mapped_half(stored) == full_hash[:HALF])
 
 
 def _chunks(it: Iterable[LegacyDefinition], size: int) -> Iterator[list[LegacyDefinition]]:

@@ -7,12 +7,17 @@ transaction is applied in ONE target transaction together with the checkpoint ju
 it, so a restart (or a kill -9) resumes exactly after the last applied change: nothing
 lost, nothing applied twice.
 
-A change is applied by re-reading the changed rows from the legacy database (by key)
-and mapping them as a migration run would: the binlog says *which* rows changed, the
-reader decides *what* they are. That keeps one decoding path (the reader's), survives
-DDL on the legacy tables, and is idempotent by construction (ledger + content hash): a
-replayed change maps to the content the target already has and writes nothing.
-Businesses already cut over are left alone: their legacy rows no longer drive anything.
+A change is applied from its row image: the binlog's after-image is FULL (the stream's
+preflight insists on binlog_row_image=FULL and binlog_row_metadata=FULL), so the row is
+decoded by the reader's own mapping (`image_decoder`, via `readers.images`) exactly as a
+read of that row would be, and mapped as a migration run maps it, with no read of the
+legacy database per change. Of several changes to one row in a group, the last image
+wins (each transaction's images are complete rows, in commit order). A reader without
+an image decoder falls back to re-reading the changed rows by key. Idempotent by
+construction (ledger + content hash): a replayed change maps to the content the target
+already has and writes nothing; an image whose content digest equals the ledger's is
+recognised as unchanged without mapping. Businesses already cut over are left alone:
+their legacy rows no longer drive anything.
 """
 from __future__ import annotations
 
@@ -22,12 +27,23 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy.engine import Connection
+
 from migrator.apply import AfterCommit, Migrator
 
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
-from readers.ports import LegacyReader
-from readers.records import ChangeBatch, LegacyBusiness, LegacyDefinition, SourceSystem, StreamPosition
+from readers.images import ImageShapeChanged
+from readers.ports import ImageDecoder, LegacyReader, RowImageReader
+from readers.records import (
+    ChangeBatch,
+    ChangeOp,
+    LegacyBusiness,
+    LegacyDefinition,
+    RowChange,
+    SourceSystem,
+    StreamPosition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +75,8 @@ class StreamMigrator:
     stats: StreamStats = field(default_factory=StreamStats)
     _legacy_businesses: dict[str, LegacyBusiness] | None = field(default=None, repr=False)
     _states: dict[str, BusinessState] = field(default_factory=dict, repr=False)
+    _decoder: ImageDecoder | None = field(default=None, repr=False)
+    _old_shapes: set[frozenset[str]] = field(default_factory=set, repr=False)  # image shapes older than the table
 
     def checkpoint(self) -> StreamPosition | None:
         return self.writer.checkpoint(self.stream_id)
@@ -93,6 +111,10 @@ class StreamMigrator:
                 q.put(exc)
 
         threading.Thread(target=pump, name="binlog-reader", daemon=True).start()
+        self._drain(q, max_group)
+        return self.stats
+
+    def _drain(self, q: queue.Queue[ChangeBatch | BaseException | None], max_group: int = 200) -> None:
         done = False
         while not done:
             item = q.get()
@@ -114,7 +136,6 @@ class StreamMigrator:
                     break
             if group:
                 self.apply_group(group)
-        return self.stats
 
     def apply(self, batch: ChangeBatch) -> None:
         self.apply_group([batch])
@@ -122,26 +143,35 @@ class StreamMigrator:
     def apply_group(self, group: Sequence[ChangeBatch]) -> None:
         """Committed legacy transactions, applied in one target transaction with the
         checkpoint just past the last of them."""
-        self._states.clear()
         source = self.reader.system
         table = DEFINITION_TABLE[source]
-        keys: list[str] = []
-        refresh = False
         changes = [ch for batch in group for ch in batch.changes]
         batch = group[-1]
+        refresh = any(ch.table == BUSINESS_TABLE[source] for ch in changes)
+        if refresh:  # a business's callback base, token, executors or name changed: decode with the new ones
+            self._legacy_businesses = None
+            self._decoder = None
+        latest: dict[str, RowChange | None] = {}  # source key -> its last change (None: gone)
         for ch in changes:
-            if ch.table == table:
-                row = ch.after if ch.after is not None else ch.before
-                if row is not None and row.get("id") is not None:
-                    keys.append(str(row["id"]))
-            elif ch.table == BUSINESS_TABLE[source]:
-                refresh = True  # a business's callback base, token or executors changed
-                self._legacy_businesses = None
-        writes = self._writes(list(dict.fromkeys(keys)))
-        if refresh:
-            self.stats.business_refreshes += 1
-            writes += self._refresh_businesses(writes)
-        self.writer.apply(writes, checkpoint=(self.stream_id, batch.position))
+            if ch.table != table:
+                continue
+            before = _key(ch.before)
+            after = _key(ch.after)
+            if before is not None and before != after:  # deleted, or its key changed
+                latest.pop(before, None)
+                latest[before] = None
+            if after is not None:
+                latest.pop(after, None)
+                latest[after] = ch
+        # one target transaction for the whole group: its reads (ledger, business states)
+        # and its writes see one state, and the checkpoint commits with them
+        with self.writer.store.engine.begin() as conn:
+            self._states = self.writer.business_states(conn)
+            writes = self._writes(latest, conn)
+            if refresh:
+                self.stats.business_refreshes += 1
+                writes += self._refresh_businesses(writes, conn)
+            self.writer.apply(writes, checkpoint=(self.stream_id, batch.position), conn=conn)
         if self.after_commit is not None and writes:
             self.after_commit(writes)
         self.stats.batches += len(group)
@@ -149,26 +179,76 @@ class StreamMigrator:
         self.stats.applied += sum(1 for w in writes if w.action is not Action.UNCHANGED)
         self.stats.position = batch.position
 
-    def _writes(self, keys: Sequence[str]) -> list[Write]:
-        if not keys:
+    def _writes(self, latest: dict[str, RowChange | None], conn: Connection) -> list[Write]:
+        if not latest:
             return []
         source = self.reader.system.value
-        by_key = self.reader.definitions_by_keys(keys)
-        found: list[LegacyDefinition] = [by_key[k] for k in keys if k in by_key]
-        gone = [k for k in keys if k not in by_key]
+        found: list[LegacyDefinition] = []
+        reread: list[str] = []
+        gone: list[str] = []
+        for key, ch in latest.items():
+            if ch is None:
+                gone.append(key)
+                continue
+            defn = None if ch.op is ChangeOp.DELETE or ch.after is None else self._decode(ch.after)
+            if defn is None:
+                reread.append(key)
+            else:
+                found.append(defn)
+        if reread:
+            by_key = self.reader.definitions_by_keys(reread)
+            found += [by_key[k] for k in reread if k in by_key]
+            gone += [k for k in reread if k not in by_key]
         legacy_biz = self._businesses() if found else {}
-        writes = [w for w in self.migrator.decide(found, legacy_biz) if self._wanted(w.business)]
-        ledger = self.writer.ledger(source, gone)
+        writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.business)]
+        ledger = self.writer.ledger(source, gone, conn)
         writes += [Write(Action.DELETE, source, k, _biz_of_code(entry.job_code))
                    for k, entry in ledger.items()
                    if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))]
         return [w for w in writes if not w.noop]
 
-    def _refresh_businesses(self, already: Sequence[Write]) -> list[Write]:
+    def _decode(self, image: dict[str, object]) -> LegacyDefinition | None:
+        """The definition in a row image; None: read the row by key instead (a reader
+        without a decoder, or an image of a table shape older than the table now)."""
+        decode = self._image_decoder()
+        if decode is None:
+            return None
+        try:
+            return decode(image)
+        except ImageShapeChanged:
+            shape = frozenset(image)
+            if shape in self._old_shapes:
+                return None
+        # DDL on the definition table since the reader inspected it: inspect again (the
+        # columns, and for xxl-job the lineage) and decode with the new shape
+        log.warning("change stream: %s columns changed (DDL); reloading the reader's schema",
+                    DEFINITION_TABLE[self.reader.system])
+        assert isinstance(self.reader, RowImageReader)
+        self.reader.reload_schema()
+        self._decoder = None
+        decode = self._image_decoder()
+        assert decode is not None
+        try:
+            return decode(image)
+        except ImageShapeChanged:
+            # an image written before a later DDL (the stream is behind): the row as it is
+            # now, read by key, is what the target converges to
+            self._old_shapes.add(shape)
+            return None
+
+    def _image_decoder(self) -> ImageDecoder | None:
+        # the cached decoder first: isinstance against a runtime-checkable Protocol costs
+        # more than decoding a row, and this is asked once per changed row
+        if self._decoder is None and isinstance(self.reader, RowImageReader):
+            self._decoder = self.reader.image_decoder()
+        return self._decoder
+
+    def _refresh_businesses(self, already: Sequence[Write], conn: Connection) -> list[Write]:
         done = {w.source_key for w in already}
         defs = [d for d in self.reader.definitions(list(self.businesses) if self.businesses else None)
                 if d.source_key not in done]
-        return [w for w in self.migrator.decide(defs, self._businesses()) if not w.noop and self._wanted(w.business)]
+        return [w for w in self.migrator.decide(defs, self._businesses(), conn, self._states)
+                if not w.noop and self._wanted(w.business)]
 
     def _businesses(self) -> dict[str, LegacyBusiness]:
         # read once, and again only after a change to the business table went by
@@ -179,12 +259,17 @@ class StreamMigrator:
     def _wanted(self, business: str) -> bool:
         if self.businesses is not None and business not in self.businesses:
             return False
-        if business not in self._states:  # read once per applied transaction: a cutover may land any time
-            self._states[business] = self.writer.business_state(business)
-        if self._states[business] is BusinessState.CUTOVER:
+        # read once per applied group, in its transaction: a cutover may land any time
+        if self._states.get(business, BusinessState.LEGACY) is BusinessState.CUTOVER:
             self.stats.skipped_cut_over += 1
             return False
         return True
+
+
+def _key(image: dict[str, object] | None) -> str | None:
+    if image is None or image.get("id") is None:
+        return None
+    return str(image["id"])
 
 
 def _biz_of_code(job_code: str | None) -> str:

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, insert, select, update
+from sqlalchemy import delete, insert, literal_column, select, update
 from sqlalchemy.engine import Connection
 
 from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
+from migrator.upsert import upsert
 from readers.records import StreamPosition
 from scheduler_core.model import TriggerState
 from scheduler_core.store.rows import job_values, trigger_values
@@ -20,6 +21,14 @@ from scheduler_core.store.sql import SqlTriggerStore
 
 _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
 EXCERPT_MAX = 2000
+_JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
+            "explicit_items", "shadow", "updated_at")
+# what an update of a trigger may change: never its lease (owner_epoch, acquire_deadline),
+# its creation time or its version (bumped instead)
+_TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at",
+                "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
+_LEDGER_SET = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
+               "updated_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +50,11 @@ class Write:
     field: str | None = None
     reason: str | None = None
     raw: dict[str, Any] | None = None
-    content_hash: str = ""  # of a quarantine: the same bad row again is no new write
+    content_hash: str = ""  # the ledger hash to store (migrator.ledger_hash): source digest + mapped/quarantine hash
     noop: bool = False  # nothing to write: unchanged, or still quarantined for the same reason
+    # batch center: the legacy row's `migrated` flag is still 0 although the target holds it
+    # (a failure after the target commit): after_commit sets it, repairing the earlier run
+    flag_pending: bool = False
 
 class TargetWriter:
     def __init__(self, store: SqlTriggerStore) -> None:
@@ -65,11 +77,27 @@ class TargetWriter:
             out[key] = LedgerEntry(LedgerStatus(status), h, code)
         return out
 
-    def business_state(self, biz_code: str) -> BusinessState:
-        b = self.t.business
+    def has_migrated(self, source: str) -> bool:
+        """Whether any row of this source system is migrated (one indexed probe)."""
+        lg = self.t.ledger
         with self.store.engine.connect() as conn:
-            state = conn.execute(select(b.c.state).where(b.c.biz_code == biz_code)).scalar_one_or_none()
+            return conn.execute(select(lg.c.source_key).where(
+                lg.c.source_system == source, lg.c.status == LedgerStatus.MIGRATED.value).limit(1)).first() is not None
+
+    def business_state(self, biz_code: str, conn: Connection | None = None) -> BusinessState:
+        b = self.t.business
+        stmt = select(b.c.state).where(b.c.biz_code == biz_code)
+        if conn is None:
+            with self.store.engine.connect() as c:
+                state = c.execute(stmt).scalar_one_or_none()
+        else:
+            state = conn.execute(stmt).scalar_one_or_none()
         return BusinessState(state) if state else BusinessState.LEGACY
+
+    def business_states(self, conn: Connection) -> dict[str, BusinessState]:
+        """Every business's state in one read (absent: legacy)."""
+        b = self.t.business
+        return {code: BusinessState(state) for code, state in conn.execute(select(b.c.biz_code, b.c.state))}
 
     def apply(
         self, writes: Sequence[Write], checkpoint: tuple[str, StreamPosition] | None = None,
@@ -84,17 +112,16 @@ class TargetWriter:
     def _apply(self, conn: Connection, writes: Sequence[Write], checkpoint: tuple[str, StreamPosition] | None) -> int:
         now = self.store.clock.now_ms()
         written = 0
-        creates = [w for w in writes if w.action is Action.CREATE and w.mapped is not None]
-        updates = [w for w in writes if w.action is Action.UPDATE and w.mapped is not None]
-        if creates:
-            written += self._create(conn, creates, now)
-        for w in updates:
-            written += self._update(conn, w, now)
+        puts = [w for w in writes if w.action in (Action.CREATE, Action.UPDATE) and w.mapped is not None]
+        if puts:
+            written += self._put(conn, puts, now)
         written += self._ledger_many(conn, [(w, LedgerStatus.QUARANTINED, w.content_hash, None)
                                             for w in writes if w.action is Action.QUARANTINE], now)
-        for w in writes:
-            if w.action is Action.DELETE:
-                written += self._delete(conn, w, now)
+        # an unchanged row whose source digest moved: its ledger row only (migrator.apply)
+        written += self._ledger_many(conn, [(w, LedgerStatus.MIGRATED, w.content_hash, w.mapped.job.job_code)
+                                            for w in writes if w.action is Action.UNCHANGED and not w.noop
+                                            and w.mapped is not None and w.content_hash], now)
+        written += self._delete_many(conn, [w for w in writes if w.action is Action.DELETE], now)
         for w in businesses_of(writes):
             written += self._ensure_business(conn, w[0], w[1], now)
         if checkpoint is not None:
@@ -103,110 +130,84 @@ class TargetWriter:
 
     # -- pieces -----------------------------------------------------------------------
 
-    def _create(self, conn: Connection, writes: list[Write], now: int) -> int:
+    def _put(self, conn: Connection, writes: list[Write], now: int) -> int:
+        """Creates and updates together, a fixed number of statements for the whole chunk:
+        jobs upserted by job code (an existing job is a ledger row lost after its target:
+        repaired in place), sharding items replaced, triggers inserted or updated while
+        editable, ledger rows upserted."""
         j, tr, si = self.t.job, self.t.trigger, self.t.sharding_item
-        jobs = [w.mapped.job for w in writes]  # type: ignore[union-attr]
-        existing = {code for (code,) in conn.execute(select(j.c.job_code).where(j.c.job_code.in_([x.job_code for x in jobs])))}
-        fresh = [x for x in jobs if x.job_code not in existing]
-        if fresh:
-            conn.execute(insert(j), [{**job_values(x, now), "created_at": now} for x in fresh])
-        for x in jobs:
-            if x.job_code in existing:  # a ledger row lost after its target (repair): update in place
-                conn.execute(update(j).where(j.c.job_code == x.job_code).values(**job_values(x, now)))
-        ids = dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_([x.job_code for x in jobs]))).all())
-        trig_rows = []
-        item_rows = []
-        have_trigger = {code for (code,) in conn.execute(
-            select(tr.c.job_code).where(tr.c.job_code.in_([x.job_code for x in jobs])))}
+        codes = [w.mapped.job.job_code for w in writes]  # type: ignore[union-attr]
+        upsert(conn, j, [{**job_values(w.mapped.job, now), "created_at": now} for w in writes],  # type: ignore[union-attr]
+               ("job_code",), _JOB_SET)
+        ids = dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())
+        conn.execute(delete(si).where(si.c.job_id.in_(list(ids.values()))))
+        items = [{"job_id": ids[w.mapped.job.job_code], "item_index": i.index, "param": i.param}  # type: ignore[union-attr]
+                 for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
+        if items:
+            conn.execute(insert(si), items)
+        # lock the existing triggers: a scheduler acquiring one waits for this commit, so the
+        # state read here is the state the update meets
+        existing: dict[str, list[tuple[int, str]]] = {}
+        for tid, code, state in conn.execute(select(tr.c.id, tr.c.job_code, tr.c.state)
+                                             .where(tr.c.job_code.in_(codes)).with_for_update()):
+            existing.setdefault(code, []).append((tid, state))
+        fresh, edits, held = [], [], set()
         for w in writes:
             m = w.mapped
             assert m is not None
-            job_id = ids[m.job.job_code]
-            if m.trigger is not None and m.job.job_code not in have_trigger:
-                trig_rows.append(trigger_values(m.trigger, job_id, now))
-            item_rows += [{"job_id": job_id, "item_index": i.index, "param": i.param} for i in m.items]
-        if trig_rows:
-            conn.execute(insert(tr), trig_rows)
-        if item_rows:
-            conn.execute(delete(si).where(si.c.job_id.in_(list({r["job_id"] for r in item_rows}))))
-            conn.execute(insert(si), item_rows)
-        written = len(fresh) + len(trig_rows) + len(item_rows)
-        return written + self._ledger_many(
-            conn, [(w, LedgerStatus.MIGRATED, w.mapped.content_hash, w.mapped.job.job_code) for w in writes], now)  # type: ignore[union-attr]
-
-    def _update(self, conn: Connection, w: Write, now: int) -> int:
-        j, tr, si = self.t.job, self.t.trigger, self.t.sharding_item
-        m = w.mapped
-        assert m is not None
-        conn.execute(update(j).where(j.c.job_code == m.job.job_code).values(**job_values(m.job, now)))
-        job_id = conn.execute(select(j.c.id).where(j.c.job_code == m.job.job_code)).scalar_one()
-        conn.execute(delete(si).where(si.c.job_id == job_id))
-        if m.items:
-            conn.execute(insert(si), [{"job_id": job_id, "item_index": i.index, "param": i.param} for i in m.items])
-        written = 1 + len(m.items)
-        if m.trigger is not None:
-            values = trigger_values(m.trigger, job_id, now)
-            for k in ("created_at", "owner_epoch", "acquire_deadline", "version"):
-                values.pop(k, None)
-            res = conn.execute(update(tr).where(and_(tr.c.job_code == m.job.job_code, tr.c.state.in_(_EDITABLE)))
-                               .values(version=tr.c.version + 1, **values))
-            if (res.rowcount or 0) == 0:
-                busy = conn.execute(select(tr.c.state).where(tr.c.job_code == m.job.job_code)).scalar_one_or_none()
-                if busy is None:
-                    conn.execute(insert(tr).values(**trigger_values(m.trigger, job_id, now)))
-                elif busy == TriggerState.ACQUIRED.value:
-                    # Being fired right now: keep the old hash so the next run (or the
-                    # next change event) applies this update; nothing is half-written.
-                    return written
+            if m.trigger is None:
+                continue
+            values = trigger_values(m.trigger, ids[m.job.job_code], now)
+            there = existing.get(m.job.job_code)
+            if not there:
+                fresh.append(values)
+                continue
+            for tid, state in there:
+                if state in _EDITABLE:
+                    edits.append({**values, "id": tid})
+                elif state == TriggerState.ACQUIRED.value:
+                    # Being fired right now: keep the old ledger hash so the next run (or
+                    # the next change event) applies this update; nothing is half-written.
+                    held.add(w.source_key)
                 # completed/cancelled targets keep their terminal state
-            written += 1
-        return written + self._ledger(conn, w, LedgerStatus.MIGRATED, m.content_hash, m.job.job_code, now)
+        if fresh:
+            conn.execute(insert(tr), fresh)
+        # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
+        upsert(conn, tr, edits, ("id",), _TRIGGER_SET, {"version": tr.c.version + literal_column("1")})
+        written = len(writes) + len(items) + len(fresh) + len(edits)
+        return written + self._ledger_many(
+            conn, [(w, LedgerStatus.MIGRATED, w.content_hash or w.mapped.content_hash, w.mapped.job.job_code)  # type: ignore[union-attr]
+                   for w in writes if w.source_key not in held], now)
 
-    def _delete(self, conn: Connection, w: Write, now: int) -> int:
+    def _delete_many(self, conn: Connection, writes: list[Write], now: int) -> int:
+        if not writes:
+            return 0
         tr = self.t.trigger
-        lg = self.ledger(w.source, [w.source_key], conn).get(w.source_key)
-        code = lg.job_code if lg else None
-        if code:
-            # a source row deleted by hand: the target stops firing (cancel, not delete: the
-            # fired history stays attached to it)
-            conn.execute(update(tr).where(tr.c.job_code == code, tr.c.state.in_((*_EDITABLE,)))
+        ledger = self.ledger(writes[0].source, [w.source_key for w in writes], conn)
+        codes = [e.job_code for e in ledger.values() if e.job_code]
+        if codes:
+            # a source row deleted: the target stops firing (cancel, not delete: the fired
+            # history stays attached to it)
+            conn.execute(update(tr).where(tr.c.job_code.in_(codes), tr.c.state.in_(_EDITABLE))
                          .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now))
-        return self._ledger(conn, w, LedgerStatus.DELETED, "", code, now)
-
-    def _ledger(self, conn: Connection, w: Write, status: LedgerStatus, h: str, code: str | None, now: int) -> int:
-        return self._ledger_many(conn, [(w, status, h, code)], now)
+        return self._ledger_many(conn, [(w, LedgerStatus.DELETED, "", e.job_code if (e := ledger.get(w.source_key))
+                                         else None) for w in writes], now)
 
     def _ledger_many(self, conn: Connection, rows: Sequence[tuple[Write, LedgerStatus, str, str | None]],
                      now: int) -> int:
-        """Upsert ledger rows: one read of the keys that exist, then one executemany each
-        for updates and inserts (portable: no MySQL- or SQLite-only upsert)."""
+        """Upsert ledger rows in one statement."""
         if not rows:
             return 0
-        lg = self.t.ledger
-        source = rows[0][0].source
-        have = {k for (k,) in conn.execute(select(lg.c.source_key).where(
-            lg.c.source_system == source, lg.c.source_key.in_([r[0].source_key for r in rows])))}
-        inserts, updates = [], []
+        values = []
         for w, status, h, code in rows:
             excerpt = None
             if status is LedgerStatus.QUARANTINED and w.raw is not None:
                 excerpt = json.dumps({k: _plain(v) for k, v in w.raw.items()}, ensure_ascii=False,
                                      default=str)[:EXCERPT_MAX]
-            values = {"business": w.business, "status": status.value, "content_hash": h, "target_job_code": code,
-                      "field": w.field, "reason": (w.reason or "")[:1024] or None, "raw_excerpt": excerpt,
-                      "updated_at": now}
-            if w.source_key in have:
-                updates.append({"k_source": w.source, "k_key": w.source_key, **{f"v_{k}": v for k, v in values.items()}})
-            else:
-                inserts.append({"source_system": w.source, "source_key": w.source_key, **values})
-        if updates:
-            cols = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
-                    "updated_at")
-            conn.execute(update(lg).where(lg.c.source_system == bindparam("k_source"),
-                                          lg.c.source_key == bindparam("k_key"))
-                         .values(**{c: bindparam(f"v_{c}") for c in cols}), updates)
-        if inserts:
-            conn.execute(insert(lg), inserts)
+            values.append({"source_system": w.source, "source_key": w.source_key, "business": w.business,
+                           "status": status.value, "content_hash": h, "target_job_code": code, "field": w.field,
+                           "reason": (w.reason or "")[:1024] or None, "raw_excerpt": excerpt, "updated_at": now})
+        upsert(conn, self.t.ledger, values, ("source_system", "source_key"), _LEDGER_SET)
         return len(rows)
 
     def _ensure_business(self, conn: Connection, biz: str, source: str, now: int) -> int:

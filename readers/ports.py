@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 
@@ -42,3 +42,20 @@ class LegacyReader(Protocol):
         """Execution attempts of one business whose time falls in [since, until) (aware
         datetimes), ordered by that time: xxl-job by `trigger_time` (it stores no fire
         time), batch center by `scheduled_time`."""
+
+
+ImageDecoder = Callable[[Mapping[str, Any]], LegacyDefinition]
+
+
+@runtime_checkable
+class RowImageReader(Protocol):
+    """A reader that can also decode a change stream's FULL row image of its definition
+    table, to the very definition a read of that row would give (readers.images)."""
+
+    def image_decoder(self) -> ImageDecoder:
+        """A decoder bound to the businesses and the table's columns as they are now (call
+        again after a change to the business table). It raises readers.images.
+        ImageShapeChanged for an image of other columns (DDL)."""
+
+    def reload_schema(self) -> None:
+        """Forget the inspected table shapes: the next read or decoder inspects again."""

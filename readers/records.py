@@ -92,10 +92,25 @@ class LegacyDefinition:
     migrated_flag: bool | None = None  # batch center `migrated`
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the row as read, for hashing and excerpts
     problems: tuple[Problem, ...] = ()
+    # readers.digest of the row's content columns: equal digests, equal definitions (the
+    # migrator's "unchanged" test before mapping); "" when the reader gives none
+    digest: str = field(default="", repr=False)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDigest:
+    """A definition's `digest` as the legacy server computed it, without the row."""
+
+    source_key: str
+    business: str  # the legacy business code (as LegacyDefinition.business)
+    digest: str
+    time_zone: str
+    broadcast: bool = False  # as LegacyDefinition.broadcast: its digest counts the executor addresses
+    flag_pending: bool = False  # batch center: `migrated` is not 1 (the row is read, to repair the flag)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from readers.digest import row_digest
 from readers.legacy_ddl.values import MAX_TEXT_BYTES, RowDecoder, plain, raw_text
 from readers.records import (
     ExecStatus,
@@ -32,6 +33,12 @@ _TEXT_LIMITS = {"payload": MAX_TEXT_BYTES, "shard_params": 16 * 1024 * 1024}
 
 # columns the batch center (or our flag) rewrites as it runs: not part of a task's content
 VOLATILE_COLUMNS = frozenset({"fire_time", "status", "version", "migrated", "update_time"})
+# columns left out of a task's content digest: `status` is content (it maps to the trigger
+# state) and so is `fire_time` of a one-shot (its only fire); a recurring task's
+# fire_time moves on every fire and is recomputed from the schedule
+DIGEST_SKIP = frozenset({"version", "migrated", "update_time"})
+DIGEST_MASKED = frozenset({"fire_time"})  # of a CRON / FIXED_RATE task (task_type 2, 3)
+RECURRING_TYPES = (2, 3)
 
 
 class TaskType(enum.IntEnum):
@@ -237,6 +244,8 @@ def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
         migrated_flag=migrated == 1,
         raw={k: plain(x) for k, x in v.items()},
         problems=tuple(dec.problems),
+        digest=row_digest(v) if dec.problems else row_digest(
+            v, DIGEST_SKIP, DIGEST_MASKED if kind in (ScheduleKind.CRON, ScheduleKind.FIXED_RATE) else ()),
     )
 
 

@@ -19,12 +19,23 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
-from readers.batchcenter.mapping import TaskContext, map_business, map_exec, map_task, shard_count
+from readers.batchcenter.mapping import (
+    DIGEST_MASKED,
+    DIGEST_SKIP,
+    RECURRING_TYPES,
+    TaskContext,
+    map_business,
+    map_exec,
+    map_task,
+    shard_count,
+)
+from readers.digest import column_kinds, digest_sql
 from readers.errors import MissingTables, SourceUnavailable
-from readers.legacy_ddl.tables import WallTime
-from readers.legacy_ddl.values import parse_int
-from readers.ports import LegacyReader
-from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime
+from readers.legacy_ddl.values import parse_int, raw_text
+from readers.images import session_zone, shaped_decoder
+from readers.ports import ImageDecoder, LegacyReader
+from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
 
 logger = logging.getLogger(__name__)
@@ -49,6 +60,7 @@ class BatchCenterReader(LegacyReader):
         self._tz = LegacyTimeZone(tz)
         self._batch = batch_size
         self._columns: dict[str, tuple[tuple[str, ...], frozenset[str]]] | None = None
+        self._kinds: dict[str, dict[str, str]] = {}
 
     @contextmanager
     def _connect(self, action: str) -> Iterator[Connection]:
@@ -76,6 +88,7 @@ class BatchCenterReader(LegacyReader):
                     names = tuple(str(c["name"]) for c in cols)
                     texts = frozenset(str(c["name"]) for c in cols if isinstance(c["type"], String))
                     self._columns[t] = (names, texts)
+                    self._kinds[t] = column_kinds(cols)  # type: ignore[arg-type]
         return self._columns[name]
 
     def _select_list(self, name: str, wanted: Sequence[str] | None = None) -> list[ColumnElement[object]]:
@@ -153,6 +166,51 @@ class BatchCenterReader(LegacyReader):
                     d = map_task(row, ctx)
                     out[d.source_key] = d
         return out
+
+    def content_digests(self, businesses: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
+        """Each task's content digest computed by the server (as `definitions` would give
+        it to a row without problems), in pages by id; None when the server cannot
+        (SQLite): the caller then reads the rows."""
+        names = self._shape(TASK)[0]
+        with self._connect("read_digests") as conn:
+            if conn.dialect.name not in MYSQL_DIALECTS:
+                return None
+        digest = digest_sql(names, self._kinds[TASK], DIGEST_SKIP,
+                            {n: column("task_type").in_(RECURRING_TYPES) for n in DIGEST_MASKED}).label("digest")
+        codes = tuple(sorted(set(businesses))) if businesses is not None else None
+        return self._digest_pages(digest, codes)
+
+    def _digest_pages(self, digest: Any, codes: tuple[str, ...] | None) -> Iterator[ContentDigest]:
+        if codes is not None and not codes:
+            return
+        last = -1
+        while True:
+            stmt = (select(column("id"), cast(column("biz_code"), LargeBinary).label("biz_code"), digest,
+                           column("migrated"))
+                    .select_from(table(TASK)).where(column("id") > last).order_by(column("id")).limit(self._batch))
+            if codes is not None:
+                stmt = stmt.where(column("biz_code").in_(codes))
+            with self._connect("read_digests") as conn:
+                rows = conn.execute(stmt).all()
+            for task_id, biz, d, migrated in rows:
+                yield ContentDigest(str(task_id), raw_text(biz)[0] or "", d, self._tz.name,
+                                    flag_pending=migrated != 1)
+            if len(rows) < self._batch:
+                return
+            last = int(rows[-1][0])
+
+    def image_decoder(self) -> ImageDecoder:
+        """Decode binlog row images of `bc_task` as `definitions_by_keys` would map the
+        same rows (businesses read now)."""
+        ctx = self._context()
+        with self._connect("read_time_zone") as conn:
+            zone = session_zone(conn)
+        return shaped_decoder(self._shape(TASK)[0], zone, lambda row: map_task(row, ctx))
+
+    def reload_schema(self) -> None:
+        """Forget the inspected columns (after DDL on the legacy tables)."""
+        self._columns = None
+        self._kinds = {}
 
     # -- executions -------------------------------------------------------------------
 

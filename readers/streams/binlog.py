@@ -39,6 +39,7 @@ from typing import Any
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication import row_event as _row_event
+from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -252,8 +253,10 @@ class BinlogChangeStream:
     position this stream yielded, `current_position()`, or a snapshot position).
 
     Row values are as the library decodes them: DATETIME naive wall time (the legacy's zone),
-    TIMESTAMP naive *UTC* (the binlog stores epoch seconds; the library uses utcfromtimestamp),
-    JSON parsed, DECIMAL as Decimal. `committed_at` is the commit event's timestamp (whole
+    TIMESTAMP as an *aware* UTC datetime (the binlog stores epoch seconds; the library gives
+    naive UTC via utcfromtimestamp, which this stream marks as UTC so that nobody takes it for
+    wall time: `readers.images` turns it into the wall time a SQL read shows), JSON parsed,
+    DECIMAL as Decimal. `committed_at` is the commit event's timestamp (whole
     seconds, aware UTC).
 
     One consumer at a time: `batches()` owns the reader; calling it again continues from
@@ -304,6 +307,7 @@ class BinlogChangeStream:
         self._reader: BinLogStreamReader | None = None
         self._checked = False
         self._columns: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._utc_columns: dict[int, tuple[str, ...]] = {}  # table id -> its TIMESTAMP columns
         self.reconnects = 0  # total reconnects made, for metrics and tests
         self.heartbeats = 0  # heartbeats received (the server sends them when it has nothing else)
         self.schema_changes: list[tuple[StreamPosition, str]] = []  # DDL seen on the selected tables
@@ -458,7 +462,7 @@ class BinlogChangeStream:
             only_events=_EVENTS,
             slave_heartbeat=self.heartbeat_s,
             pymysql_wrapper=_StreamConnection,  # trap 4: the library never retries on its own
-            freeze_schema=False,
+            freeze_schema=True,  # speed: a known table id skips its TableMap re-parse; DDL drops the id (_schema_changed)
             enable_logging=False,
         )
 
@@ -581,6 +585,7 @@ class BinlogChangeStream:
         for table_id, table in list(self._reader.table_map.items()):
             if (table.schema, table.table) in touched:
                 del self._reader.table_map[table_id]
+                self._utc_columns.pop(table_id, None)
         cache = getattr(_row_event, "_COLUMN_NAME_CACHE", None)  # only used without FULL metadata
         for s, t in touched:
             if isinstance(cache, dict):
@@ -628,4 +633,15 @@ class BinlogChangeStream:
             if sample and any(k.startswith("UNKNOWN_COL") for k in sample):
                 raise StreamError(f"rows of {schema}.{table} decoded without column names: set "
                                   "binlog_row_metadata=FULL on the source")
+            utc = self._utc_columns.get(event.table_id)
+            if utc is None:
+                utc = tuple(c.name for c in event.columns if c.type in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2))
+                self._utc_columns[event.table_id] = utc
+            if utc:
+                for ch in out:
+                    for image in (ch.before, ch.after):
+                        for name in utc if image is not None else ():
+                            value = image.get(name)
+                            if isinstance(value, datetime) and value.tzinfo is None:
+                                image[name] = value.replace(tzinfo=timezone.utc)
         return out

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from readers.digest import row_digest
 from readers.legacy_ddl.tables import XxlJobLineage
 from readers.legacy_ddl.values import INT32_MAX, MAX_TEXT_BYTES, RowDecoder, parse_int, plain
 from readers.records import LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
@@ -189,4 +190,6 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
         max_retry=retries,
         raw={k: plain(val) for k, val in v.items()},
         problems=tuple(dec.problems),
+        # a row with problems hashes every column: fixing a volatile one must be noticed
+        digest=row_digest(v, () if dec.problems else VOLATILE_COLUMNS),
     )

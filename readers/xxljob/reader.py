@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, select, table, text
+from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, literal, select, table, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause
@@ -23,11 +23,13 @@ from sqlalchemy.sql.elements import ColumnClause
 from readers.errors import MissingTables, SourceUnavailable
 from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
-from readers.ports import LegacyReader
-from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.images import session_zone, shaped_decoder
+from readers.ports import ImageDecoder, LegacyReader
+from readers.digest import digest_sql
+from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall, require_aware
 from readers.xxljob.logs import LogContext, map_log
-from readers.xxljob.mapping import JobContext, map_job
+from readers.xxljob.mapping import VOLATILE_COLUMNS, JobContext, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
 
 logger = logging.getLogger(__name__)
@@ -208,6 +210,59 @@ class XxlJobReader(LegacyReader):
                     d = map_job(row, ctx)
                     out[d.source_key] = d
         return out
+
+    def content_digests(self, businesses: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
+        """Each job's content digest computed by the server (as `definitions` would give
+        it to a row without problems), in pages by id; None when the server cannot
+        (SQLite): the caller then reads the rows."""
+        with self._connect("read_groups") as conn:
+            if conn.dialect.name not in MYSQL_DIALECTS:
+                return None
+            groups = self._group_names(conn)
+        info = self.schema().info
+        digest = digest_sql(info.columns, info.kinds, VOLATILE_COLUMNS).label("digest")
+        # as map_job decides it: the exact enum value (binary: no case folding, no pad space)
+        route = "executor_route_strategy"
+        broadcast = (cast(column(route), LargeBinary) == literal(b"SHARDING_BROADCAST") if info.has(route)
+                     else literal(False)).label("broadcast")
+        group_ids = None
+        if businesses is not None:
+            wanted = set(businesses)
+            group_ids = [gid for gid, app in groups.items() if app in wanted]
+        return self._digest_pages(digest, broadcast, groups, group_ids)
+
+    def _digest_pages(self, digest: Any, broadcast: Any, groups: Mapping[int, str],
+                      group_ids: list[int] | None) -> Iterator[ContentDigest]:
+        if group_ids is not None and not group_ids:
+            return
+        last = -1
+        while True:
+            stmt = (select(column("id"), column("job_group"), digest, broadcast).select_from(table(INFO))
+                    .where(column("id") > last).order_by(column("id")).limit(self._batch))
+            if group_ids is not None:
+                stmt = stmt.where(column("job_group").in_(group_ids))
+            with self._connect("read_digests") as conn:
+                rows = conn.execute(stmt).all()
+            for job_id, group, d, b in rows:
+                yield ContentDigest(str(job_id), groups.get(group, ""), d, self._tz.name, bool(b))
+            if len(rows) < self._batch:
+                return
+            last = int(rows[-1][0])
+
+    def image_decoder(self) -> ImageDecoder:
+        """Decode binlog row images of `xxl_job_info` as `definitions_by_keys` would map
+        the same rows (group names read now)."""
+        schema = self.schema()
+        with self._connect("read_groups") as conn:
+            groups = self._group_names(conn)
+            zone = session_zone(conn)
+        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        return shaped_decoder(schema.info.columns, zone, lambda row: map_job(row, ctx))
+
+    def reload_schema(self) -> None:
+        """Forget the inspected schema (after DDL on the legacy tables): the next read inspects
+        again, and may find another lineage."""
+        self._schema = None
 
     # -- executions -------------------------------------------------------------------
 

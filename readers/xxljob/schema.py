@@ -18,12 +18,13 @@ instead of failing the whole page inside the driver.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, LargeBinary, String, cast, column, inspect
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement, Label
 from sqlalchemy.types import Text, TypeEngine
 
+from readers.digest import column_kinds
 from readers.errors import MissingTables, UnknownLineage
 from readers.legacy_ddl.tables import XxlJobLineage
 from readers.records import SourceSystem
@@ -43,6 +44,7 @@ class TableShape:
     name: str
     columns: tuple[str, ...]
     text_columns: frozenset[str]
+    kinds: Mapping[str, str] = field(default_factory=dict)  # column -> text | int | time (readers.digest)
 
     def has(self, name: str) -> bool:
         return name in self.columns
@@ -74,7 +76,8 @@ class XxlJobSchema:
 def _shape(name: str, columns: list[Mapping[str, object]]) -> TableShape:
     names = tuple(str(c["name"]) for c in columns)
     texts = frozenset(str(c["name"]) for c in columns if isinstance(c["type"], String))
-    return TableShape(name, names, texts)
+    return TableShape(name, names, texts, column_kinds(columns))
+
 
 
 def _is_text(type_: object) -> bool:
