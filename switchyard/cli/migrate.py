@@ -109,7 +109,8 @@ def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
 
     def after(writes: Sequence[Write]) -> None:
         # only after the target commit: a crash in between is repaired by the next run
-        ids = [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE)]
+        # and an unchanged row whose flag a crash left unset (flag_pending) gets it now
+        ids = [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending]
         if ids:
             set_migrated(legacy, ids, True)
 
