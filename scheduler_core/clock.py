@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 import time
 from datetime import datetime, timedelta
 
@@ -61,3 +62,28 @@ class ManualClock(Clock):
 
     def monotonic(self) -> float:
         return self.now_ms() / 1000
+
+
+class SteppingClock(Clock):
+    """A driven clock as a waiting caller sees it: each `sleep` advances the clock and
+    then lets something else run at the new time (a simulated legacy scheduler, a rival
+    writer), as real time would while the caller waits."""
+
+    def __init__(self, clock: ManualClock, on_sleep: Callable[[datetime], object]) -> None:
+        self._clock = clock
+        self._on_sleep = on_sleep
+        self.slept: list[float] = []
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self._clock.sleep(seconds)
+        self._on_sleep(self._clock.now())

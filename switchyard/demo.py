@@ -46,7 +46,7 @@ from reports.load import load_overview, load_report
 from reports.write import write_report
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.clock import ManualClock
+from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import Epoch, parse_command_id
 from scheduler_core.scheduler import SchedulerCore
@@ -114,30 +114,10 @@ class _Legacy:
             _quicken_batchcenter(self.engine, set(self.seed.bad_keys) | set(self.seed.malformed_cron_keys))
             self.reader = BatchCenterReader(self.engine)
             self.sim = BatchCenterSimulator(self.engine, clock=clock)
-            self.control = BatchCenterControl(self.engine, _RunningOn(clock, self.sim))
-
-
-class _RunningOn:
-    """The driven clock as the batch-center control sees it: while the control waits for a
-    RUNNING task to finish, the simulated center goes on running (real time would let it),
-    so the wait ends instead of spinning out its patience on a frozen center."""
-
-    def __init__(self, clock: ManualClock, sim: Any) -> None:
-        self._clock = clock
-        self._sim = sim
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.sleep(seconds)
-        self._sim.step(self._clock.now())
+            # while the control waits for a RUNNING task to finish, the simulated center goes
+            # on running (real time would let it), so the wait ends instead of spinning out
+            # its patience on a frozen center
+            self.control = BatchCenterControl(self.engine, SteppingClock(clock, self.sim.step))
 
 
 # The seed's schedules are realistic (hourly, daily); the demo's clock covers a few hours,

@@ -39,7 +39,7 @@ from readers.xxljob.reader import XxlJobReader
 from scheduler_core.cron import CronExpression
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.clock import ManualClock
+from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import Executor, HandlerResult
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
@@ -59,26 +59,9 @@ def at(hh: int, mm: int, ss: int = 0) -> datetime:
     return datetime(2026, 12, 2, hh - 8, mm, ss, tzinfo=UTC)
 
 
-class AdminClock:
+def AdminClock(clock: ManualClock, sim: XxlJobSimulator) -> SteppingClock:  # noqa: N802 - reads as the thing it makes
     """The driven clock as the control sees it: each wait lets the simulated admin run."""
-
-    def __init__(self, clock: ManualClock, sim: XxlJobSimulator) -> None:
-        self._clock, self._sim = clock, sim
-        self.slept: list[float] = []
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self._clock.sleep(seconds)
-        self._sim.step(self._clock.now())
+    return SteppingClock(clock, sim.step)
 
 
 def _occurrences(cron: str, since: datetime, until: datetime) -> list[int]:
@@ -185,26 +168,15 @@ def test_the_settled_next_time_is_the_first_occurrence_legacy_will_not_fire(
         assert mine == _occurrences(cron, at(14, 1), handover), f"job {job_id}, handover {handover}"
 
 
-class _ScanKeepsWinning:
+def _scan_keeps_winning(clock: ManualClock, engine: Engine) -> SteppingClock:
     """An admin whose scans switch the jobs back on after every stop (worse than the
     simulator, which loses each stop at most once): the control must give up."""
 
-    def __init__(self, clock: ManualClock, engine: Engine) -> None:
-        self._clock, self._engine = clock, engine
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.sleep(seconds)
-        with self._engine.begin() as conn:
+    def scan(_now: datetime) -> None:
+        with engine.begin() as conn:
             conn.execute(text("UPDATE xxl_job_info SET trigger_status = 1 WHERE id = 1"))
+
+    return SteppingClock(clock, scan)
 
 
 def test_a_stop_that_never_settles_refuses_and_leaves_the_legacy_job_running() -> None:
@@ -212,7 +184,7 @@ def test_a_stop_that_never_settles_refuses_and_leaves_the_legacy_job_running() -
     with engine.begin() as conn:  # job 2 was off before the cutover: it must stay off
         conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0 WHERE id = 2"))
     clock = ManualClock(T0)
-    control = XxlJobControl(engine, _ScanKeepsWinning(clock, engine), rechecks=2)
+    control = XxlJobControl(engine, _scan_keeps_winning(clock, engine), rechecks=2)
     refused = r"keep being switched back on.*after 3 re-stops.*1 job\(s\) it had switched off are left running"
     with pytest.raises(RuntimeError, match=refused):
         control.stop(["1", "2"])
