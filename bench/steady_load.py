@@ -79,19 +79,10 @@ def _summary(side: dict[str, Any], lags: list[float], last_fire: float | None) -
 def run_apscheduler(url: str, rate: float, seconds: float) -> dict[str, Any]:
     import logging
 
-    from apscheduler.executors.pool import ThreadPoolExecutor
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    from bench.vs_apscheduler import APS_THREADS
+    from bench.vs_apscheduler import make_apscheduler
 
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    sched = BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=url)},
-        executors={"default": ThreadPoolExecutor(APS_THREADS)},
-        job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
-        timezone=timezone.utc,
-    )
+    sched = make_apscheduler(url)
     with _lock:
         _aps_lags.clear()
         _aps_last[0] = 0.0

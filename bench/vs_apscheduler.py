@@ -54,24 +54,29 @@ def fired() -> None:
         _count["last"] = now
 
 
-def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
-    import logging
-
+def make_apscheduler(url: str) -> Any:
+    """APScheduler as its user guide configures it (see the module docstring)."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
+
+    return BackgroundScheduler(
+        jobstores={"default": SQLAlchemyJobStore(url=url)},
+        executors={"default": ThreadPoolExecutor(APS_THREADS)},
+        job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
+        timezone=timezone.utc,
+    )
+
+
+def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
+    import logging
 
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     settings = {"jobstores": {"default": "SQLAlchemyJobStore(url=<same MariaDB, fresh database>)"},
                 "executors": {"default": f"ThreadPoolExecutor({APS_THREADS})"},
                 "job_defaults": {"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
                 "scheduler": "BackgroundScheduler(timezone=UTC)", "trigger": "date, run_date = now"}
-    sched = BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=url)},
-        executors={"default": ThreadPoolExecutor(APS_THREADS)},
-        job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
-        timezone=timezone.utc,
-    )
+    sched = make_apscheduler(url)
     with _lock:
         _count.update(n=0, last=0.0, first=0.0)
     sched.start(paused=True)
