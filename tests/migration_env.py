@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
 from migrator.apply import Migrator
 from migrator.mapping import MappingOptions
+from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
@@ -43,3 +45,25 @@ def make_env(legacy_url: str, target_url: str, system: str, lineage: str | None 
     store = SqlTriggerStore(target, clock)
     reader: LegacyReader = XxlJobReader(legacy) if system == "xxl-job" else BatchCenterReader(legacy)
     return MigrationEnv(legacy, store, reader, Migrator(reader, TargetWriter(store), clock, options))
+
+
+def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12) -> tuple[MigrationEnv, str]:
+    """An xxl-job 3.4 database (SQLite) seeded and migrated; with its first business."""
+    from migrator.business import BusinessRegistry
+    from readers.seed import seed_xxljob
+
+    env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
+    seed_xxljob(env.legacy, "3.4", groups=groups, jobs_per_group=jobs_per_group, bad_rows=0, malformed_crons=0,
+                rng_seed=2)
+    env.migrator.run()
+    return env, BusinessRegistry(env.store).all()[0].biz_code
+
+
+class FixedGate:
+    """The cutover gate port answered by the test (dual-run's own tests cover verdicts)."""
+
+    def __init__(self, decision: GateDecision | None) -> None:
+        self.value = decision
+
+    def decision(self, business: str) -> GateDecision | None:
+        return self.value

@@ -12,34 +12,20 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
-from readers.seed import seed_batchcenter, seed_xxljob
+from readers.seed import seed_batchcenter
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
-from tests.migration_env import make_env
-
-
-class StubGate:
-    """The cutover gate port answered by the test (dual-run's own tests cover verdicts)."""
-
-    def __init__(self, decision: GateDecision | None) -> None:
-        self.value = decision
-
-    def decision(self, business: str) -> GateDecision | None:
-        return self.value
+from tests.migration_env import FixedGate, make_env, migrated_xxljob
 
 
 def _xxl(tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
-    seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=12, bad_rows=0, malformed_crons=0, rng_seed=2)
-    env.migrator.run()
-    biz = BusinessRegistry(env.store).all()[0].biz_code
-    return env, biz
+    return migrated_xxljob(tmp_path)
 
 
 def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    gate = StubGate(None)
+    gate = FixedGate(None)
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
     with pytest.raises(TransitionRefused, match="not dual_run"):
         sw.cutover(biz, actor="ops")
@@ -72,7 +58,7 @@ def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        StubGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))))
+                        FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", force=True, reason="vendor deadline")
     assert rep.forced
@@ -84,7 +70,7 @@ def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        StubGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
     sw.start_dual_run(biz, shadow=True, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     # the new side ran ahead in shadow: pretend it admitted an hour of occurrences
@@ -131,7 +117,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
     with env.legacy.begin() as conn:  # nothing running, so the pause settles at once
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
     sw = BusinessSwitch(env.store, BatchCenterControl(env.legacy, clock), clock,
-                        StubGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.connect() as conn:
         waiting = {str(i) for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND biz_code = :b"),
@@ -155,7 +141,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
 def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, StubGate(None))
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     waiting = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items()}  # type: ignore[arg-type]

@@ -17,10 +17,9 @@ from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from readers.seed import seed_xxljob
 from switchyard.cli import cli
 from switchyard.wiring import DualRunGate
-from tests.migration_env import make_env
+from tests.migration_env import FixedGate, migrated_xxljob
 from tests.unit.test_dualrun_quarantine import _scenario
 
 SENTENCE = "1 legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover"
@@ -35,11 +34,7 @@ def _quarantine_comparison(tmp_path: Path) -> Comparison:
 
 
 def _env(tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
-    seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=2)
-    env.migrator.run()
-    biz = BusinessRegistry(env.store).all()[0].biz_code
-    return env, biz
+    return migrated_xxljob(tmp_path, groups=1, jobs_per_group=6)
 
 
 def test_the_dual_run_gate_passes_the_verdict_warnings_on(tmp_path: Path) -> None:
@@ -64,18 +59,10 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
     assert BusinessRegistry(env.store).audit(biz)[-1].detail["warnings"] == list(c.warnings)  # type: ignore[index]
 
 
-class _Gate:
-    def __init__(self, decision: GateDecision) -> None:
-        self.value = decision
-
-    def decision(self, business: str) -> GateDecision:
-        return self.value
-
-
 def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
-    gate = _Gate(GateDecision(ready=False, comparison_id=4, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",),
+    gate = FixedGate(GateDecision(ready=False, comparison_id=4, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",),
                               warnings=(SENTENCE,)))
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
     sw.start_dual_run(biz, shadow=False, actor="ops")
@@ -89,7 +76,7 @@ def test_no_warnings_when_the_verdict_has_none(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        _Gate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     assert sw.cutover(biz, actor="ops").warnings == []
 
