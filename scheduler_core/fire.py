@@ -86,7 +86,6 @@ class FirePipeline:
         self.clock = clock
         self.settings = settings
         self.metrics = metrics
-        self._subscribed: set[str] = set()  # topics whose executor subscription exists
 
     def fire(self, triggers: Sequence[Trigger], epoch: Epoch) -> FireOutcome:
         out = FireOutcome()
@@ -162,9 +161,7 @@ class FirePipeline:
         it: a command published to a topic nobody subscribed to yet (a business whose
         executors start after the scheduler) is dropped by the broker, a silent loss."""
         for topic in dict.fromkeys(m.topic for m in messages):
-            if topic not in self._subscribed:
-                self.bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)
-                self._subscribed.add(topic)
+            self.bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)  # a lookup once it exists
 
     # -- planning ---------------------------------------------------------------------
 

@@ -248,7 +248,8 @@ class MessageBus(Protocol):
     def ensure_subscription(self, topic: str, subscription: str) -> None:
         """Create the subscription if it does not exist, with no consumer attached: the
         bus keeps every message published from then on for it (a subscription sees only
-        messages published after it was created). Idempotent."""
+        messages published after it was created). Idempotent, and cheap once it exists
+        (the fire pipeline calls it before every publish): an implementation remembers."""
 
     @abstractmethod
     def close(self) -> None: ...
