@@ -100,7 +100,7 @@ def bare_same_second(env: StackEnv, k: int, limit_s: float) -> dict[str, Any]:
 
 
 def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: float,
-             envelope_size: int = 1) -> dict[str, Any]:
+             envelope_size: int = 1, processes: int = 1) -> dict[str, Any]:
     prefix = bench_prefix("hot")
     total = sum(counts.values())
     with fresh_database(env.mariadb_url, "bench_hot") as url:
@@ -110,7 +110,7 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
         try:
             for biz in counts:
                 hosts.append(ExecutorHost(HostConfig(env.pulsar_url, prefix, [biz], {biz: counts[biz]},
-                                                     deadline_s=lead_s + limit_s + 30)))
+                                                     deadline_s=lead_s + limit_s + 30, processes=processes)))
             for h in hosts:
                 h.__enter__()
             t0 = now_ms() + int(lead_s * 1000)
@@ -133,6 +133,7 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
             store.engine.dispose()
             delete_topics(env.pulsar_admin_url, prefix)
     out: dict[str, Any] = {"T0_ms": t0, "lead_s": lead_s, "counts": counts, "envelope_size": envelope_size,
+                           "executor_processes": processes,
                            "admission_seconds": admitted_s,
                            "admission_margin_s": t0 / 1000 - admitted_at if admitted_s is not None else None,
                            "scheduler_started": started, "per_business": {}}

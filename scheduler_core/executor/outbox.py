@@ -74,13 +74,19 @@ class ResultOutbox:
         self._bus = bus
         self._sub = sub
         self._compact = compact
-        # bounded: when the broker is slow, workers wait here instead of piling up results
+        # bounded (in entries: an envelope's result, or all of a packed message's): when
+        # the broker is slow, workers wait here instead of piling up results
         self._q: queue.Queue[object] = queue.Queue(maxsize=capacity)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def put(self, received: Received | PackShare, result: EnvelopeResult) -> None:
-        self._q.put((received, result))
+        self._q.put([(received, result)])
+
+    def put_many(self, done: list[tuple[Received | PackShare, EnvelopeResult]]) -> None:
+        """The results of a packed message's runs: one queue step for all of them."""
+        if done:
+            self._q.put(done)
 
     def close(self) -> None:
         """Publish what is queued, then stop."""
@@ -93,8 +99,8 @@ class ResultOutbox:
             first = self._q.get()
             if first is _STOP:
                 return
-            batch: list[tuple[Received | PackShare, EnvelopeResult]] = [first]  # type: ignore[list-item]
-            items = len(batch[0][1].indices)
+            batch: list[tuple[Received | PackShare, EnvelopeResult]] = list(first)  # type: ignore[call-overload]
+            items = sum(len(res.indices) for _r, res in batch)
             while items < 4 * MAX_ITEMS_PER_MESSAGE:
                 try:
                     nxt = self._q.get_nowait()
@@ -103,8 +109,8 @@ class ResultOutbox:
                 if nxt is _STOP:
                     stop = True
                     break
-                batch.append(nxt)  # type: ignore[arg-type]
-                items += len(nxt[1].indices)  # type: ignore[index]
+                batch.extend(nxt)  # type: ignore[arg-type]
+                items += sum(len(res.indices) for _r, res in nxt)  # type: ignore[attr-defined]
             try:
                 publish_and_ack(self._bus, self._sub, batch, self._compact)
             except Exception:  # an ack failing must not stop the outbox

@@ -35,7 +35,8 @@ class EnvelopeRun:
     `pos`, `attempt`, `gen` and `deadline` change only under `lock` on that path."""
 
     __slots__ = ("env", "fn", "received", "skip", "received_ms", "started_ms", "letters", "starts", "extras",
-                 "pos", "attempt", "gen", "deadline", "lock", "done", "duplicates", "serve_after", "result")
+                 "pos", "attempt", "gen", "deadline", "lock", "finished", "waiter", "duplicates", "serve_after",
+                 "result", "pack")
 
     def __init__(self, env: Envelope, fn: Handler, received: object, received_ms: int, started_ms: int,
                  skip: dict[int, int] | None, serve_after: bool) -> None:
@@ -53,10 +54,36 @@ class EnvelopeRun:
         self.gen = 0
         self.deadline = INF
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        # done-ness as a flag, with an Event only for a caller that waits (poll_once): a
+        # threading.Event per run cost more than a no-op handler's whole item loop
+        self.finished = False
+        self.waiter: threading.Event | None = None
         self.duplicates = 0
         self.serve_after = serve_after  # the thread that finishes it then serves the inbox
         self.result: object = None
+        self.pack: object = None  # the packed message this run is one of (sdk.PackRun), if any
+
+    @property
+    def owns_quota(self) -> bool:
+        """Whether finishing this run gives back a quota step: a run of a packed message
+        shares its message's one step, given back when the last of them is done."""
+        return self.serve_after and self.pack is None
+
+    def mark_done(self) -> None:
+        with self.lock:
+            self.finished = True
+            waiter = self.waiter
+        if waiter is not None:
+            waiter.set()
+
+    def wait_done(self) -> None:
+        with self.lock:
+            if self.finished:
+                return
+            if self.waiter is None:
+                self.waiter = threading.Event()
+            waiter = self.waiter
+        waiter.wait()
 
     def record(self, pos: int, outcome: HandlerResult | None, attempt: int) -> None:
         if outcome is None:
@@ -99,14 +126,14 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
         try:
             value = fn(make(env, idx, param, 0))
         except Exception:
-            value = _failed_now()
+            value = failed_now()
         if value is None or value is True:
             letters.append("S")
             continue
-        _settle(run, pos, idx, param, value, backoff)
+        settle(run, pos, idx, param, value, backoff)
 
 
-def _failed_now() -> HandlerResult:
+def failed_now() -> HandlerResult:
     # Called from an except block: the exception being handled is the item's failure.
     exc = sys.exc_info()[1]
     if isinstance(exc, TimeoutError):
@@ -124,7 +151,7 @@ def _judge(value: object) -> HandlerResult | None:
     return None
 
 
-def _settle(run: EnvelopeRun, pos: int, idx: int, param: str, value: object, backoff: Backoff) -> None:
+def settle(run: EnvelopeRun, pos: int, idx: int, param: str, value: object, backoff: Backoff) -> None:
     """An item whose first attempt did not simply succeed: judge it, retry with back-off."""
     env, fn = run.env, run.fn
     outcome = _judge(value)

@@ -16,9 +16,10 @@ topic, one compact entry per envelope, batched by the outbox; a message is acked
 after all of its items' results are published. Delivery is at-least-once: a command id
 that already succeeded here is answered from memory, not run again.
 
-Concurrency quota: at most `concurrency` envelopes of the domain are in work at once
-(one semaphore step per message, not per item), on `concurrency` worker threads; the
-items of one envelope run one after another on its worker.
+Concurrency quota: at most `concurrency` messages of the domain are in work at once
+(one semaphore step per message, not per item or per run), on `concurrency` worker
+threads; the items of one envelope, and the runs of one packed message, run one after
+another on its worker.
 
 Job timeout: a handler still running when the job's timeout passes is reported as timed
 out at that moment (and retried if the job has retries left); its eventual return is
@@ -49,8 +50,8 @@ from scheduler_core.codec import (
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
-from scheduler_core.executor.packs import PackShare, nack
-from scheduler_core.executor.runner import EnvelopeRun, run_unwatched, run_watched
+from scheduler_core.executor.packs import PackRun, PackShare, nack
+from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.ports import Clock, MessageBus, Received
 
@@ -87,7 +88,7 @@ class Executor:
         self._handlers: dict[str, Handler] = {}
         self._default: Handler | None = None
         self._quota = threading.BoundedSemaphore(concurrency)  # per-business concurrency quota
-        self._inbox: queue.SimpleQueue[tuple[Received | PackShare, Envelope] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[Received | PackShare, Envelope] | PackRun | None] = queue.SimpleQueue()
         self._outbox: ResultOutbox | None = None
         self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
@@ -131,9 +132,14 @@ class Executor:
         try:
             while not stop.is_set():
                 for r in self.sub.receive(batch, timedelta(milliseconds=200)):
-                    for part in self._runs_of(r):
-                        self._quota.acquire()  # released when the envelope's items are done
-                        self._inbox.put(part)
+                    parts = self._runs_of(r)
+                    if not parts:
+                        continue
+                    self._quota.acquire()  # released when the message's runs are done
+                    if len(parts) == 1:
+                        self._inbox.put(parts[0])
+                    else:  # a packed message: its runs one after another on one worker
+                        self._inbox.put(PackRun(parts[0][0], [env for _s, env in parts]))  # type: ignore[arg-type]
         finally:
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
@@ -152,13 +158,13 @@ class Executor:
             run = self._start((r, env), serve_after=False)
             if run is None:
                 continue
-            if run.done.is_set():  # shadow, or no handler: answered already
+            if run.finished:  # shadow, or no handler: answered already
                 pass
             elif run.env.timeout.total_seconds() > 0:
                 # on a thread of its own, so that a timeout hands the rest to a successor
                 # and this call returns once the envelope is finished, not the handler
                 self._spawn(lambda run=run: self._work(run), f"exec-{self.domain}-poll")
-                run.done.wait()
+                run.wait_done()
             else:
                 self._work(run)
             if isinstance(run.result, EnvelopeResult):
@@ -172,9 +178,87 @@ class Executor:
             part = self._inbox.get()
             if part is _STOP:
                 return
+            if isinstance(part, PackRun):
+                if not self._work_pack(part):
+                    return
+                continue
             run = self._start(part, serve_after=True)
-            if run is not None and not run.done.is_set() and not self._work(run):
+            if run is not None and not run.finished and not self._work(run):
                 return
+
+    def _work_pack(self, pack: PackRun) -> bool:
+        """The runs of a packed message from the next one on, on this thread; then their
+        results go to the outbox together and the message's quota step is given back.
+        False if the watchdog took a run over: its successor carries on with the pack."""
+        while pack.pos < len(pack.envs):
+            env = pack.envs[pack.pos]
+            pack.pos += 1
+            if self._quick_run(pack, env):
+                continue
+            run = self._start((pack.share, env), serve_after=True, pack=pack)
+            if run is None or run.finished:
+                continue
+            if not self._work(run):
+                return False
+        self._remember_quick(pack)
+        if self._outbox is not None:
+            self._outbox.put_many(pack.results)  # type: ignore[arg-type]
+        self._release(True)
+        return True
+
+    def _quick_run(self, pack: PackRun, env: Envelope) -> bool:
+        """The common run of a packed message, at a few microseconds: one item, no job
+        timeout, not seen here before, a handler, and a first attempt that succeeds (a
+        packed hot minute is 50K of these due in one second). Anything else (a failure,
+        whose retries need back-off) goes on as an ordinary run. True if it is done."""
+        if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
+            return False
+        key = (env.trigger_id, env.scheduled_ms)
+        if key in self._done:  # a redelivery: the ordinary path answers from memory
+            return False
+        fn = self._handlers.get(env.job_code) or self._handlers.get(env.handler) or self._default
+        if fn is None:
+            return False
+        idx, param = env.items[0]
+        received_ms = self.clock.now_ms()
+        started = time.monotonic()
+        try:
+            value = fn(ExecutionContext.of(env, idx, param, 0))
+        except Exception:
+            value = failed_now()
+        if value is not None and value is not True:
+            # not a plain success: judged, retried with back-off, finished as usual
+            run = EnvelopeRun(env, fn, pack.share, received_ms, received_ms, None, True)
+            run.pack = pack
+            run.starts.append(started)
+            settle(run, 0, idx, param, value, self._backoff)
+            self._finish(run)
+            return True
+        pack.results.append((pack.share, EnvelopeResult(
+            trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id, indices=[idx],
+            letters="S", received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
+            start_offsets_ms=[0], message="", exceptions=[])))
+        pack.quick.append((key, idx))
+        return True
+
+    def _remember_quick(self, pack: PackRun) -> None:
+        """The quick runs' successes, under one lock acquisition for the whole pack."""
+        if not pack.quick:
+            return
+        with self._lock:
+            self.processed += len(pack.quick)
+            for key, idx in pack.quick:
+                known = self._done.get(key)
+                if known is None:
+                    self._done[key] = {idx: 0}
+                    self._done_items += 1
+                elif idx not in known:
+                    known[idx] = 0
+                    self._done_items += 1
+            while self._done_items > self._remember and len(self._done) > 1:
+                _k, gone = self._done.popitem(last=False)
+                self._done_items -= len(gone)
+        pack.quick.clear()
 
     def _runs_of(self, r: Received) -> list[tuple[Received | PackShare, Envelope]]:
         """The envelopes of a message, each with the receipt its run acks: the message's
@@ -190,7 +274,8 @@ class Executor:
         share = PackShare(r, len(envs))
         return [(share, env) for env in envs]
 
-    def _start(self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool) -> EnvelopeRun | None:
+    def _start(self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool,
+               pack: PackRun | None = None) -> EnvelopeRun | None:
         """The run of one envelope; None if there is nothing to run (failed)."""
         r, env = part
         try:
@@ -200,6 +285,7 @@ class Executor:
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
             run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
+            run.pack = pack
             if shadow:
                 self._finish(run, "R", "shadow: recorded, not invoked", started=False)
             elif fn is None:
@@ -207,7 +293,7 @@ class Executor:
                              started=False)
             return run
         except Exception:
-            self._failed(r, serve_after)
+            self._failed(r, serve_after and pack is None)
             return None
 
     def _work(self, run: EnvelopeRun) -> bool:
@@ -223,8 +309,8 @@ class Executor:
             self._finish(run)
         except Exception:
             self._watchdog.unwatch(run)
-            self._failed(run.received, run.serve_after)  # type: ignore[arg-type]
-            run.done.set()
+            self._failed(run.received, run.owns_quota)  # type: ignore[arg-type]
+            run.mark_done()
         return True
 
     def _take_over(self, run: EnvelopeRun, gen: int, wait: float) -> None:
@@ -240,9 +326,10 @@ class Executor:
                 self._finish(run)
             except Exception:
                 self._watchdog.unwatch(run)
-                self._failed(run.received, run.serve_after)  # type: ignore[arg-type]
-                run.done.set()
-                return
+                self._failed(run.received, run.owns_quota)  # type: ignore[arg-type]
+                run.mark_done()
+            if isinstance(run.pack, PackRun) and not self._work_pack(run.pack):
+                return  # another overrun: a further successor has the pack now
             if run.serve_after:
                 self._serve()
 
@@ -264,10 +351,13 @@ class Executor:
         if letter is None:
             self._remember_successes(run, indices, letters)
         run.result = result
-        self._release(run.serve_after)
-        if run.serve_after and self._outbox is not None:
-            self._outbox.put(run.received, result)  # type: ignore[arg-type]
-        run.done.set()
+        if isinstance(run.pack, PackRun):  # published with the pack's other runs
+            run.pack.results.append((run.received, result))  # type: ignore[arg-type]
+        else:
+            self._release(run.serve_after)
+            if run.serve_after and self._outbox is not None:
+                self._outbox.put(run.received, result)  # type: ignore[arg-type]
+        run.mark_done()
 
     def _remember_successes(self, run: EnvelopeRun, indices: list[int], letters: str) -> None:
         if letters.count("S") == len(letters):  # the usual case, at C speed
@@ -297,13 +387,13 @@ class Executor:
         if serve_after:
             self._quota.release()
 
-    def _failed(self, r: Received | PackShare, serve_after: bool) -> None:
+    def _failed(self, r: Received | PackShare, release: bool) -> None:
         # not acked: the bus redelivers it; the same command ids make that safe
         log.exception("processing a command message failed; it will be redelivered")
         try:
             nack(self.sub, r)
         finally:
-            self._release(serve_after)
+            self._release(release)
 
     def _backoff(self, attempt: int) -> float:
         return min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
