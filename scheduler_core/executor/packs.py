@@ -30,16 +30,17 @@ class PackShare:
 
 
 class PackRun:
-    """The runs of one packed message in work on one worker: the next one to start, and
-    the results of those done (published together when the last is done)."""
+    """The runs of one message in work on one worker: the next one to start, and the
+    results of those done (published together when the last is done). `share` is what
+    their results ack: the message's own receipt, or for a packed message a PackShare."""
 
     __slots__ = ("share", "envs", "pos", "results", "quick")
 
-    def __init__(self, share: PackShare, envs: list[Envelope]) -> None:
+    def __init__(self, share: Received | PackShare, envs: list[Envelope]) -> None:
         self.share = share
         self.envs = envs
         self.pos = 0
-        self.results: list[tuple[PackShare, Any]] = []
+        self.results: list[tuple[Received | PackShare, Any]] = []
         # (trigger id, T ms), item index of the quick runs done, remembered together
         self.quick: list[tuple[tuple[int, int], int]] = []
 

@@ -88,7 +88,7 @@ class Executor:
         self._handlers: dict[str, Handler] = {}
         self._default: Handler | None = None
         self._quota = threading.BoundedSemaphore(concurrency)  # per-business concurrency quota
-        self._inbox: queue.SimpleQueue[tuple[Received | PackShare, Envelope] | PackRun | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[PackRun | None] = queue.SimpleQueue()
         self._outbox: ResultOutbox | None = None
         self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
@@ -136,10 +136,8 @@ class Executor:
                     if not parts:
                         continue
                     self._quota.acquire()  # released when the message's runs are done
-                    if len(parts) == 1:
-                        self._inbox.put(parts[0])
-                    else:  # a packed message: its runs one after another on one worker
-                        self._inbox.put(PackRun(parts[0][0], [env for _s, env in parts]))  # type: ignore[arg-type]
+                    # a message's runs (one, or a packed message's) one after another on one worker
+                    self._inbox.put(PackRun(parts[0][0], [env for _s, env in parts]))  # type: ignore[arg-type]
         finally:
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
@@ -172,24 +170,18 @@ class Executor:
         return len(got)
 
     def _serve(self) -> None:
-        """A worker: envelopes from the inbox until told to stop, or until the watchdog
-        took its envelope (a successor serves in its place)."""
+        """A worker: messages from the inbox until told to stop, or until the watchdog
+        took one of its runs (a successor serves in its place)."""
         while True:
             part = self._inbox.get()
-            if part is _STOP:
-                return
-            if isinstance(part, PackRun):
-                if not self._work_pack(part):
-                    return
-                continue
-            run = self._start(part, serve_after=True)
-            if run is not None and not run.finished and not self._work(run):
+            if part is _STOP or not self._work_pack(part):
                 return
 
     def _work_pack(self, pack: PackRun) -> bool:
-        """The runs of a packed message from the next one on, on this thread; then their
-        results go to the outbox together and the message's quota step is given back.
-        False if the watchdog took a run over: its successor carries on with the pack."""
+        """The runs of a message (one, or a packed message's) from the next one on, on
+        this thread; then their results go to the outbox together and the message's quota
+        step is given back. False if the watchdog took a run over: its successor carries
+        on with the rest."""
         while pack.pos < len(pack.envs):
             env = pack.envs[pack.pos]
             pack.pos += 1
@@ -207,10 +199,10 @@ class Executor:
         return True
 
     def _quick_run(self, pack: PackRun, env: Envelope) -> bool:
-        """The common run of a packed message, at a few microseconds: one item, no job
-        timeout, not seen here before, a handler, and a first attempt that succeeds (a
-        packed hot minute is 50K of these due in one second). Anything else (a failure,
-        whose retries need back-off) goes on as an ordinary run. True if it is done."""
+        """The common run, at a few microseconds: one item, no job timeout, not seen here
+        before, a handler, and a first attempt that succeeds (a hot minute is 50K of these
+        due in one second). Anything else goes the ordinary way; a failure found here is
+        judged and retried with back-off as there. True if it is done."""
         if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
             return False
         key = (env.trigger_id, env.scheduled_ms)

@@ -28,6 +28,7 @@ from scheduler_core.model import (
 from scheduler_core.model import TriggerState as S
 from scheduler_core.ports import Clock, FiredUpdate, Partition, TriggerStore, Transition
 from scheduler_core.states import check_transition
+from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -450,6 +451,8 @@ class SqlTriggerStore(TriggerStore):
                 "p_started": to_ms(min(started)) if started else None,
             })
         with self.engine.begin() as conn:
+            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per page
+                return result_joins.update_pages(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(stmt, params)
         return max(0, result.rowcount or 0)
 
@@ -489,6 +492,8 @@ class SqlTriggerStore(TriggerStore):
             for u in updates
         ]
         with self.engine.begin() as conn:
+            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per item
+                return result_joins.update_items(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(stmt, params)
         return max(0, result.rowcount or 0)
 
@@ -510,3 +515,8 @@ class SqlTriggerStore(TriggerStore):
         stmt = stmt.order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
         with self.engine.connect() as conn:
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def _unprefixed(params: dict[str, Any]) -> dict[str, Any]:
+    """`p_x` / `u_x` -> `x`: the joined form's column names (result_joins)."""
+    return {k[2:]: v for k, v in params.items()}

@@ -186,6 +186,47 @@ def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, c
     assert [r.item_index for r in window] == [0, 1, 2]
 
 
+def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(store: SqlTriggerStore,
+                                                                            clock: ManualClock) -> None:
+    """More results than one joined statement holds (result_joins, MariaDB), with the same
+    command id several times in one batch: each applies in arrival order, forward only."""
+    from scheduler_core.store.result_joins import ROWS_PER_STATEMENT
+
+    n = ROWS_PER_STATEMENT + 250
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    t = trig.next_fire_at
+    items = [FiredRecord(command_id=command_id(trig.id, t, i), trigger_id=trig.id, job_code=trig.job_code,
+                         biz_code=trig.biz_code, scheduled_at=t, item_index=i, item_total=n + 8,
+                         epoch=Epoch(1), fired_at=clock.now()) for i in range(n)]
+    pages = [FiredRecord(command_id=command_id(trig.id, t, n + 4 * k), trigger_id=trig.id, job_code=trig.job_code,
+                         biz_code=trig.biz_code, scheduled_at=t, item_index=n + 4 * k, item_total=n + 8,
+                         epoch=Epoch(1), fired_at=clock.now(), item_count=4) for k in range(2)]
+    assert store.put_fired(items + pages) == n + 2
+    now = clock.now()
+    cids = [r.command_id for r in items]
+    ups = [FiredUpdate(c, FiredState.SUCCEEDED, now, received_at=now, started_at=now) for c in cids]
+    # in the same batch: a retry's final result after the first one (wins), then a late
+    # "received" (changes nothing)
+    ups += [FiredUpdate(cids[7], FiredState.FAILED, now, attempt=0, message="first try"),
+            FiredUpdate(cids[7], FiredState.SUCCEEDED, now, attempt=1, message="retried"),
+            FiredUpdate(cids[7], FiredState.RECEIVED, now)]
+    page0, page1 = pages[0].command_id, pages[1].command_id
+    ups += [FiredUpdate(command_id(trig.id, t, n + k), FiredState.SUCCEEDED if k != 2 else FiredState.FAILED, now,
+                        message="bad" if k == 2 else "", page_id=page0) for k in range(4)]
+    ups += [FiredUpdate(command_id(trig.id, t, n + 4 + k), FiredState.SUCCEEDED, now, page_id=page1)
+            for k in range(2)]  # half a page: not final
+    changed = store.update_fired(ups)
+    assert changed == n + 1 + 2  # every item once, cids[7] once more (its retry; the failure lost), 2 pages
+    got = store.get_fired(cids + [page0, page1])
+    assert all(got[c].state is FiredState.SUCCEEDED for c in cids)
+    assert got[cids[7]].attempt == 1 and got[cids[7]].message == "retried"
+    assert got[cids[0]].received_at == now and got[cids[0]].result_at == now
+    assert got[page0].state is FiredState.FAILED and got[page0].item_states == "SSFS" and got[page0].failed_items == 1
+    assert got[page1].state is FiredState.RECEIVED and got[page1].item_states == "SS" and got[page1].result_at is None
+    assert store.update_fired(ups) == 0, "a replayed batch changed records"
+
+
 def test_jobs_upsert_and_sharding_pages(store: SqlTriggerStore) -> None:
     job = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h", shard_total=5))
     again = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h2", shard_total=5))
