@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 import uuid
 from collections import Counter
@@ -13,7 +14,7 @@ import pytest
 
 from scheduler_core.bus.pulsar import PulsarBus, topic_local_name
 from scheduler_core.codec import command_topic
-from scheduler_core.errors import BusError
+from scheduler_core.errors import BusError, PublishError
 from scheduler_core.ports import BusMessage, Received, Subscription
 from tests.servers import server_url
 
@@ -205,3 +206,46 @@ def test_nack_counts_redeliveries_and_closed_bus_refuses(bus: PulsarBus) -> None
     with pytest.raises(BusError):
         bus.subscribe(topic, "executor")
     sub.ack(second[0])  # after close: a no-op, like the in-process bus
+
+
+def test_chunks_published_concurrently_into_one_bus_arrive_exactly_once(bus: PulsarBus) -> None:
+    # the threaded Scheduler's fire pool: several workers, each publishing its own chunk
+    # and waiting for its acknowledgements, into the same bus and producer
+    topic = command_topic("biz-pool")
+    sub = bus.subscribe(topic, "executor")
+    workers, chunks_each, chunk = 8, 4, 100
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            for c in range(chunks_each):
+                base = (w * chunks_each + c) * chunk
+                bus.publish([BusMessage(topic, f"m{base + i}".encode(), properties={"w": str(w)}, key=f"k{base + i}")
+                             for i in range(chunk)])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    n = workers * chunks_each * chunk
+    got = _drain(sub, n, within_s=30)
+    got += sub.receive(200, timedelta(milliseconds=500))  # anything more would be a duplicate
+    payloads = Counter(r.message.payload for r in got)
+    assert len(payloads) == n and set(payloads.values()) == {1}
+    assert all(r.message.key == "k" + r.message.payload.decode()[1:] for r in got)
+
+
+def test_a_message_the_broker_refuses_fails_the_call_and_is_named(bus: PulsarBus) -> None:
+    topic = command_topic("biz-too-big")
+    sub = bus.subscribe(topic, "executor")
+    too_big = b"x" * (6 * 1024 * 1024)  # over the broker's 5 MB message limit
+    with pytest.raises(PublishError) as caught:
+        bus.publish([BusMessage(topic, b"small-1"), BusMessage(topic, too_big), BusMessage(topic, b"small-2")])
+    assert caught.value.failed == 1
+    assert "TooBig" in str(caught.value), str(caught.value)
+    # the rest of the call was still sent: a failure is per message, not per call
+    assert sorted(r.message.payload for r in _drain(sub, 2, within_s=5)) == [b"small-1", b"small-2"]
