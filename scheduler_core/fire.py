@@ -15,7 +15,7 @@ A crash therefore leaves a re-firable trigger or a fired record, never a silent 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -150,8 +150,9 @@ class FirePipeline:
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
-        for m in messages:
-            self.metrics.published.labels(domain=m.properties.get("biz_code", "")).inc()
+        # one counter update per domain, not per message
+        for domain, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
+            self.metrics.published.labels(domain=domain).inc(n)
         # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
         self._record_outcome(plans, epoch, now, cids, out)
         return out
@@ -206,13 +207,15 @@ class FirePipeline:
             return [rec], []
         records: list[FiredRecord] = []
         envelopes: list[_Envelope] = []
-        deliver_ms = to_ms(plan.deliver_at)
-        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(to_ms(plan.occurrence)),
+        # T in milliseconds once per run: every command id of the run is built from it
+        occ_ms = to_ms(plan.occurrence)
+        deliver_ms = occ_ms if plan.deliver_at is plan.occurrence else to_ms(plan.deliver_at)
+        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(occ_ms),
                  "trigger_id": str(trig.id)}
         topic = command_topic(job.biz_code)
         # the run's header: run-level fields only, shared by every envelope of the run
         run = ExecutionCommand(
-            command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id, job_code=job.job_code,
+            command_id=command_id(trig.id, occ_ms, 0), trigger_id=trig.id, job_code=job.job_code,
             biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=0,
             item_total=job.shard_total, params=job.params, timeout=job.timeout, max_retry=job.max_retry,
             epoch=epoch, shadow=job.shadow,
@@ -224,7 +227,7 @@ class FirePipeline:
             # 100K fan-out never builds a command object per item
             if not paged:
                 records += [
-                    FiredRecord(command_id=command_id(trig.id, plan.occurrence, idx), trigger_id=trig.id,
+                    FiredRecord(command_id=command_id(trig.id, occ_ms, idx), trigger_id=trig.id,
                                 job_code=job.job_code, biz_code=job.biz_code, scheduled_at=plan.occurrence,
                                 item_index=idx, item_total=job.shard_total, epoch=epoch, fired_at=now,
                                 misfired=plan.misfired, message=plan.note)
@@ -233,7 +236,7 @@ class FirePipeline:
             for i in range(0, len(page), k):
                 group = page[i : i + k]
                 first = group[0][0]
-                head_id = command_id(trig.id, plan.occurrence, first)
+                head_id = command_id(trig.id, occ_ms, first)
                 if paged:
                     records.append(FiredRecord(
                         command_id=head_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,

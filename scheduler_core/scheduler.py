@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from scheduler_core.acquire import PartitionAcquirer, TickResult
 from scheduler_core.callbacks import ResultConsumer
@@ -74,6 +74,14 @@ class SchedulerCore:
         self.metrics = metrics or SchedulerMetrics()
         self.stats = CoreStats()
         self._lock = threading.Lock()
+        # One admission at a time across the partition loops: a tick reads the pool's free
+        # capacity and domain budgets before its SELECT and spends them at submit, so loops
+        # ticking side by side each saw the same headroom and acquired what the pool then
+        # refused (released, selected and acquired again: 1.5x the acquisitions for the
+        # same fires, and twice the ticks, in bench/admission). The loops still each own
+        # their partition; only the admit step (select, CAS, hand-off) is serialized, and
+        # the fire pool's work runs outside it.
+        self._admit = threading.Lock()
         self._in_flight: set[TriggerId] = set()
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
@@ -114,10 +122,14 @@ class SchedulerCore:
                 self._in_flight.difference_update(ids)
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
-        result = acquirer.tick()
+        with self._admit:
+            result = acquirer.tick()
         with self._lock:
             self.stats.ticks += 1
             self.stats.acquired += result.acquired
+            # acquired but refused by the fire pool, and released to waiting: they come back
+            # on a later tick, so `acquired` exceeds `fired` by exactly these
+            self.stats.released += result.released
         return result
 
     def tick_all(self) -> list[TickResult]:
@@ -139,26 +151,32 @@ class SchedulerCore:
         now = self.clock.now()
         total = 0
         for acq in self.acquirers:
-            expired = self.store.select_expired(acq.partition, now, None, self.settings.batch_size)
-            with self._lock:
-                expired = [t for t in expired if t.id not in self._in_flight]
-            by_epoch: dict[Epoch | None, list[TriggerId]] = {}
-            for t in expired:
-                if t.id is not None:
-                    by_epoch.setdefault(t.owner_epoch, []).append(t.id)
-            for old_epoch, ids in by_epoch.items():
-                won = self.store.cas(Transition(
-                    ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
-                    expected_epoch=old_epoch, epoch=self.epoch, deadline=now + self.settings.acquire_deadline,
-                    fence_epoch=self.epoch,
-                ))
-                if won:
-                    log.warning("reclaimed %d trigger(s) of epoch %s past their deadline", len(won), old_epoch)
-                    self.metrics.reclaimed.inc(len(won))
-                    acq.submit(won)
-                    total += len(won)
+            with self._admit:  # it hands chunks to the pool too (see _admit)
+                total += self._reclaim_partition(acq, now)
         with self._lock:
             self.stats.reclaimed += total
+        return total
+
+    def _reclaim_partition(self, acq: PartitionAcquirer, now: datetime) -> int:
+        total = 0
+        expired = self.store.select_expired(acq.partition, now, None, self.settings.batch_size)
+        with self._lock:
+            expired = [t for t in expired if t.id not in self._in_flight]
+        by_epoch: dict[Epoch | None, list[TriggerId]] = {}
+        for t in expired:
+            if t.id is not None:
+                by_epoch.setdefault(t.owner_epoch, []).append(t.id)
+        for old_epoch, ids in by_epoch.items():
+            won = self.store.cas(Transition(
+                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
+                expected_epoch=old_epoch, epoch=self.epoch, deadline=now + self.settings.acquire_deadline,
+                fence_epoch=self.epoch,
+            ))
+            if won:
+                log.warning("reclaimed %d trigger(s) of epoch %s past their deadline", len(won), old_epoch)
+                self.metrics.reclaimed.inc(len(won))
+                acq.submit(won)
+                total += len(won)
         return total
 
     def drain(self, timeout: float = 30.0) -> bool:

@@ -1,7 +1,7 @@
 """Row <-> model conversion for the store. The only place table columns meet the model."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -91,51 +91,60 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
 
 
 def trigger_from_row(row: Mapping[str, Any]) -> Trigger:
-    interval_ms = row["interval_ms"]
+    return trigger_from_tuple(tuple(row[c] for c in TRIGGER_READ_COLUMNS))
+
+
+# The trigger columns the model is built from, in the order trigger_from_tuple reads them:
+# the hot reads (select_due) name exactly these and take rows as plain tuples.
+TRIGGER_READ_COLUMNS = (
+    "id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at", "next_fire_at",
+    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version",
+)
+
+
+def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
+    (id_, job_code, biz_code, kind, cron, interval_ms, tz, end_at, next_fire_at, state, priority, policy,
+     owner_epoch, deadline, version) = row
     return Trigger(
-        id=TriggerId(row["id"]),
-        job_code=JobCode(row["job_code"]),
-        biz_code=row["biz_code"],
-        kind=TriggerKind(row["kind"]),
-        cron=row["cron_expr"],
+        id=TriggerId(id_),
+        job_code=JobCode(job_code),
+        biz_code=biz_code,
+        kind=TriggerKind(kind),
+        cron=cron,
         interval=None if interval_ms is None else timedelta(milliseconds=interval_ms),
-        time_zone=row["time_zone"],
-        end_at=opt_from_ms(row["end_at"]),
-        next_fire_at=from_ms(row["next_fire_at"]),
-        state=TriggerState(row["state"]),
-        priority=row["priority"],
-        misfire_policy=MisfirePolicy(row["misfire_policy"]),
-        owner_epoch=None if row["owner_epoch"] is None else Epoch(row["owner_epoch"]),
-        acquire_deadline=opt_from_ms(row["acquire_deadline"]),
-        version=row["version"],
+        time_zone=tz,
+        end_at=opt_from_ms(end_at),
+        next_fire_at=from_ms(next_fire_at),
+        state=TriggerState(state),
+        priority=priority,
+        misfire_policy=MisfirePolicy(policy),
+        owner_epoch=None if owner_epoch is None else Epoch(owner_epoch),
+        acquire_deadline=opt_from_ms(deadline),
+        version=version,
+    )
+
+
+# The fired-record columns in the order fired_row gives them: the hot INSERT binds plain
+# tuples in this order (no per-row dict, no per-row parameter processing).
+FIRED_COLUMNS = (
+    "command_id", "trigger_id", "job_code", "biz_code", "scheduled_at", "item_index", "item_total", "state",
+    "state_rank", "epoch", "fired_at", "published_at", "received_at", "started_at", "result_at", "attempt",
+    "misfired", "message", "item_count", "item_states", "succeeded_items", "failed_items",
+)
+
+
+def fired_row(rec: FiredRecord) -> tuple[Any, ...]:
+    return (
+        rec.command_id, rec.trigger_id, rec.job_code, rec.biz_code, to_ms(rec.scheduled_at), rec.item_index,
+        rec.item_total, rec.state.value, FIRED_RANK[rec.state], rec.epoch, opt_to_ms(rec.fired_at),
+        opt_to_ms(rec.published_at), opt_to_ms(rec.received_at), opt_to_ms(rec.started_at),
+        opt_to_ms(rec.result_at), rec.attempt, 1 if rec.misfired else 0, rec.message[:MESSAGE_MAX],
+        rec.item_count, rec.item_states or None, rec.succeeded_items, rec.failed_items,
     )
 
 
 def fired_values(rec: FiredRecord) -> dict[str, Any]:
-    return {
-        "command_id": rec.command_id,
-        "trigger_id": rec.trigger_id,
-        "job_code": rec.job_code,
-        "biz_code": rec.biz_code,
-        "scheduled_at": to_ms(rec.scheduled_at),
-        "item_index": rec.item_index,
-        "item_total": rec.item_total,
-        "state": rec.state.value,
-        "state_rank": FIRED_RANK[rec.state],
-        "epoch": rec.epoch,
-        "fired_at": opt_to_ms(rec.fired_at),
-        "published_at": opt_to_ms(rec.published_at),
-        "received_at": opt_to_ms(rec.received_at),
-        "started_at": opt_to_ms(rec.started_at),
-        "result_at": opt_to_ms(rec.result_at),
-        "attempt": rec.attempt,
-        "misfired": 1 if rec.misfired else 0,
-        "message": rec.message[:MESSAGE_MAX],
-        "item_count": rec.item_count,
-        "item_states": rec.item_states or None,
-        "succeeded_items": rec.succeeded_items,
-        "failed_items": rec.failed_items,
-    }
+    return dict(zip(FIRED_COLUMNS, fired_row(rec)))
 
 
 def fired_from_row(row: Mapping[str, Any]) -> FiredRecord:

@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, exists, func, insert, literal, literal_column, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import Select
 
@@ -33,12 +33,15 @@ from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_f
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_RANK,
+    FIRED_COLUMNS,
     MESSAGE_MAX,
+    TRIGGER_READ_COLUMNS,
     fired_from_row,
-    fired_values,
+    fired_row,
     job_from_row,
     job_values,
     trigger_from_row,
+    trigger_from_tuple,
     trigger_values,
 )
 from scheduler_core.store.schema import Tables
@@ -54,14 +57,13 @@ def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]
         yield seq[i : i + size]
 
 
-def _per_row(key: str, values: dict[Any, int], otherwise: str) -> Any:
+def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     """(CASE key WHEN k1 THEN v1 ... ELSE otherwise END): per-row values in one statement,
     portable to TiDB, MariaDB and SQLite. `key` and `otherwise` are this schema's column
     names (or a number); the keys and values are integers (ids, epoch milliseconds,
-    versions) rendered inline: int() admits nothing else, and hundreds of bound CASE
-    elements cost ~10 ms per statement to build in SQLAlchemy."""
+    versions) rendered inline: int() admits nothing else."""
     whens = " ".join(f"WHEN {int(k)} THEN {int(v)}" for k, v in values.items())
-    return literal_column(f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise)
+    return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
 class SqlTriggerStore(TriggerStore):
@@ -70,6 +72,12 @@ class SqlTriggerStore(TriggerStore):
         self.clock = clock
         self.t = tables or tables_for(engine)
         self._partitions: list[Partition] | None = None
+        self._fired_sql: str | None = None
+        # the hot path's repeating statements, built once (SQLAlchemy then only looks up
+        # their compiled form instead of building the expression tree per call)
+        j, fence = self.t.job, self.t.fence
+        self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
+        self._fence_epoch = select(fence.c.epoch).where(fence.c.name == FENCE_NAME)
 
     # --- partitions ------------------------------------------------------------------
 
@@ -107,11 +115,10 @@ class SqlTriggerStore(TriggerStore):
         return self.get_jobs([job_code]).get(job_code)
 
     def get_jobs(self, job_codes: Sequence[JobCode]) -> dict[JobCode, Job]:
-        j = self.t.job
         out: dict[JobCode, Job] = {}
         with self.engine.connect() as conn:
             for chunk in _chunks(list(dict.fromkeys(job_codes))):
-                for row in conn.execute(select(j).where(j.c.job_code.in_(chunk))).mappings():
+                for row in conn.execute(self._jobs_by_code, {"codes": list(chunk)}).mappings():
                     job = job_from_row(row)
                     out[job.job_code] = job
         return out
@@ -192,8 +199,9 @@ class SqlTriggerStore(TriggerStore):
         exclude_domains: Collection[str] = (),
     ) -> list[Trigger]:
         tr = self.t.trigger
+        # only the columns the model is built from, as plain tuples: this is the hot read
         stmt = (
-            select(tr)
+            select(*(tr.c[c] for c in TRIGGER_READ_COLUMNS))
             .where(tr.c.state == S.WAITING.value, tr.c.next_fire_at.between(to_ms(start), to_ms(end)))
             .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
             .limit(max(0, limit))
@@ -201,8 +209,8 @@ class SqlTriggerStore(TriggerStore):
         if exclude_domains:
             stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_domains)))
         with self.engine.connect() as conn:
-            rows = conn.execute(self._from_partition(stmt, partition)).mappings().all()
-        return [trigger_from_row(r) for r in rows]
+            rows = conn.execute(self._from_partition(stmt, partition)).all()
+        return [trigger_from_tuple(r) for r in rows]
 
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int
@@ -249,7 +257,11 @@ class SqlTriggerStore(TriggerStore):
 
     def _cas_update(self, conn: Connection, change: Transition) -> tuple[list[TriggerId], str, int]:
         """The conditional UPDATE of a transition, set-based (per-row values as CASE id):
-        returns the distinct ids, the token stamped on the winners and the rows matched."""
+        returns the distinct ids, the token stamped on the winners and the rows matched.
+
+        Written as driver SQL: the statement differs per call (ids and CASE values are
+        inline integers), so SQLAlchemy would build, compile and cache a new one every
+        time, evicting the statements that do repeat from its compiled cache."""
         check_transition(change.from_state, change.to_state)
         if change.from_state == change.to_state and change.epoch is None and change.next_fire_at is None:
             raise IllegalTransition(str(change.from_state), str(change.to_state))
@@ -257,49 +269,63 @@ class SqlTriggerStore(TriggerStore):
         token = uuid.uuid4().hex
         if not ids:
             return ids, token, 0
-        tr, fence = self.t.trigger, self.t.fence
-        values: dict[str, Any] = {
-            "state": change.to_state.value,
-            "cas_token": token,
-            "version": tr.c.version + 1,
-            "updated_at": self.clock.now_ms(),
-        }
-        if change.epoch is not None:
-            values["owner_epoch"] = change.epoch
-        if change.deadline is not None:
-            values["acquire_deadline"] = to_ms(change.deadline)
-        if change.clear_epoch:
-            values["owner_epoch"] = None
-            values["acquire_deadline"] = None
+        mark = self._mark()
+        # SET: last_fired_at first, so that `last_fired_at = next_fire_at` reads the row's
+        # value before this statement on every server (MySQL assigns left to right)
+        sets = [f"state = {mark}", f"cas_token = {mark}", "version = version + 1",
+                f"updated_at = {int(self.clock.now_ms())}"]
+        set_params: list[Any] = [change.to_state.value, token]
         if change.fired_at_next:
-            values["last_fired_at"] = tr.c.next_fire_at
-        conds = [tr.c.state == change.from_state.value]
+            sets.insert(0, "last_fired_at = next_fire_at")
+        if change.clear_epoch:
+            sets += ["owner_epoch = NULL", "acquire_deadline = NULL"]
+        else:
+            if change.epoch is not None:
+                sets.append(f"owner_epoch = {int(change.epoch)}")
+            if change.deadline is not None:
+                sets.append(f"acquire_deadline = {int(to_ms(change.deadline))}")
+        conds = [f"state = {mark}"]
+        cond_params: list[Any] = [change.from_state.value]
         if change.expected_epoch is not None:
-            conds.append(tr.c.owner_epoch == change.expected_epoch)
+            conds.append(f"owner_epoch = {int(change.expected_epoch)}")
         if change.fence_epoch is not None:
             # The fence is checked inside the same UPDATE, so a leader deposed between its
             # last check and this write still cannot land it.
-            conds.append(
-                exists(select(literal(1)).where(fence.c.name == FENCE_NAME, fence.c.epoch == change.fence_epoch))
-            )
+            conds.append(f"EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark}"
+                         f" AND epoch = {int(change.fence_epoch)})")
+            cond_params.append(FENCE_NAME)
         nexts, lasts, versions = change.next_fire_at or {}, change.last_fired_at or {}, change.expected_version
         matched = 0
         for chunk in _chunks(ids):
-            chunk_values = dict(values)
-            chunk_conds = list(conds)
+            chunk_sets = list(sets)
+            chunk_conds = [f"id IN ({', '.join(str(int(i)) for i in chunk)})", *conds]
             # per-row values in one statement; a row missing from a map keeps its value
-            if nexts:
-                chunk_values["next_fire_at"] = _per_row(
-                    "id", {i: to_ms(nexts[i]) for i in chunk if i in nexts}, "next_fire_at")
             if lasts:
-                chunk_values["last_fired_at"] = _per_row(
-                    "id", {i: to_ms(lasts[i]) for i in chunk if i in lasts}, "last_fired_at")
+                # an explicit map replaces the stamp from the row (one assignment per column)
+                chunk_sets = [c for c in chunk_sets if not c.startswith("last_fired_at")]
+                chunk_sets.insert(0, "last_fired_at = " + _per_row_sql(
+                    "id", {i: to_ms(lasts[i]) for i in chunk if i in lasts}, "last_fired_at"))
+            if nexts:
+                chunk_sets.append("next_fire_at = " + _per_row_sql(
+                    "id", {i: to_ms(nexts[i]) for i in chunk if i in nexts}, "next_fire_at"))
             if versions is not None:
                 # a row the map does not name cannot match (-1 is no version)
-                chunk_conds.append(tr.c.version == _per_row("id", {i: versions[i] for i in chunk if i in versions}, "-1"))
-            result = conn.execute(update(tr).where(tr.c.id.in_(chunk), *chunk_conds).values(**chunk_values))
+                chunk_conds.append("version = " + _per_row_sql(
+                    "id", {i: versions[i] for i in chunk if i in versions}, "-1"))
+            sql = (f"UPDATE {self.t.trigger.name} SET {', '.join(chunk_sets)}"
+                   f" WHERE {' AND '.join(chunk_conds)}")
+            result = conn.exec_driver_sql(sql, (*set_params, *cond_params))
             matched += result.rowcount or 0
         return ids, token, matched
+
+    def _mark(self) -> str:
+        """The DBAPI's positional parameter marker, for the driver SQL of the hot path."""
+        style = self.engine.dialect.paramstyle
+        if style == "qmark":
+            return "?"
+        if style in ("format", "pyformat"):
+            return "%s"
+        raise RuntimeError(f"unsupported DBAPI paramstyle {style!r}")  # pragma: no cover - the drivers we ship
 
     # --- fencing -----------------------------------------------------------------------
 
@@ -328,12 +354,11 @@ class SqlTriggerStore(TriggerStore):
             return self._insert_fired(conn, records)
 
     def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch) -> bool:
-        fence = self.t.fence
         with self.engine.begin() as conn:
             # The fence read is this transaction's first read, so it sees the latest
             # committed epoch (InnoDB takes its snapshot there; TiDB at BEGIN, a few ms
             # earlier); the outcome CAS re-checks the fence inside its UPDATE anyway.
-            current = conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()
+            current = conn.execute(self._fence_epoch).scalar_one()
             if int(current) != int(epoch):
                 return False
             if records:
@@ -341,16 +366,21 @@ class SqlTriggerStore(TriggerStore):
         return True
 
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
-        fr = self.t.fired
-        stmt = insert(fr)
-        if self.t.sliced_by_column:
-            stmt = stmt.prefix_with("OR IGNORE", dialect="sqlite")
-        else:
-            # IGNORE only skips the duplicate key here: every value was length-checked in
-            # rows.fired_values, so no truncation warning can be swallowed.
-            stmt = stmt.prefix_with("IGNORE")
-        result = conn.execute(stmt, [fired_values(r) for r in records])
+        # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain
+        # tuples: no compile and no per-row parameter processing, which cost more than the
+        # statement itself for a chunk of a hundred records.
+        result = conn.exec_driver_sql(self._fired_insert_sql(), [fired_row(r) for r in records])
         return max(0, result.rowcount or 0)
+
+    def _fired_insert_sql(self) -> str:
+        if self._fired_sql is None:
+            mark = self._mark()
+            # IGNORE only skips the duplicate key here: every value was length-checked in
+            # rows.fired_row, so no truncation warning can be swallowed.
+            verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
+            self._fired_sql = (f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)})"
+                               f" VALUES ({', '.join([mark] * len(FIRED_COLUMNS))})")
+        return self._fired_sql
 
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
         with self.engine.begin() as conn:
@@ -368,19 +398,17 @@ class SqlTriggerStore(TriggerStore):
             return [self._cas_winners(conn, change) for change in changes]
 
     def _mark_published(self, conn: Connection, command_ids: Sequence[CommandId], at: datetime) -> int:
-        fr = self.t.fired
-        rank = FIRED_RANK[FiredState.PUBLISHED]
+        # driver SQL, like the CAS: one statement per chunk, its IN list as wide as the chunk
+        rank = int(FIRED_RANK[FiredState.PUBLISHED])
+        mark = self._mark()
         changed = 0
         for chunk in _chunks(list(command_ids)):
-            result = conn.execute(
-                update(fr)
-                .where(fr.c.command_id.in_(chunk), fr.c.published_at.is_(None))
-                .values(
-                    published_at=to_ms(at),
-                    state=case((fr.c.state_rank < rank, FiredState.PUBLISHED.value), else_=fr.c.state),
-                    state_rank=case((fr.c.state_rank < rank, rank), else_=fr.c.state_rank),
-                )
-            )
+            # state before state_rank: MySQL assigns left to right, and both read the old rank
+            sql = (f"UPDATE {self.t.fired.name} SET published_at = {int(to_ms(at))},"
+                   f" state = CASE WHEN state_rank < {rank} THEN {mark} ELSE state END,"
+                   f" state_rank = CASE WHEN state_rank < {rank} THEN {rank} ELSE state_rank END"
+                   f" WHERE command_id IN ({', '.join([mark] * len(chunk))}) AND published_at IS NULL")
+            result = conn.exec_driver_sql(sql, (FiredState.PUBLISHED.value, *chunk))
             changed += result.rowcount or 0
         return changed
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import IllegalTransition
@@ -25,6 +27,7 @@ from scheduler_core.model import (
 from scheduler_core.ports import FiredUpdate, Transition
 from scheduler_core.store.admin import check_schema, init_schema
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 from tests.backends import sql_store
 
 KINDS = [pytest.param("sqlite"), pytest.param("mariadb", marks=pytest.mark.mariadb)]
@@ -377,3 +380,70 @@ def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stam
     assert {t.state for t in store.get_triggers(ids)} == {A}, "left acquired for the new leader to reclaim"
     # the commands did go out: their records say so, whoever re-fires them
     assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
+
+
+def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTriggerStore, clock: ManualClock) -> None:
+    # last_fired_at = next_fire_at beside a new next_fire_at: the row's old value on every
+    # server (MySQL assigns SET clauses left to right, SQLite reads the old row)
+    triggers = _seed(store, clock, 2, step_s=5)
+    ids = [t.id for t in triggers if t.id is not None]
+    old = {t.id: t.next_fire_at for t in triggers}
+    store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
+    later = {i: clock.now() + timedelta(hours=1, seconds=n) for n, i in enumerate(ids)}
+    assert sorted(store.cas_ids(Transition(ids=ids, from_state=A, to_state=W, expected_epoch=Epoch(1),
+                                           clear_epoch=True, next_fire_at=later, fired_at_next=True))) == ids
+    with store.engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+    assert {i: rows[i] for i in ids} == {i: to_ms(old[i]) for i in ids}
+    assert [t.next_fire_at for t in store.get_triggers(ids)] == [later[i] for i in ids]
+
+
+def _rollbacks(engine: Engine) -> list[str]:
+    """The ROLLBACKs the driver sends on this engine's connections, counted from now on."""
+    sent: list[str] = []
+
+    @event.listens_for(engine, "checkout")
+    def _wrap(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if getattr(dbapi_conn, "_counted", False):
+            return
+        original = dbapi_conn.rollback
+
+        def rollback() -> None:
+            sent.append("ROLLBACK")
+            original()
+
+        dbapi_conn.rollback = rollback
+        dbapi_conn._counted = True
+
+    return sent
+
+
+@pytest.mark.mariadb
+def test_a_committed_connection_goes_back_to_the_pool_without_a_rollback(tmp_path: Path, clock: ManualClock) -> None:
+    with sql_store("mariadb", tmp_path, clock) as s:
+        sent = _rollbacks(s.engine)
+        for _ in range(3):
+            with s.engine.begin() as conn:
+                conn.execute(text("UPDATE dus_fence SET updated_at = updated_at + 1"))
+        assert sent == [], "the pool rolled back connections whose transaction was committed"
+        with s.engine.connect() as conn:  # a read: SQLAlchemy ends its transaction itself
+            conn.execute(text("SELECT 1")).all()
+        assert sent == ["ROLLBACK"]
+
+
+@pytest.mark.mariadb
+def test_a_connection_returned_inside_a_transaction_is_still_rolled_back(tmp_path: Path, clock: ManualClock) -> None:
+    with sql_store("mariadb", tmp_path, clock) as s:
+        s.engine.dispose()
+        raw = s.engine.raw_connection()  # bypasses SQLAlchemy's own transaction handling
+        cur = raw.cursor()
+        cur.execute("UPDATE dus_fence SET epoch = 99")
+        cur.close()
+        raw.close()  # back to the pool with the UPDATE uncommitted
+        assert s.current_epoch() == Epoch(0), "an uncommitted write leaked into the next use of the connection"
+        # and after a failed statement (an error packet carries no transaction status)
+        with pytest.raises(Exception):
+            with s.engine.connect() as conn:
+                conn.execute(text("UPDATE dus_fence SET epoch = 98"))
+                conn.execute(text("SELECT * FROM no_such_table"))
+        assert s.current_epoch() == Epoch(0)
