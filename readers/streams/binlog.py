@@ -307,7 +307,8 @@ class BinlogChangeStream:
         self._reader: BinLogStreamReader | None = None
         self._checked = False
         self._columns: dict[tuple[str, str], tuple[str, ...]] = {}
-        self._utc_columns: dict[int, tuple[str, ...]] = {}  # table id -> its TIMESTAMP columns
+        # table id -> its TIMESTAMP columns; present once the id's column names were checked
+        self._utc_columns: dict[int, tuple[str, ...]] = {}
         self.reconnects = 0  # total reconnects made, for metrics and tests
         self.heartbeats = 0  # heartbeats received (the server sends them when it has nothing else)
         self.schema_changes: list[tuple[StreamPosition, str]] = []  # DDL seen on the selected tables
@@ -445,6 +446,9 @@ class BinlogChangeStream:
 
     def _open(self, position: StreamPosition) -> None:
         self.close()
+        # table ids are the server's in-memory ids: a new reader (after a reconnect, maybe
+        # to a restarted server) may see the same id name another table
+        self._utc_columns.clear()
         settings = dict(self._settings)
         settings["read_timeout"] = self.stall_timeout_s  # a silent socket beyond this = stalled
         settings.setdefault("connect_timeout", min(10, max(1, int(self.stall_timeout_s))))
@@ -540,6 +544,7 @@ class BinlogChangeStream:
             return None
         if isinstance(event, RotateEvent):
             if event.timestamp:  # a real rotation (the one sent at connect has timestamp 0)
+                self._utc_columns.clear()  # the library forgets its table ids here too (a restart rotates)
                 log.info("binlog stream (server_id %s) rotated to %s", self.server_id, event.next_binlog)
             return None
         return None
@@ -613,35 +618,37 @@ class BinlogChangeStream:
                 log.info("binlog stream: columns of %s.%s are now %s (were %s)", *key, names, old)
             self._columns[key] = names
 
+    def _table_meta(self, event: Any) -> tuple[str, ...]:
+        """Checked once per table id (the columns are the TableMap's, the same for every row
+        event under that id): that the binlog names the columns, and which are TIMESTAMPs."""
+        if any(not c.name or c.name.startswith("UNKNOWN_COL") for c in event.columns):
+            raise StreamError(f"rows of {event.schema}.{event.table} decoded without column names: set "
+                              "binlog_row_metadata=FULL on the source")
+        utc = tuple(c.name for c in event.columns if c.type in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2))
+        self._utc_columns[event.table_id] = utc
+        return utc
+
     def _row_changes(self, event: Any) -> list[RowChange]:
-        schema, table = event.schema, event.table
-        out: list[RowChange] = []
-        if isinstance(event, WriteRowsEvent):
-            for row in event.rows:
-                out.append(RowChange(op=ChangeOp.INSERT, schema=schema, table=table, before=None,
-                                     after=row["values"]))
-        elif isinstance(event, UpdateRowsEvent):
-            for row in event.rows:
-                out.append(RowChange(op=ChangeOp.UPDATE, schema=schema, table=table,
-                                     before=row["before_values"], after=row["after_values"]))
+        # the library's row dicts are handed on as they are (no copy): each is decoded fresh
+        # for this event and referenced by nothing else
+        utc = self._utc_columns.get(event.table_id)
+        if utc is None:
+            utc = self._table_meta(event)
+        schema, table, rows = event.schema, event.table, event.rows
+        if isinstance(event, UpdateRowsEvent):
+            out = [RowChange(op=ChangeOp.UPDATE, schema=schema, table=table, before=row["before_values"],
+                             after=row["after_values"]) for row in rows]
+        elif isinstance(event, WriteRowsEvent):
+            out = [RowChange(op=ChangeOp.INSERT, schema=schema, table=table, before=None, after=row["values"])
+                   for row in rows]
         else:
-            for row in event.rows:
-                out.append(RowChange(op=ChangeOp.DELETE, schema=schema, table=table,
-                                     before=row["values"], after=None))
-        if out:
-            sample = out[0].after if out[0].after is not None else out[0].before
-            if sample and any(k.startswith("UNKNOWN_COL") for k in sample):
-                raise StreamError(f"rows of {schema}.{table} decoded without column names: set "
-                                  "binlog_row_metadata=FULL on the source")
-            utc = self._utc_columns.get(event.table_id)
-            if utc is None:
-                utc = tuple(c.name for c in event.columns if c.type in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2))
-                self._utc_columns[event.table_id] = utc
-            if utc:
-                for ch in out:
-                    for image in (ch.before, ch.after):
-                        for name in utc if image is not None else ():
-                            value = image.get(name)
-                            if isinstance(value, datetime) and value.tzinfo is None:
-                                image[name] = value.replace(tzinfo=timezone.utc)
+            out = [RowChange(op=ChangeOp.DELETE, schema=schema, table=table, before=row["values"], after=None)
+                   for row in rows]
+        if utc:
+            for ch in out:
+                for image in (ch.before, ch.after):
+                    for name in utc if image is not None else ():
+                        value = image.get(name)
+                        if isinstance(value, datetime) and value.tzinfo is None:
+                            image[name] = value.replace(tzinfo=timezone.utc)
         return out
