@@ -10,7 +10,8 @@ transaction then gives one consistent snapshot (as the snapshot + change stream 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
@@ -29,7 +30,7 @@ from readers.digest import digest_sql
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall, require_aware
 from readers.xxljob.logs import LogContext, map_log
-from readers.xxljob.mapping import VOLATILE_COLUMNS, JobContext, map_job
+from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
 
 logger = logging.getLogger(__name__)
@@ -158,26 +159,30 @@ class XxlJobReader(LegacyReader):
             group_ids = tuple(gid for gid, app in groups.items() if app in wanted)
             if not group_ids:
                 return
-        last = -1
-        while True:
-            rows = self._job_page(last, group_ids)
+        for rows in self._pages(lambda after: self._job_page(after, group_ids), lambda r: int(r["id"])):
             for row in rows:
                 yield map_job(row, ctx)
-            if len(rows) < self._batch:
-                return
-            last = int(rows[-1]["id"])
+
+    def _job_columns(self, conn: Connection) -> list[Any]:
+        """The job columns to select; on a MySQL-compatible server with the row's content
+        digest computed there (map_job keeps it instead of hashing the row in Python)."""
+        info = self.schema().info
+        cols: list[Any] = list(info.select_list())
+        if conn.dialect.name in MYSQL_DIALECTS:
+            cols.append(digest_sql(info.columns, info.kinds, VOLATILE_COLUMNS).label(SERVER_DIGEST))
+        return cols
 
     def _job_page(self, after: int, group_ids: Sequence[int] | None) -> list[RowMapping]:
-        stmt = (
-            select(*self.schema().info.select_list())
-            .select_from(table(INFO))
-            .where(column("id") > after)
-            .order_by(column("id"))
-            .limit(self._batch)
-        )
-        if group_ids is not None:
-            stmt = stmt.where(column("job_group").in_(group_ids))
         with self._connect("read_jobs") as conn:
+            stmt = (
+                select(*self._job_columns(conn))
+                .select_from(table(INFO))
+                .where(column("id") > after)
+                .order_by(column("id"))
+                .limit(self._batch)
+            )
+            if group_ids is not None:
+                stmt = stmt.where(column("job_group").in_(group_ids))
             return list(conn.execute(stmt).mappings())
 
     def definition(self, key: str) -> LegacyDefinition | None:
@@ -203,8 +208,9 @@ class XxlJobReader(LegacyReader):
         with self._connect("read_jobs") as conn:
             groups = self._group_names(conn)
             ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+            cols = self._job_columns(conn)
             for i in range(0, len(ids), self._batch):
-                stmt = (select(*schema.info.select_list()).select_from(table(INFO))
+                stmt = (select(*cols).select_from(table(INFO))
                         .where(column("id").in_(ids[i:i + self._batch])))
                 for row in conn.execute(stmt).mappings():
                     d = map_job(row, ctx)
@@ -235,19 +241,46 @@ class XxlJobReader(LegacyReader):
                       group_ids: list[int] | None) -> Iterator[ContentDigest]:
         if group_ids is not None and not group_ids:
             return
-        last = -1
-        while True:
+        def page(after: int) -> list[Any]:
             stmt = (select(column("id"), column("job_group"), digest, broadcast).select_from(table(INFO))
-                    .where(column("id") > last).order_by(column("id")).limit(self._batch))
+                    .where(column("id") > after).order_by(column("id")).limit(self._batch))
             if group_ids is not None:
                 stmt = stmt.where(column("job_group").in_(group_ids))
             with self._connect("read_digests") as conn:
-                rows = conn.execute(stmt).all()
+                return list(conn.execute(stmt).tuples())
+
+        zone = self._tz.name
+        for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
-                yield ContentDigest(str(job_id), groups.get(group, ""), d, self._tz.name, bool(b))
-            if len(rows) < self._batch:
-                return
-            last = int(rows[-1][0])
+                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b))
+
+    def _pages(self, fetch: Callable[[int], list[Any]], key: Callable[[Any], int]) -> Iterator[list[Any]]:
+        """Pages of `fetch(after_key)` until a short one. On a MySQL-compatible server
+        reached through an Engine the next page is read on a worker thread while the
+        caller works on this one: the server's part of a page (the digests, the scan)
+        then overlaps the caller's Python instead of following it. At most two pages
+        are held. On a Connection (one snapshot, one thread) pages are read in turn."""
+        if isinstance(self._bind, Connection) or self._bind.dialect.name not in MYSQL_DIALECTS:
+            after = -1
+            while True:
+                rows = fetch(after)
+                yield rows
+                if len(rows) < self._batch:
+                    return
+                after = key(rows[-1])
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xxl-read-ahead") as pool:
+            future = pool.submit(fetch, -1)
+            try:
+                while True:
+                    rows = future.result()  # a read's error is raised here, in the caller
+                    more = len(rows) >= self._batch
+                    if more:
+                        future = pool.submit(fetch, key(rows[-1]))
+                    yield rows
+                    if not more:
+                        return
+            finally:
+                future.cancel()  # a caller that stopped early: a read under way ends, unused
 
     def image_decoder(self) -> ImageDecoder:
         """Decode binlog row images of `xxl_job_info` as `definitions_by_keys` would map
