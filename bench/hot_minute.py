@@ -146,7 +146,10 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
         start = [v / 1000 for v in f.start_lag_ms]
         out["per_business"][biz] = {"expected": counts[biz], "items": f.items, "messages": f.messages,
                                     "receipt_lag_s": lag_summary(recv), "handler_start_lag_s": lag_summary(start),
-                                    "last_receipt_after_T0_s": (f.last_recv - t0 / 1000) if f.last_recv else None}
+                                    "last_receipt_after_T0_s": (f.last_recv - t0 / 1000) if f.last_recv else None,
+                                    "executor_cpu_s": f.cpu_s,
+                                    "handling_s": (f.last_handled - f.first_recv)
+                                    if f.last_handled and f.first_recv else None}
     return out
 
 
