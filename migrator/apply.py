@@ -154,8 +154,9 @@ class Migrator:
         seen: set[str], progress: Callable[[int], None] | None,
     ) -> Iterator[list[LegacyDefinition]]:
         """Chunks of definitions to decide. When the legacy server computes the content
-        digests itself, rows whose digest the ledger already holds are counted unchanged
-        here from one short hash each, and only the others are read and mapped."""
+        digests itself, rows whose digest the ledger already holds are counted here from
+        one short hash each (unchanged, or still quarantined with the field and reason the
+        ledger keeps), and only the others are read and mapped."""
         source = self.reader.system.value
         digests = getattr(self.reader, "content_digests", None)
         # a first run (nothing migrated yet) has nothing to skip: the plain scan reads each
@@ -176,12 +177,18 @@ class Migrator:
             other: list[str] = []
             for p in page:
                 entry = ledger.get(p.source_key)
-                if (entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending
-                        and source_half(entry.content_hash)
-                        == context_digest(p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business),
-                                          self.options, broadcast=p.broadcast)):
-                    summary.add(PlannedRow(source, p.source_key, self.options.business_map.get(p.business, p.business),
-                                           Action.UNCHANGED, entry.job_code), keep=False)
+                same = entry is not None and source_half(entry.content_hash) == context_digest(
+                    p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business), self.options,
+                    broadcast=p.broadcast)
+                biz = self.options.business_map.get(p.business, p.business)
+                if same and entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending:
+                    summary.add(PlannedRow(source, p.source_key, biz, Action.UNCHANGED, entry.job_code), keep=False)
+                elif same and entry is not None and entry.status is LedgerStatus.QUARANTINED and entry.field:
+                    # the same content in the same context, mapped by the same mapping code
+                    # (its fingerprint is in the digest), is rejected the same way again:
+                    # ~15% of a real table, which a re-run used to read and map every time
+                    summary.add(PlannedRow(source, p.source_key, biz, Action.QUARANTINE, None, entry.field,
+                                           entry.reason), keep=True)
                 else:
                     other.append(p.source_key)
             if other:
