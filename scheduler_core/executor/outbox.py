@@ -80,11 +80,8 @@ class ResultOutbox:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, received: Received | PackShare, result: EnvelopeResult) -> None:
-        self._q.put([(received, result)])
-
     def put_many(self, done: list[tuple[Received | PackShare, EnvelopeResult]]) -> None:
-        """The results of a packed message's runs: one queue step for all of them."""
+        """The results of a message's runs: one queue step for all of them."""
         if done:
             self._q.put(done)
 

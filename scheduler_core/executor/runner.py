@@ -63,12 +63,6 @@ class EnvelopeRun:
         self.result: object = None
         self.pack: object = None  # the packed message this run is one of (sdk.PackRun), if any
 
-    @property
-    def owns_quota(self) -> bool:
-        """Whether finishing this run gives back a quota step: a run of a packed message
-        shares its message's one step, given back when the last of them is done."""
-        return self.serve_after and self.pack is None
-
     def mark_done(self) -> None:
         with self.lock:
             self.finished = True

@@ -132,12 +132,11 @@ class Executor:
         try:
             while not stop.is_set():
                 for r in self.sub.receive(batch, timedelta(milliseconds=200)):
-                    parts = self._runs_of(r)
-                    if not parts:
+                    pack = self._runs_of(r)
+                    if pack is None:
                         continue
                     self._quota.acquire()  # released when the message's runs are done
-                    # a message's runs (one, or a packed message's) one after another on one worker
-                    self._inbox.put(PackRun(parts[0][0], [env for _s, env in parts]))  # type: ignore[arg-type]
+                    self._inbox.put(pack)
         finally:
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
@@ -152,7 +151,7 @@ class Executor:
         """Receive and process one batch on the caller's thread (tests, demos); results
         are published and the messages acked before it returns."""
         got = self.sub.receive(batch, timeout)
-        for r, env in (part for m in got for part in self._runs_of(m)):
+        for r, env in ((p.share, env) for m in got if (p := self._runs_of(m)) is not None for env in p.envs):
             run = self._start((r, env), serve_after=False)
             if run is None:
                 continue
@@ -195,7 +194,7 @@ class Executor:
         self._remember_quick(pack)
         if self._outbox is not None:
             self._outbox.put_many(pack.results)  # type: ignore[arg-type]
-        self._release(True)
+        self._quota.release()
         return True
 
     def _quick_run(self, pack: PackRun, env: Envelope) -> bool:
@@ -208,7 +207,7 @@ class Executor:
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
-        fn = self._handlers.get(env.job_code) or self._handlers.get(env.handler) or self._default
+        fn = self._lookup(env)
         if fn is None:
             return False
         idx, param = env.items[0]
@@ -252,19 +251,17 @@ class Executor:
                 self._done_items -= len(gone)
         pack.quick.clear()
 
-    def _runs_of(self, r: Received) -> list[tuple[Received | PackShare, Envelope]]:
-        """The envelopes of a message, each with the receipt its run acks: the message's
-        own, or for a packed message one share of it (acked when every run is done)."""
+    def _runs_of(self, r: Received) -> PackRun | None:
+        """A message's runs (one, or a packed message's), worked one after another on one
+        worker, with the receipt their results ack: the message's own, or for a packed
+        message a share of it (acked when every run is done). None: malformed, dropped."""
         try:
             envs = decode_message(r.message.payload)
         except CodecError as exc:
             log.error("dropping a malformed command message: %s", exc)
             self.sub.ack(r)
-            return []
-        if len(envs) == 1:
-            return [(r, envs[0])]
-        share = PackShare(r, len(envs))
-        return [(share, env) for env in envs]
+            return None
+        return PackRun(r if len(envs) == 1 else PackShare(r, len(envs)), envs)
 
     def _start(self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool,
                pack: PackRun | None = None) -> EnvelopeRun | None:
@@ -285,7 +282,7 @@ class Executor:
                              started=False)
             return run
         except Exception:
-            self._failed(r, serve_after and pack is None)
+            self._failed(r)
             return None
 
     def _work(self, run: EnvelopeRun) -> bool:
@@ -301,7 +298,7 @@ class Executor:
             self._finish(run)
         except Exception:
             self._watchdog.unwatch(run)
-            self._failed(run.received, run.owns_quota)  # type: ignore[arg-type]
+            self._failed(run.received)  # type: ignore[arg-type]
             run.mark_done()
         return True
 
@@ -318,7 +315,7 @@ class Executor:
                 self._finish(run)
             except Exception:
                 self._watchdog.unwatch(run)
-                self._failed(run.received, run.owns_quota)  # type: ignore[arg-type]
+                self._failed(run.received)  # type: ignore[arg-type]
                 run.mark_done()
             if isinstance(run.pack, PackRun) and not self._work_pack(run.pack):
                 return  # another overrun: a further successor has the pack now
@@ -343,13 +340,9 @@ class Executor:
         if letter is None:
             self._remember_successes(run, indices, letters)
         run.result = result
-        if isinstance(run.pack, PackRun):  # published with the pack's other runs
+        if isinstance(run.pack, PackRun):  # published with the message's other runs
             run.pack.results.append((run.received, result))  # type: ignore[arg-type]
-        else:
-            self._release(run.serve_after)
-            if run.serve_after and self._outbox is not None:
-                self._outbox.put(run.received, result)  # type: ignore[arg-type]
-        run.mark_done()
+        run.mark_done()  # (poll_once publishes its own)
 
     def _remember_successes(self, run: EnvelopeRun, indices: list[int], letters: str) -> None:
         if letters.count("S") == len(letters):  # the usual case, at C speed
@@ -375,17 +368,11 @@ class Executor:
                 _k, gone = self._done.popitem(last=False)
                 self._done_items -= len(gone)
 
-    def _release(self, serve_after: bool) -> None:
-        if serve_after:
-            self._quota.release()
-
-    def _failed(self, r: Received | PackShare, release: bool) -> None:
-        # not acked: the bus redelivers it; the same command ids make that safe
+    def _failed(self, r: Received | PackShare) -> None:
+        # not acked: the bus redelivers it; the same command ids make that safe. The
+        # message's quota step is given back when its last run is done (_work_pack).
         log.exception("processing a command message failed; it will be redelivered")
-        try:
-            nack(self.sub, r)
-        finally:
-            self._release(release)
+        nack(self.sub, r)
 
     def _backoff(self, attempt: int) -> float:
         return min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
