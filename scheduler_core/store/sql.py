@@ -78,6 +78,8 @@ class SqlTriggerStore(TriggerStore):
         j, fence = self.t.job, self.t.fence
         self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
         self._fence_epoch = select(fence.c.epoch).where(fence.c.name == FENCE_NAME)
+        self._page_update = _page_update_statement(self.t.fired)
+        self._item_update = _item_update_statement(self.t.fired)
 
     # --- partitions ------------------------------------------------------------------
 
@@ -428,27 +430,6 @@ class SqlTriggerStore(TriggerStore):
         for u in updates:
             assert u.page_id is not None
             groups.setdefault(u.page_id, []).append(u)
-        n_final = bindparam("p_nfinal")
-        stmt = (
-            update(fr)
-            .where(
-                fr.c.command_id == bindparam("p_cid"),
-                (fr.c.state_rank < case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")))
-                | and_(fr.c.state_rank == FINAL_RANK, n_final >= fr.c.item_count, fr.c.attempt < bindparam("p_attempt")),
-            )
-            .values(
-                state=case((n_final >= fr.c.item_count, bindparam("p_final_state")), else_=bindparam("p_partial_state")),
-                state_rank=case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")),
-                attempt=bindparam("p_attempt"),
-                item_states=bindparam("p_states"),
-                succeeded_items=bindparam("p_ok"),
-                failed_items=bindparam("p_failed"),
-                message=bindparam("p_message"),
-                result_at=case((n_final >= fr.c.item_count, bindparam("p_at")), else_=fr.c.result_at),
-                received_at=func.coalesce(fr.c.received_at, bindparam("p_received")),
-                started_at=func.coalesce(fr.c.started_at, bindparam("p_started")),
-            )
-        )
         params = []
         for page_id, group in groups.items():
             _tid, _ms, first = parse_command_id(page_id)
@@ -481,31 +462,11 @@ class SqlTriggerStore(TriggerStore):
         with self.engine.begin() as conn:
             if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per page
                 return result_joins.update_pages(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
-            result = conn.execute(stmt, params)
+            result = conn.execute(self._page_update, params)
         return max(0, result.rowcount or 0)
 
     def _update_items(self, updates: Sequence[FiredUpdate]) -> int:
         fr = self.t.fired
-        new_rank = bindparam("u_rank")
-        new_attempt = bindparam("u_attempt")
-        # Forward-only: a higher rank wins; among final results a later attempt wins; a
-        # duplicate or late replay of an older result changes nothing.
-        moves = (fr.c.state_rank < new_rank) | and_(
-            fr.c.state_rank == new_rank, new_rank == FINAL_RANK, fr.c.attempt < new_attempt
-        )
-        stmt = (
-            update(fr)
-            .where(fr.c.command_id == bindparam("u_cid"), moves)
-            .values(
-                state=bindparam("u_state"),
-                state_rank=new_rank,
-                attempt=new_attempt,
-                message=bindparam("u_message"),
-                result_at=case((new_rank == FINAL_RANK, bindparam("u_at")), else_=fr.c.result_at),
-                received_at=func.coalesce(fr.c.received_at, bindparam("u_received")),
-                started_at=func.coalesce(fr.c.started_at, bindparam("u_started")),
-            )
-        )
         params = [
             {
                 "u_cid": u.command_id,
@@ -522,7 +483,7 @@ class SqlTriggerStore(TriggerStore):
         with self.engine.begin() as conn:
             if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per item
                 return result_joins.update_items(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
-            result = conn.execute(stmt, params)
+            result = conn.execute(self._item_update, params)
         return max(0, result.rowcount or 0)
 
     def get_fired(self, command_ids: Sequence[CommandId]) -> dict[CommandId, FiredRecord]:
@@ -543,6 +504,55 @@ class SqlTriggerStore(TriggerStore):
         stmt = stmt.order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
         with self.engine.connect() as conn:
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def _page_update_statement(fr: Any) -> Any:
+    """The portable page-record UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
+    n_final = bindparam("p_nfinal")
+    return (
+        update(fr)
+        .where(
+            fr.c.command_id == bindparam("p_cid"),
+            (fr.c.state_rank < case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")))
+            | and_(fr.c.state_rank == FINAL_RANK, n_final >= fr.c.item_count, fr.c.attempt < bindparam("p_attempt")),
+        )
+        .values(
+            state=case((n_final >= fr.c.item_count, bindparam("p_final_state")), else_=bindparam("p_partial_state")),
+            state_rank=case((n_final >= fr.c.item_count, FINAL_RANK), else_=bindparam("p_rank_partial")),
+            attempt=bindparam("p_attempt"),
+            item_states=bindparam("p_states"),
+            succeeded_items=bindparam("p_ok"),
+            failed_items=bindparam("p_failed"),
+            message=bindparam("p_message"),
+            result_at=case((n_final >= fr.c.item_count, bindparam("p_at")), else_=fr.c.result_at),
+            received_at=func.coalesce(fr.c.received_at, bindparam("p_received")),
+            started_at=func.coalesce(fr.c.started_at, bindparam("p_started")),
+        )
+    )
+
+
+def _item_update_statement(fr: Any) -> Any:
+    """The portable per-item UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
+    new_rank = bindparam("u_rank")
+    new_attempt = bindparam("u_attempt")
+    # Forward-only: a higher rank wins; among final results a later attempt wins; a
+    # duplicate or late replay of an older result changes nothing.
+    moves = (fr.c.state_rank < new_rank) | and_(
+        fr.c.state_rank == new_rank, new_rank == FINAL_RANK, fr.c.attempt < new_attempt
+    )
+    return (
+        update(fr)
+        .where(fr.c.command_id == bindparam("u_cid"), moves)
+        .values(
+            state=bindparam("u_state"),
+            state_rank=new_rank,
+            attempt=new_attempt,
+            message=bindparam("u_message"),
+            result_at=case((new_rank == FINAL_RANK, bindparam("u_at")), else_=fr.c.result_at),
+            received_at=func.coalesce(fr.c.received_at, bindparam("u_received")),
+            started_at=func.coalesce(fr.c.started_at, bindparam("u_started")),
+        )
+    )
 
 
 def _unprefixed(params: dict[str, Any]) -> dict[str, Any]:
