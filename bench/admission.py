@@ -89,6 +89,25 @@ def fired_insert(epoch: int) -> tuple[str, tuple[Any, ...]]:
 
 
 
+def _window() -> tuple[int, int]:
+    """The scheduler's admission window: to now + the 30-min lookahead, from the 7-day
+    startup floor below it."""
+    hi = now_ms() + 30 * 60_000
+    return hi - 7 * 86_400_000 - 30 * 60_000, hi
+
+
+def _due_rows(conn: Any, cur: Any, partition: int, window: tuple[int, int], columns: str, order: str) -> Any:
+    """Up to BATCH waiting rows of one partition due in the window; none: commits the
+    empty read and returns ()."""
+    cur.execute(f"SELECT {columns} FROM dus_job_trigger PARTITION (p{partition})"
+                f" WHERE state='waiting' AND next_fire_at BETWEEN %s AND %s ORDER BY {order} LIMIT %s",
+                (*window, BATCH))
+    rows = cur.fetchall()
+    if not rows:
+        conn.commit()
+    return rows
+
+
 def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expected: int, limit_s: float,
                      start: Any = None) -> dict[str, Any]:
     """One connection: cycle over its own partitions until they are empty."""
@@ -97,8 +116,7 @@ def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expec
     empty: set[int] = set()
     acquired = cycles = 0
     token_epoch = 1
-    hi = now_ms() + 30 * 60_000  # the same window end as the scheduler (lookahead 30 min)
-    lo = hi - 7 * 86_400_000 - 30 * 60_000
+    window = _window()
     cycle_ms: list[float] = []
     insert_sql, const = fired_insert(token_epoch)
     if start is not None:
@@ -113,14 +131,8 @@ def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expec
                 if p in empty:
                     continue
                 c0 = time.perf_counter()
-                cur.execute(
-                    f"SELECT id, next_fire_at, biz_code, job_code FROM dus_job_trigger PARTITION (p{p})"
-                    " WHERE state='waiting' AND next_fire_at BETWEEN %s AND %s ORDER BY next_fire_at LIMIT %s",
-                    (lo, hi, BATCH),
-                )
-                rows = cur.fetchall()
+                rows = _due_rows(conn, cur, p, window, "id, next_fire_at, biz_code, job_code", "next_fire_at")
                 if not rows:
-                    conn.commit()
                     empty.add(p)
                     continue
                 token = uuid.uuid4().hex
@@ -171,8 +183,7 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
     conn = pymysql_connect(url)
     empty: set[int] = set()
     acquired = cycles = 0
-    hi = now_ms() + 30 * 60_000
-    lo = hi - 7 * 86_400_000 - 30 * 60_000
+    window = _window()
     insert_sql, const = fired_insert(epoch)
     insert_sql = insert_sql.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
     fence = "EXISTS (SELECT 1 FROM dus_fence WHERE name = 'scheduler' AND epoch = %s)"
@@ -190,15 +201,9 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                 if p in empty:
                     continue
                 c0 = time.perf_counter()
-                cur.execute(
-                    f"SELECT id, next_fire_at, biz_code, job_code, version FROM dus_job_trigger PARTITION (p{p})"
-                    " WHERE state='waiting' AND next_fire_at BETWEEN %s AND %s"
-                    " ORDER BY next_fire_at, priority, id LIMIT %s",
-                    (lo, hi, BATCH),
-                )
-                rows = cur.fetchall()
+                rows = _due_rows(conn, cur, p, window, "id, next_fire_at, biz_code, job_code, version",
+                                 "next_fire_at, priority, id")
                 if not rows:
-                    conn.commit()
                     empty.add(p)
                     continue
                 token = uuid.uuid4().hex
