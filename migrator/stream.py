@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Connection
 
 from migrator.apply import AfterCommit, Migrator
+from migrator.ledger_hash import context_digest, source_half
 
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
-from readers.ports import ImageDecoder, LegacyReader, RowImageReader
+from readers.ports import ImageDecoder, ImageDigester, ImageDigestReader, LegacyReader, RowImageReader
 from readers.records import (
     ChangeBatch,
+    ContentDigest,
     ChangeOp,
     LegacyBusiness,
     LegacyDefinition,
@@ -57,6 +59,7 @@ class StreamStats:
     batches: int = 0
     changes: int = 0
     applied: int = 0
+    unchanged: int = 0  # images whose content the ledger already held: neither mapped nor written
     skipped_cut_over: int = 0
     position: StreamPosition | None = None
     snapshot_rows: int = 0
@@ -76,6 +79,7 @@ class StreamMigrator:
     _legacy_businesses: dict[str, LegacyBusiness] | None = field(default=None, repr=False)
     _states: dict[str, BusinessState] = field(default_factory=dict, repr=False)
     _decoder: ImageDecoder | None = field(default=None, repr=False)
+    _digester: ImageDigester | None = field(default=None, repr=False)
     _old_shapes: set[frozenset[str]] = field(default_factory=set, repr=False)  # image shapes older than the table
 
     def checkpoint(self) -> StreamPosition | None:
@@ -151,6 +155,7 @@ class StreamMigrator:
         if refresh:  # a business's callback base, token, executors or name changed: decode with the new ones
             self._legacy_businesses = None
             self._decoder = None
+            self._digester = None
         latest: dict[str, RowChange | None] = {}  # source key -> its last change (None: gone)
         for ch in changes:
             if ch.table != table:
@@ -186,7 +191,10 @@ class StreamMigrator:
         found: list[LegacyDefinition] = []
         reread: list[str] = []
         gone: list[str] = []
+        unchanged = self._unchanged(latest, conn)
         for key, ch in latest.items():
+            if key in unchanged:
+                continue
             if ch is None:
                 gone.append(key)
                 continue
@@ -207,6 +215,47 @@ class StreamMigrator:
                    if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))]
         return [w for w in writes if not w.noop]
 
+    def _unchanged(self, latest: dict[str, RowChange | None], conn: Connection) -> set[str]:
+        """Keys whose after-image carries content the ledger already holds (migrated, same
+        source digest in the same context, legacy flag set): nothing to map or write. Most
+        of a legacy binlog is the scheduler's own bookkeeping (a recurring task's next fire
+        time and version, columns outside the digest), so this is the common case; it
+        costs one row digest per image and one ledger read per group."""
+        digest_of = self._image_digester()
+        if digest_of is None:
+            return set()
+        digests: dict[str, ContentDigest] = {}
+        for key, ch in latest.items():
+            if ch is None or ch.op is ChangeOp.DELETE or ch.after is None:
+                continue
+            try:
+                cd = digest_of(ch.after)
+            except ImageShapeChanged:  # DDL: the full path reloads the reader's schema
+                continue
+            if cd is not None and not cd.flag_pending and cd.source_key == key:
+                digests[key] = cd
+        if not digests:
+            return set()
+        source = self.reader.system.value
+        ledger = self.writer.ledger(source, list(digests), conn)
+        legacy_biz = self._businesses()
+        options = self.migrator.options
+        same = set()
+        for key, cd in digests.items():
+            entry = ledger.get(key)
+            if (entry is not None and entry.status is LedgerStatus.MIGRATED
+                    and source_half(entry.content_hash) == context_digest(
+                        cd.digest, source, cd.business, cd.time_zone, legacy_biz.get(cd.business), options,
+                        broadcast=cd.broadcast)):
+                same.add(key)
+        self.stats.unchanged += len(same)
+        return same
+
+    def _image_digester(self) -> ImageDigester | None:
+        if self._digester is None and isinstance(self.reader, ImageDigestReader):
+            self._digester = self.reader.image_digester()
+        return self._digester
+
     def _decode(self, image: dict[str, object]) -> LegacyDefinition | None:
         """The definition in a row image; None: read the row by key instead (a reader
         without a decoder, or an image of a table shape older than the table now)."""
@@ -226,6 +275,7 @@ class StreamMigrator:
         assert isinstance(self.reader, RowImageReader)
         self.reader.reload_schema()
         self._decoder = None
+        self._digester = None
         decode = self._image_decoder()
         assert decode is not None
         try:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 
 from readers.legacy_ddl.tables import MYSQL_DIALECTS
-from readers.records import LegacyDefinition
+
+T = TypeVar("T")
 
 
 def session_zone(conn: Connection) -> tzinfo:
@@ -53,14 +54,14 @@ class ImageShapeChanged(Exception):
 
 
 def shaped_decoder(columns: Sequence[str], zone: tzinfo,
-                   decode: Callable[[dict[str, Any]], LegacyDefinition]) -> Callable[[Mapping[str, Any]], LegacyDefinition]:
-    """`decode` of images shaped by `sql_shaped`, refusing an image of another table shape
+                   decode: Callable[[dict[str, Any]], T]) -> Callable[[Mapping[str, Any]], T]:
+    """`decode` (a mapping, or a content digest) of images shaped by `sql_shaped`, refusing an image of another table shape
     (FULL images carry every column the table had when the row was written: one more or one
     less than inspected means DDL, and decoding it with the old column list would drop or
     NULL a column silently)."""
     expected = frozenset(columns)
 
-    def run(image: Mapping[str, Any]) -> LegacyDefinition:
+    def run(image: Mapping[str, Any]) -> T:
         if image.keys() != expected:
             raise ImageShapeChanged(f"image columns {sorted(image)} are not the inspected {sorted(expected)}")
         return decode(sql_shaped(image, columns, zone))

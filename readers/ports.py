@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from readers.records import LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 
 
 class LegacyReader(Protocol):
@@ -45,6 +45,7 @@ class LegacyReader(Protocol):
 
 
 ImageDecoder = Callable[[Mapping[str, Any]], LegacyDefinition]
+ImageDigester = Callable[[Mapping[str, Any]], ContentDigest | None]
 
 
 @runtime_checkable
@@ -59,3 +60,14 @@ class RowImageReader(Protocol):
 
     def reload_schema(self) -> None:
         """Forget the inspected table shapes: the next read or decoder inspects again."""
+
+
+@runtime_checkable
+class ImageDigestReader(Protocol):
+    """A reader that can give the content digest of a FULL row image without mapping it
+    (what `LegacyDefinition.digest` would be): the change stream skips images whose digest
+    the ledger already holds."""
+
+    def image_digester(self) -> ImageDigester:
+        """Bound as `RowImageReader.image_decoder` is (businesses and columns as they are
+        now); None from the digester: no cheap digest for this image, map it."""

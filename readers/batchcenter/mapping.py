@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from readers.digest import row_digest
 from readers.legacy_ddl.values import MAX_TEXT_BYTES, RowDecoder, plain, raw_text
 from readers.records import (
+    ContentDigest,
     ExecStatus,
     LegacyBusiness,
     LegacyDefinition,
@@ -193,10 +194,37 @@ def _callback(dec: RowDecoder, v: Mapping[str, Any], business: LegacyBusiness | 
     return url or "", method or "POST"
 
 
+def _texts(dec: RowDecoder, row: Mapping[Any, Any], ctx: TaskContext) -> dict[str, Any]:
+    """The row with its text columns decoded (bytes or str, size-checked): what the
+    mapping and the content digest both read."""
+    return {k: dec.text(k, x, max_bytes=_TEXT_LIMITS.get(k)) if k in ctx.text_columns else x for k, x in row.items()}
+
+
+def _digest(v: Mapping[str, Any], recurring: bool, problems: bool) -> str:
+    # a row with problems is quarantined: every column counts, so any edit is seen
+    if problems:
+        return row_digest(v)
+    return row_digest(v, DIGEST_SKIP, DIGEST_MASKED if recurring else ())
+
+
+def task_digest(row: Mapping[Any, Any], ctx: TaskContext) -> ContentDigest | None:
+    """The content digest `map_task` would give this row, without mapping it (the change
+    stream's cheap test for an image whose content the ledger already holds: most binlog
+    traffic on bc_task is the batch center moving a recurring task's fire_time and
+    version). None when the text columns alone already have problems: map the row."""
+    dec = RowDecoder(ctx.tz)
+    v = _texts(dec, row, ctx)
+    if dec.problems:
+        return None
+    return ContentDigest(source_key=str(v.get("id")), business=v.get("biz_code") or "",
+                         digest=_digest(v, v.get("task_type") in RECURRING_TYPES, False), time_zone=ctx.tz.name,
+                         flag_pending=v.get("migrated") != 1)
+
+
 def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
     """One `bc_task` row as read (text columns as bytes or str) as a definition."""
     dec = RowDecoder(ctx.tz)
-    v = {k: dec.text(k, x, max_bytes=_TEXT_LIMITS.get(k)) if k in ctx.text_columns else x for k, x in row.items()}
+    v = _texts(dec, row, ctx)
     task_id = dec.integer("id", v.get("id"))
     biz = v.get("biz_code") or ""
     business = ctx.businesses.get(biz)
@@ -244,8 +272,7 @@ def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
         migrated_flag=migrated == 1,
         raw={k: plain(x) for k, x in v.items()},
         problems=tuple(dec.problems),
-        digest=row_digest(v) if dec.problems else row_digest(
-            v, DIGEST_SKIP, DIGEST_MASKED if kind in (ScheduleKind.CRON, ScheduleKind.FIXED_RATE) else ()),
+        digest=_digest(v, kind in (ScheduleKind.CRON, ScheduleKind.FIXED_RATE), bool(dec.problems)),
     )
 
 

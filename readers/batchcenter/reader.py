@@ -28,13 +28,14 @@ from readers.batchcenter.mapping import (
     map_exec,
     map_task,
     shard_count,
+    task_digest,
 )
 from readers.digest import column_kinds, digest_sql
 from readers.errors import MissingTables, SourceUnavailable
 from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
-from readers.ports import ImageDecoder, LegacyReader
+from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
 
@@ -206,6 +207,14 @@ class BatchCenterReader(LegacyReader):
         with self._connect("read_time_zone") as conn:
             zone = session_zone(conn)
         return shaped_decoder(self._shape(TASK)[0], zone, lambda row: map_task(row, ctx))
+
+    def image_digester(self) -> ImageDigester:
+        """The content digest of a binlog row image of `bc_task` as `image_decoder` would
+        give it, without mapping (None: map it). Bound like `image_decoder`."""
+        ctx = self._context()
+        with self._connect("read_time_zone") as conn:
+            zone = session_zone(conn)
+        return shaped_decoder(self._shape(TASK)[0], zone, lambda row: task_digest(row, ctx))
 
     def reload_schema(self) -> None:
         """Forget the inspected columns (after DDL on the legacy tables)."""

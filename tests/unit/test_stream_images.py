@@ -108,3 +108,40 @@ def test_an_image_of_an_altered_table_reloads_the_schema(tmp_path: Path, monkeyp
     sm.apply_group([ChangeBatch(changes=(_up(b, max_retry=2),), position=StreamPosition("bin.000001", 700))])
     assert reread == [[str(b["id"])]] and _job(env, b).max_retry == 4
     assert sm.checkpoint() == StreamPosition("bin.000001", 700)
+
+
+def test_bookkeeping_images_are_recognised_from_their_digest_and_not_mapped(tmp_path: Path, monkeypatch: Any) -> None:
+    """The batch center's own update at a fire (a recurring task's fire_time and version)
+    changes nothing the target holds: the image's digest equals the ledger's, so it is
+    neither mapped nor written. A one-shot's fire_time is content, an edit is content, and
+    a row whose legacy `migrated` flag is still 0 goes the full way (the flag is repaired)."""
+    from datetime import datetime, timedelta
+
+    env, sm = _setup(tmp_path)
+    rows = _rows(env)
+    recurring = [r for r in rows.values() if r["task_type"] in (2, 3) and r["status"] == 0]
+    delay = next(r for r in rows.values() if r["task_type"] == 1 and r["status"] == 0)
+    tick, edit, unflagged = recurring[0], recurring[1], recurring[2]
+    decided: list[str] = []
+    plain_decide = sm.migrator.decide
+    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
+        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+    job_before = _job(env, tick)
+
+    def later(row: dict[str, Any]) -> str:  # SQLite hands DATETIME columns over as text
+        return str(datetime.fromisoformat(str(row["fire_time"])) + timedelta(minutes=5))
+
+    def fired(row: dict[str, Any], **more: Any) -> RowChange:
+        return _up({**row, "migrated": 1}, fire_time=later(row), version=row["version"] + 1, **more)
+
+    sm.apply_group([ChangeBatch(changes=(
+        fired(tick), fired(edit, max_retry=(edit["max_retry"] + 1) % 4), fired(delay),
+        _up(unflagged, fire_time=later(unflagged), migrated=0),
+    ), position=StreamPosition("bin.000001", 500))])
+
+    assert sm.stats.unchanged == 1
+    assert str(tick["id"]) not in decided
+    assert sorted(decided) == sorted(str(r["id"]) for r in (edit, delay, unflagged))
+    assert _job(env, tick) == job_before  # nothing written for it
+    assert _job(env, edit).max_retry == (edit["max_retry"] + 1) % 4
+    assert sm.checkpoint() == StreamPosition("bin.000001", 500)
