@@ -27,6 +27,7 @@ profile can run one level under cProfile on the same set-up.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
-from bench.harness import Goal, Row, StackEnv, fresh_database, percentile
+from bench.harness import Goal, Row, StackEnv, fresh_database, percentile, stack_dir
 
 RATE_GOAL = Goal("value_min", 10_000, "/s")
 LAG_GOAL = Goal("value_max", 1.0, "s")
@@ -59,6 +60,7 @@ class Level:
     rows: int
     seconds: float
     cpu_s: float
+    server_cpu_s: float | None = None  # the MariaDB server's CPU over the same interval
 
     @property
     def rate(self) -> float | None:
@@ -69,12 +71,26 @@ class Level:
         return self.cpu_s / self.rows * 1e6 if self.rows else None
 
 
+def _server_cpu_s() -> float | None:
+    """CPU seconds the stack's MariaDB has used (its pid file, /proc): what each applied
+    event costs the server beside our process. None when it cannot be read."""
+    try:
+        pid = int((stack_dir() / "mariadb" / "mariadb.pid").read_text().strip())
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class _Timer:
     def __init__(self) -> None:
-        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.t0, self.c0, self.s0 = time.perf_counter(), time.process_time(), _server_cpu_s()
 
     def level(self, rows: int) -> Level:
-        return Level(rows, time.perf_counter() - self.t0, time.process_time() - self.c0)
+        s1 = _server_cpu_s()
+        server = s1 - self.s0 if s1 is not None and self.s0 is not None else None
+        return Level(rows, time.perf_counter() - self.t0, time.process_time() - self.c0, server)
 
 
 @dataclass
@@ -341,7 +357,11 @@ def _rate(rows: int, seconds: float) -> float | None:
 
 
 def _cpu(level: Level) -> str:
-    return f"{level.cpu_us:,.0f} µs CPU per event" if level.cpu_us is not None else "no events"
+    if level.cpu_us is None:
+        return "no events"
+    server = (f" + {level.server_cpu_s / level.rows * 1e6:,.0f} µs of the server's"
+              if level.server_cpu_s is not None else "")
+    return f"{level.cpu_us:,.0f} µs CPU per event{server}"
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: Any) -> list[Row]:
