@@ -21,7 +21,7 @@ from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, so
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
-from migrator.target import TargetWriter, Write
+from migrator.target import Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.ports import Clock
@@ -123,19 +123,20 @@ class Migrator:
         ] or list(wanted)
         seen: set[str] = set()
         source = self.reader.system.value
-        def decided() -> Iterator[list[Write]]:
-            # reading, mapping and the summary's counts: all on one thread
+        def decided() -> Iterator[tuple[list[Write], list[Write], Rendered | None]]:
+            # reading, mapping, the summary's counts and (for a run) rendering the rows to
+            # write: all on one thread
             for defs in self._to_decide(legacy_filter, legacy_biz, summary, seen, progress):
                 writes = self.decide(defs, legacy_biz)
                 self._record(summary, writes, keep_rows)
-                yield writes
+                changing = [w for w in writes if not w.noop]
+                yield writes, changing, self.writer.render(changing) if write and changing else None
 
         # a run prepares the next chunk while the current one is written (see prefetch)
-        for writes in (prefetch(decided()) if write else decided()):
+        for writes, changing, rendered in (prefetch(decided()) if write else decided()):
             if write:
-                changing = [w for w in writes if not w.noop]
                 if changing:
-                    summary.rows_written += self.writer.apply(changing)
+                    summary.rows_written += self.writer.apply(changing, rendered=rendered)
                 # after the commit: what changed, and unchanged rows whose legacy flag an
                 # earlier run failed to set after its commit
                 done = [w for w in writes if not w.noop or w.flag_pending]
@@ -213,15 +214,23 @@ class Migrator:
 
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:
+        counts = summary.counts
         for w in writes:
-            summary.add(PlannedRow(w.source, w.source_key, w.business, w.action,
-                                   w.mapped.job.job_code if w.mapped else None, w.field, w.reason),
-                        keep=keep_rows and w.action is not Action.UNCHANGED)
+            action = w.action
+            if action is Action.QUARANTINE or (keep_rows and action is not Action.UNCHANGED):
+                summary.add(PlannedRow(w.source, w.source_key, w.business, action,
+                                       w.mapped.job.job_code if w.mapped else None, w.field, w.reason), keep=True)
+            else:
+                # a row the summary only counts (what `add` does with it): no PlannedRow
+                counts[action.value] += 1
+
+
+_QUARANTINE_JSON = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False)'s text
 
 
 def quarantine_hash(rejection: Rejection, defn: LegacyDefinition) -> str:
     body = [rejection.field, rejection.reason, sorted((k, repr(v)) for k, v in defn.raw.items())]
-    return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(_QUARANTINE_JSON(body).encode()).hexdigest()
 
 
 def _same(stored: str, full_hash: str) -> bool:

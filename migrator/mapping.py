@@ -22,6 +22,9 @@ MAX_SHARDS = 100_000
 NO_TIMEOUT = timedelta(hours=24)  # legacy "0 = no timeout": bounded, so a hung handler is still reported
 EARLIEST = datetime(1970, 1, 2, tzinfo=ZoneInfo("UTC"))
 LATEST = datetime(2100, 1, 1, tzinfo=ZoneInfo("UTC"))
+# json.dumps with options builds an encoder per call; these give the very same text
+_PARAMS_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+_HASH_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 SOURCE_PREFIX = {SourceSystem.XXL_JOB: "xxl", SourceSystem.BATCH_CENTER: "bc"}
 BRIDGE_HANDLER = {SourceSystem.XXL_JOB: "xxl-job-bridge", SourceSystem.BATCH_CENTER: "batch-center-bridge"}
 
@@ -135,7 +138,7 @@ def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) 
         if glue != "BEAN":  # bridged GLUE jobs: the executor needs the source and its version
             body["glue_source"] = defn.raw.get("glue_source") or ""
             body["glue_updatetime"] = _epoch_ms(defn.raw.get("glue_updatetime"))
-    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _PARAMS_JSON(body)
 
 
 def _items(
@@ -240,7 +243,7 @@ def _hash(job: Job, trigger: Trigger | None, items: tuple[ShardingItem, ...]) ->
                            trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
                            trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
                            trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(_HASH_JSON(body).encode()).hexdigest()
 
 
 def _enabled_state(state: TriggerState) -> str:

@@ -59,11 +59,7 @@ def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Se
         raise ValueError(f"insert_rows is the MySQL bulk path, not for {conn.dialect.name}")
     if not rows:
         return 0
-    q = conn.dialect.identifier_preparer.quote
-    head = f"INSERT INTO {q(table.name)} ({', '.join(q(c) for c in columns)}) VALUES "
-    sets = [f"{q(c)} = VALUES({q(c)})" for c in update_columns]
-    sets += [f"{q(c)} = {expr}" for c, expr in (also_sql or {}).items()]
-    tail = f" ON DUPLICATE KEY UPDATE {', '.join(sets)}" if sets else ""
+    head, tail = _head_tail(conn, table, columns, update_columns, also_sql)
     dbapi = conn.connection.dbapi_connection
     cursor = dbapi.cursor()  # type: ignore[union-attr]
     try:
@@ -71,12 +67,69 @@ def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Se
         if render is None:  # another driver: its own executemany does the escaping
             cursor.executemany(f"{head}({', '.join(['%s'] * len(columns))}){tail}", [tuple(r) for r in rows])
             return int(cursor.rowcount or 0)
-        affected = 0
-        for sql in _statements(head, tail, (render(r) for r in rows)):
-            affected += int(cursor.execute(sql) or 0)
-        return affected
+        return _send(cursor, head, tail, (render(r) for r in rows))
     finally:
         cursor.close()
+
+
+def insert_rendered(conn: Connection, table: Table, columns: Sequence[str], literals: Sequence[str],
+                    update_columns: Sequence[str] = (), also_sql: Mapping[str, str] | None = None) -> int:
+    """`insert_rows` for rows already rendered by `render_plain` (only on a connection
+    for which `takes_rendered` is true)."""
+    if not literals:
+        return 0
+    head, tail = _head_tail(conn, table, columns, update_columns, also_sql)
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return _send(cursor, head, tail, literals)
+    finally:
+        cursor.close()
+
+
+def render_plain(row: Sequence[Any]) -> str | None:
+    """One row as a SQL tuple literal, escaped as PyMySQL escapes on a server with
+    backslash escapes (the default), without a connection: so a chunk's rows can be
+    rendered while the previous chunk is written. None when a value is not an int, text
+    or NULL (the writer renders that row through its connection)."""
+    parts = []
+    for v in row:
+        t = type(v)
+        if t is int:
+            parts.append(str(v))
+        elif t is str:
+            parts.append("'" + v.translate(_ESCAPES) + "'")
+        elif v is None:
+            parts.append("NULL")
+        else:
+            return None
+    return "(" + ",".join(parts) + ")"
+
+
+def takes_rendered(conn: Connection) -> bool:
+    """Whether `render_plain`'s literals are what this connection's renderer would give:
+    PyMySQL on a MySQL-compatible server without NO_BACKSLASH_ESCAPES."""
+    if conn.dialect.name not in MYSQL:
+        return False
+    dbapi = conn.connection.dbapi_connection
+    status = getattr(dbapi, "server_status", None)
+    return getattr(dbapi, "escape", None) is not None and isinstance(status, int) \
+        and not status & _NO_BACKSLASH_ESCAPES
+
+
+def _head_tail(conn: Connection, table: Table, columns: Sequence[str], update_columns: Sequence[str],
+               also_sql: Mapping[str, str] | None) -> tuple[str, str]:
+    q = conn.dialect.identifier_preparer.quote
+    head = f"INSERT INTO {q(table.name)} ({', '.join(q(c) for c in columns)}) VALUES "
+    sets = [f"{q(c)} = VALUES({q(c)})" for c in update_columns]
+    sets += [f"{q(c)} = {expr}" for c, expr in (also_sql or {}).items()]
+    return head, f" ON DUPLICATE KEY UPDATE {', '.join(sets)}" if sets else ""
+
+
+def _send(cursor: Any, head: str, tail: str, literals: Any) -> int:
+    affected = 0
+    for sql in _statements(head, tail, literals):
+        affected += int(cursor.execute(sql) or 0)
+    return affected
 
 
 def _statements(head: str, tail: str, tuples: Any) -> Any:
@@ -91,8 +144,6 @@ def _statements(head: str, tail: str, tuples: Any) -> Any:
         size += len(t) + 1
     if parts:
         yield head + ",".join(parts) + tail
-
-
 
 
 def _table(replace: Mapping[int, str]) -> list[str]:

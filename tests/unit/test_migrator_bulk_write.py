@@ -160,7 +160,9 @@ def _python_digests(reader: XxlJobReader) -> list[Any]:
     """The definitions as read without the server's digest (every digest from row_digest)."""
     real = reader._job_columns
     reader._job_columns = lambda conn: list(reader.schema().info.select_list())  # type: ignore[method-assign]
+    reader.reload_schema()  # the rendered job SELECT is built again from the patched columns
     try:
         return list(reader.definitions())
     finally:
         reader._job_columns = real  # type: ignore[method-assign]
+        reader.reload_schema()

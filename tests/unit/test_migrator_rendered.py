@@ -1,0 +1,91 @@
+"""A chunk's rows rendered ahead of its write (`TargetWriter.render`, on the thread that
+prepares the next chunk): the same literals the writer's own renderer gives, and the same
+target rows as a run that renders while it writes."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from migrator.apply import Migrator
+from migrator.target import TargetWriter
+from migrator.upsert import _renderer, render_plain
+from readers.seed import seed_xxljob
+from scheduler_core.store.admin import init_schema
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+from tests.backends import mariadb_database
+from tests.migration_env import make_env
+from tests.unit.test_migrator_bulk_write import HOSTILE, _FakePyMySQL
+
+# the write times differ from run to run; every other column must be equal
+_TIMES = {"created_at", "updated_at"}
+_TABLES = ("dus_job", "dus_job_trigger", "dus_sharding_item", "dus_migration_ledger", "dus_business")
+
+
+def test_a_plain_row_renders_as_the_connection_renderer_does() -> None:
+    render = _renderer(_FakePyMySQL())
+    assert render is not None
+    row: list[Any] = [1, -7, None, 0, *HOSTILE]
+    assert render_plain(row) == render(row)
+
+
+@pytest.mark.parametrize("value", [True, 1.5, datetime(2026, 12, 3), b"x"])
+def test_a_value_that_needs_the_driver_is_left_to_the_writer(value: Any) -> None:
+    assert render_plain([1, "a", value]) is None
+
+
+@pytest.fixture
+def urls() -> Iterator[tuple[str, str, str]]:
+    with mariadb_database("rndl") as legacy, mariadb_database("rnda") as ahead, mariadb_database("rndw") as inline:
+        yield legacy, ahead, inline
+
+
+def _tables(engine: Any) -> dict[str, list[tuple[Any, ...]]]:
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with engine.connect() as conn:
+        for name in _TABLES:
+            res = conn.execute(text(f"SELECT * FROM {name}"))
+            keep = [i for i, c in enumerate(res.keys()) if c not in _TIMES]
+            out[name] = sorted((tuple(r[i] for i in keep) for r in res), key=repr)
+    return out
+
+
+@pytest.mark.mariadb
+def test_rows_rendered_ahead_write_the_same_target_as_rows_rendered_inline(
+        urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    legacy_url, ahead_url, inline_url = urls
+    ahead = make_env(legacy_url, ahead_url, "xxl-job", "3.4")
+    target = make_engine(inline_url)
+    try:
+        init_schema(target, 4)
+        store = SqlTriggerStore(target, ahead.store.clock)
+        inline = Migrator(ahead.reader, TargetWriter(store), ahead.migrator.clock)
+        seed_xxljob(ahead.legacy, "3.4", groups=3, jobs_per_group=40, rng_seed=11)
+        calls: list[int] = []
+        real = TargetWriter.render
+
+        def counted(self: TargetWriter, writes: Any) -> Any:
+            out = real(self, writes)
+            calls.append(0 if out is None else len(out.ledger))
+            return out
+
+        monkeypatch.setattr(TargetWriter, "render", counted)
+        first = ahead.migrator.run()
+        assert calls and all(calls)  # every chunk went through the rendered path
+        monkeypatch.setattr(TargetWriter, "render", lambda self, writes: None)
+        second = inline.run()
+        assert first.counts == second.counts and first.counts["quarantine"] > 0
+        got, want = _tables(ahead.store.engine), _tables(target)
+        assert all(got[t] for t in ("dus_job", "dus_job_trigger", "dus_sharding_item", "dus_migration_ledger"))
+        assert got == want
+        # and an unchanged re-run of the rendered target writes nothing
+        monkeypatch.setattr(TargetWriter, "render", real)
+        assert ahead.migrator.run().rows_written == 0
+    finally:
+        ahead.legacy.dispose()
+        ahead.store.engine.dispose()
+        target.dispose()
