@@ -218,7 +218,8 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
                                         start=position, stall_timeout_s=stall_timeout)
             batches = binlog.batches(stop)
         stats = sm.follow(batches, stop)
-        click.echo(f"stopped: {stats.batches} transactions, {stats.changes} row changes, {stats.applied} applied"
+        click.echo(f"stopped: {stats.batches} transactions, {stats.changes} row changes, {stats.applied} applied, "
+                   f"{stats.unchanged} unchanged by digest"
                    + (f" at {stats.position.log_file}:{stats.position.log_pos}" if stats.position else ""), err=True)
     finally:
         legacy.dispose()
