@@ -96,3 +96,30 @@ def test_a_new_reader_forgets_what_table_ids_meant() -> None:
     finally:
         s.close()
     assert ch.after is not None and ch.after["wall"].tzinfo is timezone.utc and ch.after["at"].tzinfo is None
+
+
+def test_a_row_decoder_failure_hands_the_table_to_the_library(monkeypatch: Any, caplog: Any) -> None:
+    """A plan that cannot read an event's bytes must not stop the stream: the library
+    decodes that event and every later one of the table, and the log says so once."""
+    import readers.streams.binlog as binlog
+
+    s = _stream()
+    s.fast_rows = True
+    calls = []
+
+    def broken(event: Any, plan: Any) -> Any:
+        calls.append(event)
+        raise ValueError("row images ended at byte +3 from the event's end")
+
+    monkeypatch.setattr(binlog, "event_images", broken)
+    cols = [SimpleNamespace(name="id", type=FIELD_TYPE.LONGLONG, unsigned=False)]
+    first = _event(WriteRowsEvent, 9, [], [{"values": {"id": 1}}])
+    first.columns = cols
+    second = _event(WriteRowsEvent, 9, [], [{"values": {"id": 2}}])
+    second.columns = cols
+    with caplog.at_level("ERROR", logger="readers.streams.binlog"):
+        (a,) = s._row_changes(first)
+        (b,) = s._row_changes(second)
+    assert (a.after, b.after) == ({"id": 1}, {"id": 2})
+    assert len(calls) == 1 and s.library_rows == 2
+    assert sum("row decoder failed on s.t" in r.getMessage() for r in caplog.records) == 1
