@@ -91,18 +91,19 @@ def render_plain(row: Sequence[Any]) -> str | None:
     backslash escapes (the default), without a connection: so a chunk's rows can be
     rendered while the previous chunk is written. None when a value is not an int, text
     or NULL (the writer renders that row through its connection)."""
-    parts = []
-    for v in row:
-        t = type(v)
-        if t is int:
-            parts.append(str(v))
-        elif t is str:
-            parts.append("'" + v.translate(_ESCAPES) + "'")
-        elif v is None:
-            parts.append("NULL")
-        else:
-            return None
-    return "(" + ",".join(parts) + ")"
+    try:
+        return "(" + ",".join([str(v) if (t := type(v)) is int else "'" + v.translate(_ESCAPES) + "'" if t is str
+                               else "NULL" if v is None else _not_plain() for v in row]) + ")"
+    except _NotPlain:
+        return None
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _not_plain() -> str:
+    raise _NotPlain
 
 
 def takes_rendered(conn: Connection) -> bool:

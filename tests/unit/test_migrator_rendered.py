@@ -89,3 +89,25 @@ def test_rows_rendered_ahead_write_the_same_target_as_rows_rendered_inline(
         ahead.legacy.dispose()
         ahead.store.engine.dispose()
         target.dispose()
+
+
+@pytest.mark.mariadb
+def test_the_servers_digest_pages_flag_broadcast_jobs_as_the_reader_maps_them() -> None:
+    with mariadb_database("rndb") as legacy_url, mariadb_database("rndc") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        try:
+            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=20, rng_seed=4)
+            with env.legacy.begin() as conn:
+                # exact values only: not lower case, not with a trailing space
+                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'sharding_broadcast' WHERE id = 1"))
+                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST ' WHERE id = 2"))
+                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST' WHERE id = 3"))
+            pages = env.reader.content_digests()  # type: ignore[attr-defined]
+            assert pages is not None
+            by_server = {p.source_key: p.broadcast for p in pages}
+            by_rows = {d.source_key: d.broadcast for d in env.reader.definitions()}
+            assert by_server == by_rows
+            assert by_server["3"] and not by_server["1"] and not by_server["2"]
+        finally:
+            env.legacy.dispose()
+            env.store.engine.dispose()
