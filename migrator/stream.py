@@ -31,15 +31,14 @@ from sqlalchemy.engine import Connection
 
 from migrator.apply import AfterCommit, Migrator
 from migrator.ledger_hash import context_digest, source_half
-
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
 from readers.ports import ImageDecoder, ImageDigester, ImageDigestReader, LegacyReader, RowImageReader
 from readers.records import (
     ChangeBatch,
-    ContentDigest,
     ChangeOp,
+    ContentDigest,
     LegacyBusiness,
     LegacyDefinition,
     RowChange,

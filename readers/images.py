@@ -55,10 +55,10 @@ class ImageShapeChanged(Exception):
 
 def shaped_decoder(columns: Sequence[str], zone: tzinfo,
                    decode: Callable[[dict[str, Any]], T]) -> Callable[[Mapping[str, Any]], T]:
-    """`decode` (a mapping, or a content digest) of images shaped by `sql_shaped`, refusing an image of another table shape
-    (FULL images carry every column the table had when the row was written: one more or one
-    less than inspected means DDL, and decoding it with the old column list would drop or
-    NULL a column silently)."""
+    """`decode` (the mapping, or the content digest) of images shaped by `sql_shaped`,
+    refusing an image of another table shape (FULL images carry every column the table had
+    when the row was written: one more or one less than inspected means DDL, and decoding it
+    with the old column list would drop or NULL a column silently)."""
     expected = frozenset(columns)
 
     def run(image: Mapping[str, Any]) -> T:

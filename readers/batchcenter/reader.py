@@ -9,10 +9,10 @@ or every read on the caller's `Connection` when one is given (one snapshot).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import Connection, Engine, LargeBinary, Select, String, bindparam, cast, column, inspect, select, table
 from sqlalchemy.engine import RowMapping
@@ -38,6 +38,8 @@ from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -203,18 +205,18 @@ class BatchCenterReader(LegacyReader):
     def image_decoder(self) -> ImageDecoder:
         """Decode binlog row images of `bc_task` as `definitions_by_keys` would map the
         same rows (businesses read now)."""
-        ctx = self._context()
-        with self._connect("read_time_zone") as conn:
-            zone = session_zone(conn)
-        return shaped_decoder(self._shape(TASK)[0], zone, lambda row: map_task(row, ctx))
+        return self._images(map_task)
 
     def image_digester(self) -> ImageDigester:
         """The content digest of a binlog row image of `bc_task` as `image_decoder` would
         give it, without mapping (None: map it). Bound like `image_decoder`."""
+        return self._images(task_digest)
+
+    def _images(self, decode: Callable[[Mapping[str, Any], TaskContext], T]) -> Callable[[Mapping[str, Any]], T]:
         ctx = self._context()
         with self._connect("read_time_zone") as conn:
             zone = session_zone(conn)
-        return shaped_decoder(self._shape(TASK)[0], zone, lambda row: task_digest(row, ctx))
+        return shaped_decoder(self._shape(TASK)[0], zone, lambda row: decode(row, ctx))
 
     def reload_schema(self) -> None:
         """Forget the inspected columns (after DDL on the legacy tables)."""
