@@ -162,35 +162,46 @@ class TargetWriter:
         items: dict[str, tuple[str, ...]] = {}
         ledger: dict[str, str] = {}
         columns: dict[str, tuple[str, ...]] = {}
+        lg, jb, tg, si = self.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
         for w in writes:
-            if w.source_key in ledger:
+            key = w.source_key
+            if key in ledger:
                 return None  # a key twice in one chunk: the keyed literals cannot tell them apart
             row = _ledger_row(w, now)
             if row is not None:
-                columns[self.t.ledger.name] = tuple(row)
+                if lg not in columns:
+                    columns[lg] = tuple(row)
                 lit = render_plain(tuple(row.values()))
                 if lit is None:
                     return None
-                ledger[w.source_key] = lit
-            if w.action not in (Action.CREATE, Action.UPDATE) or w.mapped is None:
-                continue
+                ledger[key] = lit
             m = w.mapped
+            if m is None or (w.action is not Action.CREATE and w.action is not Action.UPDATE):
+                continue
             job = _job_row(m, now)
-            columns[self.t.job.name] = tuple(job)
-            lits = [render_plain(tuple(job.values()))]
+            if jb not in columns:
+                columns[jb] = tuple(job)
+            lit = render_plain(tuple(job.values()))
+            if lit is None:
+                return None
+            jobs[key] = lit
             if m.trigger is not None:
                 tv = trigger_values(m.trigger, 0, now)
-                columns[self.t.trigger.name] = tuple(tv)
-                lits.append(_after_job_id(tv))
-            its = [_after_job_id(_item_row(0, i)) for i in m.items]
+                if tg not in columns:
+                    columns[tg] = tuple(tv)
+                lit = _after_job_id(tv)
+                if lit is None:
+                    return None
+                triggers[key] = lit
             if m.items:
-                columns[self.t.sharding_item.name] = tuple(_item_row(0, m.items[0]))
-            if None in lits or None in its:
-                return None
-            jobs[w.source_key] = lits[0]  # type: ignore[assignment]
-            if m.trigger is not None:
-                triggers[w.source_key] = lits[1]  # type: ignore[assignment]
-            items[w.source_key] = tuple(its)  # type: ignore[arg-type]
+                its = [_after_job_id(_item_row(0, i)) for i in m.items]
+                if None in its:
+                    return None
+                if si not in columns:
+                    columns[si] = tuple(_item_row(0, m.items[0]))
+                items[key] = tuple(its)  # type: ignore[arg-type]
+            else:
+                items[key] = ()
         return Rendered(now, jobs, triggers, items, ledger, columns)
 
     def _apply(self, conn: Connection, writes: Sequence[Write], checkpoint: tuple[str, StreamPosition] | None,

@@ -111,3 +111,39 @@ def test_the_servers_digest_pages_flag_broadcast_jobs_as_the_reader_maps_them() 
         finally:
             env.legacy.dispose()
             env.store.engine.dispose()
+
+
+@pytest.mark.mariadb
+def test_rows_deleted_by_hand_are_found_across_the_scans_pages_with_and_without_a_business(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import migrator.apply as apply_mod
+    from migrator.model import Action
+    from scheduler_core.model import TriggerState
+
+    monkeypatch.setattr(apply_mod, "DELETE_SCAN_PAGE", 7)  # many pages, the last one short
+    with mariadb_database("rndd") as legacy_url, mariadb_database("rnde") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        try:
+            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=30, rng_seed=6)
+            env.migrator.run()
+            with env.store.engine.connect() as conn:
+                migrated = conn.execute(text("SELECT source_key, business, target_job_code FROM dus_migration_ledger "
+                                             "WHERE status = 'migrated' ORDER BY source_key")).all()
+            gone = [migrated[0], migrated[len(migrated) // 2], migrated[-1]]
+            with env.legacy.begin() as conn:
+                for key, _, _ in gone:
+                    conn.execute(text("DELETE FROM xxl_job_info WHERE id = :id"), {"id": int(key)})
+            one = gone[1][1]
+            out = env.migrator.run([one], keep_rows=True)
+            assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
+                sorted(k for k, b, _ in gone if b == one)
+            out = env.migrator.run(keep_rows=True)
+            assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
+                sorted(k for k, b, _ in gone if b != one)
+            for _, _, code in gone:
+                (trig,) = env.store.triggers_of(job_code=code)
+                assert trig.state is TriggerState.CANCELLED
+            assert env.migrator.run().rows_written == 0
+        finally:
+            env.legacy.dispose()
+            env.store.engine.dispose()
