@@ -22,9 +22,9 @@ from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, so
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
-from migrator.target import Rendered, TargetWriter, Write
+from migrator.target import LedgerEntry, Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
-from readers.records import LegacyBusiness, LegacyDefinition
+from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition
 from scheduler_core.ports import Clock
 
 CHUNK = 1000
@@ -174,9 +174,14 @@ class Migrator:
                 if progress is not None:
                     progress(len(defs))
             return
-        for page in _chunks(pages, self.chunk):
+        def with_ledger() -> Iterator[tuple[list[ContentDigest], dict[str, LedgerEntry]]]:
+            for page in _chunks(pages, self.chunk):
+                yield page, self.writer.ledger(source, [p.source_key for p in page])
+
+        # each page's ledger rows read on a worker thread while the page before is compared
+        # (the server's lookup then overlaps this thread's Python instead of following it)
+        for page, ledger in prefetch(with_ledger()):
             seen.update(p.source_key for p in page)
-            ledger = self.writer.ledger(source, [p.source_key for p in page])
             other: list[str] = []
             for p in page:
                 entry = ledger.get(p.source_key)
