@@ -15,7 +15,7 @@ from typing import Any
 from readers.digest import row_digest
 from readers.legacy_ddl.tables import XxlJobLineage
 from readers.legacy_ddl.values import INT32_MAX, MAX_TEXT_BYTES, RowDecoder, parse_int, plain
-from readers.records import LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
+from readers.records import ContentDigest, LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
 from readers.timezones import LegacyTimeZone
 
 MAX_CRON_LENGTH = 128  # the width of schedule_conf / job_cron
@@ -196,6 +196,21 @@ def _int(dec: RowDecoder, field: str, value: Any, minimum: int | None = None, ma
     if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value
     return dec.integer(field, value, minimum=minimum, maximum=maximum)
+
+
+def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
+    """The content digest `map_job` would give this row, without mapping it (the change
+    stream's cheap test for an image whose content the ledger already holds: most binlog
+    traffic on xxl_job_info is the admin's schedule thread moving trigger_last_time and
+    trigger_next_time at every fire). None when the row may have problems: map it."""
+    dec = RowDecoder(ctx.tz)
+    v = decode_text(row, dec, ctx.text_columns)
+    group = v.get("job_group")
+    if dec.problems or not isinstance(v.get("id"), int) or not isinstance(group, int) or group not in ctx.groups:
+        return None
+    return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
+                         time_zone=ctx.tz.name,
+                         broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
 
 
 def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:

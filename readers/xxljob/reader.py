@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import convert_datetime
@@ -27,13 +27,15 @@ from readers.errors import MissingTables, SourceUnavailable
 from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
-from readers.ports import ImageDecoder, LegacyReader
+from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.digest import digest_sql
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall, require_aware
 from readers.xxljob.logs import LogContext, map_log
-from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, map_job
+from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -334,12 +336,20 @@ class XxlJobReader(LegacyReader):
     def image_decoder(self) -> ImageDecoder:
         """Decode binlog row images of `xxl_job_info` as `definitions_by_keys` would map
         the same rows (group names read now)."""
+        return self._images(map_job)
+
+    def image_digester(self) -> ImageDigester:
+        """The content digest of a binlog row image of `xxl_job_info` as `image_decoder`
+        would give it, without mapping (None: map it). Bound like `image_decoder`."""
+        return self._images(job_digest)
+
+    def _images(self, decode: Callable[[Mapping[str, Any], JobContext], T]) -> Callable[[Mapping[str, Any]], T]:
         schema = self.schema()
         with self._connect("read_groups") as conn:
             groups = self._group_names(conn)
             zone = session_zone(conn)
         ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
-        return shaped_decoder(schema.info.columns, zone, lambda row: map_job(row, ctx))
+        return shaped_decoder(schema.info.columns, zone, lambda row: decode(row, ctx))
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects

@@ -145,3 +145,38 @@ def test_bookkeeping_images_are_recognised_from_their_digest_and_not_mapped(tmp_
     assert _job(env, tick) == job_before  # nothing written for it
     assert _job(env, edit).max_retry == (edit["max_retry"] + 1) % 4
     assert sm.checkpoint() == StreamPosition("bin.000001", 500)
+
+
+def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path, monkeypatch: Any) -> None:
+    """xxl-job's schedule thread rewrites trigger_last_time / trigger_next_time of a job at
+    every fire: the stream sees the content it holds and maps nothing; an edit of the same
+    job's parameters in a later group is mapped and written."""
+    from readers.seed import seed_xxljob
+
+    env = make_env(f"sqlite:///{tmp_path / 'x.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
+    seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=3)
+    sm = StreamMigrator(env.reader, env.writer, env.migrator, "x")
+    sm.snapshot(env.reader, StreamPosition("bin.000001", 4))
+    with env.legacy.connect() as conn:
+        rows = [dict(r) for r in conn.execute(text("SELECT * FROM xxl_job_info WHERE trigger_status = 1 "
+                                                   "ORDER BY id")).mappings()]
+    job = rows[0]
+    decided: list[str] = []
+    plain_decide = sm.migrator.decide
+    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
+        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+
+    def up(before: dict[str, Any], **after: Any) -> RowChange:
+        return RowChange(op=ChangeOp.UPDATE, schema="l", table="xxl_job_info", before=before,
+                         after={**before, **after})
+
+    fired = up(job, trigger_last_time=job["trigger_next_time"], trigger_next_time=job["trigger_next_time"] + 60_000)
+    sm.apply_group([ChangeBatch(changes=(fired,), position=StreamPosition("bin.000001", 600))])
+    assert (sm.stats.unchanged, decided) == (1, [])
+    edited = up(fired.after or {}, executor_param="p=2")
+    sm.apply_group([ChangeBatch(changes=(edited,), position=StreamPosition("bin.000001", 700))])
+    assert (sm.stats.unchanged, decided) == (1, [str(job["id"])])
+    with env.legacy.connect() as conn:
+        app = conn.execute(text("SELECT app_name FROM xxl_job_group WHERE id = :g"), {"g": job["job_group"]}).scalar_one()
+    target = env.store.get_job(JobCode(f"xxl:{app}:{job['id']}"))
+    assert target is not None and "p=2" in target.params
