@@ -110,31 +110,32 @@ def _fsp_reader(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
     return size, micro
 
 
-def _datetime2(fsp: int) -> Reader:
+def _with_fraction(width: int, whole: Callable[[bytes, int], datetime.datetime | None], fsp: int) -> Reader:
+    """A DATETIME2 / TIMESTAMP2 value: `width` bytes of whole seconds, then the fraction
+    (added only when > 0, as the library does; an invalid date is None, fraction skipped)."""
     size, micro = _fsp_reader(fsp)
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
-        v = int.from_bytes(data[pos:pos + 5], "big")
-        ym = (v >> 22) & 0x1FFFF
-        try:
-            t = datetime.datetime(ym // 13, ym % 13, (v >> 17) & 0x1F, (v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F)
-        except ValueError:  # a zero or invalid date: None, as the library
-            return None, pos + 5 + size
-        us = micro(data, pos + 5)
-        return (t.replace(microsecond=us) if us > 0 else t), pos + 5 + size
+        t = whole(data, pos)
+        if t is None:
+            return None, pos + width + size
+        us = micro(data, pos + width)
+        return (t.replace(microsecond=us) if us > 0 else t), pos + width + size
 
     return read
 
 
-def _timestamp2(fsp: int) -> Reader:
-    size, micro = _fsp_reader(fsp)
+def _datetime2_whole(data: bytes, pos: int) -> datetime.datetime | None:
+    v = int.from_bytes(data[pos:pos + 5], "big")
+    ym = (v >> 22) & 0x1FFFF
+    try:
+        return datetime.datetime(ym // 13, ym % 13, (v >> 17) & 0x1F, (v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F)
+    except ValueError:  # a zero or invalid date: None, as the library
+        return None
 
-    def read(data: bytes, pos: int) -> tuple[Any, int]:
-        t = _UTC_EPOCH + datetime.timedelta(seconds=_be_signed(data, pos, 4))
-        us = micro(data, pos + 4)
-        return (t.replace(microsecond=us) if us > 0 else t), pos + 4 + size
 
-    return read
+def _timestamp2_whole(data: bytes, pos: int) -> datetime.datetime:
+    return _UTC_EPOCH + datetime.timedelta(seconds=_be_signed(data, pos, 4))
 
 
 def _time2(fsp: int) -> Reader:
@@ -264,9 +265,9 @@ def column_reader(column: Any) -> Reader | None:
     if t == FIELD_TYPE.BLOB:
         return _text(column.length_size, _encoding(column)) if column.length_size in (1, 2, 3, 4) else None
     if t == FIELD_TYPE.DATETIME2:
-        return _datetime2(column.fsp)
+        return _with_fraction(5, _datetime2_whole, column.fsp)
     if t == FIELD_TYPE.TIMESTAMP2:
-        return _timestamp2(column.fsp)
+        return _with_fraction(4, _timestamp2_whole, column.fsp)
     if t == FIELD_TYPE.TIME2:
         return _time2(column.fsp)
     if t == FIELD_TYPE.DATE:
