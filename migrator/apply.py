@@ -22,9 +22,9 @@ from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, so
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
-from migrator.target import LedgerEntry, Rendered, TargetWriter, Write
+from migrator.target import Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
-from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition
+from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.ports import Clock
 
 CHUNK = 1000
@@ -174,18 +174,13 @@ class Migrator:
                 if progress is not None:
                     progress(len(defs))
             return
-        def with_ledger() -> Iterator[tuple[list[ContentDigest], dict[str, LedgerEntry]]]:
-            for page in _chunks(pages, self.chunk):
-                yield page, self.writer.ledger(source, [p.source_key for p in page])
-
-        # each page's ledger rows read on a worker thread while the page before is compared
-        # (the server's lookup then overlaps this thread's Python instead of following it)
-        for page, ledger in prefetch(with_ledger()):
+        for page in _chunks(pages, self.chunk):
             seen.update(p.source_key for p in page)
+            ledger = self.writer.ledger_digests(source, [p.source_key for p in page])
             other: list[str] = []
             for p in page:
                 entry = ledger.get(p.source_key)
-                same = entry is not None and source_half(entry.content_hash) == context_digest(
+                same = entry is not None and entry.source_half == context_digest(
                     p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business), self.options,
                     broadcast=p.broadcast)
                 biz = self.options.business_map.get(p.business, p.business)
@@ -236,9 +231,10 @@ class Migrator:
             args += sorted(wanted)
         # keyset pages on the primary key (source_system, source_key): its collation
         # orders and compares the keys, so no key is skipped or read twice
-        sql += f" AND {q('source_key')} > %s ORDER BY {q('source_key')} LIMIT {DELETE_SCAN_PAGE}"
+        page = f" ORDER BY {q('source_key')} LIMIT {DELETE_SCAN_PAGE}"
+        first, rest = f"{sql} AND {q('source_key')} >= %s{page}", f"{sql} AND {q('source_key')} > %s{page}"
         out: list[Write] = []
-        after = ""
+        sql, after = first, ""  # the first page from the smallest key (an empty one included)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             while True:
@@ -247,7 +243,7 @@ class Migrator:
                 out += [Write(Action.DELETE, src, k, b) for k, b in rows if k not in seen]
                 if len(rows) < DELETE_SCAN_PAGE:
                     return out
-                after = rows[-1][0]
+                sql, after = rest, rows[-1][0]
         finally:
             cursor.close()
 

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from migrator.apply import Migrator
+from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
 from migrator.upsert import _renderer, render_plain
 from readers.seed import seed_xxljob
@@ -144,6 +145,38 @@ def test_rows_deleted_by_hand_are_found_across_the_scans_pages_with_and_without_
                 (trig,) = env.store.triggers_of(job_code=code)
                 assert trig.state is TriggerState.CANCELLED
             assert env.migrator.run().rows_written == 0
+        finally:
+            env.legacy.dispose()
+            env.store.engine.dispose()
+
+
+@pytest.mark.mariadb
+def test_ledger_digests_give_what_the_ledger_rows_hold() -> None:
+    from migrator.ledger_hash import source_half
+
+    with mariadb_database("rndf") as legacy_url, mariadb_database("rndg") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        try:
+            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=15, rng_seed=8)
+            env.migrator.run()
+            with env.store.engine.begin() as conn:
+                # an old one-part hash and keys with spaces in them
+                conn.execute(text("UPDATE dus_migration_ledger SET content_hash = LEFT(content_hash, 40) "
+                                  "WHERE source_key = '1'"))
+                conn.execute(text("INSERT INTO dus_migration_ledger (source_system, source_key, business, status, "
+                                  "content_hash, field, reason, updated_at) VALUES "
+                                  "('xxl-job', ' a b ', 'x', 'quarantined', :h, 'cron', 'bad cron ', 1)"),
+                             {"h": "f" * 64})
+            keys = [str(i) for i in range(1, 40)] + [" a b ", "absent"]
+            full = env.writer.ledger("xxl-job", keys)
+            light = env.writer.ledger_digests("xxl-job", keys)
+            assert light.keys() == full.keys() and " a b " in light and light["1"].source_half == ""
+            for k, e in full.items():
+                d = light[k]
+                assert (d.status, d.source_half) == (e.status, source_half(e.content_hash))
+                quarantined = e.status is LedgerStatus.QUARANTINED
+                assert (d.field, d.reason) == ((e.field, e.reason) if quarantined else (None, None))
+            assert any(d.status is LedgerStatus.QUARANTINED and d.field for d in light.values())
         finally:
             env.legacy.dispose()
             env.store.engine.dispose()
