@@ -23,6 +23,7 @@ from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import Rendered, TargetWriter, Write
+from migrator.upsert import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.ports import Clock
@@ -235,17 +236,12 @@ class Migrator:
         first, rest = f"{sql} AND {q('source_key')} >= %s{page}", f"{sql} AND {q('source_key')} > %s{page}"
         out: list[Write] = []
         sql, after = first, ""  # the first page from the smallest key (an empty one included)
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            while True:
-                cursor.execute(sql, (*args, after))
-                rows = cursor.fetchall()
-                out += [Write(Action.DELETE, src, k, b) for k, b in rows if k not in seen]
-                if len(rows) < DELETE_SCAN_PAGE:
-                    return out
-                sql, after = rest, rows[-1][0]
-        finally:
-            cursor.close()
+        while True:  # ends: every page starts past the last key of the one before
+            rows = driver_rows(conn, sql, (*args, after))
+            out += [Write(Action.DELETE, src, k, b) for k, b in rows if k not in seen]
+            if len(rows) < DELETE_SCAN_PAGE:
+                return out
+            sql, after = rest, rows[-1][0]
 
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:

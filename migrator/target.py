@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
-from migrator.upsert import MYSQL, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
+from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
 from scheduler_core.model import ShardingItem, TriggerState
 from scheduler_core.store.rows import job_values, trigger_values
@@ -132,12 +132,7 @@ class TargetWriter:
                    f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
                    f"FROM {q(self.t.ledger.name)} WHERE {q('source_system')} = %s "
                    f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                cursor.execute(sql, (source, *keys))
-                rows = cursor.fetchall()
-            finally:
-                cursor.close()
+            rows = driver_rows(conn, sql, (source, *keys))
         out: dict[str, LedgerDigest] = {}
         status_of = _STATUS
         for packed, fld, reason in rows:
@@ -155,12 +150,7 @@ class TargetWriter:
                    f"{q('field')}, {q('reason')} "
                    f"FROM {q(lg.name)} WHERE {q('source_system')} = %s "
                    f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                cursor.execute(sql, (source, *keys))
-                return cursor.fetchall()  # type: ignore[no-any-return]
-            finally:
-                cursor.close()
+            return driver_rows(conn, sql, (source, *keys))
         return conn.execute(select(lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code,
                                    lg.c.field, lg.c.reason).where(
             lg.c.source_system == source, lg.c.source_key.in_(list(keys)))).all()
@@ -354,13 +344,8 @@ class TargetWriter:
         if conn.dialect.name not in MYSQL:
             return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())  # type: ignore[arg-type]
         q = conn.dialect.identifier_preparer.quote
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
-                           f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", tuple(codes))
-            return dict(cursor.fetchall())
-        finally:
-            cursor.close()
+        return dict(driver_rows(conn, f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
+                                      f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", codes))
 
     def _delete_many(self, conn: Connection, writes: list[Write], now: int) -> int:
         if not writes:

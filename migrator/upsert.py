@@ -72,6 +72,18 @@ def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Se
         cursor.close()
 
 
+def driver_rows(conn: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of one statement sent on the transaction's own PyMySQL connection, as
+    plain tuples: no Core rendering of long IN lists and no Row objects, which cost more
+    than the reads themselves on the migration's hot paths (MySQL-compatible servers only)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, tuple(args))
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
 def insert_rendered(conn: Connection, table: Table, columns: Sequence[str], literals: Sequence[str],
                     update_columns: Sequence[str] = (), also_sql: Mapping[str, str] | None = None) -> int:
     """`insert_rows` for rows already rendered by `render_plain` (only on a connection

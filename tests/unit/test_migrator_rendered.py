@@ -4,6 +4,7 @@ target rows as a run that renders while it writes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -19,8 +20,20 @@ from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
-from tests.migration_env import make_env
+from tests.migration_env import MigrationEnv, make_env
 from tests.unit.test_migrator_bulk_write import HOSTILE, _FakePyMySQL
+
+
+@contextmanager
+def _xxljob_env() -> Iterator[MigrationEnv]:
+    """An empty xxl-job 3.4 legacy database and a target, on the real MariaDB."""
+    with mariadb_database("rndx") as legacy_url, mariadb_database("rndy") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        try:
+            yield env
+        finally:
+            env.legacy.dispose()
+            env.store.engine.dispose()
 
 # the write times differ from run to run; every other column must be equal
 _TIMES = {"created_at", "updated_at"}
@@ -94,24 +107,19 @@ def test_rows_rendered_ahead_write_the_same_target_as_rows_rendered_inline(
 
 @pytest.mark.mariadb
 def test_the_servers_digest_pages_flag_broadcast_jobs_as_the_reader_maps_them() -> None:
-    with mariadb_database("rndb") as legacy_url, mariadb_database("rndc") as target_url:
-        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
-        try:
-            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=20, rng_seed=4)
-            with env.legacy.begin() as conn:
-                # exact values only: not lower case, not with a trailing space
-                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'sharding_broadcast' WHERE id = 1"))
-                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST ' WHERE id = 2"))
-                conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST' WHERE id = 3"))
-            pages = env.reader.content_digests()  # type: ignore[attr-defined]
-            assert pages is not None
-            by_server = {p.source_key: p.broadcast for p in pages}
-            by_rows = {d.source_key: d.broadcast for d in env.reader.definitions()}
-            assert by_server == by_rows
-            assert by_server["3"] and not by_server["1"] and not by_server["2"]
-        finally:
-            env.legacy.dispose()
-            env.store.engine.dispose()
+    with _xxljob_env() as env:
+        seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=20, rng_seed=4)
+        with env.legacy.begin() as conn:
+            # exact values only: not lower case, not with a trailing space
+            conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'sharding_broadcast' WHERE id = 1"))
+            conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST ' WHERE id = 2"))
+            conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'SHARDING_BROADCAST' WHERE id = 3"))
+        pages = env.reader.content_digests()  # type: ignore[attr-defined]
+        assert pages is not None
+        by_server = {p.source_key: p.broadcast for p in pages}
+        by_rows = {d.source_key: d.broadcast for d in env.reader.definitions()}
+        assert by_server == by_rows
+        assert by_server["3"] and not by_server["1"] and not by_server["2"]
 
 
 @pytest.mark.mariadb
@@ -122,61 +130,51 @@ def test_rows_deleted_by_hand_are_found_across_the_scans_pages_with_and_without_
     from scheduler_core.model import TriggerState
 
     monkeypatch.setattr(apply_mod, "DELETE_SCAN_PAGE", 7)  # many pages, the last one short
-    with mariadb_database("rndd") as legacy_url, mariadb_database("rnde") as target_url:
-        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
-        try:
-            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=30, rng_seed=6)
-            env.migrator.run()
-            with env.store.engine.connect() as conn:
-                migrated = conn.execute(text("SELECT source_key, business, target_job_code FROM dus_migration_ledger "
-                                             "WHERE status = 'migrated' ORDER BY source_key")).all()
-            gone = [migrated[0], migrated[len(migrated) // 2], migrated[-1]]
-            with env.legacy.begin() as conn:
-                for key, _, _ in gone:
-                    conn.execute(text("DELETE FROM xxl_job_info WHERE id = :id"), {"id": int(key)})
-            one = gone[1][1]
-            out = env.migrator.run([one], keep_rows=True)
-            assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
-                sorted(k for k, b, _ in gone if b == one)
-            out = env.migrator.run(keep_rows=True)
-            assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
-                sorted(k for k, b, _ in gone if b != one)
-            for _, _, code in gone:
-                (trig,) = env.store.triggers_of(job_code=code)
-                assert trig.state is TriggerState.CANCELLED
-            assert env.migrator.run().rows_written == 0
-        finally:
-            env.legacy.dispose()
-            env.store.engine.dispose()
+    with _xxljob_env() as env:
+        seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=30, rng_seed=6)
+        env.migrator.run()
+        with env.store.engine.connect() as conn:
+            migrated = conn.execute(text("SELECT source_key, business, target_job_code FROM dus_migration_ledger "
+                                         "WHERE status = 'migrated' ORDER BY source_key")).all()
+        gone = [migrated[0], migrated[len(migrated) // 2], migrated[-1]]
+        with env.legacy.begin() as conn:
+            for key, _, _ in gone:
+                conn.execute(text("DELETE FROM xxl_job_info WHERE id = :id"), {"id": int(key)})
+        one = gone[1][1]
+        out = env.migrator.run([one], keep_rows=True)
+        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
+            sorted(k for k, b, _ in gone if b == one)
+        out = env.migrator.run(keep_rows=True)
+        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
+            sorted(k for k, b, _ in gone if b != one)
+        for _, _, code in gone:
+            (trig,) = env.store.triggers_of(job_code=code)
+            assert trig.state is TriggerState.CANCELLED
+        assert env.migrator.run().rows_written == 0
 
 
 @pytest.mark.mariadb
 def test_ledger_digests_give_what_the_ledger_rows_hold() -> None:
     from migrator.ledger_hash import source_half
 
-    with mariadb_database("rndf") as legacy_url, mariadb_database("rndg") as target_url:
-        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
-        try:
-            seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=15, rng_seed=8)
-            env.migrator.run()
-            with env.store.engine.begin() as conn:
-                # an old one-part hash and keys with spaces in them
-                conn.execute(text("UPDATE dus_migration_ledger SET content_hash = LEFT(content_hash, 40) "
-                                  "WHERE source_key = '1'"))
-                conn.execute(text("INSERT INTO dus_migration_ledger (source_system, source_key, business, status, "
-                                  "content_hash, field, reason, updated_at) VALUES "
-                                  "('xxl-job', ' a b ', 'x', 'quarantined', :h, 'cron', 'bad cron ', 1)"),
-                             {"h": "f" * 64})
-            keys = [str(i) for i in range(1, 40)] + [" a b ", "absent"]
-            full = env.writer.ledger("xxl-job", keys)
-            light = env.writer.ledger_digests("xxl-job", keys)
-            assert light.keys() == full.keys() and " a b " in light and light["1"].source_half == ""
-            for k, e in full.items():
-                d = light[k]
-                assert (d.status, d.source_half) == (e.status, source_half(e.content_hash))
-                quarantined = e.status is LedgerStatus.QUARANTINED
-                assert (d.field, d.reason) == ((e.field, e.reason) if quarantined else (None, None))
-            assert any(d.status is LedgerStatus.QUARANTINED and d.field for d in light.values())
-        finally:
-            env.legacy.dispose()
-            env.store.engine.dispose()
+    with _xxljob_env() as env:
+        seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=15, rng_seed=8)
+        env.migrator.run()
+        with env.store.engine.begin() as conn:
+            # an old one-part hash and keys with spaces in them
+            conn.execute(text("UPDATE dus_migration_ledger SET content_hash = LEFT(content_hash, 40) "
+                              "WHERE source_key = '1'"))
+            conn.execute(text("INSERT INTO dus_migration_ledger (source_system, source_key, business, status, "
+                              "content_hash, field, reason, updated_at) VALUES "
+                              "('xxl-job', ' a b ', 'x', 'quarantined', :h, 'cron', 'bad cron ', 1)"),
+                         {"h": "f" * 64})
+        keys = [str(i) for i in range(1, 40)] + [" a b ", "absent"]
+        full = env.writer.ledger("xxl-job", keys)
+        light = env.writer.ledger_digests("xxl-job", keys)
+        assert light.keys() == full.keys() and " a b " in light and light["1"].source_half == ""
+        for k, e in full.items():
+            d = light[k]
+            assert (d.status, d.source_half) == (e.status, source_half(e.content_hash))
+            quarantined = e.status is LedgerStatus.QUARANTINED
+            assert (d.field, d.reason) == ((e.field, e.reason) if quarantined else (None, None))
+        assert any(d.status is LedgerStatus.QUARANTINED and d.field for d in light.values())
