@@ -77,6 +77,7 @@ class Write:
     # (a failure after the target commit): after_commit sets it, repairing the earlier run
     flag_pending: bool = False
 
+
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A chunk's rows as SQL tuple literals (`TargetWriter.render`), made while the chunk
@@ -245,17 +246,19 @@ class TargetWriter:
             rendered = None
         now = rendered.now if rendered is not None else self.store.clock.now_ms()
         written = 0
-        ledger: list[tuple[Write, LedgerStatus, str, str | None]] = []
+        ledger: list[Write] = []  # the writes whose ledger row `_ledger_row` gives
         puts = [w for w in writes if w.action in (Action.CREATE, Action.UPDATE) and w.mapped is not None]
         if puts:
             written += self._put(conn, puts, now, ledger, rendered)
-        ledger += [(w, LedgerStatus.QUARANTINED, w.content_hash, None) for w in writes if w.action is Action.QUARANTINE]
-        # an unchanged row whose source digest moved: its ledger row only (migrator.apply)
-        ledger += [(w, LedgerStatus.MIGRATED, w.content_hash, w.mapped.job.job_code) for w in writes
-                   if w.action is Action.UNCHANGED and not w.noop and w.mapped is not None and w.content_hash]
+        ledger += [w for w in writes if w.action in (Action.QUARANTINE, Action.UNCHANGED)]
         # the chunk's ledger rows in one statement, before the deletes read the ledger (a
         # row created and deleted in one group of changes must be found by its delete)
-        written += self._ledger_many(conn, ledger, now, rendered)
+        if rendered is not None:
+            lits = [rendered.ledger[w.source_key] for w in ledger if w.source_key in rendered.ledger]
+            _write_rendered(conn, self.t.ledger, rendered, lits, _LEDGER_SET)
+            written += len(lits)
+        else:
+            written += self._ledger_many(conn, [row for w in ledger if (row := _ledger_row(w, now)) is not None])
         written += self._delete_many(conn, [w for w in writes if w.action is Action.DELETE], now)
         written += self._ensure_businesses(conn, businesses_of(writes), now)
         if checkpoint is not None:
@@ -264,8 +267,8 @@ class TargetWriter:
 
     # -- pieces -----------------------------------------------------------------------
 
-    def _put(self, conn: Connection, writes: list[Write], now: int,
-             ledger: list[tuple[Write, LedgerStatus, str, str | None]], rendered: Rendered | None = None) -> int:
+    def _put(self, conn: Connection, writes: list[Write], now: int, ledger: list[Write],
+             rendered: Rendered | None = None) -> int:
         """Creates and updates together, a fixed number of statements for the whole chunk:
         jobs upserted by job code (an existing job is a ledger row lost after its target:
         repaired in place), sharding items replaced, triggers inserted or updated while
@@ -333,8 +336,7 @@ class TargetWriter:
         # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
         _write(conn, tr, edits, ("id",), _TRIGGER_SET, {"version": tr.c.version + literal_column("1")},
                {"version": "`version` + 1"})
-        ledger += [(w, LedgerStatus.MIGRATED, w.content_hash or w.mapped.content_hash, w.mapped.job.job_code)  # type: ignore[union-attr]
-                   for w in writes if w.source_key not in held]
+        ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
 
     def _job_ids(self, conn: Connection, codes: Sequence[str]) -> dict[str, int]:
@@ -358,21 +360,14 @@ class TargetWriter:
             # history stays attached to it)
             conn.execute(update(tr).where(tr.c.job_code.in_(codes), tr.c.state.in_(_EDITABLE))
                          .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now))
-        return self._ledger_many(conn, [(w, LedgerStatus.DELETED, "", e.job_code if (e := ledger.get(w.source_key))
-                                         else None) for w in writes], now)
+        return self._ledger_many(conn, [_ledger_values(w, LedgerStatus.DELETED, "", e.job_code if (
+            e := ledger.get(w.source_key)) else None, now) for w in writes])
 
-    def _ledger_many(self, conn: Connection, rows: Sequence[tuple[Write, LedgerStatus, str, str | None]],
-                     now: int, rendered: Rendered | None = None) -> int:
-        """Upsert ledger rows in one statement (`rendered`: the rows as rendered ahead,
-        each the very row `_ledger_row` gives its write)."""
+    def _ledger_many(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+        """Upsert ledger rows in one statement."""
         if not rows:
             return 0
-        if rendered is not None:
-            _write_rendered(conn, self.t.ledger, rendered, [rendered.ledger[w.source_key] for w, *_ in rows],
-                            _LEDGER_SET)
-            return len(rows)
-        values = [_ledger_values(w, status, h, code, now) for w, status, h, code in rows]
-        _write(conn, self.t.ledger, values, ("source_system", "source_key"), _LEDGER_SET)
+        _write(conn, self.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
         return len(rows)
 
     def _ensure_businesses(self, conn: Connection, wanted: Sequence[tuple[str, str]], now: int) -> int:
@@ -459,8 +454,10 @@ def _after_job_id(row: dict[str, Any]) -> str | None:
 
 
 def _ledger_row(w: Write, now: int) -> dict[str, Any] | None:
-    """The ledger row `_apply` writes for this write when it writes one (a put's only
-    when its trigger is not being fired: see `_put`; a delete's: see `_delete_many`)."""
+    """The ledger row of a put, a quarantine or an unchanged row whose source digest moved
+    (migrator.apply); None: the write takes none. The one rule for `_apply` and `render`
+    (`_apply` leaves out a put whose trigger is being fired, see `_put`; a delete's row is
+    `_delete_many`'s)."""
     if w.action in (Action.CREATE, Action.UPDATE) and w.mapped is not None:
         return _ledger_values(w, LedgerStatus.MIGRATED, w.content_hash or w.mapped.content_hash,
                               w.mapped.job.job_code, now)
