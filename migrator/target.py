@@ -199,25 +199,27 @@ class TargetWriter:
         ledger: dict[str, str] = {}
         columns: dict[str, tuple[str, ...]] = {}
         lg, jb, tg, si = self.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
+        seen: set[str] = set()
+
+        def literal(table: str, row: dict[str, Any]) -> str | None:
+            columns.setdefault(table, tuple(row))  # every row of a table has the same keys in the same order
+            return render_plain(tuple(row.values()))
+
         for w in writes:
             key = w.source_key
-            if key in ledger:
+            if key in seen:
                 return None  # a key twice in one chunk: the keyed literals cannot tell them apart
+            seen.add(key)
             row = _ledger_row(w, now)
             if row is not None:
-                if lg not in columns:
-                    columns[lg] = tuple(row)
-                lit = render_plain(tuple(row.values()))
+                lit = literal(lg, row)
                 if lit is None:
                     return None
                 ledger[key] = lit
             m = w.mapped
             if m is None or (w.action is not Action.CREATE and w.action is not Action.UPDATE):
                 continue
-            job = _job_row(m, now)
-            if jb not in columns:
-                columns[jb] = tuple(job)
-            lit = render_plain(tuple(job.values()))
+            lit = literal(jb, _job_row(m, now))
             if lit is None:
                 return None
             jobs[key] = lit
