@@ -116,10 +116,17 @@ class BusinessSwitch:
         settled = self.control.stop([ln.source_key for ln in links])
         report.notes += list(settled.notes)
         shadow = current.shadow
+        # The jobs leave shadow BEFORE any trigger is rewound: the scheduler reads a job's
+        # shadow flag when it fires, and a trigger rewound to H (seconds away, well inside
+        # the lookahead) is admitted at once. Rewound first, H was fired as a shadow copy
+        # (recorded, never invoked) whenever the scheduler won the race with the flag:
+        # the occurrence at the switch instant was lost (seen under load in CI). Off
+        # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
+        # which the stopped legacy side no longer fires: real, as it must be.
+        self._set_shadow(biz, False)
         for ln in links:
             handover = settled.next_due.get(ln.source_key)
             self._align_new_side(ln, handover, shadow, report)
-        self._set_shadow(biz, False)
         self.registry.transition(current, B.CUTOVER, actor=actor, reason=reason or "cutover", shadow=False,
                                  comparison_id=report.comparison_id, forced=report.forced, detail=report.as_dict())
         return report

@@ -168,3 +168,32 @@ def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(
         assert rows[key][1] == max(new_next, legacy_next[key]), f"{key}: legacy restarted behind what it fired"
         checked += int(legacy_next[key] > new_next)
     assert checked > 0 and rep.legacy_started >= checked
+
+
+def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> None:
+    """The root cause of the occurrence lost at H under load: a trigger rewound to H is
+    admitted at once (H is inside the lookahead), and the scheduler reads the job's shadow
+    flag as it fires. Every rewind must therefore meet a job already out of shadow: here
+    a 'scheduler' reads the flag the instant each rewind commits, as a loaded box lets it."""
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    with env.store.engine.begin() as conn:  # the shadow side ran an hour ahead
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
+    seen: list[bool] = []
+    real_cas = env.store.cas
+
+    def cas_then_fire(tr):  # type: ignore[no-untyped-def]
+        won = real_cas(tr)
+        if won and tr.next_fire_at:
+            for t in won:
+                job = env.store.get_jobs([t.job_code])[t.job_code]
+                seen.append(job.shadow)  # what a fire right now would publish
+        return won
+
+    env.store.cas = cas_then_fire  # type: ignore[method-assign]
+    rep = sw.cutover(biz, actor="ops")
+    assert rep.rewound > 0 and seen
+    assert not any(seen), "a trigger was rewound to H while its job was still in shadow"
