@@ -53,3 +53,22 @@ class LegacyControl(Protocol):
     @abstractmethod
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         """The legacy next due time of each job as it stands (no change)."""
+
+
+class FencePort(Protocol):
+    """The rollback fence (DESIGN "The rollback fence"): executors skip, with a record,
+    every command of a business scheduled in [from, until). A rollback raises it at its
+    handover F (open-ended), so the commands the new side already published for >= F are
+    never run; a later dual-run start closes it at its own start instant. Executors learn
+    it without reaching the store (the bus's control channel; in-process on the embedded
+    default). Implemented in `scheduler_core.fence`, joined in `switchyard.wiring`."""
+
+    @abstractmethod
+    def raise_fence(self, business: str, at: datetime) -> int:
+        """From `at` on, no command of the business is invoked; already published ones at
+        or after `at` are recorded as skipped by the rollback. Returns the fired records
+        so marked."""
+
+    @abstractmethod
+    def lift_fence(self, business: str, at: datetime) -> None:
+        """Commands scheduled at or after `at` run again (the fence becomes [from, at))."""
