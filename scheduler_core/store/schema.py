@@ -48,6 +48,7 @@ class Tables:
     business: Table
     audit: Table
     comparison: Table
+    legacy_hold: Table
     partitions: int
     dialect: str
 
@@ -248,6 +249,22 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("body", _LongText, nullable=False),
         Index("idx_comparison_biz", "biz_code", "computed_at"),
     )
+    # The legacy jobs Switchyard switched off itself (a cutover's stop), one row per job
+    # while the stop stands: what tells the switch's own `trigger_status = 0` / paused
+    # task from an operator's stop in the legacy admin, for a re-migration, the change
+    # stream and `status --check`. Written BEFORE the legacy write it explains, removed
+    # only after the job is live on legacy again (rollback, or an abandoned cutover).
+    legacy_hold = Table(
+        "dus_legacy_hold",
+        md,
+        Column("source_system", String(32), nullable=False),
+        Column("source_key", String(191), nullable=False),
+        Column("biz_code", String(64), nullable=False),
+        Column("reason", String(32), nullable=False),  # cutover
+        Column("held_at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("source_system", "source_key"),
+        Index("idx_hold_biz", "biz_code"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -261,6 +278,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         business=business,
         audit=audit,
         comparison=comparison,
+        legacy_hold=legacy_hold,
         partitions=partitions,
         dialect=dialect,
     )
