@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pymysql
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, source_digest, source_half
+from migrator.holds import LegacyHolds
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
@@ -26,6 +27,7 @@ from migrator.target import Rendered, TargetWriter, Write
 from migrator.upsert import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
+from scheduler_core.model import TriggerState
 from scheduler_core.ports import Clock
 
 CHUNK = 1000
@@ -68,6 +70,10 @@ class Migrator:
         now = self.clock.now()
         known = states is not None
         states = dict(states or {})
+        # stopped legacy rows that Switchyard stopped itself (a cutover): not an operator's
+        # stop, so never mirrored onto the new side (migrator.holds)
+        stopped = [d.source_key for d in defs if not d.enabled]
+        held = self.holds.held(source, stopped, conn) if stopped else set()
         out: list[Write] = []
         for d in defs:
             biz = business_of(d, self.options)
@@ -83,7 +89,9 @@ class Migrator:
             if biz not in states:
                 states[biz] = BusinessState.LEGACY if known else self.writer.business_state(biz, conn)
             active = states[biz] is not BusinessState.LEGACY
-            result = map_definition(d, legacy_businesses.get(d.business), now, self.options, active=active)
+            own_stop = d.source_key in held
+            result = map_definition(replace(d, enabled=True) if own_stop else d, legacy_businesses.get(d.business),
+                                    now, self.options, active=active)
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
                 same = entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
@@ -92,19 +100,24 @@ class Migrator:
                 continue
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
-            if entry is None or entry.status is not LedgerStatus.MIGRATED:
-                out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h))
+            fresh = entry is None or entry.status is not LedgerStatus.MIGRATED
+            note = None if not fresh and _same(entry.content_hash, result.content_hash) else _cutover_note(  # type: ignore[union-attr]
+                d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
+            if fresh:
+                out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h, note=note))
             elif _same(entry.content_hash, result.content_hash):
                 # mapped the same: the target is right. When only the digest moved (a column
                 # outside the mapping changed, the mapping code changed, an old ledger row)
                 # the ledger row alone takes the new digest, else every later run would map
-                # this row again: a one-off ledger write, never a target write
-                refresh = bool(digest) and source_half(entry.content_hash) != digest
+                # this row again: a one-off ledger write, never a target write. Not for a
+                # row stopped by the switch: its digest is the stop's, and the row as the
+                # operator left it must still differ from the ledger once the hold is gone
+                refresh = bool(digest) and source_half(entry.content_hash) != digest and not own_stop
                 out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=not refresh,
                                  content_hash=h if refresh else entry.content_hash,
-                                 flag_pending=d.migrated_flag is False))
+                                 flag_pending=d.migrated_flag is False, note=note))
             else:
-                out.append(Write(Action.UPDATE, source, d.source_key, biz, result, content_hash=h))
+                out.append(Write(Action.UPDATE, source, d.source_key, biz, result, content_hash=h, note=note))
         return out
 
     def _go(
@@ -243,10 +256,16 @@ class Migrator:
                 return out
             sql, after = rest, rows[-1][0]
 
+    @property
+    def holds(self) -> LegacyHolds:
+        return LegacyHolds(self.writer.store)
+
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:
         counts = summary.counts
         for w in writes:
+            if w.note is not None:
+                summary.notes.append(w.note)
             action = w.action
             if action is Action.QUARANTINE or (keep_rows and action is not Action.UNCHANGED):
                 summary.add(PlannedRow(w.source, w.source_key, w.business, action,
@@ -262,6 +281,24 @@ _QUARANTINE_JSON = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(...
 def quarantine_hash(rejection: Rejection, defn: LegacyDefinition) -> str:
     body = [rejection.field, rejection.reason, sorted((k, repr(v)) for k, v in defn.raw.items())]
     return hashlib.sha256(_QUARANTINE_JSON(body).encode()).hexdigest()
+
+
+def _cutover_note(d: LegacyDefinition, biz: str, state: BusinessState, action: Action,
+                  result: Mapped) -> str | None:
+    """What an operator did in the legacy admin to a job of a business already cut over:
+    reported, never applied to the new side (TargetWriter keeps a cut-over trigger's
+    state). Only a row whose mapping changed says something new; a job switched back on
+    over the switch's own stop maps the same, and `status --check` finds it live on both."""
+    if state is not BusinessState.CUTOVER or result.trigger is None:
+        return None
+    who = f"{d.source.value} job {d.source_key} (business {biz}, cut over)"
+    if action is Action.CREATE and d.enabled:
+        return (f"{who} is new on legacy and switched on there: it fires on BOTH sides; stop it in the legacy "
+                "admin (the new side fires it)")
+    if action is Action.UPDATE and result.trigger.state is not TriggerState.WAITING:
+        return (f"{who} was made {d.status or 'stopped'} in the legacy admin after the cutover: not applied, "
+                "the new side keeps firing it (`switchyard trigger pause|cancel --reason` if that was meant)")
+    return None
 
 
 def _same(stored: str, full_hash: str) -> bool:

@@ -26,7 +26,8 @@ from sqlalchemy import select, update
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
 from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
-from migrator.ports import CutoverGate, LegacyControl
+from migrator.holds import LegacyHolds
+from migrator.ports import CutoverGate, FencePort, LegacyControl
 from scheduler_core.model import Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
@@ -50,11 +51,20 @@ class SwitchReport:
     deactivated: int = 0
     rewound: int = 0
     legacy_started: int = 0
+    # rollback: job -> why it was not handed back (paused or cancelled on the new side,
+    # or legacy did not switch it on); not empty = the rollback is not a success
+    not_handed_back: dict[str, str] = field(default_factory=dict)
+    fence_at: str | None = None  # rollback: the new side invokes nothing at or after this
+    fenced: int = 0  # rollback: fired records already published for >= fence_at, recorded as skipped
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the gate's: to fix before cutover, not refusals
 
+    @property
+    def ok(self) -> bool:
+        return not self.not_handed_back
+
     def as_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "ok": self.ok}
 
 
 @dataclass
@@ -66,8 +76,13 @@ class Link:
 
 class BusinessSwitch:
     def __init__(self, store: SqlTriggerStore, control: LegacyControl, clock: Clock, gate: CutoverGate | None = None,
-                 *, max_verdict_age: timedelta = timedelta(hours=1), acquired_patience: timedelta = timedelta(seconds=120)) -> None:
+                 *, max_verdict_age: timedelta = timedelta(hours=1), acquired_patience: timedelta = timedelta(seconds=120),
+                 fences: FencePort | None = None) -> None:
         self.store = store
+        self.holds = LegacyHolds(store)
+        # without a fence (a caller that wires none) a rollback hands over at the first
+        # occurrence the new side has not published, up to one lookahead away
+        self.fences = fences
         self.control = control
         self.clock = clock
         self.gate = gate
@@ -92,6 +107,14 @@ class BusinessSwitch:
                 # the first occurrence after now: the new side starts beside the legacy one
                 nxt = next_after(t, now - timedelta(milliseconds=1)) if t.next_fire_at < now else t.next_fire_at
                 nexts[t.id] = nxt or t.next_fire_at
+        if self.fences is not None:
+            # a rollback's fence skips every command published before it; the new side
+            # starts after the last of them, so no fenced command is ever let through
+            resume_at = max([now, *(t.next_fire_at for t in created if t.kind is not TriggerKind.ONCE)])
+            for t in created:
+                if t.kind is not TriggerKind.ONCE and nexts[t.id] < resume_at:  # type: ignore[index]
+                    nexts[t.id] = self._first_at_or_after(t, resume_at) or nexts[t.id]  # type: ignore[index]
+            self.fences.lift_fence(biz, resume_at)
         won = self.store.cas(Transition(ids=list(nexts), from_state=S.CREATED, to_state=S.WAITING, next_fire_at=nexts))
         report.activated = len(won)
         self.registry.transition(current, B.DUAL_RUN, actor=actor, reason=reason or "dual-run start", shadow=shadow,
@@ -113,7 +136,22 @@ class BusinessSwitch:
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
         links = self.links(biz)
-        settled = self.control.stop([ln.source_key for ln in links])
+        keys = [ln.source_key for ln in links]
+        source = current.source_system
+        # Only the jobs running on legacy now are switched off by this cutover; the others
+        # were stopped by an operator and stay paused on both sides. The holds are
+        # committed BEFORE the stop: a change stream or a `migrate run` that reads the
+        # stopped rows meanwhile (the business is still dual_run until the end) must see
+        # the switch's own stop, never an operator's.
+        running = self.control.live(keys)
+        self.holds.add(source, biz, running)
+        try:
+            settled = self.control.stop(keys)
+        except Exception:
+            # the stop was undone (xxl-job) or stopped half-way (batch center): a job that
+            # is still live on legacy is not held; one left stopped stays held
+            self.holds.remove(source, self.control.live(list(running)))
+            raise
         report.notes += list(settled.notes)
         shadow = current.shadow
         # The jobs leave shadow BEFORE any trigger is rewound: the scheduler reads a job's
@@ -125,42 +163,83 @@ class BusinessSwitch:
         # which the stopped legacy side no longer fires: real, as it must be.
         self._set_shadow(biz, False)
         for ln in links:
-            handover = settled.next_due.get(ln.source_key)
-            self._align_new_side(ln, handover, shadow, report)
+            if ln.source_key in running:
+                self._align_new_side(ln, settled.next_due.get(ln.source_key), shadow, report)
+            else:
+                self._keep_stopped(ln, report)
         self.registry.transition(current, B.CUTOVER, actor=actor, reason=reason or "cutover", shadow=False,
                                  comparison_id=report.comparison_id, forced=report.forced, detail=report.as_dict())
         return report
 
     def rollback(self, biz: str, *, actor: str, reason: str = "") -> SwitchReport:
+        """Back to legacy, in seconds. F = now + the legacy side's start margin: the new
+        side fires what it published before F (the fence lets it through), the fence skips
+        (with a record) every command of the business at or after F, and each job handed
+        back is started on legacy at its first occurrence at or after F. Order: refuse
+        before anything changes if a job could not be handed back and would be left
+        nowhere; raise the fence; take the triggers off the scheduler; start the legacy
+        jobs; release the holds. A failure half-way leaves the business in its state, and
+        the rollback can simply be run again."""
         current = self.registry.get(biz)
         if current is None or current.state is B.LEGACY:
             raise TransitionRefused(f"{biz} is already on legacy" if current else f"unknown business {biz!r}")
         report = SwitchReport(biz, current.state.value, B.LEGACY.value)
+        source = current.source_system
         links = self.links(biz)
+        keys = [ln.source_key for ln in links]
+        held = self.holds.of_business(biz)
+        legacy_live = self.control.live(keys)
+        known = self.control.next_due(keys)
+        gone = [ln for ln in links if ln.source_key not in known and ln.source_key not in legacy_live
+                and self._settled_trigger(ln.trigger).state in (S.WAITING, S.ACQUIRED)]
+        if gone:
+            raise TransitionRefused(
+                f"rollback of {biz} refused, nothing changed: " + "; ".join(
+                    f"job {ln.source_key} ({ln.job_code}) fires only on the new side and its legacy row is gone: "
+                    "handed back it would fire nowhere" for ln in gone[:20])
+                + " — re-create the legacy job(s), or cancel the trigger(s) with `switchyard trigger cancel "
+                  "--reason`, then roll back")
+        fence_at = self._handover_instant()
+        if self.fences is not None:
+            report.fenced = self.fences.raise_fence(biz, fence_at)
+            report.fence_at = fence_at.isoformat()
         deactivated = self._deactivate(links)
         report.deactivated = len(deactivated)
-        legacy_kept_running = current.state is B.DUAL_RUN and current.shadow
-        if not legacy_kept_running:
-            keys = [ln.source_key for ln in links]
-            settled = self.control.stop(keys) if current.state is B.DUAL_RUN else None
-            if settled is not None:
-                report.notes += list(settled.notes)
-            starts: dict[str, datetime] = {}
-            for ln in links:
-                t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
-                if t is None:
-                    continue  # paused, completed or cancelled on the new side: the legacy job stays off
-                start = t.next_fire_at  # F: the first occurrence the new side has not fired
-                legacy_next = settled.next_due.get(ln.source_key) if settled is not None else None
-                if legacy_next is not None and legacy_next > start:
-                    # a live dual-run whose new side fell behind: legacy already fired up to
-                    # its own next time; starting it at F would fire [F, legacy_next) twice
-                    start = legacy_next
-                starts[ln.source_key] = start
-                report.handover[ln.source_key] = start.isoformat()
-            report.legacy_started = len(self.control.start(starts))
-        else:
-            report.notes.append("shadow dual-run: the legacy side never stopped; nothing changed on it")
+        starts: dict[str, datetime] = {}
+        for ln in links:
+            key = ln.source_key
+            if key in legacy_live:
+                continue  # a dual-run (or an operator's start): legacy fires it already
+            t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
+            if t is None:
+                t = self.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
+                assert t is not None
+                start = self._once_fenced(t, fence_at)
+                if start is not None:
+                    starts[key] = start  # fired on the new side only as a fenced command
+                elif (t.state is S.PAUSED or t.state is S.CANCELLED) and key in held:
+                    # the cutover stopped it on legacy and the new side no longer fires it:
+                    # handing back a stopped job would start nothing, so it is said per job
+                    report.not_handed_back[key] = (
+                        f"{ln.job_code} is {t.state.value} on the new side and was stopped on legacy by the "
+                        "cutover: left stopped on both (start it in the legacy admin, or `switchyard trigger "
+                        "resume` it before rolling back)")
+                elif t.state is S.PAUSED:
+                    report.notes.append(f"{key}: stopped on legacy by an operator and paused on the new side: "
+                                        "stays paused on both")
+                continue
+            starts[key] = self._legacy_start(t, fence_at)
+        for key, start in starts.items():
+            report.handover[key] = start.isoformat()
+        started = set(self.control.start(starts))
+        for key in sorted(set(starts) - started - self.control.live(list(starts))):
+            report.not_handed_back[key] = "the legacy job did not switch back on (its row changed or is gone)"
+        # a hold is released once its job is live on legacy again, or left to an operator's
+        # pause; a job the switch could not start stays held (status --check shows it)
+        self.holds.remove(source, [k for k in held if not (k in starts and k in report.not_handed_back)])
+        report.legacy_started = len(started)
+        if current.state is B.DUAL_RUN and current.shadow:
+            report.notes.append("shadow dual-run: the legacy side never stopped")
         self._set_shadow(biz, False)
         self.registry.transition(current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False,
                                  detail=report.as_dict())
@@ -203,11 +282,17 @@ class BusinessSwitch:
     def _align_new_side(self, ln: Link, handover: datetime | None, shadow: bool, report: SwitchReport) -> None:
         t = self._settled_trigger(ln.trigger)
         if handover is None:
-            # the legacy side will never fire this again (a finished one-shot, an ended
-            # schedule): the new side must not either
-            if t.state not in (S.COMPLETED, S.CANCELLED):
+            # the legacy side will never fire this again: a one-shot that fired while the
+            # stop settled is done (the new side must not fire it again); anything else is
+            # paused, resumable, never cancelled (a stop is not an end)
+            if t.kind is TriggerKind.ONCE and t.state in (S.CREATED, S.WAITING):
                 self._move(t, t.state, S.CANCELLED)
-                report.notes.append(f"{ln.source_key}: finished on the legacy side; new trigger cancelled")
+                report.notes.append(f"{ln.source_key}: the one-shot fired on legacy while it stopped; "
+                                    "new trigger cancelled")
+            elif t.state in (S.CREATED, S.WAITING):
+                self._move(t, t.state, S.PAUSED)
+                report.notes.append(f"{ln.source_key}: legacy has no next time for it; paused on the new side "
+                                    "(`switchyard trigger resume` runs it there)")
             return
         report.handover[ln.source_key] = handover.isoformat()
         if t.state is S.COMPLETED and t.kind is TriggerKind.ONCE:
@@ -235,6 +320,46 @@ class BusinessSwitch:
             if not won:
                 raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
             report.rewound += int(target < t.next_fire_at)
+
+    def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
+        """A job an operator stopped on legacy before the cutover: paused on both sides,
+        resumable on the new one (`trigger resume`), never cancelled."""
+        t = self._settled_trigger(ln.trigger)
+        if t.state in (S.CREATED, S.WAITING):
+            # the legacy stop is newer than the last migration: mirror it
+            self._move(t, t.state, S.PAUSED)
+            report.notes.append(f"{ln.source_key}: stopped on legacy before the cutover; paused on the new side too "
+                                "(`switchyard trigger resume` runs it there)")
+
+    def _handover_instant(self) -> datetime:
+        return self.clock.now() + self.control.start_margin
+
+    def _legacy_start(self, t: Trigger, fence_at: datetime) -> datetime:
+        """Where legacy takes over a trigger taken off the scheduler (next_fire_at = the
+        first occurrence it has not published): with a fence, its first occurrence at or
+        after the fence (what was published from there on is skipped), but never after
+        what the new side published (a lookahead shorter than the margin)."""
+        if self.fences is None:
+            return t.next_fire_at
+        first = self._first_at_or_after(t, fence_at)
+        return t.next_fire_at if first is None else min(first, t.next_fire_at)
+
+    def _once_fenced(self, t: Trigger, fence_at: datetime) -> datetime | None:
+        """A one-shot the new side published for at or after the fence: it will be skipped,
+        so legacy fires it (its due time); None otherwise."""
+        if (self.fences is not None and t.kind is TriggerKind.ONCE and t.state is S.COMPLETED
+                and t.next_fire_at >= fence_at):
+            return t.next_fire_at
+        return None
+
+    @staticmethod
+    def _first_at_or_after(t: Trigger, at: datetime) -> datetime | None:
+        if t.kind is TriggerKind.ONCE:
+            return t.next_fire_at if t.next_fire_at >= at else None
+        if t.kind is TriggerKind.FIXED_RATE and t.interval is not None and at <= t.next_fire_at:
+            # anchored at next_fire_at: step back to the first occurrence at or after `at`
+            return t.next_fire_at - ((t.next_fire_at - at) // t.interval) * t.interval
+        return next_after(t, at - timedelta(milliseconds=1))
 
     def _deactivate(self, links: Sequence[Link]) -> dict[TriggerId, Trigger]:
         """waiting -> created for every link (retrying rows being fired); returns the

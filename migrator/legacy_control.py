@@ -33,6 +33,8 @@ PRE_READ = timedelta(seconds=5)
 
 
 class XxlJobControl(LegacyControl):
+    start_margin = PRE_READ + timedelta(seconds=1)
+
     def __init__(self, engine: Engine, clock: Clock, *, settle: timedelta = PRE_READ + timedelta(seconds=1),
                  rechecks: int = 3) -> None:
         self.engine = engine
@@ -79,6 +81,10 @@ class XxlJobControl(LegacyControl):
         return {str(j): (from_ms(s.trigger_next_time_ms) if s.trigger_next_time_ms > 0 else None)
                 for j, s in states.items()}
 
+    def live(self, keys: Sequence[str]) -> set[str]:
+        states = control.read_trigger_state(self.engine, [int(k) for k in keys])
+        return {str(j) for j, s in states.items() if s.trigger_status == 1}
+
     def start(self, next_due: Mapping[str, datetime]) -> list[str]:
         if not next_due:
             return []
@@ -91,6 +97,9 @@ _TASK = table("bc_task", column("id"), column("status"), column("fire_time", Wal
 
 
 class BatchCenterControl(LegacyControl):
+    # the center polls for due tasks; a task resumed a little ahead is taken on time
+    start_margin = timedelta(seconds=2)
+
     def __init__(self, engine: Engine, clock: Clock, *, tz: str = "Asia/Shanghai",
                  retry_every: timedelta = timedelta(milliseconds=500), patience: timedelta = timedelta(minutes=5)) -> None:
         self.engine = engine
@@ -129,6 +138,16 @@ class BatchCenterControl(LegacyControl):
                 for tid, status, fire_time in rows:
                     finished = int(status) in (2, 3, 4)  # SUCCESS, FAILED, CANCELLED
                     out[str(tid)] = None if finished or fire_time is None else self.zone.to_utc(fire_time)
+        return out
+
+    def live(self, keys: Sequence[str]) -> set[str]:
+        ids = [int(k) for k in keys]
+        out: set[str] = set()
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                out.update(str(tid) for tid, status in conn.execute(
+                    select(_TASK.c.id, _TASK.c.status).where(_TASK.c.id.in_(ids[i:i + 500])))
+                    if int(status) in (0, 1))  # WAITING, RUNNING
         return out
 
     def _status(self, task_id: int) -> int | None:

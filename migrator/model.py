@@ -43,6 +43,7 @@ class MigrationSummary:
     rows: list[PlannedRow] = field(default_factory=list)
     rows_written: int = 0  # target + ledger rows actually written (0 on an unchanged re-run)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # for the operator: e.g. legacy actions not applied after cutover
 
     def add(self, row: PlannedRow, keep: bool) -> None:
         self.counts[row.action.value] += 1
@@ -55,6 +56,7 @@ class MigrationSummary:
             "counts": self.counts,
             "rows_written": self.rows_written,
             "seconds": round(self.seconds, 3),
+            "notes": self.notes,
             "rows": [_row(r) for r in self.rows],
         }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 
@@ -53,6 +53,17 @@ class LegacyControl(Protocol):
     @abstractmethod
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         """The legacy next due time of each job as it stands (no change)."""
+
+    @abstractmethod
+    def live(self, keys: Sequence[str]) -> set[str]:
+        """The keys whose legacy job is switched on now (it fires at its next time);
+        a key missing from the legacy tables is not live."""
+
+    # How far ahead of now a job switched back on must be due for the legacy scheduler to
+    # fire it on time (xxl-job: its scan pre-reads 5 s and, idle, scans every 5 s; a job
+    # it finds late fires once and then skips ahead). A rollback hands over at least
+    # this far ahead; until then the new side fires what it already published.
+    start_margin: timedelta
 
 
 class FencePort(Protocol):

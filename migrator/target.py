@@ -4,6 +4,7 @@ same transaction (so a restart neither loses nor doubles a change)."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +17,11 @@ from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
-from scheduler_core.model import ShardingItem, TriggerState
+from scheduler_core.model import ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.occurrences import next_after
 from scheduler_core.store.rows import job_values, trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
 _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
@@ -76,6 +79,7 @@ class Write:
     # batch center: the legacy row's `migrated` flag is still 0 although the target holds it
     # (a failure after the target commit): after_commit sets it, repairing the earlier run
     flag_pending: bool = False
+    note: str | None = None  # what the run reports about this row (e.g. an operator's action after cutover)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,14 +293,15 @@ class TargetWriter:
         # and then update: 2, and the full path below.)
         all_new = affected == len(writes)
         ids = self._job_ids(conn, codes)
-        existing: dict[str, list[tuple[int, str]]] = {}
+        existing: dict[str, list[tuple[int, str, tuple[Any, ...]]]] = {}
         if not all_new:
             conn.execute(delete(si).where(si.c.job_id.in_(list(ids.values()))))
             # lock the existing triggers: a scheduler acquiring one waits for this commit, so
             # the state read here is the state the update meets
-            for tid, code, state in conn.execute(select(tr.c.id, tr.c.job_code, tr.c.state)
-                                                 .where(tr.c.job_code.in_(codes)).with_for_update()):
-                existing.setdefault(code, []).append((tid, state))
+            for tid, code, state, *schedule in conn.execute(
+                    select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
+                           tr.c.interval_ms, tr.c.time_zone).where(tr.c.job_code.in_(codes)).with_for_update()):
+                existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
             lits = [f"({ids[w.mapped.job.job_code]},{rest}" for w in writes  # type: ignore[union-attr]
@@ -309,6 +314,7 @@ class TargetWriter:
             n_items = len(items)
         fresh: list[dict[str, Any]] = []
         fresh_lits: list[str] = []
+        states: dict[str, BusinessState] | None = None  # read once, when an existing trigger is edited
         edits: list[dict[str, Any]] = []
         held: set[str] = set()
         for w in writes:
@@ -324,9 +330,12 @@ class TargetWriter:
             if not there:
                 fresh.append(values)
                 continue
-            for tid, state in there:
+            if states is None:
+                states = self.business_states(conn)
+            cut_over = states.get(w.business) is BusinessState.CUTOVER
+            for tid, state, schedule in there:
                 if state in _EDITABLE:
-                    edits.append({**values, "id": tid})
+                    edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
                     # the next change event) applies this update; nothing is half-written.
@@ -439,6 +448,35 @@ def _write_rendered(conn: Connection, table: Any, rendered: Rendered, literals: 
     sql = dict(mysql_also or {})
     return insert_rendered(conn, table, rendered.columns[table.name], literals,
                            [c for c in set_columns if c not in sql], sql)
+
+
+def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -> dict[str, Any]:
+    """What an edit of a live trigger keeps of the row it updates.
+
+    - A business cut over owns its triggers on the new side: a legacy row read back (the
+      cutover's own stop, an operator's stop or cancel in the admin) never pauses,
+      cancels or resumes them; an edit changes the definition only (the state stays).
+    - A live trigger (waiting, paused) has published its occurrences up to next_fire_at:
+      with the same schedule that stays; with a new one it moves to the new schedule's
+      first occurrence at or after it, never back over what was published (same command
+      ids fired twice) and never into the past.
+    """
+    out: dict[str, Any] = {}
+    if cut_over:
+        out["state"] = state
+    old_next, kind, cron, interval_ms, tz = schedule
+    if state == TriggerState.CREATED.value or new.kind is TriggerKind.ONCE or old_next is None:
+        return out  # not admitted yet (a dual-run start recomputes it), or a one-shot's own time
+    interval = new.interval.total_seconds() * 1000 if new.interval else None
+    same = (kind, cron, interval_ms, tz) == (new.kind.value, new.cron, int(interval) if interval else None,
+                                             new.time_zone)
+    if same:
+        out["next_fire_at"] = old_next
+    else:
+        moved = next_after(new, from_ms(int(old_next)) - timedelta(milliseconds=1))
+        if moved is not None and moved > new.next_fire_at:
+            out["next_fire_at"] = to_ms(moved)
+    return out
 
 
 def _job_row(m: Mapped, now: int) -> dict[str, Any]:
