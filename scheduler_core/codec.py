@@ -267,12 +267,16 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
         raise CodecError(f"malformed result message: {exc}") from exc
 
 
-# one letter per item state in the compact form; the store's page records use the same
+# one letter per item state in the compact form; the store's page records use the same.
+# "K" (skipped by a rollback fence, never invoked) is newer than the form: a scheduler
+# that does not know it drops such a result message as malformed, so upgrade the
+# scheduler (callback consumer) before executors, as for the "e" form.
 _STATE_LETTER: dict[FiredState, str] = {
     FiredState.SUCCEEDED: "S",
     FiredState.FAILED: "F",
     FiredState.TIMED_OUT: "T",
     FiredState.RECEIVED: "R",
+    FiredState.SKIPPED: "K",
 }
 _LETTER_STATE: dict[str, FiredState] = {v: k for k, v in _STATE_LETTER.items()}
 

@@ -7,10 +7,12 @@ Only domain types cross a port: no SQLAlchemy rows, Pulsar messages or etcd leas
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from scheduler_core.errors import BusError
 
 from scheduler_core.model import (
     CommandId,
@@ -24,6 +26,9 @@ from scheduler_core.model import (
     TriggerId,
     TriggerState,
 )
+
+if TYPE_CHECKING:
+    from scheduler_core.fence import Fence
 
 
 class Clock(Protocol):
@@ -198,6 +203,30 @@ class TriggerStore(Protocol):
     def fired_between(self, biz_code: str | None, start: datetime, end: datetime) -> list[FiredRecord]: ...
 
 
+class FenceStore(Protocol):
+    """Where the rollback fences live (`scheduler_core.fence`): one row per business,
+    its epoch grown by every change."""
+
+    @abstractmethod
+    def raise_business_fence(self, business: str, from_ms: int, message: str) -> tuple[Fence, int]:
+        """In one transaction: the fence becomes [from_ms, open) with the next epoch, and
+        the business's fired records scheduled at or after from_ms that are not final are
+        marked skipped (provisionally: a final result still moves them) with `message`.
+        Returns the fence and how many records were marked."""
+
+    @abstractmethod
+    def lift_business_fence(self, business: str, until_ms: int) -> Fence | None:
+        """The fence becomes [from, until_ms) with the next epoch; records at or after
+        until_ms only provisionally skipped wait for their result again. None: the
+        business was never fenced."""
+
+    @abstractmethod
+    def business_fence(self, business: str) -> Fence | None: ...
+
+    @abstractmethod
+    def business_fences(self) -> list[Fence]: ...
+
+
 # --- command bus ---------------------------------------------------------------------
 
 
@@ -235,6 +264,23 @@ class Subscription(Protocol):
     def close(self) -> None: ...
 
 
+class ControlFeed(Protocol):
+    """A follower of the bus's control channel (`MessageBus.follow_control`)."""
+
+    @abstractmethod
+    def synced(self) -> bool:
+        """True while the follower is known to have handed over every control message
+        published up to a recent confirmation (the adapter's staleness bound); False
+        before its first catch-up and while it cannot reach the broker."""
+
+    @abstractmethod
+    def wait_synced(self, timeout: timedelta) -> bool:
+        """Block until synced() or the timeout passes; returns synced()."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
 class MessageBus(Protocol):
     @abstractmethod
     def publish(self, messages: Sequence[BusMessage]) -> None:
@@ -253,6 +299,23 @@ class MessageBus(Protocol):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    # The control channel: broadcast, not shared. Commands travel on Shared subscriptions
+    # (each message reaches one executor); a control message must reach every follower,
+    # including one that starts later. Not abstract, so that a bus without one (a bench's
+    # counting bus) still stands; such a bus refuses.
+
+    def publish_control(self, key: str, payload: bytes) -> None:
+        """Broadcast to every follower, present and future: the bus keeps every control
+        message, and a follower hands them over in publish order. Returns when the bus
+        has acknowledged it, or raises BusError."""
+        raise BusError(f"{type(self).__name__} has no control channel")
+
+    def follow_control(self, on_message: Callable[[bytes], None]) -> ControlFeed:
+        """Call `on_message` with every control message ever published (from the first),
+        then with each new one as it comes, on a thread of the adapter's (or the
+        publisher's, in process). `on_message` must be quick and must not raise."""
+        raise BusError(f"{type(self).__name__} has no control channel")
 
 
 # --- election ------------------------------------------------------------------------

@@ -4,19 +4,25 @@ It keeps Pulsar's semantics that the scheduler relies on: a message is delivered
 earlier than its deliver-at; consumers of one subscription name share the messages
 (Shared); a subscription sees only messages published after it was created; unacked
 messages are redelivered (after nack, or when their consumer closes).
+
+Its control channel is a list kept for the bus's life: a follower gets the whole list
+when it starts, then each new message within `publish_control`, on the publisher's
+thread; so a follower is always in sync (there is no broker to lose).
 """
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from scheduler_core.errors import BusError
-from scheduler_core.ports import BusMessage, Clock, MessageBus, Received, Subscription
+from scheduler_core.ports import BusMessage, Clock, ControlFeed, MessageBus, Received, Subscription
 
+log = logging.getLogger(__name__)
 NACK_DELAY_MS = 1000
 
 
@@ -44,6 +50,11 @@ class InProcessBus(MessageBus):
         self._seq = itertools.count()
         self._closed = False
         self.published = 0
+        # the control channel: every message, and the followers (one lock for both, held
+        # while handing a message over, so followers see one order)
+        self._control_lock = threading.Lock()
+        self._control: list[bytes] = []
+        self._followers: list[_InProcessFeed] = []
 
     def publish(self, messages: Sequence[BusMessage]) -> None:
         with self._cond:
@@ -72,6 +83,27 @@ class InProcessBus(MessageBus):
             if self._closed:
                 raise BusError("the bus is closed")
             self._topics.setdefault(topic, {}).setdefault(subscription, _Queue())
+
+    def publish_control(self, key: str, payload: bytes) -> None:
+        if self._closed:
+            raise BusError("the bus is closed")
+        with self._control_lock:
+            self._control.append(payload)
+            for feed in self._followers:
+                feed.hand_over(payload)
+
+    def follow_control(self, on_message: Callable[[bytes], None]) -> ControlFeed:
+        feed = _InProcessFeed(self, on_message)
+        with self._control_lock:
+            for payload in self._control:
+                feed.hand_over(payload)
+            self._followers.append(feed)
+        return feed
+
+    def _unfollow(self, feed: _InProcessFeed) -> None:
+        with self._control_lock:
+            if feed in self._followers:
+                self._followers.remove(feed)
 
     def backlog(self, topic: str, subscription: str) -> tuple[int, int]:
         """(due, delayed) messages waiting in one subscription: the consumer-lag view."""
@@ -144,3 +176,28 @@ class _InProcessSubscription(Subscription):
         for receipt in list(self._mine):
             self._bus._nack(self._queue, receipt, delay_ms=0)
         self._mine.clear()
+
+
+class _InProcessFeed(ControlFeed):
+    def __init__(self, bus: InProcessBus, on_message: Callable[[bytes], None]) -> None:
+        self._bus = bus
+        self._on_message = on_message
+        self._closed = False
+
+    def hand_over(self, payload: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            self._on_message(payload)
+        except Exception:  # noqa: BLE001 - a follower's bug must not fail the publisher
+            log.exception("a control message follower failed")
+
+    def synced(self) -> bool:
+        return not self._closed
+
+    def wait_synced(self, timeout: timedelta) -> bool:
+        return self.synced()
+
+    def close(self) -> None:
+        self._closed = True
+        self._bus._unfollow(self)

@@ -5,6 +5,17 @@ honoured, consumers of one subscription name share the messages, a subscription 
 messages published after it was created, unacked messages come back (after nack, or when
 their consumer closes). `pulsar` is imported only here: nothing Pulsar-shaped crosses the
 port.
+
+The control channel is one topic per topic prefix, read by every follower on its own
+Reader from the earliest message. A broker keeps a topic's messages only while some
+durable subscription has not acknowledged them (no retention is configured by default):
+on the standalone broker, a topic without a subscription lost its messages at the first
+ledger roll-over and trim (unload + trim, tried here). So the control topic has a
+durable subscription that never acknowledges anything (`CONTROL_RETAINER`), created
+before the first control message is published: every control message stays, and a
+follower started months later still reads them all. They are few (a fence message per
+rollback or dual-run start). A namespace message TTL would expire them: keep TTL off
+for the namespace, or rebroadcast (`scheduler_core.fence.FenceService.rebroadcast`).
 """
 from __future__ import annotations
 
@@ -14,6 +25,7 @@ import json
 import logging
 import re
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,7 +36,7 @@ from typing import Any
 import pulsar
 
 from scheduler_core.errors import BusError, PublishError
-from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
+from scheduler_core.ports import BusMessage, ControlFeed, MessageBus, Received, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +57,18 @@ _OK = pulsar.Result.Ok
 RECEIVER_QUEUE_SIZE = 500
 NACK_REDELIVERY_DELAY_MS = 1000  # same as the in-process bus's NACK_DELAY_MS
 DRAIN_POLL_MS = 2  # after the first message, take only what arrives within this
+
+# The control channel (a logical topic, mapped like any other) and its retaining
+# subscription (see the module docstring).
+CONTROL_TOPIC = "control"
+CONTROL_RETAINER = "control-retainer"
+# A follower reads with this timeout; each time nothing came, it asks the broker whether
+# anything is left unread, and a "no" confirms it is in sync as of the question.
+CONTROL_POLL_MS = 200
+# In sync means confirmed within this: a follower that cannot reach the broker (or
+# whose thread is stuck) stops claiming it knows every control message within seconds.
+CONTROL_STALE_S = 3.0
+CONTROL_TROUBLE_LOG_S = 30.0  # a follower's repeated trouble is logged at most this often
 
 _ILLEGAL = re.compile(r"[^A-Za-z0-9._-]")
 _LEGAL_PART = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -158,6 +182,7 @@ class PulsarBus(MessageBus):
         self._producers: dict[str, pulsar.Producer] = {}
         self._subscriptions: list[_PulsarSubscription] = []
         self._ensured: set[tuple[str, str]] = set()
+        self._followers: list[_ControlFollower] = []
         self._closed = False
         try:
             self._client = pulsar.Client(
@@ -287,6 +312,53 @@ class PulsarBus(MessageBus):
         with self._lock:
             self._ensured.add((topic, subscription))
 
+    # -- the control channel ---------------------------------------------------------------
+
+    def publish_control(self, key: str, payload: bytes) -> None:
+        self._retain_control()
+        self.publish([BusMessage(CONTROL_TOPIC, payload, key=key)])
+
+    def follow_control(self, on_message: Callable[[bytes], None]) -> ControlFeed:
+        # retained from here on too, whichever side comes first
+        self._retain_control()
+        full = self.pulsar_topic(CONTROL_TOPIC)
+        with self._lock:
+            if self._closed:
+                raise BusError("the bus is closed")
+        try:
+            reader = self._client.create_reader(full, pulsar.MessageId.earliest, receiver_queue_size=100)
+        except Exception as exc:
+            raise BusError(f"cannot read the control topic {full} at {self._service_url}: {_one_line(exc)}") from None
+        follower = _ControlFollower(reader, full, on_message, self._unfollow)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._followers.append(follower)
+        if closed:
+            follower.close()
+            raise BusError("the bus is closed")
+        follower.start()
+        return follower
+
+    def _retain_control(self) -> None:
+        if (CONTROL_TOPIC, CONTROL_RETAINER) in self._ensured:
+            return
+        full = self.pulsar_topic(CONTROL_TOPIC)
+        try:
+            # durable, from the earliest message still there; closed at once, never acks
+            self._client.subscribe(full, CONTROL_RETAINER, consumer_type=pulsar.ConsumerType.Exclusive,
+                                   initial_position=pulsar.InitialPosition.Earliest).close()
+        except Exception as exc:
+            raise BusError(f"cannot create the retaining subscription on {full} at {self._service_url}: "
+                           f"{_one_line(exc)}") from None
+        with self._lock:
+            self._ensured.add((CONTROL_TOPIC, CONTROL_RETAINER))
+
+    def _unfollow(self, follower: _ControlFollower) -> None:
+        with self._lock:
+            if follower in self._followers:
+                self._followers.remove(follower)
+
     def _forget(self, sub: _PulsarSubscription) -> None:
         with self._lock:
             if sub in self._subscriptions:
@@ -339,8 +411,10 @@ class PulsarBus(MessageBus):
             self._closed = True
             producers = list(self._producers.values())
             subscriptions = list(self._subscriptions)
+            followers = list(self._followers)
             self._producers.clear()
             self._subscriptions.clear()
+            self._followers.clear()
         # Best effort throughout: publish already waited for its acknowledgements, and
         # the client close below releases whatever is left.
         for producer in producers:
@@ -352,6 +426,8 @@ class PulsarBus(MessageBus):
                     break
         for sub in subscriptions:
             sub.close()
+        for follower in followers:
+            follower.close()
         try:
             self._client.close()
         except Exception as exc:
@@ -419,4 +495,91 @@ class _PulsarSubscription(Subscription):
             self._consumer.close()
         except Exception as exc:
             log.warning("closing a Pulsar consumer on %s failed: %s", self._topic, _one_line(exc))
+        self._on_close(self)
+
+
+class _ControlFollower(ControlFeed):
+    """One Reader of the control topic from the earliest message, on a thread of its own.
+
+    In sync (`synced`) means: at a moment less than CONTROL_STALE_S ago, the broker said
+    nothing was left unread, so every control message published before that moment has
+    been handed over. The Reader reconnects by itself after a broker outage, from where
+    it was; until it confirms again, synced() turns False within CONTROL_STALE_S."""
+
+    def __init__(self, reader: Any, topic: str, on_message: Callable[[bytes], None],
+                 on_close: Callable[[_ControlFollower], None]) -> None:
+        self._reader = reader
+        self._topic = topic
+        self._on_message = on_message
+        self._on_close = on_close
+        self._stop = threading.Event()
+        self._confirmed = float("-inf")  # time.monotonic() of the last confirmation
+        self._trouble_logged = float("-inf")
+        self._in_trouble = False
+        self._thread = threading.Thread(target=self._loop, name="control-follower", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def synced(self) -> bool:
+        return time.monotonic() - self._confirmed < CONTROL_STALE_S
+
+    def wait_synced(self, timeout: timedelta) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout.total_seconds())
+        while not self.synced():
+            if self._stop.is_set() or time.monotonic() >= deadline:
+                return self.synced()
+            time.sleep(0.01)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self._reader.read_next(timeout_millis=CONTROL_POLL_MS)
+            except pulsar.Timeout:
+                self._confirm()
+                continue
+            except pulsar.AlreadyClosed:
+                return
+            except Exception as exc:  # noqa: BLE001 - the Reader reconnects; keep trying
+                self._trouble(exc)
+                self._stop.wait(0.5)
+                continue
+            try:
+                self._on_message(msg.data() or b"")
+            except Exception:  # noqa: BLE001 - a follower's bug must not stop the channel
+                log.exception("a control message follower failed on %s", self._topic)
+
+    def _confirm(self) -> None:
+        asked = time.monotonic()  # a "nothing left" answer covers what was published before
+        try:
+            more = self._reader.has_message_available()
+        except Exception as exc:  # noqa: BLE001 - an outage: stay unconfirmed, retry
+            if not self._stop.is_set():
+                self._trouble(exc)
+            return
+        if not more:
+            self._confirmed = asked
+            if self._in_trouble:
+                self._in_trouble = False
+                log.info("control topic %s: in sync again", self._topic)
+
+    def _trouble(self, exc: BaseException) -> None:
+        self._in_trouble = True
+        now = time.monotonic()
+        if now - self._trouble_logged >= CONTROL_TROUBLE_LOG_S:
+            self._trouble_logged = now
+            log.warning("control topic %s: cannot confirm it is in sync (%s); commands wait", self._topic,
+                        _one_line(exc))
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        try:
+            self._reader.close()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing the control reader on %s failed: %s", self._topic, _one_line(exc))
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
         self._on_close(self)

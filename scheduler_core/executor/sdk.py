@@ -28,6 +28,14 @@ it (`runner`), instead of a thread per item.
 
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
+
+Rollback fences (`scheduler_core.fence`): the executor follows the bus's control channel
+(`FenceView`, one per executor unless one is given). A run whose business's fence covers
+its fire time is answered skipped ("K", with the fence's message) and acked, its handler
+never called; it is checked when the run is about to start, so a fence that arrives
+while a message waits for a worker still stops it. While the view is not in sync (just
+started, or cut off from the broker) nothing is run: the messages received go back to the
+bus (nack) and are redelivered, after a log line, until it is.
 """
 from __future__ import annotations
 
@@ -49,10 +57,12 @@ from scheduler_core.codec import (
     decode_message,
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
+from scheduler_core.fence import Fence
 from scheduler_core.ports import Clock, MessageBus, Received
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -60,6 +70,8 @@ __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 log = logging.getLogger(__name__)
 SUBSCRIPTION = EXECUTOR_SUBSCRIPTION
 OUTBOX_ENVELOPES = 1024
+HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one log line per this
+HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
 _STOP = None
 
 
@@ -76,6 +88,7 @@ class Executor:
         max_backoff: timedelta = timedelta(seconds=30),
         remember: int = 100_000,
         compact_results: bool = True,
+        fences: FenceView | None = None,
     ) -> None:
         self.bus = bus
         self.domain = domain
@@ -96,9 +109,22 @@ class Executor:
         self._done_items = 0
         self._remember = remember
         self._lock = threading.Lock()
-        self.sub = bus.subscribe(command_topic(domain), SUBSCRIPTION)
+        # the fences first: a subscription would start taking messages it cannot judge
+        self._own_fences = fences is None
+        self.fences = fences if fences is not None else FenceView(bus)
+        try:
+            self.sub = bus.subscribe(command_topic(domain), SUBSCRIPTION)
+        except BaseException:
+            if self._own_fences:
+                self.fences.close()
+            raise
         self.processed = 0
         self.duplicates = 0
+        self.fenced = 0  # runs answered skipped by a rollback fence
+        self.held = 0  # messages handed back while the fences were not known
+        self._held_since_log = 0
+        self._held_logged = float("-inf")
+        self._fences_logged: set[tuple[str, int]] = set()
 
     # -- registration ----------------------------------------------------------------
 
@@ -131,7 +157,11 @@ class Executor:
             self._spawn(self._serve, f"exec-{self.domain}-{i}")
         try:
             while not stop.is_set():
-                for r in self.sub.receive(batch, timedelta(milliseconds=200)):
+                got = self.sub.receive(batch, timedelta(milliseconds=200))
+                if got and not self.fences.synced():
+                    self._hold(got)
+                    continue
+                for r in got:
                     pack = self._runs_of(r)
                     if pack is None:
                         continue
@@ -151,6 +181,9 @@ class Executor:
         """Receive and process one batch on the caller's thread (tests, demos); results
         are published and the messages acked before it returns."""
         got = self.sub.receive(batch, timeout)
+        if got and not self.fences.synced():
+            self._hold(got)
+            return 0
         for r, env in ((p.share, env) for m in got if (p := self._runs_of(m)) is not None for env in p.envs):
             run = self._start((r, env), serve_after=False)
             if run is None:
@@ -204,6 +237,9 @@ class Executor:
         judged and retried with back-off as there. True if it is done."""
         if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
             return False
+        fences = self.fences.by_business  # usually empty: one attribute read and a truth test
+        if fences and (f := fences.get(env.biz_code)) is not None and f.covers(env.scheduled_ms):
+            return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
@@ -275,7 +311,10 @@ class Executor:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
             run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
             run.pack = pack
-            if shadow:
+            fence = self.fences.covering(env.biz_code, env.scheduled_ms)
+            if fence is not None:
+                self._skip_fenced(run, fence)
+            elif shadow:
                 self._finish(run, "R", "shadow: recorded, not invoked", started=False)
             elif fn is None:
                 self._finish(run, "F", f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
@@ -324,11 +363,46 @@ class Executor:
 
         self._spawn(carry_on, f"exec-{self.domain}-successor")
 
+    def _skip_fenced(self, run: EnvelopeRun, fence: Fence) -> None:
+        """Answer a run the fence covers: skipped, never invoked. An item that already
+        succeeded here (a redelivery) keeps its success: it did run."""
+        env = run.env
+        skip = run.skip
+        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in env.items)
+        with self._lock:
+            self.fenced += letters.count("K")
+            first = (fence.business, fence.epoch) not in self._fences_logged
+            self._fences_logged.add((fence.business, fence.epoch))
+        if first:
+            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence)
+        self._finish(run, letters, fence.message, started=False)
+
+    def _hold(self, got: list[Received]) -> None:
+        """The fences are not known (the control channel is not in sync): running these
+        could run what a rollback fenced off, dropping them would lose them. Back to the
+        bus; redelivered after its nack delay."""
+        for r in got:
+            try:
+                self.sub.nack(r)
+            except Exception:  # noqa: BLE001 - unacked, it comes back anyway
+                log.debug("nack of a held message failed", exc_info=True)
+        self.held += len(got)
+        self._held_since_log += len(got)
+        now = time.monotonic()
+        if now - self._held_logged >= HELD_LOG_EVERY_S:
+            log.warning("%d command message(s) of %s handed back for redelivery: the rollback fences are not "
+                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain)
+            self._held_logged, self._held_since_log = now, 0
+        self.fences.wait_synced(HOLD_WAIT)
+
     def _finish(self, run: EnvelopeRun, letter: str | None = None, message: str = "", *, started: bool = True) -> None:
+        """`letter`: one letter for every item, or a string of one per item (a run
+        finished without running, e.g. shadow, or skipped by a fence); None: the letters
+        the run recorded."""
         env = run.env
         n = len(env.items)
         now_ms = self.clock.now_ms()
-        letters = letter * n if letter is not None else "".join(run.letters)
+        letters = "".join(run.letters) if letter is None else (letter if len(letter) == n else letter * n)
         indices = [idx for idx, _p in env.items]
         result = EnvelopeResult(
             trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id,
@@ -383,3 +457,5 @@ class Executor:
     def close(self) -> None:
         self._watchdog.close()
         self.sub.close()
+        if self._own_fences:
+            self.fences.close()

@@ -31,6 +31,9 @@ FIRED_RANK: dict[FiredState, int] = {
     FiredState.SKIPPED: 3,
 }
 FINAL_RANK = 3
+# A rollback fence marks records not final yet as skipped at this rank, below final: the
+# executor's final result (skipped, or what really ran) still moves them (scheduler_core.fence).
+PROVISIONAL_SKIP_RANK = FIRED_RANK[FiredState.RECEIVED]
 MESSAGE_MAX = 1024
 
 

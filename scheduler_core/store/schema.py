@@ -49,6 +49,7 @@ class Tables:
     audit: Table
     comparison: Table
     legacy_hold: Table
+    business_fence: Table
     partitions: int
     dialect: str
 
@@ -265,6 +266,20 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         PrimaryKeyConstraint("source_system", "source_key"),
         Index("idx_hold_biz", "biz_code"),
     )
+    # The rollback fence per business (scheduler_core.fence): commands scheduled in
+    # [from_at, until_at) are skipped by executors; until_at NULL is open-ended. `epoch`
+    # grows with every raise and lift, so followers keep the latest whatever the order.
+    # A table of its own (not a column of dus_business): the scheduler core owns it,
+    # while dus_business is the migrator's.
+    business_fence = Table(
+        "dus_business_fence",
+        md,
+        Column("biz_code", String(64), primary_key=True),
+        Column("from_at", BigInteger, nullable=False),
+        Column("until_at", BigInteger),
+        Column("epoch", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -279,6 +294,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         audit=audit,
         comparison=comparison,
         legacy_hold=legacy_hold,
+        business_fence=business_fence,
         partitions=partitions,
         dialect=dialect,
     )

@@ -10,9 +10,11 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
 
 from scheduler_core.errors import IllegalTransition
+from scheduler_core.fence import Fence
 from scheduler_core.model import (
     CommandId,
     Epoch,
@@ -26,13 +28,14 @@ from scheduler_core.model import (
     parse_command_id,
 )
 from scheduler_core.model import TriggerState as S
-from scheduler_core.ports import Clock, FiredUpdate, Partition, TriggerStore, Transition
+from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_RANK,
+    PROVISIONAL_SKIP_RANK,
     FIRED_COLUMNS,
     MESSAGE_MAX,
     TRIGGER_READ_COLUMNS,
@@ -66,7 +69,7 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
-class SqlTriggerStore(TriggerStore):
+class SqlTriggerStore(TriggerStore, FenceStore):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
         self.clock = clock
@@ -440,8 +443,17 @@ class SqlTriggerStore(TriggerStore):
             states = "".join(letters.get(i, ".") for i in range(width))
             ok = states.count("S")
             failed = states.count("F") + states.count("T")
-            finals = ok + failed
+            skipped = states.count("K")  # by a rollback fence: final, never invoked
+            finals = ok + failed + skipped
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
+            if failed:
+                final_state, message = FiredState.FAILED, f"{failed} of {width} item(s) failed: {first_bad}"
+            elif skipped:
+                why = next(u.message for u in group if u.state is FiredState.SKIPPED)
+                final_state = FiredState.SUCCEEDED if ok else FiredState.SKIPPED
+                message = f"{skipped} of {width} item(s) skipped: {why}" if ok else why
+            else:
+                final_state, message = FiredState.SUCCEEDED, ""
             received = [u.received_at for u in group if u.received_at is not None]
             started = [u.started_at for u in group if u.started_at is not None]
             params.append({
@@ -449,12 +461,12 @@ class SqlTriggerStore(TriggerStore):
                 "p_nfinal": finals,
                 "p_rank_partial": FIRED_RANK[FiredState.RECEIVED],
                 "p_attempt": max(u.attempt for u in group),
-                "p_final_state": (FiredState.SUCCEEDED if failed == 0 else FiredState.FAILED).value,
+                "p_final_state": final_state.value,
                 "p_partial_state": FiredState.RECEIVED.value,
                 "p_states": states,
                 "p_ok": ok,
                 "p_failed": failed,
-                "p_message": (f"{failed} of {width} item(s) failed: {first_bad}" if failed else "")[:MESSAGE_MAX],
+                "p_message": message[:MESSAGE_MAX],
                 "p_at": to_ms(max(u.at for u in group)),
                 "p_received": to_ms(min(received)) if received else None,
                 "p_started": to_ms(min(started)) if started else None,
@@ -496,6 +508,56 @@ class SqlTriggerStore(TriggerStore):
                     out[rec.command_id] = rec
         return out
 
+    # --- rollback fences (FenceStore) -----------------------------------------------------
+
+    def raise_business_fence(self, business: str, from_ms: int, message: str) -> tuple[Fence, int]:
+        fr = self.t.fired
+        now = self.clock.now_ms()
+        with self.engine.begin() as conn:
+            fence = _bump_fence(conn, self.t, business, {"from_at": from_ms, "until_at": None}, now, create=True)
+            assert fence is not None
+            # Not final yet (pending, published, received): marked skipped at the rank of
+            # `received`, so that an executor's final result, skipped or what really ran
+            # before the fence reached it, still moves the record (forward-only updates).
+            marked = conn.execute(
+                update(fr)
+                .where(fr.c.biz_code == business, fr.c.scheduled_at >= from_ms, fr.c.state_rank < FINAL_RANK)
+                .values(state=FiredState.SKIPPED.value, state_rank=PROVISIONAL_SKIP_RANK,
+                        message=message[:MESSAGE_MAX], result_at=now)
+            ).rowcount
+        return fence, max(0, marked or 0)
+
+    def lift_business_fence(self, business: str, until_ms: int) -> Fence | None:
+        fr = self.t.fired
+        with self.engine.begin() as conn:
+            fence = _bump_fence(conn, self.t, business, {"until_at": until_ms}, self.clock.now_ms(), create=False)
+            if fence is None:
+                return None
+            # records at or after the new end that only the fence called skipped: their
+            # commands run again, so they wait for their executor's result again
+            unpublished = fr.c.published_at.is_(None)
+            conn.execute(
+                update(fr)
+                .where(fr.c.biz_code == business, fr.c.scheduled_at >= until_ms,
+                       fr.c.state == FiredState.SKIPPED.value, fr.c.state_rank == PROVISIONAL_SKIP_RANK)
+                .values(state=case((unpublished, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
+                        state_rank=case((unpublished, FIRED_RANK[FiredState.PENDING]),
+                                        else_=FIRED_RANK[FiredState.PUBLISHED]),
+                        message="", result_at=None)
+            )
+        return fence
+
+    def business_fence(self, business: str) -> Fence | None:
+        bf = self.t.business_fence
+        with self.engine.connect() as conn:
+            row = conn.execute(select(bf).where(bf.c.biz_code == business)).first()
+        return None if row is None else _fence_of(row)
+
+    def business_fences(self) -> list[Fence]:
+        bf = self.t.business_fence
+        with self.engine.connect() as conn:
+            return [_fence_of(r) for r in conn.execute(select(bf).order_by(bf.c.biz_code))]
+
     def fired_between(self, biz_code: str | None, start: datetime, end: datetime) -> list[FiredRecord]:
         fr = self.t.fired
         stmt = select(fr).where(fr.c.scheduled_at >= to_ms(start), fr.c.scheduled_at < to_ms(end))
@@ -504,6 +566,29 @@ class SqlTriggerStore(TriggerStore):
         stmt = stmt.order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
         with self.engine.connect() as conn:
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
+
+
+def _bump_fence(conn: Connection, t: Tables, business: str, values: dict[str, Any], now_ms: int,
+                create: bool) -> Fence | None:
+    """epoch + 1 and the new bounds on the business's fence row (inserted at epoch 1 when
+    `create`); the row as it now is, read in the same transaction (the UPDATE holds its
+    lock, so no concurrent change slips in between). None: no row and not `create`."""
+    bf = t.business_fence
+    bump = update(bf).where(bf.c.biz_code == business).values(epoch=bf.c.epoch + 1, updated_at=now_ms, **values)
+    if not conn.execute(bump).rowcount:
+        if not create:
+            return None
+        try:
+            with conn.begin_nested():  # a concurrent first raise may insert it first
+                conn.execute(insert(bf).values(biz_code=business, epoch=1, updated_at=now_ms, **values))
+        except IntegrityError:
+            conn.execute(bump)
+    return _fence_of(conn.execute(select(bf).where(bf.c.biz_code == business)).one())
+
+
+def _fence_of(row: Any) -> Fence:
+    return Fence(business=row.biz_code, from_ms=int(row.from_at),
+                 until_ms=None if row.until_at is None else int(row.until_at), epoch=int(row.epoch))
 
 
 def _page_update_statement(fr: Any) -> Any:

@@ -1,0 +1,62 @@
+"""What an executor knows of the rollback fences (`scheduler_core.fence`), learnt from
+the bus's control channel without reaching the store.
+
+The executor asks two things: before taking messages, whether the view is in sync (if
+not, a fence may exist that it has not heard of: the messages go back to the bus); and
+per run, whether its business's fence covers its fire time. The second is on the hot
+path, so `by_business` is a plain dict that is never changed in place: an update builds
+a new dict and swaps it in, and a reader needs no lock, only `.get(biz)`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from scheduler_core.fence import Fence, decode_fence
+from scheduler_core.ports import ControlFeed, MessageBus
+
+log = logging.getLogger(__name__)
+# How long a new executor waits for its first catch-up before it starts anyway (holding
+# commands until it is in sync): reading a control topic's history takes a moment.
+INITIAL_SYNC = timedelta(seconds=10)
+
+
+class FenceView:
+    def __init__(self, bus: MessageBus, *, initial_sync: timedelta = INITIAL_SYNC) -> None:
+        self.by_business: dict[str, Fence] = {}
+        self._lock = threading.Lock()
+        self._feed: ControlFeed = bus.follow_control(self._on_message)
+        if not self._feed.wait_synced(initial_sync):
+            log.warning("the control channel is not in sync after %s; commands wait until it is", initial_sync)
+
+    def synced(self) -> bool:
+        return self._feed.synced()
+
+    def wait_synced(self, timeout: timedelta) -> bool:
+        return self._feed.wait_synced(timeout)
+
+    def covering(self, business: str, scheduled_ms: int) -> Fence | None:
+        """The fence that skips a command of `business` due at `scheduled_ms`, if any."""
+        fence = self.by_business.get(business)
+        return fence if fence is not None and fence.covers(scheduled_ms) else None
+
+    def _on_message(self, payload: bytes) -> None:
+        try:
+            fence = decode_fence(payload)
+        except ValueError as exc:
+            log.error("ignoring a malformed control message: %s", exc)
+            return
+        if fence is None:
+            return
+        with self._lock:
+            known = self.by_business.get(fence.business)
+            if known is not None and known.epoch >= fence.epoch:
+                return  # an older (or repeated) change: the later one stands
+            updated = dict(self.by_business)
+            updated[fence.business] = fence
+            self.by_business = updated  # one reference swap: readers see old or new, whole
+        log.info("now following the %s", fence)
+
+    def close(self) -> None:
+        self._feed.close()
