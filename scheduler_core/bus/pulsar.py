@@ -522,7 +522,7 @@ class _ControlFollower(ControlFeed):
         self._thread.start()
 
     def synced(self) -> bool:
-        return time.monotonic() - self._confirmed < CONTROL_STALE_S
+        return time.monotonic() - self._confirmed < CONTROL_STALE_S and not self._stop.is_set()
 
     def wait_synced(self, timeout: timedelta) -> bool:
         deadline = time.monotonic() + max(0.0, timeout.total_seconds())
