@@ -104,6 +104,19 @@ class BusinessRegistry:
         assert got is not None
         return got
 
+    def note(self, biz_code: str, *, actor: str, reason: str, detail: dict[str, Any]) -> None:
+        """An audited operator action that is not a transition (e.g. a trigger paused in a
+        business cut over): an audit row with the business's state on both sides."""
+        current = self.get(biz_code)
+        if current is None:
+            return
+        a = self.t.audit
+        with self.store.engine.begin() as conn:
+            conn.execute(insert(a).values(biz_code=biz_code, from_state=current.state.value,
+                                          to_state=current.state.value, at=self.store.clock.now_ms(),
+                                          actor=actor[:128], reason=reason[:1024], comparison_id=None, forced=0,
+                                          detail=json.dumps(detail, default=str, ensure_ascii=False)))
+
     def audit(self, biz_code: str | None = None) -> list[AuditEntry]:
         a = self.t.audit
         stmt = select(a).order_by(a.c.at, a.c.id)

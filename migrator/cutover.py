@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
 from migrator.model import BusinessState as B
@@ -31,6 +31,7 @@ from migrator.ports import CutoverGate, FencePort, LegacyControl
 from scheduler_core.model import Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
+from scheduler_core.times import from_ms
 from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,10 @@ class BusinessSwitch:
                 nxt = next_after(t, now - timedelta(milliseconds=1)) if t.next_fire_at < now else t.next_fire_at
                 nexts[t.id] = nxt or t.next_fire_at
         if self.fences is not None:
-            # a rollback's fence skips every command published before it; the new side
-            # starts after the last of them, so no fenced command is ever let through
-            resume_at = max([now, *(t.next_fire_at for t in created if t.kind is not TriggerKind.ONCE)])
+            # a rollback's fence skips every command the new side had published past it;
+            # the new side starts after the last of them (the business's latest fired
+            # record), so no fenced command is ever let through by the lift
+            resume_at = max(now, self._published_until(biz))
             for t in created:
                 if t.kind is not TriggerKind.ONCE and nexts[t.id] < resume_at:  # type: ignore[index]
                     nexts[t.id] = self._first_at_or_after(t, resume_at) or nexts[t.id]  # type: ignore[index]
@@ -248,12 +250,7 @@ class BusinessSwitch:
     # -- pieces -----------------------------------------------------------------------------
 
     def links(self, biz: str) -> list[Link]:
-        lg = self.store.t.ledger
-        with self.store.engine.connect() as conn:
-            rows = conn.execute(select(lg.c.source_key, lg.c.target_job_code).where(
-                lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
-        by_code = {t.job_code: t for t in self.store.triggers_of(biz_code=biz)}
-        return [Link(k, c, by_code[c]) for k, c in rows if c in by_code]
+        return links_of(self.store, biz)
 
     def _current(self, biz: str, expected: B) -> BusinessRecord:
         current = self.registry.get(biz)
@@ -320,6 +317,13 @@ class BusinessSwitch:
             if not won:
                 raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
             report.rewound += int(target < t.next_fire_at)
+
+    def _published_until(self, biz: str) -> datetime:
+        """Just past the latest occurrence the new side ever published for the business."""
+        fr = self.store.t.fired
+        with self.store.engine.connect() as conn:
+            latest = conn.execute(select(func.max(fr.c.scheduled_at)).where(fr.c.biz_code == biz)).scalar()
+        return from_ms(int(latest) + 1) if latest is not None else self.clock.now()
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,
@@ -406,3 +410,13 @@ class BusinessSwitch:
         won = self.store.cas(Transition(ids=[t.id], from_state=src, to_state=dst))  # type: ignore[list-item]
         if not won:
             raise TransitionRefused(f"trigger {t.id} changed during the switch ({src.value} -> {dst.value}); retry")
+
+
+def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
+    """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
+    lg = store.t.ledger
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(lg.c.source_key, lg.c.target_job_code).where(
+            lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
+    by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}
+    return [Link(k, c, by_code[c]) for k, c in rows if c in by_code]

@@ -10,6 +10,8 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from sqlalchemy.engine import Connection, Engine
 
     from migrator.ports import GateDecision, LegacyControl
@@ -86,3 +88,24 @@ def legacy_reader(source: str, bind: "Engine | Connection", tz: str = "Asia/Shan
 
         return BatchCenterReader(bind, tz=tz)
     raise ValueError(f"unknown source system {source!r}")
+
+
+def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequence[str]], set[str] | None]":
+    """Reads the legacy switches (which jobs are switched on) for `status`: each URL's
+    system is told by its tables (xxl_job_info: xxl-job; bc_task: the batch center); a
+    business whose system has no URL here is answered None (inferred by the caller)."""
+    from sqlalchemy import inspect
+
+    controls: dict[str, "LegacyControl"] = {}
+    for url in urls:
+        names = set(inspect(make_engine(url)).get_table_names())
+        source = "xxl-job" if "xxl_job_info" in names else "batch-center" if "bc_task" in names else None
+        if source is None:
+            raise ValueError(f"{url!r} holds neither xxl_job_info nor bc_task: not a legacy database")
+        controls[source] = legacy_control(source, url, clock)
+
+    def live(source: str, keys: "Sequence[str]") -> set[str] | None:
+        control = controls.get(source)
+        return None if control is None else control.live(keys)
+
+    return live

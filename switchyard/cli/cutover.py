@@ -12,7 +12,7 @@ from migrator.cutover import BusinessSwitch, SwitchReport
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
-from switchyard.wiring import DualRunGate, legacy_control, open_store
+from switchyard.wiring import DualRunGate, legacy_control, legacy_switches, open_store
 
 legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
 tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
@@ -44,6 +44,11 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
         first = sorted(report.handover.items(), key=lambda kv: kv[1])[:5]
         click.echo(f"  handover of {len(report.handover)} job(s), earliest: "
                    + ", ".join(f"{k} at {v}" for k, v in first))
+    if report.fence_at:
+        click.echo(f"  fence: the new side invokes nothing at or after {report.fence_at}"
+                   f" ({report.fenced} published command(s) recorded as skipped)")
+    for k, why in report.not_handed_back.items():
+        click.echo(f"  NOT handed back: {k}: {why}")
     for n in report.notes:
         click.echo(f"  note: {n}")
     for w in report.warnings:
@@ -63,34 +68,61 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 
 @click.command("status")
 @store_url
+@click.option("--legacy-url", "legacy_urls", multiple=True,
+              help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
+                   "Without it the legacy side is inferred from the store.")
+@click.option("--business", "businesses", multiple=True, help="Only these businesses (repeatable).")
+@click.option("--jobs", "show_jobs", is_flag=True, help="List every job and the side that fires it.")
+@click.option("--check", is_flag=True, help="Exit 1 if any job fires on neither side (orphaned) or on both "
+                                            "outside a dual-run (double): the command for a cron job or an alert.")
 @json_opt
 @cli_errors
-def status(url: str, as_json: bool) -> None:
-    """Every business's state, its last verdict and when it was computed."""
+def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool,
+           as_json: bool) -> None:
+    """Every business's state, its last verdict, and per job which side fires it."""
     from dualrun.verdict import latest_by_business
+    from migrator.ownership import ownership
 
     store = open_store(url)
     try:
-        records = BusinessRegistry(store).all()
+        records = {r.biz_code: r for r in BusinessRegistry(store).all()}
         verdicts = latest_by_business(store)
+        owned = ownership(store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
+                          list(businesses) or None)
     finally:
         store.engine.dispose()
     rows = []
-    for r in records:
-        v = verdicts.get(r.biz_code)
+    problems = 0
+    for bo in owned:
+        r = records[bo.business]
+        v = verdicts.get(bo.business)
+        problems += len(bo.problems)
         rows.append({"business": r.biz_code, "source": r.source_system, "state": r.state.value, "shadow": r.shadow,
                      "since": r.updated_at.isoformat(), "verdict": v.verdict.value if v else None,
                      "verdict_at": v.computed_at.isoformat() if v else None,
-                     "reasons": list(v.reasons) if v else []})
+                     "reasons": list(v.reasons) if v else [], "sides": bo.counts(),
+                     "problems": [j.as_dict() for j in bo.problems],
+                     **({"jobs": [j.as_dict() for j in bo.jobs]} if show_jobs or as_json else {})})
     if as_json:
         click.echo(json.dumps(rows))
-        return
-    if not rows:
-        click.echo("no businesses yet: run `switchyard migrate run`")
-    for row in rows:
-        verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
-        click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
-                   f"{' (shadow)' if row['shadow'] else '':<10} {verdict}")
+    else:
+        if not rows:
+            click.echo("no businesses yet: run `switchyard migrate run`")
+        for row, bo in zip(rows, owned):
+            verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
+            sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
+            click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
+                       f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}")
+            for j in bo.jobs if show_jobs else bo.problems:
+                flag = "  !! " if j.side.value in ("orphaned", "double") else "     "
+                click.echo(f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
+                           f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
+                           f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
+                           f"{'  ' + j.why if j.why else ''}")
+        if problems:
+            click.echo(f"{problems} job(s) orphaned or double: see above")
+    if check and problems:
+        raise SystemExit(exitcodes.FAILED)
 
 
 @click.command("cutover")
@@ -125,7 +157,11 @@ def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str
 def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, reason: str, as_json: bool) -> None:
     """Send BUSINESS back to its legacy scheduler, exactly at the boundary. Always allowed."""
     sw = _switch(url, business, legacy_url, legacy_tz)
-    _emit(sw.rollback(business, actor=actor, reason=reason), as_json)
+    report = sw.rollback(business, actor=actor, reason=reason)
+    _emit(report, as_json)
+    if not report.ok:
+        # never a success on a hand-over that left jobs behind: each is named above
+        raise SystemExit(exitcodes.FAILED)
 
 
 @click.command("start")

@@ -1,11 +1,14 @@
 """`switchyard trigger pause|resume|cancel`."""
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Callable
 
 import click
 
+from migrator.business import BusinessRegistry
+from migrator.ownership import guard_trigger_operation
 from scheduler_core import operations
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.ports import TriggerStore
@@ -36,23 +39,39 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
     @click.option("--job", default=None)
     @click.option("--business", default=None)
     @store_url
+    @click.option("--reason", default="", help="Why (audited). Needed to pause or cancel a job live only on the "
+                                               "new side (a business cut over): it then fires nowhere.")
+    @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
     @click.option("--json", "as_json", is_flag=True)
     @cli_errors
-    def cmd(ids: tuple[int, ...], job: str | None, business: str | None, url: str, as_json: bool) -> None:
+    def cmd(ids: tuple[int, ...], job: str | None, business: str | None, url: str, reason: str, actor: str,
+            as_json: bool) -> None:
         store = open_store(url)
         try:
-            report = fn(store, _select(store, ids, job, business))
+            guard = guard_trigger_operation(store, action, _select(store, ids, job, business), reason)
+            report = fn(store, guard.allowed) if guard.allowed else operations.OperationReport(action)
+            registry = BusinessRegistry(store)
+            for biz, tids in guard.audited.items():
+                done = [t for t in tids if t in set(report.changed)]
+                if done:
+                    registry.note(biz, actor=actor, reason=reason or f"trigger {action}",
+                                  detail={"action": f"trigger {action}", "triggers": done})
         finally:
             store.engine.dispose()
         if as_json:
             click.echo(json.dumps({"action": action, "changed": report.changed, "best_effort": report.best_effort,
-                                   "unchanged": {str(k): v for k, v in report.unchanged.items()}}))
+                                   "unchanged": {str(k): v for k, v in report.unchanged.items()},
+                                   "refused": {str(k): v for k, v in guard.refused.items()}}))
         else:
             click.echo(f"{action}: {len(report.changed)} changed")
             if report.best_effort:
                 click.echo(f"  best-effort (already admitted, commands may still be delivered): {report.best_effort}")
             for tid, why in report.unchanged.items():
                 click.echo(f"  trigger {tid}: {why}")
+            for tid, why in guard.refused.items():
+                click.echo(f"  trigger {tid}: refused: {why}")
+        if guard.refused:
+            raise SystemExit(exitcodes.REFUSED)
         if not report.ok:
             raise SystemExit(exitcodes.FAILED)
 

@@ -1,0 +1,177 @@
+"""The ownership invariant, shown and enforced.
+
+Every migrated job is live on exactly one side (on both during a dual-run, by design),
+or deliberately off on both (paused on the new side, or ended). `status --check` finds
+any job that is meant to run but fires on neither side ("orphaned") and any job of a
+business cut over that fires on both ("double"). `trigger pause|resume|cancel` asks
+`guard_trigger_operation` first: a change that would leave a job firing nowhere, or on
+both sides, is refused (exit 5) unless it is an explicit, audited decision (--reason).
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from migrator.business import BusinessRegistry
+from migrator.cutover import links_of
+from migrator.holds import LegacyHolds
+from migrator.model import BusinessState as B
+from scheduler_core.model import Trigger, TriggerId, TriggerState
+from scheduler_core.store.sql import SqlTriggerStore
+
+S = TriggerState
+_RUNNABLE = (S.CREATED, S.WAITING, S.ACQUIRED)  # meant to run: not paused, not ended
+
+
+class Side(enum.StrEnum):
+    NEW = "new"
+    LEGACY = "legacy"
+    BOTH = "both"  # a live dual-run: by design
+    PAUSED = "paused"  # off on both by an operator's action
+    ENDED = "ended"  # completed or cancelled on the new side, not live on legacy
+    ORPHANED = "orphaned"  # meant to run, fires on neither side
+    DOUBLE = "double"  # fires on both sides outside a live dual-run
+
+
+PROBLEMS = (Side.ORPHANED, Side.DOUBLE)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOwnership:
+    business: str
+    source_key: str
+    job_code: str
+    trigger_id: int | None
+    trigger_state: str
+    new_live: bool
+    legacy_live: bool
+    legacy_known: bool  # read from the legacy tables (else inferred from the store)
+    held: bool  # stopped on legacy by the switch itself
+    side: Side
+    why: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"business": self.business, "source_key": self.source_key, "job_code": self.job_code,
+                "trigger_id": self.trigger_id, "trigger_state": self.trigger_state, "new_live": self.new_live,
+                "legacy_live": self.legacy_live, "legacy_known": self.legacy_known, "held": self.held,
+                "side": self.side.value, "why": self.why}
+
+
+@dataclass
+class BusinessOwnership:
+    business: str
+    source_system: str
+    state: B
+    shadow: bool
+    jobs: list[JobOwnership] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[JobOwnership]:
+        return [j for j in self.jobs if j.side in PROBLEMS]
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Side}
+        for j in self.jobs:
+            out[j.side.value] += 1
+        return out
+
+
+def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: bool, held: bool) -> tuple[Side, str]:
+    """Which side fires a job, from its business's state, its new-side trigger and its
+    legacy switch. Pure: the whole rule in one place."""
+    # the scheduler fires waiting triggers whatever the business state; a legacy
+    # business's triggers are `created` (not admitted), and shadow commands invoke nothing
+    new_live = trigger_state in (S.WAITING, S.ACQUIRED) and not shadow
+    if new_live and legacy_live:
+        if state is B.DUAL_RUN:
+            return Side.BOTH, ""
+        return Side.DOUBLE, (f"live on both sides while the business is {state.value}: stop it in the legacy "
+                             "admin" if state is B.CUTOVER else "roll back again, or pause the trigger")
+    if new_live:
+        return Side.NEW, ""
+    if legacy_live:
+        return Side.LEGACY, ""
+    if trigger_state is S.PAUSED:
+        return Side.PAUSED, ""
+    if trigger_state in (S.COMPLETED, S.CANCELLED):
+        return Side.ENDED, ""
+    why = f"the new-side trigger is {trigger_state.value}" + (" (shadow)" if shadow else "")
+    why += "; on legacy it is stopped" + (" by the switch (cutover)" if held else "")
+    return Side.ORPHANED, why
+
+
+LegacyLive = Callable[[str, Sequence[str]], set[str] | None]  # (source system, keys) -> live keys, None: unknown
+
+
+def ownership(store: SqlTriggerStore, legacy_live: LegacyLive | None = None,
+              businesses: Sequence[str] | None = None) -> list[BusinessOwnership]:
+    """Per business and job, which side fires it. `legacy_live` reads the legacy switches
+    (the legacy database); without it, legacy is inferred from the store: a job the
+    switch stopped (held) is off; in a business cut over every legacy job is off; else a
+    job is live on legacy unless its mirrored trigger says the legacy job is off."""
+    registry = BusinessRegistry(store)
+    holds = LegacyHolds(store)
+    out: list[BusinessOwnership] = []
+    for rec in registry.all():
+        if businesses and rec.biz_code not in businesses:
+            continue
+        bo = BusinessOwnership(rec.biz_code, rec.source_system, rec.state, rec.shadow)
+        links = links_of(store, rec.biz_code)
+        keys = [ln.source_key for ln in links]
+        held = holds.of_business(rec.biz_code)
+        live = legacy_live(rec.source_system, keys) if legacy_live is not None and keys else None
+        for ln in links:
+            t = ln.trigger
+            if live is not None:
+                leg = ln.source_key in live
+            else:
+                leg = (ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE)
+            side, why = classify(rec.state, rec.shadow, t.state, leg, ln.source_key in held)
+            new_live = t.state in (S.WAITING, S.ACQUIRED) and not rec.shadow
+            bo.jobs.append(JobOwnership(rec.biz_code, ln.source_key, ln.job_code, t.id, t.state.value, new_live, leg,
+                                        live is not None, ln.source_key in held, side, why))
+        out.append(bo)
+    return out
+
+
+@dataclass
+class GuardOutcome:
+    allowed: list[TriggerId] = field(default_factory=list)
+    refused: dict[TriggerId, str] = field(default_factory=dict)
+    audited: dict[str, list[TriggerId]] = field(default_factory=dict)  # business -> ids to audit
+
+
+def guard_trigger_operation(store: SqlTriggerStore, action: str, ids: Sequence[TriggerId],
+                            reason: str = "") -> GuardOutcome:
+    """Which of these triggers `action` (pause, resume, cancel) may change without
+    breaking the ownership invariant.
+
+    - resume in a business on legacy: the legacy job is the live one; the trigger would
+      fire beside it (twice) while the business is not even in dual-run: refused.
+    - pause or cancel of a trigger live only on the new side (a business cut over): the
+      job would fire nowhere; allowed only as an explicit decision (a reason), audited.
+    Every operation on a business in dual-run or cut over is audited."""
+    states: Mapping[str, B] = {r.biz_code: r.state for r in BusinessRegistry(store).all()}
+    out = GuardOutcome()
+    triggers: dict[TriggerId, Trigger] = {t.id: t for t in store.get_triggers(list(ids)) if t.id is not None}
+    for tid in ids:
+        t = triggers.get(tid)
+        if t is None:
+            out.allowed.append(tid)  # reported as "no such trigger" by the operation
+            continue
+        state = states.get(t.biz_code, B.LEGACY)
+        if action == "resume" and state is B.LEGACY and t.biz_code in states:
+            out.refused[tid] = (f"{t.job_code}: business {t.biz_code} is on legacy, where this job runs; resumed "
+                                "here it would fire on both sides. Start it in the legacy admin (the next migrate "
+                                "run follows), or start a dual-run")
+            continue
+        if action in ("pause", "cancel") and state is B.CUTOVER and t.state in (S.WAITING, S.ACQUIRED) and not reason:
+            out.refused[tid] = (f"{t.job_code}: business {t.biz_code} is cut over and its legacy job is stopped; "
+                                f"to {action} it here leaves it firing on neither side. Say why with --reason "
+                                "to do it on purpose (audited)")
+            continue
+        out.allowed.append(tid)
+        if state is not B.LEGACY:
+            out.audited.setdefault(t.biz_code, []).append(tid)
+    return out

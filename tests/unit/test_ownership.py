@@ -1,0 +1,291 @@
+"""Never leave a business with nothing firing, on the embedded default (SQLite legacy
+databases and store): re-migration after cutover, the switch's own stop vs an operator's,
+stopped legacy jobs, rollback hand-over and its refusals, the orphan check, the trigger
+operations' guard."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from migrator.business import BusinessRegistry, TransitionRefused
+from migrator.cutover import BusinessSwitch
+from migrator.holds import LegacyHolds
+from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.model import BusinessState
+from migrator.ownership import Side, classify, ownership
+from migrator.ports import GateDecision
+from readers.seed import seed_batchcenter
+from scheduler_core.model import TriggerState as S
+from scheduler_core.occurrences import next_after
+from scheduler_core.times import from_ms, to_ms
+from switchyard.cli import cli
+from tests.migration_env import FixedGate, MigrationEnv, make_env, migrated_xxljob
+
+B = BusinessState
+
+
+class RecordingFences:
+    """A FencePort that records what the switch asked (the real one is scheduler_core's)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, datetime]] = []
+
+    def raise_fence(self, business: str, at: datetime) -> int:
+        self.calls.append(("raise", business, at))
+        return 0
+
+    def lift_fence(self, business: str, at: datetime) -> None:
+        self.calls.append(("lift", business, at))
+
+
+def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
+    clock = env.migrator.clock
+    return BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
+                          FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())), fences=fences)
+
+
+def _cut_over(tmp_path: Path, fences: RecordingFences | None = None, *, shadow: bool = False
+              ) -> tuple[MigrationEnv, str, BusinessSwitch]:
+    env, biz = migrated_xxljob(tmp_path)
+    sw = _switch(env, fences)
+    sw.start_dual_run(biz, shadow=shadow, actor="ops")
+    sw.cutover(biz, actor="ops", reason="test")
+    return env, biz, sw
+
+
+def _states(env: MigrationEnv, biz: str) -> dict[str, S]:
+    return {t.job_code: t.state for t in env.store.triggers_of(biz_code=biz)}
+
+
+def _legacy(env: MigrationEnv) -> dict[str, tuple[int, int]]:
+    with env.legacy.connect() as conn:
+        return {str(i): (int(s), int(n)) for i, s, n in conn.execute(text(
+            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+
+
+def test_remigration_after_cutover_updates_definitions_and_never_pauses(tmp_path: Path) -> None:
+    env, biz, sw = _cut_over(tmp_path)
+    before = _states(env, biz)
+    live = [c for c, s in before.items() if s is S.WAITING]
+    legacy = _legacy(env)
+    assert live and all(legacy[ln.source_key][0] == 0 for ln in sw.links(biz))  # every legacy job is off now
+    summary = env.migrator.run([biz])
+    assert summary.counts["update"] == 0, "the cutover's own stop was read as an edit"
+    assert _states(env, biz) == before
+    # an operator edits a cron in the admin after the cutover: the definition follows,
+    # the trigger stays live and keeps what it published
+    link = next(ln for ln in sw.links(biz) if ln.trigger.state is S.WAITING and ln.trigger.cron)
+    with env.legacy.begin() as conn:
+        conn.execute(text("UPDATE xxl_job_info SET schedule_conf = '0 0/7 * * * ?' WHERE id = :i"),
+                     {"i": int(link.source_key)})
+    summary = env.migrator.run([biz])
+    assert summary.counts["update"] == 1
+    after = env.store.get_trigger(link.trigger.id)  # type: ignore[arg-type]
+    assert after is not None and after.cron == "0 0/7 * * * ?" and after.state is S.WAITING
+    assert after.next_fire_at >= link.trigger.next_fire_at  # never back over what was published
+    assert {c: s for c, s in _states(env, biz).items()} == before
+
+
+def test_the_switchs_own_stop_is_not_an_operators_stop(tmp_path: Path) -> None:
+    """Mid-cutover (the business still dual_run, the legacy jobs already stopped), a
+    re-migration or the stream reads `trigger_status = 0`: held, it is the switch's own and
+    nothing is paused; the same stop without a hold is an operator's and is mirrored."""
+    env, biz = migrated_xxljob(tmp_path)
+    sw = _switch(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    before = _states(env, biz)
+    keys = [ln.source_key for ln in sw.links(biz)]
+    running = sw.control.live(keys)
+    LegacyHolds(env.store).add("xxl-job", biz, running)
+    with env.legacy.begin() as conn:
+        conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0"))
+    env.migrator.run([biz])
+    assert _states(env, biz) == before, "the switch's own stop paused the new side"
+    LegacyHolds(env.store).remove("xxl-job", running)  # the same stop, now an operator's
+    env.migrator.run([biz])
+    assert all(s in (S.PAUSED, S.COMPLETED, S.CANCELLED) for s in _states(env, biz).values())
+
+
+def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable(tmp_path: Path) -> None:
+    env, biz = migrated_xxljob(tmp_path)
+    sw = _switch(env)
+    link = next(ln for ln in sw.links(biz) if ln.trigger.state is S.CREATED)
+    with env.legacy.begin() as conn:  # xxl-job's own stop: status 0, next time 0
+        conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0, trigger_next_time = 0 WHERE id = :i"),
+                     {"i": int(link.source_key)})
+    env.migrator.run([biz])
+    assert env.store.get_trigger(link.trigger.id).state is S.PAUSED  # type: ignore[arg-type, union-attr]
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    rep = sw.cutover(biz, actor="ops")
+    assert env.store.get_trigger(link.trigger.id).state is S.PAUSED  # type: ignore[arg-type, union-attr]
+    assert link.source_key not in rep.handover
+    assert link.source_key not in LegacyHolds(env.store).of_business(biz)  # an operator's stop, not ours
+    url = str(env.store.engine.url)
+    res = CliRunner().invoke(cli, ["trigger", "resume", str(link.trigger.id), "--url", url, "--json"])
+    assert res.exit_code == 0, res.output
+    assert env.store.get_trigger(link.trigger.id).state is S.WAITING  # type: ignore[arg-type, union-attr]
+
+
+def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(tmp_path: Path) -> None:
+    fences = RecordingFences()
+    env, biz, sw = _cut_over(tmp_path, fences)
+    # the new side published an hour ahead (its lookahead)
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
+    published = {t.job_code: t for t in env.store.triggers_of(biz_code=biz) if t.state is S.WAITING}
+    now = env.migrator.clock.now()
+    rep = sw.rollback(biz, actor="ops", reason="regression")
+    raised = [c for c in fences.calls if c[0] == "raise"]
+    assert rep.ok and rep.handover and len(raised) == 1
+    fence_at = raised[0][2]
+    assert fence_at == now + XxlJobControl.start_margin
+    legacy = _legacy(env)
+    checked = 0
+    for ln in sw.links(biz):
+        if ln.job_code not in published:
+            continue
+        status, nxt = legacy[ln.source_key]
+        start = from_ms(nxt)
+        assert status == 1
+        # legacy takes over at the first occurrence at or after F, long before what the
+        # new side had published (those are skipped by the fence)
+        t = published[ln.job_code]
+        assert fence_at <= start <= t.next_fire_at
+        if t.cron:
+            assert start == next_after(t, fence_at - timedelta(milliseconds=1))
+        checked += int(start < t.next_fire_at)
+    assert checked > 0
+    assert LegacyHolds(env.store).of_business(biz) == set()
+    assert BusinessRegistry(env.store).get(biz).state is B.LEGACY  # type: ignore[union-attr]
+    # a dual-run started again resumes after the last command the new side published (the
+    # fence skips those), and lifts the fence there
+    latest = now + timedelta(minutes=20)
+    with env.store.engine.begin() as conn:
+        conn.execute(text("INSERT INTO dus_fired_record (command_id, trigger_id, job_code, biz_code, scheduled_at, "
+                          "item_index, item_total, state, state_rank, epoch, attempt, misfired, message, item_count, "
+                          "succeeded_items, failed_items) VALUES ('c1', 1, 'j', :b, :t, 0, 1, 'skipped', 9, 1, 0, 0, "
+                          "'', 1, 0, 0)"), {"b": biz, "t": to_ms(latest)})
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    lift = fences.calls[-1]
+    assert lift[0] == "lift" and lift[2] == latest + timedelta(milliseconds=1)
+    assert all(t.next_fire_at >= lift[2] for t in env.store.triggers_of(biz_code=biz)
+               if t.state is S.WAITING and t.kind.value != "once")
+
+
+def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(tmp_path: Path) -> None:
+    """What a real xxl-job check saw: after a cutover every new trigger paused (then by a
+    re-migration's bug) and the rollback returned exit 0 with an empty hand-over."""
+    env, biz, sw = _cut_over(tmp_path, RecordingFences())
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET state = 'paused' WHERE state = 'waiting'"))
+    url = str(env.store.engine.url)
+    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", str(env.legacy.url), "--json"])
+    assert res.exit_code == 1, res.output
+    body = json.loads(res.output.strip().splitlines()[-1])
+    assert body["ok"] is False and body["not_handed_back"]
+    assert all("paused on the new side" in why for why in body["not_handed_back"].values())
+
+
+def test_rollback_refuses_and_changes_nothing_when_a_job_would_fire_nowhere(tmp_path: Path) -> None:
+    env, biz, sw = _cut_over(tmp_path, RecordingFences())
+    link = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
+    with env.legacy.begin() as conn:
+        conn.execute(text("DELETE FROM xxl_job_info WHERE id = :i"), {"i": int(link.source_key)})
+    before = _states(env, biz)
+    with pytest.raises(TransitionRefused, match=f"job {link.source_key} .*legacy row is gone"):
+        sw.rollback(biz, actor="ops")
+    assert _states(env, biz) == before
+    assert BusinessRegistry(env.store).get(biz).state is B.CUTOVER  # type: ignore[union-attr]
+    assert [c for c in sw.fences.calls if c[0] == "raise"] == []  # type: ignore[union-attr]
+
+
+def test_status_check_finds_orphans_and_doubles(tmp_path: Path) -> None:
+    env, biz, sw = _cut_over(tmp_path)
+    url, legacy_url = str(env.store.engine.url), str(env.legacy.url)
+    ok = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--legacy-url", legacy_url])
+    assert ok.exit_code == 0, ok.output
+    link = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
+    # a half-done switch: the trigger taken off the scheduler, the legacy job still stopped
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET state = 'created' WHERE id = :i"), {"i": link.trigger.id})
+    res = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--json"])
+    assert res.exit_code == 1
+    rows = {r["business"]: r for r in json.loads(res.output)}
+    assert [(p["source_key"], p["side"]) for p in rows[biz]["problems"]] == [(link.source_key, "orphaned")]
+    # an operator switches another job back on in the legacy admin: it fires on both sides
+    other = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
+    with env.legacy.begin() as conn:
+        conn.execute(text("UPDATE xxl_job_info SET trigger_status = 1 WHERE id = :i"), {"i": int(other.source_key)})
+    res = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--json", "--legacy-url", legacy_url])
+    sides = {p["source_key"]: p["side"] for p in json.loads(res.output)[0]["problems"]}
+    assert res.exit_code == 1 and sides == {link.source_key: "orphaned", other.source_key: "double"}
+
+
+@pytest.mark.parametrize("state, shadow, trig, legacy, held, side", [
+    (B.DUAL_RUN, False, S.WAITING, True, False, Side.BOTH),
+    (B.DUAL_RUN, True, S.WAITING, True, False, Side.LEGACY),
+    (B.DUAL_RUN, True, S.WAITING, False, True, Side.ORPHANED),
+    (B.CUTOVER, False, S.WAITING, False, True, Side.NEW),
+    (B.CUTOVER, False, S.WAITING, True, True, Side.DOUBLE),
+    (B.CUTOVER, False, S.CREATED, False, True, Side.ORPHANED),
+    (B.CUTOVER, False, S.PAUSED, False, False, Side.PAUSED),
+    (B.CUTOVER, False, S.CANCELLED, False, False, Side.ENDED),
+    (B.LEGACY, False, S.CREATED, True, False, Side.LEGACY),
+    (B.LEGACY, False, S.CREATED, False, True, Side.ORPHANED),
+    (B.LEGACY, False, S.WAITING, True, False, Side.DOUBLE),
+])
+def test_which_side_fires_a_job(state: B, shadow: bool, trig: S, legacy: bool, held: bool, side: Side) -> None:
+    assert classify(state, shadow, trig, legacy, held)[0] is side
+
+
+def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audited(tmp_path: Path) -> None:
+    env, biz, sw = _cut_over(tmp_path)
+    url = str(env.store.engine.url)
+    tid = next(t.id for t in env.store.triggers_of(biz_code=biz) if t.state is S.WAITING)
+    res = CliRunner().invoke(cli, ["trigger", "pause", str(tid), "--url", url])
+    assert res.exit_code == 5 and "--reason" in res.output
+    assert env.store.get_trigger(tid).state is S.WAITING  # type: ignore[arg-type, union-attr]
+    res = CliRunner().invoke(cli, ["trigger", "pause", str(tid), "--url", url, "--reason", "vendor outage",
+                                   "--actor", "alice"])
+    assert res.exit_code == 0, res.output
+    last = BusinessRegistry(env.store).audit(biz)[-1]
+    assert (last.actor, last.reason, last.detail["triggers"]) == ("alice", "vendor outage", [tid])
+    # paused on both by an audited decision: not an orphan
+    assert CliRunner().invoke(cli, ["status", "--url", url, "--check"]).exit_code == 0
+    sw.rollback(biz, actor="ops")
+    res = CliRunner().invoke(cli, ["trigger", "resume", str(tid), "--url", url])
+    assert res.exit_code == 5 and "on legacy" in res.output
+
+
+def test_batch_center_cancel_after_cutover_is_reported_not_applied(tmp_path: Path) -> None:
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=8, bad_rows=0, malformed_crons=0)
+    env.migrator.run()
+    biz = BusinessRegistry(env.store).all()[0].biz_code
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, BatchCenterControl(env.legacy, clock), clock,
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
+        conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
+    sw.cutover(biz, actor="ops")
+    before = _states(env, biz)
+    assert env.migrator.run([biz]).counts["update"] == 0  # the pause (status 5) was the switch's
+    link = next(ln for ln in sw.links(biz) if before[ln.job_code] is S.WAITING)
+    with env.legacy.begin() as conn:
+        conn.execute(text("UPDATE bc_task SET status = 4 WHERE id = :i"), {"i": int(link.source_key)})
+    summary = env.migrator.run([biz])
+    assert _states(env, biz) == before
+    assert any(link.source_key in n and "not applied" in n for n in summary.notes), summary.notes
+
+
+def test_the_orphan_check_with_only_the_store_infers_legacy(tmp_path: Path) -> None:
+    env, biz, sw = _cut_over(tmp_path)
+    owned = {bo.business: bo for bo in ownership(env.store)}[biz]
+    assert not owned.problems and owned.counts()["new"] > 0
+    assert to_ms(env.migrator.clock.now()) > 0
