@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import select
 
-from dualrun.collect import CompareRequest, Collector, new_frame_from, resolve
+from dualrun.collect import CompareRequest, Collector, new_frame_from, read_state, resolve
 from dualrun.compare import detail
 from dualrun.frames import JobIndex
 from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, pair
@@ -105,9 +105,10 @@ _FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "rece
 
 def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
-    them, without records that never ran a handler (shadow-only, never published)."""
+    them, without records that never ran a handler (shadow-only, never published; one a
+    rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
     fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in _FIRED)).where(
+    stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
         fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
     ).order_by(fr.c.scheduled_at)
     with store.engine.connect() as conn:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import and_, case, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from dualrun.compare import Inputs, baseline_window, compare_frames
 from dualrun.errors import NoSourceSystem
 from dualrun.expected import build_expected
-from dualrun.frames import FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
+from dualrun.frames import FENCED, FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
 from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings
@@ -29,6 +31,8 @@ from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.codec import command_topic
 from scheduler_core.errors import BusError
 from scheduler_core.executor.sdk import SUBSCRIPTION
+from scheduler_core.fence import MESSAGE_PREFIX
+from scheduler_core.model import FiredState
 from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
@@ -102,12 +106,23 @@ def fetch_quarantined(store: SqlTriggerStore, source: SourceSystem, business: st
 
 
 _FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt")
+# a record a rollback fence skipped, as `read_state` names it (not a stored state)
+FENCED_STATE = "fenced"
+_READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
+
+
+def read_state(fr: Any) -> ColumnElement[Any]:
+    """A fired record's state as the comparator reads it: a rollback fence's skip told
+    from a misfire policy's by the message the fence writes (scheduler_core.fence), in
+    the query, so that the message column itself is never fetched."""
+    fenced = and_(fr.c.state == FiredState.SKIPPED.value, fr.c.message.like(f"{MESSAGE_PREFIX}%"))
+    return case((fenced, FENCED_STATE), else_=fr.c.state).label("state")
 
 
 def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in _FIRED)).where(
+    stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
         fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
     ).order_by(fr.c.scheduled_at)  # time order: the matcher's sorts are then cheap (idx_fired_biz_time)
     with store.engine.connect() as conn:
@@ -124,7 +139,7 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
     return pd.DataFrame(copy=False, data={
         "job": ids[codes], "item": raw["item_index"].to_numpy(dtype=np.int64),
         "total": raw["item_total"].to_numpy(dtype=np.int64),
-        "status": raw["state"].map(FIRED_STATUS).fillna(UNFINISHED).to_numpy(dtype=np.int64),
+        "status": raw["state"].map(_READ_STATUS).fillna(UNFINISHED).to_numpy(dtype=np.int64),
         "sched": raw["scheduled_at"].to_numpy(dtype=np.int64),
         "recv": raw["received_at"].fillna(NONE).to_numpy(dtype=np.int64),
         "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),

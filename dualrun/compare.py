@@ -260,7 +260,8 @@ def _secs(ms: int) -> str:
 def detail(kind: MismatchKind, a: int, b: int) -> str:
     texts = {
         MismatchKind.MISSING_ON_NEW: f"legacy fired it (lag {_secs(a)}); the new side did not"
-                                     + (", its misfire policy skipped it" if b == 1 else ""),
+                                     + {1: ", its misfire policy skipped it",
+                                        2: ", a rollback fence skipped it there (the legacy side's to fire)"}.get(b, ""),
         MismatchKind.EXTRA_ON_NEW: (f"fired {b + 1} times on the new side (a doubled trigger)" if b > 0 else
                                     "fired on the new side; not in the legacy schedule, not fired by legacy"),
         MismatchKind.LATE_ON_NEW: (f"new side lag {_secs(a)} (legacy {_secs(b)})" if a != NONE else
@@ -326,7 +327,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         baseline = pending.result()
     legacy = side_measures(m.legacy, expected_fk=m.expected_fk, late=legacy_late(m.legacy.fires, s),
                            unscheduled=len(m.unscheduled))
-    new_expected = m.expected_fk
+    # occurrences a rollback fence took from the new side are the legacy side's to fire
+    new_expected = m.expected_fk[~member(m.fenced_fk, m.expected_fk)]
     if inputs.quarantined and len(new_expected):  # the new side is not expected to fire what it was never given
         keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
         new_expected = new_expected[~ctx.flags.quarantined[keys.job(new_expected)]]

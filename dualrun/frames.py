@@ -24,6 +24,9 @@ NONE = -1  # "no time" in an epoch-ms column
 
 # status codes, ordered by severity: a fire's status is the worst of its items
 SUCCESS, UNFINISHED, TIMEOUT, FAIL, SKIPPED = 0, 1, 2, 3, 4
+# a new-side record a rollback fence skipped (scheduler_core.fence): never invoked, the
+# legacy side's to fire, so never missing, extra or failed on the new side
+FENCED = 5
 
 # legacy row kinds (from the trigger type xxl-job writes into trigger_msg)
 SCHEDULE, RETRY, MANUAL, MISFIRE = 0, 1, 2, 3

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dualrun.frames import FAIL, MANUAL, MISFIRE, NONE, RETRY, SCHEDULE, SKIPPED, SUCCESS, TIMEOUT, JobInfo
+from dualrun.frames import FAIL, FENCED, MANUAL, MISFIRE, NONE, RETRY, SCHEDULE, SKIPPED, SUCCESS, TIMEOUT, JobInfo
 from dualrun.model import Label, MismatchKind
 from dualrun.settings import MatchSettings
 
@@ -35,7 +35,10 @@ KINDS = list(MismatchKind)
 LABEL_CODE = {lab: i for i, lab in enumerate(Label)}
 LABELS = list(Label)
 NO_LABEL = -1
+# `b` of a missing_on_new: 1 the new side's misfire policy skipped it, 2 a rollback fence did
+B_MISFIRE_SKIP, B_FENCED = 1, 2
 _I64 = np.int64
+_NO_KEYS = np.zeros(0, dtype=_I64)
 
 
 class Table:
@@ -129,6 +132,14 @@ class MatchResult:
     paired: int
     reference: int  # distinct occurrences: expected, or fired by either side
     skipped_new: int  # new-side fires skipped by the misfire policy
+    fenced_fk: np.ndarray  # keys of new-side fires a rollback fence skipped (sorted): legacy's to fire
+
+    @property
+    def fenced_legacy_calls(self) -> int:
+        """Legacy calls of the occurrences a rollback fence took from the new side: not
+        to be held against the new side's call volume."""
+        fires = self.legacy.fires
+        return int(fires["items"][member(self.fenced_fk, fires["fk"])].sum())
 
 
 # --- 1. nominal fire times ---------------------------------------------------------------
@@ -420,8 +431,11 @@ def _unpaired(n: int, paired: np.ndarray) -> np.ndarray:
 
 
 def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.ndarray, skipped_fk: np.ndarray,
-             ctx: ClassifyContext, keys: Keys) -> tuple[pd.DataFrame, int, int]:
-    """(mismatch frame, paired fires, reference occurrences)."""
+             ctx: ClassifyContext, keys: Keys,
+             fenced_fk: np.ndarray | None = None) -> tuple[pd.DataFrame, int, int]:
+    """(mismatch frame, paired fires, reference occurrences). `fenced_fk`: occurrences the
+    new side skipped by a rollback fence; the legacy side fires them, which is no mismatch
+    against the new side (labelled rollback_fence, out of the rates' reference)."""
     lf, nf = legacy.fires, new.fires
     li, ni = pair(lf, nf, _ms(ctx.settings.pair_tolerance))
     cols = ("job", "sched", "dispatch", "status", "items")
@@ -430,9 +444,12 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     # a legacy fire of a job the migrator quarantined: never handed over, so not missing on
     # the new side (labelled; b carries its calls instead of the misfire-skip flag)
     held = ctx.flags.quarantined[lo["job"]]
-    pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"],
-                         np.where(held, LABEL_CODE[Label.NOT_MIGRATED], NO_LABEL), a=lag_of(lo),
-                         b=np.where(held, lo["items"], member(skipped_fk, lo["fk"]).astype(_I64))))
+    fenced = ~held & member(_NO_KEYS if fenced_fk is None else fenced_fk, lo["fk"])
+    label = np.where(held, LABEL_CODE[Label.NOT_MIGRATED],
+                     np.where(fenced, LABEL_CODE[Label.ROLLBACK_FENCE], NO_LABEL))
+    why = np.where(fenced, B_FENCED, member(skipped_fk, lo["fk"]).astype(_I64) * B_MISFIRE_SKIP)
+    pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"], label.astype(np.int8), a=lag_of(lo),
+                         b=np.where(held, lo["items"], why)))
     no = nf.take(_unpaired(len(nf), ni), ("fk", "job", "sched", "dispatch", "items"))
     pieces += _new_only(no, member(exp_fk, no["fk"]), ctx)
     doubled = nf.take(np.flatnonzero(nf["dups"] > 0), ("job", "sched", "dispatch", "dups"))
@@ -449,7 +466,8 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     frame = pd.concat(pieces, ignore_index=True)
     # occurrences only a quarantined job's legacy side has (or neither) are not the new
     # side's to fire: they stay out of the rates' reference
-    not_handed = int(held.sum()) + int(held_n.sum())
+    # nor are the ones a rollback fence handed back to legacy
+    not_handed = int(held.sum()) + int(held_n.sum()) + int(fenced.sum())
     return frame, len(li), len(lf) + len(nf) - len(li) + len(neither) - not_handed
 
 
@@ -478,14 +496,17 @@ def prepare_legacy(leg: Table, exp: Table, start: int, end: int, s: MatchSetting
     return SideFires(items, fires_of(items, keys)), unscheduled_rows(leg, sched, start, end)
 
 
-def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires, np.ndarray]:
-    """The new side of one window: fires, and the keys of fires skipped by misfire policy."""
+def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires, np.ndarray, np.ndarray]:
+    """The new side of one window: fires, and the keys of fires skipped by misfire policy
+    and by a rollback fence (neither ran a handler: not fires of the new side)."""
     sched, status = new["sched"], new["status"]
     inside = (sched >= start) & (sched < end)
     skipped = np.flatnonzero(inside & (status == SKIPPED))
-    items = new_items(new, np.flatnonzero(inside & (status != SKIPPED)), keys)
+    fenced = np.flatnonzero(inside & (status == FENCED))
+    items = new_items(new, np.flatnonzero(inside & (status != SKIPPED) & (status != FENCED)), keys)
     skipped_fk = sorted_unique(keys.fire(new["job"][skipped], sched[skipped]))
-    return SideFires(items, fires_of(items, keys)), skipped_fk
+    fenced_fk = sorted_unique(keys.fire(new["job"][fenced], sched[fenced]))
+    return SideFires(items, fires_of(items, keys)), skipped_fk, fenced_fk
 
 
 def match(leg: Table, new: Table, exp: Table, *, start: int, end: int, n_jobs: int,
@@ -493,8 +514,8 @@ def match(leg: Table, new: Table, exp: Table, *, start: int, end: int, n_jobs: i
     """The whole matching for one window [start, end) in epoch ms."""
     keys = Keys(origin=start, job_bits=_bits(n_jobs))
     legacy, unsched = prepare_legacy(leg, exp, start, end, ctx.settings, keys)
-    newf, skipped_fk = prepare_new(new, start, end, keys)
+    newf, skipped_fk, fenced_fk = prepare_new(new, start, end, keys)
     exp_fk = expected_keys(exp, start, end, keys)
-    frame, paired, reference = classify(legacy, newf, unsched, exp_fk, skipped_fk, ctx, keys)
+    frame, paired, reference = classify(legacy, newf, unsched, exp_fk, skipped_fk, ctx, keys, fenced_fk)
     return MatchResult(legacy=legacy, new=newf, unscheduled=unsched, mismatches=frame, expected_fk=exp_fk,
-                       paired=paired, reference=reference, skipped_new=len(skipped_fk))
+                       paired=paired, reference=reference, skipped_new=len(skipped_fk), fenced_fk=fenced_fk)

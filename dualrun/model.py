@@ -72,6 +72,7 @@ class Label(enum.StrEnum):
     BROADCAST_ITEMS = "broadcast_items"
     LEGACY_MISSED = "legacy_missed"
     NOT_MIGRATED = "not_migrated"  # the legacy job is quarantined in the migration ledger
+    ROLLBACK_FENCE = "rollback_fence"  # the new side skipped it by a rollback's fence: legacy's to fire
 
 
 LABEL_TEXT: dict[Label, str] = {
@@ -86,6 +87,8 @@ LABEL_TEXT: dict[Label, str] = {
     Label.LEGACY_MISSED: "the legacy side missed an expected fire that the new side fired",
     Label.NOT_MIGRATED: "not migrated: the legacy job is quarantined in the migration ledger (field and reason "
                         "listed) and still runs only on legacy; the new side was never given it",
+    Label.ROLLBACK_FENCE: "a rollback handed the occurrence back to legacy: the new side had published it and "
+                          "its executor skipped it, with a record, by the rollback's fence",
 }
 
 
