@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import Connection, Engine
 
-    from migrator.ports import GateDecision, LegacyControl
+    from migrator.ports import FencePort, GateDecision, LegacyControl
     from readers.ports import LegacyReader
 
 
@@ -109,3 +109,10 @@ def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequ
         return None if control is None else control.live(keys)
 
     return live
+
+
+def fence_service(store: SqlTriggerStore, bus: MessageBus) -> "FencePort":
+    """The rollback fence (scheduler_core.fence) as the migrator's FencePort."""
+    from scheduler_core.fence import FenceService
+
+    return FenceService(store, bus)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 from datetime import timedelta
 
 import click
@@ -11,8 +12,9 @@ from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import store_url
-from switchyard.wiring import DualRunGate, legacy_control, legacy_switches, open_store
+from scheduler_core.ports import MessageBus
+from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.wiring import DualRunGate, fence_service, legacy_control, legacy_switches, open_bus, open_store
 
 legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
 tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
@@ -21,13 +23,28 @@ actor_opt = click.option("--actor", default=getpass.getuser, show_default="the c
 json_opt = click.option("--json", "as_json", is_flag=True)
 
 
-def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0) -> BusinessSwitch:
+def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0,
+            bus: MessageBus | None = None) -> BusinessSwitch:
     store = open_store(url)
     rec = BusinessRegistry(store).get(biz)
     if rec is None:
         raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
     control = legacy_control(rec.source_system, legacy_url, store.clock, tz)
-    return BusinessSwitch(store, control, store.clock, DualRunGate(store), max_verdict_age=timedelta(seconds=max_age_s))
+    return BusinessSwitch(store, control, store.clock, DualRunGate(store), max_verdict_age=timedelta(seconds=max_age_s),
+                          fences=fence_service(store, bus) if bus is not None else None)
+
+
+def _bus_opts(fn):  # type: ignore[no-untyped-def]
+    """The bus the executors follow: the rollback fence is broadcast on its control
+    channel (with 'memory', only the store has it: no executor in another process is on
+    an in-process bus)."""
+    for opt in (topic_prefix, pulsar_token, pulsar_admin, bus_url):
+        fn = opt(fn)
+    return fn
+
+
+def _open_bus(bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str) -> MessageBus:
+    return open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix)
 
 
 def _emit(report: SwitchReport, as_json: bool) -> None:
@@ -151,13 +168,24 @@ def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str
 @tz_opt
 @actor_opt
 @click.option("--reason", default="", help="Why (audited).")
+@_bus_opts
 @json_opt
 @cli_errors
 @_refused
-def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, reason: str, as_json: bool) -> None:
-    """Send BUSINESS back to its legacy scheduler, exactly at the boundary. Always allowed."""
-    sw = _switch(url, business, legacy_url, legacy_tz)
-    report = sw.rollback(business, actor=actor, reason=reason)
+def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, reason: str, bus_url: str,
+             pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, as_json: bool) -> None:
+    """Send BUSINESS back to its legacy scheduler in seconds, exactly at the boundary.
+
+    The handover F is now + the legacy side's start margin: executors skip (and record)
+    every command of the business at or after F, and legacy fires from F on. Refused
+    (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
+    could not be handed back (each one named)."""
+    bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
+    try:
+        sw = _switch(url, business, legacy_url, legacy_tz, bus=bus)
+        report = sw.rollback(business, actor=actor, reason=reason)
+    finally:
+        bus.close()
     _emit(report, as_json)
     if not report.ok:
         # never a success on a hand-over that left jobs behind: each is named above
@@ -172,11 +200,18 @@ def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: st
 @actor_opt
 @click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
 @click.option("--reason", default="", help="Why (audited).")
+@_bus_opts
 @json_opt
 @cli_errors
 @_refused
 def dualrun_start(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, shadow: bool, reason: str,
+                  bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str,
                   as_json: bool) -> None:
-    """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow)."""
-    sw = _switch(url, business, legacy_url, legacy_tz)
-    _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
+    """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
+    After a rollback, the new side starts after the last command the rollback fenced."""
+    bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
+    try:
+        sw = _switch(url, business, legacy_url, legacy_tz, bus=bus)
+        _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
+    finally:
+        bus.close()
