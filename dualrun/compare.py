@@ -159,6 +159,16 @@ def quarantined_jobs(frame: pd.DataFrame, quarantined: Mapping[int, QuarantinedJ
     return tuple(sorted(out, key=lambda q: (-q.legacy_fires, q.source_key)))
 
 
+def fires_per_job(expected_fk: np.ndarray, keys: Keys, jobs: JobIndex, info: Mapping[int, JobInfo],
+                  quarantined: Mapping[int, QuarantinedJob]) -> tuple[tuple[str, int], ...]:
+    """Expected occurrences in the window of every recurring job the new side was given
+    (job code, count), fewest first: the verdict's evidence per job. A recurring job with
+    no occurrence in the window (a daily job in an hour) is listed with 0."""
+    counts = np.bincount(keys.job(expected_fk), minlength=len(jobs)) if len(expected_fk) else np.zeros(len(jobs))
+    out = [(jobs.code(jid), int(counts[jid])) for jid, ji in info.items() if ji.recurring and jid not in quarantined]
+    return tuple(sorted(out, key=lambda jc: (jc[1], jc[0])))
+
+
 # --- time series --------------------------------------------------------------------------
 
 def _bucket_ms(window: Window, buckets: int) -> int:
@@ -329,8 +339,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
                            unscheduled=len(m.unscheduled))
     # occurrences a rollback fence took from the new side are the legacy side's to fire
     new_expected = m.expected_fk[~member(m.fenced_fk, m.expected_fk)]
+    keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
     if inputs.quarantined and len(new_expected):  # the new side is not expected to fire what it was never given
-        keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
         new_expected = new_expected[~ctx.flags.quarantined[keys.job(new_expected)]]
     new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, _ms(now)))
     counts = mismatch_counts(m.mismatches)
@@ -339,7 +349,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     evaluation = rules.evaluate(rules.Evidence(
         mode=inputs.mode, window=inputs.window, legacy=legacy, new=new, baseline=baseline,
         reference=m.reference, counts=counts, groups=groups, consumer_lag=inputs.consumer_lag,
-        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches), quarantined=held))
+        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches), quarantined=held,
+        fires_per_job=fires_per_job(new_expected, keys, inputs.jobs, inputs.info, inputs.quarantined)))
     return Comparison(
         business=inputs.business, legacy_business=inputs.legacy_business or inputs.business, source=inputs.source,
         mode=inputs.mode, window=inputs.window, baseline_window=inputs.baseline_window, computed_at=now,

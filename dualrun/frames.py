@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from readers.records import ExecStatus, LegacyDefinition, LegacyExecution
+from readers.records import ExecStatus, LegacyDefinition, LegacyExecution, ScheduleKind
 from scheduler_core.model import FiredState
 
 NONE = -1  # "no time" in an epoch-ms column
@@ -151,6 +151,9 @@ class JobInfo:
     time_zone: str = "Asia/Shanghai"
     broadcast: bool = False
     misfire_skip: bool = True
+    # enabled with a repeating schedule (cron, fixed rate): a job the verdict needs a number
+    # of occurrences of; a one-shot or stopped job cannot show them
+    recurring: bool = False
 
     @property
     def dom_field(self) -> str:
@@ -158,6 +161,12 @@ class JobInfo:
         return parts[3].upper() if len(parts) >= 4 else ""
 
 
+def is_recurring(defn: LegacyDefinition) -> bool:
+    """Enabled with a schedule that repeats (what `dualrun.expected` expands more than once)."""
+    return defn.enabled and ((defn.schedule is ScheduleKind.CRON and bool(defn.cron))
+                             or (defn.schedule is ScheduleKind.FIXED_RATE and bool(defn.interval_seconds)))
+
+
 def job_info(defn: LegacyDefinition, job_code: str) -> JobInfo:
     return JobInfo(job_code=job_code, source_key=defn.source_key, cron=defn.cron, time_zone=defn.time_zone,
-                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip")
+                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip", recurring=is_recurring(defn))

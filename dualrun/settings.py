@@ -48,6 +48,11 @@ class Thresholds:
     volume_abs: float = 0.01  # calls differ by more than 1 %
     max_due_backlog: int = 1000  # due commands waiting in the executor subscription
     min_fires: int = 1  # fewer fires than this on both sides: no verdict can be ready
+    # A verdict needs evidence: a short window, or a job with a handful of occurrences in it,
+    # says nothing about the rare failures a cutover must not bring. Lower them only for a
+    # compressed clock (tests, the demo) or, per business, for jobs that are rare by nature.
+    min_window: timedelta = timedelta(minutes=30)  # a shorter comparison window cannot be ready
+    min_fires_per_job: int = 10  # expected fires in the window of every recurring migrated job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -47,7 +47,14 @@ from scheduler_core.store.sql import SqlTriggerStore
 
 SHADOW_NOTE = ("shadow mode: the new path records commands without invoking the handlers, so this comparison "
                "covers timing and volume only (success rate, timeouts and failed fires are not compared)")
+# A shadow "ready" says nothing about the new handlers' outcomes: the warning travels with
+# the verdict (its `warnings`), so the report, `--json`, and the cutover gate's refusal and
+# acceptance all say it, not only a note further down the report.
+SHADOW_WARNING = ("shadow mode: success rate was not compared (the new path recorded its commands without invoking "
+                  "the handlers; only timing and volume were compared, so failures and timeouts of the new "
+                  "handlers are unknown)")
 MAX_JOB_DETAILS = 10
+INLINE_JOBS = 3  # short jobs named in the fires-per-job sentence; more go to its details
 
 
 def clears(raw: float, noise: float, abs_threshold: float, rel: float) -> bool:
@@ -73,6 +80,8 @@ class Evidence:
     thresholds: Thresholds
     labelled_new_calls: int = 0  # calls of new-only fires that are labelled known differences
     quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated, with their fires in the window
+    # (job code, expected fires in the window) of every recurring job the new side was given
+    fires_per_job: tuple[tuple[str, int], ...] = ()
 
     @property
     def not_migrated_calls(self) -> int:
@@ -241,6 +250,66 @@ def _data_check(ev: Evidence) -> Check:
                           f"and {_when(w.end)}")
 
 
+def duration_text(d: timedelta) -> str:
+    """'45 s', '20 min', '1 h 30 min', '181 d' (whole seconds)."""
+    total = int(d.total_seconds())
+    days, rest = divmod(total, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{h} h" if h else "", f"{m} min" if m else "",
+             f"{sec} s" if sec or not total else ""]
+    return " ".join(p for p in parts if p)
+
+
+_DEFAULTS = Thresholds()
+
+
+def _lowered(name: str, lowered: bool, default: str) -> str:
+    """A minimum set below its default passes, with a warning: whoever reads the verdict (the
+    report, the cutover gate) sees that it rests on less evidence than the default asks."""
+    return f"; the minimum {name} was lowered from the default {default}" if lowered else ""
+
+
+def _window_check(ev: Evidence) -> Check:
+    """A short window is no evidence: whatever it shows, the verdict cannot be ready."""
+    need, have, w = ev.thresholds.min_window, ev.window.length, ev.window
+    span = f"{_when(w.start)} .. {_when(w.end)}"
+    if have < need:
+        return Check(code="window", passed=False, new=have.total_seconds(),
+                     sentence=f"the compared window {span} is {duration_text(have)} long, shorter than the minimum "
+                              f"of {duration_text(need)} (min_window): too little evidence for a verdict")
+    lowered = _lowered("min_window", need < _DEFAULTS.min_window, duration_text(_DEFAULTS.min_window))
+    return Check(code="window", passed=True, warning=bool(lowered), new=have.total_seconds(),
+                 sentence=f"the compared window {span} is {duration_text(have)} long (minimum "
+                          f"{duration_text(need)}){lowered}")
+
+
+def _fires_per_job_check(ev: Evidence) -> Check:
+    """Every recurring job needs a number of expected fires in the window, named when short."""
+    need, jobs, w = ev.thresholds.min_fires_per_job, ev.fires_per_job, ev.window
+    span = f"{duration_text(w.length)} window {_when(w.start)} .. {_when(w.end)}"
+    if not jobs:
+        return Check(code="fires_per_job", passed=True, skipped=True,
+                     sentence="fires per job: no recurring migrated job to count (one-shot or stopped jobs only)")
+    short = [(code, n) for code, n in jobs if n < need]
+    if short:
+        head = (f"{len(short)} of {len(jobs)} recurring job(s) have fewer than {need:,} expected fires in the "
+                f"{span} (min_fires_per_job): too little evidence per job")
+        if len(short) <= INLINE_JOBS:  # named in the sentence itself (the summary shows only sentences)
+            named = ", ".join(f"job {code} has {n:,}" for code, n in short)
+            return Check(code="fires_per_job", passed=False, new=float(short[0][1]), sentence=f"{head}: {named}")
+        details = tuple(f"job {code}: {n:,} expected fire(s) in the window, need {need:,}"
+                        for code, n in short[:MAX_JOB_DETAILS])
+        if len(short) > MAX_JOB_DETAILS:
+            details += (f"... and {len(short) - MAX_JOB_DETAILS} more job(s) with fewer than {need:,}",)
+        return Check(code="fires_per_job", passed=False, new=float(short[0][1]), sentence=head, details=details)
+    code, fewest = jobs[0]
+    lowered = _lowered("min_fires_per_job", need < _DEFAULTS.min_fires_per_job, str(_DEFAULTS.min_fires_per_job))
+    return Check(code="fires_per_job", passed=True, warning=bool(lowered), new=float(fewest),
+                 sentence=f"every recurring job has at least {need:,} expected fires in the {span} (fewest: job "
+                          f"{code}, {fewest:,}){lowered}")
+
+
 def noise_of(ev: Evidence) -> dict[str, float]:
     b = ev.baseline
     ref = _baseline_ref(b)
@@ -258,6 +327,8 @@ def evaluate(ev: Evidence) -> Evaluation:
     t, noise = ev.thresholds, noise_of(ev)
     checks = (
         _data_check(ev),
+        _window_check(ev),
+        _fires_per_job_check(ev),
         _count_check(ev, "missing", MismatchKind.MISSING_ON_NEW, noise["missing"], t.missing_abs,
                      "missing fire", "missing"),
         _count_check(ev, "extra", MismatchKind.EXTRA_ON_NEW, noise["extra"], t.extra_abs, "extra fire", "extra"),
@@ -274,7 +345,7 @@ def evaluate(ev: Evidence) -> Evaluation:
         _quarantine_check(ev),
     )
     if ev.mode is Mode.SHADOW:
-        checks += (Check(code="shadow", passed=True, skipped=True, sentence=SHADOW_NOTE),)
+        checks += (Check(code="shadow", passed=True, skipped=True, warning=True, sentence=SHADOW_WARNING),)
     ready = all(c.passed or c.skipped for c in checks)
     return Evaluation(Verdict.READY if ready else Verdict.NOT_READY, checks, noise)
 
@@ -304,11 +375,20 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
 
 def _stored(row: Any) -> StoredVerdict:
     body = json.loads(row.body)
+    mode = Mode(body.get("mode", Mode.BOTH.value))
     return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
                          reasons=tuple(json.loads(row.reasons)),
                          window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-                         computed_at=_at(row.computed_at), mode=Mode(body.get("mode", Mode.BOTH.value)),
-                         warnings=tuple(body.get("warnings", ())))
+                         computed_at=_at(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
+
+
+def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
+    """The stored warnings; a shadow verdict stored before its warning existed gains it, so
+    the gate never passes a shadow verdict without saying success rate was not compared."""
+    warnings = tuple(body.get("warnings", ()))
+    if mode is Mode.SHADOW and SHADOW_WARNING not in warnings:
+        warnings += (SHADOW_WARNING,)
+    return warnings
 
 
 def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
@@ -354,5 +434,5 @@ def latest_by_business(store: SqlTriggerStore) -> dict[str, StoredVerdict]:
     return out
 
 
-__all__ = ["SHADOW_NOTE", "clears", "evaluate", "from_iso", "history", "iso", "latest", "latest_by_business",
-           "load_comparison", "put_comparison"]
+__all__ = ["SHADOW_NOTE", "SHADOW_WARNING", "clears", "duration_text", "evaluate", "from_iso", "history", "iso",
+           "latest", "latest_by_business", "load_comparison", "put_comparison"]

@@ -8,7 +8,7 @@ import os
 import sys
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +19,7 @@ from dualrun.collect import CompareRequest, compare_business, default_window, fe
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, as_dict, iso
 from dualrun.ports import BacklogProbe
-from dualrun.settings import CompareSettings, parse_duration, thresholds_from_mapping
+from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
 from dualrun.verdict import put_comparison
 from dualrun.watch import Watch
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
@@ -111,6 +111,7 @@ class Sources:
     base: CompareSettings
     probe: BacklogProbe | None
     readers: dict[SourceSystem, LegacyReader]
+    overrides: dict[str, Any] = field(default_factory=dict)  # the command line's thresholds: above the file's
 
     def reader(self, source: SourceSystem) -> LegacyReader:
         if source not in self.readers:
@@ -118,7 +119,8 @@ class Sources:
         return self.readers[source]
 
     def settings_for(self, business: str) -> CompareSettings:
-        return replace(self.base, thresholds=thresholds_from_mapping(self.settings_file, business))
+        thresholds = override(thresholds_from_mapping(self.settings_file, business), self.overrides)
+        return replace(self.base, thresholds=thresholds)
 
     def compare(self, business: str, *, since: str | None = None, until: str | None = None,
                 legacy_business: str | None = None, shadow: bool | None = None) -> tuple[Comparison, int]:
@@ -155,6 +157,13 @@ def _probe(bus_url: str | None, admin_url: str | None, token_env: str, prefix: s
     return open_bus(bus_url, admin_url=admin_url, token=os.environ.get(token_env), topic_prefix=prefix)  # type: ignore[return-value]
 
 
+_DEFAULT = Thresholds()
+
+
+def _minutes(d: timedelta) -> str:
+    return f"{d.total_seconds() / 60:g}m"
+
+
 def sources_options(fn: F) -> F:
     opts = [
         store_url,
@@ -169,6 +178,12 @@ def sources_options(fn: F) -> F:
                      help="How far back the A/A baseline window lies (default: one window length)."),
         click.option("--thresholds", "thresholds_file", default=None, type=click.Path(dir_okay=False),
                      help="TOML file: [defaults] and [business.<B>] threshold overrides."),
+        click.option("--min-window", default=None, callback=_duration,
+                     help="Shortest window a verdict may be ready on (overrides the thresholds file; "
+                          f"default {_minutes(_DEFAULT.min_window)})."),
+        click.option("--min-fires-per-job", type=click.IntRange(0), default=None,
+                     help="Expected fires in the window every recurring job needs for a ready verdict (overrides "
+                          f"the thresholds file; default {_DEFAULT.min_fires_per_job})."),
         click.option("--bus", "bus_url", default=None, help="pulsar://HOST:PORT, for consumer lag."),
         pulsar_admin, pulsar_token, topic_prefix,
     ]
@@ -178,12 +193,16 @@ def sources_options(fn: F) -> F:
 
 
 def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str, window: timedelta,
-             baseline_offset: timedelta | None, thresholds_file: str | None, bus_url: str | None,
-             pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str) -> Sources:
+             baseline_offset: timedelta | None, thresholds_file: str | None, min_window: timedelta | None,
+             min_fires_per_job: int | None, bus_url: str | None, pulsar_admin: str | None, pulsar_token_env: str,
+             topic_prefix: str) -> Sources:
+    overrides = {k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job))
+                 if v is not None}
     return Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_tz,
                    source=SourceSystem(source) if source else None, settings_file=_load_thresholds(thresholds_file),
                    base=CompareSettings(window=window, baseline_offset=baseline_offset),
-                   probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix), readers={})
+                   probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix), readers={},
+                   overrides=overrides)
 
 
 def render_text(c: Comparison, comparison_id: int) -> str:
