@@ -16,8 +16,9 @@ wins (each transaction's images are complete rows, in commit order). A reader wi
 an image decoder falls back to re-reading the changed rows by key. Idempotent by
 construction (ledger + content hash): a replayed change maps to the content the target
 already has and writes nothing; an image whose content digest equals the ledger's is
-recognised as unchanged without mapping. Businesses already cut over are left alone:
-their legacy rows no longer drive anything.
+recognised as unchanged without mapping. Businesses already cut over take definition
+edits only (their triggers' states are the new side's own); the switch's own stops of
+legacy jobs are told from an operator's by their holds (migrator.holds).
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class StreamStats:
     changes: int = 0
     applied: int = 0
     unchanged: int = 0  # images whose content the ledger already held: neither mapped nor written
-    skipped_cut_over: int = 0
+    cut_over_edits: int = 0  # changes of businesses cut over: definitions applied, trigger states kept
     position: StreamPosition | None = None
     snapshot_rows: int = 0
     business_refreshes: int = 0
@@ -176,6 +177,11 @@ class StreamMigrator:
                 self.stats.business_refreshes += 1
                 writes += self._refresh_businesses(writes, conn)
             self.writer.apply(writes, checkpoint=(self.stream_id, batch.position), conn=conn)
+        for w in writes:
+            if w.note is not None:  # e.g. an operator's action on legacy after cutover: reported, not applied
+                log.warning("change stream: %s", w.note)
+                if len(self.stats.notes) < 1000:
+                    self.stats.notes.append(w.note)
         if self.after_commit is not None and writes:
             self.after_commit(writes)
         self.stats.batches += len(group)
@@ -308,10 +314,12 @@ class StreamMigrator:
     def _wanted(self, business: str) -> bool:
         if self.businesses is not None and business not in self.businesses:
             return False
-        # read once per applied group, in its transaction: a cutover may land any time
+        # A business cut over still takes definition edits made in the legacy admin (a
+        # cron, a parameter), as `migrate run` does; TargetWriter never changes its
+        # triggers' states, and the switch's own stops are held (migrator.holds). The
+        # states are read once per applied group, in its transaction.
         if self._states.get(business, BusinessState.LEGACY) is BusinessState.CUTOVER:
-            self.stats.skipped_cut_over += 1
-            return False
+            self.stats.cut_over_edits += 1
         return True
 
 

@@ -51,6 +51,8 @@ def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None
     click.echo(f"{title}: {c['create']} to create, {c['update']} to update, {c['unchanged']} unchanged, "
                f"{c['quarantine']} quarantined, {c['delete']} deleted at the source"
                + (f"; {summary.rows_written} rows written in {summary.seconds:.1f}s" if summary.rows_written else ""))
+    for note in summary.notes:
+        click.echo(f"  note: {note}")
     for row in summary.rows:
         if row.action is Action.QUARANTINE:
             click.echo(f"  quarantine {row.source}:{row.source_key} ({row.business}) field {row.field}: {row.reason}")

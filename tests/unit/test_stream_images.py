@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from migrator.holds import LegacyHolds
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 from readers.seed import seed_batchcenter
@@ -64,7 +65,7 @@ def test_changes_apply_from_their_images_in_one_target_transaction(tmp_path: Pat
     assert sm.stats.applied == before
 
 
-def test_cut_over_and_unselected_businesses_are_skipped(tmp_path: Path) -> None:
+def test_unselected_businesses_are_skipped_and_cut_over_ones_take_definitions_only(tmp_path: Path) -> None:
     env, _ = _setup(tmp_path)
     rows = _rows(env)
     bizs = sorted({r["biz_code"] for r in rows.values()})
@@ -76,9 +77,15 @@ def test_cut_over_and_unselected_businesses_are_skipped(tmp_path: Path) -> None:
     sm.apply_group([ChangeBatch(changes=(_up(one, max_retry=9), _up(cut, max_retry=9)),
                                 position=StreamPosition("bin.000001", 500))])
     assert _job(env, one).max_retry == 9
-    assert _job(env, cut).max_retry != 9
-    assert sm.stats.skipped_cut_over >= 1
-    assert sm.checkpoint() == StreamPosition("bin.000001", 500)
+    assert _job(env, cut).max_retry == 9  # an edit in the legacy admin after cutover follows
+    assert sm.stats.cut_over_edits >= 1
+    # the cutover's own stop of that job (held) read back from the binlog pauses nothing
+    code = JobCode(f"bc:{cut['biz_code']}:{cut['id']}")
+    before = {t.id: t.state for t in env.store.triggers_of(job_code=code)}
+    LegacyHolds(env.store).add("batch-center", bizs[1], [str(cut["id"])])
+    sm.apply_group([ChangeBatch(changes=(_up(cut, status=5),), position=StreamPosition("bin.000001", 600))])
+    assert {t.id: t.state for t in env.store.triggers_of(job_code=code)} == before
+    assert sm.checkpoint() == StreamPosition("bin.000001", 600)
 
 
 def test_an_image_of_an_altered_table_reloads_the_schema(tmp_path: Path, monkeypatch: Any) -> None:
