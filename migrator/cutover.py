@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
 from migrator.model import BusinessState as B
@@ -31,7 +31,6 @@ from migrator.ports import CutoverGate, FencePort, LegacyControl
 from scheduler_core.model import Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
-from scheduler_core.times import from_ms
 from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
@@ -109,14 +108,11 @@ class BusinessSwitch:
                 nxt = next_after(t, now - timedelta(milliseconds=1)) if t.next_fire_at < now else t.next_fire_at
                 nexts[t.id] = nxt or t.next_fire_at
         if self.fences is not None:
-            # a rollback's fence skips every command the new side had published past it;
-            # the new side starts after the last of them (the business's latest fired
-            # record), so no fenced command is ever let through by the lift
-            resume_at = max(now, self._published_until(biz))
-            for t in created:
-                if t.kind is not TriggerKind.ONCE and nexts[t.id] < resume_at:  # type: ignore[index]
-                    nexts[t.id] = self._first_at_or_after(t, resume_at) or nexts[t.id]  # type: ignore[index]
-            self.fences.lift_fence(biz, resume_at)
+            # A rollback's fence skipped the commands the new side had published for the
+            # rollback's handover F and later. Lifted here, those still ahead of now run
+            # again: each trigger resumes at its first occurrence it never published
+            # (next_fire_at, above), so each of them runs once, from its first publication.
+            self.fences.lift_fence(biz, now)
         won = self.store.cas(Transition(ids=list(nexts), from_state=S.CREATED, to_state=S.WAITING, next_fire_at=nexts))
         report.activated = len(won)
         self.registry.transition(current, B.DUAL_RUN, actor=actor, reason=reason or "dual-run start", shadow=shadow,
@@ -317,13 +313,6 @@ class BusinessSwitch:
             if not won:
                 raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
             report.rewound += int(target < t.next_fire_at)
-
-    def _published_until(self, biz: str) -> datetime:
-        """Just past the latest occurrence the new side ever published for the business."""
-        fr = self.store.t.fired
-        with self.store.engine.connect() as conn:
-            latest = conn.execute(select(func.max(fr.c.scheduled_at)).where(fr.c.biz_code == biz)).scalar()
-        return from_ms(int(latest) + 1) if latest is not None else self.clock.now()
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,

@@ -162,19 +162,14 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(tmp_pat
     assert checked > 0
     assert LegacyHolds(env.store).of_business(biz) == set()
     assert BusinessRegistry(env.store).get(biz).state is B.LEGACY  # type: ignore[union-attr]
-    # a dual-run started again resumes after the last command the new side published (the
-    # fence skips those), and lifts the fence there
-    latest = now + timedelta(minutes=20)
-    with env.store.engine.begin() as conn:
-        conn.execute(text("INSERT INTO dus_fired_record (command_id, trigger_id, job_code, biz_code, scheduled_at, "
-                          "item_index, item_total, state, state_rank, epoch, attempt, misfired, message, item_count, "
-                          "succeeded_items, failed_items) VALUES ('c1', 1, 'j', :b, :t, 0, 1, 'skipped', 9, 1, 0, 0, "
-                          "'', 1, 0, 0)"), {"b": biz, "t": to_ms(latest)})
+    # a dual-run started again lifts the fence at its start: what the new side published
+    # ahead of it runs once, and each trigger resumes at its first unpublished occurrence
+    later = env.migrator.clock.now()
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    lift = fences.calls[-1]
-    assert lift[0] == "lift" and lift[2] == latest + timedelta(milliseconds=1)
-    assert all(t.next_fire_at >= lift[2] for t in env.store.triggers_of(biz_code=biz)
-               if t.state is S.WAITING and t.kind.value != "once")
+    assert fences.calls[-1] == ("lift", biz, later)
+    resumed = {t.job_code: t for t in env.store.triggers_of(biz_code=biz)}
+    assert all(resumed[c].next_fire_at == t.next_fire_at for c, t in published.items()
+               if t.next_fire_at > later and resumed[c].state is S.WAITING)
 
 
 def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(tmp_path: Path) -> None:
