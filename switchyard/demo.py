@@ -11,9 +11,11 @@ local election, and a compressed (driven) clock:
 4. each business is compared (verdict, reasons, noise baseline) and reported (HTML,
    Markdown, JSON, and an overview page);
 5. a ready business is cut over, the regressed one is rolled back, and the story runs
-   on for half an hour past the switch;
-6. the boundary is checked occurrence by occurrence: after the switch every
-   occurrence is fired by exactly one side.
+   on past the switch for longer than the scheduler's lookahead (what the new side had
+   published before a rollback runs out inside it);
+6. the boundary is checked occurrence by occurrence: after each switch's handover every
+   occurrence is fired by exactly one side (the side switched to), and the check counts
+   the occurrences it covered, so an empty check cannot pass for a clean one.
 """
 from __future__ import annotations
 
@@ -33,9 +35,8 @@ from legacy_sim.batchcenter import BatchCenterSimulator
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
-from migrator.cutover import BusinessSwitch
+from migrator.cutover import BusinessSwitch, Link, SwitchReport
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
-from migrator.model import BusinessState
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
@@ -48,7 +49,8 @@ from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
-from scheduler_core.model import Epoch, parse_command_id
+from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, parse_command_id
+from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.admin import init_schema
@@ -60,7 +62,11 @@ START = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
 STEP = timedelta(seconds=10)
 LEGACY_ONLY = timedelta(hours=1)
 DUAL_RUN = timedelta(hours=2)
-AFTER_SWITCH = timedelta(minutes=30)
+# past the switch: a rollback without a fence hands over at the first occurrence the new
+# side has not published, up to one lookahead ahead; the story runs 15 minutes past that,
+# so the boundary of either direction has occurrences to check
+AFTER_SWITCH = SchedulerSettings().lookahead + timedelta(minutes=15)
+VERDICT_WINDOW = timedelta(hours=1)  # the last hour of dual-run (less its last minute)
 REGRESSION_AT = timedelta(minutes=45)  # into dual-run
 
 
@@ -71,8 +77,13 @@ class BusinessLine:
     state: str = ""
     verdict: str = ""
     reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # fires of each side over the verdict's window, as the verdict counted them (shadow
+    # records included; nothing published ahead and not yet due)
     legacy_fires: int = 0
     new_fires: int = 0
+    switched: str = ""  # "cutover" / "rollback": the switch whose boundary was checked
+    boundary_checked: int = 0  # occurrences from the handover to the horizon, over every job
     boundary_missing: int = 0
     boundary_doubled: int = 0
     report: str = ""
@@ -83,6 +94,7 @@ class DemoResult:
     workdir: str
     overview: str
     businesses: list[BusinessLine] = field(default_factory=list)
+    window: Window | None = None  # the verdicts' window: the table's fire counts are over it
     quarantined: int = 0
     migrated: int = 0
     seconds: float = 0.0
@@ -90,7 +102,18 @@ class DemoResult:
     def as_dict(self) -> dict[str, Any]:
         return {"workdir": self.workdir, "overview": self.overview, "quarantined": self.quarantined,
                 "migrated": self.migrated, "seconds": round(self.seconds, 1),
-                "businesses": [b.__dict__ | {"reasons": list(b.reasons)} for b in self.businesses]}
+                "window": None if self.window is None else self.window.as_dict(),
+                "businesses": [b.__dict__ | {"reasons": list(b.reasons), "warnings": list(b.warnings)}
+                               for b in self.businesses]}
+
+
+@dataclass(frozen=True)
+class Handover:
+    """One switch of a business: per legacy job, the first occurrence owned by the side
+    switched to (`to_new`: the new side after a cutover, legacy after a rollback)."""
+
+    to_new: bool
+    first: dict[str, datetime]
 
 
 class _Legacy:
@@ -222,15 +245,18 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     say(f"dual-run: both paths fired for {REGRESSION_AT}; injecting a regression into {regressed}'s new handler")
     _advance(clock, DUAL_RUN - REGRESSION_AT, legacies, new_side)
 
-    # 4. compare every business over the last hour, against its own earlier hour (A/A)
-    window = Window(start=clock.now() - timedelta(hours=1), end=clock.now() - timedelta(minutes=1))
+    # 4. compare every business over the last hour, against its own earlier hour (A/A); the
+    # default evidence minimums (30 min, 10 expected fires per job) hold on this window
+    window = Window(start=clock.now() - VERDICT_WINDOW, end=clock.now() - timedelta(minutes=1))
+    result.window = window
     for b in businesses:
         reader = next(lg.reader for lg in legacies if lg.source == b.source_system)
         comparison = compare_business(store, reader, CompareRequest(business=b.biz_code, window=window),
-                                      settings=CompareSettings(window=timedelta(hours=1)), now=clock.now())
+                                      settings=CompareSettings(window=VERDICT_WINDOW), now=clock.now())
         put_comparison(store, comparison)
         line = BusinessLine(b.biz_code, b.source_system, verdict=comparison.verdict.value,
-                            reasons=tuple(comparison.reasons))
+                            reasons=tuple(comparison.reasons), warnings=tuple(comparison.warnings),
+                            legacy_fires=comparison.legacy.fires, new_fires=comparison.new.fires)
         result.businesses.append(line)
     say("compared: " + ", ".join(f"{ln.business} {ln.verdict}" for ln in result.businesses))
 
@@ -241,11 +267,15 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     else:
         rep = switches["xxl-job"].cutover(cut, actor="demo", force=True,
                                          reason="demo: cut over despite " + "; ".join(lines[cut].reasons))
-    handovers = {cut: rep.handover}
+    handovers = {cut: Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})}
     say(f"cut over {cut} (handover of {len(rep.handover)} jobs{', forced' if rep.forced else ''})")
     back = switches["xxl-job"].rollback(regressed, actor="demo", reason="injected regression: failures on the new path")
-    handovers[regressed] = back.handover
-    say(f"rolled {regressed} back to legacy (legacy resumes where the new side stopped: {len(back.handover)} jobs)")
+    handovers[regressed] = _rollback_handover(back, switches["xxl-job"].links(regressed))
+    first = min(handovers[regressed].first.values(), default=None)
+    say(f"rolled {regressed} back to legacy: legacy alone fires its {len(handovers[regressed].first)} jobs from "
+        f"{'-' if first is None else first.isoformat()} on"
+        + (f" (the rollback fence at {back.fence_at})" if back.fence_at else
+           " (no rollback fence: the new side runs what it had already published until then)"))
     for ex in executors:
         if ex.domain == regressed:
             regression["on"] = False
@@ -256,12 +286,12 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         line = lines[b.biz_code]
         line.state = b.state.value
         lg = next(x for x in legacies if x.source == b.source_system)
-        legacy_fires, new_fires = _fires_after(store, lg, b.biz_code, dual_start)
-        line.legacy_fires, line.new_fires = len(legacy_fires), len(new_fires)
         if b.biz_code in handovers:
-            line.boundary_missing, line.boundary_doubled = _boundary(
-                handovers[b.biz_code], legacy_fires, new_fires, to_new=b.state is BusinessState.CUTOVER,
-                horizon=clock.now() - timedelta(minutes=1),
+            legacy_fires, new_fires = _fires_after(store, lg, b.biz_code, dual_start)
+            switch = handovers[b.biz_code]
+            line.switched = "cutover" if switch.to_new else "rollback"
+            line.boundary_checked, line.boundary_missing, line.boundary_doubled = _boundary(
+                switch, legacy_fires, new_fires, horizon=clock.now() - timedelta(minutes=1),
                 triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)})
         out = workdir / "reports" / f"{b.biz_code}.html"
         model = load_report(store, b.biz_code, now=clock.now())
@@ -309,8 +339,37 @@ def _advance(clock: ManualClock, span: timedelta, legacies: list[_Legacy],
                 pass
 
 
+def _first_at_or_after(trig: Trigger, at: datetime) -> datetime | None:
+    """The trigger's first occurrence at or after `at` (a fixed rate on its grid through
+    next_fire_at, which may lie after `at`)."""
+    if trig.kind is TriggerKind.ONCE:
+        return trig.next_fire_at if trig.next_fire_at >= at else None
+    if trig.kind is TriggerKind.FIXED_RATE and trig.interval is not None and at <= trig.next_fire_at:
+        return trig.next_fire_at - ((trig.next_fire_at - at) // trig.interval) * trig.interval
+    return next_after(trig, at - timedelta(milliseconds=1))
+
+
+def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
+    """Per job, the first occurrence legacy owns after a rollback. A job legacy was started
+    for has it in the report; a job legacy kept firing through the dual-run has none there,
+    and legacy owns what the new side does not invoke: from the rollback's fence when one
+    is raised, else from the first occurrence the new side had not published (the trigger
+    was taken off the scheduler with next_fire_at there)."""
+    first = {k: datetime.fromisoformat(v) for k, v in report.handover.items()}
+    fence = datetime.fromisoformat(report.fence_at) if report.fence_at else None
+    for ln in links:
+        trig = ln.trigger
+        if ln.source_key in first or trig.state is not TriggerState.CREATED:
+            continue  # handed over in the report, or never live on the new side
+        at = trig.next_fire_at if fence is None else _first_at_or_after(trig, fence)
+        if at is not None:
+            first[ln.source_key] = min(at, trig.next_fire_at)
+    return Handover(to_new=False, first=first)
+
+
 def _fires_after(store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-    """(source key, scheduled ms) fired by each side since `since` (one per occurrence)."""
+    """(source key, scheduled ms) fired by each side since `since` (one per occurrence;
+    the new side's skipped and shadow records are not fires)."""
     links = {ln.job_code: ln.source_key for ln in BusinessSwitch(store, lg.control, store.clock).links(biz)}
     keys = set(links.values())
     legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000}
@@ -329,18 +388,18 @@ def _shadow_only(record: Any) -> bool:
     return record.state.value == "received" and "shadow" in (record.message or "")
 
 
-def _boundary(handover: dict[str, str], legacy: set[tuple[str, int]], new: set[tuple[str, int]], *, to_new: bool,
-              horizon: datetime, triggers: dict[str, Any]) -> tuple[int, int]:
+def _boundary(switch: Handover, legacy: set[tuple[str, int]], new: set[tuple[str, int]], *,
+              horizon: datetime, triggers: dict[str, Any]) -> tuple[int, int, int]:
     """Across the switch, every occurrence of the schedule from the handover time on is
-    fired by the side that owns it now, and not by the other. Returns (missing, doubled)."""
+    fired by the side that owns it now, and not by the other. Returns (checked, missing,
+    doubled): `checked` counts the occurrences looked at, so that 0 missing / 0 doubled
+    over nothing is told from a clean boundary."""
     from dataclasses import replace
 
-    from scheduler_core.occurrences import next_after
-
-    missing = doubled = 0
+    checked = missing = doubled = 0
     horizon_ms = int(horizon.timestamp() * 1000)
-    for key, at in handover.items():
-        first = datetime.fromisoformat(at)
+    to_new = switch.to_new
+    for key, first in switch.first.items():
         trig = triggers.get(key)
         if trig is None:
             continue
@@ -353,6 +412,7 @@ def _boundary(handover: dict[str, str], legacy: set[tuple[str, int]], new: set[t
         owner, other = (new, legacy) if to_new else (legacy, new)
         owned = {ms for k, ms in owner if k == key}
         stray = {ms for k, ms in other if k == key}
+        checked += len(expected)
         missing += sum(1 for ms in expected if ms not in owned)
         doubled += sum(1 for ms in expected if ms in owned and ms in stray)
-    return missing, doubled
+    return checked, missing, doubled

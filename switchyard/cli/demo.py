@@ -25,16 +25,31 @@ def demo(workdir: Path, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Switchyard demo ({result.seconds:.0f} s)")
-    for col in ("business", "source", "state", "verdict", "legacy fires", "new fires", "boundary missing",
-                "boundary doubled"):
-        table.add_column(col)
+    window = result.window
+    span = "" if window is None else (f"{window.start:%H:%M}-{window.end:%H:%M}Z"
+                                      f" ({window.length.total_seconds() / 60:.0f} min)")
+    # the fire counts are the verdict's own, over its window, on both sides alike: counted
+    # over different spans they would show gaps the verdict never saw
+    table = Table(title=f"Switchyard demo ({result.seconds:.0f} s)",
+                  caption=f"fires: both sides over the verdict window {span}, as the verdict counted them "
+                          "(shadow records included); boundary: occurrences after the switch's handover "
+                          "(checked), and of those not fired by the side switched to (missing) or fired by both "
+                          "(doubled)")
+    for col, kw in (("business", {"no_wrap": True}), ("source", {"no_wrap": True}), ("state", {}),
+                    ("verdict", {}), ("legacy fires", {"justify": "right"}), ("new fires", {"justify": "right"}),
+                    ("switch", {}), ("boundary checked", {"justify": "right"}),
+                    ("missing", {"justify": "right"}), ("doubled", {"justify": "right"})):
+        table.add_column(col, **kw)  # type: ignore[arg-type]
     for b in result.businesses:
+        checked = b.switched != ""
         table.add_row(b.business, b.source, b.state, b.verdict, str(b.legacy_fires), str(b.new_fires),
-                      str(b.boundary_missing), str(b.boundary_doubled))
-    console = Console()
+                      b.switched or "-", str(b.boundary_checked) if checked else "-",
+                      str(b.boundary_missing) if checked else "-", str(b.boundary_doubled) if checked else "-")
+    console = Console(width=max(Console().width, 132))  # the names must stay whole when piped (80 columns)
     console.print(table)
     for b in result.businesses:
         if b.reasons:
             console.print(f"[bold]{b.business}[/bold] {b.verdict}: " + "; ".join(b.reasons[:3]))
+        for w in b.warnings:
+            console.print(f"[bold]{b.business}[/bold] warning: {w}")
     click.echo(f"overview report: {result.overview}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 from switchyard.demo import run_demo
@@ -16,9 +17,25 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert len(cut) == 1 and cut[0].verdict == "ready", "a ready business is cut over"
     assert len(back) == 1 and back[0].verdict == "not_ready", "the regressed business is rolled back"
     assert any("success rate" in r for r in back[0].reasons)
+    assert cut[0].switched == "cutover" and back[0].switched == "rollback"
     for b in (*cut, *back):
+        # the boundary check covers occurrences after the handover in both directions: an
+        # empty expected set would pass 0 missing / 0 doubled trivially
+        assert b.boundary_checked > 0, b
         assert b.boundary_missing == 0 and b.boundary_doubled == 0, b
         assert b.legacy_fires > 0 and b.new_fires > 0
+    # the table's fires are the verdict's, over its window: a ready business fires alike on
+    # both sides there (shadow records counted), whatever was published ahead since
+    assert result.window is not None and result.window.length >= timedelta(minutes=30)
+    for b in result.businesses:
+        if b.verdict == "ready":
+            assert b.legacy_fires == b.new_fires, b
+    shadow = [b for b in result.businesses if any("success rate was not compared" in w for w in b.warnings)]
+    assert len(shadow) == 1 and shadow[0].verdict == "ready" and shadow[0].state == "dual_run"
+    as_json = json.loads(json.dumps(result.as_dict()))  # what `switchyard demo --json` prints
+    assert as_json["window"] == result.window.as_dict()
+    assert {b["switched"]: b["boundary_checked"] for b in as_json["businesses"] if b["switched"]} == {
+        "cutover": cut[0].boundary_checked, "rollback": back[0].boundary_checked}
     assert result.quarantined > 0 and result.migrated > 0
     overview = Path(result.overview)
     assert overview.exists() and "<html" in overview.read_text().lower()
