@@ -10,7 +10,7 @@ too. With a rollback, both handovers are checked: the new side owns [cutover H,
 rollback F), the legacy side owns F on."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -34,7 +34,7 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
-from switchyard.demo import START, _advance, _boundary, _fires_after, _Legacy
+from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
 
 
 class AlwaysReady:
@@ -107,13 +107,13 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         _advance(clock, timedelta(seconds=dual_s), [lg], side)
         cut_at = clock.now()
         rep = sw.cutover(biz, actor="prop", reason="property")
-        handover, to_new = rep.handover, True
+        handover = Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})
         switches = [Switch(rep.handover, to_new=True, at=cut_at)]
         _advance(clock, timedelta(seconds=after_cutover_s), [lg], side)
         if roll_back:
             back_at = clock.now()
             back = sw.rollback(biz, actor="prop", reason="property")
-            handover, to_new = back.handover, False
+            handover = _rollback_handover(back, sw.links(biz))
             switches.append(Switch(back.handover, to_new=False, at=back_at))
             _advance(clock, timedelta(minutes=15), [lg], side)
         else:
@@ -129,7 +129,7 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         # and the demo's own count, from the simulators' fire lists (the last switch)
         legacy, new = _fires_after(store, lg, biz, start)
         triggers = {ln.source_key: ln.trigger for ln in sw.links(biz)}
-        missing, doubled = _boundary(handover, legacy, new, to_new=to_new, horizon=horizon, triggers=triggers)
+        _checked, missing, doubled = _boundary(handover, legacy, new, horizon=horizon, triggers=triggers)
         assert (missing, doubled) == (0, 0), f"{what}: {missing} missing, {doubled} doubled across the switch"
         ex.close()
         core.shutdown()
