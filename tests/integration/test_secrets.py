@@ -373,7 +373,8 @@ def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> 
             "--actor", HOSTILE_ACTOR, "--reason", HOSTILE_REASON)
     r = flow.run("trigger pause hostile job", "trigger", "pause", "--job", HOSTILE_KEY, "--url", flow.target)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr  # names nothing: refused as input
-    flow.ok("trigger pause hostile business", "trigger", "pause", "--business", HOSTILE_BIZ, "--url", flow.target)
+    flow.ok("trigger pause hostile business", "trigger", "pause", "--business", HOSTILE_BIZ, "--url", flow.target,
+            "--actor", HOSTILE_ACTOR, "--reason", HOSTILE_REASON)
     status = json.loads(flow.ok("status --json", "status", "--url", flow.target, "--json"))
 
     engine = make_engine(flow.target)
@@ -405,7 +406,8 @@ def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> 
         HOSTILE_CRON, HOSTILE_KEY + " 2", HOSTILE_NAME, HOSTILE_PAYLOAD), excerpt
     assert HOSTILE_TOKEN not in bad["raw_excerpt"]
     assert [(b["biz_code"], b["state"]) for b in biz] == [(HOSTILE_BIZ, "dual_run")]
-    assert [(a["actor"], a["reason"], a["to_state"]) for a in audit] == [(HOSTILE_ACTOR, HOSTILE_REASON, "dual_run")]
+    # the dual-run start, then the pause (an operator action on a business in dual-run is audited)
+    assert [(a["actor"], a["reason"], a["to_state"]) for a in audit] == [(HOSTILE_ACTOR, HOSTILE_REASON, "dual_run")] * 2
     assert trig == [("paused",)], trig
     assert {"business": HOSTILE_BIZ, "state": "dual_run"}.items() <= next(
         row for row in status if row["business"] == HOSTILE_BIZ).items()
