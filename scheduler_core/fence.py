@@ -44,7 +44,7 @@ def skip_message(from_ms_: int) -> str:
 
 def is_fence_skip(state: str | FiredState, message: str | None) -> bool:
     """A fired record (or result) skipped by a rollback fence, not by a misfire policy."""
-    return str(state) == FiredState.SKIPPED.value and bool(message) and message.startswith(MESSAGE_PREFIX)  # type: ignore[union-attr]
+    return str(state) == FiredState.SKIPPED.value and (message or "").startswith(MESSAGE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

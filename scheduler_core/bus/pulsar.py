@@ -65,6 +65,9 @@ CONTROL_RETAINER = "control-retainer"
 # A follower reads with this timeout; each time nothing came, it asks the broker whether
 # anything is left unread, and a "no" confirms it is in sync as of the question.
 CONTROL_POLL_MS = 200
+# right after a message, only what is already on its way is waited for: a follower
+# reading a history confirms its catch-up this soon after the last message, not a poll later
+CONTROL_DRAIN_MS = 10
 # In sync means confirmed within this: a follower that cannot reach the broker (or
 # whose thread is stuck) stops claiming it knows every control message within seconds.
 CONTROL_STALE_S = 3.0
@@ -533,11 +536,15 @@ class _ControlFollower(ControlFeed):
         return True
 
     def _loop(self) -> None:
+        # an empty topic (the usual case) is confirmed at once, not after a first poll
+        self._confirm()
+        wait_ms = CONTROL_POLL_MS
         while not self._stop.is_set():
             try:
-                msg = self._reader.read_next(timeout_millis=CONTROL_POLL_MS)
+                msg = self._reader.read_next(timeout_millis=wait_ms)
             except pulsar.Timeout:
                 self._confirm()
+                wait_ms = CONTROL_POLL_MS
                 continue
             except pulsar.AlreadyClosed:
                 return
@@ -549,6 +556,7 @@ class _ControlFollower(ControlFeed):
                 self._on_message(msg.data() or b"")
             except Exception:  # noqa: BLE001 - a follower's bug must not stop the channel
                 log.exception("a control message follower failed on %s", self._topic)
+            wait_ms = CONTROL_DRAIN_MS
 
     def _confirm(self) -> None:
         asked = time.monotonic()  # a "nothing left" answer covers what was published before

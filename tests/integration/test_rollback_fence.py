@@ -45,6 +45,9 @@ BIZ = "fenced"
 TRIGGERS = 10  # fixed rate 1 s, anchored 100 ms apart: an occurrence every 100 ms
 RAISES = 20
 HOLD_S = 1.0  # how long each fence stays open before it is lifted
+# every other raise puts F this far in the past: occurrences at or after F that already
+# ran, their results possibly still on the way, must end up succeeded, not skipped
+PAST_F = timedelta(milliseconds=300)
 GAP_S = 0.8  # between a lift and the next raise
 BOUND_S = 5.0  # the contract: no invocation at or after F later than this after raise_fence returned
 UTC = timezone.utc
@@ -203,8 +206,8 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
 
         # 2. raises while the executor runs: measure how soon no handler runs for >= F
         windows: list[Window] = []
-        for _ in range(RAISES):
-            f = _now()
+        for n in range(RAISES):
+            f = _now() - (PAST_F if n % 2 else timedelta(0))
             called = time.time()
             service.raise_fence(BIZ, f)
             returned = time.time()
@@ -259,7 +262,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         else:
             assert is_fence_skip(r.state, r.message), f"{r.command_id} never ran but is {r.state.value} {r.message!r}"
             skipped += 1
-    assert skipped >= 0.8 * len(fenced), f"only {skipped} of {len(fenced)} fenced occurrences were skipped"
+    assert skipped >= 0.6 * len(fenced), f"only {skipped} of {len(fenced)} fenced occurrences were skipped"
 
     # a lift lets the later occurrences run: everything well clear of a fence ran
     not_run = sorted(k for k in clear if recs.get(k) is None or recs[k].command_id not in by_id)
@@ -276,5 +279,5 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
           f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms after raise_fence was called "
           f"(which took p50 {statistics.median(raise_ms):.0f} ms, max {max(raise_ms)} ms); {skipped} of "
           f"{len(fenced)} fenced occurrences skipped, {len(fenced) - skipped} ran before the fence reached the "
-          "executor")
+          f"executor (every other F {PAST_F.total_seconds() * 1000:.0f} ms in the past)")
     assert worst < BOUND_S and max(spread) < BOUND_S

@@ -42,6 +42,7 @@ class _FakeReader:
 
 def test_in_sync_only_while_the_broker_confirms_recently(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pulsar_bus, "CONTROL_POLL_MS", 20)
+    monkeypatch.setattr(pulsar_bus, "CONTROL_DRAIN_MS", 5)
     monkeypatch.setattr(pulsar_bus, "CONTROL_STALE_S", 0.3)
     reader = _FakeReader([b"a", b"b"])
     got: list[bytes] = []
