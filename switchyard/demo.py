@@ -49,6 +49,7 @@ from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
+from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
@@ -90,10 +91,24 @@ class BusinessLine:
 
 
 @dataclass
+class RollbackEffect:
+    """How fast the rollback took effect on the new side (the regressed handler stays
+    broken through it): invocations after the rollback are only of occurrences before the
+    fence, none at or after it."""
+
+    fence_at: str | None = None
+    fenced: int = 0  # published commands recorded as skipped by the fence
+    invoked_after: int = 0
+    invoked_at_or_after_fence: int = 0
+    last_invocation_s: float = 0.0  # seconds after the rollback returned
+
+
+@dataclass
 class DemoResult:
     workdir: str
     overview: str
     businesses: list[BusinessLine] = field(default_factory=list)
+    rollback: RollbackEffect = field(default_factory=RollbackEffect)
     window: Window | None = None  # the verdicts' window: the table's fire counts are over it
     quarantined: int = 0
     migrated: int = 0
@@ -103,6 +118,7 @@ class DemoResult:
         return {"workdir": self.workdir, "overview": self.overview, "quarantined": self.quarantined,
                 "migrated": self.migrated, "seconds": round(self.seconds, 1),
                 "window": None if self.window is None else self.window.as_dict(),
+                "rollback": dict(self.rollback.__dict__),
                 "businesses": [b.__dict__ | {"reasons": list(b.reasons), "warnings": list(b.warnings)}
                                for b in self.businesses]}
 
@@ -225,16 +241,20 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     shadow_biz = next(b.biz_code for b in businesses if b.source_system == "batch-center")
     regressed = next(b.biz_code for b in businesses if b.source_system == "xxl-job")
     cut = next(b.biz_code for b in businesses if b.source_system == "xxl-job" and b.biz_code != regressed)
+    # the rollback fence travels on the in-process bus's control channel, which every
+    # executor follows (on Pulsar: a control topic each executor process reads)
     switches = {lg.source: BusinessSwitch(store, lg.control, clock, DualRunGate(store),
-                                          max_verdict_age=timedelta(days=1)) for lg in legacies}
+                                          max_verdict_age=timedelta(days=1), fences=FenceService(store, bus))
+                for lg in legacies}
     for b in businesses:
         switches[b.source_system].start_dual_run(b.biz_code, shadow=b.biz_code == shadow_biz, actor="demo",
                                                  reason="dual-run in the demo")
     dual_start = clock.now()
     regression = {"on": False}
+    invoked: list[tuple[str, datetime, datetime]] = []  # (business, scheduled at, invoked at) of every new-side call
     executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
     for ex in executors:
-        ex.handler()(_handler(ex.domain, regressed, regression))
+        ex.handler()(_handler(ex.domain, regressed, regression, invoked, clock))
     store.claim_epoch(Epoch(1))
     core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0),
                                                                          jitter=timedelta(0)), inline=True)
@@ -276,10 +296,20 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         f"{'-' if first is None else first.isoformat()} on"
         + (f" (the rollback fence at {back.fence_at})" if back.fence_at else
            " (no rollback fence: the new side runs what it had already published until then)"))
-    for ex in executors:
-        if ex.domain == regressed:
-            regression["on"] = False
+    # the regression stays on: the fence, not the handler, is what stops the new side
+    rolled_back_at = clock.now()
     _advance(clock, AFTER_SWITCH, legacies, new_side)
+    after = [(at, when) for biz, at, when in invoked if biz == regressed and when >= rolled_back_at]
+    fence_at = datetime.fromisoformat(back.fence_at) if back.fence_at else None
+    result.rollback = RollbackEffect(
+        fence_at=back.fence_at, fenced=back.fenced,
+        invoked_after=len(after),
+        invoked_at_or_after_fence=sum(1 for at, _w in after if fence_at is not None and at >= fence_at),
+        last_invocation_s=max(((w - rolled_back_at).total_seconds() for _a, w in after), default=0.0))
+    say(f"after the rollback the new side invoked {regressed}'s handler {len(after)} time(s), the last "
+        f"{result.rollback.last_invocation_s:.0f} s after it (occurrences before the fence); "
+        f"{result.rollback.invoked_at_or_after_fence} at or after the fence; {back.fenced} published command(s) "
+        "recorded as skipped by it")
 
     # 6. the boundary, occurrence by occurrence, and the reports
     for b in registry.all():
@@ -312,8 +342,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     return result
 
 
-def _handler(domain: str, regressed: str, regression: dict[str, bool]) -> Callable[[ExecutionContext], HandlerResult]:
+def _handler(domain: str, regressed: str, regression: dict[str, bool], invoked: list[tuple[str, datetime, datetime]],
+             clock: ManualClock) -> Callable[[ExecutionContext], HandlerResult]:
     def handle(ctx: ExecutionContext) -> HandlerResult:
+        invoked.append((domain, ctx.scheduled_at, clock.now()))
         # the business's work would run here (through its legacy bridge in production)
         if domain == regressed and regression["on"] and ctx.item_index % 3 == 0:
             return HandlerResult(ok=False, message="NullPointerException in the new handler (injected)")

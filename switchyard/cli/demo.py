@@ -52,4 +52,10 @@ def demo(workdir: Path, as_json: bool) -> None:
             console.print(f"[bold]{b.business}[/bold] {b.verdict}: " + "; ".join(b.reasons[:3]))
         for w in b.warnings:
             console.print(f"[bold]{b.business}[/bold] warning: {w}")
+    rb = result.rollback
+    if rb.fence_at:
+        click.echo(f"rollback fence at {rb.fence_at}: after the rollback the new side ran the regressed handler "
+                   f"{rb.invoked_after} time(s), the last {rb.last_invocation_s:.0f} s after it, "
+                   f"{rb.invoked_at_or_after_fence} at or after the fence; {rb.fenced} published command(s) "
+                   "recorded as skipped")
     click.echo(f"overview report: {result.overview}")

@@ -36,6 +36,13 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert as_json["window"] == result.window.as_dict()
     assert {b["switched"]: b["boundary_checked"] for b in as_json["businesses"] if b["switched"]} == {
         "cutover": cut[0].boundary_checked, "rollback": back[0].boundary_checked}
+    # the rollback takes effect in seconds with the regression still on: the new side invokes
+    # nothing at or after the fence, only occurrences before it (within the start margin)
+    rb = result.rollback
+    assert rb.fence_at is not None and rb.fenced > 0, rb
+    assert rb.invoked_at_or_after_fence == 0, rb
+    assert rb.last_invocation_s <= 10, rb
+    assert as_json["rollback"]["invoked_at_or_after_fence"] == 0
     assert result.quarantined > 0 and result.migrated > 0
     overview = Path(result.overview)
     assert overview.exists() and "<html" in overview.read_text().lower()
