@@ -28,6 +28,7 @@ from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
 from scheduler_core.executor import Executor, HandlerResult
+from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
@@ -67,21 +68,28 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
        # the default 30 min, or short enough that the legacy side owns occurrences inside
        # the run after a rollback (F, the first occurrence the new side has not admitted,
        # is about one lookahead after the rollback)
-       lookahead_min=st.sampled_from([30, 3]))
+       lookahead_min=st.sampled_from([30, 3]),
+       # a rollback through the fence (F = now + the legacy start margin; what the new side
+       # published from F on is skipped), or without one (F = its first unpublished occurrence)
+       fenced=st.booleans())
 # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
 # wait for it while the center runs on)
 @example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=False, one_shot_offsets=[60],
-         lookahead_min=30)
+         lookahead_min=30, fenced=False)
 # ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
 @example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=True, roll_back=False,
-         one_shot_offsets=[911, 60], lookahead_min=30)
+         one_shot_offsets=[911, 60], lookahead_min=30, fenced=False)
 # found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
 # back to legacy by the rollback before it was due, both at its fire time: the later wins
 @example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=True,
-         one_shot_offsets=[1102, 60], lookahead_min=3)
+         one_shot_offsets=[1102, 60], lookahead_min=3, fenced=False)
+@example(source="xxl-job", dual_s=300, after_cutover_s=300, shadow=False, roll_back=True,
+         one_shot_offsets=[60], lookahead_min=30, fenced=True)
+@example(source="batch-center", dual_s=300, after_cutover_s=300, shadow=True, roll_back=True,
+         one_shot_offsets=[700, 620], lookahead_min=30, fenced=True)
 def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int, after_cutover_s: int, shadow: bool,
                                                        roll_back: bool, one_shot_offsets: list[int],
-                                                       lookahead_min: int) -> None:
+                                                       lookahead_min: int, fenced: bool) -> None:
     with TemporaryDirectory() as tmp:
         work = Path(tmp)
         clock = ManualClock(START)
@@ -93,9 +101,10 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         _advance(clock, timedelta(minutes=5), [lg], None)
         Migrator(lg.reader, TargetWriter(store), clock).run()
         biz = BusinessRegistry(store).all()[0].biz_code
-        sw = BusinessSwitch(store, lg.control, clock, AlwaysReady(), max_verdict_age=timedelta(days=9999))
-        sw.start_dual_run(biz, shadow=shadow, actor="prop")
         bus = InProcessBus(clock)
+        sw = BusinessSwitch(store, lg.control, clock, AlwaysReady(), max_verdict_age=timedelta(days=9999),
+                            fences=FenceService(store, bus) if fenced else None)
+        sw.start_dual_run(biz, shadow=shadow, actor="prop")
         ex = Executor(bus, biz, clock=clock)
         ex.handler()(lambda ctx: HandlerResult(ok=True))
         store.claim_epoch(Epoch(1))
@@ -119,7 +128,7 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         else:
             _advance(clock, timedelta(minutes=10), [lg], side)
         horizon = clock.now() - timedelta(minutes=1)
-        what = f"{source} shadow={shadow} rollback={roll_back} lookahead={lookahead_min}m"
+        what = f"{source} shadow={shadow} rollback={roll_back} fenced={fenced} lookahead={lookahead_min}m"
         # the report's matching across the switch(es)
         check = check_boundary(store, lg.reader, biz, switches, window=Window(start=start, end=horizon),
                                now=clock.now())
