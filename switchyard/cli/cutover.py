@@ -4,6 +4,8 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import click
@@ -23,15 +25,25 @@ actor_opt = click.option("--actor", default=getpass.getuser, show_default="the c
 json_opt = click.option("--json", "as_json", is_flag=True)
 
 
+@contextmanager
 def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0,
-            bus: MessageBus | None = None) -> BusinessSwitch:
+            bus: MessageBus | None = None) -> Iterator[BusinessSwitch]:
+    """The business's switch; its store and legacy connections closed after use (a pooled
+    connection left open holds a DROP DATABASE back, in tests that run the commands)."""
     store = open_store(url)
-    rec = BusinessRegistry(store).get(biz)
-    if rec is None:
-        raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
-    control = legacy_control(rec.source_system, legacy_url, store.clock, tz)
-    return BusinessSwitch(store, control, store.clock, DualRunGate(store), max_verdict_age=timedelta(seconds=max_age_s),
-                          fences=fence_service(store, bus) if bus is not None else None)
+    try:
+        rec = BusinessRegistry(store).get(biz)
+        if rec is None:
+            raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
+        control = legacy_control(rec.source_system, legacy_url, store.clock, tz)
+        try:
+            yield BusinessSwitch(store, control, store.clock, DualRunGate(store),
+                                 max_verdict_age=timedelta(seconds=max_age_s),
+                                 fences=fence_service(store, bus) if bus is not None else None)
+        finally:
+            control.engine.dispose()  # type: ignore[attr-defined]
+    finally:
+        store.engine.dispose()
 
 
 def _bus_opts(fn):  # type: ignore[no-untyped-def]
@@ -157,8 +169,8 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
 def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, force: bool, reason: str,
             max_verdict_age: float, as_json: bool) -> None:
     """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh)."""
-    sw = _switch(url, business, legacy_url, legacy_tz, max_verdict_age)
-    _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
+    with _switch(url, business, legacy_url, legacy_tz, max_verdict_age) as sw:
+        _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
 
 
 @click.command("rollback")
@@ -182,8 +194,8 @@ def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: st
     could not be handed back (each one named)."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        sw = _switch(url, business, legacy_url, legacy_tz, bus=bus)
-        report = sw.rollback(business, actor=actor, reason=reason)
+        with _switch(url, business, legacy_url, legacy_tz, bus=bus) as sw:
+            report = sw.rollback(business, actor=actor, reason=reason)
     finally:
         bus.close()
     _emit(report, as_json)
@@ -211,7 +223,7 @@ def dualrun_start(business: str, url: str, legacy_url: str, legacy_tz: str, acto
     After a rollback, the new side starts after the last command the rollback fenced."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        sw = _switch(url, business, legacy_url, legacy_tz, bus=bus)
-        _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
+        with _switch(url, business, legacy_url, legacy_tz, bus=bus) as sw:
+            _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
     finally:
         bus.close()

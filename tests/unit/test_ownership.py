@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
@@ -19,14 +21,53 @@ from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
 from migrator.ports import GateDecision
-from readers.seed import seed_batchcenter
+from readers.seed import seed_batchcenter, seed_xxljob
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
 from switchyard.cli import cli
-from tests.migration_env import FixedGate, MigrationEnv, make_env, migrated_xxljob
+from tests.backends import mariadb_database
+from tests.migration_env import FixedGate, MigrationEnv, make_env
 
 B = BusinessState
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(legacy URL, target URL): the embedded default, and the real MariaDB for both."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'legacy.db'}", f"sqlite:///{tmp_path / 't.db'}"
+        return
+    with mariadb_database("legacy") as legacy, mariadb_database("target") as target:
+        try:
+            yield legacy, target
+        finally:
+            # a pooled connection left in a transaction would hold the DROP DATABASE back
+            while _ENVS:
+                env = _ENVS.pop()
+                env.legacy.dispose()
+                env.store.engine.dispose()
+
+
+def _url(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+_ENVS: list[MigrationEnv] = []
+
+
+def _env(urls: tuple[str, str], system: str, lineage: str | None = None) -> MigrationEnv:
+    env = make_env(urls[0], urls[1], system, lineage)
+    _ENVS.append(env)
+    return env
+
+
+def _migrated(urls: tuple[str, str]) -> tuple[MigrationEnv, str]:
+    """An xxl-job 3.4 database seeded and migrated; with its first business."""
+    env = _env(urls, "xxl-job", "3.4")
+    seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=12, bad_rows=0, malformed_crons=0, rng_seed=2)
+    env.migrator.run()
+    return env, BusinessRegistry(env.store).all()[0].biz_code
 
 
 class RecordingFences:
@@ -49,9 +90,9 @@ def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> Busines
                           FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())), fences=fences)
 
 
-def _cut_over(tmp_path: Path, fences: RecordingFences | None = None, *, shadow: bool = False
+def _cut_over(urls: tuple[str, str], fences: RecordingFences | None = None, *, shadow: bool = False
               ) -> tuple[MigrationEnv, str, BusinessSwitch]:
-    env, biz = migrated_xxljob(tmp_path)
+    env, biz = _migrated(urls)
     sw = _switch(env, fences)
     sw.start_dual_run(biz, shadow=shadow, actor="ops")
     sw.cutover(biz, actor="ops", reason="test")
@@ -68,8 +109,8 @@ def _legacy(env: MigrationEnv) -> dict[str, tuple[int, int]]:
             "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
 
 
-def test_remigration_after_cutover_updates_definitions_and_never_pauses(tmp_path: Path) -> None:
-    env, biz, sw = _cut_over(tmp_path)
+def test_remigration_after_cutover_updates_definitions_and_never_pauses(urls: tuple[str, str]) -> None:
+    env, biz, sw = _cut_over(urls)
     before = _states(env, biz)
     live = [c for c, s in before.items() if s is S.WAITING]
     legacy = _legacy(env)
@@ -91,11 +132,11 @@ def test_remigration_after_cutover_updates_definitions_and_never_pauses(tmp_path
     assert {c: s for c, s in _states(env, biz).items()} == before
 
 
-def test_the_switchs_own_stop_is_not_an_operators_stop(tmp_path: Path) -> None:
+def test_the_switchs_own_stop_is_not_an_operators_stop(urls: tuple[str, str]) -> None:
     """Mid-cutover (the business still dual_run, the legacy jobs already stopped), a
     re-migration or the stream reads `trigger_status = 0`: held, it is the switch's own and
     nothing is paused; the same stop without a hold is an operator's and is mirrored."""
-    env, biz = migrated_xxljob(tmp_path)
+    env, biz = _migrated(urls)
     sw = _switch(env)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     before = _states(env, biz)
@@ -111,8 +152,8 @@ def test_the_switchs_own_stop_is_not_an_operators_stop(tmp_path: Path) -> None:
     assert all(s in (S.PAUSED, S.COMPLETED, S.CANCELLED) for s in _states(env, biz).values())
 
 
-def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable(tmp_path: Path) -> None:
-    env, biz = migrated_xxljob(tmp_path)
+def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable(urls: tuple[str, str]) -> None:
+    env, biz = _migrated(urls)
     sw = _switch(env)
     link = next(ln for ln in sw.links(biz) if ln.trigger.state is S.CREATED)
     with env.legacy.begin() as conn:  # xxl-job's own stop: status 0, next time 0
@@ -125,15 +166,15 @@ def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable
     assert env.store.get_trigger(link.trigger.id).state is S.PAUSED  # type: ignore[arg-type, union-attr]
     assert link.source_key not in rep.handover
     assert link.source_key not in LegacyHolds(env.store).of_business(biz)  # an operator's stop, not ours
-    url = str(env.store.engine.url)
+    url = _url(env.store.engine)
     res = CliRunner().invoke(cli, ["trigger", "resume", str(link.trigger.id), "--url", url, "--json"])
     assert res.exit_code == 0, res.output
     assert env.store.get_trigger(link.trigger.id).state is S.WAITING  # type: ignore[arg-type, union-attr]
 
 
-def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(tmp_path: Path) -> None:
+def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: tuple[str, str]) -> None:
     fences = RecordingFences()
-    env, biz, sw = _cut_over(tmp_path, fences)
+    env, biz, sw = _cut_over(urls, fences)
     # the new side published an hour ahead (its lookahead)
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -172,22 +213,22 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(tmp_pat
                if t.next_fire_at > later and resumed[c].state is S.WAITING)
 
 
-def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(tmp_path: Path) -> None:
+def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(urls: tuple[str, str]) -> None:
     """What a real xxl-job check saw: after a cutover every new trigger paused (then by a
     re-migration's bug) and the rollback returned exit 0 with an empty hand-over."""
-    env, biz, sw = _cut_over(tmp_path, RecordingFences())
+    env, biz, sw = _cut_over(urls, RecordingFences())
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET state = 'paused' WHERE state = 'waiting'"))
-    url = str(env.store.engine.url)
-    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", str(env.legacy.url), "--json"])
+    url = _url(env.store.engine)
+    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", _url(env.legacy), "--json"])
     assert res.exit_code == 1, res.output
     body = json.loads(res.output.strip().splitlines()[-1])
     assert body["ok"] is False and body["not_handed_back"]
     assert all("paused on the new side" in why for why in body["not_handed_back"].values())
 
 
-def test_rollback_refuses_and_changes_nothing_when_a_job_would_fire_nowhere(tmp_path: Path) -> None:
-    env, biz, sw = _cut_over(tmp_path, RecordingFences())
+def test_rollback_refuses_and_changes_nothing_when_a_job_would_fire_nowhere(urls: tuple[str, str]) -> None:
+    env, biz, sw = _cut_over(urls, RecordingFences())
     link = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
     with env.legacy.begin() as conn:
         conn.execute(text("DELETE FROM xxl_job_info WHERE id = :i"), {"i": int(link.source_key)})
@@ -199,9 +240,9 @@ def test_rollback_refuses_and_changes_nothing_when_a_job_would_fire_nowhere(tmp_
     assert [c for c in sw.fences.calls if c[0] == "raise"] == []  # type: ignore[union-attr]
 
 
-def test_status_check_finds_orphans_and_doubles(tmp_path: Path) -> None:
-    env, biz, sw = _cut_over(tmp_path)
-    url, legacy_url = str(env.store.engine.url), str(env.legacy.url)
+def test_status_check_finds_orphans_and_doubles(urls: tuple[str, str]) -> None:
+    env, biz, sw = _cut_over(urls)
+    url, legacy_url = _url(env.store.engine), _url(env.legacy)
     ok = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--legacy-url", legacy_url])
     assert ok.exit_code == 0, ok.output
     link = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
@@ -238,9 +279,9 @@ def test_which_side_fires_a_job(state: B, shadow: bool, trig: S, legacy: bool, h
     assert classify(state, shadow, trig, legacy, held)[0] is side
 
 
-def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audited(tmp_path: Path) -> None:
-    env, biz, sw = _cut_over(tmp_path)
-    url = str(env.store.engine.url)
+def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audited(urls: tuple[str, str]) -> None:
+    env, biz, sw = _cut_over(urls)
+    url = _url(env.store.engine)
     tid = next(t.id for t in env.store.triggers_of(biz_code=biz) if t.state is S.WAITING)
     res = CliRunner().invoke(cli, ["trigger", "pause", str(tid), "--url", url])
     assert res.exit_code == 5 and "--reason" in res.output
@@ -257,8 +298,8 @@ def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audite
     assert res.exit_code == 5 and "on legacy" in res.output
 
 
-def test_batch_center_cancel_after_cutover_is_reported_not_applied(tmp_path: Path) -> None:
-    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[str, str]) -> None:
+    env = _env(urls, "batch-center")
     seed_batchcenter(env.legacy, businesses=1, tasks_per_business=8, bad_rows=0, malformed_crons=0)
     env.migrator.run()
     biz = BusinessRegistry(env.store).all()[0].biz_code
@@ -279,8 +320,8 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(tmp_path: Pat
     assert any(link.source_key in n and "not applied" in n for n in summary.notes), summary.notes
 
 
-def test_the_orphan_check_with_only_the_store_infers_legacy(tmp_path: Path) -> None:
-    env, biz, sw = _cut_over(tmp_path)
+def test_the_orphan_check_with_only_the_store_infers_legacy(urls: tuple[str, str]) -> None:
+    env, biz, sw = _cut_over(urls)
     owned = {bo.business: bo for bo in ownership(env.store)}[biz]
     assert not owned.problems and owned.counts()["new"] > 0
     assert to_ms(env.migrator.clock.now()) > 0
