@@ -350,7 +350,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         mode=inputs.mode, window=inputs.window, legacy=legacy, new=new, baseline=baseline,
         reference=m.reference, counts=counts, groups=groups, consumer_lag=inputs.consumer_lag,
         thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches), quarantined=held,
-        fires_per_job=fires_per_job(new_expected, keys, inputs.jobs, inputs.info, inputs.quarantined)))
+        fires_per_job=fires_per_job(new_expected, keys, inputs.jobs, inputs.info, inputs.quarantined),
+        fenced_legacy_calls=m.fenced_legacy_calls))
     return Comparison(
         business=inputs.business, legacy_business=inputs.legacy_business or inputs.business, source=inputs.source,
         mode=inputs.mode, window=inputs.window, baseline_window=inputs.baseline_window, computed_at=now,

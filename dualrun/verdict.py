@@ -82,6 +82,9 @@ class Evidence:
     quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated, with their fires in the window
     # (job code, expected fires in the window) of every recurring job the new side was given
     fires_per_job: tuple[tuple[str, int], ...] = ()
+    # legacy calls of the occurrences a rollback fence took from the new side: legacy's to
+    # fire, not held against the new side's volume
+    fenced_legacy_calls: int = 0
 
     @property
     def not_migrated_calls(self) -> int:
@@ -189,7 +192,8 @@ def _per_unit(calls: int, expected: int, window: Window) -> float:
 
 
 def _volume_check(ev: Evidence) -> Check:
-    n, leg, b = ev.new.calls - ev.labelled_new_calls, ev.legacy.calls - ev.not_migrated_calls, ev.baseline
+    n, b = ev.new.calls - ev.labelled_new_calls, ev.baseline
+    leg = ev.legacy.calls - ev.not_migrated_calls - ev.fenced_legacy_calls
     raw = abs(n / leg - 1.0) if leg else (1.0 if n else 0.0)
     now_rate = _per_unit(leg, ev.legacy.expected, ev.window)
     base_rate = _per_unit(b.calls, b.expected, ev.window)
@@ -202,6 +206,9 @@ def _volume_check(ev: Evidence) -> Check:
         sentence += f", not counting {ev.labelled_new_calls:,} new-side call(s) of labelled known differences"
     if ev.not_migrated_calls:
         sentence += f", not counting {ev.not_migrated_calls:,} legacy call(s) of quarantined (not migrated) jobs"
+    if ev.fenced_legacy_calls:
+        sentence += (f", not counting {ev.fenced_legacy_calls:,} legacy call(s) of occurrences a rollback fence "
+                     "took from the new side")
     return Check(code="volume", passed=not failed, sentence=sentence, new=float(n), legacy=float(leg), noise=noise)
 
 

@@ -61,6 +61,10 @@ def test_records_a_rollback_fence_skipped_count_neither_missing_nor_extra_nor_fa
     assert all("rollback fence skipped it" in m.detail for m in fenced)
     checks = {ch.code: ch for ch in c.checks}
     assert all(checks[k].passed for k in ("missing", "extra", "late", "success_rate", "timeout_rate")), c.reasons
+    # the volume check compares the new side's calls with legacy's own, not with legacy's
+    # calls of the occurrences the fence took from the new side
+    assert checks["volume"].passed and checks["volume"].legacy == 360 - len(after), checks["volume"].sentence
+    assert "rollback fence" in checks["volume"].sentence
 
 
 def test_the_legacy_calls_of_fenced_occurrences_are_known_to_the_matching(tmp_path: Path) -> None:
