@@ -141,7 +141,8 @@ class BusinessSwitch:
         # committed BEFORE the stop: a change stream or a `migrate run` that reads the
         # stopped rows meanwhile (the business is still dual_run until the end) must see
         # the switch's own stop, never an operator's.
-        running = self.control.live(keys)
+        # (a cutover run again after one stopped half-way: the jobs it held are its own)
+        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
         self.holds.add(source, biz, running)
         try:
             settled = self.control.stop(keys)

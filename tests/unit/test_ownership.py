@@ -325,3 +325,18 @@ def test_the_orphan_check_with_only_the_store_infers_legacy(urls: tuple[str, str
     owned = {bo.business: bo for bo in ownership(env.store)}[biz]
     assert not owned.problems and owned.counts()["new"] > 0
     assert to_ms(env.migrator.clock.now()) > 0
+
+
+def test_a_cutover_run_again_after_it_stopped_half_way_pauses_nothing(urls: tuple[str, str]) -> None:
+    """The legacy jobs were stopped (and held) by a cutover that then failed aligning a
+    trigger: run again, it must treat them as its own stop, not an operator's."""
+    env, biz = _migrated(urls)
+    sw = _switch(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    live = {c for c, s in _states(env, biz).items() if s is S.WAITING}
+    keys = [ln.source_key for ln in sw.links(biz)]
+    running = sw.control.live(keys)
+    sw.holds.add("xxl-job", biz, running)
+    sw.control.stop(keys)  # what the first attempt did before it failed
+    sw.cutover(biz, actor="ops", reason="again")
+    assert {c for c, s in _states(env, biz).items() if s is S.WAITING} == live
