@@ -558,7 +558,12 @@ def test_idle_stream_gets_heartbeats_and_does_not_stall(db: Db) -> None:
     elapsed = time.monotonic() - t0
     assert got == [] or all(not b.changes for b in got)
     assert elapsed >= 7.0
-    assert stream.heartbeats >= 2, "no heartbeats arrived on an idle stream"
+    # The server sends a heartbeat only after `heartbeat_s` without any event: while other
+    # databases on the same server write (other tests, a shared CI box), this stream hears
+    # their transactions instead, as empty progress batches. Either way the server spoke
+    # to the idle stream at least twice (it failed 1 run in ~20 when it counted heartbeats
+    # alone beside another writer).
+    assert stream.heartbeats + len(got) >= 2, "neither heartbeats nor progress arrived on an idle stream"
     assert stream.reconnects == 0
 
 
