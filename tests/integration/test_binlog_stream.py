@@ -558,12 +558,13 @@ def test_idle_stream_gets_heartbeats_and_does_not_stall(db: Db) -> None:
     elapsed = time.monotonic() - t0
     assert got == [] or all(not b.changes for b in got)
     assert elapsed >= 7.0
-    # The server sends a heartbeat only after `heartbeat_s` without any event: while other
-    # databases on the same server write (other tests, a shared CI box), this stream hears
-    # their transactions instead, as empty progress batches. Either way the server spoke
-    # to the idle stream at least twice (it failed 1 run in ~20 when it counted heartbeats
-    # alone beside another writer).
-    assert stream.heartbeats + len(got) >= 2, "neither heartbeats nor progress arrived on an idle stream"
+    # The server sends a heartbeat only after `heartbeat_s` without any event in its
+    # binlog: while other databases on the same server write (another test process on a
+    # shared box), the dump carries their events instead (the library filters them out
+    # before they reach us) and no heartbeat is due. So: heartbeats, unless the binlog
+    # moved under other writers (this failed beside a second test run on the server).
+    others_wrote = db.position() != start  # this test writes nothing
+    assert stream.heartbeats >= 2 or others_wrote, "no heartbeats arrived on an idle stream"
     assert stream.reconnects == 0
 
 
