@@ -1,11 +1,13 @@
 """Scheduler processes for fault tests: started as real `switchyard scheduler run`
-subprocesses, ended by their PID only."""
+subprocesses, ended by their PID only; and CPU hogs for the stress variants (the same)."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,3 +49,24 @@ def start_scheduler(name: str, tmp: Path, *, url: str, bus: str, etcd: str, key:
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return SchedulerProc(name, proc, log)
+
+
+# a busy loop that ends itself after argv[1] seconds, whatever happens to the test that started it
+_HOG = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextmanager
+def cpu_hogs(n: int, bound_s: float) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`n` processes keeping a CPU busy each, for at most `bound_s` seconds; killed by their
+    PID when the block ends."""
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            hogs.append(subprocess.Popen([sys.executable, "-c", _HOG, str(bound_s)], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield hogs
+    finally:
+        for h in hogs:
+            if h.poll() is None:
+                os.kill(h.pid, signal.SIGKILL)
+            h.wait(timeout=10)
