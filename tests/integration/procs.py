@@ -28,15 +28,21 @@ class SchedulerProc:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill9()
+        stop_process(self.proc)
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, a bounded wait, then SIGKILL: a process the test started, by its PID."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def start_scheduler(name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str,

@@ -11,7 +11,6 @@ was raised knows it before it runs anything."""
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import mariadb_database
+from tests.integration.procs import stop_process
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
@@ -99,13 +99,7 @@ class ExecutorProc:
         return out
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
