@@ -176,7 +176,7 @@ class BusinessSwitch:
         (with a record) every command of the business at or after F, and each job handed
         back is started on legacy at its first occurrence at or after F. Order: refuse
         before anything changes if a job could not be handed back and would be left
-        nowhere; raise the fence; take the triggers off the scheduler; start the legacy
+        nowhere; take the triggers off the scheduler; raise the fence; start the legacy
         jobs; release the holds. A failure half-way leaves the business in its state, and
         the rollback can simply be run again."""
         current = self.registry.get(biz)
@@ -198,12 +198,17 @@ class BusinessSwitch:
                     "handed back it would fire nowhere" for ln in gone[:20])
                 + " — re-create the legacy job(s), or cancel the trigger(s) with `switchyard trigger cancel "
                   "--reason`, then roll back")
+        # Off the scheduler first: until the fence, the new side only runs what it has
+        # already published. F is taken after that (waiting out a trigger being fired can
+        # take a moment), so the whole start margin is left for legacy to pick its jobs
+        # up (the xxl-job admin loses a fire it finds less than ~4 s ahead, see
+        # LegacyControl.start_margin); the fence is raised before legacy starts.
+        deactivated = self._deactivate(links)
+        report.deactivated = len(deactivated)
         fence_at = self._handover_instant()
         if self.fences is not None:
             report.fenced = self.fences.raise_fence(biz, fence_at)
             report.fence_at = fence_at.isoformat()
-        deactivated = self._deactivate(links)
-        report.deactivated = len(deactivated)
         starts: dict[str, datetime] = {}
         for ln in links:
             key = ln.source_key
@@ -305,15 +310,24 @@ class BusinessSwitch:
             return
         if t.state is S.PAUSED:
             return  # disabled on the legacy side before migration: stays disabled
-        target = handover if shadow else max(t.next_fire_at, handover)
-        if target != t.next_fire_at or t.state is S.CREATED:
-            # one conditional update (waiting -> waiting, or created -> waiting) with the new
-            # next fire time: an interrupted cutover never leaves a trigger half-moved
+        # One conditional update (waiting -> waiting, or created -> waiting) with the new
+        # next fire time, so an interrupted cutover never leaves a trigger half-moved. A
+        # trigger due every second is re-acquired by the scheduler about once a second:
+        # the update can lose to a tick between the read and the write (a few ms, seen in
+        # ~2% of cutovers under load), so it is retried on the trigger as it then is.
+        for _attempt in range(DEACTIVATE_ATTEMPTS):
+            if t.state not in (S.WAITING, S.CREATED):
+                raise TransitionRefused(f"trigger {t.id} became {t.state.value} during the cutover; run it again")
+            target = handover if shadow else max(t.next_fire_at, handover)
+            if target == t.next_fire_at and t.state is S.WAITING:
+                return
             won = self.store.cas(Transition(ids=[t.id], from_state=t.state, to_state=S.WAITING,  # type: ignore[list-item]
                                             next_fire_at={t.id: target}))  # type: ignore[dict-item]
-            if not won:
-                raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
-            report.rewound += int(target < t.next_fire_at)
+            if won:
+                report.rewound += int(target < t.next_fire_at)
+                return
+            t = self._settled_trigger(t)
+        raise TransitionRefused(f"trigger {t.id} keeps changing during the cutover; run it again")
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,

@@ -45,7 +45,7 @@ class XxlJobControl(LegacyControl):
     def stop(self, keys: Sequence[str]) -> Settled:
         ids = [int(k) for k in keys]
         notes: list[str] = []
-        switched_off = control.set_trigger_status(self.engine, ids, 0)  # the jobs that were running
+        switched_off = self._stop(ids)  # the jobs that were running
         for attempt in range(self.rechecks + 1):
             self.clock.sleep(self.settle.total_seconds())  # past the pre-read window
             states = control.read_trigger_state(self.engine, ids)
@@ -55,7 +55,7 @@ class XxlJobControl(LegacyControl):
             # a scan on <= 2.4.2 wrote its own trigger_status back over our stop
             notes.append(f"stop of job(s) {undone[:10]} overwritten by a scan; stopping again (attempt {attempt + 1})")
             log.warning(notes[-1])
-            control.set_trigger_status(self.engine, undone, 0)
+            self._stop(undone)
         else:
             # Not settled: do not leave the business half-switched (the legacy jobs off while
             # the cutover is abandoned and, after a shadow dual-run, nothing firing them for
@@ -68,6 +68,12 @@ class XxlJobControl(LegacyControl):
                 "left running on legacy at their own next time (a 2.4.2-or-older admin: upgrade it, or stop "
                 "its scheduling while cutting over)")
         return Settled(self.next_due(keys), tuple(notes))
+
+    def _stop(self, ids: Sequence[int]) -> tuple[int, ...]:
+        # under the admin's schedule lock: between two scans, never inside one
+        with self.engine.begin() as conn:
+            control.take_schedule_lock(conn)
+            return control.set_trigger_status(conn, ids, 0)
 
     def _restore(self, ids: Sequence[int]) -> list[int]:
         states = control.read_trigger_state(self.engine, list(ids))

@@ -66,6 +66,22 @@ def _next_times(job_ids: Collection[int], next_time_ms: int | Mapping[int, int] 
     return times
 
 
+_LOCK = table("xxl_job_lock", column("lock_name"))
+
+
+def take_schedule_lock(conn: Connection) -> bool:
+    """Take the admin's own `schedule_lock` row (FOR UPDATE) in the caller's transaction,
+    as every scan of the admin does for its whole read-ring-update: a stop made under it
+    lands between two scans, never inside one. (Inside one, the scan's guarded update of
+    the next time, `... AND trigger_status = 1`, changes nothing while its ring still
+    holds the fire at that time: the next time read afterwards is an occurrence legacy
+    still fires.) False where the table does not exist (no lock to take)."""
+    if not inspect(conn).has_table("xxl_job_lock"):
+        return False
+    conn.execute(select(_LOCK.c.lock_name).where(_LOCK.c.lock_name == "schedule_lock").with_for_update())
+    return True
+
+
 def set_trigger_status(
     bind: Engine | Connection,
     job_ids: Collection[int],

@@ -84,3 +84,42 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
                                                        ("cutover", "legacy", 0)]
         legacy.dispose()
         target.dispose()
+
+
+def test_an_xxljob_stop_waits_for_a_scan_holding_the_schedule_lock() -> None:
+    """The admin's scan reads the due jobs, puts their fires in its ring and writes their
+    next times (`... AND trigger_status = 1`) under the `schedule_lock` row. A stop that
+    committed inside that would leave the next time at a fire the ring still makes: the
+    cutover would hand that occurrence to the new side too (doubled at H, seen under
+    load). The stop takes the same lock, so it lands between two scans."""
+    import threading
+
+    from migrator.legacy_control import XxlJobControl
+    from scheduler_core.clock import SystemClock
+
+    with mariadb_database("legacy") as legacy_url:
+        legacy = make_engine(legacy_url)
+        create_legacy_schema(legacy, "xxl-job", "3.4")
+        seed_xxljob(legacy, "3.4", groups=1, jobs_per_group=4, bad_rows=0, malformed_crons=0, rng_seed=7)
+        with legacy.connect() as conn:
+            ids = [i for (i,) in conn.execute(text("SELECT id FROM xxl_job_info WHERE trigger_status = 1"))]
+        assert ids
+        control = XxlJobControl(legacy, SystemClock())
+        done = threading.Event()
+        scan = legacy.connect()
+        tx = scan.begin()
+        scan.execute(text("SELECT lock_name FROM xxl_job_lock WHERE lock_name = 'schedule_lock' FOR UPDATE"))
+        stopper = threading.Thread(target=lambda: (control._stop(ids), done.set()), daemon=True)
+        stopper.start()
+        try:
+            assert not done.wait(1.0), "the stop committed inside a scan holding the schedule lock"
+            with legacy.connect() as conn:  # nothing stopped yet
+                assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_info WHERE trigger_status = 1")).scalar() == len(ids)
+        finally:
+            tx.commit()  # the scan ends
+            scan.close()
+        assert done.wait(10.0)
+        stopper.join(timeout=5)
+        with legacy.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_info WHERE trigger_status = 1")).scalar() == 0
+        legacy.dispose()

@@ -198,3 +198,38 @@ def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> 
     rep = sw.cutover(biz, actor="ops")
     assert rep.rewound > 0 and seen
     assert not any(seen), "a trigger was rewound to H while its job was still in shadow"
+
+
+def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> None:
+    """The scheduler acquires a 1 s trigger about once a second: between the cutover's read
+    and its rewind it can take the trigger and fire it. The rewind is retried on the
+    trigger as it then is, instead of refusing the cutover half-way (legacy stopped)."""
+    from scheduler_core.ports import Transition
+
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    with env.store.engine.begin() as conn:
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
+    real_cas = env.store.cas
+    lost: list[int] = []
+
+    def racing_cas(tr):  # type: ignore[no-untyped-def]
+        if tr.next_fire_at and tr.from_state is TriggerState.WAITING and len(lost) < 3:
+            # a tick takes the trigger, fires an occurrence and puts it back just before the
+            # rewind's write, which then finds it changed: lost
+            tid = tr.ids[0]
+            t = env.store.get_trigger(tid)
+            real_cas(Transition(ids=[tid], from_state=TriggerState.WAITING, to_state=TriggerState.ACQUIRED))
+            real_cas(Transition(ids=[tid], from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
+                                next_fire_at={tid: t.next_fire_at + timedelta(seconds=1)}))
+            lost.append(tid)
+            return []
+        return real_cas(tr)
+
+    env.store.cas = racing_cas  # type: ignore[method-assign]
+    rep = sw.cutover(biz, actor="ops")
+    assert len(lost) == 3 and rep.rewound > 0
+    assert BusinessRegistry(env.store).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
