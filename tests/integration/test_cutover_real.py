@@ -52,6 +52,14 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         assert code == exitcodes.FAILED, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == exitcodes.REFUSED and "refused" in out, out
+        # a verdict over a window shorter than the minimum (30 min) is no evidence: not
+        # ready, and the gate says why
+        code, out = _run("dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url,
+                         "--since", "20m", "--json")
+        assert code == exitcodes.FAILED, out
+        assert any("shorter than the minimum" in r for r in json.loads(out)["reasons"]), out
+        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
+        assert code == exitcodes.REFUSED and "shorter than the minimum" in out, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
         assert code == exitcodes.REFUSED and "--reason" in out, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force",

@@ -53,6 +53,7 @@ from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
+from scheduler_core.fence import FenceService
 from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.admin import init_schema
@@ -68,11 +69,12 @@ pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 # (schedule_type, schedule_conf) of the business's five jobs
 SCHEDULES = [("FIX_RATE", "1"), ("FIX_RATE", "1"), ("FIX_RATE", "1"), ("CRON", "* * * * * ?"),
              ("CRON", "0/2 * * * * ?")]
-# The new side's lookahead. The rollback hands the legacy side F, the first occurrence the
-# new side has not admitted, about a lookahead ahead; the xxl-job admin, idle while the
+# The new side's lookahead. The rollback hands the legacy side F = now + the xxl-job start
+# margin (6 s; its commands from F on are skipped by the fence), or the first occurrence
+# the new side has not admitted when that comes first; the xxl-job admin, idle while the
 # business was off, scans only every 5 s (its pre-read) and fires a job it finds late
 # once, then FIX_RATE goes on from *now* (skipping the grid in between: legacy
-# behaviour). A lookahead above pre-read + one scan keeps F ahead of the admin's scan.
+# behaviour). A lookahead above the margin keeps F at the margin, ahead of the admin's scan.
 LOOKAHEAD_S = 8.0
 LEGACY_ONLY_S = 3.0
 DUAL_RUN_S = 4.0
@@ -244,14 +246,17 @@ class Business:
         run = Migrator(XxlJobReader(self.legacy), TargetWriter(store), clock).run()
         assert run.counts["create"] == len(SCHEDULES) and run.counts["quarantine"] == 0, run.counts
         self.biz = BusinessRegistry(store).all()[0].biz_code
-        self.switch = BusinessSwitch(store, XxlJobControl(self.legacy, clock), clock, None)
+        self.bus = PulsarBus(server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
+                             topic_prefix=self.prefix)
+        # as `switchyard rollback --bus` does: the rollback's fence on the bus's control
+        # channel, which the executor follows (the handover F is now + the start margin)
+        self.switch = BusinessSwitch(store, XxlJobControl(self.legacy, clock), clock, None,
+                                     fences=FenceService(store, self.bus))
         links = {ln.trigger.id: ln for ln in self.switch.links(self.biz)}
         assert len(links) == len(SCHEDULES)
         self.key_of: dict[int, str] = {int(tid): ln.source_key for tid, ln in links.items()}  # type: ignore[arg-type]
         self.tid_of = {v: k for k, v in self.key_of.items()}
         self.admin = LegacyAdmin(self.legacy, clock)
-        self.bus = PulsarBus(server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-                             topic_prefix=self.prefix)
         self.ex = Executor(self.bus, self.biz, clock=clock, concurrency=8)
         self.ran = Invocations()
 
