@@ -138,8 +138,19 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+def _communicate_or_dump(proc: subprocess.Popen[str], what: str) -> tuple[str, str]:
+    """The child's output once it exits; if it does not within 30 s, a failure with the stack of
+    each of its threads (the child runs with PYTHONFAULTHANDLER: SIGABRT dumps them)."""
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    proc.send_signal(signal.SIGABRT)
+    pytest.fail(f"{what}; the child's threads:\n{proc.communicate()[1][-6000:]}")
+
+
 def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
@@ -157,7 +168,7 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert stored >= 2, proc.stderr.read() if proc.poll() is not None else "no comparison stored in time"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, err = _communicate_or_dump(proc, "the watch did not stop within 30 s of SIGTERM")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -165,3 +176,41 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         engine.dispose()
     assert proc.returncode == 0, err
     assert "watch stopped:" in err and "ready" in out
+
+
+# The kernel hands a SIGTERM sent to the process to any thread that has it unblocked. Usually
+# that is the main thread, but a thread that is starting at that moment (the watch starts one
+# per comparison) can take it instead. CPython then runs the Python handler only the next
+# time the main thread executes bytecode. Here a worker thread takes the signal once the
+# main thread is blocked waiting on the stop event.
+_SIGNAL_IN_ANOTHER_THREAD = textwrap.dedent("""
+    import signal
+    import sys
+    import threading
+    import time
+    from switchyard.cli.signals import stop_event
+    stop = stop_event()
+    main = threading.main_thread().ident
+
+    def take_sigterm():
+        while sys._current_frames()[main].f_code.co_name != "wait":  # until the main thread waits
+            time.sleep(0.01)
+        time.sleep(0.2)  # and is blocked in it
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # this thread runs the C handler
+
+    threading.Thread(target=take_sigterm, daemon=True).start()
+    print("stopped" if stop.wait() else "wait returned unset", flush=True)
+""")
+
+
+def test_stop_event_is_set_when_another_thread_takes_the_signal() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_IN_ANOTHER_THREAD], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = _communicate_or_dump(proc, "SIGTERM taken by a worker thread never set the stop event")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and out == "stopped\n", err
