@@ -56,9 +56,9 @@ class Watch:
         self._done: dict[str, int] = dict.fromkeys(self.businesses, 0)
 
     def _run(self, business: str, stop: threading.Event) -> None:
-        if stop.is_set():
-            return
-        with self._lock:
+        with self._lock:  # checked under the lock `_drain` counts under: no run starts after the drain
+            if stop.is_set():
+                return
             self._in_flight += 1
         try:
             self._compare(business)
