@@ -53,7 +53,7 @@ from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.fence import FenceService
+from scheduler_core.fence import FenceService, is_fence_skip
 from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.admin import init_schema
@@ -359,7 +359,10 @@ class Business:
         horizon = end - timedelta(milliseconds=1500)
         window_start = self.window_start
         triggers = {tid: store.get_trigger(tid) for tid in self.key_of}  # type: ignore[arg-type]
-        records = store.fired_between(self.biz, window_start, end)
+        # a record a rollback fence skipped is the legacy side's occurrence (published ahead
+        # before the rollback, never run): not a fire of the new side
+        records = [r for r in store.fired_between(self.biz, window_start, end)
+                   if not is_fence_skip(r.state, r.message)]
 
         # D: the new side's first occurrence per job and cycle (its first fired record after
         # the previous cycle's F), which must be the first one due from the dual-run start on
