@@ -225,7 +225,12 @@ class BusinessSwitch:
         for ln in links:
             key = ln.source_key
             if key in legacy_live:
-                continue  # a dual-run (or an operator's start): legacy fires it already
+                # a dual-run (or an operator's start): legacy fires it already; the new side
+                # stops at the fence, which is this job's handover
+                t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
+                if t is not None and self.fences is not None:
+                    report.handover[key] = self._legacy_start(t, fence_at).isoformat()
+                continue
             t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
             if t is None:
                 t = self.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
