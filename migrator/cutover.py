@@ -387,12 +387,7 @@ class BusinessSwitch:
 
     @staticmethod
     def _first_at_or_after(t: Trigger, at: datetime) -> datetime | None:
-        if t.kind is TriggerKind.ONCE:
-            return t.next_fire_at if t.next_fire_at >= at else None
-        if t.kind is TriggerKind.FIXED_RATE and t.interval is not None and at <= t.next_fire_at:
-            # anchored at next_fire_at: step back to the first occurrence at or after `at`
-            return t.next_fire_at - ((t.next_fire_at - at) // t.interval) * t.interval
-        return next_after(t, at - timedelta(milliseconds=1))
+        return first_at_or_after(t, at)
 
     def _deactivate(self, links: Sequence[Link]) -> dict[TriggerId, Trigger]:
         """waiting -> created for every link (retrying rows being fired); returns the
@@ -449,3 +444,14 @@ def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
             lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
     by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}
     return [Link(k, c, by_code[c]) for k, c in rows if c in by_code]
+
+
+def first_at_or_after(t: Trigger, at: datetime) -> datetime | None:
+    """The trigger's first occurrence at or after `at` (a fixed rate on its grid through
+    next_fire_at, which may lie after `at`); None when it has none."""
+    if t.kind is TriggerKind.ONCE:
+        return t.next_fire_at if t.next_fire_at >= at else None
+    if t.kind is TriggerKind.FIXED_RATE and t.interval is not None and at <= t.next_fire_at:
+        # anchored at next_fire_at: step back to the first occurrence at or after `at`
+        return t.next_fire_at - ((t.next_fire_at - at) // t.interval) * t.interval
+    return next_after(t, at - timedelta(milliseconds=1))

@@ -35,7 +35,7 @@ from legacy_sim.batchcenter import BatchCenterSimulator
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
-from migrator.cutover import BusinessSwitch, Link, SwitchReport
+from migrator.cutover import BusinessSwitch, Link, SwitchReport, first_at_or_after
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
@@ -371,16 +371,6 @@ def _advance(clock: ManualClock, span: timedelta, legacies: list[_Legacy],
                 pass
 
 
-def _first_at_or_after(trig: Trigger, at: datetime) -> datetime | None:
-    """The trigger's first occurrence at or after `at` (a fixed rate on its grid through
-    next_fire_at, which may lie after `at`)."""
-    if trig.kind is TriggerKind.ONCE:
-        return trig.next_fire_at if trig.next_fire_at >= at else None
-    if trig.kind is TriggerKind.FIXED_RATE and trig.interval is not None and at <= trig.next_fire_at:
-        return trig.next_fire_at - ((trig.next_fire_at - at) // trig.interval) * trig.interval
-    return next_after(trig, at - timedelta(milliseconds=1))
-
-
 def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
     """Per job, the first occurrence legacy owns after a rollback. A job legacy was started
     for has it in the report; a job legacy kept firing through the dual-run has none there,
@@ -393,7 +383,7 @@ def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
         trig = ln.trigger
         if ln.source_key in first or trig.state is not TriggerState.CREATED:
             continue  # handed over in the report, or never live on the new side
-        at = trig.next_fire_at if fence is None else _first_at_or_after(trig, fence)
+        at = trig.next_fire_at if fence is None else first_at_or_after(trig, fence)
         if at is not None:
             first[ln.source_key] = min(at, trig.next_fire_at)
     return Handover(to_new=False, first=first)
