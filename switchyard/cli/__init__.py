@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from switchyard.cli.console import console
 from switchyard.cli.cron import cron
 from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
 from switchyard.cli.db import db
@@ -61,6 +62,7 @@ cli.add_command(report)
 cli.add_command(status)
 cli.add_command(cutover)
 cli.add_command(rollback)
+cli.add_command(console)
 dualrun.add_command(dualrun_start)
 
 
