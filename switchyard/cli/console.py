@@ -1,9 +1,13 @@
 """`switchyard console`: the read-only operator console in the browser."""
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 
 import click
@@ -43,9 +47,26 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> "obj
 
     from switchyard.console.app import make_app
 
+    class Server(uvicorn.Server):
+        """Stops on SIGTERM/SIGINT like every other command (exit 0): uvicorn's own
+        handler raises the signal again once it has shut down, so the process would die
+        of it. In a thread (`serve`) it installs nothing: the caller sets should_exit."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+
     config = uvicorn.Config(make_app(src, token), host=bind, port=port, log_config=None, server_header=False,
                             lifespan="off")
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 @click.command("console")
