@@ -16,6 +16,7 @@ from switchyard.cli.migrate import migrate
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.report import report
 from switchyard.cli.scheduler import scheduler
+from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
 
 
@@ -63,6 +64,7 @@ cli.add_command(status)
 cli.add_command(cutover)
 cli.add_command(rollback)
 cli.add_command(console)
+cli.add_command(serve)
 dualrun.add_command(dualrun_start)
 
 
