@@ -103,7 +103,7 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
             if isinstance(body, str):
                 return HTMLResponse(body, headers=HEADERS)
             assert page is not None
-            return HTMLResponse(render(page, now=src.now().isoformat(), **(wrap(body) if wrap else body)),
+            return HTMLResponse(render(page, now=src.now().isoformat(timespec="seconds"), **(wrap(body) if wrap else body)),
                                 headers=HEADERS)
 
         try:

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dualrun.verdict import latest_by_business
 from migrator.business import BusinessRegistry
-from migrator.ownership import PROBLEMS, LegacyLive, ownership
+from migrator.cutover import first_at_or_after
+from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
 from migrator.target import TargetWriter
 from reports.redact import redact, redact_tree
 from scheduler_core.model import Trigger, TriggerState
@@ -139,6 +140,23 @@ def _schedule(t: Trigger | None) -> str:
     return t.kind.value
 
 
+def _next_fire(t: Trigger | None, side: Side, now: datetime) -> dict[str, Any]:
+    """When the job fires next, on the side that fires it: the new side's stored next
+    fire time, or (on legacy) the definition's next occurrence from now; none for a job
+    that fires nowhere (paused, ended, orphaned)."""
+    if t is None:
+        return {"next_fire_at": None, "next_fire_from": None}
+    if side in (Side.NEW, Side.BOTH, Side.DOUBLE):
+        return {"next_fire_at": _iso(t.next_fire_at), "next_fire_from": "store"}
+    if side is Side.LEGACY:
+        try:
+            at = first_at_or_after(t, now)
+        except ValueError:  # a schedule that cannot be evaluated has no next time to show
+            at = None
+        return {"next_fire_at": _iso(at), "next_fire_from": "schedule"}
+    return {"next_fire_at": None, "next_fire_from": None}
+
+
 def business(src: Sources, code: str) -> dict[str, Any]:
     """One business: per job its live side, next fire time, orphans and doubles flagged;
     its audit log and quarantined rows."""
@@ -152,9 +170,8 @@ def business(src: Sources, code: str) -> dict[str, Any]:
     for bo in owned:
         for j in bo.jobs:
             t = triggers.get(j.trigger_id) if j.trigger_id is not None else None
-            runnable = t is not None and t.state in (TriggerState.CREATED, TriggerState.WAITING, TriggerState.ACQUIRED)
             jobs.append({**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t),
-                         "next_fire_at": _iso(t.next_fire_at) if runnable and t is not None else None})
+                         **_next_fire(t, j.side, now)})
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
     verdict = latest_by_business(src.store).get(code)
     return redact_tree({

@@ -82,7 +82,12 @@ def test_a_business_lists_its_jobs_by_live_side_with_the_orphan_first(state: Con
     assert "stopped by the switch" in first["why"]
     others = b["jobs"][1:]
     assert others and all(not j["problem"] for j in others)
-    assert all(j["next_fire_at"] for j in others if j["side"] == "new")
+    assert all(j["next_fire_at"] and j["next_fire_from"] == "store" for j in others if j["side"] == "new")
+    assert first["next_fire_at"] is None  # it fires nowhere
+    on_legacy = [j for j in c.get(f"/api/businesses/{state.legacy}").json()["jobs"] if j["side"] == "legacy"]
+    now = state.env.store.clock.now().isoformat()
+    assert on_legacy and all(j["next_fire_from"] == "schedule" for j in on_legacy)
+    assert all(j["next_fire_at"] >= now for j in on_legacy if j["next_fire_at"])
     assert [(a["from"], a["to"], a["actor"]) for a in b["audit"]] == [("dual_run", "cutover", "alice"),
                                                                        ("legacy", "dual_run", "ops")]
     page = c.get(f"/business/{state.cutover}").text
