@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy import func, select
 from prometheus_client.parser import text_string_to_metric_families
 
 from dualrun.verdict import latest_by_business
@@ -25,6 +26,7 @@ from reports.redact import redact, redact_tree
 from scheduler_core.model import Trigger, TriggerState
 from scheduler_core.stats import lag_stats
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
 
 
 class UnknownBusiness(LookupError):
@@ -210,13 +212,16 @@ def scheduler(src: Sources) -> dict[str, Any]:
     """The store's leader epoch, the members with their lookahead lag (from their
     metrics), and how far the oldest waiting trigger is past due (from the store)."""
     now = src.now()
-    waiting = [t.next_fire_at for t in src.store.triggers_of() if t.state is TriggerState.WAITING]
-    oldest = min(waiting, default=None)
+    tr = src.store.t.trigger
+    with src.store.engine.connect() as conn:  # one aggregate on the (state, next_fire_at) index
+        count, oldest_ms = conn.execute(select(func.count(), func.min(tr.c.next_fire_at))
+                                        .where(tr.c.state == TriggerState.WAITING.value)).one()
+    oldest = None if oldest_ms is None else from_ms(int(oldest_ms))
     members = [m.as_dict() for m in src.members()] if src.members is not None else []
     leaders = [m["name"] for m in members if m["leader"]]
     return redact_tree({
         "epoch": int(src.store.current_epoch()), "members": members, "leader": leaders[0] if leaders else None,
-        "members_known": src.members is not None, "waiting_triggers": len(waiting),
+        "members_known": src.members is not None, "waiting_triggers": int(count),
         "oldest_waiting_due_s": None if oldest is None else round((now - oldest).total_seconds(), 3)})
 
 
