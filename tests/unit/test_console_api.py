@@ -129,6 +129,8 @@ def test_bad_input_gets_a_clear_page_and_status(state: ConsoleState) -> None:
     r = c.get("/api/lag", params={"window": "an hour"})
     assert r.status_code == 400 and "window" in r.json()["message"]
     assert c.get("/api/nothing-here").status_code == 404
+    for path in ("/", "/api/businesses", f"/api/businesses/{state.cutover}"):  # read-only: no write verb
+        assert c.post(path).status_code == 405 and c.delete(path).status_code == 405
     assert c.get("/nothing-here").status_code == 404
 
 
