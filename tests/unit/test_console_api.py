@@ -254,3 +254,18 @@ def test_scheduler_members_leader_and_lookahead_lag(state: ConsoleState) -> None
     assert [(m["reachable"], m["leader"]) for m in body["members"]] == [(True, False), (False, None)]
     assert body["leader"] is None and body["members"][1]["error"]
     assert 'class="flag">none' in _client(state, members=members).get("/scheduler").text
+
+
+def test_a_hostile_business_code_is_shown_as_data(state: ConsoleState) -> None:
+    hostile = "h'q\";--/*x*/<script>alert(1)</script>"
+    BusinessRegistry(state.env.store).ensure(hostile, "xxl-job")
+    c = _client(state)
+    from urllib.parse import quote
+
+    body = c.get("/api/businesses/" + quote(hostile, safe="")).json()
+    assert body["business"] == hostile and body["jobs"] == []
+    page = c.get("/business/" + quote(hostile, safe=""))
+    assert page.status_code == 200 and "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    index = c.get("/").text
+    assert "<script>" not in index and 'href="/business/' + quote(hostile, safe="") + '"' in index
