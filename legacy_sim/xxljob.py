@@ -61,6 +61,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, not_, or_, sel
 
 from legacy_sim._timeline import EventQueue, catch_up, first_tick_at_or_after, from_ms, to_ms
 from legacy_sim.outcomes import Outcome, Result, coerce, succeed
+from legacy_sim.xxl_executor import Finish, Run, XxlExecutors, handler_identity
 from readers.legacy_ddl.tables import XxlJobLineage, xxljob_metadata
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.timezones import LegacyTimeZone
@@ -112,6 +113,7 @@ class XxlJobView:
     trigger_status: int
     trigger_last_time: int
     trigger_next_time: int
+    glue_updatetime_ms: int = 0  # the DATETIME read in the database zone (0: NULL)
 
 
 class XxlFired(NamedTuple):
@@ -174,6 +176,8 @@ class XxlJobSimulator:
         lineage: XxlJobLineage | str,
         clock: Clock,
         admin_tz: str = "Asia/Shanghai",
+        db_tz: str | None = None,
+        cron_tz: str | None = None,
         pre_read_ms: int = PRE_READ_MS,
         pre_read_count: int | None = None,
         skip_month_end_L: bool = False,  # noqa: N803 (the cron letter)
@@ -190,7 +194,10 @@ class XxlJobSimulator:
         if skip_month_end_L and self.lineage is not XxlJobLineage.V2_4:
             raise ValueError("skip_month_end_L is the 3.1-3.3 cron: those releases use the '2.4' schema")
         self.clock = clock
-        self.zone = LegacyTimeZone(admin_tz)
+        # the admin writes its DATETIMEs in the JDBC connection's zone (db_tz) and
+        # evaluates crons in the JVM's default zone (cron_tz); `admin_tz` sets both
+        self.zone = LegacyTimeZone(db_tz or admin_tz)
+        self.cron_zone = LegacyTimeZone(cron_tz or admin_tz)
         self.pre_read_ms = pre_read_ms
         modern = self.lineage in (XxlJobLineage.V3_4, XxlJobLineage.MASTER)
         self.pre_read_count = pre_read_count or (5000 if modern else 6000)
@@ -236,6 +243,7 @@ class XxlJobSimulator:
         self._crons: dict[str, CronExpression | CronSyntaxError] = {}
         self._believed_running: set[int] = set()
         self._race_spent: set[int] = set()
+        self.executors = XxlExecutors()  # the executors' job threads (block strategies, GLUE kills)
         if down_until is not None:
             self.outage(down_until)
 
@@ -317,6 +325,48 @@ class XxlJobSimulator:
         self._last_fail_pass = until_ms - 1
         self._fail_next = until_ms
         self._lost_next = until_ms
+
+    # -- the admin's job operations ----------------------------------------------------
+
+    def stop(self, job_id: int) -> bool:
+        """`XxlJobServiceImpl.stop` at the simulator's now: `trigger_status 0`,
+        `trigger_last_time 0`, `trigger_next_time 0`, `update_time` (database zone). A fire
+        already in the ring still happens (the ring is memory). False: no such job."""
+        info = self._info
+        with self.engine.begin() as conn:
+            return bool(conn.execute(
+                update(info).where(info.c.id == job_id)
+                .values(trigger_status=0, trigger_last_time=0, trigger_next_time=0, update_time=self._wall(self._pos))
+            ).rowcount)  # fmt: skip
+
+    def start(self, job_id: int) -> int:
+        """`XxlJobServiceImpl.start` at the simulator's now: the next time is the first
+        one after now + 5 s ("5s后生效，避开预读周期": out of the scan's pre-read window),
+        `trigger_last_time 0`, `trigger_status 1`. Returns that next time (epoch ms);
+        raises ValueError as the admin refuses (no such job, schedule NONE, no next time)."""
+        info = self._info
+        with self.engine.begin() as conn:
+            row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
+            if row is None:
+                raise ValueError(f"xxl_job_info id {job_id}: no such job")
+            job = self._view(row)
+            if job.schedule_type not in ("CRON", "FIX_RATE"):
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_type {job.schedule_type} cannot be started")
+            try:
+                nxt = self.next_valid_time(job, self._pos + PRE_READ_MS)
+            except (CronSyntaxError, ValueError) as exc:
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
+            if nxt is None:
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
+            conn.execute(
+                update(info).where(info.c.id == job_id)
+                .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._pos))
+            )  # fmt: skip
+        return nxt
+
+    def _wall(self, ms: int) -> datetime:
+        """A DATETIME as the admin writes it: `new Date()` in the JDBC connection's zone."""
+        return self.zone.to_wall(from_ms(ms - ms % 1000))
 
     # -- the event loop -----------------------------------------------------------------
 
@@ -505,7 +555,7 @@ class XxlJobSimulator:
         cached = self._crons.get(conf)
         if cached is None:
             try:
-                cached = CronExpression(conf, self.zone.zone)
+                cached = CronExpression(conf, self.cron_zone.zone)
             except CronSyntaxError as exc:
                 cached = exc
             self._crons[conf] = cached
@@ -540,7 +590,16 @@ class XxlJobSimulator:
             trigger_status=parse_int(row.get("trigger_status")) or 0,
             trigger_last_time=parse_int(row.get("trigger_last_time")) or 0,
             trigger_next_time=parse_int(row.get("trigger_next_time")) or 0,
+            glue_updatetime_ms=self._wall_ms(row.get("glue_updatetime")),
         )
+
+    def _wall_ms(self, value: Any) -> int:
+        if value is None:
+            return 0
+        try:
+            return to_ms(self.zone.to_utc(value))
+        except ValueError:
+            return 0
 
     def _trigger(
         self,
@@ -602,17 +661,14 @@ class XxlJobSimulator:
             self.errors.append((t, job.id, "trigger error: NullPointerException (glue_updatetime or route strategy)"))
             record(0, None, None)
             return
-        address = self._route(job, addresses, index) if addresses else None
+        address, route_msg = self._route(job, addresses, index) if addresses else (None, "调度失败：执行器地址为空")
         result: Result | None = None
         if address is None:
-            code, msg = 500, "调度失败：执行器地址为空"
+            code, msg = 500, route_msg
         else:
             result, duration = coerce(self.outcome(job, scheduled, index))
-            if result is Result.TRIGGER_FAIL:
-                code, msg = 500, "xxl-job remoting error(simulated executor refused the run)"
-            else:
-                code, msg = 200, "null"
-                self._schedule_callback(job, log_id, t, result, duration)
+            code, msg = self._run(job, log_id, t, address, result, duration)
+            msg = route_msg + msg
         conn.execute(self._q_dispatch, {
             "p_id": log_id, "p_executor_address": address, "p_executor_handler": job.executor_handler,
             "p_executor_param": job.executor_param, "p_executor_sharding_param": sharding,
@@ -623,19 +679,60 @@ class XxlJobSimulator:
             self._mark_fail(t)
         record(code, address, result)
 
-    def _route(self, job: XxlJobView, addresses: list[str], index: int) -> str:
+    def _route(self, job: XxlJobView, addresses: list[str], index: int) -> tuple[str | None, str]:
+        """The address the admin's router picks (None: the router failed) and the text
+        the router adds to `trigger_msg` (FAILOVER / BUSYOVER: their beat results)."""
         route = job.executor_route_strategy
         if route == BROADCAST:
-            return addresses[index] if index < len(addresses) else addresses[0]
+            return (addresses[index] if index < len(addresses) else addresses[0]), ""
         if route == "LAST":
-            return addresses[-1]
+            return addresses[-1], ""
         if route in ("ROUND", "LEAST_RECENTLY_USED", "LEAST_FREQUENTLY_USED"):
+            # ROUND: a per-job counter (the real one starts at a random 0..99: 0 here)
             n = self._round.get(job.id, 0)
             self._round[job.id] = n + 1
-            return addresses[n % len(addresses)]
+            return addresses[n % len(addresses)], ""
         if route in ("RANDOM", "CONSISTENT_HASH"):  # admin-memory state in reality: stable here
-            return addresses[zlib.crc32(str(job.id).encode()) % len(addresses)]
-        return addresses[0]  # FIRST; FAILOVER / BUSYOVER: every simulated executor answers
+            return addresses[zlib.crc32(str(job.id).encode()) % len(addresses)], ""
+        if route in ("FAILOVER", "BUSYOVER"):
+            # the first address whose beat (FAILOVER) or idle beat (BUSYOVER: the job's
+            # thread there is neither running nor queued) succeeds, in registry order
+            title = "心跳检测" if route == "FAILOVER" else "空闲检测"
+            lines: list[str] = []
+            for address in addresses:
+                ok = self.executors.beat(address) if route == "FAILOVER" else self.executors.idle_beat(address, job.id)
+                lines.append(f"{title}：<br>address：{address}<br>code：{200 if ok else 500}<br>msg：null")
+                if ok:
+                    return address, "<br><br>".join(lines) + "<br><br>"
+            return None, "<br><br>".join(lines)
+        return addresses[0], ""  # FIRST
+
+    def _run(self, job: XxlJobView, log_id: int, t: int, address: str, result: Result, duration: int) -> tuple[int, str]:
+        """The run request to the executor at `address`: (trigger_code, its msg)."""
+        if result is Result.TRIGGER_FAIL or not self.executors.beat(address):
+            return 500, "xxl-job remoting error(simulated executor refused the run)"
+        if result is Result.NO_CALLBACK:  # the executor died with the run: no thread survives it
+            due = t - t % 1000 + LOST_AFTER_MS  # trigger_time is whole seconds
+            self._lost_watch.append(due)
+            tick = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, due)
+            self._lost_next = tick if self._lost_next is None else min(self._lost_next, tick)
+            return 200, "null"
+        run = Run(log_id, job.id, _HANDLE[result], duration, job.executor_timeout * 1000)
+        identity = handler_identity(job.glue_type, job.executor_handler, job.glue_updatetime_ms)
+        answer = self.executors.run(address, run, identity, job.executor_block_strategy, t)
+        for killed in answer.finished:  # delivered after this trigger's transaction
+            self._events.push(killed.at, _CALLBACK, (killed, address, False))
+        if not answer.ok:
+            return 500, answer.msg
+        self._pending.add(log_id)
+        if answer.started:
+            self._schedule_end(address, job.id, log_id)
+        return 200, "null"
+
+    def _schedule_end(self, address: str, job_id: int, log_id: int) -> None:
+        end = self.executors.end_of(address, job_id, log_id)
+        if end is not None:
+            self._events.push(end.at, _CALLBACK, (end, address, True))
 
     def _trigger_msg(
         self, job: XxlJobView, kind: str, addresses: list[str], manual: bool, sharding: str | None,
@@ -659,26 +756,22 @@ class XxlJobSimulator:
 
     # -- callbacks and monitors ---------------------------------------------------------
 
-    def _schedule_callback(self, job: XxlJobView, log_id: int, t: int, result: Result, duration: int) -> None:
-        if result is Result.NO_CALLBACK:
-            due = t - t % 1000 + LOST_AFTER_MS  # trigger_time is whole seconds
-            self._lost_watch.append(due)
-            tick = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, due)
-            self._lost_next = tick if self._lost_next is None else min(self._lost_next, tick)
-            return
-        code = _HANDLE[result]
-        limit = job.executor_timeout * 1000
-        if limit > 0 and duration > limit:
-            code, duration = 502, limit  # the executor's FutureTask.get(timeout)
-        self._pending.add(log_id)
-        self._events.push(t + duration, _CALLBACK, (log_id, job.id, code))
-
-    def _callback(self, at: int, log_id: int, job_id: int, code: int) -> None:
+    def _callback(self, at: int, finish: Finish, address: str, ended: bool) -> None:
+        """An executor's callback. `ended`: the run reached its end on its thread (then
+        the thread takes its next queued run, at the run's own end time even when the
+        admin was down and hears of it later); else the run was killed."""
+        log_id, job_id, code = finish.log_id, finish.job_id, finish.code
+        if ended:
+            running, nxt = self.executors.complete(address, job_id, log_id, finish.at)
+            if not running:
+                return  # killed meanwhile: its callback went out when it was killed
+            if nxt is not None:
+                self._schedule_end(address, nxt.job_id, nxt.log_id)
         self._pending.discard(log_id)
         with self.engine.begin() as conn:
             changed = conn.execute(self._q_handle, {
                 "p_id": log_id, "p_handle_time": self.zone.to_wall(from_ms(at)), "p_handle_code": code,
-                "p_handle_msg": _HANDLE_MSG.get(code),
+                "p_handle_msg": finish.msg if finish.msg is not None else _HANDLE_MSG.get(code),
             }).rowcount  # fmt: skip
             children = ""
             if changed and code == 200:
@@ -690,7 +783,8 @@ class XxlJobSimulator:
             return
         for child in (raw_text(children)[0] or "").split(","):
             child_id = parse_int(child.strip())
-            if child_id is not None:
+            # XxlJobCompleter: ids that are not positive numbers, and the job itself, are skipped
+            if child_id is not None and child_id > 0 and child_id != job_id:
                 self._trigger(child_id, "PARENT", at, None)
 
     def _fail_monitor(self, at: int) -> None:
