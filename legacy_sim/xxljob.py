@@ -782,9 +782,10 @@ class XxlJobSimulator:
             self._mark_fail(at)
             return
         for child in (raw_text(children)[0] or "").split(","):
-            child_id = parse_int(child.strip())
-            # XxlJobCompleter: ids that are not positive numbers, and the job itself, are skipped
-            if child_id is not None and child_id > 0 and child_id != job_id:
+            # XxlJobCompleter: an item that is not all digits (StringTool.isNumeric, no
+            # trimming: " 3" is skipped), not positive, or the job itself is skipped
+            child_id = int(child) if child.isdigit() else 0
+            if child_id > 0 and child_id != job_id:
                 self._trigger(child_id, "PARENT", at, None)
 
     def _fail_monitor(self, at: int) -> None:

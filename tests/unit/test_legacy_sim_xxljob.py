@@ -246,14 +246,15 @@ def test_sharding_broadcast_runs_one_thread_per_executor(clock: ManualClock) -> 
 def test_child_jobs_follow_a_successful_parent_only_skipping_itself_and_bad_ids(clock: ManualClock) -> None:
     db = Xxl("3.4")
     db.group()
-    db.job(1, cron="0 * * * * ?", next_at=at(14, 1), child="2,1,x,3")
+    db.job(1, cron="0 * * * * ?", next_at=at(14, 1), child="2,1,x, 4,3")  # " 4": not numeric to the admin
     db.job(2, status=0)
     db.job(3, status=0)
+    db.job(4, status=0)
     failing_second = iter([(Result.SUCCESS, 1000), (Result.SUCCESS, 1000), (Result.SUCCESS, 1000), (Result.FAIL, 1000)])
     sim = db.sim(clock, outcome=lambda job, when, shard: next(failing_second, (Result.SUCCESS, 1000)))
     sim.step(at(14, 2, 30))
     kinds = [(a.job_id, a.trigger_type) for a in sim.attempts]
-    # 14:01 parent ok -> 2 and 3 (itself and "x" skipped); 14:02 parent fails -> no child
+    # 14:01 parent ok -> 2 and 3 (itself, "x" and " 4" skipped); 14:02 parent fails -> no child
     assert kinds == [(1, "CRON"), (2, "PARENT"), (3, "PARENT"), (1, "CRON")]
     assert [trigger_type(r["trigger_msg"]) for r in db.logs(2)] == [TriggerType.PARENT]
     assert db.logs(1)[1]["handle_code"] == 500
