@@ -31,9 +31,28 @@ shared/notes/xxl-job.md §2), minus the HTTP calls, whose results come from `out
   SHARDING_BROADCAST only (one row per address, rank order), retries remaining, and an
   i18n `trigger_msg` the readers parse. A NULL `glue_updatetime` or an unknown route
   strategy throws in the real trigger after the insert: the row stays trigger_code 0.
-- **callback** (§2.11): at trigger time + duration, `handle_time`, `handle_code` 200 /
-  500 / 502 (a duration past `executor_timeout` seconds becomes 502 at the timeout).
-  A success triggers the job's `child_jobid` jobs (type PARENT).
+- **route** (`ExecutorRouteStrategyEnum`): FIRST, LAST, ROUND (a per-job counter; the
+  real one starts at a random 0..99, here at 0), RANDOM / CONSISTENT_HASH (stable per
+  job here), LFU / LRU (as ROUND), FAILOVER (the first address whose beat answers),
+  BUSYOVER (the first whose idle beat answers: the job's thread there is neither running
+  nor queued), SHARDING_BROADCAST (one row per address). Addresses in
+  `executors.down` answer nothing: FIRST & co. then fail the trigger (500).
+- **executor** (`legacy_sim.xxl_executor`): one job thread per (address, job id). A run
+  for a busy thread is queued (SERIAL_EXECUTION), refused (DISCARD_LATER: trigger_code
+  500) or kills the running one (COVER_EARLY); a run whose handler (BEAN) or GLUE
+  update time differs from the thread's kills the thread and its queue whatever the
+  block strategy ("change job source or glue type, and terminate the old job thread.
+  [job running, killed]"). `executor_timeout` bounds the run on its thread, not its
+  wait in the queue.
+- **callback** (§2.11): when the run ends on its thread, `handle_time`, `handle_code`
+  200 / 500 / 502 (a run past `executor_timeout` seconds becomes 502 at the timeout);
+  a killed run calls back 500 at once. A success triggers the job's `child_jobid` jobs
+  (type PARENT; items that are not all digits, and the job itself, are skipped).
+- **zones**: DATETIMEs (trigger_time, handle_time, update_time) are written in `db_tz`
+  (the JDBC connection's serverTimezone), crons are evaluated in `cron_tz` (the JVM's
+  default zone); `admin_tz` sets both (the default: equal).
+- **stop / start** (`XxlJobServiceImpl`): `stop(id)` writes status 0, last 0, next 0;
+  `start(id)` the first time after now + 5 s (out of the pre-read window).
 - **fail monitor** (every 10 s, §2.8): claims failed rows (`alarm_status` 0 -> -1), re-
   triggers those with retries left (type RETRY, same param and sharding param, one retry
   fewer), appends the retry banner to the old row, sets `alarm_status` 2 (1: job gone).
