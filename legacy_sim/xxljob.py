@@ -23,9 +23,10 @@ shared/notes/xxl-job.md §2), minus the HTTP calls, whose results come from `out
   before, de-duplicated) and triggers those jobs. The ring is in memory: a job stopped
   after it was pre-read still fires once (§2.3), and `outage()` loses the ring.
 - **trigger** (`XxlJobTrigger`, §2.5, §2.11): reloads the job by id (no status check),
-  reads the group's `address_list` (as the admin's registry thread last wrote it; the
-  simulator does not rewrite it), inserts an `xxl_job_log` row (trigger_time = the
-  admin's wall time when it triggers, in `admin_tz`, whole seconds), routes, "runs",
+  reads the group's `address_list` (as the admin's registry thread last wrote it: the
+  simulator rewrites it only in `refresh_registry()`, from what `register()` wrote),
+  inserts an `xxl_job_log` row (trigger_time = the admin's wall time when it triggers,
+  in `db_tz`, whole seconds), routes, "runs",
   and updates the row: trigger_code 200 (or 500: no address / TRIGGER_FAIL), the
   address, handler, effective param, `executor_sharding_param` "i/n" for
   SHARDING_BROADCAST only (one row per address, rank order), retries remaining, and an
@@ -93,6 +94,7 @@ PRE_READ_MS = 5000
 FAIL_MONITOR_MS = 10_000
 LOST_MONITOR_MS = 60_000
 LOST_AFTER_MS = 10 * 60_000
+DEAD_TIMEOUT_MS = 90_000  # Const.DEAD_TIMEOUT: three missed 30 s registration beats
 STARTUP_SLEEP_MS = 5000  # scheduleThread: sleep(5000 - now % 1000) before the first scan
 BROADCAST = "SHARDING_BROADCAST"
 ROUTES = frozenset({
@@ -355,7 +357,7 @@ class XxlJobSimulator:
         with self.engine.begin() as conn:
             return bool(conn.execute(
                 update(info).where(info.c.id == job_id)
-                .values(trigger_status=0, trigger_last_time=0, trigger_next_time=0, update_time=self._wall(self._pos))
+                .values(trigger_status=0, trigger_last_time=0, trigger_next_time=0, update_time=self._wall(self._api_now()))
             ).rowcount)  # fmt: skip
 
     def start(self, job_id: int) -> int:
@@ -372,16 +374,57 @@ class XxlJobSimulator:
             if job.schedule_type not in ("CRON", "FIX_RATE"):
                 raise ValueError(f"xxl_job_info id {job_id}: schedule_type {job.schedule_type} cannot be started")
             try:
-                nxt = self.next_valid_time(job, self._pos + PRE_READ_MS)
+                nxt = self.next_valid_time(job, self._api_now() + PRE_READ_MS)
             except (CronSyntaxError, ValueError) as exc:
                 raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
             if nxt is None:
                 raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
             conn.execute(
                 update(info).where(info.c.id == job_id)
-                .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._pos))
+                .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
             )  # fmt: skip
         return nxt
+
+    def register(self, app_name: str, address: str) -> None:
+        """An executor's registration beat (`registrySaveOrUpdate`, every 30 s from a live
+        executor): its `xxl_job_registry` row with `update_time` = now, database zone."""
+        reg = self._registry
+        now = self._wall(self._api_now())
+        key = and_(reg.c.registry_group == "EXECUTOR", reg.c.registry_key == app_name, reg.c.registry_value == address)
+        with self.engine.begin() as conn:
+            if not conn.execute(update(reg).where(key).values(update_time=now)).rowcount:
+                conn.execute(reg.insert().values(registry_group="EXECUTOR", registry_key=app_name,
+                                                 registry_value=address, update_time=now))
+
+    def refresh_registry(self) -> dict[str, str | None]:
+        """One pass of the registry monitor (every 30 s in the admin): rows older than 90 s
+        (DEAD_TIMEOUT, against now in the database zone) are removed, and each
+        auto-registered group's `address_list` becomes its live addresses, sorted, or
+        NULL. Returns app name -> the address list written."""
+        reg, group = self._registry, self._group
+        cutoff = self._wall(self._api_now() - DEAD_TIMEOUT_MS)
+        out: dict[str, str | None] = {}
+        with self.engine.begin() as conn:
+            conn.execute(reg.delete().where(reg.c.update_time < cutoff))
+            live: dict[str, set[str]] = {}
+            for key, value in conn.execute(
+                select(reg.c.registry_key, reg.c.registry_value)
+                .where(reg.c.registry_group == "EXECUTOR", reg.c.update_time > cutoff)
+            ):  # fmt: skip
+                live.setdefault(str(key), set()).add(str(value))
+            for gid, app in conn.execute(select(group.c.id, group.c.app_name).where(group.c.address_type == 0)).all():
+                addresses = ",".join(sorted(live.get(str(app), ()))) or None
+                values: dict[str, Any] = {"address_list": addresses}
+                if "update_time" in group.c:
+                    values["update_time"] = self._wall(self._api_now())
+                conn.execute(update(group).where(group.c.id == gid).values(**values))
+                out[str(app)] = addresses
+        return out
+
+    def _api_now(self) -> int:
+        """Now for an operation (a stop, a start, a registration): the clock, or where the
+        simulated admin is if that is later."""
+        return max(self._pos, self.clock.now_ms())
 
     def _wall(self, ms: int) -> datetime:
         """A DATETIME as the admin writes it: `new Date()` in the JDBC connection's zone."""

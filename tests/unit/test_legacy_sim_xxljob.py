@@ -258,3 +258,27 @@ def test_child_jobs_follow_a_successful_parent_only_skipping_itself_and_bad_ids(
     assert kinds == [(1, "CRON"), (2, "PARENT"), (3, "PARENT"), (1, "CRON")]
     assert [trigger_type(r["trigger_msg"]) for r in db.logs(2)] == [TriggerType.PARENT]
     assert db.logs(1)[1]["handle_code"] == 500
+
+
+# -- the registry --------------------------------------------------------------------------
+
+
+def test_registrations_are_written_in_the_jdbc_zone_and_the_monitor_drops_dead_executors(clock: ManualClock) -> None:
+    db = Xxl("3.4")
+    db.group(1, addresses=())
+    sim = db.sim(clock, db_tz="Asia/Shanghai", cron_tz="UTC")
+    sim.register("app-1", A2)
+    sim.register("app-1", A1)
+    sim.step(at(14, 1))
+    sim.register("app-1", A2)  # A1 beats no more
+    with db.engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
+    assert rows == {A1: "2026-12-02 14:00:00", A2: "2026-12-02 14:01:00"}  # Shanghai walls, not UTC
+    assert sim.refresh_registry() == {"app-1": f"{A1},{A2}"}  # 60 s: both alive, sorted
+    sim.step(at(14, 1, 31))
+    assert sim.refresh_registry() == {"app-1": A2}  # A1 silent for 91 s: dead and removed
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT address_list FROM xxl_job_group WHERE id = 1")).scalar() == A2
+        assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_registry")).scalar() == 1
+    sim.step(at(14, 3))
+    assert sim.refresh_registry() == {"app-1": None}
