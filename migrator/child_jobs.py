@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ChildChains:
-    links: dict[TriggerId, list[TriggerId]] = field(default_factory=dict)  # parent trigger -> child triggers
+    links: dict[TriggerId, list[TriggerId]] = field(default_factory=dict)  # every parent trigger -> its children
     refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -49,7 +49,9 @@ def child_ids(value: str, parent: str) -> tuple[list[str], list[str]]:
 
 
 def child_chains(store: SqlTriggerStore, biz: str, links: Sequence[Link]) -> ChildChains:
-    out = ChildChains()
+    # every parent of the business is in `links`, those without children with none: a
+    # child removed since an earlier cutover is not fired any more
+    out = ChildChains(links={ln.trigger.id: [] for ln in links if ln.trigger.id is not None})
     jobs = store.get_jobs([JobCode(ln.job_code) for ln in links])
     wanted: dict[str, list[str]] = {}
     for ln in links:

@@ -28,13 +28,14 @@ class FollowupRows:
     def set_followups(self, links: Mapping[TriggerId, Sequence[TriggerId]], now_ms: int) -> None:
         """Each parent's follow-ups become exactly `links[parent]` (empty: none), in order."""
         fu = self.t.followup
+        parents = sorted({int(p) for p in links})
+        rows = [{"trigger_id": int(parent), "child_trigger_id": int(c), "position": i, "updated_at": now_ms}
+                for parent, children in links.items() for i, c in enumerate(dict.fromkeys(children))]
         with self.engine.begin() as conn:
-            for parent, children in links.items():
-                conn.execute(delete(fu).where(fu.c.trigger_id == int(parent)))
-                rows = [{"trigger_id": int(parent), "child_trigger_id": int(c), "position": i, "updated_at": now_ms}
-                        for i, c in enumerate(dict.fromkeys(children))]
-                if rows:
-                    conn.execute(insert(fu), rows)
+            for i in range(0, len(parents), 500):
+                conn.execute(delete(fu).where(fu.c.trigger_id.in_(parents[i : i + 500])))
+            if rows:
+                conn.execute(insert(fu), rows)
 
     def followups_of(self, parents: Sequence[TriggerId]) -> dict[TriggerId, list[TriggerId]]:
         fu = self.t.followup

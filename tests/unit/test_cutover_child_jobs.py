@@ -47,6 +47,12 @@ def test_a_chain_into_the_same_business_becomes_the_parent_triggers_follow_ups(t
     links = {ln.source_key: ln.trigger.id for ln in sw.links(biz)}
     assert env.store.followups_of([links[parent]]) == {links[parent]: [links[child], links[child2]]}  # type: ignore[list-item]
     assert not any("skipped" in n for n in report.notes)  # the job itself is not an item to report
+    # back to legacy, the child removed in the admin, cut over again: no follow-up left
+    sw.rollback(biz, actor="ops")
+    _children(env, parent, "")
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops")
+    assert env.store.followups_of([links[parent]]) == {}  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("which", ["other-business", "not-migrated"])

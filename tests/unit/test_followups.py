@@ -144,3 +144,26 @@ def test_a_failed_publication_is_retried_with_the_same_command_id(h: Harness, mo
     (fired,) = h.delivered("biz-a")
     assert fired.command_id == claimed
     assert h.store.get_fired([claimed])[claimed].state is FiredState.PUBLISHED
+
+
+def test_each_succeeded_item_of_a_sharded_parent_fires_a_whole_child_run(h: Harness) -> None:
+    # xxl-job triggers the children once per successful log row, i.e. per broadcast shard
+    child_job = h.job("child", shard_total=2)
+    (child,) = h.store.add_triggers([Trigger(job_code=child_job.job_code, biz_code="biz-a", kind=TriggerKind.CRON,
+                                             cron="0 0 3 * * ?", next_fire_at=T0 + timedelta(hours=21))])
+    parent = h.once(h.job("parent", shard_total=3), 1)
+    core = h.core()
+    consumer = h.results(core)
+    h.clock.advance(1)
+    core.tick_all()
+    items = sorted((c for c in h.delivered("biz-a") if c.trigger_id == parent.id), key=lambda c: c.item_index)
+    assert len(items) == 3
+    h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
+    for cmd, state in zip(items, (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.SUCCEEDED)):
+        _result(h, cmd.command_id, state)
+    consumer.poll()
+    runs: dict[int, list[int]] = {}
+    for c in h.delivered("biz-a"):
+        assert c.trigger_id == child.id and c.item_total == 2
+        runs.setdefault(parse_command_id(c.command_id)[1], []).append(c.item_index)
+    assert sorted(sorted(v) for v in runs.values()) == [[0, 1], [0, 1]]  # two child runs (items 0 and 2 succeeded)
