@@ -54,18 +54,21 @@ class Followups:
         """Fire the follow-ups of every succeeded command in `results`; returns how many
         child runs were published now. Raises when a publication fails: the caller
         redelivers the results and the same child runs are published again."""
-        parents: dict[CommandId, TriggerId] = {}
-        for cid, state in results:
-            if state is not FiredState.SUCCEEDED:
-                continue
+        succeeded = [cid for cid, state in results if state is FiredState.SUCCEEDED]
+        if not succeeded:
+            return 0
+        # one small query per batch of results: the whole (tiny) table of chains, so a
+        # batch of 50K distinct triggers costs no IN list, and nothing is cached stale
+        links = self.store.followups_of()
+        if not links:
+            return 0
+        pairs: list[tuple[CommandId, TriggerId]] = []
+        for cid in dict.fromkeys(succeeded):
             try:
-                parents[cid] = parse_command_id(cid)[0]
+                tid = parse_command_id(cid)[0]
             except ValueError:
                 continue
-        if not parents:
-            return 0
-        links = self.store.followups_of(list(set(parents.values())))
-        pairs = [(cid, child) for cid, tid in parents.items() for child in links.get(tid, ()) if child != tid]
+            pairs += [(cid, child) for child in links.get(tid, ()) if child != tid]
         if not pairs:
             return 0
         claims = self.store.followup_claims(pairs)

@@ -208,7 +208,8 @@ class TriggerStore(Protocol):
         """Each parent trigger's follow-ups become exactly links[parent] (empty: none)."""
 
     @abstractmethod
-    def followups_of(self, parents: Sequence[TriggerId]) -> dict[TriggerId, list[TriggerId]]: ...
+    def followups_of(self, parents: Sequence[TriggerId] | None = None) -> dict[TriggerId, list[TriggerId]]:
+        """Parent trigger -> its follow-ups, in order (`parents` None: every parent)."""
 
     @abstractmethod
     def followup_claims(self, pairs: Sequence[tuple[CommandId, TriggerId]]) -> dict[tuple[CommandId, TriggerId], CommandId]:

@@ -37,17 +37,19 @@ class FollowupRows:
             if rows:
                 conn.execute(insert(fu), rows)
 
-    def followups_of(self, parents: Sequence[TriggerId]) -> dict[TriggerId, list[TriggerId]]:
+    def followups_of(self, parents: Sequence[TriggerId] | None = None) -> dict[TriggerId, list[TriggerId]]:
+        """Parent trigger -> its follow-ups in order; `parents` None: all of them (one
+        query: the table holds only the chains, a few rows per business)."""
         fu = self.t.followup
         out: dict[TriggerId, list[TriggerId]] = {}
-        ids = sorted({int(p) for p in parents})
+        base = select(fu.c.trigger_id, fu.c.child_trigger_id).order_by(fu.c.trigger_id, fu.c.position)
+        ids = sorted({int(p) for p in parents}) if parents is not None else []
+        stmts = [base] if parents is None else [
+            base.where(fu.c.trigger_id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)
+        ]
         with self.engine.connect() as conn:
-            for i in range(0, len(ids), 500):
-                rows = conn.execute(
-                    select(fu.c.trigger_id, fu.c.child_trigger_id)
-                    .where(fu.c.trigger_id.in_(ids[i : i + 500])).order_by(fu.c.trigger_id, fu.c.position)
-                ).all()  # fmt: skip
-                for parent, child in rows:
+            for stmt in stmts:
+                for parent, child in conn.execute(stmt).all():
                     out.setdefault(TriggerId(int(parent)), []).append(TriggerId(int(child)))
         return out
 
