@@ -98,6 +98,33 @@ def test_start_refuses_what_the_admin_refuses(clock: ManualClock) -> None:
     assert not sim.stop(99)
 
 
+# -- the scan's 5 s pre-read and the ring ---------------------------------------------------
+
+
+def test_the_scan_pre_reads_5_s_fires_the_slightly_late_now_and_the_missed_by_their_misfire_rule(
+    clock: ManualClock,
+) -> None:
+    db = Xxl("3.4")
+    db.group()
+    db.job(1, cron="3 * * * * ?", next_at=at(14, 0, 3))  # due in 3 s: into the ring, fires at its second
+    db.job(2, cron="58 * * * * ?", next_at=at(13, 59, 58))  # 2 s late: fired by the scan now
+    db.job(3, cron="50 * * * * ?", next_at=at(13, 59, 50), misfire="FIRE_ONCE_NOW")  # 10 s late: misfire
+    db.job(4, cron="50 * * * * ?", next_at=at(13, 59, 50), misfire="DO_NOTHING")
+    db.job(5, cron="9 * * * * ?", next_at=at(14, 0, 9))  # 9 s ahead: not read by the first scan
+    sim = db.sim(clock)
+    sim.step(at(14, 0, 4))
+    got = [(a.job_id, a.trigger_type, a.scheduled_ms, a.trigger_ms) for a in sim.attempts]
+    assert got == [
+        (2, "CRON", ms(at(13, 59, 58)), ms(at(14, 0))),
+        (3, "MISFIRE", ms(at(13, 59, 50)), ms(at(14, 0))),
+        (1, "CRON", ms(at(14, 0, 3)), ms(at(14, 0, 3))),
+    ]
+    # refreshNextValidTime: the late and missed ones move on from now, the pre-read one from its time
+    nexts = {j: db.info(j)["trigger_next_time"] for j in (1, 2, 3, 4, 5)}
+    assert nexts == {1: ms(at(14, 1, 3)), 2: ms(at(14, 0, 58)), 3: ms(at(14, 0, 50)), 4: ms(at(14, 0, 50)),
+                     5: ms(at(14, 0, 9))}
+
+
 # -- the executor's job thread -------------------------------------------------------------
 
 
