@@ -53,16 +53,6 @@ class ResultConsumer:
                 self.malformed += 1
                 log.error("dropping malformed result message: %s", exc)
         changed = self.store.update_fired(updates) if updates else 0
-        try:
-            self.followups.after([(u.command_id, u.state) for u in updates])
-        except Exception:
-            # a child run not published: the results come again (applying them again
-            # changes nothing) and the same child runs are published then
-            for r in got:
-                self.sub.nack(r)
-            raise
-        for r in got:
-            self.sub.ack(r)  # acked only after the store applied the batch and its follow-ups
         # label lookups once per batch, not per item (tens of thousands per poll)
         for state, n in Counter(u.state.value for u in updates).items():
             self.metrics.results.labels(state=state).inc(n)
@@ -73,6 +63,16 @@ class ResultConsumer:
             self._observe_lag(u, received, started)
         self.applied += changed
         self.metrics.results_applied.inc(changed)
+        try:
+            self.followups.after([(u.command_id, u.state) for u in updates])
+        except Exception:
+            # a child run not published: the results come again (applying them again
+            # changes nothing) and the same child runs are published then
+            for r in got:
+                self.sub.nack(r)
+            raise
+        for r in got:
+            self.sub.ack(r)  # acked only after the store applied the batch and its follow-ups
         return changed
 
     @staticmethod
