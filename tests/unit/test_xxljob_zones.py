@@ -226,3 +226,74 @@ def test_split_zones_are_refused_for_the_batch_center_on_the_command_line(tmp_pa
                                       f"sqlite:///{tmp_path / 'bc.db'}", "--target-url", f"sqlite:///{tmp_path / 't.db'}",
                                       "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
     assert result.exit_code == 2 and "one zone" in result.output, result.output
+
+
+# -- GLUE: an edit after migration reaches the trigger's params -----------------------------
+
+
+def _glue_env(tmp_path: Path) -> tuple[Engine, Any, Any]:
+    from migrator.apply import Migrator
+    from migrator.target import TargetWriter
+    from scheduler_core.clock import ManualClock
+    from scheduler_core.store.sql import SqlTriggerStore
+
+    engine, _ = _legacy(tmp_path / "xxl.db")
+    _seed(engine, SHANGHAI, next_fire=last_fridays_at_1015(ZoneInfo("UTC"), NOW, 1)[0], glue=True)
+    target = make_engine(f"sqlite:///{tmp_path / 't.db'}")
+    init_schema(target, 4)
+    clock = ManualClock(NOW)
+    store = SqlTriggerStore(target, clock)
+    reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
+    return engine, store, Migrator(reader, TargetWriter(store), clock, MappingOptions(bridge_glue=True))
+
+
+def _glue_params(store: Any) -> dict[str, Any]:
+    from scheduler_core.model import JobCode
+
+    job = store.get_job(JobCode("xxl:sop:7"))
+    assert job is not None
+    return dict(json.loads(job.params))
+
+
+def _edit_glue(engine: Engine, source: str, at: datetime) -> None:
+    from sqlalchemy import text
+
+    with engine.begin() as conn:  # what the admin's GLUE IDE does: new source, new glue_updatetime (db zone)
+        conn.execute(text("UPDATE xxl_job_info SET glue_source = :s, glue_updatetime = :t WHERE id = 7"),
+                     {"s": source, "t": at.astimezone(SHANGHAI).replace(tzinfo=None).isoformat(sep=" ")})
+
+
+def test_a_glue_edit_after_migration_changes_the_params_on_a_re_run(tmp_path: Path) -> None:
+    engine, store, migrator = _glue_env(tmp_path)
+    first = migrator.run()
+    assert first.counts["create"] == 1, first.counts
+    v1 = _glue_params(store)
+    assert v1["glue_updatetime"] == int(datetime(2026, 12, 1, tzinfo=UTC).timestamp() * 1000)
+    assert migrator.run().counts["unchanged"] == 1
+    edited = datetime(2026, 12, 3, 9, 30, 5, tzinfo=UTC)
+    _edit_glue(engine, "echo v2", edited)
+    again = migrator.run()
+    assert again.counts["update"] == 1, again.counts  # the ledger sees the edit as a change
+    v2 = _glue_params(store)
+    assert (v2["glue_source"], v2["glue_updatetime"]) == ("echo v2", int(edited.timestamp() * 1000))
+    assert migrator.run().counts["unchanged"] == 1
+
+
+def test_a_glue_edit_reaches_the_params_through_the_change_stream(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    from migrator.stream import StreamMigrator
+    from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
+
+    engine, store, migrator = _glue_env(tmp_path)
+    sm = StreamMigrator(migrator.reader, migrator.writer, migrator, "glue")
+    sm.snapshot(migrator.reader, StreamPosition("poll", 0))
+    edited = datetime(2026, 12, 3, 9, 30, 5, tzinfo=UTC)
+    _edit_glue(engine, "echo v2", edited)
+    with engine.connect() as conn:  # the row image the stream hands on (every column)
+        image = dict(conn.execute(text("SELECT * FROM xxl_job_info WHERE id = 7")).mappings().one())
+    sm.apply(ChangeBatch(changes=(RowChange(op=ChangeOp.UPDATE, schema="main", table="xxl_job_info", before=None,
+                                            after=image),), position=StreamPosition("poll", 1)))
+    assert sm.stats.applied == 1
+    v2 = _glue_params(store)
+    assert (v2["glue_source"], v2["glue_updatetime"]) == ("echo v2", int(edited.timestamp() * 1000))
