@@ -354,6 +354,7 @@ class KeyCompare:
     keys_per_pass: int = 1000
     _cursor: str = field(default="", repr=False)
     passes: int = 0
+    rounds: int = 0
     compared: int = 0
 
     def next_keys(self, writer: TargetWriter, source: SourceSystem) -> list[str]:
@@ -369,6 +370,11 @@ class KeyCompare:
         self._cursor = keys[-1] if len(keys) >= self.keys_per_pass else ""
         self.passes += 1
         self.compared += len(keys)
+        if not self._cursor:
+            self.rounds += 1
+            if self.rounds == 1:  # once: how late a delete can be seen, from the first full round
+                log.info("key compare: first round done (%d migrated keys in %d passes); a delete is seen "
+                         "within about %.0f s", self.compared, self.passes, self.passes * self.every_s)
         return keys
 
 
