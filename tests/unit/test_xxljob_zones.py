@@ -297,3 +297,30 @@ def test_a_glue_edit_reaches_the_params_through_the_change_stream(tmp_path: Path
     assert sm.stats.applied == 1
     v2 = _glue_params(store)
     assert (v2["glue_source"], v2["glue_updatetime"]) == ("echo v2", int(edited.timestamp() * 1000))
+
+
+def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dual-run reads xxl_job_log.trigger_time (db zone) and computes legacy's expected
+    fires from its crons (cron zone): its reader gets both."""
+    import importlib
+
+    from tests.unit.test_dualrun_support import identical
+
+    cli_dualrun = importlib.import_module("switchyard.cli.dualrun")
+    s, _ = identical(tmp_path)
+    s.flush()
+    got: list[Any] = []
+
+    def reader(source: Any, url: str, tz: Any) -> Any:
+        got.append(tz)
+        return s.reader()
+
+    monkeypatch.setattr(cli_dualrun, "open_reader", reader)
+    base = ["dualrun", "compare", "--business", s.business, "--source", s.source.value, "--legacy-url", "sqlite://",
+            "--url", f"sqlite:///{tmp_path / 'store.db'}", "--since", s.current.start.isoformat(), "--until",
+            s.current.end.isoformat()]
+    CliRunner().invoke(cli, [*base, "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
+    CliRunner().invoke(cli, [*base, "--legacy-db-tz", "UTC"])
+    CliRunner().invoke(cli, base)
+    assert got == [LegacyZones("Asia/Shanghai", "UTC"), LegacyZones("UTC", "UTC"),
+                   LegacyZones("Asia/Shanghai", "Asia/Shanghai")]
