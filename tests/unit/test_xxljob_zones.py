@@ -324,3 +324,38 @@ def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypat
     CliRunner().invoke(cli, base)
     assert got == [LegacyZones("Asia/Shanghai", "UTC"), LegacyZones("UTC", "UTC"),
                    LegacyZones("Asia/Shanghai", "Asia/Shanghai")]
+
+
+def test_the_cutover_hands_over_at_the_admins_next_time_and_later_fires_follow_the_cron_zone(tmp_path: Path) -> None:
+    from migrator.apply import Migrator
+    from migrator.cutover import BusinessSwitch
+    from migrator.legacy_control import XxlJobControl
+    from migrator.ports import GateDecision
+    from migrator.target import TargetWriter
+    from scheduler_core.clock import ManualClock
+    from scheduler_core.model import TriggerState
+    from scheduler_core.store.sql import SqlTriggerStore
+    from tests.migration_env import FixedGate
+
+    engine, _ = _legacy(tmp_path / "xxl.db")
+    expected = last_fridays_at_1015(ZoneInfo("UTC"), NOW, 4)
+    _seed(engine, SHANGHAI, next_fire=expected[0])  # JDBC in Shanghai, the admin JVM in UTC
+    target = make_engine(f"sqlite:///{tmp_path / 't.db'}")
+    init_schema(target, 4)
+    clock = ManualClock(NOW)
+    store = SqlTriggerStore(target, clock)
+    reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
+    assert Migrator(reader, TargetWriter(store), clock).run().counts["create"] == 1
+    sw = BusinessSwitch(store, XxlJobControl(engine, clock), clock,
+                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw.start_dual_run("sop", shadow=True, actor="ops")
+    report = sw.cutover("sop", actor="ops", reason="zones")
+    assert report.handover.get("7") == expected[0].isoformat()
+    (trigger,) = [t for t in store.triggers_of(biz_code="sop") if t.state is TriggerState.WAITING]
+    assert trigger.time_zone == "UTC" and trigger.next_fire_at == expected[0]
+    fires = [trigger.next_fire_at]
+    while len(fires) < 4:
+        nxt = next_after(trigger, fires[-1])
+        assert nxt is not None
+        fires.append(nxt)
+    assert fires == expected
