@@ -224,3 +224,53 @@ def test_the_grant_check_refuses_a_user_without_replication_and_passes_the_cdc_u
     with pytest.raises(StreamPermissionError, match="'sched' may not read the binlog"):
         check_replication_grants(settings("SWITCHYARD_MARIADB_SCHED_URL"))
     check_replication_grants(settings("SWITCHYARD_MARIADB_CDC_URL"))  # SELECT, REPLICATION SLAVE, BINLOG MONITOR
+
+
+def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(tmp_path: Path) -> None:
+    """A grant the preflight cannot see (e.g. one a role was meant to give) is found
+    missing by the binlog reader itself: the stream falls back to polling then, with the
+    same one-line notice. The preflight is switched off here to get there."""
+    preflight_off = ("import sys, readers.streams as s; s.check_replication_grants = lambda settings: None; "
+                     "from switchyard.cli import cli; sys.argv[0] = 'switchyard'; cli()")
+    with mariadb_database("pollate") as legacy_url, mariadb_database("pollatet") as target_url:
+        legacy = make_engine(legacy_url)
+        target = make_engine(target_url)
+        create_legacy_schema(legacy, "xxl-job", "3.4")
+        seed = seed_xxljob(legacy, "3.4", groups=1, jobs_per_group=5, bad_rows=0, malformed_crons=0, rng_seed=6)
+        init_schema(target, 4)
+        log = tmp_path / "late.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", preflight_off, "migrate", "stream", "--source", "xxl-job",
+                 "--legacy-url", as_sched(legacy_url), "--target-url", target_url, "--server-id",
+                 str(7800 + os.getpid() % 1000), "--log-level", "INFO"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline and proc.poll() is None and _scalar(
+                    target, "SELECT COUNT(*) FROM dus_migration_ledger") < seed.total:
+                time.sleep(0.2)
+            added = _insert_job(legacy, "added after the fallback")
+            while time.monotonic() < deadline and proc.poll() is None and _scalar(
+                    target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added)) == 0:
+                time.sleep(0.2)
+            arrived = _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k",
+                              k=str(added)) == 1
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+            legacy.dispose()
+            target.dispose()
+        out_text = log.read_text(errors="replace")
+        tail = f"\n--- migrate stream (exit {proc.returncode})\n{out_text[-3000:]}"
+        notices = [ln for ln in out_text.splitlines() if ln.startswith("notice:")]
+        assert arrived, "the insert never arrived after the fallback" + tail
+        assert proc.returncode == 0 and "Traceback" not in out_text, tail
+        assert len(notices) == 1 and "may not read the binlog" in notices[0] and "polling" in notices[0], tail
+        # refused by the binlog reader itself (the preflight's refusal names SHOW MASTER STATUS)
+        assert "binlog stream" in out_text and "REPLICATION SLAVE privilege" in notices[0], tail
