@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from migrator.ports import FencePort, GateDecision, LegacyControl
     from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
+    from readers.timezones import LegacyZones
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
@@ -78,16 +79,22 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_reader(source: str, bind: "Engine | Connection", tz: str = "Asia/Shanghai") -> "LegacyReader":
-    """The reader of a legacy system over an engine, or over a connection (a snapshot)."""
+def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai") -> "LegacyReader":
+    """The reader of a legacy system over an engine, or over a connection (a snapshot).
+    `tz`: one zone for everything, or the xxl-job source's two (database, cron)."""
+    from readers.timezones import LegacyZones
+
+    zones = tz if isinstance(tz, LegacyZones) else LegacyZones.of(tz)
     if source == "xxl-job":
         from readers.xxljob.reader import XxlJobReader
 
-        return XxlJobReader(bind, admin_tz=tz)
+        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron)
     if source == "batch-center":
+        if zones.split:
+            raise ValueError(f"the batch center stores and schedules in one zone, not {zones.db} and {zones.cron}")
         from readers.batchcenter.reader import BatchCenterReader
 
-        return BatchCenterReader(bind, tz=tz)
+        return BatchCenterReader(bind, tz=zones.db)
     raise ValueError(f"unknown source system {source!r}")
 
 
