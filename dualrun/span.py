@@ -82,6 +82,9 @@ def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSp
     if entered.at > start:
         start = entered.at
         clipped.append(f"start clipped at the {entered.name} {iso(entered.at)}")
+    if end <= start:
+        raise DualRunError(f"{business}: the {entered.name} was at {iso(entered.at)}, the end of the window: "
+                           "nothing to compare yet")
     return CompareSpan(requested=window, window=Window(start=start, end=end), clipped=tuple(clipped))
 
 
