@@ -289,6 +289,8 @@ def detail(kind: MismatchKind, a: int, b: int) -> str:
                                              3: "misfire-compensation fire on legacy"}.get(
                                                  a, "legacy fire that no expected occurrence explains"),
         MismatchKind.MISSING_ON_BOTH: "expected by the schedule; neither side fired it",
+        MismatchKind.RETRIES_DIFFER: f"legacy made {a} attempt(s) ({a - 1} retries), the new side {b} ({b - 1} retries) "
+                                     "for the same occurrence",
     }
     return texts[kind]
 
@@ -321,6 +323,10 @@ def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFram
         if n:
             notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: "
                          f"{LABEL_TEXT[lab]}")
+    tries = counts[MismatchKind.RETRIES_DIFFER.value]["total"]
+    if tries:
+        notes.append(f"{tries:,} occurrence(s) fired by both sides took a different number of attempts (retries "
+                     "compared per occurrence; listed as retries_differ, not counted against the new side)")
     both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"] - counts[MismatchKind.MISSING_ON_BOTH.value]["labelled"]
     if both:
         notes.append(f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the "

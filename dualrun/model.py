@@ -52,6 +52,10 @@ class MismatchKind(enum.StrEnum):
     MISSING_ON_LEGACY = "missing_on_legacy"  # expected and fired by new, not by legacy
     UNSCHEDULED_ON_LEGACY = "unscheduled_on_legacy"  # a legacy fire no schedule explains
     MISSING_ON_BOTH = "missing_on_both"  # expected, fired by neither
+    # both fired and finished with a different number of attempts (retries) for the same
+    # occurrence: shown (a bridged run's retry policy should match legacy's), not counted
+    # against the new side: a first attempt failing on one side only is the handler's luck
+    RETRIES_DIFFER = "retries_differ"
 
     @property
     def against_new(self) -> bool:
