@@ -17,7 +17,7 @@ import click
 
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
-from dualrun.model import Comparison, as_dict, iso
+from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
 from dualrun.verdict import put_comparison
@@ -30,7 +30,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
 from switchyard.cli.options import pulsar_admin, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import legacy_reader, open_bus, open_store
+from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,7 +132,23 @@ class Sources:
         source = self.source or _stored_source(self.store, business)
         result = compare_business(self.store, self.reader(source), request, settings=settings, now=now,
                                   probe=self.probe)
+        result = replace(result, stream=self.stream_state(business, source, now))
         return result, put_comparison(self.store, result)
+
+    def stream_state(self, business: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
+        """The business's change stream now (no waiting), as the cutover gate will judge it;
+        None when no stream follows it or the legacy database has no binlog."""
+        legacy = make_engine(self.legacy_url)
+        try:
+            check = stream_catchup(self.store, legacy, self.legacy_tz)
+            if check is None:
+                return None
+            check.wait = timedelta(0)
+            state = check.check(business, source.value)
+        finally:
+            legacy.dispose()
+        return None if state is None else StreamCatchup(caught_up=state.caught_up, sentence=state.sentence,
+                                                        checked_at=now, stream_id=state.stream_id)
 
 
 def _stored_source(store: SqlTriggerStore, business: str) -> SourceSystem:
@@ -213,6 +229,10 @@ def render_text(c: Comparison, comparison_id: int) -> str:
         rate = "n/a" if m.success_rate is None else f"{m.success_rate * 100:.1f}%"
         p99 = "n/a" if m.lag.p99 is None else f"{m.lag.p99:.3g} s"
         lines.append(f"  {name:<8} {m.fires:>8,} fires {m.calls:>8,} calls  p99 lag {p99:<9} success {rate}")
+    if c.lag_precision is not None:
+        lines.append(f"  {c.lag_precision.sentence}")
+    if c.stream is not None:
+        lines.append(f"  stream: {c.stream.sentence}")
     lines += [f"  note: {n}" for n in c.notes]
     return "\n".join(lines)
 
