@@ -350,7 +350,7 @@ def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int
     """After the switch: check cut-over businesses against their expected occurrences (no
     legacy side): missing, doubled (by command id) and late fires, until SIGTERM (or
     --max-runs); a Prometheus gauge per business and kind."""
-    from dualrun.aftercut import AfterCutoverGauges, check_after_cutover
+    from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover, cutover_time
     from dualrun.settings import MatchSettings
     from switchyard.cli.signals import stop_event
 
@@ -361,6 +361,12 @@ def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int
     names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "cutover"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)
+    for name in names:  # a business never cut over is a wrong argument, said before the watch starts
+        try:
+            cutover_time(sources.store, name)
+        except NotCutOver as exc:
+            sources.store.engine.dispose()
+            raise CliFailure(str(exc), exitcodes.USAGE) from None
     gauges = AfterCutoverGauges()
     if metrics_port is not None:
         from prometheus_client import start_http_server
