@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
 
 
@@ -118,6 +119,25 @@ def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequ
         return None if control is None else control.live(keys)
 
     return live
+
+
+def load_handlers(executor: "Executor", module_name: str) -> None:
+    """Registers a handlers module on an executor: `register(executor)`, or a `HANDLERS =
+    {job_code: fn}` mapping (`executor run --handlers` and `serve --handlers`). Raises
+    ValueError naming the module when it cannot be imported or has neither."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import handlers module {module_name!r}: {exc}") from None
+    if hasattr(module, "register"):
+        module.register(executor)
+    elif hasattr(module, "HANDLERS"):
+        for name, fn in module.HANDLERS.items():
+            executor.handler(name)(fn)
+    else:
+        raise ValueError(f"{module_name} has neither register(executor) nor HANDLERS")
 
 
 def fence_service(store: SqlTriggerStore, bus: MessageBus) -> "FencePort":

@@ -12,7 +12,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard import exitcodes
 from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix
 from switchyard.cli.signals import stop_event
-from switchyard.wiring import open_bus
+from switchyard.wiring import load_handlers, open_bus
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +38,16 @@ def run_cmd(module_name: str, domain: str, bus_url: str, pulsar_admin: str | Non
             concurrency: int, shadow: bool, log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        module = importlib.import_module(module_name)
+        importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
     except ImportError as exc:
         raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
                    topic_prefix=topic_prefix)
     ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
-    if hasattr(module, "register"):
-        module.register(ex)
-    elif hasattr(module, "HANDLERS"):
-        for name, fn in module.HANDLERS.items():
-            ex.handler(name)(fn)
-    else:
-        raise CliFailure(f"{module_name} has neither register(executor) nor HANDLERS", exitcodes.USAGE)
+    try:
+        load_handlers(ex, module_name)
+    except ValueError as exc:
+        raise CliFailure(str(exc), exitcodes.USAGE) from None
     stop = stop_event()
     log.info("executor for %s running%s", domain, " in shadow mode" if shadow else "")
     try:
