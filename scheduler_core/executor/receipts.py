@@ -26,6 +26,9 @@ from scheduler_core.ports import Clock, MessageBus
 
 log = logging.getLogger(__name__)
 MIN_TICK_S = 0.05
+# the message of a stamp: the result consumer leaves its lag to the run's final result
+# (observed once per run, not twice)
+RECEIPT_MESSAGE = "running (stamped received before its result)"
 FORGET_AFTER_MS = 24 * 3600 * 1000  # a run open this long was lost (e.g. its thread died): dropped unstamped
 
 
@@ -86,7 +89,7 @@ class ReceiptStamps:
                                       # one item starts at receipt; later items' starts come with the
                                       # result (a started_at, once stored, is never moved)
                                       started_ms=received_ms if len(indices) == 1 else None, finished_ms=now,
-                                      message="running"))
+                                      message=RECEIPT_MESSAGE))
         if due:
             self._bus.publish(result_messages(due, self._compact))
             self.stamped += len(due)

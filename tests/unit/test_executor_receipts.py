@@ -59,7 +59,8 @@ def test_a_run_still_executing_is_stamped_received_and_then_finishes(tmp_path: P
     clock = SystemClock()
     bus = InProcessBus(clock)
     store = _store(tmp_path, clock)
-    consumer = ResultConsumer(bus, store, SchedulerMetrics())
+    metrics = SchedulerMetrics()
+    consumer = ResultConsumer(bus, store, metrics)
     ex = Executor(bus, "d", clock=clock, concurrency=2, receipt_after=timedelta(milliseconds=100))
     release = threading.Event()
     ex.handler()(lambda ctx: release.wait(20) and None)
@@ -82,6 +83,9 @@ def test_a_run_still_executing_is_stamped_received_and_then_finishes(tmp_path: P
         ex.close()
     assert done.received_at == running.received_at and done.result_at is not None
     assert ex.receipts.stamped == 1  # once per run
+    # the run's receipt lag is observed once, with its result, not again for its stamp
+    lag = metrics.registry.get_sample_value("switchyard_fire_lag_seconds_count", {"domain": "", "stage": "received"})
+    assert lag == 1
 
 
 def test_a_quick_run_sends_no_stamp(tmp_path: Path) -> None:
