@@ -321,13 +321,6 @@ class FirePipeline:
         self.metrics.lookahead_lag.set(lag)
 
 
-def group_by_domain(triggers: Sequence[Trigger]) -> dict[str, list[Trigger]]:
-    out: dict[str, list[Trigger]] = defaultdict(list)
-    for t in triggers:
-        out[t.biz_code].append(t)
-    return out
-
-
 @dataclass
 class _Envelope:
     topic: str

@@ -11,16 +11,17 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from scheduler_core.acquire import PartitionAcquirer, TickResult
+from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.errors import StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerState
-from scheduler_core.ports import Clock, Election, MessageBus, Transition, TriggerStore
+from scheduler_core.model import Epoch, Trigger, TriggerId
+from scheduler_core.ports import Clock, Election, MessageBus, TriggerStore
+from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,7 @@ class SchedulerCore:
         self.metrics = metrics or SchedulerMetrics()
         self.stats = CoreStats()
         self._lock = threading.Lock()
-        # One admission at a time across the partition loops: a tick reads the pool's free
-        # capacity and domain budgets before its SELECT and spends them at submit, so loops
-        # ticking side by side each saw the same headroom and acquired what the pool then
-        # refused (released, selected and acquired again: 1.5x the acquisitions for the
-        # same fires, and twice the ticks, in bench/admission). The loops still each own
-        # their partition; only the admit step (select, CAS, hand-off) is serialized, and
-        # the fire pool's work runs outside it.
-        self._admit = threading.Lock()
+        self.admission = Admission()
         self._in_flight: set[TriggerId] = set()
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
@@ -91,7 +85,11 @@ class SchedulerCore:
                               on_submitted=self._queued)
             for p in store.partitions()
         ]
-        self._last_reclaim = -1e18
+        self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
+
+    def _is_in_flight(self, trigger_id: TriggerId) -> bool:
+        with self._lock:
+            return trigger_id in self._in_flight
 
     def _queued(self, chunk: Sequence[Trigger], queued: bool) -> None:
         ids = [t.id for t in chunk if t.id is not None]
@@ -122,8 +120,7 @@ class SchedulerCore:
                 self._in_flight.difference_update(ids)
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
-        with self._admit:
-            result = acquirer.tick()
+        result = self.admission.tick(acquirer)
         with self._lock:
             self.stats.ticks += 1
             self.stats.acquired += result.acquired
@@ -139,45 +136,17 @@ class SchedulerCore:
         return results
 
     def reclaim_if_due(self) -> int:
-        now_mono = self.clock.monotonic()
-        if now_mono - self._last_reclaim < self.settings.reclaim_interval.total_seconds():
-            return 0
-        self._last_reclaim = now_mono
-        return self.reclaim()
+        return self._count_reclaimed(self.reclaimer.reclaim_if_due(self.acquirers))
 
     def reclaim(self) -> int:
         """Acquired rows past their deadline whose owner is not firing them here: a dead
         epoch's work, or this epoch's chunk that failed. Fired again, same command ids."""
-        now = self.clock.now()
-        total = 0
-        for acq in self.acquirers:
-            with self._admit:  # it hands chunks to the pool too (see _admit)
-                total += self._reclaim_partition(acq, now)
-        with self._lock:
-            self.stats.reclaimed += total
-        return total
+        return self._count_reclaimed(self.reclaimer.reclaim(self.acquirers))
 
-    def _reclaim_partition(self, acq: PartitionAcquirer, now: datetime) -> int:
-        total = 0
-        expired = self.store.select_expired(acq.partition, now, None, self.settings.batch_size)
+    def _count_reclaimed(self, n: int) -> int:
         with self._lock:
-            expired = [t for t in expired if t.id not in self._in_flight]
-        by_epoch: dict[Epoch | None, list[TriggerId]] = {}
-        for t in expired:
-            if t.id is not None:
-                by_epoch.setdefault(t.owner_epoch, []).append(t.id)
-        for old_epoch, ids in by_epoch.items():
-            won = self.store.cas(Transition(
-                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
-                expected_epoch=old_epoch, epoch=self.epoch, deadline=now + self.settings.acquire_deadline,
-                fence_epoch=self.epoch,
-            ))
-            if won:
-                log.warning("reclaimed %d trigger(s) of epoch %s past their deadline", len(won), old_epoch)
-                self.metrics.reclaimed.inc(len(won))
-                acq.submit(won)
-                total += len(won)
-        return total
+            self.stats.reclaimed += n
+        return n
 
     def drain(self, timeout: float = 30.0) -> bool:
         return self.pool.wait_idle(timeout)
@@ -247,32 +216,12 @@ class Scheduler:
         self.status.terms += 1
         self.status.stats = core.stats
         self.metrics.leader.set(1)
-        lost = threading.Event()
-
-        def loop(acq: PartitionAcquirer) -> None:
-            while not stop.is_set() and not lost.is_set():
-                if not self.election.is_leader():
-                    lost.set()
-                    return
-                try:
-                    result = core.tick(acq)
-                    wait = result.wait.total_seconds()
-                except Exception:
-                    self.metrics.errors.labels(component="store").inc()
-                    log.exception("partition %s: tick failed; retrying", acq.partition.name)
-                    wait = 1.0
-                # waits are cut short by a stop or a lost leadership
-                if wait > 0 and (stop.wait(min(wait, 1.0)) or lost.is_set()):
-                    return
-
-        threads = [threading.Thread(target=loop, args=(a,), name=f"acquire-{a.partition.name}", daemon=True)
-                   for a in core.acquirers]
-        for t in threads:
-            t.start()
+        loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
+        for loop in loops:
+            loop.start()
         try:
-            while not stop.is_set() and not lost.is_set():
+            while not stop.is_set() and not any(loop.lost.is_set() for loop in loops):
                 if not self.election.is_leader():
-                    lost.set()
                     break
                 try:
                     core.reclaim_if_due()
@@ -281,10 +230,11 @@ class Scheduler:
                     log.exception("reclaim failed; retrying")
                 stop.wait(0.2)
         finally:
-            deposed = not stop.is_set()
-            lost.set()
-            for t in threads:
-                t.join(timeout=10)
+            deposed = not stop.is_set()  # any way out but a stop is a lost leadership
+            for loop in loops:
+                loop.halt()
+            for loop in loops:
+                loop.join(timeout=10)
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
                 # publish duplicates (the fence refuses their outcome anyway)
