@@ -65,7 +65,8 @@ class TickResult:
     wait: timedelta = timedelta(0)
 
 
-FireChunk = Callable[[Sequence[Trigger], Epoch], object]
+# (chunk, epoch, fence): the fence row that epoch is checked against (None: the leader's)
+FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None"], object]
 
 
 def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
@@ -85,6 +86,7 @@ class PartitionAcquirer:
         epoch: Epoch,
         rng: random.Random | None = None,
         on_submitted: Callable[[Sequence[Trigger], bool], None] | None = None,
+        fence: str | None = None,
     ) -> None:
         self.partition = partition
         self.store = store
@@ -94,6 +96,9 @@ class PartitionAcquirer:
         self.settings = settings
         self.metrics = metrics
         self.epoch = epoch
+        # the fence row the epoch is checked against: the leader's (None), or this
+        # partition's own when the shard registry gives partitions owners of their own
+        self.fence = fence
         self.last_seen: datetime | None = None
         self.ticks = 0
         self.rng = rng or random.Random()
@@ -133,6 +138,7 @@ class PartitionAcquirer:
                 epoch=self.epoch,
                 deadline=deadline,
                 fence_epoch=self.epoch,
+                fence=self.fence,
                 # the rows just read are fired as read: one rewritten since (a migration,
                 # a cutover) loses here and is read again on the next tick
                 expected_version={t.id: t.version for t in due if t.id is not None},
@@ -162,7 +168,7 @@ class PartitionAcquirer:
                 if self.on_submitted is not None:
                     self.on_submitted(chunk, True)
                 for attempt in range(s.submit_retries + 1):
-                    if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch)):
+                    if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch, self.fence)):
                         ok = True
                         break
                     if attempt < s.submit_retries:
@@ -177,7 +183,7 @@ class PartitionAcquirer:
         if refused:
             back = self.store.cas_ids(
                 Transition(ids=refused, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                           expected_epoch=self.epoch, clear_epoch=True, fence_epoch=self.epoch)
+                           expected_epoch=self.epoch, clear_epoch=True, fence_epoch=self.epoch, fence=self.fence)
             )
             released = len(back)
             self.metrics.released.inc(released)
@@ -185,8 +191,8 @@ class PartitionAcquirer:
         return submitted, released
 
 
-def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch) -> Callable[[], object]:
-    return lambda: fn(chunk, epoch)
+def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None) -> Callable[[], object]:
+    return lambda: fn(chunk, epoch, fence)
 
 
 class Admission:

@@ -87,7 +87,9 @@ class FirePipeline:
         self.settings = settings
         self.metrics = metrics
 
-    def fire(self, triggers: Sequence[Trigger], epoch: Epoch) -> FireOutcome:
+    def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> FireOutcome:
+        """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
+        (the leader's fence when None, the chunk's partition fence under the registry)."""
         out = FireOutcome()
         if not triggers:
             return out
@@ -111,7 +113,7 @@ class FirePipeline:
         # on the occurrence can never be lost silently, and a deposed leader (a newer one
         # fenced the store) writes and publishes nothing; its rows stay acquired by the
         # dead epoch and the new leader reclaims them (same command ids)
-        if not self.store.put_fired_fenced(records, epoch):
+        if not self.store.put_fired_fenced(records, epoch, fence):
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
             log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
@@ -144,7 +146,7 @@ class FirePipeline:
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
             out.released = self.store.cas_ids(
                 Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch)
+                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=fence)
             )
             return out
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
@@ -154,7 +156,7 @@ class FirePipeline:
         for domain, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
             self.metrics.published.labels(domain=domain).inc(n)
         # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
-        self._record_outcome(plans, epoch, now, cids, out)
+        self._record_outcome(plans, epoch, now, cids, out, fence)
         return out
 
     def _ensure_subscriptions(self, messages: Sequence[BusMessage]) -> None:
@@ -271,7 +273,8 @@ class FirePipeline:
     # -- outcome ----------------------------------------------------------------------
 
     def _record_outcome(
-        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome
+        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome,
+        fence: str | None = None,
     ) -> None:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
         complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
@@ -281,7 +284,7 @@ class FirePipeline:
             ids = list(reschedule)
             changes.append(Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
-                clear_epoch=True, fence_epoch=epoch, next_fire_at=reschedule,  # type: ignore[arg-type]
+                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,  # type: ignore[arg-type]
                 last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
             ))
         if complete:
@@ -289,7 +292,7 @@ class FirePipeline:
             # from the row itself, in one statement for the whole chunk
             changes.append(Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
-                fence_epoch=epoch, fired_at_next=True,
+                fence_epoch=epoch, fence=fence, fired_at_next=True,
             ))
         winners = self.store.finish_fire(published, self.clock.now(), changes)
         if reschedule:

@@ -62,7 +62,7 @@ class Reclaimer:
             won = self.store.cas(Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
                 expected_epoch=old_epoch, epoch=acq.epoch, deadline=now + self.settings.acquire_deadline,
-                fence_epoch=acq.epoch,
+                fence_epoch=acq.epoch, fence=acq.fence,
             ))
             if won:
                 log.warning("partition %s: reclaimed %d trigger(s) of epoch %s past their deadline",

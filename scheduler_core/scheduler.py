@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,7 +21,7 @@ from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Trigger, TriggerId
-from scheduler_core.ports import Clock, Election, MessageBus, TriggerStore
+from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
 
@@ -55,7 +56,11 @@ class CoreStats:
 
 
 class SchedulerCore:
-    """The leader's work for one epoch."""
+    """The leader's work for one epoch: every partition, fenced by the leader's epoch.
+
+    Under the shard registry a member's core starts with no partition (`partitions=[]`)
+    and is given each partition it takes with that partition's own epoch and fence
+    (`own`), and loses it again (`disown`)."""
 
     def __init__(
         self,
@@ -67,6 +72,7 @@ class SchedulerCore:
         metrics: SchedulerMetrics | None = None,
         *,
         inline: bool = False,
+        partitions: Sequence[Partition] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -75,36 +81,76 @@ class SchedulerCore:
         self.metrics = metrics or SchedulerMetrics()
         self.stats = CoreStats()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self.admission = Admission()
         self._in_flight: set[TriggerId] = set()
+        # triggers queued or firing, per fence: a partition handed over on purpose is
+        # released only once its own chunks are done
+        self._pending: Counter[str | None] = Counter()
+        # fences whose ownership was lost: their queued chunks are dropped, not fired (the
+        # new owner reclaims those rows after their deadline, same command ids)
+        self._revoked: set[tuple[str | None, Epoch]] = set()
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
-        self.acquirers = [
-            PartitionAcquirer(p, store, self.pool, self._fire_chunk, clock, self.settings, self.metrics, epoch,
-                              on_submitted=self._queued)
-            for p in store.partitions()
-        ]
+        self.acquirers = [self._acquirer(p, epoch, None)
+                          for p in (store.partitions() if partitions is None else partitions)]
         self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
+
+    def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
+        return PartitionAcquirer(partition, self.store, self.pool, self._fire_chunk, self.clock, self.settings,
+                                 self.metrics, epoch, fence=fence,
+                                 on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence))
+
+    def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
+        """Admit `partition` from now on as its owner of `epoch` (the registry handed it
+        over and the store's partition fence was claimed with that epoch)."""
+        acq = self._acquirer(partition, epoch, partition_fence(partition))
+        with self.admission.lock, self._lock:
+            self._revoked.discard((acq.fence, epoch))
+            self.acquirers = [a for a in self.acquirers if a.partition.index != partition.index] + [acq]
+        return acq
+
+    def disown(self, acq: PartitionAcquirer, *, lost: bool, timeout: float = 30.0) -> bool:
+        """Stop admitting `acq`'s partition. Lost (the lease expired, a newer owner may be
+        admitting): its queued chunks are dropped. Handed over on purpose: wait, at most
+        `timeout`, until its chunks are done; True when none is left."""
+        with self.admission.lock, self._lock:
+            self.acquirers = [a for a in self.acquirers if a is not acq]
+            if lost:
+                self._revoked.add((acq.fence, acq.epoch))
+                return True
+            return self._idle.wait_for(lambda: self._pending[acq.fence] <= 0, timeout)
 
     def _is_in_flight(self, trigger_id: TriggerId) -> bool:
         with self._lock:
             return trigger_id in self._in_flight
 
-    def _queued(self, chunk: Sequence[Trigger], queued: bool) -> None:
+    def _queued(self, chunk: Sequence[Trigger], queued: bool, fence: str | None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             if queued:
                 self._in_flight.update(ids)
+                self._pending[fence] += len(chunk)
             else:
                 self._in_flight.difference_update(ids)
+                self._done(fence, len(chunk))
 
-    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch) -> None:
+    def _done(self, fence: str | None, n: int) -> None:
+        self._pending[fence] = max(0, self._pending[fence] - n)
+        self._idle.notify_all()
+
+    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
+            dropped = (fence, epoch) in self._revoked
         try:
-            out = self.pipeline.fire(chunk, epoch)
+            if dropped:
+                log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
+                            "new owner", fence, epoch, len(ids))
+                return
+            out = self.pipeline.fire(chunk, epoch) if fence is None else self.pipeline.fire(chunk, epoch, fence)
             with self._lock:
                 self.stats.add(out)
         except Exception as exc:  # a chunk must never kill the pool thread
@@ -118,6 +164,7 @@ class SchedulerCore:
         finally:
             with self._lock:
                 self._in_flight.difference_update(ids)
+                self._done(fence, len(chunk))
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
         result = self.admission.tick(acquirer)
@@ -250,17 +297,23 @@ class Scheduler:
                 self.election.resign()
 
     def _consume(self, stop: threading.Event) -> None:
-        consumer: ResultConsumer | None = None
-        try:
-            while not stop.is_set():
-                try:
-                    if consumer is None:  # the bus may be down at start: subscribe with the retries
-                        consumer = ResultConsumer(self.bus, self.store, self.metrics)
-                    consumer.poll()
-                except (StoreError, Exception) as exc:
-                    self.metrics.errors.labels(component="results").inc()
-                    log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
-                    stop.wait(1.0)
-        finally:
-            if consumer is not None:
-                consumer.close()
+        consume_results(self.bus, self.store, self.metrics, stop)
+
+
+def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, stop: threading.Event) -> None:
+    """Apply results from the callback topic until stopped (every scheduler process does,
+    leading or not: the subscription is shared)."""
+    consumer: ResultConsumer | None = None
+    try:
+        while not stop.is_set():
+            try:
+                if consumer is None:  # the bus may be down at start: subscribe with the retries
+                    consumer = ResultConsumer(bus, store, metrics)
+                consumer.poll()
+            except (StoreError, Exception) as exc:
+                metrics.errors.labels(component="results").inc()
+                log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                stop.wait(1.0)
+    finally:
+        if consumer is not None:
+            consumer.close()
