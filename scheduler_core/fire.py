@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -87,9 +87,13 @@ class FirePipeline:
         self.settings = settings
         self.metrics = metrics
 
-    def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> FireOutcome:
+    def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
+             may_publish: Callable[[], bool] | None = None) -> FireOutcome:
         """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
-        (the leader's fence when None, the chunk's partition fence under the registry)."""
+        (the leader's fence when None, the chunk's partition fence under the registry).
+        `may_publish`, asked between the fired records and the publication, is the
+        owner's last look at its lease: the broker has no fence, so an owner that knows
+        it lost the partition (a pause past its lease) publishes nothing."""
         out = FireOutcome()
         if not triggers:
             return out
@@ -117,6 +121,12 @@ class FirePipeline:
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
             log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
+            return out
+        if may_publish is not None and not may_publish():
+            out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
+            self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
+            log.warning("ownership of epoch %s lost before publication; %d trigger(s) left to the new owner",
+                        epoch, len(out.lost))
             return out
         # 2. publish with deliver-at = T
         published_ok = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -90,6 +90,8 @@ class SchedulerCore:
         # fences whose ownership was lost: their queued chunks are dropped, not fired (the
         # new owner reclaims those rows after their deadline, same command ids)
         self._revoked: set[tuple[str | None, Epoch]] = set()
+        # under the registry: the member's lease is known alive (asked before publishing)
+        self.ownership_alive: Callable[[], bool] = lambda: True
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
@@ -106,7 +108,9 @@ class SchedulerCore:
         """Admit `partition` from now on as its owner of `epoch` (the registry handed it
         over and the store's partition fence was claimed with that epoch)."""
         acq = self._acquirer(partition, epoch, partition_fence(partition))
-        with self.admission.lock, self._lock:
+        # not under the admission lock: a take must not wait for another partition's tick
+        # (the list is replaced, never changed in place, so a reclaim pass keeps its own)
+        with self._lock:
             self._revoked.discard((acq.fence, epoch))
             self.acquirers = [a for a in self.acquirers if a.partition.index != partition.index] + [acq]
         return acq
@@ -121,6 +125,12 @@ class SchedulerCore:
                 self._revoked.add((acq.fence, acq.epoch))
                 return True
             return self._idle.wait_for(lambda: self._pending[acq.fence] <= 0, timeout)
+
+    def _may_publish(self, fence: str, epoch: Epoch) -> bool:
+        with self._lock:
+            if (fence, epoch) in self._revoked:
+                return False
+        return self.ownership_alive()
 
     def _is_in_flight(self, trigger_id: TriggerId) -> bool:
         with self._lock:
@@ -150,7 +160,10 @@ class SchedulerCore:
                 log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
                             "new owner", fence, epoch, len(ids))
                 return
-            out = self.pipeline.fire(chunk, epoch) if fence is None else self.pipeline.fire(chunk, epoch, fence)
+            if fence is None:
+                out = self.pipeline.fire(chunk, epoch)
+            else:
+                out = self.pipeline.fire(chunk, epoch, fence, lambda: self._may_publish(fence, epoch))
             with self._lock:
                 self.stats.add(out)
         except Exception as exc:  # a chunk must never kill the pool thread

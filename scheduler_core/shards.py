@@ -56,7 +56,11 @@ class ShardedScheduler:
         metrics: SchedulerMetrics | None = None,
         *,
         consume: bool = True,
+        inline: bool = False,
+        run_loops: bool = True,
     ) -> None:
+        """`inline` and `run_loops=False` are for driven-clock tests: chunks fire on the
+        caller's thread, and no loop thread ticks (the test ticks `core` itself)."""
         self.store = store
         self.bus = bus
         self.registry = registry
@@ -65,7 +69,10 @@ class ShardedScheduler:
         self.metrics = metrics or SchedulerMetrics()
         self.consume = consume
         self.partitions = {p.index: p for p in store.partitions()}
-        self.core = SchedulerCore(store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[])
+        self.run_loops = run_loops
+        self.core = SchedulerCore(store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[],
+                                  inline=inline)
+        self.core.ownership_alive = registry.alive
         self.status = MemberStatus(member=registry.member, stats=self.core.stats)
         self._owned: dict[int, _Owned] = {}
         self._wanted_since: dict[int, float] = {}
@@ -117,6 +124,8 @@ class ShardedScheduler:
                             self.registry.member, len(self._owned))
             for index in list(self._owned):
                 self._drop(index, lost=True)
+            self.status.owned = {}
+            self.metrics.partitions_owned.set(0)
             self._join(stop)
             return
         view = self.registry.view()
@@ -142,7 +151,13 @@ class ShardedScheduler:
         for index in sorted(wanted - set(self._owned)):
             if stop.is_set() or not self.registry.alive():
                 return
-            if index in view.owners:
+            current = view.owners.get(index)
+            if current is not None and current.member == me:
+                # ours in etcd but not running here: a take whose fence claim failed (the
+                # database away, or a lock held by a paused predecessor): claim again
+                self._start(index, current.epoch, now)
+                continue
+            if current is not None:
                 continue  # its previous owner has not released it, nor has its lease expired
             self._take(index, now)
         if wanted <= set(self._owned):
@@ -153,8 +168,10 @@ class ShardedScheduler:
 
     def _take(self, index: int, now: float) -> None:
         epoch = self.registry.take(index)
-        if epoch is None:
-            return
+        if epoch is not None:
+            self._start(index, epoch, now)
+
+    def _start(self, index: int, epoch: Epoch, now: float) -> None:
         partition = self.partitions[index]
         if not self.store.claim_epoch(epoch, partition_fence(partition)):
             # a newer ownership already fenced it: ours is stale, give the key back
@@ -164,7 +181,8 @@ class ShardedScheduler:
         acq = self.core.own(partition, epoch)
         loop = PartitionLoop(acq, self.core.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics)
         self._owned[index] = _Owned(acq, loop)
-        loop.start()
+        if self.run_loops:
+            loop.start()
         waited = max(0.0, time.monotonic() - self._wanted_since.get(index, now))
         self.metrics.handoff.observe(waited)
         if self._settled:  # a take after the member's first full set is a rebalance
