@@ -19,9 +19,20 @@ import time
 import uuid
 from typing import Any
 
+from scheduler_core.settings import SchedulerSettings
+
 from bench.admission import PARTITIONS, _prepare, raw_ceiling
 from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median
-from bench.workload import analyze, bench_job, count_fired, load_triggers, make_store, now_ms
+from bench.workload import (
+    CountingBus,
+    analyze,
+    bench_job,
+    count_fired,
+    drive_threaded,
+    load_triggers,
+    make_store,
+    now_ms,
+)
 
 SETTLE_S = 6.0  # members up, joined and owning their partitions before the triggers fall due
 
@@ -153,6 +164,15 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             with fresh_database(env.mariadb_url, "bench_sh") as url:
                 _prepare(url, n)
                 raw.setdefault(f"raw_{c}", []).append(raw_ceiling(url, n, c, limit_s))
+        with fresh_database(env.mariadb_url, "bench_sh") as url:
+            # the single leader (threaded Scheduler, in this process) on the same data: what
+            # one member is measured against
+            _prepare(url, n)
+            store = make_store(url, PARTITIONS, pool_size=8)
+            d = drive_threaded(store, CountingBus(), SchedulerSettings(), n, Deadline(limit_s))
+            store.engine.dispose()
+            raw.setdefault("leader", []).append({"rate": d.rate, "fired": d.fired, "seconds": d.seconds,
+                                                 "complete": d.complete})
         for m in (1, 2, 3):
             with fresh_database(env.mariadb_url, "bench_sh") as url:
                 raw.setdefault(f"members_{m}", []).append(members_run(url, env.etcd_url, n, m, limit_s))
@@ -171,6 +191,8 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                             + (f"{rate / raw4:.2f}x of the raw cycle on 4 connections; " if rate and raw4 else "")
                             + f"member CPU ms/trigger {[round(x, 3) for x in per_member]}; server CPU ms/trigger "
                             + ("-" if server is None else f"{server:.3f}")))
+    sec.rows.append(Row("admission, the single leader (threaded Scheduler), no-op bus", med("leader"), one, "/s",
+                        note="peer: 1 member; the registry's cost on one process"))
     for c in (1, 2, 4):
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
     sec.raw = raw

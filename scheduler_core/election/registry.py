@@ -97,7 +97,10 @@ class EtcdRegistry(Registry):
         if self._closed:
             coro.close()
             raise ElectionError(f"{self!r} is closed")
-        return self._loop.call(coro, budget or 4 * self._rpc_timeout + 5, self._where)
+        try:
+            return self._loop.call(coro, budget or 4 * self._rpc_timeout + 5, self._where)
+        except _TRANSIENT as exc:  # etcd down or unreachable: the callers retry, the CLI says so
+            raise ElectionError(f"etcd at {self._where}: {_one_line(exc)}") from exc
 
     def join(self) -> None:
         """A new lease, this member's key on it, the keep-alive and the watch. Called again
