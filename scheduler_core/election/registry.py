@@ -220,6 +220,7 @@ class EtcdRegistry(Registry):
         loop also re-reads on a timer, so a broken watch only delays, never hides, a change)."""
         client = await self._connected()
         while True:
+            watch = None
             try:
                 watch = await client.watch_prefix(self._prefix.encode() + b"/")
                 async for _event in watch:
@@ -228,6 +229,10 @@ class EtcdRegistry(Registry):
                 raise
             except Exception as exc:
                 log.info("%r: watch interrupted (%s); watching again", self, _one_line(exc))
+            finally:
+                if watch is not None:  # the server-side watcher too, not only our iterator
+                    with contextlib.suppress(Exception):
+                        await watch.cancel()
             await asyncio.sleep(0.5)
             self._changed.set()
 

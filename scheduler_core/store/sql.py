@@ -80,12 +80,14 @@ class SqlTriggerStore(TriggerStore, FenceStore):
         # their compiled form instead of building the expression tree per call)
         j, fence = self.t.job, self.t.fence
         self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
-        # a locking read (LOCK IN SHARE MODE; nothing on SQLite, which writes one at a time):
-        # a claim of a newer epoch waits for a fired-record insert that read the old one
-        # to commit, and one that committed first is seen, so no insert of a deposed
-        # owner lands after its successor claimed the fence
-        self._fence_epoch = (select(fence.c.epoch).where(fence.c.name == bindparam("fence_name"))
-                             .with_for_update(read=True))
+        self._fence_epoch = select(fence.c.epoch).where(fence.c.name == bindparam("fence_name"))
+        # On MariaDB/MySQL the fired-record insert reads the fence with a shared lock (LOCK
+        # IN SHARE MODE): a claim of a newer epoch waits for an insert that read the old
+        # one to commit, and one that committed first is seen, so no insert of a deposed
+        # owner lands after its successor claimed the fence. TiDB refuses that clause
+        # (a no-op at best), SQLite writes one at a time: a plain read there, as before.
+        self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
+        self._shared_fence_read: bool | None = None
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
 
@@ -378,12 +380,19 @@ class SqlTriggerStore(TriggerStore, FenceStore):
             # The fence read is this transaction's first read, so it sees the latest
             # committed epoch (InnoDB takes its snapshot there; TiDB at BEGIN, a few ms
             # earlier); the outcome CAS re-checks the fence inside its UPDATE anyway.
-            current = conn.execute(self._fence_epoch, {"fence_name": fence or FENCE_NAME}).scalar_one_or_none()
+            read = self._fence_epoch_shared if self._lock_fence_reads(conn) else self._fence_epoch
+            current = conn.execute(read, {"fence_name": fence or FENCE_NAME}).scalar_one_or_none()
             if current is None or int(current) != int(epoch):
                 return False
             if records:
                 self._insert_fired(conn, records)
         return True
+
+    def _lock_fence_reads(self, conn: Connection) -> bool:
+        if self._shared_fence_read is None:
+            version = str(conn.exec_driver_sql("SELECT VERSION()").scalar()) if result_joins.is_mysql(conn) else ""
+            self._shared_fence_read = bool(version) and "tidb" not in version.lower()
+        return self._shared_fence_read
 
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
         # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain
