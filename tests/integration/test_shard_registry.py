@@ -22,11 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_core.assignment import partitions_of
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import read_registry
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
+from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
@@ -108,6 +110,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         procs = {f"m{i}": start(f"m{i}") for i in range(3)}
         handoffs: list[float] = []
         moved: list[int] = []
+        joins: list[int] = []
         joined = 3
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == 3, 60)
@@ -126,8 +129,16 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 # a new member joins mid-burst
                 name = f"m{joined}"
                 joined += 1
+                before = _owners(etcd, registry)
                 procs[name] = start(name)
                 _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60)
+                # the joiner's whole share arrives, and nothing else moves
+                share = set(partitions_of(name, set(procs), range(PARTITIONS)))
+                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS
+                            and {p for p, (m, _) in o.items() if m == name} == share, 60)
+                after = _owners(etcd, registry)
+                joins.append(sum(1 for p in after if after[p][0] != before[p][0]))
+                assert {p for p in after if after[p][0] != before[p][0]} == share, "a join moves only the joiner's"
                 # one member paused past its lease, then resumed
                 time.sleep(rng.uniform(0.3, 1.5))
                 paused = rng.choice(sorted(procs))
@@ -168,7 +179,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         assert any("lease lost" in text for text in logs.values()), "the paused member never noticed its lost lease"
         dups = sum(c - 1 for c in got.values())
         print(f"rounds={rounds} handoff p50={statistics.median(handoffs):.2f}s max={max(handoffs):.2f}s "
-              f"moved={moved} delivered={len(got)} duplicates={dups} epochs/partition={sorted(epochs.values())}")
+              f"moved on kills={moved} on joins={joins} delivered={len(got)} duplicates={dups} epochs/partition={sorted(epochs.values())}")
         engine.dispose()
 
 
@@ -202,12 +213,17 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
             owned = sorted(p["partition"] for m in body["members"] for p in m["partitions"])
             assert owned == [0, 1, 2, 3]
             store = SqlTriggerStore(engine, SystemClock())
-            from scheduler_core.ports import Partition, partition_fence
-            for m in body["members"]:
-                for p in m["partitions"]:
-                    # the epoch shown is the one the store's partition fence holds
-                    assert store.current_epoch(partition_fence(Partition(p["partition"], f"p{p['partition']}"))) \
-                        == p["epoch"]
+            shown = {p["partition"]: p["epoch"] for m in body["members"] for p in m["partitions"]}
+
+            def fences() -> dict[int, int]:
+                return {i: int(store.current_epoch(partition_fence(Partition(i, f"p{i}")))) for i in shown}
+
+            # the epoch shown is the one the store's partition fence holds (claimed just
+            # after the etcd key was created: polled, at most 20 s)
+            bound = time.monotonic() + 20
+            while fences() != shown and time.monotonic() < bound:
+                time.sleep(0.1)
+            assert fences() == shown
             # a clean stop revokes the lease: the other member owns everything soon after
             procs[0].stop()
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and {m for m, _ in o.values()} == {"c1"}, 30)
