@@ -21,7 +21,7 @@ from scheduler_core.acquire import PartitionAcquirer, PartitionLoop
 from scheduler_core.assignment import partitions_of
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
-from scheduler_core.ports import Clock, MessageBus, Partition, Registry, TriggerStore, partition_fence
+from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, partition_fence
 from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results
 from scheduler_core.settings import SchedulerSettings
 
@@ -221,7 +221,11 @@ class ShardedScheduler:
             owned.loop.join(timeout=10)
         if self.registry.alive():
             self.core.drain(timeout=30)
-        self.core.shutdown()
+            self.core.shutdown()
+        else:
+            # queued chunks are the next owners' to reclaim: firing them would only be
+            # refused by the fences (or publish duplicates)
+            self.core.pool.shutdown(cancel=True)
         self._owned.clear()
         self.metrics.partitions_owned.set(0)
         try:

@@ -188,9 +188,8 @@ def test_three_members_kill_join_pause_mid_burst(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_long_ten_kills(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if not request.config.getoption("--long", default=False):
-        pytest.skip("long variant: run with --long")
+def test_long_ten_kills(tmp_path: Path) -> None:
+    """`--long`: ten rounds of kill -9, join and pause past the lease."""
     _burst(tmp_path, rounds=10, seed=1018)
 
 
