@@ -155,9 +155,10 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     sec = Section(NAME, TITLE)
     if not env.etcd_url:
         raise RuntimeError("the shards bench needs etcd (SWITCHYARD_ETCD_URL)")
+    load_start = os.getloadavg()
     sec.settings = {"triggers": n, "repetitions": reps, "partitions": PARTITIONS, "members": [1, 2, 3],
                     "raw_connections": [1, 2, 4], "bus": "no-op counting bus",
-                    "load_average_at_start": os.getloadavg()}
+                    "load_average_at_start": load_start}
     raw: dict[str, list[dict[str, Any]]] = {}
     for _rep in range(reps):
         for c in (1, 2, 4):
@@ -196,5 +197,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     for c in (1, 2, 4):
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
     sec.raw = raw
-    sec.notes.append(f"load average at start {os.getloadavg()}: the machine is shared, so figures move with it.")
+    load_end = os.getloadavg()
+    sec.notes.append(f"load average (1/5/15 min) at start {tuple(round(x, 1) for x in load_start)}, at the end "
+                     f"{tuple(round(x, 1) for x in load_end)}: the machine is shared, so figures move with it.")
     return sec
