@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +26,8 @@ import pytest
 from scheduler_core.assignment import partitions_of
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
-from scheduler_core.election.registry import read_registry
+from scheduler_core.election.registry import EtcdRegistry
+from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import Partition, partition_fence
@@ -41,7 +43,30 @@ PARTITIONS, TTL_S, DEADLINE_S, RECLAIM_S = 12, 2.0, 3.0, 0.5
 
 
 def _owners(etcd: str, prefix: str) -> dict[int, tuple[str, int]]:
-    return {p: (o.member, int(o.epoch)) for p, o in read_registry(etcd, prefix).owners.items()}
+    """partition -> (owner, epoch), read through one long-lived observer per registry (a
+    new gRPC connection per 50 ms poll is what timed out under load, not etcd). A failed
+    read is retried for up to 10 s: the observer is not under test, the members are."""
+    reader = _OBSERVERS.get((etcd, prefix))
+    if reader is None:
+        reader = _OBSERVERS[(etcd, prefix)] = EtcdRegistry(etcd, member="observer", prefix=prefix)
+    bound = time.monotonic() + 10
+    while True:
+        try:
+            return {p: (o.member, int(o.epoch)) for p, o in reader.view().owners.items()}
+        except ElectionError:
+            if time.monotonic() > bound:
+                raise
+            time.sleep(0.2)
+
+
+_OBSERVERS: dict[tuple[str, str], EtcdRegistry] = {}
+
+
+@pytest.fixture(autouse=True)
+def _close_observers() -> Iterator[None]:
+    yield
+    while _OBSERVERS:
+        _OBSERVERS.popitem()[1].close()
 
 
 def _wait_owned(etcd: str, prefix: str, ok, bound_s: float) -> float:  # type: ignore[no-untyped-def]
