@@ -37,7 +37,7 @@ _NOT_RUN = (FiredState.SKIPPED.value,)  # a misfire policy's or a fence's skip: 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
-    kind: str  # missing | doubled | late
+    kind: str  # missing | doubled | late | overdue
     job_code: str
     scheduled_at: datetime
     detail: str
@@ -58,15 +58,16 @@ class AfterCutover:
     doubled: int
     late: int
     running: int
+    overdue: int = 0  # received, no result, past the job's timeout (+ the result grace): hung or lost
     findings: tuple[Finding, ...] = field(default_factory=tuple)  # a bounded sample
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.doubled or self.late)
+        return not (self.missing or self.doubled or self.late or self.overdue)
 
     @property
     def counts(self) -> dict[str, int]:
-        return {"missing": self.missing, "doubled": self.doubled, "late": self.late}
+        return {"missing": self.missing, "doubled": self.doubled, "late": self.late, "overdue": self.overdue}
 
     @property
     def sentence(self) -> str:
@@ -167,12 +168,25 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
                 f"not received by an executor {(_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time")
         findings.append(Finding(kind="late", job_code=str(r.job_code), scheduled_at=_at(int(r.scheduled_at)),
                                 detail=what))
-    running = int((got & ~fired["state"].isin([FiredState.SUCCEEDED.value, FiredState.FAILED.value,
-                                                 FiredState.TIMED_OUT.value])).sum())
+    unresolved = got & ~fired["state"].isin([FiredState.SUCCEEDED.value, FiredState.FAILED.value,
+                                              FiredState.TIMED_OUT.value])
+    # running within its job's timeout is fine; past it (plus the grace the executor's own
+    # timeout result needs) the run hung or its result was lost: a finding
+    grace_ms = int(settings.match.result_grace.total_seconds() * 1000)
+    timeout_ms = np.array([collector.info[j].timeout_s * 1000 if j in collector.info else 0
+                           for j in fired["job"].tolist()], dtype=np.int64)
+    overdue_mask = (unresolved & (timeout_ms > 0)
+                    & (_ms(now) - recv.fillna(0).astype(np.int64) > timeout_ms + grace_ms)).to_numpy()
+    for r in fired[overdue_mask].itertuples(index=False):
+        findings.append(Finding(kind="overdue", job_code=str(r.job_code), scheduled_at=_at(int(r.scheduled_at)),
+                                detail=f"received {(_ms(now) - int(r.received_at)) / 1000:.0f} s ago, no result, "
+                                       "past the job's timeout"))
+    running = int((unresolved.to_numpy() & ~overdue_mask).sum())
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
     return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
                         fired=len(set(zip(fired["job"].tolist(), sched.tolist()))), missing=len(missing),
                         doubled=int(len(doubled)), late=len(late_rows), running=running,
+                        overdue=int(overdue_mask.sum()),
                         findings=tuple(findings[:MAX_LISTED]))
 
 

@@ -102,18 +102,40 @@ def _item_lags(items: pd.DataFrame) -> np.ndarray:
     return d[ok] - items["sched"][ok]
 
 
-def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray, unscheduled: int = 0) -> SideMeasures:
+@dataclass(frozen=True, slots=True)
+class RunClock:
+    """What tells a run still executing from one that outlived its timeout: the time of the
+    comparison and each job's timeout."""
+
+    now_ms: int
+    timeout_ms: np.ndarray  # per job id, 0: none
+    grace_ms: int
+
+    def overdue(self, items: Table) -> np.ndarray:
+        """Items received or started, with no result, past their job's timeout plus the grace."""
+        d = np.asarray(items["dispatch"])
+        jobs = np.asarray(items["job"])
+        limit = self.timeout_ms[jobs] if len(self.timeout_ms) else np.zeros(len(jobs), dtype=np.int64)
+        return ((np.asarray(items["status"]) == UNFINISHED) & (d != NONE) & (limit > 0)
+                & (self.now_ms - d > limit + self.grace_ms))
+
+
+def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray, unscheduled: int = 0,
+                  clock: RunClock | None = None) -> SideMeasures:
     items, fires = side.items, side.fires
     status = items["status"]
     attempts = int(items["attempts"].sum())
     fk = fires["fk"]
     missing = len(expected_fk) - int(member(fk, expected_fk).sum())
-    unfinished = status == UNFINISHED
+    # a received run with no result is running within its timeout; past it (and the grace
+    # its own timeout result needs to arrive) it is counted as timed out, never as running
+    overdue = clock.overdue(items) if clock is not None else np.zeros(len(items), dtype=bool)
+    unfinished = (status == UNFINISHED) & ~overdue
     return SideMeasures(
         fires=len(fires), calls=len(items), attempts=attempts, retries=attempts - len(items),
         duplicates=int(items["dups"].sum()), unscheduled=unscheduled,
         succeeded=int((status == SUCCESS).sum()), failed=int((status == FAIL).sum()),
-        timed_out=int((status == TIMEOUT).sum()), unfinished=int(unfinished.sum()),
+        timed_out=int((status == TIMEOUT).sum()) + int(overdue.sum()), unfinished=int(unfinished.sum()),
         running=int((unfinished & (items["dispatch"] != NONE)).sum()),
         late=int(late.sum()), missing=missing, expected=len(expected_fk), lag=lag_stats(_item_lags(items)))
 
@@ -123,7 +145,7 @@ def legacy_late(fires: pd.DataFrame, s: MatchSettings) -> np.ndarray:
     return (d != NONE) & (d - fires["sched"] > s.late_after.total_seconds() * 1000)
 
 
-def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags) -> SideMeasures:
+def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags, clock: RunClock | None = None) -> SideMeasures:
     """The legacy side over the earlier window, against its own schedule (the A/A run).
     Occurrences xxl-job's cron lineage is known to skip are not expected of it."""
     w = inputs.baseline_window
@@ -134,7 +156,8 @@ def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags) -> Side
     exp_fk = expected_keys(exp, start, end, keys)
     if inputs.source == "xxl-job" and len(exp_fk):
         exp_fk = exp_fk[~lineage_skips(keys.job(exp_fk), keys.sched(exp_fk), flags)]
-    return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched))
+    return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched),
+                         clock=clock)
 
 
 def labelled_new_calls(frame: pd.DataFrame) -> int:
@@ -345,21 +368,23 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     start, end = _ms(inputs.window.start), _ms(inputs.window.end)
     ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
                           xxl=inputs.source == "xxl-job", shadow=inputs.mode is Mode.SHADOW, now_ms=_ms(now))
+    assert ctx.flags.timeout_ms is not None
+    clock = RunClock(now_ms=_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000))
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dualrun-baseline") as pool:
-        pending = pool.submit(baseline_measures, inputs, s, ctx.flags)
+        pending = pool.submit(baseline_measures, inputs, s, ctx.flags, clock)
         m = match(Table.of(inputs.legacy), Table.of(inputs.new), Table.of(inputs.expected), start=start, end=end,
                   n_jobs=len(inputs.jobs), ctx=ctx)
         baseline = pending.result()
     legacy = side_measures(m.legacy, expected_fk=m.expected_fk, late=legacy_late(m.legacy.fires, s),
-                           unscheduled=len(m.unscheduled))
+                           unscheduled=len(m.unscheduled), clock=clock)
     # occurrences a rollback fence took from the new side are the legacy side's to fire
     new_expected = m.expected_fk[~member(m.fenced_fk, m.expected_fk)]
     keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
     if inputs.quarantined and len(new_expected):  # the new side is not expected to fire what it was never given
         new_expected = new_expected[~ctx.flags.quarantined[keys.job(new_expected)]]
-    new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, _ms(now)))
+    new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, _ms(now)), clock=clock)
     counts = mismatch_counts(m.mismatches)
     groups = mismatch_groups(m.mismatches, inputs.jobs, quarantined=inputs.quarantined)
     held = quarantined_jobs(m.mismatches, inputs.quarantined, len(inputs.jobs))

@@ -154,6 +154,7 @@ class JobInfo:
     # enabled with a repeating schedule (cron, fixed rate): a job the verdict needs a number
     # of occurrences of; a one-shot or stopped job cannot show them
     recurring: bool = False
+    timeout_s: int = 0  # the job's run timeout on the executor (xxl-job executor_timeout); 0: none
 
     @property
     def dom_field(self) -> str:
@@ -169,4 +170,5 @@ def is_recurring(defn: LegacyDefinition) -> bool:
 
 def job_info(defn: LegacyDefinition, job_code: str) -> JobInfo:
     return JobInfo(job_code=job_code, source_key=defn.source_key, cron=defn.cron, time_zone=defn.time_zone,
-                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip", recurring=is_recurring(defn))
+                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip", recurring=is_recurring(defn),
+                   timeout_s=max(0, int(defn.timeout_seconds or 0)))

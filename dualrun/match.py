@@ -333,6 +333,7 @@ class JobFlags:
     misfire_skip: np.ndarray
     zones: Sequence[str]
     quarantined: np.ndarray  # per job: quarantined in the migration ledger (never migrated)
+    timeout_ms: np.ndarray | None = None  # per job: its run timeout in ms (0: none)
 
     @staticmethod
     def build(n_jobs: int, info: Mapping[int, JobInfo], quarantined: Iterable[int] = ()) -> JobFlags:
@@ -341,11 +342,13 @@ class JobFlags:
         held[np.fromiter(quarantined, dtype=_I64)] = True
         broadcast, skip = np.zeros(n_jobs, bool), np.ones(n_jobs, bool)
         zones = ["UTC"] * n_jobs
+        timeout_ms = np.zeros(n_jobs, dtype=_I64)
         for jid, ji in info.items():
             dom = ji.dom_field
             dom_l[jid], dom_w[jid] = "L" in dom, "W" in dom and "L" not in dom
             broadcast[jid], skip[jid], zones[jid] = ji.broadcast, ji.misfire_skip, ji.time_zone
-        return JobFlags(dom_l, dom_w, broadcast, skip, zones, held)
+            timeout_ms[jid] = ji.timeout_s * 1000
+        return JobFlags(dom_l, dom_w, broadcast, skip, zones, held, timeout_ms)
 
     @property
     def any_month_end(self) -> bool:

@@ -66,6 +66,9 @@ class MatchSettings:
     retry_window: timedelta = timedelta(minutes=10)  # a retry row within this of its fire
     pair_tolerance: timedelta = timedelta(seconds=5)  # second pass: nearest pairing
     late_after: timedelta = timedelta(seconds=5)  # a fire later than this is "late"
+    # a received run with no result is "running" until its job's timeout plus this (the
+    # executor's own timeout result needs a moment to arrive); past it, it counts as timed out
+    result_grace: timedelta = timedelta(seconds=30)
     legacy_misfire_threshold: timedelta = timedelta(seconds=5)  # xxl-job's PRE_READ_MS
     new_misfire_threshold: timedelta = timedelta(hours=2)  # the scheduler core's default
     settle: timedelta = timedelta(minutes=10)  # results this young may still change

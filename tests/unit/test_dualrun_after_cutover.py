@@ -112,3 +112,25 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     body = json.loads(res.output.strip().splitlines()[-1])
     assert body["business"] == biz and body["missing"] > 0 and not body["ok"]
     assert body["findings"][0]["kind"] == "missing"
+
+
+def test_a_run_with_no_result_past_its_timeout_is_overdue_not_running(tmp_path: Path) -> None:
+    """Running is only running within the job's timeout: a received run with no result 10
+    minutes after its time, on a job with a 60 s timeout, hung or lost its result."""
+    s = Scenario.create(tmp_path)
+    cut = _cut_over(s)
+    d = s.job("12", "0/10 * * * * ?", timeout_seconds=60)
+    times = [t for t in s.times(d) if t >= cut]
+    hung, running = times[-60], times[-1]  # 10 min old, and just now
+    s.new(d, [t for t in times if t not in (hung, running)])
+    s.new(d, [hung, running], state=FiredState.RECEIVED)
+    r = _check(s)
+    assert (r.missing, r.doubled, r.late, r.running, r.overdue) == (0, 0, 0, 1, 1), r.findings
+    assert not r.ok
+    (f,) = [f for f in r.findings if f.kind == "overdue"]
+    assert f.scheduled_at == hung and "no result, past the job's timeout" in f.detail
+    assert r.sentence.endswith(": 1 overdue")
+    gauges = AfterCutoverGauges()
+    gauges.record(r)
+    assert 'switchyard_after_cutover_fires{business="reminder",kind="overdue"} 1.0' in generate_latest(
+        gauges.registry).decode()

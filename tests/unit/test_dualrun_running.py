@@ -82,3 +82,21 @@ def test_a_command_no_executor_took_is_still_late(tmp_path: Path) -> None:
     (m,) = _late(c)
     assert m.scheduled_at == fire_at and m.detail.startswith("not received by an executor")
     assert c.new.running == 0
+
+
+def test_a_run_with_no_result_past_its_timeout_counts_as_timed_out(tmp_path: Path) -> None:
+    """"Running" holds within the job's timeout only: a received run with no result two
+    minutes after its time, on a job whose timeout is 10 s, is counted timed out (its result
+    hung or was lost), while one on a job with a 10-minute timeout is still running."""
+    s = Scenario.create(tmp_path)
+    short = s.job("12", "0/10 * * * * ?", timeout_seconds=10)
+    long = s.job("13", "0/10 * * * * ?", timeout_seconds=600)
+    at = s.now - timedelta(minutes=2)
+    for d in (short, long):
+        s.legacy(d)
+        s.new(d, [t for t in s.times(d) if t != at])
+        s.new(d, [at], state=FiredState.RECEIVED)
+    c = s.compare()
+    assert c.new.running == 1, c.new
+    assert c.new.timed_out == 1 and c.new.unfinished == 1
+    assert c.new.finished == c.new.succeeded + 1
