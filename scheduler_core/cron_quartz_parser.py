@@ -108,11 +108,13 @@ class _Parser:
     # buildExpression
     def build(self, expression: str) -> QuartzFields:
         f = self.f
+        current: int | None = None
         try:
             tokens = [t for t in re.split(r"[ \t]+", expression) if t]  # StringTokenizer(" \t")
             if self.v25 and len(tokens) > 7:
                 raise QuartzParseError(None, f"Invalid expression has too many terms: {expression}")
             for expr_on, expr in enumerate(tokens[:7]):  # Quartz 2.3 ignores terms after the 7th
+                current = expr_on
                 if not self.v25 and expr_on == DAY_OF_MONTH and "L" in expr and len(expr) > 1 and "," in expr:
                     raise QuartzParseError(expr_on, "Support for specifying 'L' and 'LW' with other days of the "
                                                     "month is not implemented")
@@ -125,6 +127,7 @@ class _Parser:
                 for v in expr.split(","):
                     if v:  # StringTokenizer(",") skips empty items
                         self.store(0, v, expr_on)
+            current = None
             if len(tokens) <= DAY_OF_WEEK:
                 raise QuartzParseError(None, "Unexpected end of expression.")
             if len(tokens) <= YEAR:
@@ -135,7 +138,7 @@ class _Parser:
                 raise QuartzParseError(DAY_OF_WEEK, "Support for specifying both a day-of-week AND a "
                                                     "day-of-month parameter is not implemented.")
         except _JavaRuntimeError as exc:
-            raise QuartzParseError(None, f"Illegal cron expression format ({exc})") from None
+            raise QuartzParseError(current, f"Illegal cron expression format ({exc})") from None
         return f
 
     # storeExpressionVals
