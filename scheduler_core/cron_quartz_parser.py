@@ -37,6 +37,8 @@ LAST_DAY_OFFSET_END: Final = 62
 _MONTHS: Final = {m: i for i, m in enumerate(
     ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"))}
 _DAYS: Final = {d: i + 1 for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
+# (low, high) of each field but the year; also the largest step Quartz's checkIncrementRange allows
+_LIMITS: Final = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (1, 7))
 _LAST_FORM: Final = re.compile(r"L-[0-9]*W?")
 _JAVA_INT: Final = re.compile(r"[+-]?[0-9]+")
 _MAX_INT: Final = 2**31 - 1
@@ -283,8 +285,10 @@ class _Parser:
         self.f.nth_day_of_week = nth
 
     def _check_increment(self, incr: int, type_: int) -> None:
-        limit = {SECOND: 59, MINUTE: 59, HOUR: 23, DAY_OF_MONTH: 31, DAY_OF_WEEK: 7, MONTH: 12}.get(type_)
-        if limit is not None and incr > limit:
+        if type_ == YEAR:
+            return
+        limit = _LIMITS[type_][1]
+        if incr > limit:
             raise QuartzParseError(type_, f"Increment > {limit + 1} : {incr}")
 
     # checkNext
@@ -404,8 +408,7 @@ class _Parser:
         if val == ALL_SPEC and incr <= 0:
             incr = 1
             target.add(ALL_SPEC)
-        low, high = {SECOND: (0, 59), MINUTE: (0, 59), HOUR: (0, 23), DAY_OF_MONTH: (1, 31), MONTH: (1, 12),
-                     DAY_OF_WEEK: (1, 7), YEAR: (1970, self.last_year)}[type_]
+        low, high = (1970, self.last_year) if type_ == YEAR else _LIMITS[type_]
         if stop == -1:
             stop = high
         if start in (-1, ALL_SPEC):
@@ -414,7 +417,7 @@ class _Parser:
         if stop < start:
             if type_ == YEAR:
                 raise _JavaRuntimeError("IllegalArgumentException: Start year must be less than stop year")
-            span = {SECOND: 60, MINUTE: 60, HOUR: 24, MONTH: 12, DAY_OF_WEEK: 7, DAY_OF_MONTH: 31}[type_]
+            span = _LIMITS[type_][1] + (1 if type_ in (SECOND, MINUTE, HOUR) else 0)
             stop += span
         for value in range(start, stop + 1, incr):
             if span == -1:
