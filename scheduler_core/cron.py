@@ -10,11 +10,13 @@ must see the same fire times, so this module follows Quartz's rules, not Unix cr
 * ``L``, ``L-n``, ``LW``, ``nW`` in day-of-month; ``L``, ``nL``, ``n#k`` in day-of-week.
 * Ranges may wrap around the field's end (``22-2``, ``FRI-MON``, ``NOV-FEB``).
 
-Where the Quartz lineages disagree (xxl-job ships three copies, see
-shared/notes/xxl-job.md section 4) we implement what the Quartz documentation describes
-and note the lineage quirk next to the rule. Where Quartz silently ignores part of an
+What is valid, and what each part means, is Quartz's own parser, ported statement by
+statement (``scheduler_core.cron_quartz_parser``): where Quartz silently ignores part of an
 expression (``MON-FRI/2`` drops the step, ``1-5W`` drops the W, ``MONDAY`` reads as
-``MON``) we reject it: a migration must flag such a job rather than guess.
+``MON``, ``*/0`` is ``*``) so do we, since a job the legacy admin runs must migrate as it
+runs. Quartz 2.3 and 2.5 differ in places (xxl-job ships copies of both): the ``dialect``
+argument picks one; docs/cron.md lists the differences. tests/unit/test_cron_quartz_oracle.py
+compares this module with both Quartz jars.
 
 Time zones follow Quartz's ``java.util.GregorianCalendar`` arithmetic: the search walks
 wall-clock time in the expression's zone; a wall time inside a spring-forward gap does
@@ -23,7 +25,7 @@ not exist and is skipped; a wall time repeated by a fall-back resolves to its se
 ``CronExpression.next_after``.
 
 The module is pure (no I/O, no clock): its only inputs are its arguments. It imports
-only the standard library.
+only the standard library and its parser.
 """
 from __future__ import annotations
 
