@@ -116,7 +116,7 @@ class _Spec:
             name = "expression" if exc.field_index is None else qp.FIELD_NAMES[exc.field_index]
             raise CronSyntaxError(name, f"{exc.message} (in {expression!r})") from None
         self.fields = f
-        for index in (qp.SECOND, qp.MINUTE, qp.HOUR, qp.MONTH):
+        for index in (qp.SECOND, qp.MINUTE, qp.HOUR):
             if not _real(f.sets[index]):
                 # Quartz 2.3 parses "L" (or "LW", "L-3") here into an empty set, then
                 # getNextValidTimeAfter throws NoSuchElementException: the legacy admin saves
@@ -176,6 +176,28 @@ class _Spec:
             else:
                 self.dow_mode = _DOW_SET
                 self.dow_mask = sum(1 << q for q in days if 1 <= q <= 7)
+
+        if not _real(sets[qp.MONTH]):
+            # "L" in month parses to an empty set; Quartz throws NoSuchElementException when
+            # its search reaches the month step, which it never does when no day can ever
+            # match (8#1, Quartz 2.5's 0W): then it just never fires.
+            if not self._no_day_ever():
+                raise CronSyntaxError(qp.FIELD_NAMES[qp.MONTH], f"Quartz {dialect} accepts this field but cannot "
+                                      f"compute a fire time from it (empty value set) (in {expression!r})")
+            self.years = ()
+
+    def _no_day_ever(self) -> bool:
+        """No day of any month matches the day rule (so Quartz's day step never settles)."""
+        if self.dow_mode == _DOW_NEVER:
+            return True
+        if self.dow_mode != _DOW_NONE:
+            return False
+        f = self.fields
+        if self.dialect == "2.5":
+            # day 0 is the only base no month has ("0W"); every other day, code or W base
+            # matches in some month
+            return not self.dom_mask and not self.dom_last and _real(f.nearest_weekdays) <= {0}
+        return False
 
     def days(self, year: int, month: int) -> int:
         """Bitmask of the days of (year, month) that match day-of-month / day-of-week."""
