@@ -10,11 +10,13 @@ must see the same fire times, so this module follows Quartz's rules, not Unix cr
 * ``L``, ``L-n``, ``LW``, ``nW`` in day-of-month; ``L``, ``nL``, ``n#k`` in day-of-week.
 * Ranges may wrap around the field's end (``22-2``, ``FRI-MON``, ``NOV-FEB``).
 
-Where the Quartz lineages disagree (xxl-job ships three copies, see
-shared/notes/xxl-job.md section 4) we implement what the Quartz documentation describes
-and note the lineage quirk next to the rule. Where Quartz silently ignores part of an
+What is valid, and what each part means, is Quartz's own parser, ported statement by
+statement (``scheduler_core.cron_quartz_parser``): where Quartz silently ignores part of an
 expression (``MON-FRI/2`` drops the step, ``1-5W`` drops the W, ``MONDAY`` reads as
-``MON``) we reject it: a migration must flag such a job rather than guess.
+``MON``, ``*/0`` is ``*``) so do we, since a job the legacy admin runs must migrate as it
+runs. Quartz 2.3 and 2.5 differ in places (xxl-job ships copies of both): the ``dialect``
+argument picks one; docs/cron.md lists the differences. tests/unit/test_cron_quartz_oracle.py
+compares this module with both Quartz jars.
 
 Time zones follow Quartz's ``java.util.GregorianCalendar`` arithmetic: the search walks
 wall-clock time in the expression's zone; a wall time inside a spring-forward gap does
@@ -23,12 +25,11 @@ not exist and is skipped; a wall time repeated by a fall-back resolves to its se
 ``CronExpression.next_after``.
 
 The module is pure (no I/O, no clock): its only inputs are its arguments. It imports
-only the standard library.
+only the standard library and its parser.
 """
 from __future__ import annotations
 
 import calendar
-import re
 from bisect import bisect_left
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -36,65 +37,38 @@ from functools import lru_cache
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["MAX_YEAR", "MIN_YEAR", "CronExpression", "CronSyntaxError", "validate"]
+from scheduler_core import cron_quartz_parser as qp
+from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 
-# Quartz documents the year field as 1970-2199. Its code searches up to "the JVM's
-# current year + 100" (MAX_YEAR in CronExpression.java), which would make results depend
-# on the clock; we use the documented fixed bound so the function stays pure. The two
-# only differ for a schedule whose next fire is more than ~100 years away.
+__all__ = ["DIALECTS", "MAX_YEAR", "MIN_YEAR", "CronExpression", "CronSyntaxError", "Dialect", "validate"]
+
+# Quartz's "*" in the year field runs from 1970 to its MAX_YEAR, which is "the JVM's current
+# year + 100", and nothing after MAX_YEAR ever fires. That would make results depend on the
+# clock; this module is pure, so the bound is an argument (``last_year``) whose default is
+# the documented end of Quartz's year field. The differential test passes the oracle JVM's
+# own bound. The two only differ for a fire more than ~100 years away.
 MIN_YEAR: Final = 1970
 MAX_YEAR: Final = 2199
 
 _ONE_SECOND: Final = timedelta(seconds=1)
-
-_MONTH_NAMES: Final = {
-    name: i + 1
-    for i, name in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"))
-}
-# Quartz numbering: 1=SUN .. 7=SAT.
-_DAY_NAMES: Final = {name: i + 1 for i, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
-
-# Field names used in error messages, in expression order.
-_SECONDS, _MINUTES, _HOURS, _DOM, _MONTH, _DOW, _YEAR = (
-    "seconds", "minutes", "hours", "day-of-month", "month", "day-of-week", "year"
-)
-
-# (low, high, largest step Quartz accepts). Quartz's checkIncrementRange rejects a step
-# above these; we apply the same bound to "a-b/n" too, which Quartz forgets to check.
-_BOUNDS: Final[dict[str, tuple[int, int, int]]] = {
-    _SECONDS: (0, 59, 59),
-    _MINUTES: (0, 59, 59),
-    _HOURS: (0, 23, 23),
-    _DOM: (1, 31, 31),
-    _MONTH: (1, 12, 12),
-    _DOW: (1, 7, 7),
-    _YEAR: (MIN_YEAR, MAX_YEAR, MAX_YEAR - MIN_YEAR),
-}
-
-# One list item of the common grammar: "*", "v", "a-b", each optionally "/step"; and
-# "/step" alone, which Quartz reads as "*/step". Values are numbers or 3-letter names.
-_ITEM_RE: Final = re.compile(
-    r"(?:(?P<all>\*)|(?P<start>[0-9]+|[A-Z]+)(?:-(?P<end>[0-9]+|[A-Z]+))?)?(?:/(?P<step>[0-9]*))?"
-)
-_LAST_OFFSET_RE: Final = re.compile(r"L-([0-9]+)(W?)")
-_NEAREST_WEEKDAY_RE: Final = re.compile(r"([0-9]+)W")
-_DOW_LAST_RE: Final = re.compile(r"([0-9]+|[A-Z]+)L")
-_DOW_NTH_RE: Final = re.compile(r"([0-9]+|[A-Z]+)#([0-9]*)")
 
 # Day-of-week modes.
 _DOW_NONE: Final = 0  # day-of-week is "?": days come from day-of-month
 _DOW_SET: Final = 1  # plain set of weekdays
 _DOW_LAST: Final = 2  # "nL": last weekday n of the month
 _DOW_NTH: Final = 3  # "n#k": k-th weekday n of the month
+_DOW_NEVER: Final = 4  # "8#1" and the like: Quartz parses them; they never fire
+
+_DOM, _DOW = "day-of-month", "day-of-week"
 
 
 class CronSyntaxError(ValueError):
-    """An expression Quartz would reject, or one whose meaning we refuse to guess.
+    """An expression Quartz rejects, or accepts but cannot evaluate.
 
-    ``str(err)`` is ``"<field>: <reason>"``, for example
-    ``"day-of-week: '8' out of range 1-7"``; ``field`` is one of seconds, minutes, hours,
-    day-of-month, month, day-of-week, year, or ``expression`` for whole-expression
-    problems such as the field count.
+    ``str(err)`` is ``"<field>: <reason>"``; ``reason`` is Quartz's own message (so operators
+    can search for it) followed by the offending expression; ``field`` is one of seconds,
+    minutes, hours, day-of-month, month, day-of-week, year, or ``expression`` for
+    whole-expression problems such as the field count.
     """
 
     def __init__(self, field: str, reason: str) -> None:
@@ -118,126 +92,51 @@ def _next_table(values: set[int], size: int) -> tuple[int, ...]:
     return tuple(table)
 
 
-def _number(field: str, token: str) -> int:
-    low, high, _ = _BOUNDS[field]
-    value = int(token)
-    if not low <= value <= high:
-        raise CronSyntaxError(field, f"'{token}' out of range {low}-{high}")
-    return value
-
-
-def _value(field: str, token: str, item: str) -> int:
-    """A number or, in month / day-of-week, a 3-letter name."""
-    if token.isdigit():
-        return _number(field, token)
-    names = _MONTH_NAMES if field == _MONTH else _DAY_NAMES if field == _DOW else None
-    if names is not None and token in names:
-        return names[token]
-    if token in _MONTH_NAMES or token in _DAY_NAMES:
-        raise CronSyntaxError(field, f"name '{token}' is not allowed in {field}")
-    if names is not None and token[:3] in names:
-        # Quartz reads only the first 3 letters, so "MONDAY" passes as MON (and so does
-        # "MONX"); we accept the exact 3-letter names only.
-        raise CronSyntaxError(field, f"invalid name '{token}' (names are 3 letters, e.g. '{token[:3]}')")
-    raise _diagnose(field, item)
-
-
-def _diagnose(field: str, item: str) -> CronSyntaxError:
-    """Explain why an item of the common grammar did not parse."""
-    if "?" in item:
-        return CronSyntaxError(field, "'?' must stand alone, and only in day-of-month or day-of-week")
-    if "#" in item:
-        return CronSyntaxError(field, f"'#' is only allowed in day-of-week, alone ('{item}')")
-    if "W" in item and field != _DOM:
-        return CronSyntaxError(field, f"'W' is only allowed in day-of-month ('{item}')")
-    if "W" in item:
-        return CronSyntaxError(
-            field, f"'W' needs a single day, as in 15W or LW ('{item}'); ranges and steps are not allowed"
-        )
-    if "L" in item and field not in (_DOM, _DOW):
-        return CronSyntaxError(field, f"'L' is only allowed in day-of-month and day-of-week ('{item}')")
-    if "L" in item:
-        return CronSyntaxError(field, f"invalid use of 'L' ('{item}')")
-    return CronSyntaxError(field, f"invalid value '{item}'")
-
-
-def _expand_item(field: str, item: str) -> set[int]:
-    """Values of one list item in the common grammar (no L, W, #, ?)."""
-    low, high, max_step = _BOUNDS[field]
-    m = _ITEM_RE.fullmatch(item)
-    if m is None or item == "":
-        raise _diagnose(field, item) if item else CronSyntaxError(field, "empty list item")
-    star, start_tok, end_tok, step_tok = m.group("all"), m.group("start"), m.group("end"), m.group("step")
-    if step_tok is not None:
-        if step_tok == "":
-            raise CronSyntaxError(field, f"'/' must be followed by a step ('{item}')")
-        step = int(step_tok)
-        # Quartz treats step 0 as "no step" (a/0 = a, */0 = *); almost surely a typo.
-        if not 1 <= step <= max_step:
-            raise CronSyntaxError(field, f"step '{step_tok}' out of range 1-{max_step}")
-        named = [t for t in (start_tok, end_tok) if t is not None and not t.isdigit()]
-        if named:
-            # Quartz parses the name and silently drops the rest: MON-FRI/2 is MON-FRI.
-            raise CronSyntaxError(field, f"a step cannot follow a name ('{item}'); Quartz would ignore it")
-    else:
-        step = 1
-    if star is not None or start_tok is None:  # "*", "*/n", "/n"
-        return set(range(low, high + 1, step))
-    start = _value(field, start_tok, item)
-    if end_tok is None:
-        end = high if step_tok is not None else start  # "a/n" runs from a to the field's end
-    else:
-        end = _value(field, end_tok, item)
-        if start_tok.isdigit() != end_tok.isdigit():
-            # Quartz fails on these with an index or number-format error.
-            raise CronSyntaxError(field, f"range mixes a name and a number ('{item}')")
-    if end >= start:
-        return set(range(start, end + 1, step))
-    if field == _YEAR:
-        raise CronSyntaxError(field, f"range '{item}' runs backwards; year ranges cannot wrap")
-    # Quartz wraps an inverted range past the field's end: it walks start..end+span in
-    # steps and folds each value back into [low, high] (addToSet, "overflowing ranges").
-    span = high - low + 1
-    return {(i - low) % span + low for i in range(start, end + span + 1, step)}
-
-
-def _expand_list(field: str, token: str) -> set[int]:
-    values: set[int] = set()
-    for item in token.split(","):
-        values |= _expand_item(field, item)
-    return values
+def _real(values: set[int]) -> set[int]:
+    """A Quartz value set without its '*' / '?' markers."""
+    return values - {qp.ALL_SPEC, qp.NO_SPEC}
 
 
 class _Spec:
     """A parsed expression, independent of any time zone (and so shared via a cache)."""
 
     __slots__ = (
-        "sec_next", "min_next", "hour_next", "month_next", "years",
-        "dom_mask", "dom_last", "dom_w", "dom_w_last",
+        "dialect", "sec_next", "min_next", "hour_next", "month_next", "years",
+        "dom_mask", "dom_last", "walk_only", "fields",
         "dow_mode", "dow_mask", "dow_day", "dow_nth", "_day_cache",
     )
 
-    def __init__(self, expression: str) -> None:
-        fields = expression.upper().split()
-        if not 6 <= len(fields) <= 7:
-            raise CronSyntaxError(
-                "expression",
-                f"expected 6 or 7 fields (seconds minutes hours day-of-month month day-of-week [year]), "
-                f"got {len(fields)}",
-            )
-        sec, minute, hour, dom, month, dow = fields[:6]
-        year = fields[6] if len(fields) == 7 else "*"
+    def __init__(self, expression: str, dialect: Dialect, last_year: int) -> None:
+        if dialect not in DIALECTS:
+            raise ValueError(f"unknown Quartz dialect {dialect!r} (expected one of {', '.join(DIALECTS)})")
+        self.dialect = dialect
+        try:
+            f = qp.parse(expression, dialect, last_year)
+        except qp.QuartzParseError as exc:
+            name = "expression" if exc.field_index is None else qp.FIELD_NAMES[exc.field_index]
+            raise CronSyntaxError(name, f"{exc.message} (in {expression!r})") from None
+        self.fields = f
+        for index in (qp.SECOND, qp.MINUTE, qp.HOUR):
+            if not _real(f.sets[index]):
+                # Quartz 2.3 parses "L" (or "LW", "L-3") here into an empty set, then
+                # getNextValidTimeAfter throws NoSuchElementException: the legacy admin saves
+                # such a job but can never schedule it.
+                raise CronSyntaxError(qp.FIELD_NAMES[index], f"Quartz {dialect} accepts this field but cannot "
+                                      f"compute a fire time from it (empty value set) (in {expression!r})")
+        sets = f.sets
+        self.sec_next = _next_table(_real(sets[qp.SECOND]), 60)
+        self.min_next = _next_table(_real(sets[qp.MINUTE]), 60)
+        self.hour_next = _next_table(_real(sets[qp.HOUR]), 24)
+        self.month_next = _next_table(_real(sets[qp.MONTH]), 13)
+        self.years: tuple[int, ...] = tuple(sorted(y for y in _real(sets[qp.YEAR]) if MIN_YEAR <= y <= last_year))
 
-        self.sec_next = _next_table(_expand_list(_SECONDS, sec), 60)
-        self.min_next = _next_table(_expand_list(_MINUTES, minute), 60)
-        self.hour_next = _next_table(_expand_list(_HOURS, hour), 24)
-        self.month_next = _next_table(_expand_list(_MONTH, month), 13)
-        self.years: tuple[int, ...] = tuple(sorted(_expand_list(_YEAR, year)))
-
+        dom_values = _real(sets[qp.DAY_OF_MONTH])
         self.dom_mask = 0  # bit d set: day d of month (only days the month has count)
         self.dom_last: tuple[int, ...] = ()  # offsets n of "L-n" ("L" is 0)
-        self.dom_w: tuple[int, ...] = ()  # days n of "nW"
-        self.dom_w_last: tuple[int, ...] = ()  # offsets n of "L-nW" ("LW" is 0)
+        # Quartz's 'W' depends on where its search starts (a nW whose day has passed is not
+        # looked at, even when the weekday it moves to has not), so it has no per-month day
+        # mask: those expressions are evaluated by replaying Quartz's loop (_quartz_walk).
+        self.walk_only = False
         self.dow_mode = _DOW_NONE
         self.dow_mask = 0  # bit q set: Quartz weekday q (1=SUN..7=SAT)
         self.dow_day = 0
@@ -245,80 +144,60 @@ class _Spec:
         # (year * 16 + month) -> bitmask of firing days; at most 12 * 230 entries.
         self._day_cache: dict[int, int] = {}
 
-        # Parse both day fields before checking that exactly one is '?', so a typo in
-        # either one is reported as such rather than as a '?' problem.
-        if dom != "?":
-            self._parse_dom(dom)
-        if dow != "?":
-            self._parse_dow(dow)
-        if dom == "?" and dow == "?":
-            raise CronSyntaxError(_DOW, "'?' can only be specified for day-of-month -OR- day-of-week")
-        if dom != "?" and dow != "?":
-            # Quartz's message, word for word, so operators can search for it. Note that
-            # "* * * * * *" is rejected too: one of the two must be '?'.
-            raise CronSyntaxError(
-                _DOW, "Support for specifying both a day-of-week AND a day-of-month parameter is not implemented."
-            )
-
-    def _parse_dom(self, token: str) -> None:
-        last: set[int] = set()
-        near: set[int] = set()
-        near_last: set[int] = set()
-        values: set[int] = set()
-        for item in token.split(","):
-            # Lists mixing L/W items with days (L,15 or 1,15W) are the union of the items,
-            # as in Quartz 2.5 (xxl-job 3.x). xxl-job 2.x (Quartz 2.3) rejects "L,15" and
-            # reads "1,15W" as 1W only; the migrator flags those lineage differences.
-            if item == "L":
-                last.add(0)
-            elif item == "LW":
-                near_last.add(0)
-            elif item.startswith("L-"):
-                m = _LAST_OFFSET_RE.fullmatch(item)
-                if m is None:
-                    raise CronSyntaxError(_DOM, f"expected L-n or L-nW with n in 0-30 ('{item}')")
-                offset = int(m.group(1))
-                if offset > 30:  # Quartz: "Offset from last day must be <= 30"
-                    raise CronSyntaxError(_DOM, f"offset from last day '{m.group(1)}' out of range 0-30")
-                (near_last if m.group(2) else last).add(offset)
-            elif item.endswith("W") and _NEAREST_WEEKDAY_RE.fullmatch(item):
-                near.add(_number(_DOM, item[:-1]))
-            elif "L" in item:
-                raise CronSyntaxError(_DOM, f"'L' in day-of-month must be L, L-n, LW or L-nW ('{item}')")
-            elif item == "?":
-                raise CronSyntaxError(_DOM, "'?' must stand alone")
+        if qp.NO_SPEC not in sets[qp.DAY_OF_MONTH]:  # the day-of-month rule
+            if dialect == "2.5":
+                plain = {d for d in dom_values if d < qp.LAST_DAY_OFFSET_START}
+                self.dom_mask = sum(1 << d for d in plain if d <= 31)
+                self.dom_last = tuple(sorted(qp.LAST_DAY_OFFSET_END - c for c in dom_values
+                                             if qp.LAST_DAY_OFFSET_START <= c <= qp.LAST_DAY_OFFSET_END))
+                self.walk_only = bool(f.nearest_weekdays)
+            elif f.nearest_weekday:
+                if not f.last_day_of_month and min(dom_values) == 0:
+                    # "0W" (or "0,15W"): Quartz 2.3's search reads day 0 as the previous
+                    # month's last day and never returns; the legacy admin cannot run it.
+                    raise CronSyntaxError(_DOM, f"Quartz 2.3 accepts '0W' but never returns from computing a "
+                                                f"fire time (in {expression!r})")
+                self.walk_only = True
+            elif f.last_day_of_month:
+                self.dom_last = (f.last_day_offset,)  # Quartz 2.3 then ignores the day set
             else:
-                values |= _expand_item(_DOM, item)
-        self.dom_mask = sum(1 << d for d in values)
-        self.dom_last = tuple(sorted(last))
-        self.dom_w = tuple(sorted(near))
-        self.dom_w_last = tuple(sorted(near_last))
+                self.dom_mask = sum(1 << d for d in dom_values if 1 <= d <= 31)
+        else:  # the day-of-week rule
+            days = _real(sets[qp.DAY_OF_WEEK])
+            if f.last_day_of_week or f.nth_day_of_week:
+                # Quartz looks only at the smallest weekday of the set here ("MON,WED#2" is MON#2).
+                first = min(days)
+                self.dow_day = 7 if first == 0 else first  # "0#k" lands on Saturday in Quartz's loop
+                self.dow_mode = _DOW_LAST if f.last_day_of_week else _DOW_NTH
+                self.dow_nth = f.nth_day_of_week
+                if first > 7:
+                    # Quartz's loop moves a week forward on every pass and never settles.
+                    self.dow_mode = _DOW_NEVER
+            else:
+                self.dow_mode = _DOW_SET
+                self.dow_mask = sum(1 << q for q in days if 1 <= q <= 7)
 
-    def _parse_dow(self, token: str) -> None:
-        if token == "L":
-            # Alone in day-of-week, Quartz reads 'L' as 7 = Saturday.
-            self.dow_mode = _DOW_SET
-            self.dow_mask = 1 << 7
-            return
-        if "," in token and ("L" in token or "#" in token):
-            # Quartz: "Support for specifying 'L' with other days of the week is not
-            # implemented"; with '#' it keeps only the first weekday of the list, silently.
-            raise CronSyntaxError(_DOW, f"'L' and '#' must stand alone in day-of-week ('{token}')")
-        m = _DOW_LAST_RE.fullmatch(token)
-        if m is not None:  # "6L" or "FRIL": last Friday of the month (Quartz accepts both)
-            self.dow_mode = _DOW_LAST
-            self.dow_day = _value(_DOW, m.group(1), token)
-            return
-        m = _DOW_NTH_RE.fullmatch(token)
-        if m is not None:  # "6#3" or "FRI#3": third Friday
-            self.dow_mode = _DOW_NTH
-            self.dow_day = _value(_DOW, m.group(1), token)
-            if not m.group(2) or not 1 <= int(m.group(2)) <= 5:
-                raise CronSyntaxError(_DOW, f"'#' must be followed by 1-5 ('{token}')")
-            self.dow_nth = int(m.group(2))
-            return
-        self.dow_mode = _DOW_SET
-        self.dow_mask = sum(1 << q for q in _expand_list(_DOW, token))
+        if not _real(sets[qp.MONTH]):
+            # "L" in month parses to an empty set; Quartz throws NoSuchElementException when
+            # its search reaches the month step, which it never does when no day can ever
+            # match (8#1, Quartz 2.5's 0W): then it just never fires.
+            if not self._no_day_ever():
+                raise CronSyntaxError(qp.FIELD_NAMES[qp.MONTH], f"Quartz {dialect} accepts this field but cannot "
+                                      f"compute a fire time from it (empty value set) (in {expression!r})")
+            self.years = ()
+
+    def _no_day_ever(self) -> bool:
+        """No day of any month matches the day rule (so Quartz's day step never settles)."""
+        if self.dow_mode == _DOW_NEVER:
+            return True
+        if self.dow_mode != _DOW_NONE:
+            return False
+        f = self.fields
+        if self.dialect == "2.5":
+            # day 0 is the only base no month has ("0W"); every other day, code or W base
+            # matches in some month
+            return not self.dom_mask and not self.dom_last and _real(f.nearest_weekdays) <= {0}
+        return False
 
     def days(self, year: int, month: int) -> int:
         """Bitmask of the days of (year, month) that match day-of-month / day-of-week."""
@@ -338,16 +217,9 @@ class _Spec:
             for offset in self.dom_last:
                 if ndays - offset >= 1:  # L-30 has no day in February
                     mask |= 1 << (ndays - offset)
-            for day in self.dom_w:
-                # nW needs day n in this month: 31W never fires in April, 30W never in
-                # February. (xxl-job 2.x's copy overflows into the next month here and
-                # sometimes fires on the 30th or Feb 29th; Quartz 2.5 does not.)
-                if day <= ndays:
-                    mask |= 1 << _nearest_weekday(day, first_wd, ndays)
-            for offset in self.dom_w_last:
-                if ndays - offset >= 1:
-                    mask |= 1 << _nearest_weekday(ndays - offset, first_wd, ndays)
             return mask
+        if mode == _DOW_NEVER:
+            return 0
         # Quartz weekday (1=SUN..7=SAT) of day 1 of the month.
         q1 = (first_wd + 1) % 7 + 1
         if mode == _DOW_SET:
@@ -365,32 +237,19 @@ class _Spec:
         return 1 << day if day <= ndays else 0
 
 
-def _nearest_weekday(day: int, first_wd: int, ndays: int) -> int:
-    """Quartz's 'W' rule: the weekday nearest to ``day``, never leaving the month.
-
-    Saturday moves to Friday, except the 1st, which moves to Monday the 3rd; Sunday
-    moves to Monday, except the month's last day, which moves to Friday (ndays - 2).
-    """
-    weekday = (first_wd + day - 1) % 7  # Monday=0
-    if weekday == 5:  # Saturday
-        return 3 if day == 1 else day - 1
-    if weekday == 6:  # Sunday
-        return day - 2 if day == ndays else day + 1
-    return day
-
-
 @lru_cache(maxsize=4096)
-def _parse(expression: str) -> _Spec:
+def _parse(expression: str, dialect: Dialect = "2.5", last_year: int = MAX_YEAR) -> _Spec:
     # Jobs share a handful of expressions; parse each once. _Spec is never mutated
     # after construction except for its day cache, which is valid for every zone.
-    return _Spec(expression)
+    return _Spec(expression, dialect, last_year)
 
 
-def validate(expression: str) -> None:
-    """Raise CronSyntaxError if ``expression`` is not a valid Quartz expression."""
+def validate(expression: str, dialect: Dialect = "2.5") -> None:
+    """Raise CronSyntaxError if Quartz (of ``dialect``) rejects ``expression``, or accepts it
+    but cannot compute a fire time from it."""
     if not isinstance(expression, str):
         raise CronSyntaxError("expression", f"expected a string, got {type(expression).__name__}")
-    _parse(expression)
+    _parse(expression, dialect)
 
 
 _Fields = tuple[int, int, int, int, int, int]  # year, month, day, hour, minute, second
@@ -407,6 +266,8 @@ def _search(spec: _Spec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> _F
     """
     years = spec.years
     sec_next, min_next, hour_next, month_next = spec.sec_next, spec.min_next, spec.hour_next, spec.month_next
+    if not years:
+        return None
     while True:
         # year
         if y > years[-1]:
@@ -462,17 +323,24 @@ class CronExpression:
     '2026-12-07T09:00:00+08:00'
     """
 
-    __slots__ = ("expression", "tz", "_spec")
+    __slots__ = ("expression", "tz", "dialect", "_spec")
 
-    def __init__(self, expression: str, tz: str | tzinfo) -> None:
+    def __init__(self, expression: str, tz: str | tzinfo, *, dialect: Dialect = "2.5",
+                 last_year: int = MAX_YEAR) -> None:
         """Parse ``expression`` (CronSyntaxError if invalid) for zone ``tz``.
 
         ``tz`` is an IANA name or a PEP 495 tzinfo (``zoneinfo.ZoneInfo``,
         ``datetime.timezone``). It is required: xxl-job evaluates in the admin JVM's
         default zone, an implicit input that made its schedules differ per host.
+        ``dialect`` is the Quartz line whose parser and search are followed: "2.5" (Quartz
+        2.5.x, xxl-job 3.4+) or "2.3" (Quartz 2.3.x, xxl-job 2.1-3.0); docs/cron.md lists
+        where they differ. ``last_year`` is the last year that may fire (Quartz: this year
+        + 100; see MAX_YEAR).
         """
-        validate(expression)
+        if not isinstance(expression, str):
+            raise CronSyntaxError("expression", f"expected a string, got {type(expression).__name__}")
         self.expression = expression
+        self.dialect: Dialect = dialect
         if isinstance(tz, str):
             try:
                 tz = ZoneInfo(tz)
@@ -481,7 +349,7 @@ class CronExpression:
         elif not isinstance(tz, tzinfo):
             raise TypeError(f"tz must be a zone name or a tzinfo, not {type(tz).__name__}")
         self.tz: tzinfo = tz
-        self._spec = _parse(expression)
+        self._spec = _parse(expression, dialect, last_year)
 
     def __repr__(self) -> str:
         return f"CronExpression({self.expression!r}, {str(self.tz)!r})"
@@ -522,6 +390,8 @@ class CronExpression:
             wall = start.astimezone(self.tz)
         except OverflowError:  # within a second of datetime.max
             return None
+        if self._spec.walk_only:
+            return self._walk(datetime(wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second), start)
         return self._first_from_wall(wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second)
 
     def iter_after(self, dt: datetime, limit: int | None = None) -> Iterator[datetime]:
@@ -566,10 +436,16 @@ class CronExpression:
         # end and that point (Australia/Lord_Howe's 30-minute gap, Antarctica/Troll's
         # two-hour one; for whole-hour one-hour gaps the result is the same). Replay
         # Quartz's own walk, slowly, for these few days of the year.
-        wall = _quartz_walk(self._spec, tz, datetime(y, mo, d, h, mi, s))
-        if wall is None:
+        start = datetime(y, mo, d, h, mi, s, tzinfo=tz).astimezone(UTC)
+        return self._walk(datetime(y, mo, d, h, mi, s), start)
+
+    def _walk(self, wall: datetime, start: datetime) -> datetime | None:
+        """Quartz's own loop from ``wall`` (``start`` is the same instant, as Quartz's afterTime)."""
+        tz = self.tz
+        found = _quartz_walk(self._spec, tz, wall, start)
+        if found is None:
             return None
-        result = wall.replace(tzinfo=tz)
+        result = found.replace(tzinfo=tz)
         if result.utcoffset() != result.replace(fold=1).utcoffset():
             result = result.replace(fold=1)  # ambiguous: standard time, as above
         return result
@@ -599,20 +475,23 @@ def _java_wall(tz: tzinfo, y: int, mo: int, d: int, h: int, mi: int, s: int) -> 
     return wall
 
 
-def _quartz_walk(spec: _Spec, tz: tzinfo, wall: datetime) -> datetime | None:
+def _quartz_walk(spec: _Spec, tz: tzinfo, wall: datetime, start: datetime) -> datetime | None:
     """Quartz's CronExpression.getTimeAfter loop, field by field, on a lenient calendar.
 
     A port of the loop's control flow (second, minute, hour, day, month, year; every
-    change re-normalises the calendar and restarts the loop), kept only for the days
-    near a spring-forward gap, where the calendar's normalisation changes the result.
-    The day step uses our day masks, so the L/W/# quirks of individual Quartz versions
-    are not reproduced; the calendar positions it visits are the same as Quartz's.
+    change re-normalises the calendar and restarts the loop), used for the days near a
+    spring-forward gap, where the calendar's normalisation changes the result, and for
+    every expression with 'W' (its day step depends on where the search is, see
+    _w_day_step). Other day rules use the day masks, which give the same days as
+    Quartz's day step. ``start`` is Quartz's afterTime (the 'W' step compares with it).
     """
     sec_next, min_next, hour_next, month_next = spec.sec_next, spec.min_next, spec.hour_next, spec.month_next
     first_sec, first_min, first_hour = sec_next[0], min_next[0], hour_next[0]
     years = spec.years
+    if not years:
+        return None
     cl = wall
-    while True:
+    for _ in range(_WALK_LIMIT):
         if cl.year > years[-1]:
             return None
         y, mo, d, hr, mi, sec = cl.year, cl.month, cl.day, cl.hour, cl.minute, cl.second
@@ -640,13 +519,19 @@ def _quartz_walk(spec: _Spec, tz: tzinfo, wall: datetime) -> datetime | None:
             cl = _set_hour(tz, y, mo, d, hr, 0, 0)
             continue
         # day (Quartz checks the day before the month)
-        rest = spec.days(y, mo) >> d
-        if rest == 0:
-            cl = _java_wall(tz, y, mo + 1, 1, 0, 0, 0)
-            continue
-        if not rest & 1:
-            cl = _java_wall(tz, y, mo, d + (rest & -rest).bit_length() - 1, 0, 0, 0)
-            continue
+        if spec.walk_only:
+            moved, cl = _w_day_step(spec, tz, start, y, mo, d, hr, mi, sec)
+            if moved:
+                continue
+            y, mo = cl.year, cl.month
+        else:
+            rest = spec.days(y, mo) >> d
+            if rest == 0:
+                cl = _java_wall(tz, y, mo + 1, 1, 0, 0, 0)
+                continue
+            if not rest & 1:
+                cl = _java_wall(tz, y, mo, d + (rest & -rest).bit_length() - 1, 0, 0, 0)
+                continue
         # month
         if month_next[mo] != mo:
             if month_next[mo] >= 0:
@@ -662,6 +547,87 @@ def _quartz_walk(spec: _Spec, tz: tzinfo, wall: datetime) -> datetime | None:
             cl = _java_wall(tz, years[i], 1, 1, 0, 0, 0)
             continue
         return cl
+    # Each pass moves the calendar forward, so this is a bug, not an input: fail loudly
+    # rather than hang a scheduler thread.
+    raise RuntimeError(f"Quartz walk did not settle within {_WALK_LIMIT} steps from {wall} ({spec.dialect})")
+
+
+# A year of passes a day with every step taken is ~ 365 * 6; two centuries fit well under this.
+_WALK_LIMIT: Final = 2_000_000
+
+
+def _java_instant(tz: tzinfo, y: int, mo: int, d: int, h: int, mi: int, s: int) -> datetime:
+    """The instant a lenient GregorianCalendar in ``tz`` gives for these fields (UTC)."""
+    aware = _java_wall(tz, y, mo, d, h, mi, s).replace(tzinfo=tz)
+    if aware.utcoffset() != aware.replace(fold=1).utcoffset():
+        aware = aware.replace(fold=1)  # ambiguous: standard time, as in next_after
+    return aware.astimezone(UTC)
+
+
+def _smallest_day(day: int, last_day: int, values: set[int]) -> int | None:
+    """Quartz 2.5's findSmallestDay: the first day >= ``day`` of a day-of-month set whose
+    "L-n" entries are coded 62 - n (the raw set, '*' marker included, as Quartz reads it)."""
+    if not values:
+        return None
+    codes = [c for c in values if c >= qp.LAST_DAY_OFFSET_END - (last_day - day)]
+    smallest = min(codes) - qp.LAST_DAY_OFFSET_START + 1 if codes else None
+    plain = [c for c in values if day <= c < qp.LAST_DAY_OFFSET_START]
+    if plain and (smallest is None or min(plain) < smallest) and min(plain) <= last_day:
+        return min(plain)
+    if smallest is None:
+        return None
+    return smallest + last_day - qp.LAST_DAY_OFFSET_START + 1
+
+
+def _weekday_nearest(y: int, mo: int, day: int, last_day: int) -> int:
+    """Quartz's 'W' move of ``day`` (read leniently: day 0 is the previous month's last)."""
+    weekday = (datetime(y, mo, 1) + timedelta(days=day - 1)).weekday()  # Monday=0
+    if weekday == 5:  # Saturday
+        return day + 2 if day == 1 else day - 1
+    if weekday == 6:  # Sunday
+        return day - 2 if day == last_day else day + 1
+    return day
+
+
+def _w_day_step(spec: _Spec, tz: tzinfo, start: datetime, y: int, mo: int, d: int, hr: int, mi: int,
+                sec: int) -> tuple[bool, datetime]:
+    """Quartz's day-of-month step for an expression with 'W', in the spec's dialect.
+
+    Returns (restart, calendar): restart means Quartz moved the calendar to another day
+    at 00:00:00 and begins its loop again; otherwise the calendar is on the chosen day,
+    keeping the time of day (Quartz 2.5 keeps it even when 'W' moved to a later day: a
+    quirk the oracle confirms, see docs/cron.md).
+    """
+    f = spec.fields
+    last_day = calendar.monthrange(y, mo)[1]
+    if spec.dialect == "2.5":
+        day = -1
+        near = _smallest_day(d, last_day, f.nearest_weekdays)
+        if near is not None:
+            day = _weekday_nearest(y, mo, near, last_day)
+            if _java_instant(tz, y, mo, day, hr, mi, sec) < start:
+                day = -1
+        plain = _smallest_day(d, last_day, f.sets[qp.DAY_OF_MONTH])
+        mon, advance = mo, False
+        if plain is not None:
+            if day == -1 or plain < day:
+                day, advance = plain, True
+        elif day == -1:
+            day, mon, advance = 1, mo + 1, True
+        if advance and (day != d or mon != mo):
+            return True, _java_wall(tz, y, mon, day, 0, 0, 0)
+        return False, _java_wall(tz, y, mo, day, hr, mi, sec)
+    # Quartz 2.3: one 'W' day, from "LW" / "L-nW", or else from the smallest day of the set
+    # ("1,15W" is 1W; "1-5W" never gets here: the W after a range is ignored).
+    base = last_day - f.last_day_offset if f.last_day_of_month else min(f.sets[qp.DAY_OF_MONTH])
+    day = _weekday_nearest(y, mo, base, last_day)
+    mon = mo
+    if _java_instant(tz, y, mo, day, hr, mi, sec) < start:
+        day = 1 if f.last_day_of_month else min(f.sets[qp.DAY_OF_MONTH])
+        mon = mo + 1
+    if day != d or mon != mo:
+        return True, _java_wall(tz, y, mon, day, 0, 0, 0)
+    return False, _java_wall(tz, y, mo, day, hr, mi, sec)
 
 
 def _set_hour(tz: tzinfo, y: int, mo: int, d: int, hr: int, mi: int, sec: int) -> datetime:

@@ -1,0 +1,80 @@
+import java.io.BufferedReader;
+import java.io.BufferedWriter;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.nio.charset.StandardCharsets;
+import java.text.ParseException;
+import java.util.Calendar;
+import java.util.Date;
+import java.util.TimeZone;
+
+import org.quartz.CronExpression;
+
+/**
+ * The cron oracle of tests/unit/test_cron_quartz_oracle.py: Quartz's own CronExpression, batch mode.
+ *
+ * One request per stdin line, tab-separated: expression, zone id, start (epoch ms), count.
+ * One answer per stdout line (flushed), tab-separated:
+ *   "ok" then up to count fire times (epoch ms), each getNextValidTimeAfter of the one before,
+ *        stopping early when Quartz returns null;
+ *   "invalid" then ParseException's message (the constructor rejected the expression);
+ *   "error" then the exception getNextValidTimeAfter threw (Quartz accepted the expression but
+ *        cannot evaluate it).
+ * The Quartz version is whichever jar is on the classpath. "max-year" as the whole line answers
+ * "ok" and the last year Quartz will fire in (its MAX_YEAR: this JVM's current year + 100).
+ */
+public final class QuartzOracle {
+    private QuartzOracle() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        BufferedWriter out = new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            out.write(answer(line));
+            out.write('\n');
+            out.flush();
+        }
+    }
+
+    private static String answer(String line) {
+        if (line.equals("max-year")) {
+            return "ok\t" + (Calendar.getInstance().get(Calendar.YEAR) + 100);
+        }
+        String[] f = line.split("\t", -1);
+        if (f.length != 4) {
+            return "bad-request\texpected 4 tab-separated fields, got " + f.length;
+        }
+        CronExpression expr;
+        try {
+            expr = new CronExpression(f[0]);
+        } catch (ParseException e) {
+            return "invalid\t" + oneLine(String.valueOf(e.getMessage()));
+        }
+        TimeZone zone = TimeZone.getTimeZone(f[1]);
+        if (!zone.getID().equals(f[1])) {
+            return "bad-request\tunknown zone " + f[1];
+        }
+        expr.setTimeZone(zone);
+        StringBuilder sb = new StringBuilder("ok");
+        Date cursor = new Date(Long.parseLong(f[2]));
+        int count = Integer.parseInt(f[3]);
+        try {
+            for (int i = 0; i < count; i++) {
+                cursor = expr.getNextValidTimeAfter(cursor);
+                if (cursor == null) {
+                    break;
+                }
+                sb.append('\t').append(cursor.getTime());
+            }
+        } catch (RuntimeException e) {
+            return "error\t" + oneLine(e.getClass().getSimpleName() + ": " + e.getMessage());
+        }
+        return sb.toString();
+    }
+
+    private static String oneLine(String s) {
+        return s.replace('\t', ' ').replace('\n', ' ').replace('\r', ' ');
+    }
+}
