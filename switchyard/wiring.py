@@ -69,12 +69,15 @@ class DualRunGate:
                             reasons=tuple(v.reasons), warnings=tuple(v.warnings))
 
 
-def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str) -> "StreamCatchup | None":
+def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s: float = 5.0,
+                   max_pending: int = 0) -> "StreamCatchup | None":
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
 
-    return StreamCatchup(store, legacy, tz=tz) if legacy.dialect.name in ("mysql", "mariadb") else None
+    if legacy.dialect.name not in ("mysql", "mariadb"):
+        return None
+    return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
 
 def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> "LegacyControl":

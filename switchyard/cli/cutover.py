@@ -27,7 +27,8 @@ json_opt = click.option("--json", "as_json", is_flag=True)
 
 @contextmanager
 def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0,
-            bus: MessageBus | None = None) -> Iterator[BusinessSwitch]:
+            bus: MessageBus | None = None, stream_wait_s: float = 5.0,
+            stream_max_pending: int = 0) -> Iterator[BusinessSwitch]:
     """The business's switch; its store and legacy connections closed after use (a pooled
     connection left open holds a DROP DATABASE back, in tests that run the commands)."""
     store = open_store(url)
@@ -40,7 +41,8 @@ def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 360
             yield BusinessSwitch(store, control, store.clock, DualRunGate(store),
                                  max_verdict_age=timedelta(seconds=max_age_s),
                                  fences=fence_service(store, bus) if bus is not None else None,
-                                 catchup=stream_catchup(store, control.engine, tz))  # type: ignore[attr-defined]
+                                 catchup=stream_catchup(store, control.engine, tz,  # type: ignore[attr-defined]
+                                                        wait_s=stream_wait_s, max_pending=stream_max_pending))
         finally:
             control.engine.dispose()  # type: ignore[attr-defined]
     finally:
@@ -166,13 +168,19 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
 @click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
+@click.option("--stream-wait", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Seconds to wait for the change stream to apply what is pending before refusing.")
+@click.option("--stream-max-pending", type=click.IntRange(0), default=0, show_default=True,
+              help="Legacy changes the stream may still have pending at the switch.")
 @json_opt
 @cli_errors
 @_refused
 def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, force: bool, reason: str,
-            max_verdict_age: float, as_json: bool) -> None:
-    """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh)."""
-    with _switch(url, business, legacy_url, legacy_tz, max_verdict_age) as sw:
+            max_verdict_age: float, stream_wait: float, stream_max_pending: int, as_json: bool) -> None:
+    """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh,
+    and the change stream following it is caught up)."""
+    with _switch(url, business, legacy_url, legacy_tz, max_verdict_age, stream_wait_s=stream_wait,
+                 stream_max_pending=stream_max_pending) as sw:
         _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
 
 

@@ -83,3 +83,50 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         assert report.stream is not None and report.stream["caught_up"] is True and report.stream["pending"] == 0
         env.legacy.dispose()
         env.store.engine.dispose()
+
+
+def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
+    """`switchyard cutover --stream-max-pending N --stream-wait S`: the bound is the
+    operator's. Behind by one change: with the default (0 pending) the stream is reported
+    behind (forced past here, so the note says so), with a bound above what is pending it is not."""
+    import json
+
+    from click.testing import CliRunner
+
+    from switchyard.cli import cli
+
+    with mariadb_database("legacy") as legacy_url, mariadb_database("target") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        try:
+            seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=2, bad_rows=0, malformed_crons=0, rng_seed=6)
+            env.migrator.run()
+            biz = BusinessRegistry(env.store).all()[0].biz_code
+            stream_id = f"xxl-job@{make_url(legacy_url).render_as_string(hide_password=True)}"
+            sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
+            sm.snapshot(env.reader, current_position(env.legacy))
+            with env.legacy.begin() as conn:  # edited while the stream is stopped
+                conn.execute(text("UPDATE xxl_job_info SET job_desc = 'edited' WHERE id = (SELECT MIN(id) FROM "
+                                  "(SELECT id FROM xxl_job_info) AS j)"))
+            clock = env.migrator.clock
+            BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
+                biz, shadow=False, actor="ops")
+            runner = CliRunner()
+            base = ["cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force", "--reason", "drill",
+                    "--json", "--stream-wait", "0"]
+            strict = runner.invoke(cli, [*base])
+            assert strict.exit_code == 0, strict.output
+            first = json.loads(strict.output.strip().splitlines()[-1])
+            assert first["stream"]["caught_up"] is False and first["stream"]["pending"] == 1
+            assert any("change stream" in n and "1 pending change(s)" in n for n in first["notes"]), first["notes"]
+            assert runner.invoke(cli, ["rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason",
+                                       "drill"]).exit_code in (0, 1)
+            BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
+                biz, shadow=False, actor="ops")
+            lenient = runner.invoke(cli, [*base, "--stream-max-pending", "1000"])  # the switch's own stops and starts are edits too
+            assert lenient.exit_code == 0, lenient.output
+            second = json.loads(lenient.output.strip().splitlines()[-1])
+            assert second["stream"]["caught_up"] is True and second["stream"]["pending"] > 1
+            assert not any("change stream" in n for n in second["notes"]), second["notes"]
+        finally:  # a pooled connection left open holds the DROP DATABASE back
+            env.legacy.dispose()
+            env.store.engine.dispose()
