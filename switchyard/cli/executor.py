@@ -93,8 +93,6 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
-        if not hasattr(module, "register") and not hasattr(module, "HANDLERS"):
-            raise CliFailure(f"{module_name} has neither register(executor) nor HANDLERS", exitcodes.USAGE)
     xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
                            advertise_host, forward_to)
     bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
@@ -123,9 +121,11 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
         if module is not None:
             if hasattr(module, "register"):
                 module.register(ex)
-            else:
+            elif hasattr(module, "HANDLERS"):
                 for name, fn in module.HANDLERS.items():
                     ex.handler(name)(fn)
+            else:
+                raise CliFailure(f"{module_name} has neither register(executor) nor HANDLERS", exitcodes.USAGE)
         stop = stop_event()
         log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "",
                  concurrency)
