@@ -2,7 +2,7 @@
 xxl-job executor, which Switchyard drives the way an xxl-job admin does
 (notes/xxl-job.md §2.13).
 
-    bridge = XxlJobBridge(access_token=..., callback_host="0.0.0.0", callback_port=9300,
+    bridge = XxlJobBridge(access_token=..., callback_host="127.0.0.1", callback_port=9300,
                           address_provider=lambda app: registry_addresses(app))
     register_xxl_job_bridge(executor, bridge)
     ...
@@ -10,35 +10,53 @@ xxl-job executor, which Switchyard drives the way an xxl-job admin does
 
 One handler call:
 
-1. picks the executor address: the item param when it is an address (SHARDING_BROADCAST
-   items carry the address of their executor), else the addresses of `app_name` from
-   `address_provider` (or, without one, the executors that registered with this bridge),
-   tried in order while they refuse connections;
-2. mints a new logId (unique, increasing, fits a Java long) and registers a waiter;
+1. picks the executor: the live addresses of `app_name` from `address_provider` (or,
+   without one, the executors that registered with this bridge), routed by the job's
+   `route_strategy` with the admin's rules (`xxl_routes`); a SHARDING_BROADCAST item i
+   goes to the i-th live address (the first past the end; the address stored in the
+   item param when none is known). Like the admin, a trigger goes to that one address: a
+   refusal is a failure, which the job's retries route again;
+2. mints a new logId (epoch-ms * 1000: unique, increasing, far above the admin's
+   auto-increment ids) and registers a waiter;
 3. `POST <address>run` with a TriggerParam JSON and header `XXL-JOB-ACCESS-TOKEN`; the
-   executor answers `{"code":200}` once the fire is queued (anything else is a failure,
-   e.g. "The access token is wrong.", a DISCARD_LATER rejection, an unknown handler);
-4. blocks until the executor POSTs the result to this bridge's callback endpoint
-   (`.../api/callback`, the admin API: a list of {logId, logDateTim, handleCode,
-   handleMsg}; ≤2.2.x sends `executeResult: {code, msg}` instead), or the job's timeout
-   passes (timed out), or the executor stops answering `beat` (failure: lost). handleCode
-   200 -> ok, 502 -> timed out, anything else -> failure.
+   executor answers `{"code":200}` once the run is queued on the job's thread (anything
+   else is a failure, e.g. "The access token is wrong.", a DISCARD_LATER rejection, an
+   unknown handler);
+4. blocks until the executor POSTs the result to this bridge's endpoint (`.../api/callback`,
+   the admin API: a list of {logId, logDateTim, handleCode, handleMsg}; ≤2.2.x sends
+   `executeResult: {code, msg}` instead). handleCode 200 -> ok, 502 -> timed out (the
+   executor's executorTimeout), anything else -> failure. The bridge keeps no clock on
+   the run (the SDK puts none around it either: `enforces_own_timeout`): it waits while
+   `beat` answers and `idleBeat` says the job thread runs or queues, so a wait in the
+   SERIAL_EXECUTION queue never counts as run time; it gives up when the executor stops
+   answering (lost), when the job thread is idle a beat interval with no result, or
+   after `max_wait_s` (24 h).
 
-The executor reports results to the admin addresses in its `xxl.job.admin.addresses`,
-trying them in order and stopping at the first that answers code 200 (the same for its
-30 s registrations). So this bridge's `callback_url` must be listed there *first*.
-Callbacks for logIds the bridge did not mint, and registrations, are relayed to
-`forward_to` (the legacy admins) so the legacy admin keeps working during dual-run;
-without `forward_to`, foreign callbacks are refused (code 500) so the executor hands
-them to the next admin in its list itself. A late result for a logId the bridge minted
-(after its handler gave up) is taken and dropped.
+The job id on the executor: the executor keeps one job thread per job id, and a request
+with another GLUE version or handler kills the running thread (block strategies queue,
+drop or kill while it is busy). Bridged runs use `2^31-1 - legacy id`, so during a live
+dual-run they never kill legacy's GLUE thread or queue behind legacy's runs (nor the
+reverse). An unknown id is fine for the executor: BEAN handlers are found by name, GLUE
+handlers are built per id (scripts are written as `<id>_<glueUpdatetime>.<ext>`). Legacy
+ids of 2^30 and up cannot be mirrored: such a run fails saying to dual-run with --shadow.
+
+The executor reports results and registrations to the admin addresses in its
+`xxl.job.admin.addresses`, trying them in order and stopping at the first that answers
+code 200. So this bridge's `callback_url` must be listed there *first*. The endpoint
+checks `XXL-JOB-ACCESS-TOKEN` exactly as the admin's OpenApiController (POST, a body,
+then the token). Callbacks for logIds the bridge did not mint, and registrations (noted
+for `registered_addresses`), are relayed to `forward_to` (the legacy admins); without
+`forward_to` they are answered code 500 so the executor hands them to the next admin in
+its list itself, and the legacy admin keeps hearing its executors. A result for a logId
+of the bridge's range that has no waiter (late, or minted before a restart and retried
+by the executor) is taken and dropped. Per-request logging is at DEBUG only.
 
 TriggerParam (`POST <address>run`), the same names in 2.x and 3.x (TriggerParam /
-TriggerRequest): jobId, executorHandler, executorParams, executorBlockStrategy,
-executorTimeout (s; from the params' `executor_timeout` if present, else the job's
-timeout rounded up, 0 for none), logId, logDateTime (epoch ms), glueType, glueSource,
-glueUpdatetime (epoch ms; from the params if present, else 0), broadcastIndex,
-broadcastTotal (the item's index and total).
+TriggerRequest): jobId (the bridge's), executorHandler, executorParams,
+executorBlockStrategy, executorTimeout (s; from the params' `executor_timeout` if
+present, else the job's timeout rounded up, 0 for none), logId, logDateTime (epoch ms),
+glueType, glueSource, glueUpdatetime (epoch ms of the job's glue_updatetime, from the
+params), broadcastIndex, broadcastTotal (the item's index and total).
 """
 from __future__ import annotations
 
