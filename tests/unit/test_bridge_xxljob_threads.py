@@ -124,22 +124,22 @@ def test_job_ids_the_bridge_cannot_mirror_are_refused_with_the_way_out() -> None
 # -- 3. timeout semantics ------------------------------------------------------------------
 
 def test_executor_timeout_counts_run_time_not_the_wait_in_the_job_threads_queue() -> None:
-    x = Xxl(handler=lambda t: time.sleep(0.7 if t["executorParams"] != "slow" else 3.0), beat_interval=0.2)
+    x = Xxl(handler=lambda t: time.sleep(1.2 if t["executorParams"] != "slow" else 4.0), beat_interval=0.2)
     try:
-        params = xxl_params(executor_timeout=1)
+        params = xxl_params(executor_timeout=2)
         box: list[Any] = []
-        threads = [threading.Thread(target=lambda: box.append(x.bridge(ctx(params, timeout=timedelta(seconds=1)))))
+        threads = [threading.Thread(target=lambda: box.append(x.bridge(ctx(params, timeout=timedelta(seconds=2)))))
                    for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(15)
-        # each ran 0.7 s of its 1 s; the second waited ~0.7 s in the queue first (1.4 s in all)
+        # each ran 1.2 s of its 2 s; the second waited ~1.2 s in the queue first (2.4 s in all)
         assert len(box) == 2 and all(r.ok for r in box), [r.message for r in box]
-        assert [t["executorTimeout"] for t in x.executor.triggers] == [1, 1]
+        assert [t["executorTimeout"] for t in x.executor.triggers] == [2, 2]
         starts = sorted(x.executor.started.values())
-        assert starts[1] - starts[0] >= 0.6  # the second did queue behind the first
-        slow = x.bridge(ctx(xxl_params(executor_timeout=1, executor_param="slow")))
+        assert starts[1] - starts[0] >= 1.1  # the second did queue behind the first
+        slow = x.bridge(ctx(xxl_params(executor_timeout=2, executor_param="slow")))
         assert slow.timed_out and not slow.ok and "502" in slow.message  # the executor's own timeout
     finally:
         x.close()
