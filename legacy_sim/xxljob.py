@@ -23,17 +23,37 @@ shared/notes/xxl-job.md §2), minus the HTTP calls, whose results come from `out
   before, de-duplicated) and triggers those jobs. The ring is in memory: a job stopped
   after it was pre-read still fires once (§2.3), and `outage()` loses the ring.
 - **trigger** (`XxlJobTrigger`, §2.5, §2.11): reloads the job by id (no status check),
-  reads the group's `address_list` (as the admin's registry thread last wrote it; the
-  simulator does not rewrite it), inserts an `xxl_job_log` row (trigger_time = the
-  admin's wall time when it triggers, in `admin_tz`, whole seconds), routes, "runs",
+  reads the group's `address_list` (as the admin's registry thread last wrote it: the
+  simulator rewrites it only in `refresh_registry()`, from what `register()` wrote),
+  inserts an `xxl_job_log` row (trigger_time = the admin's wall time when it triggers,
+  in `db_tz`, whole seconds), routes, "runs",
   and updates the row: trigger_code 200 (or 500: no address / TRIGGER_FAIL), the
   address, handler, effective param, `executor_sharding_param` "i/n" for
   SHARDING_BROADCAST only (one row per address, rank order), retries remaining, and an
   i18n `trigger_msg` the readers parse. A NULL `glue_updatetime` or an unknown route
   strategy throws in the real trigger after the insert: the row stays trigger_code 0.
-- **callback** (§2.11): at trigger time + duration, `handle_time`, `handle_code` 200 /
-  500 / 502 (a duration past `executor_timeout` seconds becomes 502 at the timeout).
-  A success triggers the job's `child_jobid` jobs (type PARENT).
+- **route** (`ExecutorRouteStrategyEnum`): FIRST, LAST, ROUND (a per-job counter; the
+  real one starts at a random 0..99, here at 0), RANDOM / CONSISTENT_HASH (stable per
+  job here), LFU / LRU (as ROUND), FAILOVER (the first address whose beat answers),
+  BUSYOVER (the first whose idle beat answers: the job's thread there is neither running
+  nor queued), SHARDING_BROADCAST (one row per address). Addresses in
+  `executors.down` answer nothing: FIRST & co. then fail the trigger (500).
+- **executor** (`legacy_sim.xxl_executor`): one job thread per (address, job id). A run
+  for a busy thread is queued (SERIAL_EXECUTION), refused (DISCARD_LATER: trigger_code
+  500) or kills the running one (COVER_EARLY); a run whose handler (BEAN) or GLUE
+  update time differs from the thread's kills the thread and its queue whatever the
+  block strategy ("change job source or glue type, and terminate the old job thread.
+  [job running, killed]"). `executor_timeout` bounds the run on its thread, not its
+  wait in the queue.
+- **callback** (§2.11): when the run ends on its thread, `handle_time`, `handle_code`
+  200 / 500 / 502 (a run past `executor_timeout` seconds becomes 502 at the timeout);
+  a killed run calls back 500 at once. A success triggers the job's `child_jobid` jobs
+  (type PARENT; items that are not all digits, and the job itself, are skipped).
+- **zones**: DATETIMEs (trigger_time, handle_time, update_time) are written in `db_tz`
+  (the JDBC connection's serverTimezone), crons are evaluated in `cron_tz` (the JVM's
+  default zone); `admin_tz` sets both (the default: equal).
+- **stop / start** (`XxlJobServiceImpl`): `stop(id)` writes status 0, last 0, next 0;
+  `start(id)` the first time after now + 5 s (out of the pre-read window).
 - **fail monitor** (every 10 s, §2.8): claims failed rows (`alarm_status` 0 -> -1), re-
   triggers those with retries left (type RETRY, same param and sharding param, one retry
   fewer), appends the retry banner to the old row, sets `alarm_status` 2 (1: job gone).
@@ -61,6 +81,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, not_, or_, sel
 
 from legacy_sim._timeline import EventQueue, catch_up, first_tick_at_or_after, from_ms, to_ms
 from legacy_sim.outcomes import Outcome, Result, coerce, succeed
+from legacy_sim.xxl_executor import Finish, Run, XxlExecutors, handler_identity
 from readers.legacy_ddl.tables import XxlJobLineage, xxljob_metadata
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.timezones import LegacyTimeZone
@@ -73,6 +94,7 @@ PRE_READ_MS = 5000
 FAIL_MONITOR_MS = 10_000
 LOST_MONITOR_MS = 60_000
 LOST_AFTER_MS = 10 * 60_000
+DEAD_TIMEOUT_MS = 90_000  # Const.DEAD_TIMEOUT: three missed 30 s registration beats
 STARTUP_SLEEP_MS = 5000  # scheduleThread: sleep(5000 - now % 1000) before the first scan
 BROADCAST = "SHARDING_BROADCAST"
 ROUTES = frozenset({
@@ -112,6 +134,7 @@ class XxlJobView:
     trigger_status: int
     trigger_last_time: int
     trigger_next_time: int
+    glue_updatetime_ms: int = 0  # the DATETIME read in the database zone (0: NULL)
 
 
 class XxlFired(NamedTuple):
@@ -174,6 +197,8 @@ class XxlJobSimulator:
         lineage: XxlJobLineage | str,
         clock: Clock,
         admin_tz: str = "Asia/Shanghai",
+        db_tz: str | None = None,
+        cron_tz: str | None = None,
         pre_read_ms: int = PRE_READ_MS,
         pre_read_count: int | None = None,
         skip_month_end_L: bool = False,  # noqa: N803 (the cron letter)
@@ -190,7 +215,10 @@ class XxlJobSimulator:
         if skip_month_end_L and self.lineage is not XxlJobLineage.V2_4:
             raise ValueError("skip_month_end_L is the 3.1-3.3 cron: those releases use the '2.4' schema")
         self.clock = clock
-        self.zone = LegacyTimeZone(admin_tz)
+        # the admin writes its DATETIMEs in the JDBC connection's zone (db_tz) and
+        # evaluates crons in the JVM's default zone (cron_tz); `admin_tz` sets both
+        self.zone = LegacyTimeZone(db_tz or admin_tz)
+        self.cron_zone = LegacyTimeZone(cron_tz or admin_tz)
         self.pre_read_ms = pre_read_ms
         modern = self.lineage in (XxlJobLineage.V3_4, XxlJobLineage.MASTER)
         self.pre_read_count = pre_read_count or (5000 if modern else 6000)
@@ -236,6 +264,7 @@ class XxlJobSimulator:
         self._crons: dict[str, CronExpression | CronSyntaxError] = {}
         self._believed_running: set[int] = set()
         self._race_spent: set[int] = set()
+        self.executors = XxlExecutors()  # the executors' job threads (block strategies, GLUE kills)
         if down_until is not None:
             self.outage(down_until)
 
@@ -317,6 +346,89 @@ class XxlJobSimulator:
         self._last_fail_pass = until_ms - 1
         self._fail_next = until_ms
         self._lost_next = until_ms
+
+    # -- the admin's job operations ----------------------------------------------------
+
+    def stop(self, job_id: int) -> bool:
+        """`XxlJobServiceImpl.stop` at the simulator's now: `trigger_status 0`,
+        `trigger_last_time 0`, `trigger_next_time 0`, `update_time` (database zone). A fire
+        already in the ring still happens (the ring is memory). False: no such job."""
+        info = self._info
+        with self.engine.begin() as conn:
+            return bool(conn.execute(
+                update(info).where(info.c.id == job_id)
+                .values(trigger_status=0, trigger_last_time=0, trigger_next_time=0, update_time=self._wall(self._api_now()))
+            ).rowcount)  # fmt: skip
+
+    def start(self, job_id: int) -> int:
+        """`XxlJobServiceImpl.start` at the simulator's now: the next time is the first
+        one after now + 5 s ("5s后生效，避开预读周期": out of the scan's pre-read window),
+        `trigger_last_time 0`, `trigger_status 1`. Returns that next time (epoch ms);
+        raises ValueError as the admin refuses (no such job, schedule NONE, no next time)."""
+        info = self._info
+        with self.engine.begin() as conn:
+            row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
+            if row is None:
+                raise ValueError(f"xxl_job_info id {job_id}: no such job")
+            job = self._view(row)
+            if job.schedule_type not in ("CRON", "FIX_RATE"):
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_type {job.schedule_type} cannot be started")
+            try:
+                nxt = self.next_valid_time(job, self._api_now() + PRE_READ_MS)
+            except (CronSyntaxError, ValueError) as exc:
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
+            if nxt is None:
+                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
+            conn.execute(
+                update(info).where(info.c.id == job_id)
+                .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
+            )  # fmt: skip
+        return nxt
+
+    def register(self, app_name: str, address: str) -> None:
+        """An executor's registration beat (`registrySaveOrUpdate`, every 30 s from a live
+        executor): its `xxl_job_registry` row with `update_time` = now, database zone."""
+        reg = self._registry
+        now = self._wall(self._api_now())
+        key = and_(reg.c.registry_group == "EXECUTOR", reg.c.registry_key == app_name, reg.c.registry_value == address)
+        with self.engine.begin() as conn:
+            if not conn.execute(update(reg).where(key).values(update_time=now)).rowcount:
+                conn.execute(reg.insert().values(registry_group="EXECUTOR", registry_key=app_name,
+                                                 registry_value=address, update_time=now))
+
+    def refresh_registry(self) -> dict[str, str | None]:
+        """One pass of the registry monitor (every 30 s in the admin): rows older than 90 s
+        (DEAD_TIMEOUT, against now in the database zone) are removed, and each
+        auto-registered group's `address_list` becomes its live addresses, sorted, or
+        NULL. Returns app name -> the address list written."""
+        reg, group = self._registry, self._group
+        cutoff = self._wall(self._api_now() - DEAD_TIMEOUT_MS)
+        out: dict[str, str | None] = {}
+        with self.engine.begin() as conn:
+            conn.execute(reg.delete().where(reg.c.update_time < cutoff))
+            live: dict[str, set[str]] = {}
+            for key, value in conn.execute(
+                select(reg.c.registry_key, reg.c.registry_value)
+                .where(reg.c.registry_group == "EXECUTOR", reg.c.update_time > cutoff)
+            ):  # fmt: skip
+                live.setdefault(str(key), set()).add(str(value))
+            for gid, app in conn.execute(select(group.c.id, group.c.app_name).where(group.c.address_type == 0)).all():
+                addresses = ",".join(sorted(live.get(str(app), ()))) or None
+                values: dict[str, Any] = {"address_list": addresses}
+                if "update_time" in group.c:
+                    values["update_time"] = self._wall(self._api_now())
+                conn.execute(update(group).where(group.c.id == gid).values(**values))
+                out[str(app)] = addresses
+        return out
+
+    def _api_now(self) -> int:
+        """Now for an operation (a stop, a start, a registration): the clock, or where the
+        simulated admin is if that is later."""
+        return max(self._pos, self.clock.now_ms())
+
+    def _wall(self, ms: int) -> datetime:
+        """A DATETIME as the admin writes it: `new Date()` in the JDBC connection's zone."""
+        return self.zone.to_wall(from_ms(ms - ms % 1000))
 
     # -- the event loop -----------------------------------------------------------------
 
@@ -505,7 +617,7 @@ class XxlJobSimulator:
         cached = self._crons.get(conf)
         if cached is None:
             try:
-                cached = CronExpression(conf, self.zone.zone)
+                cached = CronExpression(conf, self.cron_zone.zone)
             except CronSyntaxError as exc:
                 cached = exc
             self._crons[conf] = cached
@@ -540,7 +652,16 @@ class XxlJobSimulator:
             trigger_status=parse_int(row.get("trigger_status")) or 0,
             trigger_last_time=parse_int(row.get("trigger_last_time")) or 0,
             trigger_next_time=parse_int(row.get("trigger_next_time")) or 0,
+            glue_updatetime_ms=self._wall_ms(row.get("glue_updatetime")),
         )
+
+    def _wall_ms(self, value: Any) -> int:
+        if value is None:
+            return 0
+        try:
+            return to_ms(self.zone.to_utc(value))
+        except ValueError:
+            return 0
 
     def _trigger(
         self,
@@ -602,17 +723,14 @@ class XxlJobSimulator:
             self.errors.append((t, job.id, "trigger error: NullPointerException (glue_updatetime or route strategy)"))
             record(0, None, None)
             return
-        address = self._route(job, addresses, index) if addresses else None
+        address, route_msg = self._route(job, addresses, index) if addresses else (None, "调度失败：执行器地址为空")
         result: Result | None = None
         if address is None:
-            code, msg = 500, "调度失败：执行器地址为空"
+            code, msg = 500, route_msg
         else:
             result, duration = coerce(self.outcome(job, scheduled, index))
-            if result is Result.TRIGGER_FAIL:
-                code, msg = 500, "xxl-job remoting error(simulated executor refused the run)"
-            else:
-                code, msg = 200, "null"
-                self._schedule_callback(job, log_id, t, result, duration)
+            code, msg = self._run(job, log_id, t, address, result, duration)
+            msg = route_msg + msg
         conn.execute(self._q_dispatch, {
             "p_id": log_id, "p_executor_address": address, "p_executor_handler": job.executor_handler,
             "p_executor_param": job.executor_param, "p_executor_sharding_param": sharding,
@@ -623,19 +741,60 @@ class XxlJobSimulator:
             self._mark_fail(t)
         record(code, address, result)
 
-    def _route(self, job: XxlJobView, addresses: list[str], index: int) -> str:
+    def _route(self, job: XxlJobView, addresses: list[str], index: int) -> tuple[str | None, str]:
+        """The address the admin's router picks (None: the router failed) and the text
+        the router adds to `trigger_msg` (FAILOVER / BUSYOVER: their beat results)."""
         route = job.executor_route_strategy
         if route == BROADCAST:
-            return addresses[index] if index < len(addresses) else addresses[0]
+            return (addresses[index] if index < len(addresses) else addresses[0]), ""
         if route == "LAST":
-            return addresses[-1]
+            return addresses[-1], ""
         if route in ("ROUND", "LEAST_RECENTLY_USED", "LEAST_FREQUENTLY_USED"):
+            # ROUND: a per-job counter (the real one starts at a random 0..99: 0 here)
             n = self._round.get(job.id, 0)
             self._round[job.id] = n + 1
-            return addresses[n % len(addresses)]
+            return addresses[n % len(addresses)], ""
         if route in ("RANDOM", "CONSISTENT_HASH"):  # admin-memory state in reality: stable here
-            return addresses[zlib.crc32(str(job.id).encode()) % len(addresses)]
-        return addresses[0]  # FIRST; FAILOVER / BUSYOVER: every simulated executor answers
+            return addresses[zlib.crc32(str(job.id).encode()) % len(addresses)], ""
+        if route in ("FAILOVER", "BUSYOVER"):
+            # the first address whose beat (FAILOVER) or idle beat (BUSYOVER: the job's
+            # thread there is neither running nor queued) succeeds, in registry order
+            title = "心跳检测" if route == "FAILOVER" else "空闲检测"
+            lines: list[str] = []
+            for address in addresses:
+                ok = self.executors.beat(address) if route == "FAILOVER" else self.executors.idle_beat(address, job.id)
+                lines.append(f"{title}：<br>address：{address}<br>code：{200 if ok else 500}<br>msg：null")
+                if ok:
+                    return address, "<br><br>".join(lines) + "<br><br>"
+            return None, "<br><br>".join(lines)
+        return addresses[0], ""  # FIRST
+
+    def _run(self, job: XxlJobView, log_id: int, t: int, address: str, result: Result, duration: int) -> tuple[int, str]:
+        """The run request to the executor at `address`: (trigger_code, its msg)."""
+        if result is Result.TRIGGER_FAIL or not self.executors.beat(address):
+            return 500, "xxl-job remoting error(simulated executor refused the run)"
+        if result is Result.NO_CALLBACK:  # the executor died with the run: no thread survives it
+            due = t - t % 1000 + LOST_AFTER_MS  # trigger_time is whole seconds
+            self._lost_watch.append(due)
+            tick = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, due)
+            self._lost_next = tick if self._lost_next is None else min(self._lost_next, tick)
+            return 200, "null"
+        run = Run(log_id, job.id, _HANDLE[result], duration, job.executor_timeout * 1000)
+        identity = handler_identity(job.glue_type, job.executor_handler, job.glue_updatetime_ms)
+        answer = self.executors.run(address, run, identity, job.executor_block_strategy, t)
+        for killed in answer.finished:  # delivered after this trigger's transaction
+            self._events.push(killed.at, _CALLBACK, (killed, address, False))
+        if not answer.ok:
+            return 500, answer.msg
+        self._pending.add(log_id)
+        if answer.started:
+            self._schedule_end(address, job.id, log_id)
+        return 200, "null"
+
+    def _schedule_end(self, address: str, job_id: int, log_id: int) -> None:
+        end = self.executors.end_of(address, job_id, log_id)
+        if end is not None:
+            self._events.push(end.at, _CALLBACK, (end, address, True))
 
     def _trigger_msg(
         self, job: XxlJobView, kind: str, addresses: list[str], manual: bool, sharding: str | None,
@@ -659,26 +818,22 @@ class XxlJobSimulator:
 
     # -- callbacks and monitors ---------------------------------------------------------
 
-    def _schedule_callback(self, job: XxlJobView, log_id: int, t: int, result: Result, duration: int) -> None:
-        if result is Result.NO_CALLBACK:
-            due = t - t % 1000 + LOST_AFTER_MS  # trigger_time is whole seconds
-            self._lost_watch.append(due)
-            tick = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, due)
-            self._lost_next = tick if self._lost_next is None else min(self._lost_next, tick)
-            return
-        code = _HANDLE[result]
-        limit = job.executor_timeout * 1000
-        if limit > 0 and duration > limit:
-            code, duration = 502, limit  # the executor's FutureTask.get(timeout)
-        self._pending.add(log_id)
-        self._events.push(t + duration, _CALLBACK, (log_id, job.id, code))
-
-    def _callback(self, at: int, log_id: int, job_id: int, code: int) -> None:
+    def _callback(self, at: int, finish: Finish, address: str, ended: bool) -> None:
+        """An executor's callback. `ended`: the run reached its end on its thread (then
+        the thread takes its next queued run, at the run's own end time even when the
+        admin was down and hears of it later); else the run was killed."""
+        log_id, job_id, code = finish.log_id, finish.job_id, finish.code
+        if ended:
+            running, nxt = self.executors.complete(address, job_id, log_id, finish.at)
+            if not running:
+                return  # killed meanwhile: its callback went out when it was killed
+            if nxt is not None:
+                self._schedule_end(address, nxt.job_id, nxt.log_id)
         self._pending.discard(log_id)
         with self.engine.begin() as conn:
             changed = conn.execute(self._q_handle, {
                 "p_id": log_id, "p_handle_time": self.zone.to_wall(from_ms(at)), "p_handle_code": code,
-                "p_handle_msg": _HANDLE_MSG.get(code),
+                "p_handle_msg": finish.msg if finish.msg is not None else _HANDLE_MSG.get(code),
             }).rowcount  # fmt: skip
             children = ""
             if changed and code == 200:
@@ -689,8 +844,10 @@ class XxlJobSimulator:
             self._mark_fail(at)
             return
         for child in (raw_text(children)[0] or "").split(","):
-            child_id = parse_int(child.strip())
-            if child_id is not None:
+            # XxlJobCompleter: an item that is not all digits (StringTool.isNumeric, no
+            # trimming: " 3" is skipped), not positive, or the job itself is skipped
+            child_id = int(child) if child.isdigit() else 0
+            if child_id > 0 and child_id != job_id:
                 self._trigger(child_id, "PARENT", at, None)
 
     def _fail_monitor(self, at: int) -> None:

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
+from migrator.child_jobs import ChildChains, child_chains
 from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
 from migrator.holds import LegacyHolds
@@ -133,6 +134,7 @@ class BusinessSwitch:
 
     def cutover(self, biz: str, *, actor: str, reason: str = "", force: bool = False) -> SwitchReport:
         current = self._current(biz, B.DUAL_RUN)
+        chains = self._child_chain_gate(biz)
         decision = self.gate.decision(biz) if self.gate is not None else None
         refusals = self._gate_refusals(decision)
         warnings = list(decision.warnings) if decision is not None else []
@@ -145,6 +147,7 @@ class BusinessSwitch:
                               comparison_id=decision.comparison_id if decision else None, warnings=warnings)
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
+        report.notes += chains.notes
         links = self.links(biz)
         keys = [ln.source_key for ln in links]
         source = current.source_system
@@ -173,6 +176,8 @@ class BusinessSwitch:
         # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
         # which the stopped legacy side no longer fires: real, as it must be.
         self._set_shadow(biz, False)
+        # the parents' child jobs follow their successful runs from the first one on
+        self.store.set_followups(chains.links, to_ms(self.clock.now()))
         for ln in links:
             if ln.source_key in running:
                 self._align_new_side(ln, settled.next_due.get(ln.source_key), shadow, report)
@@ -270,6 +275,16 @@ class BusinessSwitch:
 
     def links(self, biz: str) -> list[Link]:
         return links_of(self.store, biz)
+
+    def _child_chain_gate(self, biz: str) -> ChildChains:
+        """xxl-job child jobs the new side could not fire refuse the cutover, forced or
+        not, naming each chain: a child run must never be lost silently."""
+        chains = child_chains(self.store, biz, self.links(biz))
+        if chains.refusals:
+            raise TransitionRefused(f"cutover of {biz} refused: child job chain(s) the new side cannot run: "
+                                    + "; ".join(chains.refusals[:20])
+                                    + (f" (+{len(chains.refusals) - 20} more)" if len(chains.refusals) > 20 else ""))
+        return chains
 
     def _current(self, biz: str, expected: B) -> BusinessRecord:
         current = self.registry.get(biz)

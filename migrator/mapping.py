@@ -137,7 +137,9 @@ def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) 
         }
         if glue != "BEAN":  # bridged GLUE jobs: the executor needs the source and its version
             body["glue_source"] = defn.raw.get("glue_source") or ""
-            body["glue_updatetime"] = _epoch_ms(defn.raw.get("glue_updatetime"))
+            # epoch ms of the instant the admin stored (xxl-job sends Date.getTime()); the
+            # raw value is the DATETIME's text, which says nothing of its zone
+            body["glue_updatetime"] = _epoch_ms(defn.glue_updated_at)
     return _PARAMS_JSON(body)
 
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from migrator.apply import AfterCommit, Migrator
@@ -35,6 +37,7 @@ from migrator.ledger_hash import context_digest, source_half
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
+from readers.streams.polling import PollingChangeStream
 from readers.ports import ImageDecoder, ImageDigester, ImageDigestReader, LegacyReader, RowImageReader
 from readers.records import (
     ChangeBatch,
@@ -337,3 +340,63 @@ def _biz_of_code(job_code: str | None) -> str:
 
 
 StreamFactory = Callable[[StreamPosition], Iterator[ChangeBatch]]
+
+
+@dataclass
+class KeyCompare:
+    """The polling stream's delete detection: polling sees rows, never their absence, so
+    the keys the ledger holds as migrated for the source are compared with the legacy
+    table's, `keys_per_pass` of them every `every_s` seconds (bounded work per pass: one
+    ledger page and one legacy `IN` list), round-robin by key. A delete is seen within
+    about ceil(migrated keys / keys_per_pass) x every_s."""
+
+    every_s: float = 10.0
+    keys_per_pass: int = 1000
+    _cursor: str = field(default="", repr=False)
+    passes: int = 0
+    rounds: int = 0
+    compared: int = 0
+
+    def next_keys(self, writer: TargetWriter, source: SourceSystem) -> list[str]:
+        """The next page of migrated keys after the cursor; a short page ends a round and
+        the next pass starts again from the first key."""
+        lg = writer.store.t.ledger
+        with writer.store.engine.connect() as conn:
+            keys = [str(k) for (k,) in conn.execute(
+                select(lg.c.source_key).where(lg.c.source_system == source.value,
+                                              lg.c.status == LedgerStatus.MIGRATED.value,
+                                              lg.c.source_key > self._cursor)
+                .order_by(lg.c.source_key).limit(self.keys_per_pass))]
+        self._cursor = keys[-1] if len(keys) >= self.keys_per_pass else ""
+        self.passes += 1
+        self.compared += len(keys)
+        if not self._cursor:
+            self.rounds += 1
+            if self.rounds == 1:  # once: how late a delete can be seen, from the first full round
+                log.info("key compare: first round done (%d migrated keys in %d passes); a delete is seen "
+                         "within about %.0f s", self.compared, self.passes, self.passes * self.every_s)
+        return keys
+
+
+def polling_batches(poller: PollingChangeStream, writer: TargetWriter, source: SourceSystem,
+                    stop: threading.Event, *, interval_s: float, compare: KeyCompare,
+                    start: StreamPosition | None = None) -> Iterator[ChangeBatch]:
+    """The polling stream's batches, with the deletes a key compare finds between them
+    (a batch of DELETEs at the poller's position: its checkpoint is the one already
+    reached, so a restart polls from the same place and compares again)."""
+    last_compare = time.monotonic()
+    while not stop.is_set():
+        for batch in poller.poll():
+            yield batch
+            if stop.is_set():
+                return
+        if time.monotonic() - last_compare >= compare.every_s:
+            last_compare = time.monotonic()
+            keys = [(int(k),) for k in compare.next_keys(writer, source) if k.isdigit()]
+            gone = poller.full_compare(keys) if keys else []
+            if gone:
+                position = poller.position or start or StreamPosition("poll", 0)
+                log.info("key compare: %d key(s) gone from %s", len(gone), DEFINITION_TABLE[source])
+                yield ChangeBatch(changes=tuple(gone), position=position)
+        if stop.wait(interval_s):
+            return

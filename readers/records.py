@@ -76,6 +76,9 @@ class LegacyDefinition:
     enabled: bool = True  # xxl-job trigger_status = 1; batch center WAITING (not PAUSED/...)
     status: str = ""  # the legacy status, in the legacy's own words
     handler: str = ""  # xxl-job executor_handler; batch center: the callback URL
+    # xxl-job GLUE: the source's version (`glue_updatetime`, aware UTC): the executor
+    # reloads the source when the version it is sent differs from the one it holds
+    glue_updated_at: datetime | None = None
     params: str = ""
     shard_total: int = 1
     shard_params: tuple[str, ...] | None = None  # per-shard params (batch center shard_params)

@@ -118,3 +118,31 @@ class LegacyTimeZone:
         # a time that round-trips through UTC unchanged exists; in a gap it does not
         back = early.astimezone(timezone.utc).astimezone(self.zone).replace(tzinfo=None)
         return WallTimeKind.OVERLAP if back == wall else WallTimeKind.GAP
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyZones:
+    """The two zones of an xxl-job source, which real deployments set apart: `db`, the
+    zone its DATETIME columns are written in (the admin's JDBC `serverTimezone`,
+    Asia/Shanghai in xxl-job's default URL), and `cron`, the zone its crons are evaluated
+    in (the admin JVM's default zone). The batch center's contract has one zone for both.
+    Epoch-millisecond columns (`trigger_next_time`) need neither."""
+
+    db: str = DEFAULT_ZONE
+    cron: str = DEFAULT_ZONE
+
+    def __post_init__(self) -> None:
+        LegacyTimeZone(self.db)  # an unknown name fails here, naming it
+        LegacyTimeZone(self.cron)
+
+    @classmethod
+    def of(cls, both: str | None = None, *, db: str | None = None, cron: str | None = None) -> LegacyZones:
+        """`both` for whichever of the two is not given; one given alone sets the other
+        too (the default is that they are equal); Asia/Shanghai when none is."""
+        db_zone = db or both or cron or DEFAULT_ZONE
+        cron_zone = cron or both or db or DEFAULT_ZONE
+        return cls(db=db_zone, cron=cron_zone)
+
+    @property
+    def split(self) -> bool:
+        return self.db != self.cron

@@ -13,10 +13,13 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from scheduler_core.clock import SystemClock
 from scheduler_core.codec import CALLBACK_TOPIC, CodecError, decode_results
+from scheduler_core.followups import Followups
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import parse_command_id
-from scheduler_core.ports import FiredUpdate, MessageBus, TriggerStore
+from scheduler_core.ports import Clock, FiredUpdate, MessageBus, TriggerStore
+from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -24,8 +27,13 @@ SUBSCRIPTION = "scheduler-results"
 
 
 class ResultConsumer:
-    def __init__(self, bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics) -> None:
+    def __init__(self, bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, *,
+                 clock: Clock | None = None, settings: SchedulerSettings | None = None) -> None:  # fmt: skip
         self.store = store
+        # after a successful run, its trigger's follow-ups (child jobs) are fired
+        # (the clock: the given one, else the store's, so a driven clock drives both)
+        clock = clock or getattr(store, "clock", None) or SystemClock()
+        self.followups = Followups(store, bus, clock, settings or SchedulerSettings(), metrics)
         self.metrics = metrics
         self.sub = bus.subscribe(CALLBACK_TOPIC, SUBSCRIPTION)
         self.applied = 0
@@ -45,8 +53,6 @@ class ResultConsumer:
                 self.malformed += 1
                 log.error("dropping malformed result message: %s", exc)
         changed = self.store.update_fired(updates) if updates else 0
-        for r in got:
-            self.sub.ack(r)  # acked only after the store applied the batch
         # label lookups once per batch, not per item (tens of thousands per poll)
         for state, n in Counter(u.state.value for u in updates).items():
             self.metrics.results.labels(state=state).inc(n)
@@ -57,6 +63,16 @@ class ResultConsumer:
             self._observe_lag(u, received, started)
         self.applied += changed
         self.metrics.results_applied.inc(changed)
+        try:
+            self.followups.after([(u.command_id, u.state) for u in updates])
+        except Exception:
+            # a child run not published: the results come again (applying them again
+            # changes nothing) and the same child runs are published then
+            for r in got:
+                self.sub.nack(r)
+            raise
+        for r in got:
+            self.sub.ack(r)  # acked only after the store applied the batch and its follow-ups
         return changed
 
     @staticmethod

@@ -157,6 +157,23 @@ class FirePipeline:
         self._record_outcome(plans, epoch, now, cids, out)
         return out
 
+    def run_now(
+        self, trigger: Trigger, job: Job, occurrence: datetime, epoch: Epoch, note: str = ""
+    ) -> tuple[list[FiredRecord], list[BusMessage]]:
+        """One run of `trigger` at `occurrence` outside its schedule (a follow-up fire): its
+        fired records and messages, delivered now; the trigger is not moved."""
+        now = self.clock.now()
+        plan = _Plan(trigger, job, occurrence, now, None, False, False, note)
+        records, envelopes = self._expand(plan, epoch, now)
+        return records, [e.message() for e in envelopes]
+
+    def publish(self, messages: Sequence[BusMessage]) -> None:
+        """Publish after making sure the executors' subscription exists (raises BusError /
+        PublishError: nothing is recorded as published)."""
+        if messages:
+            self._ensure_subscriptions(messages)
+            self.bus.publish(messages)
+
     def _ensure_subscriptions(self, messages: Sequence[BusMessage]) -> None:
         """The executors' subscription exists on every topic before anything is sent to
         it: a command published to a topic nobody subscribed to yet (a business whose

@@ -202,6 +202,24 @@ class TriggerStore(Protocol):
     @abstractmethod
     def fired_between(self, biz_code: str | None, start: datetime, end: datetime) -> list[FiredRecord]: ...
 
+    # on-success follow-ups (scheduler_core.followups)
+    @abstractmethod
+    def set_followups(self, links: Mapping[TriggerId, Sequence[TriggerId]], now_ms: int) -> None:
+        """Each parent trigger's follow-ups become exactly links[parent] (empty: none)."""
+
+    @abstractmethod
+    def followups_of(self, parents: Sequence[TriggerId] | None = None) -> dict[TriggerId, list[TriggerId]]:
+        """Parent trigger -> its follow-ups, in order (`parents` None: every parent)."""
+
+    @abstractmethod
+    def followup_claims(self, pairs: Sequence[tuple[CommandId, TriggerId]]) -> dict[tuple[CommandId, TriggerId], CommandId]:
+        """The child command ids already claimed for (parent command id, child trigger)."""
+
+    @abstractmethod
+    def claim_followup(self, parent: CommandId, child: TriggerId, records: Sequence[FiredRecord], now_ms: int) -> CommandId:
+        """Claim (parent, child) and insert the child run's records in one transaction;
+        returns the child command id that won the claim."""
+
 
 class FenceStore(Protocol):
     """Where the rollback fences live (`scheduler_core.fence`): one row per business,

@@ -305,7 +305,8 @@ class Scheduler:
             while not stop.is_set():
                 try:
                     if consumer is None:  # the bus may be down at start: subscribe with the retries
-                        consumer = ResultConsumer(self.bus, self.store, self.metrics)
+                        consumer = ResultConsumer(self.bus, self.store, self.metrics, clock=self.clock,
+                                                  settings=self.settings)
                     consumer.poll()
                 except (StoreError, Exception) as exc:
                     self.metrics.errors.labels(component="results").inc()

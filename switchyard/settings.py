@@ -2,9 +2,31 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from scheduler_core.store.engine import DEFAULT_SQLITE_URL
+
+if TYPE_CHECKING:
+    from readers.timezones import LegacyZones
 
 
 def default_store_url() -> str:
     return os.environ.get("SWITCHYARD_URL", DEFAULT_SQLITE_URL)
+
+
+def legacy_zones(source: str, legacy_tz: str | None, db_tz: str | None = None,
+                 cron_tz: str | None = None) -> "LegacyZones":
+    """The legacy source's zones from the command line: `--legacy-tz` is both, and
+    `--legacy-db-tz` / `--legacy-cron-tz` each override one (one given alone sets the
+    other too). The batch center's contract has one zone for its DATETIMEs and its crons:
+    two different ones are refused."""
+    from readers.timezones import LegacyZones
+
+    try:
+        zones = LegacyZones.of(legacy_tz, db=db_tz, cron=cron_tz)
+    except ValueError as exc:
+        raise ValueError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
+    if source == "batch-center" and zones.split:
+        raise ValueError(f"the batch center stores and schedules in one zone: --legacy-db-tz {zones.db} and "
+                         f"--legacy-cron-tz {zones.cron} differ (use --legacy-tz)")
+    return zones

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
+    from readers.timezones import LegacyZones
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
@@ -77,16 +79,22 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_reader(source: str, bind: "Engine | Connection", tz: str = "Asia/Shanghai") -> "LegacyReader":
-    """The reader of a legacy system over an engine, or over a connection (a snapshot)."""
+def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai") -> "LegacyReader":
+    """The reader of a legacy system over an engine, or over a connection (a snapshot).
+    `tz`: one zone for everything, or the xxl-job source's two (database, cron)."""
+    from readers.timezones import LegacyZones
+
+    zones = tz if isinstance(tz, LegacyZones) else LegacyZones.of(tz)
     if source == "xxl-job":
         from readers.xxljob.reader import XxlJobReader
 
-        return XxlJobReader(bind, admin_tz=tz)
+        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron)
     if source == "batch-center":
+        if zones.split:
+            raise ValueError(f"the batch center stores and schedules in one zone, not {zones.db} and {zones.cron}")
         from readers.batchcenter.reader import BatchCenterReader
 
-        return BatchCenterReader(bind, tz=tz)
+        return BatchCenterReader(bind, tz=zones.db)
     raise ValueError(f"unknown source system {source!r}")
 
 
@@ -109,6 +117,25 @@ def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequ
         return None if control is None else control.live(keys)
 
     return live
+
+
+def load_handlers(executor: "Executor", module_name: str) -> None:
+    """Registers a handlers module on an executor: `register(executor)`, or a `HANDLERS =
+    {job_code: fn}` mapping (`executor run --handlers` and `serve --handlers`). Raises
+    ValueError naming the module when it cannot be imported or has neither."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import handlers module {module_name!r}: {exc}") from None
+    if hasattr(module, "register"):
+        module.register(executor)
+    elif hasattr(module, "HANDLERS"):
+        for name, fn in module.HANDLERS.items():
+            executor.handler(name)(fn)
+    else:
+        raise ValueError(f"{module_name} has neither register(executor) nor HANDLERS")
 
 
 def fence_service(store: SqlTriggerStore, bus: MessageBus) -> "FencePort":

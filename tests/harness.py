@@ -57,7 +57,7 @@ class Harness:
         return t
 
     def results(self, core: SchedulerCore) -> ResultConsumer:
-        return ResultConsumer(self.bus, self.store, core.metrics)
+        return ResultConsumer(self.bus, self.store, core.metrics, clock=self.clock, settings=core.settings)
 
 
 def _fields(s: SchedulerSettings) -> dict[str, object]:

@@ -9,7 +9,7 @@
 
 Like the rest of `readers`, imports nothing else of Switchyard.
 """
-from readers.streams.binlog import BinlogChangeStream, check_binlog_source, current_position
+from readers.streams.binlog import BinlogChangeStream, check_binlog_source, check_replication_grants, current_position
 from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
 from readers.streams.polling import PollingChangeStream, content_hash
 from readers.streams.snapshot import consistent_snapshot
@@ -22,6 +22,7 @@ __all__ = [
     "StreamStalled",
     "StreamUnreachable",
     "check_binlog_source",
+    "check_replication_grants",
     "consistent_snapshot",
     "content_hash",
     "current_position",

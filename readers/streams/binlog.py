@@ -250,6 +250,29 @@ def check_binlog_source(connection: dict[str, Any]) -> None:
         raise StreamError("the binlog source cannot feed a change stream: " + "; ".join(problems))
 
 
+_REPLICA_GRANT = re.compile(r"REPLICATION (SLAVE|REPLICA)\b|ALL PRIVILEGES ON \*\.\*", re.IGNORECASE)
+_ROLE_GRANT = re.compile(r"^GRANT\s+`[^`]*`(@`[^`]*`)?\s+TO\b", re.IGNORECASE)
+
+
+def check_replication_grants(connection: dict[str, Any]) -> None:
+    """Refuse a user who cannot read the binlog, before anything is written:
+    StreamPermissionError. REPLICATION CLIENT (BINLOG MONITOR) is tried (SHOW MASTER
+    STATUS); REPLICATION SLAVE cannot be tried without opening a replication connection,
+    so it is read from SHOW GRANTS: a user with a granted role is let through (the role's
+    privileges are not listed there; the stream itself then reports a missing grant)."""
+    current_position(connection)
+    user = connection.get("user")
+    try:
+        grants = [str(r[0]) for r in _query(connection, "SHOW GRANTS FOR CURRENT_USER()")]
+    except pymysql.err.MySQLError as exc:
+        if _code(exc) in _PERMISSION_CODES:
+            raise StreamPermissionError(permission_message(user, str(exc))) from exc
+        raise StreamUnreachable(f"cannot read the grants of the binlog user: {exc}") from exc
+    if any(_ROLE_GRANT.match(g) for g in grants) or any(_REPLICA_GRANT.search(g) for g in grants):
+        return
+    raise StreamPermissionError(permission_message(user, "its grants have no REPLICATION SLAVE"))
+
+
 class BinlogChangeStream:
     """One ChangeBatch per committed transaction touching `schemas` x `tables`.
 

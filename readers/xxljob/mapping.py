@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from readers.digest import row_digest
@@ -76,8 +77,13 @@ _TEXT_LIMITS = {"executor_param": MAX_TEXT_BYTES}
 class JobContext:
     lineage: XxlJobLineage
     groups: Mapping[int, str]  # xxl_job_group.id -> app_name
-    tz: LegacyTimeZone
+    tz: LegacyTimeZone  # the zone of the DATETIME columns (the admin's JDBC serverTimezone)
     text_columns: frozenset[str]
+    cron_zone: str = ""  # the zone crons run in (the admin JVM's); "" = `tz`'s
+
+    @property
+    def cron_zone_name(self) -> str:
+        return self.cron_zone or self.tz.name
 
     @property
     def job_name_column(self) -> str:
@@ -173,21 +179,22 @@ def _misfire(dec: RowDecoder, v: Mapping[str, Any], ctx: JobContext) -> MisfireR
     return _MISFIRE.get(strategy, MisfireRule.SKIP)
 
 
-def _handler(dec: RowDecoder, v: Mapping[str, Any], job_id: int) -> str:
+def _handler(dec: RowDecoder, v: Mapping[str, Any], job_id: int) -> tuple[str, datetime | None]:
+    """The handler name, and for a GLUE job its source's version (`glue_updatetime` as
+    the instant it names: a DATETIME in the database zone)."""
     glue = _enum(dec, "glue_type", v.get("glue_type"), GlueType)
     handler = (v.get("executor_handler") or "").strip()
     if glue is GlueType.BEAN:
         if not handler:
             dec.add("executor_handler", "missing: a BEAN job needs a handler name")
-        return handler
+        return handler, None
     if glue is None:
-        return handler
+        return handler, None
     # the executor keys the GLUE source by glue_updatetime; xxl-job itself fails on NULL
     if v.get("glue_updatetime") is None:
         dec.add("glue_updatetime", "missing: a GLUE job needs its source version time")
-    else:
-        dec.wall_time("glue_updatetime", v.get("glue_updatetime"))
-    return glue_handler(glue.value, job_id)
+        return glue_handler(glue.value, job_id), None
+    return glue_handler(glue.value, job_id), dec.wall_time("glue_updatetime", v.get("glue_updatetime"))
 
 
 def _int(dec: RowDecoder, field: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -209,7 +216,7 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
     if dec.problems or not isinstance(v.get("id"), int) or not isinstance(group, int) or group not in ctx.groups:
         return None
     return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
-                         time_zone=ctx.tz.name,
+                         time_zone=ctx.cron_zone_name,
                          broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
 
 
@@ -227,7 +234,7 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
     kind, cron, interval = _schedule(dec, v, ctx)
     misfire = _misfire(dec, v, ctx)
     route = _enum(dec, "executor_route_strategy", v.get("executor_route_strategy"), RouteStrategy)
-    handler = _handler(dec, v, job_id)
+    handler, glue_updated_at = _handler(dec, v, job_id)
     status = _int(dec, "trigger_status", v.get("trigger_status"), 0, 1)
     next_fire_at = dec.epoch_ms("trigger_next_time", v.get("trigger_next_time"))
     timeout = _int(dec, "executor_timeout", v.get("executor_timeout"), 0)
@@ -241,11 +248,12 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
         cron=cron,
         interval_seconds=interval,
         next_fire_at=next_fire_at,
-        time_zone=ctx.tz.name,
+        time_zone=ctx.cron_zone_name,
         misfire=misfire,
         enabled=status == 1,
         status="RUNNING" if status == 1 else "STOPPED",
         handler=handler,
+        glue_updated_at=glue_updated_at,
         params=v.get("executor_param") or "",
         broadcast=route is RouteStrategy.SHARDING_BROADCAST,
         route_strategy=v.get("executor_route_strategy") or "",

@@ -30,7 +30,7 @@ from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.digest import digest_sql
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
-from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall, require_aware
+from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
 from readers.xxljob.logs import LogContext, map_log
 from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
@@ -50,11 +50,17 @@ class XxlJobReader(LegacyReader):
 
     system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
 
-    def __init__(self, bind: Engine | Connection, *, admin_tz: str = DEFAULT_ZONE, batch_size: int = 1000) -> None:
+    def __init__(self, bind: Engine | Connection, *, admin_tz: str | None = None, db_tz: str | None = None,
+                 cron_tz: str | None = None, batch_size: int = 1000) -> None:
+        """`db_tz`: the zone the admin writes its DATETIME columns in (its JDBC
+        `serverTimezone`); `cron_tz`: the zone its crons run in (the admin JVM's default
+        zone), which becomes each definition's `time_zone`. `admin_tz` is both at once;
+        either one alone sets the other too (readers.timezones.LegacyZones.of)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.zones = LegacyZones.of(admin_tz, db=db_tz, cron=cron_tz)
         self._bind = bind
-        self._tz = LegacyTimeZone(admin_tz)
+        self._tz = LegacyTimeZone(self.zones.db)  # every DATETIME read or written (the registry, the log)
         self._batch = batch_size
         self._schema: XxlJobSchema | None = None
         # the job SELECT rendered once (its digest expression is ~30 functions deep)
@@ -158,7 +164,7 @@ class XxlJobReader(LegacyReader):
         schema = self.schema()
         with self._connect("read_groups") as conn:
             groups = self._group_names(conn)
-        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        ctx = self._job_context(schema, groups)
         group_ids: tuple[int, ...] | None = None
         if businesses is not None:
             wanted = set(businesses)
@@ -229,7 +235,7 @@ class XxlJobReader(LegacyReader):
             if row is None:
                 return None
             groups = self._group_names(conn)
-        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        ctx = self._job_context(schema, groups)
         return map_job(row, ctx)
 
     def definitions_by_keys(self, keys: Collection[str]) -> dict[str, LegacyDefinition]:
@@ -240,7 +246,7 @@ class XxlJobReader(LegacyReader):
         out: dict[str, LegacyDefinition] = {}
         with self._connect("read_jobs") as conn:
             groups = self._group_names(conn)
-            ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+            ctx = self._job_context(schema, groups)
             mysql = conn.dialect.name in MYSQL_DIALECTS
             cols = None if mysql else self._job_columns(conn)
             for i in range(0, len(ids), self._batch):
@@ -300,7 +306,7 @@ class XxlJobReader(LegacyReader):
                 finally:
                     cursor.close()
 
-        zone = self._tz.name
+        zone = self.zones.cron
         for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
                 yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b))
@@ -348,8 +354,12 @@ class XxlJobReader(LegacyReader):
         with self._connect("read_groups") as conn:
             groups = self._group_names(conn)
             zone = session_zone(conn)
-        ctx = JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, text_columns=schema.info.text_columns)
+        ctx = self._job_context(schema, groups)
         return shaped_decoder(schema.info.columns, zone, lambda row: decode(row, ctx))
+
+    def _job_context(self, schema: XxlJobSchema, groups: Mapping[int, str]) -> JobContext:
+        return JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, cron_zone=self.zones.cron,
+                          text_columns=schema.info.text_columns)
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects

@@ -50,6 +50,8 @@ class Tables:
     comparison: Table
     legacy_hold: Table
     business_fence: Table
+    followup: Table
+    followup_fired: Table
     partitions: int
     dialect: str
 
@@ -280,6 +282,29 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("epoch", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
     )
+    # On-success follow-ups (scheduler_core.followups): after each successful run of
+    # trigger_id (each item of it), each child trigger is fired once, at once.
+    followup = Table(
+        "dus_followup",
+        md,
+        Column("trigger_id", BigInteger, nullable=False),
+        Column("child_trigger_id", BigInteger, nullable=False),
+        Column("position", Integer, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("trigger_id", "child_trigger_id"),
+    )
+    # One row per follow-up fired: the claim that makes a redelivered parent result fire
+    # the child no second time (the child's command id is kept, so a publication that
+    # failed half-way is retried with the same ids).
+    followup_fired = Table(
+        "dus_followup_fired",
+        md,
+        Column("parent_command_id", String(96), nullable=False),
+        Column("child_trigger_id", BigInteger, nullable=False),
+        Column("child_command_id", String(96), nullable=False),
+        Column("at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("parent_command_id", "child_trigger_id"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -295,6 +320,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         comparison=comparison,
         legacy_hold=legacy_hold,
         business_fence=business_fence,
+        followup=followup,
+        followup_fired=followup_fired,
         partitions=partitions,
         dialect=dialect,
     )

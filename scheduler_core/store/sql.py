@@ -32,6 +32,7 @@ from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Trig
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_RANK,
@@ -69,7 +70,7 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
-class SqlTriggerStore(TriggerStore, FenceStore):
+class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
         self.clock = clock

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from switchyard.cli.console import console
 from switchyard.cli.cron import cron
 from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
 from switchyard.cli.db import db
@@ -15,6 +16,7 @@ from switchyard.cli.migrate import migrate
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.report import report
 from switchyard.cli.scheduler import scheduler
+from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
 
 
@@ -61,6 +63,8 @@ cli.add_command(report)
 cli.add_command(status)
 cli.add_command(cutover)
 cli.add_command(rollback)
+cli.add_command(console)
+cli.add_command(serve)
 dualrun.add_command(dualrun_start)
 
 

@@ -25,6 +25,7 @@ from dualrun.watch import Watch
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
+from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
@@ -46,7 +47,7 @@ Exit codes: 0 ready, 1 not ready (or failed), 2 bad arguments, 3 a database
 unreachable, 4 schema missing."""
 
 
-def open_reader(source: SourceSystem, legacy_url: str, tz: str) -> LegacyReader:
+def open_reader(source: SourceSystem, legacy_url: str, tz: str | LegacyZones) -> LegacyReader:
     """The legacy reader of a source system (the readers package's adapters)."""
     return legacy_reader(source.value, make_engine(legacy_url), tz)
 
@@ -105,7 +106,7 @@ class Sources:
 
     store: SqlTriggerStore
     legacy_url: str
-    legacy_tz: str
+    legacy_tz: LegacyZones  # the DATETIMEs' zone (the log) and the crons' (expected fires)
     source: SourceSystem | None
     settings_file: dict[str, Any]
     base: CompareSettings
@@ -170,8 +171,12 @@ def sources_options(fn: F) -> F:
         click.option("--legacy-url", required=True, help="URL of the legacy database (read only)."),
         click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
                      help="Legacy system (default: the business's source system in the store)."),
-        click.option("--legacy-tz", default="Asia/Shanghai", show_default=True,
-                     help="Zone of the legacy DATETIME columns and cron expressions."),
+        click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
+                     help="Zone of the legacy DATETIME columns and cron expressions (both)."),
+        click.option("--legacy-db-tz", default=None,
+                     help="xxl-job: zone of its DATETIME columns, the log's trigger times (default: as the cron zone)."),
+        click.option("--legacy-cron-tz", default=None,
+                     help="xxl-job: zone its crons run in (default: as the database zone)."),
         click.option("--window", "window", default="1h", show_default=True, callback=_duration,
                      help="Length of the compared window when --since is not given."),
         click.option("--baseline-offset", default=None, callback=_duration,
@@ -192,13 +197,18 @@ def sources_options(fn: F) -> F:
     return fn
 
 
-def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str, window: timedelta,
+def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str | None, legacy_db_tz: str | None,
+             legacy_cron_tz: str | None, window: timedelta,
              baseline_offset: timedelta | None, thresholds_file: str | None, min_window: timedelta | None,
              min_fires_per_job: int | None, bus_url: str | None, pulsar_admin: str | None, pulsar_token_env: str,
              topic_prefix: str) -> Sources:
     overrides = {k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job))
                  if v is not None}
-    return Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_tz,
+    try:
+        zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
+    except ValueError as exc:
+        raise click.UsageError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
+    return Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=zones,
                    source=SourceSystem(source) if source else None, settings_file=_load_thresholds(thresholds_file),
                    base=CompareSettings(window=window, baseline_offset=baseline_offset),
                    probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix), readers={},

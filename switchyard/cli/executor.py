@@ -18,7 +18,7 @@ from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix
 from switchyard.cli.signals import stop_event
-from switchyard.wiring import open_bus
+from switchyard.wiring import load_handlers, open_bus
 
 log = logging.getLogger(__name__)
 DEFAULT_XXL_LISTEN = "127.0.0.1:9300"
@@ -87,10 +87,9 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
-    module = None
     if module_name:
         try:
-            module = importlib.import_module(module_name)
+            importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
@@ -118,14 +117,11 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
 
             register_batch_center_bridge(ex, bc_tokens)
             log.info("batch-center bridge registered")
-        if module is not None:
-            if hasattr(module, "register"):
-                module.register(ex)
-            elif hasattr(module, "HANDLERS"):
-                for name, fn in module.HANDLERS.items():
-                    ex.handler(name)(fn)
-            else:
-                raise CliFailure(f"{module_name} has neither register(executor) nor HANDLERS", exitcodes.USAGE)
+        if module_name:
+            try:
+                load_handlers(ex, module_name)
+            except ValueError as exc:
+                raise CliFailure(str(exc), exitcodes.USAGE) from None
         stop = stop_event()
         log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "",
                  concurrency)

@@ -1,22 +1,26 @@
 """`switchyard migrate plan|run|quarantine|stream`."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import timezone
 
 import click
 from sqlalchemy.engine import Engine
 
 from migrator.apply import Migrator
+from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
 from migrator.target import TargetWriter, Write
-from readers.records import SourceSystem
+from readers.records import SourceSystem, StreamPosition
+from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from switchyard.cli.errors import cli_errors
-from switchyard.settings import default_store_url
+from switchyard.settings import default_store_url, legacy_zones
 from switchyard.wiring import legacy_reader, open_store
 
 log = logging.getLogger(__name__)
@@ -26,8 +30,14 @@ legacy_url = click.option("--legacy-url", required=True, help="URL of the legacy
 target_url = click.option("--target-url", default=default_store_url, show_default="$SWITCHYARD_URL",
                           help="URL of the Switchyard store.")
 business_opt = click.option("--business", "businesses", multiple=True, help="Business code (repeatable; default all).")
-tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True,
-                      help="Zone of the legacy DATETIME columns and cron expressions.")
+tz_opt = click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
+                      help="Zone of the legacy DATETIME columns and cron expressions (both).")
+db_tz_opt = click.option("--legacy-db-tz", default=None,
+                         help="xxl-job: zone its DATETIME columns are written in (the admin's JDBC serverTimezone); "
+                              "default: --legacy-cron-tz, else --legacy-tz.")
+cron_tz_opt = click.option("--legacy-cron-tz", default=None,
+                           help="xxl-job: zone its crons run in (the admin JVM's default zone); the migrated "
+                                "triggers run in it; default: --legacy-db-tz, else --legacy-tz.")
 glue_opt = click.option("--bridge-glue", is_flag=True, help="Migrate xxl-job GLUE jobs through the bridge.")
 api_only_opt = click.option("--api-only", "api_only", multiple=True,
                             help="Business whose xxl-job NONE jobs become API-only jobs (repeatable).")
@@ -37,10 +47,22 @@ open_reader = legacy_reader
 
 
 def definition_options(fn):  # type: ignore[no-untyped-def]
-    """The options plan, run and stream share."""
-    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, glue_opt, api_only_opt)):
-        fn = opt(fn)
-    return fn
+    """The options plan, run and stream share. The three zone options reach the command
+    as one `zones` (switchyard.settings.legacy_zones)."""
+
+    @functools.wraps(fn)
+    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            zones = legacy_zones(kwargs["source"], legacy_tz, legacy_db_tz, legacy_cron_tz)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return fn(*args, zones=zones, **kwargs)
+
+    out = with_zones
+    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, db_tz_opt, cron_tz_opt, glue_opt,
+                         api_only_opt)):
+        out = opt(out)
+    return out
 
 
 def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None:
@@ -69,32 +91,57 @@ def migrate() -> None:
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], legacy_tz: str,
+def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
              bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
-    """What a run would create, update, leave and quarantine. Writes nothing."""
+    """What a run would create, update, leave and quarantine, and each cron job's next
+    three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
+    nothing."""
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     try:
-        m = Migrator(open_reader(source, legacy, legacy_tz), TargetWriter(store), store.clock,
+        reader = open_reader(source, legacy, zones)
+        m = Migrator(reader, TargetWriter(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = m.plan(businesses or None)
+        now = store.clock.now()
+        previews = [p for d in reader.definitions(businesses or None) if (p := preview(d, now)) is not None]
     finally:
         legacy.dispose()
         store.engine.dispose()
-    _print_summary(summary, as_json, "plan")
+    if as_json:
+        click.echo(json.dumps({**summary.as_dict(), "zones": {"db": zones.db, "cron": zones.cron},
+                               "next_fires": [p.as_dict() for p in previews]}, ensure_ascii=False))
+        return
+    _print_summary(summary, False, "plan")
+    _print_previews(previews, zones)
+
+
+def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None:
+    if not previews:
+        return
+    click.echo(f"next fires (DATETIMEs read in {zones.db}; crons run in {zones.cron}); compare with the admin's "
+               "next trigger time:")
+    for p in previews:
+        utc = ", ".join(f.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") for f in p.fires)
+        local = ", ".join(f.strftime("%Y-%m-%d %H:%M:%S%z") for f in p.fires)
+        click.echo(f"  {p.source_key} ({p.business}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
+        if p.legacy_next_matches is False and p.legacy_next is not None:
+            legacy = p.legacy_next.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+            click.echo(f"    warning: the legacy next trigger time {legacy} is not a fire of {p.cron!r} in {p.zone}: "
+                       "is --legacy-cron-tz the admin JVM's zone?")
 
 
 @migrate.command("run")
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], legacy_tz: str,
+def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
             bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     try:
-        reader = open_reader(source, legacy, legacy_tz)
+        reader = open_reader(source, legacy, zones)
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         m = Migrator(reader, TargetWriter(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
@@ -155,6 +202,9 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
 
 
 
+POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and --poll was not given
+
+
 @migrate.command("stream")
 @definition_options
 @click.option("--binlog-url", default=None,
@@ -162,21 +212,35 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
 @click.option("--server-id", type=click.IntRange(1, 2**32 - 1), default=None,
               help="Replica server id of this reader (unique per reader; default from the stream id).")
 @click.option("--poll", "poll_s", type=click.FloatRange(0.1), default=None,
-              help="No binlog: poll update_time every N seconds (weaker: deletes only by full compare).")
+              help="No binlog: poll update_time every N seconds. Chosen by itself (every "
+                   f"{POLL_FALLBACK_S:g} s) when the binlog user lacks the REPLICATION grants.")
+@click.option("--key-compare-every", "compare_every_s", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="Polling: seconds between key compares (how deletes are found).")
+@click.option("--key-compare-batch", "compare_batch", type=click.IntRange(1), default=1000, show_default=True,
+              help="Polling: keys compared per pass (the work of one pass is bounded by it).")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
 @click.option("--log-level", default="INFO", show_default=True)
 @cli_errors
-def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], legacy_tz: str,
+def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
                bridge_glue: bool, api_only: Sequence[str], binlog_url: str | None, server_id: int | None,
-               poll_s: float | None, stall_timeout: float, log_level: str) -> None:
+               poll_s: float | None, compare_every_s: float, compare_batch: int, stall_timeout: float,
+               log_level: str) -> None:
     """Snapshot, then apply every legacy change until stopped (SIGTERM), for businesses
-    not yet cut over. Restart-safe: the checkpoint is written with each change."""
+    not yet cut over. Restart-safe: the checkpoint is written with each change. Without
+    the binlog grants it polls instead (a one-line notice says so)."""
     import zlib
 
     from sqlalchemy.engine import make_url
 
-    from migrator.stream import DEFINITION_TABLE, StreamMigrator
-    from readers.streams import BinlogChangeStream, PollingChangeStream, check_binlog_source, consistent_snapshot
+    from migrator.stream import DEFINITION_TABLE, KeyCompare, StreamMigrator, polling_batches
+    from readers.streams import (
+        BinlogChangeStream,
+        PollingChangeStream,
+        StreamPermissionError,
+        check_binlog_source,
+        check_replication_grants,
+        consistent_snapshot,
+    )
     from switchyard.cli.signals import stop_event
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -184,7 +248,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     store = open_store(target_url)
     stop = stop_event()
     try:
-        reader = open_reader(source, legacy, legacy_tz)
+        reader = open_reader(source, legacy, zones)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}" + (
             f"#{','.join(sorted(businesses))}" if businesses else "")
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
@@ -199,19 +263,37 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
             conn_settings = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username,
                              "password": u.password or ""}
             check_binlog_source(conn_settings)  # a wrong binlog user fails before the snapshot writes
+            try:
+                check_replication_grants(conn_settings)
+            except StreamPermissionError as exc:
+                poll_s = POLL_FALLBACK_S
+                _poll_notice(exc, DEFINITION_TABLE[system], poll_s, compare_every_s)
         position = sm.checkpoint()
         if position is None:
-            with consistent_snapshot(legacy) as (conn, pos):
-                sm.snapshot(open_reader(source, conn, legacy_tz), pos)  # type: ignore[arg-type]
+            try:
+                with consistent_snapshot(legacy) as (conn, pos):
+                    sm.snapshot(open_reader(source, conn, zones), pos)  # type: ignore[arg-type]
+            except StreamPermissionError:
+                if poll_s is None:
+                    raise
+                # polling needs no binlog position (MySQL gives one only with REPLICATION
+                # CLIENT): a plain read, then the first poll reads every row once more
+                pos = StreamPosition("poll", 0)
+                sm.snapshot(reader, pos)
             position = pos
             click.echo(f"snapshot applied at {pos.log_file}:{pos.log_pos}", err=True)
         else:
             click.echo(f"resuming at {position.log_file}:{position.log_pos}", err=True)
-        if poll_s is not None:
-            start = position if position.log_file == "poll" else None  # after a binlog snapshot: poll all once
-            poller = PollingChangeStream(legacy, table=DEFINITION_TABLE[system], key_columns=("id",), tz=legacy_tz,
+
+        def poll_from(at: StreamPosition | None, every: float):  # type: ignore[no-untyped-def]
+            start = at if at is not None and at.log_file == "poll" else None  # after a binlog position: poll all once
+            poller = PollingChangeStream(legacy, table=DEFINITION_TABLE[system], key_columns=("id",), tz=zones.db,
                                          start=start)
-            batches = poller.batches(stop, interval_s=poll_s)
+            return polling_batches(poller, writer, system, stop, interval_s=every,
+                                   compare=KeyCompare(every_s=compare_every_s, keys_per_pass=compare_batch), start=at)
+
+        if poll_s is not None:
+            batches = poll_from(position, poll_s)
         else:
             schema = make_url(legacy_url).database
             binlog = BinlogChangeStream(conn_settings, server_id=server_id or (zlib.crc32(stream_id.encode()) % 2**31 + 1000),
@@ -219,10 +301,24 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
                                         tables=[DEFINITION_TABLE[system], "xxl_job_group", "bc_biz"],
                                         start=position, stall_timeout_s=stall_timeout)
             batches = binlog.batches(stop)
-        stats = sm.follow(batches, stop)
+        try:
+            stats = sm.follow(batches, stop)
+        except StreamPermissionError as exc:
+            if poll_s is not None:
+                raise
+            # a grant the preflight could not see (e.g. through a role) is missing after all
+            _poll_notice(exc, DEFINITION_TABLE[system], POLL_FALLBACK_S, compare_every_s)
+            stats = sm.follow(poll_from(sm.stats.position or position, POLL_FALLBACK_S), stop)
         click.echo(f"stopped: {stats.batches} transactions, {stats.changes} row changes, {stats.applied} applied, "
                    f"{stats.unchanged} unchanged by digest"
                    + (f" at {stats.position.log_file}:{stats.position.log_pos}" if stats.position else ""), err=True)
     finally:
         legacy.dispose()
         store.engine.dispose()
+
+
+def _poll_notice(exc: Exception, table: str, every_s: float, compare_every_s: float) -> None:
+    why = str(exc).split(". A binlog change stream needs", 1)[0]
+    click.echo(f"notice: {why}; polling {table}.update_time every {every_s:g} s instead (deletes found by a key "
+               f"compare every {compare_every_s:g} s; grant REPLICATION SLAVE and REPLICATION CLIENT to read the "
+               "binlog)", err=True)

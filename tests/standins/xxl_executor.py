@@ -54,7 +54,9 @@ def _identity(trigger: dict[str, Any]) -> tuple[str, object]:
     glue = str(trigger.get("glueType") or "BEAN")
     if glue == "BEAN":
         return ("BEAN", trigger.get("executorHandler"))
-    return (glue, int(trigger.get("glueUpdatetime") or 0))
+    # Java checks `instanceof ScriptJobHandler` (or GlueJobHandler) and the update time
+    # only: one script kind is not told from another
+    return ("GLUE_GROOVY" if glue == "GLUE_GROOVY" else "SCRIPT", int(trigger.get("glueUpdatetime") or 0))
 
 
 @dataclass

@@ -1,0 +1,100 @@
+"""`switchyard console`: the read-only operator console in the browser."""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import click
+
+from scheduler_core.store.engine import safe_url
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.options import store_url
+from switchyard.console.data import Sources, scraped_members
+from switchyard.wiring import legacy_switches, open_store
+
+log = logging.getLogger(__name__)
+TOKEN_ENV = "SWITCHYARD_CONSOLE_TOKEN"
+
+
+def is_loopback(bind: str) -> bool:
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
+def console_token(bind: str, token_env: str) -> str | None:
+    """The bearer token from the environment; required when bound beyond loopback."""
+    token = os.environ.get(token_env) or None
+    if token is None and not is_loopback(bind):
+        raise CliFailure(f"bound to {bind}, the console needs a bearer token: put it in ${token_env} "
+                         "(never on the command line)", exitcodes.USAGE)
+    return token
+
+
+def serve_console(src: Sources, bind: str, port: int, token: str | None) -> "object":
+    """A uvicorn server for the console (not started): `.run()` here, or in a thread."""
+    import uvicorn
+
+    from switchyard.console.app import make_app
+
+    class Server(uvicorn.Server):
+        """Stops on SIGTERM/SIGINT like every other command (exit 0): uvicorn's own
+        handler raises the signal again once it has shut down, so the process would die
+        of it. In a thread (`serve`) it installs nothing: the caller sets should_exit."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+
+    config = uvicorn.Config(make_app(src, token), host=bind, port=port, log_config=None, server_header=False,
+                            lifespan="off")
+    return Server(config)
+
+
+@click.command("console")
+@store_url
+@click.option("--legacy-url", "legacy_urls", multiple=True,
+              help="A legacy database to read the legacy switches from (repeatable); else inferred from the store.")
+@click.option("--scheduler-metrics", "metrics_urls", multiple=True,
+              help="A scheduler's metrics URL, e.g. http://127.0.0.1:9464/ (repeatable): members, leader, lookahead lag.")
+@click.option("--bind", default="127.0.0.1", show_default=True,
+              help=f"Address to listen on; anything but loopback needs ${TOKEN_ENV}.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option("--token-env", default=TOKEN_ENV, show_default=True,
+              help="Environment variable holding the bearer token (never pass secrets as arguments).")
+@click.option("--lag-window", type=click.FloatRange(1), default=3600.0, show_default=True,
+              help="Seconds of fired records the lag percentiles cover.")
+@click.option("--log-level", default="INFO", show_default=True)
+@cli_errors
+def console(url: str, legacy_urls: tuple[str, ...], metrics_urls: tuple[str, ...], bind: str, port: int,
+            token_env: str, lag_window: float, log_level: str) -> None:
+    """Read-only console: businesses, verdicts, jobs by live side, lag, scheduler, audit, quarantine."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    token = console_token(bind, token_env)
+    store = open_store(url)
+    store.current_epoch()  # a store that cannot be read is a clear error now (exit 3/4), not at the first page
+    src = Sources(store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
+                  scraped_members(metrics_urls) if metrics_urls else None, timedelta(seconds=lag_window))
+    log.info("console of %s on http://%s:%d/%s", safe_url(url), bind, port, " (bearer token required)" if token else "")
+    try:
+        serve_console(src, bind, port, token).run()  # type: ignore[attr-defined]
+    finally:
+        store.engine.dispose()

@@ -1,0 +1,88 @@
+"""`switchyard serve`: the whole center in one process on the embedded default."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from datetime import timedelta
+
+import click
+
+from scheduler_core.executor import Executor
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.engine import safe_url
+from switchyard import exitcodes
+from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.options import store_url
+from switchyard.cli.signals import stop_event
+from switchyard.console.data import Sources, registry_members
+from switchyard.embedded import EmbeddedCenter
+from switchyard.wiring import load_handlers, open_store
+
+log = logging.getLogger(__name__)
+
+
+@click.command("serve")
+@store_url
+@click.option("--handlers", "modules", multiple=True, required=True,
+              help="Python module with `register(executor)` or `HANDLERS = {job_code: fn}` (repeatable).")
+@click.option("--domain", "domains", multiple=True,
+              help="Run executors for these business domains only (repeatable); default: every domain in the "
+                   "store, looked for again every few seconds.")
+@click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True,
+              help="Handler threads per domain.")
+@click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
+@click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
+@click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
+@click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
+@click.option("--console-bind", default="127.0.0.1", show_default=True,
+              help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.")
+@click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+@cli_errors
+def serve(url: str, modules: tuple[str, ...], domains: tuple[str, ...], concurrency: int, name: str,
+          lookahead: float, idle_wait: float, metrics_port: int, with_console: bool, console_bind: str,
+          console_port: int, log_level: str) -> None:
+    """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    store = open_store(url)
+    store.current_epoch()  # a store without the schema is a clear error now (`switchyard db init`)
+
+    def register(ex: Executor) -> None:
+        for module in modules:
+            load_handlers(ex, module)
+
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError as exc:
+            raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
+    settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
+    center = EmbeddedCenter(store, settings, register, name=name, domains=domains, concurrency=concurrency)
+    if metrics_port:
+        center.metrics.serve(metrics_port)
+    console_server = None
+    console_thread = None
+    if with_console:
+        src = Sources(store, members=registry_members(name, center.metrics.registry))
+        console_server = serve_console(src, console_bind, console_port, token)
+        console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
+
+    def started() -> None:
+        if console_thread is not None:
+            console_thread.start()
+        log.info("serve %s running on %s%s", name, safe_url(url),
+                 f"; console on http://{console_bind}:{console_port}/" if with_console else "")
+
+    stop = stop_event()
+    try:
+        center.run(stop, on_started=started)
+    finally:
+        if console_server is not None and console_thread is not None:
+            console_server.should_exit = True  # type: ignore[attr-defined]
+            console_thread.join(timeout=10)
+        store.engine.dispose()

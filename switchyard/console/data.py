@@ -1,0 +1,229 @@
+"""What the console shows, read from the store (and the schedulers' metrics): plain
+dicts, the same for the pages and the JSON API. No HTTP here.
+
+Every dict leaves through `redact_tree`, so a URL password or a token that made its way
+into a reason, an audit detail or an error never reaches a page, the API or a log.
+"""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy import func, select
+from prometheus_client.parser import text_string_to_metric_families
+
+from dualrun.verdict import latest_by_business
+from migrator.business import BusinessRegistry
+from migrator.cutover import first_at_or_after
+from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
+from migrator.target import TargetWriter
+from reports.redact import redact, redact_tree
+from scheduler_core.model import Trigger, TriggerState
+from scheduler_core.stats import lag_stats
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
+
+
+class UnknownBusiness(LookupError):
+    def __init__(self, business: str) -> None:
+        super().__init__(f"no business {business!r} in the store")
+        self.business = business
+
+
+@dataclass(frozen=True)
+class Member:
+    """One scheduler process as its metrics show it."""
+
+    name: str
+    reachable: bool
+    leader: bool | None = None
+    lookahead_lag_s: float | None = None
+    published: float | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "reachable": self.reachable, "leader": self.leader,
+                "lookahead_lag_s": self.lookahead_lag_s, "commands_published": self.published,
+                "error": self.error}
+
+
+Members = Callable[[], list[Member]]
+
+
+def member_from_text(name: str, text: str) -> Member:
+    """A scheduler's figures from its Prometheus exposition (scheduler_core.metrics)."""
+    leader: float | None = None
+    lag: float | None = None
+    published = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "switchyard_is_leader":
+                leader = sample.value
+            elif sample.name == "switchyard_lookahead_lag_seconds":
+                lag = sample.value
+            elif sample.name == "switchyard_commands_published_total":
+                published += sample.value
+    return Member(name, True, None if leader is None else leader >= 1, lag, published)
+
+
+def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
+    """Members read from the schedulers' metrics endpoints (`scheduler run --metrics-port`)."""
+
+    def read() -> list[Member]:
+        out = []
+        for url in urls:
+            name = redact(url)
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (operator's own URL)
+                    out.append(member_from_text(name, resp.read().decode("utf-8", "replace")))
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                out.append(Member(name, False, error=redact(f"{type(exc).__name__}: {exc}")))
+        return out
+
+    return read
+
+
+def registry_members(name: str, registry: CollectorRegistry) -> Members:
+    """The member of this process (`switchyard serve`): its own metrics registry."""
+    return lambda: [member_from_text(name, generate_latest(registry).decode("utf-8"))]
+
+
+@dataclass
+class Sources:
+    store: SqlTriggerStore
+    legacy_live: LegacyLive | None = None
+    members: Members | None = None
+    lag_window: timedelta = timedelta(hours=1)
+
+    def now(self) -> datetime:
+        return self.store.clock.now()
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"verdict": v.verdict.value, "comparison_id": v.comparison_id, "computed_at": _iso(v.computed_at),
+            "age_s": round((now - v.computed_at).total_seconds(), 1), "mode": v.mode.value,
+            "reasons": list(v.reasons), "warnings": list(v.warnings),
+            "window": {"start": _iso(v.window.start), "end": _iso(v.window.end)}}
+
+
+def businesses(src: Sources) -> list[dict[str, Any]]:
+    """Every business: its cutover state, latest verdict (reasons, age), which side fires its jobs."""
+    now = src.now()
+    records = {r.biz_code: r for r in BusinessRegistry(src.store).all()}
+    verdicts = latest_by_business(src.store)
+    out = []
+    for bo in ownership(src.store, src.legacy_live):
+        r = records[bo.business]
+        out.append({"business": r.biz_code, "source": r.source_system, "state": r.state.value, "shadow": r.shadow,
+                    "since": _iso(r.updated_at), "verdict": _verdict(verdicts.get(r.biz_code), now),
+                    "jobs": len(bo.jobs), "sides": bo.counts(), "problems": len(bo.problems),
+                    "legacy_read": src.legacy_live is not None})
+    return redact_tree(out)
+
+
+def _schedule(t: Trigger | None) -> str:
+    if t is None:
+        return ""
+    if t.cron:
+        return f"cron {t.cron} ({t.time_zone})"
+    if t.interval is not None:
+        return f"every {t.interval.total_seconds():g} s"
+    return t.kind.value
+
+
+def _next_fire(t: Trigger | None, side: Side, now: datetime) -> dict[str, Any]:
+    """When the job fires next, on the side that fires it: the new side's stored next
+    fire time, or (on legacy) the definition's next occurrence from now; none for a job
+    that fires nowhere (paused, ended, orphaned)."""
+    if t is None:
+        return {"next_fire_at": None, "next_fire_from": None}
+    if side in (Side.NEW, Side.BOTH, Side.DOUBLE):
+        return {"next_fire_at": _iso(t.next_fire_at), "next_fire_from": "store"}
+    if side is Side.LEGACY:
+        try:
+            at = first_at_or_after(t, now)
+        except ValueError:  # a schedule that cannot be evaluated has no next time to show
+            at = None
+        return {"next_fire_at": _iso(at), "next_fire_from": "schedule"}
+    return {"next_fire_at": None, "next_fire_from": None}
+
+
+def business(src: Sources, code: str) -> dict[str, Any]:
+    """One business: per job its live side, next fire time, orphans and doubles flagged;
+    its audit log and quarantined rows."""
+    record = BusinessRegistry(src.store).get(code)
+    if record is None:
+        raise UnknownBusiness(code)
+    now = src.now()
+    owned = ownership(src.store, src.legacy_live, [code])
+    triggers = {t.id: t for t in src.store.triggers_of(biz_code=code)}
+    jobs = []
+    for bo in owned:
+        for j in bo.jobs:
+            t = triggers.get(j.trigger_id) if j.trigger_id is not None else None
+            jobs.append({**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t),
+                         **_next_fire(t, j.side, now)})
+    jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
+    verdict = latest_by_business(src.store).get(code)
+    return redact_tree({
+        "business": code, "source": record.source_system, "state": record.state.value, "shadow": record.shadow,
+        "since": _iso(record.updated_at), "verdict": _verdict(verdict, now),
+        "legacy_read": src.legacy_live is not None, "jobs": jobs,
+        "problems": sum(1 for j in jobs if j["problem"]),
+        "audit": audit(src, code), "quarantine": quarantine(src, code)})
+
+
+def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """The cutover/rollback audit log, newest first."""
+    entries = BusinessRegistry(src.store).audit(code)[-limit:]
+    return redact_tree([{"business": e.biz_code, "from": e.from_state, "to": e.to_state, "at": _iso(e.at),
+                         "actor": e.actor, "reason": e.reason, "comparison_id": e.comparison_id,
+                         "forced": e.forced, "detail": e.detail} for e in reversed(entries)])
+
+
+def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
+    """Rows that could not be migrated, with field and reason."""
+    rows = TargetWriter(src.store).quarantined(code)
+    return redact_tree([{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")}
+                        for r in rows])
+
+
+def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
+    """Per-domain fire-time lag percentiles from the fired records of the last window."""
+    span = window or src.lag_window
+    now = src.now()
+    records = src.store.fired_between(None, now - span, now)
+    return redact_tree({"window_s": span.total_seconds(),
+                        "domains": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.domain)]})
+
+
+def scheduler(src: Sources) -> dict[str, Any]:
+    """The store's leader epoch, the members with their lookahead lag (from their
+    metrics), and how far the oldest waiting trigger is past due (from the store)."""
+    now = src.now()
+    tr = src.store.t.trigger
+    with src.store.engine.connect() as conn:  # one aggregate on the (state, next_fire_at) index
+        count, oldest_ms = conn.execute(select(func.count(), func.min(tr.c.next_fire_at))
+                                        .where(tr.c.state == TriggerState.WAITING.value)).one()
+    oldest = None if oldest_ms is None else from_ms(int(oldest_ms))
+    members = [m.as_dict() for m in src.members()] if src.members is not None else []
+    leaders = [m["name"] for m in members if m["leader"]]
+    return redact_tree({
+        "epoch": int(src.store.current_epoch()), "members": members, "leader": leaders[0] if leaders else None,
+        "members_known": src.members is not None, "waiting_triggers": int(count),
+        "oldest_waiting_due_s": None if oldest is None else round((now - oldest).total_seconds(), 3)})
+
+
+def business_exists(src: Sources, code: str) -> bool:
+    return BusinessRegistry(src.store).get(code) is not None

@@ -1,0 +1,54 @@
+"""The console's jinja2 environment over its packaged templates (as reports/templating.py:
+found through importlib.resources, so they load from a wheel as from the work tree)."""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from urllib.parse import quote
+
+import jinja2
+
+
+def _load(name: str) -> str:
+    return (resources.files("switchyard.console") / "templates" / name).read_text(encoding="utf-8")
+
+
+def _when(value: str | None) -> str:
+    return "" if not value else value.replace("T", " ").replace("+00:00", " UTC")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = abs(seconds)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _secs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f} s"
+
+
+def business_url(code: str) -> str:
+    return "/business/" + quote(code, safe="")
+
+
+def report_url(code: str) -> str:
+    return "/report/" + quote(code, safe="")
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FunctionLoader(_load), autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(when=_when, age=_age, secs=_secs, biz_url=business_url, report_url=report_url)
+    return env
+
+
+def render(name: str, **context: object) -> str:
+    return environment().get_template(name).render(**context)

@@ -1,0 +1,211 @@
+"""The whole center in one process on the embedded default (`switchyard serve`): the
+scheduler (local election), one executor per business domain, the result consumer and,
+optionally, the console, on the in-process bus.
+
+They are the same parts as in the distributed mode (scheduler_core's Scheduler, Executor,
+ResultConsumer, FenceService), only wired to one bus inside the process. What the
+in-process bus cannot do is keep messages across a restart, so two things are put back
+from the store when the process starts:
+
+* every command the store recorded as published and no executor took (the scheduler
+  publishes up to its lookahead ahead, with deliver-at = T) is published again, same
+  command ids, deliver-at T;
+* every rollback fence is broadcast again on the control channel, so executors skip what
+  they must skip.
+
+The shutdown is ordered so no result is lost either: the scheduler stops firing first,
+then the executors finish what they took and publish its results, then the consumer
+applies every result still on the bus.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select
+
+from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.callbacks import ResultConsumer
+from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.election.local import LocalElection, LocalElectionGroup
+from scheduler_core.executor import Executor
+from scheduler_core.fence import FenceService
+from scheduler_core.metrics import SchedulerMetrics
+from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
+from scheduler_core.ports import BusMessage, Election, MessageBus
+from scheduler_core.scheduler import Scheduler
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
+
+log = logging.getLogger(__name__)
+EPOCH_START = datetime(1970, 1, 2, tzinfo=timezone.utc)
+FAR_AHEAD = timedelta(days=3650)
+
+
+class ContinuingElection:
+    """The local election, its epochs counted on from the store's fence: a restarted
+    process leads with a newer epoch than the one before it, as an etcd leader would."""
+
+    def __init__(self, inner: Election, base: int) -> None:
+        self.inner = inner
+        self.base = base
+
+    def campaign(self, timeout: timedelta) -> Epoch | None:
+        e = self.inner.campaign(timeout)
+        return None if e is None else Epoch(self.base + int(e))
+
+    def is_leader(self) -> bool:
+        return self.inner.is_leader()
+
+    def epoch(self) -> Epoch | None:
+        e = self.inner.epoch()
+        return None if e is None else Epoch(self.base + int(e))
+
+    def resign(self) -> None:
+        self.inner.resign()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
+    """Fired records published and never taken by an executor (their messages were in the
+    in-process bus of a process that stopped)."""
+    return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD)
+            if r.state is FiredState.PUBLISHED]
+
+
+def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
+    if not job.explicit_items:
+        return [(i, "") for i in range(first, first + count)]
+    return [(it.index, it.param) for it in store.sharding_page(job.job_code, first, count)]
+
+
+def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRecord]) -> int:
+    """Publish these records' commands again (same command ids, deliver-at T): one message
+    per record (a page record carries its envelope's items). Returns the messages sent."""
+    jobs = store.get_jobs(list({r.job_code for r in records}))
+    messages: list[BusMessage] = []
+    for r in records:
+        job = jobs.get(r.job_code)
+        if job is None:
+            log.warning("command %s: its job %s is gone; not published again", r.command_id, r.job_code)
+            continue
+        run = ExecutionCommand(command_id=r.command_id, trigger_id=r.trigger_id, job_code=job.job_code,
+                               biz_code=job.biz_code, handler=job.handler, scheduled_at=r.scheduled_at,
+                               item_index=r.item_index, item_total=r.item_total, params=job.params,
+                               timeout=job.timeout, max_retry=job.max_retry, epoch=r.epoch, shadow=job.shadow)
+        items = _items(store, job, r.item_index, r.item_count)
+        if not items:
+            continue
+        body = envelope_body(run, items, page_record=r.item_count > 1)
+        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(to_ms(r.scheduled_at)),
+                 "trigger_id": str(r.trigger_id)}
+        messages.append(BusMessage(command_topic(job.biz_code), encode_packed([body]),
+                                   deliver_at_ms=to_ms(r.scheduled_at), properties=props, key=r.command_id))
+    for topic in {m.topic for m in messages}:
+        bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)
+    if messages:
+        bus.publish(messages)
+    return len(messages)
+
+
+def store_domains(store: SqlTriggerStore) -> set[str]:
+    """Every business domain that has a job in the store."""
+    j = store.t.job
+    with store.engine.connect() as conn:
+        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
+
+
+@dataclass
+class EmbeddedCenter:
+    store: SqlTriggerStore
+    settings: SchedulerSettings
+    register: Callable[[Executor], None]  # puts the handlers on an executor
+    name: str = "serve"
+    domains: Sequence[str] = ()  # empty: every domain in the store, looked for again every few seconds
+    concurrency: int = 16
+    discover_every: float = 5.0
+    metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
+    bus: InProcessBus = field(init=False)
+    executors: dict[str, tuple[Executor, threading.Thread]] = field(default_factory=dict, init=False)
+    republished: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.bus = InProcessBus(self.store.clock)
+        self._exec_stop = threading.Event()
+        self._results_stop = threading.Event()
+
+    def _add_executor(self, domain: str) -> None:
+        ex = Executor(self.bus, domain, concurrency=self.concurrency)
+        self.register(ex)
+        th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=f"executor-{domain}", daemon=True)
+        th.start()
+        self.executors[domain] = (ex, th)
+        log.info("executor for %s running", domain)
+
+    def _discover(self) -> None:
+        wanted = set(self.domains) if self.domains else store_domains(self.store)
+        for domain in sorted(wanted - set(self.executors)):
+            self._add_executor(domain)
+
+    def _consume(self, consumer: ResultConsumer) -> None:
+        quiet = 0  # polls in a row that changed nothing, once stopping
+        try:
+            while quiet < 3:
+                try:
+                    got = consumer.poll(timeout=timedelta(milliseconds=200))
+                except Exception as exc:  # the store may be briefly locked or down: retry
+                    self.metrics.errors.labels(component="results").inc()
+                    log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                    self._results_stop.wait(1.0)
+                    continue
+                quiet = quiet + 1 if not got and self._results_stop.is_set() else 0
+        finally:
+            consumer.close()
+
+    def run(self, stop: threading.Event, on_started: Callable[[], None] | None = None) -> None:
+        # 1. the fences, then the executors (each reads the control channel before it judges a command)
+        # the results' subscription first: the in-process bus keeps messages only for subscriptions that exist
+        consumer = threading.Thread(target=self._consume, args=(ResultConsumer(self.bus, self.store, self.metrics),),
+                                    name="results", daemon=True)
+        fences = FenceService(self.store, self.bus).rebroadcast()
+        self._discover()
+        consumer.start()
+        # 2. what the last process published and nobody took
+        self.republished = republish(self.store, self.bus, untaken_commands(self.store))
+        log.info("serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
+                 self.name, self.republished, fences, ", ".join(sorted(self.executors)) or "no domain yet")
+        election = ContinuingElection(LocalElection(LocalElectionGroup(self.store.clock), self.name),
+                                      int(self.store.current_epoch()))
+        scheduler = Scheduler(self.store, self.bus, election, self.store.clock, self.settings,  # type: ignore[arg-type]
+                              self.metrics, consume_results=False)
+        sched_stop = threading.Event()
+        sched = threading.Thread(target=scheduler.run, args=(sched_stop,), name="scheduler", daemon=True)
+        sched.start()
+        if on_started is not None:
+            on_started()
+        try:
+            while not stop.wait(self.discover_every):
+                try:
+                    self._discover()
+                except Exception as exc:  # a store hiccup: the next round looks again
+                    log.warning("looking for new domains failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            # 3. in order: no more fires; executors finish what they took; every result applied
+            sched_stop.set()
+            sched.join(timeout=60)
+            election.close()
+            self._exec_stop.set()
+            for ex, th in self.executors.values():
+                th.join(timeout=60)
+                ex.close()
+            self._results_stop.set()
+            consumer.join(timeout=60)
+            self.bus.close()
+            log.info("serve %s stopped after %d term(s)", self.name, scheduler.status.terms)
+

@@ -1,0 +1,92 @@
+"""The embedded center (what `switchyard serve` runs) across a restart, in process on
+SQLite: commands published ahead by the first run are published again by the second
+(same command ids, run once); a rollback fence raised while it was down holds: the
+fenced command is neither published again nor invoked, and executors hear the fence."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
+from scheduler_core.fence import FenceService, is_fence_skip
+from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.admin import init_schema
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.clock import SystemClock
+from switchyard.embedded import EmbeddedCenter, untaken_commands
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+class Runs:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []  # (job, command id)
+        self.lock = threading.Lock()
+
+    def register(self, ex: Executor) -> None:
+        @ex.handler()
+        def run(ctx: ExecutionContext) -> HandlerResult:
+            with self.lock:
+                self.seen.append((ctx.job_code, ctx.command_id))
+            return HandlerResult(ok=True)
+
+
+def _center(store: SqlTriggerStore, runs: Runs) -> tuple[EmbeddedCenter, threading.Event, threading.Thread]:
+    settings = SchedulerSettings(lookahead=timedelta(seconds=60), idle_wait=timedelta(milliseconds=300))
+    center = EmbeddedCenter(store, settings, runs.register, name="t", discover_every=0.2)
+    stop = threading.Event()
+    th = threading.Thread(target=center.run, args=(stop,), daemon=True)
+    th.start()
+    return center, stop, th
+
+
+def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
+    init_schema(engine, 2)
+    store = SqlTriggerStore(engine, SystemClock())
+    for biz in ("keep", "fenced"):
+        store.put_job(Job(job_code=JobCode(f"{biz}-job"), biz_code=biz, handler="h"))
+    due = store.clock.now() + timedelta(seconds=4)
+    store.add_triggers([Trigger(job_code=JobCode(f"{biz}-job"), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=due)
+                        for biz in ("keep", "fenced")])
+    runs = Runs()
+    center, stop, th = _center(store, runs)
+    _until(lambda: len(untaken_commands(store)) == 2, "both commands published ahead")
+    stop.set()
+    th.join(timeout=60)
+    assert not th.is_alive() and runs.seen == []  # stopped before they were due: nothing ran
+
+    # while it is down, the business is rolled back from before its command's T
+    fence_at = store.clock.now()
+    assert FenceService(store, InProcessBus(store.clock)).raise_fence("fenced", fence_at) == 1
+    assert [r.job_code for r in untaken_commands(store)] == ["keep-job"]
+
+    center, stop, th = _center(store, runs)
+    try:
+        _until(lambda: len(runs.seen) == 1, "the command published again")
+        assert center.republished == 1 and runs.seen[0][0] == "keep-job"
+        executor = center.executors["fenced"][0]
+        _until(lambda: executor.fences.synced(), "the fenced domain's executor hears the fences")
+        # the fence was raised on another bus: only the rebroadcast at start told this one
+        assert executor.fences.covering("fenced", int(due.timestamp() * 1000)) is not None
+        assert center.executors["keep"][0].fences.covering("keep", int(due.timestamp() * 1000)) is None
+        time.sleep(max(0.0, (due - store.clock.now()).total_seconds()) + 1.0)
+    finally:
+        stop.set()
+        th.join(timeout=60)
+    assert [j for j, _c in runs.seen] == ["keep-job"]
+    recs = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))}
+    assert recs["keep-job"].state is FiredState.SUCCEEDED
+    assert is_fence_skip(recs["fenced-job"].state, recs["fenced-job"].message)
+    engine.dispose()
