@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.harness import REPO, Row, Section, machine, markdown_table, stack_up, versions, write_results
 
-SECTIONS = ("admission", "publication", "fanout", "hot_minute", "vs_apscheduler", "vs_legacy", "scale",
+SECTIONS = ("admission", "shards", "publication", "fanout", "hot_minute", "vs_apscheduler", "vs_legacy", "scale",
             "migration", "compare")
 
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,13 +20,14 @@ import pandas as pd
 from sqlalchemy import and_, case, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from dualrun.compare import Inputs, baseline_window, compare_frames
+from dualrun.compare import Inputs, compare_frames
 from dualrun.errors import NoSourceSystem
 from dualrun.expected import build_expected
 from dualrun.frames import FENCED, FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
 from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings
+from dualrun.span import Switch, baseline_span, clip, fetch_switches
 from readers.ports import LegacyReader
 from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.codec import command_topic
@@ -212,8 +214,14 @@ class Collector:
                              cap=m.max_occurrences_per_job)
         return _Legacy(frame, exp.frame, exp.notes)
 
-    def inputs(self, window: Window, *, mode: Mode, probe: BacklogProbe | None) -> Inputs:
-        base_window = baseline_window(window, self.settings.baseline_offset)
+    def inputs(self, window: Window, *, mode: Mode, probe: BacklogProbe | None,
+               switches: Sequence[Switch] = ()) -> Inputs:
+        """The inputs of `window` clipped at the business's `switches` (dualrun.span)."""
+        span = clip(self.business, window, switches)
+        window = span.window
+        base_window, base_clipped = baseline_span(window, self.settings.baseline_offset, switches)
+        if base_clipped:
+            span = replace(span, clipped=span.clipped + base_clipped)
         cur, base = self.legacy(window), self.legacy(base_window)
         lag, lag_note = consumer_lag(probe, self.business)
         notes = [*cur.notes]
@@ -226,7 +234,7 @@ class Collector:
                       mode=mode, window=window, baseline_window=base_window, legacy=cur.frame,
                       baseline_legacy=base.frame, new=fetch_new(self.store, self.business, window, self.jobs),
                       expected=cur.expected, baseline_expected=base.expected, jobs=self.jobs, info=self.info,
-                      consumer_lag=lag, notes=tuple(notes), quarantined=self.quarantined)
+                      consumer_lag=lag, notes=tuple(notes), quarantined=self.quarantined, span=span)
 
 
 def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
@@ -247,7 +255,8 @@ def compare_business(store: SqlTriggerStore, reader: LegacyReader, request: Comp
     source, mode = resolve(store, request)
     collector = Collector(store, reader, source=source, business=request.business,
                           legacy_business=request.legacy_business, settings=settings)
-    inputs = collector.inputs(request.window, mode=mode, probe=probe)
+    inputs = collector.inputs(request.window, mode=mode, probe=probe,
+                              switches=fetch_switches(store, request.business))
     log.debug("comparing", extra={"action": "compare_business", "business": request.business})
     return compare_frames(inputs, settings, now)
 

@@ -36,6 +36,7 @@ from dualrun.model import (
     Bucket,
     Label,
     Comparison,
+    CompareSpan,
     ConsumerLag,
     LagStats,
     Mismatch,
@@ -47,6 +48,7 @@ from dualrun.model import (
     Window,
     iso,
 )
+from dualrun.precision import floored, precision_of
 from dualrun.settings import CompareSettings, MatchSettings, thresholds_as_dict
 
 _Q = (50, 95, 99, 100)
@@ -81,6 +83,7 @@ class Inputs:
     consumer_lag: ConsumerLag | None = None
     notes: tuple[str, ...] = ()
     quarantined: Mapping[int, QuarantinedJob] = field(default_factory=dict)  # job id -> never migrated
+    span: CompareSpan | None = None  # the window asked for, clipped at the business's switches
 
 
 # --- measures -----------------------------------------------------------------------------
@@ -105,11 +108,13 @@ def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray,
     attempts = int(items["attempts"].sum())
     fk = fires["fk"]
     missing = len(expected_fk) - int(member(fk, expected_fk).sum())
+    unfinished = status == UNFINISHED
     return SideMeasures(
         fires=len(fires), calls=len(items), attempts=attempts, retries=attempts - len(items),
         duplicates=int(items["dups"].sum()), unscheduled=unscheduled,
         succeeded=int((status == SUCCESS).sum()), failed=int((status == FAIL).sum()),
-        timed_out=int((status == TIMEOUT).sum()), unfinished=int((status == UNFINISHED).sum()),
+        timed_out=int((status == TIMEOUT).sum()), unfinished=int(unfinished.sum()),
+        running=int((unfinished & (items["dispatch"] != NONE)).sum()),
         late=int(late.sum()), missing=missing, expected=len(expected_fk), lag=lag_stats(_item_lags(items)))
 
 
@@ -284,6 +289,8 @@ def detail(kind: MismatchKind, a: int, b: int) -> str:
                                              3: "misfire-compensation fire on legacy"}.get(
                                                  a, "legacy fire that no expected occurrence explains"),
         MismatchKind.MISSING_ON_BOTH: "expected by the schedule; neither side fired it",
+        MismatchKind.RETRIES_DIFFER: f"legacy made {a} attempt(s) ({a - 1} retries), the new side {b} ({b - 1} retries) "
+                                     "for the same occurrence",
     }
     return texts[kind]
 
@@ -306,6 +313,8 @@ def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int,
 
 def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFrame) -> tuple[str, ...]:
     notes = list(inputs.notes)
+    if inputs.span is not None and (inputs.span.clipped or inputs.span.note):
+        notes.insert(0, inputs.span.sentence)
     if inputs.mode is Mode.SHADOW:
         notes.insert(0, rules.SHADOW_NOTE)
     labels = frame["label"].to_numpy()
@@ -314,6 +323,10 @@ def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFram
         if n:
             notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: "
                          f"{LABEL_TEXT[lab]}")
+    tries = counts[MismatchKind.RETRIES_DIFFER.value]["total"]
+    if tries:
+        notes.append(f"{tries:,} occurrence(s) fired by both sides took a different number of attempts (retries "
+                     "compared per occurrence; listed as retries_differ, not counted against the new side)")
     both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"] - counts[MismatchKind.MISSING_ON_BOTH.value]["labelled"]
     if both:
         notes.append(f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the "
@@ -325,6 +338,10 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     """The comparison of one business over one window, with its verdict."""
     t0 = time.perf_counter()
     s = settings.match
+    precision = precision_of(inputs.source)
+    inputs = replace(inputs, legacy=floored(inputs.legacy, "trig", precision.ms),
+                     baseline_legacy=floored(inputs.baseline_legacy, "trig", precision.ms),
+                     new=floored(inputs.new, "recv", precision.ms))
     start, end = _ms(inputs.window.start), _ms(inputs.window.end)
     ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
                           xxl=inputs.source == "xxl-job", shadow=inputs.mode is Mode.SHADOW, now_ms=_ms(now))
@@ -360,7 +377,7 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         mismatches=mismatch_sample(m.mismatches, inputs.jobs, s.max_listed, inputs.quarantined),
         series=build_series(m.legacy, m.new, inputs.window, s.buckets), consumer_lag=inputs.consumer_lag,
         notes=_notes(inputs, counts, m.mismatches), thresholds=thresholds_as_dict(settings.thresholds),
-        quarantined=held, seconds=time.perf_counter() - t0)
+        quarantined=held, seconds=time.perf_counter() - t0, span=inputs.span, lag_precision=precision)
 
 
 def baseline_window(window: Window, offset: timedelta | None) -> Window:

@@ -25,7 +25,20 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dualrun.frames import FAIL, FENCED, MANUAL, MISFIRE, NONE, RETRY, SCHEDULE, SKIPPED, SUCCESS, TIMEOUT, JobInfo
+from dualrun.frames import (
+    FAIL,
+    FENCED,
+    MANUAL,
+    MISFIRE,
+    NONE,
+    RETRY,
+    SCHEDULE,
+    SKIPPED,
+    SUCCESS,
+    TIMEOUT,
+    UNFINISHED,
+    JobInfo,
+)
 from dualrun.model import Label, MismatchKind
 from dualrun.settings import MatchSettings
 
@@ -404,6 +417,11 @@ def _paired(lp: Table, np_: Table, ctx: ClassifyContext) -> list[pd.DataFrame]:
         bad_l = ((ls == FAIL) | (ls == TIMEOUT)) & (ns == SUCCESS)
         out.append(_piece(MismatchKind.FAILED_ON_NEW, job[bad_n], sched[bad_n], a=ns[bad_n]))
         out.append(_piece(MismatchKind.FAILED_ON_LEGACY, job[bad_l], sched[bad_l], a=ls[bad_l]))
+    if not ctx.shadow:
+        la, na = lp["attempts"], np_["attempts"]
+        finished = (ls != UNFINISHED) & (ns != UNFINISHED)
+        tries = finished & (la != na)
+        out.append(_piece(MismatchKind.RETRIES_DIFFER, job[tries], sched[tries], a=la[tries], b=na[tries]))
     li, ni = lp["items"], np_["items"]
     diff = li != ni
     label = np.where(ctx.flags.broadcast[job[diff]], LABEL_CODE[Label.BROADCAST_ITEMS], NO_LABEL)
@@ -438,7 +456,7 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     against the new side (labelled rollback_fence, out of the rates' reference)."""
     lf, nf = legacy.fires, new.fires
     li, ni = pair(lf, nf, _ms(ctx.settings.pair_tolerance))
-    cols = ("job", "sched", "dispatch", "status", "items")
+    cols = ("job", "sched", "dispatch", "status", "items", "attempts")
     pieces = _paired(lf.take(li, cols), nf.take(ni, cols), ctx)
     lo = lf.take(_unpaired(len(lf), li), ("fk", "job", "sched", "dispatch", "items"))
     # a legacy fire of a job the migrator quarantined: never handed over, so not missing on

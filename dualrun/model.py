@@ -52,6 +52,10 @@ class MismatchKind(enum.StrEnum):
     MISSING_ON_LEGACY = "missing_on_legacy"  # expected and fired by new, not by legacy
     UNSCHEDULED_ON_LEGACY = "unscheduled_on_legacy"  # a legacy fire no schedule explains
     MISSING_ON_BOTH = "missing_on_both"  # expected, fired by neither
+    # both fired and finished with a different number of attempts (retries) for the same
+    # occurrence: shown (a bridged run's retry policy should match legacy's), not counted
+    # against the new side: a first attempt failing on one side only is the handler's luck
+    RETRIES_DIFFER = "retries_differ"
 
     @property
     def against_new(self) -> bool:
@@ -130,6 +134,84 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompareSpan:
+    """The span a comparison covered: the window asked for, clipped at the business's
+    switches (dual-run start, cutover, rollback); `clipped` says where and why."""
+
+    requested: Window
+    window: Window
+    clipped: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def sentence(self) -> str:
+        what = f"compared {iso(self.window.start)} .. {iso(self.window.end)}"
+        if self.clipped:
+            return (f"{what} (asked {iso(self.requested.start)} .. {iso(self.requested.end)}; "
+                    + "; ".join(self.clipped) + ")")
+        return what + (f" ({self.note})" if self.note else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested.as_dict(), "window": self.window.as_dict(), "clipped": list(self.clipped),
+                "note": self.note, "sentence": self.sentence}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> CompareSpan:
+        return CompareSpan(requested=Window.from_dict(d["requested"]), window=Window.from_dict(d["window"]),
+                           clipped=tuple(d.get("clipped", ())), note=d.get("note", ""))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagPrecision:
+    """The time precision lag is compared at: the coarser of the two sides' (xxl-job's
+    trigger_time has whole seconds, the new side milliseconds), so neither side looks
+    better by truncation. Both sides' times are floored to it before lag is taken."""
+
+    legacy_ms: int
+    new_ms: int
+    legacy_source: str  # the column that sets the legacy precision
+
+    @property
+    def ms(self) -> int:
+        return max(self.legacy_ms, self.new_ms)
+
+    @property
+    def sentence(self) -> str:
+        return (f"lag compared at {_precision(self.ms)} precision, the coarser of legacy "
+                f"({self.legacy_source}: {_precision(self.legacy_ms)}) and the new side "
+                f"({_precision(self.new_ms)}); both sides' times are truncated to it")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"legacy_ms": self.legacy_ms, "new_ms": self.new_ms, "legacy_source": self.legacy_source,
+                "ms": self.ms, "sentence": self.sentence}
+
+
+def _precision(ms: int) -> str:
+    return f"{ms // 1000} s" if ms >= 1000 and ms % 1000 == 0 else f"{ms} ms"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamCatchup:
+    """The change stream of the business when it was checked (by the CLI, with the
+    migrator's catch-up check): whether the target holds every legacy edit, and how far
+    behind it is otherwise."""
+
+    caught_up: bool
+    sentence: str
+    checked_at: datetime
+    stream_id: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"caught_up": self.caught_up, "sentence": self.sentence, "checked_at": iso(self.checked_at),
+                "stream_id": self.stream_id}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> StreamCatchup:
+        return StreamCatchup(caught_up=bool(d["caught_up"]), sentence=d["sentence"],
+                             checked_at=from_iso(d["checked_at"]), stream_id=d.get("stream_id", ""))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LagStats:
     """Fire-time lag in seconds (dispatch or receipt minus the scheduled time)."""
 
@@ -154,6 +236,7 @@ class SideMeasures:
     failed: int = 0
     timed_out: int = 0
     unfinished: int = 0
+    running: int = 0  # received or started by an executor, no result yet, within the job's timeout
     late: int = 0  # fires later than late_after
     missing: int = 0  # expected occurrences this side did not fire
     expected: int = 0
@@ -284,6 +367,9 @@ class Comparison:
     legacy_business: str = ""
     seconds: float = 0.0  # compute time
     quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated (ledger: quarantined)
+    span: CompareSpan | None = None  # the window asked for and where it was clipped (None: not clipped)
+    lag_precision: LagPrecision | None = None
+    stream: StreamCatchup | None = None  # the business's change stream, when the caller checked it
 
     def __post_init__(self) -> None:
         require_aware(self.computed_at, "computed_at")
@@ -324,7 +410,7 @@ def _opt_iso(at: datetime | None) -> str | None:
 
 def _side(m: SideMeasures) -> dict[str, Any]:
     d = {k: getattr(m, k) for k in ("fires", "calls", "attempts", "retries", "duplicates", "unscheduled",
-                                     "succeeded", "failed", "timed_out", "unfinished", "late", "missing",
+                                     "succeeded", "failed", "timed_out", "unfinished", "running", "late", "missing",
                                      "expected")}
     d["success_rate"] = m.success_rate
     d["timeout_rate"] = m.timeout_rate
@@ -395,6 +481,9 @@ def as_dict(c: Comparison) -> dict[str, Any]:
         "notes": list(c.notes),
         "thresholds": dict(c.thresholds),
         "seconds": round(c.seconds, 3),
+        "span": (c.span or CompareSpan(requested=c.window, window=c.window)).as_dict(),
+        "lag_precision": None if c.lag_precision is None else c.lag_precision.as_dict(),
+        "stream": None if c.stream is None else c.stream.as_dict(),
     }
 
 
@@ -430,6 +519,11 @@ def comparison_from_dict(d: dict[str, Any]) -> Comparison:
         quarantined=tuple(QuarantinedJob(source_key=q["source_key"], job_code=q["job_code"], field=q.get("field"),
                                          reason=q.get("reason"), legacy_fires=q.get("legacy_fires", 0),
                                          legacy_calls=q.get("legacy_calls", 0)) for q in d.get("quarantined", ())),
+        span=None if d.get("span") is None else CompareSpan.from_dict(d["span"]),
+        lag_precision=None if d.get("lag_precision") is None else LagPrecision(
+            legacy_ms=d["lag_precision"]["legacy_ms"], new_ms=d["lag_precision"]["new_ms"],
+            legacy_source=d["lag_precision"]["legacy_source"]),
+        stream=None if d.get("stream") is None else StreamCatchup.from_dict(d["stream"]),
     )
 
 

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 
+from migrator.catchup import StreamCatchup
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
 from migrator.child_jobs import ChildChains, child_chains
 from migrator.model import BusinessState as B
@@ -63,6 +64,7 @@ class SwitchReport:
     fenced: int = 0  # rollback: fired records already published for >= fence_at, recorded as skipped
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the gate's: to fix before cutover, not refusals
+    stream: dict[str, object] | None = None  # cutover: the change stream's catch-up state at the gate
 
     @property
     def ok(self) -> bool:
@@ -82,8 +84,11 @@ class Link:
 class BusinessSwitch:
     def __init__(self, store: SqlTriggerStore, control: LegacyControl, clock: Clock, gate: CutoverGate | None = None,
                  *, max_verdict_age: timedelta = timedelta(hours=1), acquired_patience: timedelta = timedelta(seconds=120),
-                 fences: FencePort | None = None) -> None:
+                 fences: FencePort | None = None, catchup: StreamCatchup | None = None) -> None:
         self.store = store
+        # the change stream must hold every legacy edit before a cutover (migrator.catchup);
+        # None: not checked (no legacy binlog or stream wired)
+        self.catchup = catchup
         self.holds = LegacyHolds(store)
         # without a fence (a caller that wires none) a rollback hands over at the first
         # occurrence the new side has not published, up to one lookahead away
@@ -137,6 +142,9 @@ class BusinessSwitch:
         chains = self._child_chain_gate(biz)
         decision = self.gate.decision(biz) if self.gate is not None else None
         refusals = self._gate_refusals(decision)
+        stream = self.catchup.check(biz, current.source_system) if self.catchup is not None else None
+        if stream is not None and not stream.caught_up:
+            refusals.append(stream.sentence)
         warnings = list(decision.warnings) if decision is not None else []
         if refusals and not force:
             raise TransitionRefused(f"cutover of {biz} refused: " + "; ".join(refusals)
@@ -145,6 +153,7 @@ class BusinessSwitch:
             raise TransitionRefused("a forced cutover needs --reason: it is audited")
         report = SwitchReport(biz, current.state.value, B.CUTOVER.value, forced=bool(refusals) and force,
                               comparison_id=decision.comparison_id if decision else None, warnings=warnings)
+        report.stream = None if stream is None else stream.as_dict()
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
         report.notes += chains.notes

@@ -1,11 +1,16 @@
 """Read what a report shows from the store: the comparison, its history, the cutover states."""
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
 
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
+from dualrun.model import iso
 from dualrun.verdict import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
 from scheduler_core.store.sql import SqlTriggerStore
@@ -25,7 +30,28 @@ def load_report(store: SqlTriggerStore, business: str, *, now: datetime, compari
     series = history(store, business, limit=history_limit)
     state = next((b.state for b in fetch_businesses(store) if b.biz_code == business), None)
     return BusinessReport(business=business, generated_at=now, comparison=comparison, comparison_id=comparison_id,
-                          state=state, history=tuple(HistoryPoint.of(c) for c in series))
+                          state=state, history=tuple(HistoryPoint.of(c) for c in series),
+                          gate_stream=gate_stream(store, business))
+
+
+def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
+    """The change stream's catch-up state the cutover gate found at the business's latest
+    cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
+    a = store.t.audit
+    stmt = (select(a.c.at, a.c.detail).where(a.c.biz_code == business, a.c.to_state == "cutover",
+                                             a.c.from_state != "cutover")
+            .order_by(a.c.at.desc(), a.c.id.desc()).limit(1))
+    with store.engine.connect() as conn:
+        row = conn.execute(stmt).first()
+    if row is None:
+        return None
+    try:
+        stream = json.loads(row.detail or "{}").get("stream")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(stream, dict):
+        return None
+    return {**stream, "at": iso(datetime.fromtimestamp(int(row.at) / 1000, tz=timezone.utc))}
 
 
 def load_overview(store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None,

@@ -46,6 +46,7 @@ _ROWS: tuple[tuple[str, Any], ...] = (
     ("failed", lambda m: _int(m.failed)),
     ("timed out", lambda m: _int(m.timed_out)),
     ("unfinished", lambda m: _int(m.unfinished)),
+    ("running (received, no result yet)", lambda m: _int(m.running)),
     ("success rate", lambda m: _pct(m.success_rate)),
     ("timeout rate", lambda m: _pct(m.timeout_rate)),
 )
@@ -102,6 +103,7 @@ class BusinessReport:
     comparison_id: int | None = None
     state: str | None = None  # cutover state from dus_business
     history: tuple[HistoryPoint, ...] = ()
+    gate_stream: dict[str, Any] | None = None  # the change stream at the latest cutover's gate
 
     def content(self) -> dict[str, Any]:
         c = self.comparison
@@ -111,6 +113,7 @@ class BusinessReport:
             "comparison_id": self.comparison_id, "state": self.state, "ready": c.is_ready,
             "measure_rows": measure_rows(c.legacy, c.new, c.baseline), "noise_rows": noise_rows(c.noise),
             "history": [h.as_dict() for h in self.history],
+            "gate_stream": self.gate_stream,
             "flagged_total": sum(v.get("flagged", 0) for v in c.mismatch_counts.values()),
             "labelled_total": sum(v.get("labelled", 0) for v in c.mismatch_counts.values()),
         })

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler_core.clock import SystemClock
+from scheduler_core.executor.receipts import RECEIPT_MESSAGE
 from scheduler_core.codec import CALLBACK_TOPIC, CodecError, decode_results
 from scheduler_core.followups import Followups
 from scheduler_core.metrics import SchedulerMetrics
@@ -60,7 +61,8 @@ class ResultConsumer:
         received = self.metrics.fire_lag.labels(domain=domain, stage="received")
         started = self.metrics.fire_lag.labels(domain=domain, stage="started")
         for u in updates:
-            self._observe_lag(u, received, started)
+            if u.message != RECEIPT_MESSAGE:  # a receipt stamp: the run's result observes its lag, once
+                self._observe_lag(u, received, started)
         self.applied += changed
         self.metrics.results_applied.inc(changed)
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -87,7 +87,13 @@ class FirePipeline:
         self.settings = settings
         self.metrics = metrics
 
-    def fire(self, triggers: Sequence[Trigger], epoch: Epoch) -> FireOutcome:
+    def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
+             may_publish: Callable[[], bool] | None = None) -> FireOutcome:
+        """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
+        (the leader's fence when None, the chunk's partition fence under the registry).
+        `may_publish`, asked between the fired records and the publication, is the
+        owner's last look at its lease: the broker has no fence, so an owner that knows
+        it lost the partition (a pause past its lease) publishes nothing."""
         out = FireOutcome()
         if not triggers:
             return out
@@ -111,10 +117,16 @@ class FirePipeline:
         # on the occurrence can never be lost silently, and a deposed leader (a newer one
         # fenced the store) writes and publishes nothing; its rows stay acquired by the
         # dead epoch and the new leader reclaims them (same command ids)
-        if not self.store.put_fired_fenced(records, epoch):
+        if not self.store.put_fired_fenced(records, epoch, fence):
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
             log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
+            return out
+        if may_publish is not None and not may_publish():
+            out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
+            self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
+            log.warning("ownership of epoch %s lost before publication; %d trigger(s) left to the new owner",
+                        epoch, len(out.lost))
             return out
         # 2. publish with deliver-at = T
         published_ok = True
@@ -144,7 +156,7 @@ class FirePipeline:
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
             out.released = self.store.cas_ids(
                 Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch)
+                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=fence)
             )
             return out
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
@@ -154,7 +166,7 @@ class FirePipeline:
         for domain, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
             self.metrics.published.labels(domain=domain).inc(n)
         # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
-        self._record_outcome(plans, epoch, now, cids, out)
+        self._record_outcome(plans, epoch, now, cids, out, fence)
         return out
 
     def run_now(
@@ -288,7 +300,8 @@ class FirePipeline:
     # -- outcome ----------------------------------------------------------------------
 
     def _record_outcome(
-        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome
+        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome,
+        fence: str | None = None,
     ) -> None:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
         complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
@@ -298,7 +311,7 @@ class FirePipeline:
             ids = list(reschedule)
             changes.append(Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
-                clear_epoch=True, fence_epoch=epoch, next_fire_at=reschedule,  # type: ignore[arg-type]
+                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,  # type: ignore[arg-type]
                 last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
             ))
         if complete:
@@ -306,7 +319,7 @@ class FirePipeline:
             # from the row itself, in one statement for the whole chunk
             changes.append(Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
-                fence_epoch=epoch, fired_at_next=True,
+                fence_epoch=epoch, fence=fence, fired_at_next=True,
             ))
         winners = self.store.finish_fire(published, self.clock.now(), changes)
         if reschedule:
@@ -336,13 +349,6 @@ class FirePipeline:
                 self.metrics.misfires.labels(policy=p.trigger.misfire_policy.value).inc()
         lag = (now - min(p.occurrence for p in plans)).total_seconds()
         self.metrics.lookahead_lag.set(lag)
-
-
-def group_by_domain(triggers: Sequence[Trigger]) -> dict[str, list[Trigger]]:
-    out: dict[str, list[Trigger]] = defaultdict(list)
-    for t in triggers:
-        out[t.biz_code].append(t)
-    return out
 
 
 @dataclass

@@ -7,9 +7,19 @@ another domain's due commands wait (the original's hot-minute incident).
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from scheduler_core.model import Trigger
+
+
+def group_by_domain(triggers: Sequence[Trigger]) -> dict[str, list[Trigger]]:
+    """Triggers by business domain: the pool budgets (and admission hands chunks) per domain."""
+    out: dict[str, list[Trigger]] = defaultdict(list)
+    for t in triggers:
+        out[t.biz_code].append(t)
+    return out
 
 
 class FirePool:

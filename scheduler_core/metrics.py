@@ -53,6 +53,14 @@ class SchedulerMetrics:
         self.results_applied = Counter("switchyard_results_applied", "Fired records a result moved forward", registry=r)
         self.errors = Counter("switchyard_errors", "Errors by component (store, fire, bus, results)", ["component"], registry=r)
         self.leader = Gauge("switchyard_is_leader", "1 while this process leads", registry=r)
+        # the shard registry (scheduler_core.shards)
+        self.partitions_owned = Gauge("switchyard_partitions_owned", "Partitions this member owns", registry=r)
+        self.rebalances = Counter("switchyard_rebalances",
+                                  "Partitions taken or handed over after a membership change", registry=r)
+        self.handoff = Histogram("switchyard_handoff_seconds",
+                                 "From a partition's assignment to this member until it owned it (waiting for "
+                                 "the previous owner's release or lease expiry)", registry=r,
+                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60))
         # process-wide (see ELECTION_ERRORS); one collector may sit in several registries
         self.election_errors = ELECTION_ERRORS
         self.election_reconnects = ELECTION_RECONNECTS

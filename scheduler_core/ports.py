@@ -56,6 +56,17 @@ class Partition:
     name: str
 
 
+LEADER_FENCE = "scheduler"
+
+
+def partition_fence(partition: Partition) -> str:
+    """The fence row of one partition when partitions have owners of their own (the shard
+    registry): its epoch is the partition's current ownership, and every fenced write to
+    the partition's rows checks it. The single leader fences everything with
+    LEADER_FENCE instead."""
+    return f"partition/{partition.name or partition.index}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transition:
     """A conditional state change of a set of triggers (CAS).
@@ -64,7 +75,8 @@ class Transition:
     given); stamps are written on the winners. `next_fire_at` may differ per row (cron
     triggers each move to their own next occurrence). `fence_epoch`, when given, makes the
     change land only while that epoch is still the store's current leader epoch, so a
-    deposed leader's writes are refused.
+    deposed leader's writes are refused. `fence` names the fence row checked: the
+    leader's (None) or a partition's (`partition_fence`).
     """
 
     ids: Sequence[TriggerId]
@@ -77,6 +89,7 @@ class Transition:
     next_fire_at: Mapping[TriggerId, datetime] | None = None
     last_fired_at: Mapping[TriggerId, datetime] | None = None
     fence_epoch: Epoch | None = None
+    fence: str | None = None
     # stamp last_fired_at = the row's own next_fire_at (a one-shot completing): one
     # set-based UPDATE instead of one statement per row
     fired_at_next: bool = False
@@ -165,21 +178,24 @@ class TriggerStore(Protocol):
         (the hot path: the caller already holds what it needs)."""
 
     @abstractmethod
-    def claim_epoch(self, epoch: Epoch) -> bool:
-        """Record epoch as the store's current leader epoch if it is newer than the one
-        recorded; True when epoch is now current. Fenced writes check it."""
+    def claim_epoch(self, epoch: Epoch, fence: str | None = None) -> bool:
+        """Record epoch as the fence's current epoch (the leader's fence when None, or a
+        partition's) if it is newer than the one recorded; True when epoch is now current.
+        Fenced writes check it."""
 
     @abstractmethod
-    def current_epoch(self) -> Epoch: ...
+    def current_epoch(self, fence: str | None = None) -> Epoch:
+        """The fence's current epoch (0 for a partition fence never claimed)."""
 
     @abstractmethod
     def put_fired(self, records: Sequence[FiredRecord]) -> int:
         """Insert records that do not exist yet (by command_id); returns how many were new."""
 
     @abstractmethod
-    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch) -> bool:
-        """put_fired, only while `epoch` is the store's current leader epoch: the fence is
-        read in the same transaction, before the insert. False: fenced, nothing written."""
+    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch, fence: str | None = None) -> bool:
+        """put_fired, only while `epoch` is the fence's current epoch (the leader's fence
+        when None): the fence is read in the same transaction, before the insert. False:
+        fenced, nothing written."""
 
     @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
@@ -356,6 +372,65 @@ class Election(Protocol):
 
     @abstractmethod
     def resign(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+# --- shard registry ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """A partition's current owner and the ownership's fencing epoch."""
+
+    partition: int
+    member: str
+    epoch: Epoch
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryView:
+    """The registry as read at one revision: live members (id -> what each published)
+    and partition owners."""
+
+    revision: int
+    members: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    owners: Mapping[int, Ownership] = field(default_factory=dict)
+
+
+class Registry(Protocol):
+    """One member of the shard registry: a lease, and partitions owned under it. A
+    partition is taken only while nobody owns it; its epoch strictly increases per
+    partition and fences the store's writes to it."""
+
+    member: str
+
+    @abstractmethod
+    def join(self) -> None:
+        """Join (again, after a lost lease) with a new lease."""
+
+    @abstractmethod
+    def alive(self) -> bool:
+        """False as soon as the lease is known or feared lost."""
+
+    @abstractmethod
+    def view(self) -> RegistryView: ...
+
+    @abstractmethod
+    def take(self, partition: int) -> Epoch | None:
+        """Own the partition if nobody does: the ownership's epoch, or None."""
+
+    @abstractmethod
+    def release(self, partition: int, epoch: Epoch) -> None: ...
+
+    @abstractmethod
+    def wait_change(self, timeout: float) -> bool:
+        """Block until the registry changed or the timeout passed."""
+
+    @abstractmethod
+    def leave(self) -> None:
+        """Leave at once: every partition still owned is freed with the lease."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from scheduler_core.acquire import PartitionAcquirer, TickResult
+from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.errors import StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerState
-from scheduler_core.ports import Clock, Election, MessageBus, Transition, TriggerStore
+from scheduler_core.model import Epoch, Trigger, TriggerId
+from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
+from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,11 @@ class CoreStats:
 
 
 class SchedulerCore:
-    """The leader's work for one epoch."""
+    """The leader's work for one epoch: every partition, fenced by the leader's epoch.
+
+    Under the shard registry a member's core starts with no partition (`partitions=[]`)
+    and is given each partition it takes with that partition's own epoch and fence
+    (`own`), and loses it again (`disown`)."""
 
     def __init__(
         self,
@@ -66,6 +72,7 @@ class SchedulerCore:
         metrics: SchedulerMetrics | None = None,
         *,
         inline: bool = False,
+        partitions: Sequence[Partition] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -74,39 +81,89 @@ class SchedulerCore:
         self.metrics = metrics or SchedulerMetrics()
         self.stats = CoreStats()
         self._lock = threading.Lock()
-        # One admission at a time across the partition loops: a tick reads the pool's free
-        # capacity and domain budgets before its SELECT and spends them at submit, so loops
-        # ticking side by side each saw the same headroom and acquired what the pool then
-        # refused (released, selected and acquired again: 1.5x the acquisitions for the
-        # same fires, and twice the ticks, in bench/admission). The loops still each own
-        # their partition; only the admit step (select, CAS, hand-off) is serialized, and
-        # the fire pool's work runs outside it.
-        self._admit = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.admission = Admission()
         self._in_flight: set[TriggerId] = set()
+        # triggers queued or firing, per fence: a partition handed over on purpose is
+        # released only once its own chunks are done
+        self._pending: Counter[str | None] = Counter()
+        # fences whose ownership was lost: their queued chunks are dropped, not fired (the
+        # new owner reclaims those rows after their deadline, same command ids)
+        self._revoked: set[tuple[str | None, Epoch]] = set()
+        # under the registry: the member's lease is known alive (asked before publishing)
+        self.ownership_alive: Callable[[], bool] = lambda: True
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
-        self.acquirers = [
-            PartitionAcquirer(p, store, self.pool, self._fire_chunk, clock, self.settings, self.metrics, epoch,
-                              on_submitted=self._queued)
-            for p in store.partitions()
-        ]
-        self._last_reclaim = -1e18
+        self.acquirers = [self._acquirer(p, epoch, None)
+                          for p in (store.partitions() if partitions is None else partitions)]
+        self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
 
-    def _queued(self, chunk: Sequence[Trigger], queued: bool) -> None:
+    def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
+        return PartitionAcquirer(partition, self.store, self.pool, self._fire_chunk, self.clock, self.settings,
+                                 self.metrics, epoch, fence=fence,
+                                 on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence))
+
+    def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
+        """Admit `partition` from now on as its owner of `epoch` (the registry handed it
+        over and the store's partition fence was claimed with that epoch)."""
+        acq = self._acquirer(partition, epoch, partition_fence(partition))
+        # not under the admission lock: a take must not wait for another partition's tick
+        # (the list is replaced, never changed in place, so a reclaim pass keeps its own)
+        with self._lock:
+            self._revoked.discard((acq.fence, epoch))
+            self.acquirers = [a for a in self.acquirers if a.partition.index != partition.index] + [acq]
+        return acq
+
+    def disown(self, acq: PartitionAcquirer, *, lost: bool, timeout: float = 30.0) -> bool:
+        """Stop admitting `acq`'s partition. Lost (the lease expired, a newer owner may be
+        admitting): its queued chunks are dropped. Handed over on purpose: wait, at most
+        `timeout`, until its chunks are done; True when none is left."""
+        with self.admission.lock, self._lock:
+            self.acquirers = [a for a in self.acquirers if a is not acq]
+            if lost:
+                self._revoked.add((acq.fence, acq.epoch))
+                return True
+            return self._idle.wait_for(lambda: self._pending[acq.fence] <= 0, timeout)
+
+    def _may_publish(self, fence: str, epoch: Epoch) -> bool:
+        with self._lock:
+            if (fence, epoch) in self._revoked:
+                return False
+        return self.ownership_alive()
+
+    def _is_in_flight(self, trigger_id: TriggerId) -> bool:
+        with self._lock:
+            return trigger_id in self._in_flight
+
+    def _queued(self, chunk: Sequence[Trigger], queued: bool, fence: str | None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             if queued:
                 self._in_flight.update(ids)
+                self._pending[fence] += len(chunk)
             else:
                 self._in_flight.difference_update(ids)
+                self._done(fence, len(chunk))
 
-    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch) -> None:
+    def _done(self, fence: str | None, n: int) -> None:
+        self._pending[fence] = max(0, self._pending[fence] - n)
+        self._idle.notify_all()
+
+    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
+            dropped = (fence, epoch) in self._revoked
         try:
-            out = self.pipeline.fire(chunk, epoch)
+            if dropped:
+                log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
+                            "new owner", fence, epoch, len(ids))
+                return
+            if fence is None:
+                out = self.pipeline.fire(chunk, epoch)
+            else:
+                out = self.pipeline.fire(chunk, epoch, fence, lambda: self._may_publish(fence, epoch))
             with self._lock:
                 self.stats.add(out)
         except Exception as exc:  # a chunk must never kill the pool thread
@@ -120,10 +177,10 @@ class SchedulerCore:
         finally:
             with self._lock:
                 self._in_flight.difference_update(ids)
+                self._done(fence, len(chunk))
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
-        with self._admit:
-            result = acquirer.tick()
+        result = self.admission.tick(acquirer)
         with self._lock:
             self.stats.ticks += 1
             self.stats.acquired += result.acquired
@@ -139,45 +196,17 @@ class SchedulerCore:
         return results
 
     def reclaim_if_due(self) -> int:
-        now_mono = self.clock.monotonic()
-        if now_mono - self._last_reclaim < self.settings.reclaim_interval.total_seconds():
-            return 0
-        self._last_reclaim = now_mono
-        return self.reclaim()
+        return self._count_reclaimed(self.reclaimer.reclaim_if_due(self.acquirers))
 
     def reclaim(self) -> int:
         """Acquired rows past their deadline whose owner is not firing them here: a dead
         epoch's work, or this epoch's chunk that failed. Fired again, same command ids."""
-        now = self.clock.now()
-        total = 0
-        for acq in self.acquirers:
-            with self._admit:  # it hands chunks to the pool too (see _admit)
-                total += self._reclaim_partition(acq, now)
-        with self._lock:
-            self.stats.reclaimed += total
-        return total
+        return self._count_reclaimed(self.reclaimer.reclaim(self.acquirers))
 
-    def _reclaim_partition(self, acq: PartitionAcquirer, now: datetime) -> int:
-        total = 0
-        expired = self.store.select_expired(acq.partition, now, None, self.settings.batch_size)
+    def _count_reclaimed(self, n: int) -> int:
         with self._lock:
-            expired = [t for t in expired if t.id not in self._in_flight]
-        by_epoch: dict[Epoch | None, list[TriggerId]] = {}
-        for t in expired:
-            if t.id is not None:
-                by_epoch.setdefault(t.owner_epoch, []).append(t.id)
-        for old_epoch, ids in by_epoch.items():
-            won = self.store.cas(Transition(
-                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
-                expected_epoch=old_epoch, epoch=self.epoch, deadline=now + self.settings.acquire_deadline,
-                fence_epoch=self.epoch,
-            ))
-            if won:
-                log.warning("reclaimed %d trigger(s) of epoch %s past their deadline", len(won), old_epoch)
-                self.metrics.reclaimed.inc(len(won))
-                acq.submit(won)
-                total += len(won)
-        return total
+            self.stats.reclaimed += n
+        return n
 
     def drain(self, timeout: float = 30.0) -> bool:
         return self.pool.wait_idle(timeout)
@@ -247,32 +276,12 @@ class Scheduler:
         self.status.terms += 1
         self.status.stats = core.stats
         self.metrics.leader.set(1)
-        lost = threading.Event()
-
-        def loop(acq: PartitionAcquirer) -> None:
-            while not stop.is_set() and not lost.is_set():
-                if not self.election.is_leader():
-                    lost.set()
-                    return
-                try:
-                    result = core.tick(acq)
-                    wait = result.wait.total_seconds()
-                except Exception:
-                    self.metrics.errors.labels(component="store").inc()
-                    log.exception("partition %s: tick failed; retrying", acq.partition.name)
-                    wait = 1.0
-                # waits are cut short by a stop or a lost leadership
-                if wait > 0 and (stop.wait(min(wait, 1.0)) or lost.is_set()):
-                    return
-
-        threads = [threading.Thread(target=loop, args=(a,), name=f"acquire-{a.partition.name}", daemon=True)
-                   for a in core.acquirers]
-        for t in threads:
-            t.start()
+        loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
+        for loop in loops:
+            loop.start()
         try:
-            while not stop.is_set() and not lost.is_set():
+            while not stop.is_set() and not any(loop.lost.is_set() for loop in loops):
                 if not self.election.is_leader():
-                    lost.set()
                     break
                 try:
                     core.reclaim_if_due()
@@ -281,10 +290,11 @@ class Scheduler:
                     log.exception("reclaim failed; retrying")
                 stop.wait(0.2)
         finally:
-            deposed = not stop.is_set()
-            lost.set()
-            for t in threads:
-                t.join(timeout=10)
+            deposed = not stop.is_set()  # any way out but a stop is a lost leadership
+            for loop in loops:
+                loop.halt()
+            for loop in loops:
+                loop.join(timeout=10)
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
                 # publish duplicates (the fence refuses their outcome anyway)
@@ -300,18 +310,24 @@ class Scheduler:
                 self.election.resign()
 
     def _consume(self, stop: threading.Event) -> None:
-        consumer: ResultConsumer | None = None
-        try:
-            while not stop.is_set():
-                try:
-                    if consumer is None:  # the bus may be down at start: subscribe with the retries
-                        consumer = ResultConsumer(self.bus, self.store, self.metrics, clock=self.clock,
-                                                  settings=self.settings)
-                    consumer.poll()
-                except (StoreError, Exception) as exc:
-                    self.metrics.errors.labels(component="results").inc()
-                    log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
-                    stop.wait(1.0)
-        finally:
-            if consumer is not None:
-                consumer.close()
+        consume_results(self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings)
+
+
+def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, stop: threading.Event, *,
+                    clock: Clock | None = None, settings: SchedulerSettings | None = None) -> None:
+    """Apply results from the callback topic until stopped (every scheduler process does,
+    leading or not: the subscription is shared)."""
+    consumer: ResultConsumer | None = None
+    try:
+        while not stop.is_set():
+            try:
+                if consumer is None:  # the bus may be down at start: subscribe with the retries
+                    consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings)
+                consumer.poll()
+            except (StoreError, Exception) as exc:
+                metrics.errors.labels(component="results").inc()
+                log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                stop.wait(1.0)
+    finally:
+        if consumer is not None:
+            consumer.close()

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import Connection, Engine
 
+    from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
     from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
@@ -66,6 +67,14 @@ class DualRunGate:
             return None
         return GateDecision(ready=v.is_ready, comparison_id=v.comparison_id, computed_at=v.computed_at,
                             reasons=tuple(v.reasons), warnings=tuple(v.warnings))
+
+
+def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str) -> "StreamCatchup | None":
+    """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
+    binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
+    from migrator.catchup import StreamCatchup
+
+    return StreamCatchup(store, legacy, tz=tz) if legacy.dialect.name in ("mysql", "mariadb") else None
 
 
 def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> "LegacyControl":

@@ -60,6 +60,7 @@ from scheduler_core.executor.context import ExecutionContext, Handler, HandlerRe
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
+from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
@@ -107,6 +108,7 @@ class Executor:
         remember: int = 100_000,
         compact_results: bool = True,
         fences: FenceView | None = None,
+        receipt_after: timedelta | None = timedelta(seconds=1),
     ) -> None:
         self.bus = bus
         self.domain = domain
@@ -122,6 +124,10 @@ class Executor:
         self._inbox: queue.SimpleQueue[PackRun | None] = queue.SimpleQueue()
         self._outbox: ResultOutbox | None = None
         self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
+        # a run still going `receipt_after` after its receipt is stamped received at once
+        # (receipts.py); None: the times travel with the result only
+        self.receipts = None if receipt_after is None else ReceiptStamps(
+            bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{domain}-receipts")
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
         self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
         self._done_items = 0
@@ -268,10 +274,15 @@ class Executor:
         idx, param = env.items[0]
         received_ms = self.clock.now_ms()
         started = time.monotonic()
+        receipts = self.receipts
+        if receipts is not None:
+            receipts.begin(env, received_ms)
         try:
             value = fn(ExecutionContext.of(env, idx, param, 0))
         except Exception:
             value = failed_now()
+        if receipts is not None:
+            receipts.end(env)
         if value is not None and value is not True:
             # not a plain success: judged, retried with back-off, finished as usual
             run = EnvelopeRun(env, fn, pack.share, received_ms, received_ms, None, True)
@@ -345,6 +356,8 @@ class Executor:
 
     def _work(self, run: EnvelopeRun) -> bool:
         """Run the items on this thread; False if the watchdog took the run over."""
+        if self.receipts is not None:
+            self.receipts.begin(run.env, run.received_ms)
         try:
             if _watched(run):
                 self._watchdog.watch(run)
@@ -357,6 +370,8 @@ class Executor:
             self._finish(run)
         except Exception:
             self._watchdog.unwatch(run)
+            if self.receipts is not None:
+                self.receipts.end(run.env)
             self._failed(run.received)  # type: ignore[arg-type]
             run.mark_done()
         return True
@@ -452,6 +467,8 @@ class Executor:
         finished without running, e.g. shadow, or skipped by a fence); None: the letters
         the run recorded."""
         env = run.env
+        if self.receipts is not None:
+            self.receipts.end(env)
         n = len(env.items)
         now_ms = self.clock.now_ms()
         letters = "".join(run.letters) if letter is None else (letter if len(letter) == n else letter * n)
@@ -508,6 +525,8 @@ class Executor:
 
     def close(self) -> None:
         self._watchdog.close()
+        if self.receipts is not None:
+            self.receipts.close()
         self.sub.close()
         if self._own_fences:
             self.fences.close()

@@ -12,10 +12,10 @@ from sqlalchemy import func, inspect, select, text
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
-from scheduler_core.ports import Partition
+from scheduler_core.ports import LEADER_FENCE, Partition
 from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
 
-FENCE_NAME = "scheduler"
+FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
 _PARTITION_NAME = re.compile(r"^p[0-9]{1,4}$")
 
 

@@ -81,7 +81,14 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # their compiled form instead of building the expression tree per call)
         j, fence = self.t.job, self.t.fence
         self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
-        self._fence_epoch = select(fence.c.epoch).where(fence.c.name == FENCE_NAME)
+        self._fence_epoch = select(fence.c.epoch).where(fence.c.name == bindparam("fence_name"))
+        # On MariaDB/MySQL the fired-record insert reads the fence with a shared lock (LOCK
+        # IN SHARE MODE): a claim of a newer epoch waits for an insert that read the old
+        # one to commit, and one that committed first is seen, so no insert of a deposed
+        # owner lands after its successor claimed the fence. TiDB refuses that clause
+        # (a no-op at best), SQLite writes one at a time: a plain read there, as before.
+        self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
+        self._shared_fence_read: bool | None = None
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
 
@@ -299,7 +306,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             # last check and this write still cannot land it.
             conds.append(f"EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark}"
                          f" AND epoch = {int(change.fence_epoch)})")
-            cond_params.append(FENCE_NAME)
+            cond_params.append(change.fence or FENCE_NAME)
         nexts, lasts, versions = change.next_fire_at or {}, change.last_fired_at or {}, change.expected_version
         matched = 0
         for chunk in _chunks(ids):
@@ -335,21 +342,31 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     # --- fencing -----------------------------------------------------------------------
 
-    def claim_epoch(self, epoch: Epoch) -> bool:
-        fence = self.t.fence
+    def claim_epoch(self, epoch: Epoch, fence: str | None = None) -> bool:
+        f = self.t.fence
+        name = fence or FENCE_NAME
+        now = self.clock.now_ms()
         with self.engine.begin() as conn:
-            conn.execute(
-                update(fence)
-                .where(fence.c.name == FENCE_NAME, fence.c.epoch < epoch)
-                .values(epoch=epoch, updated_at=self.clock.now_ms())
-            )
-            current = conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()
+            raised = conn.execute(
+                update(f).where(f.c.name == name, f.c.epoch < epoch).values(epoch=epoch, updated_at=now)
+            ).rowcount
+            if not raised and fence is not None:
+                # a partition's first owner: its fence row does not exist yet (the leader's
+                # is made at init). A concurrent first claim may insert it first.
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(f).values(name=name, epoch=epoch, updated_at=now))
+                except IntegrityError:
+                    conn.execute(update(f).where(f.c.name == name, f.c.epoch < epoch)
+                                 .values(epoch=epoch, updated_at=now))
+            current = conn.execute(select(f.c.epoch).where(f.c.name == name)).scalar_one()
         return int(current) == int(epoch)
 
-    def current_epoch(self) -> Epoch:
-        fence = self.t.fence
+    def current_epoch(self, fence: str | None = None) -> Epoch:
+        f = self.t.fence
         with self.engine.connect() as conn:
-            return Epoch(int(conn.execute(select(fence.c.epoch).where(fence.c.name == FENCE_NAME)).scalar_one()))
+            value = conn.execute(select(f.c.epoch).where(f.c.name == (fence or FENCE_NAME))).scalar_one_or_none()
+        return Epoch(int(value or 0))
 
     # --- fired records -----------------------------------------------------------------
 
@@ -359,17 +376,24 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         with self.engine.begin() as conn:
             return self._insert_fired(conn, records)
 
-    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch) -> bool:
+    def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch, fence: str | None = None) -> bool:
         with self.engine.begin() as conn:
             # The fence read is this transaction's first read, so it sees the latest
             # committed epoch (InnoDB takes its snapshot there; TiDB at BEGIN, a few ms
             # earlier); the outcome CAS re-checks the fence inside its UPDATE anyway.
-            current = conn.execute(self._fence_epoch).scalar_one()
-            if int(current) != int(epoch):
+            read = self._fence_epoch_shared if self._lock_fence_reads(conn) else self._fence_epoch
+            current = conn.execute(read, {"fence_name": fence or FENCE_NAME}).scalar_one_or_none()
+            if current is None or int(current) != int(epoch):
                 return False
             if records:
                 self._insert_fired(conn, records)
         return True
+
+    def _lock_fence_reads(self, conn: Connection) -> bool:
+        if self._shared_fence_read is None:
+            version = str(conn.exec_driver_sql("SELECT VERSION()").scalar()) if result_joins.is_mysql(conn) else ""
+            self._shared_fence_read = bool(version) and "tidb" not in version.lower()
+        return self._shared_fence_read
 
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
         # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain

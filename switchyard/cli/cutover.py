@@ -16,7 +16,7 @@ from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from scheduler_core.ports import MessageBus
 from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import DualRunGate, fence_service, legacy_control, legacy_switches, open_bus, open_store
+from switchyard.wiring import DualRunGate, fence_service, stream_catchup, legacy_control, legacy_switches, open_bus, open_store
 
 legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
 tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
@@ -39,7 +39,8 @@ def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 360
         try:
             yield BusinessSwitch(store, control, store.clock, DualRunGate(store),
                                  max_verdict_age=timedelta(seconds=max_age_s),
-                                 fences=fence_service(store, bus) if bus is not None else None)
+                                 fences=fence_service(store, bus) if bus is not None else None,
+                                 catchup=stream_catchup(store, control.engine, tz))  # type: ignore[attr-defined]
         finally:
             control.engine.dispose()  # type: ignore[attr-defined]
     finally:
@@ -82,6 +83,8 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
         click.echo(f"  note: {n}")
     for w in report.warnings:
         click.echo(f"  warning: {w}")
+    if report.stream is not None:
+        click.echo(f"  stream: {report.stream['sentence']}")
 
 
 def _refused(fn):  # type: ignore[no-untyped-def]

@@ -17,7 +17,7 @@ import click
 
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
-from dualrun.model import Comparison, as_dict, iso
+from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
 from dualrun.verdict import put_comparison
@@ -31,7 +31,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
 from switchyard.cli.options import pulsar_admin, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import legacy_reader, open_bus, open_store
+from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -133,7 +133,23 @@ class Sources:
         source = self.source or _stored_source(self.store, business)
         result = compare_business(self.store, self.reader(source), request, settings=settings, now=now,
                                   probe=self.probe)
+        result = replace(result, stream=self.stream_state(business, source, now))
         return result, put_comparison(self.store, result)
+
+    def stream_state(self, business: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
+        """The business's change stream now (no waiting), as the cutover gate will judge it;
+        None when no stream follows it or the legacy database has no binlog."""
+        legacy = make_engine(self.legacy_url)
+        try:
+            check = stream_catchup(self.store, legacy, self.legacy_tz)
+            if check is None:
+                return None
+            check.wait = timedelta(0)
+            state = check.check(business, source.value)
+        finally:
+            legacy.dispose()
+        return None if state is None else StreamCatchup(caught_up=state.caught_up, sentence=state.sentence,
+                                                        checked_at=now, stream_id=state.stream_id)
 
 
 def _stored_source(store: SqlTriggerStore, business: str) -> SourceSystem:
@@ -223,6 +239,10 @@ def render_text(c: Comparison, comparison_id: int) -> str:
         rate = "n/a" if m.success_rate is None else f"{m.success_rate * 100:.1f}%"
         p99 = "n/a" if m.lag.p99 is None else f"{m.lag.p99:.3g} s"
         lines.append(f"  {name:<8} {m.fires:>8,} fires {m.calls:>8,} calls  p99 lag {p99:<9} success {rate}")
+    if c.lag_precision is not None:
+        lines.append(f"  {c.lag_precision.sentence}")
+    if c.stream is not None:
+        lines.append(f"  stream: {c.stream.sentence}")
     lines += [f"  note: {n}" for n in c.notes]
     return "\n".join(lines)
 
@@ -307,3 +327,83 @@ def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
                           + "".join(f"\n  - {r}" for r in result.reasons)
                           + "".join(f"\n  ! {w}" for w in result.warnings)))
     return result
+
+
+@dualrun.command("watch-cutover", epilog="""\b
+Example:
+  switchyard dualrun watch-cutover --business reminder --legacy-url mysql+pymysql://ro@db/xxl_job \\
+      --every 1m --metrics-port 9464
+
+Exit codes: 0 nothing missing, doubled or late in any check; 1 some were (or a check
+failed); 2 bad arguments; 3 a database unreachable.""")
+@click.option("--business", "businesses", multiple=True,
+              help="Cut-over business to watch (repeatable; default: every business in cutover).")
+@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between checks.")
+@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N checks of each business.")
+@click.option("--lookback", default=None, callback=_duration,
+              help="Check at most this far back (default: everything since the cutover).")
+@click.option("--late-after", default=None, callback=_duration, help="A fire received later than this is late "
+                                                                      "(default 5s).")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve the gauges (switchyard_after_cutover_fires) on 127.0.0.1:PORT/metrics.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per check.")
+@store_url
+@click.option("--legacy-url", required=True, help="URL of the legacy database: the migrated definitions' schedules.")
+@click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
+              help="Legacy system (default: the business's source system in the store).")
+@click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
+@cli_errors
+@domain_errors
+def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None, lookback: timedelta | None,
+                      late_after: timedelta | None, metrics_port: int | None, as_json: bool, url: str,
+                      legacy_url: str, source: str | None, legacy_tz: str) -> None:
+    """After the switch: check cut-over businesses against their expected occurrences (no
+    legacy side): missing, doubled (by command id) and late fires, until SIGTERM (or
+    --max-runs); a Prometheus gauge per business and kind."""
+    from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover, cutover_time
+    from dualrun.settings import MatchSettings
+    from switchyard.cli.signals import stop_event
+
+    sources = Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_tz,
+                      source=SourceSystem(source) if source else None, settings_file={}, base=CompareSettings(),
+                      probe=None, readers={})
+    settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
+    names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "cutover"]
+    if not names:
+        raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)
+    for name in names:  # a business never cut over is a wrong argument, said before the watch starts
+        try:
+            cutover_time(sources.store, name)
+        except NotCutOver as exc:
+            sources.store.engine.dispose()
+            raise CliFailure(str(exc), exitcodes.USAGE) from None
+    gauges = AfterCutoverGauges()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1", registry=gauges.registry)
+    stop = stop_event()
+    problems = failures = runs = 0
+    try:
+        while not stop.is_set():
+            for name in names:
+                src = sources.source or _stored_source(sources.store, name)
+                try:
+                    result = check_after_cutover(sources.store, sources.reader(src), name, source=src,
+                                                 settings=settings, now=sources.store.clock.now(), lookback=lookback)
+                except DualRunError as exc:
+                    failures += 1
+                    click.echo(f"{name}: check failed: {exc}", err=True)
+                    continue
+                gauges.record(result)
+                problems += int(not result.ok)
+                click.echo(redact(json.dumps(result.as_dict(), ensure_ascii=False) if as_json else
+                                  result.sentence + "".join(f"\n  - {f.kind} {f.job_code} {iso(f.scheduled_at)}: "
+                                                            f"{f.detail}" for f in result.findings)))
+            runs += 1
+            if max_runs is not None and runs >= max_runs:
+                break
+            stop.wait(every.total_seconds())
+    finally:
+        sources.store.engine.dispose()
+    sys.exit(exitcodes.FAILED if problems or failures else exitcodes.OK)

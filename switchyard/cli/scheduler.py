@@ -43,18 +43,27 @@ def scheduler() -> None:
 @click.option("--reclaim-interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds.")
 @click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
 @click.option("--fire-workers", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--shards", is_flag=True,
+              help="Join the etcd shard registry and own a share of the partitions (with the other members) "
+                   "instead of campaigning for the single leadership.")
+@click.option("--registry-prefix", default="/switchyard/shards", show_default=True,
+              help="The shard registry's etcd key prefix (with --shards).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--log-level", default="INFO", show_default=True)
 @cli_errors
 def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, election_url: str, election_key: str, name: str,
             lease_ttl: float, lookahead: float, idle_wait: float, acquire_deadline: float, reclaim_interval: float,
-            batch: int, fire_workers: int, metrics_port: int, log_level: str) -> None:
-    """Campaign for leadership; while leading, admit and fire; always apply results."""
+            batch: int, fire_workers: int, shards: bool, registry_prefix: str, metrics_port: int,
+            log_level: str) -> None:
+    """Campaign for leadership (or, with --shards, join the registry); while leading (for the
+    partitions owned), admit and fire; always apply results."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if shards and not election_url.startswith("http://"):
+        raise click.BadParameter("--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)",
+                                 param_hint="--election")
     store = open_store(url)
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
                    topic_prefix=topic_prefix)
-    election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
     settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait),
                                  acquire_deadline=timedelta(seconds=acquire_deadline),
                                  reclaim_interval=timedelta(seconds=reclaim_interval), batch_size=batch,
@@ -68,6 +77,24 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
     if metrics_port:
         metrics.serve(metrics_port)
     stop = stop_event()
+    if shards:
+        from scheduler_core.election.registry import EtcdRegistry  # etcd's client only when used
+        from scheduler_core.shards import ShardedScheduler
+
+        registry = EtcdRegistry(election_url, member=name, ttl=timedelta(seconds=lease_ttl), prefix=registry_prefix,
+                                info={"pid": os.getpid(), "host": socket.gethostname()})
+        member = ShardedScheduler(store, bus, registry, store.clock, settings, metrics)
+        log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
+        try:
+            member.run(stop)
+        finally:
+            registry.close()
+            bus.close()
+            store.engine.dispose()
+        log.info("scheduler %s stopped (%d incarnation(s), %d rebalance(s))", name, member.status.incarnations,
+                 member.status.rebalances)
+        return
+    election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
     sched = Scheduler(store, bus, election, store.clock, settings, metrics)
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
@@ -77,6 +104,43 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
         bus.close()
         store.engine.dispose()
     log.info("scheduler %s stopped after %d term(s)", name, sched.status.terms)
+
+
+@scheduler.command("members")
+@click.option("--election", "election_url", default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", ""),
+              show_default="$SWITCHYARD_ETCD_URL", help="The etcd URL http://HOST:PORT of the shard registry.")
+@click.option("--registry-prefix", default="/switchyard/shards", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@cli_errors
+def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
+    """The shard registry's live members, the partitions each owns (with their epochs), and
+    partitions waiting for an owner."""
+    if not election_url.startswith("http://"):
+        raise click.BadParameter("an etcd URL http://HOST:PORT is needed", param_hint="--election")
+    from scheduler_core.election.registry import read_registry
+
+    view = read_registry(election_url, registry_prefix)
+    members = {m: {"info": dict(info), "partitions": {}} for m, info in sorted(view.members.items())}
+    orphans: dict[int, dict[str, object]] = {}
+    for index, own in sorted(view.owners.items()):
+        if own.member in members:
+            members[own.member]["partitions"][index] = own.epoch  # type: ignore[index]
+        else:
+            orphans[index] = {"member": own.member, "epoch": own.epoch}
+    if as_json:
+        click.echo(json.dumps({"revision": view.revision, "members": [
+            {"member": m, "info": body["info"],
+             "partitions": [{"partition": p, "epoch": e} for p, e in body["partitions"].items()]}  # type: ignore[attr-defined]
+            for m, body in members.items()], "owned_by_departed": [
+            {"partition": p, **o} for p, o in orphans.items()]}))
+        return
+    click.echo(f"shard registry {registry_prefix} at revision {view.revision}: {len(members)} member(s)")
+    for m, body in members.items():
+        parts = body["partitions"]
+        shown = ", ".join(f"p{p}@{e}" for p, e in parts.items()) or "-"  # type: ignore[attr-defined]
+        click.echo(f"  {m:<28} {len(parts):>4} partition(s)  {shown}")  # type: ignore[arg-type]
+    for p, o in orphans.items():
+        click.echo(f"  partition {p}: still held by {o['member']} (epoch {o['epoch']}), not a live member")
 
 
 @scheduler.command("stats")

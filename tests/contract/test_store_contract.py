@@ -139,6 +139,37 @@ def test_fencing_refuses_a_deposed_epoch(store: SqlTriggerStore, clock: ManualCl
     assert len(new) == 1
 
 
+def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(store: SqlTriggerStore,
+                                                                         clock: ManualClock) -> None:
+    from scheduler_core.model import FiredRecord, command_id
+    from scheduler_core.ports import partition_fence
+
+    (trig,) = _seed(store, clock, 1)
+    assert trig.id is not None
+    p0, p1 = (partition_fence(p) for p in store.partitions()[:2])
+    assert store.current_epoch(p0) == 0, "a partition fence never claimed reads as epoch 0"
+    assert store.claim_epoch(Epoch(7), p0) and store.claim_epoch(Epoch(3), p1)
+    assert store.claim_epoch(Epoch(9), p0), "the next owner of p0"
+    assert not store.claim_epoch(Epoch(8), p0), "an older ownership cannot take the fence back"
+    assert store.current_epoch(p0) == 9 and store.current_epoch(p1) == 3 and store.current_epoch() == 0
+    # the deposed owner of p0 (epoch 7) can neither acquire nor write fired records
+    stale = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(7), deadline=clock.now(),
+                                 fence_epoch=Epoch(7), fence=p0))
+    assert stale == []
+    rec = FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, 0), trigger_id=trig.id,
+                      job_code=trig.job_code, biz_code=trig.biz_code, scheduled_at=trig.next_fire_at,
+                      epoch=Epoch(7), fired_at=clock.now())
+    assert not store.put_fired_fenced([rec], Epoch(7), p0)
+    assert store.get_fired([rec.command_id]) == {}
+    # p1's fence is not p0's: epoch 9 checked against p1 is refused too
+    assert store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(9), deadline=clock.now(),
+                                fence_epoch=Epoch(9), fence=p1)) == []
+    won = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(9), deadline=clock.now(),
+                               fence_epoch=Epoch(9), fence=p0))
+    assert len(won) == 1
+    assert store.put_fired_fenced([rec], Epoch(9), p0) and rec.command_id in store.get_fired([rec.command_id])
+
+
 def test_expired_acquisitions_of_other_epochs(store: SqlTriggerStore, clock: ManualClock) -> None:
     triggers = _seed(store, clock, 4)
     ids = [t.id for t in triggers if t.id is not None]

@@ -142,6 +142,16 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("dualrun-watch-every-0", ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}",
                                "--every", "0s"], USAGE),
     ("dualrun-start-missing-business", ["dualrun", "start", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
+    ("dualrun-watch-cutover-every-0", ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url",
+                                       "{legacy}", "--every", "0s"], USAGE),
+    ("dualrun-watch-cutover-not-cut-over", ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}",
+                                            "--legacy-url", "{legacy}", "--max-runs", "1"], USAGE),
+    ("dualrun-watch-cutover-bad-url", ["dualrun", "watch-cutover", "--business", BIZ, "--url", BAD, "--legacy-url",
+                                       "{legacy}", "--max-runs", "1"], USAGE),
+    ("dualrun-watch-cutover-unreachable", ["dualrun", "watch-cutover", "--business", BIZ, "--url", UNREACHABLE,
+                                           "--legacy-url", "{legacy}", "--max-runs", "1"], DOWN),
+    ("dualrun-watch-cutover-no-schema", ["dualrun", "watch-cutover", "--business", BIZ, "--source", "batch-center",
+                                         "--url", "{empty}", "--legacy-url", "{legacy}", "--max-runs", "1"], SCHEMA),
     ("report-unknown-option", ["report", "--bogus"], USAGE),
     ("status-unknown-option", ["status", "--bogus"], USAGE),
     ("cutover-missing-business", ["cutover", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
@@ -228,6 +238,8 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-run-no-schema", ["scheduler", "run", "--url", "{empty}", "--election", "local"], SCHEMA),
     ("scheduler-run-bad-bus", ["scheduler", "run", "--url", "{ok}", "--bus", "notabus", "--election", "local"], USAGE),
     ("scheduler-run-bad-election", ["scheduler", "run", "--url", "{ok}", "--election", BAD], USAGE),
+    ("scheduler-run-shards-local", ["scheduler", "run", "--url", "{ok}", "--shards", "--election", "local"], USAGE),
+    ("scheduler-members-no-etcd", ["scheduler", "members", "--election", "local"], USAGE),
     ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--domain", "d"], USAGE),
     ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--domain", "d"], USAGE),
     ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "notabus"], USAGE),
@@ -266,6 +278,7 @@ _GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "dualrun
 # -- long-running commands, as subprocesses ----------------------------------------------------
 
 SUBPROCESS: list[tuple[str, list[str], int]] = [
+    ("scheduler-members-unreachable-etcd", ["scheduler", "members", "--election", "http://127.0.0.1:1"], DOWN),
     ("scheduler-run-unreachable-etcd", ["scheduler", "run", "--url", "{ok}", "--election", "http://127.0.0.1:1",
                                         "--lease-ttl", "2"], DOWN),
     ("scheduler-run-unreachable-pulsar", ["scheduler", "run", "--url", "{ok}", "--bus", "pulsar://127.0.0.1:1",

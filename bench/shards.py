@@ -1,0 +1,203 @@
+"""Shard registry: admission triggers/s with 1, 2 and 3 scheduler processes (members of
+one etcd registry) on the same database, in the same run as the raw SQL acquire cycle
+with 1, 2 and 4 connections; the ratio N members / 1 member; CPU per trigger of each
+member process and of the database server.
+
+Each member is a child process running `ShardedScheduler` with a no-op counting bus
+(admission alone: select, CAS, fired records, outcome) on a fresh registry prefix. The
+members join and settle their partitions first; every trigger is due at the gun (a few
+seconds after the start, lookahead 0, so nothing is admitted before it), and the clock
+runs from the gun until every trigger has its fired record (counted in the database).
+Joins and takeovers are therefore outside the figure; the handoff figures are the fault
+tests' (tests/integration/test_shard_registry.py).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import uuid
+from typing import Any
+
+from scheduler_core.settings import SchedulerSettings
+
+from bench.admission import PARTITIONS, _prepare, raw_ceiling
+from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median
+from bench.workload import (
+    CountingBus,
+    analyze,
+    bench_job,
+    count_fired,
+    drive_threaded,
+    load_triggers,
+    make_store,
+    now_ms,
+)
+
+SETTLE_S = 6.0  # members up, joined and owning their partitions before the triggers fall due
+
+
+def _prepare_at(url: str, n: int, due_ms: int) -> None:
+    """Schema + one job + n one-shot triggers all due at due_ms (within 10 ms)."""
+    store = make_store(url, PARTITIONS)
+    job = store.put_job(bench_job("shd"))
+    load_triggers(url, job, n, first_ms=due_ms, spread_ms=10)
+    analyze(url)
+    store.engine.dispose()
+
+NAME = "shards"
+TITLE = "admission with 1/2/3 shard-registry members vs the raw SQL acquire cycle"
+
+
+def _server_cpu_s() -> float | None:
+    """CPU seconds (user + system) of the MariaDB server process(es) on this machine, from
+    /proc; None when there is none to read."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0.0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() not in ("mariadbd", "mysqld"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            found = True
+        except OSError:
+            continue
+    return total if found else None
+
+
+def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any, stop: Any, q: Any) -> None:
+    import threading
+    from datetime import timedelta
+
+    from bench.workload import CountingBus, make_store
+    from scheduler_core.election.registry import EtcdRegistry
+    from scheduler_core.settings import SchedulerSettings
+    from scheduler_core.shards import ShardedScheduler
+
+    try:
+        store = make_store(url, PARTITIONS)
+        registry = EtcdRegistry(etcd, member=name, prefix=prefix)
+        # lookahead 0: nothing is admitted before the gun; a short idle wait so that every
+        # loop looks again right at it (a tick that finds work does not wait either way)
+        settings = SchedulerSettings(lookahead=timedelta(0), idle_wait=timedelta(milliseconds=50),
+                                     jitter=timedelta(0))
+        member = ShardedScheduler(store, CountingBus(), registry, store.clock, settings, consume=False)
+        stopping = threading.Event()
+        threading.Thread(target=lambda: (stop.wait(), stopping.set()), daemon=True).start()
+        at_gun: list[float] = []
+
+        def mark_gun() -> None:  # this process's CPU is counted from the gun
+            time.sleep(max(0.0, gun_ms / 1000 - time.time()))
+            at_gun.append(time.process_time())
+
+        start.wait()
+        threading.Thread(target=mark_gun, daemon=True).start()
+        member.run(stopping)
+        cpu = time.process_time() - (at_gun[0] if at_gun else 0.0)
+        q.put({"member": name, "fired": member.status.stats.fired, "acquired": member.status.stats.acquired,
+               "cpu_s": cpu, "rebalances": member.status.rebalances})
+        registry.close()
+        store.engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        q.put({"member": name, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> dict[str, Any]:
+    gun_ms = now_ms() + int((SETTLE_S + 4.0) * 1000)
+    _prepare_at(url, n, gun_ms)
+    ctx = mp.get_context("spawn")
+    q, start, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    prefix = f"/switchyard-bench/{uuid.uuid4().hex[:8]}"
+    procs = [ctx.Process(target=_member, args=(url, etcd, prefix, f"b{k}", gun_ms, start, stop, q), daemon=True)
+             for k in range(members)]
+    for p in procs:
+        p.start()
+    start.set()  # join now; the triggers fall due at the gun
+    wait_s = gun_ms / 1000 - time.time()
+    if wait_s < 1.0:
+        raise RuntimeError(f"the members were not up {SETTLE_S} s before the gun (load?)")
+    time.sleep(wait_s)
+    server0 = _server_cpu_s()
+    t0 = time.monotonic()
+    dl = Deadline(limit_s)
+    fired = 0
+    while not dl.expired():
+        fired = count_fired(url)
+        if fired >= n:
+            break
+        time.sleep(0.1)
+    seconds = time.monotonic() - t0
+    server1 = _server_cpu_s()
+    stop.set()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    server_cpu = None if server0 is None or server1 is None else server1 - server0
+    return {"rate": fired / seconds, "fired": fired, "seconds": seconds, "complete": fired >= n,
+            "members": results, "server_cpu_s": server_cpu,
+            "member_cpu_ms_per_trigger": [1000 * r["cpu_s"] / max(1, r["fired"]) for r in results],
+            "server_cpu_ms_per_trigger": None if server_cpu is None else 1000 * server_cpu / max(1, fired)}
+
+
+def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
+    quick = profile["quick"]
+    n = 10_000 if quick else 30_000
+    reps = 1 if quick else 2
+    limit_s = 90.0 if quick else 180.0
+    sec = Section(NAME, TITLE)
+    if not env.etcd_url:
+        raise RuntimeError("the shards bench needs etcd (SWITCHYARD_ETCD_URL)")
+    load_start = os.getloadavg()
+    sec.settings = {"triggers": n, "repetitions": reps, "partitions": PARTITIONS, "members": [1, 2, 3],
+                    "raw_connections": [1, 2, 4], "bus": "no-op counting bus",
+                    "load_average_at_start": load_start}
+    raw: dict[str, list[dict[str, Any]]] = {}
+    for _rep in range(reps):
+        for c in (1, 2, 4):
+            with fresh_database(env.mariadb_url, "bench_sh") as url:
+                _prepare(url, n)
+                raw.setdefault(f"raw_{c}", []).append(raw_ceiling(url, n, c, limit_s))
+        with fresh_database(env.mariadb_url, "bench_sh") as url:
+            # the single leader (threaded Scheduler, in this process) on the same data: what
+            # one member is measured against
+            _prepare(url, n)
+            store = make_store(url, PARTITIONS, pool_size=8)
+            d = drive_threaded(store, CountingBus(), SchedulerSettings(), n, Deadline(limit_s))
+            store.engine.dispose()
+            raw.setdefault("leader", []).append({"rate": d.rate, "fired": d.fired, "seconds": d.seconds,
+                                                 "complete": d.complete})
+        for m in (1, 2, 3):
+            with fresh_database(env.mariadb_url, "bench_sh") as url:
+                raw.setdefault(f"members_{m}", []).append(members_run(url, env.etcd_url, n, m, limit_s))
+
+    def med(key: str, field: str = "rate") -> float | None:
+        return median(v[field] for v in raw.get(key, []) if v.get(field) is not None)
+
+    one = med("members_1")
+    for m in (1, 2, 3):
+        per_member = [x for v in raw.get(f"members_{m}", []) for x in v["member_cpu_ms_per_trigger"]]
+        raw4 = med("raw_4")
+        rate = med(f"members_{m}")
+        server = med(f"members_{m}", "server_cpu_ms_per_trigger")
+        sec.rows.append(Row(f"admission, {m} member process(es), no-op bus", rate, one, "/s",
+                            note="peer: 1 member (ratio N/1); "
+                            + (f"{rate / raw4:.2f}x of the raw cycle on 4 connections; " if rate and raw4 else "")
+                            + f"member CPU ms/trigger {[round(x, 3) for x in per_member]}; server CPU ms/trigger "
+                            + ("-" if server is None else f"{server:.3f}")))
+    sec.rows.append(Row("admission, the single leader (threaded Scheduler), no-op bus", med("leader"), one, "/s",
+                        note="peer: 1 member; the registry's cost on one process"))
+    for c in (1, 2, 4):
+        sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
+    sec.raw = raw
+    load_end = os.getloadavg()
+    sec.notes.append(f"load average (1/5/15 min) at start {tuple(round(x, 1) for x in load_start)}, at the end "
+                     f"{tuple(round(x, 1) for x in load_end)}: the machine is shared, so figures move with it.")
+    return sec

@@ -1,0 +1,194 @@
+"""After the switch: a cut-over business checked against its expected occurrences, with no
+legacy side. Real migrations (Uber's, PowerJob users' after a Quartz move) found duplicate
+fires in the days after cutover; this is where they show, and missing or late ones too.
+
+- expected: the occurrences of the business's migrated definitions (their schedules, even
+  though the cutover switched the legacy jobs off) since the cutover;
+- missing: an expected occurrence with no fired record `late_after` after its time;
+- doubled: one (job, fire time, item) fired under more than one command id (a trigger
+  doubled by a re-migration, or two triggers of one job); a redelivered command keeps its
+  id and is not a double;
+- late: received by an executor more than `late_after` after its time, or not received at
+  all that long after (a run the executor stamped received is running, not late).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pandas as pd
+from prometheus_client import CollectorRegistry, Gauge
+from sqlalchemy import select
+
+from dualrun.collect import Collector
+from dualrun.errors import DualRunError
+from dualrun.model import Window, iso
+from dualrun.settings import CompareSettings
+from dualrun.span import fetch_switches
+from readers.ports import LegacyReader
+from readers.records import SourceSystem
+from scheduler_core.model import FiredState
+from scheduler_core.store.sql import SqlTriggerStore
+
+MAX_LISTED = 50
+_NOT_RUN = (FiredState.SKIPPED.value,)  # a misfire policy's or a fence's skip: recorded, not a fire
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    kind: str  # missing | doubled | late
+    job_code: str
+    scheduled_at: datetime
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "job_code": self.job_code, "scheduled_at": iso(self.scheduled_at),
+                "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AfterCutover:
+    business: str
+    cutover_at: datetime
+    window: Window
+    expected: int
+    fired: int
+    missing: int
+    doubled: int
+    late: int
+    running: int
+    findings: tuple[Finding, ...] = field(default_factory=tuple)  # a bounded sample
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.doubled or self.late)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {"missing": self.missing, "doubled": self.doubled, "late": self.late}
+
+    @property
+    def sentence(self) -> str:
+        head = (f"{self.business} after its cutover {iso(self.cutover_at)}, checked {iso(self.window.start)} .. "
+                f"{iso(self.window.end)}: {self.expected:,} expected, {self.fired:,} fired")
+        if self.ok:
+            return head + (f", {self.running:,} running" if self.running else "") + ": nothing missing, doubled or late"
+        parts = [f"{n:,} {k}" for k, n in self.counts.items() if n]
+        return head + ": " + ", ".join(parts)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"business": self.business, "cutover_at": iso(self.cutover_at), "window": self.window.as_dict(),
+                "expected": self.expected, "fired": self.fired, **self.counts, "running": self.running,
+                "ok": self.ok, "sentence": self.sentence, "findings": [f.as_dict() for f in self.findings]}
+
+
+class NotCutOver(DualRunError):
+    def __init__(self, business: str) -> None:
+        super().__init__(f"{business} has no recorded cutover: nothing to watch after it "
+                         "(`switchyard cutover` first; a dual-run is compared with `dualrun compare`)")
+
+
+def cutover_time(store: SqlTriggerStore, business: str) -> datetime:
+    """The latest cutover of the business still in force (no rollback after it)."""
+    switches = fetch_switches(store, business)
+    if not switches or switches[-1].to_state != "cutover":
+        raise NotCutOver(business)
+    return switches[-1].at
+
+
+_COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", "state")
+
+
+def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFrame:
+    fr = store.t.fired
+    stmt = select(*(fr.c[c] for c in _COLS)).where(
+        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end))
+    with store.engine.connect() as conn:
+        return pd.DataFrame(conn.execute(stmt).all(), columns=list(_COLS))
+
+
+def _ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
+
+
+def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: str, *, source: SourceSystem,
+                        settings: CompareSettings, now: datetime, lookback: timedelta | None = None,
+                        legacy_business: str | None = None) -> AfterCutover:
+    """Missing, doubled and late fires of a cut-over business since its cutover (at most
+    `lookback` back), up to `now`."""
+    cut = cutover_time(store, business)
+    start = cut if lookback is None else max(cut, now - lookback)
+    if now <= start:
+        raise DualRunError(f"{business}: cut over at {iso(cut)}, nothing to check yet")
+    window = Window(start=start, end=now)
+    late_ms = int(settings.match.late_after.total_seconds() * 1000)
+    collector = Collector(store, reader, source=source, business=business, legacy_business=legacy_business,
+                          settings=settings)
+    exp = collector.legacy(window, all_schedules=True).expected
+    s, e = _ms(window.start), _ms(window.end)
+    exp = exp[(exp["sched"] >= s) & (exp["sched"] < e)]
+    held = set(collector.quarantined)  # never migrated: still legacy's (it runs there only)
+    exp = exp[~exp["job"].isin(held)]
+    due = exp[exp["sched"] <= _ms(now) - late_ms]  # younger ones may not have been received yet
+    fired = _fired(store, business, window)
+    fired = fired[~fired["state"].isin(_NOT_RUN)].copy()
+    fired["job"] = [collector.jobs.id(c) for c in fired["job_code"].astype(str)]
+    findings: list[Finding] = []
+
+    # missing: a due occurrence with no record of the job at that time
+    have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist()))
+    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist()) if (j, t) not in have]
+    findings += [Finding(kind="missing", job_code=collector.jobs.code(j), scheduled_at=_at(t),
+                         detail="expected by the schedule; no fired record on the new side") for j, t in missing]
+
+    # doubled: one (job, time, item) under more than one command id
+    ids = fired.groupby(["job_code", "scheduled_at", "item_index"])["command_id"].nunique()
+    doubled = ids[ids > 1]
+    for (code, at, item), n in doubled.items():
+        cids = sorted(fired[(fired["job_code"] == code) & (fired["scheduled_at"] == at)
+                            & (fired["item_index"] == item)]["command_id"].astype(str))
+        findings.append(Finding(kind="doubled", job_code=str(code), scheduled_at=_at(int(at)),
+                                detail=f"item {item} fired {n} times: command ids {', '.join(cids)}"))
+
+    # late: received after late_after, or not received that long after its time
+    recv = fired["received_at"]
+    sched = fired["scheduled_at"].astype(np.int64)
+    got = recv.notna()
+    lag = recv.fillna(-1).astype(np.int64) - sched
+    late_rows = fired[(got & (lag > late_ms)) | (~got & (_ms(now) - sched > late_ms))]
+    for r in late_rows.itertuples(index=False):
+        what = (f"received {(int(r.received_at) - int(r.scheduled_at)) / 1000:.1f} s after its time"
+                if pd.notna(r.received_at) else
+                f"not received by an executor {(_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time")
+        findings.append(Finding(kind="late", job_code=str(r.job_code), scheduled_at=_at(int(r.scheduled_at)),
+                                detail=what))
+    running = int((got & ~fired["state"].isin([FiredState.SUCCEEDED.value, FiredState.FAILED.value,
+                                                 FiredState.TIMED_OUT.value])).sum())
+    findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
+    return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
+                        fired=len(set(zip(fired["job"].tolist(), sched.tolist()))), missing=len(missing),
+                        doubled=int(len(doubled)), late=len(late_rows), running=running,
+                        findings=tuple(findings[:MAX_LISTED]))
+
+
+class AfterCutoverGauges:
+    """`switchyard_after_cutover_fires{business, kind}`: the missing, doubled and late fires
+    of a cut-over business found by its latest check (0 when none): alert on > 0."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.fires = Gauge("switchyard_after_cutover_fires", "Fires of a cut-over business found missing, doubled "
+                           "or late by its latest after-cutover check", ["business", "kind"], registry=self.registry)
+        self.checked = Gauge("switchyard_after_cutover_checked_timestamp_seconds",
+                             "When the business was last checked after its cutover", ["business"],
+                             registry=self.registry)
+
+    def record(self, result: AfterCutover) -> None:
+        for kind, n in result.counts.items():
+            self.fires.labels(business=result.business, kind=kind).set(n)
+        self.checked.labels(business=result.business).set(result.window.end.timestamp())

@@ -1,0 +1,85 @@
+"""Issue 17: the switch waits for the stream. On the real MariaDB (ROW binlog): a business
+whose change stream is stopped while legacy is edited is refused a cutover, saying how far
+behind the stream is; once the stream has applied the edit the same cutover passes, and
+its report carries the stream's catch-up state. A stream idle at the head is caught up even
+though its checkpoint trails the server's head by foreign transactions."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from migrator.business import BusinessRegistry, TransitionRefused
+from migrator.catchup import StreamCatchup
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import XxlJobControl
+from migrator.ports import GateDecision
+from migrator.stream import StreamMigrator
+from readers.seed import seed_xxljob
+from readers.streams import BinlogChangeStream, current_position
+from tests.backends import mariadb_database
+from tests.migration_env import FixedGate, make_env
+from tests.servers import server_url
+
+pytestmark = pytest.mark.mariadb
+UTC = timezone.utc
+
+
+def _settings(url: str) -> dict[str, object]:
+    u = make_url(url)
+    return {"host": u.host, "port": u.port or 3306, "user": u.username, "password": u.password or ""}
+
+
+def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
+    cdc = server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL")
+    with mariadb_database("legacy") as legacy_url, mariadb_database("target") as target_url:
+        env = make_env(legacy_url, target_url, "xxl-job", "3.4")
+        seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=4, bad_rows=0, malformed_crons=0, rng_seed=5)
+        env.migrator.run()
+        biz = BusinessRegistry(env.store).all()[0].biz_code
+        stream_id = f"xxl-job@{make_url(legacy_url).render_as_string(hide_password=True)}"
+        sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
+        start = current_position(env.legacy)
+        sm.snapshot(env.reader, start)  # the stream's checkpoint: everything up to here is on the target
+        catchup = StreamCatchup(env.store, env.legacy, wait=timedelta(seconds=1),
+                                now=lambda: datetime.now(UTC))
+        # idle at the head: the target's own writes (the checkpoint) are after it in the
+        # binlog, foreign to the stream: nothing pending
+        idle = catchup.check(biz, "xxl-job")
+        assert idle is not None and idle.caught_up, idle
+        assert idle.pending == 0 and idle.head != idle.checkpoint
+
+        # the stream is stopped; an operator edits a job on legacy
+        with env.legacy.begin() as conn:
+            (job_id,) = conn.execute(text("SELECT MIN(id) FROM xxl_job_info")).one()
+            conn.execute(text("UPDATE xxl_job_info SET job_desc = 'edited while the stream was down' "
+                              "WHERE id = :i"), {"i": job_id})
+        behind = catchup.check(biz, "xxl-job")
+        assert behind is not None and not behind.caught_up
+        assert behind.pending == 1 and behind.waited_s >= 1.0
+        assert behind.sentence.startswith(f"change stream {stream_id} is behind: 1 pending change(s) of the legacy "
+                                          "tables not yet on the new side after waiting")
+        assert f"checkpoint {start.log_file}:{start.log_pos}" in behind.sentence
+
+        clock = env.migrator.clock
+        gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
+        switch = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate,
+                                max_verdict_age=timedelta(days=9999), catchup=catchup)
+        switch.start_dual_run(biz, shadow=False, actor="ops")
+        with pytest.raises(TransitionRefused, match=r"cutover of .* refused: change stream .* is behind: "
+                                                    r"1 pending change\(s\)"):
+            switch.cutover(biz, actor="ops")
+
+        # the stream runs again and applies the edit: the same cutover passes
+        binlog = BinlogChangeStream(_settings(cdc), server_id=7417,
+                                    schemas=[make_url(legacy_url).database],
+                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=sm.checkpoint(),
+                                    heartbeat_s=1.0, stall_timeout_s=5.0)
+        sm.follow(binlog.batches(idle_timeout_s=2.0))
+        report = switch.cutover(biz, actor="ops")
+        assert report.to_state == "cutover"
+        assert report.stream is not None and report.stream["caught_up"] is True and report.stream["pending"] == 0
+        env.legacy.dispose()
+        env.store.engine.dispose()

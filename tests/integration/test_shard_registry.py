@@ -1,0 +1,257 @@
+"""The shard registry on the real servers: 3 members (`switchyard scheduler run --shards`,
+separate processes) admit a burst; one is killed -9 mid-burst, a fourth joins, one is
+SIGSTOPped past its lease and resumed. Every due occurrence fires at least once,
+duplicates share their command id, no row stays acquired past deadline + reclaim
+interval, and no partition is ever admitted by two owners at once: per partition, the
+fired records of each epoch span a time interval that overlaps no other epoch's."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from scheduler_core.assignment import partitions_of
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.clock import SystemClock
+from scheduler_core.election.registry import EtcdRegistry
+from scheduler_core.errors import ElectionError
+from scheduler_core.executor import ExecutionContext, Executor
+from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
+from scheduler_core.ports import Partition, partition_fence
+from scheduler_core.store.admin import init_schema
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+from tests.backends import mariadb_database
+from tests.integration.procs import SchedulerProc, start_scheduler
+from tests.servers import server_url
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
+PARTITIONS, TTL_S, DEADLINE_S, RECLAIM_S = 12, 2.0, 3.0, 0.5
+
+
+def _owners(etcd: str, prefix: str) -> dict[int, tuple[str, int]]:
+    """partition -> (owner, epoch), read through one long-lived observer per registry (a
+    new gRPC connection per 50 ms poll is what timed out under load, not etcd). A failed
+    read is retried for up to 10 s: the observer is not under test, the members are."""
+    reader = _OBSERVERS.get((etcd, prefix))
+    if reader is None:
+        reader = _OBSERVERS[(etcd, prefix)] = EtcdRegistry(etcd, member="observer", prefix=prefix)
+    bound = time.monotonic() + 10
+    while True:
+        try:
+            return {p: (o.member, int(o.epoch)) for p, o in reader.view().owners.items()}
+        except ElectionError:
+            if time.monotonic() > bound:
+                raise
+            time.sleep(0.2)
+
+
+_OBSERVERS: dict[tuple[str, str], EtcdRegistry] = {}
+
+
+@pytest.fixture(autouse=True)
+def _close_observers() -> Iterator[None]:
+    yield
+    while _OBSERVERS:
+        _OBSERVERS.popitem()[1].close()
+
+
+def _wait_owned(etcd: str, prefix: str, ok, bound_s: float) -> float:  # type: ignore[no-untyped-def]
+    """Seconds until `ok(owners)` holds (polled every 50 ms), at most bound_s."""
+    started = time.monotonic()
+    while time.monotonic() - started < bound_s:
+        if ok(_owners(etcd, prefix)):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"registry never settled: {_owners(etcd, prefix)}")
+
+
+def _check_no_overlap(records: list, partitions: int) -> dict[int, int]:  # type: ignore[type-arg]
+    """Per partition, each epoch's fired records span [first fired_at, last fired_at]; two
+    epochs' spans never overlap, and a later span has a higher epoch. Returns epochs seen
+    per partition."""
+    spans: dict[int, dict[int, list[datetime]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        spans[r.trigger_id % partitions][int(r.epoch)].append(r.fired_at)
+    for p, by_epoch in spans.items():
+        ordered = sorted((min(ts), max(ts), e) for e, ts in by_epoch.items())
+        for (s1, e1, ep1), (s2, e2, ep2) in zip(ordered, ordered[1:]):
+            assert e1 < s2, f"partition {p}: epoch {ep1} admitted until {e1}, epoch {ep2} from {s2}: two owners at once"
+            assert ep1 < ep2, f"partition {p}: epoch {ep2} admitted before epoch {ep1}"
+    return {p: len(v) for p, v in spans.items()}
+
+
+def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    etcd, pulsar = server_url("etcd"), server_url("pulsar")
+    topics = f"sh{uuid.uuid4().hex[:6]}"
+    registry = f"/sy-shards/{uuid.uuid4().hex[:8]}"
+    extra = ["--shards", "--registry-prefix", registry]
+    with mariadb_database() as url:
+        engine = make_engine(url)
+        init_schema(engine, PARTITIONS)
+        clock = SystemClock()
+        store = SqlTriggerStore(engine, clock)
+        store.put_job(Job(job_code=JobCode("burst"), biz_code="sop", handler="h", shard_total=2))
+        span_s = 10.0 + 8.0 * rounds
+        n = 600
+        t0 = clock.now() + timedelta(seconds=4)
+        triggers = store.add_triggers([
+            Trigger(job_code=JobCode("burst"), biz_code="sop", kind=TriggerKind.ONCE,
+                    next_fire_at=t0 + timedelta(seconds=span_s * i / n)) for i in range(n)])
+        expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
+
+        bus = PulsarBus(pulsar, topic_prefix=topics)
+        got: Counter[str] = Counter()
+        lock = threading.Lock()
+        ex = Executor(bus, "sop", clock=clock, concurrency=32)
+
+        @ex.handler()
+        def record(ctx: ExecutionContext) -> None:
+            with lock:
+                got[ctx.command_id] += 1
+
+        stop = threading.Event()
+        ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
+        ex_thread.start()
+
+        def start(name: str) -> SchedulerProc:
+            return start_scheduler(name, tmp_path, url=url, bus=pulsar, etcd=etcd, key="/unused", prefix=topics,
+                                   extra=extra)
+
+        procs = {f"m{i}": start(f"m{i}") for i in range(3)}
+        handoffs: list[float] = []
+        moved: list[int] = []
+        joins: list[int] = []
+        joined = 3
+        try:
+            _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == 3, 60)
+            for k in range(rounds):
+                # kill -9 one member mid-burst: its partitions go to the others once its lease expires
+                time.sleep(rng.uniform(0.5, 2.0))
+                victim = rng.choice(sorted(procs))
+                before = _owners(etcd, registry)
+                theirs = {p for p, (m, _) in before.items() if m == victim}
+                procs.pop(victim).kill9()
+                handoffs.append(_wait_owned(
+                    etcd, registry, lambda o: len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs), 60))
+                after = _owners(etcd, registry)
+                moved.append(sum(1 for p in after if after[p][0] != before[p][0]))
+                assert moved[-1] == len(theirs), "a leave moves exactly the leaver's partitions"
+                # a new member joins mid-burst
+                name = f"m{joined}"
+                joined += 1
+                before = _owners(etcd, registry)
+                procs[name] = start(name)
+                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60)
+                # the joiner's whole share arrives, and nothing else moves
+                share = set(partitions_of(name, set(procs), range(PARTITIONS)))
+                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS
+                            and {p for p, (m, _) in o.items() if m == name} == share, 60)
+                after = _owners(etcd, registry)
+                joins.append(sum(1 for p in after if after[p][0] != before[p][0]))
+                assert {p for p in after if after[p][0] != before[p][0]} == share, "a join moves only the joiner's"
+                # one member paused past its lease, then resumed
+                time.sleep(rng.uniform(0.3, 1.5))
+                paused = rng.choice(sorted(procs))
+                os.kill(procs[paused].pid, signal.SIGSTOP)
+                try:
+                    _wait_owned(etcd, registry,
+                                lambda o: len(o) == PARTITIONS and paused not in {m for m, _ in o.values()}, 60)
+                finally:
+                    os.kill(procs[paused].pid, signal.SIGCONT)
+                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS
+                            and len({m for m, _ in o.values()}) == len(procs), 60)
+            settle = time.monotonic() + span_s + 40
+            while time.monotonic() < settle and not expected <= set(got):
+                time.sleep(0.25)
+        finally:
+            logs = {name: p.log_text() for name, p in procs.items()}
+            for p in procs.values():
+                p.stop()
+            stop.set()
+            ex_thread.join(timeout=15)
+            ex.close()
+            bus.close()
+        missing = expected - set(got)
+        assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
+        by_trigger = {t.id: t for t in triggers}
+        for cid in got:
+            tid, _ms, item = parse_command_id(cid)
+            assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
+        now = clock.now()
+        stuck = [t for t in store.triggers_of() if t.state is TriggerState.ACQUIRED and t.acquire_deadline is not None
+                 and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)]
+        assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
+        assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
+        records = store.fired_between(None, t0 - timedelta(seconds=1), t0 + timedelta(seconds=span_s + 1))
+        assert {r.command_id for r in records} == expected
+        epochs = _check_no_overlap(records, PARTITIONS)
+        assert any(v > 1 for v in epochs.values()), "no partition changed hands: the faults did not bite"
+        assert any("lease lost" in text for text in logs.values()), "the paused member never noticed its lost lease"
+        dups = sum(c - 1 for c in got.values())
+        print(f"rounds={rounds} handoff p50={statistics.median(handoffs):.2f}s max={max(handoffs):.2f}s "
+              f"moved on kills={moved} on joins={joins} delivered={len(got)} duplicates={dups} epochs/partition={sorted(epochs.values())}")
+        engine.dispose()
+
+
+def test_three_members_kill_join_pause_mid_burst(tmp_path: Path) -> None:
+    _burst(tmp_path, rounds=1, seed=18)
+
+
+@pytest.mark.slow
+def test_long_ten_kills(tmp_path: Path) -> None:
+    """`--long`: ten rounds of kill -9, join and pause past the lease."""
+    _burst(tmp_path, rounds=10, seed=1018)
+
+
+def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
+    etcd, pulsar = server_url("etcd"), server_url("pulsar")
+    registry = f"/sy-shards/{uuid.uuid4().hex[:8]}"
+    with mariadb_database() as url:
+        engine = make_engine(url)
+        init_schema(engine, 4)
+        procs = [start_scheduler(f"c{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key="/unused",
+                                 prefix=f"cl{uuid.uuid4().hex[:6]}", extra=["--shards", "--registry-prefix", registry])
+                 for i in range(2)]
+        try:
+            _wait_owned(etcd, registry, lambda o: len(o) == 4 and len({m for m, _ in o.values()}) == 2, 60)
+            out = subprocess.run([sys.executable, "-m", "switchyard", "scheduler", "members", "--election", etcd,
+                                  "--registry-prefix", registry, "--json"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            body = json.loads(out.stdout)
+            assert sorted(m["member"] for m in body["members"]) == ["c0", "c1"]
+            owned = sorted(p["partition"] for m in body["members"] for p in m["partitions"])
+            assert owned == [0, 1, 2, 3]
+            store = SqlTriggerStore(engine, SystemClock())
+            shown = {p["partition"]: p["epoch"] for m in body["members"] for p in m["partitions"]}
+
+            def fences() -> dict[int, int]:
+                return {i: int(store.current_epoch(partition_fence(Partition(i, f"p{i}")))) for i in shown}
+
+            # the epoch shown is the one the store's partition fence holds (claimed just
+            # after the etcd key was created: polled, at most 20 s)
+            bound = time.monotonic() + 20
+            while fences() != shown and time.monotonic() < bound:
+                time.sleep(0.1)
+            assert fences() == shown
+            # a clean stop revokes the lease: the other member owns everything soon after
+            procs[0].stop()
+            _wait_owned(etcd, registry, lambda o: len(o) == 4 and {m for m, _ in o.values()} == {"c1"}, 30)
+        finally:
+            for p in procs:
+                p.stop()
+            engine.dispose()

@@ -1,0 +1,114 @@
+"""Issue 17: a watch after the switch. A cut-over business is checked against its expected
+occurrences with no legacy side: missing, doubled (one occurrence under two command ids)
+and late fires are found and named, a run still executing is running (not late), the
+Prometheus gauge per business and kind says how many, and `dualrun watch-cutover` exits 1."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import generate_latest
+from sqlalchemy import insert
+
+from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover
+from dualrun.settings import CompareSettings
+from dualrun.testing import fired
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import XxlJobControl
+from migrator.ports import GateDecision
+from scheduler_core.model import FiredState
+from switchyard.cli import cli
+from switchyard.exitcodes import FAILED
+from tests.migration_env import FixedGate, migrated_xxljob
+from tests.unit.test_dualrun_support import Scenario
+
+
+def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
+    with s.store.engine.begin() as conn:
+        conn.execute(insert(s.store.t.audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
+                                                    at=round(at.timestamp() * 1000), actor="ops", reason="test",
+                                                    forced=0, detail="{}"))
+
+
+def _cut_over(s: Scenario) -> datetime:
+    s.business_row(state="cutover")
+    _switch(s, s.now - timedelta(hours=3), "legacy", "dual_run")
+    cut = s.now - timedelta(minutes=30)
+    _switch(s, cut, "dual_run", "cutover")
+    return cut
+
+
+def _check(s: Scenario):  # type: ignore[no-untyped-def]
+    s.flush()
+    return check_after_cutover(s.store, s.reader(), s.business, source=s.source, settings=CompareSettings(),
+                               now=s.now)
+
+
+def test_a_clean_cutover_has_nothing_missing_doubled_or_late(tmp_path: Path) -> None:
+    s = Scenario.create(tmp_path)
+    cut = _cut_over(s)
+    d = s.job("12", "0/10 * * * * ?")
+    s.new(d, [t for t in s.times(d) if t >= cut])
+    r = _check(s)
+    assert r.ok, r.findings
+    assert (r.window.start, r.window.end) == (cut, s.now)
+    assert r.expected == r.fired == 180
+    assert r.sentence.endswith("180 expected, 180 fired: nothing missing, doubled or late")
+
+
+def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> None:
+    s = Scenario.create(tmp_path)
+    cut = _cut_over(s)
+    d = s.job("12", "0/10 * * * * ?")
+    times = [t for t in s.times(d) if t >= cut]
+    gone, late, doubled, running = times[10], times[20], times[30], times[-1]
+    s.new(d, [t for t in times if t not in (gone, late, running)])
+    s.new(d, [late], lag=timedelta(seconds=8))
+    s.new(d, [running], state=FiredState.RECEIVED)  # stamped received, still executing: running
+    # the same occurrence under a second trigger (a doubled trigger after a re-migration)
+    s.records.append(fired(s.code(d), s.business, 99, doubled))
+    r = _check(s)
+    assert (r.missing, r.doubled, r.late, r.running) == (1, 1, 1, 1), r.findings
+    assert not r.ok
+    by_kind = {f.kind: f for f in r.findings}
+    assert by_kind["missing"].scheduled_at == gone and by_kind["missing"].job_code == "xxl:reminder:12"
+    assert by_kind["doubled"].scheduled_at == doubled
+    assert by_kind["doubled"].detail == (f"item 0 fired 2 times: command ids 1-{round(doubled.timestamp() * 1000)}-0, "
+                                         f"99-{round(doubled.timestamp() * 1000)}-0")
+    assert by_kind["late"].scheduled_at == late and by_kind["late"].detail == "received 8.0 s after its time"
+    assert r.sentence.endswith(": 1 missing, 1 doubled, 1 late")
+    gauges = AfterCutoverGauges()
+    gauges.record(r)
+    text = generate_latest(gauges.registry).decode()
+    for kind in ("missing", "doubled", "late"):
+        assert f'switchyard_after_cutover_fires{{business="reminder",kind="{kind}"}} 1.0' in text
+
+
+def test_a_business_never_cut_over_is_refused(tmp_path: Path) -> None:
+    s = Scenario.create(tmp_path)
+    s.business_row()
+    _switch(s, s.now - timedelta(hours=1), "legacy", "dual_run")
+    s.job("12", "0/10 * * * * ?")
+    with pytest.raises(NotCutOver, match="reminder has no recorded cutover"):
+        _check(s)
+
+
+def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path) -> None:
+    """Through the command, on a migrated xxl-job business cut over by the real switch:
+    nothing fired on the new side since, so every due occurrence is missing."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
+    clock = env.migrator.clock
+    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops")
+    res = CliRunner().invoke(cli, ["dualrun", "watch-cutover", "--business", biz, "--url", str(env.store.engine.url),
+                                   "--legacy-url", str(env.legacy.url), "--max-runs", "1", "--lookback", "10m",
+                                   "--json"], catch_exceptions=False)
+    assert res.exit_code == FAILED, res.output
+    body = json.loads(res.output.strip().splitlines()[-1])
+    assert body["business"] == biz and body["missing"] > 0 and not body["ok"]
+    assert body["findings"][0]["kind"] == "missing"
