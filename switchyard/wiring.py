@@ -155,3 +155,61 @@ def fence_service(store: SqlTriggerStore, bus: MessageBus) -> "FencePort":
     from scheduler_core.fence import FenceService
 
     return FenceService(store, bus)
+
+
+class XxlRegistryAddresses:
+    """The live executor addresses of an xxl-job app, from the legacy `xxl_job_registry`,
+    as the admin computes them (JobRegistryHelper): EXECUTOR rows of the app heard from
+    within the last 90 s, sorted. `update_time` is written in the admin's JDBC zone
+    (`db_tz`), so "now" is rendered there. Read at most every `refresh_s` per app."""
+
+    DEAD_TIMEOUT_S = 90
+
+    def __init__(self, legacy_url: str, db_tz: str = "Asia/Shanghai", refresh_s: float = 10.0) -> None:
+        import threading
+        from zoneinfo import ZoneInfo
+
+        self._engine = make_engine(legacy_url)
+        self._zone = ZoneInfo(db_tz)
+        self._refresh_s = refresh_s
+        self._cache: dict[str, tuple[float, list[str]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, app: str) -> list[str]:
+        import time
+        from datetime import datetime, timedelta
+
+        from sqlalchemy import text
+
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(app)
+            if hit is not None and now - hit[0] < self._refresh_s:
+                return list(hit[1])
+        cutoff = (datetime.now(self._zone) - timedelta(seconds=self.DEAD_TIMEOUT_S)).replace(tzinfo=None)
+        with self._engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT DISTINCT registry_value FROM xxl_job_registry WHERE registry_group = 'EXECUTOR' "
+                "AND registry_key = :app AND update_time > :cutoff"), {"app": app, "cutoff": cutoff}).all()
+        addresses = sorted(str(r[0]) for r in rows if r[0])
+        with self._lock:
+            self._cache[app] = (now, addresses)
+        return list(addresses)
+
+
+def batch_center_tokens(legacy_url: str) -> "Callable[[str], str | None]":
+    """The batch-center bridge's token provider: `bc_biz:<biz_code>` -> that business's
+    `bc_biz.access_token` in the legacy database (read per call, never logged)."""
+    from sqlalchemy import text
+
+    engine = make_engine(legacy_url)
+
+    def lookup(ref: str) -> str | None:
+        kind, _, biz = ref.partition(":")
+        if kind != "bc_biz" or not biz:
+            return None
+        with engine.connect() as conn:
+            row = conn.execute(text("SELECT access_token FROM bc_biz WHERE biz_code = :b"), {"b": biz}).first()
+        return None if row is None or not row[0] else str(row[0])
+
+    return lookup

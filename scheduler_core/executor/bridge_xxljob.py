@@ -2,7 +2,7 @@
 xxl-job executor, which Switchyard drives the way an xxl-job admin does
 (notes/xxl-job.md §2.13).
 
-    bridge = XxlJobBridge(access_token=..., callback_host="0.0.0.0", callback_port=9300,
+    bridge = XxlJobBridge(access_token=..., callback_host="127.0.0.1", callback_port=9300,
                           address_provider=lambda app: registry_addresses(app))
     register_xxl_job_bridge(executor, bridge)
     ...
@@ -10,35 +10,53 @@ xxl-job executor, which Switchyard drives the way an xxl-job admin does
 
 One handler call:
 
-1. picks the executor address: the item param when it is an address (SHARDING_BROADCAST
-   items carry the address of their executor), else the addresses of `app_name` from
-   `address_provider` (or, without one, the executors that registered with this bridge),
-   tried in order while they refuse connections;
-2. mints a new logId (unique, increasing, fits a Java long) and registers a waiter;
+1. picks the executor: the live addresses of `app_name` from `address_provider` (or,
+   without one, the executors that registered with this bridge), routed by the job's
+   `route_strategy` with the admin's rules (`xxl_routes`); a SHARDING_BROADCAST item i
+   goes to the i-th live address (the first past the end; the address stored in the
+   item param when none is known). Like the admin, a trigger goes to that one address: a
+   refusal is a failure, which the job's retries route again;
+2. mints a new logId (epoch-ms * 1000: unique, increasing, far above the admin's
+   auto-increment ids) and registers a waiter;
 3. `POST <address>run` with a TriggerParam JSON and header `XXL-JOB-ACCESS-TOKEN`; the
-   executor answers `{"code":200}` once the fire is queued (anything else is a failure,
-   e.g. "The access token is wrong.", a DISCARD_LATER rejection, an unknown handler);
-4. blocks until the executor POSTs the result to this bridge's callback endpoint
-   (`.../api/callback`, the admin API: a list of {logId, logDateTim, handleCode,
-   handleMsg}; ≤2.2.x sends `executeResult: {code, msg}` instead), or the job's timeout
-   passes (timed out), or the executor stops answering `beat` (failure: lost). handleCode
-   200 -> ok, 502 -> timed out, anything else -> failure.
+   executor answers `{"code":200}` once the run is queued on the job's thread (anything
+   else is a failure, e.g. "The access token is wrong.", a DISCARD_LATER rejection, an
+   unknown handler);
+4. blocks until the executor POSTs the result to this bridge's endpoint (`.../api/callback`,
+   the admin API: a list of {logId, logDateTim, handleCode, handleMsg}; ≤2.2.x sends
+   `executeResult: {code, msg}` instead). handleCode 200 -> ok, 502 -> timed out (the
+   executor's executorTimeout), anything else -> failure. The bridge keeps no clock on
+   the run (the SDK puts none around it either: `enforces_own_timeout`): it waits while
+   `beat` answers and `idleBeat` says the job thread runs or queues, so a wait in the
+   SERIAL_EXECUTION queue never counts as run time; it gives up when the executor stops
+   answering (lost), when the job thread is idle a beat interval with no result, or
+   after `max_wait_s` (24 h).
 
-The executor reports results to the admin addresses in its `xxl.job.admin.addresses`,
-trying them in order and stopping at the first that answers code 200 (the same for its
-30 s registrations). So this bridge's `callback_url` must be listed there *first*.
-Callbacks for logIds the bridge did not mint, and registrations, are relayed to
-`forward_to` (the legacy admins) so the legacy admin keeps working during dual-run;
-without `forward_to`, foreign callbacks are refused (code 500) so the executor hands
-them to the next admin in its list itself. A late result for a logId the bridge minted
-(after its handler gave up) is taken and dropped.
+The job id on the executor: the executor keeps one job thread per job id, and a request
+with another GLUE version or handler kills the running thread (block strategies queue,
+drop or kill while it is busy). Bridged runs use `2^31-1 - legacy id`, so during a live
+dual-run they never kill legacy's GLUE thread or queue behind legacy's runs (nor the
+reverse). An unknown id is fine for the executor: BEAN handlers are found by name, GLUE
+handlers are built per id (scripts are written as `<id>_<glueUpdatetime>.<ext>`). Legacy
+ids of 2^30 and up cannot be mirrored: such a run fails saying to dual-run with --shadow.
+
+The executor reports results and registrations to the admin addresses in its
+`xxl.job.admin.addresses`, trying them in order and stopping at the first that answers
+code 200. So this bridge's `callback_url` must be listed there *first*. The endpoint
+checks `XXL-JOB-ACCESS-TOKEN` exactly as the admin's OpenApiController (POST, a body,
+then the token). Callbacks for logIds the bridge did not mint, and registrations (noted
+for `registered_addresses`), are relayed to `forward_to` (the legacy admins); without
+`forward_to` they are answered code 500 so the executor hands them to the next admin in
+its list itself, and the legacy admin keeps hearing its executors. A result for a logId
+of the bridge's range that has no waiter (late, or minted before a restart and retried
+by the executor) is taken and dropped. Per-request logging is at DEBUG only.
 
 TriggerParam (`POST <address>run`), the same names in 2.x and 3.x (TriggerParam /
-TriggerRequest): jobId, executorHandler, executorParams, executorBlockStrategy,
-executorTimeout (s; from the params' `executor_timeout` if present, else the job's
-timeout rounded up, 0 for none), logId, logDateTime (epoch ms), glueType, glueSource,
-glueUpdatetime (epoch ms; from the params if present, else 0), broadcastIndex,
-broadcastTotal (the item's index and total).
+TriggerRequest): jobId (the bridge's), executorHandler, executorParams,
+executorBlockStrategy, executorTimeout (s; from the params' `executor_timeout` if
+present, else the job's timeout rounded up, 0 for none), logId, logDateTime (epoch ms),
+glueType, glueSource, glueUpdatetime (epoch ms of the job's glue_updatetime, from the
+params), broadcastIndex, broadcastTotal (the item's index and total).
 """
 from __future__ import annotations
 
@@ -57,6 +75,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from scheduler_core.executor.sdk import ExecutionContext, Executor, HandlerResult
+from scheduler_core.executor.xxl_routes import XxlRouter, broadcast_address
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +90,15 @@ REGISTRY_DEAD_S = 90.0  # xxl-job: an executor not heard from for 3 beats is dea
 MAX_CALLBACK_BYTES = 5 * 1024 * 1024  # the executor's own request limit
 MAX_MESSAGE = 1000
 REMEMBER_MINTED = 100_000  # logIds this bridge minted, to tell a late result from a foreign one
+# Bridged runs use their own job id on the executor, so they never share a job thread
+# with legacy's runs of the job: the mirror of the legacy id from the top of the Java int
+# range. Legacy ids (auto-increment) below 2^30 and bridge ids above never meet.
+BRIDGE_JOB_ID_LIMIT = 2**30
+# A logId this process family mints is epoch-ms * 1000 (LogIdAllocator): anything at or
+# above this (2001-09-09 in ms * 1000) is a bridge's, e.g. from before a restart, never
+# the admin's auto-increment xxl_job_log.id.
+OWN_LOG_ID_FLOOR = 10**15
+MAX_WAIT_S = 24 * 3600.0  # a run that never reports is given up after this, as the migrator's NO_TIMEOUT
 
 
 # -- log ids -----------------------------------------------------------------------------
@@ -97,6 +125,31 @@ _PROCESS_LOG_IDS = LogIdAllocator()  # shared by every bridge of the process
 
 
 # -- wire helpers ------------------------------------------------------------------------
+
+def bridge_job_id(legacy_job_id: int) -> int:
+    """The job id a bridged run of legacy job `legacy_job_id` uses on the executor."""
+    if not 0 < legacy_job_id < BRIDGE_JOB_ID_LIMIT:
+        raise ValueError(f"job_id {legacy_job_id} is outside 1..{BRIDGE_JOB_ID_LIMIT - 1}: the bridge cannot give "
+                         "its runs a job thread of their own on the executor (use dual-run --shadow)")
+    return JAVA_INT_MAX - legacy_job_id
+
+
+def _glue_updatetime(value: Any) -> int:
+    """The params' glue_updatetime (epoch ms, as the admin sends jobInfo.glueUpdatetime)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return 0
+
+
+def _answer_ok(answer: Any) -> tuple[bool, str]:
+    if isinstance(answer, dict):
+        return answer.get("code") == SUCCESS_CODE, str(answer.get("msg") or "")
+    return False, _one_line(str(answer), 200)
+
 
 def looks_like_address(value: str) -> bool:
     v = value.strip().lower()
@@ -178,8 +231,12 @@ class XxlJobBridge:
         beat_interval: float = 30.0,
         lost_after_beats: int = 3,
         advertise_host: str | None = None,
+        router: XxlRouter | None = None,
+        max_wait_s: float = MAX_WAIT_S,
     ) -> None:
         self.access_token = access_token or None
+        self.max_wait_s = max_wait_s
+        self.router = router or XxlRouter(beat=self._probe_beat, idle_beat=self._probe_idle)
         self.address_provider = address_provider
         self._log_ids = log_ids or _PROCESS_LOG_IDS
         self.forward_to = tuple(_base(a) for a in forward_to)
@@ -195,6 +252,7 @@ class XxlJobBridge:
         self.callbacks_received = 0
         self.unknown_callbacks = 0
         self.late_callbacks = 0
+        self.token_refusals = 0
         self._server = _CallbackServer((callback_host, callback_port), _CallbackHandler, self)
         host, port = self._server.server_address[:2]
         self.callback_address = (str(host), int(port))
@@ -205,6 +263,10 @@ class XxlJobBridge:
         self._thread.start()
 
     # -- the handler -----------------------------------------------------------------
+
+    # the executor SDK puts no job timeout of its own around this handler: the xxl-job
+    # executor enforces executor_timeout on the run itself (see _wait)
+    enforces_own_timeout = True
 
     def __call__(self, ctx: ExecutionContext) -> HandlerResult:
         try:
@@ -237,12 +299,27 @@ class XxlJobBridge:
             # script "succeeds"): refuse rather than pretend
             return HandlerResult(ok=False, message=f"xxl-job bridge: {glue_type} job {job_id} needs glue_source "
                                                    "in its params to run through the bridge")
+        try:
+            run_job_id = bridge_job_id(job_id)
+        except ValueError as exc:
+            return HandlerResult(ok=False, message=f"xxl-job bridge: {exc}")
         app = str(params.get("app_name") or "")
-        broadcast = looks_like_address(ctx.item_param)
-        addresses = [ctx.item_param.strip()] if broadcast else self._addresses(app)
-        if not addresses:
-            return HandlerResult(ok=False, message=f"xxl-job bridge: no executor address for app {app!r} "
-                                                   "(address empty)")
+        strategy = params.get("route_strategy") or "FIRST"
+        addresses = self._addresses(app)
+        if strategy == "SHARDING_BROADCAST" or looks_like_address(ctx.item_param):
+            # item i goes to the i-th live executor (list[0] past the end), as the admin's
+            # broadcast; the address the migrator stored is used when none is known
+            if addresses:
+                address: str | None = broadcast_address(ctx.item_index, addresses)
+            else:
+                address = ctx.item_param.strip() if looks_like_address(ctx.item_param) else None
+            route_msg = "executor address list is empty"
+        else:
+            route = self.router.route(str(strategy), job_id, addresses, idle_job_id=run_job_id)
+            address, route_msg = route.address, route.message
+        if not address:
+            return HandlerResult(ok=False, message=_one_line(f"xxl-job bridge: no executor address for app {app!r} "
+                                                             f"({strategy}: {route_msg})"))
         log_id = int(self._log_ids())
         if not 0 < log_id <= JAVA_LONG_MAX:
             return HandlerResult(ok=False, message=f"xxl-job bridge: log id {log_id} does not fit a Java long")
@@ -250,31 +327,33 @@ class XxlJobBridge:
         executor_timeout = params.get("executor_timeout")
         if not isinstance(executor_timeout, int) or isinstance(executor_timeout, bool) or executor_timeout < 0:
             executor_timeout = math.ceil(timeout_s) if timeout_s > 0 else 0
+        executor_timeout = min(int(executor_timeout), JAVA_INT_MAX)
         now_ms = time.time_ns() // 1_000_000
         trigger = {
-            "jobId": job_id,
+            "jobId": run_job_id,
             "executorHandler": params.get("executor_handler") or "",
             "executorParams": params.get("executor_param") or "",
             "executorBlockStrategy": params.get("block_strategy") or "SERIAL_EXECUTION",
-            "executorTimeout": min(int(executor_timeout), JAVA_INT_MAX),
+            "executorTimeout": executor_timeout,
             "logId": log_id,
             "logDateTime": now_ms,
             "glueType": glue_type,
             "glueSource": glue_source or "",
-            "glueUpdatetime": int(params.get("glue_updatetime") or 0),
+            "glueUpdatetime": _glue_updatetime(params.get("glue_updatetime")),
             "broadcastIndex": ctx.item_index,
             "broadcastTotal": ctx.item_total,
         }
-        pending = _Pending(address="")
+        pending = _Pending(address=address)
         with self._lock:
             self._pending[log_id] = pending
             self._minted[log_id] = None
             while len(self._minted) > REMEMBER_MINTED:
                 self._minted.popitem(last=False)
         try:
-            address = self._trigger(addresses, trigger, pending, failover=not broadcast)
-            log.info("xxl-job run %s job %d logId %d -> %s queued", ctx.command_id, job_id, log_id, address)
-            return self._wait(pending, log_id, address, timeout_s)
+            self._trigger(address, trigger)
+            log.info("xxl-job run %s job %d (executor job %d) logId %d -> %s queued", ctx.command_id, job_id,
+                     run_job_id, log_id, address)
+            return self._wait(pending, log_id, address, run_job_id)
         except (_RunRefused, _Unreachable) as exc:
             return HandlerResult(ok=False, message=_one_line(str(exc)))
         finally:
@@ -283,24 +362,17 @@ class XxlJobBridge:
 
     def _addresses(self, app: str) -> list[str]:
         if self.address_provider is not None:
-            return [a for a in (self.address_provider(app) or []) if a and a.strip()]
+            return [a.strip() for a in (self.address_provider(app) or []) if a and a.strip()]
         return self.registered_addresses(app)
 
-    def _trigger(self, addresses: list[str], trigger: dict[str, Any], pending: _Pending, *, failover: bool) -> str:
-        errors: list[str] = []
-        for address in addresses if failover else addresses[:1]:
-            pending.address = address
-            try:
-                answer = self._post(address, "run", trigger)
-            except _Unreachable as exc:
-                errors.append(str(exc))
-                continue
-            code = answer.get("code") if isinstance(answer, dict) else None
-            if code == SUCCESS_CODE:
-                return address
+    def _trigger(self, address: str, trigger: dict[str, Any]) -> None:
+        """One `run`, to the routed address only: like the admin, a refused or failed
+        trigger is a failure (the job's retries try again, routed again)."""
+        answer = self._post(address, "run", trigger)
+        code = answer.get("code") if isinstance(answer, dict) else None
+        if code != SUCCESS_CODE:
             msg = answer.get("msg") if isinstance(answer, dict) else answer
             raise _RunRefused(f"xxl-job executor {address} refused logId {trigger['logId']}: code {code}: {msg}")
-        raise _Unreachable("; ".join(errors))
 
     def _post(self, address: str, path: str, body: Any, timeout: float | None = None) -> Any:
         """POST JSON the way the admin does; raises _Unreachable (not sent) or _RunRefused."""
@@ -330,35 +402,67 @@ class XxlJobBridge:
             raise _RunRefused(f"xxl-job executor {address} answered {path} with non-JSON "
                               f"{_one_line(raw.decode('utf-8', 'replace'), 100)!r}") from None
 
-    def _wait(self, pending: _Pending, log_id: int, address: str, timeout_s: float) -> HandlerResult:
-        deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+    def _wait(self, pending: _Pending, log_id: int, address: str, run_job_id: int) -> HandlerResult:
+        """Until the executor calls the result back. No clock of our own on the run: the
+        executor enforces executorTimeout from the run's start on its job thread, and a
+        run may first wait in that thread's queue (SERIAL_EXECUTION). So the bridge waits
+        while the executor answers `beat` and `idleBeat` says the job thread is running or
+        has a queue; it gives up when the executor stops answering (lost), when the job
+        thread has been idle for a beat interval with no result (the callback went
+        elsewhere), or after `max_wait_s`."""
+        hard = time.monotonic() + self.max_wait_s
         failed_beats = 0
+        idle_since: float | None = None
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = hard - time.monotonic()
+            if remaining <= 0:
                 return HandlerResult(ok=False, timed_out=True,
                                      message=f"xxl-job executor {address}: no result for logId {log_id} "
-                                             f"within {timeout_s:g}s")
-            slice_s = self.beat_interval if remaining is None else min(self.beat_interval, remaining)
-            if pending.event.wait(max(0.0, slice_s)):
+                                             f"within {self.max_wait_s:g}s")
+            if pending.event.wait(min(self.beat_interval, remaining)):
                 assert pending.result is not None
                 return pending.result
-            if remaining is not None and remaining <= self.beat_interval:
-                continue  # the deadline is due: report the timeout, not a beat
-            if self._beat(address):
-                failed_beats = 0
+            if not self._beat(address):
+                failed_beats += 1
+                idle_since = None
+                if failed_beats >= self.lost_after_beats:
+                    return HandlerResult(ok=False, message=f"xxl-job executor {address} lost: no result for logId "
+                                                           f"{log_id} and {failed_beats} beats unanswered")
                 continue
-            failed_beats += 1
-            if failed_beats >= self.lost_after_beats:
-                return HandlerResult(ok=False, message=f"xxl-job executor {address} lost: no result for logId "
-                                                       f"{log_id} and {failed_beats} beats unanswered")
+            failed_beats = 0
+            if not self._idle(address, run_job_id):
+                idle_since = None  # queued or running there: the executor's timeout applies
+                continue
+            now = time.monotonic()
+            if idle_since is None:
+                idle_since = now  # finished: the callback may still be on its way
+            elif now - idle_since >= self.beat_interval and not pending.event.is_set():
+                return HandlerResult(ok=False, message=f"xxl-job executor {address}: job {run_job_id} is idle there "
+                                                       f"but no result for logId {log_id} reached the bridge (is the "
+                                                       "bridge first in the executor's admin addresses?)")
 
     def _beat(self, address: str) -> bool:
+        return self._probe_beat(address)[0]
+
+    def _probe_beat(self, address: str) -> tuple[bool, str]:
         try:
-            answer = self._post(address, "beat", None, timeout=min(self.run_timeout, max(self.beat_interval, 0.5)))
-        except (_Unreachable, _RunRefused):
-            return False
-        return isinstance(answer, dict) and answer.get("code") == SUCCESS_CODE
+            answer = self._post(address, "beat", None, timeout=self._probe_timeout())
+        except (_Unreachable, _RunRefused) as exc:
+            return False, str(exc)
+        return _answer_ok(answer)
+
+    def _probe_idle(self, address: str, job_id: int) -> tuple[bool, str]:
+        try:
+            answer = self._post(address, "idleBeat", {"jobId": job_id}, timeout=self._probe_timeout())
+        except (_Unreachable, _RunRefused) as exc:
+            return False, str(exc)
+        return _answer_ok(answer)
+
+    def _idle(self, address: str, job_id: int) -> bool:
+        return self._probe_idle(address, job_id)[0]
+
+    def _probe_timeout(self) -> float:
+        return min(self.run_timeout, max(self.beat_interval, 0.5))
 
     # -- the admin side (callback server) --------------------------------------------
 
@@ -385,7 +489,7 @@ class XxlJobBridge:
                         self.callbacks_received += 1
                         pending.event.set()
                     continue  # else a repeated callback: ignored, like the admin
-                minted = cb.log_id in self._minted
+                minted = cb.log_id in self._minted or cb.log_id >= OWN_LOG_ID_FLOOR
             if minted:
                 late.append(cb.log_id)
             else:
@@ -394,17 +498,19 @@ class XxlJobBridge:
             self.late_callbacks += len(late)
             self.unknown_callbacks += len(foreign)
         if late:
-            # ours, after the handler gave up (timed out, lost, closed): taken and dropped,
+            # ours, after the handler gave up (timed out, lost, closed), or minted before a
+            # restart and retried by the executor from its callback file: taken and dropped,
             # or the executor would keep retrying it
-            log.info("xxl-job bridge: late result(s) for logId %s dropped", late[:10])
+            log.debug("xxl-job bridge: late result(s) for logId %s dropped", late[:10])
         if not foreign:
             return {"code": SUCCESS_CODE, "msg": None}
         if self.forward_to:
             return self._forward("api/callback", foreign, token)
         # not ours and nowhere to relay: refuse, so the executor hands the list to the
         # next admin in its xxl.job.admin.addresses (the legacy admin)
+        # (every legacy run's result comes here first: logged at debug, never per request above)
         ids = [i.get("logId") for i in foreign if isinstance(i, dict)][:10]
-        log.warning("xxl-job bridge: %d callback(s) for logIds it never minted %s, refused", len(foreign), ids)
+        log.debug("xxl-job bridge: %d callback(s) for logIds it never minted %s, refused", len(foreign), ids)
         return {"code": FAIL_CODE, "msg": f"logId(s) {ids} unknown to the Switchyard bridge"}
 
     def handle_registry(self, raw: bytes, token: str | None, remove: bool) -> dict[str, Any]:
@@ -424,7 +530,10 @@ class XxlJobBridge:
                     apps[str(value)] = time.monotonic()
         if self.forward_to:
             return self._forward("api/registryRemove" if remove else "api/registry", body, token)
-        return {"code": SUCCESS_CODE, "msg": None}
+        # noted here, but refused: the executor stops at the first admin that takes a
+        # registration, and the legacy admin must keep hearing it (or legacy's own runs
+        # find no executor)
+        return {"code": FAIL_CODE, "msg": "noted by the Switchyard bridge; register with the next admin"}
 
     def registered_addresses(self, app: str) -> list[str]:
         """Live executors of an app that registered here, sorted like the admin sorts them."""
@@ -496,6 +605,9 @@ class _CallbackHandler(BaseHTTPRequestHandler):
     timeout = 60  # an idle keep-alive connection is dropped
 
     def do_POST(self) -> None:  # noqa: N802
+        """The admin's OpenApiController (3.4.2): POST only, a body, then the token
+        (`XXL-JOB-ACCESS-TOKEN` equal to the admin's accessToken when one is set), then
+        the uri. Every refusal is a ReturnT {"code":500,"msg":...} with HTTP 200."""
         bridge = self.server.bridge
         if bridge._closed:
             self._answer({"code": FAIL_CODE, "msg": "the Switchyard bridge is closed"}, close=True)
@@ -507,8 +619,11 @@ class _CallbackHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length > 0 else b""
         token = self.headers.get(ACCESS_TOKEN_HEADER)
         path = self.path.split("?", 1)[0].rstrip("/")
-        if not bridge.token_ok(token):
-            answer: dict[str, Any] = {"code": FAIL_CODE, "msg": "The access token is wrong."}
+        if not raw.strip():
+            answer: dict[str, Any] = {"code": FAIL_CODE, "msg": "invalid request, requestBody empty."}
+        elif not bridge.token_ok(token):
+            bridge.token_refusals += 1
+            answer = {"code": FAIL_CODE, "msg": "The access token is wrong."}
         elif path.endswith("/api/callback"):
             answer = bridge.handle_callback(raw, token)
         elif path.endswith("/api/registry"):
@@ -516,7 +631,8 @@ class _CallbackHandler(BaseHTTPRequestHandler):
         elif path.endswith("/api/registryRemove"):
             answer = bridge.handle_registry(raw, token, remove=True)
         else:
-            answer = {"code": FAIL_CODE, "msg": f"invalid request, uri-mapping({path[:100]}) not found."}
+            answer = {"code": FAIL_CODE, "msg": f"invalid request, uri-mapping({path.rsplit('/', 1)[-1][:100]}) "
+                                                "not found."}
         self._answer(answer)
 
     def do_GET(self) -> None:  # noqa: N802

@@ -76,6 +76,24 @@ HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait thi
 _STOP = None
 
 
+class _Handoff:
+    """A timed-out run handed to a successor: whether the overrun handler has returned,
+    and whether the successor took a spare quota step to go on meanwhile."""
+
+    __slots__ = ("event", "extra", "returned")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.extra = False
+        self.returned = False
+
+
+def _watched(run: EnvelopeRun) -> bool:
+    """Under the job timeout, unless the handler enforces the timeout itself (a bridge
+    whose legacy executor runs the job under its own timeout)."""
+    return run.env.timeout.total_seconds() > 0 and not getattr(run.fn, "enforces_own_timeout", False)
+
+
 class Executor:
     def __init__(
         self,
@@ -115,6 +133,7 @@ class Executor:
         self._done_items = 0
         self._remember = remember
         self._lock = threading.Lock()
+        self._handoffs: dict[tuple[EnvelopeRun, int], _Handoff] = {}  # (run, generation) -> its predecessor
         # the fences first: a subscription would start taking messages it cannot judge
         self._own_fences = fences is None
         self.fences = fences if fences is not None else FenceView(bus)
@@ -196,7 +215,7 @@ class Executor:
                 continue
             if run.finished:  # shadow, or no handler: answered already
                 pass
-            elif run.env.timeout.total_seconds() > 0:
+            elif _watched(run):
                 # on a thread of its own, so that a timeout hands the rest to a successor
                 # and this call returns once the envelope is finished, not the handler
                 self._spawn(lambda run=run: self._work(run), f"exec-{self.domain}-poll")
@@ -340,9 +359,10 @@ class Executor:
         if self.receipts is not None:
             self.receipts.begin(run.env, run.received_ms)
         try:
-            if run.env.timeout.total_seconds() > 0:
+            if _watched(run):
                 self._watchdog.watch(run)
                 if not run_watched(run, 0, self._backoff):
+                    self._overrun_returned(run, 1)
                     return False
                 self._watchdog.unwatch(run)
             else:
@@ -360,10 +380,18 @@ class Executor:
         """The watchdog's hand-over: a successor thread carries on with the run."""
 
         def carry_on() -> None:
+            # The overrun handler still runs (a thread cannot be killed), in the message's
+            # quota step. The successor goes on at once in a spare step if there is one
+            # (given back when the overrun handler returns), else it waits for that
+            # handler to return: never more than `concurrency` handlers run at once.
+            # (Blocking on a fresh step instead would deadlock with the receive loop,
+            # which takes the step the overrun handler frees for a new message.)
+            self._successor_slot(run, gen)
             if wait > 0:
                 time.sleep(wait)  # the retry's back-off, as on the worker
             try:
                 if not run_watched(run, gen, self._backoff):
+                    self._overrun_returned(run, gen + 1)
                     return
                 self._watchdog.unwatch(run)
                 self._finish(run)
@@ -377,6 +405,30 @@ class Executor:
                 self._serve()
 
         self._spawn(carry_on, f"exec-{self.domain}-successor")
+
+    def _successor_slot(self, run: EnvelopeRun, gen: int) -> None:
+        """Before generation `gen` of `run` calls a handler: a spare quota step, or the
+        return of the handler that overran generation `gen - 1`."""
+        with self._lock:
+            hand = self._handoffs.setdefault((run, gen), _Handoff())
+            if not hand.returned and self._quota.acquire(blocking=False):
+                hand.extra = True
+        if not hand.extra:
+            hand.event.wait()
+        with self._lock:
+            if hand.returned:
+                self._handoffs.pop((run, gen), None)
+
+    def _overrun_returned(self, run: EnvelopeRun, gen: int) -> None:
+        """The handler whose run was handed to generation `gen` has returned."""
+        with self._lock:
+            hand = self._handoffs.setdefault((run, gen), _Handoff())
+            hand.returned = True
+            if hand.extra:
+                self._handoffs.pop((run, gen), None)
+        if hand.extra:
+            self._quota.release()  # the spare step its successor took
+        hand.event.set()
 
     def _skip_fenced(self, run: EnvelopeRun, fence: Fence) -> None:
         """Answer a run the fence covers: skipped, never invoked. An item that already

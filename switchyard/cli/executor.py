@@ -1,4 +1,10 @@
-"""`switchyard executor run --handlers MODULE --domain D`."""
+"""`switchyard executor run --domain D (--handlers MODULE | --bridge xxl-job | --bridge batch-center)`.
+
+With `--bridge`, a migrated business dual-runs with no code of its own: its jobs' handler
+names (`xxl-job-bridge`, `batch-center-bridge`) are served by the legacy bridges, which
+drive the business's existing xxl-job executors or HTTP callbacks. A `--handlers` module
+may be given too: its handlers (registered under job codes) take precedence.
+"""
 from __future__ import annotations
 
 import importlib
@@ -8,13 +14,14 @@ import os
 import click
 
 from scheduler_core.executor import Executor
-from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix
 from switchyard.cli.signals import stop_event
 from switchyard.wiring import load_handlers, open_bus
 
 log = logging.getLogger(__name__)
+DEFAULT_XXL_LISTEN = "127.0.0.1:9300"
 
 
 @click.group()
@@ -22,36 +29,140 @@ def executor() -> None:
     """Run handlers for a business domain."""
 
 
+def _host_port(value: str, option: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliFailure(f"{option} {value!r}: expected HOST:PORT", exitcodes.USAGE)
+    return host.strip("[]"), int(port)
+
+
+def _secret(env_name: str | None, option: str) -> str | None:
+    """The value of the environment variable an option names (secrets never go on the
+    command line); an option given for a variable that is unset is an error."""
+    if env_name is None:
+        return None
+    value = os.environ.get(env_name)
+    if value is None:
+        raise CliFailure(f"{option} {env_name}: that environment variable is not set", exitcodes.USAGE)
+    return value or None
+
+
 @executor.command("run")
-@click.option("--handlers", "module_name", required=True,
+@click.option("--handlers", "module_name", default=None,
               help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.")
+@click.option("--bridge", "bridges", multiple=True, type=click.Choice(["xxl-job", "batch-center"]),
+              help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.")
 @click.option("--domain", required=True, help="Business domain whose command topic to consume.")
 @bus_url
 @pulsar_admin
 @pulsar_token
 @topic_prefix
-@click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True,
+              help="At most this many handlers of the business run at once.")
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
+@click.option("--legacy-url", default=None,
+              help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center tokens.")
+@click.option("--legacy-db-tz", default="Asia/Shanghai", show_default=True,
+              help="Zone the xxl-job admin writes its DATETIME columns in (its JDBC serverTimezone).")
+@click.option("--executor-address", "executor_addresses", multiple=True,
+              help="xxl-job: an executor base URL (repeatable; replaces the registry lookup), in route order.")
+@click.option("--access-token-env", default=None, metavar="NAME",
+              help="xxl-job: environment variable holding the xxl.job.accessToken (e.g. XXL_JOB_ACCESS_TOKEN).")
+@click.option("--listen", default=DEFAULT_XXL_LISTEN, show_default=True,
+              help="xxl-job: HOST:PORT of the admin-facing endpoint (/api/registry, /api/registryRemove, "
+                   "/api/callback) the executors call back.")
+@click.option("--advertise-host", default=None, help="xxl-job: host name the executors reach the endpoint by.")
+@click.option("--forward-to", "forward_to", multiple=True,
+              help="xxl-job: legacy admin base URL to relay legacy callbacks and registrations to (repeatable).")
+@click.option("--bc-token-env", default=None, metavar="NAME",
+              help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token "
+                   "from --legacy-url).")
 @click.option("--log-level", default="INFO", show_default=True)
 @cli_errors
-def run_cmd(module_name: str, domain: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str,
-            concurrency: int, shadow: bool, log_level: str) -> None:
+def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_url: str, pulsar_admin: str | None,
+            pulsar_token_env: str, topic_prefix: str, concurrency: int, shadow: bool, legacy_url: str | None,
+            legacy_db_tz: str, executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
+            advertise_host: str | None, forward_to: tuple[str, ...], bc_token_env: str | None,
+            log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
-    except ImportError as exc:
-        raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
+    if not module_name and not bridges:
+        raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
+    if module_name:
+        try:
+            importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
+        except ImportError as exc:
+            raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
+    xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
+                           advertise_host, forward_to)
+    bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
                    topic_prefix=topic_prefix)
-    ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
+    closers = []
     try:
-        load_handlers(ex, module_name)
-    except ValueError as exc:
-        raise CliFailure(str(exc), exitcodes.USAGE) from None
-    stop = stop_event()
-    log.info("executor for %s running%s", domain, " in shadow mode" if shadow else "")
-    try:
-        ex.run(stop)
+        ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
+        if xxl_kw is not None:
+            from scheduler_core.executor.bridges import XxlJobBridge, register_xxl_job_bridge
+
+            try:
+                xxl = XxlJobBridge(**xxl_kw)
+            except OSError as exc:
+                raise CliFailure(f"--listen {listen}: cannot bind the xxl-job endpoint: {exc.strerror or exc}",
+                                 exitcodes.USAGE) from None
+            closers.append(xxl.close)
+            register_xxl_job_bridge(ex, xxl)
+            log.info("xxl-job bridge: endpoint %s (list it first in the executors' xxl.job.admin.addresses)%s",
+                     xxl.callback_url, "; access token from $" + access_token_env if access_token_env else "")
+        if bc_tokens is not None:
+            from scheduler_core.executor.bridges import register_batch_center_bridge
+
+            register_batch_center_bridge(ex, bc_tokens)
+            log.info("batch-center bridge registered")
+        if module_name:
+            try:
+                load_handlers(ex, module_name)
+            except ValueError as exc:
+                raise CliFailure(str(exc), exitcodes.USAGE) from None
+        stop = stop_event()
+        log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "",
+                 concurrency)
+        try:
+            ex.run(stop)
+        finally:
+            ex.close()
     finally:
-        ex.close()
+        for close in closers:
+            close()
         bus.close()
+
+
+def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz: str,
+                  executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
+                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, object] | None:
+    if "xxl-job" not in bridges:
+        return None
+    host, port = _host_port(listen, "--listen")
+    token = _secret(access_token_env, "--access-token-env")
+    provider = None
+    if executor_addresses:
+        given = [a.strip() for a in executor_addresses if a.strip()]
+        provider = lambda _app: list(given)  # noqa: E731 - every app: the addresses given
+    elif legacy_url:
+        from switchyard.wiring import XxlRegistryAddresses
+
+        provider = XxlRegistryAddresses(legacy_url, legacy_db_tz)
+    # else: the executors that register with the bridge's endpoint
+    return dict(access_token=token, callback_host=host, callback_port=port, address_provider=provider,
+                forward_to=tuple(forward_to), advertise_host=advertise_host)
+
+
+def _bc_tokens(bridges: tuple[str, ...], legacy_url: str | None, bc_token_env: str | None):  # type: ignore[no-untyped-def]
+    if "batch-center" not in bridges:
+        return None
+    if bc_token_env is not None:
+        token = _secret(bc_token_env, "--bc-token-env")
+        return lambda _ref: token
+    if legacy_url:
+        from switchyard.wiring import batch_center_tokens
+
+        return batch_center_tokens(legacy_url)
+    raise CliFailure("--bridge batch-center needs --legacy-url (bc_biz tokens) or --bc-token-env", exitcodes.USAGE)

@@ -1,33 +1,72 @@
 """An xxl-job executor, the part of its protocol an admin (or the Switchyard bridge)
-talks to (notes/xxl-job.md §2.6, §2.7, §2.13; xxl-job-core EmbedServer):
+talks to, behaving like xxl-job-core's EmbedServer + ExecutorBizImpl + JobThread
+(notes/xxl-job.md §2.6, §2.7, §2.13):
 
-* `POST /run` (TriggerParam JSON, header XXL-JOB-ACCESS-TOKEN): checks the token,
-  rejects a repeated logId, answers {"code":200} once queued, runs `handler(trigger)`
-  in a thread with the executorTimeout (502 on expiry), then POSTs the result to
-  `<admin>api/callback` for the first admin that answers code 200;
-* `POST /beat`, `POST /idleBeat` ({"jobId"}: 500 while that job runs);
+* `POST /run` (TriggerParam JSON, header XXL-JOB-ACCESS-TOKEN): checks the token, then
+  as `ExecutorBizImpl.run`: one job thread per jobId (any int: an unknown id gets a new
+  thread). A BEAN request naming another handler than the thread's, or a GLUE request
+  with another glueType/glueUpdatetime than the thread's, replaces the thread ("change
+  jobhandler or glue type, ..." / "change job source or glue type, and terminate the old
+  job thread."). Then the block strategy while the thread runs or has a queue:
+  DISCARD_LATER refuses the request (code 500 "block strategy effect：Discard Later"),
+  COVER_EARLY replaces the thread, anything else (SERIAL_EXECUTION, null, unknown)
+  queues it. A replaced thread's running trigger is called back 500 "<reason> [job
+  running, killed]" (when its handler returns: a Python thread cannot be interrupted)
+  and each queued one "<reason> [job not executed, in the job queue, killed.]". A
+  repeated logId in a thread's queue is refused ("repeat trigger job, logId:..").
+* the job thread runs its queue one trigger at a time; `executorTimeout` (s) counts
+  from the trigger's start on the thread, not from its arrival: past it the result is
+  502 "job execute timeout " and the thread moves on to the next trigger.
+* the result goes to `<admin>api/callback` for each admin in order until one answers
+  code 200 (TriggerCallbackThread).
+* `POST /beat`; `POST /idleBeat {"jobId"}`: 500 "job thread is running or has trigger
+  queue." while that job's thread runs or has a queue.
 * any other uri, or a non-POST: a ReturnT 500 with HTTP 200, like the real one.
 
-`handler` returns None (200), a (code, msg) pair, or raises (500, the exception text).
+`handler(trigger)` plays the job (a BEAN handler, or the GLUE source): it returns None
+(200), a (code, msg) pair, or raises (500, the exception text).
 `callback_style`: "2.3" {logId, logDateTim, handleCode, handleMsg} (2.3.0–3.4.2),
 "master" (logDateTime), "2.2" ({logId, logDateTim, executeResult: {code, msg}}).
 """
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TOKEN_HEADER = "XXL-JOB-ACCESS-TOKEN"
 JobFn = Callable[[dict[str, Any]], "tuple[int, str] | None"]
+IDLE_POLL_S = 0.05
 
 
 def _ok(trigger: dict[str, Any]) -> None:
     return None
+
+
+def _identity(trigger: dict[str, Any]) -> tuple[str, object]:
+    """What a job thread is bound to: the BEAN handler's name, or the GLUE type and version."""
+    glue = str(trigger.get("glueType") or "BEAN")
+    if glue == "BEAN":
+        return ("BEAN", trigger.get("executorHandler"))
+    # Java checks `instanceof ScriptJobHandler` (or GlueJobHandler) and the update time
+    # only: one script kind is not told from another
+    return ("GLUE_GROOVY" if glue == "GLUE_GROOVY" else "SCRIPT", int(trigger.get("glueUpdatetime") or 0))
+
+
+@dataclass
+class _JobThread:
+    job_id: int
+    identity: tuple[str, object]
+    queue: "queue.SimpleQueue[dict[str, Any]]" = field(default_factory=queue.SimpleQueue)
+    queued: set[int] = field(default_factory=set)  # logIds waiting
+    running: bool = False
+    stop_reason: str | None = None
 
 
 class XxlExecutorStandIn:
@@ -40,12 +79,16 @@ class XxlExecutorStandIn:
         self.callback_style = callback_style
         self.triggers: list[dict[str, Any]] = []  # every TriggerParam received, accepted or not
         self.callbacks: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = []  # (admin, body, answer)
+        self.results: dict[int, tuple[int, str]] = {}  # logId -> (handleCode, handleMsg) as called back
+        self.started: dict[int, float] = {}  # logId -> monotonic start on its job thread
+        self.kills: list[tuple[int, str]] = []  # (jobId, reason) of each replaced job thread
         self.beats = 0
+        self.idle_beats: list[int] = []  # jobIds asked about
         self.send_callbacks = True
-        self._running: dict[int, int] = {}  # jobId -> running count
-        self._log_ids: set[int] = set()
-        self._lock = threading.Lock()
+        self._threads: dict[int, _JobThread] = {}
+        self._lock = threading.RLock()
         self._done = threading.Condition(self._lock)
+        self._closed = False
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,21 +138,88 @@ class XxlExecutorStandIn:
         if uri == "/idleBeat":
             job_id = int(json.loads(raw.decode("utf-8") or "{}").get("jobId", 0))
             with self._lock:
-                busy = self._running.get(job_id, 0) > 0
+                self.idle_beats.append(job_id)
+                busy = self._busy(job_id)
             return {"code": 500, "msg": "job thread is running or has trigger queue."} if busy else {"code": 200}
         if uri == "/run":
-            trigger = self.triggers[-1]
-            log_id = int(trigger["logId"])
-            with self._lock:
-                if log_id in self._log_ids:
-                    return {"code": 500, "msg": f"repeate trigger job, logId:{log_id}"}
-                self._log_ids.add(log_id)
-                self._running[int(trigger["jobId"])] = self._running.get(int(trigger["jobId"]), 0) + 1
-            threading.Thread(target=self._execute, args=(trigger,), daemon=True).start()
-            return {"code": 200, "msg": None}
+            return self._run(self.triggers[-1])
         return {"code": 500, "msg": f"invalid request, uri-mapping({uri}) not found."}
 
-    def _execute(self, trigger: dict[str, Any]) -> None:
+    def _busy(self, job_id: int) -> bool:
+        t = self._threads.get(job_id)
+        return t is not None and (t.running or bool(t.queued))
+
+    def _run(self, trigger: dict[str, Any]) -> dict[str, Any]:
+        """ExecutorBizImpl.run."""
+        job_id = int(trigger["jobId"])
+        log_id = int(trigger["logId"])
+        glue = str(trigger.get("glueType") or "BEAN")
+        if glue not in ("BEAN", "GLUE_GROOVY", "GLUE_SHELL", "GLUE_PYTHON", "GLUE_PHP", "GLUE_NODEJS",
+                        "GLUE_POWERSHELL"):
+            return {"code": 500, "msg": f"glueType[{glue}] is not valid."}
+        identity = _identity(trigger)
+        with self._lock:
+            thread = self._threads.get(job_id)
+            reason: str | None = None
+            if thread is not None and thread.identity != identity:
+                reason = ("change jobhandler or glue type, and terminate the old job thread." if glue == "BEAN"
+                          else "change job source or glue type, and terminate the old job thread.")
+                thread = None
+            if thread is not None and (thread.running or thread.queued):
+                block = trigger.get("executorBlockStrategy")
+                if block == "DISCARD_LATER":
+                    return {"code": 500, "msg": "block strategy effect：Discard Later"}
+                if block == "COVER_EARLY":
+                    reason = "block strategy effect：Cover Early"
+                    thread = None
+            if thread is None:
+                thread = self._replace(job_id, identity, reason)
+            if log_id in thread.queued:
+                return {"code": 500, "msg": f"repeat trigger job, logId:{log_id}"}
+            thread.queued.add(log_id)
+            thread.queue.put(trigger)
+        return {"code": 200, "msg": None}
+
+    def _replace(self, job_id: int, identity: tuple[str, object], reason: str | None) -> _JobThread:
+        """XxlJobExecutor.registJobThread: the old thread (if any) is told to stop."""
+        old = self._threads.get(job_id)
+        new = _JobThread(job_id, identity)
+        self._threads[job_id] = new
+        if old is not None:
+            old.stop_reason = reason or "replaced"
+            self.kills.append((job_id, old.stop_reason))
+            while True:  # its queue is called back killed
+                try:
+                    t = old.queue.get_nowait()
+                except queue.Empty:
+                    break
+                old.queued.discard(int(t["logId"]))
+                self._report(t, 500, f"{old.stop_reason} [job not executed, in the job queue, killed.]")
+        threading.Thread(target=self._job_thread, args=(new,), daemon=True, name=f"xxl-standin-job-{job_id}").start()
+        return new
+
+    def _job_thread(self, jt: _JobThread) -> None:
+        """JobThread.run: one trigger at a time until replaced or closed."""
+        while jt.stop_reason is None and not self._closed:
+            try:
+                trigger = jt.queue.get(timeout=IDLE_POLL_S)
+            except queue.Empty:
+                continue
+            with self._lock:
+                if jt.stop_reason is not None:
+                    break
+                jt.queued.discard(int(trigger["logId"]))
+                jt.running = True
+                self.started[int(trigger["logId"])] = time.monotonic()
+            code, msg = self._execute(trigger)
+            with self._lock:
+                jt.running = False
+                if jt.stop_reason is not None:
+                    code, msg = 500, f"{jt.stop_reason} [job running, killed]"
+                self._done.notify_all()
+            self._report(trigger, code, msg)
+
+    def _execute(self, trigger: dict[str, Any]) -> tuple[int, str]:
         box: list[tuple[int, str]] = []
 
         def run() -> None:
@@ -119,16 +229,25 @@ class XxlExecutorStandIn:
             except Exception as exc:  # the executor reports the exception text
                 box.append((500, f"{type(exc).__name__}: {exc}"))
 
+        timeout = int(trigger.get("executorTimeout") or 0)
+        if timeout <= 0:
+            run()
+            return box[0]
         worker = threading.Thread(target=run, daemon=True)
         worker.start()
-        timeout = int(trigger.get("executorTimeout") or 0)
-        worker.join(timeout if timeout > 0 else None)
-        code, msg = box[0] if box else (502, "job execute timeout ")
-        with self._lock:
-            self._running[int(trigger["jobId"])] -= 1
+        worker.join(timeout)  # counted from the start on the job thread, as FutureTask.get
+        return box[0] if box else (502, "job execute timeout ")
+
+    def _report(self, trigger: dict[str, Any], code: int, msg: str) -> None:
+        """Recorded at once; called back on a thread of its own (TriggerCallbackThread's
+        queue), so a slow admin never holds a job thread."""
+        log_id = int(trigger["logId"])
+        with self._lock:  # reentrant: _replace calls this with the lock held
+            self.results[log_id] = (code, msg)
             self._done.notify_all()
         if self.send_callbacks:
-            self._callback(int(trigger["logId"]), int(trigger.get("logDateTime") or 0), code, msg)
+            threading.Thread(target=self._callback, args=(log_id, int(trigger.get("logDateTime") or 0), code, msg),
+                             daemon=True).start()
 
     def _callback(self, log_id: int, log_date: int, code: int, msg: str) -> None:
         if self.callback_style == "2.2":
@@ -157,29 +276,33 @@ class XxlExecutorStandIn:
             if answer and answer.get("code") == 200:
                 return  # the first admin that takes it, like TriggerCallbackThread
 
-    def wait_idle(self, timeout: float = 5.0) -> bool:
+    # -- waiting (tests) ---------------------------------------------------------------
+
+    def _wait(self, ready: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._lock:
-            while any(self._running.values()):
+            while not ready():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._done.wait(left)
         return True
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        return self._wait(lambda: not any(t.running or t.queued for t in self._threads.values()), timeout)
 
     def wait_callbacks(self, count: int, timeout: float = 5.0) -> bool:
         """Until `count` callback attempts were made (the bridge may return before the
         executor has read the admin's answer)."""
-        deadline = time.monotonic() + timeout
+        return self._wait(lambda: len(self.callbacks) >= count, timeout)
+
+    def wait_result(self, log_id: int, timeout: float = 5.0) -> tuple[int, str] | None:
+        self._wait(lambda: log_id in self.results, timeout)
         with self._lock:
-            while len(self.callbacks) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._done.wait(left)
-        return True
+            return self.results.get(log_id)
 
     def close(self) -> None:
+        self._closed = True
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

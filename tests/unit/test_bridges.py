@@ -241,7 +241,7 @@ def test_xxl_run_through_the_executor_ends_ok(xxl: Xxl) -> None:
     assert isinstance(log_id, int) and 0 < log_id < 2**63
     assert abs(trigger.pop("logDateTime") - time.time() * 1000) < 60_000
     assert trigger == {
-        "jobId": 7, "executorHandler": "demoJobHandler", "executorParams": "p=1",
+        "jobId": 2**31 - 1 - 7, "executorHandler": "demoJobHandler", "executorParams": "p=1",
         "executorBlockStrategy": "SERIAL_EXECUTION", "executorTimeout": 5, "glueType": "BEAN", "glueSource": "",
         "glueUpdatetime": 0, "broadcastIndex": 0, "broadcastTotal": 1,
     }
@@ -291,14 +291,14 @@ def test_xxl_handler_slower_than_timeout_is_timed_out() -> None:
         x.close()
 
 
-def test_xxl_bridge_gives_up_at_the_job_timeout_when_the_executor_does_not() -> None:
+def test_xxl_bridge_gives_up_after_max_wait_when_the_executor_never_reports() -> None:
     release = threading.Event()
-    x = Xxl(handler=lambda t: release.wait(5) and None)
+    x = Xxl(handler=lambda t: release.wait(5) and None, max_wait_s=0.5, beat_interval=0.1)
     try:
         started = time.monotonic()
-        result = x.bridge(ctx(xxl_params(executor_timeout=0), timeout=timedelta(milliseconds=500)))
-        assert result.timed_out and "no result for logId" in result.message
-        assert time.monotonic() - started < 2
+        result = x.bridge(ctx(xxl_params(executor_timeout=0), timeout=timedelta(milliseconds=100)))
+        assert result.timed_out and "no result for logId" in result.message and "0.5s" in result.message
+        assert time.monotonic() - started < 3
         assert x.executor.triggers[0]["executorTimeout"] == 0
         assert x.bridge.pending == 0
     finally:
@@ -316,15 +316,30 @@ def test_xxl_wrong_access_token_is_a_failure() -> None:
         x.close()
 
 
-def test_xxl_broadcast_item_param_picks_that_address(xxl: Xxl) -> None:
+def test_xxl_broadcast_item_goes_to_the_live_executor_at_its_index(xxl: Xxl) -> None:
     second = xxl.new_executor()
+    xxl.addresses.append(second.address)
     try:
         result = xxl.bridge(ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=1, item_total=2,
-                                item_param=second.address))
+                                item_param=xxl.executor.address))  # the address stored at migration is stale
         assert result.ok, result.message
         assert xxl.executor.triggers == []
         [trigger] = second.triggers
         assert (trigger["broadcastIndex"], trigger["broadcastTotal"]) == (1, 2)
+        # past the end of the live list: the first executor, as the admin does
+        assert xxl.bridge(ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=2, item_total=3)).ok
+        assert [t["broadcastIndex"] for t in xxl.executor.triggers] == [2]
+    finally:
+        second.close()
+
+
+def test_xxl_broadcast_item_param_is_used_when_no_executor_is_known(xxl: Xxl) -> None:
+    second = xxl.new_executor()
+    xxl.addresses.clear()
+    try:
+        assert xxl.bridge(ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=1, item_total=2,
+                              item_param=second.address)).ok
+        assert len(second.triggers) == 1 and xxl.executor.triggers == []
     finally:
         second.close()
 
@@ -334,10 +349,17 @@ def test_xxl_no_address_is_a_clear_failure(xxl: Xxl) -> None:
     assert not result.ok and "no executor address for app 'unknown-app'" in result.message
 
 
-def test_xxl_refused_connection_fails_over_to_the_next_address(xxl: Xxl) -> None:
+def test_xxl_failover_beats_each_address_and_runs_on_the_first_alive(xxl: Xxl) -> None:
     xxl.addresses.insert(0, f"http://127.0.0.1:{free_port()}/")
-    assert xxl.bridge(ctx(xxl_params())).ok
-    assert len(xxl.executor.triggers) == 1
+    assert xxl.bridge(ctx(xxl_params(route_strategy="FAILOVER"))).ok
+    assert len(xxl.executor.triggers) == 1 and xxl.executor.beats >= 1
+
+
+def test_xxl_first_route_to_a_dead_executor_is_a_failure_like_the_admin(xxl: Xxl) -> None:
+    xxl.addresses.insert(0, f"http://127.0.0.1:{free_port()}/")
+    result = xxl.bridge(ctx(xxl_params(route_strategy="FIRST")))
+    assert not result.ok and "refused the connection" in result.message
+    assert xxl.executor.triggers == []
 
 
 def test_xxl_unreachable_executor_is_a_one_line_failure(xxl: Xxl) -> None:
@@ -446,10 +468,11 @@ def test_xxl_without_address_provider_uses_executors_registered_with_the_bridge(
     try:
         assert not x.bridge(ctx(xxl_params())).ok
         reg = {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": x.executor.address}
-        assert post(x.bridge.callback_url + "api/registry", reg, XXL_TOKEN)["code"] == 200
+        # noted, but refused: the executor goes on to register with the legacy admin too
+        assert post(x.bridge.callback_url + "api/registry", reg, XXL_TOKEN)["code"] == 500
         assert x.bridge.registered_addresses("demo-app") == [x.executor.address]
         assert x.bridge(ctx(xxl_params())).ok
-        assert post(x.bridge.callback_url + "api/registryRemove", reg, XXL_TOKEN)["code"] == 200
+        assert post(x.bridge.callback_url + "api/registryRemove", reg, XXL_TOKEN)["code"] == 500
         assert x.bridge.registered_addresses("demo-app") == []
     finally:
         x.close()
@@ -527,7 +550,7 @@ def test_end_to_end_through_the_sdk(business: CallbackRecorder) -> None:
         assert updates[xxl_ok].state is FiredState.SUCCEEDED, updates[xxl_ok].message
         assert updates[bc_fail].state is FiredState.FAILED and "refused" in updates[bc_fail].message.lower()
         assert business.last.query["shardIndex"] == ["1"] and json.loads(business.last.body)["shardTotal"] == 2
-        assert x.executor.triggers[0]["jobId"] == 7
+        assert x.executor.triggers[0]["jobId"] == 2**31 - 1 - 7  # its own job thread, not legacy job 7's
     finally:
         executor.close()
         x.close()

@@ -111,9 +111,11 @@ def test_a_redelivered_packed_message_is_answered_from_memory_not_run_again() ->
 
 
 def test_a_run_overrunning_its_timeout_inside_a_pack_is_timed_out_and_the_rest_of_the_pack_goes_on() -> None:
+    # concurrency 2: the overrunning handler still holds one slot (it cannot be killed),
+    # the rest of the pack runs in the other
     bus = InProcessBus(SystemClock())
     results = bus.subscribe(CALLBACK_TOPIC, "t")
-    ex = Executor(bus, "d", concurrency=1)
+    ex = Executor(bus, "d", concurrency=2)
     release = threading.Event()
 
     @ex.handler()
@@ -133,4 +135,32 @@ def test_a_run_overrunning_its_timeout_inside_a_pack_is_timed_out_and_the_rest_o
     assert [got[c].state for c in ids] == [FiredState.SUCCEEDED, FiredState.TIMED_OUT] + [FiredState.SUCCEEDED] * 3
     assert all(got[c].state is FiredState.SUCCEEDED for c in more)
     assert bus.backlog(command_topic("d"), "executor") == (0, 0)
+    ex.close()
+
+
+def test_with_concurrency_1_the_rest_of_the_pack_waits_for_the_overrunning_handler_to_return() -> None:
+    bus = InProcessBus(SystemClock())
+    results = bus.subscribe(CALLBACK_TOPIC, "t")
+    ex = Executor(bus, "d", concurrency=1, receipt_after=None)  # final results only
+    release = threading.Event()
+    entered = threading.Event()
+    later_ran_while_stuck: list[int] = []
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> None:
+        if ctx.trigger_id == 2:
+            entered.set()
+            release.wait(10)
+        elif not release.is_set():
+            later_ran_while_stuck.append(ctx.trigger_id)
+
+    ids = _pack(bus, 1, 4, timeout=timedelta(milliseconds=100))
+    with _Running(ex):
+        assert entered.wait(10)
+        time.sleep(0.5)  # past the 100 ms timeout: a successor has had time to run on, were it allowed to
+        stuck = list(later_ran_while_stuck)
+        release.set()
+        got = _collect(results, 4)
+    assert stuck == [1], f"a handler ran beside the overrunning one with concurrency 1: {stuck}"
+    assert [got[c].state for c in ids] == [FiredState.SUCCEEDED, FiredState.TIMED_OUT] + [FiredState.SUCCEEDED] * 2
     ex.close()

@@ -236,7 +236,9 @@ def test_a_timed_out_item_is_retried_with_backoff() -> None:
     clock = SystemClock()  # run() waits on the bus in real time
     bus = InProcessBus(clock)
     results = bus.subscribe(CALLBACK_TOPIC, "t")
-    ex = Executor(bus, "d", clock=clock, concurrency=1, retry_backoff=timedelta(milliseconds=5))
+    # concurrency 2: the overrun first attempt still holds one place (it cannot be
+    # killed), the retry runs in the other (with 1 it waits for the first to return)
+    ex = Executor(bus, "d", clock=clock, concurrency=2, retry_backoff=timedelta(milliseconds=5))
     release = threading.Event()
     attempts: list[int] = []
 
