@@ -22,12 +22,11 @@ from typing import Any
 from scheduler_core.settings import SchedulerSettings
 
 from bench.admission import PARTITIONS, _prepare, raw_ceiling
-from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median
+from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median, pymysql_connect
 from bench.workload import (
     CountingBus,
     analyze,
     bench_job,
-    count_fired,
     drive_threaded,
     load_triggers,
     make_store,
@@ -68,6 +67,25 @@ def _server_cpu_s() -> float | None:
         except OSError:
             continue
     return total if found else None
+
+
+def _machine_busy() -> tuple[int, int]:
+    """(all, idle) jiffies of the whole machine since boot, from /proc/stat: the busy
+    share of every core over a run, whoever used it (members, server, etcd, the others)."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    return sum(values), values[3] + values[4]  # idle + iowait
+
+
+# InnoDB's own counters of row lock waits: whether writers serialize on a row (the
+# partition fence read in share mode, the CAS) shows here, not in the throughput
+_LOCK_STATUS = ("Innodb_row_lock_waits", "Innodb_row_lock_time", "Innodb_deadlocks")
+
+
+def _lock_status(cur: Any) -> dict[str, int]:
+    names = ", ".join(f"'{n}'" for n in _LOCK_STATUS)
+    cur.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
+    return {str(k): int(v) for k, v in cur.fetchall()}
 
 
 def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any, stop: Any, q: Any) -> None:
@@ -121,18 +139,26 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     wait_s = gun_ms / 1000 - time.time()
     if wait_s < 1.0:
         raise RuntimeError(f"the members were not up {SETTLE_S} s before the gun (load?)")
-    time.sleep(wait_s)
-    server0 = _server_cpu_s()
-    t0 = time.monotonic()
-    dl = Deadline(limit_s)
-    fired = 0
-    while not dl.expired():
-        fired = count_fired(url)
-        if fired >= n:
-            break
-        time.sleep(0.1)
-    seconds = time.monotonic() - t0
-    server1 = _server_cpu_s()
+    # one connection for the whole count: a connect per 0.1 s poll cost the server and this
+    # process CPU inside the measured window, on the same two cores as the members
+    conn = pymysql_connect(url, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            time.sleep(wait_s)
+            locks0, machine0, server0 = _lock_status(cur), _machine_busy(), _server_cpu_s()
+            t0 = time.monotonic()
+            dl = Deadline(limit_s)
+            fired = 0
+            while not dl.expired():
+                cur.execute("SELECT COUNT(*) FROM dus_fired_record")
+                fired = int(cur.fetchone()[0])
+                if fired >= n:
+                    break
+                time.sleep(0.1)
+            seconds = time.monotonic() - t0
+            server1, machine1, locks1 = _server_cpu_s(), _machine_busy(), _lock_status(cur)
+    finally:
+        conn.close()
     stop.set()
     results = [q.get(timeout=120) for _ in procs]
     for p in procs:
@@ -141,8 +167,19 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     if errors:
         raise RuntimeError("; ".join(errors))
     server_cpu = None if server0 is None or server1 is None else server1 - server0
+    jiffies = machine1[0] - machine0[0]
+    busy = None if jiffies <= 0 else 1.0 - (machine1[1] - machine0[1]) / jiffies
+    member_cpu = sum(r["cpu_s"] for r in results)
+    # CPU of the measured processes (members + server) per trigger, and what the machine's
+    # cores would admit at that cost with nothing else running: the box's ceiling
+    total_ms = None if server_cpu is None else 1000 * (member_cpu + server_cpu) / max(1, fired)
+    cores = os.cpu_count() or 1
     return {"rate": fired / seconds, "fired": fired, "seconds": seconds, "complete": fired >= n,
-            "members": results, "server_cpu_s": server_cpu,
+            "members": results, "server_cpu_s": server_cpu, "machine_busy": busy,
+            "lock_waits": {k: locks1[k] - locks0[k] for k in _LOCK_STATUS},
+            "total_cpu_ms_per_trigger": total_ms,
+            "box_ceiling": None if not total_ms else 1000 * cores / total_ms,
+            "fired_per_member": sorted(r["fired"] for r in results),
             "member_cpu_ms_per_trigger": [1000 * r["cpu_s"] / max(1, r["fired"]) for r in results],
             "server_cpu_ms_per_trigger": None if server_cpu is None else 1000 * server_cpu / max(1, fired)}
 
@@ -187,15 +224,29 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         raw4 = med("raw_4")
         rate = med(f"members_{m}")
         server = med(f"members_{m}", "server_cpu_ms_per_trigger")
+        busy = med(f"members_{m}", "machine_busy")
+        ceiling = med(f"members_{m}", "box_ceiling")
+        waits = [v["lock_waits"]["Innodb_row_lock_waits"] for v in raw.get(f"members_{m}", [])]
+        shares = [v["fired_per_member"] for v in raw.get(f"members_{m}", [])]
         sec.rows.append(Row(f"admission, {m} member process(es), no-op bus", rate, one, "/s",
                             note="peer: 1 member (ratio N/1); "
                             + (f"{rate / raw4:.2f}x of the raw cycle on 4 connections; " if rate and raw4 else "")
                             + f"member CPU ms/trigger {[round(x, 3) for x in per_member]}; server CPU ms/trigger "
-                            + ("-" if server is None else f"{server:.3f}")))
+                            + ("-" if server is None else f"{server:.3f}")
+                            + "; machine busy " + ("-" if busy is None else f"{100 * busy:.0f}%")
+                            + "; box ceiling at these costs " + ("-" if ceiling is None else f"{ceiling:,.0f}/s")
+                            + f"; InnoDB row lock waits {waits}; fired per member {shares}"))
     sec.rows.append(Row("admission, the single leader (threaded Scheduler), no-op bus", med("leader"), one, "/s",
                         note="peer: 1 member; the registry's cost on one process"))
     for c in (1, 2, 4):
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
+    if one:
+        best = med("members_1", "box_ceiling")
+        if best:
+            sec.notes.append(
+                f"ceiling of the ratio on this machine: {best:,.0f}/s (every core busy with only the 1-member "
+                f"run's member + server CPU per trigger) / {one:,.0f}/s (1 member) = {best / one:.2f}x; a second "
+                "member can only use the idle share left, and its CPU per trigger is higher, not lower.")
     sec.raw = raw
     load_end = os.getloadavg()
     sec.notes.append(f"load average (1/5/15 min) at start {tuple(round(x, 1) for x in load_start)}, at the end "
