@@ -47,6 +47,70 @@ def _secret(env_name: str | None, option: str) -> str | None:
     return value or None
 
 
+_BRIDGE_OPTIONS = (
+    click.option("--legacy-url", default=None,
+                 help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center "
+                      "tokens."),
+    click.option("--legacy-db-tz", default="Asia/Shanghai", show_default=True,
+                 help="Zone the xxl-job admin writes its DATETIME columns in (its JDBC serverTimezone)."),
+    click.option("--executor-address", "executor_addresses", multiple=True,
+                 help="xxl-job: an executor base URL (repeatable; replaces the registry lookup), in route order."),
+    click.option("--access-token-env", default=None, metavar="NAME",
+                 help="xxl-job: environment variable holding the xxl.job.accessToken (e.g. XXL_JOB_ACCESS_TOKEN)."),
+    click.option("--listen", default=DEFAULT_XXL_LISTEN, show_default=True,
+                 help="xxl-job: HOST:PORT of the admin-facing endpoint (/api/registry, /api/registryRemove, "
+                      "/api/callback) the executors call back."),
+    click.option("--advertise-host", default=None, help="xxl-job: host name the executors reach the endpoint by."),
+    click.option("--forward-to", "forward_to", multiple=True,
+                 help="xxl-job: legacy admin base URL to relay legacy callbacks and registrations to (repeatable)."),
+    click.option("--bc-token-env", default=None, metavar="NAME",
+                 help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token "
+                      "from --legacy-url)."),
+)
+
+
+def bridge_options(fn):  # type: ignore[no-untyped-def]
+    """The legacy bridges' options (`executor run` and `serve` share them)."""
+    for opt in reversed(_BRIDGE_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+class Bridges:
+    """The legacy bridges a process serves: one xxl-job endpoint (bound once) and the
+    batch center's token lookup, registered on each executor that needs them."""
+
+    def __init__(self, bridges: tuple[str, ...], *, legacy_url: str | None, legacy_db_tz: str,
+                 executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
+                 advertise_host: str | None, forward_to: tuple[str, ...], bc_token_env: str | None) -> None:
+        xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
+                               advertise_host, forward_to)
+        self.bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
+        self.xxl = None
+        if xxl_kw is not None:
+            from scheduler_core.executor.bridges import XxlJobBridge
+
+            try:
+                self.xxl = XxlJobBridge(**xxl_kw)
+            except OSError as exc:
+                raise CliFailure(f"--listen {listen}: cannot bind the xxl-job endpoint: {exc.strerror or exc}",
+                                 exitcodes.USAGE) from None
+            log.info("xxl-job bridge: endpoint %s (list it first in the executors' xxl.job.admin.addresses)%s",
+                     self.xxl.callback_url, "; access token from $" + access_token_env if access_token_env else "")
+
+    def register(self, ex: Executor) -> None:
+        from scheduler_core.executor.bridges import register_batch_center_bridge, register_xxl_job_bridge
+
+        if self.xxl is not None:
+            register_xxl_job_bridge(ex, self.xxl)
+        if self.bc_tokens is not None:
+            register_batch_center_bridge(ex, self.bc_tokens)
+
+    def close(self) -> None:
+        if self.xxl is not None:
+            self.xxl.close()
+
+
 @executor.command("run")
 @click.option("--handlers", "module_name", default=None,
               help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.")
@@ -60,23 +124,7 @@ def _secret(env_name: str | None, option: str) -> str | None:
 @click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True,
               help="At most this many handlers of the business run at once.")
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
-@click.option("--legacy-url", default=None,
-              help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center tokens.")
-@click.option("--legacy-db-tz", default="Asia/Shanghai", show_default=True,
-              help="Zone the xxl-job admin writes its DATETIME columns in (its JDBC serverTimezone).")
-@click.option("--executor-address", "executor_addresses", multiple=True,
-              help="xxl-job: an executor base URL (repeatable; replaces the registry lookup), in route order.")
-@click.option("--access-token-env", default=None, metavar="NAME",
-              help="xxl-job: environment variable holding the xxl.job.accessToken (e.g. XXL_JOB_ACCESS_TOKEN).")
-@click.option("--listen", default=DEFAULT_XXL_LISTEN, show_default=True,
-              help="xxl-job: HOST:PORT of the admin-facing endpoint (/api/registry, /api/registryRemove, "
-                   "/api/callback) the executors call back.")
-@click.option("--advertise-host", default=None, help="xxl-job: host name the executors reach the endpoint by.")
-@click.option("--forward-to", "forward_to", multiple=True,
-              help="xxl-job: legacy admin base URL to relay legacy callbacks and registrations to (repeatable).")
-@click.option("--bc-token-env", default=None, metavar="NAME",
-              help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token "
-                   "from --legacy-url).")
+@bridge_options
 @click.option("--log-level", default="INFO", show_default=True)
 @cli_errors
 def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_url: str, pulsar_admin: str | None,
@@ -92,31 +140,17 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
             importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
-    xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
-                           advertise_host, forward_to)
-    bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
-    bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
-                   topic_prefix=topic_prefix)
-    closers = []
+    # the bridges first: a usage error (an unset token variable, a port in use) before any connection
+    legacy = Bridges(bridges, legacy_url=legacy_url, legacy_db_tz=legacy_db_tz,
+                     executor_addresses=executor_addresses, access_token_env=access_token_env, listen=listen,
+                     advertise_host=advertise_host, forward_to=forward_to, bc_token_env=bc_token_env)
+    closers = [legacy.close]
     try:
+        bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
+                       topic_prefix=topic_prefix)
+        closers.append(bus.close)
         ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
-        if xxl_kw is not None:
-            from scheduler_core.executor.bridges import XxlJobBridge, register_xxl_job_bridge
-
-            try:
-                xxl = XxlJobBridge(**xxl_kw)
-            except OSError as exc:
-                raise CliFailure(f"--listen {listen}: cannot bind the xxl-job endpoint: {exc.strerror or exc}",
-                                 exitcodes.USAGE) from None
-            closers.append(xxl.close)
-            register_xxl_job_bridge(ex, xxl)
-            log.info("xxl-job bridge: endpoint %s (list it first in the executors' xxl.job.admin.addresses)%s",
-                     xxl.callback_url, "; access token from $" + access_token_env if access_token_env else "")
-        if bc_tokens is not None:
-            from scheduler_core.executor.bridges import register_batch_center_bridge
-
-            register_batch_center_bridge(ex, bc_tokens)
-            log.info("batch-center bridge registered")
+        legacy.register(ex)
         if module_name:
             try:
                 load_handlers(ex, module_name)
@@ -130,9 +164,8 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
         finally:
             ex.close()
     finally:
-        for close in closers:
+        for close in reversed(closers):
             close()
-        bus.close()
 
 
 def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz: str,

@@ -15,6 +15,7 @@ from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.executor import Bridges, bridge_options
 from switchyard.cli.options import store_url
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
@@ -26,8 +27,11 @@ log = logging.getLogger(__name__)
 
 @click.command("serve")
 @store_url
-@click.option("--handlers", "modules", multiple=True, required=True,
+@click.option("--handlers", "modules", multiple=True,
               help="Python module with `register(executor)` or `HANDLERS = {job_code: fn}` (repeatable).")
+@click.option("--bridge", "bridges", multiple=True, type=click.Choice(["xxl-job", "batch-center"]),
+              help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.")
+@bridge_options
 @click.option("--domain", "domains", multiple=True,
               help="Run executors for these business domains only (repeatable); default: every domain in the "
                    "store, looked for again every few seconds.")
@@ -43,16 +47,19 @@ log = logging.getLogger(__name__)
 @click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
 @click.option("--log-level", default="INFO", show_default=True)
 @cli_errors
-def serve(url: str, modules: tuple[str, ...], domains: tuple[str, ...], concurrency: int, name: str,
-          lookahead: float, idle_wait: float, metrics_port: int, with_console: bool, console_bind: str,
-          console_port: int, log_level: str) -> None:
+def serve(url: str, modules: tuple[str, ...], bridges: tuple[str, ...], domains: tuple[str, ...], concurrency: int,
+          name: str, lookahead: float, idle_wait: float, metrics_port: int, with_console: bool, console_bind: str,
+          console_port: int, log_level: str, **bridge_kw: object) -> None:
     """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not modules and not bridges:
+        raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     token = console_token(console_bind, TOKEN_ENV) if with_console else None
     store = open_store(url)
     store.current_epoch()  # a store without the schema is a clear error now (`switchyard db init`)
 
     def register(ex: Executor) -> None:
+        legacy.register(ex)  # the handlers modules' own registrations (below) take precedence
         for module in modules:
             load_handlers(ex, module)
 
@@ -61,6 +68,7 @@ def serve(url: str, modules: tuple[str, ...], domains: tuple[str, ...], concurre
             __import__(module)
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
+    legacy = Bridges(bridges, **bridge_kw)  # type: ignore[arg-type]
     settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
     center = EmbeddedCenter(store, settings, register, name=name, domains=domains, concurrency=concurrency)
     if metrics_port:
@@ -85,4 +93,5 @@ def serve(url: str, modules: tuple[str, ...], domains: tuple[str, ...], concurre
         if console_server is not None and console_thread is not None:
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)
+        legacy.close()
         store.engine.dispose()

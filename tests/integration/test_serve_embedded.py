@@ -160,3 +160,56 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
             rec = recorded[(str(job), int(at), int(item) // 4 * 4)]  # type: ignore[call-overload]
         assert rec is not None and rec.state is FiredState.SUCCEEDED, (key, rec)
     store.engine.dispose()
+
+
+def test_serve_with_the_xxl_job_bridge_needs_no_handler_code(tmp_path: Path) -> None:
+    """`switchyard serve --bridge xxl-job`: a migrated xxl-job job (handler `xxl-job-bridge`)
+    runs on the business's own executor (the stand-in) with no handlers module; its result
+    comes back through the bridge's endpoint into the store; the token is never logged."""
+    import json
+    import os
+
+    from sqlalchemy import select
+
+    from scheduler_core.model import FiredState
+    from tests.standins.xxl_executor import XxlExecutorStandIn
+    from tests.unit.test_bridges import xxl_params
+
+    secret = "serve-xxl-secret-51c2"
+    url = f"sqlite:///{tmp_path / 'center.db'}"
+    init = subprocess.run([sys.executable, "-m", "switchyard", "db", "init", "--url", url], capture_output=True,
+                          text=True, cwd=str(REPO), timeout=120)
+    assert init.returncode == 0, init.stderr
+    store = open_store(url)
+    store.put_job(Job(job_code=JobCode("xxl:demo:7"), biz_code="demo", handler="xxl-job-bridge",
+                      params=json.dumps(xxl_params(job_id="7"))))
+    due = store.clock.now() + timedelta(seconds=2)
+    (trigger,) = store.add_triggers([Trigger(job_code=JobCode("xxl:demo:7"), biz_code="demo", kind=TriggerKind.ONCE,
+                                         next_fire_at=due)])
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}/"
+    out = tmp_path / "serve.log"
+    with XxlExecutorStandIn(access_token=secret, admin_addresses=[endpoint]) as xxl:
+        args = [sys.executable, "-m", "switchyard", "serve", "--url", url, "--bridge", "xxl-job",
+                "--executor-address", xxl.address, "--access-token-env", "SERVE_XXL_TOKEN",
+                "--listen", f"127.0.0.1:{port}", "--name", "serve-bridge", "--lookahead", "60", "--idle-wait", "0.5",
+                "--log-level", "DEBUG"]
+        with out.open("w") as f:
+            proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO),
+                                                        "SERVE_XXL_TOKEN": secret})
+        try:
+            def done() -> bool:
+                with store.engine.connect() as conn:
+                    states = [r[0] for r in conn.execute(select(store.t.fired.c.state).where(
+                        store.t.fired.c.trigger_id == trigger.id))]
+                return states == [FiredState.SUCCEEDED.value]
+            _until("the bridged run's success in the store", done, proc)
+            assert [t["jobId"] for t in xxl.triggers] == [2**31 - 1 - 7]  # the bridge's own job id
+        finally:
+            code = _stop(proc)
+            store.engine.dispose()
+    text = out.read_text(errors="replace")
+    assert "xxl-job bridge: endpoint " + endpoint in text
+    assert secret not in text
+    assert code == 0, text[-2000:]
