@@ -30,7 +30,8 @@ from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
 from migrator.holds import LegacyHolds
 from migrator.ports import CutoverGate, FencePort, LegacyControl
-from scheduler_core.model import Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
+from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
 from scheduler_core.times import to_ms
@@ -102,8 +103,28 @@ class BusinessSwitch:
 
     # -- the three moves ------------------------------------------------------------------
 
+    def _refuse_unmirrorable(self, biz: str) -> None:
+        """A live dual-run drives the business's own xxl-job executors under a job id of the
+        bridge's own (the mirror of legacy's id, so the two sides never share a job
+        thread); ids of 2^30 and up have no mirror. Refused before anything changes,
+        naming the jobs: a shadow dual-run does not call the executors."""
+        links = self.links(biz)
+        jobs = self.store.get_jobs([JobCode(ln.job_code) for ln in links])
+        big = sorted((ln.source_key for ln in links
+                      if ln.source_key.isdigit() and int(ln.source_key) >= BRIDGE_JOB_ID_LIMIT
+                      and (job := jobs.get(JobCode(ln.job_code))) is not None and job.handler == XXL_JOB_HANDLER),
+                     key=int)
+        if big:
+            raise TransitionRefused(
+                f"live dual-run of {biz} refused: xxl-job job id(s) {', '.join(big[:10])}"
+                + (f" and {len(big) - 10} more" if len(big) > 10 else "")
+                + f" are {BRIDGE_JOB_ID_LIMIT} or more, and the bridge cannot give them a job thread of their own "
+                  "on the executor (it would share legacy's); dual-run with --shadow")
+
     def start_dual_run(self, biz: str, *, shadow: bool, actor: str, reason: str = "") -> SwitchReport:
         current = self._current(biz, B.LEGACY)
+        if not shadow:
+            self._refuse_unmirrorable(biz)
         report = SwitchReport(biz, current.state.value, B.DUAL_RUN.value)
         self._set_shadow(biz, shadow)
         now = self.clock.now()

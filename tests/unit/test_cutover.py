@@ -233,3 +233,23 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
     rep = sw.cutover(biz, actor="ops")
     assert len(lost) == 3 and rep.rewound > 0
     assert BusinessRegistry(env.store).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
+
+
+def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp_path: Path) -> None:
+    """The bridge runs a job on the business's executors under the mirror of its legacy id
+    (so the two sides never share a job thread); ids of 2^30 and up have none. A live
+    dual-run is refused before anything changes, naming the job; a shadow one is not."""
+    env, biz = _xxl(tmp_path)
+    clock = env.migrator.clock
+    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
+    ledger = env.store.t.ledger
+    with env.store.engine.begin() as conn:
+        key = conn.execute(text(f"SELECT MIN(source_key) FROM {ledger.name} WHERE business = :b AND status = "
+                                "'migrated'"), {"b": biz}).scalar_one()
+        conn.execute(text(f"UPDATE {ledger.name} SET source_key = '1073741824' WHERE source_key = :k"), {"k": key})
+    with pytest.raises(TransitionRefused, match=r"live dual-run of .* refused: xxl-job job id\(s\) 1073741824 .* "
+                                                r"dual-run with --shadow"):
+        sw.start_dual_run(biz, shadow=False, actor="ops")
+    assert BusinessRegistry(env.store).get(biz).state is BusinessState.LEGACY  # type: ignore[union-attr]
+    assert all(t.state is not TriggerState.WAITING for t in env.store.triggers_of(biz_code=biz))
+    assert sw.start_dual_run(biz, shadow=True, actor="ops").activated > 0
