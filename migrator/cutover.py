@@ -252,6 +252,11 @@ class BusinessSwitch:
         # LegacyControl.start_margin); the fence is raised before legacy starts.
         deactivated = self._deactivate(links)
         report.deactivated = len(deactivated)
+        # legacy fires the children again (its parents run there): the new side's links go
+        # with its triggers, so a later live dual-run does not run each child on both sides
+        # on top of each parent (links are written again at the next cutover)
+        self.store.set_followups({ln.trigger.id: [] for ln in links if ln.trigger.id is not None},
+                                 to_ms(self.clock.now()))
         fence_at = self._handover_instant()
         if self.fences is not None:
             report.fenced = self.fences.raise_fence(biz, fence_at)
