@@ -211,6 +211,7 @@ class XxlExecutorStandIn:
                 jt.queued.discard(int(trigger["logId"]))
                 jt.running = True
                 self.started[int(trigger["logId"])] = time.monotonic()
+                self._done.notify_all()
             code, msg = self._execute(trigger)
             with self._lock:
                 jt.running = False
@@ -295,6 +296,11 @@ class XxlExecutorStandIn:
         """Until `count` callback attempts were made (the bridge may return before the
         executor has read the admin's answer)."""
         return self._wait(lambda: len(self.callbacks) >= count, timeout)
+
+    def wait_started(self, log_id: int, timeout: float = 5.0) -> bool:
+        """Until the job thread took this trigger off its queue (a kill before that finds
+        it queued, not running: the real JobThread answers the two differently)."""
+        return self._wait(lambda: log_id in self.started, timeout)
 
     def wait_result(self, log_id: int, timeout: float = 5.0) -> tuple[int, str] | None:
         self._wait(lambda: log_id in self.results, timeout)

@@ -45,6 +45,7 @@ def test_standin_kills_the_running_glue_thread_on_a_new_version_and_applies_bloc
     gate = threading.Event()
     with XxlExecutorStandIn(handler=lambda t: gate.wait(5) and None, access_token=XXL_TOKEN) as ex:
         assert direct_run(ex, logId=1)["code"] == 200
+        assert ex.wait_started(1)  # running, so the GLUE kill below finds it running, not queued
         assert direct_run(ex, logId=2)["code"] == 200  # SERIAL_EXECUTION: queued
         assert direct_run(ex, logId=3, executorBlockStrategy="DISCARD_LATER")["msg"].startswith("block strategy")
         assert direct_run(ex, logId=4, glueUpdatetime=T2, glueSource=V2)["code"] == 200  # the GLUE kill
@@ -56,6 +57,7 @@ def test_standin_kills_the_running_glue_thread_on_a_new_version_and_applies_bloc
         assert ex.wait_result(4) == (200, "")
         gate.clear()
         assert direct_run(ex, logId=5, glueUpdatetime=T2, glueSource=V2)["code"] == 200
+        assert ex.wait_started(5)  # else COVER_EARLY would find 5 still in the queue
         assert direct_run(ex, logId=6, glueUpdatetime=T2, glueSource=V2, executorBlockStrategy="COVER_EARLY")["code"] == 200
         gate.set()
         assert ex.wait_result(5) == (500, "block strategy effect：Cover Early [job running, killed]")
