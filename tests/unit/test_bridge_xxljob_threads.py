@@ -89,9 +89,7 @@ def test_a_bridged_run_neither_kills_legacys_running_glue_thread_nor_queues_behi
     x = Xxl(handler=lambda t: (gate.wait(5) if t["logId"] == 101 else None) and None, beat_interval=0.2)
     try:
         assert direct_run(x.executor, logId=101)["code"] == 200  # legacy's run of job 7, V1, running
-        deadline = time.monotonic() + 5
-        while 101 not in x.executor.started and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert x.executor.wait_started(101)
         # the new side's run of the same job, with a newer version and legacy's own block strategy
         result = x.bridge(ctx(glue_params(V2, T2, job_id="7")))
         assert result.ok, result.message  # not queued behind legacy's run (the gate is still shut)
@@ -108,6 +106,7 @@ def test_the_same_runs_on_legacys_job_id_would_kill_it() -> None:
     gate = threading.Event()
     with XxlExecutorStandIn(handler=lambda t: gate.wait(5) and None, access_token=XXL_TOKEN) as ex:
         assert direct_run(ex, logId=101)["code"] == 200
+        assert ex.wait_started(101)  # running, not queued, when the second trigger replaces the thread
         assert direct_run(ex, logId=10**15 + 1, glueSource=V2, glueUpdatetime=T2)["code"] == 200
         gate.set()
         code, msg = ex.wait_result(101) or (0, "")
