@@ -52,7 +52,8 @@ def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 360
 def _bus_opts(fn):  # type: ignore[no-untyped-def]
     """The bus the executors follow: the rollback fence is broadcast on its control
     channel (with 'memory', only the store has it: no executor in another process is on
-    an in-process bus)."""
+    an in-process bus; a `switchyard serve` on the same store reads it from there within
+    250 ms)."""
     for opt in (topic_prefix, pulsar_token, pulsar_admin, bus_url):
         fn = opt(fn)
     return fn
