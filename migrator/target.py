@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
+from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
@@ -21,6 +22,8 @@ from scheduler_core.model import ShardingItem, Trigger, TriggerKind, TriggerStat
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.rows import job_values, trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
+from scheduler_core.supersede import MARGIN as SUPERSEDE_MARGIN
 from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
@@ -102,6 +105,8 @@ class TargetWriter:
     def __init__(self, store: SqlTriggerStore) -> None:
         self.store = store
         self.t = store.t
+        # a live trigger's schedule edit takes effect from now + this (migrator.schedule_edits)
+        self.supersede_margin = SUPERSEDE_MARGIN
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
         lg = self.t.ledger
@@ -317,6 +322,7 @@ class TargetWriter:
         states: dict[str, BusinessState] | None = None  # read once, when an existing trigger is edited
         edits: list[dict[str, Any]] = []
         held: set[str] = set()
+        schedule_edits: list[ScheduleEdit] = []
         for w in writes:
             m = w.mapped
             assert m is not None
@@ -336,6 +342,10 @@ class TargetWriter:
             for tid, state, schedule in there:
                 if state in _EDITABLE:
                     edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
+                    plan = plan_edit(m.trigger, tid, state, schedule, edits[-1]["next_fire_at"], now,
+                                     self.supersede_margin)
+                    if plan is not None:
+                        schedule_edits.append(plan)
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
                     # the next change event) applies this update; nothing is half-written.
@@ -347,6 +357,9 @@ class TargetWriter:
         # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
         _write(conn, tr, edits, ("id",), _TRIGGER_SET, {"version": tr.c.version + literal_column("1")},
                {"version": "`version` + 1"})
+        for plan in schedule_edits:  # after the trigger rows, in the same transaction
+            SqlSupersedes(self.store).record_edit(conn, plan.trigger_id, plan.business, plan.effective_ms,
+                                                  plan.new_times, now)
         ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
 

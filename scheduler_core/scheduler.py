@@ -236,6 +236,7 @@ class Scheduler:
         metrics: SchedulerMetrics | None = None,
         *,
         consume_results: bool = True,
+        relays: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.store = store
         self.bus = bus
@@ -246,6 +247,9 @@ class Scheduler:
         self.status = SchedulerStatus()
         self.core: SchedulerCore | None = None
         self.consume_results = consume_results
+        # called every loop of the leader's (200 ms): e.g. a schedule edit's relay
+        # (scheduler_core.supersede), which needs the bus and one process doing it
+        self.relays = tuple(relays)
 
     def run(self, stop: threading.Event, campaign_timeout: timedelta = timedelta(seconds=1)) -> None:
         consumer_thread = None
@@ -288,6 +292,12 @@ class Scheduler:
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
                     log.exception("reclaim failed; retrying")
+                for relay in self.relays:
+                    try:
+                        relay()
+                    except Exception:  # the store or the bus briefly down: the next loop tries again
+                        self.metrics.errors.labels(component="relay").inc()
+                        log.exception("relay failed; retrying")
                 stop.wait(0.2)
         finally:
             deposed = not stop.is_set()  # any way out but a stop is a lost leadership

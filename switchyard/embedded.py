@@ -38,6 +38,8 @@ from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_pa
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.fence import FenceRelay
+from scheduler_core.store.supersedes import supersede_relay
+from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
 from scheduler_core.ports import BusMessage, Election, MessageBus
@@ -174,13 +176,18 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
-    def _relay_fences(self, relay: FenceRelay) -> None:
+    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay) -> None:
         while not self._exec_stop.wait(self.fence_every):
             try:
                 relay.relay()
             except Exception as exc:  # the store briefly locked or down: the next read tries again
                 self.metrics.errors.labels(component="fences").inc()
                 log.warning("reading the rollback fences failed (%s: %s); retrying", type(exc).__name__, exc)
+            try:
+                edits.relay()  # schedule edits a `migrate stream` beside it wrote (scheduler_core.supersede)
+            except Exception as exc:
+                self.metrics.errors.labels(component="fences").inc()
+                log.warning("relaying the schedule edits failed (%s: %s); retrying", type(exc).__name__, exc)
 
     def run(self, stop: threading.Event, on_started: Callable[[], None] | None = None) -> None:
         # 1. the fences, then the executors (each reads the control channel before it judges a command)
@@ -189,7 +196,10 @@ class EmbeddedCenter:
                                     name="results", daemon=True)
         relay = FenceRelay(self.store, self.bus)
         fences = relay.relay()
-        relay_thread = threading.Thread(target=self._relay_fences, args=(relay,), name="fence-relay", daemon=True)
+        edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
+        edits.relay()
+        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay",
+                                        daemon=True)
         relay_thread.start()
         self._discover()
         consumer.start()

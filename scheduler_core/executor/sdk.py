@@ -64,6 +64,7 @@ from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
+from scheduler_core.supersede import Supersede
 from scheduler_core.ports import Clock, MessageBus, Received
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -146,6 +147,7 @@ class Executor:
         self.processed = 0
         self.duplicates = 0
         self.fenced = 0  # runs answered skipped by a rollback fence
+        self.superseded = 0  # runs answered skipped because a schedule edit superseded them
         self.held = 0  # messages handed back while the fences were not known
         self._held_since_log = 0
         self._held_logged = float("-inf")
@@ -265,6 +267,9 @@ class Executor:
         fences = self.fences.by_business  # usually empty: one attribute read and a truth test
         if fences and (f := fences.get(env.biz_code)) is not None and f.covers(env.scheduled_ms):
             return False  # the ordinary path answers it skipped
+        edits = self.fences.superseded
+        if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
+            return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
@@ -342,8 +347,11 @@ class Executor:
             run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
+            edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
             if fence is not None:
                 self._skip_fenced(run, fence)
+            elif edit is not None:
+                self._skip_superseded(run, edit)
             elif shadow:
                 self._finish(run, "R", "shadow: recorded, not invoked", started=False)
             elif fn is None:
@@ -443,6 +451,15 @@ class Executor:
         if first:
             log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence)
         self._finish(run, letters, fence.message, started=False)
+
+    def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
+        """Answer a run a schedule edit superseded: skipped, never invoked (an item that
+        already succeeded here keeps its success)."""
+        skip = run.skip
+        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in run.env.items)
+        with self._lock:
+            self.superseded += letters.count("K")
+        self._finish(run, letters, edit.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
         """The fences are not known (the control channel is not in sync): running these

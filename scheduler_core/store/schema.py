@@ -52,6 +52,7 @@ class Tables:
     business_fence: Table
     followup: Table
     followup_fired: Table
+    trigger_supersede: Table
     partitions: int
     dialect: str
 
@@ -305,6 +306,21 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("at", BigInteger, nullable=False),
         PrimaryKeyConstraint("parent_command_id", "child_trigger_id"),
     )
+    # A live trigger's schedule edit (scheduler_core.supersede): from effective_at on, the
+    # old schedule's published commands at the times `skipped` (a JSON list of epoch ms)
+    # are skipped, and the new schedule's times `pending` wait to be published. One row per
+    # trigger; `epoch` grows with every edit, so followers keep the latest.
+    trigger_supersede = Table(
+        "dus_trigger_supersede",
+        md,
+        Column("trigger_id", BigInteger, primary_key=True, autoincrement=False),
+        Column("biz_code", String(64), nullable=False),
+        Column("effective_at", BigInteger, nullable=False),
+        Column("skipped", _LongText, nullable=False),
+        Column("pending", _LongText, nullable=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -322,6 +338,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         business_fence=business_fence,
         followup=followup,
         followup_fired=followup_fired,
+        trigger_supersede=trigger_supersede,
         partitions=partitions,
         dialect=dialect,
     )

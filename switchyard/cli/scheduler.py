@@ -95,7 +95,11 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
                  member.status.rebalances)
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    sched = Scheduler(store, bus, election, store.clock, settings, metrics)
+    from scheduler_core.store.supersedes import supersede_relay
+
+    # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus there)
+    sched = Scheduler(store, bus, election, store.clock, settings, metrics,
+                      relays=[supersede_relay(store, bus, settings, metrics).relay])
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
         sched.run(stop)
