@@ -47,6 +47,9 @@ MESSAGE_PREFIX = "superseded by a schedule edit"
 # (every RELAY_EVERY) and the executors to hear of it before E.
 MARGIN = timedelta(seconds=5)
 RELAY_EVERY = timedelta(milliseconds=250)
+# after its first round a relay reads only the rows changed this recently (updated_at, the
+# writer's clock): far more than a round, to cover clocks apart between hosts
+RECENT = timedelta(minutes=2)
 
 
 def skip_message(effective_ms: int) -> str:
@@ -102,7 +105,9 @@ class SupersedeStore(Protocol):
     """Where the schedule edits' supersedes live (`scheduler_core.store.supersedes`)."""
 
     @abstractmethod
-    def supersedes(self) -> list[Supersede]: ...
+    def supersedes(self, changed_within: timedelta | None = None) -> list[Supersede]:
+        """All, or those changed within the last `changed_within` and those with runs
+        still pending."""
 
     @abstractmethod
     def claim_pending(self, s: Supersede, records: list[FiredRecord]) -> bool:
@@ -143,11 +148,16 @@ class SupersedeRelay:
         self.bus = bus
         self.runs = runs
         self._carried: dict[int, int] = {}  # trigger id -> the epoch last broadcast
+        self._first = True
 
     def relay(self) -> int:
         """One round; returns how many supersedes were broadcast."""
         sent = 0
-        for s in self.supersedes.supersedes():
+        # the first round reads every row (a new relay broadcasts them all again: a broker
+        # that lost its data, or a bus this relay never carried them on); later rounds only
+        # the rows changed lately, so a store with many edited triggers is not read whole
+        # every few hundred ms
+        for s in self.supersedes.supersedes(None if self._first else RECENT):
             if s.pending_ms:
                 self._publish_pending(s)
             if self._carried.get(s.trigger_id, -1) >= s.epoch:
@@ -156,6 +166,7 @@ class SupersedeRelay:
             self._carried[s.trigger_id] = s.epoch
             sent += 1
             log.info("broadcast the %s", s)
+        self._first = False  # only once a whole round went through
         return sent
 
     def _publish_pending(self, s: Supersede) -> None:

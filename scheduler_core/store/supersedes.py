@@ -4,6 +4,7 @@ its engine and tables."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -75,10 +76,17 @@ class SqlSupersedes:
 
     # -- the relay (SupersedeStore) --------------------------------------------------------
 
-    def supersedes(self) -> list[Supersede]:
+    def supersedes(self, changed_within: timedelta | None = None) -> list[Supersede]:
+        """Every stored supersede, or those changed within the last `changed_within` (by
+        updated_at, written with the writer's clock: the window must cover clock skew) and
+        those with runs still pending."""
         ts = self.t.trigger_supersede
+        stmt = select(ts).order_by(ts.c.trigger_id)
+        if changed_within is not None:
+            recent = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
+            stmt = stmt.where((ts.c.updated_at >= recent) | (ts.c.pending != "[]"))
         with self.store.engine.connect() as conn:
-            return [_supersede_of(r) for r in conn.execute(select(ts).order_by(ts.c.trigger_id))]
+            return [_supersede_of(r) for r in conn.execute(stmt)]
 
     def claim_pending(self, s: Supersede, records: list[FiredRecord]) -> bool:
         ts = self.t.trigger_supersede
