@@ -172,3 +172,80 @@ def test_supersede_messages_round_trip_and_a_later_epoch_wins(tmp_path: Path, cl
     assert view.superseding(7, 1000) is not None and view.superseding(7, 3000) is None
     assert view.superseding(8, 1000) is None
     assert from_ms(one.effective_ms) == clock.now()
+
+
+def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
+    """`switchyard serve` (the embedded center, real clock) and a `migrate stream` beside it
+    on the same SQLite store, without a bus: the edit from every 2 s to every 3 s reaches
+    serve's executors through the store; from E on only every-3-s runs happen, each once."""
+    import threading
+    import time
+
+    from scheduler_core.clock import SystemClock
+    from scheduler_core.executor import ExecutionContext, HandlerResult
+    from scheduler_core.settings import SchedulerSettings
+    from scheduler_core.store.admin import init_schema
+    from scheduler_core.store.engine import make_engine
+    from scheduler_core.store.sql import SqlTriggerStore
+    from switchyard.embedded import EmbeddedCenter
+
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
+    init_schema(engine, 2)
+    store = SqlTriggerStore(engine, SystemClock())
+    beside = SqlTriggerStore(make_engine(f"sqlite:///{tmp_path / 's.db'}"), SystemClock())  # the stream's own
+    writer = TargetWriter(beside)
+    now = store.clock.now()
+    first = now.replace(microsecond=0) + timedelta(seconds=2 - now.second % 2 + 2)
+
+    def write(cron: str, action: Action) -> Write:
+        job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
+        trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
+        return Write(action=action, source="xxl-job", source_key="1", business="biz-a",
+                     mapped=Mapped(job, trig, (), f"hash-{cron}"), content_hash=f"hash-{cron}")
+
+    writer.apply([write("0/2 * * * * ?", Action.CREATE)])
+    ran: list[tuple[str, datetime]] = []
+    lock = threading.Lock()
+
+    def register(ex: Executor) -> None:
+        @ex.handler()
+        def run(ctx: ExecutionContext) -> HandlerResult:
+            with lock:
+                ran.append((ctx.command_id, ctx.scheduled_at))
+            return HandlerResult(ok=True)
+
+    settings = SchedulerSettings(lookahead=timedelta(seconds=30), idle_wait=timedelta(milliseconds=300))
+    center = EmbeddedCenter(store, settings, register, name="t", discover_every=0.2)
+    stop = threading.Event()
+    th = threading.Thread(target=center.run, args=(stop,), daemon=True)
+    th.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(h_records := store.fired_between("biz-a", now, now + timedelta(minutes=5))) < 8:
+            assert time.monotonic() < deadline, "the old schedule was not published ahead"
+            time.sleep(0.1)
+        writer.apply([write("0/3 * * * * ?", Action.UPDATE)])
+        e = beside.clock.now() + writer.supersede_margin
+        old_ahead = {r.scheduled_at for r in store.fired_between("biz-a", e, e + timedelta(minutes=5))}
+        end = e + timedelta(seconds=15)
+        deadline = time.monotonic() + 90
+        while store.clock.now() < end or any(r.state in (FiredState.PENDING, FiredState.PUBLISHED)
+                                              for r in store.fired_between("biz-a", e, end)):
+            assert time.monotonic() < deadline, "the runs up to E + 15 s did not finish"
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        th.join(timeout=60)
+        beside.engine.dispose()
+    assert h_records and not th.is_alive()
+    after = sorted(t for _c, t in ran if e <= t < end)
+    assert after and all(t.second % 3 == 0 for t in after), f"an old-schedule command ran after E: {after}"
+    assert all(n == 1 for n in Counter(c for c, _t in ran).values())
+    recs = {r.scheduled_at: r for r in store.fired_between("biz-a", e, end)}
+    whole = e.replace(microsecond=0) + (timedelta(seconds=1) if e.microsecond else timedelta(0))
+    expected = [whole + timedelta(seconds=k) for k in range(int((end - whole).total_seconds()) + 1)]
+    assert after == [t for t in expected if t < end and t.second % 3 == 0], "a new-schedule run is missing"
+    assert all(recs[t].state is FiredState.SUCCEEDED for t in after)
+    superseded = [t for t in old_ahead if t < end and t.second % 3 != 0]
+    assert superseded and all(recs[t].state is FiredState.SKIPPED and recs[t].message.startswith(
+        "superseded by a schedule edit at ") for t in superseded)
