@@ -27,6 +27,7 @@ from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from tests.backends import mariadb_database
 from tests.integration.procs import start_scheduler, stop_process
@@ -95,8 +96,17 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
 
     try:
         assert _until(lambda: len(records()) >= 5, 60), f"the old schedule was not published ahead:\n{sched.log_text()}"
-        writer.apply([_write("0/7 * * * * ?", Action.UPDATE, first)])  # the operator's edit, read by the stream
-        e_ms = to_ms(datetime.now(UTC)) + int(writer.supersede_margin.total_seconds() * 1000)
+        (trig,) = st.triggers_of(biz_code=BIZ)
+        for _ in range(100):
+            # the operator's edit, read by the stream; a trigger being fired right now keeps
+            # its row and the ledger its old hash: the next run (here: the next apply) applies it
+            writer.apply([_write("0/7 * * * * ?", Action.UPDATE, first)])
+            if getattr(st.get_trigger(trig.id), "cron", None) == "0/7 * * * * ?":  # type: ignore[arg-type]
+                break
+            time.sleep(0.05)
+        edits = SqlSupersedes(st).supersedes()
+        # E as the edit stored it (none without the change: when it was applied, + the margin)
+        e_ms = edits[0].effective_ms if edits else to_ms(datetime.now(UTC)) + 5000
         old_ahead = {t for t in records() if t >= e_ms + 1000}
         end_ms = e_ms + 35_000
         assert _until(lambda: to_ms(datetime.now(UTC)) > end_ms + 3000 and
@@ -142,7 +152,6 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
     from sqlalchemy.engine import make_url
 
     from readers.seed import seed_xxljob
-    from scheduler_core.store.supersedes import SqlSupersedes
     from tests.migration_env import make_env
 
     pulsar, etcd = server_url("pulsar"), server_url("etcd")

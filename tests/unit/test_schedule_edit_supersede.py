@@ -224,8 +224,16 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
         while len(h_records := store.fired_between("biz-a", now, now + timedelta(minutes=5))) < 8:
             assert time.monotonic() < deadline, "the old schedule was not published ahead"
             time.sleep(0.1)
-        writer.apply([write("0/3 * * * * ?", Action.UPDATE)])
-        e = beside.clock.now() + writer.supersede_margin
+        (tid,) = [t.id for t in store.triggers_of(biz_code="biz-a")]
+        for _ in range(100):
+            # a trigger being fired right now keeps its row and the ledger its old hash:
+            # the next run (here: the next apply) applies the edit
+            writer.apply([write("0/3 * * * * ?", Action.UPDATE)])
+            if getattr(store.get_trigger(tid), "cron", None) == "0/3 * * * * ?":  # type: ignore[arg-type]
+                break
+            time.sleep(0.05)
+        (edit,) = SqlSupersedes(store).supersedes()
+        e = from_ms(edit.effective_ms)
         old_ahead = {r.scheduled_at for r in store.fired_between("biz-a", e, e + timedelta(minutes=5))}
         end = e + timedelta(seconds=15)
         deadline = time.monotonic() + 90
