@@ -196,7 +196,7 @@ class Migrator:
                 entry = ledger.get(p.source_key)
                 same = entry is not None and entry.source_half == context_digest(
                     p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business), self.options,
-                    broadcast=p.broadcast)
+                    broadcast=p.broadcast, cron_dialect=p.cron_dialect)
                 biz = self.options.business_map.get(p.business, p.business)
                 if same and entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending:
                     summary.counts[Action.UNCHANGED.value] += 1  # as summary.add counts a row it does not keep

@@ -254,7 +254,7 @@ class StreamMigrator:
             if (entry is not None and entry.status is LedgerStatus.MIGRATED
                     and source_half(entry.content_hash) == context_digest(
                         cd.digest, source, cd.business, cd.time_zone, legacy_biz.get(cd.business), options,
-                        broadcast=cd.broadcast)):
+                        broadcast=cd.broadcast, cron_dialect=cd.cron_dialect)):
                 same.add(key)
         self.stats.unchanged += len(same)
         return same

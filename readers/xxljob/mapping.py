@@ -80,6 +80,7 @@ class JobContext:
     tz: LegacyTimeZone  # the zone of the DATETIME columns (the admin's JDBC serverTimezone)
     text_columns: frozenset[str]
     cron_zone: str = ""  # the zone crons run in (the admin JVM's); "" = `tz`'s
+    cron_dialect: str = "2.5"  # the Quartz line of the admin's CronExpression (readers.xxljob.cron_lineage)
 
     @property
     def cron_zone_name(self) -> str:
@@ -216,7 +217,7 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
     if dec.problems or not isinstance(v.get("id"), int) or not isinstance(group, int) or group not in ctx.groups:
         return None
     return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
-                         time_zone=ctx.cron_zone_name,
+                         time_zone=ctx.cron_zone_name, cron_dialect=ctx.cron_dialect,
                          broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
 
 
@@ -249,6 +250,7 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
         interval_seconds=interval,
         next_fire_at=next_fire_at,
         time_zone=ctx.cron_zone_name,
+        cron_dialect=ctx.cron_dialect,
         misfire=misfire,
         enabled=status == 1,
         status="RUNNING" if status == 1 else "STOPPED",
