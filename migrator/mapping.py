@@ -177,8 +177,10 @@ def _trigger(
     if defn.schedule is ScheduleKind.NONE:
         if job.biz_code in options.api_only_businesses:
             return None
-        return Rejection("schedule_type", "NONE (fired by hand or as a child job): quarantined unless the business "
-                                          "opts into API-only jobs")
+        # xxl-job runs it only as a child job (after a parent's success) or by hand: a
+        # trigger with no schedule, never due (completed), that a parent's follow-up fires
+        return Trigger(kind=TriggerKind.NONE, next_fire_at=now, **{**common, "end_at": None,  # type: ignore[arg-type]
+                                                                   "state": TriggerState.COMPLETED})
     if defn.schedule is ScheduleKind.ONCE:
         if defn.next_fire_at is None:
             return Rejection("fire_time", "a one-shot task needs its fire time")

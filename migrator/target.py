@@ -25,6 +25,9 @@ from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
 _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
+# a trigger with no schedule (xxl-job NONE) is stored completed and stays editable: the
+# legacy job may get a schedule later, and its trigger then takes it
+_NONE = TriggerKind.NONE.value
 EXCERPT_MAX = 2000
 _JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
             "explicit_items", "shadow", "updated_at")
@@ -334,7 +337,7 @@ class TargetWriter:
                 states = self.business_states(conn)
             cut_over = states.get(w.business) is BusinessState.CUTOVER
             for tid, state, schedule in there:
-                if state in _EDITABLE:
+                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and schedule[1] == _NONE):
                     edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
@@ -462,9 +465,9 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -
       ids fired twice) and never into the past.
     """
     out: dict[str, Any] = {}
-    if cut_over:
-        out["state"] = state
     old_next, kind, cron, interval_ms, tz, dialect = schedule
+    if cut_over and kind != _NONE:  # a job that had no schedule starts its new one as mapped
+        out["state"] = state
     if state == TriggerState.CREATED.value or new.kind is TriggerKind.ONCE or old_next is None:
         return out  # not admitted yet (a dual-run start recomputes it), or a one-shot's own time
     interval = new.interval.total_seconds() * 1000 if new.interval else None

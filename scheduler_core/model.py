@@ -38,6 +38,9 @@ class TriggerKind(enum.StrEnum):
     ONCE = "once"
     CRON = "cron"
     FIXED_RATE = "fixed_rate"
+    # no schedule of its own (xxl-job NONE): never due; runs only as another trigger's
+    # follow-up (a child job) or by hand. Stored `completed`: nothing left to fire by itself
+    NONE = "none"
 
 
 class MisfirePolicy(enum.StrEnum):

@@ -15,7 +15,7 @@ def _cron(expr: str, tz: str, dialect: Dialect) -> CronExpression:
 
 def next_after(trigger: Trigger, after: datetime) -> datetime | None:
     """The first occurrence strictly after `after`, or None when the trigger is done."""
-    if trigger.kind is TriggerKind.ONCE:
+    if trigger.kind is TriggerKind.ONCE or trigger.kind is TriggerKind.NONE:
         return None
     if trigger.kind is TriggerKind.CRON:
         assert trigger.cron is not None
