@@ -254,8 +254,7 @@ class BusinessSwitch:
         deactivated = self._deactivate(links)
         report.deactivated = len(deactivated)
         # legacy fires the children again (its parents run there): the new side's links go
-        # with its triggers, so a later live dual-run does not run each child on both sides
-        # on top of each parent (links are written again at the next cutover)
+        # with its triggers (written again at the next live dual-run start or cutover)
         self.store.set_followups({ln.trigger.id: [] for ln in links if ln.trigger.id is not None},
                                  to_ms(self.clock.now()))
         fence_at = self._handover_instant()
