@@ -321,12 +321,12 @@ class BusinessSwitch:
         legacy; the cutover refuses such a chain anyway), nor one it cannot run; each is
         noted. A shadow dual-run invokes nothing, so it links nothing."""
         links = self.links(biz)
-        parents = {ln.trigger.id: [] for ln in links if ln.trigger.id is not None}
+        parents: dict[TriggerId, list[TriggerId]] = {ln.trigger.id: [] for ln in links if ln.trigger.id is not None}
         if shadow:
-            self.store.set_followups(parents, to_ms(self.clock.now()))  # type: ignore[arg-type]
+            self.store.set_followups(parents, to_ms(self.clock.now()))
             return
         chains = child_chains(self.store, biz, links)
-        self.store.set_followups({**parents, **chains.links}, to_ms(self.clock.now()))  # type: ignore[dict-item]
+        self.store.set_followups({**parents, **chains.links}, to_ms(self.clock.now()))
         report.notes += chains.notes
         report.notes += [f"not run on the new side during the dual-run (legacy runs it): {r}" for r in chains.refusals]
         n = sum(len(c) for c in chains.links.values())

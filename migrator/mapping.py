@@ -246,14 +246,16 @@ def _hash(job: Job, trigger: Trigger | None, items: tuple[ShardingItem, ...]) ->
         "items": [[i.index, i.param] for i in items],
     }
     if trigger is not None:
-        body["trigger"] = [trigger.kind.value, trigger.cron, trigger.interval.total_seconds() if trigger.interval else None,
-                           trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
-                           trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
-                           trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
+        schedule: list[object] = [
+            trigger.kind.value, trigger.cron, trigger.interval.total_seconds() if trigger.interval else None,
+            trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
+            trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
+            trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
         if trigger.cron_dialect != DEFAULT_CRON_DIALECT and trigger.kind is TriggerKind.CRON:
             # only when not the default: a trigger migrated before triggers carried a dialect
             # keeps its hash (nothing rewritten), one of another dialect is updated to carry it
-            body["trigger"].append(trigger.cron_dialect)  # type: ignore[union-attr]
+            schedule.append(trigger.cron_dialect)
+        body["trigger"] = schedule
     return hashlib.sha256(_HASH_JSON(body).encode()).hexdigest()
 
 

@@ -13,7 +13,13 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
-from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
+from scheduler_core.store.schema import (
+    DEFAULT_PARTITIONS,
+    MYSQL_DIALECTS,
+    SCHEMA_VERSION,
+    Tables,
+    build_tables,
+)
 from scheduler_core.store.upgrade import add_missing_columns, missing_columns
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)

@@ -15,7 +15,10 @@ from readers.xxljob.reader import XxlJobReader
 from scheduler_core.occurrences import next_after
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
-from tests.unit.test_cron_dialect_rows import EIGHT_TERMS, upgrade_keeps_old_triggers_as_they_were
+from tests.unit.test_cron_dialect_rows import (
+    EIGHT_TERMS,
+    upgrade_keeps_old_triggers_as_they_were,
+)
 
 pytestmark = [pytest.mark.mariadb]
 

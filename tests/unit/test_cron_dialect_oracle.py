@@ -25,12 +25,19 @@ from readers.legacy_ddl.tables import XxlJobLineage
 from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 from readers.xxljob.cron_lineage import cron_lineage
 from scheduler_core.clock import ManualClock
-from scheduler_core.model import Job, JobCode, TriggerState
+from scheduler_core.model import Job, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
-from tests.unit.test_cron_quartz_oracle import EXAMPLES, FIRES, NAMED_CASES, Oracle, cases, oracles  # noqa: F401
+from tests.unit.test_cron_quartz_oracle import (  # noqa: F401
+    EXAMPLES,
+    FIRES,
+    NAMED_CASES,
+    Oracle,
+    cases,
+    oracles,
+)
 
 # an admin's version -> the Quartz jar its CronExpression copy behaves as (docs/cron.md:
 # 2.1.0-3.0.0 "borrowed from quartz v2.3.1" = 2.3.2's behaviour; 3.4.x from 2.5.2)

@@ -21,7 +21,6 @@ from readers.legacy_ddl.tables import XxlJobLineage
 from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 from readers.xxljob.cron_lineage import cron_lineage, parse_version
 from scheduler_core.clock import ManualClock
-from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after

@@ -18,7 +18,13 @@ from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
-from scheduler_core.model import CommandId, FiredState, TriggerKind, TriggerState, parse_command_id
+from scheduler_core.model import (
+    CommandId,
+    FiredState,
+    TriggerKind,
+    TriggerState,
+    parse_command_id,
+)
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.settings import SchedulerSettings
