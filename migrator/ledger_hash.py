@@ -70,7 +70,12 @@ def mapping_version() -> str:
 def source_digest(defn: LegacyDefinition, business: LegacyBusiness | None, options: MappingOptions) -> str:
     """32 hex; "" when the reader gave no row digest (then only the mapped hash decides)."""
     return context_digest(defn.digest, defn.source.value, defn.business, defn.time_zone, business, options,
-                          broadcast=defn.broadcast, cron_dialect=defn.cron_dialect)
+                          broadcast=defn.broadcast, cron_dialect=dialect_context(defn.cron_dialect, defn.cron_dialect_fallback))
+
+
+def dialect_context(dialect: str, fallback: str) -> str:
+    """The dialect context of a digest: the dialect, and the fallback when there is one."""
+    return f"{dialect},{fallback}" if fallback else dialect
 
 
 def context_digest(digest: str, source: str, legacy_business: str, time_zone: str,

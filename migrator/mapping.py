@@ -195,6 +195,12 @@ def _trigger(
         # Recomputed from the schedule, never a copied legacy next time (xxl-job #2988):
         # the first occurrence strictly after now, in the legacy's own Quartz dialect.
         first = _cron_next(defn.cron, zone, now, dialect)
+        if isinstance(first, CronSyntaxError) and defn.cron_dialect_fallback in DIALECTS:
+            # the legacy's version is not known for sure, and only the other line accepts
+            # it: the admin that saved it runs that line
+            other = _cron_next(defn.cron, zone, now, defn.cron_dialect_fallback)  # type: ignore[arg-type]
+            if not isinstance(other, CronSyntaxError):
+                dialect, first = defn.cron_dialect_fallback, other  # type: ignore[assignment]
         if isinstance(first, CronSyntaxError):
             return Rejection("cron", f"invalid Quartz cron {defn.cron!r} for the legacy's Quartz {dialect}: {first}")
         cron = dict(kind=TriggerKind.CRON, cron=defn.cron, cron_dialect=dialect)

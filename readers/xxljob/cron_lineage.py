@@ -9,7 +9,10 @@ The version is best given (`--xxl-job-version`). Without it, the schema tells it
 can: the 2.2 schema (2.1 - 2.2) is Quartz 2.3; the 3.4 and master schemas are 2.5; the
 2.4 schema (2.3.0 - 3.3.x) with `xxl_job_user.token` is 3.2 or later, so 2.5. The 2.4
 schema without that column is 2.3.0 - 3.1.x and cannot be told apart: taken as 2.3.0 -
-3.0.0 (Quartz 2.3; 3.1.x is two releases of a range of seven), said in the reader's log.
+3.0.0 (Quartz 2.3; 3.1.x is two releases of a range of seven), said in the reader's log,
+with Quartz 2.5 as the fallback: an expression Quartz 2.3 rejects but 2.5 accepts can only
+have been saved by a 3.1.x admin (each admin validates a cron with its own class), so it
+is migrated as 2.5 rather than quarantined.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 class CronLineage:
     dialect: str  # "2.3" or "2.5"
     why: str  # how it was told, for the log and the plan
+    fallback: str = ""  # the other line when the version is not known for sure ("" when it is)
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -54,4 +58,5 @@ def cron_lineage(lineage: XxlJobLineage, *, version: str | None = None, user_tok
     if user_token:
         return CronLineage(QUARTZ_25, "the 2.4 schema with xxl_job_user.token: xxl-job 3.2.0 - 3.3.x")
     return CronLineage(QUARTZ_23, "the 2.4 schema without xxl_job_user.token: xxl-job 2.3.0 - 3.1.x, taken as "
-                                  "2.3.0 - 3.0.0 (pass --xxl-job-version for a 3.1.x admin)")
+                                  "2.3.0 - 3.0.0, a cron only Quartz 2.5 accepts as 3.1.x's (pass --xxl-job-version "
+                                  "to say which)", fallback=QUARTZ_25)

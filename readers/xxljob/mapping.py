@@ -81,6 +81,7 @@ class JobContext:
     text_columns: frozenset[str]
     cron_zone: str = ""  # the zone crons run in (the admin JVM's); "" = `tz`'s
     cron_dialect: str = "2.5"  # the Quartz line of the admin's CronExpression (readers.xxljob.cron_lineage)
+    cron_dialect_fallback: str = ""  # the other line, when the version is not known for sure
 
     @property
     def cron_zone_name(self) -> str:
@@ -218,6 +219,7 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
         return None
     return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
                          time_zone=ctx.cron_zone_name, cron_dialect=ctx.cron_dialect,
+                         cron_dialect_fallback=ctx.cron_dialect_fallback,
                          broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
 
 
@@ -251,6 +253,7 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
         next_fire_at=next_fire_at,
         time_zone=ctx.cron_zone_name,
         cron_dialect=ctx.cron_dialect,
+        cron_dialect_fallback=ctx.cron_dialect_fallback,
         misfire=misfire,
         enabled=status == 1,
         status="RUNNING" if status == 1 else "STOPPED",

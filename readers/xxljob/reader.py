@@ -319,10 +319,11 @@ class XxlJobReader(LegacyReader):
                 finally:
                     cursor.close()
 
-        zone, dialect = self.zones.cron, self.cron_lineage().dialect
+        zone, cron = self.zones.cron, self.cron_lineage()
         for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
-                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b), cron_dialect=dialect)
+                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b), cron_dialect=cron.dialect,
+                                    cron_dialect_fallback=cron.fallback)
 
     def _pages(self, fetch: Callable[[int], list[Any]], key: Callable[[Any], int]) -> Iterator[list[Any]]:
         """Pages of `fetch(after_key)` until a short one. On a MySQL-compatible server
@@ -371,10 +372,10 @@ class XxlJobReader(LegacyReader):
         return shaped_decoder(schema.info.columns, zone, lambda row: decode(row, ctx))
 
     def _job_context(self, schema: XxlJobSchema, groups: Mapping[int, str]) -> JobContext:
+        cron = cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
         return JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, cron_zone=self.zones.cron,
-                          text_columns=schema.info.text_columns,
-                          cron_dialect=cron_lineage(schema.lineage, version=self.version,
-                                                    user_token=schema.user_token).dialect)
+                          text_columns=schema.info.text_columns, cron_dialect=cron.dialect,
+                          cron_dialect_fallback=cron.fallback)
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects

@@ -196,3 +196,23 @@ def test_the_shanghai_zone_is_kept_beside_the_dialect() -> None:
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
     assert mapped.trigger.next_fire_at == datetime(2027, 1, 1, 12, tzinfo=ZoneInfo("Asia/Shanghai"))
+
+
+def test_an_unsure_version_takes_the_other_line_only_for_what_the_first_rejects() -> None:
+    """The 2.4 schema without xxl_job_user.token is 2.3.0-3.1.x: Quartz 2.3, with 2.5 as the
+    fallback (a cron only 2.5 accepts was saved by a 3.1.x admin, which runs it)."""
+    unsure = cron_lineage(XxlJobLineage.V2_4)
+    assert (unsure.dialect, unsure.fallback) == ("2.3", "2.5")
+    assert cron_lineage(XxlJobLineage.V2_4, version="3.0.0").fallback == ""
+
+    def row(cron: str) -> LegacyDefinition:
+        return LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="7", business="billing", name="n",
+                                schedule=ScheduleKind.CRON, cron=cron, time_zone=ZONE, cron_dialect="2.3",
+                                cron_dialect_fallback="2.5", handler="h", raw={"glue_type": "BEAN"})
+
+    both = map_definition(row(EIGHT_TERMS), None, NOW, active=True)  # 2.3 accepts it: 2.3
+    assert isinstance(both, Mapped) and both.trigger is not None and both.trigger.cron_dialect == "2.3"
+    only25 = map_definition(row("0 0 0 L,15 * ?"), None, NOW, active=True)
+    assert isinstance(only25, Mapped) and only25.trigger is not None and only25.trigger.cron_dialect == "2.5"
+    neither = map_definition(row("0 0 12 ? * 8"), None, NOW)
+    assert isinstance(neither, Rejection) and "Quartz 2.3" in neither.reason
