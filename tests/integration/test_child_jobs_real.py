@@ -220,3 +220,19 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
         consumer.close()
         executor.close()
         bus.close()
+
+
+def test_a_live_dual_run_links_same_business_children_only_and_a_rollback_unlinks(env: Env) -> None:
+    (biz, mine), (_other_biz, theirs) = sorted(env.jobs.items())[:2]
+    parent, child, parent2 = mine[:3]
+    _children(env, parent, child)
+    _children(env, parent2, theirs[0])  # into a business still on legacy: never linked
+    ids = {ln.source_key: ln.trigger.id for ln in env.switch.links(biz)}
+    store = env.env.store
+    env.switch.start_dual_run(biz, shadow=True, actor="ops")
+    assert store.followups_of([ids[parent], ids[parent2]]) == {}  # type: ignore[list-item]
+    env.switch.rollback(biz, actor="ops")
+    env.switch.start_dual_run(biz, shadow=False, actor="ops")
+    assert store.followups_of([ids[parent], ids[parent2]]) == {ids[parent]: [ids[child]]}  # type: ignore[list-item]
+    env.switch.rollback(biz, actor="ops")
+    assert store.followups_of([ids[parent], ids[parent2]]) == {}  # type: ignore[list-item]
