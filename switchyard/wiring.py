@@ -91,16 +91,18 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai") -> "LegacyReader":
+def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai", *,
+                  xxl_version: str | None = None) -> "LegacyReader":
     """The reader of a legacy system over an engine, or over a connection (a snapshot).
-    `tz`: one zone for everything, or the xxl-job source's two (database, cron)."""
+    `tz`: one zone for everything, or the xxl-job source's two (database, cron).
+    `xxl_version`: the xxl-job admin's version (its crons' Quartz dialect); None: from the schema."""
     from readers.timezones import LegacyZones
 
     zones = tz if isinstance(tz, LegacyZones) else LegacyZones.of(tz)
     if source == "xxl-job":
         from readers.xxljob.reader import XxlJobReader
 
-        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron)
+        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron, version=xxl_version)
     if source == "batch-center":
         if zones.split:
             raise ValueError(f"the batch center stores and schedules in one zone, not {zones.db} and {zones.cron}")
