@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, run_body, run_header
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
     CommandId,
     Epoch,
-    ExecutionCommand,
     FiredRecord,
     FiredState,
     Job,
@@ -108,8 +107,9 @@ class FirePipeline:
         records: list[FiredRecord] = []
         messages: list[BusMessage] = []
         small: list[_Envelope] = []
+        headers: dict[str, dict[str, Any]] = {}  # per job: one header for every run of the chunk
         for plan in plans:
-            recs, envs = self._expand(plan, epoch, now)
+            recs, envs = self._expand(plan, epoch, now, headers)
             records += recs
             for e in envs:
                 if e.packable:
@@ -226,7 +226,8 @@ class FirePipeline:
             log.error("trigger %s: schedule cannot be evaluated (%s); completing it", trigger.id, exc)
             return None
 
-    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime) -> tuple[list[FiredRecord], list[_Envelope]]:
+    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime,
+                headers: dict[str, dict[str, Any]] | None = None) -> tuple[list[FiredRecord], list[_Envelope]]:
         trig, job = plan.trigger, plan.job
         assert trig.id is not None
         if job is None:
@@ -250,13 +251,13 @@ class FirePipeline:
         props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(occ_ms),
                  "trigger_id": str(trig.id)}
         topic = command_topic(job.biz_code)
-        # the run's header: run-level fields only, shared by every envelope of the run
-        run = ExecutionCommand(
-            command_id=command_id(trig.id, occ_ms, 0), trigger_id=trig.id, job_code=job.job_code,
-            biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=0,
-            item_total=job.shard_total, params=job.params, timeout=job.timeout, max_retry=job.max_retry,
-            epoch=epoch, shadow=job.shadow,
-        )
+        # the run's header: the job's fields, built once per job and chunk
+        header = headers.get(job.job_code) if headers is not None else None
+        if header is None:
+            header = run_header(job_code=job.job_code, biz_code=job.biz_code, handler=job.handler, params=job.params,
+                                item_total=job.shard_total, timeout=job.timeout, max_retry=job.max_retry, epoch=epoch)
+            if headers is not None:
+                headers[job.job_code] = header
         k = job.envelope_size
         paged = k > 1 and self.settings.page_records
         for page in self._pages(job):
@@ -279,7 +280,8 @@ class FirePipeline:
                         command_id=head_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
                         scheduled_at=plan.occurrence, item_index=first, item_total=job.shard_total,
                         item_count=len(group), epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note))
-                envelopes.append(_Envelope(topic, envelope_body(run, group, page_record=paged), deliver_ms, props,
+                envelopes.append(_Envelope(topic, run_body(header, trig.id, occ_ms, group, page_record=paged,
+                                                    shadow=job.shadow), deliver_ms, props,
                                            head_id, len(group), k, job.job_code))
         if len(envelopes) == 1 and envelopes[0].items < k:
             # a run smaller than an envelope may share a message with other runs of its
