@@ -413,9 +413,9 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     )
     sec.notes.append(
         "raw full cycle: per 300 due, SELECT + CAS acquire (epoch, deadline, version check, fence) + COMMIT, the "
-        "job read; per chunk of 100, INSERT IGNORE fired ... SELECT conditioned on the fence row + COMMIT, then mark published + outcome "
-        "UPDATE (back to waiting, next_fire_at and last_fired_at per row, fenced) + COMMIT. It leaves out all "
-        "command/record building. Switchyard completes these one-shot triggers (one set-based UPDATE) where the "
-        "ceiling reschedules them (CASE id per row)."
+        "job read; per chunk of 100, INSERT IGNORE fired ... SELECT conditioned on the fence row + COMMIT, "
+        "then mark published + outcome UPDATE (back to waiting, next_fire_at and last_fired_at per row, "
+        "fenced) + COMMIT. It leaves out all command/record building. Switchyard completes these one-shot "
+        "triggers (one set-based UPDATE) where the ceiling reschedules them (CASE id per row)."
     )
     return sec

@@ -171,7 +171,8 @@ class PartitionAcquirer:
                 if self.on_submitted is not None:
                     self.on_submitted(chunk, True)
                 for attempt in range(s.submit_retries + 1):
-                    if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)):
+                    fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
+                    if self.pool.try_submit(domain, len(chunk), fire):
                         ok = True
                         break
                     if attempt < s.submit_retries:

@@ -3,8 +3,9 @@ expand sharding items page by page, persist fired records, publish each command 
 deliver-at = T, then record the outcome with a fenced CAS.
 
 Order of writes (two transactions per chunk), and what a crash at each point leaves:
-  1. the fence is read and the fired records inserted (INSERT-if-absent by command_id)
-     in one transaction; a deposed leader writes and publishes nothing. Afterwards the
+  1. the fired records inserted (INSERT-if-absent by command_id) on the condition that
+     the fence still holds the epoch, in one transaction; a deposed leader writes and
+     publishes nothing. Afterwards the
      trigger is still `acquired` by this epoch: reclaimed after its deadline and fired
      again, same command ids;
   2. commands published -> same, the re-fire publishes duplicates with the same ids;

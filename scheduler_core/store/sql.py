@@ -86,11 +86,11 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
         self._fence_epoch = select(fence.c.epoch).where(fence.c.name == bindparam("fence_name"))
         # On MariaDB/MySQL the fired-record insert reads the fence (inside the INSERT, and
-        # when it reads it on its own) with a shared lock (LOCK
-        # IN SHARE MODE): a claim of a newer epoch waits for an insert that read the old
-        # one to commit, and one that committed first is seen, so no insert of a deposed
-        # owner lands after its successor claimed the fence. TiDB refuses that clause
-        # (a no-op at best), SQLite writes one at a time: a plain read there, as before.
+        # when it reads it on its own) with a shared lock (LOCK IN SHARE MODE): a claim
+        # of a newer epoch waits for an insert that read the old one to commit, and one
+        # that committed first is seen, so no insert of a deposed owner lands after its
+        # successor claimed the fence. TiDB refuses that clause (a no-op at best), SQLite
+        # writes one at a time: a plain read there, as before.
         self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
         self._shared_fence_read: bool | None = None
         self._page_update = _page_update_statement(self.t.fired)

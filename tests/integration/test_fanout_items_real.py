@@ -52,7 +52,8 @@ def stack() -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
             engine.dispose()
 
 
-def test_a_fan_out_beyond_one_sharding_page_fires_every_item_once_with_its_own_record(stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_fan_out_beyond_one_sharding_page_fires_every_item_once_with_its_own_record(  # type: ignore[no-untyped-def]
+        stack) -> None:
     store, bus, etcd = stack
     clock = store.clock
     store.put_job(Job(job_code=JobCode("by-index"), biz_code="sop", handler="h", shard_total=BY_INDEX,
