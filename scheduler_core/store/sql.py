@@ -53,8 +53,10 @@ from scheduler_core.times import opt_to_ms, to_ms
 
 _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 # fired rows per fenced INSERT ... SELECT: its row source is a UNION ALL of one SELECT per
-# row, and SQLite allows at most 500 terms in a compound SELECT
-_FENCED_ROWS = 200
+# row; SQLite allows at most 500 terms in a compound SELECT, MariaDB takes 1,000 rows (a
+# 100K-item fan-out: 2.9 s at 2,000, 3.1 s at 200, 9.4 s as the plain executemany here)
+_FENCED_ROWS = 1000
+_FENCED_ROWS_SQLITE = 200
 _LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
            FiredState.PUBLISHED: "P", FiredState.PENDING: ".", FiredState.SKIPPED: "K"}
 
@@ -390,8 +392,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         with self.engine.connect() as conn:
             lock = self._lock_fence_reads(conn)
             rows = [fired_row(r) for r in records]
+            size = _FENCED_ROWS_SQLITE if self.t.sliced_by_column else _FENCED_ROWS
             inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock)
-                           for batch in _chunks(rows, _FENCED_ROWS))
+                           for batch in _chunks(rows, size))
             # nothing to insert proves nothing: the fence is read
             if (inserted < len(rows) or not rows) and not self._fence_holds(conn, name, epoch, lock):
                 conn.rollback()  # a deposed epoch writes nothing
