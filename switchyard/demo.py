@@ -41,7 +41,7 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
 from reports.write import write_report

@@ -17,7 +17,7 @@ from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.model import TriggerState
 from tests.migration_env import FixedGate, MigrationEnv, make_env
 

@@ -48,7 +48,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
 from migrator.target import TargetWriter
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock

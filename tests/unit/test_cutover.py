@@ -12,7 +12,7 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
 from tests.migration_env import FixedGate, make_env, migrated_xxljob

@@ -15,7 +15,7 @@ from migrator.apply import Migrator
 from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
 from migrator.upsert import _renderer, render_plain
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore

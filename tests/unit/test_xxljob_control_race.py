@@ -33,7 +33,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.control import read_trigger_state
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.cron import CronExpression
