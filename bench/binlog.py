@@ -153,7 +153,7 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
     from legacy_sim.seed import seed_batchcenter
     from readers.streams import consistent_snapshot
     from scheduler_core.clock import SystemClock
-    from scheduler_core.store.admin import init_schema
+    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
 

@@ -115,7 +115,7 @@ def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
     from legacy_sim.seed import seed_xxljob
     from readers.xxljob.reader import XxlJobReader
     from scheduler_core.clock import SystemClock
-    from scheduler_core.store.admin import init_schema
+    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
 

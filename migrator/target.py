@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
+from migrator.store import MigratorStore
 from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
 from scheduler_core.model import ShardingItem, Trigger, TriggerKind, TriggerState
@@ -99,17 +100,18 @@ class Rendered:
 
 
 class TargetWriter:
-    def __init__(self, store: SqlTriggerStore) -> None:
+    def __init__(self, store: SqlTriggerStore, own: MigratorStore | None = None) -> None:
         self.store = store
+        self.own = own or MigratorStore.beside(store)
         self.t = store.t
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
-        lg = self.t.ledger
+        lg = self.own.t.ledger
         out: dict[str, LedgerEntry] = {}
         if not keys:
             return out
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.own.engine.connect() as c:
                 rows = self._ledger_rows(c, source, keys)
         else:
             rows = self._ledger_rows(conn, source, keys)
@@ -125,7 +127,7 @@ class TargetWriter:
         row in Python: six of them were most of a re-run's CPU)."""
         if not keys:
             return {}
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             if conn.dialect.name not in MYSQL:
                 return {k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
                         for k, e in self.ledger(source, keys, conn).items()}
@@ -135,7 +137,7 @@ class TargetWriter:
                    f"LEFT({q('content_hash')}, {HALF}), ''), ' ', {q('source_key')}), "
                    f"IF({q('status')} = '{quarantined}', {q('field')}, NULL), "
                    f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
-                   f"FROM {q(self.t.ledger.name)} WHERE {q('source_system')} = %s "
+                   f"FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
                    f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
             rows = driver_rows(conn, sql, (source, *keys))
         out: dict[str, LedgerDigest] = {}
@@ -146,7 +148,7 @@ class TargetWriter:
         return out
 
     def _ledger_rows(self, conn: Connection, source: str, keys: Sequence[str]) -> Sequence[tuple[Any, ...]]:
-        lg = self.t.ledger
+        lg = self.own.t.ledger
         if conn.dialect.name in MYSQL:
             # a re-run reads a ledger row for every source row: plain tuples from the
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
@@ -162,16 +164,16 @@ class TargetWriter:
 
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""
-        lg = self.t.ledger
-        with self.store.engine.connect() as conn:
+        lg = self.own.t.ledger
+        with self.own.engine.connect() as conn:
             return conn.execute(select(lg.c.source_key).where(
                 lg.c.source_system == source, lg.c.status == LedgerStatus.MIGRATED.value).limit(1)).first() is not None
 
     def business_state(self, biz_code: str, conn: Connection | None = None) -> BusinessState:
-        b = self.t.business
+        b = self.own.t.business
         stmt = select(b.c.state).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.own.engine.connect() as c:
                 state = c.execute(stmt).scalar_one_or_none()
         else:
             state = conn.execute(stmt).scalar_one_or_none()
@@ -179,7 +181,7 @@ class TargetWriter:
 
     def business_states(self, conn: Connection) -> dict[str, BusinessState]:
         """Every business's state in one read (absent: legacy)."""
-        b = self.t.business
+        b = self.own.t.business
         return {code: BusinessState(state) for code, state in conn.execute(select(b.c.biz_code, b.c.state))}
 
     def apply(
@@ -190,7 +192,7 @@ class TargetWriter:
         these writes' rows as `render` gave them (used where the connection escapes alike)."""
         if conn is not None:
             return self._apply(conn, writes, checkpoint, rendered)
-        with self.store.engine.begin() as c:
+        with self.own.engine.begin() as c:
             return self._apply(c, writes, checkpoint, rendered)
 
     def render(self, writes: Sequence[Write]) -> Rendered | None:
@@ -202,7 +204,7 @@ class TargetWriter:
         items: dict[str, tuple[str, ...]] = {}
         ledger: dict[str, str] = {}
         columns: dict[str, tuple[str, ...]] = {}
-        lg, jb, tg, si = self.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
+        lg, jb, tg, si = self.own.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
         seen: set[str] = set()
 
         def literal(table: str, row: dict[str, Any]) -> str | None:
@@ -261,7 +263,7 @@ class TargetWriter:
         # row created and deleted in one group of changes must be found by its delete)
         if rendered is not None:
             lits = [rendered.ledger[w.source_key] for w in ledger if w.source_key in rendered.ledger]
-            _write_rendered(conn, self.t.ledger, rendered, lits, _LEDGER_SET)
+            _write_rendered(conn, self.own.t.ledger, rendered, lits, _LEDGER_SET)
             written += len(lits)
         else:
             written += self._ledger_many(conn, [row for w in ledger if (row := _ledger_row(w, now)) is not None])
@@ -378,19 +380,19 @@ class TargetWriter:
         """Upsert ledger rows in one statement."""
         if not rows:
             return 0
-        _write(conn, self.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
+        _write(conn, self.own.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
         return len(rows)
 
     def _ensure_businesses(self, conn: Connection, wanted: Sequence[tuple[str, str]], now: int) -> int:
         """The business rows of this chunk's jobs, created as legacy where missing (one read)."""
         if not wanted:
             return 0
-        b = self.t.business
+        b = self.own.t.business
         have = set(conn.execute(select(b.c.biz_code).where(b.c.biz_code.in_([biz for biz, _ in wanted]))).scalars())
         return sum(self._ensure_business(conn, biz, source, now) for biz, source in wanted if biz not in have)
 
     def _ensure_business(self, conn: Connection, biz: str, source: str, now: int) -> int:
-        b = self.t.business
+        b = self.own.t.business
         if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz)).first() is not None:
             return 0
         conn.execute(insert(b).values(biz_code=biz, source_system=source, state=BusinessState.LEGACY.value,
@@ -398,7 +400,7 @@ class TargetWriter:
         return 1
 
     def _checkpoint(self, conn: Connection, stream_id: str, pos: StreamPosition, now: int, n: int) -> None:
-        ck = self.t.checkpoint
+        ck = self.own.t.checkpoint
         res = conn.execute(update(ck).where(ck.c.stream_id == stream_id).values(
             log_file=pos.log_file, log_pos=pos.log_pos, gtid=pos.gtid, updated_at=now,
             events_applied=ck.c.events_applied + n))
@@ -407,17 +409,17 @@ class TargetWriter:
                                            gtid=pos.gtid, updated_at=now, events_applied=n))
 
     def checkpoint(self, stream_id: str) -> StreamPosition | None:
-        ck = self.t.checkpoint
-        with self.store.engine.connect() as conn:
+        ck = self.own.t.checkpoint
+        with self.own.engine.connect() as conn:
             row = conn.execute(select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)).first()
         return None if row is None else StreamPosition(row[0], int(row[1]), row[2])
 
     def quarantined(self, business: str | None = None) -> list[dict[str, Any]]:
-        lg = self.t.ledger
+        lg = self.own.t.ledger
         stmt = select(lg).where(lg.c.status == LedgerStatus.QUARANTINED.value).order_by(lg.c.source_system, lg.c.source_key)
         if business:
             stmt = stmt.where(lg.c.business == business)
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 

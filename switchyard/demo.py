@@ -30,7 +30,7 @@ from typing import Any
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from legacy_sim.batchcenter import BatchCenterSimulator
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
@@ -54,7 +54,7 @@ from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, pars
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.wiring import DualRunGate

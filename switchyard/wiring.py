@@ -59,7 +59,7 @@ class DualRunGate:
         self.store = store
 
     def decision(self, business: str) -> "GateDecision | None":
-        from dualrun.verdict import latest
+        from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
         v = latest(self.store, business)

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl

@@ -16,7 +16,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.clock import ManualClock
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 

@@ -56,7 +56,7 @@ from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.fence import FenceService, is_fence_skip
 from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms

@@ -16,7 +16,7 @@ from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
 from migrator.upsert import _renderer, render_plain
 from legacy_sim.seed import seed_xxljob
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
