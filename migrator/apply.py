@@ -14,7 +14,6 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-import pymysql
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
@@ -24,7 +23,7 @@ from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import Rendered, TargetWriter, Write
-from migrator.upsert import driver_rows
+from scheduler_core.store.fastpath import driver_rows, fast
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import TriggerState
@@ -223,7 +222,7 @@ class Migrator:
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
         with self.writer.own.engine.connect() as conn:
-            if isinstance(conn.connection.dbapi_connection, pymysql.connections.Connection):
+            if fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [Write(Action.DELETE, src, k, b) for k, b in conn.execute(stmt) if k not in seen]
 

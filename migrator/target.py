@@ -9,34 +9,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, insert, literal_column, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.store import MigratorStore
-from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
-from scheduler_core.model import ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.rows import job_values, trigger_values
+from scheduler_core.store import fastpath
+from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
+from scheduler_core.store.fastpath import driver_rows, render_plain, takes_rendered
+from scheduler_core.store.rows import trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
 _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
 EXCERPT_MAX = 2000
-_JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
-            "explicit_items", "shadow", "updated_at")
-# what an update of a trigger may change: never its lease (owner_epoch, acquire_deadline),
-# its creation time or its version (bumped instead)
-_TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at",
-                "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
-# MySQL: an existing job's update always changes the row (updated_at moves forward even
-# within the same millisecond), so the upsert's affected rows tell new jobs (1) from
-# existing ones (2) for the whole statement
-_JOB_TOUCH = {"updated_at": "GREATEST(VALUES(`updated_at`), `updated_at` + 1)"}
 _LEDGER_SET = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
                "updated_at")
 
@@ -103,7 +95,7 @@ class TargetWriter:
     def __init__(self, store: SqlTriggerStore, own: MigratorStore | None = None) -> None:
         self.store = store
         self.own = own or MigratorStore.beside(store)
-        self.t = store.t
+        self.defs = DefinitionWrites(store)
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
         lg = self.own.t.ledger
@@ -128,7 +120,7 @@ class TargetWriter:
         if not keys:
             return {}
         with self.own.engine.connect() as conn:
-            if conn.dialect.name not in MYSQL:
+            if not fastpath.fast(conn):
                 return {k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
                         for k, e in self.ledger(source, keys, conn).items()}
             q = conn.dialect.identifier_preparer.quote
@@ -149,7 +141,7 @@ class TargetWriter:
 
     def _ledger_rows(self, conn: Connection, source: str, keys: Sequence[str]) -> Sequence[tuple[Any, ...]]:
         lg = self.own.t.ledger
-        if conn.dialect.name in MYSQL:
+        if fastpath.fast(conn):
             # a re-run reads a ledger row for every source row: plain tuples from the
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
@@ -204,7 +196,7 @@ class TargetWriter:
         items: dict[str, tuple[str, ...]] = {}
         ledger: dict[str, str] = {}
         columns: dict[str, tuple[str, ...]] = {}
-        lg, jb, tg, si = self.own.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
+        lg, jb, tg, si = self.own.t.ledger.name, self.defs.job_table, self.defs.trigger_table, self.defs.item_table
         seen: set[str] = set()
 
         def literal(table: str, row: dict[str, Any]) -> str | None:
@@ -225,7 +217,7 @@ class TargetWriter:
             m = w.mapped
             if m is None or (w.action is not Action.CREATE and w.action is not Action.UPDATE):
                 continue
-            lit = literal(jb, _job_row(m, now))
+            lit = literal(jb, new_job_values(m.job, now))
             if lit is None:
                 return None
             jobs[key] = lit
@@ -238,11 +230,11 @@ class TargetWriter:
                     return None
                 triggers[key] = lit
             if m.items:
-                its = [_after_job_id(_item_row(0, i)) for i in m.items]
+                its = [_after_job_id(item_values(0, i)) for i in m.items]
                 if None in its:
                     return None
                 if si not in columns:
-                    columns[si] = tuple(_item_row(0, m.items[0]))
+                    columns[si] = tuple(item_values(0, m.items[0]))
                 items[key] = tuple(its)  # type: ignore[arg-type]
             else:
                 items[key] = ()
@@ -263,7 +255,8 @@ class TargetWriter:
         # row created and deleted in one group of changes must be found by its delete)
         if rendered is not None:
             lits = [rendered.ledger[w.source_key] for w in ledger if w.source_key in rendered.ledger]
-            _write_rendered(conn, self.own.t.ledger, rendered, lits, _LEDGER_SET)
+            lg = self.own.t.ledger
+            fastpath.write_rendered(conn, lg, rendered.columns.get(lg.name, ()), lits, _LEDGER_SET)
             written += len(lits)
         else:
             written += self._ledger_many(conn, [row for w in ledger if (row := _ledger_row(w, now)) is not None])
@@ -281,38 +274,35 @@ class TargetWriter:
         jobs upserted by job code (an existing job is a ledger row lost after its target:
         repaired in place), sharding items replaced, triggers inserted or updated while
         editable; the ledger rows to write go to `ledger`."""
-        j, tr, si = self.t.job, self.t.trigger, self.t.sharding_item
+        defs = self.defs
         codes = [w.mapped.job.job_code for w in writes]  # type: ignore[union-attr]
         if rendered is not None:
-            affected: int | None = _write_rendered(conn, j, rendered, [rendered.jobs[w.source_key] for w in writes],
-                                                   _JOB_SET, _JOB_TOUCH)
+            affected: int | None = defs.upsert_rendered_jobs(conn, rendered.columns.get(defs.job_table, ()),
+                                                             [rendered.jobs[w.source_key] for w in writes])
         else:
-            affected = _write(conn, j, [_job_row(w.mapped, now) for w in writes],  # type: ignore[arg-type]
-                              ("job_code",), _JOB_SET, mysql_also=_JOB_TOUCH)
+            affected = defs.upsert_jobs(conn, [new_job_values(w.mapped.job, now) for w in writes])  # type: ignore[union-attr]
         # every job new (one affected row each; an existing one counts 2, see _JOB_TOUCH):
         # no trigger and no sharding item can exist for them, so neither is read or deleted.
         # (A concurrent writer of the same job code makes this insert wait for its commit
         # and then update: 2, and the full path below.)
         all_new = affected == len(writes)
-        ids = self._job_ids(conn, codes)
+        ids = defs.job_ids(conn, codes)
         existing: dict[str, list[tuple[int, str, tuple[Any, ...]]]] = {}
         if not all_new:
-            conn.execute(delete(si).where(si.c.job_id.in_(list(ids.values()))))
+            defs.drop_items(conn, list(ids.values()))
             # lock the existing triggers: a scheduler acquiring one waits for this commit, so
             # the state read here is the state the update meets
-            for tid, code, state, *schedule in conn.execute(
-                    select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
-                           tr.c.interval_ms, tr.c.time_zone).where(tr.c.job_code.in_(codes)).with_for_update()):
+            for tid, code, state, *schedule in defs.lock_triggers(conn, codes):
                 existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
             lits = [f"({ids[w.mapped.job.job_code]},{rest}" for w in writes  # type: ignore[union-attr]
                     for rest in rendered.items[w.source_key]]
-            _write_rendered(conn, si, rendered, lits)
+            defs.insert_rendered_items(conn, rendered.columns.get(defs.item_table, ()), lits)
             n_items = len(lits)
         else:
-            items = [_item_row(ids[w.mapped.job.job_code], i) for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
-            _write(conn, si, items)
+            items = [item_values(ids[w.mapped.job.job_code], i) for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
+            defs.insert_items(conn, items)
             n_items = len(items)
         fresh: list[dict[str, Any]] = []
         fresh_lits: list[str] = []
@@ -343,36 +333,22 @@ class TargetWriter:
                     # the next change event) applies this update; nothing is half-written.
                     held.add(w.source_key)
                 # completed/cancelled targets keep their terminal state
-        _write(conn, tr, fresh)
+        defs.insert_triggers(conn, fresh)
         if fresh_lits:
-            _write_rendered(conn, tr, rendered, fresh_lits)  # type: ignore[arg-type]
-        # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
-        _write(conn, tr, edits, ("id",), _TRIGGER_SET, {"version": tr.c.version + literal_column("1")},
-               {"version": "`version` + 1"})
+            defs.insert_rendered_triggers(conn, rendered.columns[defs.trigger_table], fresh_lits)  # type: ignore[union-attr]
+        defs.update_triggers(conn, edits)
         ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
-
-    def _job_ids(self, conn: Connection, codes: Sequence[str]) -> dict[str, int]:
-        """Job code -> id for these codes. MySQL: on the driver (Core's rendering of a
-        1,000-value IN list cost more than the read)."""
-        j = self.t.job
-        if conn.dialect.name not in MYSQL:
-            return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())  # type: ignore[arg-type]
-        q = conn.dialect.identifier_preparer.quote
-        return dict(driver_rows(conn, f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
-                                      f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", codes))
 
     def _delete_many(self, conn: Connection, writes: list[Write], now: int) -> int:
         if not writes:
             return 0
-        tr = self.t.trigger
         ledger = self.ledger(writes[0].source, [w.source_key for w in writes], conn)
         codes = [e.job_code for e in ledger.values() if e.job_code]
         if codes:
             # a source row deleted: the target stops firing (cancel, not delete: the fired
             # history stays attached to it)
-            conn.execute(update(tr).where(tr.c.job_code.in_(codes), tr.c.state.in_(_EDITABLE))
-                         .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now))
+            self.defs.cancel_triggers(conn, codes, _EDITABLE, now)
         return self._ledger_many(conn, [_ledger_values(w, LedgerStatus.DELETED, "", e.job_code if (
             e := ledger.get(w.source_key)) else None, now) for w in writes])
 
@@ -380,7 +356,7 @@ class TargetWriter:
         """Upsert ledger rows in one statement."""
         if not rows:
             return 0
-        _write(conn, self.own.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
+        fastpath.write_rows(conn, self.own.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
         return len(rows)
 
     def _ensure_businesses(self, conn: Connection, wanted: Sequence[tuple[str, str]], now: int) -> int:
@@ -423,35 +399,6 @@ class TargetWriter:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
-def _write(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: Sequence[str] = (),
-           set_columns: Sequence[str] = (), also: dict[str, Any] | None = None,
-           mysql_also: dict[str, str] | None = None) -> int | None:
-    """Insert (with `set_columns`: upsert by `keys`) dict rows that share one key order.
-    MySQL: the bulk path, returning the affected rows (`mysql_also` replaces columns of
-    the update with raw SQL); other dialects through Core, returning None."""
-    if not rows:
-        return 0
-    if conn.dialect.name in MYSQL:
-        sql = dict(mysql_also or {})
-        return insert_rows(conn, table, list(rows[0]), [tuple(r.values()) for r in rows],
-                           [c for c in set_columns if c not in sql], sql)
-    if set_columns:
-        upsert(conn, table, rows, keys, set_columns, also)
-    else:
-        conn.execute(insert(table), rows)
-    return None
-
-
-def _write_rendered(conn: Connection, table: Any, rendered: Rendered, literals: list[str],
-                    set_columns: Sequence[str] = (), mysql_also: dict[str, str] | None = None) -> int:
-    """`_write` for rows `TargetWriter.render` rendered (MySQL only: see `takes_rendered`)."""
-    if not literals:
-        return 0
-    sql = dict(mysql_also or {})
-    return insert_rendered(conn, table, rendered.columns[table.name], literals,
-                           [c for c in set_columns if c not in sql], sql)
-
-
 def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -> dict[str, Any]:
     """What an edit of a live trigger keeps of the row it updates.
 
@@ -479,14 +426,6 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -
         if moved is not None and moved > new.next_fire_at:
             out["next_fire_at"] = to_ms(moved)
     return out
-
-
-def _job_row(m: Mapped, now: int) -> dict[str, Any]:
-    return {**job_values(m.job, now), "created_at": now}
-
-
-def _item_row(job_id: int, item: ShardingItem) -> dict[str, Any]:
-    return {"job_id": job_id, "item_index": item.index, "param": item.param}
 
 
 def _after_job_id(row: dict[str, Any]) -> str | None:
