@@ -23,7 +23,8 @@ from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import Rendered, TargetWriter, Write
-from scheduler_core.store.fastpath import driver_rows, fast
+from scheduler_core.store import fastpath
+from scheduler_core.store.fastpath import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import TriggerState
@@ -222,7 +223,7 @@ class Migrator:
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
         with self.writer.own.engine.connect() as conn:
-            if fast(conn):
+            if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [Write(Action.DELETE, src, k, b) for k, b in conn.execute(stmt) if k not in seen]
 
