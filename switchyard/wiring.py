@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from migrator.catchup import StreamCatchup
     from readers.legacy_ddl.tables import MYSQL_DIALECTS
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from migrator.target import TargetWriter
     from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
@@ -24,6 +25,15 @@ if TYPE_CHECKING:
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
+
+
+def target_writer(store: SqlTriggerStore) -> "TargetWriter":
+    """The migrator's writer: the trigger store's port, and the migrator's own store on
+    the same engine (one database: a chunk's ledger rows commit with its jobs)."""
+    from migrator.store import MigratorStore
+    from migrator.target import TargetWriter
+
+    return TargetWriter(store, MigratorStore(store.engine, store.clock))
 
 
 def open_bus(url: str, *, admin_url: str | None = None, token: str | None = None,
