@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
     from migrator.catchup import StreamCatchup
-    from readers.legacy_ddl.tables import MYSQL_DIALECTS
+    from readers.fastpath import fast
     from migrator.ports import FencePort, GateDecision, LegacyControl
     from migrator.target import TargetWriter
     from scheduler_core.executor import Executor
@@ -86,7 +86,7 @@ def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s:
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
 
-    if legacy.dialect.name not in MYSQL_DIALECTS:
+    if not fast(legacy):
         return None
     return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
