@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
     from migrator.catchup import StreamCatchup
-    from readers.fastpath import fast
     from migrator.ports import FencePort, GateDecision, LegacyControl
     from migrator.target import TargetWriter
     from scheduler_core.executor import Executor
@@ -85,6 +84,7 @@ def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
+    from readers.fastpath import fast
 
     if not fast(legacy):
         return None
