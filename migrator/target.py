@@ -281,7 +281,7 @@ class TargetWriter:
                                                              [rendered.jobs[w.source_key] for w in writes])
         else:
             affected = defs.upsert_jobs(conn, [new_job_values(w.mapped.job, now) for w in writes])  # type: ignore[union-attr]
-        # every job new (one affected row each; an existing one counts 2, see _JOB_TOUCH):
+        # every job new (one affected row each; an existing one counts 2, see definitions.JOB_TOUCH):
         # no trigger and no sharding item can exist for them, so neither is read or deleted.
         # (A concurrent writer of the same job code makes this insert wait for its commit
         # and then update: 2, and the full path below.)
