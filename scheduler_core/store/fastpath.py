@@ -31,6 +31,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from scheduler_core.store.schema import MYSQL_DIALECTS
+
 # one statement's size bound: PyMySQL's own executemany bound, far under the servers'
 # default max_allowed_packet (16-64 MiB)
 MAX_STATEMENT_BYTES = 1_000_000
@@ -39,7 +40,8 @@ _NO_BACKSLASH_ESCAPES = 512  # SERVER_STATUS_NO_BACKSLASH_ESCAPES (the MySQL pro
 
 def fast(conn: Connection) -> bool:
     """Whether this connection takes the fast path: a MySQL-compatible server (MariaDB,
-    MySQL, TiDB) through PyMySQL. The one place the migrator's writes ask it."""
+    MySQL, TiDB) through PyMySQL. The one decision for every caller of this module (the
+    migrator's writer and reads, scheduler_core.store.definitions)."""
     return conn.dialect.name in MYSQL_DIALECTS
 
 
