@@ -19,26 +19,13 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
-
-# the write times differ from run to run; every other column must be equal
-_TIMES = {"created_at", "updated_at"}
-_TABLES = ("dus_job", "dus_job_trigger", "dus_sharding_item", "dus_migration_ledger", "dus_business")
+from tests.unit.test_migrator_rendered import _tables
 
 
 @pytest.fixture
 def urls() -> Iterator[tuple[str, str, str]]:
     with mariadb_database("fpl") as legacy, mariadb_database("fpf") as fast, mariadb_database("fpp") as plain:
         yield legacy, fast, plain
-
-
-def _tables(engine: Any) -> dict[str, list[tuple[Any, ...]]]:
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    with engine.connect() as conn:
-        for name in _TABLES:
-            res = conn.execute(text(f"SELECT * FROM {name}"))
-            keep = [i for i, c in enumerate(res.keys()) if c not in _TIMES]
-            out[name] = sorted((tuple(r[i] for i in keep) for r in res), key=repr)
-    return out
 
 
 @pytest.mark.mariadb
