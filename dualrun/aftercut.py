@@ -19,7 +19,6 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge
-from sqlalchemy import select
 
 from dualrun.collect import Collector
 from dualrun.errors import DualRunError
@@ -29,6 +28,7 @@ from dualrun.span import fetch_switches
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.model import FiredState
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 
 MAX_LISTED = 50
@@ -102,11 +102,8 @@ _COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", 
 
 
 def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFrame:
-    fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in _COLS)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end))
-    with store.engine.connect() as conn:
-        return pd.DataFrame(conn.execute(stmt).all(), columns=list(_COLS))
+    return pd.DataFrame(fired_rows(store, business, _ms(window.start), _ms(window.end), _COLS),
+                        columns=list(_COLS))
 
 
 def _ms(at: datetime) -> int:

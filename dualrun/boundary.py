@@ -36,9 +36,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import select
 
-from dualrun.collect import CompareRequest, Collector, new_frame_from, read_state, resolve
+from dualrun.collect import FENCED_STATE, CompareRequest, Collector, new_frame_from, resolve
 from dualrun.followup_runs import followup_runs, without_followup_runs
 from dualrun.compare import detail
 from dualrun.frames import JobIndex
@@ -46,6 +45,7 @@ from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, 
 from dualrun.model import MismatchKind, Window
 from dualrun.settings import CompareSettings
 from readers.ports import LegacyReader
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 
 
@@ -108,12 +108,9 @@ def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
     them, without records that never ran a handler (shadow-only, never published; one a
     rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
-    fr = store.t.fired
-    stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
-    ).order_by(fr.c.scheduled_at)
-    with store.engine.connect() as conn:
-        raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
+    rows = fired_rows(store, business, _ms(window.start), _ms(window.end), _FIRED, fenced_as=FENCED_STATE,
+                      by_time=True)
+    raw = pd.DataFrame(rows, columns=list(_FIRED))
     if len(raw):
         shadow_only = (raw["state"] == "received") & raw["message"].fillna("").str.contains("shadow")
         raw = raw[~shadow_only & (raw["state"] != "pending")].reset_index(drop=True)

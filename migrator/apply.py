@@ -14,7 +14,6 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-import pymysql
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
@@ -24,7 +23,8 @@ from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import Rendered, TargetWriter, Write
-from migrator.upsert import driver_rows
+from scheduler_core.store import fastpath
+from scheduler_core.store.fastpath import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import TriggerState
@@ -216,14 +216,14 @@ class Migrator:
 
     def _deleted(self, source: str | None, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """Ledger rows whose source row is gone (operators delete rows by hand)."""
-        lg = self.writer.t.ledger
+        lg = self.writer.own.t.ledger
         src = source or self.reader.system.value
         stmt = select(lg.c.source_key, lg.c.business).where(
             lg.c.status == LedgerStatus.MIGRATED.value, lg.c.source_system == src)
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
-        with self.writer.store.engine.connect() as conn:
-            if isinstance(conn.connection.dbapi_connection, pymysql.connections.Connection):
+        with self.writer.own.engine.connect() as conn:
+            if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [Write(Action.DELETE, src, k, b) for k, b in conn.execute(stmt) if k not in seen]
 
@@ -232,7 +232,7 @@ class Migrator:
         run, in pages by key as driver tuples (Core's Row objects, all held at once, cost
         a second and a few hundred MB per million rows; an unbuffered cursor's per-row
         fetch half the scan)."""
-        lg = self.writer.t.ledger
+        lg = self.writer.own.t.ledger
         q = conn.dialect.identifier_preparer.quote
         if wanted is not None and not wanted:
             return []

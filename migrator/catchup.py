@@ -37,6 +37,7 @@ from migrator.stream import BUSINESS_TABLE, DEFINITION_TABLE
 from readers.records import SourceSystem, StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
+from migrator.store import MigratorStore
 from scheduler_core.store.sql import SqlTriggerStore
 
 POLL_FILE = "poll"
@@ -94,8 +95,9 @@ class CatchupState:
 def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[Checkpoint]:
     """The checkpoints of the streams that follow `business`: stream ids `<source>@<url>`
     (every business) or `<source>@<url>#b1,b2` (listing it), freshest first."""
-    ck = store.t.checkpoint
-    with store.engine.connect() as conn:
+    own = MigratorStore.beside(store)
+    ck = own.t.checkpoint
+    with own.engine.connect() as conn:
         rows = conn.execute(select(ck.c.stream_id, ck.c.log_file, ck.c.log_pos, ck.c.gtid, ck.c.updated_at)
                             .where(ck.c.stream_id.like(f"{source}@%"))).all()
     out = []

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from migrator.catchup import StreamCatchup
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
@@ -30,11 +30,13 @@ from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
 from migrator.holds import LegacyHolds
 from migrator.ports import CutoverGate, FencePort, LegacyControl
+from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
 from scheduler_core.times import to_ms
+from scheduler_core.store.reads import published_after, set_shadow
 from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
@@ -364,9 +366,7 @@ class BusinessSwitch:
         return out
 
     def _set_shadow(self, biz: str, shadow: bool) -> None:
-        j = self.store.t.job
-        with self.store.engine.begin() as conn:
-            conn.execute(update(j).where(j.c.biz_code == biz).values(shadow=int(shadow)))
+        set_shadow(self.store, biz, shadow)
 
     def _align_new_side(self, ln: Link, handover: datetime | None, shadow: bool, report: SwitchReport) -> None:
         t = self._settled_trigger(ln.trigger)
@@ -422,10 +422,7 @@ class BusinessSwitch:
     def _published_after(self, biz: str, at: datetime) -> bool:
         """Whether the new side published a command of the business due after `at` (a
         rollback's fenced lookahead)."""
-        fr = self.store.t.fired
-        with self.store.engine.connect() as conn:
-            return conn.execute(select(fr.c.command_id).where(
-                fr.c.biz_code == biz, fr.c.scheduled_at > to_ms(at)).limit(1)).first() is not None
+        return published_after(self.store, biz, to_ms(at))
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,
@@ -511,8 +508,9 @@ class BusinessSwitch:
 
 def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
     """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
-    lg = store.t.ledger
-    with store.engine.connect() as conn:
+    own = MigratorStore.beside(store)
+    lg = own.t.ledger
+    with own.engine.connect() as conn:
         rows = conn.execute(select(lg.c.source_key, lg.c.target_job_code).where(
             lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
     by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}

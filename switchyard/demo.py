@@ -30,7 +30,7 @@ from typing import Any
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from legacy_sim.batchcenter import BatchCenterSimulator
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
@@ -41,7 +41,7 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
 from reports.write import write_report
@@ -54,7 +54,7 @@ from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, pars
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.wiring import DualRunGate

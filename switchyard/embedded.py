@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
@@ -43,6 +42,7 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.reads import job_domains
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 
@@ -121,9 +121,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
 
 def store_domains(store: SqlTriggerStore) -> set[str]:
     """Every business domain that has a job in the store."""
-    j = store.t.job
-    with store.engine.connect() as conn:
-        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
+    return job_domains(store)
 
 
 @dataclass

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from migrator.target import TargetWriter
     from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
@@ -23,6 +24,15 @@ if TYPE_CHECKING:
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
+
+
+def target_writer(store: SqlTriggerStore) -> "TargetWriter":
+    """The migrator's writer: the trigger store's port, and the migrator's own store on
+    the same engine (one database: a chunk's ledger rows commit with its jobs)."""
+    from migrator.store import MigratorStore
+    from migrator.target import TargetWriter
+
+    return TargetWriter(store, MigratorStore(store.engine, store.clock))
 
 
 def open_bus(url: str, *, admin_url: str | None = None, token: str | None = None,
@@ -59,7 +69,7 @@ class DualRunGate:
         self.store = store
 
     def decision(self, business: str) -> "GateDecision | None":
-        from dualrun.verdict import latest
+        from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
         v = latest(self.store, business)
@@ -74,8 +84,9 @@ def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
+    from readers.fastpath import fast
 
-    if legacy.dialect.name not in ("mysql", "mariadb"):
+    if not fast(legacy):
         return None
     return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 

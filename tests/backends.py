@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, MessageBus
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.servers import server_url

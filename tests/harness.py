@@ -13,7 +13,7 @@ from scheduler_core.model import Epoch, ExecutionCommand, Job, JobCode, Trigger,
 from scheduler_core.ports import Subscription
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
+from readers.fastpath import MYSQL_DIALECTS
 
 
 class XxlJobLineage(enum.StrEnum):

@@ -6,9 +6,10 @@ is fixed at the first init; a later init with another count is refused, not appl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import MetaData, Table, func, inspect, select, text
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
@@ -97,7 +98,15 @@ def tables_for(engine: Engine) -> Tables:
     return tables
 
 
-def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
+def _all_tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str, Table]]:
+    yield from tables.metadata.tables.items()
+    for md in also:
+        yield from md.tables.items()
+
+
+def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[MetaData] = ()) -> SchemaReport:
+    """Create the core's tables and those of `also` (the other packages' tables, which the
+    core does not know: switchyard.schema gathers them)."""
     existing = stored_partitions(engine)
     if existing is not None and partitions is not None and partitions != existing:
         raise SchemaError(
@@ -108,7 +117,9 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     insp = inspect(engine)
     before = set(insp.get_table_names())
     tables.metadata.create_all(engine, checkfirst=True)
-    created = sorted(set(tables.metadata.tables) - before)
+    for md in also:
+        md.create_all(engine, checkfirst=True)
+    created = sorted({name for name, _ in _all_tables(tables, also)} - before)
     upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
@@ -120,13 +131,13 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
                          .values(value=str(SCHEMA_VERSION)))
         if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
             conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
-    report = check_schema(engine)
+    report = check_schema(engine, also)
     report.created = created
     report.upgraded = upgraded
     return report
 
 
-def check_schema(engine: Engine) -> SchemaReport:
+def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
     dialect = engine.dialect.name
     report = SchemaReport(dialect=dialect)
     insp = inspect(engine)
@@ -134,7 +145,7 @@ def check_schema(engine: Engine) -> SchemaReport:
     n = stored_partitions(engine) or DEFAULT_PARTITIONS
     tables = build_tables(dialect, n)
     with engine.connect() as conn:
-        for name, table in tables.metadata.tables.items():
+        for name, table in _all_tables(tables, also):
             if name not in present:
                 report.missing.append(name)
                 continue

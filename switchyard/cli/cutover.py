@@ -122,7 +122,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool,
            as_json: bool) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
-    from dualrun.verdict import latest_by_business
+    from dualrun.verdict_store import latest_by_business
     from migrator.ownership import ownership
 
     store = open_store(url)

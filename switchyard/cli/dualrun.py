@@ -20,7 +20,7 @@ from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
 from readers.ports import LegacyReader

@@ -15,7 +15,7 @@ from migrator.apply import Migrator
 from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
-from migrator.target import TargetWriter, Write
+from migrator.target import Write
 from readers.records import SourceSystem, StreamPosition
 from readers.ports import LegacyReader
 from readers.timezones import LegacyZones
@@ -24,7 +24,7 @@ from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
 from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url, legacy_zones
-from switchyard.wiring import legacy_reader, open_store
+from switchyard.wiring import legacy_reader, open_store, target_writer
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
     store = open_store(target_url)
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = m.plan(businesses or None)
         now = store.clock.now()
@@ -165,7 +165,7 @@ def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = _with_progress(lambda progress: m.run(businesses or None, progress=progress, after_commit=after,
                                                         keep_rows=True), quiet=as_json)
@@ -208,7 +208,7 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
     """Rows that could not be migrated, with the field and the reason."""
     store = open_store(target_url)
     try:
-        writer = TargetWriter(store)
+        writer = target_writer(store)
         rows = [r for b in (businesses or [None]) for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
@@ -276,7 +276,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
             f"#{','.join(sorted(businesses))}" if businesses else "")
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
-        writer = TargetWriter(store)
+        writer = target_writer(store)
         sm = StreamMigrator(reader, writer, Migrator(reader, writer, store.clock, options), stream_id,
                             set(businesses) or None, after)
         system = SourceSystem(source)

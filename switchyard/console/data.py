@@ -14,17 +14,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import func, select
 from prometheus_client.parser import text_string_to_metric_families
 
-from dualrun.verdict import latest_by_business
+from dualrun.verdict_store import latest_by_business
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
 from migrator.target import TargetWriter
 from reports.redact import redact, redact_tree
-from scheduler_core.model import Trigger, TriggerState
+from scheduler_core.model import Trigger
 from scheduler_core.stats import lag_stats
+from scheduler_core.store.reads import waiting_summary
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
@@ -212,11 +212,8 @@ def scheduler(src: Sources) -> dict[str, Any]:
     """The store's leader epoch, the members with their lookahead lag (from their
     metrics), and how far the oldest waiting trigger is past due (from the store)."""
     now = src.now()
-    tr = src.store.t.trigger
-    with src.store.engine.connect() as conn:  # one aggregate on the (state, next_fire_at) index
-        count, oldest_ms = conn.execute(select(func.count(), func.min(tr.c.next_fire_at))
-                                        .where(tr.c.state == TriggerState.WAITING.value)).one()
-    oldest = None if oldest_ms is None else from_ms(int(oldest_ms))
+    count, oldest_ms = waiting_summary(src.store)
+    oldest = None if oldest_ms is None else from_ms(oldest_ms)
     members = [m.as_dict() for m in src.members()] if src.members is not None else []
     leaders = [m["name"] for m in members if m["leader"]]
     return redact_tree({

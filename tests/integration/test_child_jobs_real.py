@@ -18,7 +18,7 @@ from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_commands, encode_results

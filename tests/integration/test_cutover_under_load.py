@@ -48,7 +48,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
 from migrator.target import TargetWriter
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
@@ -56,7 +56,7 @@ from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.fence import FenceService, is_fence_skip
 from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms

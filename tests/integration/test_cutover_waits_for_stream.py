@@ -17,7 +17,7 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.stream import StreamMigrator
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
 from tests.migration_env import FixedGate, make_env

@@ -33,7 +33,7 @@ from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database

@@ -33,7 +33,7 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms

@@ -20,7 +20,7 @@ from readers.batchcenter import BatchCenterReader
 from readers.legacy_ddl import XxlJobLineage, create_legacy_schema
 from readers.ports import LegacyReader
 from readers.records import LegacyDefinition
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import BinlogChangeStream, current_position
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine

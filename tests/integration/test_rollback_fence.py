@@ -31,7 +31,7 @@ from scheduler_core.fence import FenceService, decode_fence, is_fence_skip
 from scheduler_core.model import FiredRecord, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms

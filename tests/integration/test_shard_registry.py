@@ -31,7 +31,7 @@ from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import Partition, partition_fence
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database

@@ -27,8 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_xxljob
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from tests.backends import mariadb_database
 from tests.servers import server_url

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import current_position
 from switchyard.cli import cli
 from tests.backends import mariadb_database

@@ -32,7 +32,7 @@ from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover

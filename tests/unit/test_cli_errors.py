@@ -32,8 +32,8 @@ import pytest
 from click.testing import CliRunner
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_batchcenter
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_batchcenter
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli

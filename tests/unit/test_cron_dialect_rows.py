@@ -24,7 +24,8 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import check_schema, init_schema, tables_for
+from scheduler_core.store.admin import tables_for
+from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.harness import make_harness

@@ -12,7 +12,8 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
+from migrator.tables import migrator_tables
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
 from tests.migration_env import FixedGate, make_env, migrated_xxljob
@@ -242,7 +243,7 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
-    ledger = env.store.t.ledger
+    ledger = migrator_tables().ledger
     with env.store.engine.begin() as conn:
         key = conn.execute(text(f"SELECT MIN(source_key) FROM {ledger.name} WHERE business = :b AND status = "
                                 "'migrated'"), {"b": biz}).scalar_one()

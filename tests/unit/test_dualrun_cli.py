@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, func, select, text
 
-from dualrun.verdict import latest
+from dualrun.tables import dualrun_tables
+from dualrun.verdict_store import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
 
@@ -115,7 +116,7 @@ def test_watch_with_max_runs_stores_the_series(tmp_path: Path, patched) -> None:
                                       "2", "--legacy-url", "sqlite://", "--source", "xxl-job", "--url",
                                       f"sqlite:///{tmp_path / 'store.db'}"])
     assert result.exit_code == 0, result.output
-    t = s.store.t.comparison
+    t = dualrun_tables().comparison
     with s.store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(t)).scalar_one() == 2
     assert result.output.count(" reminder ready (comparison #") == 2

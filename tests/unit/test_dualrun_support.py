@@ -16,10 +16,11 @@ from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Comparison, Window
 from dualrun.settings import CompareSettings
 from dualrun.testing import BatchRecordReader, LogWriter, RecordReader, cron_definition, fired, occurrences
+from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import FiredRecord
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -73,7 +74,7 @@ class Scenario:
         d = cron_definition(key, self.business, cron, source=self.source, **kw)
         self.defs.append(d)
         self._trigger_ids[key] = len(self._trigger_ids) + 1
-        t = self.store.t.ledger
+        t = migrator_tables().ledger
         with self.store.engine.begin() as conn:
             conn.execute(insert(t).values(source_system=self.source.value, source_key=key, business=self.business,
                                           status="migrated", content_hash="h", target_job_code=self.code(d),
@@ -82,7 +83,7 @@ class Scenario:
 
     def business_row(self, state: str = "dual_run", shadow: bool = False) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(insert(self.store.t.business).values(biz_code=self.business, source_system=self.source.value,
+            conn.execute(insert(migrator_tables().business).values(biz_code=self.business, source_system=self.source.value,
                                                               state=state, shadow=int(shadow), version=0,
                                                               updated_at=0))
 

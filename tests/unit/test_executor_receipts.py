@@ -19,7 +19,7 @@ from scheduler_core.executor.outbox import result_messages
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 

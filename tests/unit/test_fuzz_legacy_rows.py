@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from migrator.tables import migrator_tables
 from readers.legacy_ddl.tables import batch_center_metadata, xxljob_metadata
 from tests.migration_env import MigrationEnv, make_env
 
@@ -342,7 +343,7 @@ def _insert(env: MigrationEnv, table: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _outcome(env: MigrationEnv, source: str) -> dict[str, dict[str, Any]]:
-    lg = env.store.t.ledger
+    lg = migrator_tables().ledger
     with env.store.engine.connect() as conn:
         return {r["source_key"]: dict(r) for r in conn.execute(select(lg).where(lg.c.source_system == source)).mappings()}
 

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from migrator.model import Action
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from scheduler_core.model import TriggerState
 from tests.migration_env import make_env
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from reports.load import load_overview, load_report
 from reports.redact import redact
 from reports.write import format_for, render_report, write_report

@@ -23,7 +23,7 @@ from scheduler_core.executor.fences import FenceView
 from scheduler_core.fence import Fence, FenceService, decode_fence, encode_fence, is_fence_skip
 from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import ControlFeed, FiredUpdate
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.times import to_ms
 from tests.harness import Harness, make_harness

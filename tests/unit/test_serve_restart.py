@@ -15,7 +15,7 @@ from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService, is_fence_skip
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.clock import SystemClock

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from migrator.holds import LegacyHolds
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
 from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import MigrationEnv, make_env
 
@@ -158,7 +158,7 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     """xxl-job's schedule thread rewrites trigger_last_time / trigger_next_time of a job at
     every fire: the stream sees the content it holds and maps nothing; an edit of the same
     job's parameters in a later group is mapped and written."""
-    from readers.seed import seed_xxljob
+    from legacy_sim.seed import seed_xxljob
 
     env = make_env(f"sqlite:///{tmp_path / 'x.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
     seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=3)

@@ -33,7 +33,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.control import read_trigger_state
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.cron import CronExpression
@@ -44,7 +44,7 @@ from scheduler_core.executor import Executor, HandlerResult
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
