@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.errors import StoreError
+from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
@@ -285,9 +285,12 @@ class Scheduler:
                     break
                 try:
                     core.reclaim_if_due()
+                except StoreError as exc:  # the store is down: expected, retried without a trace
+                    self.metrics.errors.labels(component="store").inc()
+                    log.warning("reclaim failed (%s); retrying", exc, extra={"epoch": epoch})
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
-                    log.exception("reclaim failed; retrying")
+                    log.exception("reclaim failed; retrying", extra={"epoch": epoch})
                 stop.wait(0.2)
         finally:
             deposed = not stop.is_set()  # any way out but a stop is a lost leadership
@@ -324,9 +327,13 @@ def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetr
                 if consumer is None:  # the bus may be down at start: subscribe with the retries
                     consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings)
                 consumer.poll()
-            except (StoreError, Exception) as exc:
+            except (StoreError, BusError) as exc:  # the store or the bus is down: expected, retried
                 metrics.errors.labels(component="results").inc()
                 log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                stop.wait(1.0)
+            except Exception:  # a defect, not an outage: the trace is logged, the consumer carries on
+                metrics.errors.labels(component="results").inc()
+                log.exception("applying results failed unexpectedly; retrying")
                 stop.wait(1.0)
     finally:
         if consumer is not None:

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
+from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
@@ -33,6 +34,7 @@ class SchemaReport:
         return not self.missing and self.schema_version == SCHEMA_VERSION
 
 
+@translated
 def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     """Partitions of the trigger table, from metadata only."""
     if tables.sliced_by_column:
@@ -59,6 +61,7 @@ def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     return parts
 
 
+@translated
 def stored_partitions(engine: Engine) -> int | None:
     """The partition count recorded at init, or None before init."""
     md_tables = build_tables(engine.dialect.name, 1)
@@ -71,6 +74,7 @@ def stored_partitions(engine: Engine) -> int | None:
     return None if value is None else int(value)
 
 
+@translated
 def tables_for(engine: Engine) -> Tables:
     """The table set of an initialised store (partition count read from dus_meta)."""
     n = stored_partitions(engine)
@@ -79,6 +83,7 @@ def tables_for(engine: Engine) -> Tables:
     return build_tables(engine.dialect.name, n)
 
 
+@translated
 def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     existing = stored_partitions(engine)
     if existing is not None and partitions is not None and partitions != existing:
@@ -103,6 +108,7 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     return report
 
 
+@translated
 def check_schema(engine: Engine) -> SchemaReport:
     dialect = engine.dialect.name
     report = SchemaReport(dialect=dialect)

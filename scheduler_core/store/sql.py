@@ -32,6 +32,7 @@ from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Trig
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -70,6 +71,7 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
+@translated_methods  # driver errors leave every public method as the port's StoreError
 class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
