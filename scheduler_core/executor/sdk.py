@@ -31,7 +31,7 @@ received and recorded, the handler is never called.
 
 Rollback fences (`scheduler_core.fence`): the executor follows the bus's control channel
 (`FenceView`, one per executor unless one is given). A run whose business's fence covers
-its fire time is answered skipped ("K", with the fence's message) and acked, its handler
+its fire time is answered skipped (ItemState.SKIPPED, with the fence's message) and acked, its handler
 never called; it is checked when the run is about to start, so a fence that arrives
 while a message waits for a worker still stops it. While the view is not in sync (just
 started, or cut off from the broker) nothing is run: the messages received go back to the
@@ -57,6 +57,7 @@ from scheduler_core.codec import (
     decode_message,
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.item_states import ItemState
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
@@ -293,7 +294,7 @@ class Executor:
             return True
         pack.results.append((pack.share, EnvelopeResult(
             trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id, indices=[idx],
-            letters="S", received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
+            letters=ItemState.SUCCEEDED, received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
             start_offsets_ms=[0], message="", exceptions=[])))
         pack.quick.append((key, idx))
         return True
@@ -345,9 +346,9 @@ class Executor:
             if fence is not None:
                 self._skip_fenced(run, fence)
             elif shadow:
-                self._finish(run, "R", "shadow: recorded, not invoked", started=False)
+                self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
             elif fn is None:
-                self._finish(run, "F", f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
+                self._finish(run, ItemState.FAILED, f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
                              started=False)
             return run
         except Exception:
@@ -435,9 +436,10 @@ class Executor:
         succeeded here (a redelivery) keeps its success: it did run."""
         env = run.env
         skip = run.skip
-        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in env.items)
+        letters = "".join(ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED
+                          for idx, _p in env.items)
         with self._lock:
-            self.fenced += letters.count("K")
+            self.fenced += letters.count(ItemState.SKIPPED)
             first = (fence.business, fence.epoch) not in self._fences_logged
             self._fences_logged.add((fence.business, fence.epoch))
         if first:
@@ -488,10 +490,10 @@ class Executor:
         run.mark_done()  # (poll_once publishes its own)
 
     def _remember_successes(self, run: EnvelopeRun, indices: list[int], letters: str) -> None:
-        if letters.count("S") == len(letters):  # the usual case, at C speed
+        if letters.count(ItemState.SUCCEEDED) == len(letters):  # the usual case, at C speed
             ok = dict.fromkeys(indices, 0)
         else:
-            ok = {indices[k]: 0 for k, c in enumerate(letters) if c == "S"}
+            ok = {indices[k]: 0 for k, c in enumerate(letters) if c == ItemState.SUCCEEDED}
         for pos, attempt, _m in run.extras:
             if attempt and indices[pos] in ok:
                 ok[indices[pos]] = attempt

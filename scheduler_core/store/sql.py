@@ -15,6 +15,7 @@ from sqlalchemy.sql import Select
 
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence
+from scheduler_core.item_states import ItemState
 from scheduler_core.model import (
     CommandId,
     Epoch,
@@ -53,8 +54,7 @@ from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
 
 _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
-_LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
-           FiredState.PUBLISHED: "P", FiredState.PENDING: ".", FiredState.SKIPPED: "K"}
+_LETTER = {s.fired_state: s for s in ItemState}  # a page record's items, one letter each
 
 
 def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
@@ -467,10 +467,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             for u in group:
                 letters[parse_command_id(u.command_id)[2] - first] = _LETTER[u.state]
             width = max(letters) + 1
-            states = "".join(letters.get(i, ".") for i in range(width))
-            ok = states.count("S")
-            failed = states.count("F") + states.count("T")
-            skipped = states.count("K")  # by a rollback fence: final, never invoked
+            states = "".join(letters.get(i, ItemState.PENDING) for i in range(width))
+            ok = states.count(ItemState.SUCCEEDED)
+            failed = states.count(ItemState.FAILED) + states.count(ItemState.TIMED_OUT)
+            skipped = states.count(ItemState.SKIPPED)  # by a rollback fence: final, never invoked
             finals = ok + failed + skipped
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
             if failed:
