@@ -36,6 +36,7 @@ from scheduler_core.executor.sdk import SUBSCRIPTION
 from scheduler_core.fence import MESSAGE_PREFIX
 from scheduler_core.model import FiredState
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 SOURCE_PREFIX = {SourceSystem.XXL_JOB: "xxl", SourceSystem.BATCH_CENTER: "bc"}  # as migrator.mapping.job_code_of
@@ -125,7 +126,7 @@ def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIn
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     fr = store.t.fired
     stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
+        fr.c.biz_code == business, fr.c.scheduled_at >= to_ms(window.start), fr.c.scheduled_at < to_ms(window.end)
     ).order_by(fr.c.scheduled_at)  # time order: the matcher's sorts are then cheap (idx_fired_biz_time)
     with store.engine.connect() as conn:
         raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
@@ -147,10 +148,6 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
         "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
         "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
     })
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
 
 
 def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:

@@ -44,6 +44,7 @@ from dualrun.model import (
 )
 from dualrun.settings import Thresholds
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms, to_ms
 
 SHADOW_NOTE = ("shadow mode: the new path records commands without invoking the handlers, so this comparison "
                "covers timing and volume only (success rate, timeouts and failed fires are not compared)")
@@ -359,13 +360,6 @@ def evaluate(ev: Evidence) -> Evaluation:
 
 # --- storage ------------------------------------------------------------------------------
 
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
 
 def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
     """Store one comparison (the full JSON in `body`); returns its id."""
@@ -373,8 +367,8 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
     t = store.t.comparison
     with store.engine.begin() as conn:
         result = conn.execute(insert(t).values(
-            biz_code=comparison.business, window_start=_ms(comparison.window.start),
-            window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
+            biz_code=comparison.business, window_start=to_ms(comparison.window.start),
+            window_end=to_ms(comparison.window.end), computed_at=to_ms(comparison.computed_at),
             verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
             body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
         return int(result.inserted_primary_key[0])
@@ -385,8 +379,8 @@ def _stored(row: Any) -> StoredVerdict:
     mode = Mode(body.get("mode", Mode.BOTH.value))
     return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
                          reasons=tuple(json.loads(row.reasons)),
-                         window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-                         computed_at=_at(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
+                         window=Window(start=from_ms(row.window_start), end=from_ms(row.window_end)),
+                         computed_at=from_ms(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
 
 
 def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
@@ -414,7 +408,7 @@ def history(store: SqlTriggerStore, business: str, *, since: datetime | None = N
     t = store.t.comparison
     stmt = select(t.c.body).where(t.c.biz_code == business)
     if since is not None:
-        stmt = stmt.where(t.c.computed_at >= _ms(since))
+        stmt = stmt.where(t.c.computed_at >= to_ms(since))
     stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
     with store.engine.connect() as conn:
         bodies = [r.body for r in conn.execute(stmt)]

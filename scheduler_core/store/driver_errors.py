@@ -19,7 +19,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import (
     ArgumentError,
