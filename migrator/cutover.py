@@ -126,7 +126,7 @@ class BusinessSwitch:
         if not shadow:
             self._refuse_unmirrorable(biz)
         report = SwitchReport(biz, current.state.value, B.DUAL_RUN.value)
-        self._set_shadow(biz, shadow)
+        self._set_shadow(biz, shadow=shadow)
         now = self.clock.now()
         created = [ln.trigger for ln in self.links(biz) if ln.trigger.state is S.CREATED]
         nexts: dict[TriggerId, datetime] = {}
@@ -205,7 +205,7 @@ class BusinessSwitch:
         # the occurrence at the switch instant was lost (seen under load in CI). Off
         # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
         # which the stopped legacy side no longer fires: real, as it must be.
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         # the parents' child jobs follow their successful runs from the first one on
         self.store.set_followups(chains.links, to_ms(self.clock.now()))
         for ln in links:
@@ -301,7 +301,7 @@ class BusinessSwitch:
         report.legacy_started = len(started)
         if current.state is B.DUAL_RUN and current.shadow:
             report.notes.append("shadow dual-run: the legacy side never stopped")
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         self.registry.transition(current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False,
                                  detail=report.as_dict())
         return report
@@ -340,7 +340,7 @@ class BusinessSwitch:
             out.append(f"latest verdict is {age} old (max {self.max_verdict_age})")
         return out
 
-    def _set_shadow(self, biz: str, shadow: bool) -> None:
+    def _set_shadow(self, biz: str, *, shadow: bool) -> None:
         j = self.store.t.job
         with self.store.engine.begin() as conn:
             conn.execute(update(j).where(j.c.biz_code == biz).values(shadow=int(shadow)))

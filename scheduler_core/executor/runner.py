@@ -39,7 +39,7 @@ class EnvelopeRun:
                  "pos", "attempt", "gen", "deadline", "lock", "finished", "waiter", "duplicates", "serve_after",
                  "result", "pack")
 
-    def __init__(self, env: Envelope, fn: Handler, received: object, received_ms: int, started_ms: int,
+    def __init__(self, env: Envelope, fn: Handler, *, received: object, received_ms: int, started_ms: int,
                  skip: dict[int, int] | None, serve_after: bool) -> None:
         self.env = env
         self.fn = fn

@@ -286,7 +286,8 @@ class Executor:
             receipts.end(env)
         if value is not None and value is not True:
             # not a plain success: judged, retried with back-off, finished as usual
-            run = EnvelopeRun(env, fn, pack.share, received_ms, received_ms, None, True)
+            run = EnvelopeRun(env, fn, received=pack.share, received_ms=received_ms, started_ms=received_ms, skip=None,
+                              serve_after=True)
             run.pack = pack
             run.starts.append(started)
             settle(run, 0, idx, param, value, self._backoff)
@@ -340,7 +341,8 @@ class Executor:
             fn = None if shadow else self._lookup(env)
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
-            run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
+            run = EnvelopeRun(env, fn, received=r, received_ms=received_ms, started_ms=received_ms, skip=skip,
+                              serve_after=serve_after)  # type: ignore[arg-type]
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             if fence is not None:

@@ -65,7 +65,7 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
     return out
 
 
-def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None:
+def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> None:
     if as_json:
         click.echo(json.dumps(summary.as_dict(), ensure_ascii=False))
         return
@@ -112,7 +112,7 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
         click.echo(json.dumps({**summary.as_dict(), "zones": {"db": zones.db, "cron": zones.cron},
                                "next_fires": [p.as_dict() for p in previews]}, ensure_ascii=False))
         return
-    _print_summary(summary, False, "plan")
+    _print_summary(summary, as_json=False, title="plan")
     _print_previews(previews, zones)
 
 
@@ -150,7 +150,7 @@ def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[
     finally:
         legacy.dispose()
         store.engine.dispose()
-    _print_summary(summary, as_json, "migrated")
+    _print_summary(summary, as_json=as_json, title="migrated")
 
 
 def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
@@ -161,7 +161,7 @@ def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
         # and an unchanged row whose flag a crash left unset (flag_pending) gets it now
         ids = [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending]
         if ids:
-            set_migrated(legacy, ids, True)
+            set_migrated(legacy, ids, value=True)
 
     return after
 
@@ -254,8 +254,8 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
         writer = TargetWriter(store)
-        sm = StreamMigrator(reader, writer, Migrator(reader, writer, store.clock, options), stream_id,
-                            set(businesses) or None, after)
+        sm = StreamMigrator(reader=reader, writer=writer, migrator=Migrator(reader, writer, store.clock, options),
+                            stream_id=stream_id, businesses=set(businesses) or None, after_commit=after)
         system = SourceSystem(source)
         conn_settings: dict[str, object] = {}
         if poll_s is None:

@@ -83,7 +83,7 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
 
         registry = EtcdRegistry(election_url, member=name, ttl=timedelta(seconds=lease_ttl), prefix=registry_prefix,
                                 info={"pid": os.getpid(), "host": socket.gethostname()})
-        member = ShardedScheduler(store, bus, registry, store.clock, settings, metrics)
+        member = ShardedScheduler(store, bus, registry, store.clock, settings=settings, metrics=metrics)
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
             member.run(stop)
@@ -95,7 +95,7 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
                  member.status.rebalances)
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    sched = Scheduler(store, bus, election, store.clock, settings, metrics)
+    sched = Scheduler(store, bus, election, store.clock, settings=settings, metrics=metrics)
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
         sched.run(stop)
