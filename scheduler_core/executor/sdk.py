@@ -65,6 +65,7 @@ from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
+from scheduler_core.logfields import log_fields
 from scheduler_core.ports import Clock, MessageBus, Received
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -445,7 +446,8 @@ class Executor:
             first = (fence.business, fence.epoch) not in self._fences_logged
             self._fences_logged.add((fence.business, fence.epoch))
         if first:
-            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence)
+            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence,
+                     extra=log_fields(business=env.biz_code, epoch=fence.epoch))
         self._finish(run, letters, fence.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
@@ -462,7 +464,8 @@ class Executor:
         now = time.monotonic()
         if now - self._held_logged >= HELD_LOG_EVERY_S:
             log.warning("%d command message(s) of %s handed back for redelivery: the rollback fences are not "
-                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain)
+                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain,
+                        extra=log_fields(business=self.domain))
             self._held_logged, self._held_since_log = now, 0
         self.fences.wait_synced(HOLD_WAIT)
 

@@ -19,6 +19,8 @@ from migrator.target import TargetWriter, Write
 from readers.records import SourceSystem, StreamPosition
 from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
+from switchyard.cli.options import log_format, log_level
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url, legacy_zones
 from switchyard.wiring import legacy_reader, open_store
@@ -219,12 +221,13 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 @click.option("--key-compare-batch", "compare_batch", type=click.IntRange(1), default=1000, show_default=True,
               help="Polling: keys compared per pass (the work of one pass is bounded by it).")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
                bridge_glue: bool, api_only: Sequence[str], binlog_url: str | None, server_id: int | None,
                poll_s: float | None, compare_every_s: float, compare_batch: int, stall_timeout: float,
-               log_level: str) -> None:
+               log_level: str, log_format: str) -> None:
     """Snapshot, then apply every legacy change until stopped (SIGTERM), for businesses
     not yet cut over. Restart-safe: the checkpoint is written with each change. Without
     the binlog grants it polls instead (a one-line notice says so)."""
@@ -243,7 +246,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     )
     from switchyard.cli.signals import stop_event
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     stop = stop_event()
