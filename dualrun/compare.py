@@ -148,7 +148,7 @@ def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags, clock: 
     exp = Table.of(inputs.baseline_expected)
     side, unsched = prepare_legacy(Table.of(inputs.baseline_legacy), exp, start, end, s, keys)
     exp_fk = expected_keys(exp, start, end, keys)
-    if inputs.source == "xxl-job" and len(exp_fk):
+    if inputs.source == SourceSystem.XXL_JOB and len(exp_fk):
         exp_fk = exp_fk[~lineage_skips(keys.job(exp_fk), keys.sched(exp_fk), flags)]
     return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched),
                          clock=clock)

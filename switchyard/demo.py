@@ -41,6 +41,7 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
+from readers.records import SourceSystem
 from readers.seed import seed_batchcenter, seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
@@ -139,7 +140,7 @@ class _Legacy:
     def __init__(self, source: str, url: str, clock: ManualClock) -> None:
         self.source = source
         self.engine = make_engine(url)
-        if source == "xxl-job":
+        if source == SourceSystem.XXL_JOB:
             create_legacy_schema(self.engine, source, "3.4")
             self.seed = seed_xxljob(self.engine, "3.4", groups=2, jobs_per_group=6, bad_rows=2, malformed_crons=1,
                                     executors_per_group=2, rng_seed=11, base_time=START)
