@@ -35,6 +35,7 @@ from scheduler_core.errors import BusError
 from scheduler_core.executor.sdk import SUBSCRIPTION
 from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 SOURCE_PREFIX = {SourceSystem.XXL_JOB: "xxl", SourceSystem.BATCH_CENTER: "bc"}  # as migrator.mapping.job_code_of
@@ -119,7 +120,7 @@ _READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
 def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
-    rows = fired_rows(store, business, _ms(window.start), _ms(window.end), _FIRED, fenced_as=FENCED_STATE,
+    rows = fired_rows(store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE,
                       by_time=True)
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)
@@ -141,10 +142,6 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
         "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
         "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
     })
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
 
 
 def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:

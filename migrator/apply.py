@@ -83,8 +83,8 @@ class Migrator:
                     and source_half(entry.content_hash) == digest):
                 # the same legacy content in the same context: the target already holds its
                 # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, None, noop=True,
-                                 content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
+                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
+                                 noop=True, content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
                 continue
             if biz not in states:
                 states[biz] = BusinessState.LEGACY if known else self.writer.business_state(biz, conn)
@@ -95,8 +95,9 @@ class Migrator:
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
                 same = entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
-                out.append(Write(Action.QUARANTINE, source, d.source_key, biz, None, result.field, result.reason,
-                                 dict(d.raw), combined(digest, qhash), noop=same))
+                out.append(Write(action=Action.QUARANTINE, source=source, source_key=d.source_key, business=biz,
+                                 field=result.field, reason=result.reason, raw=dict(d.raw),
+                                 content_hash=combined(digest, qhash), noop=same))
                 continue
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
@@ -104,7 +105,8 @@ class Migrator:
             note = None if not fresh and _same(entry.content_hash, result.content_hash) else _cutover_note(  # type: ignore[union-attr]
                 d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             if fresh:
-                out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h, note=note))
+                out.append(Write(action=Action.CREATE, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, content_hash=h, note=note))
             elif _same(entry.content_hash, result.content_hash):
                 # mapped the same: the target is right. When only the digest moved (a column
                 # outside the mapping changed, the mapping code changed, an old ledger row)
@@ -113,11 +115,13 @@ class Migrator:
                 # row stopped by the switch: its digest is the stop's, and the row as the
                 # operator left it must still differ from the ledger once the hold is gone
                 refresh = bool(digest) and source_half(entry.content_hash) != digest and not own_stop
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=not refresh,
+                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, noop=not refresh,
                                  content_hash=h if refresh else entry.content_hash,
                                  flag_pending=d.migrated_flag is False, note=note))
             else:
-                out.append(Write(Action.UPDATE, source, d.source_key, biz, result, content_hash=h, note=note))
+                out.append(Write(action=Action.UPDATE, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, content_hash=h, note=note))
         return out
 
     def _go(
@@ -225,7 +229,8 @@ class Migrator:
         with self.writer.own.engine.connect() as conn:
             if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
-            return [Write(Action.DELETE, src, k, b) for k, b in conn.execute(stmt) if k not in seen]
+            return [Write(action=Action.DELETE, source=src, source_key=k, business=b)
+                    for k, b in conn.execute(stmt) if k not in seen]
 
     def _deleted_on_driver(self, conn: Connection, src: str, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """`_deleted` on PyMySQL: every migrated row of the source, at the end of every
@@ -251,7 +256,7 @@ class Migrator:
         sql, after = first, ""  # the first page from the smallest key (an empty one included)
         while True:  # ends: every page starts past the last key of the one before
             rows = driver_rows(conn, sql, (*args, after))
-            out += [Write(Action.DELETE, src, k, b) for k, b in rows if k not in seen]
+            out += [Write(action=Action.DELETE, source=src, source_key=k, business=b) for k, b in rows if k not in seen]
             if len(rows) < DELETE_SCAN_PAGE:
                 return out
             sql, after = rest, rows[-1][0]

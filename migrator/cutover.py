@@ -128,7 +128,7 @@ class BusinessSwitch:
         if not shadow:
             self._refuse_unmirrorable(biz)
         report = SwitchReport(biz, current.state.value, B.DUAL_RUN.value)
-        self._set_shadow(biz, shadow)
+        self._set_shadow(biz, shadow=shadow)
         now = self.clock.now()
         created = [ln.trigger for ln in self.links(biz) if ln.trigger.state is S.CREATED]
         nexts: dict[TriggerId, datetime] = {}
@@ -208,7 +208,7 @@ class BusinessSwitch:
         # the occurrence at the switch instant was lost (seen under load in CI). Off
         # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
         # which the stopped legacy side no longer fires: real, as it must be.
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         # the parents' child jobs follow their successful runs from the first one on
         self.store.set_followups(chains.links, to_ms(self.clock.now()))
         for ln in links:
@@ -303,7 +303,7 @@ class BusinessSwitch:
         report.legacy_started = len(started)
         if current.state is B.DUAL_RUN and current.shadow:
             report.notes.append("shadow dual-run: the legacy side never stopped")
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         self.registry.transition(current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False,
                                  detail=report.as_dict())
         return report

@@ -218,7 +218,7 @@ class StreamMigrator:
         legacy_biz = self._businesses() if found else {}
         writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.business)]
         ledger = self.writer.ledger(source, gone, conn)
-        writes += [Write(Action.DELETE, source, k, _biz_of_code(entry.job_code))
+        writes += [Write(action=Action.DELETE, source=source, source_key=k, business=_biz_of_code(entry.job_code))
                    for k, entry in ledger.items()
                    if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))]
         return [w for w in writes if not w.noop]

@@ -58,7 +58,7 @@ class LedgerDigest:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Write:
     """One planned write: what the plan decided for one source row."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from scheduler_core.firepool import FirePool, group_by_domain
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
@@ -191,7 +192,8 @@ class PartitionAcquirer:
             )
             released = len(back)
             self.metrics.released.inc(released)
-            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released)
+            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released,
+                     extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence))
         return submitted, released
 
 
@@ -264,7 +266,9 @@ class PartitionLoop:
                 wait = self._tick(self.acq).wait.total_seconds()
             except Exception:
                 self._metrics.errors.labels(component="store").inc()
-                log.exception("partition %s: tick failed; retrying", self.acq.partition.name)
+                log.exception("partition %s: tick failed; retrying", self.acq.partition.name,
+                              extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch,
+                                               fence=self.acq.fence))
                 wait = 1.0
             # at most 1 s between ticks (as before); real time, whatever the clock, and cut
             # short by a stop, a halt or a lost ownership (looked at every 0.25 s)

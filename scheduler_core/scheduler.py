@@ -16,9 +16,10 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.errors import StoreError
+from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId
 from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
@@ -159,7 +160,7 @@ class SchedulerCore:
         try:
             if dropped:
                 log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
-                            "new owner", fence, epoch, len(ids))
+                            "new owner", fence, epoch, len(ids), extra=log_fields(epoch=epoch, fence=fence))
                 return
             if fence is None:
                 out = self.pipeline.fire(chunk, epoch, jobs=jobs)
@@ -174,7 +175,8 @@ class SchedulerCore:
             with self._lock:
                 self.stats.fire_errors += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("fire of %d trigger(s) failed; they will be reclaimed after their deadline", len(ids))
+            log.exception("fire of %d trigger(s) failed; they will be reclaimed after their deadline", len(ids),
+                          extra=log_fields(epoch=epoch, fence=fence))
         finally:
             with self._lock:
                 self._in_flight.difference_update(ids)
@@ -260,7 +262,8 @@ class Scheduler:
                     continue
                 if not self.store.claim_epoch(epoch):
                     # a newer leader already fenced the store: we are not it
-                    log.warning("epoch %s is older than the store's fence; stepping down", epoch)
+                    log.warning("epoch %s is older than the store's fence; stepping down", epoch,
+                                extra=log_fields(epoch=epoch))
                     self.election.resign()
                     continue
                 self._lead(epoch, stop)
@@ -270,7 +273,7 @@ class Scheduler:
                 consumer_thread.join(timeout=5)
 
     def _lead(self, epoch: Epoch, stop: threading.Event) -> None:
-        log.info("leading with epoch %s", epoch)
+        log.info("leading with epoch %s", epoch, extra=log_fields(epoch=epoch))
         core = SchedulerCore(self.store, self.bus, self.clock, epoch, self.settings, self.metrics)
         self.core = core
         self.status.leader, self.status.epoch = True, epoch
@@ -286,9 +289,12 @@ class Scheduler:
                     break
                 try:
                     core.reclaim_if_due()
+                except StoreError as exc:  # the store is down: expected, retried without a trace
+                    self.metrics.errors.labels(component="store").inc()
+                    log.warning("reclaim failed (%s); retrying", exc, extra=log_fields(epoch=epoch))
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
-                    log.exception("reclaim failed; retrying")
+                    log.exception("reclaim failed; retrying", extra=log_fields(epoch=epoch))
                 stop.wait(0.2)
         finally:
             deposed = not stop.is_set()  # any way out but a stop is a lost leadership
@@ -306,7 +312,7 @@ class Scheduler:
             self.status.leader = False
             self.metrics.leader.set(0)
             if not stop.is_set():
-                log.warning("lost leadership of epoch %s", epoch)
+                log.warning("lost leadership of epoch %s", epoch, extra=log_fields(epoch=epoch))
             else:
                 self.election.resign()
 
@@ -325,9 +331,13 @@ def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetr
                 if consumer is None:  # the bus may be down at start: subscribe with the retries
                     consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings)
                 consumer.poll()
-            except (StoreError, Exception) as exc:
+            except (StoreError, BusError) as exc:  # the store or the bus is down: expected, retried
                 metrics.errors.labels(component="results").inc()
                 log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                stop.wait(1.0)
+            except Exception:  # a defect, not an outage: the trace is logged, the consumer carries on
+                metrics.errors.labels(component="results").inc()
+                log.exception("applying results failed unexpectedly; retrying")
                 stop.wait(1.0)
     finally:
         if consumer is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from scheduler_core.acquire import PartitionAcquirer, PartitionLoop
 from scheduler_core.assignment import partitions_of
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, partition_fence
@@ -109,7 +110,8 @@ class ShardedScheduler:
             try:
                 self.registry.join()
                 self.status.incarnations += 1
-                log.info("member %s joined the registry", self.registry.member)
+                log.info("member %s joined the registry", self.registry.member,
+                         extra=log_fields(member=self.registry.member))
                 return
             except Exception as exc:
                 self.metrics.errors.labels(component="registry").inc()
@@ -122,7 +124,7 @@ class ShardedScheduler:
         if not self.registry.alive():
             if self._owned:
                 log.warning("member %s: lease lost; stopping %d partition(s) at once",
-                            self.registry.member, len(self._owned))
+                            self.registry.member, len(self._owned), extra=log_fields(member=self.registry.member))
             for index in list(self._owned):
                 self._drop(index, lost=True)
             self.status.owned = {}
@@ -143,7 +145,8 @@ class ShardedScheduler:
         for index, owned in list(self._owned.items()):
             current = view.owners.get(index)
             if current is None or current.member != me or current.epoch != owned.acq.epoch or owned.loop.lost.is_set():
-                log.warning("partition %s: ownership of epoch %s lost", index, owned.acq.epoch)
+                log.warning("partition %s: ownership of epoch %s lost", index, owned.acq.epoch,
+                            extra=log_fields(partition=index, epoch=owned.acq.epoch))
                 self._drop(index, lost=True)
         # 2. partitions assigned elsewhere now: finish their chunks, then release
         for index in [i for i in self._owned if i not in wanted]:
@@ -176,7 +179,8 @@ class ShardedScheduler:
         partition = self.partitions[index]
         if not self.store.claim_epoch(epoch, partition_fence(partition)):
             # a newer ownership already fenced it: ours is stale, give the key back
-            log.warning("partition %s: epoch %s is older than the store's fence; releasing", index, epoch)
+            log.warning("partition %s: epoch %s is older than the store's fence; releasing", index, epoch,
+                        extra=log_fields(partition=index, epoch=epoch))
             self.registry.release(index, epoch)
             return
         acq = self.core.own(partition, epoch)
@@ -189,7 +193,8 @@ class ShardedScheduler:
         if self._settled:  # a take after the member's first full set is a rebalance
             self.metrics.rebalances.inc()
             self.status.rebalances += 1
-        log.info("partition %s: owned with epoch %s (waited %.2f s for it)", partition.name, epoch, waited)
+        log.info("partition %s: owned with epoch %s (waited %.2f s for it)", partition.name, epoch, waited,
+                 extra=log_fields(partition=index, epoch=epoch))
 
     def _owns(self, index: int, epoch: Epoch) -> bool:
         owned = self._owned.get(index)
@@ -201,11 +206,13 @@ class ShardedScheduler:
         owned.loop.join(timeout=10)
         done = self.core.disown(owned.acq, lost=False, timeout=self.settings.acquire_deadline.total_seconds())
         if not done:
-            log.warning("partition %s: chunks still firing at handover; the next owner reclaims them", index)
+            log.warning("partition %s: chunks still firing at handover; the next owner reclaims them", index,
+                        extra=log_fields(partition=index, epoch=owned.acq.epoch))
         self.registry.release(index, owned.acq.epoch)
         self.metrics.rebalances.inc()
         self.status.rebalances += 1
-        log.info("partition %s: handed over (epoch %s)", owned.acq.partition.name, owned.acq.epoch)
+        log.info("partition %s: handed over (epoch %s)", owned.acq.partition.name, owned.acq.epoch,
+                 extra=log_fields(partition=index, epoch=owned.acq.epoch))
 
     def _drop(self, index: int, *, lost: bool) -> None:
         owned = self._owned.pop(index)

@@ -197,8 +197,8 @@ class EmbeddedCenter:
                  self.name, self.republished, fences, ", ".join(sorted(self.executors)) or "no domain yet")
         election = ContinuingElection(LocalElection(LocalElectionGroup(self.store.clock), self.name),
                                       int(self.store.current_epoch()))
-        scheduler = Scheduler(self.store, self.bus, election, self.store.clock, self.settings,  # type: ignore[arg-type]
-                              self.metrics, consume_results=False)
+        scheduler = Scheduler(self.store, self.bus, election, self.store.clock,  # type: ignore[arg-type]
+                              settings=self.settings, metrics=self.metrics, consume_results=False)
         sched_stop = threading.Event()
         sched = threading.Thread(target=scheduler.run, args=(sched_stop,), name="scheduler", daemon=True)
         sched.start()

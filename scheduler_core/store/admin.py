@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
+from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import (
     DEFAULT_PARTITIONS,
     MYSQL_DIALECTS,
@@ -42,6 +43,7 @@ class SchemaReport:
         return not self.missing and self.schema_version == SCHEMA_VERSION
 
 
+@translated
 def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     """Partitions of the trigger table, from metadata only."""
     if tables.sliced_by_column:
@@ -68,6 +70,7 @@ def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     return parts
 
 
+@translated
 def stored_partitions(engine: Engine) -> int | None:
     """The partition count recorded at init, or None before init."""
     md_tables = build_tables(engine.dialect.name, 1)
@@ -80,6 +83,7 @@ def stored_partitions(engine: Engine) -> int | None:
     return None if value is None else int(value)
 
 
+@translated
 def tables_for(engine: Engine) -> Tables:
     """The table set of an initialised store (partition count read from dus_meta). A
     store of an older schema version is refused with what to run (its SQL would fail on
@@ -104,6 +108,7 @@ def _all_tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str,
         yield from md.tables.items()
 
 
+@translated
 def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[MetaData] = ()) -> SchemaReport:
     """Create the core's tables and those of `also` (the other packages' tables, which the
     core does not know: switchyard.schema gathers them)."""
@@ -137,6 +142,7 @@ def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[Me
     return report
 
 
+@translated
 def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
     dialect = engine.dialect.name
     report = SchemaReport(dialect=dialect)

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.engine.url import URL
 
 from scheduler_core.store.schema import MYSQL_DIALECTS
+from scheduler_core.store.driver_errors import translated
 
 DEFAULT_SQLITE_URL = "sqlite:///switchyard.db"
 # A pooled connection idle longer than this is pinged before use. SQLAlchemy's
@@ -34,6 +35,7 @@ def safe_url(url: str | URL) -> str:
         return "<unparsable url>"
 
 
+@translated  # a bad URL or a missing driver: BadStoreUrl
 def make_engine(url: str, *, pool_size: int = 8) -> Engine:
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"future": True}

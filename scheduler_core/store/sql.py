@@ -15,6 +15,7 @@ from sqlalchemy.sql import Select
 
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence
+from scheduler_core.item_states import ItemState
 from scheduler_core.model import (
     CommandId,
     Epoch,
@@ -32,6 +33,7 @@ from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Trig
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -57,8 +59,7 @@ _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 # 100K-item fan-out: 2.9 s at 2,000, 3.1 s at 200, 9.4 s as the plain executemany here)
 _FENCED_ROWS = 1000
 _FENCED_ROWS_SQLITE = 200
-_LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
-           FiredState.PUBLISHED: "P", FiredState.PENDING: ".", FiredState.SKIPPED: "K"}
+_LETTER = {s.fired_state: s for s in ItemState}  # a page record's items, one letter each
 
 
 def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
@@ -75,6 +76,7 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
+@translated_methods  # driver errors leave every public method as the port's StoreError
 class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
@@ -514,10 +516,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             for u in group:
                 letters[parse_command_id(u.command_id)[2] - first] = _LETTER[u.state]
             width = max(letters) + 1
-            states = "".join(letters.get(i, ".") for i in range(width))
-            ok = states.count("S")
-            failed = states.count("F") + states.count("T")
-            skipped = states.count("K")  # by a rollback fence: final, never invoked
+            states = "".join(letters.get(i, ItemState.PENDING) for i in range(width))
+            ok = states.count(ItemState.SUCCEEDED)
+            failed = states.count(ItemState.FAILED) + states.count(ItemState.TIMED_OUT)
+            skipped = states.count(ItemState.SKIPPED)  # by a rollback fence: final, never invoked
             finals = ok + failed + skipped
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
             if failed:

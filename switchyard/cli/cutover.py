@@ -12,6 +12,7 @@ import click
 
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
+from migrator.ownership import PROBLEMS
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from scheduler_core.ports import MessageBus
@@ -156,7 +157,7 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
             click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
                        f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}")
             for j in bo.jobs if show_jobs else bo.problems:
-                flag = "  !! " if j.side.value in ("orphaned", "double") else "     "
+                flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
                            f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
                            f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"

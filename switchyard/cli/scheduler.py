@@ -13,8 +13,9 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url
+from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url, log_format, log_level
 from switchyard.cli.signals import stop_event
 from switchyard.wiring import open_bus, open_election, open_store
 
@@ -49,15 +50,16 @@ def scheduler() -> None:
 @click.option("--registry-prefix", default="/switchyard/shards", show_default=True,
               help="The shard registry's etcd key prefix (with --shards).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, election_url: str, election_key: str, name: str,
             lease_ttl: float, lookahead: float, idle_wait: float, acquire_deadline: float, reclaim_interval: float,
             batch: int, fire_workers: int, shards: bool, registry_prefix: str, metrics_port: int,
-            log_level: str) -> None:
+            log_level: str, log_format: str) -> None:
     """Campaign for leadership (or, with --shards, join the registry); while leading (for the
     partitions owned), admit and fire; always apply results."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     if shards and not election_url.startswith("http://"):
         raise click.BadParameter("--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)",
                                  param_hint="--election")
@@ -83,7 +85,7 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
 
         registry = EtcdRegistry(election_url, member=name, ttl=timedelta(seconds=lease_ttl), prefix=registry_prefix,
                                 info={"pid": os.getpid(), "host": socket.gethostname()})
-        member = ShardedScheduler(store, bus, registry, store.clock, settings, metrics)
+        member = ShardedScheduler(store, bus, registry, store.clock, settings=settings, metrics=metrics)
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
             member.run(stop)
@@ -95,7 +97,7 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
                  member.status.rebalances)
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    sched = Scheduler(store, bus, election, store.clock, settings, metrics)
+    sched = Scheduler(store, bus, election, store.clock, settings=settings, metrics=metrics)
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
         sched.run(stop)

@@ -35,7 +35,7 @@ class UnknownBusiness(LookupError):
         self.business = business
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Member:
     """One scheduler process as its metrics show it."""
 
@@ -68,7 +68,8 @@ def member_from_text(name: str, text: str) -> Member:
                 lag = sample.value
             elif sample.name == "switchyard_commands_published_total":
                 published += sample.value
-    return Member(name, True, None if leader is None else leader >= 1, lag, published)
+    return Member(name=name, reachable=True, leader=None if leader is None else leader >= 1, lookahead_lag_s=lag,
+                  published=published)
 
 
 def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
@@ -82,7 +83,7 @@ def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
                 with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (operator's own URL)
                     out.append(member_from_text(name, resp.read().decode("utf-8", "replace")))
             except (OSError, urllib.error.URLError, ValueError) as exc:
-                out.append(Member(name, False, error=redact(f"{type(exc).__name__}: {exc}")))
+                out.append(Member(name=name, reachable=False, error=redact(f"{type(exc).__name__}: {exc}")))
         return out
 
     return read
