@@ -39,6 +39,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from dualrun.collect import CompareRequest, Collector, new_frame_from, read_state, resolve
+from dualrun.followup_runs import followup_runs, without_followup_runs
 from dualrun.compare import detail
 from dualrun.frames import JobIndex
 from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, pair
@@ -116,6 +117,7 @@ def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs:
     if len(raw):
         shadow_only = (raw["state"] == "received") & raw["message"].fillna("").str.contains("shadow")
         raw = raw[~shadow_only & (raw["state"] != "pending")].reset_index(drop=True)
+        raw = without_followup_runs(raw, followup_runs(store, business, window))  # as fetch_new
     return new_frame_from(raw.drop(columns=["message"]), jobs)
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from dualrun.compare import Inputs, compare_frames
 from dualrun.errors import NoSourceSystem
 from dualrun.expected import build_expected
+from dualrun.followup_runs import followup_runs, without_followup_runs
 from dualrun.frames import FENCED, FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
 from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
@@ -129,7 +130,8 @@ def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIn
     ).order_by(fr.c.scheduled_at)  # time order: the matcher's sorts are then cheap (idx_fired_biz_time)
     with store.engine.connect() as conn:
         raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
-    return new_frame_from(raw, jobs)
+    # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)
+    return new_frame_from(without_followup_runs(raw, followup_runs(store, business, window)), jobs)
 
 
 def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:

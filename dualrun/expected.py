@@ -28,7 +28,7 @@ class Expected:
 
 def _cron_ms(defn: LegacyDefinition, window: Window, cap: int) -> list[int]:
     assert defn.cron is not None
-    expr = CronExpression(defn.cron, defn.time_zone)
+    expr = CronExpression(defn.cron, defn.time_zone, dialect=defn.cron_dialect)  # type: ignore[arg-type]
     out: list[int] = []
     for at in expr.iter_after(window.start - timedelta(milliseconds=1), limit=cap):
         if at >= window.end:

@@ -78,7 +78,8 @@ def occurrences(defn: LegacyDefinition, start: datetime, end: datetime) -> list[
     """What Quartz says the definition fires in [start, end)."""
     assert defn.cron is not None
     out = []
-    for at in CronExpression(defn.cron, defn.time_zone).iter_after(start - timedelta(milliseconds=1)):
+    expr = CronExpression(defn.cron, defn.time_zone, dialect=defn.cron_dialect)  # type: ignore[arg-type]
+    for at in expr.iter_after(start - timedelta(milliseconds=1)):
         if at >= end:
             break
         out.append(at.astimezone(UTC))

@@ -85,7 +85,7 @@ from legacy_sim.xxl_executor import Finish, Run, XxlExecutors, handler_identity
 from readers.legacy_ddl.tables import XxlJobLineage, xxljob_metadata
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.timezones import LegacyTimeZone
-from scheduler_core.cron import CronExpression, CronSyntaxError
+from scheduler_core.cron import CronExpression, CronSyntaxError, Dialect
 from scheduler_core.ports import Clock
 
 logger = logging.getLogger(__name__)
@@ -230,6 +230,9 @@ class XxlJobSimulator:
         self._late_edge = modern  # 3.4.0+: `next <= now` is late, not pre-read
         self._ring_slots = 3 if modern else 2
         self._fix_rate_rounds = modern
+        # the Quartz line of its CronExpression copy: 2.1-3.0 (schemas 2.2, 2.4) Quartz 2.3;
+        # 3.1-3.3 (schema 2.4, skip_month_end_L) 2.5.0; 3.4 on 2.5.2 (docs/cron.md)
+        self.cron_dialect: Dialect = "2.5" if modern or skip_month_end_L else "2.3"
 
         md = xxljob_metadata(self.lineage)
         self._info = md.tables["xxl_job_info"]
@@ -384,6 +387,50 @@ class XxlJobSimulator:
                 .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
             )  # fmt: skip
         return nxt
+
+    _SCHEDULE_COLUMNS = frozenset({"schedule_type", "schedule_conf", "job_cron"})
+
+    def update(self, job_id: int, **columns: Any) -> int:
+        """`XxlJobServiceImpl.update` (the admin's edit form) at the simulator's now: the
+        given `xxl_job_info` columns and `update_time` (database zone). When a running
+        job's schedule changes, its next time becomes the new schedule's first after now +
+        5 s, at once (seen on a real 3.4.2 admin); otherwise the next time is kept (a
+        stopped job's too). A fire already in the ring still happens. Returns the next
+        time (epoch ms); raises ValueError as the admin refuses (no such job, a schedule
+        with no next time)."""
+        info = self._info
+        unknown = sorted(set(columns) - set(info.c.keys()))
+        if unknown or {"trigger_status", "trigger_next_time", "trigger_last_time"} & set(columns):
+            raise ValueError(f"update edits the job's definition, not {unknown or 'its trigger state'}")
+        with self.engine.begin() as conn:
+            row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
+            if row is None:
+                raise ValueError(f"xxl_job_info id {job_id}: no such job")
+            old, new = self._view(row), self._view({**row, **columns})
+            nxt = old.trigger_next_time
+            moved = (old.schedule_type, old.schedule_conf) != (new.schedule_type, new.schedule_conf)
+            if old.trigger_status == 1 and moved:
+                try:
+                    found = self.next_valid_time(new, self._api_now() + PRE_READ_MS)
+                except (CronSyntaxError, ValueError) as exc:
+                    raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
+                if found is None:
+                    raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
+                nxt = found
+            conn.execute(update(info).where(info.c.id == job_id)
+                         .values(**columns, trigger_next_time=nxt, update_time=self._wall(self._api_now())))
+        return nxt
+
+    def save_glue(self, job_id: int, source: str, remark: str = "") -> None:
+        """`JobCodeController.save` (the GLUE editor): the job's `glue_source`,
+        `glue_remark`, and `glue_updatetime` = now (database zone): the version the next
+        trigger sends, which makes the executor rebuild (and kill) the job's GLUE thread."""
+        info = self._info
+        now = self._wall(self._api_now())
+        with self.engine.begin() as conn:
+            if not conn.execute(update(info).where(info.c.id == job_id).values(
+                    glue_source=source, glue_remark=remark, glue_updatetime=now, update_time=now)).rowcount:
+                raise ValueError(f"xxl_job_info id {job_id}: no such job")
 
     def register(self, app_name: str, address: str) -> None:
         """An executor's registration beat (`registrySaveOrUpdate`, every 30 s from a live
@@ -617,7 +664,7 @@ class XxlJobSimulator:
         cached = self._crons.get(conf)
         if cached is None:
             try:
-                cached = CronExpression(conf, self.cron_zone.zone)
+                cached = CronExpression(conf, self.cron_zone.zone, dialect=self.cron_dialect)
             except CronSyntaxError as exc:
                 cached = exc
             self._crons[conf] = cached

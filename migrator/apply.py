@@ -18,7 +18,7 @@ import pymysql
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from migrator.ledger_hash import HALF, combined, context_digest, mapped_half, source_digest, source_half
+from migrator.ledger_hash import HALF, combined, context_digest, dialect_context, mapped_half, source_digest, source_half
 from migrator.holds import LegacyHolds
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.prefetch import prefetch
@@ -196,7 +196,7 @@ class Migrator:
                 entry = ledger.get(p.source_key)
                 same = entry is not None and entry.source_half == context_digest(
                     p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business), self.options,
-                    broadcast=p.broadcast)
+                    broadcast=p.broadcast, cron_dialect=dialect_context(p.cron_dialect, p.cron_dialect_fallback))
                 biz = self.options.business_map.get(p.business, p.business)
                 if same and entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending:
                     summary.counts[Action.UNCHANGED.value] += 1  # as summary.add counts a row it does not keep

@@ -154,6 +154,7 @@ class BusinessSwitch:
             self.fences.lift_fence(biz, lift_at)
         won = self.store.cas(Transition(ids=list(nexts), from_state=S.CREATED, to_state=S.WAITING, next_fire_at=nexts))
         report.activated = len(won)
+        self._dual_run_links(biz, shadow, report)
         self.registry.transition(current, B.DUAL_RUN, actor=actor, reason=reason or "dual-run start", shadow=shadow,
                                  detail={"shadow": shadow, "activated": report.activated})
         return report
@@ -253,8 +254,7 @@ class BusinessSwitch:
         deactivated = self._deactivate(links)
         report.deactivated = len(deactivated)
         # legacy fires the children again (its parents run there): the new side's links go
-        # with its triggers, so a later live dual-run does not run each child on both sides
-        # on top of each parent (links are written again at the next cutover)
+        # with its triggers (written again at the next live dual-run start or cutover)
         self.store.set_followups({ln.trigger.id: [] for ln in links if ln.trigger.id is not None},
                                  to_ms(self.clock.now()))
         fence_at = self._handover_instant()
@@ -310,6 +310,29 @@ class BusinessSwitch:
 
     def links(self, biz: str) -> list[Link]:
         return links_of(self.store, biz)
+
+    def _dual_run_links(self, biz: str, shadow: bool, report: SwitchReport) -> None:
+        """Child jobs during a dual-run. Legacy keeps running its children after its own
+        parent runs. A live dual-run mirrors legacy on the new side, children included:
+        after each successful new-side run of a parent, the new side runs each child of
+        the same business (that business is live on the new side: its handlers run
+        there, as they will after the cutover, and the comparison sees the chain work).
+        A child of another business is not run by the new side (its business may be on
+        legacy; the cutover refuses such a chain anyway), nor one it cannot run; each is
+        noted. A shadow dual-run invokes nothing, so it links nothing."""
+        links = self.links(biz)
+        parents: dict[TriggerId, list[TriggerId]] = {ln.trigger.id: [] for ln in links if ln.trigger.id is not None}
+        if shadow:
+            self.store.set_followups(parents, to_ms(self.clock.now()))
+            return
+        chains = child_chains(self.store, biz, links)
+        self.store.set_followups({**parents, **chains.links}, to_ms(self.clock.now()))
+        report.notes += chains.notes
+        report.notes += [f"not run on the new side during the dual-run (legacy runs it): {r}" for r in chains.refusals]
+        n = sum(len(c) for c in chains.links.values())
+        if n:
+            report.notes.append(f"{n} child job link(s): the new side runs each child after its own successful "
+                                "run of the parent, as legacy does after its own")
 
     def _child_chain_gate(self, biz: str) -> ChildChains:
         """xxl-job child jobs the new side could not fire refuse the cutover, forced or

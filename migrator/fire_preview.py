@@ -49,7 +49,7 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
     if defn.schedule is not ScheduleKind.CRON or not defn.cron or defn.problems:
         return None
     try:
-        expr = CronExpression(defn.cron, defn.time_zone)
+        expr = CronExpression(defn.cron, defn.time_zone, dialect=defn.cron_dialect)  # type: ignore[arg-type]
     except (CronSyntaxError, ValueError):
         return None
     fires: list[datetime] = []

@@ -33,7 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from migrator.apply import AfterCommit, Migrator
-from migrator.ledger_hash import context_digest, source_half
+from migrator.ledger_hash import context_digest, dialect_context, source_half
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
@@ -254,7 +254,7 @@ class StreamMigrator:
             if (entry is not None and entry.status is LedgerStatus.MIGRATED
                     and source_half(entry.content_hash) == context_digest(
                         cd.digest, source, cd.business, cd.time_zone, legacy_biz.get(cd.business), options,
-                        broadcast=cd.broadcast)):
+                        broadcast=cd.broadcast, cron_dialect=dialect_context(cd.cron_dialect, cd.cron_dialect_fallback))):
                 same.add(key)
         self.stats.unchanged += len(same)
         return same

@@ -17,7 +17,7 @@ from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
 from readers.records import StreamPosition
-from scheduler_core.model import ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, ShardingItem, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.rows import job_values, trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
@@ -25,13 +25,16 @@ from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
 _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
+# a trigger with no schedule (xxl-job NONE) is stored completed and stays editable: the
+# legacy job may get a schedule later, and its trigger then takes it
+_NONE = TriggerKind.NONE.value
 EXCERPT_MAX = 2000
 _JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
             "explicit_items", "shadow", "updated_at")
 # what an update of a trigger may change: never its lease (owner_epoch, acquire_deadline),
 # its creation time or its version (bumped instead)
-_TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at",
-                "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
+_TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "cron_dialect", "interval_ms", "time_zone",
+                "end_at", "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
 # MySQL: an existing job's update always changes the row (updated_at moves forward even
 # within the same millisecond), so the upsert's affected rows tell new jobs (1) from
 # existing ones (2) for the whole statement
@@ -300,7 +303,7 @@ class TargetWriter:
             # the state read here is the state the update meets
             for tid, code, state, *schedule in conn.execute(
                     select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
-                           tr.c.interval_ms, tr.c.time_zone).where(tr.c.job_code.in_(codes)).with_for_update()):
+                           tr.c.interval_ms, tr.c.time_zone, tr.c.cron_dialect).where(tr.c.job_code.in_(codes)).with_for_update()):
                 existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
@@ -334,7 +337,7 @@ class TargetWriter:
                 states = self.business_states(conn)
             cut_over = states.get(w.business) is BusinessState.CUTOVER
             for tid, state, schedule in there:
-                if state in _EDITABLE:
+                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and schedule[1] == _NONE):
                     edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
@@ -462,14 +465,17 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -
       ids fired twice) and never into the past.
     """
     out: dict[str, Any] = {}
-    if cut_over:
+    old_next, kind, cron, interval_ms, tz, dialect = schedule
+    if cut_over and kind != _NONE:  # a job that had no schedule starts its new one as mapped
         out["state"] = state
-    old_next, kind, cron, interval_ms, tz = schedule
     if state == TriggerState.CREATED.value or new.kind is TriggerKind.ONCE or old_next is None:
         return out  # not admitted yet (a dual-run start recomputes it), or a one-shot's own time
     interval = new.interval.total_seconds() * 1000 if new.interval else None
-    same = (kind, cron, interval_ms, tz) == (new.kind.value, new.cron, int(interval) if interval else None,
-                                             new.time_zone)
+    # a cron's dialect is part of its schedule (NULL: stored before there was one, the default)
+    old_dialect = (dialect or DEFAULT_CRON_DIALECT) if kind == TriggerKind.CRON.value else None
+    same = (kind, cron, interval_ms, tz, old_dialect) == (
+        new.kind.value, new.cron, int(interval) if interval else None, new.time_zone,
+        new.cron_dialect if new.kind is TriggerKind.CRON else None)
     if same:
         out["next_fire_at"] = old_next
     else:

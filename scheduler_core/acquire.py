@@ -17,13 +17,13 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from scheduler_core.firepool import FirePool, group_by_domain
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerState
+from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import UTC, from_ms, to_ms
@@ -65,8 +65,9 @@ class TickResult:
     wait: timedelta = timedelta(0)
 
 
-# (chunk, epoch, fence): the fence row that epoch is checked against (None: the leader's)
-FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None"], object]
+# (chunk, epoch, fence, jobs): the fence row that epoch is checked against (None: the
+# leader's), and the chunk's job definitions as read at admission
+FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None", Mapping[JobCode, Job]], object]
 
 
 def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
@@ -158,8 +159,10 @@ class PartitionAcquirer:
         )
 
     def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
-        """Chunks per domain to the pool, with retries; release what keeps being refused."""
+        """Chunks per domain to the pool, with retries; release what keeps being refused.
+        The job definitions are read once here for every chunk, not once per chunk."""
         s = self.settings
+        jobs = self.store.get_jobs(list(dict.fromkeys(t.job_code for t in won))) if won else {}
         submitted = 0
         refused: list[TriggerId] = []
         for domain, triggers in group_by_domain(won).items():
@@ -168,7 +171,8 @@ class PartitionAcquirer:
                 if self.on_submitted is not None:
                     self.on_submitted(chunk, True)
                 for attempt in range(s.submit_retries + 1):
-                    if self.pool.try_submit(domain, len(chunk), _bind(self.fire_chunk, chunk, self.epoch, self.fence)):
+                    fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
+                    if self.pool.try_submit(domain, len(chunk), fire):
                         ok = True
                         break
                     if attempt < s.submit_retries:
@@ -191,8 +195,9 @@ class PartitionAcquirer:
         return submitted, released
 
 
-def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None) -> Callable[[], object]:
-    return lambda: fn(chunk, epoch, fence)
+def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None,
+          jobs: Mapping[JobCode, Job]) -> Callable[[], object]:
+    return lambda: fn(chunk, epoch, fence, jobs)
 
 
 class Admission:

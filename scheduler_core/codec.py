@@ -61,28 +61,34 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
 
 def envelope_body(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> dict[str, Any]:
     """One envelope's body from the run's header (any command of the run: only its
-    run-level fields are read) and the items as (index, param) pairs: the fire pipeline's
-    fan-out path, which never builds a command object per item."""
+    run-level fields are read) and the items as (index, param) pairs."""
+    header = run_header(job_code=run.job_code, biz_code=run.biz_code, handler=run.handler, params=run.params,
+                        item_total=run.item_total, timeout=run.timeout, max_retry=run.max_retry, epoch=run.epoch,
+                        attempt=run.attempt)
+    return run_body(header, run.trigger_id, to_ms(run.scheduled_at), items, page_record=page_record,
+                    shadow=run.shadow)
+
+
+def run_header(*, job_code: str, biz_code: str, handler: str, params: str, item_total: int, timeout: timedelta,
+               max_retry: int, epoch: int, attempt: int = 0) -> dict[str, Any]:
+    """The fields every run of a job fired by one epoch shares: the fire pipeline's
+    fan-out path builds them once per job and chunk, not once per run."""
+    return {"j": job_code, "b": biz_code, "h": handler, "p": params, "n": item_total, "a": attempt,
+            "to": int(timeout.total_seconds() * 1000), "r": max_retry, "e": epoch}
+
+
+def run_body(header: dict[str, Any], trigger_id: int, scheduled_ms: int, items: Sequence[tuple[int, str]], *,
+             page_record: bool = False, shadow: bool = False) -> dict[str, Any]:
+    """One envelope's body: a run's header (`run_header`), its trigger and T in epoch
+    milliseconds, and the items as (index, param) pairs; no command object per item."""
     if not items:
         raise ValueError("an envelope needs at least one item")
-    body: dict[str, Any] = {
-        "v": WIRE_VERSION,
-        "t": run.trigger_id,
-        "T": to_ms(run.scheduled_at),
-        "j": run.job_code,
-        "b": run.biz_code,
-        "h": run.handler,
-        "p": run.params,
-        "n": run.item_total,
-        "a": run.attempt,
-        "to": int(run.timeout.total_seconds() * 1000),
-        "r": run.max_retry,
-        "e": run.epoch,
-        "i": [[i, param] for i, param in items],
-    }
+    body: dict[str, Any] = {"v": WIRE_VERSION, "t": trigger_id, "T": scheduled_ms}
+    body.update(header)
+    body["i"] = [[i, param] for i, param in items]
     if page_record:
         body["pr"] = 1
-    if run.shadow:
+    if shadow:
         body["sh"] = 1
     return body
 

@@ -143,5 +143,29 @@ class FenceService:
         self.bus.publish_control(fence.business, encode_fence(fence))
 
 
-__all__ = ["Fence", "FenceService", "MESSAGE_PREFIX", "decode_fence", "encode_fence", "is_fence_skip",
+class FenceRelay:
+    """Broadcasts the fences the store has and this bus has not carried yet: for a bus that
+    another process's rollback cannot reach (the in-process bus of `switchyard serve`,
+    where `switchyard rollback` run beside it writes the fence to the store only). Read
+    often (`relay()` every few hundred ms): a rollback's fence lies `start_margin` (2 s and
+    more) ahead, and the executors must hear it before then."""
+
+    def __init__(self, store: FenceStore, bus: MessageBus) -> None:
+        self.store = store
+        self.bus = bus
+        self._carried: dict[str, int] = {}  # business -> the epoch of the last fence broadcast
+
+    def relay(self) -> int:
+        """Broadcast each stored fence newer than the one last carried; returns how many."""
+        sent = 0
+        for fence in self.store.business_fences():
+            if self._carried.get(fence.business, -1) >= fence.epoch:
+                continue
+            self.bus.publish_control(fence.business, encode_fence(fence))
+            self._carried[fence.business] = fence.epoch
+            sent += 1
+        return sent
+
+
+__all__ = ["Fence", "FenceRelay", "FenceService", "MESSAGE_PREFIX", "decode_fence", "encode_fence", "is_fence_skip",
            "skip_message"]

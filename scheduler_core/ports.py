@@ -194,8 +194,8 @@ class TriggerStore(Protocol):
     @abstractmethod
     def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch, fence: str | None = None) -> bool:
         """put_fired, only while `epoch` is the fence's current epoch (the leader's fence
-        when None): the fence is read in the same transaction, before the insert. False:
-        fenced, nothing written."""
+        when None): the fence is checked in the same transaction as the insert (by the
+        SQL store, as a condition of the INSERT itself). False: fenced, nothing written."""
 
     @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -20,7 +20,7 @@ from scheduler_core.errors import StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Trigger, TriggerId
+from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId
 from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
@@ -150,7 +150,8 @@ class SchedulerCore:
         self._pending[fence] = max(0, self._pending[fence] - n)
         self._idle.notify_all()
 
-    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
+    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
+                    jobs: Mapping[JobCode, Job] | None = None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
@@ -161,9 +162,9 @@ class SchedulerCore:
                             "new owner", fence, epoch, len(ids))
                 return
             if fence is None:
-                out = self.pipeline.fire(chunk, epoch)
+                out = self.pipeline.fire(chunk, epoch, jobs=jobs)
             else:
-                out = self.pipeline.fire(chunk, epoch, fence, lambda: self._may_publish(fence, epoch))
+                out = self.pipeline.fire(chunk, epoch, fence, lambda: self._may_publish(fence, epoch), jobs=jobs)
             with self._lock:
                 self.stats.add(out)
         except Exception as exc:  # a chunk must never kill the pool thread

@@ -13,6 +13,11 @@ from the store when the process starts:
 * every rollback fence is broadcast again on the control channel, so executors skip what
   they must skip.
 
+A rollback run beside it (`switchyard rollback --url` the same store) writes its fence to
+the store only: no other process reaches this bus. So the store's fences are read every
+`fence_every` (250 ms) and a new one is broadcast here (FenceRelay), well inside the
+rollback's start margin (2 s and more), before legacy starts firing again.
+
 The shutdown is ordered so no result is lost either: the scheduler stops firing first,
 then the executors finish what they took and publish its results, then the consumer
 applies every result still on the bus.
@@ -32,7 +37,7 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
-from scheduler_core.fence import FenceService
+from scheduler_core.fence import FenceRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
 from scheduler_core.ports import BusMessage, Election, MessageBus
@@ -130,6 +135,7 @@ class EmbeddedCenter:
     domains: Sequence[str] = ()  # empty: every domain in the store, looked for again every few seconds
     concurrency: int = 16
     discover_every: float = 5.0
+    fence_every: float = 0.25  # seconds between reads of the store's fences (see the module's docstring)
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     bus: InProcessBus = field(init=False)
     executors: dict[str, tuple[Executor, threading.Thread]] = field(default_factory=dict, init=False)
@@ -168,12 +174,23 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
+    def _relay_fences(self, relay: FenceRelay) -> None:
+        while not self._exec_stop.wait(self.fence_every):
+            try:
+                relay.relay()
+            except Exception as exc:  # the store briefly locked or down: the next read tries again
+                self.metrics.errors.labels(component="fences").inc()
+                log.warning("reading the rollback fences failed (%s: %s); retrying", type(exc).__name__, exc)
+
     def run(self, stop: threading.Event, on_started: Callable[[], None] | None = None) -> None:
         # 1. the fences, then the executors (each reads the control channel before it judges a command)
         # the results' subscription first: the in-process bus keeps messages only for subscriptions that exist
         consumer = threading.Thread(target=self._consume, args=(ResultConsumer(self.bus, self.store, self.metrics),),
                                     name="results", daemon=True)
-        fences = FenceService(self.store, self.bus).rebroadcast()
+        relay = FenceRelay(self.store, self.bus)
+        fences = relay.relay()
+        relay_thread = threading.Thread(target=self._relay_fences, args=(relay,), name="fence-relay", daemon=True)
+        relay_thread.start()
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
@@ -201,6 +218,7 @@ class EmbeddedCenter:
             sched.join(timeout=60)
             election.close()
             self._exec_stop.set()
+            relay_thread.join(timeout=10)
             for ex, th in self.executors.values():
                 th.join(timeout=60)
                 ex.close()

@@ -10,7 +10,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from sqlalchemy.engine import Connection, Engine
 
@@ -91,16 +91,18 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai") -> "LegacyReader":
+def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai", *,
+                  xxl_version: str | None = None) -> "LegacyReader":
     """The reader of a legacy system over an engine, or over a connection (a snapshot).
-    `tz`: one zone for everything, or the xxl-job source's two (database, cron)."""
+    `tz`: one zone for everything, or the xxl-job source's two (database, cron).
+    `xxl_version`: the xxl-job admin's version (its crons' Quartz dialect); None: from the schema."""
     from readers.timezones import LegacyZones
 
     zones = tz if isinstance(tz, LegacyZones) else LegacyZones.of(tz)
     if source == "xxl-job":
         from readers.xxljob.reader import XxlJobReader
 
-        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron)
+        return XxlJobReader(bind, db_tz=zones.db, cron_tz=zones.cron, version=xxl_version)
     if source == "batch-center":
         if zones.split:
             raise ValueError(f"the batch center stores and schedules in one zone, not {zones.db} and {zones.cron}")
@@ -195,6 +197,69 @@ class XxlRegistryAddresses:
         with self._lock:
             self._cache[app] = (now, addresses)
         return list(addresses)
+
+
+class XxlCurrentRunFields:
+    """An xxl-job job's run fields as its `xxl_job_info` row has them now, for the bridge
+    (`XxlJobBridge(current_params=...)`): what the admin reads at each trigger, so an
+    edit in the admin reaches the next bridged run as it reaches legacy's, not only the
+    commands published after the migration applied it. Keys as in the migrated params;
+    `glue_updatetime` as epoch ms (the DATETIME read in the admin's JDBC zone `db_tz`).
+    None: no such row. Read at most every `refresh_s` per job (a broadcast's items)."""
+
+    _SQL = ("SELECT executor_handler, executor_param, executor_block_strategy, executor_timeout, "
+            "executor_route_strategy, glue_type, glue_source, glue_updatetime FROM xxl_job_info WHERE id = :id")
+
+    def __init__(self, legacy_url: str, db_tz: str = "Asia/Shanghai", refresh_s: float = 1.0) -> None:
+        import threading
+
+        from readers.timezones import LegacyTimeZone
+
+        self._engine = make_engine(legacy_url)
+        self._zone = LegacyTimeZone(db_tz)
+        self._refresh_s = refresh_s
+        self._cache: dict[int, tuple[float, dict[str, object] | None]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, job_id: int) -> "dict[str, object] | None":
+        import time
+
+        from sqlalchemy import text
+
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(job_id)
+            if hit is not None and now - hit[0] < self._refresh_s:
+                return None if hit[1] is None else dict(hit[1])
+        with self._engine.connect() as conn:
+            row = conn.execute(text(self._SQL), {"id": int(job_id)}).mappings().first()
+        fields = None if row is None else self._fields(row)
+        with self._lock:
+            self._cache[job_id] = (now, fields)
+        return None if fields is None else dict(fields)
+
+    def _fields(self, row: "Mapping[str, object]") -> dict[str, object]:
+        def txt(v: object) -> str | None:
+            return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else (None if v is None else str(v))
+
+        glue_type = (txt(row["glue_type"]) or "BEAN").upper()
+        out: dict[str, object] = {"glue_type": glue_type, "executor_param": txt(row["executor_param"]) or ""}
+        for key, col in (("executor_handler", "executor_handler"), ("block_strategy", "executor_block_strategy"),
+                         ("route_strategy", "executor_route_strategy")):
+            if txt(row[col]):
+                out[key] = txt(row[col])
+        try:
+            out["executor_timeout"] = max(int(row["executor_timeout"]), 0)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            pass
+        if glue_type != "BEAN":
+            out["glue_source"] = txt(row["glue_source"]) or ""
+            if row["glue_updatetime"] is not None:
+                out["glue_updatetime"] = int(self._zone.to_utc(row["glue_updatetime"]).timestamp() * 1000)  # type: ignore[arg-type]
+        return out
+
+    def close(self) -> None:
+        self._engine.dispose()
 
 
 def batch_center_tokens(legacy_url: str) -> "Callable[[str], str | None]":

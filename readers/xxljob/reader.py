@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import ColumnClause
 
 from readers.errors import MissingTables, SourceUnavailable
 from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
+from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
@@ -51,13 +52,18 @@ class XxlJobReader(LegacyReader):
     system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
 
     def __init__(self, bind: Engine | Connection, *, admin_tz: str | None = None, db_tz: str | None = None,
-                 cron_tz: str | None = None, batch_size: int = 1000) -> None:
+                 cron_tz: str | None = None, batch_size: int = 1000, version: str | None = None) -> None:
         """`db_tz`: the zone the admin writes its DATETIME columns in (its JDBC
         `serverTimezone`); `cron_tz`: the zone its crons run in (the admin JVM's default
         zone), which becomes each definition's `time_zone`. `admin_tz` is both at once;
-        either one alone sets the other too (readers.timezones.LegacyZones.of)."""
+        either one alone sets the other too (readers.timezones.LegacyZones.of). `version`:
+        the admin's xxl-job version (e.g. '2.4.2'), which picks the Quartz dialect of its
+        crons; None: told from the schema (readers.xxljob.cron_lineage)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if version is not None:
+            parse_version(version)  # a bad version fails here, before anything is read
+        self.version = version
         self.zones = LegacyZones.of(admin_tz, db=db_tz, cron=cron_tz)
         self._bind = bind
         self._tz = LegacyTimeZone(self.zones.db)  # every DATETIME read or written (the registry, the log)
@@ -83,12 +89,19 @@ class XxlJobReader(LegacyReader):
         if self._schema is None:
             with self._connect("inspect_schema") as conn:
                 self._schema = inspect_schema(conn)
+            cron = self.cron_lineage()
             logger.info(
-                "xxl-job schema lineage %s",
-                self._schema.lineage.value,
-                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value},
+                "xxl-job schema lineage %s; crons follow Quartz %s (%s)",
+                self._schema.lineage.value, cron.dialect, cron.why,
+                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value,
+                       "cron_dialect": cron.dialect},
             )
         return self._schema
+
+    def cron_lineage(self) -> CronLineage:
+        """The Quartz line the admin's crons follow: by the given version, else the schema."""
+        schema = self.schema()
+        return cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
 
     def lineage(self) -> XxlJobLineage:
         return self.schema().lineage
@@ -306,10 +319,11 @@ class XxlJobReader(LegacyReader):
                 finally:
                     cursor.close()
 
-        zone = self.zones.cron
+        zone, cron = self.zones.cron, self.cron_lineage()
         for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
-                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b))
+                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b), cron_dialect=cron.dialect,
+                                    cron_dialect_fallback=cron.fallback)
 
     def _pages(self, fetch: Callable[[int], list[Any]], key: Callable[[Any], int]) -> Iterator[list[Any]]:
         """Pages of `fetch(after_key)` until a short one. On a MySQL-compatible server
@@ -358,8 +372,10 @@ class XxlJobReader(LegacyReader):
         return shaped_decoder(schema.info.columns, zone, lambda row: decode(row, ctx))
 
     def _job_context(self, schema: XxlJobSchema, groups: Mapping[int, str]) -> JobContext:
+        cron = cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
         return JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, cron_zone=self.zones.cron,
-                          text_columns=schema.info.text_columns)
+                          text_columns=schema.info.text_columns, cron_dialect=cron.dialect,
+                          cron_dialect_fallback=cron.fallback)
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects

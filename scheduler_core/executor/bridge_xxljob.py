@@ -51,6 +51,16 @@ its list itself, and the legacy admin keeps hearing its executors. A result for 
 of the bridge's range that has no waiter (late, or minted before a restart and retried
 by the executor) is taken and dropped. Per-request logging is at DEBUG only.
 
+The job's run fields as the admin reads them at trigger time: an operator's edit in the
+admin (GLUE source, param, handler, block strategy, timeout, route) takes effect at its
+next trigger there, while the commands the scheduler has already published (its
+lookahead, 30 min by default) carry the params of when they were fired. With
+`current_params` (the legacy `xxl_job_info` row, `switchyard.wiring.XxlCurrentRunFields`)
+each run takes those fields from the row as it is now, as the admin does; a row that is
+gone, of another GLUE type (the migration decides that change) or unreadable leaves the
+command's params as they are. Seen on a real 3.4.2 admin: a GLUE edit during a live
+dual-run reached legacy's next run, and the bridged runs only half an hour later.
+
 TriggerParam (`POST <address>run`), the same names in 2.x and 3.x (TriggerParam /
 TriggerRequest): jobId (the bridge's), executorHandler, executorParams,
 executorBlockStrategy, executorTimeout (s; from the params' `executor_timeout` if
@@ -69,7 +79,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -98,6 +108,9 @@ BRIDGE_JOB_ID_LIMIT = 2**30
 # above this (2001-09-09 in ms * 1000) is a bridge's, e.g. from before a restart, never
 # the admin's auto-increment xxl_job_log.id.
 OWN_LOG_ID_FLOOR = 10**15
+# the run fields the admin reads from xxl_job_info at each trigger (XxlJobTrigger)
+RUN_FIELDS = ("executor_handler", "executor_param", "block_strategy", "executor_timeout", "route_strategy",
+              "glue_source", "glue_updatetime")
 MAX_WAIT_S = 24 * 3600.0  # a run that never reports is given up after this, as the migrator's NO_TIMEOUT
 
 
@@ -233,8 +246,10 @@ class XxlJobBridge:
         advertise_host: str | None = None,
         router: XxlRouter | None = None,
         max_wait_s: float = MAX_WAIT_S,
+        current_params: Callable[[int], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.access_token = access_token or None
+        self.current_params = current_params
         self.max_wait_s = max_wait_s
         self.router = router or XxlRouter(beat=self._probe_beat, idle_beat=self._probe_idle)
         self.address_provider = address_provider
@@ -292,6 +307,7 @@ class XxlJobBridge:
             return HandlerResult(ok=False, message=f"xxl-job bridge: job_id {params.get('job_id')!r} is not an integer")
         if not 0 < job_id <= JAVA_INT_MAX:
             return HandlerResult(ok=False, message=f"xxl-job bridge: job_id {job_id} is outside the Java int range")
+        params = self._current(job_id, params)
         glue_type = str(params.get("glue_type") or "BEAN").upper()
         glue_source = params.get("glue_source")
         if glue_type != "BEAN" and not glue_source:
@@ -359,6 +375,26 @@ class XxlJobBridge:
         finally:
             with self._lock:
                 self._pending.pop(log_id, None)
+
+    def _current(self, job_id: int, params: dict[str, Any]) -> dict[str, Any]:
+        """The command's params with the run fields the legacy row has now (see the module
+        doc); the params as they are when there is no such row or it cannot be read."""
+        if self.current_params is None:
+            return params
+        try:
+            row = self.current_params(job_id)
+        except Exception as exc:  # the legacy database is down: run what the command carries
+            log.warning("xxl-job bridge: job %d's current definition unreadable (%s: %s); running the "
+                        "command's params", job_id, type(exc).__name__, _one_line(str(exc), 200))
+            return params
+        if not row:
+            return params
+        if str(row.get("glue_type") or "BEAN").upper() != str(params.get("glue_type") or "BEAN").upper():
+            return params  # a change of GLUE type is the migration's to take (or quarantine)
+        fresh = {k: row[k] for k in RUN_FIELDS if k in row and row[k] is not None}
+        if str(row.get("glue_type") or "BEAN").upper() != "BEAN":
+            fresh.pop("executor_handler", None)  # GLUE runs by source; the params name it glue:<type>:<id>
+        return {**params, **fresh}
 
     def _addresses(self, app: str) -> list[str]:
         if self.address_provider is not None:

@@ -13,7 +13,14 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
-from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
+from scheduler_core.store.schema import (
+    DEFAULT_PARTITIONS,
+    MYSQL_DIALECTS,
+    SCHEMA_VERSION,
+    Tables,
+    build_tables,
+)
+from scheduler_core.store.upgrade import add_missing_columns, missing_columns
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
 _PARTITION_NAME = re.compile(r"^p[0-9]{1,4}$")
@@ -27,6 +34,7 @@ class SchemaReport:
     partitions: list[str] = field(default_factory=list)
     schema_version: int | None = None
     created: list[str] = field(default_factory=list)
+    upgraded: list[str] = field(default_factory=list)  # "table.column" added to an existing table
 
     @property
     def ok(self) -> bool:
@@ -72,11 +80,21 @@ def stored_partitions(engine: Engine) -> int | None:
 
 
 def tables_for(engine: Engine) -> Tables:
-    """The table set of an initialised store (partition count read from dus_meta)."""
+    """The table set of an initialised store (partition count read from dus_meta). A
+    store of an older schema version is refused with what to run (its SQL would fail on
+    a missing column later, less clearly)."""
     n = stored_partitions(engine)
     if n is None:
         raise SchemaError("the store has no schema: run `switchyard db init --url ...` first")
-    return build_tables(engine.dialect.name, n)
+    tables = build_tables(engine.dialect.name, n)
+    with engine.connect() as conn:
+        version = conn.execute(
+            select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
+        ).scalar_one_or_none()
+    if version is not None and int(version) < SCHEMA_VERSION:
+        raise SchemaError(f"the store's schema is version {version}, this Switchyard needs {SCHEMA_VERSION}: "
+                          "run `switchyard db init --url ...` (it adds what is missing, keeping every row)")
+    return tables
 
 
 def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
@@ -91,15 +109,20 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     before = set(insp.get_table_names())
     tables.metadata.create_all(engine, checkfirst=True)
     created = sorted(set(tables.metadata.tables) - before)
+    upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
         for name, value in (("schema_version", str(SCHEMA_VERSION)), ("partitions", str(n))):
             if name not in have:
                 conn.execute(tables.meta.insert().values(name=name, value=value))
+        if int(have.get("schema_version", SCHEMA_VERSION)) < SCHEMA_VERSION:
+            conn.execute(tables.meta.update().where(tables.meta.c.name == "schema_version")
+                         .values(value=str(SCHEMA_VERSION)))
         if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
             conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
     report = check_schema(engine)
     report.created = created
+    report.upgraded = upgraded
     return report
 
 
@@ -121,6 +144,7 @@ def check_schema(engine: Engine) -> SchemaReport:
                 select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
             ).scalar_one_or_none()
             report.schema_version = None if version is None else int(version)
+    report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables)]
     if tables.trigger.name in present:
         if dialect in MYSQL_DIALECTS:
             report.partitions = [p.name for p in discover_partitions(engine, tables)]

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler_core.model import (
+    DEFAULT_CRON_DIALECT,
     CommandId,
     Epoch,
     FiredRecord,
@@ -78,6 +79,7 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
         "biz_code": trigger.biz_code,
         "kind": trigger.kind.value,
         "cron_expr": trigger.cron,
+        "cron_dialect": trigger.cron_dialect if trigger.kind is TriggerKind.CRON else None,
         "interval_ms": None if trigger.interval is None else int(trigger.interval.total_seconds() * 1000),
         "time_zone": trigger.time_zone,
         "end_at": opt_to_ms(trigger.end_at),
@@ -101,19 +103,21 @@ def trigger_from_row(row: Mapping[str, Any]) -> Trigger:
 # the hot reads (select_due) name exactly these and take rows as plain tuples.
 TRIGGER_READ_COLUMNS = (
     "id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at", "next_fire_at",
-    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version",
+    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version", "cron_dialect",
 )
 
 
 def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
     (id_, job_code, biz_code, kind, cron, interval_ms, tz, end_at, next_fire_at, state, priority, policy,
-     owner_epoch, deadline, version) = row
+     owner_epoch, deadline, version, dialect) = row
     return Trigger(
         id=TriggerId(id_),
         job_code=JobCode(job_code),
         biz_code=biz_code,
         kind=TriggerKind(kind),
         cron=cron,
+        # NULL: written before triggers carried a dialect, evaluated as then
+        cron_dialect=dialect or DEFAULT_CRON_DIALECT,
         interval=None if interval_ms is None else timedelta(milliseconds=interval_ms),
         time_zone=tz,
         end_at=opt_from_ms(end_at),

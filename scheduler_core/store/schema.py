@@ -25,7 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-SCHEMA_VERSION = 1
+# 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
+SCHEMA_VERSION = 2
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -116,6 +117,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("biz_code", String(64), nullable=False),
         Column("kind", String(16), nullable=False),
         Column("cron_expr", String(255)),
+        # the Quartz line the cron follows ("2.3", "2.5"); NULL: the default (model.DEFAULT_CRON_DIALECT)
+        Column("cron_dialect", String(8)),
         Column("interval_ms", BigInteger),
         Column("time_zone", String(64), nullable=False),
         Column("end_at", BigInteger),

@@ -176,6 +176,13 @@ def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz
     host, port = _host_port(listen, "--listen")
     token = _secret(access_token_env, "--access-token-env")
     provider = None
+    current = None
+    if legacy_url:
+        from switchyard.wiring import XxlCurrentRunFields
+
+        # each run takes the job's run fields from its legacy row as it is now, as the
+        # admin does at every trigger (an edit made after the commands were published)
+        current = XxlCurrentRunFields(legacy_url, legacy_db_tz)
     if executor_addresses:
         given = [a.strip() for a in executor_addresses if a.strip()]
         provider = lambda _app: list(given)  # noqa: E731 - every app: the addresses given
@@ -185,7 +192,7 @@ def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz
         provider = XxlRegistryAddresses(legacy_url, legacy_db_tz)
     # else: the executors that register with the bridge's endpoint
     return dict(access_token=token, callback_host=host, callback_port=port, address_provider=provider,
-                forward_to=tuple(forward_to), advertise_host=advertise_host)
+                forward_to=tuple(forward_to), advertise_host=advertise_host, current_params=current)
 
 
 def _bc_tokens(bridges: tuple[str, ...], legacy_url: str | None, bc_token_env: str | None):  # type: ignore[no-untyped-def]

@@ -1,7 +1,10 @@
 """Options shared by several commands."""
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -18,3 +21,30 @@ pulsar_token = click.option("--pulsar-token-env", default="SWITCHYARD_PULSAR_TOK
 topic_prefix = click.option("--topic-prefix", default=lambda: os.environ.get("SWITCHYARD_TOPIC_PREFIX", "switchyard"),
                             show_default="$SWITCHYARD_TOPIC_PREFIX or switchyard",
                             help="Prefix of the Pulsar topic names (one namespace, several installations).")
+
+
+def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--legacy-tz`, `--legacy-db-tz`, `--legacy-cron-tz`, resolved into one
+    `legacy_zones: LegacyZones` argument: the same three options as `migrate`, so the
+    zones an operator gave the migration are given unchanged to every later command."""
+    from readers.timezones import LegacyZones
+
+    @functools.wraps(fn)
+    def resolved(*args: Any, legacy_tz: str | None, legacy_db_tz: str | None, legacy_cron_tz: str | None,
+                 **kwargs: Any) -> Any:
+        try:
+            zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
+        except ValueError as exc:
+            raise click.UsageError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
+        return fn(*args, legacy_zones=zones, **kwargs)
+
+    for opt in (
+        click.option("--legacy-cron-tz", default=None,
+                     help="xxl-job: zone its crons run in (the admin JVM's; default: the database zone)."),
+        click.option("--legacy-db-tz", default=None,
+                     help="xxl-job: zone of its DATETIME columns (JDBC serverTimezone; default: the cron zone)."),
+        click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
+                     help="Zone of the legacy DATETIME columns and crons (both)."),
+    ):
+        resolved = opt(resolved)
+    return resolved

@@ -148,6 +148,8 @@ def _xxl_good(kind: str, v: dict[str, Any], rng: random.Random, pool: list[str])
         v.update(job_group=3)
     elif kind == "good_big_param":
         v.update(executor_param="p" * rng.randint(4000, 8000))
+    elif kind == "good_none":  # a NONE job (run only as a child job or by hand): a trigger with no schedule
+        v.update(schedule_type="NONE", schedule_conf=None, trigger_status=0, trigger_next_time=0)
     elif kind == "good_unused_old_times":  # columns the migration does not use
         v.update(add_time=datetime(1950, 1, 1), update_time=datetime(2200, 1, 1), trigger_last_time=-5)
 
@@ -158,7 +160,6 @@ XXL_BAD: dict[str, tuple[frozenset[str], Callable[[dict[str, Any], random.Random
     "bad_cron_oversize": (frozenset({"schedule_conf"}), lambda v, r: v.update(schedule_conf="0 0 0 ? * " + "MON," * 40 + "TUE")),
     "bad_schedule_type": (frozenset({"schedule_type"}),
                           lambda v, r: v.update(schedule_type=r.choice(("FIX_DELAY", "cron", "", "CRON ", "ＣＲＯＮ")))),
-    "bad_schedule_none": (frozenset({"schedule_type"}), lambda v, r: v.update(schedule_type="NONE", schedule_conf=None)),
     "bad_misfire": (frozenset({"misfire_strategy"}),
                     lambda v, r: v.update(misfire_strategy=r.choice(("RUN_TWICE", "do_nothing", "")))),
     "bad_route": (frozenset({"executor_route_strategy"}),
@@ -189,7 +190,7 @@ XXL_BAD: dict[str, tuple[frozenset[str], Callable[[dict[str, Any], random.Random
     "bad_retry_huge": (frozenset({"max_retry"}), lambda v, r: v.update(executor_fail_retry_count=r.randint(101, 10**6))),
 }
 XXL_GOOD = ("good", "good", "good", "good_rate", "good_text", "good_nulls", "good_dup_json_keys", "good_dup_app_name",
-            "good_big_param", "good_unused_old_times")
+            "good_big_param", "good_unused_old_times", "good_none")
 XXL_KINDS = XXL_GOOD + tuple(XXL_BAD)
 
 

@@ -309,3 +309,46 @@ def test_registrations_are_written_in_the_jdbc_zone_and_the_monitor_drops_dead_e
         assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_registry")).scalar() == 1
     sim.step(at(14, 3))
     assert sim.refresh_registry() == {"app-1": None}
+
+
+# -- the admin's edit form and GLUE editor (seen on a real 3.4.2 admin) --------------------
+
+
+def test_an_edit_of_a_running_jobs_schedule_moves_its_next_time_at_once(clock: ManualClock) -> None:
+    db = Xxl("3.4")
+    db.group()
+    db.job(1, cron="0 * * * * ?", next_at=at(14, 1))
+    db.job(2, cron="0 * * * * ?", next_at=at(14, 1), status=0)
+    sim = db.sim(clock)
+    sim.step(at(14, 0, 57))  # the 14:01 fire is in the ring
+    # edited at 14:00:57 to every 10 s: the first time after 14:01:02 is 14:01:10
+    assert sim.update(1, schedule_conf="0/10 * * * * ?") == ms(at(14, 1, 10))
+    info = db.info(1)
+    assert (info["schedule_conf"], info["trigger_status"], info["trigger_next_time"]) == (
+        "0/10 * * * * ?", 1, ms(at(14, 1, 10)))
+    assert info["update_time"] == "2026-12-02 14:00:57"
+    sim.step(at(14, 1, 25))
+    # the ring is memory: the old 14:01 still fires, then the new schedule
+    assert [f.scheduled_ms for f in sim.fired] == [ms(at(14, 1)), ms(at(14, 1, 10)), ms(at(14, 1, 20))]
+    # an edit that keeps the schedule keeps the next time; a stopped job's is kept, not started
+    assert sim.update(1, executor_param="edited") == ms(at(14, 1, 30))
+    assert sim.update(2, schedule_conf="0/10 * * * * ?") == ms(at(14, 1))
+    assert db.info(2)["trigger_status"] == 0
+    with pytest.raises(ValueError, match="no next time"):
+        sim.update(1, schedule_conf="0 0 0 1 1 ? 2020")
+    with pytest.raises(ValueError, match="trigger state"):
+        sim.update(1, trigger_status=0)
+
+
+def test_saving_glue_source_sets_its_version_to_now_in_the_database_zone(clock: ManualClock) -> None:
+    db = Xxl("3.4")
+    db.group()
+    db.job(1, cron="0 * * * * ?", next_at=at(14, 1))
+    sim = db.sim(clock, db_tz="Asia/Shanghai", cron_tz="UTC")
+    sim.step(at(14, 0, 30))
+    sim.save_glue(1, "#!/bin/sh\necho v2\n", "v2")
+    info = db.info(1)
+    assert (info["glue_source"], info["glue_remark"]) == ("#!/bin/sh\necho v2\n", "v2")
+    assert info["glue_updatetime"] == info["update_time"] == "2026-12-02 14:00:30"  # T0 is 14:00 Shanghai
+    with pytest.raises(ValueError, match="no such job"):
+        sim.save_glue(99, "x")

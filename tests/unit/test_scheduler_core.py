@@ -195,10 +195,10 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
     release = threading.Event()
     real_fire = core.pipeline.fire
 
-    def slow_for_sop(chunk, epoch):  # type: ignore[no-untyped-def]
+    def slow_for_sop(chunk, epoch, **kw):  # type: ignore[no-untyped-def]
         if chunk[0].biz_code == "sop":
             release.wait(10)  # the burst's publication is slow: it holds its slots
-        return real_fire(chunk, epoch)
+        return real_fire(chunk, epoch, **kw)
 
     core.pipeline.fire = slow_for_sop  # type: ignore[method-assign]
     try:

@@ -97,3 +97,39 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
     assert recs["keep-job"].state is FiredState.SUCCEEDED
     assert is_fence_skip(recs["fenced-job"].state, recs["fenced-job"].message)
     engine.dispose()
+
+
+def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_path: Path) -> None:
+    """`switchyard rollback` in another process writes the fence to the store only (its
+    in-process bus reaches nobody): the running center must hear it and invoke nothing at
+    or after the fence, although the command was published ahead before the rollback."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    engine = make_engine(url)
+    init_schema(engine, 2)
+    store = SqlTriggerStore(engine, SystemClock())
+    store.put_job(Job(job_code=JobCode("rolled-job"), biz_code="rolled", handler="h"))
+    due = store.clock.now() + timedelta(seconds=5)
+    store.add_triggers([Trigger(job_code=JobCode("rolled-job"), biz_code="rolled", kind=TriggerKind.ONCE,
+                                next_fire_at=due)])
+    runs = Runs()
+    center, stop, th = _center(store, runs)
+    other_engine = make_engine(url)  # the rollback's own process: its own connections and bus
+    try:
+        _until(lambda: len(untaken_commands(store)) == 1, "the command published ahead")
+        _until(lambda: "rolled" in center.executors, "the business's executor")
+        executor = center.executors["rolled"][0]
+        assert executor.fences.covering("rolled", int(due.timestamp() * 1000)) is None
+        other = SqlTriggerStore(other_engine, SystemClock())
+        assert FenceService(other, InProcessBus(other.clock)).raise_fence("rolled", other.clock.now()) == 1
+        _until(lambda: executor.fences.covering("rolled", int(due.timestamp() * 1000)) is not None,
+               "the executor hears the fence raised by the other process")
+        _until(lambda: store.clock.now() > due + timedelta(seconds=1), "the command's due time passed")
+    finally:
+        stop.set()
+        th.join(timeout=60)
+        other_engine.dispose()
+    assert runs.seen == []  # fenced: never invoked on the new side
+    (rec,) = store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))
+    assert is_fence_skip(rec.state, rec.message)
+    engine.dispose()
+
