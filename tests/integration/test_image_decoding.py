@@ -52,7 +52,9 @@ def _images(url: str, start: Any, table: str) -> dict[str, dict[str, Any]]:
                                 progress_every_txns=1)
     out: dict[str, dict[str, Any]] = {}
     try:
-        for batch in stream.batches(idle_timeout_s=5.0):
+        # ends at `end`; the idle bound only ends a stream that never gets there (it counts from
+        # before the connection, which can take seconds on a loaded machine)
+        for batch in stream.batches(idle_timeout_s=60.0):
             for ch in batch.changes:
                 if ch.after is not None:
                     out[str(ch.after["id"])] = ch.after

@@ -259,8 +259,10 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
     core.tick_all()
     consumer = h.results(core)
     service = FenceService(h.store, h.bus)
-    service.raise_fence("biz-a", clock.now() - timedelta(seconds=2))
-    service.lift_fence("biz-a", clock.now() - timedelta(milliseconds=500))
+    # the fence spans the fenced triggers' own fire times: taken from clock.now() here, after
+    # the ticks above, it missed them whenever those took over a second on a loaded machine
+    service.raise_fence("biz-a", min(t.next_fire_at for t in fenced) - timedelta(seconds=1))
+    service.lift_fence("biz-a", max(t.next_fire_at for t in fenced) + timedelta(milliseconds=500))
     ex = Executor(h.bus, "biz-a", clock=clock)
     ran: list[tuple[int, int]] = []
     lock = threading.Lock()
