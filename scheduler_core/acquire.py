@@ -218,7 +218,9 @@ class Admission:
 class PartitionLoop:
     """The thread running one partition's acquire loop: tick, wait what the tick asked,
     again; until the scheduler stops, or `owns()` says the partition (or the leadership
-    it came with) is no longer ours, or `halt()` is called. Waits are cut short by either."""
+    it came with) is no longer ours, or `halt()` is called. Waits are cut short by either,
+    and by `wake()`: triggers due soon were added to the partition (a wake-up), so it
+    ticks at once instead of after its idle wait."""
 
     def __init__(
         self,
@@ -235,6 +237,9 @@ class PartitionLoop:
         self._metrics = metrics
         self.lost = threading.Event()  # set when the loop ended because ownership was lost
         self._halted = threading.Event()
+        # set by wake() and halt(): the wait between ticks ends at once
+        self._woken = threading.Event()
+        self.wakeups = 0  # waits cut short by a wake-up
         self.thread = threading.Thread(target=self._run, name=f"acquire-{acq.partition.name}", daemon=True)
 
     def start(self) -> None:
@@ -242,6 +247,12 @@ class PartitionLoop:
 
     def halt(self) -> None:
         self._halted.set()
+        self._woken.set()
+
+    def wake(self) -> None:
+        """Tick now. A wake-up during a tick is kept for the wait after it: the tick's
+        SELECT may have run before the new triggers were committed."""
+        self._woken.set()
 
     def join(self, timeout: float) -> None:
         if self.thread.is_alive():
@@ -255,16 +266,23 @@ class PartitionLoop:
             if not self._owns():
                 self.lost.set()
                 return
+            # cleared before the tick, never after: a wake-up arriving during it is not lost
+            self._woken.clear()
             try:
                 wait = self._tick(self.acq).wait.total_seconds()
             except Exception:
                 self._metrics.errors.labels(component="store").inc()
                 log.exception("partition %s: tick failed; retrying", self.acq.partition.name)
                 wait = 1.0
-            # at most 1 s between ticks (as before); real time, whatever the clock, and cut
-            # short by a stop, a halt or a lost ownership (looked at every 0.25 s)
-            end = time.monotonic() + min(wait, 1.0)
+            # at most max_wait between ticks (1 s, as before); real time, whatever the clock,
+            # and cut short by a wake-up, a stop, a halt or a lost ownership (looked at
+            # every 0.25 s)
+            end = time.monotonic() + min(wait, self.acq.settings.max_wait.total_seconds())
             while wait > 0 and self.running():
                 left = end - time.monotonic()
-                if left <= 0 or self._halted.wait(min(left, 0.25)) or not self._owns():
+                if left <= 0 or not self._owns():
+                    break
+                if self._woken.wait(min(left, 0.25)):
+                    if self.running():
+                        self.wakeups += 1
                     break

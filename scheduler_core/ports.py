@@ -434,3 +434,27 @@ class Registry(Protocol):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+# --- wake-ups ------------------------------------------------------------------------
+
+
+class Wakeups(Protocol):
+    """Tells the owners of partitions that triggers due soon were added there, so their
+    acquire loops tick now instead of after their idle wait. Best effort by design: a
+    wake-up lost (a process away, the network) only leaves the trigger to the loop's next
+    regular tick, as before wake-ups existed."""
+
+    @abstractmethod
+    def notify(self, partitions: Collection[int]) -> None:
+        """Wake the loops of these partition indexes, wherever they run. Must not block
+        the caller on a remote round trip."""
+
+    @abstractmethod
+    def listen(self, on_wake: Callable[[frozenset[int]], None]) -> Callable[[], None]:
+        """Call `on_wake` with the partition indexes of every wake-up from now on (on a
+        thread of the adapter's, or the notifier's in process; it must be quick and must
+        not raise); returns the call that stops it."""
+
+    @abstractmethod
+    def close(self) -> None: ...

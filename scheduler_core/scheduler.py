@@ -21,7 +21,7 @@ from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Trigger, TriggerId
-from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
+from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, Wakeups, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
 
@@ -236,7 +236,10 @@ class Scheduler:
         metrics: SchedulerMetrics | None = None,
         *,
         consume_results: bool = True,
+        wakeups: Wakeups | None = None,
     ) -> None:
+        """`wakeups`: where wake-ups for short delays are heard (default: the store's own,
+        which hears the triggers added through this process's store)."""
         self.store = store
         self.bus = bus
         self.election = election
@@ -246,6 +249,7 @@ class Scheduler:
         self.status = SchedulerStatus()
         self.core: SchedulerCore | None = None
         self.consume_results = consume_results
+        self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
 
     def run(self, stop: threading.Event, campaign_timeout: timedelta = timedelta(seconds=1)) -> None:
         consumer_thread = None
@@ -279,6 +283,7 @@ class Scheduler:
         loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
         for loop in loops:
             loop.start()
+        unlisten = listen_for_wakeups(self.wakeups, lambda index: [lp for lp in loops if lp.acq.partition.index == index])
         try:
             while not stop.is_set() and not any(loop.lost.is_set() for loop in loops):
                 if not self.election.is_leader():
@@ -290,6 +295,7 @@ class Scheduler:
                     log.exception("reclaim failed; retrying")
                 stop.wait(0.2)
         finally:
+            unlisten()
             deposed = not stop.is_set()  # any way out but a stop is a lost leadership
             for loop in loops:
                 loop.halt()
@@ -311,6 +317,22 @@ class Scheduler:
 
     def _consume(self, stop: threading.Event) -> None:
         consume_results(self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings)
+
+
+def listen_for_wakeups(wakeups: Wakeups | None,
+                       loops_of: Callable[[int], Sequence[PartitionLoop]]) -> Callable[[], None]:
+    """Wake the loops this scheduler runs for the partitions of each wake-up (`loops_of`:
+    a partition index -> its loops here, none when another process owns it); returns the
+    call that stops listening."""
+    if wakeups is None:
+        return lambda: None
+
+    def on_wake(partitions: frozenset[int]) -> None:
+        for index in partitions:
+            for loop in loops_of(index):
+                loop.wake()
+
+    return wakeups.listen(on_wake)
 
 
 def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, stop: threading.Event, *,

@@ -40,6 +40,9 @@ class SchedulerSettings:
     pack_window: timedelta = timedelta(milliseconds=100)
     # wait after a tick that found work but not a full batch
     busy_wait: timedelta = timedelta(milliseconds=200)
+    # the longest wait between two ticks of a partition, whatever the tick asked (a
+    # trigger added due soon wakes its partition's loop at once: `scheduler_core.wakeup`)
+    max_wait: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):

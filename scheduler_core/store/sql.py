@@ -28,7 +28,7 @@ from scheduler_core.model import (
     parse_command_id,
 )
 from scheduler_core.model import TriggerState as S
-from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition
+from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition, Wakeups
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
@@ -50,6 +50,7 @@ from scheduler_core.store.rows import (
 )
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
+from scheduler_core.wakeup import LocalWakeups, notify_added
 
 _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 _LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
@@ -91,6 +92,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._shared_fence_read: bool | None = None
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
+        # told of the partitions that got triggers due soon (`add_triggers`), so their
+        # loops tick at once; in process by default, across processes when wired to etcd
+        self.wakeups: Wakeups | None = LocalWakeups()
 
     # --- partitions ------------------------------------------------------------------
 
@@ -179,6 +183,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 if new_id is None:  # pragma: no cover - every supported driver reports it
                     raise RuntimeError("the driver did not report the new trigger id")
                 out.append(trigger_from_row(conn.execute(select(tr).where(tr.c.id == new_id)).mappings().one()))
+        notify_added(self.wakeups, out, len(self.partitions()), self.clock.now())
         return out
 
     def get_trigger(self, trigger_id: TriggerId) -> Trigger | None:
