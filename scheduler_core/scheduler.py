@@ -19,11 +19,13 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.errors import StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
+from scheduler_core.hold import HeldChunks
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Trigger, TriggerId
 from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, Wakeups, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,14 @@ class SchedulerCore:
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
+        # chunks due within hold_within, fired at T (the threaded pool only: driven-clock
+        # tests fire on the caller's thread as they tick)
+        within_ms = int(self.settings.hold_within.total_seconds() * 1000)
+        self.held: HeldChunks | None = None
+        if within_ms > 0 and not inline:
+            self.held = HeldChunks(clock, self.pool.try_submit, within_ms=within_ms,
+                                   per_window=self.settings.hold_per_window,
+                                   window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)))
         self.acquirers = [self._acquirer(p, epoch, None)
                           for p in (store.partitions() if partitions is None else partitions)]
         self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
@@ -151,6 +161,15 @@ class SchedulerCore:
         self._idle.notify_all()
 
     def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
+        if self.held is not None and chunk:
+            # due shortly: keep it (still queued and in flight for the reclaimer and a
+            # handover) and fire it at T; a later tick's chunks never wait behind it
+            due_ms = min(to_ms(t.next_fire_at) for t in chunk)
+            if self.held.hold(due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_now(chunk, epoch, fence)):
+                return
+        self._fire_now(chunk, epoch, fence)
+
+    def _fire_now(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
@@ -209,10 +228,16 @@ class SchedulerCore:
         return n
 
     def drain(self, timeout: float = 30.0) -> bool:
+        if self.held is not None and not self.held.wait_empty(timeout):
+            return False
         return self.pool.wait_idle(timeout)
 
-    def shutdown(self) -> None:
-        self.pool.shutdown()
+    def shutdown(self, cancel: bool = False) -> None:
+        """Stop firing. `cancel` (deposed, or the lease lost): held and queued chunks are
+        dropped, for the next owner to reclaim."""
+        if self.held is not None:
+            self.held.stop(cancel=cancel)
+        self.pool.shutdown(cancel=cancel)
 
 
 @dataclass
@@ -304,7 +329,7 @@ class Scheduler:
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
                 # publish duplicates (the fence refuses their outcome anyway)
-                core.pool.shutdown(cancel=True)
+                core.shutdown(cancel=True)
             else:
                 core.drain(timeout=30)
                 core.shutdown()

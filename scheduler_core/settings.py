@@ -43,6 +43,12 @@ class SchedulerSettings:
     # the longest wait between two ticks of a partition, whatever the tick asked (a
     # trigger added due soon wakes its partition's loop at once: `scheduler_core.wakeup`)
     max_wait: timedelta = timedelta(seconds=1)
+    # a chunk admitted less than this before its T is held and fired at T (published
+    # when due, delivered at once) instead of now with deliver-at = T, which the broker's
+    # delayed-delivery tick makes up to a tick late (`scheduler_core.hold`); 0: off.
+    # At most hold_per_window triggers due in one pack_window are held; more fire now.
+    hold_within: timedelta = timedelta(seconds=2)
+    hold_per_window: int = 1000
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):

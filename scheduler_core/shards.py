@@ -236,7 +236,7 @@ class ShardedScheduler:
         else:
             # queued chunks are the next owners' to reclaim: firing them would only be
             # refused by the fences (or publish duplicates)
-            self.core.pool.shutdown(cancel=True)
+            self.core.shutdown(cancel=True)
         self._owned.clear()
         self.metrics.partitions_owned.set(0)
         try:
