@@ -46,9 +46,11 @@ class SchedulerSettings:
     # a chunk admitted less than this before its T is held and fired at T (published
     # when due, delivered at once) instead of now with deliver-at = T, which the broker's
     # delayed-delivery tick makes up to a tick late (`scheduler_core.hold`); 0: off.
-    # At most hold_per_window triggers due in one pack_window are held; more fire now.
+    # At most hold_per_window triggers due in one pack_window are held (about what the
+    # pool fires in one window: held chunks due together never queue behind each other
+    # at T); more, a burst due at one instant, fire now with deliver-at as before.
     hold_within: timedelta = timedelta(seconds=2)
-    hold_per_window: int = 1000
+    hold_per_window: int = 500
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):
