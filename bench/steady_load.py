@@ -43,7 +43,7 @@ TICK_S = 0.1  # the producers' step
 GRACE_S = 30.0  # after the last due time, how long a side may take to catch up
 MAX_P99_S = 1.0  # a step is sustained when complete with p99 lag at most this
 PRODUCER_RATE = 2500.0  # jobs/s one producer process is asked for at most
-RATES = (500.0, 1000.0, 2000.0, 3500.0, 5000.0, 7500.0)
+RATES = (250.0, 500.0, 1000.0, 2000.0, 3500.0, 5000.0, 7500.0)
 QUICK_RATES = (200.0, 500.0)
 READY_S = 60.0
 

@@ -189,6 +189,10 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
 
     sy_rate, aps_rate = best_rate(sy_best), best_rate(aps_best)
     capped = " (the highest step offered: a lower bound)" if sy_best is not None and sy_best["rate_step"] == top else ""
+    if aps_best is None:
+        capped += f"; APScheduler sustained none of the steps (below {rates[0]:,.0f}/s): no ratio"
+    if sy_best is None:
+        capped += f"; Switchyard sustained none of the steps (below {rates[0]:,.0f}/s)"
     sec.rows.append(Row("steady load: highest sustained rate (complete, p99 lag <= 1 s)", sy_rate, aps_rate, "/s",
                         STEADY_RATE_GOAL, ratio=(sy_rate / aps_rate) if aps_rate else None,
                         note=f"steps {', '.join(f'{r:,.0f}' for r in rates)}/s, {window:.0f} s each, each job due "
