@@ -99,8 +99,9 @@ def producer_main(kind: str, target: dict[str, Any], rate: float, seconds: float
 
         steps, per_step = int(round(seconds / TICK_S)), _per_step(rate)
         if kind == "switchyard":
-            # connections up before the gun: the database's, and etcd's (a wake-up of nothing due)
-            store.wakeups.notify([0])
+            # connections up before the gun: the database's, and etcd's (a wake-up for an
+            # hour ahead, which no loop acts on now)
+            store.wakeups.notify({0: int(time.time() * 1000) + 3_600_000})
             with store.engine.connect():
                 pass
         out.put(("ready", time.time()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -352,10 +352,10 @@ def listen_for_wakeups(wakeups: Wakeups | None,
     if wakeups is None:
         return lambda: None
 
-    def on_wake(partitions: frozenset[int]) -> None:
-        for index in partitions:
+    def on_wake(due: Mapping[int, int]) -> None:
+        for index, at_ms in due.items():
             for loop in loops_of(index):
-                loop.wake()
+                loop.wake(at_ms)
 
     return wakeups.listen(on_wake)
 

@@ -43,6 +43,10 @@ class SchedulerSettings:
     # the longest wait between two ticks of a partition, whatever the tick asked (a
     # trigger added due soon wakes its partition's loop at once: `scheduler_core.wakeup`)
     max_wait: timedelta = timedelta(seconds=1)
+    # a wake-up makes the loop tick by the new trigger's T minus this (at once when that
+    # has passed): admitted in time, without a tick per added batch from a loop that
+    # ticks often anyway
+    wake_lead: timedelta = timedelta(milliseconds=500)
     # a chunk admitted less than this before its T is held and fired at T (published
     # when due, delivered at once) instead of now with deliver-at = T, which the broker's
     # delayed-delivery tick makes up to a tick late (`scheduler_core.hold`); 0: off.

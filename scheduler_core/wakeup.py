@@ -1,22 +1,26 @@
-"""Wake-ups for short delays: a trigger added due within the lookahead is admitted on its
-partition's next tick at once, not after the loop's idle wait (30 s by default).
+"""Wake-ups for short delays: a trigger added due within the lookahead is admitted in
+time by its partition's loop, not after the loop's idle wait.
 
 The store tells its `Wakeups` which partitions got such triggers (`notify_added`, after
 the insert committed); every scheduler listens and wakes only the loops of partitions it
 runs: under the shard registry that is each partition's owner, and nobody else. In one
 process (`LocalWakeups`: the embedded default, `switchyard serve`, a scheduler adding
 triggers through its own store) the notifier calls the listeners directly; across
-processes the etcd adapter (`election.wake_etcd`) carries it as one key write.
+processes the etcd adapter (`election.wake_etcd`) carries it as one key write. A
+wake-up carries each partition's earliest fire time: the loop ticks by then minus
+`SchedulerSettings.wake_lead` (at once when that has passed), so a loop that ticks
+often anyway is not made to tick once per added batch.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_core.model import Trigger
 from scheduler_core.ports import Wakeups
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +28,32 @@ log = logging.getLogger(__name__)
 # default lookahead: such a trigger is admitted by a tick long before its T anyway)
 WAKE_HORIZON = timedelta(minutes=30)
 
-Listener = Callable[[frozenset[int]], None]
+Listener = Callable[[Mapping[int, int]], None]
 
 
 def partitions_to_wake(triggers: Sequence[Trigger], partitions: int, now: datetime,
-                       horizon: timedelta = WAKE_HORIZON) -> frozenset[int]:
-    """The partition indexes of new triggers due by now + horizon. A trigger's partition
-    is id mod the partition count: the store's HASH(id) partitions on MariaDB/MySQL/TiDB,
-    and the `part` column slice on SQLite."""
+                       horizon: timedelta = WAKE_HORIZON) -> dict[int, int]:
+    """Partition index -> the earliest fire time (epoch ms) of the new triggers due by now
+    + horizon there. A trigger's partition is id mod the partition count: the store's
+    HASH(id) partitions on MariaDB/MySQL/TiDB, and the `part` column slice on SQLite."""
+    due: dict[int, int] = {}
     if partitions < 1:
-        return frozenset()
+        return due
     until = now + horizon
-    return frozenset(int(t.id) % partitions for t in triggers if t.id is not None and t.next_fire_at <= until)
+    for t in triggers:
+        if t.id is None or t.next_fire_at > until:
+            continue
+        index, at = int(t.id) % partitions, to_ms(t.next_fire_at)
+        if at < due.get(index, at + 1):
+            due[index] = at
+    return due
+
+
+def merge_due(into: dict[int, int], more: Mapping[int, int]) -> None:
+    """Keep the earliest fire time per partition."""
+    for index, at in more.items():
+        if at < into.get(index, at + 1):
+            into[index] = at
 
 
 class Listeners:
@@ -58,10 +76,10 @@ class Listeners:
     def __bool__(self) -> bool:
         return bool(self._listeners)
 
-    def __call__(self, partitions: frozenset[int]) -> None:
+    def __call__(self, due: Mapping[int, int]) -> None:
         for on_wake in self._listeners:  # the list is replaced, never changed in place
             try:
-                on_wake(partitions)
+                on_wake(due)
             except Exception:  # a listener's bug must not fail the insert that notified
                 log.exception("a wake-up listener failed")
 
@@ -73,9 +91,9 @@ class LocalWakeups(Wakeups):
     def __init__(self) -> None:
         self._listeners = Listeners()
 
-    def notify(self, partitions: Collection[int]) -> None:
-        if partitions:
-            self._listeners(frozenset(partitions))
+    def notify(self, due: Mapping[int, int]) -> None:
+        if due:
+            self._listeners(dict(due))
 
     def listen(self, on_wake: Listener) -> Callable[[], None]:
         return self._listeners.add(on_wake)

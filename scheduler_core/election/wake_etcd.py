@@ -1,6 +1,7 @@
 """EtcdWakeups: wake-ups for short delays across processes, as writes of one etcd key.
 
-A process that adds triggers due soon puts `<prefix>` = "<sender>|<partition indexes>";
+A process that adds triggers due soon puts `<key>` = "<sender>|<partition>:<earliest
+fire time, epoch ms>,...";
 every scheduler process watches the key and wakes the loops of the partitions it runs
 (under the shard registry, each partition's owner; see `scheduler_core.wakeup`). The same
 etcd the election and the registry use: no other server, and one small write per burst of
@@ -18,13 +19,13 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 
 import aetcd
 
 from scheduler_core.election.etcd import _CHANNEL_OPTIONS, _TRANSIENT, _LoopThread, _one_line, _parse_endpoint
 from scheduler_core.ports import Wakeups
-from scheduler_core.wakeup import Listener, Listeners
+from scheduler_core.wakeup import Listener, Listeners, merge_due
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,19 @@ DEFAULT_KEY = "/switchyard/wake"
 _RPC_TIMEOUT_S = 2.0
 
 
-def encode_wake(sender: str, partitions: Collection[int]) -> bytes:
-    return f"{sender}|{','.join(str(int(p)) for p in sorted(partitions))}".encode()
+def encode_wake(sender: str, due: Mapping[int, int]) -> bytes:
+    return f"{sender}|{','.join(f'{int(p)}:{int(at)}' for p, at in sorted(due.items()))}".encode()
 
 
-def decode_wake(value: bytes) -> tuple[str, frozenset[int]]:
-    """(sender, partitions) of a key's value; a malformed value wakes nothing."""
+def decode_wake(value: bytes) -> tuple[str, dict[int, int]]:
+    """(sender, partition -> earliest fire time) of a key's value; a malformed item wakes nothing."""
     sender, _, rest = value.decode("utf-8", "replace").partition("|")
-    return sender, frozenset(int(p) for p in rest.split(",") if p.strip().isdigit())
+    due: dict[int, int] = {}
+    for item in rest.split(","):
+        p, _, at = item.partition(":")
+        if p.strip().isdigit() and at.strip().isdigit():
+            merge_due(due, {int(p): int(at)})
+    return sender, due
 
 
 class EtcdWakeups(Wakeups):
@@ -50,7 +56,7 @@ class EtcdWakeups(Wakeups):
         self._sender = uuid.uuid4().hex[:12]
         self._listeners = Listeners()
         self._lock = threading.Lock()
-        self._pending: set[int] = set()
+        self._pending: dict[int, int] = {}
         self._sending = False
         self._watching = threading.Event()
         self._closed = False
@@ -66,15 +72,15 @@ class EtcdWakeups(Wakeups):
 
     # --- the blocking API --------------------------------------------------------------
 
-    def notify(self, partitions: Collection[int]) -> None:
+    def notify(self, due: Mapping[int, int]) -> None:
         """Wake this process's listeners now, and the other processes' through one put
         (merged with any notification made while the previous put is on its way)."""
-        woken = frozenset(partitions)
+        woken = dict(due)
         if not woken or self._closed:
             return
         self._listeners(woken)
         with self._lock:
-            self._pending |= woken
+            merge_due(self._pending, woken)
             if self._sending:
                 return
             self._sending = True
@@ -113,7 +119,7 @@ class EtcdWakeups(Wakeups):
     async def _send(self) -> None:
         while True:
             with self._lock:
-                batch, self._pending = self._pending, set()
+                batch, self._pending = self._pending, {}
                 if not batch or self._closed:
                     self._sending = False
                     return

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from scheduler_core.acquire import PartitionLoop, TickResult
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.election.local_registry import LocalRegistry, LocalRegistryGroup
+from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
@@ -24,6 +27,7 @@ from scheduler_core.shards import ShardedScheduler
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added, partitions_to_wake
 
 PARTITIONS = 4
@@ -82,31 +86,65 @@ def _t(tid: int, due: datetime) -> Trigger:
 def test_the_partitions_woken_are_the_new_triggers_due_within_the_horizon() -> None:
     now = datetime(2026, 12, 5, tzinfo=timezone.utc)
     soon, far = now + timedelta(seconds=1), now + timedelta(hours=1)
-    got = partitions_to_wake([_t(5, soon), _t(6, soon), _t(10, soon), _t(7, far)], 4, now)
-    assert got == frozenset({1, 2}), "id mod the partition count; 7 is due past the horizon"
-    assert partitions_to_wake([_t(9, soon)], 1, now) == frozenset({0}), "an unpartitioned table is one slice"
+    sooner = now + timedelta(milliseconds=300)
+    got = partitions_to_wake([_t(5, soon), _t(6, soon), _t(10, sooner), _t(7, far)], 4, now)
+    assert got == {1: to_ms(soon), 2: to_ms(sooner)}, \
+        "id mod the partition count, the earliest T of each; 7 is due past the horizon"
+    assert partitions_to_wake([_t(9, soon)], 1, now) == {0: to_ms(soon)}, "an unpartitioned table is one slice"
 
 
 def test_local_wakeups_reach_listeners_until_they_stop() -> None:
     wake = LocalWakeups()
-    heard: list[frozenset[int]] = []
+    heard: list[Mapping[int, int]] = []
     stop = wake.listen(heard.append)
     now = datetime(2026, 12, 5, tzinfo=timezone.utc)
     notify_added(wake, [_t(3, now), _t(4, now + timedelta(hours=2))], 4, now)
     notify_added(wake, [_t(8, now + timedelta(hours=2))], 4, now)  # nothing due soon: no wake-up
     stop()
     notify_added(wake, [_t(2, now)], 4, now)
-    assert heard == [frozenset({3})]
+    assert heard == [{3: to_ms(now)}]
 
 
 def test_a_listener_that_raises_does_not_fail_the_insert(embedded: Embedded) -> None:
-    def broken(_: frozenset[int]) -> None:
+    def broken(_: Mapping[int, int]) -> None:
         raise RuntimeError("listener bug")
 
     assert embedded.store.wakeups is not None
     embedded.store.wakeups.listen(broken)
     t = embedded.add(0.5)
     assert embedded.state(t) is TriggerState.WAITING
+
+
+def test_a_wakeup_ticks_by_the_triggers_T_minus_the_lead_never_before() -> None:
+    """The loop's wait (60 s here) ends at the new trigger's T minus wake_lead, not at
+    once: a loop is not made to tick per added batch when the trigger is due later."""
+    settings = SchedulerSettings(max_wait=timedelta(seconds=60), wake_lead=timedelta(milliseconds=500))
+    clock = SystemClock()
+    acq = SimpleNamespace(settings=settings, clock=clock, partition=SimpleNamespace(name="p0"))
+    ticks: list[float] = []
+
+    def tick(_: object) -> TickResult:
+        ticks.append(time.monotonic())
+        return TickResult(wait=timedelta(seconds=60))
+
+    loop = PartitionLoop(acq, tick, threading.Event(), lambda: True, SchedulerMetrics())  # type: ignore[arg-type]
+    loop.start()
+    try:
+        assert _wait(lambda: len(ticks) == 1)
+        woken_at = time.monotonic()
+        loop.wake(clock.now_ms() + 1500)
+        loop.wake(clock.now_ms() + 600_000)  # a later T does not push the earlier one back
+        assert _wait(lambda: len(ticks) == 2), "the wake-up's time ended the 60 s wait"
+        assert ticks[1] - woken_at >= 0.9, "not before T minus the lead"
+        loop.wake(clock.now_ms() + 600_000)
+        time.sleep(1.0)
+        assert len(ticks) == 2, "a trigger due in 10 minutes is left to the regular ticks"
+        loop.wake(clock.now_ms() - 10)
+        assert _wait(lambda: len(ticks) == 3), "T minus the lead has passed: at once"
+        assert loop.wakeups == 2
+    finally:
+        loop.halt()
+        loop.join(10)
 
 
 def _start(run: Callable[[threading.Event], None]) -> tuple[threading.Event, threading.Thread]:
