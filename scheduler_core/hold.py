@@ -1,4 +1,6 @@
-"""Chunks admitted shortly before their fire time, held by the scheduler and fired at T.
+"""Chunks of one-shot triggers admitted shortly before their fire time, held by the
+scheduler and fired at T (recurring triggers keep publishing their lookahead ahead: see
+`SchedulerCore._fire_chunk`).
 
 A command published ahead of T waits at the broker for its deliver-at, and the broker's
 delayed delivery runs on a tick: Pulsar hands it over up to a tick late (100 ms here,

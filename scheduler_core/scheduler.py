@@ -21,7 +21,7 @@ from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.hold import HeldChunks
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Trigger, TriggerId
+from scheduler_core.model import Epoch, Trigger, TriggerId, TriggerKind
 from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, Wakeups, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
@@ -161,9 +161,12 @@ class SchedulerCore:
         self._idle.notify_all()
 
     def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None) -> None:
-        if self.held is not None and chunk:
-            # due shortly: keep it (still queued and in flight for the reclaimer and a
-            # handover) and fire it at T; a later tick's chunks never wait behind it
+        if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
+            # a one-shot due shortly: keep it (still queued and in flight for the reclaimer
+            # and a handover) and fire it at T; a later tick's chunks never wait behind it.
+            # Recurring triggers are not held: held, a trigger firing every second would
+            # publish one occurrence per T instead of its lookahead's ahead of time, which
+            # rollback fences and a scheduler's downtime rely on (the broker holds them)
             due_ms = min(to_ms(t.next_fire_at) for t in chunk)
             if self.held.hold(due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_now(chunk, epoch, fence)):
                 return

@@ -47,7 +47,7 @@ class SchedulerSettings:
     # has passed): admitted in time, without a tick per added batch from a loop that
     # ticks often anyway
     wake_lead: timedelta = timedelta(milliseconds=500)
-    # a chunk admitted less than this before its T is held and fired at T (published
+    # a chunk of one-shots admitted less than this before its T is held and fired at T (published
     # when due, delivered at once) instead of now with deliver-at = T, which the broker's
     # delayed-delivery tick makes up to a tick late (`scheduler_core.hold`); 0: off.
     # At most hold_per_window triggers due in one pack_window are held (about what the
