@@ -93,7 +93,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
         # told of the partitions that got triggers due soon (`add_triggers`), so their
-        # loops tick at once; in process by default, across processes when wired to etcd
+        # loops tick in time; in process by default, across processes when wired to etcd
         self.wakeups: Wakeups | None = LocalWakeups()
 
     # --- partitions ------------------------------------------------------------------
