@@ -22,8 +22,8 @@ from scheduler_core.assignment import partitions_of
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
-from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, partition_fence
-from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results
+from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, Wakeups, partition_fence
+from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results, listen_for_wakeups
 from scheduler_core.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,12 @@ class ShardedScheduler:
         consume: bool = True,
         inline: bool = False,
         run_loops: bool = True,
+        wakeups: Wakeups | None = None,
     ) -> None:
         """`inline` and `run_loops=False` are for driven-clock tests: chunks fire on the
-        caller's thread, and no loop thread ticks (the test ticks `core` itself)."""
+        caller's thread, and no loop thread ticks (the test ticks `core` itself).
+        `wakeups`: where wake-ups for short delays are heard (default: the store's own);
+        only the loops of partitions this member owns are woken."""
         self.store = store
         self.bus = bus
         self.registry = registry
@@ -78,6 +81,7 @@ class ShardedScheduler:
         self._owned: dict[int, _Owned] = {}
         self._wanted_since: dict[int, float] = {}
         self._settled = False
+        self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
 
     # --- the member loop ----------------------------------------------------------------
 
@@ -88,6 +92,7 @@ class ShardedScheduler:
                                         kwargs={"clock": self.clock, "settings": self.settings},
                                         name="results", daemon=True)
             consumer.start()
+        unlisten = listen_for_wakeups(self.wakeups, self._loops_of)
         try:
             self._join(stop)
             while not stop.is_set():
@@ -100,6 +105,7 @@ class ShardedScheduler:
                     continue
                 self.registry.wait_change(REFRESH_S)
         finally:
+            unlisten()
             self._leave()
             if consumer is not None:
                 consumer.join(timeout=5)
@@ -170,6 +176,10 @@ class ShardedScheduler:
         self.status.owned = {i: o.acq.epoch for i, o in self._owned.items()}
         self.core.reclaim_if_due()
 
+    def _loops_of(self, index: int) -> list[PartitionLoop]:
+        owned = self._owned.get(index)  # read without the step's care: a dict lookup is atomic
+        return [] if owned is None else [owned.loop]
+
     def _take(self, index: int, now: float) -> None:
         epoch = self.registry.take(index)
         if epoch is not None:
@@ -233,7 +243,7 @@ class ShardedScheduler:
         else:
             # queued chunks are the next owners' to reclaim: firing them would only be
             # refused by the fences (or publish duplicates)
-            self.core.pool.shutdown(cancel=True)
+            self.core.shutdown(cancel=True)
         self._owned.clear()
         self.metrics.partitions_owned.set(0)
         try:

@@ -5,7 +5,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.ports import Clock, Election, MessageBus
+from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -59,6 +59,21 @@ def open_election(url: str, name: str, ttl: timedelta, clock: Clock | None = Non
 
         return EtcdElection(url, name=name, ttl=ttl, key=key)
     raise ValueError(f"unknown election URL {url!r}: use 'local' or http://HOST:PORT (etcd)")
+
+
+def open_wakeups(url: str, key: str = "/switchyard/wake") -> Wakeups:
+    """Wake-ups for short delays (`scheduler_core.wakeup`): 'local' for one process, or
+    the etcd URL the schedulers elect (or shard) on, so a trigger added due soon by any
+    process wakes its partition's owner. Set it as the store's `wakeups`."""
+    if url == "local":
+        from scheduler_core.wakeup import LocalWakeups
+
+        return LocalWakeups()
+    if url.startswith("http://") or url.startswith("https://"):
+        from scheduler_core.election.wake_etcd import EtcdWakeups
+
+        return EtcdWakeups(url, key=key)
+    raise ValueError(f"unknown wake-up URL {url!r}: use 'local' or http://HOST:PORT (etcd)")
 
 
 class DualRunGate:
