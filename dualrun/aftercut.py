@@ -185,7 +185,7 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
     return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
                         fired=len(set(zip(fired["job"].tolist(), sched.tolist()))), missing=len(missing),
-                        doubled=int(len(doubled)), late=len(late_rows), running=running,
+                        doubled=len(doubled), late=len(late_rows), running=running,
                         overdue=int(overdue_mask.sum()),
                         findings=tuple(findings[:MAX_LISTED]))
 

@@ -165,7 +165,7 @@ def _items(
 
 def _trigger(
     defn: LegacyDefinition, job: Job, zone: ZoneInfo, now: datetime, options: MappingOptions, active: bool
-) -> Trigger | None | Rejection:
+) -> Trigger | Rejection | None:
     misfire = MisfirePolicy.FIRE_ONCE_NOW if defn.misfire is MisfireRule.FIRE_ONCE_NOW else MisfirePolicy.SKIP
     end_at = defn.end_at
     for name, value in (("next_fire_at", defn.next_fire_at), ("end_at", end_at)):
@@ -209,7 +209,7 @@ def _trigger(
 
 
 @lru_cache(maxsize=8192)
-def _cron_next(cron: str, zone: ZoneInfo, now: datetime) -> datetime | None | CronSyntaxError:
+def _cron_next(cron: str, zone: ZoneInfo, now: datetime) -> datetime | CronSyntaxError | None:
     """The first occurrence after `now`, or the syntax error. Cached: a chunk (or a group of
     change events) maps many rows with the same few expressions at the same `now`, and
     parsing plus stepping a Quartz expression is most of a row's mapping cost."""

@@ -143,5 +143,12 @@ class FenceService:
         self.bus.publish_control(fence.business, encode_fence(fence))
 
 
-__all__ = ["Fence", "FenceService", "MESSAGE_PREFIX", "decode_fence", "encode_fence", "is_fence_skip",
-           "skip_message"]
+__all__ = [
+    "MESSAGE_PREFIX",
+    "Fence",
+    "FenceService",
+    "decode_fence",
+    "encode_fence",
+    "is_fence_skip",
+    "skip_message",
+]

@@ -50,7 +50,7 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService
-from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, parse_command_id
+from scheduler_core.model import Epoch, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings

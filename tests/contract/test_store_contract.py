@@ -473,8 +473,7 @@ def test_a_connection_returned_inside_a_transaction_is_still_rolled_back(tmp_pat
         raw.close()  # back to the pool with the UPDATE uncommitted
         assert s.current_epoch() == Epoch(0), "an uncommitted write leaked into the next use of the connection"
         # and after a failed statement (an error packet carries no transaction status)
-        with pytest.raises(Exception):
-            with s.engine.connect() as conn:
-                conn.execute(text("UPDATE dus_fence SET epoch = 98"))
-                conn.execute(text("SELECT * FROM no_such_table"))
+        with pytest.raises(Exception), s.engine.connect() as conn:
+            conn.execute(text("UPDATE dus_fence SET epoch = 98"))
+            conn.execute(text("SELECT * FROM no_such_table"))
         assert s.current_epoch() == Epoch(0)

@@ -353,9 +353,8 @@ def test_snapshot_on_a_given_connection_and_the_non_mariadb_fallback(db: Db, mon
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))  # autobegun: refused, it would be committed silently
-            with pytest.raises(StreamError, match="outside any transaction"):
-                with consistent_snapshot(conn):
-                    pass
+            with pytest.raises(StreamError, match="outside any transaction"), consistent_snapshot(conn):
+                pass
             conn.rollback()
             with consistent_snapshot(conn) as (c2, exact):
                 assert c2 is conn

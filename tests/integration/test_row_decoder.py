@@ -18,7 +18,6 @@ from typing import Any
 import pymysql
 import pytest
 
-from readers.records import ChangeBatch
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
 from tests.integration.test_binlog_stream import collect, new_server_id, settings

@@ -147,7 +147,7 @@ def test_executor_timeout_counts_run_time_not_the_wait_in_the_job_threads_queue(
 
 
 def test_the_sdk_puts_no_timeout_of_its_own_around_the_bridge() -> None:
-    assert getattr(XxlJobBridge, "enforces_own_timeout") is True
+    assert XxlJobBridge.enforces_own_timeout is True
 
 
 # -- 4. a route strategy through the bridge -------------------------------------------------

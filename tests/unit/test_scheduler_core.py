@@ -13,7 +13,6 @@ from scheduler_core.errors import PublishError
 from scheduler_core.model import (
     Epoch,
     FiredState,
-    JobCode,
     MisfirePolicy,
     ShardingItem,
     Trigger,
