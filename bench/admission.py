@@ -230,7 +230,7 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                     if int(cur.fetchone()[0]) != epoch:
                         raise RuntimeError("fenced")
                     cids = [f"{r[0]}-{r[1]}-0" for r in part]
-                    cur.executemany(insert_sql, [(c, r[0], r[3], r[2], r[1], now, *const) for c, r in zip(cids, part)])
+                    cur.executemany(insert_sql, [(c, r[0], r[3], r[2], r[1], now, *const) for c, r in zip(cids, part, strict=True)])
                     conn.commit()
                     cmarks = ",".join(["%s"] * len(cids))
                     cur.execute(
@@ -334,7 +334,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     prefix = bench_prefix("adm")
     bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
     try:
-        for rep in range(reps):
+        for _rep in range(reps):
             for c in conns:
                 with fresh_database(env.mariadb_url, "bench_adm") as url:
                     _prepare(url, n)

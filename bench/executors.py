@@ -112,7 +112,6 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
         for d in cfg.domains:
             ex = Executor(bus, d, concurrency=cfg.concurrency)
             ex.sub = _StampingSubscription(ex.sub, figs[d], lock, cfg.keep_lags)  # type: ignore[assignment]
-            fig = figs[d]
 
             tallies = per_thread[d] = []
             local = threading.local()
@@ -161,7 +160,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             with lock:
                 mine = [sum(t.items for t in per_thread.get(d, ())) for d in cfg.domains]
             if counts is None:
-                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine))
+                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine, strict=True))
             else:  # several processes: the sum over all of them, per domain
                 width = len(cfg.domains)
                 for k, n in enumerate(mine):

@@ -48,14 +48,14 @@ def aps_job(due_ts: float) -> None:
 
 
 def jobs_offered(rate: float, seconds: float) -> int:
-    return int(round(seconds / TICK_S)) * max(1, int(round(rate * TICK_S)))
+    return round(seconds / TICK_S) * max(1, round(rate * TICK_S))
 
 
 def _produce(rate: float, seconds: float, add: Any) -> dict[str, Any]:
     """Call add(due timestamps) every TICK_S with that step's jobs: exactly
     jobs_offered(rate, seconds) in all. A producer slower than the rate falls behind
     (its offered rate says so) instead of bunching."""
-    steps, per_step = int(round(seconds / TICK_S)), max(1, int(round(rate * TICK_S)))
+    steps, per_step = round(seconds / TICK_S), max(1, round(rate * TICK_S))
     start = time.time()
     for step in range(steps):
         add([time.time() + LEAD_S] * per_step)

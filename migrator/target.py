@@ -104,7 +104,6 @@ class TargetWriter:
         self.t = store.t
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
-        lg = self.t.ledger
         out: dict[str, LedgerEntry] = {}
         if not keys:
             return out

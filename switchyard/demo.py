@@ -232,7 +232,6 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         assert again.rows_written == 0, "an unchanged re-run writes nothing"
     registry = BusinessRegistry(store)
     businesses = registry.all()
-    source_of = {b.biz_code: b.source_system for b in businesses}
     say(f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
         f"{result.quarantined} quarantined with their field and reason")
 

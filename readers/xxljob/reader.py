@@ -220,7 +220,7 @@ class XxlJobReader(LegacyReader):
             try:
                 cursor.execute(f"{self._job_sql} WHERE {where}", tuple(args))
                 names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row)) for row in cursor.fetchall()]
+                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
             finally:
                 cursor.close()
 

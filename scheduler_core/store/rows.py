@@ -147,7 +147,7 @@ def fired_row(rec: FiredRecord) -> tuple[Any, ...]:
 
 
 def fired_values(rec: FiredRecord) -> dict[str, Any]:
-    return dict(zip(FIRED_COLUMNS, fired_row(rec)))
+    return dict(zip(FIRED_COLUMNS, fired_row(rec), strict=True))
 
 
 def fired_from_row(row: Mapping[str, Any]) -> FiredRecord:

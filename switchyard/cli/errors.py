@@ -32,10 +32,7 @@ class CliFailure(click.ClickException):
 
 
 def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        text = str(exc.orig)
-    else:
-        text = str(exc)
+    text = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
     return redact(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
 
 

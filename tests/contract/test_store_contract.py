@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import IllegalTransition
@@ -252,7 +253,7 @@ def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(sto
             for k in range(2)]  # half a page: not final
     changed = store.update_fired(ups)
     assert changed == n + 1 + 2  # every item once, cids[7] once more (its retry; the failure lost), 2 pages
-    got = store.get_fired(cids + [page0, page1])
+    got = store.get_fired([*cids, page0, page1])
     assert all(got[c].state is FiredState.SUCCEEDED for c in cids)
     assert got[cids[7]].attempt == 1 and got[cids[7]].message == "retried"
     assert got[cids[0]].received_at == now and got[cids[0]].result_at == now
@@ -473,7 +474,7 @@ def test_a_connection_returned_inside_a_transaction_is_still_rolled_back(tmp_pat
         raw.close()  # back to the pool with the UPDATE uncommitted
         assert s.current_epoch() == Epoch(0), "an uncommitted write leaked into the next use of the connection"
         # and after a failed statement (an error packet carries no transaction status)
-        with pytest.raises(Exception), s.engine.connect() as conn:
+        with pytest.raises(DBAPIError), s.engine.connect() as conn:
             conn.execute(text("UPDATE dus_fence SET epoch = 98"))
             conn.execute(text("SELECT * FROM no_such_table"))
         assert s.current_epoch() == Epoch(0)

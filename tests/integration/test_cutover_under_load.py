@@ -153,7 +153,7 @@ def _seed_business(legacy, first_ms: int) -> None:  # type: ignore[no-untyped-de
     with legacy.begin() as conn:
         ids = [i for (i,) in conn.execute(text("SELECT id FROM xxl_job_info ORDER BY id"))]
         assert len(ids) == len(SCHEDULES), ids
-        for job_id, (kind, conf) in zip(ids, SCHEDULES):
+        for job_id, (kind, conf) in zip(ids, SCHEDULES, strict=True):
             conn.execute(text(
                 "UPDATE xxl_job_info SET schedule_type = :k, schedule_conf = :c, misfire_strategy = 'DO_NOTHING', "
                 "executor_route_strategy = 'FIRST', glue_type = 'BEAN', executor_handler = 'tick', "

@@ -120,7 +120,7 @@ ROUND1 = [
     encode_results([up(B, S, 0, 10)]),
     encode_results([up(C, S, 2, 30)]),  # the later attempt arrives first
     encode_results([up(c, st, 0, 10, "item 1 failed" if st is F else "", page=P)
-                    for c, st in zip(PAGE_ITEMS, (S, F, S))]),
+                    for c, st in zip(PAGE_ITEMS, (S, F, S), strict=True)]),
     encode_results([up(D, R, 0, 10)]),
 ]
 ROUND2 = [

@@ -215,7 +215,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         # every occurrence of every fence answered, and every one well clear of a fence
         # (a second after a lift, up to the next raise) run: their records final
         fenced = set().union(*(occurrences(w.f_ms, w.lift_ms) for w in [first, *windows]))
-        clear = set().union(*(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows)))
+        clear = set().union(*(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows, strict=False)))
         span = (first.f_ms, windows[-1].lift_ms + 1)
 
         def settled() -> bool:

@@ -138,7 +138,7 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
                 for k in rng.sample(range(240), 80):  # updates: before and after images
                     row = _row(rng, k)
                     sets = ", ".join(f"`{n}` = %s" for n in COLUMNS)
-                    cur.execute(f"UPDATE every SET {sets} WHERE id = %s", row[1:] + [k])
+                    cur.execute(f"UPDATE every SET {sets} WHERE id = %s", [*row[1:], k])
                 cur.execute("UPDATE every SET i = NULL, vs = 'many' WHERE id < 30")  # one event, many rows
                 # zero dates (a lenient sql_mode lets a legacy server hold them): None on both paths
                 cur.execute("SET SESSION sql_mode = ''")
@@ -160,9 +160,9 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
     assert slow_stream.library_rows == len(slow) + 1  # and the sentinel row
     # only the GEOMETRY table went through the library on the fast stream
     assert fast_stream.library_rows == sum(1 for ch in slow if ch[1] == "geo") == 3
-    for i, (a, b) in enumerate(zip(fast, slow)):
+    for i, (a, b) in enumerate(zip(fast, slow, strict=True)):
         assert a[:2] == b[:2], f"seed {seed}, change {i}"
-        for image_a, image_b in zip(a[2:], b[2:]):
+        for image_a, image_b in zip(a[2:], b[2:], strict=True):
             assert (image_a is None) == (image_b is None), f"seed {seed}, change {i}"
             if image_a is None:
                 continue

@@ -36,7 +36,7 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     with pytest.raises(TransitionRefused, match="no comparison verdict"):
         sw.cutover(biz, actor="ops")
     gate.value = GateDecision(ready=False, comparison_id=7, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",))
-    with pytest.raises(TransitionRefused, match="p99 lag 4.2 s"):
+    with pytest.raises(TransitionRefused, match=r"p99 lag 4\.2 s"):
         sw.cutover(biz, actor="ops")
     with pytest.raises(TransitionRefused, match="needs --reason"):
         sw.cutover(biz, actor="ops", force=True)

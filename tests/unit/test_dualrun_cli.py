@@ -24,9 +24,9 @@ from sqlalchemy import create_engine, func, select, text
 from dualrun.verdict import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
+from tests.unit.test_dualrun_support import Scenario, identical
 
 cli_dualrun = importlib.import_module("switchyard.cli.dualrun")  # the package attribute is the group
-from tests.unit.test_dualrun_support import Scenario, identical
 
 REPO = Path(__file__).resolve().parents[2]
 

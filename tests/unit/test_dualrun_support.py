@@ -128,7 +128,7 @@ def identical(tmp_path: Path, **kw: object) -> tuple[Scenario, LegacyDefinition]
 
 
 def test_scenario_writes_both_windows_of_legacy_and_the_current_window_of_new(tmp_path: Path) -> None:
-    s, d = identical(tmp_path)
+    s, _d = identical(tmp_path)
     assert len(s.log.rows) == 720
     assert len(s.records) == 360
     assert all(r.scheduled_at >= s.current.start for r in s.records)

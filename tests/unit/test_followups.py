@@ -159,7 +159,7 @@ def test_each_succeeded_item_of_a_sharded_parent_fires_a_whole_child_run(h: Harn
     items = sorted((c for c in h.delivered("biz-a") if c.trigger_id == parent.id), key=lambda c: c.item_index)
     assert len(items) == 3
     h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
-    for cmd, state in zip(items, (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.SUCCEEDED)):
+    for cmd, state in zip(items, (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.SUCCEEDED), strict=True):
         _result(h, cmd.command_id, state)
     consumer.poll()
     runs: dict[int, list[int]] = {}

@@ -3,6 +3,7 @@ split, the admin's stop/start, the executor's per-job thread (block strategies, 
 GLUE / handler kill, the timeout on the thread), route strategies and child jobs."""
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timezone
 from typing import Any
 
@@ -223,7 +224,7 @@ def test_each_executor_has_its_own_thread_per_job(clock: ManualClock) -> None:
 # -- routes --------------------------------------------------------------------------------
 
 
-def _routed(clock: ManualClock, route: str, down: set[str] = set(), duration: int = 200, n: int = 4) -> list[Any]:
+def _routed(clock: ManualClock, route: str, down: AbstractSet[str] = frozenset(), duration: int = 200, n: int = 4) -> list[Any]:
     db = Xxl("3.4")
     db.group(1, addresses=(A1, A2, A3))
     db.job(1, cron="*/10 * * * * ?", next_at=at(14, 0, 10), route=route)
