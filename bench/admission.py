@@ -277,7 +277,7 @@ def raw_full_ceiling(url: str, n: int, limit_s: float, outcome: str = "reschedul
 
 def _raw_proc(q: Any, start: Any, args: tuple[Any, ...]) -> None:
     try:
-        q.put(raw_cycle_worker(*args, start=start))
+        q.put(raw_cycle_worker(*args, start=start))  # type: ignore[misc]  # args stop before `start`
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         q.put({"error": f"{type(exc).__name__}: {exc}"})
 

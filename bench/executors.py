@@ -178,14 +178,16 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             f.cpu_s = cpu  # the process's, shared by its domains
             with lock:
                 tallies = list(per_thread.get(d, ()))
-            for t in tallies:
-                f.items += t.items
-                f.errors += t.errors
-                f.start_lag_ms += t.start_lag_ms
-                if t.first_handled is not None:
-                    f.first_handled = t.first_handled if f.first_handled is None else min(f.first_handled, t.first_handled)
-                if t.last_handled is not None:
-                    f.last_handled = t.last_handled if f.last_handled is None else max(f.last_handled, t.last_handled)
+            for tally in tallies:
+                f.items += tally.items
+                f.errors += tally.errors
+                f.start_lag_ms += tally.start_lag_ms
+                if tally.first_handled is not None:
+                    f.first_handled = (tally.first_handled if f.first_handled is None
+                                       else min(f.first_handled, tally.first_handled))
+                if tally.last_handled is not None:
+                    f.last_handled = (tally.last_handled if f.last_handled is None
+                                      else max(f.last_handled, tally.last_handled))
         out.put(("done", {d: f.__dict__ for d, f in figs.items()}, cmd))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         out.put(("error", f"{type(exc).__name__}: {exc}"))

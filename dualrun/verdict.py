@@ -332,7 +332,7 @@ def noise_of(ev: Evidence) -> dict[str, float]:
 
 def evaluate(ev: Evidence) -> Evaluation:
     t, noise = ev.thresholds, noise_of(ev)
-    checks = (
+    checks: tuple[Check, ...] = (
         _data_check(ev),
         _window_check(ev),
         _fires_per_job_check(ev),
@@ -377,7 +377,7 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
             window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
             verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
             body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
-        return int(result.inserted_primary_key[0])
+        return int(result.inserted_primary_key[0])  # type: ignore[index]  # an INSERT has a key
 
 
 def _stored(row: Any) -> StoredVerdict:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import pymysql
 from sqlalchemy import select
@@ -33,6 +34,7 @@ from scheduler_core.ports import Clock
 CHUNK = 1000
 DELETE_SCAN_PAGE = 10_000  # ledger keys per read of the deleted-row scan
 AfterCommit = Callable[[Sequence[Write]], None]
+_T = TypeVar("_T")  # what _chunks groups: definitions, or their content digests
 
 
 @dataclass
@@ -105,7 +107,7 @@ class Migrator:
                 d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             if fresh:
                 out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h, note=note))
-            elif _same(entry.content_hash, result.content_hash):
+            elif entry is not None and _same(entry.content_hash, result.content_hash):  # not fresh: an entry
                 # mapped the same: the target is right. When only the digest moved (a column
                 # outside the mapping changed, the mapping code changed, an old ledger row)
                 # the ledger row alone takes the new digest, else every later run would map
@@ -307,8 +309,8 @@ def _same(stored: str, full_hash: str) -> bool:
     return stored == full_hash or (len(stored) == 2 * HALF and mapped_half(stored) == full_hash[:HALF])
 
 
-def _chunks(it: Iterable[LegacyDefinition], size: int) -> Iterator[list[LegacyDefinition]]:
-    buf: list[LegacyDefinition] = []
+def _chunks(it: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    buf: list[_T] = []
     for d in it:
         buf.append(d)
         if len(buf) >= size:

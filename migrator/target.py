@@ -297,10 +297,10 @@ class TargetWriter:
             conn.execute(delete(si).where(si.c.job_id.in_(list(ids.values()))))
             # lock the existing triggers: a scheduler acquiring one waits for this commit, so
             # the state read here is the state the update meets
-            for tid, code, state, *schedule in conn.execute(
+            for tid, code, state, *sched in conn.execute(
                     select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
                            tr.c.interval_ms, tr.c.time_zone).where(tr.c.job_code.in_(codes)).with_for_update()):
-                existing.setdefault(code, []).append((tid, state, tuple(schedule)))
+                existing.setdefault(code, []).append((tid, state, tuple(sched)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
             lits = [f"({ids[w.mapped.job.job_code]},{rest}" for w in writes  # type: ignore[union-attr]

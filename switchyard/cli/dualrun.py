@@ -141,7 +141,7 @@ class Sources:
         None when no stream follows it or the legacy database has no binlog."""
         legacy = make_engine(self.legacy_url)
         try:
-            check = stream_catchup(self.store, legacy, self.legacy_tz)
+            check = stream_catchup(self.store, legacy, self.legacy_tz.db)
             if check is None:
                 return None
             check.wait = timedelta(0)
@@ -364,7 +364,7 @@ def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int
     from dualrun.settings import MatchSettings
     from switchyard.cli.signals import stop_event
 
-    sources = Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_tz,
+    sources = Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=LegacyZones.of(legacy_tz),
                       source=SourceSystem(source) if source else None, settings_file={}, base=CompareSettings(),
                       probe=None, readers={})
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
