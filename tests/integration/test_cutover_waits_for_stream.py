@@ -74,8 +74,9 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
 
         # the stream runs again and applies the edit: the same cutover passes
         binlog = BinlogChangeStream(_settings(cdc), server_id=7417,
-                                    schemas=[make_url(legacy_url).database],
-                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=sm.checkpoint(),
+                                    schemas=[make_url(legacy_url).database],  # type: ignore[list-item]
+                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
+                                    start=sm.checkpoint(),  # type: ignore[arg-type]
                                     heartbeat_s=1.0, stall_timeout_s=5.0)
         sm.follow(binlog.batches(idle_timeout_s=2.0))
         report = switch.cutover(biz, actor="ops")

@@ -83,9 +83,9 @@ def _value(rng: random.Random, name: str, kind: str) -> Any:
     if kind == "DATE":
         return datetime.date(rng.randint(1000, 9999), rng.randint(1, 12), rng.randint(1, 28))
     if kind.startswith("TIME"):
-        t = datetime.timedelta(hours=rng.randint(0, 838), minutes=rng.randint(0, 59), seconds=rng.randint(0, 59),
-                               microseconds=rng.choice([0, rng.randint(0, 999_999)]))
-        return -t if rng.random() < 0.3 else t
+        span = datetime.timedelta(hours=rng.randint(0, 838), minutes=rng.randint(0, 59), seconds=rng.randint(0, 59),
+                                  microseconds=rng.choice([0, rng.randint(0, 999_999)]))
+        return -span if rng.random() < 0.3 else span
     if kind == "YEAR":
         return rng.choice([1901, 2155, rng.randint(1901, 2155)])
     if kind.startswith("ENUM"):

@@ -1,6 +1,7 @@
 """The cutover state machine and the legacy switches, on SQLite legacy databases."""
 from __future__ import annotations
 
+from typing import Any
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
                                                    {"b": biz})}
     sw.cutover(biz, actor="ops", reason="go")
     with env.legacy.connect() as conn:
-        after = dict(conn.execute(text("SELECT id, status FROM bc_task WHERE biz_code = :b"), {"b": biz}).all())
+        after: dict[Any, Any] = dict(conn.execute(text("SELECT id, status FROM bc_task WHERE biz_code = :b"), {"b": biz}).all())
     assert all(after[int(k)] == 5 for k in waiting), "every waiting task paused (the documented flag)"
     rep = sw.rollback(biz, actor="ops", reason="back")
     with env.legacy.connect() as conn:

@@ -166,6 +166,7 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             if stored >= 2:
                 break
             time.sleep(0.2)
+        assert proc.stderr is not None
         assert stored >= 2, proc.stderr.read() if proc.poll() is not None else "no comparison stored in time"
         proc.send_signal(signal.SIGTERM)
         out, err = _communicate_or_dump(proc, "the watch did not stop within 30 s of SIGTERM")

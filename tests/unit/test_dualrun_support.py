@@ -6,6 +6,7 @@ rows that link legacy keys to new job codes.
 """
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -69,7 +70,7 @@ class Scenario:
     def code(self, d: LegacyDefinition) -> str:
         return f"{PREFIX[self.source]}:{self.business}:{d.source_key}"
 
-    def job(self, key: str, cron: str, **kw: object) -> LegacyDefinition:
+    def job(self, key: str, cron: str, **kw: Any) -> LegacyDefinition:
         d = cron_definition(key, self.business, cron, source=self.source, **kw)
         self.defs.append(d)
         self._trigger_ids[key] = len(self._trigger_ids) + 1
@@ -110,7 +111,7 @@ class Scenario:
             self.store.put_fired(self.records)
             self.records = []
 
-    def compare(self, settings: CompareSettings | None = None, **kw: object) -> Comparison:
+    def compare(self, settings: CompareSettings | None = None, **kw: Any) -> Comparison:
         self.flush()
         request = CompareRequest(business=self.business, window=self.current, source=kw.pop("source", self.source),
                                  **kw)  # type: ignore[arg-type]

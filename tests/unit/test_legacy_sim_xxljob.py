@@ -300,7 +300,7 @@ def test_registrations_are_written_in_the_jdbc_zone_and_the_monitor_drops_dead_e
     sim.step(at(14, 1))
     sim.register("app-1", A2)  # A1 beats no more
     with db.engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
+        rows: dict[Any, Any] = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
     assert rows == {A1: "2026-12-02 14:00:00", A2: "2026-12-02 14:01:00"}  # Shanghai walls, not UTC
     assert sim.refresh_registry() == {"app-1": f"{A1},{A2}"}  # 60 s: both alive, sorted
     sim.step(at(14, 1, 31))

@@ -22,6 +22,7 @@ from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
 from migrator.ports import GateDecision
 from readers.seed import seed_batchcenter, seed_xxljob
+from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
@@ -195,7 +196,7 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: t
         assert status == 1
         # legacy takes over at the first occurrence at or after F, long before what the
         # new side had published (those are skipped by the fence)
-        t = published[ln.job_code]
+        t = published[JobCode(ln.job_code)]
         assert fence_at <= start <= t.next_fire_at
         if t.cron:
             assert start == next_after(t, fence_at - timedelta(milliseconds=1))
