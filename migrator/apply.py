@@ -103,7 +103,7 @@ class Migrator:
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
             fresh = entry is None or entry.status is not LedgerStatus.MIGRATED
-            note = None if not fresh and _same(entry.content_hash, result.content_hash) else _cutover_note(  # type: ignore[union-attr]
+            note = None if not fresh and entry is not None and _same(entry.content_hash, result.content_hash) else _cutover_note(
                 d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             if fresh:
                 out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h, note=note))

@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from readers.records import LegacyBusiness, LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
@@ -172,7 +173,7 @@ def _trigger(
         if value is not None and not EARLIEST <= value < LATEST:
             return Rejection(name, f"{value.isoformat()} is outside 1970-01-02 .. 2100-01-01")
     state = _state(defn, active)
-    common = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
+    common: dict[str, Any] = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
                   misfire_policy=misfire, priority=job.priority, state=state)
     if defn.schedule is ScheduleKind.NONE:
         if job.biz_code in options.api_only_businesses:

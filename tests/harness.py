@@ -49,10 +49,10 @@ class Harness:
                 out += decode_commands(r.message.payload)
                 sub.ack(r)
 
-    def job(self, code: str, biz: str = "biz-a", **kw: object) -> Job:
+    def job(self, code: str, biz: str = "biz-a", **kw: Any) -> Job:
         return self.store.put_job(Job(job_code=JobCode(code), biz_code=biz, handler="h", **kw))  # type: ignore[arg-type]
 
-    def once(self, job: Job, at_s: float, **kw: object) -> Trigger:
+    def once(self, job: Job, at_s: float, **kw: Any) -> Trigger:
         (t,) = self.store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE,
                                                 next_fire_at=self.clock.now() + timedelta(seconds=at_s), **kw)])  # type: ignore[arg-type]
         return t
@@ -78,7 +78,7 @@ def _fields(s: SchedulerSettings) -> dict[str, Any]:
     return {f: getattr(s, f) for f in s.__dataclass_fields__}
 
 
-def make_harness(tmp_path: Path, clock: ManualClock, partitions: int = 4, **settings: object) -> Harness:
+def make_harness(tmp_path: Path, clock: ManualClock, partitions: int = 4, **settings: Any) -> Harness:
     engine = make_engine(f"sqlite:///{tmp_path / 'sched.db'}")
     init_schema(engine, partitions)
     base = dict(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0))

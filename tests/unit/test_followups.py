@@ -103,7 +103,7 @@ def test_a_taken_command_id_moves_to_the_next_offset(h: Harness) -> None:
     parent_ms = parse_command_id(cid)[1]
     first = parent_ms + 1 + zlib.crc32(f"{cid}>{child.id}".encode()) % 999
     taken = CommandId(f"{child.id}-{first}-0")
-    h.store.put_fired([FiredRecord(command_id=taken, trigger_id=child.id, job_code=child.job_code,  # type: ignore[arg-type]
+    h.store.put_fired([FiredRecord(command_id=taken, trigger_id=stored_id(child), job_code=child.job_code,
                                    biz_code="biz-a", scheduled_at=T0, state=FiredState.SUCCEEDED)])
     _result(h, cid, FiredState.SUCCEEDED)
     consumer.poll()
