@@ -35,8 +35,8 @@ from scheduler_core.times import to_ms
 
 if __package__ in (None, ""):  # run as a script: the repository root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.compare import GOAL_ROWS, GOAL_ROWS_PER_S, NAME, TITLE, goal_row  # noqa: E402
-from bench.harness import Section, markdown_table  # noqa: E402
+from bench.compare import GOAL_ROWS, GOAL_ROWS_PER_S, NAME, TITLE, goal_row
+from bench.harness import Section, markdown_table
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

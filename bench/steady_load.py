@@ -61,7 +61,7 @@ def aps_job(due_ts: float) -> None:
 
 
 def jobs_offered(rate: float, seconds: float) -> int:
-    return _producers(rate) * int(round(seconds / TICK_S)) * _per_step(rate)
+    return _producers(rate) * round(seconds / TICK_S) * _per_step(rate)
 
 
 def _producers(rate: float) -> int:
@@ -69,7 +69,7 @@ def _producers(rate: float) -> int:
 
 
 def _per_step(rate: float) -> int:
-    return max(1, int(round(rate / _producers(rate) * TICK_S)))
+    return max(1, round(rate / _producers(rate) * TICK_S))
 
 
 def producer_main(kind: str, target: dict[str, Any], rate: float, seconds: float, start_at: Any,
@@ -97,10 +97,11 @@ def producer_main(kind: str, target: dict[str, Any], rate: float, seconds: float
             def add(dues: list[float]) -> None:
                 jobs.put(dues)
 
-        steps, per_step = int(round(seconds / TICK_S)), _per_step(rate)
+        steps, per_step = round(seconds / TICK_S), _per_step(rate)
         if kind == "switchyard":
             # connections up before the gun: the database's, and etcd's (a wake-up for an
             # hour ahead, which no loop acts on now)
+            assert store.wakeups is not None
             store.wakeups.notify({0: int(time.time() * 1000) + 3_600_000})
             with store.engine.connect():
                 pass

@@ -161,7 +161,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                     "burst_envelope_size": BURST_ENVELOPE,
                     "steady": {"rates_per_s": list(rates), "seconds_per_step": window,
                                "due_after_creation_s": steady_load.LEAD_S, "max_p99_s": steady_load.MAX_P99_S,
-                               "producer_processes": "one per %.0f/s offered" % steady_load.PRODUCER_RATE,
+                               "producer_processes": f"one per {steady_load.PRODUCER_RATE:.0f}/s offered",
                                "switchyard": "scheduler defaults (idle wait 30 s, max wait 1 s, hold 2 s); "
                                              "producers' stores wired to the etcd wake key"}}
     sec.raw = {"apscheduler": aps, "switchyard": sy, "switchyard_envelope": sy_env,

@@ -132,8 +132,8 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     findings: list[Finding] = []
 
     # missing: a due occurrence with no record of the job at that time
-    have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist()))
-    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist()) if (j, t) not in have]
+    have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist(), strict=True))
+    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True) if (j, t) not in have]
     findings += [Finding(kind="missing", job_code=collector.jobs.code(j), scheduled_at=from_ms(t),
                          detail="expected by the schedule; no fired record on the new side") for j, t in missing]
 
@@ -174,8 +174,8 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     running = int((unresolved.to_numpy() & ~overdue_mask).sum())
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
     return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
-                        fired=len(set(zip(fired["job"].tolist(), sched.tolist()))), missing=len(missing),
-                        doubled=int(len(doubled)), late=len(late_rows), running=running,
+                        fired=len(set(zip(fired["job"].tolist(), sched.tolist(), strict=True))), missing=len(missing),
+                        doubled=len(doubled), late=len(late_rows), running=running,
                         overdue=int(overdue_mask.sum()),
                         findings=tuple(findings[:MAX_LISTED]))
 

@@ -177,7 +177,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
 
     def add(what: str, job: np.ndarray, sched: np.ndarray, owner: np.ndarray, text: Sequence[str] | str) -> None:
         texts = [text] * len(job) if isinstance(text, str) else list(text)
-        for j, t, o, d in zip(job.tolist(), sched.tolist(), owner.tolist(), texts):
+        for j, t, o, d in zip(job.tolist(), sched.tolist(), owner.tolist(), texts, strict=True):
             check.issues.append(BoundaryIssue(what, jobs.code(int(j)), from_ms(t), "new" if o == 1 else "legacy", d))
 
     exp_fk = m.expected_fk
@@ -191,7 +191,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
     both = po >= 0
     add("doubled", pj[both], ps[both], po[both],
         [f"fired by both sides (legacy at {lt}, new at {nt})" for lt, nt in
-         zip(_iso(lf["sched"][li][both]), _iso(ps[both]))])
+         zip(_iso(lf["sched"][li][both]), _iso(ps[both]), strict=True)])
     # one side fired it twice
     for side, fires in (("legacy", lf), ("new", nf)):
         o = owner_of(fires["job"], fires["sched"])
@@ -208,7 +208,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
         sel = (kind == code) & covered(job, sched)
         if sel.any():
             check.mismatch_counts[k.value] = int(sel.sum())
-    texts = np.asarray([detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b)], dtype=object)
+    texts = np.asarray([detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b, strict=True)], dtype=object)
 
     def kinds(*ks: MismatchKind) -> np.ndarray:
         return np.isin(kind, [KINDS.index(k) for k in ks])

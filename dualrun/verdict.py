@@ -323,7 +323,7 @@ def noise_of(ev: Evidence) -> dict[str, float]:
 
 def evaluate(ev: Evidence) -> Evaluation:
     t, noise = ev.thresholds, noise_of(ev)
-    checks = (
+    checks: tuple[Check, ...] = (
         _data_check(ev),
         _window_check(ev),
         _fires_per_job_check(ev),

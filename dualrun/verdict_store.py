@@ -33,7 +33,7 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
             window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
             verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
             body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
-        return int(result.inserted_primary_key[0])
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 def _stored(row: Any) -> StoredVerdict:

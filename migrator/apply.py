@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -33,6 +34,7 @@ from scheduler_core.ports import Clock
 CHUNK = 1000
 DELETE_SCAN_PAGE = 10_000  # ledger keys per read of the deleted-row scan
 AfterCommit = Callable[[Sequence[Write]], None]
+_T = TypeVar("_T")  # what _chunks groups: definitions, or their content digests
 
 
 @dataclass
@@ -102,12 +104,14 @@ class Migrator:
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
             fresh = entry is None or entry.status is not LedgerStatus.MIGRATED
-            note = None if not fresh and _same(entry.content_hash, result.content_hash) else _cutover_note(  # type: ignore[union-attr]
+            note = None if not fresh and entry is not None and _same(entry.content_hash, result.content_hash) else _cutover_note(
                 d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             if fresh:
                 out.append(Write(action=Action.CREATE, source=source, source_key=d.source_key, business=biz,
                                  mapped=result, content_hash=h, note=note))
-            elif _same(entry.content_hash, result.content_hash):
+                continue
+            assert entry is not None  # not fresh: a migrated ledger row
+            if _same(entry.content_hash, result.content_hash):
                 # mapped the same: the target is right. When only the digest moved (a column
                 # outside the mapping changed, the mapping code changed, an old ledger row)
                 # the ledger row alone takes the new digest, else every later run would map
@@ -312,8 +316,8 @@ def _same(stored: str, full_hash: str) -> bool:
     return stored == full_hash or (len(stored) == 2 * HALF and mapped_half(stored) == full_hash[:HALF])
 
 
-def _chunks(it: Iterable[LegacyDefinition], size: int) -> Iterator[list[LegacyDefinition]]:
-    buf: list[LegacyDefinition] = []
+def _chunks(it: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    buf: list[_T] = []
     for d in it:
         buf.append(d)
         if len(buf) >= size:

@@ -140,7 +140,7 @@ def pending_binlog_changes(legacy: Engine, start: StreamPosition, head: StreamPo
                 rows = conn.exec_driver_sql(f"SHOW BINLOG EVENTS IN '{f}' FROM {int(pos)} LIMIT {n}").fetchall()
                 if not rows:
                     break
-                for _log, at, kind, _sid, end, info in rows:
+                for _log, at, kind, _sid, _end, info in rows:
                     if f == head.log_file and int(at) >= head.log_pos:
                         break
                     if kind == "Table_map":

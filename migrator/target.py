@@ -17,7 +17,7 @@ from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.store import MigratorStore
 from readers.records import StreamPosition
-from scheduler_core.model import DEFAULT_CRON_DIALECT, ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store import fastpath
 from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
@@ -101,7 +101,6 @@ class TargetWriter:
         self.defs = DefinitionWrites(store)
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
-        lg = self.own.t.ledger
         out: dict[str, LedgerEntry] = {}
         if not keys:
             return out
@@ -328,9 +327,9 @@ class TargetWriter:
             if states is None:
                 states = self.business_states(conn)
             cut_over = states.get(w.business) is BusinessState.CUTOVER
-            for tid, state, schedule in there:
-                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and schedule[1] == _NONE):
-                    edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
+            for tid, state, kept_schedule in there:
+                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
+                    edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, cut_over)})
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
                     # the next change event) applies this update; nothing is half-written.

@@ -38,7 +38,7 @@ def driver_rows(conn: Connection, sql: str, args: Sequence[Any]) -> list[Mapping
         try:
             cursor.execute(sql, tuple(args))
             names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         finally:
             cursor.close()
 

@@ -169,5 +169,13 @@ class FenceRelay:
         return sent
 
 
-__all__ = ["Fence", "FenceRelay", "FenceService", "MESSAGE_PREFIX", "decode_fence", "encode_fence", "is_fence_skip",
-           "skip_message"]
+__all__ = [
+    "MESSAGE_PREFIX",
+    "Fence",
+    "FenceRelay",
+    "FenceService",
+    "decode_fence",
+    "encode_fence",
+    "is_fence_skip",
+    "skip_message",
+]

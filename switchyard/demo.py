@@ -51,7 +51,7 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService
-from scheduler_core.model import Epoch, FiredState, Trigger, TriggerKind, TriggerState, parse_command_id
+from scheduler_core.model import Epoch, FiredState, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
@@ -234,7 +234,6 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         assert again.rows_written == 0, "an unchanged re-run writes nothing"
     registry = BusinessRegistry(store)
     businesses = registry.all()
-    source_of = {b.biz_code: b.source_system for b in businesses}
     say(f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
         f"{result.quarantined} quarantined with their field and reason")
 

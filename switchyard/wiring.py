@@ -259,7 +259,7 @@ class XxlCurrentRunFields:
                 return None if hit[1] is None else dict(hit[1])
         with self._engine.connect() as conn:
             row = conn.execute(text(self._SQL), {"id": int(job_id)}).mappings().first()
-        fields = None if row is None else self._fields(row)
+        fields = None if row is None else self._fields(dict(row))
         with self._lock:
             self._cache[job_id] = (now, fields)
         return None if fields is None else dict(fields)

@@ -47,7 +47,7 @@ def _is_mariadb(conn: Connection) -> bool:
 
 
 def _snapshot_status(conn: Connection) -> tuple[str, int] | None:
-    rows = dict(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'binlog_snapshot_%%'").fetchall())
+    rows: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'binlog_snapshot_%%'").fetchall())
     file_, pos = rows.get("Binlog_snapshot_file"), rows.get("Binlog_snapshot_position")
     if not file_ or pos in (None, ""):
         return None

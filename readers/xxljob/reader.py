@@ -213,7 +213,7 @@ class XxlJobReader(LegacyReader):
             )
             if group_ids is not None:
                 stmt = stmt.where(column("job_group").in_(group_ids))
-            return list(conn.execute(stmt).mappings())
+            return list(conn.execute(stmt).mappings())  # type: ignore[arg-type]  # RowMapping: keyed by name
 
     def _driver_rows(self, conn: Connection, where: str, args: Sequence[Any]) -> list[Mapping[str, Any]]:
         """MySQL-compatible servers: job rows (as `_job_columns` selects them) WHERE
@@ -258,7 +258,7 @@ class XxlJobReader(LegacyReader):
                 if mysql:
                     rows = self._driver_rows(conn, f"`id` IN ({', '.join(['%s'] * len(part))})", part)
                 else:
-                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc]
+                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc, arg-type]
                                              .where(column("id").in_(part))).mappings())
                 for row in rows:
                     d = map_job(row, ctx)

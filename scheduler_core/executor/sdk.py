@@ -39,6 +39,7 @@ bus (nack) and are redelivered, after a log line, until it is.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -220,7 +221,7 @@ class Executor:
             elif _watched(run):
                 # on a thread of its own, so that a timeout hands the rest to a successor
                 # and this call returns once the envelope is finished, not the handler
-                self._spawn(lambda run=run: self._work(run), f"exec-{self.domain}-poll")
+                self._spawn(functools.partial(self._work, run), f"exec-{self.domain}-poll")
                 run.wait_done()
             else:
                 self._work(run)
@@ -253,7 +254,7 @@ class Executor:
                 return False
         self._remember_quick(pack)
         if self._outbox is not None:
-            self._outbox.put_many(pack.results)  # type: ignore[arg-type]
+            self._outbox.put_many(pack.results)
         self._quota.release()
         return True
 
@@ -342,8 +343,8 @@ class Executor:
             fn = None if shadow else self._lookup(env)
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
-            run = EnvelopeRun(env, fn, received=r, received_ms=received_ms, started_ms=received_ms, skip=skip,
-                              serve_after=serve_after)  # type: ignore[arg-type]
+            run = EnvelopeRun(env, fn, received=r, received_ms=received_ms, started_ms=received_ms,  # type: ignore[arg-type]
+                              skip=skip, serve_after=serve_after)
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             if fence is not None:
@@ -525,9 +526,9 @@ class Executor:
         nack(self.sub, r)
 
     def _backoff(self, attempt: int) -> float:
-        return min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
+        return min(self.retry_backoff.total_seconds() * (2.0 ** (attempt - 1)), self.max_backoff.total_seconds())
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    def _spawn(self, target: Callable[[], object], name: str) -> None:
         threading.Thread(target=target, name=name, daemon=True).start()
 
     def close(self) -> None:

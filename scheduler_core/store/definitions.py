@@ -67,7 +67,7 @@ class DefinitionWrites:
         1,000-value IN list cost more than the read)."""
         j = self.t.job
         if not fastpath.fast(conn):
-            return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())  # type: ignore[arg-type]
+            return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())
         q = conn.dialect.identifier_preparer.quote
         return dict(fastpath.driver_rows(conn, f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
                                                f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", codes))

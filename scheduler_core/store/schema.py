@@ -154,7 +154,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
-    trigger = Table("dus_job_trigger", md, *trigger_cols, *trigger_args, **table_kw)  # type: ignore[arg-type]
+    trigger = Table("dus_job_trigger", md, *trigger_cols, *trigger_args, **table_kw)  # type: ignore[call-overload]
 
     fired = Table(
         "dus_fired_record",

@@ -437,7 +437,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         are bound once, the others per row: the driver escapes a quarter of the values
         the plain multi-row INSERT made it escape."""
         mark = self._mark()
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         # the command id always varies: the row source needs one column per row
         varying = [i for i, col in enumerate(columns) if i == 0 or len(set(col)) > 1]
         shared = set(range(len(FIRED_COLUMNS))) - set(varying)

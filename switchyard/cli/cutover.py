@@ -151,7 +151,7 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
     else:
         if not rows:
             click.echo("no businesses yet: run `switchyard migrate run`")
-        for row, bo in zip(rows, owned):
+        for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
             click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"

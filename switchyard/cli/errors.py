@@ -36,7 +36,7 @@ def redact(text: str) -> str:
 class CliFailure(click.ClickException):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(redact(message))
-        self.exit_code = code
+        self.exit_code = code  # type: ignore[misc]  # click declares it per class; ours is per failure
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from typing import Any
 
 import click
 
@@ -172,7 +173,7 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
 
 def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz: str,
                   executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
-                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, object] | None:
+                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, Any] | None:
     if "xxl-job" not in bridges:
         return None
     host, port = _host_port(listen, "--listen")

@@ -211,7 +211,8 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
     store = open_store(target_url)
     try:
         writer = target_writer(store)
-        rows = [r for b in (businesses or [None]) for r in writer.quarantined(b)]
+        wanted: list[str | None] = [*businesses] or [None]
+        rows = [r for b in wanted for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
     if as_json:

@@ -22,7 +22,7 @@ from migrator.cutover import first_at_or_after
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
 from migrator.target import TargetWriter
 from reports.redact import redact, redact_tree
-from scheduler_core.model import Trigger
+from scheduler_core.model import Trigger, TriggerId
 from scheduler_core.stats import lag_stats
 from scheduler_core.store.reads import waiting_summary
 from scheduler_core.store.sql import SqlTriggerStore
@@ -172,7 +172,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
     jobs = []
     for bo in owned:
         for j in bo.jobs:
-            t = triggers.get(j.trigger_id) if j.trigger_id is not None else None
+            t = triggers.get(TriggerId(j.trigger_id)) if j.trigger_id is not None else None
             jobs.append({**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t),
                          **_next_fire(t, j.side, now)})
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))

@@ -83,9 +83,11 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
             switch.cutover(biz, actor="ops")
 
         # the stream runs again and applies the edit: the same cutover passes
+        checkpoint = sm.checkpoint()
+        assert checkpoint is not None
         binlog = BinlogChangeStream(_settings(cdc), server_id=new_server_id(),
-                                    schemas=[make_url(legacy_url).database],
-                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=sm.checkpoint(),
+                                    schemas=[str(make_url(legacy_url).database)],
+                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=checkpoint,
                                     heartbeat_s=1.0, stall_timeout_s=5.0)
         head = current_position(env.legacy)  # the edit is before it
         try:

@@ -47,7 +47,8 @@ def _images(url: str, start: Any, table: str) -> dict[str, dict[str, Any]]:
     u = make_url(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL"))
     cdc = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username, "password": u.password or ""}
     end = current_position(cdc)
-    stream = BinlogChangeStream(cdc, server_id=4_100_000 + hash(url) % 100_000, schemas=[make_url(url).database],
+    stream = BinlogChangeStream(cdc, server_id=4_100_000 + hash(url) % 100_000,
+                                schemas=[make_url(url).database],  # type: ignore[list-item]
                                 tables=[table], start=start, heartbeat_s=1.0, stall_timeout_s=5.0,
                                 progress_every_txns=1)
     out: dict[str, dict[str, Any]] = {}

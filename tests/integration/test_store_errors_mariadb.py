@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.errors import SchemaError, StoreAccessDenied, StoreConflict, StoreUnavailable
-from scheduler_core.model import Job, JobCode, ShardingItem
+from scheduler_core.model import Job, JobCode, ShardingItem, TriggerId
 from scheduler_core.store import engine as engine_mod
 from scheduler_core.store.admin import init_schema
 from scheduler_core.store.driver_errors import store_errors
@@ -89,7 +89,7 @@ def test_a_duplicate_key_is_a_conflict_and_a_dropped_table_a_schema_error() -> N
             with engine.begin() as conn:
                 conn.execute(text("DROP TABLE dus_job_trigger"))
             with pytest.raises(SchemaError) as missing:
-                store.get_trigger(1)
+                store.get_trigger(TriggerId(1))
             assert "(1146, " in str(missing.value) and "dus_job_trigger" in str(missing.value)
         finally:
             engine.dispose()

@@ -126,7 +126,7 @@ def test_a_wakeup_through_etcd_wakes_only_the_owner_of_the_triggers_partition(re
                   for i in range(2)]
     members = [ShardedScheduler(stores[i], buses[i], registries[i], stores[i].clock, SETTINGS) for i in range(2)]
     stops = [threading.Event() for _ in members]
-    threads = [threading.Thread(target=m.run, args=(s,), daemon=True) for m, s in zip(members, stops)]
+    threads = [threading.Thread(target=m.run, args=(s,), daemon=True) for m, s in zip(members, stops, strict=True)]
     job = producer.put_job(Job(job_code=JobCode("soon"), biz_code="wake-biz", handler="h"))
     lags = Lags(buses[2], "wake-biz")
     try:

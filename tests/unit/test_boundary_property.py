@@ -51,7 +51,7 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
         return
     with lg.engine.begin() as conn:
         ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND task_type = 2 ORDER BY id"))]
-        for task_id, off in zip(ids[-len(offsets_s):], offsets_s):
+        for task_id, off in zip(ids[-len(offsets_s):], offsets_s, strict=False):
             wall = (START + timedelta(hours=8, seconds=off)).strftime("%Y-%m-%d %H:%M:%S")
             conn.execute(text("UPDATE bc_task SET task_type = 1, cron_expr = NULL, fire_time = :f WHERE id = :id"),
                          {"f": wall, "id": task_id})

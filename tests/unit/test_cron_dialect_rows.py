@@ -171,7 +171,7 @@ def upgrade_keeps_old_triggers_as_they_were(url: str) -> None:
     _v1_store(url)
     engine = make_engine(url)
     try:
-        with pytest.raises(SchemaError, match="version 1.*db init"):
+        with pytest.raises(SchemaError, match=r"version 1.*db init"):
             tables_for(engine)
         before = check_schema(engine)
         assert not before.ok and "dus_job_trigger.cron_dialect" in before.missing

@@ -25,9 +25,9 @@ from dualrun.tables import dualrun_tables
 from dualrun.verdict_store import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
+from tests.unit.test_dualrun_support import Scenario, identical
 
 cli_dualrun = importlib.import_module("switchyard.cli.dualrun")  # the package attribute is the group
-from tests.unit.test_dualrun_support import Scenario, identical
 
 REPO = Path(__file__).resolve().parents[2]
 

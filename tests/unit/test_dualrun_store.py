@@ -16,7 +16,7 @@ from tests.unit.test_dualrun_support import Scenario, identical
 
 
 def test_stored_comparison_is_the_latest_verdict_with_its_age(tmp_path: Path) -> None:
-    s, d = identical(tmp_path)
+    s, _d = identical(tmp_path)
     assert latest(s.store, "reminder") is None
     ready = s.compare()
     first = put_comparison(s.store, ready)

@@ -6,6 +6,7 @@ rows that link legacy keys to new job codes.
 """
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -70,7 +71,7 @@ class Scenario:
     def code(self, d: LegacyDefinition) -> str:
         return f"{PREFIX[self.source]}:{self.business}:{d.source_key}"
 
-    def job(self, key: str, cron: str, **kw: object) -> LegacyDefinition:
+    def job(self, key: str, cron: str, **kw: Any) -> LegacyDefinition:
         d = cron_definition(key, self.business, cron, source=self.source, **kw)
         self.defs.append(d)
         self._trigger_ids[key] = len(self._trigger_ids) + 1
@@ -111,7 +112,7 @@ class Scenario:
             self.store.put_fired(self.records)
             self.records = []
 
-    def compare(self, settings: CompareSettings | None = None, **kw: object) -> Comparison:
+    def compare(self, settings: CompareSettings | None = None, **kw: Any) -> Comparison:
         self.flush()
         request = CompareRequest(business=self.business, window=self.current, source=kw.pop("source", self.source),
                                  **kw)  # type: ignore[arg-type]
@@ -129,7 +130,7 @@ def identical(tmp_path: Path, **kw: object) -> tuple[Scenario, LegacyDefinition]
 
 
 def test_scenario_writes_both_windows_of_legacy_and_the_current_window_of_new(tmp_path: Path) -> None:
-    s, d = identical(tmp_path)
+    s, _d = identical(tmp_path)
     assert len(s.log.rows) == 720
     assert len(s.records) == 360
     assert all(r.scheduled_at >= s.current.start for r in s.records)

@@ -130,6 +130,7 @@ def test_a_stamp_after_the_final_result_changes_nothing(tmp_path: Path) -> None:
         done = _until(consumer, store, cid, lambda r: r.state is FiredState.SUCCEEDED)
         assert ex.receipts is not None
         env_stamp = ex.receipts  # replay: the stamp once more after the result, as a redelivery would
+        assert first.received_at is not None
         bus.publish(result_messages([EnvelopeResult(
             trigger_id=9, scheduled_ms=round(done.scheduled_at.timestamp() * 1000), page_id=None, indices=[0],
             letters="R", received_ms=round(first.received_at.timestamp() * 1000) + 5000, started_ms=None,

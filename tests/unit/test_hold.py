@@ -35,8 +35,12 @@ def _wait(cond: Callable[[], bool], bound_s: float = 30.0) -> bool:
 def test_the_hold_takes_chunks_due_within_it_up_to_its_bound_per_broker_tick() -> None:
     clock = ManualClock(T0)
     offered: list[str] = []
-    held = HeldChunks(clock, lambda d, n, w: offered.append(d) or True, within_ms=2000, per_window=150,
-                      window_ms=100)
+
+    def offer(domain: str, n: int, fire: Callable[[], object]) -> bool:
+        offered.append(domain)
+        return True
+
+    held = HeldChunks(clock, offer, within_ms=2000, per_window=150, window_ms=100)
     now = to_ms(T0)
     try:
         assert not held.hold(now - 1, "late", 10, lambda: None), "due already: fired now"

@@ -430,7 +430,7 @@ def test_xxl_lineage_b_cron_skips_month_end_L_in_short_months(clock: ManualClock
 
 
 def test_xxl_skip_month_end_L_is_a_lineage_2_4_option(clock: ManualClock) -> None:
-    with pytest.raises(ValueError, match="2.4"):
+    with pytest.raises(ValueError, match=r"2\.4"):
         Xxl("3.4").sim(clock, skip_month_end_L=True)
 
 

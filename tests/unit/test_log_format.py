@@ -44,7 +44,7 @@ def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logg
 
 
 def test_a_json_line_carries_the_message_and_every_extra_field_as_a_key() -> None:
-    record = _record("partition %s: ownership of epoch %s lost", 3, 7, **log_fields(partition=3, epoch=7))
+    record = _record("partition %s: ownership of epoch %s lost", 3, 7, **log_fields(partition=3, epoch=7))  # type: ignore[arg-type]
     line = JsonLines().format(record)
     assert "\n" not in line
     got = json.loads(line)

@@ -151,7 +151,7 @@ def test_the_server_digest_is_the_python_digest_and_read_ahead_reads_every_row_o
         # a caller that stops after the first page: the read-ahead ends with it
         first = reader.definitions()
         assert next(first).source_key == "1"
-        first.close()
+        first.close()  # type: ignore[attr-defined]  # a generator
     finally:
         engine.dispose()
 

@@ -46,7 +46,7 @@ def report(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_json_form_has_the_verdict_reasons_and_series(report) -> None:  # type: ignore[no-untyped-def]
-    s, content = report
+    _s, content = report
     data = json.loads(render_report(content, "json"))
     assert data["kind"] == "business_report" and data["verdict"] == "not_ready" and data["state"] == "dual_run"
     assert any(r.startswith("10 missing fires of job xxl:reminder:12") for r in data["reasons"])

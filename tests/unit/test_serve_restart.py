@@ -13,7 +13,7 @@ from pathlib import Path
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService, is_fence_skip
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, FiredRecord
 from scheduler_core.settings import SchedulerSettings
 from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
@@ -93,7 +93,8 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
         stop.set()
         th.join(timeout=60)
     assert [j for j, _c in runs.seen] == ["keep-job"]
-    recs = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))}
+    recs: dict[str, FiredRecord] = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1),
+                                                                              due + timedelta(seconds=1))}
     assert recs["keep-job"].state is FiredState.SUCCEEDED
     assert is_fence_skip(recs["fenced-job"].state, recs["fenced-job"].message)
     engine.dispose()

@@ -21,7 +21,7 @@ from scheduler_core.errors import (
     StoreRefused,
     StoreUnavailable,
 )
-from scheduler_core.model import Job, JobCode, ShardingItem
+from scheduler_core.model import Job, JobCode, ShardingItem, TriggerId
 from scheduler_core.ports import FenceStore, TriggerStore
 from scheduler_core.store.admin import check_schema, init_schema
 from scheduler_core.store.driver_errors import store_errors, translate
@@ -61,7 +61,7 @@ def test_a_dropped_table_is_a_schema_error_naming_it(tmp_path: Path) -> None:
     with store.engine.begin() as conn:
         conn.execute(text("DROP TABLE dus_job_trigger"))
     with pytest.raises(SchemaError) as caught:
-        store.get_trigger(1)
+        store.get_trigger(TriggerId(1))
     assert "no such table: dus_job_trigger" in str(caught.value)
     assert "switchyard db init" in str(caught.value)
 
@@ -83,9 +83,9 @@ def test_a_write_to_a_read_only_store_is_access_denied(tmp_path: Path) -> None:
 
 
 def test_a_bad_url_or_a_missing_driver_is_a_bad_store_url() -> None:
-    with pytest.raises(BadStoreUrl, match="^bad URL: Could not parse"):
+    with pytest.raises(BadStoreUrl, match=r"^bad URL: Could not parse"):
         make_engine("notaurl")
-    with pytest.raises(BadStoreUrl, match="^bad URL: Can't load plugin: sqlalchemy.dialects:nosuchdb"):
+    with pytest.raises(BadStoreUrl, match=r"^bad URL: Can't load plugin: sqlalchemy\.dialects:nosuchdb"):
         make_engine("nosuchdb://h/x")
 
 

@@ -52,7 +52,7 @@ def test_changes_apply_from_their_images_in_one_target_transaction(tmp_path: Pat
     assert sm.checkpoint() == StreamPosition("bin.000001", 300)
     assert _job(env, a).max_retry == 7  # the last image of the group wins; the legacy row was never re-read
     with env.store.engine.connect() as conn:
-        ledger = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
+        ledger: dict[Any, Any] = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
         field = conn.execute(text("SELECT field FROM dus_migration_ledger WHERE source_key = :k"),
                              {"k": str(b["id"])}).scalar_one()
     assert ledger[str(b["id"])] == "quarantined" and field == "priority"  # bad image: quarantined, rest go on
@@ -131,8 +131,12 @@ def test_bookkeeping_images_are_recognised_from_their_digest_and_not_mapped(tmp_
     tick, edit, unflagged = recurring[0], recurring[1], recurring[2]
     decided: list[str] = []
     plain_decide = sm.migrator.decide
-    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
-        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+
+    def decide(defs: Any, *a: Any, **k: Any) -> Any:
+        decided.extend(d.source_key for d in defs)
+        return plain_decide(defs, *a, **k)
+
+    monkeypatch.setattr(sm.migrator, "decide", decide)
     job_before = _job(env, tick)
 
     def later(row: dict[str, Any]) -> str:  # SQLite hands DATETIME columns over as text
@@ -170,8 +174,12 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     job = rows[0]
     decided: list[str] = []
     plain_decide = sm.migrator.decide
-    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
-        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+
+    def decide(defs: Any, *a: Any, **k: Any) -> Any:
+        decided.extend(d.source_key for d in defs)
+        return plain_decide(defs, *a, **k)
+
+    monkeypatch.setattr(sm.migrator, "decide", decide)
 
     def up(before: dict[str, Any], **after: Any) -> RowChange:
         return RowChange(op=ChangeOp.UPDATE, schema="l", table="xxl_job_info", before=before,

@@ -24,7 +24,7 @@ ENGINE_FROM_STORE = {"migrator/store.py", "dualrun/store.py", "switchyard/wiring
 
 
 def _sources() -> list[tuple[str, ast.AST]]:
-    out = []
+    out: list[tuple[str, ast.AST]] = []
     for pkg in OUTSIDE_CORE:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             out.append((path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))))

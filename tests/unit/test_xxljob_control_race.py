@@ -156,7 +156,7 @@ def test_the_settled_next_time_is_the_first_occurrence_legacy_will_not_fire(
     control = XxlJobControl(engine, AdminClock(clock, sim))
     settled = control.stop([str(j) for j in crons])
     lost = {int(r.getMessage().split()[5]) for r in race_log.records if RACE_LOG in r.getMessage()}
-    restopped = {int(j) for n in settled.notes for j in re.search(r"\[([\d, ]+)\]", n).group(1).split(",")}
+    restopped = {int(j) for n in settled.notes for j in re.search(r"\[([\d, ]+)\]", n).group(1).split(",")}  # type: ignore[union-attr]
     assert restopped == lost, (settled.notes, lost)
     sim.step(at(14, 15))
     for job_id, cron in crons.items():
