@@ -12,6 +12,7 @@ from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import BindParameter
 
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence
@@ -687,7 +688,7 @@ def _fence_of(row: Any) -> Fence:
 
 def _page_update_statement(fr: Any) -> Any:
     """The portable page-record UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
-    n_final = bindparam("p_nfinal")
+    n_final: BindParameter[int] = bindparam("p_nfinal")
     return (
         update(fr)
         .where(
@@ -712,8 +713,8 @@ def _page_update_statement(fr: Any) -> Any:
 
 def _item_update_statement(fr: Any) -> Any:
     """The portable per-item UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
-    new_rank = bindparam("u_rank")
-    new_attempt = bindparam("u_attempt")
+    new_rank: BindParameter[int] = bindparam("u_rank")
+    new_attempt: BindParameter[int] = bindparam("u_attempt")
     # Forward-only: a higher rank wins; among final results a later attempt wins; a
     # duplicate or late replay of an older result changes nothing.
     moves = (fr.c.state_rank < new_rank) | and_(
