@@ -109,7 +109,7 @@ def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_pat
     init_schema(engine, 2)
     store = SqlTriggerStore(engine, SystemClock())
     store.put_job(Job(job_code=JobCode("rolled-job"), biz_code="rolled", handler="h"))
-    due = store.clock.now() + timedelta(seconds=5)
+    due = store.clock.now() + timedelta(seconds=15)  # far enough for a slow start on a loaded machine
     store.add_triggers([Trigger(job_code=JobCode("rolled-job"), biz_code="rolled", kind=TriggerKind.ONCE,
                                 next_fire_at=due)])
     runs = Runs()
