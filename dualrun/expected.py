@@ -14,10 +14,11 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from dualrun.frames import EXPECTED_COLUMNS, JobIndex, empty, to_ms
+from dualrun.frames import EXPECTED_COLUMNS, JobIndex, empty
 from dualrun.model import Window
 from readers.records import LegacyDefinition, ScheduleKind
 from scheduler_core.cron import CronExpression
+from scheduler_core.times import to_ms
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Expected:
 
 def _cron_ms(defn: LegacyDefinition, window: Window, cap: int) -> list[int]:
     assert defn.cron is not None
-    expr = CronExpression(defn.cron, defn.time_zone)
+    expr = CronExpression(defn.cron, defn.time_zone, dialect=defn.cron_dialect)  # type: ignore[arg-type]
     out: list[int] = []
     for at in expr.iter_after(window.start - timedelta(milliseconds=1), limit=cap):
         if at >= window.end:

@@ -85,7 +85,7 @@ from legacy_sim.xxl_executor import Finish, Run, XxlExecutors, handler_identity
 from readers.legacy_ddl.tables import XxlJobLineage, xxljob_metadata
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.timezones import LegacyTimeZone
-from scheduler_core.cron import CronExpression, CronSyntaxError
+from scheduler_core.cron import CronExpression, CronSyntaxError, Dialect
 from scheduler_core.ports import Clock
 
 logger = logging.getLogger(__name__)
@@ -230,6 +230,9 @@ class XxlJobSimulator:
         self._late_edge = modern  # 3.4.0+: `next <= now` is late, not pre-read
         self._ring_slots = 3 if modern else 2
         self._fix_rate_rounds = modern
+        # the Quartz line of its CronExpression copy: 2.1-3.0 (schemas 2.2, 2.4) Quartz 2.3;
+        # 3.1-3.3 (schema 2.4, skip_month_end_L) 2.5.0; 3.4 on 2.5.2 (docs/cron.md)
+        self.cron_dialect: Dialect = "2.5" if modern or skip_month_end_L else "2.3"
 
         md = xxljob_metadata(self.lineage)
         self._info = md.tables["xxl_job_info"]
@@ -661,7 +664,7 @@ class XxlJobSimulator:
         cached = self._crons.get(conf)
         if cached is None:
             try:
-                cached = CronExpression(conf, self.cron_zone.zone)
+                cached = CronExpression(conf, self.cron_zone.zone, dialect=self.cron_dialect)
             except CronSyntaxError as exc:
                 cached = exc
             self._crons[conf] = cached
@@ -671,7 +674,7 @@ class XxlJobSimulator:
 
     # -- trigger ------------------------------------------------------------------------
 
-    def _view(self, row: Mapping[str, Any]) -> XxlJobView:
+    def _view(self, row: Mapping[Any, Any]) -> XxlJobView:  # a dict or a RowMapping
         legacy = self.lineage is XxlJobLineage.V2_2
 
         def text_(key: str) -> str | None:
@@ -752,7 +755,7 @@ class XxlJobSimulator:
         inserted = conn.execute(
             self._q_insert, {"job_group": job.job_group, "job_id": job.id, "trigger_time": wall, "trigger_code": 0, "handle_code": 0}
         )
-        log_id = int(inserted.inserted_primary_key[0])
+        log_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # an INSERT has a key
         self._nominal[log_id] = nominal
         scheduled = from_ms(nominal if nominal is not None else t)
 

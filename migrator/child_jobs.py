@@ -1,9 +1,13 @@
 """xxl-job child jobs (`child_jobid`) on the new side: after a successful run of a parent,
 the admin triggers each child (XxlJobCompleter). Here each child job is mapped, through
 the ledger, to the migrated trigger of that job, and the pairs become the scheduler's
-on-success follow-ups (scheduler_core.followups) when the business is cut over.
+on-success follow-ups (scheduler_core.followups) while the business is live on the new
+side: from a live dual-run's start (the new side mirrors legacy, children included; chains
+it cannot run are left to legacy there, and noted) and at the cutover; a rollback or a
+shadow dual-run removes them. A child whose own schedule is NONE has a trigger with no
+schedule (migrator.mapping): only a follow-up (or a hand) runs it.
 
-A chain the new side cannot run refuses the cutover and is named: a child that is not
+At the cutover, a chain the new side cannot run refuses it and is named: a child that is not
 migrated, quarantined, deleted, has no trigger (an API-only job), or belongs to another
 business (it may still be on legacy, and even when it is not, one business's cutover
 must not start firing another's jobs). Ids xxl-job itself skips (not a positive number,
@@ -20,6 +24,7 @@ from sqlalchemy import select
 
 from migrator.model import LedgerStatus
 from readers.records import SourceSystem
+from migrator.store import MigratorStore
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -66,9 +71,10 @@ def child_chains(store: SqlTriggerStore, biz: str, links: Sequence[Link]) -> Chi
             wanted[ln.source_key] = ids
     if not wanted:
         return out
-    lg = store.t.ledger
+    own = MigratorStore.beside(store)
+    lg = own.t.ledger
     keys = sorted({c for ids in wanted.values() for c in ids})
-    with store.engine.connect() as conn:
+    with own.engine.connect() as conn:
         rows = {
             r.source_key: r
             for r in conn.execute(

@@ -18,7 +18,7 @@ from scheduler_core.cron import CronExpression, CronSyntaxError
 PREVIEW_COUNT = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FirePreview:
     source_key: str
     business: str
@@ -49,7 +49,7 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
     if defn.schedule is not ScheduleKind.CRON or not defn.cron or defn.problems:
         return None
     try:
-        expr = CronExpression(defn.cron, defn.time_zone)
+        expr = CronExpression(defn.cron, defn.time_zone, dialect=defn.cron_dialect)  # type: ignore[arg-type]
     except (CronSyntaxError, ValueError):
         return None
     fires: list[datetime] = []
@@ -66,4 +66,5 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
         # an occurrence is the first fire after the instant just before it
         first = expr.next_after((legacy - timedelta(seconds=1)).astimezone(expr.tz))
         matches = first is not None and first == legacy
-    return FirePreview(defn.source_key, defn.business, defn.cron, str(expr.tz), tuple(fires), legacy, matches)
+    return FirePreview(source_key=defn.source_key, business=defn.business, cron=defn.cron, zone=str(expr.tz),
+                       fires=tuple(fires), legacy_next=legacy, legacy_next_matches=matches)

@@ -11,11 +11,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from readers.records import LegacyBusiness, LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
-from scheduler_core.cron import CronExpression, CronSyntaxError
-from scheduler_core.model import Job, JobCode, MisfirePolicy, ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.cron import DIALECTS, CronExpression, CronSyntaxError, Dialect
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Job, JobCode, MisfirePolicy, ShardingItem, Trigger, TriggerKind, TriggerState
 
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_SHARDS = 100_000
@@ -165,20 +166,22 @@ def _items(
 
 def _trigger(
     defn: LegacyDefinition, job: Job, zone: ZoneInfo, now: datetime, options: MappingOptions, active: bool
-) -> Trigger | None | Rejection:
+) -> Trigger | Rejection | None:
     misfire = MisfirePolicy.FIRE_ONCE_NOW if defn.misfire is MisfireRule.FIRE_ONCE_NOW else MisfirePolicy.SKIP
     end_at = defn.end_at
     for name, value in (("next_fire_at", defn.next_fire_at), ("end_at", end_at)):
         if value is not None and not EARLIEST <= value < LATEST:
             return Rejection(name, f"{value.isoformat()} is outside 1970-01-02 .. 2100-01-01")
     state = _state(defn, active)
-    common = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
+    common: dict[str, Any] = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
                   misfire_policy=misfire, priority=job.priority, state=state)
     if defn.schedule is ScheduleKind.NONE:
         if job.biz_code in options.api_only_businesses:
             return None
-        return Rejection("schedule_type", "NONE (fired by hand or as a child job): quarantined unless the business "
-                                          "opts into API-only jobs")
+        # xxl-job runs it only as a child job (after a parent's success) or by hand: a
+        # trigger with no schedule, never due (completed), that a parent's follow-up fires
+        return Trigger(kind=TriggerKind.NONE, next_fire_at=now, **{**common, "end_at": None,  # type: ignore[arg-type]
+                                                                   "state": TriggerState.COMPLETED})
     if defn.schedule is ScheduleKind.ONCE:
         if defn.next_fire_at is None:
             return Rejection("fire_time", "a one-shot task needs its fire time")
@@ -186,16 +189,25 @@ def _trigger(
     if defn.schedule is ScheduleKind.CRON:
         if not defn.cron:
             return Rejection("cron", "a cron job needs a cron expression")
+        if defn.cron_dialect not in DIALECTS:
+            return Rejection("cron", f"unknown Quartz dialect {defn.cron_dialect!r} (expected one of "
+                                     f"{', '.join(DIALECTS)})")
+        dialect: Dialect = defn.cron_dialect  # type: ignore[assignment]
         # Recomputed from the schedule, never a copied legacy next time (xxl-job #2988):
-        # the first occurrence strictly after now.
-        first = _cron_next(defn.cron, zone, now)
+        # the first occurrence strictly after now, in the legacy's own Quartz dialect.
+        first = _cron_next(defn.cron, zone, now, dialect)
+        if isinstance(first, CronSyntaxError) and defn.cron_dialect_fallback in DIALECTS:
+            # the legacy's version is not known for sure, and only the other line accepts
+            # it: the admin that saved it runs that line
+            other = _cron_next(defn.cron, zone, now, defn.cron_dialect_fallback)  # type: ignore[arg-type]
+            if not isinstance(other, CronSyntaxError):
+                dialect, first = defn.cron_dialect_fallback, other  # type: ignore[assignment]
         if isinstance(first, CronSyntaxError):
-            return Rejection("cron", f"invalid Quartz cron {defn.cron!r}: {first}")
+            return Rejection("cron", f"invalid Quartz cron {defn.cron!r} for the legacy's Quartz {dialect}: {first}")
+        cron = dict(kind=TriggerKind.CRON, cron=defn.cron, cron_dialect=dialect)
         if first is None or (end_at is not None and first > end_at):
-            return Trigger(kind=TriggerKind.CRON, cron=defn.cron, next_fire_at=now,
-                           **{**common, "state": TriggerState.COMPLETED})  # type: ignore[arg-type]
-        return Trigger(kind=TriggerKind.CRON, cron=defn.cron, next_fire_at=first.astimezone(EARLIEST.tzinfo),
-                       **common)  # type: ignore[arg-type]
+            return Trigger(next_fire_at=now, **cron, **{**common, "state": TriggerState.COMPLETED})  # type: ignore[arg-type]
+        return Trigger(next_fire_at=first.astimezone(EARLIEST.tzinfo), **cron, **common)  # type: ignore[arg-type]
     if defn.schedule is ScheduleKind.FIXED_RATE:
         if defn.interval_seconds is None or defn.interval_seconds <= 0:
             return Rejection("interval", f"fixed rate needs a positive interval, got {defn.interval_seconds!r}")
@@ -209,12 +221,12 @@ def _trigger(
 
 
 @lru_cache(maxsize=8192)
-def _cron_next(cron: str, zone: ZoneInfo, now: datetime) -> datetime | None | CronSyntaxError:
+def _cron_next(cron: str, zone: ZoneInfo, now: datetime, dialect: Dialect) -> datetime | CronSyntaxError | None:
     """The first occurrence after `now`, or the syntax error. Cached: a chunk (or a group of
     change events) maps many rows with the same few expressions at the same `now`, and
     parsing plus stepping a Quartz expression is most of a row's mapping cost."""
     try:
-        expr = CronExpression(cron, zone)
+        expr = CronExpression(cron, zone, dialect=dialect)
     except CronSyntaxError as exc:
         return exc
     return expr.next_after(now.astimezone(zone))
@@ -241,10 +253,16 @@ def _hash(job: Job, trigger: Trigger | None, items: tuple[ShardingItem, ...]) ->
         "items": [[i.index, i.param] for i in items],
     }
     if trigger is not None:
-        body["trigger"] = [trigger.kind.value, trigger.cron, trigger.interval.total_seconds() if trigger.interval else None,
-                           trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
-                           trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
-                           trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
+        schedule: list[object] = [
+            trigger.kind.value, trigger.cron, trigger.interval.total_seconds() if trigger.interval else None,
+            trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
+            trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
+            trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
+        if trigger.cron_dialect != DEFAULT_CRON_DIALECT and trigger.kind is TriggerKind.CRON:
+            # only when not the default: a trigger migrated before triggers carried a dialect
+            # keeps its hash (nothing rewritten), one of another dialect is updated to carry it
+            schedule.append(trigger.cron_dialect)
+        body["trigger"] = schedule
     return hashlib.sha256(_HASH_JSON(body).encode()).hexdigest()
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from scheduler_core.model import Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
 
@@ -36,14 +36,19 @@ def plan_edit(new: Trigger, trigger_id: int, state: str, schedule: tuple[Any, ..
               now_ms: int, margin: timedelta) -> ScheduleEdit | None:
     """The edit of a waiting trigger whose schedule (kind, cron, interval, zone) changed
     and that has published ahead (`schedule` = the row's next_fire_at, kind, cron_expr,
-    interval_ms, time_zone before the edit; `next_fire_ms` = after it); None otherwise."""
-    old_next, kind, cron, interval_ms, tz = schedule
+    interval_ms, time_zone[, cron dialect] before the edit; `next_fire_ms` = after it);
+    None otherwise."""
+    old_next, kind, cron, interval_ms, tz, *rest = schedule
     if state != TriggerState.WAITING.value or old_next is None or next_fire_ms is None:
         return None
-    if new.kind is TriggerKind.ONCE:
+    if new.kind in (TriggerKind.ONCE, TriggerKind.NONE) or kind == TriggerKind.NONE.value:
         return None
     interval = int(new.interval.total_seconds() * 1000) if new.interval else None
-    if (kind, cron, interval_ms, tz) == (new.kind.value, new.cron, interval, new.time_zone):
+    # a cron's dialect is part of its schedule (NULL: stored before there was one, the default)
+    dialect = rest[0] if rest else None
+    old_dialect = (dialect or DEFAULT_CRON_DIALECT) if kind == TriggerKind.CRON.value else None
+    new_dialect = new.cron_dialect if new.kind is TriggerKind.CRON else None
+    if (kind, cron, interval_ms, tz, old_dialect) == (new.kind.value, new.cron, interval, new.time_zone, new_dialect):
         return None  # the same schedule (a replayed event, or another field edited)
     effective = now_ms + int(margin.total_seconds() * 1000)
     if effective >= int(old_next):

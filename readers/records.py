@@ -72,6 +72,12 @@ class LegacyDefinition:
     next_fire_at: datetime | None = None  # aware UTC: the next time the legacy side is due
     end_at: datetime | None = None
     time_zone: str = "Asia/Shanghai"  # the zone the cron is evaluated in
+    # the Quartz line of the legacy's CronExpression ("2.3" or "2.5"): what it accepts and
+    # when it fires differ in places (docs/cron.md); xxl-job: by version, batch center: 2.5
+    cron_dialect: str = "2.5"
+    # when the legacy's version is not known for sure: the other line it may run, taken
+    # for an expression `cron_dialect` rejects (that admin saved it, so it runs it)
+    cron_dialect_fallback: str = ""
     misfire: MisfireRule = MisfireRule.SKIP
     enabled: bool = True  # xxl-job trigger_status = 1; batch center WAITING (not PAUSED/...)
     status: str = ""  # the legacy status, in the legacy's own words
@@ -113,6 +119,8 @@ class ContentDigest:
     digest: str
     time_zone: str
     broadcast: bool = False  # as LegacyDefinition.broadcast: its digest counts the executor addresses
+    cron_dialect: str = "2.5"  # as LegacyDefinition.cron_dialect
+    cron_dialect_fallback: str = ""  # as LegacyDefinition.cron_dialect_fallback
     flag_pending: bool = False  # batch center: `migrated` is not 1 (the row is read, to repair the flag)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler_core.item_states import RESULT_STATES, ItemState
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
@@ -61,28 +62,34 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
 
 def envelope_body(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> dict[str, Any]:
     """One envelope's body from the run's header (any command of the run: only its
-    run-level fields are read) and the items as (index, param) pairs: the fire pipeline's
-    fan-out path, which never builds a command object per item."""
+    run-level fields are read) and the items as (index, param) pairs."""
+    header = run_header(job_code=run.job_code, biz_code=run.biz_code, handler=run.handler, params=run.params,
+                        item_total=run.item_total, timeout=run.timeout, max_retry=run.max_retry, epoch=run.epoch,
+                        attempt=run.attempt)
+    return run_body(header, run.trigger_id, to_ms(run.scheduled_at), items, page_record=page_record,
+                    shadow=run.shadow)
+
+
+def run_header(*, job_code: str, biz_code: str, handler: str, params: str, item_total: int, timeout: timedelta,
+               max_retry: int, epoch: int, attempt: int = 0) -> dict[str, Any]:
+    """The fields every run of a job fired by one epoch shares: the fire pipeline's
+    fan-out path builds them once per job and chunk, not once per run."""
+    return {"j": job_code, "b": biz_code, "h": handler, "p": params, "n": item_total, "a": attempt,
+            "to": int(timeout.total_seconds() * 1000), "r": max_retry, "e": epoch}
+
+
+def run_body(header: dict[str, Any], trigger_id: int, scheduled_ms: int, items: Sequence[tuple[int, str]], *,
+             page_record: bool = False, shadow: bool = False) -> dict[str, Any]:
+    """One envelope's body: a run's header (`run_header`), its trigger and T in epoch
+    milliseconds, and the items as (index, param) pairs; no command object per item."""
     if not items:
         raise ValueError("an envelope needs at least one item")
-    body: dict[str, Any] = {
-        "v": WIRE_VERSION,
-        "t": run.trigger_id,
-        "T": to_ms(run.scheduled_at),
-        "j": run.job_code,
-        "b": run.biz_code,
-        "h": run.handler,
-        "p": run.params,
-        "n": run.item_total,
-        "a": run.attempt,
-        "to": int(run.timeout.total_seconds() * 1000),
-        "r": run.max_retry,
-        "e": run.epoch,
-        "i": [[i, param] for i, param in items],
-    }
+    body: dict[str, Any] = {"v": WIRE_VERSION, "t": trigger_id, "T": scheduled_ms}
+    body.update(header)
+    body["i"] = [[i, param] for i, param in items]
     if page_record:
         body["pr"] = 1
-    if run.shadow:
+    if shadow:
         body["sh"] = 1
     return body
 
@@ -267,18 +274,12 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
         raise CodecError(f"malformed result message: {exc}") from exc
 
 
-# one letter per item state in the compact form; the store's page records use the same.
-# "K" (skipped by a rollback fence, never invoked) is newer than the form: a scheduler
-# that does not know it drops such a result message as malformed, so upgrade the
-# scheduler (callback consumer) before executors, as for the "e" form.
-_STATE_LETTER: dict[FiredState, str] = {
-    FiredState.SUCCEEDED: "S",
-    FiredState.FAILED: "F",
-    FiredState.TIMED_OUT: "T",
-    FiredState.RECEIVED: "R",
-    FiredState.SKIPPED: "K",
-}
-_LETTER_STATE: dict[str, FiredState] = {v: k for k, v in _STATE_LETTER.items()}
+# one letter per item state in the compact form (item_states.ItemState, which the store's
+# page records use too). "K" (skipped by a rollback fence, never invoked) is newer than
+# the form: a scheduler that does not know it drops such a result message as malformed,
+# so upgrade the scheduler (callback consumer) before executors, as for the "e" form.
+_STATE_LETTER: dict[FiredState, ItemState] = {s.fired_state: s for s in RESULT_STATES}
+_LETTER_STATE: dict[str, FiredState] = {s.value: s.fired_state for s in RESULT_STATES}
 
 
 def state_letter(state: FiredState) -> str:

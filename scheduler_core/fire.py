@@ -3,8 +3,9 @@ expand sharding items page by page, persist fired records, publish each command 
 deliver-at = T, then record the outcome with a fenced CAS.
 
 Order of writes (two transactions per chunk), and what a crash at each point leaves:
-  1. the fence is read and the fired records inserted (INSERT-if-absent by command_id)
-     in one transaction; a deposed leader writes and publishes nothing. Afterwards the
+  1. the fired records inserted (INSERT-if-absent by command_id) on the condition that
+     the fence still holds the epoch, in one transaction; a deposed leader writes and
+     publishes nothing. Afterwards the
      trigger is still `acquired` by this epoch: reclaimed after its deadline and fired
      again, same command ids;
   2. commands published -> same, the re-fire publishes duplicates with the same ids;
@@ -16,18 +17,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, run_body, run_header
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
     CommandId,
     Epoch,
-    ExecutionCommand,
     FiredRecord,
     FiredState,
     Job,
@@ -60,7 +60,7 @@ class FireOutcome:
     messages: int = 0
 
 
-@dataclass
+@dataclass(slots=True, kw_only=True)
 class _Plan:
     trigger: Trigger
     job: Job | None
@@ -88,24 +88,29 @@ class FirePipeline:
         self.metrics = metrics
 
     def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
-             may_publish: Callable[[], bool] | None = None) -> FireOutcome:
+             may_publish: Callable[[], bool] | None = None,
+             jobs: Mapping[JobCode, Job] | None = None) -> FireOutcome:
         """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
         (the leader's fence when None, the chunk's partition fence under the registry).
         `may_publish`, asked between the fired records and the publication, is the
         owner's last look at its lease: the broker has no fence, so an owner that knows
-        it lost the partition (a pause past its lease) publishes nothing."""
+        it lost the partition (a pause past its lease) publishes nothing. `jobs`: the
+        chunk's job definitions as read at admission (one read per tick, not per chunk);
+        read here when not given."""
         out = FireOutcome()
         if not triggers:
             return out
         now = self.clock.now()
-        jobs = self.store.get_jobs([t.job_code for t in triggers])
+        if jobs is None:
+            jobs = self.store.get_jobs([t.job_code for t in triggers])
         plans = [self._plan(t, jobs.get(t.job_code), now) for t in triggers]
 
         records: list[FiredRecord] = []
         messages: list[BusMessage] = []
         small: list[_Envelope] = []
+        headers: dict[str, dict[str, Any]] = {}  # per job: one header for every run of the chunk
         for plan in plans:
-            recs, envs = self._expand(plan, epoch, now)
+            recs, envs = self._expand(plan, epoch, now, headers)
             records += recs
             for e in envs:
                 if e.packable:
@@ -175,7 +180,8 @@ class FirePipeline:
         """One run of `trigger` at `occurrence` outside its schedule (a follow-up fire): its
         fired records and messages, delivered now; the trigger is not moved."""
         now = self.clock.now()
-        plan = _Plan(trigger, job, occurrence, now, None, False, False, note)
+        plan = _Plan(trigger=trigger, job=job, occurrence=occurrence, deliver_at=now, next_at=None, misfired=False,
+                     skip=False, note=note)
         records, envelopes = self._expand(plan, epoch, now)
         return records, [e.message() for e in envelopes]
 
@@ -200,15 +206,18 @@ class FirePipeline:
         late = now - t
         misfired = late > self.settings.misfire_threshold
         if not misfired:
-            return _Plan(trigger, job, t, t, self._next(trigger, t), False, False)
+            return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=t, next_at=self._next(trigger, t),
+                         misfired=False, skip=False)
         # A misfire follows the trigger's policy and is recorded, never silently dropped.
         nxt = self._next(trigger, now)
         missed = count_between(trigger, t, now) if trigger.kind.value != "once" else 0
         if trigger.misfire_policy is MisfirePolicy.SKIP:
             note = f"misfire: skipped (late {late}); {missed} later occurrence(s) also passed"
-            return _Plan(trigger, job, t, now, nxt, True, True, note)
+            return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=True,
+                         note=note)
         note = f"misfire: fired once now (late {late}); {missed} later occurrence(s) folded into it"
-        return _Plan(trigger, job, t, now, nxt, True, False, note)
+        return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=False,
+                     note=note)
 
     def _next(self, trigger: Trigger, after: datetime) -> datetime | None:
         try:
@@ -218,7 +227,8 @@ class FirePipeline:
             log.error("trigger %s: schedule cannot be evaluated (%s); completing it", trigger.id, exc)
             return None
 
-    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime) -> tuple[list[FiredRecord], list[_Envelope]]:
+    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime,
+                headers: dict[str, dict[str, Any]] | None = None) -> tuple[list[FiredRecord], list[_Envelope]]:
         trig, job = plan.trigger, plan.job
         assert trig.id is not None
         if job is None:
@@ -242,13 +252,13 @@ class FirePipeline:
         props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(occ_ms),
                  "trigger_id": str(trig.id)}
         topic = command_topic(job.biz_code)
-        # the run's header: run-level fields only, shared by every envelope of the run
-        run = ExecutionCommand(
-            command_id=command_id(trig.id, occ_ms, 0), trigger_id=trig.id, job_code=job.job_code,
-            biz_code=job.biz_code, handler=job.handler, scheduled_at=plan.occurrence, item_index=0,
-            item_total=job.shard_total, params=job.params, timeout=job.timeout, max_retry=job.max_retry,
-            epoch=epoch, shadow=job.shadow,
-        )
+        # the run's header: the job's fields, built once per job and chunk
+        header = headers.get(job.job_code) if headers is not None else None
+        if header is None:
+            header = run_header(job_code=job.job_code, biz_code=job.biz_code, handler=job.handler, params=job.params,
+                                item_total=job.shard_total, timeout=job.timeout, max_retry=job.max_retry, epoch=epoch)
+            if headers is not None:
+                headers[job.job_code] = header
         k = job.envelope_size
         paged = k > 1 and self.settings.page_records
         for page in self._pages(job):
@@ -271,7 +281,8 @@ class FirePipeline:
                         command_id=head_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
                         scheduled_at=plan.occurrence, item_index=first, item_total=job.shard_total,
                         item_count=len(group), epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note))
-                envelopes.append(_Envelope(topic, envelope_body(run, group, page_record=paged), deliver_ms, props,
+                envelopes.append(_Envelope(topic, run_body(header, trig.id, occ_ms, group, page_record=paged,
+                                                    shadow=job.shadow), deliver_ms, props,
                                            head_id, len(group), k, job.job_code))
         if len(envelopes) == 1 and envelopes[0].items < k:
             # a run smaller than an envelope may share a message with other runs of its
@@ -306,26 +317,27 @@ class FirePipeline:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
         complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
         fired_at = {p.trigger.id: p.occurrence for p in plans if p.trigger.id is not None}
-        changes: list[Transition] = []
+        # each transition under its outcome's name: the store answers each one's winners
+        # in the order given, paired back here by name, not by position
+        changes: dict[str, Transition] = {}
         if reschedule:
             ids = list(reschedule)
-            changes.append(Transition(
+            changes["rescheduled"] = Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
-                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,  # type: ignore[arg-type]
-                last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
-            ))
+                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,
+                last_fired_at={i: fired_at[i] for i in ids},
+            )
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
-            changes.append(Transition(
+            changes["completed"] = Transition(
                 ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
                 fence_epoch=epoch, fence=fence, fired_at_next=True,
-            ))
-        winners = self.store.finish_fire(published, self.clock.now(), changes)
-        if reschedule:
-            out.rescheduled = winners.pop(0)
-        if complete:
-            out.completed = winners.pop(0)
+            )
+        answered = self.store.finish_fire(published, self.clock.now(), list(changes.values()))
+        winners = dict(zip(changes, answered, strict=True))
+        out.rescheduled = winners.get("rescheduled", [])
+        out.completed = winners.get("completed", [])
         won: set[TriggerId] = set(out.rescheduled) | set(out.completed)
         for p in plans:
             tid = p.trigger.id

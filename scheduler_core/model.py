@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NewType
 
+from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 from scheduler_core.times import require_aware, to_ms
 
 TriggerId = NewType("TriggerId", int)
 JobCode = NewType("JobCode", str)
 CommandId = NewType("CommandId", str)
 Epoch = NewType("Epoch", int)
+# The Quartz line a trigger's cron follows when the store has none for it (a trigger
+# written before triggers carried one): Quartz 2.5, what every cron was evaluated as then.
+DEFAULT_CRON_DIALECT: Dialect = "2.5"
 
 
 class TriggerState(enum.StrEnum):
@@ -34,6 +38,9 @@ class TriggerKind(enum.StrEnum):
     ONCE = "once"
     CRON = "cron"
     FIXED_RATE = "fixed_rate"
+    # no schedule of its own (xxl-job NONE): never due; runs only as another trigger's
+    # follow-up (a child job) or by hand. Stored `completed`: nothing left to fire by itself
+    NONE = "none"
 
 
 class MisfirePolicy(enum.StrEnum):
@@ -121,6 +128,9 @@ class Trigger:
     next_fire_at: datetime
     state: TriggerState = TriggerState.WAITING
     cron: str | None = None  # Quartz syntax, evaluated in time_zone
+    # which Quartz line's CronExpression the cron follows ("2.3" or "2.5", docs/cron.md):
+    # the legacy's own, so a migrated job fires exactly as its legacy admin fired it
+    cron_dialect: Dialect = DEFAULT_CRON_DIALECT
     interval: timedelta | None = None  # fixed rate, anchored at the first next_fire_at
     time_zone: str = "UTC"
     end_at: datetime | None = None
@@ -139,6 +149,9 @@ class Trigger:
             require_aware(self.acquire_deadline, "acquire_deadline")
         if self.kind is TriggerKind.CRON and not self.cron:
             raise ValueError(f"trigger of {self.job_code}: a cron trigger needs a cron expression")
+        if self.cron_dialect not in DIALECTS:
+            raise ValueError(f"trigger of {self.job_code}: unknown cron dialect {self.cron_dialect!r} "
+                             f"(expected one of {', '.join(DIALECTS)})")
         if self.kind is TriggerKind.FIXED_RATE and (self.interval is None or self.interval <= timedelta(0)):
             raise ValueError(f"trigger of {self.job_code}: a fixed-rate trigger needs a positive interval")
 

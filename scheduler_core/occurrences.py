@@ -1,25 +1,29 @@
 """Next occurrence of a trigger: pure functions over the model and the cron evaluator."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timezone, datetime, timedelta
 from functools import lru_cache
 
-from scheduler_core.cron import CronExpression
+from scheduler_core.cron import CronExpression, Dialect
 from scheduler_core.model import Trigger, TriggerKind
 
 
 @lru_cache(maxsize=4096)
-def _cron(expr: str, tz: str) -> CronExpression:
-    return CronExpression(expr, tz)
+def _cron(expr: str, tz: str, dialect: Dialect) -> CronExpression:
+    return CronExpression(expr, tz, dialect=dialect)
 
 
 def next_after(trigger: Trigger, after: datetime) -> datetime | None:
     """The first occurrence strictly after `after`, or None when the trigger is done."""
-    if trigger.kind is TriggerKind.ONCE:
+    if trigger.kind is TriggerKind.ONCE or trigger.kind is TriggerKind.NONE:
         return None
     if trigger.kind is TriggerKind.CRON:
         assert trigger.cron is not None
-        nxt = _cron(trigger.cron, trigger.time_zone).next_after(after)
+        nxt = _cron(trigger.cron, trigger.time_zone, trigger.cron_dialect).next_after(after)
+        if nxt is not None:
+            # in UTC like every other instant of the model: a wall time of the fall-back
+            # hour (fold=1) never compares equal to the same instant in another zone (PEP 495)
+            nxt = nxt.astimezone(timezone.utc)
     else:
         assert trigger.interval is not None
         # anchored at the current occurrence: steps of the interval, never drifting with
@@ -54,7 +58,7 @@ def validate_schedule(trigger: Trigger) -> None:
     """Raise ValueError when the trigger's schedule cannot be evaluated."""
     if trigger.kind is TriggerKind.CRON:
         assert trigger.cron is not None
-        _cron(trigger.cron, trigger.time_zone)
+        _cron(trigger.cron, trigger.time_zone, trigger.cron_dialect)
     elif trigger.kind is TriggerKind.FIXED_RATE:
         assert trigger.interval is not None
         if trigger.interval < timedelta(milliseconds=1):

@@ -194,8 +194,8 @@ class TriggerStore(Protocol):
     @abstractmethod
     def put_fired_fenced(self, records: Sequence[FiredRecord], epoch: Epoch, fence: str | None = None) -> bool:
         """put_fired, only while `epoch` is the fence's current epoch (the leader's fence
-        when None): the fence is read in the same transaction, before the insert. False:
-        fenced, nothing written."""
+        when None): the fence is checked in the same transaction as the insert (by the
+        SQL store, as a condition of the INSERT itself). False: fenced, nothing written."""
 
     @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
@@ -431,6 +431,31 @@ class Registry(Protocol):
     @abstractmethod
     def leave(self) -> None:
         """Leave at once: every partition still owned is freed with the lease."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+# --- wake-ups ------------------------------------------------------------------------
+
+
+class Wakeups(Protocol):
+    """Tells the owners of partitions that triggers due soon were added there, so their
+    acquire loops tick in time instead of after their idle wait. Best effort by design: a
+    wake-up lost (a process away, the network) only leaves the trigger to the loop's next
+    regular tick, as before wake-ups existed. A wake-up is partition index -> the earliest
+    fire time (epoch ms) of the triggers added there."""
+
+    @abstractmethod
+    def notify(self, due: Mapping[int, int]) -> None:
+        """Wake the loops of these partitions, wherever they run. Must not block the
+        caller on a remote round trip."""
+
+    @abstractmethod
+    def listen(self, on_wake: Callable[[Mapping[int, int]], None]) -> Callable[[], None]:
+        """Call `on_wake` with every wake-up from now on (on a thread of the adapter's, or
+        the notifier's in process; it must be quick and must not raise); returns the call
+        that stops it."""
 
     @abstractmethod
     def close(self) -> None: ...

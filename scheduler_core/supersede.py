@@ -92,7 +92,8 @@ def decode_supersede(payload: bytes) -> Supersede | None:
     try:
         body = json.loads(payload)
         if not isinstance(body, dict) or body.get("v") != WIRE_VERSION:
-            raise ValueError(f"unsupported control message version {body.get('v') if isinstance(body, dict) else None!r}")
+            version = body.get("v") if isinstance(body, dict) else None
+            raise ValueError(f"unsupported control message version {version!r}")
         if body.get("k") != KIND:
             return None
         return Supersede(trigger_id=int(body["t"]), business=str(body["b"]), effective_ms=int(body["f"]),

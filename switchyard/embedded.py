@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
@@ -45,6 +44,7 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.reads import job_domains
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 
@@ -123,9 +123,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
 
 def store_domains(store: SqlTriggerStore) -> set[str]:
     """Every business domain that has a job in the store."""
-    j = store.t.job
-    with store.engine.connect() as conn:
-        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
+    return job_domains(store)
 
 
 @dataclass
@@ -209,8 +207,8 @@ class EmbeddedCenter:
                  self.name, self.republished, fences, ", ".join(sorted(self.executors)) or "no domain yet")
         election = ContinuingElection(LocalElection(LocalElectionGroup(self.store.clock), self.name),
                                       int(self.store.current_epoch()))
-        scheduler = Scheduler(self.store, self.bus, election, self.store.clock, self.settings,  # type: ignore[arg-type]
-                              self.metrics, consume_results=False)
+        scheduler = Scheduler(self.store, self.bus, election, self.store.clock,  # type: ignore[arg-type]
+                              settings=self.settings, metrics=self.metrics, consume_results=False)
         sched_stop = threading.Event()
         sched = threading.Thread(target=scheduler.run, args=(sched_stop,), name="scheduler", daemon=True)
         sched.start()

@@ -80,6 +80,8 @@ class JobContext:
     tz: LegacyTimeZone  # the zone of the DATETIME columns (the admin's JDBC serverTimezone)
     text_columns: frozenset[str]
     cron_zone: str = ""  # the zone crons run in (the admin JVM's); "" = `tz`'s
+    cron_dialect: str = "2.5"  # the Quartz line of the admin's CronExpression (readers.xxljob.cron_lineage)
+    cron_dialect_fallback: str = ""  # the other line, when the version is not known for sure
 
     @property
     def cron_zone_name(self) -> str:
@@ -216,7 +218,8 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
     if dec.problems or not isinstance(v.get("id"), int) or not isinstance(group, int) or group not in ctx.groups:
         return None
     return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
-                         time_zone=ctx.cron_zone_name,
+                         time_zone=ctx.cron_zone_name, cron_dialect=ctx.cron_dialect,
+                         cron_dialect_fallback=ctx.cron_dialect_fallback,
                          broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
 
 
@@ -249,6 +252,8 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
         interval_seconds=interval,
         next_fire_at=next_fire_at,
         time_zone=ctx.cron_zone_name,
+        cron_dialect=ctx.cron_dialect,
+        cron_dialect_fallback=ctx.cron_dialect_fallback,
         misfire=misfire,
         enabled=status == 1,
         status="RUNNING" if status == 1 else "STOPPED",

@@ -16,15 +16,15 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, TypeVar
 
-from pymysql.constants import FIELD_TYPE
-from pymysql.converters import convert_datetime
 from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, literal, select, table, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause
 
 from readers.errors import MissingTables, SourceUnavailable
-from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
+from readers.fastpath import driver_rows, driver_tuples, fast
+from readers.legacy_ddl.tables import WallTime, XxlJobLineage
+from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
@@ -51,13 +51,18 @@ class XxlJobReader(LegacyReader):
     system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
 
     def __init__(self, bind: Engine | Connection, *, admin_tz: str | None = None, db_tz: str | None = None,
-                 cron_tz: str | None = None, batch_size: int = 1000) -> None:
+                 cron_tz: str | None = None, batch_size: int = 1000, version: str | None = None) -> None:
         """`db_tz`: the zone the admin writes its DATETIME columns in (its JDBC
         `serverTimezone`); `cron_tz`: the zone its crons run in (the admin JVM's default
         zone), which becomes each definition's `time_zone`. `admin_tz` is both at once;
-        either one alone sets the other too (readers.timezones.LegacyZones.of)."""
+        either one alone sets the other too (readers.timezones.LegacyZones.of). `version`:
+        the admin's xxl-job version (e.g. '2.4.2'), which picks the Quartz dialect of its
+        crons; None: told from the schema (readers.xxljob.cron_lineage)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if version is not None:
+            parse_version(version)  # a bad version fails here, before anything is read
+        self.version = version
         self.zones = LegacyZones.of(admin_tz, db=db_tz, cron=cron_tz)
         self._bind = bind
         self._tz = LegacyTimeZone(self.zones.db)  # every DATETIME read or written (the registry, the log)
@@ -83,12 +88,19 @@ class XxlJobReader(LegacyReader):
         if self._schema is None:
             with self._connect("inspect_schema") as conn:
                 self._schema = inspect_schema(conn)
+            cron = self.cron_lineage()
             logger.info(
-                "xxl-job schema lineage %s",
-                self._schema.lineage.value,
-                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value},
+                "xxl-job schema lineage %s; crons follow Quartz %s (%s)",
+                self._schema.lineage.value, cron.dialect, cron.why,
+                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value,
+                       "cron_dialect": cron.dialect},
             )
         return self._schema
+
+    def cron_lineage(self) -> CronLineage:
+        """The Quartz line the admin's crons follow: by the given version, else the schema."""
+        schema = self.schema()
+        return cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
 
     def lineage(self) -> XxlJobLineage:
         return self.schema().lineage
@@ -180,13 +192,13 @@ class XxlJobReader(LegacyReader):
         digest computed there (map_job keeps it instead of hashing the row in Python)."""
         info = self.schema().info
         cols: list[Any] = list(info.select_list())
-        if conn.dialect.name in MYSQL_DIALECTS:
+        if fast(conn):
             cols.append(digest_sql(info.columns, info.kinds, VOLATILE_COLUMNS).label(SERVER_DIGEST))
         return cols
 
     def _job_page(self, after: int, group_ids: Sequence[int] | None) -> list[Mapping[str, Any]]:
         with self._connect("read_jobs") as conn:
-            if conn.dialect.name in MYSQL_DIALECTS:
+            if fast(conn):
                 where = "`id` > %s"
                 if group_ids is not None:
                     where += f" AND `job_group` IN ({', '.join(['%s'] * len(group_ids))})"
@@ -201,7 +213,7 @@ class XxlJobReader(LegacyReader):
             )
             if group_ids is not None:
                 stmt = stmt.where(column("job_group").in_(group_ids))
-            return list(conn.execute(stmt).mappings())
+            return list(conn.execute(stmt).mappings())  # type: ignore[arg-type]  # RowMapping: keyed by name
 
     def _driver_rows(self, conn: Connection, where: str, args: Sequence[Any]) -> list[Mapping[str, Any]]:
         """MySQL-compatible servers: job rows (as `_job_columns` selects them) WHERE
@@ -214,15 +226,7 @@ class XxlJobReader(LegacyReader):
             # the digest's constants inline; literal percent signs come out doubled, so the
             # statement always goes with arguments (PyMySQL formats it then)
             self._job_sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-        dbapi = conn.connection.dbapi_connection
-        cursor = dbapi.cursor()  # type: ignore[union-attr]
-        with _fast_datetimes(dbapi):
-            try:
-                cursor.execute(f"{self._job_sql} WHERE {where}", tuple(args))
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row)) for row in cursor.fetchall()]
-            finally:
-                cursor.close()
+        return driver_rows(conn, f"{self._job_sql} WHERE {where}", args)
 
     def definition(self, key: str) -> LegacyDefinition | None:
         job_id = parse_int(key.strip()) if isinstance(key, str) else None
@@ -247,14 +251,14 @@ class XxlJobReader(LegacyReader):
         with self._connect("read_jobs") as conn:
             groups = self._group_names(conn)
             ctx = self._job_context(schema, groups)
-            mysql = conn.dialect.name in MYSQL_DIALECTS
+            mysql = fast(conn)
             cols = None if mysql else self._job_columns(conn)
             for i in range(0, len(ids), self._batch):
                 part = ids[i:i + self._batch]
                 if mysql:
                     rows = self._driver_rows(conn, f"`id` IN ({', '.join(['%s'] * len(part))})", part)
                 else:
-                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc]
+                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc, arg-type]
                                              .where(column("id").in_(part))).mappings())
                 for row in rows:
                     d = map_job(row, ctx)
@@ -266,7 +270,7 @@ class XxlJobReader(LegacyReader):
         it to a row without problems), in pages by id; None when the server cannot
         (SQLite): the caller then reads the rows."""
         with self._connect("read_groups") as conn:
-            if conn.dialect.name not in MYSQL_DIALECTS:
+            if not fast(conn):
                 return None
             groups = self._group_names(conn)
         info = self.schema().info
@@ -298,18 +302,14 @@ class XxlJobReader(LegacyReader):
                     # constants inline (the percent signs doubled: it goes with arguments)
                     head.append(str(select(column("id"), column("job_group"), digest, broadcast).select_from(
                         table(INFO)).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})))
-                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                try:
-                    cursor.execute(f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s",
-                                   (after, *(group_ids or ()), self._batch))
-                    return list(cursor.fetchall())
-                finally:
-                    cursor.close()
+                return driver_tuples(conn, f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s",
+                                     (after, *(group_ids or ()), self._batch))
 
-        zone = self.zones.cron
+        zone, cron = self.zones.cron, self.cron_lineage()
         for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
-                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b))
+                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b), cron_dialect=cron.dialect,
+                                    cron_dialect_fallback=cron.fallback)
 
     def _pages(self, fetch: Callable[[int], list[Any]], key: Callable[[Any], int]) -> Iterator[list[Any]]:
         """Pages of `fetch(after_key)` until a short one. On a MySQL-compatible server
@@ -317,7 +317,7 @@ class XxlJobReader(LegacyReader):
         caller works on this one: the server's part of a page (the digests, the scan)
         then overlaps the caller's Python instead of following it. At most two pages
         are held. On a Connection (one snapshot, one thread) pages are read in turn."""
-        if isinstance(self._bind, Connection) or self._bind.dialect.name not in MYSQL_DIALECTS:
+        if isinstance(self._bind, Connection) or not fast(self._bind):
             after = -1
             while True:
                 rows = fetch(after)
@@ -358,8 +358,10 @@ class XxlJobReader(LegacyReader):
         return shaped_decoder(schema.info.columns, zone, lambda row: decode(row, ctx))
 
     def _job_context(self, schema: XxlJobSchema, groups: Mapping[int, str]) -> JobContext:
+        cron = cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
         return JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, cron_zone=self.zones.cron,
-                          text_columns=schema.info.text_columns)
+                          text_columns=schema.info.text_columns, cron_dialect=cron.dialect,
+                          cron_dialect_fallback=cron.fallback)
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects
@@ -438,39 +440,6 @@ class XxlJobReader(LegacyReader):
                 cache[int(r["id"])] = parse_int(r["executor_fail_retry_count"]) or 0
 
 
-_DATETIME_TYPES = (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP)
-
-
-def _datetime(value: str) -> Any:
-    """PyMySQL's `convert_datetime`, the server's canonical text first: a job row has
-    three DATETIMEs, and the driver's regular expression and int() calls for them cost
-    more than the rest of the row's decoding. The same datetime for the same text; any
-    other text (a zero date, an invalid one) goes to the driver's own converter."""
-    if (len(value) == 19 or len(value) == 26) and value[13] == ":" and value[16] == ":":
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return convert_datetime(value)
-
-
-@contextmanager
-def _fast_datetimes(dbapi: Any) -> Iterator[None]:
-    """`_datetime` as the connection's DATETIME/TIMESTAMP decoder for one read (the
-    decoders are the connection's own; one left customised is left alone)."""
-    decoders = getattr(dbapi, "decoders", None)
-    if not isinstance(decoders, dict) or any(decoders.get(t) is not convert_datetime for t in _DATETIME_TYPES):
-        yield
-        return
-    for t in _DATETIME_TYPES:
-        decoders[t] = _datetime
-    try:
-        yield
-    finally:
-        for t in _DATETIME_TYPES:
-            decoders[t] = convert_datetime
-
-
 def _binary_prefix(name: str, length: int) -> Any:
     """The first `length` characters of a text column, as bytes (see schema.py)."""
     return cast(func.substr(column(name), 1, length), LargeBinary).label(name)
@@ -478,7 +447,7 @@ def _binary_prefix(name: str, length: int) -> Any:
 
 def db_utc_now(conn: Connection) -> datetime:
     """The database server's clock as aware UTC (registry liveness is judged by it)."""
-    if conn.dialect.name in MYSQL_DIALECTS:
+    if fast(conn):
         value = conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
     elif conn.dialect.name == "sqlite":
         value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()

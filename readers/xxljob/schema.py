@@ -33,6 +33,7 @@ INFO = "xxl_job_info"
 GROUP = "xxl_job_group"
 LOG = "xxl_job_log"
 REGISTRY = "xxl_job_registry"
+USER = "xxl_job_user"
 REQUIRED = (INFO, GROUP)
 _SCHEDULE_COLUMNS = frozenset({"schedule_type", "schedule_conf", "misfire_strategy"})
 
@@ -67,6 +68,7 @@ class XxlJobSchema:
     group: TableShape
     log: TableShape | None
     registry: TableShape | None
+    user_token: bool = False  # xxl_job_user.token exists: xxl-job 3.2.0 or later (readers.xxljob.cron_lineage)
 
     @property
     def title_column(self) -> str:
@@ -89,7 +91,7 @@ def detect_lineage(info: Mapping[str, TypeEngine[object]], group_columns: frozen
     cols = frozenset(info)
     if "job_cron" in cols and "schedule_type" not in cols:
         return XxlJobLineage.V2_2
-    if not _SCHEDULE_COLUMNS <= cols:
+    if not _SCHEDULE_COLUMNS.issubset(cols):
         raise UnknownLineage(f"{INFO} has neither job_cron nor schedule_type/schedule_conf/misfire_strategy")
     if "name" in cols and "job_desc" not in cols:
         if "name" not in group_columns:
@@ -120,4 +122,5 @@ def inspect_schema(conn: Connection) -> XxlJobSchema:
         group=_shape(GROUP, group_cols),  # type: ignore[arg-type]
         log=_shape(LOG, insp.get_columns(LOG)) if LOG in present else None,  # type: ignore[arg-type]
         registry=_shape(REGISTRY, insp.get_columns(REGISTRY)) if REGISTRY in present else None,  # type: ignore[arg-type]
+        user_token=USER in present and any(str(c["name"]) == "token" for c in insp.get_columns(USER)),
     )

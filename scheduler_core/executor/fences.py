@@ -14,6 +14,7 @@ import threading
 from datetime import timedelta
 
 from scheduler_core.fence import Fence, decode_fence
+from scheduler_core.logfields import log_fields
 from scheduler_core.ports import ControlFeed, MessageBus
 from scheduler_core.supersede import Supersede, decode_supersede
 
@@ -68,7 +69,7 @@ class FenceView:
             updated = dict(self.by_business)
             updated[fence.business] = fence
             self.by_business = updated  # one reference swap: readers see old or new, whole
-        log.info("now following the %s", fence)
+        log.info("now following the %s", fence, extra=log_fields(business=fence.business, epoch=fence.epoch))
 
     def _on_supersede(self, edit: Supersede) -> None:
         with self._lock:

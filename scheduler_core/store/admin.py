@@ -6,14 +6,23 @@ is fixed at the first init; a later init with another count is refused, not appl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import MetaData, Table, func, inspect, select, text
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
-from scheduler_core.store.schema import DEFAULT_PARTITIONS, MYSQL_DIALECTS, SCHEMA_VERSION, Tables, build_tables
+from scheduler_core.store.driver_errors import translated
+from scheduler_core.store.schema import (
+    DEFAULT_PARTITIONS,
+    MYSQL_DIALECTS,
+    SCHEMA_VERSION,
+    Tables,
+    build_tables,
+)
+from scheduler_core.store.upgrade import add_missing_columns, missing_columns
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
 _PARTITION_NAME = re.compile(r"^p[0-9]{1,4}$")
@@ -27,12 +36,14 @@ class SchemaReport:
     partitions: list[str] = field(default_factory=list)
     schema_version: int | None = None
     created: list[str] = field(default_factory=list)
+    upgraded: list[str] = field(default_factory=list)  # "table.column" added to an existing table
 
     @property
     def ok(self) -> bool:
         return not self.missing and self.schema_version == SCHEMA_VERSION
 
 
+@translated
 def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     """Partitions of the trigger table, from metadata only."""
     if tables.sliced_by_column:
@@ -59,6 +70,7 @@ def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     return parts
 
 
+@translated
 def stored_partitions(engine: Engine) -> int | None:
     """The partition count recorded at init, or None before init."""
     md_tables = build_tables(engine.dialect.name, 1)
@@ -71,15 +83,35 @@ def stored_partitions(engine: Engine) -> int | None:
     return None if value is None else int(value)
 
 
+@translated
 def tables_for(engine: Engine) -> Tables:
-    """The table set of an initialised store (partition count read from dus_meta)."""
+    """The table set of an initialised store (partition count read from dus_meta). A
+    store of an older schema version is refused with what to run (its SQL would fail on
+    a missing column later, less clearly)."""
     n = stored_partitions(engine)
     if n is None:
         raise SchemaError("the store has no schema: run `switchyard db init --url ...` first")
-    return build_tables(engine.dialect.name, n)
+    tables = build_tables(engine.dialect.name, n)
+    with engine.connect() as conn:
+        version = conn.execute(
+            select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
+        ).scalar_one_or_none()
+    if version is not None and int(version) < SCHEMA_VERSION:
+        raise SchemaError(f"the store's schema is version {version}, this Switchyard needs {SCHEMA_VERSION}: "
+                          "run `switchyard db init --url ...` (it adds what is missing, keeping every row)")
+    return tables
 
 
-def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
+def _all_tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str, Table]]:
+    yield from tables.metadata.tables.items()
+    for md in also:
+        yield from md.tables.items()
+
+
+@translated
+def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[MetaData] = ()) -> SchemaReport:
+    """Create the core's tables and those of `also` (the other packages' tables, which the
+    core does not know: switchyard.schema gathers them)."""
     existing = stored_partitions(engine)
     if existing is not None and partitions is not None and partitions != existing:
         raise SchemaError(
@@ -90,20 +122,28 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     insp = inspect(engine)
     before = set(insp.get_table_names())
     tables.metadata.create_all(engine, checkfirst=True)
-    created = sorted(set(tables.metadata.tables) - before)
+    for md in also:
+        md.create_all(engine, checkfirst=True)
+    created = sorted({name for name, _ in _all_tables(tables, also)} - before)
+    upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
         for name, value in (("schema_version", str(SCHEMA_VERSION)), ("partitions", str(n))):
             if name not in have:
                 conn.execute(tables.meta.insert().values(name=name, value=value))
+        if int(have.get("schema_version", SCHEMA_VERSION)) < SCHEMA_VERSION:
+            conn.execute(tables.meta.update().where(tables.meta.c.name == "schema_version")
+                         .values(value=str(SCHEMA_VERSION)))
         if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
             conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
-    report = check_schema(engine)
+    report = check_schema(engine, also)
     report.created = created
+    report.upgraded = upgraded
     return report
 
 
-def check_schema(engine: Engine) -> SchemaReport:
+@translated
+def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
     dialect = engine.dialect.name
     report = SchemaReport(dialect=dialect)
     insp = inspect(engine)
@@ -111,7 +151,7 @@ def check_schema(engine: Engine) -> SchemaReport:
     n = stored_partitions(engine) or DEFAULT_PARTITIONS
     tables = build_tables(dialect, n)
     with engine.connect() as conn:
-        for name, table in tables.metadata.tables.items():
+        for name, table in _all_tables(tables, also):
             if name not in present:
                 report.missing.append(name)
                 continue
@@ -121,6 +161,7 @@ def check_schema(engine: Engine) -> SchemaReport:
                 select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
             ).scalar_one_or_none()
             report.schema_version = None if version is None else int(version)
+    report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables)]
     if tables.trigger.name in present:
         if dialect in MYSQL_DIALECTS:
             report.partitions = [p.name for p in discover_partitions(engine, tables)]

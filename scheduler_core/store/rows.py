@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler_core.model import (
+    DEFAULT_CRON_DIALECT,
     CommandId,
     Epoch,
     FiredRecord,
@@ -19,6 +20,9 @@ from scheduler_core.model import (
     TriggerState,
 )
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
+
+# a stored row by column name: a dict, or SQLAlchemy's RowMapping (keyed by names or columns)
+Row = Mapping[Any, Any]
 
 # Forward-only ordering of fired states: an update applies only if it moves forward.
 FIRED_RANK: dict[FiredState, int] = {
@@ -54,7 +58,7 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
     }
 
 
-def job_from_row(row: Mapping[str, Any]) -> Job:
+def job_from_row(row: Row) -> Job:
     return Job(
         id=row["id"],
         job_code=JobCode(row["job_code"]),
@@ -78,6 +82,7 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
         "biz_code": trigger.biz_code,
         "kind": trigger.kind.value,
         "cron_expr": trigger.cron,
+        "cron_dialect": trigger.cron_dialect if trigger.kind is TriggerKind.CRON else None,
         "interval_ms": None if trigger.interval is None else int(trigger.interval.total_seconds() * 1000),
         "time_zone": trigger.time_zone,
         "end_at": opt_to_ms(trigger.end_at),
@@ -93,7 +98,7 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
     }
 
 
-def trigger_from_row(row: Mapping[str, Any]) -> Trigger:
+def trigger_from_row(row: Row) -> Trigger:
     return trigger_from_tuple(tuple(row[c] for c in TRIGGER_READ_COLUMNS))
 
 
@@ -101,19 +106,21 @@ def trigger_from_row(row: Mapping[str, Any]) -> Trigger:
 # the hot reads (select_due) name exactly these and take rows as plain tuples.
 TRIGGER_READ_COLUMNS = (
     "id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at", "next_fire_at",
-    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version",
+    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version", "cron_dialect",
 )
 
 
 def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
     (id_, job_code, biz_code, kind, cron, interval_ms, tz, end_at, next_fire_at, state, priority, policy,
-     owner_epoch, deadline, version) = row
+     owner_epoch, deadline, version, dialect) = row
     return Trigger(
         id=TriggerId(id_),
         job_code=JobCode(job_code),
         biz_code=biz_code,
         kind=TriggerKind(kind),
         cron=cron,
+        # NULL: written before triggers carried a dialect, evaluated as then
+        cron_dialect=dialect or DEFAULT_CRON_DIALECT,
         interval=None if interval_ms is None else timedelta(milliseconds=interval_ms),
         time_zone=tz,
         end_at=opt_from_ms(end_at),
@@ -147,10 +154,10 @@ def fired_row(rec: FiredRecord) -> tuple[Any, ...]:
 
 
 def fired_values(rec: FiredRecord) -> dict[str, Any]:
-    return dict(zip(FIRED_COLUMNS, fired_row(rec)))
+    return dict(zip(FIRED_COLUMNS, fired_row(rec), strict=True))
 
 
-def fired_from_row(row: Mapping[str, Any]) -> FiredRecord:
+def fired_from_row(row: Row) -> FiredRecord:
     return FiredRecord(
         command_id=CommandId(row["command_id"]),
         trigger_id=TriggerId(row["trigger_id"]),

@@ -4,8 +4,8 @@ its engine and tables."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -16,7 +16,14 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, FiredRecord, FiredState
 from scheduler_core.ports import MessageBus
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.rows import FINAL_RANK, FIRED_COLUMNS, FIRED_RANK, MESSAGE_MAX, PROVISIONAL_SKIP_RANK, fired_row
+from scheduler_core.store.rows import (
+    FINAL_RANK,
+    FIRED_COLUMNS,
+    FIRED_RANK,
+    MESSAGE_MAX,
+    PROVISIONAL_SKIP_RANK,
+    fired_row,
+)
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.supersede import MESSAGE_PREFIX, Supersede, SupersedeRelay, skip_message
 
@@ -99,7 +106,8 @@ class SqlSupersedes:
             if records:  # insert-if-absent by command id
                 fr = self.t.fired
                 verb = "OR IGNORE" if self.t.sliced_by_column else "IGNORE"
-                conn.execute(insert(fr).prefix_with(verb), [dict(zip(FIRED_COLUMNS, fired_row(r))) for r in records])
+                rows = [dict(zip(FIRED_COLUMNS, fired_row(r), strict=True)) for r in records]
+                conn.execute(insert(fr).prefix_with(verb), rows)
         return True
 
     def pending_published(self, s: Supersede, command_ids: list[CommandId]) -> None:
@@ -129,7 +137,7 @@ def supersede_relay(store: SqlTriggerStore, bus: MessageBus, settings: Scheduler
     """The relay of schedule edits for the process that has the bus (the scheduler leader,
     `switchyard serve`): its pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)
-    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline)  # type: ignore[arg-type]
+    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline)
 
 
 __all__ = ["SqlSupersedes", "supersede_relay"]

@@ -12,36 +12,44 @@ import click
 
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
+from migrator.ownership import PROBLEMS
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from scheduler_core.ports import MessageBus
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, store_url, topic_prefix
+from readers.timezones import LegacyZones
+from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, pulsar_token, store_url, topic_prefix
 from switchyard.wiring import DualRunGate, fence_service, stream_catchup, legacy_control, legacy_switches, open_bus, open_store
 
 legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
-tz_opt = click.option("--legacy-tz", default="Asia/Shanghai", show_default=True)
 actor_opt = click.option("--actor", default=getpass.getuser, show_default="the current user",
                          help="Who is switching (audited).")
 json_opt = click.option("--json", "as_json", is_flag=True)
 
 
 @contextmanager
-def _switch(url: str, biz: str, legacy_url: str, tz: str, max_age_s: float = 3600.0,
+def _switch(url: str, biz: str, legacy_url: str, zones: LegacyZones, max_age_s: float = 3600.0,
             bus: MessageBus | None = None, stream_wait_s: float = 5.0,
             stream_max_pending: int = 0) -> Iterator[BusinessSwitch]:
     """The business's switch; its store and legacy connections closed after use (a pooled
-    connection left open holds a DROP DATABASE back, in tests that run the commands)."""
+    connection left open holds a DROP DATABASE back, in tests that run the commands).
+    Of the zones it needs the database's, the one legacy DATETIME columns are in (a switch
+    evaluates no legacy cron: the triggers carry their own zone, xxl-job's
+    trigger_next_time is epoch ms)."""
     store = open_store(url)
     try:
         rec = BusinessRegistry(store).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
-        control = legacy_control(rec.source_system, legacy_url, store.clock, tz)
+        if zones.split and rec.source_system != "xxl-job":
+            raise CliFailure(f"{biz}: the {rec.source_system} stores and schedules in one zone, not {zones.db} "
+                             f"and {zones.cron}: give --legacy-tz", exitcodes.USAGE)
+        db_tz = zones.db
+        control = legacy_control(rec.source_system, legacy_url, store.clock, db_tz)
         try:
             yield BusinessSwitch(store, control, store.clock, DualRunGate(store),
                                  max_verdict_age=timedelta(seconds=max_age_s),
                                  fences=fence_service(store, bus) if bus is not None else None,
-                                 catchup=stream_catchup(store, control.engine, tz,  # type: ignore[attr-defined]
+                                 catchup=stream_catchup(store, control.engine, db_tz,  # type: ignore[attr-defined]
                                                         wait_s=stream_wait_s, max_pending=stream_max_pending))
         finally:
             control.engine.dispose()  # type: ignore[attr-defined]
@@ -115,7 +123,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool,
            as_json: bool) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
-    from dualrun.verdict import latest_by_business
+    from dualrun.verdict_store import latest_by_business
     from migrator.ownership import ownership
 
     store = open_store(url)
@@ -143,13 +151,13 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
     else:
         if not rows:
             click.echo("no businesses yet: run `switchyard migrate run`")
-        for row, bo in zip(rows, owned):
+        for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
             click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
                        f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}")
             for j in bo.jobs if show_jobs else bo.problems:
-                flag = "  !! " if j.side.value in ("orphaned", "double") else "     "
+                flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
                            f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
                            f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
@@ -164,7 +172,7 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
 @click.argument("business")
 @store_url
 @legacy_opt
-@tz_opt
+@legacy_zone_options
 @actor_opt
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
@@ -176,11 +184,11 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
 @json_opt
 @cli_errors
 @_refused
-def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, force: bool, reason: str,
+def cutover(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, force: bool, reason: str,
             max_verdict_age: float, stream_wait: float, stream_max_pending: int, as_json: bool) -> None:
     """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh,
     and the change stream following it is caught up)."""
-    with _switch(url, business, legacy_url, legacy_tz, max_verdict_age, stream_wait_s=stream_wait,
+    with _switch(url, business, legacy_url, legacy_zones, max_verdict_age, stream_wait_s=stream_wait,
                  stream_max_pending=stream_max_pending) as sw:
         _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
 
@@ -189,14 +197,14 @@ def cutover(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str
 @click.argument("business")
 @store_url
 @legacy_opt
-@tz_opt
+@legacy_zone_options
 @actor_opt
 @click.option("--reason", default="", help="Why (audited).")
 @_bus_opts
 @json_opt
 @cli_errors
 @_refused
-def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, reason: str, bus_url: str,
+def rollback(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, reason: str, bus_url: str,
              pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, as_json: bool) -> None:
     """Send BUSINESS back to its legacy scheduler in seconds, exactly at the boundary.
 
@@ -206,7 +214,7 @@ def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: st
     could not be handed back (each one named)."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        with _switch(url, business, legacy_url, legacy_tz, bus=bus) as sw:
+        with _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
             report = sw.rollback(business, actor=actor, reason=reason)
     finally:
         bus.close()
@@ -220,7 +228,7 @@ def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: st
 @click.argument("business")
 @store_url
 @legacy_opt
-@tz_opt
+@legacy_zone_options
 @actor_opt
 @click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
 @click.option("--reason", default="", help="Why (audited).")
@@ -228,14 +236,14 @@ def rollback(business: str, url: str, legacy_url: str, legacy_tz: str, actor: st
 @json_opt
 @cli_errors
 @_refused
-def dualrun_start(business: str, url: str, legacy_url: str, legacy_tz: str, actor: str, shadow: bool, reason: str,
+def dualrun_start(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, shadow: bool, reason: str,
                   bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str,
                   as_json: bool) -> None:
     """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        with _switch(url, business, legacy_url, legacy_tz, bus=bus) as sw:
+        with _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
             _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
     finally:
         bus.close()

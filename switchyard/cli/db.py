@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from sqlalchemy.engine import make_url
 
-from scheduler_core.store.admin import check_schema, init_schema
+from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine, safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
@@ -36,11 +36,13 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     finally:
         engine.dispose()
     if as_json:
-        click.echo(json.dumps({"url": safe_url(url), "created": report.created, "partitions": report.partitions,
-                               "schema_version": report.schema_version}))
+        click.echo(json.dumps({"url": safe_url(url), "created": report.created, "upgraded": report.upgraded,
+                               "partitions": report.partitions, "schema_version": report.schema_version}))
         return
     click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
     click.echo(f"created: {', '.join(report.created) if report.created else 'nothing (already initialised)'}")
+    if report.upgraded:
+        click.echo(f"added to existing tables: {', '.join(report.upgraded)}")
     click.echo(f"trigger partitions: {len(report.partitions)}")
 
 

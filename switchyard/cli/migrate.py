@@ -9,19 +9,24 @@ from collections.abc import Sequence
 from datetime import timezone
 
 import click
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from migrator.apply import Migrator
 from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
-from migrator.target import TargetWriter, Write
+from migrator.target import Write
 from readers.records import SourceSystem, StreamPosition
+from readers.ports import LegacyReader
 from readers.timezones import LegacyZones
+from readers.xxljob.cron_lineage import CronLineage, parse_version
+from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
+from switchyard.cli.options import log_format, log_level
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url, legacy_zones
-from switchyard.wiring import legacy_reader, open_store
+from switchyard.wiring import legacy_reader, open_store, target_writer
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +44,16 @@ cron_tz_opt = click.option("--legacy-cron-tz", default=None,
                            help="xxl-job: zone its crons run in (the admin JVM's default zone); the migrated "
                                 "triggers run in it; default: --legacy-db-tz, else --legacy-tz.")
 glue_opt = click.option("--bridge-glue", is_flag=True, help="Migrate xxl-job GLUE jobs through the bridge.")
+xxl_version_opt = click.option("--xxl-job-version", "xxl_job_version", default=None, metavar="X.Y.Z",
+                               help="xxl-job: the admin's version, which picks the Quartz dialect its crons follow "
+                                    "(2.1.0-3.0.x: Quartz 2.3; 3.1.0 on: 2.5); default: told from the schema "
+                                    "(docs/cron.md).")
 api_only_opt = click.option("--api-only", "api_only", multiple=True,
                             help="Business whose xxl-job NONE jobs become API-only jobs (repeatable).")
 
 
-open_reader = legacy_reader
+def open_reader(source: str, bind: Engine | Connection, tz: LegacyZones, xxl_version: str | None = None) -> LegacyReader:
+    return legacy_reader(source, bind, tz, xxl_version=xxl_version)
 
 
 def definition_options(fn):  # type: ignore[no-untyped-def]
@@ -51,21 +61,28 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
     as one `zones` (switchyard.settings.legacy_zones)."""
 
     @functools.wraps(fn)
-    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, **kwargs):  # type: ignore[no-untyped-def]
+    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, xxl_job_version, **kwargs):  # type: ignore[no-untyped-def]
         try:
             zones = legacy_zones(kwargs["source"], legacy_tz, legacy_db_tz, legacy_cron_tz)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-        return fn(*args, zones=zones, **kwargs)
+        if xxl_job_version is not None:
+            if kwargs["source"] != SourceSystem.XXL_JOB.value:
+                raise click.UsageError("--xxl-job-version is for --source xxl-job")
+            try:
+                parse_version(xxl_job_version)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+        return fn(*args, zones=zones, xxl_job_version=xxl_job_version, **kwargs)
 
     out = with_zones
-    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, db_tz_opt, cron_tz_opt, glue_opt,
-                         api_only_opt)):
+    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, db_tz_opt, cron_tz_opt,
+                         xxl_version_opt, glue_opt, api_only_opt)):
         out = opt(out)
     return out
 
 
-def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None:
+def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> None:
     if as_json:
         click.echo(json.dumps(summary.as_dict(), ensure_ascii=False))
         return
@@ -92,6 +109,7 @@ def migrate() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
+            xxl_job_version: str | None,
              bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
     three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
@@ -99,20 +117,25 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     try:
-        reader = open_reader(source, legacy, zones)
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        reader = open_reader(source, legacy, zones, xxl_job_version)
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = m.plan(businesses or None)
         now = store.clock.now()
         previews = [p for d in reader.definitions(businesses or None) if (p := preview(d, now)) is not None]
+        # xxl-job: the Quartz line its crons follow, and how that was told (the batch
+        # center's contract names no Quartz version: the current line, 2.5)
+        cron = reader.cron_lineage() if isinstance(reader, XxlJobReader) else CronLineage("2.5", "the batch center")
     finally:
         legacy.dispose()
         store.engine.dispose()
     if as_json:
         click.echo(json.dumps({**summary.as_dict(), "zones": {"db": zones.db, "cron": zones.cron},
+                               "cron_dialect": {"quartz": cron.dialect, "why": cron.why},
                                "next_fires": [p.as_dict() for p in previews]}, ensure_ascii=False))
         return
-    _print_summary(summary, False, "plan")
+    _print_summary(summary, as_json=False, title="plan")
+    click.echo(f"crons follow Quartz {cron.dialect} ({cron.why})")
     _print_previews(previews, zones)
 
 
@@ -136,21 +159,22 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
+            xxl_job_version: str | None,
             bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     try:
-        reader = open_reader(source, legacy, zones)
+        reader = open_reader(source, legacy, zones, xxl_job_version)
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = _with_progress(lambda progress: m.run(businesses or None, progress=progress, after_commit=after,
                                                         keep_rows=True), quiet=as_json)
     finally:
         legacy.dispose()
         store.engine.dispose()
-    _print_summary(summary, as_json, "migrated")
+    _print_summary(summary, as_json=as_json, title="migrated")
 
 
 def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
@@ -161,7 +185,7 @@ def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
         # and an unchanged row whose flag a crash left unset (flag_pending) gets it now
         ids = [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending]
         if ids:
-            set_migrated(legacy, ids, True)
+            set_migrated(legacy, ids, value=True)
 
     return after
 
@@ -186,8 +210,9 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
     """Rows that could not be migrated, with the field and the reason."""
     store = open_store(target_url)
     try:
-        writer = TargetWriter(store)
-        rows = [r for b in (businesses or [None]) for r in writer.quarantined(b)]
+        writer = target_writer(store)
+        wanted: list[str | None] = [*businesses] or [None]
+        rows = [r for b in wanted for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
     if as_json:
@@ -219,12 +244,14 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 @click.option("--key-compare-batch", "compare_batch", type=click.IntRange(1), default=1000, show_default=True,
               help="Polling: keys compared per pass (the work of one pass is bounded by it).")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
+            xxl_job_version: str | None,
                bridge_glue: bool, api_only: Sequence[str], binlog_url: str | None, server_id: int | None,
                poll_s: float | None, compare_every_s: float, compare_batch: int, stall_timeout: float,
-               log_level: str) -> None:
+               log_level: str, log_format: str) -> None:
     """Snapshot, then apply every legacy change until stopped (SIGTERM), for businesses
     not yet cut over. Restart-safe: the checkpoint is written with each change. Without
     the binlog grants it polls instead (a one-line notice says so)."""
@@ -243,19 +270,19 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     )
     from switchyard.cli.signals import stop_event
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     stop = stop_event()
     try:
-        reader = open_reader(source, legacy, zones)
+        reader = open_reader(source, legacy, zones, xxl_job_version)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}" + (
             f"#{','.join(sorted(businesses))}" if businesses else "")
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
-        writer = TargetWriter(store)
-        sm = StreamMigrator(reader, writer, Migrator(reader, writer, store.clock, options), stream_id,
-                            set(businesses) or None, after)
+        writer = target_writer(store)
+        sm = StreamMigrator(reader=reader, writer=writer, migrator=Migrator(reader, writer, store.clock, options),
+                            stream_id=stream_id, businesses=set(businesses) or None, after_commit=after)
         system = SourceSystem(source)
         conn_settings: dict[str, object] = {}
         if poll_s is None:
@@ -272,7 +299,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
         if position is None:
             try:
                 with consistent_snapshot(legacy) as (conn, pos):
-                    sm.snapshot(open_reader(source, conn, zones), pos)  # type: ignore[arg-type]
+                    sm.snapshot(open_reader(source, conn, zones, xxl_job_version), pos)  # type: ignore[arg-type]
             except StreamPermissionError:
                 if poll_s is None:
                     raise

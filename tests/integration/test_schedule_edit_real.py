@@ -24,11 +24,11 @@ from migrator.model import Action
 from migrator.target import TargetWriter, Write
 from scheduler_core.clock import SystemClock
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
-from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import start_scheduler, stop_process
 from tests.servers import REPO, server_url
@@ -129,7 +129,8 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
     assert len(superseded) >= 3
     for t in superseded:
         state, message = recs[t]
-        assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), (t, state, message)
+        assert state is FiredState.SKIPPED, (t, state, message)
+        assert message.startswith("superseded by a schedule edit at "), (t, message)
     assert "broadcast the schedule edit" in sched.log_text()
 
 
@@ -195,7 +196,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                 stdout=out_st, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_vars))
 
         def records() -> dict[int, tuple[FiredState, str]]:
-            recs = st.fired_between(biz, datetime.now(UTC) - timedelta(minutes=10), datetime.now(UTC) + timedelta(hours=1))
+            at = datetime.now(UTC)
+            recs = st.fired_between(biz, at - timedelta(minutes=10), at + timedelta(hours=1))
             return {to_ms(r.scheduled_at): (r.state, r.message) for r in recs if r.trigger_id == trig.id}
 
         def tails() -> str:

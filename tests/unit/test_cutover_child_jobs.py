@@ -78,8 +78,11 @@ def test_a_quarantined_child_refuses_the_cutover(tmp_path: Path) -> None:
     env, biz, sw, mine, _ = _setup(tmp_path)
     parent, child = mine[:2]
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'NONE' WHERE id = :i"), {"i": int(child)})
+        # a route strategy the admin does not know (a NONE child is no longer quarantined:
+        # tests/unit/test_none_schedule_children.py)
+        conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'WEIGHTED' WHERE id = :i"),
+                     {"i": int(child)})
     _children(env, parent, child)
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    with pytest.raises(TransitionRefused, match=rf"child job {child}: quarantined \(schedule_type"):
+    with pytest.raises(TransitionRefused, match=rf"child job {child}: quarantined \(executor_route_strategy"):
         sw.cutover(biz, actor="ops")

@@ -37,7 +37,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from migrator.tables import migrator_tables
 from readers.legacy_ddl.tables import batch_center_metadata, xxljob_metadata
+from scheduler_core.model import JobCode
 from tests.migration_env import MigrationEnv, make_env
 
 ROWS_PER_SYSTEM = 200
@@ -148,6 +150,8 @@ def _xxl_good(kind: str, v: dict[str, Any], rng: random.Random, pool: list[str])
         v.update(job_group=3)
     elif kind == "good_big_param":
         v.update(executor_param="p" * rng.randint(4000, 8000))
+    elif kind == "good_none":  # a NONE job (run only as a child job or by hand): a trigger with no schedule
+        v.update(schedule_type="NONE", schedule_conf=None, trigger_status=0, trigger_next_time=0)
     elif kind == "good_unused_old_times":  # columns the migration does not use
         v.update(add_time=datetime(1950, 1, 1), update_time=datetime(2200, 1, 1), trigger_last_time=-5)
 
@@ -158,7 +162,6 @@ XXL_BAD: dict[str, tuple[frozenset[str], Callable[[dict[str, Any], random.Random
     "bad_cron_oversize": (frozenset({"schedule_conf"}), lambda v, r: v.update(schedule_conf="0 0 0 ? * " + "MON," * 40 + "TUE")),
     "bad_schedule_type": (frozenset({"schedule_type"}),
                           lambda v, r: v.update(schedule_type=r.choice(("FIX_DELAY", "cron", "", "CRON ", "ＣＲＯＮ")))),
-    "bad_schedule_none": (frozenset({"schedule_type"}), lambda v, r: v.update(schedule_type="NONE", schedule_conf=None)),
     "bad_misfire": (frozenset({"misfire_strategy"}),
                     lambda v, r: v.update(misfire_strategy=r.choice(("RUN_TWICE", "do_nothing", "")))),
     "bad_route": (frozenset({"executor_route_strategy"}),
@@ -189,7 +192,7 @@ XXL_BAD: dict[str, tuple[frozenset[str], Callable[[dict[str, Any], random.Random
     "bad_retry_huge": (frozenset({"max_retry"}), lambda v, r: v.update(executor_fail_retry_count=r.randint(101, 10**6))),
 }
 XXL_GOOD = ("good", "good", "good", "good_rate", "good_text", "good_nulls", "good_dup_json_keys", "good_dup_app_name",
-            "good_big_param", "good_unused_old_times")
+            "good_big_param", "good_unused_old_times", "good_none")
 XXL_KINDS = XXL_GOOD + tuple(XXL_BAD)
 
 
@@ -257,7 +260,7 @@ def _bc_good(kind: str, v: dict[str, Any], rng: random.Random, pool: list[str], 
         free = [b for b in BC_BIZ if b["biz_code"] not in shared]
         if free:
             biz = free[0]
-            shared.add(biz["biz_code"])
+            shared.add(str(biz["biz_code"]))
             v.update(biz_code=biz["biz_code"], task_key="shared-key",
                      callback_url=f"http://{biz['biz_code']}.svc.local/cb/{v['id']}")
     elif kind == "good_nulls":
@@ -341,7 +344,7 @@ def _insert(env: MigrationEnv, table: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _outcome(env: MigrationEnv, source: str) -> dict[str, dict[str, Any]]:
-    lg = env.store.t.ledger
+    lg = migrator_tables().ledger
     with env.store.engine.connect() as conn:
         return {r["source_key"]: dict(r) for r in conn.execute(select(lg).where(lg.c.source_system == source)).mappings()}
 
@@ -357,7 +360,7 @@ def _check(env: MigrationEnv, source: str, rows: list[Row], param_key: str) -> l
             problems.append(f"{source} row {row.key} ({row.kind}): no ledger row at all")
             continue
         if row.good:
-            job = jobs.get(entry["target_job_code"] or "")
+            job = jobs.get(JobCode(entry["target_job_code"] or ""))
             if entry["status"] != "migrated" or job is None:
                 problems.append(f"{source} good row {row.key} ({row.kind}) not migrated: status={entry['status']} "
                                 f"field={entry['field']!r} reason={entry['reason']!r}")

@@ -6,6 +6,9 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from migrator.mapping import Mapped
+from migrator.model import Action
+from migrator.target import TargetWriter, Write
 from scheduler_core.clock import ManualClock
 from scheduler_core.executor import Executor
 from scheduler_core.executor.fences import FenceView
@@ -15,9 +18,6 @@ from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import Supersede, SupersedeRelay, decode_supersede, encode_supersede
 from scheduler_core.times import from_ms, to_ms
-from migrator.mapping import Mapped
-from migrator.model import Action
-from migrator.target import TargetWriter, Write
 from tests.harness import Harness, make_harness
 
 EVERY_10S = "0/10 * * * * ?"
@@ -146,7 +146,7 @@ def test_a_relay_that_died_before_broadcasting_is_made_good_by_the_next(tmp_path
 
 
 def test_an_edit_back_revives_what_the_first_edit_superseded(tmp_path: Path, clock: ManualClock) -> None:
-    h, run, writer, e = _edited(tmp_path, clock)
+    h, run, writer, _e = _edited(tmp_path, clock)
     run.step(clock.now() + timedelta(seconds=1))
     writer.apply([_write(h, EVERY_10S, Action.UPDATE)])  # the operator changes it back
     e2 = clock.now() + writer.supersede_margin
@@ -184,10 +184,10 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     from scheduler_core.clock import SystemClock
     from scheduler_core.executor import ExecutionContext, HandlerResult
     from scheduler_core.settings import SchedulerSettings
-    from scheduler_core.store.admin import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
     from switchyard.embedded import EmbeddedCenter
+    from switchyard.schema import init_schema
 
     engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
     init_schema(engine, 2)
