@@ -213,8 +213,10 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
             with env.legacy.begin() as conn:  # the operator's edit in the admin
                 conn.execute(text("UPDATE xxl_job_info SET schedule_conf = '0/7 * * * * ?' WHERE id = :i"),
                              {"i": job_id})
-            assert _until(lambda: getattr(st.get_trigger(trig.id), "cron", None) == "0/7 * * * * ?", 60), \
-                f"the stream applied no edit:\n{tails()}"  # type: ignore[arg-type]
+            assert trig.id is not None
+            trig_id = trig.id
+            assert _until(lambda: getattr(st.get_trigger(trig_id), "cron", None) == "0/7 * * * * ?", 60), \
+                f"the stream applied no edit:\n{tails()}"
             seen_ms = to_ms(datetime.now(UTC))
             edits = SqlSupersedes(st).supersedes()
             # E as the edit stored it (without one: when the edit was seen, + the margin)
@@ -229,7 +231,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                 stop_process(p)
             sched.stop()
             st.engine.dispose()
-        invoked = [(p[0], int(p[1])) for line in invocations.read_text().splitlines() if len(p := line.split()) == 3]
+        invoked = [(f[0], int(f[1])) for line in invocations.read_text().splitlines() if len(f := line.split()) == 3]
         counts = Counter(cid for cid, _t in invoked)
         assert all(n == 1 for n in counts.values()), f"a command invoked twice: {counts}"
         after = sorted(t for _c, t in invoked if e_ms <= t < end_ms)
