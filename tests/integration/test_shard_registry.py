@@ -108,21 +108,6 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         clock = SystemClock()
         store = SqlTriggerStore(engine, clock)
         store.put_job(Job(job_code=JobCode("burst"), biz_code="sop", handler="h", shard_total=2))
-        span_s = 10.0 + 8.0 * rounds
-        n = 600
-        t0 = clock.now() + timedelta(seconds=4)
-        triggers = store.add_triggers(
-            [
-                Trigger(
-                    job_code=JobCode("burst"),
-                    biz_code="sop",
-                    kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(seconds=span_s * i / n),
-                )
-                for i in range(n)
-            ]
-        )
-        expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
 
         bus = PulsarBus(pulsar, topic_prefix=topics)
         got: Counter[str] = Counter()
@@ -150,6 +135,24 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         joined = 3
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == 3, 60)
+            # the burst starts once the three own their partitions: on a loaded machine the
+            # members take many seconds to start, and a burst due before that would be over
+            # before the first fault
+            span_s = 10.0 + 8.0 * rounds
+            n = 600
+            t0 = clock.now() + timedelta(seconds=4)
+            triggers = store.add_triggers(
+                [
+                    Trigger(
+                        job_code=JobCode("burst"),
+                        biz_code="sop",
+                        kind=TriggerKind.ONCE,
+                        next_fire_at=t0 + timedelta(seconds=span_s * i / n),
+                    )
+                    for i in range(n)
+                ]
+            )
+            expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
             for _ in range(rounds):
                 # kill -9 one member mid-burst: its partitions go to the others once its lease expires
                 time.sleep(rng.uniform(0.5, 2.0))
