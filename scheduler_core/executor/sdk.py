@@ -143,11 +143,14 @@ class Executor:
         self._remember = remember
         self._lock = threading.Lock()
         # Runs in work here, (trigger id, T ms, first item index) -> the envelope working it.
-        # A broker can hand a message over again while its first copy is still in work (a
-        # Shared subscription replaying after a nack or a consumer reconnect, a delayed
-        # message redelivered: Pulsar does this under load), and `_done` only learns of the
-        # first copy once it is finished: without this, the second copy ran the handler
-        # again. Claimed with dict.setdefault (atomic), left under `_lock`.
+        # A broker can hand a message over again while its first copy is still in work: the
+        # Pulsar standalone broker (4.2) was seen dispatching the same delayed message (same
+        # ledger entry, redelivery count 0, no nack, no reconnect) twice back to back, both
+        # copies in one receive batch; a replay after a nack or a reconnect does it too. Two
+        # workers took the copies at once and `_done` learns of a run only once it is
+        # finished, so both called the handler (under load, when the first copy's worker was
+        # preempted before recording it). Claimed with dict.setdefault (atomic), left under
+        # `_lock`.
         self._flights: dict[tuple[int, int, int], Envelope] = {}
         # copies that found their run in work: (their pack, parked) until the first copy lands
         self._parked: dict[tuple[int, int, int], list[PackRun]] = {}
