@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 # the stack is shared: another session restarted a server under us
                 retried = sec.error
-                print(f"_{name}: a server went away ({sec.error[:100]}); `scripts/stack up` and one retry_",
+                print(f"_{name}: a server went away ({(sec.error or '')[:100]}); `scripts/stack up` and one retry_",
                       flush=True)
                 time.sleep(5)
                 env = stack_up()

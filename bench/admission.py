@@ -236,7 +236,7 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                     part = won[k : k + chunk]
                     now = now_ms()
                     cids = [f"{r[0]}-{r[1]}-0" for r in part]
-                    rows = [(c, r[0], r[3], r[2], r[1], now, *const) for c, r in zip(cids, part)]
+                    rows = [(c, r[0], r[3], r[2], r[1], now, *const) for c, r in zip(cids, part, strict=True)]
                     inserted = cur.execute(fenced_insert_sql(insert_sql, len(rows)),
                                            (*[v for row in rows for v in row], epoch))
                     if inserted != len(rows):
@@ -298,7 +298,7 @@ def raw_full_ceiling(url: str, n: int, limit_s: float, outcome: str = "reschedul
 
 def _raw_proc(q: Any, start: Any, args: tuple[Any, ...]) -> None:
     try:
-        q.put(raw_cycle_worker(*args, start=start))
+        q.put(raw_cycle_worker(*args, start=start))  # type: ignore[misc]  # args stop before `start`
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         q.put({"error": f"{type(exc).__name__}: {exc}"})
 
@@ -355,7 +355,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     prefix = bench_prefix("adm")
     bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
     try:
-        for rep in range(reps):
+        for _rep in range(reps):
             for c in conns:
                 with fresh_database(env.mariadb_url, "bench_adm") as url:
                     _prepare(url, n)

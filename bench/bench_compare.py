@@ -31,18 +31,15 @@ from dualrun.compare import Inputs, compare_frames
 from dualrun.frames import FAIL, RETRY, SCHEDULE, SUCCESS, JobIndex
 from dualrun.model import Mode, Window
 from dualrun.settings import CompareSettings
+from scheduler_core.times import to_ms
 
 if __package__ in (None, ""):  # run as a script: the repository root holds `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.compare import GOAL_ROWS, GOAL_ROWS_PER_S, NAME, TITLE, goal_row  # noqa: E402
-from bench.harness import Section, markdown_table  # noqa: E402
+from bench.compare import GOAL_ROWS, GOAL_ROWS_PER_S, NAME, TITLE, goal_row
+from bench.harness import Section, markdown_table
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
 
 
 def expected(jobs: int, start: int, seconds: int, period_s: int) -> pd.DataFrame:
@@ -89,8 +86,8 @@ def build(rows: int, seed: int) -> Inputs:
     per_side = rows // 2
     period = 1
     jobs = max(1, int(per_side / 1.01 / 3600))  # legacy rows = fires + ~1 % retries
-    exp = expected(jobs, _ms(window.start), 3600, period)
-    bexp = expected(jobs, _ms(base.start), 3600, period)
+    exp = expected(jobs, to_ms(window.start), 3600, period)
+    bexp = expected(jobs, to_ms(base.start), 3600, period)
     legacy = legacy_log(exp, rng)
     legacy = legacy.iloc[: per_side] if len(legacy) > per_side else legacy
     index = JobIndex()

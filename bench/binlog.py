@@ -150,10 +150,10 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
     from migrator.target import TargetWriter
     from readers.batchcenter.reader import BatchCenterReader
     from readers.legacy_ddl.loader import create_legacy_schema
-    from readers.seed import seed_batchcenter
+    from legacy_sim.seed import seed_batchcenter
     from readers.streams import consistent_snapshot
     from scheduler_core.clock import SystemClock
-    from scheduler_core.store.admin import init_schema
+    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
 

@@ -112,7 +112,6 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
         for d in cfg.domains:
             ex = Executor(bus, d, concurrency=cfg.concurrency)
             ex.sub = _StampingSubscription(ex.sub, figs[d], lock, cfg.keep_lags)  # type: ignore[assignment]
-            fig = figs[d]
 
             tallies = per_thread[d] = []
             local = threading.local()
@@ -161,7 +160,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             with lock:
                 mine = [sum(t.items for t in per_thread.get(d, ())) for d in cfg.domains]
             if counts is None:
-                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine))
+                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine, strict=True))
             else:  # several processes: the sum over all of them, per domain
                 width = len(cfg.domains)
                 for k, n in enumerate(mine):
@@ -179,14 +178,16 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             f.cpu_s = cpu  # the process's, shared by its domains
             with lock:
                 tallies = list(per_thread.get(d, ()))
-            for t in tallies:
-                f.items += t.items
-                f.errors += t.errors
-                f.start_lag_ms += t.start_lag_ms
-                if t.first_handled is not None:
-                    f.first_handled = t.first_handled if f.first_handled is None else min(f.first_handled, t.first_handled)
-                if t.last_handled is not None:
-                    f.last_handled = t.last_handled if f.last_handled is None else max(f.last_handled, t.last_handled)
+            for tally in tallies:
+                f.items += tally.items
+                f.errors += tally.errors
+                f.start_lag_ms += tally.start_lag_ms
+                if tally.first_handled is not None:
+                    f.first_handled = (tally.first_handled if f.first_handled is None
+                                       else min(f.first_handled, tally.first_handled))
+                if tally.last_handled is not None:
+                    f.last_handled = (tally.last_handled if f.last_handled is None
+                                      else max(f.last_handled, tally.last_handled))
         out.put(("done", {d: f.__dict__ for d, f in figs.items()}, cmd))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         out.put(("error", f"{type(exc).__name__}: {exc}"))

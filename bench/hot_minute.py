@@ -128,7 +128,7 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
             admitted_s = ts.wait_fired(total, Deadline(lead_s + limit_s))
             admitted_at = time.time()
             figs = {}
-            for biz, h in zip(counts, hosts):
+            for biz, h in zip(counts, hosts, strict=True):
                 figs[biz] = h.wait(max(5.0, t0 / 1000 + limit_s - time.time()))[biz]
             ts.close()
         finally:

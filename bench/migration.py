@@ -1,7 +1,7 @@
 """Migration: snapshot rows/s for N xxl-job rows against a raw bulk INSERT of the same
 rows into the target, and the unchanged re-run's speed-up.
 
-A fresh legacy database (xxl-job 3.4 DDL, `readers.seed.seed_xxljob`: several
+A fresh legacy database (xxl-job 3.4 DDL, `legacy_sim.seed.seed_xxljob`: several
 businesses, every schedule type, sharding, paused and bad rows) and a fresh target
 store. Switchyard: `migrator.apply.Migrator(XxlJobReader, TargetWriter).run()` for all
 businesses (read, map, hash, ledger, write, chunk by chunk). The peer: every row that
@@ -45,7 +45,7 @@ SKIP_TABLES = ("dus_meta", "dus_fence")
 
 def available() -> str | None:
     """None when the migrator and seeder exist; otherwise why the section is skipped."""
-    for mod, attr in (("readers.seed", "seed_xxljob"), ("migrator.apply", "Migrator"),
+    for mod, attr in (("legacy_sim.seed", "seed_xxljob"), ("migrator.apply", "Migrator"),
                       ("readers.xxljob.reader", "XxlJobReader"), ("migrator.target", "TargetWriter"),
                       ("readers.legacy_ddl.loader", "create_legacy_schema")):
         try:
@@ -112,10 +112,10 @@ def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
     from migrator.apply import Migrator
     from migrator.target import TargetWriter
     from readers.legacy_ddl.loader import create_legacy_schema
-    from readers.seed import seed_xxljob
+    from legacy_sim.seed import seed_xxljob
     from readers.xxljob.reader import XxlJobReader
     from scheduler_core.clock import SystemClock
-    from scheduler_core.store.admin import init_schema
+    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
 

@@ -170,7 +170,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         return median(v["rate"] for v in raw.get(k, []))
 
     def per_run(k: str) -> str:
-        ratios = [v["rate"] / b["rate"] for v, b in zip(raw.get(k, []), raw.get("bare", []))]
+        ratios = [v["rate"] / b["rate"] for v, b in zip(raw.get(k, []), raw.get("bare", []), strict=False)]
         return "per-run ratios " + ", ".join(f"{r:.2f}x" for r in ratios)
 
     bare = med("bare")

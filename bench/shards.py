@@ -108,7 +108,12 @@ def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any
                                      jitter=timedelta(0))
         member = ShardedScheduler(store, CountingBus(), registry, store.clock, settings, consume=False)
         stopping = threading.Event()
-        threading.Thread(target=lambda: (stop.wait(), stopping.set()), daemon=True).start()
+
+        def relay_stop() -> None:
+            stop.wait()
+            stopping.set()
+
+        threading.Thread(target=relay_stop, daemon=True).start()
         at_gun: list[float] = []
 
         def mark_gun() -> None:  # this process's CPU is counted from the gun

@@ -17,7 +17,7 @@ from scheduler_core.model import Epoch, Job, JobCode
 from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
 from scheduler_core.scheduler import Scheduler, SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 

@@ -14,12 +14,11 @@ fires in the days after cutover; this is where they show, and missing or late on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Gauge
-from sqlalchemy import select
 
 from dualrun.collect import Collector
 from dualrun.errors import DualRunError
@@ -29,7 +28,9 @@ from dualrun.span import fetch_switches
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.model import FiredState
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms, to_ms
 
 MAX_LISTED = 50
 _NOT_RUN = (FiredState.SKIPPED.value,)  # a misfire policy's or a fence's skip: recorded, not a fire
@@ -102,19 +103,8 @@ _COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", 
 
 
 def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFrame:
-    fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in _COLS)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end))
-    with store.engine.connect() as conn:
-        return pd.DataFrame(conn.execute(stmt).all(), columns=list(_COLS))
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
+    return pd.DataFrame(fired_rows(store, business, to_ms(window.start), to_ms(window.end), _COLS),
+                        columns=list(_COLS))
 
 
 def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: str, *, source: SourceSystem,
@@ -131,20 +121,20 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     collector = Collector(store, reader, source=source, business=business, legacy_business=legacy_business,
                           settings=settings)
     exp = collector.legacy(window, all_schedules=True).expected
-    s, e = _ms(window.start), _ms(window.end)
+    s, e = to_ms(window.start), to_ms(window.end)
     exp = exp[(exp["sched"] >= s) & (exp["sched"] < e)]
     held = set(collector.quarantined)  # never migrated: still legacy's (it runs there only)
     exp = exp[~exp["job"].isin(held)]
-    due = exp[exp["sched"] <= _ms(now) - late_ms]  # younger ones may not have been received yet
+    due = exp[exp["sched"] <= to_ms(now) - late_ms]  # younger ones may not have been received yet
     fired = _fired(store, business, window)
     fired = fired[~fired["state"].isin(_NOT_RUN)].copy()
     fired["job"] = [collector.jobs.id(c) for c in fired["job_code"].astype(str)]
     findings: list[Finding] = []
 
     # missing: a due occurrence with no record of the job at that time
-    have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist()))
-    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist()) if (j, t) not in have]
-    findings += [Finding(kind="missing", job_code=collector.jobs.code(j), scheduled_at=_at(t),
+    have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist(), strict=True))
+    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True) if (j, t) not in have]
+    findings += [Finding(kind="missing", job_code=collector.jobs.code(j), scheduled_at=from_ms(t),
                          detail="expected by the schedule; no fired record on the new side") for j, t in missing]
 
     # doubled: one (job, time, item) under more than one command id
@@ -153,7 +143,7 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     for (code, at, item), n in doubled.items():
         cids = sorted(fired[(fired["job_code"] == code) & (fired["scheduled_at"] == at)
                             & (fired["item_index"] == item)]["command_id"].astype(str))
-        findings.append(Finding(kind="doubled", job_code=str(code), scheduled_at=_at(int(at)),
+        findings.append(Finding(kind="doubled", job_code=str(code), scheduled_at=from_ms(int(at)),
                                 detail=f"item {item} fired {n} times: command ids {', '.join(cids)}"))
 
     # late: received after late_after, or not received that long after its time
@@ -161,12 +151,12 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     sched = fired["scheduled_at"].astype(np.int64)
     got = recv.notna()
     lag = recv.fillna(-1).astype(np.int64) - sched
-    late_rows = fired[(got & (lag > late_ms)) | (~got & (_ms(now) - sched > late_ms))]
+    late_rows = fired[(got & (lag > late_ms)) | (~got & (to_ms(now) - sched > late_ms))]
     for r in late_rows.itertuples(index=False):
         what = (f"received {(int(r.received_at) - int(r.scheduled_at)) / 1000:.1f} s after its time"
                 if pd.notna(r.received_at) else
-                f"not received by an executor {(_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time")
-        findings.append(Finding(kind="late", job_code=str(r.job_code), scheduled_at=_at(int(r.scheduled_at)),
+                f"not received by an executor {(to_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time")
+        findings.append(Finding(kind="late", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)),
                                 detail=what))
     unresolved = got & ~fired["state"].isin([FiredState.SUCCEEDED.value, FiredState.FAILED.value,
                                               FiredState.TIMED_OUT.value])
@@ -176,16 +166,16 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     timeout_ms = np.array([collector.info[j].timeout_s * 1000 if j in collector.info else 0
                            for j in fired["job"].tolist()], dtype=np.int64)
     overdue_mask = (unresolved & (timeout_ms > 0)
-                    & (_ms(now) - recv.fillna(0).astype(np.int64) > timeout_ms + grace_ms)).to_numpy()
+                    & (to_ms(now) - recv.fillna(0).astype(np.int64) > timeout_ms + grace_ms)).to_numpy()
     for r in fired[overdue_mask].itertuples(index=False):
-        findings.append(Finding(kind="overdue", job_code=str(r.job_code), scheduled_at=_at(int(r.scheduled_at)),
-                                detail=f"received {(_ms(now) - int(r.received_at)) / 1000:.0f} s ago, no result, "
+        findings.append(Finding(kind="overdue", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)),
+                                detail=f"received {(to_ms(now) - int(r.received_at)) / 1000:.0f} s ago, no result, "
                                        "past the job's timeout"))
     running = int((unresolved.to_numpy() & ~overdue_mask).sum())
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
     return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
-                        fired=len(set(zip(fired["job"].tolist(), sched.tolist()))), missing=len(missing),
-                        doubled=int(len(doubled)), late=len(late_rows), running=running,
+                        fired=len(set(zip(fired["job"].tolist(), sched.tolist(), strict=True))), missing=len(missing),
+                        doubled=len(doubled), late=len(late_rows), running=running,
                         overdue=int(overdue_mask.sum()),
                         findings=tuple(findings[:MAX_LISTED]))
 

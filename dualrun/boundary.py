@@ -32,13 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import select
 
-from dualrun.collect import CompareRequest, Collector, new_frame_from, read_state, resolve
+from dualrun.collect import FENCED_STATE, CompareRequest, Collector, new_frame_from, resolve
 from dualrun.followup_runs import followup_runs, without_followup_runs
 from dualrun.compare import detail
 from dualrun.frames import JobIndex
@@ -46,7 +45,10 @@ from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, 
 from dualrun.model import MismatchKind, Window
 from dualrun.settings import CompareSettings
 from readers.ports import LegacyReader
+from scheduler_core.store.reads import fired_rows
+from readers.records import SourceSystem
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms, to_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,25 +110,14 @@ def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
     them, without records that never ran a handler (shadow-only, never published; one a
     rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
-    fr = store.t.fired
-    stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
-    ).order_by(fr.c.scheduled_at)
-    with store.engine.connect() as conn:
-        raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
+    rows = fired_rows(store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE,
+                      by_time=True)
+    raw = pd.DataFrame(rows, columns=list(_FIRED))
     if len(raw):
         shadow_only = (raw["state"] == "received") & raw["message"].fillna("").str.contains("shadow")
         raw = raw[~shadow_only & (raw["state"] != "pending")].reset_index(drop=True)
         raw = without_followup_runs(raw, followup_runs(store, business, window))  # as fetch_new
     return new_frame_from(raw.drop(columns=["message"]), jobs)
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
 
 
 def _when(v: str | datetime) -> datetime:
@@ -150,14 +141,14 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
     handovers: dict[int, list[tuple[int, int]]] = {}
     for sw in switches:
         for key, at in sw.handover.items():
-            handovers.setdefault(jobs.id(collector.code_for_key(key)), []).append((_ms(_when(at)), int(sw.to_new)))
-    began = [_ms(sw.at) for sw in switches if sw.at is not None]
+            handovers.setdefault(jobs.id(collector.code_for_key(key)), []).append((to_ms(_when(at)), int(sw.to_new)))
+    began = [to_ms(sw.at) for sw in switches if sw.at is not None]
     covered_from = {jid: min([*began, *(at for at, _ in steps)]) for jid, steps in handovers.items()}
     n_jobs = len(jobs)
-    start, end = _ms(window.start), _ms(window.end)
+    start, end = to_ms(window.start), to_ms(window.end)
     ctx = ClassifyContext(settings=s, flags=JobFlags.build(n_jobs, collector.info, collector.quarantined),
-                          xxl=source.value == "xxl-job", shadow=False,
-                          now_ms=_ms(now) if now is not None else end)
+                          xxl=source == SourceSystem.XXL_JOB, shadow=False,
+                          now_ms=to_ms(now) if now is not None else end)
     m = match(Table.of(legacy.frame), Table.of(new), Table.of(legacy.expected), start=start, end=end, n_jobs=n_jobs,
               ctx=ctx)
     keys = Keys(origin=start, job_bits=max(1, n_jobs.bit_length()))
@@ -186,8 +177,8 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
 
     def add(what: str, job: np.ndarray, sched: np.ndarray, owner: np.ndarray, text: Sequence[str] | str) -> None:
         texts = [text] * len(job) if isinstance(text, str) else list(text)
-        for j, t, o, d in zip(job.tolist(), sched.tolist(), owner.tolist(), texts):
-            check.issues.append(BoundaryIssue(what, jobs.code(int(j)), _at(t), "new" if o == 1 else "legacy", d))
+        for j, t, o, d in zip(job.tolist(), sched.tolist(), owner.tolist(), texts, strict=True):
+            check.issues.append(BoundaryIssue(what, jobs.code(int(j)), from_ms(t), "new" if o == 1 else "legacy", d))
 
     exp_fk = m.expected_fk
     check.owned = int(covered(keys.job(exp_fk), keys.sched(exp_fk)).sum())
@@ -200,7 +191,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
     both = po >= 0
     add("doubled", pj[both], ps[both], po[both],
         [f"fired by both sides (legacy at {lt}, new at {nt})" for lt, nt in
-         zip(_iso(lf["sched"][li][both]), _iso(ps[both]))])
+         zip(_iso(lf["sched"][li][both]), _iso(ps[both]), strict=True)])
     # one side fired it twice
     for side, fires in (("legacy", lf), ("new", nf)):
         o = owner_of(fires["job"], fires["sched"])
@@ -217,7 +208,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
         sel = (kind == code) & covered(job, sched)
         if sel.any():
             check.mismatch_counts[k.value] = int(sel.sum())
-    texts = np.asarray([detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b)], dtype=object)
+    texts = np.asarray([detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b, strict=True)], dtype=object)
 
     def kinds(*ks: MismatchKind) -> np.ndarray:
         return np.isin(kind, [KINDS.index(k) for k in ks])
@@ -235,7 +226,7 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
 
 
 def _iso(ms: np.ndarray) -> list[str]:
-    return [_at(int(v)).isoformat() for v in np.asarray(ms).tolist()]
+    return [from_ms(int(v)).isoformat() for v in np.asarray(ms).tolist()]
 
 
 __all__ = ["BoundaryCheck", "BoundaryIssue", "Switch", "check_boundary", "fetch_new_fired"]

@@ -13,12 +13,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, case, select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import select
 
 from dualrun.compare import Inputs, compare_frames
 from dualrun.errors import NoSourceSystem
@@ -29,14 +27,15 @@ from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings
 from dualrun.span import Switch, baseline_span, clip, fetch_switches
+from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.codec import command_topic
 from scheduler_core.errors import BusError
 from scheduler_core.executor.sdk import SUBSCRIPTION
-from scheduler_core.fence import MESSAGE_PREFIX
-from scheduler_core.model import FiredState
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 SOURCE_PREFIX = {SourceSystem.XXL_JOB: "xxl", SourceSystem.BATCH_CENTER: "bc"}  # as migrator.mapping.job_code_of
@@ -60,8 +59,9 @@ class CompareRequest:
 
 
 def fetch_business(store: SqlTriggerStore, business: str) -> BusinessInfo | None:
-    b = store.t.business
-    with store.engine.connect() as conn:
+    own = DualRunStore.beside(store)
+    b = own.migration.business
+    with own.engine.connect() as conn:
         row = conn.execute(select(b).where(b.c.biz_code == business)).first()
     if row is None:
         return None
@@ -70,8 +70,9 @@ def fetch_business(store: SqlTriggerStore, business: str) -> BusinessInfo | None
 
 
 def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
-    b = store.t.business
-    with store.engine.connect() as conn:
+    own = DualRunStore.beside(store)
+    b = own.migration.business
+    with own.engine.connect() as conn:
         rows = conn.execute(select(b).order_by(b.c.biz_code)).all()
     return [BusinessInfo(biz_code=r.biz_code, source_system=r.source_system, state=r.state, shadow=bool(r.shadow))
             for r in rows]
@@ -79,10 +80,11 @@ def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
 
 def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, business: str) -> dict[str, str]:
     """Legacy source key -> target job code, from the migration ledger."""
-    lg = store.t.ledger
+    own = DualRunStore.beside(store)
+    lg = own.migration.ledger
     stmt = select(lg.c.source_key, lg.c.target_job_code).where(
         lg.c.source_system == source.value, lg.c.business == business, lg.c.target_job_code.is_not(None))
-    with store.engine.connect() as conn:
+    with own.engine.connect() as conn:
         return {k: c for k, c in conn.execute(stmt).all()}
 
 
@@ -100,11 +102,12 @@ def fetch_quarantined(store: SqlTriggerStore, source: SourceSystem, business: st
     """Legacy rows of a business the migrator quarantined (never handed to the new side), from
     the migration ledger. Rows migrated and later deleted at the source (status `deleted`) or
     cancelled on the new side are not among them: their missing fires still count."""
-    lg = store.t.ledger
+    own = DualRunStore.beside(store)
+    lg = own.migration.ledger
     stmt = select(lg.c.source_key, lg.c.field, lg.c.reason).where(
         lg.c.source_system == source.value, lg.c.business == business, lg.c.status == QUARANTINED
     ).order_by(lg.c.source_key)
-    with store.engine.connect() as conn:
+    with own.engine.connect() as conn:
         return [QuarantineEntry(source_key=k, field=f, reason=r) for k, f, r in conn.execute(stmt).all()]
 
 
@@ -114,22 +117,12 @@ FENCED_STATE = "fenced"
 _READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
 
 
-def read_state(fr: Any) -> ColumnElement[Any]:
-    """A fired record's state as the comparator reads it: a rollback fence's skip told
-    from a misfire policy's by the message the fence writes (scheduler_core.fence), in
-    the query, so that the message column itself is never fetched."""
-    fenced = and_(fr.c.state == FiredState.SKIPPED.value, fr.c.message.like(f"{MESSAGE_PREFIX}%"))
-    return case((fenced, FENCED_STATE), else_=fr.c.state).label("state")
-
-
 def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
-    fr = store.t.fired
-    stmt = select(*(read_state(fr) if c == "state" else fr.c[c] for c in _FIRED)).where(
-        fr.c.biz_code == business, fr.c.scheduled_at >= _ms(window.start), fr.c.scheduled_at < _ms(window.end)
-    ).order_by(fr.c.scheduled_at)  # time order: the matcher's sorts are then cheap (idx_fired_biz_time)
-    with store.engine.connect() as conn:
-        raw = pd.DataFrame(conn.execute(stmt).all(), columns=list(_FIRED))
+    # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
+    rows = fired_rows(store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE,
+                      by_time=True)
+    raw = pd.DataFrame(rows, columns=list(_FIRED))
     # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)
     return new_frame_from(without_followup_runs(raw, followup_runs(store, business, window)), jobs)
 
@@ -149,10 +142,6 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
         "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
         "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
     })
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
 
 
 def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:

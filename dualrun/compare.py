@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -50,17 +50,11 @@ from dualrun.model import (
 )
 from dualrun.precision import floored, precision_of
 from dualrun.settings import CompareSettings, MatchSettings, thresholds_as_dict
+from readers.records import SourceSystem
+from scheduler_core.times import from_ms, to_ms
 
 _Q = (50, 95, 99, 100)
 MAX_GROUPS = 500
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,12 +143,12 @@ def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags, clock: 
     """The legacy side over the earlier window, against its own schedule (the A/A run).
     Occurrences xxl-job's cron lineage is known to skip are not expected of it."""
     w = inputs.baseline_window
-    start, end = _ms(w.start), _ms(w.end)
+    start, end = to_ms(w.start), to_ms(w.end)
     keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
     exp = Table.of(inputs.baseline_expected)
     side, unsched = prepare_legacy(Table.of(inputs.baseline_legacy), exp, start, end, s, keys)
     exp_fk = expected_keys(exp, start, end, keys)
-    if inputs.source == "xxl-job" and len(exp_fk):
+    if inputs.source == SourceSystem.XXL_JOB and len(exp_fk):
         exp_fk = exp_fk[~lineage_skips(keys.job(exp_fk), keys.sched(exp_fk), flags)]
     return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched),
                          clock=clock)
@@ -239,10 +233,10 @@ def _opt(v: float) -> float | None:
 
 def build_series(legacy: SideFires, new: SideFires, window: Window, buckets: int) -> tuple[Bucket, ...]:
     width = _bucket_ms(window, buckets)
-    start = _ms(window.start)
-    n = max(1, -(-(_ms(window.end) - start) // width))
+    start = to_ms(window.start)
+    n = max(1, -(-(to_ms(window.end) - start) // width))
     ls, ns = _side_series(legacy, start, width, n), _side_series(new, start, width, n)
-    return tuple(Bucket(start=_at(start + i * width), legacy_fires=int(ls["fires"][i]), new_fires=int(ns["fires"][i]),
+    return tuple(Bucket(start=from_ms(start + i * width), legacy_fires=int(ls["fires"][i]), new_fires=int(ns["fires"][i]),
                         legacy_p50=_opt(ls["p50"][i]), legacy_p95=_opt(ls["p95"][i]), legacy_p99=_opt(ls["p99"][i]),
                         new_p50=_opt(ns["p50"][i]), new_p95=_opt(ns["p95"][i]), new_p99=_opt(ns["p99"][i]),
                         legacy_success=_opt(ls["success"][i]), new_success=_opt(ns["success"][i]))
@@ -282,7 +276,7 @@ def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS
     g["flagged"] = _flagged_mask(g)
     g = g.sort_values(["flagged", "count", "kind", "job"], ascending=[False, False, True, True]).head(limit)
     return tuple(MismatchGroup(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), count=int(r["count"]),
-                               first_at=_at(r["min"]), last_at=_at(r["max"]),
+                               first_at=from_ms(r["min"]), last_at=from_ms(r["max"]),
                                label=None if r.label == NO_LABEL else LABELS[int(r.label)],
                                detail=_held_detail(quarantined or {}, int(r.label), int(r.job)) or "")
                  for _, r in g.iterrows())
@@ -325,7 +319,7 @@ def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int,
     flagged = _flagged_mask(frame)
     order = np.r_[np.flatnonzero(flagged)[:limit], np.flatnonzero(~flagged)[:limit]][:limit]
     rows = frame.iloc[order].sort_values(["kind", "sched", "job"], kind="stable")
-    return tuple(Mismatch(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), scheduled_at=_at(r.sched),
+    return tuple(Mismatch(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), scheduled_at=from_ms(r.sched),
                           label=None if r.label == NO_LABEL else LABELS[int(r.label)],
                           detail=_held_detail(quarantined or {}, int(r.label), int(r.job))
                           or detail(KINDS[int(r.kind)], int(r.a), int(r.b)))
@@ -365,11 +359,11 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     inputs = replace(inputs, legacy=floored(inputs.legacy, "trig", precision.ms),
                      baseline_legacy=floored(inputs.baseline_legacy, "trig", precision.ms),
                      new=floored(inputs.new, "recv", precision.ms))
-    start, end = _ms(inputs.window.start), _ms(inputs.window.end)
+    start, end = to_ms(inputs.window.start), to_ms(inputs.window.end)
     ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
-                          xxl=inputs.source == "xxl-job", shadow=inputs.mode is Mode.SHADOW, now_ms=_ms(now))
+                          xxl=inputs.source == SourceSystem.XXL_JOB, shadow=inputs.mode is Mode.SHADOW, now_ms=to_ms(now))
     assert ctx.flags.timeout_ms is not None
-    clock = RunClock(now_ms=_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000))
+    clock = RunClock(now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000))
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dualrun-baseline") as pool:
@@ -384,7 +378,7 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
     if inputs.quarantined and len(new_expected):  # the new side is not expected to fire what it was never given
         new_expected = new_expected[~ctx.flags.quarantined[keys.job(new_expected)]]
-    new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, _ms(now)), clock=clock)
+    new = side_measures(m.new, expected_fk=new_expected, late=new_late(m.new.fires, s, to_ms(now)), clock=clock)
     counts = mismatch_counts(m.mismatches)
     groups = mismatch_groups(m.mismatches, inputs.jobs, quarantined=inputs.quarantined)
     held = quarantined_jobs(m.mismatches, inputs.quarantined, len(inputs.jobs))

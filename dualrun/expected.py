@@ -14,10 +14,11 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from dualrun.frames import EXPECTED_COLUMNS, JobIndex, empty, to_ms
+from dualrun.frames import EXPECTED_COLUMNS, JobIndex, empty
 from dualrun.model import Window
 from readers.records import LegacyDefinition, ScheduleKind
 from scheduler_core.cron import CronExpression
+from scheduler_core.times import to_ms
 
 
 @dataclass

@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pandas as pd
-from sqlalchemy import select
 
 from dualrun.model import Window
 from scheduler_core.model import parse_command_id
+from scheduler_core.store.reads import followup_claims
 from scheduler_core.store.sql import SqlTriggerStore
 
 # a claim is written when the parent's result is applied: after the parent's time, and at
@@ -26,18 +26,14 @@ _CLAIM_MARGIN = timedelta(days=2)
 
 def followup_runs(store: SqlTriggerStore, business: str, window: Window) -> set[tuple[str, int]]:
     """(job code, scheduled ms) of every follow-up run of the business in the window."""
-    ff, tr = store.t.followup_fired, store.t.trigger
-    stmt = (select(tr.c.job_code, ff.c.child_command_id).select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
-            .where(tr.c.biz_code == business,
-                   ff.c.at >= round((window.start - _CLAIM_MARGIN).timestamp() * 1000),
-                   ff.c.at < round((window.end + _CLAIM_MARGIN).timestamp() * 1000)))
+    claims = followup_claims(store, business, round((window.start - _CLAIM_MARGIN).timestamp() * 1000),
+                             round((window.end + _CLAIM_MARGIN).timestamp() * 1000))
     start, end = round(window.start.timestamp() * 1000), round(window.end.timestamp() * 1000)
     out: set[tuple[str, int]] = set()
-    with store.engine.connect() as conn:
-        for code, cid in conn.execute(stmt).all():
-            ms = parse_command_id(cid)[1]
-            if start <= ms < end:
-                out.add((str(code), ms))
+    for code, cid in claims:
+        ms = parse_command_id(cid)[1]
+        if start <= ms < end:
+            out.add((code, ms))
     return out
 
 

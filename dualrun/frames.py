@@ -17,8 +17,9 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from readers.records import ExecStatus, LegacyDefinition, LegacyExecution, ScheduleKind
+from readers.records import ExecStatus, LegacyDefinition, LegacyExecution, MisfireRule, ScheduleKind
 from scheduler_core.model import FiredState
+from scheduler_core.times import to_ms
 
 NONE = -1  # "no time" in an epoch-ms column
 
@@ -71,8 +72,9 @@ def row_kind(message: str, attempt: int) -> int:
     return SCHEDULE
 
 
-def to_ms(at: datetime | None) -> int:
-    return NONE if at is None else round(at.timestamp() * 1000)
+def frame_ms(at: datetime | None) -> int:
+    """A time as a frame column carries it: epoch ms, NONE for no time."""
+    return NONE if at is None else to_ms(at)
 
 
 @dataclass
@@ -114,9 +116,9 @@ def legacy_frame(rows: Iterable[LegacyExecution], job_of: Callable[[str], str], 
         cols["attempt"].append(r.attempt)
         cols["kind"].append(row_kind(r.message, r.attempt))
         cols["status"].append(_EXEC_STATUS.get(r.status, FAIL))
-        cols["trig"].append(to_ms(r.triggered_at))
-        cols["sched"].append(to_ms(r.scheduled_at))
-        cols["fin"].append(to_ms(r.finished_at))
+        cols["trig"].append(frame_ms(r.triggered_at))
+        cols["sched"].append(frame_ms(r.scheduled_at))
+        cols["fin"].append(frame_ms(r.finished_at))
     return _typed(cols, LEGACY_COLUMNS)
 
 
@@ -170,5 +172,5 @@ def is_recurring(defn: LegacyDefinition) -> bool:
 
 def job_info(defn: LegacyDefinition, job_code: str) -> JobInfo:
     return JobInfo(job_code=job_code, source_key=defn.source_key, cron=defn.cron, time_zone=defn.time_zone,
-                   broadcast=defn.broadcast, misfire_skip=defn.misfire.value == "skip", recurring=is_recurring(defn),
+                   broadcast=defn.broadcast, misfire_skip=defn.misfire == MisfireRule.SKIP, recurring=is_recurring(defn),
                    timeout_s=max(0, int(defn.timeout_seconds or 0)))

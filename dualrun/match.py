@@ -323,7 +323,7 @@ def pair(lf: Table, nf: Table, tolerance: int) -> tuple[np.ndarray, np.ndarray]:
 
 # --- 4. mismatches and labels -------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobFlags:
     """Per job id arrays the labels need."""
 
@@ -348,7 +348,8 @@ class JobFlags:
             dom_l[jid], dom_w[jid] = "L" in dom, "W" in dom and "L" not in dom
             broadcast[jid], skip[jid], zones[jid] = ji.broadcast, ji.misfire_skip, ji.time_zone
             timeout_ms[jid] = ji.timeout_s * 1000
-        return JobFlags(dom_l, dom_w, broadcast, skip, zones, held, timeout_ms)
+        return JobFlags(dom_l=dom_l, dom_w=dom_w, broadcast=broadcast, misfire_skip=skip, zones=zones, quarantined=held,
+                        timeout_ms=timeout_ms)
 
     @property
     def any_month_end(self) -> bool:

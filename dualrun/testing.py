@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from readers.ports import LegacyReader
 from readers.records import (
@@ -69,7 +69,7 @@ class BatchRecordReader(RecordReader):
 
 
 def cron_definition(key: str, business: str, cron: str, *, source: SourceSystem = SourceSystem.XXL_JOB,
-                    time_zone: str = "Asia/Shanghai", **kw: object) -> LegacyDefinition:
+                    time_zone: str = "Asia/Shanghai", **kw: Any) -> LegacyDefinition:
     return LegacyDefinition(source=source, source_key=key, business=business, name=f"job {key}",
                             schedule=ScheduleKind.CRON, cron=cron, time_zone=time_zone, **kw)  # type: ignore[arg-type]
 
@@ -109,7 +109,7 @@ class LogWriter:
         self.rows.append(row)
         return row
 
-    def fires(self, defn: LegacyDefinition, times: Sequence[datetime], **kw: object) -> None:
+    def fires(self, defn: LegacyDefinition, times: Sequence[datetime], **kw: Any) -> None:
         for at in times:
             self.fire(defn, at, **kw)  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""The verdict: noise-aware checks (Diffy's rule) and where verdicts are stored.
+"""The verdict: noise-aware checks (Diffy's rule); dualrun.verdict_store stores them.
 
 Every check compares the new side (N) with the legacy side (L) over the same window and
 takes the A/A noise off first: the legacy side over an earlier window (E), measured the
@@ -12,38 +12,29 @@ Count checks (missing / extra / late fires, sharding items) are rates per refere
 occurrence; their noise is the legacy side's own rate of that deviation from its
 schedule in the earlier window. The p99 lag check also needs N above the SLO limit.
 
-Stored verdicts: `put_comparison` writes a row of `dus_comparison` (body = the full JSON),
-`latest(store, business)` is what the cutover gate reads.
+Stored verdicts: `dualrun.verdict_store` (`put_comparison`, and `latest`, which the
+cutover gate reads).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
-
-from sqlalchemy import insert, select
 
 from dualrun.model import (
     Check,
-    Comparison,
     ConsumerLag,
     MismatchGroup,
     MismatchKind,
     Mode,
     QuarantinedJob,
     SideMeasures,
-    StoredVerdict,
     Verdict,
     Window,
-    as_dict,
-    comparison_from_dict,
     quarantine_sentence,
     from_iso,
     iso,
 )
 from dualrun.settings import Thresholds
-from scheduler_core.store.sql import SqlTriggerStore
 
 SHADOW_NOTE = ("shadow mode: the new path records commands without invoking the handlers, so this comparison "
                "covers timing and volume only (success rate, timeouts and failed fires are not compared)")
@@ -332,7 +323,7 @@ def noise_of(ev: Evidence) -> dict[str, float]:
 
 def evaluate(ev: Evidence) -> Evaluation:
     t, noise = ev.thresholds, noise_of(ev)
-    checks = (
+    checks: tuple[Check, ...] = (
         _data_check(ev),
         _window_check(ev),
         _fires_per_job_check(ev),
@@ -357,89 +348,4 @@ def evaluate(ev: Evidence) -> Evaluation:
     return Evaluation(Verdict.READY if ready else Verdict.NOT_READY, checks, noise)
 
 
-# --- storage ------------------------------------------------------------------------------
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
-    """Store one comparison (the full JSON in `body`); returns its id."""
-    body = as_dict(comparison)
-    t = store.t.comparison
-    with store.engine.begin() as conn:
-        result = conn.execute(insert(t).values(
-            biz_code=comparison.business, window_start=_ms(comparison.window.start),
-            window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
-            verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
-            body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
-        return int(result.inserted_primary_key[0])
-
-
-def _stored(row: Any) -> StoredVerdict:
-    body = json.loads(row.body)
-    mode = Mode(body.get("mode", Mode.BOTH.value))
-    return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
-                         reasons=tuple(json.loads(row.reasons)),
-                         window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-                         computed_at=_at(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
-
-
-def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
-    """The stored warnings; a shadow verdict stored before its warning existed gains it, so
-    the gate never passes a shadow verdict without saying success rate was not compared."""
-    warnings = tuple(body.get("warnings", ()))
-    if mode is Mode.SHADOW and SHADOW_WARNING not in warnings:
-        warnings += (SHADOW_WARNING,)
-    return warnings
-
-
-def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
-    """The most recently computed verdict of a business, or None: what the cutover gate
-    reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
-    t = store.t.comparison
-    stmt = (select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1))
-    with store.engine.connect() as conn:
-        row = conn.execute(stmt).first()
-    return None if row is None else _stored(row)
-
-
-def history(store: SqlTriggerStore, business: str, *, since: datetime | None = None,
-            limit: int = 500) -> list[Comparison]:
-    """Stored comparisons of a business, oldest first (the series `watch` builds)."""
-    t = store.t.comparison
-    stmt = select(t.c.body).where(t.c.biz_code == business)
-    if since is not None:
-        stmt = stmt.where(t.c.computed_at >= _ms(since))
-    stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
-    with store.engine.connect() as conn:
-        bodies = [r.body for r in conn.execute(stmt)]
-    return [comparison_from_dict(json.loads(b)) for b in reversed(bodies)]
-
-
-def load_comparison(store: SqlTriggerStore, comparison_id: int) -> Comparison | None:
-    t = store.t.comparison
-    with store.engine.connect() as conn:
-        body = conn.execute(select(t.c.body).where(t.c.id == comparison_id)).scalar_one_or_none()
-    return None if body is None else comparison_from_dict(json.loads(body))
-
-
-def latest_by_business(store: SqlTriggerStore) -> dict[str, StoredVerdict]:
-    """The latest verdict of every business that has one (for the overview page)."""
-    t = store.t.comparison
-    with store.engine.connect() as conn:
-        codes = [r[0] for r in conn.execute(select(t.c.biz_code).distinct())]
-    out = {}
-    for code in sorted(codes):
-        found = latest(store, code)
-        if found is not None:
-            out[code] = found
-    return out
-
-
-__all__ = ["SHADOW_NOTE", "SHADOW_WARNING", "clears", "duration_text", "evaluate", "from_iso", "history", "iso",
-           "latest", "latest_by_business", "load_comparison", "put_comparison"]
+__all__ = ["SHADOW_NOTE", "SHADOW_WARNING", "clears", "duration_text", "evaluate", "from_iso", "iso"]

@@ -7,8 +7,11 @@ what the real ones would fire, when they would, and write the execution logs the
 ones write, so the readers, the dual-run comparator and the cutover code see a legacy
 system that behaves like production. No HTTP calls: an `outcome(job, scheduled_at,
 shard) -> (Result, duration_ms)` function decides each attempt (`legacy_sim.outcomes`).
+`legacy_sim.seed` writes the deterministic legacy data they run on.
 
-Test and demo support only: nothing in the product imports this package.
+The package ships in the wheel because `switchyard demo` (switchyard/demo.py) runs on
+it; besides the demo only the tests and bench/ use it. The import-linter contract "the
+legacy simulators and their seed data only for the demo and tests" holds that rule.
 """
 from __future__ import annotations
 

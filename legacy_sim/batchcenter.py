@@ -346,7 +346,7 @@ class BatchCenterSimulator:
                 end, status = s + timeout, LOG_TIMEOUT
             else:
                 end, status = s + duration, _LOG_STATUS[result]
-        log_id = int(conn.execute(self._log.insert().values(**row)).inserted_primary_key[0])
+        log_id = int(conn.execute(self._log.insert().values(**row)).inserted_primary_key[0])  # type: ignore[index]
         run.logs.append(log_id)
         self.attempts.append(
             BcAttempt(log_id, task.id, task.biz_code, shard, attempt, scheduled,
@@ -439,7 +439,7 @@ class BatchCenterSimulator:
             raise cached
         return cached
 
-    def _view(self, row: Mapping[str, Any]) -> BcTaskView:
+    def _view(self, row: Mapping[Any, Any]) -> BcTaskView:  # a dict or a RowMapping
         shard_params: list[Any] | None = None
         raw = raw_text(row.get("shard_params"))[0]
         if raw:

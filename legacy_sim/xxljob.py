@@ -674,7 +674,7 @@ class XxlJobSimulator:
 
     # -- trigger ------------------------------------------------------------------------
 
-    def _view(self, row: Mapping[str, Any]) -> XxlJobView:
+    def _view(self, row: Mapping[Any, Any]) -> XxlJobView:  # a dict or a RowMapping
         legacy = self.lineage is XxlJobLineage.V2_2
 
         def text_(key: str) -> str | None:
@@ -755,7 +755,7 @@ class XxlJobSimulator:
         inserted = conn.execute(
             self._q_insert, {"job_group": job.job_group, "job_id": job.id, "trigger_time": wall, "trigger_code": 0, "handle_code": 0}
         )
-        log_id = int(inserted.inserted_primary_key[0])
+        log_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # an INSERT has a key
         self._nominal[log_id] = nominal
         scheduled = from_ms(nominal if nominal is not None else t)
 

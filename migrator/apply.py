@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-import pymysql
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
@@ -24,7 +24,8 @@ from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map
 from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.target import Rendered, TargetWriter, Write
-from migrator.upsert import driver_rows
+from scheduler_core.store import fastpath
+from scheduler_core.store.fastpath import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import TriggerState
@@ -33,6 +34,7 @@ from scheduler_core.ports import Clock
 CHUNK = 1000
 DELETE_SCAN_PAGE = 10_000  # ledger keys per read of the deleted-row scan
 AfterCommit = Callable[[Sequence[Write]], None]
+_T = TypeVar("_T")  # what _chunks groups: definitions, or their content digests
 
 
 @dataclass
@@ -83,8 +85,8 @@ class Migrator:
                     and source_half(entry.content_hash) == digest):
                 # the same legacy content in the same context: the target already holds its
                 # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, None, noop=True,
-                                 content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
+                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
+                                 noop=True, content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
                 continue
             if biz not in states:
                 states[biz] = BusinessState.LEGACY if known else self.writer.business_state(biz, conn)
@@ -95,17 +97,21 @@ class Migrator:
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
                 same = entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
-                out.append(Write(Action.QUARANTINE, source, d.source_key, biz, None, result.field, result.reason,
-                                 dict(d.raw), combined(digest, qhash), noop=same))
+                out.append(Write(action=Action.QUARANTINE, source=source, source_key=d.source_key, business=biz,
+                                 field=result.field, reason=result.reason, raw=dict(d.raw),
+                                 content_hash=combined(digest, qhash), noop=same))
                 continue
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
             fresh = entry is None or entry.status is not LedgerStatus.MIGRATED
-            note = None if not fresh and _same(entry.content_hash, result.content_hash) else _cutover_note(  # type: ignore[union-attr]
+            note = None if not fresh and entry is not None and _same(entry.content_hash, result.content_hash) else _cutover_note(
                 d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             if fresh:
-                out.append(Write(Action.CREATE, source, d.source_key, biz, result, content_hash=h, note=note))
-            elif _same(entry.content_hash, result.content_hash):
+                out.append(Write(action=Action.CREATE, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, content_hash=h, note=note))
+                continue
+            assert entry is not None  # not fresh: a migrated ledger row
+            if _same(entry.content_hash, result.content_hash):
                 # mapped the same: the target is right. When only the digest moved (a column
                 # outside the mapping changed, the mapping code changed, an old ledger row)
                 # the ledger row alone takes the new digest, else every later run would map
@@ -113,11 +119,13 @@ class Migrator:
                 # row stopped by the switch: its digest is the stop's, and the row as the
                 # operator left it must still differ from the ledger once the hold is gone
                 refresh = bool(digest) and source_half(entry.content_hash) != digest and not own_stop
-                out.append(Write(Action.UNCHANGED, source, d.source_key, biz, result, noop=not refresh,
+                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, noop=not refresh,
                                  content_hash=h if refresh else entry.content_hash,
                                  flag_pending=d.migrated_flag is False, note=note))
             else:
-                out.append(Write(Action.UPDATE, source, d.source_key, biz, result, content_hash=h, note=note))
+                out.append(Write(action=Action.UPDATE, source=source, source_key=d.source_key, business=biz,
+                                 mapped=result, content_hash=h, note=note))
         return out
 
     def _go(
@@ -216,23 +224,24 @@ class Migrator:
 
     def _deleted(self, source: str | None, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """Ledger rows whose source row is gone (operators delete rows by hand)."""
-        lg = self.writer.t.ledger
+        lg = self.writer.own.t.ledger
         src = source or self.reader.system.value
         stmt = select(lg.c.source_key, lg.c.business).where(
             lg.c.status == LedgerStatus.MIGRATED.value, lg.c.source_system == src)
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
-        with self.writer.store.engine.connect() as conn:
-            if isinstance(conn.connection.dbapi_connection, pymysql.connections.Connection):
+        with self.writer.own.engine.connect() as conn:
+            if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
-            return [Write(Action.DELETE, src, k, b) for k, b in conn.execute(stmt) if k not in seen]
+            return [Write(action=Action.DELETE, source=src, source_key=k, business=b)
+                    for k, b in conn.execute(stmt) if k not in seen]
 
     def _deleted_on_driver(self, conn: Connection, src: str, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """`_deleted` on PyMySQL: every migrated row of the source, at the end of every
         run, in pages by key as driver tuples (Core's Row objects, all held at once, cost
         a second and a few hundred MB per million rows; an unbuffered cursor's per-row
         fetch half the scan)."""
-        lg = self.writer.t.ledger
+        lg = self.writer.own.t.ledger
         q = conn.dialect.identifier_preparer.quote
         if wanted is not None and not wanted:
             return []
@@ -251,7 +260,7 @@ class Migrator:
         sql, after = first, ""  # the first page from the smallest key (an empty one included)
         while True:  # ends: every page starts past the last key of the one before
             rows = driver_rows(conn, sql, (*args, after))
-            out += [Write(Action.DELETE, src, k, b) for k, b in rows if k not in seen]
+            out += [Write(action=Action.DELETE, source=src, source_key=k, business=b) for k, b in rows if k not in seen]
             if len(rows) < DELETE_SCAN_PAGE:
                 return out
             sql, after = rest, rows[-1][0]
@@ -307,8 +316,8 @@ def _same(stored: str, full_hash: str) -> bool:
     return stored == full_hash or (len(stored) == 2 * HALF and mapped_half(stored) == full_hash[:HALF])
 
 
-def _chunks(it: Iterable[LegacyDefinition], size: int) -> Iterator[list[LegacyDefinition]]:
-    buf: list[LegacyDefinition] = []
+def _chunks(it: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    buf: list[_T] = []
     for d in it:
         buf.append(d)
         if len(buf) >= size:

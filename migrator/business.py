@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from migrator.model import BusinessState as B
+from migrator.store import MigratorStore
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
@@ -56,23 +57,24 @@ class AuditEntry:
 class BusinessRegistry:
     def __init__(self, store: SqlTriggerStore) -> None:
         self.store = store
-        self.t = store.t
+        self.own = MigratorStore.beside(store)
+        self.t = self.own.t
 
     def get(self, biz_code: str) -> BusinessRecord | None:
         b = self.t.business
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             row = conn.execute(select(b).where(b.c.biz_code == biz_code)).mappings().first()
         return None if row is None else _record(row)
 
     def all(self) -> list[BusinessRecord]:
         b = self.t.business
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             return [_record(r) for r in conn.execute(select(b).order_by(b.c.biz_code)).mappings()]
 
     def ensure(self, biz_code: str, source_system: str) -> BusinessRecord:
         if self.get(biz_code) is None:
             b = self.t.business
-            with self.store.engine.begin() as conn:
+            with self.own.engine.begin() as conn:
                 if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
                     conn.execute(insert(b).values(biz_code=biz_code, source_system=source_system,
                                                   state=B.LEGACY.value, shadow=0, version=0,
@@ -89,7 +91,7 @@ class BusinessRegistry:
                                     f"(allowed: legacy -> dual_run -> cutover, rollback to legacy)")
         b, a = self.t.business, self.t.audit
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:
+        with self.own.engine.begin() as conn:
             res = conn.execute(update(b).where(b.c.biz_code == current.biz_code, b.c.version == current.version)
                                .values(state=to.value, version=current.version + 1, updated_at=now,
                                        shadow=int(current.shadow if shadow is None else shadow)))
@@ -111,7 +113,7 @@ class BusinessRegistry:
         if current is None:
             return
         a = self.t.audit
-        with self.store.engine.begin() as conn:
+        with self.own.engine.begin() as conn:
             conn.execute(insert(a).values(biz_code=biz_code, from_state=current.state.value,
                                           to_state=current.state.value, at=self.store.clock.now_ms(),
                                           actor=actor[:128], reason=reason[:1024], comparison_id=None, forced=0,
@@ -122,7 +124,7 @@ class BusinessRegistry:
         stmt = select(a).order_by(a.c.at, a.c.id)
         if biz_code is not None:
             stmt = stmt.where(a.c.biz_code == biz_code)
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             return [AuditEntry(r["biz_code"], r["from_state"], r["to_state"], from_ms(r["at"]), r["actor"],
                                r["reason"], r["comparison_id"], bool(r["forced"]), json.loads(r["detail"] or "{}"))
                     for r in conn.execute(stmt).mappings()]

@@ -24,6 +24,7 @@ from sqlalchemy import select
 
 from migrator.model import LedgerStatus
 from readers.records import SourceSystem
+from migrator.store import MigratorStore
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -70,9 +71,10 @@ def child_chains(store: SqlTriggerStore, biz: str, links: Sequence[Link]) -> Chi
             wanted[ln.source_key] = ids
     if not wanted:
         return out
-    lg = store.t.ledger
+    own = MigratorStore.beside(store)
+    lg = own.t.ledger
     keys = sorted({c for ids in wanted.values() for c in ids})
-    with store.engine.connect() as conn:
+    with own.engine.connect() as conn:
         rows = {
             r.source_key: r
             for r in conn.execute(

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from migrator.catchup import StreamCatchup
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
@@ -30,11 +30,13 @@ from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
 from migrator.holds import LegacyHolds
 from migrator.ports import CutoverGate, FencePort, LegacyControl
+from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
 from scheduler_core.times import to_ms
+from scheduler_core.store.reads import published_after, set_shadow
 from scheduler_core.store.sql import SqlTriggerStore
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,7 @@ class BusinessSwitch:
         if not shadow:
             self._refuse_unmirrorable(biz)
         report = SwitchReport(biz, current.state.value, B.DUAL_RUN.value)
-        self._set_shadow(biz, shadow)
+        self._set_shadow(biz, shadow=shadow)
         now = self.clock.now()
         created = [ln.trigger for ln in self.links(biz) if ln.trigger.state is S.CREATED]
         nexts: dict[TriggerId, datetime] = {}
@@ -206,7 +208,7 @@ class BusinessSwitch:
         # the occurrence at the switch instant was lost (seen under load in CI). Off
         # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
         # which the stopped legacy side no longer fires: real, as it must be.
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         # the parents' child jobs follow their successful runs from the first one on
         self.store.set_followups(chains.links, to_ms(self.clock.now()))
         for ln in links:
@@ -301,7 +303,7 @@ class BusinessSwitch:
         report.legacy_started = len(started)
         if current.state is B.DUAL_RUN and current.shadow:
             report.notes.append("shadow dual-run: the legacy side never stopped")
-        self._set_shadow(biz, False)
+        self._set_shadow(biz, shadow=False)
         self.registry.transition(current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False,
                                  detail=report.as_dict())
         return report
@@ -364,9 +366,7 @@ class BusinessSwitch:
         return out
 
     def _set_shadow(self, biz: str, shadow: bool) -> None:
-        j = self.store.t.job
-        with self.store.engine.begin() as conn:
-            conn.execute(update(j).where(j.c.biz_code == biz).values(shadow=int(shadow)))
+        set_shadow(self.store, biz, shadow)
 
     def _align_new_side(self, ln: Link, handover: datetime | None, shadow: bool, report: SwitchReport) -> None:
         t = self._settled_trigger(ln.trigger)
@@ -422,10 +422,7 @@ class BusinessSwitch:
     def _published_after(self, biz: str, at: datetime) -> bool:
         """Whether the new side published a command of the business due after `at` (a
         rollback's fenced lookahead)."""
-        fr = self.store.t.fired
-        with self.store.engine.connect() as conn:
-            return conn.execute(select(fr.c.command_id).where(
-                fr.c.biz_code == biz, fr.c.scheduled_at > to_ms(at)).limit(1)).first() is not None
+        return published_after(self.store, biz, to_ms(at))
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,
@@ -511,8 +508,9 @@ class BusinessSwitch:
 
 def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
     """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
-    lg = store.t.ledger
-    with store.engine.connect() as conn:
+    own = MigratorStore.beside(store)
+    lg = own.t.ledger
+    with own.engine.connect() as conn:
         rows = conn.execute(select(lg.c.source_key, lg.c.target_job_code).where(
             lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
     by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}

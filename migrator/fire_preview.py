@@ -18,7 +18,7 @@ from scheduler_core.cron import CronExpression, CronSyntaxError
 PREVIEW_COUNT = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FirePreview:
     source_key: str
     business: str
@@ -66,4 +66,5 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
         # an occurrence is the first fire after the instant just before it
         first = expr.next_after((legacy - timedelta(seconds=1)).astimezone(expr.tz))
         matches = first is not None and first == legacy
-    return FirePreview(defn.source_key, defn.business, defn.cron, str(expr.tz), tuple(fires), legacy, matches)
+    return FirePreview(source_key=defn.source_key, business=defn.business, cron=defn.cron, zone=str(expr.tz),
+                       fires=tuple(fires), legacy_next=legacy, legacy_next_matches=matches)

@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
+from migrator.store import MigratorStore
 from scheduler_core.store.sql import SqlTriggerStore
 
 CUTOVER = "cutover"
@@ -25,14 +26,15 @@ _PAGE = 500
 class LegacyHolds:
     def __init__(self, store: SqlTriggerStore) -> None:
         self.store = store
-        self.t = store.t.legacy_hold
+        self.own = MigratorStore.beside(store)
+        self.t = self.own.t.legacy_hold
 
     def add(self, source: str, biz: str, keys: Collection[str], reason: str = CUTOVER) -> None:
         """Hold these keys (committed when this returns). Already held keys stay as they are."""
         if not keys:
             return
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:
+        with self.own.engine.begin() as conn:
             have = self._held(conn, source, list(keys))
             rows = [{"source_system": source, "source_key": k, "biz_code": biz, "reason": reason, "held_at": now}
                     for k in sorted(set(keys) - have)]
@@ -43,7 +45,7 @@ class LegacyHolds:
         ks = sorted(set(keys))
         if not ks:
             return
-        with self.store.engine.begin() as conn:
+        with self.own.engine.begin() as conn:
             for i in range(0, len(ks), _PAGE):
                 conn.execute(delete(self.t).where(self.t.c.source_system == source,
                                                   self.t.c.source_key.in_(ks[i:i + _PAGE])))
@@ -54,11 +56,11 @@ class LegacyHolds:
             return set()
         if conn is not None:
             return self._held(conn, source, keys)
-        with self.store.engine.connect() as c:
+        with self.own.engine.connect() as c:
             return self._held(c, source, keys)
 
     def of_business(self, biz: str) -> set[str]:
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             return set(conn.execute(select(self.t.c.source_key).where(self.t.c.biz_code == biz)).scalars())
 
     def _held(self, conn: Connection, source: str, keys: Sequence[str]) -> set[str]:

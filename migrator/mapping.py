@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from readers.records import LegacyBusiness, LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
@@ -165,14 +166,14 @@ def _items(
 
 def _trigger(
     defn: LegacyDefinition, job: Job, zone: ZoneInfo, now: datetime, options: MappingOptions, active: bool
-) -> Trigger | None | Rejection:
+) -> Trigger | Rejection | None:
     misfire = MisfirePolicy.FIRE_ONCE_NOW if defn.misfire is MisfireRule.FIRE_ONCE_NOW else MisfirePolicy.SKIP
     end_at = defn.end_at
     for name, value in (("next_fire_at", defn.next_fire_at), ("end_at", end_at)):
         if value is not None and not EARLIEST <= value < LATEST:
             return Rejection(name, f"{value.isoformat()} is outside 1970-01-02 .. 2100-01-01")
     state = _state(defn, active)
-    common = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
+    common: dict[str, Any] = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
                   misfire_policy=misfire, priority=job.priority, state=state)
     if defn.schedule is ScheduleKind.NONE:
         if job.biz_code in options.api_only_businesses:
@@ -220,7 +221,7 @@ def _trigger(
 
 
 @lru_cache(maxsize=8192)
-def _cron_next(cron: str, zone: ZoneInfo, now: datetime, dialect: Dialect) -> datetime | None | CronSyntaxError:
+def _cron_next(cron: str, zone: ZoneInfo, now: datetime, dialect: Dialect) -> datetime | CronSyntaxError | None:
     """The first occurrence after `now`, or the syntax error. Cached: a chunk (or a group of
     change events) maps many rows with the same few expressions at the same `now`, and
     parsing plus stepping a Quartz expression is most of a row's mapping cost."""

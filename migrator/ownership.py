@@ -37,7 +37,7 @@ class Side(enum.StrEnum):
 PROBLEMS = (Side.ORPHANED, Side.DOUBLE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobOwnership:
     business: str
     source_key: str
@@ -129,8 +129,10 @@ def ownership(store: SqlTriggerStore, legacy_live: LegacyLive | None = None,
                 leg = (ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE)
             side, why = classify(rec.state, rec.shadow, t.state, leg, ln.source_key in held)
             new_live = t.state in (S.WAITING, S.ACQUIRED) and not rec.shadow
-            bo.jobs.append(JobOwnership(rec.biz_code, ln.source_key, ln.job_code, t.id, t.state.value, new_live, leg,
-                                        live is not None, ln.source_key in held, side, why))
+            bo.jobs.append(JobOwnership(business=rec.biz_code, source_key=ln.source_key, job_code=ln.job_code,
+                                        trigger_id=t.id, trigger_state=t.state.value, new_live=new_live,
+                                        legacy_live=leg, legacy_known=live is not None,
+                                        held=ln.source_key in held, side=side, why=why))
         out.append(bo)
     return out
 

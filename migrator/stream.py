@@ -173,7 +173,7 @@ class StreamMigrator:
                 latest[after] = ch
         # one target transaction for the whole group: its reads (ledger, business states)
         # and its writes see one state, and the checkpoint commits with them
-        with self.writer.store.engine.begin() as conn:
+        with self.writer.own.engine.begin() as conn:
             self._states = self.writer.business_states(conn)
             writes = self._writes(latest, conn)
             if refresh:
@@ -218,7 +218,7 @@ class StreamMigrator:
         legacy_biz = self._businesses() if found else {}
         writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.business)]
         ledger = self.writer.ledger(source, gone, conn)
-        writes += [Write(Action.DELETE, source, k, _biz_of_code(entry.job_code))
+        writes += [Write(action=Action.DELETE, source=source, source_key=k, business=_biz_of_code(entry.job_code))
                    for k, entry in ledger.items()
                    if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))]
         return [w for w in writes if not w.noop]
@@ -360,8 +360,8 @@ class KeyCompare:
     def next_keys(self, writer: TargetWriter, source: SourceSystem) -> list[str]:
         """The next page of migrated keys after the cursor; a short page ends a round and
         the next pass starts again from the first key."""
-        lg = writer.store.t.ledger
-        with writer.store.engine.connect() as conn:
+        lg = writer.own.t.ledger
+        with writer.own.engine.connect() as conn:
             keys = [str(k) for (k,) in conn.execute(
                 select(lg.c.source_key).where(lg.c.source_system == source.value,
                                               lg.c.status == LedgerStatus.MIGRATED.value,

@@ -9,18 +9,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, insert, literal_column, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
+from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.model import Action, BusinessState, LedgerStatus
-from migrator.upsert import MYSQL, driver_rows, insert_rendered, insert_rows, render_plain, takes_rendered, upsert
+from migrator.store import MigratorStore
 from readers.records import StreamPosition
-from scheduler_core.model import DEFAULT_CRON_DIALECT, ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.rows import job_values, trigger_values
+from scheduler_core.store import fastpath
+from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
+from scheduler_core.store.fastpath import driver_rows, render_plain, takes_rendered
+from scheduler_core.store.rows import trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
+from scheduler_core.supersede import MARGIN as SUPERSEDE_MARGIN
 from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
@@ -29,16 +35,6 @@ _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerStat
 # legacy job may get a schedule later, and its trigger then takes it
 _NONE = TriggerKind.NONE.value
 EXCERPT_MAX = 2000
-_JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
-            "explicit_items", "shadow", "updated_at")
-# what an update of a trigger may change: never its lease (owner_epoch, acquire_deadline),
-# its creation time or its version (bumped instead)
-_TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "cron_dialect", "interval_ms", "time_zone",
-                "end_at", "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
-# MySQL: an existing job's update always changes the row (updated_at moves forward even
-# within the same millisecond), so the upsert's affected rows tell new jobs (1) from
-# existing ones (2) for the whole statement
-_JOB_TOUCH = {"updated_at": "GREATEST(VALUES(`updated_at`), `updated_at` + 1)"}
 _LEDGER_SET = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
                "updated_at")
 
@@ -65,7 +61,7 @@ class LedgerDigest:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Write:
     """One planned write: what the plan decided for one source row."""
 
@@ -102,17 +98,19 @@ class Rendered:
 
 
 class TargetWriter:
-    def __init__(self, store: SqlTriggerStore) -> None:
+    def __init__(self, store: SqlTriggerStore, own: MigratorStore | None = None) -> None:
         self.store = store
-        self.t = store.t
+        self.own = own or MigratorStore.beside(store)
+        self.defs = DefinitionWrites(store)
+        # a live trigger's schedule edit takes effect from now + this (migrator.schedule_edits)
+        self.supersede_margin = SUPERSEDE_MARGIN
 
     def ledger(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> dict[str, LedgerEntry]:
-        lg = self.t.ledger
         out: dict[str, LedgerEntry] = {}
         if not keys:
             return out
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.own.engine.connect() as c:
                 rows = self._ledger_rows(c, source, keys)
         else:
             rows = self._ledger_rows(conn, source, keys)
@@ -128,8 +126,8 @@ class TargetWriter:
         row in Python: six of them were most of a re-run's CPU)."""
         if not keys:
             return {}
-        with self.store.engine.connect() as conn:
-            if conn.dialect.name not in MYSQL:
+        with self.own.engine.connect() as conn:
+            if not fastpath.fast(conn):
                 return {k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
                         for k, e in self.ledger(source, keys, conn).items()}
             q = conn.dialect.identifier_preparer.quote
@@ -138,7 +136,7 @@ class TargetWriter:
                    f"LEFT({q('content_hash')}, {HALF}), ''), ' ', {q('source_key')}), "
                    f"IF({q('status')} = '{quarantined}', {q('field')}, NULL), "
                    f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
-                   f"FROM {q(self.t.ledger.name)} WHERE {q('source_system')} = %s "
+                   f"FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
                    f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
             rows = driver_rows(conn, sql, (source, *keys))
         out: dict[str, LedgerDigest] = {}
@@ -149,8 +147,8 @@ class TargetWriter:
         return out
 
     def _ledger_rows(self, conn: Connection, source: str, keys: Sequence[str]) -> Sequence[tuple[Any, ...]]:
-        lg = self.t.ledger
-        if conn.dialect.name in MYSQL:
+        lg = self.own.t.ledger
+        if fastpath.fast(conn):
             # a re-run reads a ledger row for every source row: plain tuples from the
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
@@ -165,16 +163,16 @@ class TargetWriter:
 
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""
-        lg = self.t.ledger
-        with self.store.engine.connect() as conn:
+        lg = self.own.t.ledger
+        with self.own.engine.connect() as conn:
             return conn.execute(select(lg.c.source_key).where(
                 lg.c.source_system == source, lg.c.status == LedgerStatus.MIGRATED.value).limit(1)).first() is not None
 
     def business_state(self, biz_code: str, conn: Connection | None = None) -> BusinessState:
-        b = self.t.business
+        b = self.own.t.business
         stmt = select(b.c.state).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.own.engine.connect() as c:
                 state = c.execute(stmt).scalar_one_or_none()
         else:
             state = conn.execute(stmt).scalar_one_or_none()
@@ -182,7 +180,7 @@ class TargetWriter:
 
     def business_states(self, conn: Connection) -> dict[str, BusinessState]:
         """Every business's state in one read (absent: legacy)."""
-        b = self.t.business
+        b = self.own.t.business
         return {code: BusinessState(state) for code, state in conn.execute(select(b.c.biz_code, b.c.state))}
 
     def apply(
@@ -193,7 +191,7 @@ class TargetWriter:
         these writes' rows as `render` gave them (used where the connection escapes alike)."""
         if conn is not None:
             return self._apply(conn, writes, checkpoint, rendered)
-        with self.store.engine.begin() as c:
+        with self.own.engine.begin() as c:
             return self._apply(c, writes, checkpoint, rendered)
 
     def render(self, writes: Sequence[Write]) -> Rendered | None:
@@ -205,7 +203,7 @@ class TargetWriter:
         items: dict[str, tuple[str, ...]] = {}
         ledger: dict[str, str] = {}
         columns: dict[str, tuple[str, ...]] = {}
-        lg, jb, tg, si = self.t.ledger.name, self.t.job.name, self.t.trigger.name, self.t.sharding_item.name
+        lg, jb, tg, si = self.own.t.ledger.name, self.defs.job_table, self.defs.trigger_table, self.defs.item_table
         seen: set[str] = set()
 
         def literal(table: str, row: dict[str, Any]) -> str | None:
@@ -226,7 +224,7 @@ class TargetWriter:
             m = w.mapped
             if m is None or (w.action is not Action.CREATE and w.action is not Action.UPDATE):
                 continue
-            lit = literal(jb, _job_row(m, now))
+            lit = literal(jb, new_job_values(m.job, now))
             if lit is None:
                 return None
             jobs[key] = lit
@@ -239,11 +237,11 @@ class TargetWriter:
                     return None
                 triggers[key] = lit
             if m.items:
-                its = [_after_job_id(_item_row(0, i)) for i in m.items]
+                its = [_after_job_id(item_values(0, i)) for i in m.items]
                 if None in its:
                     return None
                 if si not in columns:
-                    columns[si] = tuple(_item_row(0, m.items[0]))
+                    columns[si] = tuple(item_values(0, m.items[0]))
                 items[key] = tuple(its)  # type: ignore[arg-type]
             else:
                 items[key] = ()
@@ -264,7 +262,8 @@ class TargetWriter:
         # row created and deleted in one group of changes must be found by its delete)
         if rendered is not None:
             lits = [rendered.ledger[w.source_key] for w in ledger if w.source_key in rendered.ledger]
-            _write_rendered(conn, self.t.ledger, rendered, lits, _LEDGER_SET)
+            lg = self.own.t.ledger
+            fastpath.write_rendered(conn, lg, rendered.columns.get(lg.name, ()), lits, _LEDGER_SET)
             written += len(lits)
         else:
             written += self._ledger_many(conn, [row for w in ledger if (row := _ledger_row(w, now)) is not None])
@@ -282,44 +281,42 @@ class TargetWriter:
         jobs upserted by job code (an existing job is a ledger row lost after its target:
         repaired in place), sharding items replaced, triggers inserted or updated while
         editable; the ledger rows to write go to `ledger`."""
-        j, tr, si = self.t.job, self.t.trigger, self.t.sharding_item
+        defs = self.defs
         codes = [w.mapped.job.job_code for w in writes]  # type: ignore[union-attr]
         if rendered is not None:
-            affected: int | None = _write_rendered(conn, j, rendered, [rendered.jobs[w.source_key] for w in writes],
-                                                   _JOB_SET, _JOB_TOUCH)
+            affected: int | None = defs.upsert_rendered_jobs(conn, rendered.columns.get(defs.job_table, ()),
+                                                             [rendered.jobs[w.source_key] for w in writes])
         else:
-            affected = _write(conn, j, [_job_row(w.mapped, now) for w in writes],  # type: ignore[arg-type]
-                              ("job_code",), _JOB_SET, mysql_also=_JOB_TOUCH)
-        # every job new (one affected row each; an existing one counts 2, see _JOB_TOUCH):
+            affected = defs.upsert_jobs(conn, [new_job_values(w.mapped.job, now) for w in writes])  # type: ignore[union-attr]
+        # every job new (one affected row each; an existing one counts 2, see definitions.JOB_TOUCH):
         # no trigger and no sharding item can exist for them, so neither is read or deleted.
         # (A concurrent writer of the same job code makes this insert wait for its commit
         # and then update: 2, and the full path below.)
         all_new = affected == len(writes)
-        ids = self._job_ids(conn, codes)
+        ids = defs.job_ids(conn, codes)
         existing: dict[str, list[tuple[int, str, tuple[Any, ...]]]] = {}
         if not all_new:
-            conn.execute(delete(si).where(si.c.job_id.in_(list(ids.values()))))
+            defs.drop_items(conn, list(ids.values()))
             # lock the existing triggers: a scheduler acquiring one waits for this commit, so
             # the state read here is the state the update meets
-            for tid, code, state, *schedule in conn.execute(
-                    select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
-                           tr.c.interval_ms, tr.c.time_zone, tr.c.cron_dialect).where(tr.c.job_code.in_(codes)).with_for_update()):
+            for tid, code, state, *schedule in defs.lock_triggers(conn, codes):
                 existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
             lits = [f"({ids[w.mapped.job.job_code]},{rest}" for w in writes  # type: ignore[union-attr]
                     for rest in rendered.items[w.source_key]]
-            _write_rendered(conn, si, rendered, lits)
+            defs.insert_rendered_items(conn, rendered.columns.get(defs.item_table, ()), lits)
             n_items = len(lits)
         else:
-            items = [_item_row(ids[w.mapped.job.job_code], i) for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
-            _write(conn, si, items)
+            items = [item_values(ids[w.mapped.job.job_code], i) for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
+            defs.insert_items(conn, items)
             n_items = len(items)
         fresh: list[dict[str, Any]] = []
         fresh_lits: list[str] = []
         states: dict[str, BusinessState] | None = None  # read once, when an existing trigger is edited
         edits: list[dict[str, Any]] = []
         held: set[str] = set()
+        schedule_edits: list[ScheduleEdit] = []
         for w in writes:
             m = w.mapped
             assert m is not None
@@ -336,44 +333,37 @@ class TargetWriter:
             if states is None:
                 states = self.business_states(conn)
             cut_over = states.get(w.business) is BusinessState.CUTOVER
-            for tid, state, schedule in there:
-                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and schedule[1] == _NONE):
-                    edits.append({**values, "id": tid, **_kept(m.trigger, state, schedule, cut_over)})
+            for tid, state, kept_schedule in there:
+                if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
+                    edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, cut_over)})
+                    plan = plan_edit(m.trigger, tid, state, kept_schedule, edits[-1]["next_fire_at"], now,
+                                     self.supersede_margin)
+                    if plan is not None:
+                        schedule_edits.append(plan)
                 elif state == TriggerState.ACQUIRED.value:
                     # Being fired right now: keep the old ledger hash so the next run (or
                     # the next change event) applies this update; nothing is half-written.
                     held.add(w.source_key)
                 # completed/cancelled targets keep their terminal state
-        _write(conn, tr, fresh)
+        defs.insert_triggers(conn, fresh)
         if fresh_lits:
-            _write_rendered(conn, tr, rendered, fresh_lits)  # type: ignore[arg-type]
-        # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
-        _write(conn, tr, edits, ("id",), _TRIGGER_SET, {"version": tr.c.version + literal_column("1")},
-               {"version": "`version` + 1"})
+            defs.insert_rendered_triggers(conn, rendered.columns[defs.trigger_table], fresh_lits)  # type: ignore[union-attr]
+        defs.update_triggers(conn, edits)
+        for plan in schedule_edits:  # after the trigger rows, in the same transaction
+            SqlSupersedes(self.store).record_edit(conn, plan.trigger_id, plan.business, plan.effective_ms,
+                                                  plan.new_times, now)
         ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
-
-    def _job_ids(self, conn: Connection, codes: Sequence[str]) -> dict[str, int]:
-        """Job code -> id for these codes. MySQL: on the driver (Core's rendering of a
-        1,000-value IN list cost more than the read)."""
-        j = self.t.job
-        if conn.dialect.name not in MYSQL:
-            return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())  # type: ignore[arg-type]
-        q = conn.dialect.identifier_preparer.quote
-        return dict(driver_rows(conn, f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
-                                      f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", codes))
 
     def _delete_many(self, conn: Connection, writes: list[Write], now: int) -> int:
         if not writes:
             return 0
-        tr = self.t.trigger
         ledger = self.ledger(writes[0].source, [w.source_key for w in writes], conn)
         codes = [e.job_code for e in ledger.values() if e.job_code]
         if codes:
             # a source row deleted: the target stops firing (cancel, not delete: the fired
             # history stays attached to it)
-            conn.execute(update(tr).where(tr.c.job_code.in_(codes), tr.c.state.in_(_EDITABLE))
-                         .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now))
+            self.defs.cancel_triggers(conn, codes, _EDITABLE, now)
         return self._ledger_many(conn, [_ledger_values(w, LedgerStatus.DELETED, "", e.job_code if (
             e := ledger.get(w.source_key)) else None, now) for w in writes])
 
@@ -381,19 +371,19 @@ class TargetWriter:
         """Upsert ledger rows in one statement."""
         if not rows:
             return 0
-        _write(conn, self.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
+        fastpath.write_rows(conn, self.own.t.ledger, rows, ("source_system", "source_key"), _LEDGER_SET)
         return len(rows)
 
     def _ensure_businesses(self, conn: Connection, wanted: Sequence[tuple[str, str]], now: int) -> int:
         """The business rows of this chunk's jobs, created as legacy where missing (one read)."""
         if not wanted:
             return 0
-        b = self.t.business
+        b = self.own.t.business
         have = set(conn.execute(select(b.c.biz_code).where(b.c.biz_code.in_([biz for biz, _ in wanted]))).scalars())
         return sum(self._ensure_business(conn, biz, source, now) for biz, source in wanted if biz not in have)
 
     def _ensure_business(self, conn: Connection, biz: str, source: str, now: int) -> int:
-        b = self.t.business
+        b = self.own.t.business
         if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz)).first() is not None:
             return 0
         conn.execute(insert(b).values(biz_code=biz, source_system=source, state=BusinessState.LEGACY.value,
@@ -401,7 +391,7 @@ class TargetWriter:
         return 1
 
     def _checkpoint(self, conn: Connection, stream_id: str, pos: StreamPosition, now: int, n: int) -> None:
-        ck = self.t.checkpoint
+        ck = self.own.t.checkpoint
         res = conn.execute(update(ck).where(ck.c.stream_id == stream_id).values(
             log_file=pos.log_file, log_pos=pos.log_pos, gtid=pos.gtid, updated_at=now,
             events_applied=ck.c.events_applied + n))
@@ -410,47 +400,18 @@ class TargetWriter:
                                            gtid=pos.gtid, updated_at=now, events_applied=n))
 
     def checkpoint(self, stream_id: str) -> StreamPosition | None:
-        ck = self.t.checkpoint
-        with self.store.engine.connect() as conn:
+        ck = self.own.t.checkpoint
+        with self.own.engine.connect() as conn:
             row = conn.execute(select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)).first()
         return None if row is None else StreamPosition(row[0], int(row[1]), row[2])
 
     def quarantined(self, business: str | None = None) -> list[dict[str, Any]]:
-        lg = self.t.ledger
+        lg = self.own.t.ledger
         stmt = select(lg).where(lg.c.status == LedgerStatus.QUARANTINED.value).order_by(lg.c.source_system, lg.c.source_key)
         if business:
             stmt = stmt.where(lg.c.business == business)
-        with self.store.engine.connect() as conn:
+        with self.own.engine.connect() as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
-def _write(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: Sequence[str] = (),
-           set_columns: Sequence[str] = (), also: dict[str, Any] | None = None,
-           mysql_also: dict[str, str] | None = None) -> int | None:
-    """Insert (with `set_columns`: upsert by `keys`) dict rows that share one key order.
-    MySQL: the bulk path, returning the affected rows (`mysql_also` replaces columns of
-    the update with raw SQL); other dialects through Core, returning None."""
-    if not rows:
-        return 0
-    if conn.dialect.name in MYSQL:
-        sql = dict(mysql_also or {})
-        return insert_rows(conn, table, list(rows[0]), [tuple(r.values()) for r in rows],
-                           [c for c in set_columns if c not in sql], sql)
-    if set_columns:
-        upsert(conn, table, rows, keys, set_columns, also)
-    else:
-        conn.execute(insert(table), rows)
-    return None
-
-
-def _write_rendered(conn: Connection, table: Any, rendered: Rendered, literals: list[str],
-                    set_columns: Sequence[str] = (), mysql_also: dict[str, str] | None = None) -> int:
-    """`_write` for rows `TargetWriter.render` rendered (MySQL only: see `takes_rendered`)."""
-    if not literals:
-        return 0
-    sql = dict(mysql_also or {})
-    return insert_rendered(conn, table, rendered.columns[table.name], literals,
-                           [c for c in set_columns if c not in sql], sql)
 
 
 def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -> dict[str, Any]:
@@ -483,14 +444,6 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -
         if moved is not None and moved > new.next_fire_at:
             out["next_fire_at"] = to_ms(moved)
     return out
-
-
-def _job_row(m: Mapped, now: int) -> dict[str, Any]:
-    return {**job_values(m.job, now), "created_at": now}
-
-
-def _item_row(job_id: int, item: ShardingItem) -> dict[str, Any]:
-    return {"job_id": job_id, "item_index": item.index, "param": item.param}
 
 
 def _after_job_id(row: dict[str, Any]) -> str | None:

@@ -92,7 +92,7 @@ def digest_sql(columns: Sequence[str], kinds: Mapping[str, str], skip: Collectio
     names = _names(columns, skip)
     parts: list[ColumnElement[Any]] = [literal_column(f"'{_header(names)}'")]  # hex: nothing to quote
     for name in names:
-        col = column(name)
+        col: ColumnElement[Any] = column(name)
         kind = kinds.get(name)
         if kind == "text":
             expr: ColumnElement[Any] = func.hex(col)

@@ -24,14 +24,14 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 
-from readers.legacy_ddl.tables import MYSQL_DIALECTS
+from readers.fastpath import fast
 
 T = TypeVar("T")
 
 
 def session_zone(conn: Connection) -> tzinfo:
     """The zone a SQL read of this server shows TIMESTAMP values in."""
-    if conn.dialect.name not in MYSQL_DIALECTS:
+    if not fast(conn):
         return timezone.utc  # SQLite has no TIMESTAMP type: nothing is converted
     seconds = conn.execute(text("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")).scalar_one()
     return timezone(timedelta(seconds=round(int(seconds) / 60) * 60))

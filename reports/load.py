@@ -11,7 +11,8 @@ from sqlalchemy import select
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
 from dualrun.model import iso
-from dualrun.verdict import history, latest, latest_by_business, load_comparison
+from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
+from dualrun.store import DualRunStore
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -37,11 +38,12 @@ def load_report(store: SqlTriggerStore, business: str, *, now: datetime, compari
 def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
     """The change stream's catch-up state the cutover gate found at the business's latest
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
-    a = store.t.audit
+    own = DualRunStore.beside(store)
+    a = own.migration.audit
     stmt = (select(a.c.at, a.c.detail).where(a.c.biz_code == business, a.c.to_state == "cutover",
                                              a.c.from_state != "cutover")
             .order_by(a.c.at.desc(), a.c.id.desc()).limit(1))
-    with store.engine.connect() as conn:
+    with own.engine.connect() as conn:
         row = conn.execute(stmt).first()
     if row is None:
         return None

@@ -10,5 +10,5 @@ from reports.templating import render
 
 def render_html(content: dict[str, Any]) -> str:
     if content.get("kind") == "overview":
-        return render("overview.html.j2", True, c=content)
-    return render("report.html.j2", True, c=content, plots=report_plots(content))
+        return render("overview.html.j2", html=True, c=content)
+    return render("report.html.j2", html=True, c=content, plots=report_plots(content))

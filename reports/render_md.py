@@ -12,4 +12,4 @@ def _cell(value: object) -> str:
 
 def render_md(content: dict[str, Any]) -> str:
     name = "overview.md.j2" if content.get("kind") == "overview" else "report.md.j2"
-    return render(name, False, c=content, cell=_cell)
+    return render(name, html=False, c=content, cell=_cell)

@@ -37,5 +37,5 @@ def environment(html: bool) -> jinja2.Environment:
     return env
 
 
-def render(name: str, html: bool, **context: object) -> str:
+def render(name: str, *, html: bool, **context: object) -> str:
     return environment(html).get_template(name).render(**context)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from scheduler_core.firepool import FirePool, group_by_domain
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
@@ -191,7 +192,8 @@ class PartitionAcquirer:
             )
             released = len(back)
             self.metrics.released.inc(released)
-            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released)
+            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released,
+                     extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence))
         return submitted, released
 
 
@@ -223,7 +225,9 @@ class Admission:
 class PartitionLoop:
     """The thread running one partition's acquire loop: tick, wait what the tick asked,
     again; until the scheduler stops, or `owns()` says the partition (or the leadership
-    it came with) is no longer ours, or `halt()` is called. Waits are cut short by either."""
+    it came with) is no longer ours, or `halt()` is called. Waits are cut short by either,
+    and by `wake()`: triggers due soon were added to the partition (a wake-up), so it
+    ticks by their T minus `wake_lead` instead of after its idle wait."""
 
     def __init__(
         self,
@@ -240,6 +244,11 @@ class PartitionLoop:
         self._metrics = metrics
         self.lost = threading.Event()  # set when the loop ended because ownership was lost
         self._halted = threading.Event()
+        # set by wake() and halt(): the wait between ticks looks again at once
+        self._woken = threading.Event()
+        self._wake_lock = threading.Lock()
+        self._tick_by: float | None = None  # monotonic time a wake-up asks the next tick by
+        self.wakeups = 0  # waits cut short by a wake-up
         self.thread = threading.Thread(target=self._run, name=f"acquire-{acq.partition.name}", daemon=True)
 
     def start(self) -> None:
@@ -247,6 +256,18 @@ class PartitionLoop:
 
     def halt(self) -> None:
         self._halted.set()
+        self._woken.set()
+
+    def wake(self, due_ms: int | None = None) -> None:
+        """Tick by `due_ms` (the earliest new trigger's T, epoch ms) minus `wake_lead`; at
+        once when that has passed or no time is given. A wake-up during a tick is kept for
+        the wait after it: the tick's SELECT may have run before the triggers committed."""
+        lead = self.acq.settings.wake_lead.total_seconds()
+        ahead = 0.0 if due_ms is None else (due_ms - self.acq.clock.now_ms()) / 1000 - lead
+        by = time.monotonic() + max(0.0, ahead)
+        with self._wake_lock:
+            self._tick_by = by if self._tick_by is None else min(self._tick_by, by)
+        self._woken.set()
 
     def join(self, timeout: float) -> None:
         if self.thread.is_alive():
@@ -260,16 +281,31 @@ class PartitionLoop:
             if not self._owns():
                 self.lost.set()
                 return
+            # taken before the tick, never after: a wake-up arriving during it is kept
+            with self._wake_lock:
+                self._tick_by = None
             try:
                 wait = self._tick(self.acq).wait.total_seconds()
             except Exception:
                 self._metrics.errors.labels(component="store").inc()
-                log.exception("partition %s: tick failed; retrying", self.acq.partition.name)
+                log.exception("partition %s: tick failed; retrying", self.acq.partition.name,
+                              extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch,
+                                               fence=self.acq.fence))
                 wait = 1.0
-            # at most 1 s between ticks (as before); real time, whatever the clock, and cut
-            # short by a stop, a halt or a lost ownership (looked at every 0.25 s)
-            end = time.monotonic() + min(wait, 1.0)
+            # at most max_wait between ticks (1 s, as before); real time, whatever the clock,
+            # and cut short by a wake-up's time, a stop, a halt or a lost ownership (looked
+            # at every 0.25 s)
+            end = time.monotonic() + min(wait, self.acq.settings.max_wait.total_seconds())
             while wait > 0 and self.running():
-                left = end - time.monotonic()
-                if left <= 0 or self._halted.wait(min(left, 0.25)) or not self._owns():
+                self._woken.clear()  # before reading the wake-up time: a later wake-up sets it again
+                with self._wake_lock:
+                    by = self._tick_by
+                woken = by is not None and by < end
+                left = (by if woken else end) - time.monotonic()  # type: ignore[operator]
+                if left <= 0:
+                    if woken:
+                        self.wakeups += 1
                     break
+                if not self._owns():
+                    break
+                self._woken.wait(min(left, 0.25))

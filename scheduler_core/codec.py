@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler_core.item_states import RESULT_STATES, ItemState
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
@@ -273,18 +274,12 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
         raise CodecError(f"malformed result message: {exc}") from exc
 
 
-# one letter per item state in the compact form; the store's page records use the same.
-# "K" (skipped by a rollback fence, never invoked) is newer than the form: a scheduler
-# that does not know it drops such a result message as malformed, so upgrade the
-# scheduler (callback consumer) before executors, as for the "e" form.
-_STATE_LETTER: dict[FiredState, str] = {
-    FiredState.SUCCEEDED: "S",
-    FiredState.FAILED: "F",
-    FiredState.TIMED_OUT: "T",
-    FiredState.RECEIVED: "R",
-    FiredState.SKIPPED: "K",
-}
-_LETTER_STATE: dict[str, FiredState] = {v: k for k, v in _STATE_LETTER.items()}
+# one letter per item state in the compact form (item_states.ItemState, which the store's
+# page records use too). "K" (skipped by a rollback fence, never invoked) is newer than
+# the form: a scheduler that does not know it drops such a result message as malformed,
+# so upgrade the scheduler (callback consumer) before executors, as for the "e" form.
+_STATE_LETTER: dict[FiredState, ItemState] = {s.fired_state: s for s in RESULT_STATES}
+_LETTER_STATE: dict[str, FiredState] = {s.value: s.fired_state for s in RESULT_STATES}
 
 
 def state_letter(state: FiredState) -> str:

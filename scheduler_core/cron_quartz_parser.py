@@ -398,7 +398,7 @@ class _Parser:
         elif type_ == MONTH:
             if (val < 1 or val > 12 or end > 12) and val != ALL_SPEC:
                 raise QuartzParseError(type_, "Month values must be between 1 and 12")
-        elif type_ == DAY_OF_WEEK:
+        elif type_ == DAY_OF_WEEK:  # noqa: SIM102 - the same shape as the other fields' range checks
             if (val == 0 or val > 7 or end > 7) and not special:
                 raise QuartzParseError(type_, "Day-of-Week values must be between 1 and 7")
         if incr in (0, -1) and val != ALL_SPEC:

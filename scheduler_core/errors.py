@@ -16,7 +16,36 @@ class IllegalTransition(SchedulerError, ValueError):
 
 
 class StoreError(SchedulerError):
-    """The trigger store could not be reached or refused an operation."""
+    """The trigger store could not be reached or refused an operation.
+
+    Raised by the store's boundary (store/driver_errors.py) from the driver's error:
+    `what` says what kind of failure it is, `detail` what the server or driver said (its
+    first line, password masked)."""
+
+    def __init__(self, what: str, detail: str = "") -> None:
+        super().__init__(f"{what}: {detail}" if detail else what)
+        self.what = what
+        self.detail = detail
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached, or the connection was lost: retrying later may work."""
+
+
+class StoreAccessDenied(StoreError):
+    """The database refused the credentials, or the user lacks a privilege the call needs."""
+
+
+class StoreConflict(StoreError):
+    """A uniqueness or foreign-key rule refused the write."""
+
+
+class StoreRefused(StoreError):
+    """The database would not run a statement (neither unavailable nor a conflict)."""
+
+
+class BadStoreUrl(StoreError, ValueError):
+    """The store URL cannot be parsed, or names a dialect or driver that is not installed."""
 
 
 class SchemaError(StoreError):

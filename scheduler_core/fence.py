@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from scheduler_core.logfields import log_fields
 from scheduler_core.model import FiredState
 from scheduler_core.ports import FenceStore, MessageBus
 from scheduler_core.times import from_ms, to_ms
@@ -115,7 +116,8 @@ class FenceService:
         `at` not final yet are marked skipped. Returns how many records were marked."""
         fence, marked = self.store.raise_business_fence(business, to_ms(at), skip_message(to_ms(at)))
         self._broadcast(fence)
-        log.info("raised the %s; %d fired record(s) marked skipped", fence, marked)
+        log.info("raised the %s; %d fired record(s) marked skipped", fence, marked,
+                 extra=log_fields(business=business, epoch=fence.epoch))
         return marked
 
     def lift_fence(self, business: str, at: datetime) -> None:
@@ -126,7 +128,7 @@ class FenceService:
         if fence is None:
             return  # never fenced: nothing to lift
         self._broadcast(fence)
-        log.info("lifted to the %s", fence)
+        log.info("lifted to the %s", fence, extra=log_fields(business=business, epoch=fence.epoch))
 
     def fence_of(self, business: str) -> Fence | None:
         return self.store.business_fence(business)
@@ -167,5 +169,13 @@ class FenceRelay:
         return sent
 
 
-__all__ = ["Fence", "FenceRelay", "FenceService", "MESSAGE_PREFIX", "decode_fence", "encode_fence", "is_fence_skip",
-           "skip_message"]
+__all__ = [
+    "MESSAGE_PREFIX",
+    "Fence",
+    "FenceRelay",
+    "FenceService",
+    "decode_fence",
+    "encode_fence",
+    "is_fence_skip",
+    "skip_message",
+]

@@ -324,8 +324,8 @@ class FirePipeline:
             ids = list(reschedule)
             changes["rescheduled"] = Transition(
                 ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
-                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,  # type: ignore[arg-type]
-                last_fired_at={i: fired_at[i] for i in ids},  # type: ignore[index]
+                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,
+                last_fired_at={i: fired_at[i] for i in ids},
             )
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped

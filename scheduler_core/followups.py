@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from scheduler_core.fire import FirePipeline
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
     CommandId,
@@ -79,7 +80,8 @@ class Followups:
             trigger = triggers.get(child)
             job = jobs.get(trigger.job_code) if trigger is not None else None
             if trigger is None or job is None:
-                log.error("follow-up of %s: trigger %s (or its job) is gone; child not fired", parent, child)
+                log.error("follow-up of %s: trigger %s (or its job) is gone; child not fired", parent, child,
+                          extra=log_fields(command_id=parent, trigger_id=child))
                 continue
             published += self._fire(parent, trigger, job, claims.get((parent, child)))
         self.fired += published

@@ -1,7 +1,7 @@
 """Next occurrence of a trigger: pure functions over the model and the cron evaluator."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timezone, datetime, timedelta
 from functools import lru_cache
 
 from scheduler_core.cron import CronExpression, Dialect
@@ -20,6 +20,10 @@ def next_after(trigger: Trigger, after: datetime) -> datetime | None:
     if trigger.kind is TriggerKind.CRON:
         assert trigger.cron is not None
         nxt = _cron(trigger.cron, trigger.time_zone, trigger.cron_dialect).next_after(after)
+        if nxt is not None:
+            # in UTC like every other instant of the model: a wall time of the fall-back
+            # hour (fold=1) never compares equal to the same instant in another zone (PEP 495)
+            nxt = nxt.astimezone(timezone.utc)
     else:
         assert trigger.interval is not None
         # anchored at the current occurrence: steps of the interval, never drifting with

@@ -434,3 +434,28 @@ class Registry(Protocol):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+# --- wake-ups ------------------------------------------------------------------------
+
+
+class Wakeups(Protocol):
+    """Tells the owners of partitions that triggers due soon were added there, so their
+    acquire loops tick in time instead of after their idle wait. Best effort by design: a
+    wake-up lost (a process away, the network) only leaves the trigger to the loop's next
+    regular tick, as before wake-ups existed. A wake-up is partition index -> the earliest
+    fire time (epoch ms) of the triggers added there."""
+
+    @abstractmethod
+    def notify(self, due: Mapping[int, int]) -> None:
+        """Wake the loops of these partitions, wherever they run. Must not block the
+        caller on a remote round trip."""
+
+    @abstractmethod
+    def listen(self, on_wake: Callable[[Mapping[int, int]], None]) -> Callable[[], None]:
+        """Call `on_wake` with every wake-up from now on (on a thread of the adapter's, or
+        the notifier's in process; it must be quick and must not raise); returns the call
+        that stops it."""
+
+    @abstractmethod
+    def close(self) -> None: ...

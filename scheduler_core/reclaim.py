@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from scheduler_core.acquire import Admission, PartitionAcquirer
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, TriggerId, TriggerState
 from scheduler_core.ports import Clock, Transition, TriggerStore
@@ -66,7 +67,8 @@ class Reclaimer:
             ))
             if won:
                 log.warning("partition %s: reclaimed %d trigger(s) of epoch %s past their deadline",
-                            acq.partition.name, len(won), old_epoch)
+                            acq.partition.name, len(won), old_epoch,
+                            extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.fence))
                 self.metrics.reclaimed.inc(len(won))
                 acq.submit(won)
                 total += len(won)

@@ -16,14 +16,17 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.errors import StoreError
+from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
+from scheduler_core.hold import HeldChunks
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId
-from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, partition_fence
+from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
+from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, Wakeups, partition_fence
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,14 @@ class SchedulerCore:
         self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
                              inline=inline)
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
+        # chunks due within hold_within, fired at T (the threaded pool only: driven-clock
+        # tests fire on the caller's thread as they tick)
+        within_ms = int(self.settings.hold_within.total_seconds() * 1000)
+        self.held: HeldChunks | None = None
+        if within_ms > 0 and not inline:
+            self.held = HeldChunks(clock, self.pool.try_submit, within_ms=within_ms,
+                                   per_window=self.settings.hold_per_window,
+                                   window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)))
         self.acquirers = [self._acquirer(p, epoch, None)
                           for p in (store.partitions() if partitions is None else partitions)]
         self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
@@ -152,6 +163,20 @@ class SchedulerCore:
 
     def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
                     jobs: Mapping[JobCode, Job] | None = None) -> None:
+        if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
+            # a one-shot due shortly: keep it (still queued and in flight for the reclaimer
+            # and a handover) and fire it at T; a later tick's chunks never wait behind it.
+            # Recurring triggers are not held: held, a trigger firing every second would
+            # publish one occurrence per T instead of its lookahead's ahead of time, which
+            # rollback fences and a scheduler's downtime rely on (the broker holds them)
+            due_ms = min(to_ms(t.next_fire_at) for t in chunk)
+            if self.held.hold(due_ms, chunk[0].biz_code, len(chunk),
+                              lambda: self._fire_now(chunk, epoch, fence, jobs)):
+                return
+        self._fire_now(chunk, epoch, fence, jobs)
+
+    def _fire_now(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
+                  jobs: Mapping[JobCode, Job] | None = None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
@@ -159,7 +184,7 @@ class SchedulerCore:
         try:
             if dropped:
                 log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
-                            "new owner", fence, epoch, len(ids))
+                            "new owner", fence, epoch, len(ids), extra=log_fields(epoch=epoch, fence=fence))
                 return
             if fence is None:
                 out = self.pipeline.fire(chunk, epoch, jobs=jobs)
@@ -174,7 +199,8 @@ class SchedulerCore:
             with self._lock:
                 self.stats.fire_errors += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("fire of %d trigger(s) failed; they will be reclaimed after their deadline", len(ids))
+            log.exception("fire of %d trigger(s) failed; they will be reclaimed after their deadline", len(ids),
+                          extra=log_fields(epoch=epoch, fence=fence))
         finally:
             with self._lock:
                 self._in_flight.difference_update(ids)
@@ -210,10 +236,16 @@ class SchedulerCore:
         return n
 
     def drain(self, timeout: float = 30.0) -> bool:
+        if self.held is not None and not self.held.wait_empty(timeout):
+            return False
         return self.pool.wait_idle(timeout)
 
-    def shutdown(self) -> None:
-        self.pool.shutdown()
+    def shutdown(self, cancel: bool = False) -> None:
+        """Stop firing. `cancel` (deposed, or the lease lost): held and queued chunks are
+        dropped, for the next owner to reclaim."""
+        if self.held is not None:
+            self.held.stop(cancel=cancel)
+        self.pool.shutdown(cancel=cancel)
 
 
 @dataclass
@@ -237,7 +269,11 @@ class Scheduler:
         metrics: SchedulerMetrics | None = None,
         *,
         consume_results: bool = True,
+        wakeups: Wakeups | None = None,
+        relays: Sequence[Callable[[], object]] = (),
     ) -> None:
+        """`wakeups`: where wake-ups for short delays are heard (default: the store's own,
+        which hears the triggers added through this process's store)."""
         self.store = store
         self.bus = bus
         self.election = election
@@ -247,6 +283,10 @@ class Scheduler:
         self.status = SchedulerStatus()
         self.core: SchedulerCore | None = None
         self.consume_results = consume_results
+        self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
+        # called every loop of the leader's (200 ms): e.g. a schedule edit's relay
+        # (scheduler_core.supersede), which needs the bus and one process doing it
+        self.relays = tuple(relays)
 
     def run(self, stop: threading.Event, campaign_timeout: timedelta = timedelta(seconds=1)) -> None:
         consumer_thread = None
@@ -260,7 +300,8 @@ class Scheduler:
                     continue
                 if not self.store.claim_epoch(epoch):
                     # a newer leader already fenced the store: we are not it
-                    log.warning("epoch %s is older than the store's fence; stepping down", epoch)
+                    log.warning("epoch %s is older than the store's fence; stepping down", epoch,
+                                extra=log_fields(epoch=epoch))
                     self.election.resign()
                     continue
                 self._lead(epoch, stop)
@@ -270,7 +311,7 @@ class Scheduler:
                 consumer_thread.join(timeout=5)
 
     def _lead(self, epoch: Epoch, stop: threading.Event) -> None:
-        log.info("leading with epoch %s", epoch)
+        log.info("leading with epoch %s", epoch, extra=log_fields(epoch=epoch))
         core = SchedulerCore(self.store, self.bus, self.clock, epoch, self.settings, self.metrics)
         self.core = core
         self.status.leader, self.status.epoch = True, epoch
@@ -280,17 +321,28 @@ class Scheduler:
         loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
         for loop in loops:
             loop.start()
+        unlisten = listen_for_wakeups(self.wakeups, lambda index: [lp for lp in loops if lp.acq.partition.index == index])
         try:
             while not stop.is_set() and not any(loop.lost.is_set() for loop in loops):
                 if not self.election.is_leader():
                     break
                 try:
                     core.reclaim_if_due()
+                except StoreError as exc:  # the store is down: expected, retried without a trace
+                    self.metrics.errors.labels(component="store").inc()
+                    log.warning("reclaim failed (%s); retrying", exc, extra=log_fields(epoch=epoch))
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
-                    log.exception("reclaim failed; retrying")
+                    log.exception("reclaim failed; retrying", extra=log_fields(epoch=epoch))
+                for relay in self.relays:
+                    try:
+                        relay()
+                    except Exception:  # the store or the bus briefly down: the next loop tries again
+                        self.metrics.errors.labels(component="relay").inc()
+                        log.exception("relay failed; retrying", extra=log_fields(epoch=epoch))
                 stop.wait(0.2)
         finally:
+            unlisten()
             deposed = not stop.is_set()  # any way out but a stop is a lost leadership
             for loop in loops:
                 loop.halt()
@@ -299,19 +351,35 @@ class Scheduler:
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
                 # publish duplicates (the fence refuses their outcome anyway)
-                core.pool.shutdown(cancel=True)
+                core.shutdown(cancel=True)
             else:
                 core.drain(timeout=30)
                 core.shutdown()
             self.status.leader = False
             self.metrics.leader.set(0)
             if not stop.is_set():
-                log.warning("lost leadership of epoch %s", epoch)
+                log.warning("lost leadership of epoch %s", epoch, extra=log_fields(epoch=epoch))
             else:
                 self.election.resign()
 
     def _consume(self, stop: threading.Event) -> None:
         consume_results(self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings)
+
+
+def listen_for_wakeups(wakeups: Wakeups | None,
+                       loops_of: Callable[[int], Sequence[PartitionLoop]]) -> Callable[[], None]:
+    """Wake the loops this scheduler runs for the partitions of each wake-up (`loops_of`:
+    a partition index -> its loops here, none when another process owns it); returns the
+    call that stops listening."""
+    if wakeups is None:
+        return lambda: None
+
+    def on_wake(due: Mapping[int, int]) -> None:
+        for index, at_ms in due.items():
+            for loop in loops_of(index):
+                loop.wake(at_ms)
+
+    return wakeups.listen(on_wake)
 
 
 def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, stop: threading.Event, *,
@@ -325,9 +393,13 @@ def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetr
                 if consumer is None:  # the bus may be down at start: subscribe with the retries
                     consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings)
                 consumer.poll()
-            except (StoreError, Exception) as exc:
+            except (StoreError, BusError) as exc:  # the store or the bus is down: expected, retried
                 metrics.errors.labels(component="results").inc()
                 log.warning("applying results failed (%s: %s); retrying", type(exc).__name__, exc)
+                stop.wait(1.0)
+            except Exception:  # a defect, not an outage: the trace is logged, the consumer carries on
+                metrics.errors.labels(component="results").inc()
+                log.exception("applying results failed unexpectedly; retrying")
                 stop.wait(1.0)
     finally:
         if consumer is not None:

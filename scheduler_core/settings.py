@@ -40,6 +40,21 @@ class SchedulerSettings:
     pack_window: timedelta = timedelta(milliseconds=100)
     # wait after a tick that found work but not a full batch
     busy_wait: timedelta = timedelta(milliseconds=200)
+    # the longest wait between two ticks of a partition, whatever the tick asked (a
+    # trigger added due soon wakes its partition's loop at once: `scheduler_core.wakeup`)
+    max_wait: timedelta = timedelta(seconds=1)
+    # a wake-up makes the loop tick by the new trigger's T minus this (at once when that
+    # has passed): admitted in time, without a tick per added batch from a loop that
+    # ticks often anyway
+    wake_lead: timedelta = timedelta(milliseconds=500)
+    # a chunk of one-shots admitted less than this before its T is held and fired at T (published
+    # when due, delivered at once) instead of now with deliver-at = T, which the broker's
+    # delayed-delivery tick makes up to a tick late (`scheduler_core.hold`); 0: off.
+    # At most hold_per_window triggers due in one pack_window are held (about what the
+    # pool fires in one window: held chunks due together never queue behind each other
+    # at T); more, a burst due at one instant, fire now with deliver-at as before.
+    hold_within: timedelta = timedelta(seconds=2)
+    hold_per_window: int = 500
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):

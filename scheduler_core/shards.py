@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from scheduler_core.acquire import PartitionAcquirer, PartitionLoop
 from scheduler_core.assignment import partitions_of
+from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
-from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, partition_fence
-from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results
+from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, Wakeups, partition_fence
+from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results, listen_for_wakeups
 from scheduler_core.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,12 @@ class ShardedScheduler:
         consume: bool = True,
         inline: bool = False,
         run_loops: bool = True,
+        wakeups: Wakeups | None = None,
     ) -> None:
         """`inline` and `run_loops=False` are for driven-clock tests: chunks fire on the
-        caller's thread, and no loop thread ticks (the test ticks `core` itself)."""
+        caller's thread, and no loop thread ticks (the test ticks `core` itself).
+        `wakeups`: where wake-ups for short delays are heard (default: the store's own);
+        only the loops of partitions this member owns are woken."""
         self.store = store
         self.bus = bus
         self.registry = registry
@@ -77,6 +81,7 @@ class ShardedScheduler:
         self._owned: dict[int, _Owned] = {}
         self._wanted_since: dict[int, float] = {}
         self._settled = False
+        self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
 
     # --- the member loop ----------------------------------------------------------------
 
@@ -87,6 +92,7 @@ class ShardedScheduler:
                                         kwargs={"clock": self.clock, "settings": self.settings},
                                         name="results", daemon=True)
             consumer.start()
+        unlisten = listen_for_wakeups(self.wakeups, self._loops_of)
         try:
             self._join(stop)
             while not stop.is_set():
@@ -99,6 +105,7 @@ class ShardedScheduler:
                     continue
                 self.registry.wait_change(REFRESH_S)
         finally:
+            unlisten()
             self._leave()
             if consumer is not None:
                 consumer.join(timeout=5)
@@ -109,7 +116,8 @@ class ShardedScheduler:
             try:
                 self.registry.join()
                 self.status.incarnations += 1
-                log.info("member %s joined the registry", self.registry.member)
+                log.info("member %s joined the registry", self.registry.member,
+                         extra=log_fields(member=self.registry.member))
                 return
             except Exception as exc:
                 self.metrics.errors.labels(component="registry").inc()
@@ -122,7 +130,7 @@ class ShardedScheduler:
         if not self.registry.alive():
             if self._owned:
                 log.warning("member %s: lease lost; stopping %d partition(s) at once",
-                            self.registry.member, len(self._owned))
+                            self.registry.member, len(self._owned), extra=log_fields(member=self.registry.member))
             for index in list(self._owned):
                 self._drop(index, lost=True)
             self.status.owned = {}
@@ -143,7 +151,8 @@ class ShardedScheduler:
         for index, owned in list(self._owned.items()):
             current = view.owners.get(index)
             if current is None or current.member != me or current.epoch != owned.acq.epoch or owned.loop.lost.is_set():
-                log.warning("partition %s: ownership of epoch %s lost", index, owned.acq.epoch)
+                log.warning("partition %s: ownership of epoch %s lost", index, owned.acq.epoch,
+                            extra=log_fields(partition=index, epoch=owned.acq.epoch))
                 self._drop(index, lost=True)
         # 2. partitions assigned elsewhere now: finish their chunks, then release
         for index in [i for i in self._owned if i not in wanted]:
@@ -167,6 +176,10 @@ class ShardedScheduler:
         self.status.owned = {i: o.acq.epoch for i, o in self._owned.items()}
         self.core.reclaim_if_due()
 
+    def _loops_of(self, index: int) -> list[PartitionLoop]:
+        owned = self._owned.get(index)  # read without the step's care: a dict lookup is atomic
+        return [] if owned is None else [owned.loop]
+
     def _take(self, index: int, now: float) -> None:
         epoch = self.registry.take(index)
         if epoch is not None:
@@ -176,7 +189,8 @@ class ShardedScheduler:
         partition = self.partitions[index]
         if not self.store.claim_epoch(epoch, partition_fence(partition)):
             # a newer ownership already fenced it: ours is stale, give the key back
-            log.warning("partition %s: epoch %s is older than the store's fence; releasing", index, epoch)
+            log.warning("partition %s: epoch %s is older than the store's fence; releasing", index, epoch,
+                        extra=log_fields(partition=index, epoch=epoch))
             self.registry.release(index, epoch)
             return
         acq = self.core.own(partition, epoch)
@@ -189,7 +203,8 @@ class ShardedScheduler:
         if self._settled:  # a take after the member's first full set is a rebalance
             self.metrics.rebalances.inc()
             self.status.rebalances += 1
-        log.info("partition %s: owned with epoch %s (waited %.2f s for it)", partition.name, epoch, waited)
+        log.info("partition %s: owned with epoch %s (waited %.2f s for it)", partition.name, epoch, waited,
+                 extra=log_fields(partition=index, epoch=epoch))
 
     def _owns(self, index: int, epoch: Epoch) -> bool:
         owned = self._owned.get(index)
@@ -201,11 +216,13 @@ class ShardedScheduler:
         owned.loop.join(timeout=10)
         done = self.core.disown(owned.acq, lost=False, timeout=self.settings.acquire_deadline.total_seconds())
         if not done:
-            log.warning("partition %s: chunks still firing at handover; the next owner reclaims them", index)
+            log.warning("partition %s: chunks still firing at handover; the next owner reclaims them", index,
+                        extra=log_fields(partition=index, epoch=owned.acq.epoch))
         self.registry.release(index, owned.acq.epoch)
         self.metrics.rebalances.inc()
         self.status.rebalances += 1
-        log.info("partition %s: handed over (epoch %s)", owned.acq.partition.name, owned.acq.epoch)
+        log.info("partition %s: handed over (epoch %s)", owned.acq.partition.name, owned.acq.epoch,
+                 extra=log_fields(partition=index, epoch=owned.acq.epoch))
 
     def _drop(self, index: int, *, lost: bool) -> None:
         owned = self._owned.pop(index)
@@ -226,7 +243,7 @@ class ShardedScheduler:
         else:
             # queued chunks are the next owners' to reclaim: firing them would only be
             # refused by the fences (or publish duplicates)
-            self.core.pool.shutdown(cancel=True)
+            self.core.shutdown(cancel=True)
         self._owned.clear()
         self.metrics.partitions_owned.set(0)
         try:

@@ -15,7 +15,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile of an ascending sequence (q in 0..100)."""
     if not sorted_values:
         return None
-    k = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
+    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
     return sorted_values[k]
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from legacy_sim.batchcenter import BatchCenterSimulator
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
@@ -41,7 +41,8 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
+from readers.records import SourceSystem
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
 from reports.write import write_report
@@ -50,13 +51,14 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService
-from scheduler_core.model import Epoch, Trigger, TriggerKind, TriggerState, parse_command_id
+from scheduler_core.model import Epoch, FiredState, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 from switchyard.wiring import DualRunGate
 
 START = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
@@ -138,7 +140,7 @@ class _Legacy:
     def __init__(self, source: str, url: str, clock: ManualClock) -> None:
         self.source = source
         self.engine = make_engine(url)
-        if source == "xxl-job":
+        if source == SourceSystem.XXL_JOB:
             create_legacy_schema(self.engine, source, "3.4")
             self.seed = seed_xxljob(self.engine, "3.4", groups=2, jobs_per_group=6, bad_rows=2, malformed_crons=1,
                                     executors_per_group=2, rng_seed=11, base_time=START)
@@ -232,7 +234,6 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         assert again.rows_written == 0, "an unchanged re-run writes nothing"
     registry = BusinessRegistry(store)
     businesses = registry.all()
-    source_of = {b.biz_code: b.source_system for b in businesses}
     say(f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
         f"{result.quarantined} quarantined with their field and reason")
 
@@ -397,17 +398,17 @@ def _fires_after(store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime)
     legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000}
     new: set[tuple[str, int]] = set()
     for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
-        if r.job_code in links and r.state.value not in ("skipped", "pending") and not _shadow_only(r):
+        if r.job_code in links and r.state not in (FiredState.SKIPPED, FiredState.PENDING) and not _shadow_only(r):
             new.add((links[r.job_code], int(parse_command_id(r.command_id)[1])))
     return legacy, new
 
 
 def _ms(value: int | datetime) -> int:
-    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
+    return to_ms(value) if isinstance(value, datetime) else int(value)
 
 
 def _shadow_only(record: Any) -> bool:
-    return record.state.value == "received" and "shadow" in (record.message or "")
+    return record.state is FiredState.RECEIVED and "shadow" in (record.message or "")
 
 
 def _boundary(switch: Handover, legacy: set[tuple[str, int]], new: set[tuple[str, int]], *,

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
@@ -38,11 +37,14 @@ from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_pa
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.fence import FenceRelay
+from scheduler_core.store.supersedes import supersede_relay
+from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
 from scheduler_core.ports import BusMessage, Election, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.reads import job_domains
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 
@@ -121,9 +123,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
 
 def store_domains(store: SqlTriggerStore) -> set[str]:
     """Every business domain that has a job in the store."""
-    j = store.t.job
-    with store.engine.connect() as conn:
-        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
+    return job_domains(store)
 
 
 @dataclass
@@ -174,13 +174,18 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
-    def _relay_fences(self, relay: FenceRelay) -> None:
+    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay) -> None:
         while not self._exec_stop.wait(self.fence_every):
             try:
                 relay.relay()
             except Exception as exc:  # the store briefly locked or down: the next read tries again
                 self.metrics.errors.labels(component="fences").inc()
                 log.warning("reading the rollback fences failed (%s: %s); retrying", type(exc).__name__, exc)
+            try:
+                edits.relay()  # schedule edits a `migrate stream` beside it wrote (scheduler_core.supersede)
+            except Exception as exc:
+                self.metrics.errors.labels(component="fences").inc()
+                log.warning("relaying the schedule edits failed (%s: %s); retrying", type(exc).__name__, exc)
 
     def run(self, stop: threading.Event, on_started: Callable[[], None] | None = None) -> None:
         # 1. the fences, then the executors (each reads the control channel before it judges a command)
@@ -189,7 +194,10 @@ class EmbeddedCenter:
                                     name="results", daemon=True)
         relay = FenceRelay(self.store, self.bus)
         fences = relay.relay()
-        relay_thread = threading.Thread(target=self._relay_fences, args=(relay,), name="fence-relay", daemon=True)
+        edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
+        edits.relay()
+        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay",
+                                        daemon=True)
         relay_thread.start()
         self._discover()
         consumer.start()
@@ -199,8 +207,8 @@ class EmbeddedCenter:
                  self.name, self.republished, fences, ", ".join(sorted(self.executors)) or "no domain yet")
         election = ContinuingElection(LocalElection(LocalElectionGroup(self.store.clock), self.name),
                                       int(self.store.current_epoch()))
-        scheduler = Scheduler(self.store, self.bus, election, self.store.clock, self.settings,  # type: ignore[arg-type]
-                              self.metrics, consume_results=False)
+        scheduler = Scheduler(self.store, self.bus, election, self.store.clock,  # type: ignore[arg-type]
+                              settings=self.settings, metrics=self.metrics, consume_results=False)
         sched_stop = threading.Event()
         sched = threading.Thread(target=scheduler.run, args=(sched_stop,), name="scheduler", daemon=True)
         sched.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from readers.records import SourceSystem
 from scheduler_core.store.engine import DEFAULT_SQLITE_URL
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def legacy_zones(source: str, legacy_tz: str | None, db_tz: str | None = None,
         zones = LegacyZones.of(legacy_tz, db=db_tz, cron=cron_tz)
     except ValueError as exc:
         raise ValueError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
-    if source == "batch-center" and zones.split:
+    if source == SourceSystem.BATCH_CENTER and zones.split:
         raise ValueError(f"the batch center stores and schedules in one zone: --legacy-db-tz {zones.db} and "
                          f"--legacy-cron-tz {zones.cron} differ (use --legacy-tz)")
     return zones

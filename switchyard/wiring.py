@@ -5,7 +5,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.ports import Clock, Election, MessageBus
+from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from migrator.target import TargetWriter
     from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
@@ -23,6 +24,15 @@ if TYPE_CHECKING:
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
+
+
+def target_writer(store: SqlTriggerStore) -> "TargetWriter":
+    """The migrator's writer: the trigger store's port, and the migrator's own store on
+    the same engine (one database: a chunk's ledger rows commit with its jobs)."""
+    from migrator.store import MigratorStore
+    from migrator.target import TargetWriter
+
+    return TargetWriter(store, MigratorStore(store.engine, store.clock))
 
 
 def open_bus(url: str, *, admin_url: str | None = None, token: str | None = None,
@@ -51,6 +61,21 @@ def open_election(url: str, name: str, ttl: timedelta, clock: Clock | None = Non
     raise ValueError(f"unknown election URL {url!r}: use 'local' or http://HOST:PORT (etcd)")
 
 
+def open_wakeups(url: str, key: str = "/switchyard/wake") -> Wakeups:
+    """Wake-ups for short delays (`scheduler_core.wakeup`): 'local' for one process, or
+    the etcd URL the schedulers elect (or shard) on, so a trigger added due soon by any
+    process wakes its partition's owner. Set it as the store's `wakeups`."""
+    if url == "local":
+        from scheduler_core.wakeup import LocalWakeups
+
+        return LocalWakeups()
+    if url.startswith("http://") or url.startswith("https://"):
+        from scheduler_core.election.wake_etcd import EtcdWakeups
+
+        return EtcdWakeups(url, key=key)
+    raise ValueError(f"unknown wake-up URL {url!r}: use 'local' or http://HOST:PORT (etcd)")
+
+
 class DualRunGate:
     """Adapts dual-run's stored verdicts to the migrator's CutoverGate port (the migrator
     may not import dualrun; only the composition root joins them)."""
@@ -59,7 +84,7 @@ class DualRunGate:
         self.store = store
 
     def decision(self, business: str) -> "GateDecision | None":
-        from dualrun.verdict import latest
+        from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
         v = latest(self.store, business)
@@ -74,8 +99,9 @@ def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
+    from readers.fastpath import fast
 
-    if legacy.dialect.name not in ("mysql", "mariadb"):
+    if not fast(legacy):
         return None
     return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
@@ -233,7 +259,7 @@ class XxlCurrentRunFields:
                 return None if hit[1] is None else dict(hit[1])
         with self._engine.connect() as conn:
             row = conn.execute(text(self._SQL), {"id": int(job_id)}).mappings().first()
-        fields = None if row is None else self._fields(row)
+        fields = None if row is None else self._fields(dict(row))
         with self._lock:
             self._cache[job_id] = (now, fields)
         return None if fields is None else dict(fields)

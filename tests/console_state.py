@@ -10,14 +10,15 @@ from datetime import timedelta
 from sqlalchemy import text
 
 from dualrun.collect import CompareRequest, compare_business
+from scheduler_core.clock import ManualClock
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.model import TriggerState
 from tests.migration_env import FixedGate, MigrationEnv, make_env
 
@@ -40,6 +41,7 @@ def build_state(legacy_url: str, target_url: str, *, groups: int = 4, jobs_per_g
                 malformed_crons=0, rng_seed=7)
     env.migrator.run()
     clock = env.migrator.clock
+    assert isinstance(clock, ManualClock)  # make_env drives the migration on a manual clock
     codes = [b.biz_code for b in BusinessRegistry(env.store).all()]
     legacy, dual, cut, back = codes[:4]
     switch = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,

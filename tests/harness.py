@@ -4,16 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import command_topic, decode_commands
-from scheduler_core.model import Epoch, ExecutionCommand, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import Epoch, ExecutionCommand, Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.ports import Subscription
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -26,7 +27,7 @@ class Harness:
     settings: SchedulerSettings
     subs: dict[str, Subscription] = field(default_factory=dict)
 
-    def core(self, epoch: int = 1, **overrides: object) -> SchedulerCore:
+    def core(self, epoch: int = 1, **overrides: Any) -> SchedulerCore:
         settings = self.settings if not overrides else SchedulerSettings(**{**_fields(self.settings), **overrides})
         assert self.store.claim_epoch(Epoch(epoch)) or self.store.current_epoch() >= epoch
         return SchedulerCore(self.store, self.bus, self.clock, Epoch(epoch), settings, inline=True)
@@ -48,10 +49,10 @@ class Harness:
                 out += decode_commands(r.message.payload)
                 sub.ack(r)
 
-    def job(self, code: str, biz: str = "biz-a", **kw: object) -> Job:
+    def job(self, code: str, biz: str = "biz-a", **kw: Any) -> Job:
         return self.store.put_job(Job(job_code=JobCode(code), biz_code=biz, handler="h", **kw))  # type: ignore[arg-type]
 
-    def once(self, job: Job, at_s: float, **kw: object) -> Trigger:
+    def once(self, job: Job, at_s: float, **kw: Any) -> Trigger:
         (t,) = self.store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE,
                                                 next_fire_at=self.clock.now() + timedelta(seconds=at_s), **kw)])  # type: ignore[arg-type]
         return t
@@ -60,11 +61,24 @@ class Harness:
         return ResultConsumer(self.bus, self.store, core.metrics, clock=self.clock, settings=core.settings)
 
 
-def _fields(s: SchedulerSettings) -> dict[str, object]:
+def stored_id(t: Trigger) -> TriggerId:
+    """A stored trigger's id (the store sets it: a Trigger not yet stored has none)."""
+    assert t.id is not None, f"trigger {t.job_code} was never stored"
+    return t.id
+
+
+def state_of(store: SqlTriggerStore, t: Trigger) -> TriggerState:
+    """A stored trigger's state as the store has it now."""
+    got = store.get_trigger(stored_id(t))
+    assert got is not None, f"trigger {t.id} is gone from the store"
+    return got.state
+
+
+def _fields(s: SchedulerSettings) -> dict[str, Any]:
     return {f: getattr(s, f) for f in s.__dataclass_fields__}
 
 
-def make_harness(tmp_path: Path, clock: ManualClock, partitions: int = 4, **settings: object) -> Harness:
+def make_harness(tmp_path: Path, clock: ManualClock, partitions: int = 4, **settings: Any) -> Harness:
     engine = make_engine(f"sqlite:///{tmp_path / 'sched.db'}")
     init_schema(engine, partitions)
     base = dict(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0))

@@ -16,7 +16,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.clock import ManualClock
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -50,7 +50,7 @@ def make_env(legacy_url: str, target_url: str, system: str, lineage: str | None 
 def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12) -> tuple[MigrationEnv, str]:
     """An xxl-job 3.4 database (SQLite) seeded and migrated; with its first business."""
     from migrator.business import BusinessRegistry
-    from readers.seed import seed_xxljob
+    from legacy_sim.seed import seed_xxljob
 
     env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
     seed_xxljob(env.legacy, "3.4", groups=groups, jobs_per_group=jobs_per_group, bad_rows=0, malformed_crons=0,

@@ -200,7 +200,7 @@ def _texts(dec: RowDecoder, row: Mapping[Any, Any], ctx: TaskContext) -> dict[st
     return {k: dec.text(k, x, max_bytes=_TEXT_LIMITS.get(k)) if k in ctx.text_columns else x for k, x in row.items()}
 
 
-def _digest(v: Mapping[str, Any], recurring: bool, problems: bool) -> str:
+def _digest(v: Mapping[str, Any], *, recurring: bool, problems: bool) -> str:
     # a row with problems is quarantined: every column counts, so any edit is seen
     if problems:
         return row_digest(v)
@@ -217,7 +217,7 @@ def task_digest(row: Mapping[Any, Any], ctx: TaskContext) -> ContentDigest | Non
     if dec.problems:
         return None
     return ContentDigest(source_key=str(v.get("id")), business=v.get("biz_code") or "",
-                         digest=_digest(v, v.get("task_type") in RECURRING_TYPES, False), time_zone=ctx.tz.name,
+                         digest=_digest(v, recurring=v.get("task_type") in RECURRING_TYPES, problems=False), time_zone=ctx.tz.name,
                          flag_pending=v.get("migrated") != 1)
 
 
@@ -272,7 +272,7 @@ def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
         migrated_flag=migrated == 1,
         raw={k: plain(x) for k, x in v.items()},
         problems=tuple(dec.problems),
-        digest=_digest(v, kind in (ScheduleKind.CRON, ScheduleKind.FIXED_RATE), bool(dec.problems)),
+        digest=_digest(v, recurring=kind in (ScheduleKind.CRON, ScheduleKind.FIXED_RATE), problems=bool(dec.problems)),
     )
 
 

@@ -32,7 +32,8 @@ from readers.batchcenter.mapping import (
 )
 from readers.digest import column_kinds, digest_sql
 from readers.errors import MissingTables, SourceUnavailable
-from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime
+from readers.fastpath import fast
+from readers.legacy_ddl.tables import WallTime
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
@@ -176,7 +177,7 @@ class BatchCenterReader(LegacyReader):
         (SQLite): the caller then reads the rows."""
         names = self._shape(TASK)[0]
         with self._connect("read_digests") as conn:
-            if conn.dialect.name not in MYSQL_DIALECTS:
+            if not fast(conn):
                 return None
         digest = digest_sql(names, self._kinds[TASK], DIGEST_SKIP,
                             {n: column("task_type").in_(RECURRING_TYPES) for n in DIGEST_MASKED}).label("digest")

@@ -10,8 +10,8 @@ from importlib import resources
 from sqlalchemy import Connection, Engine, text
 
 from readers.errors import UnknownSystem
+from readers.fastpath import fast
 from readers.legacy_ddl.tables import (
-    MYSQL_DIALECTS,
     XxlJobLineage,
     batch_center_metadata,
     sqlite_update_time_trigger,
@@ -89,7 +89,7 @@ def create_legacy_schema(
 
 
 def _create(conn: Connection, system: SourceSystem, lineage: str | None, tz: str) -> None:
-    if conn.dialect.name in MYSQL_DIALECTS:
+    if fast(conn):
         for statement in split_statements(load_ddl(system, lineage)):
             conn.exec_driver_sql(statement)
         return

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
+from readers.fastpath import MYSQL_DIALECTS
 
 
 class XxlJobLineage(enum.StrEnum):
@@ -80,7 +80,7 @@ class WallTime(TypeDecorator[datetime]):
         return value.replace(microsecond=value.microsecond // step * step)
 
 
-def _id(big: bool) -> TypeEngine[int]:
+def _id(*, big: bool) -> TypeEngine[int]:
     # SQLite autoincrements only an INTEGER PRIMARY KEY (the rowid alias)
     return (BigInteger() if big else Integer()).with_variant(Integer(), "sqlite")
 
@@ -128,7 +128,7 @@ def xxljob_metadata(lineage: XxlJobLineage | str) -> MetaData:
     registry = Table(
         "xxl_job_registry",
         md,
-        Column("id", _id(wide), primary_key=True, autoincrement=True),
+        Column("id", _id(big=wide), primary_key=True, autoincrement=True),
         Column("registry_group", String(50), nullable=False),
         Column("registry_key", String(255), nullable=False),
         Column("registry_value", String(255), nullable=False),
@@ -194,7 +194,7 @@ def _xxl_log(md: MetaData, lin: XxlJobLineage, *, param_type: TypeEngine[str]) -
     log = Table(
         "xxl_job_log",
         md,
-        Column("id", _id(True), primary_key=True, autoincrement=True),
+        Column("id", _id(big=True), primary_key=True, autoincrement=True),
         Column("job_group", Integer, nullable=False),
         Column("job_id", Integer, nullable=False),
         Column("executor_address", String(255)),
@@ -256,7 +256,7 @@ def batch_center_metadata(*, local_offset: timedelta = timedelta(hours=8)) -> Me
     task = Table(
         "bc_task",
         md,
-        Column("id", _id(True), primary_key=True, autoincrement=True),
+        Column("id", _id(big=True), primary_key=True, autoincrement=True),
         Column("biz_code", String(64), nullable=False),
         Column("task_key", String(128), nullable=False),
         Column("task_name", String(255), nullable=False, server_default=text("''")),
@@ -286,7 +286,7 @@ def batch_center_metadata(*, local_offset: timedelta = timedelta(hours=8)) -> Me
     log = Table(
         "bc_task_exec_log",
         md,
-        Column("id", _id(True), primary_key=True, autoincrement=True),
+        Column("id", _id(big=True), primary_key=True, autoincrement=True),
         Column("task_id", BigInteger, nullable=False),
         Column("biz_code", String(64), nullable=False),
         Column("shard_index", Integer, nullable=False, server_default=text("0")),

@@ -105,7 +105,7 @@ class _StreamConnection(pymysql.connections.Connection):
             kwargs.setdefault("database", kwargs.pop("db"))
         super().__init__(*args, **kwargs)
 
-    def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):  # type: ignore[no-untyped-def]
+    def _read_packet(self, packet_type=pymysql.connections.MysqlPacket):  # type: ignore[no-untyped-def, attr-defined]
         try:
             return super()._read_packet(packet_type)
         except pymysql.err.OperationalError as exc:
@@ -180,8 +180,8 @@ def _query(connection: dict[str, Any] | Any, sql: str, args: tuple[Any, ...] | N
     from sqlalchemy.engine import Connection, Engine
 
     if isinstance(connection, Engine):
-        with connection.connect() as conn:
-            return [tuple(r) for r in conn.exec_driver_sql(sql, args or ()).fetchall()]
+        with connection.connect() as sa_conn:
+            return [tuple(r) for r in sa_conn.exec_driver_sql(sql, args or ()).fetchall()]
     if isinstance(connection, Connection):
         return [tuple(r) for r in connection.exec_driver_sql(sql, args or ()).fetchall()]
     raise TypeError(f"expected a dict of connection settings or a SQLAlchemy Engine/Connection, got {type(connection)!r}")
@@ -603,7 +603,7 @@ class BinlogChangeStream:
                             "tables); emitting them as committed", len(tx.changes))
             return self._commit(tx, event)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or None)
-        touched = {
+        touched: set[tuple[str | None, str]] = {
             (s, t) for s, t in ddl_tables(query, schema) if t in self.tables and (s in self.schemas)
         }
         if touched:
@@ -687,7 +687,9 @@ class BinlogChangeStream:
         if meta.utc:
             for ch in out:
                 for image in (ch.before, ch.after):
-                    for name in meta.utc if image is not None else ():
+                    if image is None:
+                        continue
+                    for name in meta.utc:
                         value = image.get(name)
                         if isinstance(value, datetime) and value.tzinfo is None:
                             image[name] = value.replace(tzinfo=timezone.utc)

@@ -83,7 +83,7 @@ class PollingChangeStream:
         self.table_name = table
         self.key_columns = tuple(key_columns)
         self.update_column = update_column
-        self.overlap_ms = int(round(float(overlap_s) * 1000))
+        self.overlap_ms = round(float(overlap_s) * 1000)
         self.tz = ZoneInfo(tz)
         self.batch_size = int(batch_size)
         self._table = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
@@ -241,5 +241,5 @@ class PollingChangeStream:
             self._seen.pop(key, None)
             self._known.discard(key)
             out.append(RowChange(op=ChangeOp.DELETE, schema=self.schema, table=self.table_name,
-                                 before=dict(zip(self.key_columns, key)), after=None))
+                                 before=dict(zip(self.key_columns, key, strict=True)), after=None))
         return out

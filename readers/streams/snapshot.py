@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
+from readers.fastpath import fast
 from readers.records import StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
@@ -46,7 +47,7 @@ def _is_mariadb(conn: Connection) -> bool:
 
 
 def _snapshot_status(conn: Connection) -> tuple[str, int] | None:
-    rows = dict(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'binlog_snapshot_%%'").fetchall())
+    rows: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'binlog_snapshot_%%'").fetchall())
     file_, pos = rows.get("Binlog_snapshot_file"), rows.get("Binlog_snapshot_position")
     if not file_ or pos in (None, ""):
         return None
@@ -77,7 +78,7 @@ def consistent_snapshot(engine_or_connection: Engine | Connection) -> Iterator[t
     else:
         raise TypeError(f"expected a SQLAlchemy Engine or Connection, got {type(engine_or_connection)!r}")
     try:
-        if conn.dialect.name not in ("mysql", "mariadb"):
+        if not fast(conn):
             raise StreamError(f"consistent_snapshot needs a MySQL/MariaDB source, not {conn.dialect.name}")
         mariadb = _is_mariadb(conn)
         conn.rollback()  # end the implicit transaction SQLAlchemy began for the probe

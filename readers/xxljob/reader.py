@@ -16,15 +16,14 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, TypeVar
 
-from pymysql.constants import FIELD_TYPE
-from pymysql.converters import convert_datetime
 from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, literal, select, table, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause
 
 from readers.errors import MissingTables, SourceUnavailable
-from readers.legacy_ddl.tables import MYSQL_DIALECTS, WallTime, XxlJobLineage
+from readers.fastpath import driver_rows, driver_tuples, fast
+from readers.legacy_ddl.tables import WallTime, XxlJobLineage
 from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
@@ -193,13 +192,13 @@ class XxlJobReader(LegacyReader):
         digest computed there (map_job keeps it instead of hashing the row in Python)."""
         info = self.schema().info
         cols: list[Any] = list(info.select_list())
-        if conn.dialect.name in MYSQL_DIALECTS:
+        if fast(conn):
             cols.append(digest_sql(info.columns, info.kinds, VOLATILE_COLUMNS).label(SERVER_DIGEST))
         return cols
 
     def _job_page(self, after: int, group_ids: Sequence[int] | None) -> list[Mapping[str, Any]]:
         with self._connect("read_jobs") as conn:
-            if conn.dialect.name in MYSQL_DIALECTS:
+            if fast(conn):
                 where = "`id` > %s"
                 if group_ids is not None:
                     where += f" AND `job_group` IN ({', '.join(['%s'] * len(group_ids))})"
@@ -214,7 +213,7 @@ class XxlJobReader(LegacyReader):
             )
             if group_ids is not None:
                 stmt = stmt.where(column("job_group").in_(group_ids))
-            return list(conn.execute(stmt).mappings())
+            return list(conn.execute(stmt).mappings())  # type: ignore[arg-type]  # RowMapping: keyed by name
 
     def _driver_rows(self, conn: Connection, where: str, args: Sequence[Any]) -> list[Mapping[str, Any]]:
         """MySQL-compatible servers: job rows (as `_job_columns` selects them) WHERE
@@ -227,15 +226,7 @@ class XxlJobReader(LegacyReader):
             # the digest's constants inline; literal percent signs come out doubled, so the
             # statement always goes with arguments (PyMySQL formats it then)
             self._job_sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-        dbapi = conn.connection.dbapi_connection
-        cursor = dbapi.cursor()  # type: ignore[union-attr]
-        with _fast_datetimes(dbapi):
-            try:
-                cursor.execute(f"{self._job_sql} WHERE {where}", tuple(args))
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row)) for row in cursor.fetchall()]
-            finally:
-                cursor.close()
+        return driver_rows(conn, f"{self._job_sql} WHERE {where}", args)
 
     def definition(self, key: str) -> LegacyDefinition | None:
         job_id = parse_int(key.strip()) if isinstance(key, str) else None
@@ -260,14 +251,14 @@ class XxlJobReader(LegacyReader):
         with self._connect("read_jobs") as conn:
             groups = self._group_names(conn)
             ctx = self._job_context(schema, groups)
-            mysql = conn.dialect.name in MYSQL_DIALECTS
+            mysql = fast(conn)
             cols = None if mysql else self._job_columns(conn)
             for i in range(0, len(ids), self._batch):
                 part = ids[i:i + self._batch]
                 if mysql:
                     rows = self._driver_rows(conn, f"`id` IN ({', '.join(['%s'] * len(part))})", part)
                 else:
-                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc]
+                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc, arg-type]
                                              .where(column("id").in_(part))).mappings())
                 for row in rows:
                     d = map_job(row, ctx)
@@ -279,7 +270,7 @@ class XxlJobReader(LegacyReader):
         it to a row without problems), in pages by id; None when the server cannot
         (SQLite): the caller then reads the rows."""
         with self._connect("read_groups") as conn:
-            if conn.dialect.name not in MYSQL_DIALECTS:
+            if not fast(conn):
                 return None
             groups = self._group_names(conn)
         info = self.schema().info
@@ -311,13 +302,8 @@ class XxlJobReader(LegacyReader):
                     # constants inline (the percent signs doubled: it goes with arguments)
                     head.append(str(select(column("id"), column("job_group"), digest, broadcast).select_from(
                         table(INFO)).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})))
-                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                try:
-                    cursor.execute(f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s",
-                                   (after, *(group_ids or ()), self._batch))
-                    return list(cursor.fetchall())
-                finally:
-                    cursor.close()
+                return driver_tuples(conn, f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s",
+                                     (after, *(group_ids or ()), self._batch))
 
         zone, cron = self.zones.cron, self.cron_lineage()
         for rows in self._pages(page, lambda r: int(r[0])):
@@ -331,7 +317,7 @@ class XxlJobReader(LegacyReader):
         caller works on this one: the server's part of a page (the digests, the scan)
         then overlaps the caller's Python instead of following it. At most two pages
         are held. On a Connection (one snapshot, one thread) pages are read in turn."""
-        if isinstance(self._bind, Connection) or self._bind.dialect.name not in MYSQL_DIALECTS:
+        if isinstance(self._bind, Connection) or not fast(self._bind):
             after = -1
             while True:
                 rows = fetch(after)
@@ -454,39 +440,6 @@ class XxlJobReader(LegacyReader):
                 cache[int(r["id"])] = parse_int(r["executor_fail_retry_count"]) or 0
 
 
-_DATETIME_TYPES = (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP)
-
-
-def _datetime(value: str) -> Any:
-    """PyMySQL's `convert_datetime`, the server's canonical text first: a job row has
-    three DATETIMEs, and the driver's regular expression and int() calls for them cost
-    more than the rest of the row's decoding. The same datetime for the same text; any
-    other text (a zero date, an invalid one) goes to the driver's own converter."""
-    if (len(value) == 19 or len(value) == 26) and value[13] == ":" and value[16] == ":":
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return convert_datetime(value)
-
-
-@contextmanager
-def _fast_datetimes(dbapi: Any) -> Iterator[None]:
-    """`_datetime` as the connection's DATETIME/TIMESTAMP decoder for one read (the
-    decoders are the connection's own; one left customised is left alone)."""
-    decoders = getattr(dbapi, "decoders", None)
-    if not isinstance(decoders, dict) or any(decoders.get(t) is not convert_datetime for t in _DATETIME_TYPES):
-        yield
-        return
-    for t in _DATETIME_TYPES:
-        decoders[t] = _datetime
-    try:
-        yield
-    finally:
-        for t in _DATETIME_TYPES:
-            decoders[t] = convert_datetime
-
-
 def _binary_prefix(name: str, length: int) -> Any:
     """The first `length` characters of a text column, as bytes (see schema.py)."""
     return cast(func.substr(column(name), 1, length), LargeBinary).label(name)
@@ -494,7 +447,7 @@ def _binary_prefix(name: str, length: int) -> Any:
 
 def db_utc_now(conn: Connection) -> datetime:
     """The database server's clock as aware UTC (registry liveness is judged by it)."""
-    if conn.dialect.name in MYSQL_DIALECTS:
+    if fast(conn):
         value = conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
     elif conn.dialect.name == "sqlite":
         value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()

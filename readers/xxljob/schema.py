@@ -91,7 +91,7 @@ def detect_lineage(info: Mapping[str, TypeEngine[object]], group_columns: frozen
     cols = frozenset(info)
     if "job_cron" in cols and "schedule_type" not in cols:
         return XxlJobLineage.V2_2
-    if not _SCHEDULE_COLUMNS <= cols:
+    if not _SCHEDULE_COLUMNS.issubset(cols):
         raise UnknownLineage(f"{INFO} has neither job_cron nor schedule_type/schedule_conf/misfire_strategy")
     if "name" in cols and "job_desc" not in cols:
         if "name" not in group_columns:

@@ -285,7 +285,7 @@ class EtcdElection(Election):
                 freed = await self._wait_for_vacancy(outcome.watch_from, min(remaining, float(self._ttl_s)))
                 if not freed and self._clock.monotonic() >= deadline:
                     return None
-            except _TRANSIENT + (_StreamEnded,) as exc:
+            except _TRANSIENT + (_StreamEnded,) as exc:  # noqa: RUF005 - mypy reads a starred tuple as no exception type
                 self._unreached(exc)
                 last_error = exc
                 remaining = deadline - self._clock.monotonic()

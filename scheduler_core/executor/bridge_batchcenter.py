@@ -219,7 +219,7 @@ class BatchCenterBridge:
             text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason)
             log.info("batch-center callback %s (%s) failed: %s", where, shard, _one_line(text, 300))
             return HandlerResult(ok=False, message=_one_line(f"{where} failed: {text}", 500))
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return self._timed_out(where, shard, call)
         except (HTTPException, OSError) as exc:
             log.info("batch-center callback %s (%s) failed: %s", where, shard, type(exc).__name__)

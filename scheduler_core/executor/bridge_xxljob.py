@@ -516,7 +516,7 @@ class XxlJobBridge:
         late: list[int] = []
         foreign: list[Any] = []
         items = body if isinstance(body, list) else [body]
-        for cb, item in zip(results, items):
+        for cb, item in zip(results, items, strict=True):
             with self._lock:
                 pending = self._pending.get(cb.log_id)
                 if pending is not None:

@@ -14,7 +14,9 @@ import threading
 from datetime import timedelta
 
 from scheduler_core.fence import Fence, decode_fence
+from scheduler_core.logfields import log_fields
 from scheduler_core.ports import ControlFeed, MessageBus
+from scheduler_core.supersede import Supersede, decode_supersede
 
 log = logging.getLogger(__name__)
 # How long a new executor waits for its first catch-up before it starts anyway (holding
@@ -25,6 +27,8 @@ INITIAL_SYNC = timedelta(seconds=10)
 class FenceView:
     def __init__(self, bus: MessageBus, *, initial_sync: timedelta = INITIAL_SYNC) -> None:
         self.by_business: dict[str, Fence] = {}
+        # schedule edits (scheduler_core.supersede) per trigger id; swapped whole like by_business
+        self.superseded: dict[int, Supersede] = {}
         self._lock = threading.Lock()
         self._feed: ControlFeed = bus.follow_control(self._on_message)
         if not self._feed.wait_synced(initial_sync):
@@ -41,11 +45,20 @@ class FenceView:
         fence = self.by_business.get(business)
         return fence if fence is not None and fence.covers(scheduled_ms) else None
 
+    def superseding(self, trigger_id: int, scheduled_ms: int) -> Supersede | None:
+        """The schedule edit that skips a command of `trigger_id` due at `scheduled_ms`, if any."""
+        s = self.superseded.get(trigger_id)
+        return s if s is not None and s.covers(scheduled_ms) else None
+
     def _on_message(self, payload: bytes) -> None:
         try:
             fence = decode_fence(payload)
+            edit = None if fence is not None else decode_supersede(payload)
         except ValueError as exc:
             log.error("ignoring a malformed control message: %s", exc)
+            return
+        if edit is not None:
+            self._on_supersede(edit)
             return
         if fence is None:
             return
@@ -56,7 +69,17 @@ class FenceView:
             updated = dict(self.by_business)
             updated[fence.business] = fence
             self.by_business = updated  # one reference swap: readers see old or new, whole
-        log.info("now following the %s", fence)
+        log.info("now following the %s", fence, extra=log_fields(business=fence.business, epoch=fence.epoch))
+
+    def _on_supersede(self, edit: Supersede) -> None:
+        with self._lock:
+            known = self.superseded.get(edit.trigger_id)
+            if known is not None and known.epoch >= edit.epoch:
+                return
+            updated = dict(self.superseded)
+            updated[edit.trigger_id] = edit
+            self.superseded = updated
+        log.info("now following the %s", edit)
 
     def close(self) -> None:
         self._feed.close()

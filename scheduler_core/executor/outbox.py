@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 from scheduler_core.codec import CALLBACK_TOPIC, EnvelopeResult, encode_envelope_results, encode_results
 from scheduler_core.executor.packs import PackShare, ack, nack
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 # 5 MB default, and small enough that one slow store batch stays small.
 MAX_ITEMS_PER_MESSAGE = 20_000
 _STOP = object()
+# what put_many queues: a message's runs with their results
+_Done = list[tuple[Received | PackShare, EnvelopeResult]]
 
 
 def result_messages(results: Sequence[EnvelopeResult], compact: bool) -> list[BusMessage]:
@@ -96,7 +99,7 @@ class ResultOutbox:
             first = self._q.get()
             if first is _STOP:
                 return
-            batch: list[tuple[Received | PackShare, EnvelopeResult]] = list(first)  # type: ignore[call-overload]
+            batch: _Done = list(cast(_Done, first))
             items = sum(len(res.indices) for _r, res in batch)
             while items < 4 * MAX_ITEMS_PER_MESSAGE:
                 try:
@@ -106,8 +109,9 @@ class ResultOutbox:
                 if nxt is _STOP:
                     stop = True
                     break
-                batch.extend(nxt)  # type: ignore[arg-type]
-                items += sum(len(res.indices) for _r, res in nxt)  # type: ignore[attr-defined]
+                more = cast(_Done, nxt)
+                batch.extend(more)
+                items += sum(len(res.indices) for _r, res in more)
             try:
                 publish_and_ack(self._bus, self._sub, batch, self._compact)
             except Exception:  # an ack failing must not stop the outbox

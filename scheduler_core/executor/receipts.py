@@ -4,7 +4,7 @@ A run's received and started times travel with its result, so a run still execut
 seconds after its fire time had no `received_at` in its fired record, and a reader of the
 records could not tell it from a command no executor took (the dual-run comparator called
 such a run "late, not received by an executor"; it succeeded later). A run that is still
-going `after` its receipt gets one extra result message now: every item "R" (received),
+going `after` its receipt gets one extra result message now: every item received (ItemState.RECEIVED),
 with the receipt and start times. The store applies it forward-only by command id like any
 result (rank `received`, below every final state; `received_at`/`started_at` are only
 ever filled, never moved), so a stamp arriving after the final result changes nothing, and
@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from scheduler_core.codec import Envelope, EnvelopeResult
 from scheduler_core.executor.outbox import result_messages
+from scheduler_core.item_states import ItemState
 from scheduler_core.ports import Clock, MessageBus
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ReceiptStamps:
                 continue
             indices = [idx for idx, _p in env.items]
             due.append(EnvelopeResult(trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id,
-                                      indices=indices, letters="R" * len(indices), received_ms=received_ms,
+                                      indices=indices, letters=ItemState.RECEIVED * len(indices), received_ms=received_ms,
                                       # one item starts at receipt; later items' starts come with the
                                       # result (a started_at, once stored, is never moved)
                                       started_ms=received_ms if len(indices) == 1 else None, finished_ms=now,

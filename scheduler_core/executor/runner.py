@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from scheduler_core.codec import Envelope
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.item_states import ItemState
 
 INF = float("inf")
 Backoff = Callable[[int], float]  # attempt number (1 = first retry) -> seconds to wait before it
@@ -38,7 +39,7 @@ class EnvelopeRun:
                  "pos", "attempt", "gen", "deadline", "lock", "finished", "waiter", "duplicates", "serve_after",
                  "result", "pack")
 
-    def __init__(self, env: Envelope, fn: Handler, received: object, received_ms: int, started_ms: int,
+    def __init__(self, env: Envelope, fn: Handler, *, received: object, received_ms: int, started_ms: int,
                  skip: dict[int, int] | None, serve_after: bool) -> None:
         self.env = env
         self.fn = fn
@@ -81,11 +82,12 @@ class EnvelopeRun:
 
     def record(self, pos: int, outcome: HandlerResult | None, attempt: int) -> None:
         if outcome is None:
-            self.letters.append("S")
+            self.letters.append(ItemState.SUCCEEDED)
             if attempt:
                 self.extras.append((pos, attempt, ""))
             return
-        self.letters.append("S" if outcome.ok else ("T" if outcome.timed_out else "F"))
+        self.letters.append(ItemState.SUCCEEDED if outcome.ok else
+                            (ItemState.TIMED_OUT if outcome.timed_out else ItemState.FAILED))
         if attempt or outcome.message:
             self.extras.append((pos, attempt, outcome.message))
 
@@ -122,7 +124,7 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
         except Exception:
             value = failed_now()
         if value is None or value is True:
-            letters.append("S")
+            letters.append(ItemState.SUCCEEDED)
             continue
         settle(run, pos, idx, param, value, backoff)
 

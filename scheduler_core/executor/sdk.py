@@ -34,7 +34,7 @@ received and recorded, the handler is never called.
 
 Rollback fences (`scheduler_core.fence`): the executor follows the bus's control channel
 (`FenceView`, one per executor unless one is given). A run whose business's fence covers
-its fire time is answered skipped ("K", with the fence's message) and acked, its handler
+its fire time is answered skipped (ItemState.SKIPPED, with the fence's message) and acked, its handler
 never called; it is checked when the run is about to start, so a fence that arrives
 while a message waits for a worker still stops it. While the view is not in sync (just
 started, or cut off from the broker) nothing is run: the messages received go back to the
@@ -42,6 +42,7 @@ bus (nack) and are redelivered, after a log line, until it is.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -60,6 +61,7 @@ from scheduler_core.codec import (
     decode_message,
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.item_states import ItemState
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
@@ -67,6 +69,8 @@ from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
+from scheduler_core.logfields import log_fields
+from scheduler_core.supersede import Supersede
 from scheduler_core.ports import Clock, MessageBus, Received
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -168,6 +172,7 @@ class Executor:
         self.processed = 0
         self.duplicates = 0
         self.fenced = 0  # runs answered skipped by a rollback fence
+        self.superseded = 0  # runs answered skipped because a schedule edit superseded them
         self.held = 0  # messages handed back while the fences were not known
         self._held_since_log = 0
         self._held_logged = float("-inf")
@@ -243,7 +248,7 @@ class Executor:
             elif _watched(run):
                 # on a thread of its own, so that a timeout hands the rest to a successor
                 # and this call returns once the envelope is finished, not the handler
-                self._spawn(lambda run=run: self._work(run), f"exec-{self.domain}-poll")
+                self._spawn(functools.partial(self._work, run), f"exec-{self.domain}-poll")
                 run.wait_done()
             else:
                 self._work(run)
@@ -278,7 +283,7 @@ class Executor:
                 return False
         self._remember_quick(pack)
         if self._outbox is not None:
-            self._outbox.put_many(pack.results)  # type: ignore[arg-type]
+            self._outbox.put_many(pack.results)
         self._quota.release()
         return True
 
@@ -331,6 +336,9 @@ class Executor:
         fences = self.fences.by_business  # usually empty: one attribute read and a truth test
         if fences and (f := fences.get(env.biz_code)) is not None and f.covers(env.scheduled_ms):
             return False  # the ordinary path answers it skipped
+        edits = self.fences.superseded
+        if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
+            return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
@@ -351,7 +359,8 @@ class Executor:
             receipts.end(env)
         if value is not None and value is not True:
             # not a plain success: judged, retried with back-off, finished as usual
-            run = EnvelopeRun(env, fn, pack.share, received_ms, received_ms, None, True)
+            run = EnvelopeRun(env, fn, received=pack.share, received_ms=received_ms, started_ms=received_ms, skip=None,
+                              serve_after=True)
             run.pack = pack
             run.starts.append(started)
             settle(run, 0, idx, param, value, self._backoff)
@@ -359,7 +368,7 @@ class Executor:
             return True
         pack.results.append((pack.share, EnvelopeResult(
             trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id, indices=[idx],
-            letters="S", received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
+            letters=ItemState.SUCCEEDED, received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
             start_offsets_ms=[0], message="", exceptions=[])))
         pack.quick.append((key, idx))
         return True
@@ -407,15 +416,19 @@ class Executor:
             fn = None if shadow else self._lookup(env)
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
-            run = EnvelopeRun(env, fn, r, received_ms, received_ms, skip, serve_after)  # type: ignore[arg-type]
+            run = EnvelopeRun(env, fn, received=r, received_ms=received_ms, started_ms=received_ms,  # type: ignore[arg-type]
+                              skip=skip, serve_after=serve_after)
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
+            edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
             if fence is not None:
                 self._skip_fenced(run, fence)
+            elif edit is not None:
+                self._skip_superseded(run, edit)
             elif shadow:
-                self._finish(run, "R", "shadow: recorded, not invoked", started=False)
+                self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
             elif fn is None:
-                self._finish(run, "F", f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
+                self._finish(run, ItemState.FAILED, f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
                              started=False)
             return run
         except Exception:
@@ -506,14 +519,25 @@ class Executor:
         succeeded here (a redelivery) keeps its success: it did run."""
         env = run.env
         skip = run.skip
-        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in env.items)
+        letters = "".join(ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED
+                          for idx, _p in env.items)
         with self._lock:
-            self.fenced += letters.count("K")
+            self.fenced += letters.count(ItemState.SKIPPED)
             first = (fence.business, fence.epoch) not in self._fences_logged
             self._fences_logged.add((fence.business, fence.epoch))
         if first:
-            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence)
+            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence,
+                     extra=log_fields(business=env.biz_code, epoch=fence.epoch))
         self._finish(run, letters, fence.message, started=False)
+
+    def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
+        """Answer a run a schedule edit superseded: skipped, never invoked (an item that
+        already succeeded here keeps its success)."""
+        skip = run.skip
+        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in run.env.items)
+        with self._lock:
+            self.superseded += letters.count("K")
+        self._finish(run, letters, edit.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
         """The fences are not known (the control channel is not in sync): running these
@@ -529,7 +553,8 @@ class Executor:
         now = time.monotonic()
         if now - self._held_logged >= HELD_LOG_EVERY_S:
             log.warning("%d command message(s) of %s handed back for redelivery: the rollback fences are not "
-                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain)
+                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain,
+                        extra=log_fields(business=self.domain))
             self._held_logged, self._held_since_log = now, 0
         self.fences.wait_synced(HOLD_WAIT)
 
@@ -560,10 +585,10 @@ class Executor:
         run.mark_done()  # (poll_once publishes its own)
 
     def _remember_successes(self, run: EnvelopeRun, indices: list[int], letters: str) -> None:
-        if letters.count("S") == len(letters):  # the usual case, at C speed
+        if letters.count(ItemState.SUCCEEDED) == len(letters):  # the usual case, at C speed
             ok = dict.fromkeys(indices, 0)
         else:
-            ok = {indices[k]: 0 for k, c in enumerate(letters) if c == "S"}
+            ok = {indices[k]: 0 for k, c in enumerate(letters) if c == ItemState.SUCCEEDED}
         for pos, attempt, _m in run.extras:
             if attempt and indices[pos] in ok:
                 ok[indices[pos]] = attempt
@@ -590,9 +615,9 @@ class Executor:
         nack(self.sub, r)
 
     def _backoff(self, attempt: int) -> float:
-        return min(self.retry_backoff.total_seconds() * (2 ** (attempt - 1)), self.max_backoff.total_seconds())
+        return min(self.retry_backoff.total_seconds() * (2.0 ** (attempt - 1)), self.max_backoff.total_seconds())
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    def _spawn(self, target: Callable[[], object], name: str) -> None:
         threading.Thread(target=target, name=name, daemon=True).start()
 
     def close(self) -> None:

@@ -6,13 +6,15 @@ is fixed at the first init; a later init with another count is refused, not appl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import MetaData, Table, func, inspect, select, text
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
+from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import (
     DEFAULT_PARTITIONS,
     MYSQL_DIALECTS,
@@ -41,6 +43,7 @@ class SchemaReport:
         return not self.missing and self.schema_version == SCHEMA_VERSION
 
 
+@translated
 def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     """Partitions of the trigger table, from metadata only."""
     if tables.sliced_by_column:
@@ -67,6 +70,7 @@ def discover_partitions(engine: Engine, tables: Tables) -> list[Partition]:
     return parts
 
 
+@translated
 def stored_partitions(engine: Engine) -> int | None:
     """The partition count recorded at init, or None before init."""
     md_tables = build_tables(engine.dialect.name, 1)
@@ -79,6 +83,7 @@ def stored_partitions(engine: Engine) -> int | None:
     return None if value is None else int(value)
 
 
+@translated
 def tables_for(engine: Engine) -> Tables:
     """The table set of an initialised store (partition count read from dus_meta). A
     store of an older schema version is refused with what to run (its SQL would fail on
@@ -97,7 +102,16 @@ def tables_for(engine: Engine) -> Tables:
     return tables
 
 
-def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
+def _all_tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str, Table]]:
+    yield from tables.metadata.tables.items()
+    for md in also:
+        yield from md.tables.items()
+
+
+@translated
+def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[MetaData] = ()) -> SchemaReport:
+    """Create the core's tables and those of `also` (the other packages' tables, which the
+    core does not know: switchyard.schema gathers them)."""
     existing = stored_partitions(engine)
     if existing is not None and partitions is not None and partitions != existing:
         raise SchemaError(
@@ -108,7 +122,9 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
     insp = inspect(engine)
     before = set(insp.get_table_names())
     tables.metadata.create_all(engine, checkfirst=True)
-    created = sorted(set(tables.metadata.tables) - before)
+    for md in also:
+        md.create_all(engine, checkfirst=True)
+    created = sorted({name for name, _ in _all_tables(tables, also)} - before)
     upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
@@ -120,13 +136,14 @@ def init_schema(engine: Engine, partitions: int | None = None) -> SchemaReport:
                          .values(value=str(SCHEMA_VERSION)))
         if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
             conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
-    report = check_schema(engine)
+    report = check_schema(engine, also)
     report.created = created
     report.upgraded = upgraded
     return report
 
 
-def check_schema(engine: Engine) -> SchemaReport:
+@translated
+def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
     dialect = engine.dialect.name
     report = SchemaReport(dialect=dialect)
     insp = inspect(engine)
@@ -134,7 +151,7 @@ def check_schema(engine: Engine) -> SchemaReport:
     n = stored_partitions(engine) or DEFAULT_PARTITIONS
     tables = build_tables(dialect, n)
     with engine.connect() as conn:
-        for name, table in tables.metadata.tables.items():
+        for name, table in _all_tables(tables, also):
             if name not in present:
                 report.missing.append(name)
                 continue

@@ -13,6 +13,9 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.engine.url import URL
 
+from scheduler_core.store.schema import MYSQL_DIALECTS
+from scheduler_core.store.driver_errors import translated
+
 DEFAULT_SQLITE_URL = "sqlite:///switchyard.db"
 # A pooled connection idle longer than this is pinged before use. SQLAlchemy's
 # pool_pre_ping pings on every checkout: one extra round trip per store call, which cost
@@ -32,6 +35,7 @@ def safe_url(url: str | URL) -> str:
         return "<unparsable url>"
 
 
+@translated  # a bad URL or a missing driver: BadStoreUrl
 def make_engine(url: str, *, pool_size: int = 8) -> Engine:
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"future": True}
@@ -65,7 +69,7 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
         isolation_level="READ COMMITTED",
     )
     connect_args: dict[str, Any] = {"connect_timeout": 10}
-    if parsed.get_backend_name() in ("mysql", "mariadb"):
+    if parsed.get_backend_name() in MYSQL_DIALECTS:
         connect_args["charset"] = "utf8mb4"
     kwargs["connect_args"] = connect_args
     engine = create_engine(parsed, **kwargs)

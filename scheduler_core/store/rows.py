@@ -21,6 +21,9 @@ from scheduler_core.model import (
 )
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
 
+# a stored row by column name: a dict, or SQLAlchemy's RowMapping (keyed by names or columns)
+Row = Mapping[Any, Any]
+
 # Forward-only ordering of fired states: an update applies only if it moves forward.
 FIRED_RANK: dict[FiredState, int] = {
     FiredState.PENDING: 0,
@@ -55,7 +58,7 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
     }
 
 
-def job_from_row(row: Mapping[str, Any]) -> Job:
+def job_from_row(row: Row) -> Job:
     return Job(
         id=row["id"],
         job_code=JobCode(row["job_code"]),
@@ -95,7 +98,7 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
     }
 
 
-def trigger_from_row(row: Mapping[str, Any]) -> Trigger:
+def trigger_from_row(row: Row) -> Trigger:
     return trigger_from_tuple(tuple(row[c] for c in TRIGGER_READ_COLUMNS))
 
 
@@ -151,10 +154,10 @@ def fired_row(rec: FiredRecord) -> tuple[Any, ...]:
 
 
 def fired_values(rec: FiredRecord) -> dict[str, Any]:
-    return dict(zip(FIRED_COLUMNS, fired_row(rec)))
+    return dict(zip(FIRED_COLUMNS, fired_row(rec), strict=True))
 
 
-def fired_from_row(row: Mapping[str, Any]) -> FiredRecord:
+def fired_from_row(row: Row) -> FiredRecord:
     return FiredRecord(
         command_id=CommandId(row["command_id"]),
         trigger_id=TriggerId(row["trigger_id"]),

@@ -1,4 +1,5 @@
-"""The store's tables, as SQLAlchemy Core.
+"""The store's tables, as SQLAlchemy Core: the scheduler core's own (the migrator's and
+dual-run's are in their packages: migrator.tables, dualrun.tables).
 
 Times are UTC epoch milliseconds (BIGINT), never naive local DATETIMEs. The trigger
 table is `PARTITION BY HASH(id)` on MySQL-compatible servers; on SQLite the same slices
@@ -30,9 +31,10 @@ SCHEMA_VERSION = 2
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
-# a primary key that autoincrements on both: SQLite only aliases rowid for INTEGER
-_Id = BigInteger().with_variant(Integer(), "sqlite")
-_LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql").with_variant(mysql.MEDIUMTEXT(), "mariadb")
+# a primary key that autoincrements on both: SQLite only aliases rowid for INTEGER (the
+# other packages' tables use these too: migrator.tables, dualrun.tables)
+ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+LONG_TEXT = Text().with_variant(mysql.MEDIUMTEXT(), "mysql").with_variant(mysql.MEDIUMTEXT(), "mariadb")
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,10 @@ class Tables:
     sharding_item: Table
     trigger: Table
     fired: Table
-    ledger: Table
-    checkpoint: Table
-    business: Table
-    audit: Table
-    comparison: Table
-    legacy_hold: Table
     business_fence: Table
     followup: Table
     followup_fired: Table
+    trigger_supersede: Table
     partitions: int
     dialect: str
 
@@ -84,11 +81,11 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     job = Table(
         "dus_job",
         md,
-        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column("id", ID_TYPE, primary_key=True, autoincrement=True),
         Column("job_code", String(191), nullable=False),
         Column("biz_code", String(64), nullable=False),
         Column("handler", String(191), nullable=False),
-        Column("params", _LongText, nullable=False),
+        Column("params", LONG_TEXT, nullable=False),
         Column("shard_total", Integer, nullable=False, default=1),
         Column("timeout_ms", BigInteger, nullable=False),
         Column("max_retry", Integer, nullable=False, default=0),
@@ -111,7 +108,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     )
 
     trigger_cols: list[Column] = [  # type: ignore[type-arg]
-        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column("id", ID_TYPE, primary_key=True, autoincrement=True),
         Column("job_id", BigInteger, nullable=False),
         Column("job_code", String(191), nullable=False),
         Column("biz_code", String(64), nullable=False),
@@ -158,7 +155,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
-    trigger = Table("dus_job_trigger", md, *trigger_cols, *trigger_args, **table_kw)  # type: ignore[arg-type]
+    trigger = Table("dus_job_trigger", md, *trigger_cols, *trigger_args, **table_kw)  # type: ignore[call-overload]
 
     fired = Table(
         "dus_fired_record",
@@ -187,89 +184,6 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("failed_items", Integer, nullable=False, default=0),
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
-    )
-    # The migration ledger: the idempotent "migrated" flag, keyed by source + key, with a
-    # content hash so an unchanged re-run writes nothing and a changed row updates its target.
-    ledger = Table(
-        "dus_migration_ledger",
-        md,
-        Column("source_system", String(32), nullable=False),
-        Column("source_key", String(191), nullable=False),
-        Column("business", String(64), nullable=False),
-        Column("status", String(16), nullable=False),  # migrated | quarantined | deleted
-        Column("content_hash", String(64), nullable=False),
-        Column("target_job_code", String(191)),
-        Column("target_trigger_id", BigInteger),
-        Column("field", String(64)),
-        Column("reason", String(1024)),
-        Column("raw_excerpt", Text),
-        Column("updated_at", BigInteger, nullable=False),
-        PrimaryKeyConstraint("source_system", "source_key"),
-        Index("idx_ledger_business", "business", "status"),
-    )
-    checkpoint = Table(
-        "dus_stream_checkpoint",
-        md,
-        Column("stream_id", String(191), primary_key=True),
-        Column("log_file", String(255)),
-        Column("log_pos", BigInteger),
-        Column("gtid", String(255)),
-        Column("events_applied", BigInteger, nullable=False, default=0),
-        Column("updated_at", BigInteger, nullable=False),
-    )
-    business = Table(
-        "dus_business",
-        md,
-        Column("biz_code", String(64), primary_key=True),
-        Column("source_system", String(32), nullable=False),
-        Column("state", String(16), nullable=False),  # legacy | dual_run | cutover
-        Column("shadow", SmallInteger, nullable=False, default=0),
-        Column("version", BigInteger, nullable=False, default=0),
-        Column("updated_at", BigInteger, nullable=False),
-    )
-    audit = Table(
-        "dus_cutover_audit",
-        md,
-        Column("id", _Id, primary_key=True, autoincrement=True),
-        Column("biz_code", String(64), nullable=False),
-        Column("from_state", String(16), nullable=False),
-        Column("to_state", String(16), nullable=False),
-        Column("at", BigInteger, nullable=False),
-        Column("actor", String(128), nullable=False),
-        Column("reason", String(1024), nullable=False, default=""),
-        Column("comparison_id", BigInteger),
-        Column("forced", SmallInteger, nullable=False, default=0),
-        Column("detail", Text),
-        Index("idx_audit_biz", "biz_code", "at"),
-    )
-    comparison = Table(
-        "dus_comparison",
-        md,
-        Column("id", _Id, primary_key=True, autoincrement=True),
-        Column("biz_code", String(64), nullable=False),
-        Column("window_start", BigInteger, nullable=False),
-        Column("window_end", BigInteger, nullable=False),
-        Column("computed_at", BigInteger, nullable=False),
-        Column("verdict", String(16), nullable=False),  # ready | not_ready
-        Column("reasons", Text, nullable=False),
-        Column("body", _LongText, nullable=False),
-        Index("idx_comparison_biz", "biz_code", "computed_at"),
-    )
-    # The legacy jobs Switchyard switched off itself (a cutover's stop), one row per job
-    # while the stop stands: what tells the switch's own `trigger_status = 0` / paused
-    # task from an operator's stop in the legacy admin, for a re-migration, the change
-    # stream and `status --check`. Written BEFORE the legacy write it explains, removed
-    # only after the job is live on legacy again (rollback, or an abandoned cutover).
-    legacy_hold = Table(
-        "dus_legacy_hold",
-        md,
-        Column("source_system", String(32), nullable=False),
-        Column("source_key", String(191), nullable=False),
-        Column("biz_code", String(64), nullable=False),
-        Column("reason", String(32), nullable=False),  # cutover
-        Column("held_at", BigInteger, nullable=False),
-        PrimaryKeyConstraint("source_system", "source_key"),
-        Index("idx_hold_biz", "biz_code"),
     )
     # The rollback fence per business (scheduler_core.fence): commands scheduled in
     # [from_at, until_at) are skipped by executors; until_at NULL is open-ended. `epoch`
@@ -308,6 +222,21 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("at", BigInteger, nullable=False),
         PrimaryKeyConstraint("parent_command_id", "child_trigger_id"),
     )
+    # A live trigger's schedule edit (scheduler_core.supersede): from effective_at on, the
+    # old schedule's published commands at the times `skipped` (a JSON list of epoch ms)
+    # are skipped, and the new schedule's times `pending` wait to be published. One row per
+    # trigger; `epoch` grows with every edit, so followers keep the latest.
+    trigger_supersede = Table(
+        "dus_trigger_supersede",
+        md,
+        Column("trigger_id", BigInteger, primary_key=True, autoincrement=False),
+        Column("biz_code", String(64), nullable=False),
+        Column("effective_at", BigInteger, nullable=False),
+        Column("skipped", LONG_TEXT, nullable=False),
+        Column("pending", LONG_TEXT, nullable=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -316,15 +245,10 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         sharding_item=sharding_item,
         trigger=trigger,
         fired=fired,
-        ledger=ledger,
-        checkpoint=checkpoint,
-        business=business,
-        audit=audit,
-        comparison=comparison,
-        legacy_hold=legacy_hold,
         business_fence=business_fence,
         followup=followup,
         followup_fired=followup_fired,
+        trigger_supersede=trigger_supersede,
         partitions=partitions,
         dialect=dialect,
     )

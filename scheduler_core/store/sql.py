@@ -12,9 +12,11 @@ from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import BindParameter
 
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence
+from scheduler_core.item_states import ItemState
 from scheduler_core.model import (
     CommandId,
     Epoch,
@@ -28,10 +30,11 @@ from scheduler_core.model import (
     parse_command_id,
 )
 from scheduler_core.model import TriggerState as S
-from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition
+from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition, Wakeups
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -50,6 +53,7 @@ from scheduler_core.store.rows import (
 )
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
+from scheduler_core.wakeup import LocalWakeups, notify_added
 
 _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 # fired rows per fenced INSERT ... SELECT: its row source is a UNION ALL of one SELECT per
@@ -57,8 +61,7 @@ _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 # 100K-item fan-out: 2.9 s at 2,000, 3.1 s at 200, 9.4 s as the plain executemany here)
 _FENCED_ROWS = 1000
 _FENCED_ROWS_SQLITE = 200
-_LETTER = {FiredState.SUCCEEDED: "S", FiredState.FAILED: "F", FiredState.TIMED_OUT: "T", FiredState.RECEIVED: "R",
-           FiredState.PUBLISHED: "P", FiredState.PENDING: ".", FiredState.SKIPPED: "K"}
+_LETTER = {s.fired_state: s for s in ItemState}  # a page record's items, one letter each
 
 
 def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
@@ -75,6 +78,7 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
     return f"(CASE {key} {whens} ELSE {otherwise} END)" if whens else otherwise
 
 
+@translated_methods  # driver errors leave every public method as the port's StoreError
 class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
@@ -97,6 +101,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._shared_fence_read: bool | None = None
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
+        # told of the partitions that got triggers due soon (`add_triggers`), so their
+        # loops tick in time; in process by default, across processes when wired to etcd
+        self.wakeups: Wakeups | None = LocalWakeups()
 
     # --- partitions ------------------------------------------------------------------
 
@@ -175,16 +182,30 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         now = self.clock.now_ms()
         jobs = self.get_jobs([t.job_code for t in triggers])
         out: list[Trigger] = []
+        rows = []
+        for trig in triggers:
+            job = jobs.get(trig.job_code)
+            if job is None or job.id is None:
+                raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
+            rows.append(trigger_values(trig, job.id, now))
+        if len(rows) > 1 and self.engine.dialect.insert_executemany_returning_sort_by_parameter_order:
+            # one statement (multi-row INSERT ... RETURNING, in the order given) instead of
+            # an INSERT and a SELECT per trigger: a producer adding many at once
+            with self.engine.begin() as conn:
+                result = conn.execute(insert(tr).returning(*tr.c, sort_by_parameter_order=True), rows)
+                out = [trigger_from_row(r) for r in result.mappings()]
+            notify_added(self.wakeups, out, len(self.partitions()), self.clock.now())
+            return out
         with self.engine.begin() as conn:
             for trig in triggers:
-                job = jobs.get(trig.job_code)
-                if job is None or job.id is None:
-                    raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
+                job = jobs[trig.job_code]
+                assert job.id is not None
                 result = conn.execute(insert(tr).values(**trigger_values(trig, job.id, now)))
                 new_id = result.inserted_primary_key[0] if result.inserted_primary_key else None
                 if new_id is None:  # pragma: no cover - every supported driver reports it
                     raise RuntimeError("the driver did not report the new trigger id")
                 out.append(trigger_from_row(conn.execute(select(tr).where(tr.c.id == new_id)).mappings().one()))
+        notify_added(self.wakeups, out, len(self.partitions()), self.clock.now())
         return out
 
     def get_trigger(self, trigger_id: TriggerId) -> Trigger | None:
@@ -417,7 +438,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         are bound once, the others per row: the driver escapes a quarter of the values
         the plain multi-row INSERT made it escape."""
         mark = self._mark()
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         # the command id always varies: the row source needs one column per row
         varying = [i for i, col in enumerate(columns) if i == 0 or len(set(col)) > 1]
         shared = set(range(len(FIRED_COLUMNS))) - set(varying)
@@ -514,10 +535,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             for u in group:
                 letters[parse_command_id(u.command_id)[2] - first] = _LETTER[u.state]
             width = max(letters) + 1
-            states = "".join(letters.get(i, ".") for i in range(width))
-            ok = states.count("S")
-            failed = states.count("F") + states.count("T")
-            skipped = states.count("K")  # by a rollback fence: final, never invoked
+            states = "".join(letters.get(i, ItemState.PENDING) for i in range(width))
+            ok = states.count(ItemState.SUCCEEDED)
+            failed = states.count(ItemState.FAILED) + states.count(ItemState.TIMED_OUT)
+            skipped = states.count(ItemState.SKIPPED)  # by a rollback fence: final, never invoked
             finals = ok + failed + skipped
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
             if failed:
@@ -667,7 +688,7 @@ def _fence_of(row: Any) -> Fence:
 
 def _page_update_statement(fr: Any) -> Any:
     """The portable page-record UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
-    n_final = bindparam("p_nfinal")
+    n_final: BindParameter[int] = bindparam("p_nfinal")
     return (
         update(fr)
         .where(
@@ -692,8 +713,8 @@ def _page_update_statement(fr: Any) -> Any:
 
 def _item_update_statement(fr: Any) -> Any:
     """The portable per-item UPDATE (SQLite; MySQL-compatible servers use result_joins)."""
-    new_rank = bindparam("u_rank")
-    new_attempt = bindparam("u_attempt")
+    new_rank: BindParameter[int] = bindparam("u_rank")
+    new_attempt: BindParameter[int] = bindparam("u_attempt")
     # Forward-only: a higher rank wins; among final results a later attempt wins; a
     # duplicate or late replay of an older result changes nothing.
     moves = (fr.c.state_rank < new_rank) | and_(

@@ -26,7 +26,7 @@ class OneLineErrors(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs.pop("standalone_mode", None)
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)

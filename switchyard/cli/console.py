@@ -14,8 +14,9 @@ import click
 
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import store_url
+from switchyard.cli.options import store_url, log_format, log_level
 from switchyard.console.data import Sources, scraped_members
 from switchyard.wiring import legacy_switches, open_store
 
@@ -82,12 +83,13 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> "obj
               help="Environment variable holding the bearer token (never pass secrets as arguments).")
 @click.option("--lag-window", type=click.FloatRange(1), default=3600.0, show_default=True,
               help="Seconds of fired records the lag percentiles cover.")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def console(url: str, legacy_urls: tuple[str, ...], metrics_urls: tuple[str, ...], bind: str, port: int,
-            token_env: str, lag_window: float, log_level: str) -> None:
+            token_env: str, lag_window: float, log_level: str, log_format: str) -> None:
     """Read-only console: businesses, verdicts, jobs by live side, lag, scheduler, audit, quarantine."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     token = console_token(bind, token_env)
     store = open_store(url)
     store.current_epoch()  # a store that cannot be read is a clear error now (exit 3/4), not at the first page

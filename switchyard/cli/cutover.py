@@ -12,6 +12,7 @@ import click
 
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
+from migrator.ownership import PROBLEMS
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from scheduler_core.ports import MessageBus
@@ -122,7 +123,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool,
            as_json: bool) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
-    from dualrun.verdict import latest_by_business
+    from dualrun.verdict_store import latest_by_business
     from migrator.ownership import ownership
 
     store = open_store(url)
@@ -150,13 +151,13 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
     else:
         if not rows:
             click.echo("no businesses yet: run `switchyard migrate run`")
-        for row, bo in zip(rows, owned):
+        for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
             click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
                        f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}")
             for j in bo.jobs if show_jobs else bo.problems:
-                flag = "  !! " if j.side.value in ("orphaned", "double") else "     "
+                flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
                            f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
                            f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"

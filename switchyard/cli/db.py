@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from sqlalchemy.engine import make_url
 
-from scheduler_core.store.admin import check_schema, init_schema
+from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine, safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors

@@ -20,7 +20,7 @@ from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
 from readers.ports import LegacyReader
@@ -30,7 +30,8 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
-from switchyard.cli.options import legacy_zone_options, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.cli.options import legacy_zone_options, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.logs import configure_logging
 from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
 
 log = logging.getLogger(__name__)
@@ -352,14 +353,18 @@ failed); 2 bad arguments; 3 a database unreachable.""")
 @click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
               help="Legacy system (default: the business's source system in the store).")
 @legacy_zone_options
+@log_level
+@log_format
 @cli_errors
 @domain_errors
 def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None, lookback: timedelta | None,
                       late_after: timedelta | None, metrics_port: int | None, as_json: bool, url: str,
-                      legacy_url: str, source: str | None, legacy_zones: LegacyZones) -> None:
+                      legacy_url: str, source: str | None, legacy_zones: LegacyZones, log_level: str,
+                      log_format: str) -> None:
     """After the switch: check cut-over businesses against their expected occurrences (no
     legacy side): missing, doubled (by command id) and late fires, until SIGTERM (or
     --max-runs); a Prometheus gauge per business and kind."""
+    configure_logging(log_level, log_format)
     from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover, cutover_time
     from dualrun.settings import MatchSettings
     from switchyard.cli.signals import stop_event

@@ -10,11 +10,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage
 from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
-from scheduler_core.errors import BusError, ElectionError, SchemaError
+from scheduler_core.errors import (
+    BadStoreUrl,
+    BusError,
+    ElectionError,
+    SchemaError,
+    StoreAccessDenied,
+    StoreError,
+    StoreUnavailable,
+)
+from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard import exitcodes
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,15 +36,44 @@ def redact(text: str) -> str:
 class CliFailure(click.ClickException):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(redact(message))
-        self.exit_code = code
+        self.exit_code = code  # type: ignore[misc]  # click declares it per class; ours is per failure
 
 
 def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        text = str(exc.orig)
-    else:
-        text = str(exc)
-    return redact(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
+    return redact(driver_message(exc))
+
+
+def _failure(exc: BaseException) -> CliFailure | None:
+    """The one line and exit code for a known failure; None for an unexpected one.
+
+    The store's errors arrive as the port's (StoreError and its kinds, translated once at
+    the store's boundary); a driver error from code that reaches a database directly is
+    translated by the same function before it is looked at here."""
+    exc = as_store_error(exc)
+    if isinstance(exc, (StreamPermissionError, StreamUnreachable)):
+        return CliFailure(str(exc), exitcodes.UNREACHABLE)
+    if isinstance(exc, StreamStalled):
+        return CliFailure(f"change stream stalled: {exc}", exitcodes.UNREACHABLE)
+    if isinstance(exc, SourceUnavailable):
+        cause = f": {_first_line(exc.__cause__)}" if exc.__cause__ is not None else ""
+        return CliFailure(f"{_first_line(exc)}{cause}", exitcodes.UNREACHABLE)
+    if isinstance(exc, (MissingTables, UnknownLineage)):
+        return CliFailure(_first_line(exc), exitcodes.SCHEMA)
+    if isinstance(exc, (StreamError, ReaderError)):
+        return CliFailure(_first_line(exc), exitcodes.FAILED)
+    if isinstance(exc, SchemaError):
+        return CliFailure(str(exc), exitcodes.SCHEMA)
+    if isinstance(exc, BadStoreUrl):
+        return CliFailure(str(exc), exitcodes.USAGE)
+    if isinstance(exc, (StoreUnavailable, StoreAccessDenied)):
+        return CliFailure(str(exc), exitcodes.UNREACHABLE)
+    if isinstance(exc, StoreError):
+        return CliFailure(str(exc), exitcodes.FAILED)
+    if isinstance(exc, (BusError, ElectionError)):
+        return CliFailure(_first_line(exc), exitcodes.UNREACHABLE)
+    if isinstance(exc, (ValueError, KeyError)):
+        return CliFailure(_first_line(exc), exitcodes.USAGE)
+    return None
 
 
 def cli_errors(fn: F) -> F:
@@ -46,37 +83,13 @@ def cli_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except click.ClickException:
             raise
-        except StreamPermissionError as exc:
-            raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
-        except StreamUnreachable as exc:
-            raise CliFailure(str(exc), exitcodes.UNREACHABLE) from None
-        except StreamStalled as exc:
-            raise CliFailure(f"change stream stalled: {exc}", exitcodes.UNREACHABLE) from None
-        except SourceUnavailable as exc:
-            cause = f": {_first_line(exc.__cause__)}" if exc.__cause__ is not None else ""
-            raise CliFailure(f"{_first_line(exc)}{cause}", exitcodes.UNREACHABLE) from None
-        except (MissingTables, UnknownLineage) as exc:
-            raise CliFailure(_first_line(exc), exitcodes.SCHEMA) from None
-        except (StreamError, ReaderError) as exc:
-            raise CliFailure(_first_line(exc), exitcodes.FAILED) from None
-        except SchemaError as exc:
-            raise CliFailure(str(exc), exitcodes.SCHEMA) from None
-        except (ArgumentError, NoSuchModuleError) as exc:
-            raise CliFailure(f"bad URL: {_first_line(exc)}", exitcodes.USAGE) from None
-        except OperationalError as exc:
-            code = getattr(exc.orig, "args", [None])[0] if exc.orig is not None else None
-            what = "access denied" if code in (1044, 1045, 1142, 1227) else "cannot reach the database"
-            raise CliFailure(f"{what}: {_first_line(exc)}", exitcodes.UNREACHABLE) from None
-        except SQLAlchemyError as exc:
-            raise CliFailure(f"database error: {_first_line(exc)}", exitcodes.FAILED) from None
-        except (BusError, ElectionError) as exc:
-            raise CliFailure(f"{_first_line(exc)}", exitcodes.UNREACHABLE) from None
-        except (ValueError, KeyError) as exc:
-            raise CliFailure(_first_line(exc), exitcodes.USAGE) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
         except Exception as exc:
+            failure = _failure(exc)
+            if failure is not None:
+                raise failure from None
             # never a traceback for an operator; SWITCHYARD_DEBUG=1 shows it to a developer
             if os.environ.get("SWITCHYARD_DEBUG"):
                 raise

@@ -10,13 +10,15 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from typing import Any
 
 import click
 
 from scheduler_core.executor import Executor
 from switchyard import exitcodes
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix
+from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, log_format, log_level
 from switchyard.cli.signals import stop_event
 from switchyard.wiring import load_handlers, open_bus
 
@@ -125,14 +127,15 @@ class Bridges:
               help="At most this many handlers of the business run at once.")
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
 @bridge_options
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_url: str, pulsar_admin: str | None,
             pulsar_token_env: str, topic_prefix: str, concurrency: int, shadow: bool, legacy_url: str | None,
             legacy_db_tz: str, executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
             advertise_host: str | None, forward_to: tuple[str, ...], bc_token_env: str | None,
-            log_level: str) -> None:
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+            log_level: str, log_format: str) -> None:
+    configure_logging(log_level, log_format)
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     if module_name:
@@ -170,7 +173,7 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
 
 def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz: str,
                   executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
-                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, object] | None:
+                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, Any] | None:
     if "xxl-job" not in bridges:
         return None
     host, port = _host_port(listen, "--listen")

@@ -15,16 +15,18 @@ from migrator.apply import Migrator
 from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
-from migrator.target import TargetWriter, Write
+from migrator.target import Write
 from readers.records import SourceSystem, StreamPosition
 from readers.ports import LegacyReader
 from readers.timezones import LegacyZones
 from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
+from switchyard.cli.options import log_format, log_level
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url, legacy_zones
-from switchyard.wiring import legacy_reader, open_store
+from switchyard.wiring import legacy_reader, open_store, target_writer
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
     return out
 
 
-def _print_summary(summary: MigrationSummary, as_json: bool, title: str) -> None:
+def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> None:
     if as_json:
         click.echo(json.dumps(summary.as_dict(), ensure_ascii=False))
         return
@@ -116,7 +118,7 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
     store = open_store(target_url)
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = m.plan(businesses or None)
         now = store.clock.now()
@@ -132,7 +134,7 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
                                "cron_dialect": {"quartz": cron.dialect, "why": cron.why},
                                "next_fires": [p.as_dict() for p in previews]}, ensure_ascii=False))
         return
-    _print_summary(summary, False, "plan")
+    _print_summary(summary, as_json=False, title="plan")
     click.echo(f"crons follow Quartz {cron.dialect} ({cron.why})")
     _print_previews(previews, zones)
 
@@ -165,14 +167,14 @@ def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        m = Migrator(reader, TargetWriter(store), store.clock,
+        m = Migrator(reader, target_writer(store), store.clock,
                      MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
         summary = _with_progress(lambda progress: m.run(businesses or None, progress=progress, after_commit=after,
                                                         keep_rows=True), quiet=as_json)
     finally:
         legacy.dispose()
         store.engine.dispose()
-    _print_summary(summary, as_json, "migrated")
+    _print_summary(summary, as_json=as_json, title="migrated")
 
 
 def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
@@ -183,7 +185,7 @@ def _mark_migrated(legacy: Engine):  # type: ignore[no-untyped-def]
         # and an unchanged row whose flag a crash left unset (flag_pending) gets it now
         ids = [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending]
         if ids:
-            set_migrated(legacy, ids, True)
+            set_migrated(legacy, ids, value=True)
 
     return after
 
@@ -208,8 +210,9 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
     """Rows that could not be migrated, with the field and the reason."""
     store = open_store(target_url)
     try:
-        writer = TargetWriter(store)
-        rows = [r for b in (businesses or [None]) for r in writer.quarantined(b)]
+        writer = target_writer(store)
+        wanted: list[str | None] = [*businesses] or [None]
+        rows = [r for b in wanted for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
     if as_json:
@@ -241,13 +244,14 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 @click.option("--key-compare-batch", "compare_batch", type=click.IntRange(1), default=1000, show_default=True,
               help="Polling: keys compared per pass (the work of one pass is bounded by it).")
 @click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
             xxl_job_version: str | None,
                bridge_glue: bool, api_only: Sequence[str], binlog_url: str | None, server_id: int | None,
                poll_s: float | None, compare_every_s: float, compare_batch: int, stall_timeout: float,
-               log_level: str) -> None:
+               log_level: str, log_format: str) -> None:
     """Snapshot, then apply every legacy change until stopped (SIGTERM), for businesses
     not yet cut over. Restart-safe: the checkpoint is written with each change. Without
     the binlog grants it polls instead (a one-line notice says so)."""
@@ -266,7 +270,7 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     )
     from switchyard.cli.signals import stop_event
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     stop = stop_event()
@@ -276,9 +280,9 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
             f"#{','.join(sorted(businesses))}" if businesses else "")
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
-        writer = TargetWriter(store)
-        sm = StreamMigrator(reader, writer, Migrator(reader, writer, store.clock, options), stream_id,
-                            set(businesses) or None, after)
+        writer = target_writer(store)
+        sm = StreamMigrator(reader=reader, writer=writer, migrator=Migrator(reader, writer, store.clock, options),
+                            stream_id=stream_id, businesses=set(businesses) or None, after_commit=after)
         system = SourceSystem(source)
         conn_settings: dict[str, object] = {}
         if poll_s is None:

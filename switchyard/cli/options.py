@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from switchyard.logs import FORMATS
 from switchyard.settings import default_store_url
 
 store_url = click.option("--url", default=default_store_url, show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
@@ -48,3 +49,9 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ):
         resolved = opt(resolved)
     return resolved
+
+
+log_level = click.option("--log-level", default="INFO", show_default=True)
+log_format = click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True,
+                          help="text lines, or one JSON object per line with the fields operators filter on "
+                               "(business, partition, epoch, trigger_id, command_id) as keys of their own.")

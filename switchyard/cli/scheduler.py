@@ -13,10 +13,11 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url
+from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url, log_format, log_level
 from switchyard.cli.signals import stop_event
-from switchyard.wiring import open_bus, open_election, open_store
+from switchyard.wiring import open_bus, open_election, open_store, open_wakeups
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ def scheduler() -> None:
 @click.option("--lease-ttl", type=click.FloatRange(2, 600), default=10.0, show_default=True, help="Seconds.")
 @click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
 @click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option("--max-wait", type=click.FloatRange(0.05), default=1.0, show_default=True,
+              help="Seconds: the longest wait between two ticks of a partition (a trigger added due soon wakes "
+                   "its partition's loop at once).")
+@click.option("--wake-key", default="/switchyard/wake", show_default=True,
+              help="The etcd key wake-ups for short delays travel on (with an etcd --election).")
 @click.option("--acquire-deadline", type=click.FloatRange(1), default=60.0, show_default=True, help="Seconds.")
 @click.option("--reclaim-interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds.")
 @click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
@@ -49,22 +55,28 @@ def scheduler() -> None:
 @click.option("--registry-prefix", default="/switchyard/shards", show_default=True,
               help="The shard registry's etcd key prefix (with --shards).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, election_url: str, election_key: str, name: str,
-            lease_ttl: float, lookahead: float, idle_wait: float, acquire_deadline: float, reclaim_interval: float,
+            lease_ttl: float, lookahead: float, idle_wait: float, max_wait: float, wake_key: str,
+            acquire_deadline: float, reclaim_interval: float,
             batch: int, fire_workers: int, shards: bool, registry_prefix: str, metrics_port: int,
-            log_level: str) -> None:
+            log_level: str, log_format: str) -> None:
     """Campaign for leadership (or, with --shards, join the registry); while leading (for the
     partitions owned), admit and fire; always apply results."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     if shards and not election_url.startswith("http://"):
         raise click.BadParameter("--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)",
                                  param_hint="--election")
     store = open_store(url)
+    # a trigger added due soon, by this process or (through etcd) another, wakes its
+    # partition's loop here when this process runs it
+    store.wakeups = wakeups = open_wakeups(election_url, key=wake_key)
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
                    topic_prefix=topic_prefix)
     settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait),
+                                 max_wait=timedelta(seconds=max_wait),
                                  acquire_deadline=timedelta(seconds=acquire_deadline),
                                  reclaim_interval=timedelta(seconds=reclaim_interval), batch_size=batch,
                                  fire_workers=fire_workers)
@@ -83,24 +95,30 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
 
         registry = EtcdRegistry(election_url, member=name, ttl=timedelta(seconds=lease_ttl), prefix=registry_prefix,
                                 info={"pid": os.getpid(), "host": socket.gethostname()})
-        member = ShardedScheduler(store, bus, registry, store.clock, settings, metrics)
+        member = ShardedScheduler(store, bus, registry, store.clock, settings=settings, metrics=metrics)
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
             member.run(stop)
         finally:
             registry.close()
+            wakeups.close()
             bus.close()
             store.engine.dispose()
         log.info("scheduler %s stopped (%d incarnation(s), %d rebalance(s))", name, member.status.incarnations,
                  member.status.rebalances)
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    sched = Scheduler(store, bus, election, store.clock, settings, metrics)
+    from scheduler_core.store.supersedes import supersede_relay
+
+    # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus there)
+    sched = Scheduler(store, bus, election, store.clock, settings=settings, metrics=metrics,
+                      relays=[supersede_relay(store, bus, settings, metrics).relay])
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
         sched.run(stop)
     finally:
         election.close()
+        wakeups.close()
         bus.close()
         store.engine.dispose()
     log.info("scheduler %s stopped after %d term(s)", name, sched.status.terms)

@@ -14,9 +14,10 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, bridge_options
-from switchyard.cli.options import store_url
+from switchyard.cli.options import store_url, log_format, log_level
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
@@ -45,13 +46,14 @@ log = logging.getLogger(__name__)
 @click.option("--console-bind", default="127.0.0.1", show_default=True,
               help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.")
 @click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level
+@log_format
 @cli_errors
 def serve(url: str, modules: tuple[str, ...], bridges: tuple[str, ...], domains: tuple[str, ...], concurrency: int,
           name: str, lookahead: float, idle_wait: float, metrics_port: int, with_console: bool, console_bind: str,
-          console_port: int, log_level: str, **bridge_kw: object) -> None:
+          console_port: int, log_level: str, log_format: str, **bridge_kw: object) -> None:
     """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     token = console_token(console_bind, TOKEN_ENV) if with_console else None

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -26,6 +25,7 @@ from reports.redact import redact
 from reports.render_html import render_html
 from reports.load import load_report
 from scheduler_core.errors import StoreError
+from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard.console import data
 from switchyard.console.templating import render
 
@@ -47,14 +47,15 @@ class Failure(Exception):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
-    text = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return redact(text)[:300]
+    if isinstance(exc, StoreError) and exc.detail:
+        return redact(exc.detail)[:300]
+    return redact(driver_message(exc))[:300]
 
 
 def _failure(exc: BaseException) -> Failure:
     if isinstance(exc, Failure):
         return exc
+    exc = as_store_error(exc)  # a driver error from a read that is not behind the store's port yet
     if isinstance(exc, data.UnknownBusiness):
         return Failure(404, "Unknown business", f"No business {exc.business!r} in the store.")
     if isinstance(exc, NoComparison):
@@ -62,7 +63,7 @@ def _failure(exc: BaseException) -> Failure:
                                              "`switchyard dualrun compare` first.")
     if isinstance(exc, BadInput):
         return Failure(400, "Bad request", str(exc))
-    if isinstance(exc, (SQLAlchemyError, StoreError, OSError)):
+    if isinstance(exc, (StoreError, OSError)):
         log.warning("the store cannot be read: %s", _first_line(exc))
         return Failure(503, "Store unavailable", f"The store cannot be read: {_first_line(exc)}")
     log.error("console request failed: %s: %s", type(exc).__name__, redact(str(exc))[:300])

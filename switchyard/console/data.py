@@ -14,17 +14,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from sqlalchemy import func, select
 from prometheus_client.parser import text_string_to_metric_families
 
-from dualrun.verdict import latest_by_business
+from dualrun.verdict_store import latest_by_business
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
 from migrator.target import TargetWriter
 from reports.redact import redact, redact_tree
-from scheduler_core.model import Trigger, TriggerState
+from scheduler_core.model import Trigger, TriggerId
 from scheduler_core.stats import lag_stats
+from scheduler_core.store.reads import waiting_summary
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
@@ -35,7 +35,7 @@ class UnknownBusiness(LookupError):
         self.business = business
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Member:
     """One scheduler process as its metrics show it."""
 
@@ -68,7 +68,8 @@ def member_from_text(name: str, text: str) -> Member:
                 lag = sample.value
             elif sample.name == "switchyard_commands_published_total":
                 published += sample.value
-    return Member(name, True, None if leader is None else leader >= 1, lag, published)
+    return Member(name=name, reachable=True, leader=None if leader is None else leader >= 1, lookahead_lag_s=lag,
+                  published=published)
 
 
 def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
@@ -82,7 +83,7 @@ def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
                 with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (operator's own URL)
                     out.append(member_from_text(name, resp.read().decode("utf-8", "replace")))
             except (OSError, urllib.error.URLError, ValueError) as exc:
-                out.append(Member(name, False, error=redact(f"{type(exc).__name__}: {exc}")))
+                out.append(Member(name=name, reachable=False, error=redact(f"{type(exc).__name__}: {exc}")))
         return out
 
     return read
@@ -171,7 +172,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
     jobs = []
     for bo in owned:
         for j in bo.jobs:
-            t = triggers.get(j.trigger_id) if j.trigger_id is not None else None
+            t = triggers.get(TriggerId(j.trigger_id)) if j.trigger_id is not None else None
             jobs.append({**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t),
                          **_next_fire(t, j.side, now)})
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
@@ -212,11 +213,8 @@ def scheduler(src: Sources) -> dict[str, Any]:
     """The store's leader epoch, the members with their lookahead lag (from their
     metrics), and how far the oldest waiting trigger is past due (from the store)."""
     now = src.now()
-    tr = src.store.t.trigger
-    with src.store.engine.connect() as conn:  # one aggregate on the (state, next_fire_at) index
-        count, oldest_ms = conn.execute(select(func.count(), func.min(tr.c.next_fire_at))
-                                        .where(tr.c.state == TriggerState.WAITING.value)).one()
-    oldest = None if oldest_ms is None else from_ms(int(oldest_ms))
+    count, oldest_ms = waiting_summary(src.store)
+    oldest = None if oldest_ms is None else from_ms(oldest_ms)
     members = [m.as_dict() for m in src.members()] if src.members is not None else []
     leaders = [m["name"] for m in members if m["leader"]]
     return redact_tree({

@@ -33,7 +33,8 @@ class _Got:
             self.items.append(payload)
 
     def wait_for(self, n: int, within_s: float = 10.0) -> list[bytes]:
-        return _until(lambda: len(self.items) >= n, within_s) or list(self.items)
+        _until(lambda: len(self.items) >= n, within_s)
+        return list(self.items)
 
 
 def _until(check: Callable[[], object], within_s: float) -> object:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import IllegalTransition
@@ -29,6 +30,7 @@ from scheduler_core.store.admin import check_schema, init_schema
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import sql_store
+from tests.harness import stored_id
 
 KINDS = [pytest.param("sqlite"), pytest.param("mariadb", marks=pytest.mark.mariadb)]
 W, A = TriggerState.WAITING, TriggerState.ACQUIRED
@@ -104,11 +106,11 @@ def test_cas_returns_winners_and_losing_is_not_an_error(store: SqlTriggerStore, 
     ids = [t.id for t in triggers if t.id is not None]
     deadline = clock.now() + timedelta(seconds=60)
     won = store.cas(Transition(ids=ids[:3], from_state=W, to_state=A, epoch=Epoch(7), deadline=deadline))
-    assert sorted(t.id for t in won) == ids[:3]
+    assert sorted(stored_id(t) for t in won) == ids[:3]
     assert all(t.state is A and t.owner_epoch == 7 and t.acquire_deadline == deadline for t in won)
     # a second contender loses the three it overlaps and wins the rest
     won2 = store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(8), deadline=deadline))
-    assert sorted(t.id for t in won2) == ids[3:]
+    assert sorted(stored_id(t) for t in won2) == ids[3:]
     assert store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(9), deadline=deadline)) == []
 
 
@@ -176,11 +178,11 @@ def test_expired_acquisitions_of_other_epochs(store: SqlTriggerStore, clock: Man
     store.cas(Transition(ids=ids[:2], from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now() + timedelta(seconds=5)))
     store.cas(Transition(ids=ids[2:], from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=5)))
     clock.advance(timedelta(seconds=6))
-    expired = [t.id for p in store.partitions() for t in store.select_expired(p, clock.now(), Epoch(2), 100)]
+    expired = [stored_id(t) for p in store.partitions() for t in store.select_expired(p, clock.now(), Epoch(2), 100)]
     assert sorted(expired) == ids[:2]
     reclaimed = store.cas(Transition(ids=ids[:2], from_state=A, to_state=A, expected_epoch=Epoch(1), epoch=Epoch(2),
                                      deadline=clock.now() + timedelta(seconds=30)))
-    assert sorted(t.id for t in reclaimed) == ids[:2]
+    assert sorted(stored_id(t) for t in reclaimed) == ids[:2]
 
 
 def test_transitions_outside_the_table_are_refused(store: SqlTriggerStore, clock: ManualClock) -> None:
@@ -252,7 +254,7 @@ def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(sto
             for k in range(2)]  # half a page: not final
     changed = store.update_fired(ups)
     assert changed == n + 1 + 2  # every item once, cids[7] once more (its retry; the failure lost), 2 pages
-    got = store.get_fired(cids + [page0, page1])
+    got = store.get_fired([*cids, page0, page1])
     assert all(got[c].state is FiredState.SUCCEEDED for c in cids)
     assert got[cids[7]].attempt == 1 and got[cids[7]].message == "retried"
     assert got[cids[0]].received_at == now and got[cids[0]].result_at == now
@@ -298,7 +300,7 @@ def test_completion_stamps_last_fired_from_the_row_in_one_update(store: SqlTrigg
     store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
     done = store.cas(Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(1),
                                 fired_at_next=True))
-    assert sorted(t.id for t in done) == ids
+    assert sorted(stored_id(t) for t in done) == ids
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT next_fire_at, last_fired_at FROM dus_job_trigger ORDER BY id")).all()
     assert all(nxt == last for nxt, last in rows) and len({nxt for nxt, _ in rows}) == 3
@@ -329,7 +331,7 @@ def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTr
     assert after[ids[0]].next_fire_at == later[ids[0]] and after[ids[1]].next_fire_at == later[ids[1]]
     assert after[ids[2]].next_fire_at == triggers[2].next_fire_at  # not in the map: unchanged
     with store.engine.connect() as conn:
-        lasts = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+        lasts: dict[Any, Any] = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
     assert lasts[ids[0]] == int(triggers[0].next_fire_at.timestamp() * 1000)
     assert lasts[ids[1]] is None and lasts[ids[2]] is None
 
@@ -424,7 +426,7 @@ def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTri
     assert sorted(store.cas_ids(Transition(ids=ids, from_state=A, to_state=W, expected_epoch=Epoch(1),
                                            clear_epoch=True, next_fire_at=later, fired_at_next=True))) == ids
     with store.engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+        rows: dict[Any, Any] = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
     assert {i: rows[i] for i in ids} == {i: to_ms(old[i]) for i in ids}
     assert [t.next_fire_at for t in store.get_triggers(ids)] == [later[i] for i in ids]
 
@@ -473,8 +475,7 @@ def test_a_connection_returned_inside_a_transaction_is_still_rolled_back(tmp_pat
         raw.close()  # back to the pool with the UPDATE uncommitted
         assert s.current_epoch() == Epoch(0), "an uncommitted write leaked into the next use of the connection"
         # and after a failed statement (an error packet carries no transaction status)
-        with pytest.raises(Exception):
-            with s.engine.connect() as conn:
-                conn.execute(text("UPDATE dus_fence SET epoch = 98"))
-                conn.execute(text("SELECT * FROM no_such_table"))
+        with pytest.raises(DBAPIError), s.engine.connect() as conn:
+            conn.execute(text("UPDATE dus_fence SET epoch = 98"))
+            conn.execute(text("SELECT * FROM no_such_table"))
         assert s.current_epoch() == Epoch(0)

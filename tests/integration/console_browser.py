@@ -50,7 +50,7 @@ def console_process(url: str, legacy_urls: Sequence[str], log: Path) -> Iterator
                 break
             except (urllib.error.URLError, OSError):
                 if time.monotonic() > deadline:
-                    raise AssertionError("the console did not answer within 60 s: " + log.read_text()[-2000:])
+                    raise AssertionError("the console did not answer within 60 s: " + log.read_text()[-2000:]) from None
                 time.sleep(0.2)
         yield base
     finally:

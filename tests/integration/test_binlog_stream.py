@@ -52,8 +52,9 @@ class Db:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.name = make_url(url).database
-        assert self.name
+        name = make_url(url).database
+        assert name
+        self.name = name
         self.app = settings(url)
         self.cdc = settings(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL"))
         self._marks = 0
@@ -328,13 +329,13 @@ def test_snapshot_position_is_where_master_status_stood_when_idle(db: Db) -> Non
     engine = sa.create_engine(db.url)
     try:
         with consistent_snapshot(engine) as (conn, position):
-            status = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
+            status: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
             assert status["Binlog_snapshot_file"] == position.log_file
             assert int(status["Binlog_snapshot_position"]) == position.log_pos
             db.tx("INSERT INTO t (id, v) VALUES (1, 'after')")
             # invisible to the snapshot, and the snapshot position does not move
             assert conn.execute(sa.text("SELECT COUNT(*) FROM t")).scalar() == 0
-            status2 = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
+            status2: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
             assert int(status2["Binlog_snapshot_position"]) == position.log_pos
             assert (db.position().log_file, db.position().log_pos) > (position.log_file, position.log_pos)
     finally:
@@ -353,9 +354,8 @@ def test_snapshot_on_a_given_connection_and_the_non_mariadb_fallback(db: Db, mon
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))  # autobegun: refused, it would be committed silently
-            with pytest.raises(StreamError, match="outside any transaction"):
-                with consistent_snapshot(conn):
-                    pass
+            with pytest.raises(StreamError, match="outside any transaction"), consistent_snapshot(conn):
+                pass
             conn.rollback()
             with consistent_snapshot(conn) as (c2, exact):
                 assert c2 is conn
@@ -363,7 +363,7 @@ def test_snapshot_on_a_given_connection_and_the_non_mariadb_fallback(db: Db, mon
         # the MySQL path: the position is read BEFORE the snapshot, so it may be a little early
         monkeypatch.setattr(snapshot_mod, "_is_mariadb", lambda conn: False)
         with consistent_snapshot(engine) as (conn, early):
-            status = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
+            status: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
             assert (early.log_file, early.log_pos) <= (status["Binlog_snapshot_file"],
                                                       int(status["Binlog_snapshot_position"]))
             snap = {r.id for r in conn.execute(sa.text("SELECT id FROM t"))}

@@ -18,12 +18,12 @@ from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_commands, encode_results
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id
+from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id, Epoch
 from scheduler_core.ports import BusMessage, FiredUpdate, Subscription
 from tests.backends import mariadb_database
 from tests.migration_env import FixedGate, MigrationEnv, make_env
@@ -106,7 +106,7 @@ def test_a_parent_success_fires_the_child_once_over_the_real_bus(env: Env) -> No
         now = env.env.migrator.clock.now()
         ok_cid, failed_cid, sentinel = (command_id(parent.id, now + timedelta(minutes=m), 0) for m in (0, 1, 2))
         store.put_fired([FiredRecord(command_id=c, trigger_id=TriggerId(parent.id), job_code=parent.job_code,
-                                     biz_code=biz, scheduled_at=now, epoch=1, fired_at=now)
+                                     biz_code=biz, scheduled_at=now, epoch=Epoch(1), fired_at=now)
                          for c in (ok_cid, failed_cid, sentinel)])
 
         def result(cid: CommandId, state: FiredState) -> None:
@@ -209,7 +209,7 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
             result(run.command_id)  # replayed
             sentinel = command_id(parent.id, clock.now() + timedelta(days=400), 0)  # type: ignore[arg-type]
             store.put_fired([FiredRecord(command_id=sentinel, trigger_id=TriggerId(parent.id), job_code=parent.job_code,  # type: ignore[arg-type]
-                                         biz_code=biz, scheduled_at=clock.now(), epoch=9, fired_at=clock.now())])
+                                         biz_code=biz, scheduled_at=clock.now(), epoch=Epoch(9), fired_at=clock.now())])
             result(sentinel, FiredState.FAILED)  # applied after the replay (one producer, in order)
             _poll_until(consumer, lambda s=sentinel: store.get_fired([s])[s].state is FiredState.FAILED)
             assert [c for c in _drain(executor, 2.0) if c.trigger_id == child.id] == []

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from migrator.mapping import MappingOptions
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.occurrences import next_after
 from tests.backends import mariadb_database

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_batchcenter, seed_xxljob
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
@@ -117,7 +117,7 @@ def test_an_xxljob_stop_waits_for_a_scan_holding_the_schedule_lock() -> None:
         scan = legacy.connect()
         tx = scan.begin()
         scan.execute(text("SELECT lock_name FROM xxl_job_lock WHERE lock_name = 'schedule_lock' FOR UPDATE"))
-        stopper = threading.Thread(target=lambda: (control._stop(ids), done.set()), daemon=True)
+        stopper = threading.Thread(target=lambda: (control._stop(ids), done.set()), daemon=True)  # type: ignore[func-returns-value]
         stopper.start()
         try:
             assert not done.wait(1.0), "the stop committed inside a scan holding the schedule lock"

@@ -48,15 +48,15 @@ from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
 from migrator.target import TargetWriter
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.fence import FenceService, is_fence_skip
-from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id
+from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id, FiredRecord
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
@@ -153,7 +153,7 @@ def _seed_business(legacy, first_ms: int) -> None:  # type: ignore[no-untyped-de
     with legacy.begin() as conn:
         ids = [i for (i,) in conn.execute(text("SELECT id FROM xxl_job_info ORDER BY id"))]
         assert len(ids) == len(SCHEDULES), ids
-        for job_id, (kind, conf) in zip(ids, SCHEDULES):
+        for job_id, (kind, conf) in zip(ids, SCHEDULES, strict=True):
             conn.execute(text(
                 "UPDATE xxl_job_info SET schedule_type = :k, schedule_conf = :c, misfire_strategy = 'DO_NOTHING', "
                 "executor_route_strategy = 'FIRST', glue_type = 'BEAN', executor_handler = 'tick', "
@@ -569,7 +569,7 @@ class Verdict:
         end = self.horizon + timedelta(seconds=5)
 
         def records_final() -> bool:
-            recs = {r.command_id: r for r in b.store.fired_between(b.biz, self.window_start, end)}
+            recs: dict[str, FiredRecord] = {r.command_id: r for r in b.store.fired_between(b.biz, self.window_start, end)}
             return all(c in recs and recs[c].state is FiredState.SUCCEEDED for c in cids)
 
         assert _wait(records_final, 30), "fired records of the new side's occurrences not all succeeded" + detail

@@ -5,6 +5,7 @@ its report carries the stream's catch-up state. A stream idle at the head is cau
 though its checkpoint trails the server's head by foreign transactions."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -17,9 +18,11 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.stream import StreamMigrator
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
+from readers.records import ChangeBatch, StreamPosition
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
+from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import FixedGate, make_env
 from tests.servers import server_url
 
@@ -30,6 +33,13 @@ UTC = timezone.utc
 def _settings(url: str) -> dict[str, object]:
     u = make_url(url)
     return {"host": u.host, "port": u.port or 3306, "user": u.username, "password": u.password or ""}
+
+
+def _up_to(batches: Iterator[ChangeBatch], head: StreamPosition) -> Iterator[ChangeBatch]:
+    for batch in batches:
+        yield batch
+        if (batch.position.log_file, batch.position.log_pos) >= (head.log_file, head.log_pos):
+            return
 
 
 def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
@@ -73,11 +83,19 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
             switch.cutover(biz, actor="ops")
 
         # the stream runs again and applies the edit: the same cutover passes
-        binlog = BinlogChangeStream(_settings(cdc), server_id=7417,
-                                    schemas=[make_url(legacy_url).database],
-                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=sm.checkpoint(),
+        checkpoint = sm.checkpoint()
+        assert checkpoint is not None
+        binlog = BinlogChangeStream(_settings(cdc), server_id=new_server_id(),
+                                    schemas=[str(make_url(legacy_url).database)],
+                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=checkpoint,
                                     heartbeat_s=1.0, stall_timeout_s=5.0)
-        sm.follow(binlog.batches(idle_timeout_s=2.0))
+        head = current_position(env.legacy)  # the edit is before it
+        try:
+            # read up to the head, not until 2 s without a batch: the idle time counts from
+            # before the connection, which took longer than that on a loaded machine
+            sm.follow(_up_to(binlog.batches(idle_timeout_s=60.0), head))
+        finally:
+            binlog.close()
         report = switch.cutover(biz, actor="ops")
         assert report.to_state == "cutover"
         assert report.stream is not None and report.stream["caught_up"] is True and report.stream["pending"] == 0

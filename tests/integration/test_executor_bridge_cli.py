@@ -5,6 +5,7 @@ the executor's results come back through the bridge's admin-facing endpoint and 
 as results; the endpoint refuses a request without the token; the token is never logged."""
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
 import socket
@@ -73,7 +74,7 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
                         _command(2, "xxl-job-bridge", xxl_params(job_id="8", executor_param="second")),
                         _command(3, "batch-center-bridge", bc_params(callback_url=business.url + "/cb"))]
             bus.publish([BusMessage(command_topic("demo"), encode_commands([cmd]), key=cid) for cid, cmd in commands])
-            updates = {}
+            updates: dict[Any, Any] = {}
             deadline = time.monotonic() + 60
             while len(updates) < 3 and time.monotonic() < deadline and proc.poll() is None:
                 for r in results.receive(10, timedelta(milliseconds=300)):

@@ -31,9 +31,9 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
+from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id, Epoch
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
@@ -80,10 +80,10 @@ PAGE_ITEMS = [cid(5, i) for i in range(3)]
 
 def _fired(store: SqlTriggerStore, ids: list[CommandId], page: CommandId | None = None) -> None:
     recs = [FiredRecord(command_id=c, trigger_id=TriggerId(int(c.split("-")[0])), job_code=JobCode("j"), biz_code="b",
-                        scheduled_at=T0, epoch=1, fired_at=T0) for c in ids]
+                        scheduled_at=T0, epoch=Epoch(1), fired_at=T0) for c in ids]
     if page is not None:
         recs.append(FiredRecord(command_id=page, trigger_id=TriggerId(5), job_code=JobCode("j"), biz_code="b",
-                                scheduled_at=T0, item_index=0, item_total=3, item_count=3, epoch=1, fired_at=T0))
+                                scheduled_at=T0, item_index=0, item_total=3, item_count=3, epoch=Epoch(1), fired_at=T0))
     store.put_fired(recs)
     store.mark_published([r.command_id for r in recs], T0)
 
@@ -120,7 +120,7 @@ ROUND1 = [
     encode_results([up(B, S, 0, 10)]),
     encode_results([up(C, S, 2, 30)]),  # the later attempt arrives first
     encode_results([up(c, st, 0, 10, "item 1 failed" if st is F else "", page=P)
-                    for c, st in zip(PAGE_ITEMS, (S, F, S))]),
+                    for c, st in zip(PAGE_ITEMS, (S, F, S), strict=True)]),
     encode_results([up(D, R, 0, 10)]),
 ]
 ROUND2 = [

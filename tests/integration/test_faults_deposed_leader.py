@@ -17,6 +17,7 @@ pool at the moment it is stopped (the dangerous case: work admitted, not yet sta
 """
 from __future__ import annotations
 
+from typing import Any
 import os
 import signal
 import threading
@@ -33,7 +34,7 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
@@ -100,7 +101,7 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
         def collect() -> None:
             while not stop_collect.is_set():
                 for r in sub.receive(500, timedelta(milliseconds=200)):
-                    published = int(r.receipt.publish_timestamp())
+                    published = int(r.receipt.publish_timestamp())  # type: ignore[attr-defined]  # a Pulsar message
                     with lock:
                         for c in decode_commands(r.message.payload):
                             seen[c.command_id].append((int(c.epoch), published))
@@ -176,7 +177,7 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
             late_fired = conn.execute(text(
                 "SELECT command_id, fired_at, published_at FROM dus_fired_record WHERE epoch = :e AND fired_at >= :t"),
                 {"e": old_epoch, "t": stop_ms}).all()
-            states = dict(conn.execute(text("SELECT state, COUNT(*) FROM dus_job_trigger GROUP BY state")).all())
+            states: dict[Any, Any] = dict(conn.execute(text("SELECT state, COUNT(*) FROM dus_job_trigger GROUP BY state")).all())
         with lock:
             late_published = {cid: [p for e, p in v if e == old_epoch and p >= resume_ms] for cid, v in seen.items()}
         late_published = {cid: v for cid, v in late_published.items() if v}

@@ -37,8 +37,8 @@ from scheduler_core.election.etcd import EtcdElection
 from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from scheduler_core.store.admin import init_schema
+from scheduler_core.model import CommandId, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
@@ -137,7 +137,7 @@ class Run:
     store: SqlTriggerStore
     proc: SchedulerProc
     port: int
-    expected: set[str]
+    expected: set[CommandId]
     got: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

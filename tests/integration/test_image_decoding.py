@@ -20,7 +20,7 @@ from readers.batchcenter import BatchCenterReader
 from readers.legacy_ddl import XxlJobLineage, create_legacy_schema
 from readers.ports import LegacyReader
 from readers.records import LegacyDefinition
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import BinlogChangeStream, current_position
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine
@@ -47,12 +47,15 @@ def _images(url: str, start: Any, table: str) -> dict[str, dict[str, Any]]:
     u = make_url(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL"))
     cdc = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username, "password": u.password or ""}
     end = current_position(cdc)
-    stream = BinlogChangeStream(cdc, server_id=4_100_000 + hash(url) % 100_000, schemas=[make_url(url).database],
+    stream = BinlogChangeStream(cdc, server_id=4_100_000 + hash(url) % 100_000,
+                                schemas=[make_url(url).database],  # type: ignore[list-item]
                                 tables=[table], start=start, heartbeat_s=1.0, stall_timeout_s=5.0,
                                 progress_every_txns=1)
     out: dict[str, dict[str, Any]] = {}
     try:
-        for batch in stream.batches(idle_timeout_s=5.0):
+        # ends at `end`; the idle bound only ends a stream that never gets there (it counts from
+        # before the connection, which can take seconds on a loaded machine)
+        for batch in stream.batches(idle_timeout_s=60.0):
             for ch in batch.changes:
                 if ch.after is not None:
                     out[str(ch.after["id"])] = ch.after

@@ -18,7 +18,7 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
@@ -96,7 +96,7 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
         # only duplicate, never invent a different id for the same occurrence
         by_trigger = {t.id: t for t in triggers}
         for cid in got:
-            tid, ms, item = parse_command_id(cid)
+            tid, _ms, item = parse_command_id(cid)
             assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
         assert all(t <= TTL_S + BACKOFF_S + 2 for t in takeovers), f"takeovers took {takeovers}"
         now = clock.now()

@@ -27,12 +27,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database

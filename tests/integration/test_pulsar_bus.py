@@ -142,7 +142,7 @@ def test_odd_topic_names_map_to_legal_distinct_topics(bus: PulsarBus) -> None:
     # the odd names work end to end and do not share messages
     subs = [bus.subscribe(t, "executor") for t in odd]
     bus.publish([BusMessage(t, t.encode("utf-8")) for t in odd])
-    for t, sub in zip(odd, subs):
+    for t, sub in zip(odd, subs, strict=True):
         assert [r.message.payload for r in _drain(sub, 1, within_s=5)] == [t.encode("utf-8")]
         assert sub.receive(10, timedelta(milliseconds=100)) == []
 

@@ -13,7 +13,7 @@ from readers.batchcenter import BatchCenterReader
 from readers.batchcenter.flag import pause_tasks, resume_tasks, set_business_enabled, set_migrated
 from readers.legacy_ddl import XxlJobLineage, batch_center_metadata, create_legacy_schema, xxljob_metadata
 from readers.records import ExecStatus, ScheduleKind
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.xxljob import XxlJobReader
 from readers.xxljob.control import read_trigger_state, set_trigger_status
 from scheduler_core.store.engine import make_engine

@@ -15,7 +15,7 @@ import pytest
 from tests.servers import missing
 from PIL import Image
 
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from reports.load import load_overview, load_report
 from reports.plots import LEGACY, NEW
 from reports.write import write_report

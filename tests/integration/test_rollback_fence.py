@@ -31,11 +31,12 @@ from scheduler_core.fence import FenceService, decode_fence, is_fence_skip
 from scheduler_core.model import FiredRecord, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import mariadb_database
+from tests.harness import stored_id
 from tests.integration.procs import stop_process
 from tests.servers import REPO, server_url
 
@@ -147,11 +148,11 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         Trigger(job_code=JobCode("quick" if k % 2 == 0 else "watched"), biz_code=BIZ, kind=TriggerKind.FIXED_RATE,
                 interval=timedelta(seconds=1), next_fire_at=t0 + timedelta(milliseconds=100 * k))
         for k in range(TRIGGERS)])
-    anchors = {t.id: to_ms(t.next_fire_at) for t in triggers}  # type: ignore[misc]
+    anchors = {stored_id(t): to_ms(t.next_fire_at) for t in triggers}
 
     def occurrences(start_ms: int, end_ms: int) -> set[tuple[int, int]]:
         """(trigger id, T) of every occurrence with start <= T < end."""
-        out = set()
+        out: set[tuple[int, int]] = set()
         for tid, a in anchors.items():
             first = a + max(0, -(-(start_ms - a) // 1000)) * 1000
             out |= {(tid, at) for at in range(first, end_ms, 1000)}
@@ -215,7 +216,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         # every occurrence of every fence answered, and every one well clear of a fence
         # (a second after a lift, up to the next raise) run: their records final
         fenced = set().union(*(occurrences(w.f_ms, w.lift_ms) for w in [first, *windows]))
-        clear = set().union(*(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows)))
+        clear = set().union(*(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows, strict=False)))
         span = (first.f_ms, windows[-1].lift_ms + 1)
 
         def settled() -> bool:

@@ -18,7 +18,6 @@ from typing import Any
 import pymysql
 import pytest
 
-from readers.records import ChangeBatch
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
 from tests.integration.test_binlog_stream import collect, new_server_id, settings
@@ -84,9 +83,9 @@ def _value(rng: random.Random, name: str, kind: str) -> Any:
     if kind == "DATE":
         return datetime.date(rng.randint(1000, 9999), rng.randint(1, 12), rng.randint(1, 28))
     if kind.startswith("TIME"):
-        t = datetime.timedelta(hours=rng.randint(0, 838), minutes=rng.randint(0, 59), seconds=rng.randint(0, 59),
-                               microseconds=rng.choice([0, rng.randint(0, 999_999)]))
-        return -t if rng.random() < 0.3 else t
+        span = datetime.timedelta(hours=rng.randint(0, 838), minutes=rng.randint(0, 59), seconds=rng.randint(0, 59),
+                                  microseconds=rng.choice([0, rng.randint(0, 999_999)]))
+        return -span if rng.random() < 0.3 else span
     if kind == "YEAR":
         return rng.choice([1901, 2155, rng.randint(1901, 2155)])
     if kind.startswith("ENUM"):
@@ -139,7 +138,7 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
                 for k in rng.sample(range(240), 80):  # updates: before and after images
                     row = _row(rng, k)
                     sets = ", ".join(f"`{n}` = %s" for n in COLUMNS)
-                    cur.execute(f"UPDATE every SET {sets} WHERE id = %s", row[1:] + [k])
+                    cur.execute(f"UPDATE every SET {sets} WHERE id = %s", [*row[1:], k])
                 cur.execute("UPDATE every SET i = NULL, vs = 'many' WHERE id < 30")  # one event, many rows
                 # zero dates (a lenient sql_mode lets a legacy server hold them): None on both paths
                 cur.execute("SET SESSION sql_mode = ''")
@@ -161,9 +160,9 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
     assert slow_stream.library_rows == len(slow) + 1  # and the sentinel row
     # only the GEOMETRY table went through the library on the fast stream
     assert fast_stream.library_rows == sum(1 for ch in slow if ch[1] == "geo") == 3
-    for i, (a, b) in enumerate(zip(fast, slow)):
+    for i, (a, b) in enumerate(zip(fast, slow, strict=True)):
         assert a[:2] == b[:2], f"seed {seed}, change {i}"
-        for image_a, image_b in zip(a[2:], b[2:]):
+        for image_a, image_b in zip(a[2:], b[2:], strict=True):
             assert (image_a is None) == (image_b is None), f"seed {seed}, change {i}"
             if image_a is None:
                 continue

@@ -17,7 +17,7 @@ from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database

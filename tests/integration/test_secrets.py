@@ -42,7 +42,7 @@ from migrator.apply import Migrator
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore

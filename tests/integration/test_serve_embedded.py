@@ -5,6 +5,7 @@ again lose nothing: a one-shot published ahead before the stop runs after the re
 the cron occurrences missed while it was down run, and no run happens twice."""
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _runs(log: Path) -> list[dict[str, object]]:
+def _runs(log: Path) -> list[dict[str, Any]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -155,9 +156,9 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
     recorded = {(r.job_code, int(r.scheduled_at.timestamp() * 1000), r.item_index): r for r in records}
     for key in keys:
         job, at, item = key
-        rec = recorded.get((str(job), int(at), int(item)))  # type: ignore[call-overload]
+        rec = recorded.get((JobCode(str(job)), int(at), int(item)))
         if rec is None and job == "fan":  # a page record stands for its envelope's items
-            rec = recorded[(str(job), int(at), int(item) // 4 * 4)]  # type: ignore[call-overload]
+            rec = recorded[(JobCode(str(job)), int(at), int(item) // 4 * 4)]
         assert rec is not None and rec.state is FiredState.SUCCEEDED, (key, rec)
     store.engine.dispose()
 

@@ -6,6 +6,7 @@ interval, and no partition is ever admitted by two owners at once: per partition
 fired records of each epoch span a time interval that overlaps no other epoch's."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -31,7 +32,7 @@ from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import Partition, partition_fence
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database
@@ -88,7 +89,7 @@ def _check_no_overlap(records: list, partitions: int) -> dict[int, int]:  # type
         spans[r.trigger_id % partitions][int(r.epoch)].append(r.fired_at)
     for p, by_epoch in spans.items():
         ordered = sorted((min(ts), max(ts), e) for e, ts in by_epoch.items())
-        for (s1, e1, ep1), (s2, e2, ep2) in zip(ordered, ordered[1:]):
+        for (_s1, e1, ep1), (s2, _e2, ep2) in itertools.pairwise(ordered):
             assert e1 < s2, f"partition {p}: epoch {ep1} admitted until {e1}, epoch {ep2} from {s2}: two owners at once"
             assert ep1 < ep2, f"partition {p}: epoch {ep2} admitted before epoch {ep1}"
     return {p: len(v) for p, v in spans.items()}
@@ -139,7 +140,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         joined = 3
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == 3, 60)
-            for k in range(rounds):
+            for _ in range(rounds):
                 # kill -9 one member mid-burst: its partitions go to the others once its lease expires
                 time.sleep(rng.uniform(0.5, 2.0))
                 victim = rng.choice(sorted(procs))
@@ -147,7 +148,9 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 theirs = {p for p, (m, _) in before.items() if m == victim}
                 procs.pop(victim).kill9()
                 handoffs.append(_wait_owned(
-                    etcd, registry, lambda o: len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs), 60))
+                    etcd, registry,
+                    lambda o, victim=victim, theirs=theirs: len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs),
+                    60))
                 after = _owners(etcd, registry)
                 moved.append(sum(1 for p in after if after[p][0] != before[p][0]))
                 assert moved[-1] == len(theirs), "a leave moves exactly the leaver's partitions"
@@ -156,10 +159,11 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 joined += 1
                 before = _owners(etcd, registry)
                 procs[name] = start(name)
-                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60)
+                _wait_owned(etcd, registry,
+                            lambda o, name=name: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60)
                 # the joiner's whole share arrives, and nothing else moves
                 share = set(partitions_of(name, set(procs), range(PARTITIONS)))
-                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS
+                _wait_owned(etcd, registry, lambda o, name=name, share=share: len(o) == PARTITIONS
                             and {p for p, (m, _) in o.items() if m == name} == share, 60)
                 after = _owners(etcd, registry)
                 joins.append(sum(1 for p in after if after[p][0] != before[p][0]))
@@ -170,7 +174,8 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 os.kill(procs[paused].pid, signal.SIGSTOP)
                 try:
                     _wait_owned(etcd, registry,
-                                lambda o: len(o) == PARTITIONS and paused not in {m for m, _ in o.values()}, 60)
+                                lambda o, paused=paused: len(o) == PARTITIONS
+                                and paused not in {m for m, _ in o.values()}, 60)
                 finally:
                     os.kill(procs[paused].pid, signal.SIGCONT)
                 _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from migrator.model import Action
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
 from readers.streams import current_position
 from tests.backends import mariadb_database
 from tests.migration_env import make_env

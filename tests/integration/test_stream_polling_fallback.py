@@ -27,8 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_xxljob
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from tests.backends import mariadb_database
 from tests.servers import server_url
@@ -188,7 +188,7 @@ def test_without_replication_grants_the_stream_polls_and_applies_inserts_updates
             # -- nothing lost: the target holds exactly the legacy rows, with their content
             live = {int(r) for r in (_scalar(legacy, "SELECT GROUP_CONCAT(id) FROM xxl_job_info") or "").split(",")}
             with target.connect() as conn:
-                rows = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
+                rows: dict[Any, Any] = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
             assert {int(k) for k, s in rows.items() if s in ("migrated", "quarantined")} == live
             assert {int(k) for k, s in rows.items() if s == "migrated"} == set(ids) - {ids[1], ids[-1], ids[3]} | {
                 added, later}

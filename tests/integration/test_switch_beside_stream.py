@@ -20,10 +20,11 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import current_position
 from switchyard.cli import cli
 from tests.backends import mariadb_database
+from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env
 from tests.servers import server_url
 
@@ -71,7 +72,10 @@ def _remigrate(source: str, legacy_url: str, target_url: str, stop: threading.Ev
         store.engine.dispose()
 
 
-def _caught_up(env, stream_id: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+# the stream reads every event of the server's binlog (other databases' too) and moves its
+# checkpoint over foreign ones only every 10 s: behind the concurrent re-migration's writes on a
+# loaded machine it took over 60 s to reach the head (3 of 5 runs under load)
+def _caught_up(env, stream_id: str, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
     final = current_position(env.legacy)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -101,7 +105,8 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
         log = (tmp_path / "stream.log").open("wb")
         stream = subprocess.Popen(
             [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", source, "--legacy-url", legacy_url,
-             "--target-url", target_url, "--binlog-url", cdc_url, "--server-id", "7400", "--log-level", "WARNING"],
+             "--target-url", target_url, "--binlog-url", cdc_url, "--server-id", str(new_server_id()),
+             "--log-level", "WARNING"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}"
         stop = threading.Event()

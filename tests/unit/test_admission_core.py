@@ -7,7 +7,7 @@ from pathlib import Path
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import TriggerState
-from tests.harness import make_harness
+from tests.harness import make_harness, state_of
 
 
 def test_rows_the_pool_refused_are_counted_as_released(tmp_path: Path, clock: ManualClock) -> None:
@@ -20,7 +20,7 @@ def test_rows_the_pool_refused_are_counted_as_released(tmp_path: Path, clock: Ma
     assert core.stats.acquired == 3
     assert core.stats.released == 3, "acquired rows handed back to waiting must show in the stats"
     assert core.stats.fired == 0
-    assert {h.store.get_trigger(t.id).state for t in triggers} == {TriggerState.WAITING}
+    assert {state_of(h.store, t) for t in triggers} == {TriggerState.WAITING}
 
 
 def test_partition_loops_admit_one_at_a_time(tmp_path: Path, clock: ManualClock) -> None:

@@ -36,7 +36,7 @@ def test_module_imports(name: str) -> None:
 def test_every_section_is_registered() -> None:
     main = importlib.import_module("bench.__main__")
     for name in main.SECTIONS:
-        assert importlib.import_module(f"bench.{name}").NAME == name
+        assert name == importlib.import_module(f"bench.{name}").NAME
 
 
 def _fake_sections() -> list[Section]:

@@ -26,15 +26,15 @@ def _stream() -> BinlogChangeStream:
     return s
 
 
-def _event(cls: type, table_id: int, columns: list[tuple[str | None, int]], rows: list[dict[str, Any]]) -> Any:
-    ev = cls.__new__(cls)  # the library builds them from packets; only what the stream reads is set
+def _event(cls: type[Any], table_id: int, columns: list[tuple[str | None, int]], rows: list[dict[str, Any]]) -> Any:
+    ev = cls.__new__(cls)  # type: ignore[call-overload]  # the library builds them from packets; only what the stream reads is set
     ev.schema, ev.table, ev.table_id = "s", "t", table_id
     ev.columns = [SimpleNamespace(name=n, type=t) for n, t in columns]
     ev._RowsEvent__rows = rows
     return ev
 
 
-COLS = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.TIMESTAMP2), ("wall", FIELD_TYPE.DATETIME2)]
+COLS: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.TIMESTAMP2), ("wall", FIELD_TYPE.DATETIME2)]
 NAIVE = datetime(2026, 12, 3, 8, 0, 0)
 
 
@@ -76,7 +76,7 @@ def test_a_real_rotation_forgets_what_table_ids_meant(rotation_timestamp: int, f
     s._row_changes(_event(WriteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}]))
     s._handle(_rotate(rotation_timestamp), _Tx())
     # id 7 now names a table whose TIMESTAMP column is `wall`
-    other = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2), ("wall", FIELD_TYPE.TIMESTAMP2)]
+    other: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2), ("wall", FIELD_TYPE.TIMESTAMP2)]
     (ch,) = s._row_changes(_event(WriteRowsEvent, 7, other, [{"values": {"id": 2, "at": NAIVE, "wall": NAIVE}}]))
     assert ch.after is not None
     if forgotten:
@@ -91,7 +91,8 @@ def test_a_new_reader_forgets_what_table_ids_meant() -> None:
     s._row_changes(_event(WriteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}]))
     s._open(StreamPosition("bin.000001", 4))  # builds the library's reader; it connects on its first read only
     try:
-        other = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2), ("wall", FIELD_TYPE.TIMESTAMP2)]
+        other: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2),
+                                               ("wall", FIELD_TYPE.TIMESTAMP2)]
         (ch,) = s._row_changes(_event(WriteRowsEvent, 7, other, [{"values": {"id": 2, "at": NAIVE, "wall": NAIVE}}]))
     finally:
         s.close()

@@ -32,7 +32,7 @@ from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
@@ -51,7 +51,7 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
         return
     with lg.engine.begin() as conn:
         ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND task_type = 2 ORDER BY id"))]
-        for task_id, off in zip(ids[-len(offsets_s):], offsets_s):
+        for task_id, off in zip(ids[-len(offsets_s):], offsets_s, strict=False):
             wall = (START + timedelta(hours=8, seconds=off)).strftime("%Y-%m-%d %H:%M:%S")
             conn.execute(text("UPDATE bc_task SET task_type = 1, cron_expr = NULL, fire_time = :f WHERE id = :id"),
                          {"f": wall, "id": task_id})

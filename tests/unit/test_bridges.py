@@ -540,7 +540,7 @@ def test_end_to_end_through_the_sdk(business: CallbackRecorder) -> None:
         while handled < 3 and time.monotonic() < deadline:
             handled += executor.poll_once(timeout=timedelta(milliseconds=200))
         assert handled == 3
-        updates = {}
+        updates: dict[Any, Any] = {}
         while len(updates) < 3 and time.monotonic() < deadline:
             for r in results_sub.receive(10, timedelta(milliseconds=200)):
                 for u in decode_results(r.message.payload):

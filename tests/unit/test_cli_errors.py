@@ -32,8 +32,8 @@ import pytest
 from click.testing import CliRunner
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_batchcenter
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_batchcenter
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
@@ -294,7 +294,10 @@ SUBPROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-stream-no-schema", ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE,
                                   "--target-url", "{empty}"], SCHEMA),
 ]
-SUBPROCESS_TIMEOUT_S = 90.0  # per process: > the Pulsar client's 30 s operation timeout + a slow start-up
+# per process, a bound for a hang only (each wait ends when its process exits): > the Pulsar
+# client's 30 s operation timeout + the start-up of eight interpreters at once, which import the
+# whole CLI; on a loaded 2-core machine none of the eight had printed a line after 90 s
+SUBPROCESS_TIMEOUT_S = 300.0
 
 
 @dataclass

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_batchcenter
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_batchcenter
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 

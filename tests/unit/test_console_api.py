@@ -32,6 +32,7 @@ from switchyard.console.app import make_app
 from switchyard.console.data import Sources, registry_members, scraped_members
 from tests.backends import mariadb_database
 from tests.console_state import ConsoleState, build_state
+from tests.harness import stored_id
 
 SECRET_PW = "Pw-SECRET-771"
 SECRET_TOKEN = "tok-SECRET-552"
@@ -138,7 +139,7 @@ def test_lag_percentiles_per_domain(state: ConsoleState) -> None:
     store = state.env.store
     now = store.clock.now()
     t = store.triggers_of(biz_code=state.dual_run)[0]
-    recs = [FiredRecord(command_id=command_id(t.id, now - timedelta(minutes=m), 0), trigger_id=t.id,  # type: ignore[arg-type]
+    recs = [FiredRecord(command_id=command_id(stored_id(t), now - timedelta(minutes=m), 0), trigger_id=stored_id(t),
                         job_code=t.job_code, biz_code=state.dual_run, scheduled_at=now - timedelta(minutes=m),
                         state=FiredState.SUCCEEDED, received_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag),
                         started_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag + 5))

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from readers.legacy_ddl.loader import create_legacy_schema
-from readers.seed import seed_xxljob
-from scheduler_core.store.admin import init_schema
+from legacy_sim.seed import seed_xxljob
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from tests.unit.test_cron_dialect_rows import EIGHT_TERMS

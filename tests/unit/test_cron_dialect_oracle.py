@@ -27,7 +27,7 @@ from readers.xxljob.cron_lineage import cron_lineage
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import Job, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.unit.test_cron_quartz_oracle import (  # noqa: F401

@@ -24,7 +24,8 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import check_schema, init_schema, tables_for
+from scheduler_core.store.admin import tables_for
+from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.harness import make_harness
@@ -170,7 +171,7 @@ def upgrade_keeps_old_triggers_as_they_were(url: str) -> None:
     _v1_store(url)
     engine = make_engine(url)
     try:
-        with pytest.raises(SchemaError, match="version 1.*db init"):
+        with pytest.raises(SchemaError, match=r"version 1.*db init"):
             tables_for(engine)
         before = check_schema(engine)
         assert not before.ok and "dus_job_trigger.cron_dialect" in before.missing

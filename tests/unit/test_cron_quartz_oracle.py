@@ -236,7 +236,7 @@ def cases(draw: st.DrawFn) -> tuple[str, str, int]:
     expression = draw(expressions())
     zone = draw(st.sampled_from(ZONES))
     near = _transitions(zone)
-    if near and draw(st.booleans()):
+    if near and bool(draw(st.booleans())):
         start_s = draw(st.sampled_from(near)) + draw(st.integers(-3 * 86400, 86400))
     else:
         start_s = draw(st.integers(int(datetime(2024, 1, 1, tzinfo=UTC).timestamp()),

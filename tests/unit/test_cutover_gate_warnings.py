@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dualrun.model import Comparison, Verdict
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl

@@ -19,6 +19,7 @@ from dualrun.testing import fired
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
+from migrator.tables import migrator_tables
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.exitcodes import FAILED
@@ -28,7 +29,7 @@ from tests.unit.test_dualrun_support import Scenario
 
 def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
     with s.store.engine.begin() as conn:
-        conn.execute(insert(s.store.t.audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
+        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
                                                     at=round(at.timestamp() * 1000), actor="ops", reason="test",
                                                     forced=0, detail="{}"))
 

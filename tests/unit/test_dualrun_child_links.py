@@ -10,7 +10,7 @@ as it leaves legacy's parent-triggered runs (no schedule explains either).
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import text
@@ -107,7 +107,7 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
         h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([FiredUpdate(cid, FiredState.SUCCEEDED, clock.now())]))])
         consumer.poll()
 
-    def due(key: str) -> object:
+    def due(key: str) -> datetime:
         t = env.store.get_trigger(ids[key])
         assert t is not None
         return t.next_fire_at

@@ -21,12 +21,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, func, select, text
 
-from dualrun.verdict import latest
+from dualrun.tables import dualrun_tables
+from dualrun.verdict_store import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
+from tests.unit.test_dualrun_support import Scenario, identical
 
 cli_dualrun = importlib.import_module("switchyard.cli.dualrun")  # the package attribute is the group
-from tests.unit.test_dualrun_support import Scenario, identical
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +116,7 @@ def test_watch_with_max_runs_stores_the_series(tmp_path: Path, patched) -> None:
                                       "2", "--legacy-url", "sqlite://", "--source", "xxl-job", "--url",
                                       f"sqlite:///{tmp_path / 'store.db'}"])
     assert result.exit_code == 0, result.output
-    t = s.store.t.comparison
+    t = dualrun_tables().comparison
     with s.store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(t)).scalar_one() == 2
     assert result.output.count(" reminder ready (comparison #") == 2
@@ -134,8 +135,14 @@ _CHILD = textwrap.dedent("""
     s.flush()
     d.open_reader = lambda source, url, tz: s.reader()
     cli(["dualrun", "watch", "--business", "reminder", "--every", "1s", "--legacy-url", "sqlite://",
-         "--source", "xxl-job", "--url", f"sqlite:///{root / 'store.db'}"], prog_name="switchyard")
+         "--source", "xxl-job", "--url", f"sqlite:///{root / 'store.db'}", "--grace", "300s"], prog_name="switchyard")
 """)
+# Generous bounds, each a wait on the condition itself (it returns as soon as that holds): on a
+# loaded 2-core machine the child took over 200 s to import, build the scenario and store two
+# comparisons, and one comparison in flight at SIGTERM took over 30 s to finish (the default
+# --grace, 30 s, was the same as the test's wait for the exit: two timers racing).
+_STORED_WITHIN_S = 300
+_STOPPED_WITHIN_S = 360  # more than the child's --grace: it exits cleanly or reports the abandon
 
 
 def _communicate_or_dump(proc: subprocess.Popen[str], what: str) -> tuple[str, str]:
@@ -151,11 +158,28 @@ def _communicate_or_dump(proc: subprocess.Popen[str], what: str) -> tuple[str, s
 
 def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the child's output goes to files, not pipes: a slow comparison makes the watch log a
+    # skipped run every second, which fills a pipe nobody reads and blocks the child
+    out_file, err_file = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out_file.open("w") as out_w, err_file.open("w") as err_w:
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env,
+                                stdout=out_w, stderr=err_w, text=True)
+
+    def stopped_within(seconds: float) -> bool:
+        try:
+            proc.wait(timeout=seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def threads_of_the_child() -> str:
+        proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: where it was, not only that it was late
+        proc.wait(30)
+        return err_file.read_text()[-6000:]
+
     engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + _STORED_WITHIN_S
         stored = 0
         while time.monotonic() < deadline and proc.poll() is None:
             try:
@@ -166,14 +190,20 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             if stored >= 2:
                 break
             time.sleep(0.2)
-        assert stored >= 2, proc.stderr.read() if proc.poll() is not None else "no comparison stored in time"
+        if stored < 2 and proc.poll() is None:
+            pytest.fail(f"no comparison stored within {_STORED_WITHIN_S} s; the child's threads:\n"
+                        f"{threads_of_the_child()}")
+        assert stored >= 2, err_file.read_text()[-6000:]
         proc.send_signal(signal.SIGTERM)
-        out, err = _communicate_or_dump(proc, "the watch did not stop within 30 s of SIGTERM")
+        if not stopped_within(_STOPPED_WITHIN_S):
+            pytest.fail(f"the watch did not stop within {_STOPPED_WITHIN_S} s of SIGTERM; the child's threads:\n"
+                        f"{threads_of_the_child()}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         engine.dispose()
+    out, err = out_file.read_text(), err_file.read_text()
     assert proc.returncode == 0, err
     assert "watch stopped:" in err and "ready" in out
 

@@ -12,13 +12,14 @@ from sqlalchemy import insert
 
 from dualrun.model import Verdict, as_dict, comparison_from_dict
 from dualrun.span import NotInDualRun
+from migrator.tables import migrator_tables
 from readers.records import SourceSystem
 from tests.unit.test_dualrun_support import Scenario
 
 
 def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
     with s.store.engine.begin() as conn:
-        conn.execute(insert(s.store.t.audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
+        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
                                                     at=round(at.timestamp() * 1000), actor="ops", reason="test",
                                                     forced=0, detail="{}"))
 

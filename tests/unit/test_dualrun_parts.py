@@ -120,7 +120,7 @@ def test_watch_shutdown_is_bounded_when_a_run_hangs(tmp_path: Path) -> None:
 
     watch = Watch(hang, ["reminder"], timedelta(seconds=30), grace=timedelta(milliseconds=200))
     stop = threading.Event()
-    threading.Thread(target=lambda: (started.wait(10), stop.set()), daemon=True).start()
+    threading.Thread(target=lambda: (started.wait(10), stop.set()), daemon=True).start()  # type: ignore[func-returns-value]
     summary = watch.run(stop)
     assert summary.abandoned == 1
     release.set()

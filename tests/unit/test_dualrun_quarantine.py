@@ -8,7 +8,8 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from dualrun.model import Label, MismatchKind, Verdict, comparison_from_dict, as_dict
-from dualrun.verdict import latest, put_comparison
+from dualrun.verdict_store import latest, put_comparison
+from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition
 from reports.load import load_report
 from reports.write import render_report
@@ -25,7 +26,7 @@ def quarantine(s: Scenario, key: str, cron: str, *, status: str = "quarantined",
     d = cron_definition(key, s.business, cron, source=s.source)
     s.defs.append(d)
     with s.store.engine.begin() as conn:
-        conn.execute(insert(s.store.t.ledger).values(
+        conn.execute(insert(migrator_tables().ledger).values(
             source_system=s.source.value, source_key=key, business=s.business, status=status, content_hash="q",
             target_job_code=None, field=field if status == "quarantined" else None,
             reason=reason if status == "quarantined" else None, updated_at=0))

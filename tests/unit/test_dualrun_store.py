@@ -10,12 +10,13 @@ from sqlalchemy import select
 
 from dualrun.model import Verdict, as_dict, comparison_from_dict
 from dualrun.settings import Thresholds, parse_duration, thresholds_from_mapping
-from dualrun.verdict import history, latest, latest_by_business, load_comparison, put_comparison
+from dualrun.tables import dualrun_tables
+from dualrun.verdict_store import history, latest, latest_by_business, load_comparison, put_comparison
 from tests.unit.test_dualrun_support import Scenario, identical
 
 
 def test_stored_comparison_is_the_latest_verdict_with_its_age(tmp_path: Path) -> None:
-    s, d = identical(tmp_path)
+    s, _d = identical(tmp_path)
     assert latest(s.store, "reminder") is None
     ready = s.compare()
     first = put_comparison(s.store, ready)
@@ -41,7 +42,7 @@ def test_row_columns_and_body_carry_the_full_comparison(tmp_path: Path) -> None:
     s.new(d, s.times(d)[3:])
     c = s.compare()
     cid = put_comparison(s.store, c)
-    t = s.store.t.comparison
+    t = dualrun_tables().comparison
     with s.store.engine.connect() as conn:
         row = conn.execute(select(t).where(t.c.id == cid)).one()
     assert row.verdict == "not_ready" and row.biz_code == "reminder"

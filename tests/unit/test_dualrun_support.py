@@ -6,6 +6,7 @@ rows that link legacy keys to new job codes.
 """
 from __future__ import annotations
 
+from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,10 +17,11 @@ from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Comparison, Window
 from dualrun.settings import CompareSettings
 from dualrun.testing import BatchRecordReader, LogWriter, RecordReader, cron_definition, fired, occurrences
+from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import FiredRecord
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -69,11 +71,11 @@ class Scenario:
     def code(self, d: LegacyDefinition) -> str:
         return f"{PREFIX[self.source]}:{self.business}:{d.source_key}"
 
-    def job(self, key: str, cron: str, **kw: object) -> LegacyDefinition:
+    def job(self, key: str, cron: str, **kw: Any) -> LegacyDefinition:
         d = cron_definition(key, self.business, cron, source=self.source, **kw)
         self.defs.append(d)
         self._trigger_ids[key] = len(self._trigger_ids) + 1
-        t = self.store.t.ledger
+        t = migrator_tables().ledger
         with self.store.engine.begin() as conn:
             conn.execute(insert(t).values(source_system=self.source.value, source_key=key, business=self.business,
                                           status="migrated", content_hash="h", target_job_code=self.code(d),
@@ -82,7 +84,7 @@ class Scenario:
 
     def business_row(self, state: str = "dual_run", shadow: bool = False) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(insert(self.store.t.business).values(biz_code=self.business, source_system=self.source.value,
+            conn.execute(insert(migrator_tables().business).values(biz_code=self.business, source_system=self.source.value,
                                                               state=state, shadow=int(shadow), version=0,
                                                               updated_at=0))
 
@@ -110,7 +112,7 @@ class Scenario:
             self.store.put_fired(self.records)
             self.records = []
 
-    def compare(self, settings: CompareSettings | None = None, **kw: object) -> Comparison:
+    def compare(self, settings: CompareSettings | None = None, **kw: Any) -> Comparison:
         self.flush()
         request = CompareRequest(business=self.business, window=self.current, source=kw.pop("source", self.source),
                                  **kw)  # type: ignore[arg-type]
@@ -128,7 +130,7 @@ def identical(tmp_path: Path, **kw: object) -> tuple[Scenario, LegacyDefinition]
 
 
 def test_scenario_writes_both_windows_of_legacy_and_the_current_window_of_new(tmp_path: Path) -> None:
-    s, d = identical(tmp_path)
+    s, _d = identical(tmp_path)
     assert len(s.log.rows) == 720
     assert len(s.records) == 360
     assert all(r.scheduled_at >= s.current.start for r in s.records)

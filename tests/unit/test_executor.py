@@ -7,7 +7,7 @@ from pathlib import Path
 from scheduler_core.clock import ManualClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import FiredState, command_id
-from tests.harness import make_harness
+from tests.harness import make_harness, stored_id
 
 
 def _run(h, ex: Executor, core) -> None:  # type: ignore[no-untyped-def]
@@ -43,7 +43,7 @@ def test_results_of_an_envelope_fold_into_its_page_record(tmp_path: Path, clock:
     assert first.item_states[7] == "F" and first.item_states.count("S") == 99 and "item 7 is broken" in first.message
     assert second.state is FiredState.SUCCEEDED and second.item_states == "S" * 100
     assert third.state is FiredState.SUCCEEDED and third.succeeded_items == 50
-    assert first.command_id == command_id(t.id, t.next_fire_at, 0)
+    assert first.command_id == command_id(stored_id(t), t.next_fire_at, 0)
 
 
 def test_retries_with_backoff_then_success(tmp_path: Path, clock: ManualClock) -> None:
@@ -62,7 +62,7 @@ def test_retries_with_backoff_then_success(tmp_path: Path, clock: ManualClock) -
     core = h.core()
     core.tick_all()
     _run(h, ex, core)
-    rec = h.store.get_fired([command_id(t.id, t.next_fire_at, 0)])
+    rec = h.store.get_fired([command_id(stored_id(t), t.next_fire_at, 0)])
     (r,) = rec.values()
     assert calls == [0, 1, 2]
     assert r.state is FiredState.SUCCEEDED and r.attempt == 2 and r.received_at is not None
@@ -85,10 +85,10 @@ def test_failure_after_retries_and_timeout(tmp_path: Path, clock: ManualClock) -
         _run(h, ex, core)
     finally:
         release.set()
-    got = h.store.get_fired([command_id(tb.id, tb.next_fire_at, 0), command_id(ts.id, ts.next_fire_at, 0)])
+    got = h.store.get_fired([command_id(stored_id(tb), tb.next_fire_at, 0), command_id(stored_id(ts), ts.next_fire_at, 0)])
     states = {r.trigger_id: (r.state, r.attempt, r.message) for r in got.values()}
-    assert states[tb.id][0] is FiredState.FAILED and states[tb.id][1] == 1
-    assert states[ts.id][0] is FiredState.TIMED_OUT and "timed out" in states[ts.id][2]
+    assert states[stored_id(tb)][0] is FiredState.FAILED and states[stored_id(tb)][1] == 1
+    assert states[stored_id(ts)][0] is FiredState.TIMED_OUT and "timed out" in states[stored_id(ts)][2]
 
 
 def test_shadow_mode_records_without_invoking(tmp_path: Path, clock: ManualClock) -> None:
@@ -101,7 +101,7 @@ def test_shadow_mode_records_without_invoking(tmp_path: Path, clock: ManualClock
     core = h.core()
     core.tick_all()
     _run(h, ex, core)
-    (r,) = h.store.get_fired([command_id(t.id, t.next_fire_at, 0)]).values()
+    (r,) = h.store.get_fired([command_id(stored_id(t), t.next_fire_at, 0)]).values()
     assert called == []
     assert r.state is FiredState.RECEIVED and r.received_at is not None and "shadow" in r.message
 
@@ -119,7 +119,7 @@ def test_a_redelivered_command_that_succeeded_is_not_run_twice(tmp_path: Path, c
     # the leader dies after publishing: a new epoch re-fires the same occurrence
     core.pipeline.fire([t], core.epoch)  # same occurrence, published again
     _run(h, ex, core)
-    assert calls == [command_id(t.id, t.next_fire_at, 0)]
+    assert calls == [command_id(stored_id(t), t.next_fire_at, 0)]
     assert ex.duplicates == 1
 
 
@@ -131,7 +131,7 @@ def test_unknown_handler_is_a_failure_not_a_crash(tmp_path: Path, clock: ManualC
     core = h.core()
     core.tick_all()
     _run(h, ex, core)
-    (r,) = h.store.get_fired([command_id(t.id, t.next_fire_at, 0)]).values()
+    (r,) = h.store.get_fired([command_id(stored_id(t), t.next_fire_at, 0)]).values()
     assert r.state is FiredState.FAILED and "no handler registered" in r.message
 
 
@@ -152,12 +152,12 @@ def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(
     core.tick_all()
     assert core.stats.messages == 2  # 5 one-item runs, up to 3 per message
     _run(h, ex, core)
-    assert sorted(ran) == sorted(t.id for t in triggers)
+    assert sorted(ran) == sorted(stored_id(t) for t in triggers)
     t0 = triggers[0].next_fire_at
     records = {r.trigger_id: r for r in h.store.fired_between("biz-a", t0, t0 + timedelta(seconds=1))}
     assert len(records) == 5
-    assert records[triggers[1].id].state is FiredState.FAILED
-    assert all(records[t.id].state is FiredState.SUCCEEDED for t in triggers if t is not triggers[1])
+    assert records[stored_id(triggers[1])].state is FiredState.FAILED
+    assert all(records[stored_id(t)].state is FiredState.SUCCEEDED for t in triggers if t is not triggers[1])
     # every message acked: nothing comes back
     clock.advance(timedelta(minutes=5))
     assert ex.poll_once(timeout=timedelta(0)) == 0

@@ -30,6 +30,6 @@ def test_a_taken_listen_port_is_a_clear_usage_error() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        result = CliRunner().invoke(cli, BASE + ["--bridge", "xxl-job", "--listen", f"127.0.0.1:{port}"])
+        result = CliRunner().invoke(cli, [*BASE, "--bridge", "xxl-job", "--listen", f"127.0.0.1:{port}"])
     assert result.exit_code == exitcodes.USAGE, result.output
     assert f"--listen 127.0.0.1:{port}: cannot bind the xxl-job endpoint" in result.output

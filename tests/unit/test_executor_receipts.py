@@ -19,7 +19,7 @@ from scheduler_core.executor.outbox import result_messages
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -130,6 +130,7 @@ def test_a_stamp_after_the_final_result_changes_nothing(tmp_path: Path) -> None:
         done = _until(consumer, store, cid, lambda r: r.state is FiredState.SUCCEEDED)
         assert ex.receipts is not None
         env_stamp = ex.receipts  # replay: the stamp once more after the result, as a redelivery would
+        assert first.received_at is not None
         bus.publish(result_messages([EnvelopeResult(
             trigger_id=9, scheduled_ms=round(done.scheduled_at.timestamp() * 1000), page_id=None, indices=[0],
             letters="R", received_ms=round(first.received_at.timestamp() * 1000) + 5000, started_ms=None,

@@ -2,6 +2,7 @@
 watchdog), and the callback consumer applying compact results idempotently."""
 from __future__ import annotations
 
+from typing import Any
 import json
 import threading
 import time
@@ -31,7 +32,7 @@ from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.times import from_ms
-from tests.harness import make_harness
+from tests.harness import make_harness, stored_id
 
 T_MS = 1_796_000_000_000
 
@@ -127,7 +128,7 @@ def test_a_packed_message_decodes_to_its_runs_and_a_malformed_one_is_refused() -
     assert "m" not in json.loads(single)  # a pack of one is a plain envelope
 
 
-def _fields(cmd: ExecutionCommand) -> dict[str, object]:
+def _fields(cmd: ExecutionCommand) -> dict[str, Any]:
     return {f: getattr(cmd, f) for f in cmd.__dataclass_fields__}
 
 
@@ -226,8 +227,11 @@ def test_a_job_timeout_is_reported_at_its_deadline_without_a_thread_per_item() -
     assert took < 5, f"the envelope waited for the stuck handler ({took:.1f}s)"
     assert [got[c].state for c in ids] == [FiredState.SUCCEEDED, FiredState.TIMED_OUT, FiredState.SUCCEEDED]
     assert "timed out after 0.1s" in got[ids[1]].message
-    # the stuck handler's late return changes nothing: exactly three results went out
-    time.sleep(0.1)
+    # the stuck handler's late return changes nothing: exactly three results went out. Its
+    # thread is not joined by the stop, so the return is waited for, not slept for
+    end = time.monotonic() + 10
+    while not late and time.monotonic() < end:
+        time.sleep(0.01)
     assert late == [1] and results.receive(10, timedelta(milliseconds=50)) == []
     ex.close()
 
@@ -285,10 +289,10 @@ def _page_setup(tmp_path: Path, clock: ManualClock):  # type: ignore[no-untyped-
     core.tick_all()
     h.delivered("biz-a")  # the command itself is not needed: results are crafted below
     ms = round(t.next_fire_at.timestamp() * 1000)
-    page = command_id(t.id, ms, 0)
+    page = command_id(stored_id(t), ms, 0)
 
     def send(letters: str, exceptions: list[tuple[int, int, str]] | None = None, n: int = 4) -> int:
-        res = EnvelopeResult(trigger_id=t.id, scheduled_ms=ms, page_id=page, indices=range(n), letters=letters,
+        res = EnvelopeResult(trigger_id=stored_id(t), scheduled_ms=ms, page_id=page, indices=range(n), letters=letters,
                              received_ms=ms + 1, started_ms=ms + 2, finished_ms=ms + 3, exceptions=exceptions or [])
         h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_envelope_results([res]))])
         return consumer.poll(timeout=timedelta(0))

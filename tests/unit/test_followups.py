@@ -16,7 +16,7 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.model import CommandId, FiredRecord, FiredState, TriggerKind, parse_command_id
 from scheduler_core.model import Trigger, TriggerState
 from scheduler_core.ports import BusMessage, FiredUpdate
-from tests.harness import Harness, make_harness
+from tests.harness import Harness, make_harness, stored_id
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -54,7 +54,7 @@ def test_a_successful_parent_fires_each_child_once_and_a_redelivery_fires_nothin
     child, other = _cron(h, "child"), _cron(h, "other", "biz-b")
     consumer = h.results(h.core())
     parent, cid = _parent_run(h)
-    h.store.set_followups({parent.id: [child.id, other.id]}, 0)  # type: ignore[dict-item]
+    h.store.set_followups({stored_id(parent): [stored_id(child), stored_id(other)]}, 0)
     _result(h, cid, FiredState.SUCCEEDED)
     consumer.poll()
     (fired,) = h.delivered("biz-a")
@@ -79,7 +79,7 @@ def test_a_failed_or_timed_out_parent_fires_no_child(h: Harness) -> None:
     child = _cron(h, "child")
     consumer = h.results(h.core())
     parent, cid = _parent_run(h)
-    h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
+    h.store.set_followups({stored_id(parent): [stored_id(child)]}, 0)
     for state in (FiredState.RECEIVED, FiredState.FAILED, FiredState.TIMED_OUT):
         _result(h, cid, state)
         consumer.poll()
@@ -89,7 +89,7 @@ def test_a_failed_or_timed_out_parent_fires_no_child(h: Harness) -> None:
 def test_a_trigger_is_never_its_own_follow_up(h: Harness) -> None:
     consumer = h.results(h.core())
     parent, cid = _parent_run(h)
-    h.store.set_followups({parent.id: [parent.id]}, 0)  # type: ignore[dict-item]
+    h.store.set_followups({stored_id(parent): [stored_id(parent)]}, 0)
     _result(h, cid, FiredState.SUCCEEDED)
     consumer.poll()
     assert h.delivered("biz-a") == []
@@ -99,11 +99,11 @@ def test_a_taken_command_id_moves_to_the_next_offset(h: Harness) -> None:
     child = _cron(h, "child")
     consumer = h.results(h.core())
     parent, cid = _parent_run(h)
-    h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
+    h.store.set_followups({stored_id(parent): [stored_id(child)]}, 0)
     parent_ms = parse_command_id(cid)[1]
     first = parent_ms + 1 + zlib.crc32(f"{cid}>{child.id}".encode()) % 999
     taken = CommandId(f"{child.id}-{first}-0")
-    h.store.put_fired([FiredRecord(command_id=taken, trigger_id=child.id, job_code=child.job_code,  # type: ignore[arg-type]
+    h.store.put_fired([FiredRecord(command_id=taken, trigger_id=stored_id(child), job_code=child.job_code,
                                    biz_code="biz-a", scheduled_at=T0, state=FiredState.SUCCEEDED)])
     _result(h, cid, FiredState.SUCCEEDED)
     consumer.poll()
@@ -129,7 +129,7 @@ def test_a_failed_publication_is_retried_with_the_same_command_id(h: Harness, mo
     child = _cron(h, "child")
     consumer = h.results(h.core())
     parent, cid = _parent_run(h)
-    h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
+    h.store.set_followups({stored_id(parent): [stored_id(child)]}, 0)
     claims_before = h.store.followup_claims([(cid, child.id)])  # type: ignore[list-item]
     assert claims_before == {}
     monkeypatch.setattr(h.bus, "publish", _FailOnce(h))
@@ -158,8 +158,8 @@ def test_each_succeeded_item_of_a_sharded_parent_fires_a_whole_child_run(h: Harn
     core.tick_all()
     items = sorted((c for c in h.delivered("biz-a") if c.trigger_id == parent.id), key=lambda c: c.item_index)
     assert len(items) == 3
-    h.store.set_followups({parent.id: [child.id]}, 0)  # type: ignore[dict-item]
-    for cmd, state in zip(items, (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.SUCCEEDED)):
+    h.store.set_followups({stored_id(parent): [stored_id(child)]}, 0)
+    for cmd, state in zip(items, (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.SUCCEEDED), strict=True):
         _result(h, cmd.command_id, state)
     consumer.poll()
     runs: dict[int, list[int]] = {}

@@ -37,7 +37,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from migrator.tables import migrator_tables
 from readers.legacy_ddl.tables import batch_center_metadata, xxljob_metadata
+from scheduler_core.model import JobCode
 from tests.migration_env import MigrationEnv, make_env
 
 ROWS_PER_SYSTEM = 200
@@ -258,7 +260,7 @@ def _bc_good(kind: str, v: dict[str, Any], rng: random.Random, pool: list[str], 
         free = [b for b in BC_BIZ if b["biz_code"] not in shared]
         if free:
             biz = free[0]
-            shared.add(biz["biz_code"])
+            shared.add(str(biz["biz_code"]))
             v.update(biz_code=biz["biz_code"], task_key="shared-key",
                      callback_url=f"http://{biz['biz_code']}.svc.local/cb/{v['id']}")
     elif kind == "good_nulls":
@@ -342,7 +344,7 @@ def _insert(env: MigrationEnv, table: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _outcome(env: MigrationEnv, source: str) -> dict[str, dict[str, Any]]:
-    lg = env.store.t.ledger
+    lg = migrator_tables().ledger
     with env.store.engine.connect() as conn:
         return {r["source_key"]: dict(r) for r in conn.execute(select(lg).where(lg.c.source_system == source)).mappings()}
 
@@ -358,7 +360,7 @@ def _check(env: MigrationEnv, source: str, rows: list[Row], param_key: str) -> l
             problems.append(f"{source} row {row.key} ({row.kind}): no ledger row at all")
             continue
         if row.good:
-            job = jobs.get(entry["target_job_code"] or "")
+            job = jobs.get(JobCode(entry["target_job_code"] or ""))
             if entry["status"] != "migrated" or job is None:
                 problems.append(f"{source} good row {row.key} ({row.kind}) not migrated: status={entry['status']} "
                                 f"field={entry['field']!r} reason={entry['reason']!r}")

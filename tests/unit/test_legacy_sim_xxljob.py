@@ -3,6 +3,7 @@ split, the admin's stop/start, the executor's per-job thread (block strategies, 
 GLUE / handler kill, the timeout on the thread), route strategies and child jobs."""
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timezone
 from typing import Any
 
@@ -223,7 +224,7 @@ def test_each_executor_has_its_own_thread_per_job(clock: ManualClock) -> None:
 # -- routes --------------------------------------------------------------------------------
 
 
-def _routed(clock: ManualClock, route: str, down: set[str] = set(), duration: int = 200, n: int = 4) -> list[Any]:
+def _routed(clock: ManualClock, route: str, down: AbstractSet[str] = frozenset(), duration: int = 200, n: int = 4) -> list[Any]:
     db = Xxl("3.4")
     db.group(1, addresses=(A1, A2, A3))
     db.job(1, cron="*/10 * * * * ?", next_at=at(14, 0, 10), route=route)
@@ -299,7 +300,7 @@ def test_registrations_are_written_in_the_jdbc_zone_and_the_monitor_drops_dead_e
     sim.step(at(14, 1))
     sim.register("app-1", A2)  # A1 beats no more
     with db.engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
+        rows: dict[Any, Any] = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
     assert rows == {A1: "2026-12-02 14:00:00", A2: "2026-12-02 14:01:00"}  # Shanghai walls, not UTC
     assert sim.refresh_registry() == {"app-1": f"{A1},{A2}"}  # 60 s: both alive, sorted
     sim.step(at(14, 1, 31))

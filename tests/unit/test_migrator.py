@@ -7,8 +7,8 @@ import pytest
 from sqlalchemy import text
 
 from migrator.model import Action
-from readers.seed import seed_batchcenter, seed_xxljob
-from scheduler_core.model import TriggerState
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
+from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import make_env
 
 LINEAGES = ["2.2", "2.4", "3.4", "master"]
@@ -103,6 +103,6 @@ def test_a_source_row_deleted_by_hand_cancels_its_target(tmp_path: Path) -> None
     assert env.migrator.run().rows_written == 0
 
 
-def _codes(env) -> list[str]:  # type: ignore[no-untyped-def]
+def _codes(env) -> list[JobCode]:  # type: ignore[no-untyped-def]
     with env.store.engine.connect() as conn:
         return [c for (c,) in conn.execute(text("SELECT job_code FROM dus_job ORDER BY job_code"))]

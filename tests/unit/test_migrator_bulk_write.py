@@ -12,11 +12,11 @@ import pymysql.converters
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, select, text
 
-import migrator.upsert as upsert_mod
+import scheduler_core.store.fastpath as upsert_mod
 from migrator.model import LedgerStatus
-from migrator.upsert import _renderer, _statements, insert_rows
+from scheduler_core.store.fastpath import _renderer, _statements, insert_rows
 from readers.legacy_ddl import create_legacy_schema
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine
 from tests.backends import mariadb_database
@@ -151,7 +151,7 @@ def test_the_server_digest_is_the_python_digest_and_read_ahead_reads_every_row_o
         # a caller that stops after the first page: the read-ahead ends with it
         first = reader.definitions()
         assert next(first).source_key == "1"
-        first.close()
+        first.close()  # type: ignore[attr-defined]  # a generator
     finally:
         engine.dispose()
 

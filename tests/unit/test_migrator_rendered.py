@@ -14,9 +14,9 @@ from sqlalchemy import text
 from migrator.apply import Migrator
 from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
-from migrator.upsert import _renderer, render_plain
-from readers.seed import seed_xxljob
-from scheduler_core.store.admin import init_schema
+from scheduler_core.store.fastpath import _renderer, render_plain
+from legacy_sim.seed import seed_xxljob
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from tests.backends import mariadb_database

@@ -14,7 +14,7 @@ import migrator.mapping as mapping_mod
 from migrator.mapping import MappingOptions
 from migrator.model import Action
 from readers.records import LegacyBusiness, SourceSystem
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from tests.migration_env import MigrationEnv, make_env
 
 

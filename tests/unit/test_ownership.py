@@ -21,7 +21,8 @@ from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
 from migrator.ports import GateDecision
-from readers.seed import seed_batchcenter, seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
+from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
@@ -195,7 +196,7 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: t
         assert status == 1
         # legacy takes over at the first occurrence at or after F, long before what the
         # new side had published (those are skipped by the fence)
-        t = published[ln.job_code]
+        t = published[JobCode(ln.job_code)]
         assert fence_at <= start <= t.next_fire_at
         if t.cron:
             assert start == next_after(t, fence_at - timedelta(milliseconds=1))
@@ -216,7 +217,7 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: t
 def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(urls: tuple[str, str]) -> None:
     """What a real xxl-job check saw: after a cutover every new trigger paused (then by a
     re-migration's bug) and the rollback returned exit 0 with an empty hand-over."""
-    env, biz, sw = _cut_over(urls, RecordingFences())
+    env, biz, _sw = _cut_over(urls, RecordingFences())
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET state = 'paused' WHERE state = 'waiting'"))
     url = _url(env.store.engine)
@@ -321,7 +322,7 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
 
 
 def test_the_orphan_check_with_only_the_store_infers_legacy(urls: tuple[str, str]) -> None:
-    env, biz, sw = _cut_over(urls)
+    env, biz, _sw = _cut_over(urls)
     owned = {bo.business: bo for bo in ownership(env.store)}[biz]
     assert not owned.problems and owned.counts()["new"] > 0
     assert to_ms(env.migrator.clock.now()) > 0

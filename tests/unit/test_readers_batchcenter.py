@@ -17,7 +17,7 @@ from readers.errors import MissingTables
 from readers.legacy_ddl import batch_center_metadata, create_legacy_schema
 from readers.ports import LegacyReader
 from readers.records import ExecStatus, MisfireRule, ScheduleKind, SourceSystem
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
 
 UTC = timezone.utc
 WINDOW = (datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))

@@ -15,7 +15,7 @@ from readers.errors import MissingTables, UnknownLineage
 from readers.legacy_ddl import XxlJobLineage, create_legacy_schema, xxljob_metadata
 from readers.ports import LegacyReader
 from readers.records import ExecStatus, MisfireRule, ScheduleKind, SourceSystem
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob import XxlJobReader
 from readers.xxljob.control import read_trigger_state, set_trigger_status
 from readers.xxljob.logs import TriggerType, message_trigger_type

@@ -11,11 +11,12 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from dualrun.model import StreamCatchup
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from migrator.catchup import CatchupState
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
+from migrator.tables import migrator_tables
 from reports.load import load_report
 from reports.write import render_report
 from tests.migration_env import FixedGate, migrated_xxljob
@@ -35,7 +36,7 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
     s.business_row()
     began = s.now - timedelta(minutes=40)
     with s.store.engine.begin() as conn:
-        conn.execute(insert(s.store.t.audit).values(biz_code=s.business, from_state="legacy", to_state="dual_run",
+        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state="legacy", to_state="dual_run",
                                                     at=round(began.timestamp() * 1000), actor="ops", reason="t",
                                                     forced=0, detail="{}"))
     d = s.job("12", "0/10 * * * * ?")

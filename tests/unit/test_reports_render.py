@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dualrun.verdict import put_comparison
+from dualrun.verdict_store import put_comparison
 from reports.load import load_overview, load_report
 from reports.redact import redact
 from reports.write import format_for, render_report, write_report
@@ -46,7 +46,7 @@ def report(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_json_form_has_the_verdict_reasons_and_series(report) -> None:  # type: ignore[no-untyped-def]
-    s, content = report
+    _s, content = report
     data = json.loads(render_report(content, "json"))
     assert data["kind"] == "business_report" and data["verdict"] == "not_ready" and data["state"] == "dual_run"
     assert any(r.startswith("10 missing fires of job xxl:reminder:12") for r in data["reasons"])

@@ -4,6 +4,7 @@ skipped by the fence, and an executor that cannot know the fences holds its comm
 instead of running or dropping them."""
 from __future__ import annotations
 
+from typing import Any
 import logging
 import threading
 import time
@@ -23,10 +24,10 @@ from scheduler_core.executor.fences import FenceView
 from scheduler_core.fence import Fence, FenceService, decode_fence, encode_fence, is_fence_skip
 from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import ControlFeed, FiredUpdate
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.times import to_ms
-from tests.harness import Harness, make_harness
+from tests.harness import Harness, make_harness, stored_id
 
 
 def _drain(h: Harness, ex: Executor, consumer: ResultConsumer) -> None:
@@ -157,7 +158,7 @@ def test_compact_results_carry_the_skipped_letter() -> None:
 
 # --- the executor ------------------------------------------------------------------------------
 
-def _fire(h: Harness, offsets_s: list[float], **job: object) -> dict[float, TriggerId]:
+def _fire(h: Harness, offsets_s: list[float], **job: Any) -> dict[float, TriggerId]:
     j = h.job("j", **job)
     return {s: h.once(j, s).id for s in offsets_s}  # type: ignore[misc]
 
@@ -259,8 +260,10 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
     core.tick_all()
     consumer = h.results(core)
     service = FenceService(h.store, h.bus)
-    service.raise_fence("biz-a", clock.now() - timedelta(seconds=2))
-    service.lift_fence("biz-a", clock.now() - timedelta(milliseconds=500))
+    # the fence spans the fenced triggers' own fire times: taken from clock.now() here, after
+    # the ticks above, it missed them whenever those took over a second on a loaded machine
+    service.raise_fence("biz-a", min(t.next_fire_at for t in fenced) - timedelta(seconds=1))
+    service.lift_fence("biz-a", max(t.next_fire_at for t in fenced) + timedelta(milliseconds=500))
     ex = Executor(h.bus, "biz-a", clock=clock)
     ran: list[tuple[int, int]] = []
     lock = threading.Lock()
@@ -282,7 +285,7 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
         stop.set()
         thread.join(10)
         ex.close()
-    assert sorted({t for t, _i in ran}) == sorted(t.id for t in before), "no fenced run was invoked"  # type: ignore[misc]
+    assert sorted({t for t, _i in ran}) == sorted(stored_id(t) for t in before), "no fenced run was invoked"
     assert len(ran) == 20 * items
     recs = _records(h)
     assert {recs[t.id].state for t in before} == {FiredState.SUCCEEDED}  # type: ignore[index]

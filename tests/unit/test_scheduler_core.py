@@ -11,9 +11,9 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.codec import command_topic
 from scheduler_core.errors import PublishError
 from scheduler_core.model import (
+    TriggerId,
     Epoch,
     FiredState,
-    JobCode,
     MisfirePolicy,
     ShardingItem,
     Trigger,
@@ -23,7 +23,7 @@ from scheduler_core.model import (
 )
 from scheduler_core.ports import Transition
 from scheduler_core.settings import SchedulerSettings
-from tests.harness import make_harness
+from tests.harness import make_harness, state_of, stored_id
 
 UTC = timezone.utc
 
@@ -145,9 +145,9 @@ def test_rows_below_every_floor_are_swept_not_stranded(tmp_path: Path, clock: Ma
     core.tick_all()  # last_seen = now + 10 s: floor is now - 2 h from here on
     stranded = h.once(job, -30 * 24 * 3600)  # 30 days old: below the floor
     core.tick_all()
-    assert h.store.get_trigger(stranded.id).state is TriggerState.WAITING
+    assert state_of(h.store, stranded) is TriggerState.WAITING
     core.tick_all()  # the sweep tick
-    assert h.store.get_trigger(stranded.id).state is TriggerState.COMPLETED
+    assert state_of(h.store, stranded) is TriggerState.COMPLETED
     (rec,) = [r for r in h.store.fired_between("biz-a", BEGINNING, clock.now()) if r.trigger_id == stranded.id]
     assert rec.misfired
 
@@ -200,7 +200,7 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
             release.wait(10)  # the burst's publication is slow: it holds its slots
         return real_fire(chunk, epoch, **kw)
 
-    core.pipeline.fire = slow_for_sop  # type: ignore[method-assign]
+    core.pipeline.fire = slow_for_sop  # type: ignore[method-assign, assignment]
     try:
         (acq,) = core.acquirers
         first = acq.tick()
@@ -211,10 +211,10 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
         second = acq.tick()  # the saturated domain is left out: the small one is admitted
         assert second.selected == 1
         for _ in range(100):
-            if h.store.get_trigger(late_small.id).state is TriggerState.COMPLETED:
+            if state_of(h.store, late_small) is TriggerState.COMPLETED:
                 break
             threading.Event().wait(0.05)
-        assert h.store.get_trigger(late_small.id).state is TriggerState.COMPLETED, "small domain fired past the burst"
+        assert state_of(h.store, late_small) is TriggerState.COMPLETED, "small domain fired past the burst"
         assert core.pool.in_flight("sop") == 50, "while the burst is still publishing"
     finally:
         release.set()
@@ -314,7 +314,7 @@ def test_operations_pause_resume_cancel(h) -> None:  # type: ignore[no-untyped-d
     assert operations.resume(h.store, [a.id]).changed == [a.id]
     h.store.cas(Transition(ids=[a.id], from_state=TriggerState.WAITING, to_state=TriggerState.ACQUIRED, epoch=Epoch(1),
                            deadline=h.clock.now()))
-    rep = operations.cancel(h.store, [a.id, b.id, 999])
+    rep = operations.cancel(h.store, [stored_id(a), stored_id(b), TriggerId(999)])
     assert rep.best_effort == [a.id] and sorted(rep.changed) == sorted([a.id, b.id])
     assert rep.unchanged == {999: "no such trigger"}
 

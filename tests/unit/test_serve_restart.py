@@ -13,13 +13,16 @@ from pathlib import Path
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService, is_fence_skip
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, FiredRecord
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.clock import SystemClock
 from switchyard.embedded import EmbeddedCenter, untaken_commands
+
+
+DUE_AFTER_S = 20
 
 
 def _until(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
@@ -57,7 +60,10 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
     store = SqlTriggerStore(engine, SystemClock())
     for biz in ("keep", "fenced"):
         store.put_job(Job(job_code=JobCode(f"{biz}-job"), biz_code=biz, handler="h"))
-    due = store.clock.now() + timedelta(seconds=4)
+    # the first center must publish both commands ahead and stop before they are due: its start
+    # and stop took over 4 s on a loaded 2-core machine (the commands then ran in the first run),
+    # hence the wide margin; the second run waits on conditions, and past T for what must not run
+    due = store.clock.now() + timedelta(seconds=DUE_AFTER_S)
     store.add_triggers([Trigger(job_code=JobCode(f"{biz}-job"), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=due)
                         for biz in ("keep", "fenced")])
     runs = Runs()
@@ -65,10 +71,11 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
     _until(lambda: len(untaken_commands(store)) == 2, "both commands published ahead")
     stop.set()
     th.join(timeout=60)
+    assert store.clock.now() < due, f"the first run took over {DUE_AFTER_S} s to publish ahead and stop"
     assert not th.is_alive() and runs.seen == []  # stopped before they were due: nothing ran
 
     # while it is down, the business is rolled back from before its command's T
-    fence_at = store.clock.now()
+    fence_at = due - timedelta(seconds=1)
     assert FenceService(store, InProcessBus(store.clock)).raise_fence("fenced", fence_at) == 1
     assert [r.job_code for r in untaken_commands(store)] == ["keep-job"]
 
@@ -86,7 +93,8 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
         stop.set()
         th.join(timeout=60)
     assert [j for j, _c in runs.seen] == ["keep-job"]
-    recs = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))}
+    recs: dict[str, FiredRecord] = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1),
+                                                                              due + timedelta(seconds=1))}
     assert recs["keep-job"].state is FiredState.SUCCEEDED
     assert is_fence_skip(recs["fenced-job"].state, recs["fenced-job"].message)
     engine.dispose()
@@ -101,7 +109,7 @@ def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_pat
     init_schema(engine, 2)
     store = SqlTriggerStore(engine, SystemClock())
     store.put_job(Job(job_code=JobCode("rolled-job"), biz_code="rolled", handler="h"))
-    due = store.clock.now() + timedelta(seconds=5)
+    due = store.clock.now() + timedelta(seconds=15)  # far enough for a slow start on a loaded machine
     store.add_triggers([Trigger(job_code=JobCode("rolled-job"), biz_code="rolled", kind=TriggerKind.ONCE,
                                 next_fire_at=due)])
     runs = Runs()

@@ -3,6 +3,7 @@ registry on a driven clock): ownership, handover on a join, a lost lease, fencin
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -74,18 +75,24 @@ def test_a_member_past_its_lease_admits_and_publishes_nothing_and_its_rows_are_r
     group = LocalRegistryGroup(h.clock, TTL)
     stop = threading.Event()
     a, b = _member(h, group, "a"), _member(h, group, "b")
-    a.step(stop), b.step(stop)
+    a.step(stop)
+    b.step(stop)
     job = h.job("j")
     triggers = [h.once(job, 1 + i * 0.1) for i in range(16)]  # all due within the pause
     h.listen("biz-a")
     # a acquires its rows, then hangs before firing them (its chunks held back)
     held: list[object] = []
-    a.core.pool.try_submit = lambda _d, _n, work: held.append(work) or True  # type: ignore[method-assign]
+
+    def hold(domain: str, size: int, work: Callable[[], object]) -> bool:
+        held.append(work)
+        return True
+
+    a.core.pool.try_submit = hold  # type: ignore[method-assign]
     a.core.tick_all()
     a_rows = [t for t in h.store.get_triggers([t.id for t in triggers]) if t.state is TriggerState.ACQUIRED]  # type: ignore[misc]
     assert a_rows, "a acquired its partitions' rows"
     stale_acqs = list(a.core.acquirers)
-    a.registry.pause_keepalive()
+    a.registry.pause_keepalive()  # type: ignore[attr-defined]  # the test registry's own switch
     h.clock.advance(TTL + timedelta(seconds=1))
     # before anyone took over (the store's fences are still a's), a's lease is gone: the
     # chunk writes its fired records but publishes nothing
@@ -115,7 +122,10 @@ def test_a_clean_leave_frees_every_partition_at_once(h: Harness) -> None:
     group = LocalRegistryGroup(h.clock, TTL)
     stop = threading.Event()
     a, b = _member(h, group, "a"), _member(h, group, "b")
-    a.step(stop), b.step(stop), a.step(stop), b.step(stop)
+    a.step(stop)
+    b.step(stop)
+    a.step(stop)
+    b.step(stop)
     assert a.status.owned and b.status.owned
     a._leave()
     b.step(stop)

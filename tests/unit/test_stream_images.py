@@ -11,7 +11,7 @@ from sqlalchemy import text
 from migrator.holds import LegacyHolds
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
-from readers.seed import seed_batchcenter
+from legacy_sim.seed import seed_batchcenter
 from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import MigrationEnv, make_env
 
@@ -52,7 +52,7 @@ def test_changes_apply_from_their_images_in_one_target_transaction(tmp_path: Pat
     assert sm.checkpoint() == StreamPosition("bin.000001", 300)
     assert _job(env, a).max_retry == 7  # the last image of the group wins; the legacy row was never re-read
     with env.store.engine.connect() as conn:
-        ledger = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
+        ledger: dict[Any, Any] = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
         field = conn.execute(text("SELECT field FROM dus_migration_ledger WHERE source_key = :k"),
                              {"k": str(b["id"])}).scalar_one()
     assert ledger[str(b["id"])] == "quarantined" and field == "priority"  # bad image: quarantined, rest go on
@@ -131,8 +131,12 @@ def test_bookkeeping_images_are_recognised_from_their_digest_and_not_mapped(tmp_
     tick, edit, unflagged = recurring[0], recurring[1], recurring[2]
     decided: list[str] = []
     plain_decide = sm.migrator.decide
-    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
-        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+
+    def decide(defs: Any, *a: Any, **k: Any) -> Any:
+        decided.extend(d.source_key for d in defs)
+        return plain_decide(defs, *a, **k)
+
+    monkeypatch.setattr(sm.migrator, "decide", decide)
     job_before = _job(env, tick)
 
     def later(row: dict[str, Any]) -> str:  # SQLite hands DATETIME columns over as text
@@ -158,7 +162,7 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     """xxl-job's schedule thread rewrites trigger_last_time / trigger_next_time of a job at
     every fire: the stream sees the content it holds and maps nothing; an edit of the same
     job's parameters in a later group is mapped and written."""
-    from readers.seed import seed_xxljob
+    from legacy_sim.seed import seed_xxljob
 
     env = make_env(f"sqlite:///{tmp_path / 'x.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
     seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=3)
@@ -170,8 +174,12 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     job = rows[0]
     decided: list[str] = []
     plain_decide = sm.migrator.decide
-    monkeypatch.setattr(sm.migrator, "decide", lambda defs, *a, **k: (
-        decided.extend(d.source_key for d in defs), plain_decide(defs, *a, **k))[1])
+
+    def decide(defs: Any, *a: Any, **k: Any) -> Any:
+        decided.extend(d.source_key for d in defs)
+        return plain_decide(defs, *a, **k)
+
+    monkeypatch.setattr(sm.migrator, "decide", decide)
 
     def up(before: dict[str, Any], **after: Any) -> RowChange:
         return RowChange(op=ChangeOp.UPDATE, schema="l", table="xxl_job_info", before=before,

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from migrator.stream import KeyCompare, StreamMigrator, polling_batches
 from readers.records import ChangeOp, SourceSystem, StreamPosition
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.streams import PollingChangeStream
 from tests.migration_env import make_env
 

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from dualrun.model import Comparison, Verdict
 from dualrun.settings import CompareSettings, Thresholds
-from dualrun.verdict import SHADOW_WARNING, latest, put_comparison
+from dualrun.verdict import SHADOW_WARNING
+from dualrun.verdict_store import latest, put_comparison
 from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl

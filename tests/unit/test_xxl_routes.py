@@ -89,7 +89,7 @@ def test_lfu_drops_gone_addresses_and_starts_new_ones_randomly_below_n() -> None
     for _ in range(10):
         r.route("LEAST_FREQUENTLY_USED", 9, A)
     new = "http://10.0.0.9:9999/"
-    got = r.route("LEAST_FREQUENTLY_USED", 9, A[:2] + [new]).address
+    got = r.route("LEAST_FREQUENTLY_USED", 9, [*A[:2], new]).address
     assert set(r._lfu[9]) == {A[0], A[1], new}
     assert got == new  # its random start (< 3) is below the others' counts (>= 3)
 

@@ -33,7 +33,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
-from readers.seed import seed_xxljob
+from legacy_sim.seed import seed_xxljob
 from readers.xxljob.control import read_trigger_state
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.cron import CronExpression
@@ -44,7 +44,7 @@ from scheduler_core.executor import Executor, HandlerResult
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
@@ -156,7 +156,7 @@ def test_the_settled_next_time_is_the_first_occurrence_legacy_will_not_fire(
     control = XxlJobControl(engine, AdminClock(clock, sim))
     settled = control.stop([str(j) for j in crons])
     lost = {int(r.getMessage().split()[5]) for r in race_log.records if RACE_LOG in r.getMessage()}
-    restopped = {int(j) for n in settled.notes for j in re.search(r"\[([\d, ]+)\]", n).group(1).split(",")}
+    restopped = {int(j) for n in settled.notes for j in re.search(r"\[([\d, ]+)\]", n).group(1).split(",")}  # type: ignore[union-attr]
     assert restopped == lost, (settled.notes, lost)
     sim.step(at(14, 15))
     for job_id, cron in crons.items():

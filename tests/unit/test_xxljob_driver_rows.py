@@ -9,7 +9,7 @@ import pytest
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import convert_datetime
 
-from readers.xxljob.reader import _datetime, _fast_datetimes
+from readers.fastpath import _datetime, _fast_datetimes
 
 
 @pytest.mark.parametrize("text", [

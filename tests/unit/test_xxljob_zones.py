@@ -22,7 +22,7 @@ from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
 from readers.timezones import LegacyZones
 from readers.xxljob import XxlJobReader
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.admin import init_schema
+from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from switchyard.settings import legacy_zones

@@ -1,4 +1,4 @@
-"""readers.seed: deterministic, realistic legacy data with exactly known bad rows."""
+"""legacy_sim.seed: deterministic, realistic legacy data with exactly known bad rows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy.pool import StaticPool
 
 from readers.batchcenter import BatchCenterReader
 from readers.legacy_ddl import create_legacy_schema
-from readers.seed import bc_bad_kinds, seed_batchcenter, seed_xxljob, xxl_bad_kinds
+from legacy_sim.seed import bc_bad_kinds, seed_batchcenter, seed_xxljob, xxl_bad_kinds
 from readers.xxljob import XxlJobReader
 
 UTC = timezone.utc
@@ -25,7 +25,7 @@ def _db(system: str, lineage: str | None = None) -> Engine:
 
 
 def _dump(engine: Engine, table: str) -> list[tuple[Any, ...]]:
-    # update_time of the executor groups is the wall clock at seeding (readers.seed: the
+    # update_time of the executor groups is the wall clock at seeding (legacy_sim.seed: the
     # executors must look alive now), not the seed's: two seeds a second apart differ there
     with engine.connect() as conn:
         return [tuple(v for k, v in r.items() if k != "update_time")

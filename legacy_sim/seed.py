@@ -1,5 +1,5 @@
 """Deterministic, realistic legacy data: xxl-job and batch-center databases for tests,
-the demo and benchmarks.
+the demo and benchmarks (beside the simulators that run on it: the readers only read).
 
 Everything comes from one seeded `random.Random`, so a seed gives the same rows every
 time (registry heartbeats are the exception: they are stamped relative to the database's

@@ -1,4 +1,6 @@
-"""Set-based "insert or update" of many rows in one statement.
+"""The MySQL fast path of bulk writes and reads, and its one dialect decision (`fast`).
+
+Set-based "insert or update" of many rows in one statement.
 
 The migrator writes thousands of rows per transaction (a snapshot chunk, a group of
 binlog transactions); a statement per row costs a round trip each, which is what bounded
@@ -10,22 +12,37 @@ UPDATE`; any other dialect the portable read-then-update/insert.
 statements built here and sent on the transaction's own DBAPI connection. Through
 SQLAlchemy Core each row costs its parameter processing and PyMySQL's per-value escape
 chain (five calls a value); that was about half the CPU of a snapshot's writes.
+
+Callers ask `fast(conn)` once and otherwise take the plain SQLAlchemy Core path
+(`upsert`, Core inserts and selects): that path is the reference the fast path is tested
+against (tests/unit/test_fastpath_reference.py). One renderer (`_render`) serves the rows
+rendered ahead without a connection (`render_plain`) and those rendered on one
+(`_renderer`); the escapes are PyMySQL's own (`escape_string`), not a copy of its table.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pymysql.converters
 from sqlalchemy import Table, and_, bindparam, insert, select, tuple_, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
-MYSQL = frozenset({"mysql", "mariadb"})
+from scheduler_core.store.schema import MYSQL_DIALECTS
+
 # one statement's size bound: PyMySQL's own executemany bound, far under the servers'
 # default max_allowed_packet (16-64 MiB)
 MAX_STATEMENT_BYTES = 1_000_000
 _NO_BACKSLASH_ESCAPES = 512  # SERVER_STATUS_NO_BACKSLASH_ESCAPES (the MySQL protocol's status flag)
+
+
+def fast(conn: Connection) -> bool:
+    """Whether this connection takes the fast path: a MySQL-compatible server (MariaDB,
+    MySQL, TiDB) through PyMySQL. The one decision for every caller of this module (the
+    migrator's writer and reads, scheduler_core.store.definitions)."""
+    return conn.dialect.name in MYSQL_DIALECTS
 
 
 def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
@@ -37,7 +54,7 @@ def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], ke
         return
     extra = dict(also or {})
     name = conn.dialect.name
-    if name in MYSQL:
+    if name in MYSQL_DIALECTS:  # the dialect's own upsert (the plain path too)
         stmt = mysql_insert(table)
         conn.execute(stmt.on_duplicate_key_update({**{c: stmt.inserted[c] for c in set_columns}, **extra}), rows)
         return
@@ -55,7 +72,7 @@ def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Se
     statements; with `update_columns` / `also_sql` (column -> raw SQL over the existing
     row) a duplicate key updates instead. Returns the server's affected-row count: 1 per
     inserted row, 2 per updated row that changed."""
-    if conn.dialect.name not in MYSQL:
+    if not fast(conn):
         raise ValueError(f"insert_rows is the MySQL bulk path, not for {conn.dialect.name}")
     if not rows:
         return 0
@@ -104,8 +121,7 @@ def render_plain(row: Sequence[Any]) -> str | None:
     rendered while the previous chunk is written. None when a value is not an int, text
     or NULL (the writer renders that row through its connection)."""
     try:
-        return "(" + ",".join([str(v) if (t := type(v)) is int else "'" + v.translate(_ESCAPES) + "'" if t is str
-                               else "NULL" if v is None else _not_plain() for v in row]) + ")"
+        return _render(row, _ESCAPES, _not_plain)
     except _NotPlain:
         return None
 
@@ -114,14 +130,22 @@ class _NotPlain(Exception):
     pass
 
 
-def _not_plain() -> str:
+def _not_plain(_value: Any) -> str:
     raise _NotPlain
+
+
+def _render(row: Sequence[Any], table: list[str], other: Callable[[Any], str]) -> str:
+    """One row as a SQL tuple literal: ints, text and NULL inline (one expression a value,
+    not PyMySQL's chain of calls), text escaped by `table`, anything else by `other`.
+    Exactly int: a bool goes to `other` (the driver renders it 1/0 as well)."""
+    return "(" + ",".join([str(v) if (t := type(v)) is int else "'" + v.translate(table) + "'" if t is str
+                           else "NULL" if v is None else other(v) for v in row]) + ")"
 
 
 def takes_rendered(conn: Connection) -> bool:
     """Whether `render_plain`'s literals are what this connection's renderer would give:
     PyMySQL on a MySQL-compatible server without NO_BACKSLASH_ESCAPES."""
-    if conn.dialect.name not in MYSQL:
+    if not fast(conn):
         return False
     dbapi = conn.connection.dbapi_connection
     status = getattr(dbapi, "server_status", None)
@@ -159,20 +183,12 @@ def _statements(head: str, tail: str, tuples: Any) -> Any:
         yield head + ",".join(parts) + tail
 
 
-def _table(replace: Mapping[int, str]) -> list[str]:
-    # a list by code point, as PyMySQL builds its own: str.translate indexes it (twice as
-    # fast as a dict); a code point past its end stays as it is
-    out = [chr(i) for i in range(128)]
-    for i, r in replace.items():
-        out[i] = r
-    return out
-
-
-# what PyMySQL's `escape_string` replaces (its `_escape_table`): NUL, backslash, newline,
-# carriage return, ^Z and both quotes
-_ESCAPES = _table({0: "\\0", ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", 0o32: "\\Z",
-                   ord('"'): '\\"', ord("'"): "\\'"})
-_QUOTE_ONLY = _table({ord("'"): "''"})  # NO_BACKSLASH_ESCAPES: a quote is doubled, nothing else
+# A list by code point: str.translate indexes it (twice as fast as a dict); a code point
+# past its end stays as it is. The escapes are what PyMySQL's `escape_string` gives each
+# ASCII character (it escapes nothing else), asked of the driver, not copied from it.
+_ESCAPES = [pymysql.converters.escape_string(chr(i)) for i in range(128)]
+# NO_BACKSLASH_ESCAPES: a quote is doubled, nothing else
+_QUOTE_ONLY = [("''" if i == ord("'") else chr(i)) for i in range(128)]
 
 
 def _renderer(dbapi: Any) -> Callable[[Sequence[Any]], str] | None:
@@ -187,9 +203,7 @@ def _renderer(dbapi: Any) -> Callable[[Sequence[Any]], str] | None:
     table = _QUOTE_ONLY if status & _NO_BACKSLASH_ESCAPES else _ESCAPES
 
     def render(row: Sequence[Any]) -> str:
-        # exactly int (a bool goes to the driver, which renders it 1/0 as well)
-        return "(" + ",".join([str(v) if (t := type(v)) is int else "'" + v.translate(table) + "'" if t is str
-                               else "NULL" if v is None else escape(v) for v in row]) + ")"
+        return _render(row, table, escape)
 
     return render
 
@@ -208,3 +222,32 @@ def _portable(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]],
                             for r in old])
     if new:
         conn.execute(insert(table), list(new))
+
+
+def write_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: Sequence[str] = (),
+               set_columns: Sequence[str] = (), also: Mapping[str, Any] | None = None,
+               mysql_also: Mapping[str, str] | None = None) -> int | None:
+    """Insert (with `set_columns`: upsert by `keys`) dict rows that share one key order.
+    Fast path: the bulk statements, returning the affected rows (`mysql_also` replaces
+    columns of the update with raw SQL); plain path: SQLAlchemy Core, returning None."""
+    if not rows:
+        return 0
+    if fast(conn):
+        sql = dict(mysql_also or {})
+        return insert_rows(conn, table, list(rows[0]), [tuple(r.values()) for r in rows],
+                           [c for c in set_columns if c not in sql], sql)
+    if set_columns:
+        upsert(conn, table, rows, keys, set_columns, also)
+    else:
+        conn.execute(insert(table), rows)
+    return None
+
+
+def write_rendered(conn: Connection, table: Table, columns: Sequence[str], literals: list[str],
+                   set_columns: Sequence[str] = (), mysql_also: Mapping[str, str] | None = None) -> int:
+    """`write_rows` for rows rendered ahead by `render_plain` (fast path only: see
+    `takes_rendered`)."""
+    if not literals:
+        return 0
+    sql = dict(mysql_also or {})
+    return insert_rendered(conn, table, columns, literals, [c for c in set_columns if c not in sql], sql)

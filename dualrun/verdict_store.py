@@ -1,0 +1,104 @@
+"""Where verdicts are stored: a row of `dus_comparison` per comparison (dualrun.tables;
+body = the full JSON). `latest(store, business)` is what the cutover gate reads."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from dualrun.model import Comparison, Mode, StoredVerdict, Verdict, Window, as_dict, comparison_from_dict
+from dualrun.store import DualRunStore
+from dualrun.verdict import SHADOW_WARNING
+from scheduler_core.store.sql import SqlTriggerStore
+
+
+def _ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
+    """Store one comparison (the full JSON in `body`); returns its id."""
+    body = as_dict(comparison)
+    own = DualRunStore.beside(store)
+    t = own.t.comparison
+    with own.engine.begin() as conn:
+        result = conn.execute(insert(t).values(
+            biz_code=comparison.business, window_start=_ms(comparison.window.start),
+            window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
+            verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
+            body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+def _stored(row: Any) -> StoredVerdict:
+    body = json.loads(row.body)
+    mode = Mode(body.get("mode", Mode.BOTH.value))
+    return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
+                         reasons=tuple(json.loads(row.reasons)),
+                         window=Window(start=_at(row.window_start), end=_at(row.window_end)),
+                         computed_at=_at(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
+
+
+def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
+    """The stored warnings; a shadow verdict stored before its warning existed gains it, so
+    the gate never passes a shadow verdict without saying success rate was not compared."""
+    warnings = tuple(body.get("warnings", ()))
+    if mode is Mode.SHADOW and SHADOW_WARNING not in warnings:
+        warnings += (SHADOW_WARNING,)
+    return warnings
+
+
+def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
+    """The most recently computed verdict of a business, or None: what the cutover gate
+    reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
+    own = DualRunStore.beside(store)
+    t = own.t.comparison
+    stmt = (select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1))
+    with own.engine.connect() as conn:
+        row = conn.execute(stmt).first()
+    return None if row is None else _stored(row)
+
+
+def history(store: SqlTriggerStore, business: str, *, since: datetime | None = None,
+            limit: int = 500) -> list[Comparison]:
+    """Stored comparisons of a business, oldest first (the series `watch` builds)."""
+    own = DualRunStore.beside(store)
+    t = own.t.comparison
+    stmt = select(t.c.body).where(t.c.biz_code == business)
+    if since is not None:
+        stmt = stmt.where(t.c.computed_at >= _ms(since))
+    stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
+    with own.engine.connect() as conn:
+        bodies = [r.body for r in conn.execute(stmt)]
+    return [comparison_from_dict(json.loads(b)) for b in reversed(bodies)]
+
+
+def load_comparison(store: SqlTriggerStore, comparison_id: int) -> Comparison | None:
+    own = DualRunStore.beside(store)
+    t = own.t.comparison
+    with own.engine.connect() as conn:
+        body = conn.execute(select(t.c.body).where(t.c.id == comparison_id)).scalar_one_or_none()
+    return None if body is None else comparison_from_dict(json.loads(body))
+
+
+def latest_by_business(store: SqlTriggerStore) -> dict[str, StoredVerdict]:
+    """The latest verdict of every business that has one (for the overview page)."""
+    own = DualRunStore.beside(store)
+    t = own.t.comparison
+    with own.engine.connect() as conn:
+        codes = [r[0] for r in conn.execute(select(t.c.biz_code).distinct())]
+    out = {}
+    for code in sorted(codes):
+        found = latest(store, code)
+        if found is not None:
+            out[code] = found
+    return out
+
+
+__all__ = ["history", "latest", "latest_by_business", "load_comparison", "put_comparison"]

@@ -1,0 +1,27 @@
+"""The migrator's store: its own tables (migrator.tables) on the engine it is handed.
+
+They live in the trigger store's database (a chunk's ledger rows commit in the
+transaction of its jobs), but the migrator reaches the core's tables only through the
+core's port and modules (scheduler_core.store.definitions, .reads)."""
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from migrator.tables import MigratorTables, migrator_tables
+from scheduler_core.ports import Clock
+from scheduler_core.store.sql import SqlTriggerStore
+
+_TABLES = migrator_tables()  # definitions only (no dialect in them): one set for every store
+
+
+class MigratorStore:
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.t: MigratorTables = _TABLES
+
+    @classmethod
+    def beside(cls, store: SqlTriggerStore) -> MigratorStore:
+        """The migrator's store in the trigger store's database, for callers that hold the
+        trigger store only (the one place the migrator takes the engine from it)."""
+        return cls(store.engine, store.clock)

@@ -1,0 +1,148 @@
+"""The store's boundary for driver errors: SQLAlchemy's exceptions (with PyMySQL's or
+sqlite3's inside) become the port's errors here, and nowhere else.
+
+As procrastinate's connector wraps its driver's errors once, every public method of the
+SQL store, and the schema functions `db init|check` call, run inside `store_errors`: a
+caller catches `StoreError` (or one of its kinds) and never imports `sqlalchemy.exc`.
+The kinds are what a caller decides on: unavailable (retry later: the server is down,
+the connection was cut, a lock timed out), access denied (fix the credentials or the
+grants), conflict (a uniqueness or foreign-key rule refused the write), schema (a table
+or column is missing: `db init`), bad URL, and refused (any other statement the database
+would not run: a bug).
+The driver's own first line stays in the message (password masked), so an operator sees
+what the server said without a stack trace.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from scheduler_core.errors import (
+    BadStoreUrl,
+    SchemaError,
+    StoreAccessDenied,
+    StoreConflict,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C", bound=type)
+
+# MySQL/MariaDB: 1044 no access to the database, 1045 bad user or password, 1142 a command
+# denied on a table, 1227 an operation that needs a privilege the user lacks
+ACCESS_DENIED_CODES = frozenset({1044, 1045, 1142, 1227})
+# MySQL/MariaDB: 1146 no such table, 1054 no such column
+MISSING_SCHEMA_CODES = frozenset({1146, 1054})
+# sqlite3's primary result codes: SQLITE_ERROR is a statement it cannot run (no such table,
+# a syntax error); PERM, READONLY and AUTH are refusals; the rest (BUSY, LOCKED, CANTOPEN,
+# IOERR, FULL, ...) are the file or its lock being unavailable
+SQLITE_ERROR = 1
+SQLITE_DENIED = frozenset({3, 8, 23})
+_SQLITE_MISSING = ("no such table", "no such column")
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+
+
+def driver_message(exc: BaseException) -> str:
+    """The first line of what the driver (or SQLAlchemy) said, password masked."""
+    text = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
+    text = text.strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return _URL_PASSWORD.sub(r"\1***@", line)
+
+
+def _driver_code(exc: DBAPIError) -> int | None:
+    args = getattr(exc.orig, "args", None)
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _sqlite_code(exc: DBAPIError) -> int | None:
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None  # the primary code, without the extended bits
+
+
+def translate(exc: SQLAlchemyError) -> StoreError:
+    """The port's error for a driver error (the caller raises it `from exc`)."""
+    detail = driver_message(exc)
+    if isinstance(exc, ArgumentError):  # NoSuchModuleError included: an unknown dialect or driver
+        return BadStoreUrl("bad URL", detail)
+    if isinstance(exc, IntegrityError):
+        return StoreConflict("the database refused the write", detail)
+    if not isinstance(exc, DBAPIError):
+        return _not_from_the_driver(exc, detail)
+    code, lite = _driver_code(exc), _sqlite_code(exc)
+    if code in MISSING_SCHEMA_CODES or (lite == SQLITE_ERROR and detail.startswith(_SQLITE_MISSING)):
+        return SchemaError("the store's schema is missing or differs (run `switchyard db init`)", detail)
+    if code in ACCESS_DENIED_CODES or lite in SQLITE_DENIED:
+        return StoreAccessDenied("access denied", detail)
+    if lite == SQLITE_ERROR:  # sqlite3 calls a statement it cannot run an OperationalError too
+        return StoreRefused("database error", detail)
+    if isinstance(exc, (OperationalError, InterfaceError)) or exc.connection_invalidated:
+        return StoreUnavailable("cannot reach the database", detail)
+    return StoreRefused("database error", detail)
+
+
+def _not_from_the_driver(exc: SQLAlchemyError, detail: str) -> StoreError:
+    if isinstance(exc, (DisconnectionError, PoolTimeout)):
+        return StoreUnavailable("cannot reach the database", detail)
+    return StoreRefused("database error", detail)
+
+def as_store_error(exc: BaseException) -> BaseException:
+    """`exc` translated if it is a driver error, else itself (for callers that handle
+    errors from code not yet behind a port, such as the CLI's last line of defence)."""
+    return translate(exc) if isinstance(exc, SQLAlchemyError) else exc
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Run a block at the store's boundary: driver errors leave it as the port's."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise translate(exc) from exc
+
+
+def translated(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn` at the store's boundary (see `store_errors`)."""
+    if inspect.isgeneratorfunction(fn):  # a wrapper around a generator would not see its errors
+        raise TypeError(f"{fn.__qualname__} is a generator: wrap its consumer instead")
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
+
+    return wrapper
+
+
+def translated_methods(cls: C) -> C:
+    """Every public method of `cls` (its own and inherited ones) at the store's boundary.
+
+    One place instead of a decorator per method, so a method added later cannot forget it.
+    A public method calling another is fine: a `StoreError` passes through unchanged."""
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        fn = inspect.getattr_static(cls, name)
+        if inspect.isfunction(fn):
+            setattr(cls, name, translated(fn))
+    return cls
