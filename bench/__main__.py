@@ -5,6 +5,7 @@ prints a Markdown table per section as it finishes, a goals summary at the end, 
 writes every raw figure with the machine, versions and date to bench/results/<UTC
 timestamp>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,19 +21,37 @@ from typing import Any
 
 from bench.harness import REPO, Row, Section, machine, markdown_table, stack_up, versions, write_results
 
-SECTIONS = ("admission", "shards", "publication", "fanout", "hot_minute", "vs_apscheduler", "vs_legacy", "scale",
-            "migration", "compare")
+SECTIONS = (
+    "admission",
+    "shards",
+    "publication",
+    "fanout",
+    "hot_minute",
+    "vs_apscheduler",
+    "vs_legacy",
+    "scale",
+    "migration",
+    "compare",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes, a few minutes (CI; figures not asserted)")
     p.add_argument("--only", default="", help=f"comma-separated sections out of: {', '.join(SECTIONS)}")
-    p.add_argument("--fired-mode", choices=("item", "page"), default=None,
-                   help="fan-out fired records: one row per item or per envelope (when the core offers the "
-                        "switch; default: measure every mode it offers)")
-    p.add_argument("--migration-rows", type=int, default=None,
-                   help="xxl-job rows for the migration section's full profile (default 100,000)")
+    p.add_argument(
+        "--fired-mode",
+        choices=("item", "page"),
+        default=None,
+        help="fan-out fired records: one row per item or per envelope (when the core offers the "
+        "switch; default: measure every mode it offers)",
+    )
+    p.add_argument(
+        "--migration-rows",
+        type=int,
+        default=None,
+        help="xxl-job rows for the migration section's full profile (default 100,000)",
+    )
     p.add_argument("--no-json", action="store_true", help="do not write bench/results/<timestamp>.json")
     args = p.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -44,7 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def goals_summary(sections: list[Section]) -> str:
-    lines = ["### goals", "", "| section | figure | measured | ratio | goal | met? |", "| --- | --- | ---: | ---: | --- | --- |"]
+    lines = [
+        "### goals",
+        "",
+        "| section | figure | measured | ratio | goal | met? |",
+        "| --- | --- | ---: | ---: | --- | --- |",
+    ]
     from bench.harness import fmt_value
 
     for s in sections:
@@ -58,8 +82,9 @@ def goals_summary(sections: list[Section]) -> str:
                 continue
             met = {True: "yes", False: "**no**", None: "—"}[r.met]
             ratio = "—" if r.ratio is None else f"{r.ratio:.2f}x"
-            lines.append(f"| {s.name} | {r.figure} | {fmt_value(r.switchyard, r.unit)} | {ratio} | "
-                         f"{r.goal.text()} | {met} |")
+            lines.append(
+                f"| {s.name} | {r.figure} | {fmt_value(r.switchyard, r.unit)} | {ratio} | {r.goal.text()} | {met} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -91,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": os.getloadavg(),
     }
     v = meta["versions"]
-    print(f"# Switchyard bench ({meta['profile']}) {meta['date']}, {meta['cpu_count']} cores; python {v['python']}, "
-          f"SQLAlchemy {v['SQLAlchemy']}, pulsar-client {v['pulsar-client']}, APScheduler {v['APScheduler']}, "
-          f"MariaDB {v['mariadb']}, Pulsar {v['pulsar_broker']}\n", flush=True)
+    print(
+        f"# Switchyard bench ({meta['profile']}) {meta['date']}, {meta['cpu_count']} cores; python {v['python']}, "
+        f"SQLAlchemy {v['SQLAlchemy']}, pulsar-client {v['pulsar-client']}, APScheduler {v['APScheduler']}, "
+        f"MariaDB {v['mariadb']}, Pulsar {v['pulsar_broker']}\n",
+        flush=True,
+    )
     results: list[Section] = []
     for name in args.sections:
         mod = importlib.import_module(f"bench.{name}")
@@ -111,22 +139,29 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 # the stack is shared: another session restarted a server under us
                 retried = sec.error
-                print(f"_{name}: a server went away ({(sec.error or '')[:100]}); `scripts/stack up` and one retry_",
-                      flush=True)
+                print(
+                    f"_{name}: a server went away ({(sec.error or '')[:100]}); `scripts/stack up` and one retry_",
+                    flush=True,
+                )
                 time.sleep(5)
                 env = stack_up()
         if retried:
             sec.raw["retried_after"] = retried
-            sec.notes.append("retried once after a server went away mid-section: "
-                             + " ".join(retried.split("(Background on")[0].split())[:160])
+            sec.notes.append(
+                "retried once after a server went away mid-section: "
+                + " ".join(retried.split("(Background on")[0].split())[:160]
+            )
         sec.seconds = time.monotonic() - t0
         sec.raw["loadavg_before"] = load0
         sec.raw["loadavg_after"] = os.getloadavg()
         if name == "admission":
             _share_admission(sec, profile)
         results.append(sec)
-        print(markdown_table(sec) + f"\n_{sec.seconds:.0f} s; load average {load0[0]:.1f} -> "
-              f"{sec.raw['loadavg_after'][0]:.1f}_\n", flush=True)
+        print(
+            markdown_table(sec) + f"\n_{sec.seconds:.0f} s; load average {load0[0]:.1f} -> "
+            f"{sec.raw['loadavg_after'][0]:.1f}_\n",
+            flush=True,
+        )
     meta["loadavg_end"] = os.getloadavg()
     meta["seconds"] = round(time.monotonic() - started, 1)
     print(goals_summary(results), flush=True)
@@ -136,8 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-_GONE = ("can't connect", "connection refused", "lost connection", "server has gone away", "connecterror",
-         "connection reset", "broken pipe", "alreadyclosed", "not connected")
+_GONE = (
+    "can't connect",
+    "connection refused",
+    "lost connection",
+    "server has gone away",
+    "connecterror",
+    "connection reset",
+    "broken pipe",
+    "alreadyclosed",
+    "not connected",
+)
 
 
 def _server_went_away(exc: BaseException) -> bool:

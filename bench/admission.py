@@ -15,14 +15,13 @@ statements and commits Switchyard's fire path must send, in raw PyMySQL. Switchy
 ratio to it is what is left of Python and driver overhead; the rest of the gap to the
 first ceiling is the mandated extra writes.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
 import uuid
 from typing import Any
-
-from scheduler_core.settings import SchedulerSettings
 
 from bench.harness import (
     Deadline,
@@ -46,6 +45,7 @@ from bench.workload import (
     make_store,
     now_ms,
 )
+from scheduler_core.settings import SchedulerSettings
 
 NAME = "admission"
 TITLE = "admission triggers/s vs the raw SQL acquire cycle"
@@ -84,13 +84,21 @@ def fired_insert(epoch: int) -> tuple[str, tuple[Any, ...]]:
     from scheduler_core.store.rows import fired_values
 
     t = datetime.now(timezone.utc)
-    template = fired_values(FiredRecord(command_id=CommandId("x"), trigger_id=TriggerId(1), job_code=JobCode("j"),
-                                        biz_code="b", scheduled_at=t, epoch=Epoch(epoch), fired_at=t))
+    template = fired_values(
+        FiredRecord(
+            command_id=CommandId("x"),
+            trigger_id=TriggerId(1),
+            job_code=JobCode("j"),
+            biz_code="b",
+            scheduled_at=t,
+            epoch=Epoch(epoch),
+            fired_at=t,
+        )
+    )
     rest = [k for k in template if k not in _VARYING]
     cols = [*_VARYING, *rest]
-    sql = (f"INSERT INTO dus_fired_record ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})")
+    sql = f"INSERT INTO dus_fired_record ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
     return sql, tuple(template[k] for k in rest)
-
 
 
 def _window() -> tuple[int, int]:
@@ -103,17 +111,20 @@ def _window() -> tuple[int, int]:
 def _due_rows(conn: Any, cur: Any, partition: int, window: tuple[int, int], columns: str, order: str) -> Any:
     """Up to BATCH waiting rows of one partition due in the window; none: commits the
     empty read and returns ()."""
-    cur.execute(f"SELECT {columns} FROM dus_job_trigger PARTITION (p{partition})"
-                f" WHERE state='waiting' AND next_fire_at BETWEEN %s AND %s ORDER BY {order} LIMIT %s",
-                (*window, BATCH))
+    cur.execute(
+        f"SELECT {columns} FROM dus_job_trigger PARTITION (p{partition})"
+        f" WHERE state='waiting' AND next_fire_at BETWEEN %s AND %s ORDER BY {order} LIMIT %s",
+        (*window, BATCH),
+    )
     rows = cur.fetchall()
     if not rows:
         conn.commit()
     return rows
 
 
-def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expected: int, limit_s: float,
-                     start: Any = None) -> dict[str, Any]:
+def raw_cycle_worker(
+    url: str, worker: int, workers: int, partitions: int, expected: int, limit_s: float, start: Any = None
+) -> dict[str, Any]:
     """One connection: cycle over its own partitions until they are empty."""
     conn = pymysql_connect(url)
     mine = [p for p in range(partitions) if p % workers == worker]
@@ -149,8 +160,11 @@ def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expec
                 )
                 won = rows
                 if n < len(ids):  # only then: who won (no UPDATE ... RETURNING)
-                    cur.execute(f"SELECT id, next_fire_at, biz_code, job_code FROM dus_job_trigger"
-                                f" WHERE cas_token=%s AND id IN ({marks})", (token, *ids))
+                    cur.execute(
+                        f"SELECT id, next_fire_at, biz_code, job_code FROM dus_job_trigger"
+                        f" WHERE cas_token=%s AND id IN ({marks})",
+                        (token, *ids),
+                    )
                     won = cur.fetchall()
                 now = now_ms()
                 cur.executemany(insert_sql, [(f"{r[0]}-{r[1]}-0", r[0], r[3], r[2], r[1], now, *const) for r in won])
@@ -161,8 +175,13 @@ def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expec
     finally:
         conn.close()
     elapsed = time.perf_counter() - t0
-    return {"worker": worker, "acquired": acquired, "cycles": cycles, "seconds": elapsed,
-            "cycle_ms_p50": median(cycle_ms)}
+    return {
+        "worker": worker,
+        "acquired": acquired,
+        "cycles": cycles,
+        "seconds": elapsed,
+        "cycle_ms_p50": median(cycle_ms),
+    }
 
 
 # --- the raw full cycle: the statements Switchyard must send, without Switchyard ---------------
@@ -170,8 +189,15 @@ def raw_cycle_worker(url: str, worker: int, workers: int, partitions: int, expec
 RESCHEDULE_MS = 86_400_000  # the ceiling's "next occurrence": a day on, beyond every window
 
 
-def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: float, chunk: int = 100,
-                          epoch: int = 1, outcome: str = "reschedule") -> dict[str, Any]:
+def raw_full_cycle_worker(
+    url: str,
+    partitions: int,
+    expected: int,
+    limit_s: float,
+    chunk: int = 100,
+    epoch: int = 1,
+    outcome: str = "reschedule",
+) -> dict[str, Any]:
     """One connection, no scheduler logic, the writes and commits of Switchyard's fire
     path as it orders them (scheduler_core/fire.py):
       tx A: SELECT 300 due of one partition; CAS UPDATE waiting -> acquired (epoch, deadline,
@@ -197,8 +223,11 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
     t0 = time.perf_counter()
     try:
         with conn.cursor() as cur:
-            cur.execute("INSERT INTO dus_fence (name, epoch, updated_at) VALUES ('scheduler', %s, %s)"
-                        " ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))", (epoch, now_ms()))
+            cur.execute(
+                "INSERT INTO dus_fence (name, epoch, updated_at) VALUES ('scheduler', %s, %s)"
+                " ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))",
+                (epoch, now_ms()),
+            )
             conn.commit()
             i = 0
             while len(empty) < partitions and acquired < expected and time.perf_counter() - t0 < limit_s:
@@ -207,8 +236,9 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                 if p in empty:
                     continue
                 c0 = time.perf_counter()
-                rows = _due_rows(conn, cur, p, window, "id, next_fire_at, biz_code, job_code, version",
-                                 "next_fire_at, priority, id")
+                rows = _due_rows(
+                    conn, cur, p, window, "id, next_fire_at, biz_code, job_code, version", "next_fire_at, priority, id"
+                )
                 if not rows:
                     empty.add(p)
                     continue
@@ -225,8 +255,11 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                 )
                 won = rows
                 if n < len(ids):
-                    cur.execute(f"SELECT id, next_fire_at, biz_code, job_code, version FROM dus_job_trigger"
-                                f" WHERE cas_token=%s AND id IN ({marks})", (token, *ids))
+                    cur.execute(
+                        f"SELECT id, next_fire_at, biz_code, job_code, version FROM dus_job_trigger"
+                        f" WHERE cas_token=%s AND id IN ({marks})",
+                        (token, *ids),
+                    )
                     won = cur.fetchall()
                 conn.commit()
                 cur.execute("SELECT * FROM dus_job WHERE job_code IN (%s)", (won[0][3],))
@@ -237,8 +270,9 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
                     now = now_ms()
                     cids = [f"{r[0]}-{r[1]}-0" for r in part]
                     rows = [(c, r[0], r[3], r[2], r[1], now, *const) for c, r in zip(cids, part, strict=True)]
-                    inserted = cur.execute(fenced_insert_sql(insert_sql, len(rows)),
-                                           (*[v for row in rows for v in row], epoch))
+                    inserted = cur.execute(
+                        fenced_insert_sql(insert_sql, len(rows)), (*[v for row in rows for v in row], epoch)
+                    )
                     if inserted != len(rows):
                         raise RuntimeError("fenced")
                     conn.commit()
@@ -277,8 +311,13 @@ def raw_full_cycle_worker(url: str, partitions: int, expected: int, limit_s: flo
     finally:
         conn.close()
     elapsed = time.perf_counter() - t0
-    return {"rate": acquired / elapsed if elapsed > 0 else 0.0, "acquired": acquired, "cycles": cycles,
-            "seconds": elapsed, "cycle_ms_p50": median(cycle_ms)}
+    return {
+        "rate": acquired / elapsed if elapsed > 0 else 0.0,
+        "acquired": acquired,
+        "cycles": cycles,
+        "seconds": elapsed,
+        "cycle_ms_p50": median(cycle_ms),
+    }
 
 
 def fenced_insert_sql(insert_sql: str, n: int) -> str:
@@ -288,8 +327,10 @@ def fenced_insert_sql(insert_sql: str, n: int) -> str:
     marks = values.strip()[1:-1].split(", ")
     first = "SELECT " + ", ".join(f"{m} AS c{i}" for i, m in enumerate(marks))  # derived columns need names
     union = first + f" UNION ALL SELECT {', '.join(marks)}" * (n - 1)
-    return (f"{head} SELECT * FROM ({union}) v WHERE EXISTS (SELECT 1 FROM dus_fence WHERE name = 'scheduler'"
-            " AND epoch = %s LOCK IN SHARE MODE)")
+    return (
+        f"{head} SELECT * FROM ({union}) v WHERE EXISTS (SELECT 1 FROM dus_fence WHERE name = 'scheduler'"
+        " AND epoch = %s LOCK IN SHARE MODE)"
+    )
 
 
 def raw_full_ceiling(url: str, n: int, limit_s: float, outcome: str = "reschedule") -> dict[str, Any]:
@@ -306,12 +347,18 @@ def _raw_proc(q: Any, start: Any, args: tuple[Any, ...]) -> None:
 def raw_ceiling(url: str, n: int, connections: int, limit_s: float) -> dict[str, Any]:
     if connections == 1:
         r = raw_cycle_worker(url, 0, 1, PARTITIONS, n, limit_s)
-        return {"rate": r["acquired"] / r["seconds"], "acquired": r["acquired"], "seconds": r["seconds"],
-                "workers": [r]}
+        return {
+            "rate": r["acquired"] / r["seconds"],
+            "acquired": r["acquired"],
+            "seconds": r["seconds"],
+            "workers": [r],
+        }
     ctx = mp.get_context("spawn")
     q, start = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_raw_proc, args=(q, start, (url, k, connections, PARTITIONS, n, limit_s)),
-                         daemon=True) for k in range(connections)]
+    procs = [
+        ctx.Process(target=_raw_proc, args=(q, start, (url, k, connections, PARTITIONS, n, limit_s)), daemon=True)
+        for k in range(connections)
+    ]
     for p in procs:
         p.start()
     time.sleep(1.0)  # interpreters up and connected before the gun
@@ -339,10 +386,16 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     settings = SchedulerSettings()
     sec = Section(NAME, TITLE)
     sec.settings = {
-        "triggers": n, "repetitions": reps, "partitions": PARTITIONS, "batch": settings.batch_size,
-        "chunk": settings.chunk_size, "fire_pool_capacity": settings.fire_pool_capacity,
-        "fire_workers": settings.fire_workers, "raw_driver": "PyMySQL raw cursor",
-        "switchyard_driver": "SQLAlchemy Core + PyMySQL", "raw_connections": conns,
+        "triggers": n,
+        "repetitions": reps,
+        "partitions": PARTITIONS,
+        "batch": settings.batch_size,
+        "chunk": settings.chunk_size,
+        "fire_pool_capacity": settings.fire_pool_capacity,
+        "fire_workers": settings.fire_workers,
+        "raw_driver": "PyMySQL raw cursor",
+        "switchyard_driver": "SQLAlchemy Core + PyMySQL",
+        "raw_connections": conns,
         "due": "one-shot, next_fire_at spread over the minute before the start",
     }
     raw: dict[str, list[dict[str, Any]]] = {}
@@ -374,9 +427,17 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                         drive = drive_inline if mode == "inline" else drive_threaded
                         d = drive(store, the_bus, settings, n, dl)
                         store.engine.dispose()
-                        record(f"sy_{mode}_{which}", {"rate": d.rate, "fired": d.fired, "seconds": d.seconds,
-                                                       "ticks": d.ticks, "complete": d.complete,
-                                                       "messages": d.messages})
+                        record(
+                            f"sy_{mode}_{which}",
+                            {
+                                "rate": d.rate,
+                                "fired": d.fired,
+                                "seconds": d.seconds,
+                                "ticks": d.ticks,
+                                "complete": d.complete,
+                                "messages": d.messages,
+                            },
+                        )
     finally:
         bus.close()
         delete_topics(env.pulsar_admin_url, prefix)
@@ -388,23 +449,51 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     raw_multi = max((m for m in (med(f"raw_{c}") for c in conns if c > 1) if m is not None), default=None)
     best_c = max((c for c in conns if c > 1), key=lambda c: med(f"raw_{c}") or 0)
     sec.rows = [
-        Row("admission, SchedulerCore inline (1 connection), no-op bus", med("sy_inline_noop"), raw1,
-            "/s", GOAL_INLINE, note="peer: raw cycle, 1 connection"),
-        Row("admission, SchedulerCore inline (1 connection), no-op bus, vs the raw full cycle",
-            med("sy_inline_noop"), med("raw_full_1"), "/s",
+        Row(
+            "admission, SchedulerCore inline (1 connection), no-op bus",
+            med("sy_inline_noop"),
+            raw1,
+            "/s",
+            GOAL_INLINE,
+            note="peer: raw cycle, 1 connection",
+        ),
+        Row(
+            "admission, SchedulerCore inline (1 connection), no-op bus, vs the raw full cycle",
+            med("sy_inline_noop"),
+            med("raw_full_1"),
+            "/s",
             note="peer: raw full cycle, 1 connection: Switchyard's own statements and commits, no scheduler "
-                 "logic; informational: the gap left is Python and driver overhead"),
-        Row("admission, threaded Scheduler, no-op bus", med("sy_threaded_noop"), raw_multi, "/s", GOAL,
-            note=f"peer: raw cycle, best of {[c for c in conns if c > 1]} connections ({best_c})"),
-        Row("end to end with Pulsar, SchedulerCore inline", med("sy_inline_pulsar"), raw1, "/s",
-            note="peer: raw cycle, 1 connection; informational"),
-        Row("end to end with Pulsar, threaded Scheduler", med("sy_threaded_pulsar"), raw_multi, "/s",
-            GOAL_END_TO_END, note=f"peer: raw cycle, best of {[c for c in conns if c > 1]} connections ({best_c})"),
+            "logic; informational: the gap left is Python and driver overhead",
+        ),
+        Row(
+            "admission, threaded Scheduler, no-op bus",
+            med("sy_threaded_noop"),
+            raw_multi,
+            "/s",
+            GOAL,
+            note=f"peer: raw cycle, best of {[c for c in conns if c > 1]} connections ({best_c})",
+        ),
+        Row(
+            "end to end with Pulsar, SchedulerCore inline",
+            med("sy_inline_pulsar"),
+            raw1,
+            "/s",
+            note="peer: raw cycle, 1 connection; informational",
+        ),
+        Row(
+            "end to end with Pulsar, threaded Scheduler",
+            med("sy_threaded_pulsar"),
+            raw_multi,
+            "/s",
+            GOAL_END_TO_END,
+            note=f"peer: raw cycle, best of {[c for c in conns if c > 1]} connections ({best_c})",
+        ),
     ]
     for c in conns:
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
-    sec.rows.append(Row("raw full cycle (acquire, fired records, published, outcome), 1 connection", None,
-                        med("raw_full_1"), "/s"))
+    sec.rows.append(
+        Row("raw full cycle (acquire, fired records, published, outcome), 1 connection", None, med("raw_full_1"), "/s")
+    )
     sec.raw = raw
     sec.notes.append(
         f"medians of {reps} run(s) of {n:,} triggers; each run on a freshly created and loaded database "

@@ -25,6 +25,7 @@ applies live; each row carries its write time, the lag is apply commit minus it.
 The pieces (`rig`, `bare_library`, `bare_stream`, `applied`, `live_lag`) are importable so a
 profile can run one level under cProfile on the same set-up.
 """
+
 from __future__ import annotations
 
 import os
@@ -116,8 +117,11 @@ class Rig:
         done = 0
         started = time.perf_counter()
         ids = self.recurring if bookkeeping else self.ids
-        sql = text(_BOOKKEEPING if bookkeeping else "UPDATE bc_task SET task_name = :n, max_retry = (max_retry + 1) % 4 "
-                   "WHERE id = :id")
+        sql = text(
+            _BOOKKEEPING
+            if bookkeeping
+            else "UPDATE bc_task SET task_name = :n, max_retry = (max_retry + 1) % 4 WHERE id = :id"
+        )
         while done < n_events:
             with self.legacy.begin() as c:
                 for k in range(ROWS_PER_TX):
@@ -145,21 +149,23 @@ class Rig:
 
 @contextmanager
 def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
+    from legacy_sim.seed import seed_batchcenter
     from migrator.apply import Migrator
     from migrator.stream import StreamMigrator
     from migrator.target import TargetWriter
     from readers.batchcenter.reader import BatchCenterReader
     from readers.legacy_ddl.loader import create_legacy_schema
-    from legacy_sim.seed import seed_batchcenter
     from readers.streams import consistent_snapshot
     from scheduler_core.clock import SystemClock
-    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
+    from switchyard.schema import init_schema
 
     cdc = env.values.get("SWITCHYARD_MARIADB_CDC_URL") or env.mariadb_url
-    with fresh_database(env.mariadb_url, "bench_binlog_legacy") as legacy_url, \
-            fresh_database(env.mariadb_url, "bench_binlog_target") as target_url:
+    with (
+        fresh_database(env.mariadb_url, "bench_binlog_legacy") as legacy_url,
+        fresh_database(env.mariadb_url, "bench_binlog_target") as target_url,
+    ):
         legacy = make_engine(legacy_url)
         target = make_engine(target_url)
         try:
@@ -180,8 +186,12 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
                 c.execute(text("UPDATE bc_task SET migrated = 1"))
                 c.execute(text("SET SESSION sql_log_bin = 1"))
                 ids = [i for (i,) in c.execute(text("SELECT id FROM bc_task ORDER BY id"))]
-                recurring = [i for (i,) in c.execute(text("SELECT id FROM bc_task WHERE task_type IN (2, 3) "
-                                                          "AND status IN (0, 5) ORDER BY id"))]
+                recurring = [
+                    i
+                    for (i,) in c.execute(
+                        text("SELECT id FROM bc_task WHERE task_type IN (2, 3) AND status IN (0, 5) ORDER BY id")
+                    )
+                ]
             schema = make_url(legacy_url).database
             assert schema
             settings = _conn(make_url(cdc).set(database=schema).render_as_string(hide_password=False))
@@ -203,10 +213,17 @@ def bare_library(r: Rig, server_id: int, freeze_schema: bool = False) -> Level:
 
     timer = _Timer()
     reader = BinLogStreamReader(
-        connection_settings=dict(r.settings), server_id=server_id, blocking=False, resume_stream=True,
-        log_file=r.start.log_file, log_pos=r.start.log_pos, is_mariadb=False,
-        only_schemas=[r.schema], only_tables=list(TABLES),
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], enable_logging=False,
+        connection_settings=dict(r.settings),
+        server_id=server_id,
+        blocking=False,
+        resume_stream=True,
+        log_file=r.start.log_file,
+        log_pos=r.start.log_pos,
+        is_mariadb=False,
+        only_schemas=[r.schema],
+        only_tables=list(TABLES),
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        enable_logging=False,
         freeze_schema=freeze_schema,
     )
     rows = 0
@@ -294,6 +311,7 @@ def live_lag(r: Rig, server_id: int, seconds: int) -> tuple[list[float], float |
     Returns the lags and the write rate the writer (its own process) reached: on a loaded
     box it can fall short of 2K/s, and the row says so."""
     import multiprocessing
+
     from readers.streams import BinlogChangeStream
 
     sm = r.sm
@@ -301,10 +319,12 @@ def live_lag(r: Rig, server_id: int, seconds: int) -> tuple[list[float], float |
     stop = threading.Event()
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with live threads and pools
     rate_in, rate_out = ctx.Pipe(duplex=False)
-    writer = ctx.Process(target=_paced_writer, args=(r.legacy_url, r.ids, 2_000 * seconds, 2_000.0, rate_out),
-                         daemon=True)
-    s = BinlogChangeStream(r.settings, server_id=server_id, schemas=[r.schema], tables=TABLES,
-                           start=sm.checkpoint(), heartbeat_s=1.0)
+    writer = ctx.Process(
+        target=_paced_writer, args=(r.legacy_url, r.ids, 2_000 * seconds, 2_000.0, rate_out), daemon=True
+    )
+    s = BinlogChangeStream(
+        r.settings, server_id=server_id, schemas=[r.schema], tables=TABLES, start=sm.checkpoint(), heartbeat_s=1.0
+    )
     plain_apply = sm.apply_group
 
     def timed_apply(group: Any) -> None:
@@ -359,8 +379,9 @@ def _rate(rows: int, seconds: float) -> float | None:
 def _cpu(level: Level) -> str:
     if level.cpu_us is None:
         return "no events"
-    server = (f" + {level.server_cpu_s / level.rows * 1e6:,.0f} µs of the server's"
-              if level.server_cpu_s is not None else "")
+    server = (
+        f" + {level.server_cpu_s / level.rows * 1e6:,.0f} µs of the server's" if level.server_cpu_s is not None else ""
+    )
     return f"{level.cpu_us:,.0f} µs CPU per event{server}"
 
 
@@ -383,24 +404,54 @@ def run(env: StackEnv, profile: dict[str, Any], options: Any) -> list[Row]:
     lags.sort()
     per_tx = f"{ROWS_PER_TX} per transaction"
     return [
-        Row(f"binlog events applied/s, scheduler bookkeeping ({bk_apply.rows:,} row events, {per_tx})", bk_apply.rate,
-            bk_lib.rate, "/s", RATE_GOAL,
+        Row(
+            f"binlog events applied/s, scheduler bookkeeping ({bk_apply.rows:,} row events, {per_tx})",
+            bk_apply.rate,
+            bk_lib.rate,
+            "/s",
+            RATE_GOAL,
             note="fire_time + 1 min and version + 1 of recurring tasks, as the batch center writes at each fire: "
-                 f"{bk_unchanged:,} images recognised unchanged by their digest, nothing mapped or written but the "
-                 f"checkpoint; ceiling: the bare library (freeze_schema) over the same events; {_cpu(bk_apply)}"),
-        Row(f"binlog events applied/s, definition edits ({apply.rows:,} row events, {per_tx})", apply.rate, ceiling,
-            "/s", RATE_GOAL,
+            f"{bk_unchanged:,} images recognised unchanged by their digest, nothing mapped or written but the "
+            f"checkpoint; ceiling: the bare library (freeze_schema) over the same events; {_cpu(bk_apply)}",
+        ),
+        Row(
+            f"binlog events applied/s, definition edits ({apply.rows:,} row events, {per_tx})",
+            apply.rate,
+            ceiling,
+            "/s",
+            RATE_GOAL,
             note="ceiling: the bare library (pymysqlreplication BinLogStreamReader, only_tables/only_events, "
-                 f"rows decoded; the faster of its two rows below) over the same events; {_cpu(apply)}"),
-        Row(f"binlog events decoded/s by BinlogChangeStream, no apply ({stream.rows:,} row events)", stream.rate,
-            ceiling, "/s", note=f"ceiling: the bare library over the same events; {_cpu(stream)}"),
-        Row(f"binlog events decoded/s by the bare library ({lib.rows:,} row events)", lib.rate, None, "/s",
-            note=f"BinLogStreamReader with only_schemas/only_tables/only_events, every event.rows decoded; {_cpu(lib)}"),
-        Row(f"binlog events decoded/s by the bare library, freeze_schema ({frozen.rows:,} row events)", frozen.rate,
-            None, "/s", note="the same with freeze_schema=True (a known table id's TableMap is not parsed again); "
-                             + _cpu(frozen)),
-        Row("binlog apply lag p99 at 2K events/s", percentile(lags, 99), None, "s", LAG_GOAL,
+            f"rows decoded; the faster of its two rows below) over the same events; {_cpu(apply)}",
+        ),
+        Row(
+            f"binlog events decoded/s by BinlogChangeStream, no apply ({stream.rows:,} row events)",
+            stream.rate,
+            ceiling,
+            "/s",
+            note=f"ceiling: the bare library over the same events; {_cpu(stream)}",
+        ),
+        Row(
+            f"binlog events decoded/s by the bare library ({lib.rows:,} row events)",
+            lib.rate,
+            None,
+            "/s",
+            note=f"BinLogStreamReader with only_schemas/only_tables/only_events, every event.rows decoded; {_cpu(lib)}",
+        ),
+        Row(
+            f"binlog events decoded/s by the bare library, freeze_schema ({frozen.rows:,} row events)",
+            frozen.rate,
+            None,
+            "/s",
+            note="the same with freeze_schema=True (a known table id's TableMap is not parsed again); " + _cpu(frozen),
+        ),
+        Row(
+            "binlog apply lag p99 at 2K events/s",
+            percentile(lags, 99),
+            None,
+            "s",
+            LAG_GOAL,
             note=f"p50 {percentile(lags, 50)} s over the {len(lags):,} of {2_000 * lag_seconds:,} row events "
-                 "applied by 2 s after the writer ended (a stream behind leaves the latest out); the writer "
-                 "(own process) reached " + (f"{reached:,.0f} events/s" if reached else "?")),
+            "applied by 2 s after the writer ended (a stream behind leaves the latest out); the writer "
+            "(own process) reached " + (f"{reached:,.0f} events/s" if reached else "?"),
+        ),
     ]

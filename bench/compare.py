@@ -13,6 +13,7 @@ goal); the script prints it in the bench's table style and reports its best figu
 its closing JSON line (`compare_rows_per_s`, `rows`), from which this section builds
 the same row. A run on fewer rows than the goal's 10M says so in the row's note.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,15 @@ def goal_row(rows_per_s: float | None, rows: int | None, *, cpu_rows_per_s: floa
     if cpu_rows_per_s:
         notes.append(f"{cpu_rows_per_s:,.0f} rows per CPU-second")
     ratio = None if rows_per_s is None else rows_per_s / GOAL_ROWS_PER_S
-    return Row(GOAL_FIGURE, rows_per_s, None, "rows/s", Goal("value_min", GOAL_ROWS_PER_S, "rows/s"), ratio=ratio,
-               note="; ".join(notes))
+    return Row(
+        GOAL_FIGURE,
+        rows_per_s,
+        None,
+        "rows/s",
+        Goal("value_min", GOAL_ROWS_PER_S, "rows/s"),
+        ratio=ratio,
+        note="; ".join(notes),
+    )
 
 
 def goal_row_from(body: Any, rates: list[tuple[str, float]]) -> Row | None:
@@ -51,12 +59,17 @@ def goal_row_from(body: Any, rates: list[tuple[str, float]]) -> Row | None:
     if isinstance(body, dict) and isinstance(body.get("compare_rows_per_s"), (int, float)):
         rows = body.get("rows")
         cpu = body.get("cpu_rows_per_s")
-        return goal_row(float(body["compare_rows_per_s"]), int(rows) if isinstance(rows, (int, float)) else None,
-                        cpu_rows_per_s=float(cpu) if isinstance(cpu, (int, float)) else None)
+        return goal_row(
+            float(body["compare_rows_per_s"]),
+            int(rows) if isinstance(rows, (int, float)) else None,
+            cpu_rows_per_s=float(cpu) if isinstance(cpu, (int, float)) else None,
+        )
     best = [v for label, v in rates if label.lower().startswith("best")]
     if best:
         return goal_row(best[-1], None)
     return None
+
+
 _RATE = re.compile(r"([0-9][0-9,._]*(?:\.[0-9]+)?)\s*(?:rows/s|rows per second|rows/sec)", re.I)
 
 
@@ -97,8 +110,9 @@ def script_args(environ: dict[str, str], quick: bool) -> list[str]:
     if not quick:
         return []
     try:
-        help_text = subprocess.run([sys.executable, str(SCRIPT), "--help"], cwd=REPO, env=environ,
-                                   capture_output=True, text=True, timeout=60).stdout
+        help_text = subprocess.run(
+            [sys.executable, str(SCRIPT), "--help"], cwd=REPO, env=environ, capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     if "--quick" in help_text:
@@ -125,8 +139,13 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         sec.error = f"bench_compare.py did not finish within {limit} s"
         return sec
     rates, body = parse_output(proc.stdout)
-    sec.raw = {"command": cmd, "returncode": proc.returncode, "stdout_tail": proc.stdout[-4000:],
-               "stderr_tail": proc.stderr[-2000:], "json": body}
+    sec.raw = {
+        "command": cmd,
+        "returncode": proc.returncode,
+        "stdout_tail": proc.stdout[-4000:],
+        "stderr_tail": proc.stderr[-2000:],
+        "json": body,
+    }
     if proc.returncode != 0:
         sec.error = f"bench_compare.py exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
     goal = goal_row_from(body, rates)

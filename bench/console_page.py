@@ -7,6 +7,7 @@ and served by `switchyard console --legacy-url ...` as an operator runs it. Prin
 page: the server's answer time (median and max of --repeat GETs over loopback), and the
 time headless Chromium takes to load and render it (`--dump-dom`, median of 3, less the
 same browser's start-up on about:blank)."""
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.console_page", description=__doc__.splitlines()[0])
     p.add_argument("--mariadb", action="store_true", help="on the stack's MariaDB (else SQLite files)")
     p.add_argument("--businesses", type=int, default=20)
-    p.add_argument("--jobs-per-business", type=int, default=118,
-                   help="seeded per business; some are quarantined or not migrated (118: about 2,000 jobs in all)")
+    p.add_argument(
+        "--jobs-per-business",
+        type=int,
+        default=118,
+        help="seeded per business; some are quarantined or not migrated (118: about 2,000 jobs in all)",
+    )
     p.add_argument("--repeat", type=int, default=10)
     args = p.parse_args(argv)
     with ExitStack() as stack:
@@ -65,12 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         jobs = len(st.env.store.triggers_of())
         st.env.legacy.dispose()
         st.env.store.engine.dispose()
-        print(f"built {args.businesses} businesses / {jobs} jobs on {'MariaDB' if args.mariadb else 'SQLite'} "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"built {args.businesses} businesses / {jobs} jobs on {'MariaDB' if args.mariadb else 'SQLite'} "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
         base = stack.enter_context(console_process(target, [legacy], tmp / "console.log"))
-        pages = {"businesses (/)": "/", "a business (cut over, orphan)": f"/business/{quote(st.cutover, safe='')}",
-                 "scheduler & lag": "/scheduler", "audit": "/audit", "API /api/businesses": "/api/businesses",
-                 "full report (rendered on demand)": f"/report/{quote(st.dual_run, safe='')}"}
+        pages = {
+            "businesses (/)": "/",
+            "a business (cut over, orphan)": f"/business/{quote(st.cutover, safe='')}",
+            "scheduler & lag": "/scheduler",
+            "audit": "/audit",
+            "API /api/businesses": "/api/businesses",
+            "full report (rendered on demand)": f"/report/{quote(st.dual_run, safe='')}",
+        }
         browser = chromium()
         blank = _browser_time("about:blank", tmp / "profile") if browser else None
         print("| page | server median | server max | Chromium wall (median of 3) | less start-up |")

@@ -11,6 +11,7 @@ concurrency quota and handler run.
 Handlers: "noop" (count only) or "http:<url>" (one GET per item, new connection each
 time, as a business callback would be).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -107,7 +108,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
     bus = PulsarBus(cfg.pulsar_url, topic_prefix=cfg.topic_prefix)
     executors = []
     per_thread: dict[str, list[DomainFigures]] = {}  # domain -> one tally per worker thread
-    http_url = cfg.handler[len("http:"):] if cfg.handler.startswith("http:") else None
+    http_url = cfg.handler[len("http:") :] if cfg.handler.startswith("http:") else None
     try:
         for d in cfg.domains:
             ex = Executor(bus, d, concurrency=cfg.concurrency)
@@ -116,8 +117,9 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             tallies = per_thread[d] = []
             local = threading.local()
 
-            def handler(ctx: ExecutionContext, tallies: list[DomainFigures] = tallies,
-                        local: threading.local = local) -> Any:
+            def handler(
+                ctx: ExecutionContext, tallies: list[DomainFigures] = tallies, local: threading.local = local
+            ) -> Any:
                 start = time.time()
                 ok = True
                 if http_url is not None:
@@ -165,8 +167,10 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
                 width = len(cfg.domains)
                 for k, n in enumerate(mine):
                     counts[slot * width + k] = n
-                done = all(sum(counts[p * width + k] for p in range(cfg.processes)) >= cfg.expected.get(d, 0)
-                           for k, d in enumerate(cfg.domains))
+                done = all(
+                    sum(counts[p * width + k] for p in range(cfg.processes)) >= cfg.expected.get(d, 0)
+                    for k, d in enumerate(cfg.domains)
+                )
             if done:
                 break
             time.sleep(0.01)
@@ -183,11 +187,13 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
                 f.errors += tally.errors
                 f.start_lag_ms += tally.start_lag_ms
                 if tally.first_handled is not None:
-                    f.first_handled = (tally.first_handled if f.first_handled is None
-                                       else min(f.first_handled, tally.first_handled))
+                    f.first_handled = (
+                        tally.first_handled if f.first_handled is None else min(f.first_handled, tally.first_handled)
+                    )
                 if tally.last_handled is not None:
-                    f.last_handled = (tally.last_handled if f.last_handled is None
-                                      else max(f.last_handled, tally.last_handled))
+                    f.last_handled = (
+                        tally.last_handled if f.last_handled is None else max(f.last_handled, tally.last_handled)
+                    )
         out.put(("done", {d: f.__dict__ for d, f in figs.items()}, cmd))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         out.put(("error", f"{type(exc).__name__}: {exc}"))
@@ -249,10 +255,14 @@ def _merge(a: DomainFigures, b: DomainFigures) -> DomainFigures:
         return y if x is None else x if y is None else f(x, y)
 
     return DomainFigures(
-        items=a.items + b.items, messages=a.messages + b.messages,
-        first_recv=pick(a.first_recv, b.first_recv, min), last_recv=pick(a.last_recv, b.last_recv, max),
+        items=a.items + b.items,
+        messages=a.messages + b.messages,
+        first_recv=pick(a.first_recv, b.first_recv, min),
+        last_recv=pick(a.last_recv, b.last_recv, max),
         first_handled=pick(a.first_handled, b.first_handled, min),
         last_handled=pick(a.last_handled, b.last_handled, max),
-        recv_lag_ms=a.recv_lag_ms + b.recv_lag_ms, start_lag_ms=a.start_lag_ms + b.start_lag_ms,
-        errors=a.errors + b.errors, cpu_s=a.cpu_s + b.cpu_s,
+        recv_lag_ms=a.recv_lag_ms + b.recv_lag_ms,
+        start_lag_ms=a.start_lag_ms + b.start_lag_ms,
+        errors=a.errors + b.errors,
+        cpu_s=a.cpu_s + b.cpu_s,
     )

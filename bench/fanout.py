@@ -11,15 +11,13 @@ one row per item, or one row per envelope), each measured when `--fired-mode` do
 not pick one. The peer is a bare pulsar-client producer and consumer moving the same
 envelopes (no store, no decode): what the broker and client could carry.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from datetime import timedelta
 from typing import Any
-
-from scheduler_core.bus.pulsar import PulsarBus
-from scheduler_core.settings import SchedulerSettings
 
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import Deadline, Goal, Row, Section, StackEnv, bench_prefix, delete_topics, fresh_database
@@ -32,6 +30,8 @@ from bench.workload import (
     make_store,
     now_ms,
 )
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
 
 NAME = "fanout"
 TITLE = "fan-out commands/s end to end with sharding envelopes"
@@ -51,19 +51,36 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
     t_ms = now_ms()
     t = from_ms(t_ms)
     topic = f"persistent://public/default/{prefix}-bare{total}x{envelope}"
-    client = pulsar.Client(env.pulsar_url, operation_timeout_seconds=30,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    client = pulsar.Client(
+        env.pulsar_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+    )
     try:
-        consumer = client.subscribe(topic, "bare", consumer_type=pulsar.ConsumerType.Shared,
-                                    initial_position=pulsar.InitialPosition.Latest, receiver_queue_size=500)
-        producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True,
-                                          max_pending_messages=MAX_PENDING)
+        consumer = client.subscribe(
+            topic,
+            "bare",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Latest,
+            receiver_queue_size=500,
+        )
+        producer = client.create_producer(
+            topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=MAX_PENDING
+        )
         payloads = []
         for start in range(0, total, envelope):
-            group = [ExecutionCommand(command_id=command_id(1, t, i), trigger_id=TriggerId(1),
-                                      job_code=JobCode("bench-fan"), biz_code=BIZ, handler="bench", scheduled_at=t,
-                                      item_index=i, item_total=total, epoch=Epoch(1))
-                     for i in range(start, min(total, start + envelope))]
+            group = [
+                ExecutionCommand(
+                    command_id=command_id(1, t, i),
+                    trigger_id=TriggerId(1),
+                    job_code=JobCode("bench-fan"),
+                    biz_code=BIZ,
+                    handler="bench",
+                    scheduled_at=t,
+                    item_index=i,
+                    item_total=total,
+                    epoch=Epoch(1),
+                )
+                for i in range(start, min(total, start + envelope))
+            ]
             payloads.append((encode_commands(group), len(group)))
         got = {"items": 0, "last": 0.0}
 
@@ -90,12 +107,24 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
         consumer.close()
     finally:
         client.close()
-    return {"rate": got["items"] / secs if secs > 0 else 0.0, "items": got["items"], "seconds": secs,
-            "messages": len(payloads)}
+    return {
+        "rate": got["items"] / secs if secs > 0 else 0.0,
+        "items": got["items"],
+        "seconds": secs,
+        "messages": len(payloads),
+    }
 
 
-def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s: float,
-            triggers: int = 1, job_timeout: timedelta = timedelta(0), processes: int = 1) -> dict[str, Any]:
+def one_run(
+    env: StackEnv,
+    total: int,
+    envelope: int,
+    mode: str | None,
+    limit_s: float,
+    triggers: int = 1,
+    job_timeout: timedelta = timedelta(0),
+    processes: int = 1,
+) -> dict[str, Any]:
     s_kw: dict[str, Any] = {}
     j_kw: dict[str, Any] = {}
     how = "core default"
@@ -109,14 +138,31 @@ def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s:
     per_trigger = total // triggers
     with fresh_database(env.mariadb_url, "bench_fan") as url:
         store = make_store(url, 4)
-        jobs = [store.put_job(bench_job(BIZ, job_code=f"bench-fan-{i}", shard_total=per_trigger,
-                                        envelope_size=envelope, timeout=job_timeout, **j_kw))
-                for i in range(triggers)]
+        jobs = [
+            store.put_job(
+                bench_job(
+                    BIZ,
+                    job_code=f"bench-fan-{i}",
+                    shard_total=per_trigger,
+                    envelope_size=envelope,
+                    timeout=job_timeout,
+                    **j_kw,
+                )
+            )
+            for i in range(triggers)
+        ]
         for job in jobs:
             load_triggers(url, job, 1, first_ms=now_ms() - 1000)
         bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
-        cfg = HostConfig(env.pulsar_url, prefix, [BIZ], {BIZ: per_trigger * triggers}, deadline_s=limit_s,
-                         keep_lags=False, processes=processes)
+        cfg = HostConfig(
+            env.pulsar_url,
+            prefix,
+            [BIZ],
+            {BIZ: per_trigger * triggers},
+            deadline_s=limit_s,
+            keep_lags=False,
+            processes=processes,
+        )
         try:
             with ExecutorHost(cfg) as host:
                 started = time.time()
@@ -129,13 +175,23 @@ def one_run(env: StackEnv, total: int, envelope: int, mode: str | None, limit_s:
             delete_topics(env.pulsar_admin_url, prefix)
     end = fig.last_handled or time.time()
     secs = end - started
-    return {"total": per_trigger * triggers, "envelope": envelope, "triggers": triggers, "fired_mode": mode,
-            "fired_mode_switch": how, "items_handled": fig.items, "messages": fig.messages,
-            "seconds": secs, "rate": fig.items / secs if secs > 0 else 0.0, "scheduler_seconds": fired_s,
-            "scheduler_rate": (per_trigger * triggers) / fired_s if fired_s > 0 else 0.0,
-            "complete": fig.items >= per_trigger * triggers, "job_timeout_s": job_timeout.total_seconds(),
-            "executor_processes": processes,
-            "drive": d.stats}
+    return {
+        "total": per_trigger * triggers,
+        "envelope": envelope,
+        "triggers": triggers,
+        "fired_mode": mode,
+        "fired_mode_switch": how,
+        "items_handled": fig.items,
+        "messages": fig.messages,
+        "seconds": secs,
+        "rate": fig.items / secs if secs > 0 else 0.0,
+        "scheduler_seconds": fired_s,
+        "scheduler_rate": (per_trigger * triggers) / fired_s if fired_s > 0 else 0.0,
+        "complete": fig.items >= per_trigger * triggers,
+        "job_timeout_s": job_timeout.total_seconds(),
+        "executor_processes": processes,
+        "drive": d.stats,
+    }
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
@@ -152,10 +208,16 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     else:
         modes = [None]
     sec = Section(NAME, TITLE)
-    sec.settings = {"shapes (shard_total, envelope_size)": shapes, "fired_modes": modes or ["core default"],
-                    "available_fired_modes": have, "executor": "1 process, concurrency 16, no-op handler",
-                    "job_timeout": "0, and one run with 30 s (one watchdog thread per executor)", "driver": "SchedulerCore inline",
-                    "sharding_page": "max(300, envelope_size)", "partitions": 4}
+    sec.settings = {
+        "shapes (shard_total, envelope_size)": shapes,
+        "fired_modes": modes or ["core default"],
+        "available_fired_modes": have,
+        "executor": "1 process, concurrency 16, no-op handler",
+        "job_timeout": "0, and one run with 30 s (one watchdog thread per executor)",
+        "driver": "SchedulerCore inline",
+        "sharding_page": "max(300, envelope_size)",
+        "partitions": 4,
+    }
     raw: list[dict[str, Any]] = []
     for total, env_size in shapes:
         for mode in modes:
@@ -168,31 +230,60 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             finally:
                 delete_topics(env.pulsar_admin_url, bare_prefix)
             r["bare"] = bare
-            sec.rows.append(Row(label, r["rate"], bare["rate"], "/s", GOAL,
-                                note="peer: bare producer+consumer, same envelopes"
-                                     + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}")))
+            sec.rows.append(
+                Row(
+                    label,
+                    r["rate"],
+                    bare["rate"],
+                    "/s",
+                    GOAL,
+                    note="peer: bare producer+consumer, same envelopes"
+                    + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"),
+                )
+            )
     if not quick:
         # the SDK with a job timeout set (the usual case): one watchdog thread enforces it
         total, env_size = shapes[-1]
         mode = modes[0] if len(modes) == 1 else "page"
         r = one_run(env, total, env_size, mode, limit_s, job_timeout=timedelta(seconds=30))
         raw.append(r)
-        sec.rows.append(Row(f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, job timeout 30 s",
-                            r["rate"], None, "/s", GOAL,
-                            note="enforced by one watchdog thread per executor (was a thread per item)"
-                                 + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}")))
+        sec.rows.append(
+            Row(
+                f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, job timeout 30 s",
+                r["rate"],
+                None,
+                "/s",
+                GOAL,
+                note="enforced by one watchdog thread per executor (was a thread per item)"
+                + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"),
+            )
+        )
         # executors scaled out: two processes on the same Shared subscription
         r = one_run(env, total, env_size, mode, limit_s, processes=2)
         raw.append(r)
-        sec.rows.append(Row(f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, 2 executor processes",
-                            r["rate"], None, "/s", GOAL,
-                            note="one Shared subscription, two processes on the same 2 cores as broker and scheduler"
-                                 + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}")))
+        sec.rows.append(
+            Row(
+                f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, 2 executor processes",
+                r["rate"],
+                None,
+                "/s",
+                GOAL,
+                note="one Shared subscription, two processes on the same 2 cores as broker and scheduler"
+                + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"),
+            )
+        )
     sec.raw = {"runs": raw}
-    sec.notes.append("scheduler side alone (first tick until fired records + publication done): "
-                     + "; ".join(f"S={r['total']:,}/E={r['envelope']}/{r['fired_mode'] or 'default'}: "
-                                 f"{r['scheduler_rate']:,.0f}/s" for r in raw) + ".")
-    sec.notes.append("commands = sharding items; time from the first tick to the last item handled in the "
-                     "executor process; scheduler-side rate (fired records + publication) is in the JSON "
-                     "(`scheduler_rate`).")
+    sec.notes.append(
+        "scheduler side alone (first tick until fired records + publication done): "
+        + "; ".join(
+            f"S={r['total']:,}/E={r['envelope']}/{r['fired_mode'] or 'default'}: {r['scheduler_rate']:,.0f}/s"
+            for r in raw
+        )
+        + "."
+    )
+    sec.notes.append(
+        "commands = sharding items; time from the first tick to the last item handled in the "
+        "executor process; scheduler-side rate (fired records + publication) is in the JSON "
+        "(`scheduler_rate`)."
+    )
     return sec

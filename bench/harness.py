@@ -4,6 +4,7 @@ result rows, Markdown tables and the JSON file.
 Nothing here starts a server by hand: `stack_up` runs `scripts/stack up` (idempotent)
 and reads the URLs it writes to `<stack dir>/env`.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,7 @@ def parse_env_file(text: str) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):]
+            line = line[len("export ") :]
         if "=" not in line:
             continue
         key, value = line.split("=", 1)
@@ -122,8 +123,13 @@ def pymysql_connect(url: str, autocommit: bool = False) -> Any:
 
     u = make_url(url)
     return pymysql.connect(
-        host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username, password=u.password or "",
-        database=u.database, charset="utf8mb4", autocommit=autocommit,
+        host=u.host or "127.0.0.1",
+        port=u.port or 3306,
+        user=u.username,
+        password=u.password or "",
+        database=u.database,
+        charset="utf8mb4",
+        autocommit=autocommit,
     )
 
 
@@ -324,8 +330,14 @@ class Section:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "title": self.title, "rows": [r.as_dict() for r in self.rows], "raw": self.raw,
-            "settings": self.settings, "notes": self.notes, "skipped": self.skipped, "error": self.error,
+            "name": self.name,
+            "title": self.title,
+            "rows": [r.as_dict() for r in self.rows],
+            "raw": self.raw,
+            "settings": self.settings,
+            "notes": self.notes,
+            "skipped": self.skipped,
+            "error": self.error,
             "seconds": round(self.seconds, 2),
         }
 

@@ -20,14 +20,12 @@ publication (deliver-at = T) happen ahead of T, as the 30-min lookahead has them
 production; when admission had not finished by T the lag includes it, and the table
 says so (admission margin).
 """
+
 from __future__ import annotations
 
 import time
 from datetime import timedelta
 from typing import Any
-
-from scheduler_core.bus.pulsar import PulsarBus
-from scheduler_core.settings import SchedulerSettings
 
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import (
@@ -42,6 +40,8 @@ from bench.harness import (
     lag_summary,
 )
 from bench.workload import ThreadedScheduler, bench_job, load_triggers, make_store, now_ms
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
 
 NAME = "hot_minute"
 TITLE = "hot minute: K triggers due in the same second, executor receipt minus T"
@@ -65,14 +65,21 @@ def bare_same_second(env: StackEnv, k: int, limit_s: float) -> dict[str, Any]:
 
     prefix = bench_prefix("hotb")
     topic = f"persistent://public/default/{prefix}"
-    client = pulsar.Client(env.pulsar_url, operation_timeout_seconds=30,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    client = pulsar.Client(
+        env.pulsar_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+    )
     lags: list[float] = []
     try:
-        consumer = client.subscribe(topic, "bare", consumer_type=pulsar.ConsumerType.Shared,
-                                    initial_position=pulsar.InitialPosition.Latest, receiver_queue_size=500)
-        producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True,
-                                          max_pending_messages=MAX_PENDING)
+        consumer = client.subscribe(
+            topic,
+            "bare",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Latest,
+            receiver_queue_size=500,
+        )
+        producer = client.create_producer(
+            topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=MAX_PENDING
+        )
         t0 = now_ms() + 3000 + int(k / 5)  # enough to queue them all first (>= 5K msg/s)
         payload = b"x" * 200
 
@@ -102,8 +109,14 @@ def bare_same_second(env: StackEnv, k: int, limit_s: float) -> dict[str, Any]:
     return {"received": len(lags), "queued_before_T": queued_before_t, "lag_s": lag_summary(lags)}
 
 
-def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: float,
-             envelope_size: int | dict[str, int] = 1, processes: int = 1) -> dict[str, Any]:
+def scenario(
+    env: StackEnv,
+    counts: dict[str, int],
+    lead_s: float,
+    limit_s: float,
+    envelope_size: int | dict[str, int] = 1,
+    processes: int = 1,
+) -> dict[str, Any]:
     """`envelope_size`: for every business, or per business (default 1)."""
     sizes = envelope_size if isinstance(envelope_size, dict) else dict.fromkeys(counts, envelope_size)
     prefix = bench_prefix("hot")
@@ -114,8 +127,18 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
         bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
         try:
             for biz in counts:
-                hosts.append(ExecutorHost(HostConfig(env.pulsar_url, prefix, [biz], {biz: counts[biz]},
-                                                     deadline_s=lead_s + limit_s + 30, processes=processes)))
+                hosts.append(
+                    ExecutorHost(
+                        HostConfig(
+                            env.pulsar_url,
+                            prefix,
+                            [biz],
+                            {biz: counts[biz]},
+                            deadline_s=lead_s + limit_s + 30,
+                            processes=processes,
+                        )
+                    )
+                )
             for h in hosts:
                 h.__enter__()
             t0 = now_ms() + int(lead_s * 1000)
@@ -137,20 +160,30 @@ def scenario(env: StackEnv, counts: dict[str, int], lead_s: float, limit_s: floa
             bus.close()
             store.engine.dispose()
             delete_topics(env.pulsar_admin_url, prefix)
-    out: dict[str, Any] = {"T0_ms": t0, "lead_s": lead_s, "counts": counts, "envelope_size": sizes,
-                           "executor_processes": processes,
-                           "admission_seconds": admitted_s,
-                           "admission_margin_s": t0 / 1000 - admitted_at if admitted_s is not None else None,
-                           "scheduler_started": started, "per_business": {}}
+    out: dict[str, Any] = {
+        "T0_ms": t0,
+        "lead_s": lead_s,
+        "counts": counts,
+        "envelope_size": sizes,
+        "executor_processes": processes,
+        "admission_seconds": admitted_s,
+        "admission_margin_s": t0 / 1000 - admitted_at if admitted_s is not None else None,
+        "scheduler_started": started,
+        "per_business": {},
+    }
     for biz, f in figs.items():
         recv = [v / 1000 for v in f.recv_lag_ms]
         start = [v / 1000 for v in f.start_lag_ms]
-        out["per_business"][biz] = {"expected": counts[biz], "items": f.items, "messages": f.messages,
-                                    "receipt_lag_s": lag_summary(recv), "handler_start_lag_s": lag_summary(start),
-                                    "last_receipt_after_T0_s": (f.last_recv - t0 / 1000) if f.last_recv else None,
-                                    "executor_cpu_s": f.cpu_s,
-                                    "handling_s": (f.last_handled - f.first_recv)
-                                    if f.last_handled and f.first_recv else None}
+        out["per_business"][biz] = {
+            "expected": counts[biz],
+            "items": f.items,
+            "messages": f.messages,
+            "receipt_lag_s": lag_summary(recv),
+            "handler_start_lag_s": lag_summary(start),
+            "last_receipt_after_T0_s": (f.last_recv - t0 / 1000) if f.last_recv else None,
+            "executor_cpu_s": f.cpu_s,
+            "handling_s": (f.last_handled - f.first_recv) if f.last_handled and f.first_recv else None,
+        }
     return out
 
 
@@ -178,13 +211,19 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     mix_counts = {"sop": big, **{b: small_each for b in SMALL}}
     # the SOP business packs its on-the-hour runs (envelope_size PACK), as a business with
     # such a burst is told to (README); the small ones keep one message per run
-    runs["mix"] = scenario(env, mix_counts, lead_for(sum(mix_counts.values())), limit_s,
-                           envelope_size={"sop": PACK})
+    runs["mix"] = scenario(env, mix_counts, lead_for(sum(mix_counts.values())), limit_s, envelope_size={"sop": PACK})
     runs["small_alone"] = scenario(env, {b: small_each for b in SMALL}, lead_for(small_each * len(SMALL)), limit_s)
-    sec.settings = {"K": k, "M": mix_total, "mix": mix_counts, "partitions": PARTITIONS, "scheduler": "threaded Scheduler, defaults",
-                    "executors": "one process per business, concurrency 16, no-op handler, job timeout 0",
-                    "T": "spread over one second", "lead_rate_assumed_per_s": rate,
-                    "pulsar": "delayedDeliveryTickTimeMillis=100, strict deliver-at"}
+    sec.settings = {
+        "K": k,
+        "M": mix_total,
+        "mix": mix_counts,
+        "partitions": PARTITIONS,
+        "scheduler": "threaded Scheduler, defaults",
+        "executors": "one process per business, concurrency 16, no-op handler, job timeout 0",
+        "T": "spread over one second",
+        "lead_rate_assumed_per_s": rate,
+        "pulsar": "delayedDeliveryTickTimeMillis=100, strict deliver-at",
+    }
     sec.raw = runs
 
     def p(run_name: str, biz: str, q: str) -> float | None:
@@ -192,37 +231,86 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
 
     def margin(run_name: str) -> str:
         m = runs[run_name]["admission_margin_s"]
-        return "admission did not finish" if m is None else (
-            f"admission done {m:.1f} s before T" if m >= 0 else f"admission finished {-m:.1f} s AFTER T")
+        return (
+            "admission did not finish"
+            if m is None
+            else (f"admission done {m:.1f} s before T" if m >= 0 else f"admission finished {-m:.1f} s AFTER T")
+        )
 
     bare = runs["bare_same_second"]["lag_s"]
-    sec.rows.append(Row(f"same second, {k:,} triggers: p50", p("same_second", "hot", "p50"), bare["p50"], "s",
-                        note=f"{margin('same_second')}; peer: bare producer/consumer"))
-    sec.rows.append(Row(f"same second, {k:,} triggers: p99", p("same_second", "hot", "p99"), bare["p99"], "s", GOAL,
-                        note="peer: bare producer/consumer, same k due in one second"))
+    sec.rows.append(
+        Row(
+            f"same second, {k:,} triggers: p50",
+            p("same_second", "hot", "p50"),
+            bare["p50"],
+            "s",
+            note=f"{margin('same_second')}; peer: bare producer/consumer",
+        )
+    )
+    sec.rows.append(
+        Row(
+            f"same second, {k:,} triggers: p99",
+            p("same_second", "hot", "p99"),
+            bare["p99"],
+            "s",
+            GOAL,
+            note="peer: bare producer/consumer, same k due in one second",
+        )
+    )
     packed = runs["packed"]["per_business"]["hot"]
-    sec.rows.append(Row(f"same second, {k:,} triggers, envelope_size {PACK}: p99 handler start",
-                        packed["handler_start_lag_s"]["p99"], bare["p99"], "s", GOAL,
-                        note=f"{margin('packed')}; {packed['messages']:,} messages for {packed['items']:,} items; "
-                             f"p50 {packed['handler_start_lag_s']['p50'] or 0:.3f} s; peer: bare client, one message each"))
+    sec.rows.append(
+        Row(
+            f"same second, {k:,} triggers, envelope_size {PACK}: p99 handler start",
+            packed["handler_start_lag_s"]["p99"],
+            bare["p99"],
+            "s",
+            GOAL,
+            note=f"{margin('packed')}; {packed['messages']:,} messages for {packed['items']:,} items; "
+            f"p50 {packed['handler_start_lag_s']['p50'] or 0:.3f} s; peer: bare client, one message each",
+        )
+    )
     sop = runs["mix"]["per_business"]["sop"]
     packed2 = runs["packed_x2"]["per_business"]["hot"]
-    sec.rows.append(Row(f"same second, {k:,} triggers, envelope_size {PACK}, 2 executor processes: p99 handler start",
-                        packed2["handler_start_lag_s"]["p99"], bare["p99"], "s", GOAL,
-                        note=f"{margin('packed_x2')}; p50 {packed2['handler_start_lag_s']['p50'] or 0:.3f} s; "
-                             "one Shared subscription; peer: bare client, one message each"))
-    sec.rows.append(Row(f"mix: sop ({big:,}, envelope_size {PACK}) p99 handler start",
-                        sop["handler_start_lag_s"]["p99"], None, "s", GOAL,
-                        note=f"p50 {sop['handler_start_lag_s']['p50'] or 0:.3f} s; {sop['messages']:,} messages; "
-                             f"{margin('mix')}"))
+    sec.rows.append(
+        Row(
+            f"same second, {k:,} triggers, envelope_size {PACK}, 2 executor processes: p99 handler start",
+            packed2["handler_start_lag_s"]["p99"],
+            bare["p99"],
+            "s",
+            GOAL,
+            note=f"{margin('packed_x2')}; p50 {packed2['handler_start_lag_s']['p50'] or 0:.3f} s; "
+            "one Shared subscription; peer: bare client, one message each",
+        )
+    )
+    sec.rows.append(
+        Row(
+            f"mix: sop ({big:,}, envelope_size {PACK}) p99 handler start",
+            sop["handler_start_lag_s"]["p99"],
+            None,
+            "s",
+            GOAL,
+            note=f"p50 {sop['handler_start_lag_s']['p50'] or 0:.3f} s; {sop['messages']:,} messages; {margin('mix')}",
+        )
+    )
     for b in SMALL:
         mix99, alone99 = p("mix", b, "p99"), p("small_alone", b, "p99")
-        sec.rows.append(Row(f"mix: {b} ({small_each:,}) p99, with sop vs alone", mix99, alone99, "s", GOAL,
-                            ratio=(mix99 / alone99) if mix99 is not None and alone99 else None,
-                            note=f"p50 {p('mix', b, 'p50') or 0:.3f} s with sop, {p('small_alone', b, 'p50') or 0:.3f} s alone"))
+        sec.rows.append(
+            Row(
+                f"mix: {b} ({small_each:,}) p99, with sop vs alone",
+                mix99,
+                alone99,
+                "s",
+                GOAL,
+                ratio=(mix99 / alone99) if mix99 is not None and alone99 else None,
+                note=f"p50 {p('mix', b, 'p50') or 0:.3f} s with sop, {p('small_alone', b, 'p50') or 0:.3f} s alone",
+            )
+        )
     sec.notes.append("ratio on the same-second rows = Switchyard lag / the bare client's lag (1.0 = no overhead).")
-    sec.notes.append("lag = receive time on the executor's subscription minus the message's scheduled_at (T); "
-                     "ratio on the small-business rows = p99 with the SOP burst / p99 alone (1.0 = unaffected).")
-    sec.notes.append(f"same second: {margin('same_second')}; mix: {margin('mix')}; "
-                     f"small alone: {margin('small_alone')}.")
+    sec.notes.append(
+        "lag = receive time on the executor's subscription minus the message's scheduled_at (T); "
+        "ratio on the small-business rows = p99 with the SOP burst / p99 alone (1.0 = unaffected)."
+    )
+    sec.notes.append(
+        f"same second: {margin('same_second')}; mix: {margin('mix')}; small alone: {margin('small_alone')}."
+    )
     return sec

@@ -21,6 +21,7 @@ Binlog figures (events/s applied, apply lag) are measured by another engineer: a
 module `bench/binlog.py` with `run(env, profile, options) -> list[Row]` is picked up
 here when it exists (the hook).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -45,9 +46,13 @@ SKIP_TABLES = ("dus_meta", "dus_fence")
 
 def available() -> str | None:
     """None when the migrator and seeder exist; otherwise why the section is skipped."""
-    for mod, attr in (("legacy_sim.seed", "seed_xxljob"), ("migrator.apply", "Migrator"),
-                      ("readers.xxljob.reader", "XxlJobReader"), ("migrator.target", "TargetWriter"),
-                      ("readers.legacy_ddl.loader", "create_legacy_schema")):
+    for mod, attr in (
+        ("legacy_sim.seed", "seed_xxljob"),
+        ("migrator.apply", "Migrator"),
+        ("readers.xxljob.reader", "XxlJobReader"),
+        ("migrator.target", "TargetWriter"),
+        ("readers.legacy_ddl.loader", "create_legacy_schema"),
+    ):
         try:
             m = importlib.import_module(mod)
         except Exception as exc:  # noqa: BLE001
@@ -81,10 +86,12 @@ def raw_insert(url: str, data: dict[str, tuple[list[str], list[tuple[Any, ...]]]
         with conn.cursor() as cur:
             t0 = time.perf_counter()
             for name, (cols, rows) in data.items():
-                sql = (f"INSERT INTO `{name}` ({', '.join(f'`{c}`' for c in cols)}) "
-                       f"VALUES ({', '.join(['%s'] * len(cols))})")
+                sql = (
+                    f"INSERT INTO `{name}` ({', '.join(f'`{c}`' for c in cols)}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})"
+                )
                 for i in range(0, len(rows), BATCH):
-                    cur.executemany(sql, rows[i:i + BATCH])
+                    cur.executemany(sql, rows[i : i + BATCH])
                     conn.commit()
             return time.perf_counter() - t0
     finally:
@@ -109,20 +116,22 @@ def beat_executors(legacy: Any) -> int:
 def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
     """Seed N rows, migrate them (first run), again unchanged (re-run), and the raw INSERT
     of what the first run wrote: seconds (and this process's CPU seconds) of each."""
+    from legacy_sim.seed import seed_xxljob
     from migrator.apply import Migrator
     from migrator.target import TargetWriter
     from readers.legacy_ddl.loader import create_legacy_schema
-    from legacy_sim.seed import seed_xxljob
     from readers.xxljob.reader import XxlJobReader
     from scheduler_core.clock import SystemClock
-    from switchyard.schema import init_schema
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
+    from switchyard.schema import init_schema
 
     per_group = n // GROUPS
-    with fresh_database(env.mariadb_url, "bench_migl") as legacy_url, \
-            fresh_database(env.mariadb_url, "bench_migt") as target_url, \
-            fresh_database(env.mariadb_url, "bench_migr") as raw_url:
+    with (
+        fresh_database(env.mariadb_url, "bench_migl") as legacy_url,
+        fresh_database(env.mariadb_url, "bench_migt") as target_url,
+        fresh_database(env.mariadb_url, "bench_migr") as raw_url,
+    ):
         legacy = make_engine(legacy_url)
         target = make_engine(target_url)
         rawe = make_engine(raw_url)
@@ -150,9 +159,19 @@ def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
             target.dispose()
             rawe.dispose()
     (first, first_s, first_cpu), (second, second_s, second_cpu) = runs
-    return {"seeded": seeded, "seed_s": seed_s, "first": first, "first_s": first_s, "first_cpu": first_cpu,
-            "second": second, "second_s": second_s, "second_cpu": second_cpu, "raw_s": raw_s, "raw_cpu": raw_cpu,
-            "rows_by_table": {k: len(v[1]) for k, v in data.items()}}
+    return {
+        "seeded": seeded,
+        "seed_s": seed_s,
+        "first": first,
+        "first_s": first_s,
+        "first_cpu": first_cpu,
+        "second": second,
+        "second_s": second_s,
+        "second_cpu": second_cpu,
+        "raw_s": raw_s,
+        "raw_cpu": raw_cpu,
+        "rows_by_table": {k: len(v[1]) for k, v in data.items()},
+    }
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
@@ -163,35 +182,64 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         return sec
     quick = profile["quick"]
     n = QUICK_ROWS if quick else int(options.get("migration_rows") or FULL_ROWS)
-    sec.settings = {"rows": (n // GROUPS) * GROUPS, "lineage": LINEAGE, "groups": GROUPS, "target_partitions": 16,
-                    "raw_insert": f"PyMySQL executemany, {BATCH}-row batches, commit per batch, binlogged like "
-                                  "the migrator's writes",
-                    "executors": "registry rows beaten (seen alive) before each run"}
+    sec.settings = {
+        "rows": (n // GROUPS) * GROUPS,
+        "lineage": LINEAGE,
+        "groups": GROUPS,
+        "target_partitions": 16,
+        "raw_insert": f"PyMySQL executemany, {BATCH}-row batches, commit per batch, binlogged like "
+        "the migrator's writes",
+        "executors": "registry rows beaten (seen alive) before each run",
+    }
     m = snapshot(env, n)
     seeded, first, second = m["seeded"], m["first"], m["second"]
     first_s, second_s, raw_s = m["first_s"], m["second_s"], m["raw_s"]
     total = seeded.total
     sy_rate = total / first_s
     raw_rate = total / raw_s
-    sec.raw = {"seeded": {"good": seeded.good, "bad": seeded.bad, "seconds": m["seed_s"]},
-               "first_run": {"seconds": first_s, "cpu_seconds": m["first_cpu"], "counts": first.counts,
-                             "rows_written": first.rows_written},
-               "rerun": {"seconds": second_s, "cpu_seconds": m["second_cpu"], "counts": second.counts,
-                         "rows_written": second.rows_written},
-               "raw_insert": {"seconds": raw_s, "cpu_seconds": m["raw_cpu"], "rows_by_table": m["rows_by_table"]}}
+    sec.raw = {
+        "seeded": {"good": seeded.good, "bad": seeded.bad, "seconds": m["seed_s"]},
+        "first_run": {
+            "seconds": first_s,
+            "cpu_seconds": m["first_cpu"],
+            "counts": first.counts,
+            "rows_written": first.rows_written,
+        },
+        "rerun": {
+            "seconds": second_s,
+            "cpu_seconds": m["second_cpu"],
+            "counts": second.counts,
+            "rows_written": second.rows_written,
+        },
+        "raw_insert": {"seconds": raw_s, "cpu_seconds": m["raw_cpu"], "rows_by_table": m["rows_by_table"]},
+    }
     sec.rows = [
-        Row(f"snapshot of {total:,} xxl-job rows: definitions/s", sy_rate, raw_rate, "/s", SNAPSHOT_GOAL,
-            note=f"peer: raw executemany of the same {sum(m['rows_by_table'].values()):,} target rows"),
-        Row("unchanged re-run: speed-up over the first run", first_s / second_s if second_s else None, None, "x",
-            RERUN_GOAL, ratio=first_s / second_s if second_s else None,
-            note=f"first {first_s:.1f} s, re-run {second_s:.1f} s, re-run wrote {second.rows_written} rows"),
+        Row(
+            f"snapshot of {total:,} xxl-job rows: definitions/s",
+            sy_rate,
+            raw_rate,
+            "/s",
+            SNAPSHOT_GOAL,
+            note=f"peer: raw executemany of the same {sum(m['rows_by_table'].values()):,} target rows",
+        ),
+        Row(
+            "unchanged re-run: speed-up over the first run",
+            first_s / second_s if second_s else None,
+            None,
+            "x",
+            RERUN_GOAL,
+            ratio=first_s / second_s if second_s else None,
+            note=f"first {first_s:.1f} s, re-run {second_s:.1f} s, re-run wrote {second.rows_written} rows",
+        ),
     ]
     try:
         hook = importlib.import_module("bench.binlog")
     except ModuleNotFoundError:
-        sec.notes.append("binlog figures (events/s applied, apply lag at 2K events/s): measured by another "
-                         "engineer; `bench/binlog.py` with run(env, profile, options) -> list[Row] is included "
-                         "here when present (not present in this run).")
+        sec.notes.append(
+            "binlog figures (events/s applied, apply lag at 2K events/s): measured by another "
+            "engineer; `bench/binlog.py` with run(env, profile, options) -> list[Row] is included "
+            "here when present (not present in this run)."
+        )
     else:
         sec.rows += list(hook.run(env, profile, options))
     return sec
@@ -214,10 +262,13 @@ def main(argv: list[str] | None = None) -> None:
         load0 = os.getloadavg()[0]
         m = snapshot(env, args.rows)
         n = m["seeded"].total
-        print(f"run {i + 1}: N={n:,} first {m['first_s']:.2f} s (cpu {m['first_cpu']:.2f} s), re-run "
-              f"{m['second_s']:.2f} s (cpu {m['second_cpu']:.2f} s, wrote {m['second'].rows_written}), raw "
-              f"{m['raw_s']:.2f} s (cpu {m['raw_cpu']:.2f} s) | snapshot {m['raw_s'] / m['first_s']:.3f}x the raw INSERT, re-run speed-up "
-              f"{m['first_s'] / m['second_s']:.2f}x | load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"run {i + 1}: N={n:,} first {m['first_s']:.2f} s (cpu {m['first_cpu']:.2f} s), re-run "
+            f"{m['second_s']:.2f} s (cpu {m['second_cpu']:.2f} s, wrote {m['second'].rows_written}), raw "
+            f"{m['raw_s']:.2f} s (cpu {m['raw_cpu']:.2f} s) | snapshot {m['raw_s'] / m['first_s']:.3f}x the raw INSERT, re-run speed-up "
+            f"{m['first_s'] / m['second_s']:.2f}x | load {load0:.1f} -> {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ bare loop queues everything and flushes once. PulsarBus is called three ways:
 Each repetition runs the four in a rotated order, so a change in the shared machine's
 load does not always fall on the same one.
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,23 +42,41 @@ def build_messages(n: int, deliver_at_ms: int, topic: str = "cmd.pub") -> list[A
     t = datetime.fromtimestamp(deliver_at_ms / 1000, tz=timezone.utc)
     out = []
     for i in range(n):
-        cmd = ExecutionCommand(command_id=command_id(i + 1, t, 0), trigger_id=TriggerId(i + 1),
-                               job_code=JobCode("bench-pub"), biz_code="pub", handler="bench", scheduled_at=t,
-                               epoch=Epoch(1))
-        props = {"job_code": "bench-pub", "biz_code": "pub", "scheduled_at": str(deliver_at_ms),
-                 "trigger_id": str(i + 1)}
-        out.append(BusMessage(topic, encode_commands([cmd]), deliver_at_ms=deliver_at_ms, properties=props,
-                              key=cmd.command_id))
+        cmd = ExecutionCommand(
+            command_id=command_id(i + 1, t, 0),
+            trigger_id=TriggerId(i + 1),
+            job_code=JobCode("bench-pub"),
+            biz_code="pub",
+            handler="bench",
+            scheduled_at=t,
+            epoch=Epoch(1),
+        )
+        props = {
+            "job_code": "bench-pub",
+            "biz_code": "pub",
+            "scheduled_at": str(deliver_at_ms),
+            "trigger_id": str(i + 1),
+        }
+        out.append(
+            BusMessage(topic, encode_commands([cmd]), deliver_at_ms=deliver_at_ms, properties=props, key=cmd.command_id)
+        )
     return out
 
 
 def bare_publish(service_url: str, topic: str, messages: list[Any], timeout_s: float) -> dict[str, Any]:
     import pulsar
 
-    client = pulsar.Client(service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    client = pulsar.Client(
+        service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+    )
     try:
-        producer = client.create_producer(topic, send_timeout_millis=30_000, max_pending_messages=MAX_PENDING,
-                                          block_if_queue_full=True, batching_enabled=False)
+        producer = client.create_producer(
+            topic,
+            send_timeout_millis=30_000,
+            max_pending_messages=MAX_PENDING,
+            block_if_queue_full=True,
+            batching_enabled=False,
+        )
         done = threading.Event()
         state = {"left": len(messages), "failed": 0}
         lock = threading.Lock()
@@ -71,14 +90,19 @@ def bare_publish(service_url: str, topic: str, messages: list[Any], timeout_s: f
                     done.set()
 
         first = messages[0]  # a first message outside the timing, as for the bus
-        producer.send(first.payload, properties=dict(first.properties), partition_key=first.key,
-                      deliver_at=int(first.deliver_at_ms))
+        producer.send(
+            first.payload,
+            properties=dict(first.properties),
+            partition_key=first.key,
+            deliver_at=int(first.deliver_at_ms),
+        )
         body = messages[1:]
         state["left"] = len(body)
         t0 = time.perf_counter()
         for m in body:
-            producer.send_async(m.payload, cb, properties=dict(m.properties), partition_key=m.key,
-                                deliver_at=int(m.deliver_at_ms))
+            producer.send_async(
+                m.payload, cb, properties=dict(m.properties), partition_key=m.key, deliver_at=int(m.deliver_at_ms)
+            )
         producer.flush()
         ok = done.wait(timeout_s)
         secs = time.perf_counter() - t0
@@ -88,8 +112,9 @@ def bare_publish(service_url: str, topic: str, messages: list[Any], timeout_s: f
     return {"rate": len(body) / secs, "seconds": secs, "complete": ok, "failed": state["failed"]}
 
 
-def bus_publish(service_url: str, admin_url: str | None, prefix: str, logical: str, messages: list[Any],
-                chunk: int) -> dict[str, Any]:
+def bus_publish(
+    service_url: str, admin_url: str | None, prefix: str, logical: str, messages: list[Any], chunk: int
+) -> dict[str, Any]:
     from scheduler_core.bus.pulsar import PulsarBus
 
     bus = PulsarBus(service_url, admin_url=admin_url, topic_prefix=prefix, max_pending=MAX_PENDING)
@@ -98,15 +123,16 @@ def bus_publish(service_url: str, admin_url: str | None, prefix: str, logical: s
         body = messages[1:]
         t0 = time.perf_counter()
         for i in range(0, len(body), chunk):
-            bus.publish(body[i:i + chunk])
+            bus.publish(body[i : i + chunk])
         secs = time.perf_counter() - t0
     finally:
         bus.close()
     return {"rate": len(body) / secs, "seconds": secs, "chunk": chunk}
 
 
-def bus_publish_concurrent(service_url: str, admin_url: str | None, prefix: str, logical: str,
-                           messages: list[Any], chunk: int, workers: int) -> dict[str, Any]:
+def bus_publish_concurrent(
+    service_url: str, admin_url: str | None, prefix: str, logical: str, messages: list[Any], chunk: int, workers: int
+) -> dict[str, Any]:
     """PulsarBus.publish as the threaded Scheduler calls it: a pool of `workers` threads
     (SchedulerSettings.fire_workers), each publishing one chunk and waiting for its
     acknowledgements, all into the same bus, so several chunks are in flight at once."""
@@ -118,7 +144,7 @@ def bus_publish_concurrent(service_url: str, admin_url: str | None, prefix: str,
     try:
         bus.publish(messages[:1])
         body = messages[1:]
-        chunks = [body[i:i + chunk] for i in range(0, len(body), chunk)]
+        chunks = [body[i : i + chunk] for i in range(0, len(body), chunk)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="benchfire") as pool:
             t0 = time.perf_counter()
             for fut in [pool.submit(bus.publish, c) for c in chunks]:
@@ -138,11 +164,21 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     defaults = SchedulerSettings()
     chunk, workers = defaults.chunk_size, defaults.fire_workers
     sec = Section(NAME, TITLE)
-    sec.settings = {"messages": n, "repetitions": reps, "chunk_size": chunk, "fire_workers": workers,
-                    "deliver_at": "now + 5 s", "order": "rotated per repetition",
-                    "producer": {"batching_enabled": False, "block_if_queue_full": True,
-                                 "max_pending_messages": MAX_PENDING, "client io_threads": 1},
-                    "subscriptions": "none"}
+    sec.settings = {
+        "messages": n,
+        "repetitions": reps,
+        "chunk_size": chunk,
+        "fire_workers": workers,
+        "deliver_at": "now + 5 s",
+        "order": "rotated per repetition",
+        "producer": {
+            "batching_enabled": False,
+            "block_if_queue_full": True,
+            "max_pending_messages": MAX_PENDING,
+            "client io_threads": 1,
+        },
+        "subscriptions": "none",
+    }
     raw: dict[str, list[dict[str, Any]]] = {}
     prefix = bench_prefix("pub")
     url, admin = env.pulsar_url, env.pulsar_admin_url
@@ -152,15 +188,16 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
 
     kinds: dict[str, Callable[[int], dict[str, Any]]] = {
         "bare": lambda rep: bare_publish(url, f"persistent://public/default/{prefix}-bare{rep}", fresh("cmd.pub"), 120),
-        "bus_pool": lambda rep: bus_publish_concurrent(url, admin, prefix, f"cmd.pub{rep}pool",
-                                                       fresh(f"cmd.pub{rep}pool"), chunk, workers),
+        "bus_pool": lambda rep: bus_publish_concurrent(
+            url, admin, prefix, f"cmd.pub{rep}pool", fresh(f"cmd.pub{rep}pool"), chunk, workers
+        ),
         "bus_chunks": lambda rep: bus_publish(url, admin, prefix, f"cmd.pub{rep}c", fresh(f"cmd.pub{rep}c"), chunk),
         "bus_one_call": lambda rep: bus_publish(url, admin, prefix, f"cmd.pub{rep}all", fresh(f"cmd.pub{rep}all"), n),
     }
     order = list(kinds)
     try:
         for rep in range(reps):
-            turn = order[rep % len(order):] + order[:rep % len(order)]
+            turn = order[rep % len(order) :] + order[: rep % len(order)]
             for kind in turn:
                 raw.setdefault(kind, []).append(kinds[kind](rep))
     finally:
@@ -176,18 +213,39 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     bare = med("bare")
     peer = "peer: bare send_async loop + one flush"
     sec.rows = [
-        Row(f"PulsarBus.publish, {workers} threads x chunks of {chunk} (as the threaded Scheduler's fire pool calls it)",
-            med("bus_pool"), bare, "/s", GOAL, note=f"the goal row; {peer}; {per_run('bus_pool')}"),
-        Row(f"PulsarBus.publish, chunks of {chunk} from one thread", med("bus_chunks"), bare, "/s",
+        Row(
+            f"PulsarBus.publish, {workers} threads x chunks of {chunk} (as the threaded Scheduler's fire pool calls it)",
+            med("bus_pool"),
+            bare,
+            "/s",
+            GOAL,
+            note=f"the goal row; {peer}; {per_run('bus_pool')}",
+        ),
+        Row(
+            f"PulsarBus.publish, chunks of {chunk} from one thread",
+            med("bus_chunks"),
+            bare,
+            "/s",
             note=f"informational: each call waits for its acks, the pipe drains per chunk; {peer}; "
-                 f"{per_run('bus_chunks')}"),
-        Row(f"PulsarBus.publish, one call of {n:,}", med("bus_one_call"), bare, "/s", GOAL,
-            note=f"the per-message cost alone; {peer}; {per_run('bus_one_call')}"),
+            f"{per_run('bus_chunks')}",
+        ),
+        Row(
+            f"PulsarBus.publish, one call of {n:,}",
+            med("bus_one_call"),
+            bare,
+            "/s",
+            GOAL,
+            note=f"the per-message cost alone; {peer}; {per_run('bus_one_call')}",
+        ),
     ]
     sec.raw = raw
-    sec.notes.append(f"medians of {reps} run(s) of {n:,} messages each, the four kinds in a rotated order per run; "
-                     "one command per message, deliver_at set (the client never batches those).")
-    sec.notes.append(f"the pool row has at most {workers} x {chunk} messages in flight; the bare loop and the one "
-                     f"call queue up to the producer's {MAX_PENDING:,}-message pending limit, then each send waits "
-                     "for an acknowledgement to free a slot.")
+    sec.notes.append(
+        f"medians of {reps} run(s) of {n:,} messages each, the four kinds in a rotated order per run; "
+        "one command per message, deliver_at set (the client never batches those)."
+    )
+    sec.notes.append(
+        f"the pool row has at most {workers} x {chunk} messages in flight; the bare loop and the one "
+        f"call queue up to the producer's {MAX_PENDING:,}-message pending limit, then each send waits "
+        "for an acknowledgement to free a slot."
+    )
     return sec

@@ -8,6 +8,7 @@ by `SchedulerCore` inline with a no-op bus, in a child process of its own, so it
 peak RSS (VmHWM) is that measurement's alone. Partition curve: 4, 16 and 64
 partitions at the 1M size (quick: 100K), one database each.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -34,9 +35,18 @@ def _measure(url: str, partitions: int, due: int, limit_s: float, q: Any) -> Non
         cpu = time.process_time() - t0
         rss1 = peak_rss_mb()
         store.engine.dispose()
-        q.put({"seconds": d.seconds, "fired": d.fired, "ticks": d.ticks, "complete": d.complete,
-               "us_per_trigger": d.seconds / max(1, d.fired) * 1e6, "cpu_us_per_trigger": cpu / max(1, d.fired) * 1e6,
-               "rss_before_mb": rss0, "peak_rss_mb": rss1})
+        q.put(
+            {
+                "seconds": d.seconds,
+                "fired": d.fired,
+                "ticks": d.ticks,
+                "complete": d.complete,
+                "us_per_trigger": d.seconds / max(1, d.fired) * 1e6,
+                "cpu_us_per_trigger": cpu / max(1, d.fired) * 1e6,
+                "rss_before_mb": rss0,
+                "peak_rss_mb": rss1,
+            }
+        )
     except Exception as exc:  # noqa: BLE001
         q.put({"error": f"{type(exc).__name__}: {exc}"})
 
@@ -57,10 +67,14 @@ def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median cost, highest peak, and the single runs."""
     from bench.harness import median
 
-    return {"us_per_trigger": median(r["us_per_trigger"] for r in runs),
-            "cpu_us_per_trigger": median(r["cpu_us_per_trigger"] for r in runs),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "rss_before_mb": min(r["rss_before_mb"] for r in runs),
-            "complete": all(r["complete"] for r in runs), "runs": runs}
+    return {
+        "us_per_trigger": median(r["us_per_trigger"] for r in runs),
+        "cpu_us_per_trigger": median(r["cpu_us_per_trigger"] for r in runs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "rss_before_mb": min(r["rss_before_mb"] for r in runs),
+        "complete": all(r["complete"] for r in runs),
+        "runs": runs,
+    }
 
 
 def _add_due(url: str, job: Any, due: int) -> None:
@@ -89,11 +103,16 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     reps = 1 if quick else 2
     limit_s = 120.0 if quick else 300.0
     sec = Section(NAME, TITLE)
-    sec.settings = {"sizes": sizes, "partition_sweep_at": part_size, "partitions": partitions, "due_set": due,
-                    "driver": "SchedulerCore inline, no-op bus, child process per point",
-                    "far_rows": "waiting, next_fire_at 1..30 days ahead (outside the 30-min lookahead)",
-                    "load": "INSERT ... SELECT FROM seq_1_to_N, 500K rows per statement, not binlogged",
-                    "repetitions": reps}
+    sec.settings = {
+        "sizes": sizes,
+        "partition_sweep_at": part_size,
+        "partitions": partitions,
+        "due_set": due,
+        "driver": "SchedulerCore inline, no-op bus, child process per point",
+        "far_rows": "waiting, next_fire_at 1..30 days ahead (outside the 30-min lookahead)",
+        "load": "INSERT ... SELECT FROM seq_1_to_N, 500K rows per statement, not binlogged",
+        "repetitions": reps,
+    }
     size_points: list[dict[str, Any]] = []
     part_points: list[dict[str, Any]] = []
     with fresh_database(env.mariadb_url, "bench_scale") as url:
@@ -138,16 +157,31 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     sec.raw = {"by_size": size_points, "by_partitions": part_points}
     base = size_points[0]
     for r in size_points:
-        sec.rows.append(Row(f"{r['table_rows']:,} rows, 16 partitions: µs per trigger", r["us_per_trigger"],
-                            base["us_per_trigger"], "µs", FLATNESS if r is size_points[-1] else None,
-                            note=f"peak RSS {r['peak_rss_mb']:.0f} MB (start {r['rss_before_mb']:.0f} MB), "
-                                 f"CPU {r['cpu_us_per_trigger']:.0f} µs/trigger; ratio vs smallest table"))
+        sec.rows.append(
+            Row(
+                f"{r['table_rows']:,} rows, 16 partitions: µs per trigger",
+                r["us_per_trigger"],
+                base["us_per_trigger"],
+                "µs",
+                FLATNESS if r is size_points[-1] else None,
+                note=f"peak RSS {r['peak_rss_mb']:.0f} MB (start {r['rss_before_mb']:.0f} MB), "
+                f"CPU {r['cpu_us_per_trigger']:.0f} µs/trigger; ratio vs smallest table",
+            )
+        )
     pbase = next((r for r in part_points if r["partitions"] == 16), part_points[0])
     for r in part_points:
-        sec.rows.append(Row(f"{r['table_rows']:,} rows, {r['partitions']} partitions: µs per trigger",
-                            r["us_per_trigger"], pbase["us_per_trigger"], "µs",
-                            note=f"peak RSS {r['peak_rss_mb']:.0f} MB; ratio vs 16 partitions"))
-    sec.notes.append(f"due set D = {due:,} triggers per point, median of {reps}; µs per trigger = wall time to admit "
-                     "and fire D / D (CPU = this process's CPU time / D). Goal: the largest table costs <= 1.5x "
-                     "the smallest (flat curve). A later size's table also holds the earlier due sets, completed.")
+        sec.rows.append(
+            Row(
+                f"{r['table_rows']:,} rows, {r['partitions']} partitions: µs per trigger",
+                r["us_per_trigger"],
+                pbase["us_per_trigger"],
+                "µs",
+                note=f"peak RSS {r['peak_rss_mb']:.0f} MB; ratio vs 16 partitions",
+            )
+        )
+    sec.notes.append(
+        f"due set D = {due:,} triggers per point, median of {reps}; µs per trigger = wall time to admit "
+        "and fire D / D (CPU = this process's CPU time / D). Goal: the largest table costs <= 1.5x "
+        "the smallest (flat curve). A later size's table also holds the earlier due sets, completed."
+    )
     return sec

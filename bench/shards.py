@@ -12,6 +12,7 @@ read from shared memory; the fired records are counted in the database once, aft
 Joins and takeovers are therefore outside the figure; the handoff figures are the fault
 tests' (tests/integration/test_shard_registry.py).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -19,8 +20,6 @@ import os
 import time
 import uuid
 from typing import Any
-
-from scheduler_core.settings import SchedulerSettings
 
 from bench.admission import PARTITIONS, _prepare, raw_ceiling
 from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median, pymysql_connect
@@ -33,6 +32,7 @@ from bench.workload import (
     make_store,
     now_ms,
 )
+from scheduler_core.settings import SchedulerSettings
 
 SETTLE_S = 6.0  # members up, joined and owning their partitions before the triggers fall due
 
@@ -44,6 +44,7 @@ def _prepare_at(url: str, n: int, due_ms: int) -> None:
     load_triggers(url, job, n, first_ms=due_ms, spread_ms=10)
     analyze(url)
     store.engine.dispose()
+
 
 NAME = "shards"
 TITLE = "admission with 1/2/3 shard-registry members vs the raw SQL acquire cycle"
@@ -89,8 +90,9 @@ def _lock_status(cur: Any) -> dict[str, int]:
     return {str(k): int(v) for k, v in cur.fetchall()}
 
 
-def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any, stop: Any, q: Any,
-            progress: Any) -> None:
+def _member(
+    url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any, stop: Any, q: Any, progress: Any
+) -> None:
     import threading
     from datetime import timedelta
 
@@ -104,8 +106,7 @@ def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any
         registry = EtcdRegistry(etcd, member=name, prefix=prefix)
         # lookahead 0: nothing is admitted before the gun; a short idle wait so that every
         # loop looks again right at it (a tick that finds work does not wait either way)
-        settings = SchedulerSettings(lookahead=timedelta(0), idle_wait=timedelta(milliseconds=50),
-                                     jitter=timedelta(0))
+        settings = SchedulerSettings(lookahead=timedelta(0), idle_wait=timedelta(milliseconds=50), jitter=timedelta(0))
         member = ShardedScheduler(store, CountingBus(), registry, store.clock, settings, consume=False)
         stopping = threading.Event()
 
@@ -129,8 +130,15 @@ def _member(url: str, etcd: str, prefix: str, name: str, gun_ms: int, start: Any
         threading.Thread(target=report, daemon=True).start()
         member.run(stopping)
         cpu = time.process_time() - (at_gun[0] if at_gun else 0.0)
-        q.put({"member": name, "fired": member.status.stats.fired, "acquired": member.status.stats.acquired,
-               "cpu_s": cpu, "rebalances": member.status.rebalances})
+        q.put(
+            {
+                "member": name,
+                "fired": member.status.stats.fired,
+                "acquired": member.status.stats.acquired,
+                "cpu_s": cpu,
+                "rebalances": member.status.rebalances,
+            }
+        )
         registry.close()
         store.engine.dispose()
     except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -144,9 +152,10 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     q, start, stop = ctx.Queue(), ctx.Event(), ctx.Event()
     progress = [ctx.Value("q", 0, lock=False) for _ in range(members)]
     prefix = f"/switchyard-bench/{uuid.uuid4().hex[:8]}"
-    procs = [ctx.Process(target=_member, args=(url, etcd, prefix, f"b{k}", gun_ms, start, stop, q, progress[k]),
-                         daemon=True)
-             for k in range(members)]
+    procs = [
+        ctx.Process(target=_member, args=(url, etcd, prefix, f"b{k}", gun_ms, start, stop, q, progress[k]), daemon=True)
+        for k in range(members)
+    ]
     for p in procs:
         p.start()
     start.set()  # join now; the triggers fall due at the gun
@@ -192,15 +201,22 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     # cores would admit at that cost with nothing else running: the box's ceiling
     total_ms = None if server_cpu is None else 1000 * (member_cpu + server_cpu) / max(1, fired)
     cores = os.cpu_count() or 1
-    return {"rate": fired / seconds, "fired": fired, "seconds": seconds, "complete": fired >= n and records >= n,
-            "fired_records": records,
-            "members": results, "server_cpu_s": server_cpu, "machine_busy": busy,
-            "lock_waits": {k: locks1[k] - locks0[k] for k in _LOCK_STATUS},
-            "total_cpu_ms_per_trigger": total_ms,
-            "box_ceiling": None if not total_ms else 1000 * cores / total_ms,
-            "fired_per_member": sorted(r["fired"] for r in results),
-            "member_cpu_ms_per_trigger": [1000 * r["cpu_s"] / max(1, r["fired"]) for r in results],
-            "server_cpu_ms_per_trigger": None if server_cpu is None else 1000 * server_cpu / max(1, fired)}
+    return {
+        "rate": fired / seconds,
+        "fired": fired,
+        "seconds": seconds,
+        "complete": fired >= n and records >= n,
+        "fired_records": records,
+        "members": results,
+        "server_cpu_s": server_cpu,
+        "machine_busy": busy,
+        "lock_waits": {k: locks1[k] - locks0[k] for k in _LOCK_STATUS},
+        "total_cpu_ms_per_trigger": total_ms,
+        "box_ceiling": None if not total_ms else 1000 * cores / total_ms,
+        "fired_per_member": sorted(r["fired"] for r in results),
+        "member_cpu_ms_per_trigger": [1000 * r["cpu_s"] / max(1, r["fired"]) for r in results],
+        "server_cpu_ms_per_trigger": None if server_cpu is None else 1000 * server_cpu / max(1, fired),
+    }
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
@@ -212,9 +228,15 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     if not env.etcd_url:
         raise RuntimeError("the shards bench needs etcd (SWITCHYARD_ETCD_URL)")
     load_start = os.getloadavg()
-    sec.settings = {"triggers": n, "repetitions": reps, "partitions": PARTITIONS, "members": [1, 2, 3],
-                    "raw_connections": [1, 2, 4], "bus": "no-op counting bus",
-                    "load_average_at_start": load_start}
+    sec.settings = {
+        "triggers": n,
+        "repetitions": reps,
+        "partitions": PARTITIONS,
+        "members": [1, 2, 3],
+        "raw_connections": [1, 2, 4],
+        "bus": "no-op counting bus",
+        "load_average_at_start": load_start,
+    }
     raw: dict[str, list[dict[str, Any]]] = {}
     for _rep in range(reps):
         for c in (1, 2, 4):
@@ -228,8 +250,9 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             store = make_store(url, PARTITIONS, pool_size=8)
             d = drive_threaded(store, CountingBus(), SchedulerSettings(), n, Deadline(limit_s))
             store.engine.dispose()
-            raw.setdefault("leader", []).append({"rate": d.rate, "fired": d.fired, "seconds": d.seconds,
-                                                 "complete": d.complete})
+            raw.setdefault("leader", []).append(
+                {"rate": d.rate, "fired": d.fired, "seconds": d.seconds, "complete": d.complete}
+            )
         for m in (1, 2, 3):
             with fresh_database(env.mariadb_url, "bench_sh") as url:
                 raw.setdefault(f"members_{m}", []).append(members_run(url, env.etcd_url, n, m, limit_s))
@@ -247,16 +270,32 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         ceiling = med(f"members_{m}", "box_ceiling")
         waits = [v["lock_waits"]["Innodb_row_lock_waits"] for v in raw.get(f"members_{m}", [])]
         shares = [v["fired_per_member"] for v in raw.get(f"members_{m}", [])]
-        sec.rows.append(Row(f"admission, {m} member process(es), no-op bus", rate, one, "/s",
-                            note="peer: 1 member (ratio N/1); "
-                            + (f"{rate / raw4:.2f}x of the raw cycle on 4 connections; " if rate and raw4 else "")
-                            + f"member CPU ms/trigger {[round(x, 3) for x in per_member]}; server CPU ms/trigger "
-                            + ("-" if server is None else f"{server:.3f}")
-                            + "; machine busy " + ("-" if busy is None else f"{100 * busy:.0f}%")
-                            + "; box ceiling at these costs " + ("-" if ceiling is None else f"{ceiling:,.0f}/s")
-                            + f"; InnoDB row lock waits {waits}; fired per member {shares}"))
-    sec.rows.append(Row("admission, the single leader (threaded Scheduler), no-op bus", med("leader"), one, "/s",
-                        note="peer: 1 member; the registry's cost on one process"))
+        sec.rows.append(
+            Row(
+                f"admission, {m} member process(es), no-op bus",
+                rate,
+                one,
+                "/s",
+                note="peer: 1 member (ratio N/1); "
+                + (f"{rate / raw4:.2f}x of the raw cycle on 4 connections; " if rate and raw4 else "")
+                + f"member CPU ms/trigger {[round(x, 3) for x in per_member]}; server CPU ms/trigger "
+                + ("-" if server is None else f"{server:.3f}")
+                + "; machine busy "
+                + ("-" if busy is None else f"{100 * busy:.0f}%")
+                + "; box ceiling at these costs "
+                + ("-" if ceiling is None else f"{ceiling:,.0f}/s")
+                + f"; InnoDB row lock waits {waits}; fired per member {shares}",
+            )
+        )
+    sec.rows.append(
+        Row(
+            "admission, the single leader (threaded Scheduler), no-op bus",
+            med("leader"),
+            one,
+            "/s",
+            note="peer: 1 member; the registry's cost on one process",
+        )
+    )
     for c in (1, 2, 4):
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
     if one:
@@ -265,9 +304,12 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             sec.notes.append(
                 f"ceiling of the ratio on this machine: {best:,.0f}/s (every core busy with only the 1-member "
                 f"run's member + server CPU per trigger) / {one:,.0f}/s (1 member) = {best / one:.2f}x; a second "
-                "member can only use the idle share left, and its CPU per trigger is higher, not lower.")
+                "member can only use the idle share left, and its CPU per trigger is higher, not lower."
+            )
     sec.raw = raw
     load_end = os.getloadavg()
-    sec.notes.append(f"load average (1/5/15 min) at start {tuple(round(x, 1) for x in load_start)}, at the end "
-                     f"{tuple(round(x, 1) for x in load_end)}: the machine is shared, so figures move with it.")
+    sec.notes.append(
+        f"load average (1/5/15 min) at start {tuple(round(x, 1) for x in load_start)}, at the end "
+        f"{tuple(round(x, 1) for x in load_end)}: the machine is shared, so figures move with it."
+    )
     return sec

@@ -21,6 +21,7 @@ producer uses that side's own API as documented:
   (idle wait 30 s, 1 s at most between ticks, chunks due within 2 s held and fired at
   T); an Executor process with a no-op handler records handler start minus T.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,12 +32,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from scheduler_core.bus.pulsar import PulsarBus
-from scheduler_core.settings import SchedulerSettings
-
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import Deadline, StackEnv, bench_prefix, delete_topics, lag_summary
 from bench.workload import ThreadedScheduler, bench_job, make_store
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
 
 LEAD_S = 1.0  # each job is due this long after it is created
 TICK_S = 0.1  # the producers' step
@@ -72,8 +72,9 @@ def _per_step(rate: float) -> int:
     return max(1, round(rate / _producers(rate) * TICK_S))
 
 
-def producer_main(kind: str, target: dict[str, Any], rate: float, seconds: float, start_at: Any,
-                  out: Any, jobs: Any) -> None:
+def producer_main(
+    kind: str, target: dict[str, Any], rate: float, seconds: float, start_at: Any, out: Any, jobs: Any
+) -> None:
     """One producer process: from `start_at` (a shared value the parent sets to epoch
     seconds once every producer is ready), every TICK_S, jobs due LEAD_S later; exactly `seconds / TICK_S` steps of `_per_step(rate)`. A producer slower than
     its rate falls behind (its offered rate says so) instead of bunching."""
@@ -91,9 +92,19 @@ def producer_main(kind: str, target: dict[str, Any], rate: float, seconds: float
             assert job is not None
 
             def add(dues: list[float]) -> None:
-                store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE,
-                                            next_fire_at=datetime.fromtimestamp(d, timezone.utc)) for d in dues])
+                store.add_triggers(
+                    [
+                        Trigger(
+                            job_code=job.job_code,
+                            biz_code=job.biz_code,
+                            kind=TriggerKind.ONCE,
+                            next_fire_at=datetime.fromtimestamp(d, timezone.utc),
+                        )
+                        for d in dues
+                    ]
+                )
         else:
+
             def add(dues: list[float]) -> None:
                 jobs.put(dues)
 
@@ -130,8 +141,10 @@ def _produce(kind: str, target: dict[str, Any], rate: float, seconds: float, job
     out = ctx.Queue()
     n = _producers(rate)
     sync = ctx.Value("d", 0.0)
-    procs = [ctx.Process(target=producer_main, args=(kind, target, rate, seconds, sync, out, jobs), daemon=True)
-             for _ in range(n)]
+    procs = [
+        ctx.Process(target=producer_main, args=(kind, target, rate, seconds, sync, out, jobs), daemon=True)
+        for _ in range(n)
+    ]
     for p in procs:
         p.start()
     try:
@@ -154,15 +167,24 @@ def _produce(kind: str, target: dict[str, Any], rate: float, seconds: float, job
                 p.join(timeout=10)
     offered = sum(d["offered"] for d in done)
     took = max(d["seconds"] for d in done)
-    return {"offered": offered, "producers": n, "produce_seconds": took,
-            "offered_rate": offered / took if took > 0 else 0.0, "first_due": min(d["start"] for d in done) + LEAD_S}
+    return {
+        "offered": offered,
+        "producers": n,
+        "produce_seconds": took,
+        "offered_rate": offered / took if took > 0 else 0.0,
+        "first_due": min(d["start"] for d in done) + LEAD_S,
+    }
 
 
 def _summary(side: dict[str, Any], lags: list[float], last_fire: float | None) -> dict[str, Any]:
     fired = len(lags)
     span = (last_fire - side["first_due"]) if last_fire else None
-    side.update(fired=fired, complete=fired >= side["offered"], lag_s=lag_summary(lags),
-                rate=(fired / span) if span and span > 0 else 0.0)
+    side.update(
+        fired=fired,
+        complete=fired >= side["offered"],
+        lag_s=lag_summary(lags),
+        rate=(fired / span) if span and span > 0 else 0.0,
+    )
     p99 = side["lag_s"]["p99"]
     side["sustained"] = bool(side["complete"] and p99 is not None and p99 <= MAX_P99_S)
     return side
@@ -206,8 +228,13 @@ def run_apscheduler(url: str, rates: tuple[float, ...], seconds: float) -> list[
                         continue
                     for due in dues:
                         seq[0] += 1
-                        sched.add_job(aps_job, "date", run_date=datetime.fromtimestamp(due, timezone.utc),
-                                      args=[due], id=f"s{seq[0]}")
+                        sched.add_job(
+                            aps_job,
+                            "date",
+                            run_date=datetime.fromtimestamp(due, timezone.utc),
+                            args=[due],
+                            id=f"s{seq[0]}",
+                        )
 
             receiver = threading.Thread(target=receive, name="aps-receiver", daemon=True)
             receiver.start()
@@ -254,11 +281,23 @@ def run_switchyard(env: StackEnv, url: str, rates: tuple[float, ...], seconds: f
             biz = f"steady{int(rate)}"
             job = store.put_job(bench_job(biz, timeout=timedelta(0)))
             expected = jobs_offered(rate, seconds)
-            host = ExecutorHost(HostConfig(env.pulsar_url, prefix, [biz], {biz: expected},
-                                           deadline_s=seconds + LEAD_S + GRACE_S + READY_S, keep_lags=True))
+            host = ExecutorHost(
+                HostConfig(
+                    env.pulsar_url,
+                    prefix,
+                    [biz],
+                    {biz: expected},
+                    deadline_s=seconds + LEAD_S + GRACE_S + READY_S,
+                    keep_lags=True,
+                )
+            )
             with host:
-                side = _produce("switchyard", {"url": url, "etcd": env.etcd_url, "wake_key": wake_key,
-                                               "job_code": job.job_code}, rate, seconds)
+                side = _produce(
+                    "switchyard",
+                    {"url": url, "etcd": env.etcd_url, "wake_key": wake_key, "job_code": job.job_code},
+                    rate,
+                    seconds,
+                )
                 fig = host.wait(seconds + LEAD_S + GRACE_S + READY_S)[biz]
             lags = [v / 1000 for v in fig.start_lag_ms]
             side["executor_items"] = fig.items

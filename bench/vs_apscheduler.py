@@ -17,15 +17,13 @@ triggers come due by the thousand in the same second.
 Steady load (bench/steady_load.py): producers in their own processes, the offered rate
 stepping up until each side falls behind.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
-
-from scheduler_core.bus.pulsar import PulsarBus
-from scheduler_core.settings import SchedulerSettings
 
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import (
@@ -39,6 +37,8 @@ from bench.harness import (
     fresh_database,
 )
 from bench.workload import ThreadedScheduler, bench_job, load_triggers, make_store, now_ms
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
 
 NAME = "vs_apscheduler"
 TITLE = "versus APScheduler 3.11 (SQLAlchemyJobStore on the same MariaDB)"
@@ -81,10 +81,13 @@ def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
     import logging
 
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    settings = {"jobstores": {"default": "SQLAlchemyJobStore(url=<same MariaDB, fresh database>)"},
-                "executors": {"default": f"ThreadPoolExecutor({APS_THREADS})"},
-                "job_defaults": {"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
-                "scheduler": "BackgroundScheduler(timezone=UTC)", "trigger": "date, run_date = now"}
+    settings = {
+        "jobstores": {"default": "SQLAlchemyJobStore(url=<same MariaDB, fresh database>)"},
+        "executors": {"default": f"ThreadPoolExecutor({APS_THREADS})"},
+        "job_defaults": {"coalesce": False, "max_instances": 3, "misfire_grace_time": 3600},
+        "scheduler": "BackgroundScheduler(timezone=UTC)",
+        "trigger": "date, run_date = now",
+    }
     sched = make_apscheduler(url)
     with _lock:
         _count.update(n=0, last=0.0, first=0.0)
@@ -108,8 +111,15 @@ def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
     finally:
         sched.shutdown(wait=False)
     secs = (last - t0) if done >= n else (time.perf_counter() - t0)
-    return {"fired": done, "seconds": secs, "rate": done / secs if secs > 0 else 0.0, "add_seconds": add_s,
-            "first_fire_after_s": (first - t0) if first else None, "complete": done >= n, "settings": settings}
+    return {
+        "fired": done,
+        "seconds": secs,
+        "rate": done / secs if secs > 0 else 0.0,
+        "add_seconds": add_s,
+        "first_fire_after_s": (first - t0) if first else None,
+        "complete": done >= n,
+        "settings": settings,
+    }
 
 
 def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_size: int = 1) -> dict[str, Any]:
@@ -118,8 +128,9 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_siz
     bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
     try:
         job = store.put_job(bench_job("aps", timeout=timedelta(0), envelope_size=envelope_size))
-        with ExecutorHost(HostConfig(env.pulsar_url, prefix, ["aps"], {"aps": n}, deadline_s=limit_s + 30,
-                                     keep_lags=False)) as host:
+        with ExecutorHost(
+            HostConfig(env.pulsar_url, prefix, ["aps"], {"aps": n}, deadline_s=limit_s + 30, keep_lags=False)
+        ) as host:
             load_triggers(url, job, n, first_ms=now_ms() - 1000, spread_ms=1000)
             ts = ThreadedScheduler(store, bus, SchedulerSettings())
             t0 = time.time()
@@ -133,8 +144,13 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_siz
         delete_topics(env.pulsar_admin_url, prefix)
     end = fig.last_handled or time.time()
     secs = end - t0
-    return {"fired": fig.items, "seconds": secs, "rate": fig.items / secs if secs > 0 else 0.0,
-            "published_seconds": published, "complete": fig.items >= n}
+    return {
+        "fired": fig.items,
+        "seconds": secs,
+        "rate": fig.items / secs if secs > 0 else 0.0,
+        "published_seconds": published,
+        "complete": fig.items >= n,
+    }
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
@@ -155,30 +171,59 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         aps_steady = steady_load.run_apscheduler(url, rates, window)
     with fresh_database(env.mariadb_url, "bench_apsys") as url:
         sy_steady = steady_load.run_switchyard(env, url, rates, window)
-    sec.settings = {"N": n, "apscheduler": aps.pop("settings"),
-                    "switchyard": "threaded Scheduler (16 partitions, defaults), PulsarBus, 1 executor process, "
-                                  "no-op handler, job timeout 0",
-                    "burst_envelope_size": BURST_ENVELOPE,
-                    "steady": {"rates_per_s": list(rates), "seconds_per_step": window,
-                               "due_after_creation_s": steady_load.LEAD_S, "max_p99_s": steady_load.MAX_P99_S,
-                               "producer_processes": f"one per {steady_load.PRODUCER_RATE:.0f}/s offered",
-                               "switchyard": "scheduler defaults (idle wait 30 s, max wait 1 s, hold 2 s); "
-                                             "producers' stores wired to the etcd wake key"}}
-    sec.raw = {"apscheduler": aps, "switchyard": sy, "switchyard_envelope": sy_env,
-               "steady_apscheduler": aps_steady, "steady_switchyard": sy_steady}
+    sec.settings = {
+        "N": n,
+        "apscheduler": aps.pop("settings"),
+        "switchyard": "threaded Scheduler (16 partitions, defaults), PulsarBus, 1 executor process, "
+        "no-op handler, job timeout 0",
+        "burst_envelope_size": BURST_ENVELOPE,
+        "steady": {
+            "rates_per_s": list(rates),
+            "seconds_per_step": window,
+            "due_after_creation_s": steady_load.LEAD_S,
+            "max_p99_s": steady_load.MAX_P99_S,
+            "producer_processes": f"one per {steady_load.PRODUCER_RATE:.0f}/s offered",
+            "switchyard": "scheduler defaults (idle wait 30 s, max wait 1 s, hold 2 s); "
+            "producers' stores wired to the etcd wake key",
+        },
+    }
+    sec.raw = {
+        "apscheduler": aps,
+        "switchyard": sy,
+        "switchyard_envelope": sy_env,
+        "steady_apscheduler": aps_steady,
+        "steady_switchyard": sy_steady,
+    }
 
     def incomplete(side: dict[str, Any], label: str) -> str:
         return "" if side["complete"] else f"; {label} INCOMPLETE {side['fired']:,}/{n:,}"
 
     sec.rows = [
-        Row(f"{n:,} one-shot jobs due now: fires/s, one message per run", sy["rate"], aps["rate"], "/s", GOAL,
-            note="peer: APScheduler" + incomplete(aps, "APScheduler") + incomplete(sy, "Switchyard")),
-        Row(f"{n:,} one-shot jobs due now: fires/s, envelope_size {BURST_ENVELOPE}", sy_env["rate"], aps["rate"],
-            "/s", ENVELOPE_GOAL,
-            note="as the README advises for bursts; peer: APScheduler (the same run)" + incomplete(sy_env, "Switchyard")),
-        Row(f"{n:,} one-shot jobs due now: time until all fired, one message per run", sy["seconds"], aps["seconds"],
-            "s", ratio=(aps["seconds"] / sy["seconds"]) if sy["seconds"] else None,
-            note="ratio = APScheduler time / Switchyard time"),
+        Row(
+            f"{n:,} one-shot jobs due now: fires/s, one message per run",
+            sy["rate"],
+            aps["rate"],
+            "/s",
+            GOAL,
+            note="peer: APScheduler" + incomplete(aps, "APScheduler") + incomplete(sy, "Switchyard"),
+        ),
+        Row(
+            f"{n:,} one-shot jobs due now: fires/s, envelope_size {BURST_ENVELOPE}",
+            sy_env["rate"],
+            aps["rate"],
+            "/s",
+            ENVELOPE_GOAL,
+            note="as the README advises for bursts; peer: APScheduler (the same run)"
+            + incomplete(sy_env, "Switchyard"),
+        ),
+        Row(
+            f"{n:,} one-shot jobs due now: time until all fired, one message per run",
+            sy["seconds"],
+            aps["seconds"],
+            "s",
+            ratio=(aps["seconds"] / sy["seconds"]) if sy["seconds"] else None,
+            note="ratio = APScheduler time / Switchyard time",
+        ),
     ]
     sy_best = steady_load.highest_sustained(sy_steady)
     aps_best = steady_load.highest_sustained(aps_steady)
@@ -193,11 +238,19 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         capped += f"; APScheduler sustained none of the steps (below {rates[0]:,.0f}/s): no ratio"
     if sy_best is None:
         capped += f"; Switchyard sustained none of the steps (below {rates[0]:,.0f}/s)"
-    sec.rows.append(Row("steady load: highest sustained rate (complete, p99 lag <= 1 s)", sy_rate, aps_rate, "/s",
-                        STEADY_RATE_GOAL, ratio=(sy_rate / aps_rate) if aps_rate else None,
-                        note=f"steps {', '.join(f'{r:,.0f}' for r in rates)}/s, {window:.0f} s each, each job due "
-                             f"{steady_load.LEAD_S:.0f} s after creation; producers in their own processes; "
-                             f"peer: APScheduler{capped}"))
+    sec.rows.append(
+        Row(
+            "steady load: highest sustained rate (complete, p99 lag <= 1 s)",
+            sy_rate,
+            aps_rate,
+            "/s",
+            STEADY_RATE_GOAL,
+            ratio=(sy_rate / aps_rate) if aps_rate else None,
+            note=f"steps {', '.join(f'{r:,.0f}' for r in rates)}/s, {window:.0f} s each, each job due "
+            f"{steady_load.LEAD_S:.0f} s after creation; producers in their own processes; "
+            f"peer: APScheduler{capped}",
+        )
+    )
     # the lag goal where APScheduler still kept up: its highest sustained step (its first if none)
     by_rate = {s_["rate_step"]: s_ for s_ in sy_steady}
     aps_ref = aps_best or (aps_steady[0] if aps_steady else None)
@@ -206,24 +259,41 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         if y is None:
             continue
         goal = LAG_GOAL if a is aps_ref else None
-        sec.rows.append(Row(f"steady load {a['rate_step']:,.0f}/s: fire lag p99", y["lag_s"]["p99"], a["lag_s"]["p99"],
-                            "s", goal,
-                            note=f"p50 {y['lag_s']['p50'] or 0:.3f} s vs {a['lag_s']['p50'] or 0:.3f} s; fires/s "
-                                 f"{y['rate']:,.0f} vs {a['rate']:,.0f}; producers reached {y['offered_rate']:,.0f}/s "
-                                 f"vs {a['offered_rate']:,.0f}/s; lower is better; Switchyard: handler start minus T"
-                                 + ("" if y["complete"] else f"; Switchyard INCOMPLETE {y['fired']:,}/{y['offered']:,}")
-                                 + ("" if a["complete"] else f"; APScheduler INCOMPLETE {a['fired']:,}/{a['offered']:,}")))
+        sec.rows.append(
+            Row(
+                f"steady load {a['rate_step']:,.0f}/s: fire lag p99",
+                y["lag_s"]["p99"],
+                a["lag_s"]["p99"],
+                "s",
+                goal,
+                note=f"p50 {y['lag_s']['p50'] or 0:.3f} s vs {a['lag_s']['p50'] or 0:.3f} s; fires/s "
+                f"{y['rate']:,.0f} vs {a['rate']:,.0f}; producers reached {y['offered_rate']:,.0f}/s "
+                f"vs {a['offered_rate']:,.0f}/s; lower is better; Switchyard: handler start minus T"
+                + ("" if y["complete"] else f"; Switchyard INCOMPLETE {y['fired']:,}/{y['offered']:,}")
+                + ("" if a["complete"] else f"; APScheduler INCOMPLETE {a['fired']:,}/{a['offered']:,}"),
+            )
+        )
     for y in sy_steady:
         if y["rate_step"] in {a["rate_step"] for a in aps_steady}:
             continue
-        sec.rows.append(Row(f"steady load {y['rate_step']:,.0f}/s: fire lag p99 (APScheduler stopped below)",
-                            y["lag_s"]["p99"], None, "s",
-                            note=f"p50 {y['lag_s']['p50'] or 0:.3f} s; fires/s {y['rate']:,.0f}; producers reached "
-                                 f"{y['offered_rate']:,.0f}/s"
-                                 + ("" if y["complete"] else f"; INCOMPLETE {y['fired']:,}/{y['offered']:,}")))
-    sec.notes.append(f"APScheduler: adding the {n:,} jobs took {aps['add_seconds']:.1f} s (not timed); first fire "
-                     f"{(aps['first_fire_after_s'] or 0):.2f} s after resume().")
-    sec.notes.append("steady load: bench/steady_load.py (each step: producer processes create jobs every 0.1 s, "
-                     "each due 1 s later; fires/s = fired / (last fire - first due); a side stops at its first step "
-                     "not fired completely within 30 s of the last due time or with p99 lag > 1 s).")
+        sec.rows.append(
+            Row(
+                f"steady load {y['rate_step']:,.0f}/s: fire lag p99 (APScheduler stopped below)",
+                y["lag_s"]["p99"],
+                None,
+                "s",
+                note=f"p50 {y['lag_s']['p50'] or 0:.3f} s; fires/s {y['rate']:,.0f}; producers reached "
+                f"{y['offered_rate']:,.0f}/s"
+                + ("" if y["complete"] else f"; INCOMPLETE {y['fired']:,}/{y['offered']:,}"),
+            )
+        )
+    sec.notes.append(
+        f"APScheduler: adding the {n:,} jobs took {aps['add_seconds']:.1f} s (not timed); first fire "
+        f"{(aps['first_fire_after_s'] or 0):.2f} s after resume()."
+    )
+    sec.notes.append(
+        "steady load: bench/steady_load.py (each step: producer processes create jobs every 0.1 s, "
+        "each due 1 s later; fires/s = fired / (last fire - first due); a side stops at its first step "
+        "not fired completely within 30 s of the last due time or with p99 lag > 1 s)."
+    )
     return sec

@@ -21,6 +21,7 @@ Pulsar, an Executor process (concurrency 200, default job timeout) whose handler
 the same HTTP call. Its dispatch rate is commands published per second (the scheduler
 never waits for a handler); executor completions/s are shown for reference.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -28,9 +29,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-from scheduler_core.bus.pulsar import PulsarBus
-from scheduler_core.settings import SchedulerSettings
 
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import (
@@ -47,6 +45,8 @@ from bench.harness import (
     pymysql_connect,
 )
 from bench.workload import ThreadedScheduler, bench_job, load_triggers, make_store, now_ms
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.settings import SchedulerSettings
 
 NAME = "vs_legacy"
 TITLE = "versus the legacy execution model (lock row FOR UPDATE + bounded blocking pool)"
@@ -123,8 +123,11 @@ def legacy_load(url: str, n: int, fire_ms: int, handler_url: str) -> None:
         with conn.cursor() as cur:
             for stmt in LEGACY_DDL:
                 cur.execute(stmt)
-            cur.execute(f"INSERT INTO legacy_task (biz_code, handler_url, status, next_fire_time)"
-                        f" SELECT 'legacy', %s, 1, %s FROM seq_1_to_{n}", (handler_url, fire_ms))
+            cur.execute(
+                f"INSERT INTO legacy_task (biz_code, handler_url, status, next_fire_time)"
+                f" SELECT 'legacy', %s, 1, %s FROM seq_1_to_{n}",
+                (handler_url, fire_ms),
+            )
         conn.commit()
     finally:
         conn.close()
@@ -169,16 +172,21 @@ def legacy_instance(url: str, expected: int, limit_s: float, start: Any, q: Any)
                 w0 = time.perf_counter()
                 cur.execute("SELECT lock_name FROM legacy_lock WHERE lock_name = 'schedule_lock' FOR UPDATE")
                 lock_wait_ms += (time.perf_counter() - w0) * 1000
-                cur.execute("SELECT id, next_fire_time, handler_url FROM legacy_task WHERE status = 1"
-                            " AND next_fire_time <= %s ORDER BY next_fire_time LIMIT %s", (now_ms(), PRE_READ))
+                cur.execute(
+                    "SELECT id, next_fire_time, handler_url FROM legacy_task WHERE status = 1"
+                    " AND next_fire_time <= %s ORDER BY next_fire_time LIMIT %s",
+                    (now_ms(), PRE_READ),
+                )
                 rows = cur.fetchall()
                 for task_id, fire_ms, target in rows:
                     if time.monotonic() >= end:
                         break
                     slots.acquire()  # a bounded pool: the loop waits (holding the lock) for a free worker
                     pool.submit(work, fire_ms, target)
-                    cur.execute("UPDATE legacy_task SET next_fire_time = %s, last_fire_time = %s WHERE id = %s",
-                                (fire_ms + 3_600_000, fire_ms, task_id))
+                    cur.execute(
+                        "UPDATE legacy_task SET next_fire_time = %s, last_fire_time = %s WHERE id = %s",
+                        (fire_ms + 3_600_000, fire_ms, task_id),
+                    )
                 conn.commit()
                 cycles += 1
                 if not rows:
@@ -192,15 +200,17 @@ def legacy_instance(url: str, expected: int, limit_s: float, start: Any, q: Any)
         q.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def run_legacy(env: StackEnv, endpoint: BusinessEndpoint, instances: int, latency_ms: int, n: int,
-               limit_s: float) -> dict[str, Any]:
+def run_legacy(
+    env: StackEnv, endpoint: BusinessEndpoint, instances: int, latency_ms: int, n: int, limit_s: float
+) -> dict[str, Any]:
     with fresh_database(env.mariadb_url, "bench_leg") as url:
         t_fire = now_ms()
         legacy_load(url, n, t_fire, endpoint.url(latency_ms))
         ctx = mp.get_context("spawn")
         q, start = ctx.Queue(), ctx.Event()
-        procs = [ctx.Process(target=legacy_instance, args=(url, n, limit_s, start, q), daemon=True)
-                 for _ in range(instances)]
+        procs = [
+            ctx.Process(target=legacy_instance, args=(url, n, limit_s, start, q), daemon=True) for _ in range(instances)
+        ]
         for p in procs:
             p.start()
         time.sleep(1.5)  # interpreters up
@@ -222,26 +232,44 @@ def run_legacy(env: StackEnv, endpoint: BusinessEndpoint, instances: int, latenc
     last = max((d for _, d in disp), default=t0)
     secs = max(1e-3, (last - t0) / 1000)
     in_window = [d for _, d in disp if d - t0 <= limit_s * 1000]
-    return {"instances": instances, "latency_ms": latency_ms, "tasks": n, "dispatched": len(disp),
-            "rate": len(in_window) / min(secs, limit_s), "seconds": secs, "complete": len(disp) >= n,
-            "lag_s": lag_summary(lags), "ok": sum(r["done"]["ok"] for r in results),
-            "failed": sum(r["done"]["failed"] for r in results),
-            "cycles": [r["cycles"] for r in results], "lock_wait_ms": [r["lock_wait_ms"] for r in results]}
+    return {
+        "instances": instances,
+        "latency_ms": latency_ms,
+        "tasks": n,
+        "dispatched": len(disp),
+        "rate": len(in_window) / min(secs, limit_s),
+        "seconds": secs,
+        "complete": len(disp) >= n,
+        "lag_s": lag_summary(lags),
+        "ok": sum(r["done"]["ok"] for r in results),
+        "failed": sum(r["done"]["failed"] for r in results),
+        "cycles": [r["cycles"] for r in results],
+        "lock_wait_ms": [r["lock_wait_ms"] for r in results],
+    }
 
 
 # --- Switchyard with the same handlers -------------------------------------------------------------
 
 
-def run_switchyard(env: StackEnv, endpoint: BusinessEndpoint, latency_ms: int, n: int,
-                   limit_s: float) -> dict[str, Any]:
+def run_switchyard(
+    env: StackEnv, endpoint: BusinessEndpoint, latency_ms: int, n: int, limit_s: float
+) -> dict[str, Any]:
     prefix = bench_prefix("leg")
     with fresh_database(env.mariadb_url, "bench_legsy") as url:
         store = make_store(url, 16, pool_size=16)
         bus = PulsarBus(env.pulsar_url, admin_url=env.pulsar_admin_url, topic_prefix=prefix)
         try:
             job = store.put_job(bench_job("legacy"))
-            cfg = HostConfig(env.pulsar_url, prefix, ["legacy"], {"legacy": n}, handler=f"http:{endpoint.url(latency_ms)}",
-                             concurrency=POOL, deadline_s=limit_s + 10, keep_lags=False)
+            cfg = HostConfig(
+                env.pulsar_url,
+                prefix,
+                ["legacy"],
+                {"legacy": n},
+                handler=f"http:{endpoint.url(latency_ms)}",
+                concurrency=POOL,
+                deadline_s=limit_s + 10,
+                keep_lags=False,
+            )
             with ExecutorHost(cfg) as host:
                 t_fire = now_ms()
                 load_triggers(url, job, n, first_ms=t_fire)
@@ -263,10 +291,18 @@ def run_switchyard(env: StackEnv, endpoint: BusinessEndpoint, latency_ms: int, n
             delete_topics(env.pulsar_admin_url, prefix)
     secs = published if published is not None else limit_s
     handled_secs = ((fig.last_handled or time.time()) - t0) if fig.items else None
-    return {"latency_ms": latency_ms, "triggers": n, "published": fired, "rate": fired / secs,
-            "seconds": secs, "complete": published is not None, "publish_lag_s": lag_summary(pub_lags),
-            "executor_items": fig.items, "executor_rate": (fig.items / handled_secs) if handled_secs else None,
-            "executor_errors": fig.errors}
+    return {
+        "latency_ms": latency_ms,
+        "triggers": n,
+        "published": fired,
+        "rate": fired / secs,
+        "seconds": secs,
+        "complete": published is not None,
+        "publish_lag_s": lag_summary(pub_lags),
+        "executor_items": fig.items,
+        "executor_rate": (fig.items / handled_secs) if handled_secs else None,
+        "executor_errors": fig.errors,
+    }
 
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
@@ -278,14 +314,24 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     legacy_n = {10: 5000 if quick else 20000, 200: 3000 if quick else 10000, 2000: 3000}
     sy_n = 1500 if quick else 5000
     sec = Section(NAME, TITLE)
-    sec.settings = {"legacy": {"instances": instances, "pool": f"{POOL} threads, blocking hand-off (no queue)",
-                               "pre_read": PRE_READ, "lock": "SELECT ... FOR UPDATE on one row per loop",
-                               "tasks": legacy_n, "window_s": limit_s},
-                    "switchyard": {"triggers": sy_n, "scheduler": "threaded Scheduler, 16 partitions, defaults",
-                                   "executor": f"1 process, concurrency {POOL}, default job timeout (30 s)",
-                                   "limit_s": limit_s * 3},
-                    "handler": "GET on a local ThreadingHTTPServer (own process) sleeping the latency; "
-                               "new connection per call", "latencies_ms": latencies}
+    sec.settings = {
+        "legacy": {
+            "instances": instances,
+            "pool": f"{POOL} threads, blocking hand-off (no queue)",
+            "pre_read": PRE_READ,
+            "lock": "SELECT ... FOR UPDATE on one row per loop",
+            "tasks": legacy_n,
+            "window_s": limit_s,
+        },
+        "switchyard": {
+            "triggers": sy_n,
+            "scheduler": "threaded Scheduler, 16 partitions, defaults",
+            "executor": f"1 process, concurrency {POOL}, default job timeout (30 s)",
+            "limit_s": limit_s * 3,
+        },
+        "handler": "GET on a local ThreadingHTTPServer (own process) sleeping the latency; new connection per call",
+        "latencies_ms": latencies,
+    }
     legacy: list[dict[str, Any]] = []
     sy: list[dict[str, Any]] = []
     with BusinessEndpoint() as ep:
@@ -298,18 +344,31 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         s = next(r for r in sy if r["latency_ms"] == lat)
         for inst in instances:
             lg = next(r for r in legacy if r["latency_ms"] == lat and r["instances"] == inst)
-            sec.rows.append(Row(
-                f"dispatch rate, handler {lat} ms, legacy x{inst}", s["rate"], lg["rate"], "/s",
-                GOAL if lat == 200 else None,
-                note=f"legacy lag p50 {lg['lag_s']['p50'] or 0:.2f} s / p99 {lg['lag_s']['p99'] or 0:.2f} s, "
-                     f"{lg['dispatched']:,}/{lg['tasks']:,} dispatched in {min(lg['seconds'], limit_s):.1f} s; "
-                     f"Switchyard publish lag p99 {s['publish_lag_s']['p99'] or 0:.2f} s"))
+            sec.rows.append(
+                Row(
+                    f"dispatch rate, handler {lat} ms, legacy x{inst}",
+                    s["rate"],
+                    lg["rate"],
+                    "/s",
+                    GOAL if lat == 200 else None,
+                    note=f"legacy lag p50 {lg['lag_s']['p50'] or 0:.2f} s / p99 {lg['lag_s']['p99'] or 0:.2f} s, "
+                    f"{lg['dispatched']:,}/{lg['tasks']:,} dispatched in {min(lg['seconds'], limit_s):.1f} s; "
+                    f"Switchyard publish lag p99 {s['publish_lag_s']['p99'] or 0:.2f} s",
+                )
+            )
     rates = [r["rate"] for r in sy]
-    sec.notes.append("Switchyard dispatch rate by handler latency: "
-                     + ", ".join(f"{r['latency_ms']} ms: {r['rate']:,.0f}/s" for r in sy)
-                     + f" (spread {(max(rates) / min(rates) if min(rates) else 0):.2f}x); executor completions/s: "
-                     + ", ".join(f"{r['latency_ms']} ms: {(r['executor_rate'] or 0):,.0f}/s" for r in sy) + ".")
-    sec.notes.append("legacy median dispatch rate over instance counts: "
-                     + ", ".join(f"{lat} ms: {median(r['rate'] for r in legacy if r['latency_ms'] == lat):,.0f}/s"
-                                 for lat in latencies) + ".")
+    sec.notes.append(
+        "Switchyard dispatch rate by handler latency: "
+        + ", ".join(f"{r['latency_ms']} ms: {r['rate']:,.0f}/s" for r in sy)
+        + f" (spread {(max(rates) / min(rates) if min(rates) else 0):.2f}x); executor completions/s: "
+        + ", ".join(f"{r['latency_ms']} ms: {(r['executor_rate'] or 0):,.0f}/s" for r in sy)
+        + "."
+    )
+    sec.notes.append(
+        "legacy median dispatch rate over instance counts: "
+        + ", ".join(
+            f"{lat} ms: {median(r['rate'] for r in legacy if r['latency_ms'] == lat):,.0f}/s" for lat in latencies
+        )
+        + "."
+    )
     return sec

@@ -1,6 +1,7 @@
 """Switchyard-side building blocks shared by the sections: a store on a fresh MariaDB
 database, jobs, bulk-loaded triggers, a no-op bus, and the two ways to drive the
 scheduler (the steppable `SchedulerCore` inline, and the real threaded `Scheduler`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,17 +12,16 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from bench.harness import Deadline, pymysql_connect
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.model import Epoch, Job, JobCode
 from scheduler_core.ports import BusMessage, MessageBus, Received, Subscription
 from scheduler_core.scheduler import Scheduler, SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
-
-from bench.harness import Deadline, pymysql_connect
+from switchyard.schema import init_schema
 
 LOAD_CHUNK = 500_000  # rows per INSERT ... SELECT statement
 
@@ -178,7 +178,11 @@ class DriveResult:
 
 
 def drive_inline(
-    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, expected: int, deadline: Deadline,
+    store: SqlTriggerStore,
+    bus: MessageBus,
+    settings: SchedulerSettings,
+    expected: int,
+    deadline: Deadline,
     epoch: int = 1,
 ) -> DriveResult:
     """The steppable core on one thread (`inline=True`): tick_all until `expected`
@@ -247,8 +251,15 @@ def drive_threaded(
         ts.close()
     st = ts.stats()
     elapsed = secs if secs is not None else deadline.elapsed()
-    return DriveResult(elapsed, st.get("fired", 0), st.get("commands", 0), st.get("messages", 0), st.get("ticks", 0),
-                       secs is not None, st)
+    return DriveResult(
+        elapsed,
+        st.get("fired", 0),
+        st.get("commands", 0),
+        st.get("messages", 0),
+        st.get("ticks", 0),
+        secs is not None,
+        st,
+    )
 
 
 def count_fired(url: str) -> int:

@@ -11,6 +11,7 @@ fires in the days after cutover; this is where they show, and missing or late on
 - late: received by an executor more than `late_after` after its time, or not received at
   all that long after (a run the executor stamped received is running, not late).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,8 +45,12 @@ class Finding:
     detail: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "job_code": self.job_code, "scheduled_at": iso(self.scheduled_at),
-                "detail": self.detail}
+        return {
+            "kind": self.kind,
+            "job_code": self.job_code,
+            "scheduled_at": iso(self.scheduled_at),
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,23 +77,36 @@ class AfterCutover:
 
     @property
     def sentence(self) -> str:
-        head = (f"{self.business} after its cutover {iso(self.cutover_at)}, checked {iso(self.window.start)} .. "
-                f"{iso(self.window.end)}: {self.expected:,} expected, {self.fired:,} fired")
+        head = (
+            f"{self.business} after its cutover {iso(self.cutover_at)}, checked {iso(self.window.start)} .. "
+            f"{iso(self.window.end)}: {self.expected:,} expected, {self.fired:,} fired"
+        )
         if self.ok:
             return head + (f", {self.running:,} running" if self.running else "") + ": nothing missing, doubled or late"
         parts = [f"{n:,} {k}" for k, n in self.counts.items() if n]
         return head + ": " + ", ".join(parts)
 
     def as_dict(self) -> dict[str, object]:
-        return {"business": self.business, "cutover_at": iso(self.cutover_at), "window": self.window.as_dict(),
-                "expected": self.expected, "fired": self.fired, **self.counts, "running": self.running,
-                "ok": self.ok, "sentence": self.sentence, "findings": [f.as_dict() for f in self.findings]}
+        return {
+            "business": self.business,
+            "cutover_at": iso(self.cutover_at),
+            "window": self.window.as_dict(),
+            "expected": self.expected,
+            "fired": self.fired,
+            **self.counts,
+            "running": self.running,
+            "ok": self.ok,
+            "sentence": self.sentence,
+            "findings": [f.as_dict() for f in self.findings],
+        }
 
 
 class NotCutOver(DualRunError):
     def __init__(self, business: str) -> None:
-        super().__init__(f"{business} has no recorded cutover: nothing to watch after it "
-                         "(`switchyard cutover` first; a dual-run is compared with `dualrun compare`)")
+        super().__init__(
+            f"{business} has no recorded cutover: nothing to watch after it "
+            "(`switchyard cutover` first; a dual-run is compared with `dualrun compare`)"
+        )
 
 
 def cutover_time(store: SqlTriggerStore, business: str) -> datetime:
@@ -103,13 +121,20 @@ _COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", 
 
 
 def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFrame:
-    return pd.DataFrame(fired_rows(store, business, to_ms(window.start), to_ms(window.end), _COLS),
-                        columns=list(_COLS))
+    return pd.DataFrame(fired_rows(store, business, to_ms(window.start), to_ms(window.end), _COLS), columns=list(_COLS))
 
 
-def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: str, *, source: SourceSystem,
-                        settings: CompareSettings, now: datetime, lookback: timedelta | None = None,
-                        legacy_business: str | None = None) -> AfterCutover:
+def check_after_cutover(
+    store: SqlTriggerStore,
+    reader: LegacyReader,
+    business: str,
+    *,
+    source: SourceSystem,
+    settings: CompareSettings,
+    now: datetime,
+    lookback: timedelta | None = None,
+    legacy_business: str | None = None,
+) -> AfterCutover:
     """Missing, doubled and late fires of a cut-over business since its cutover (at most
     `lookback` back), up to `now`."""
     cut = cutover_time(store, business)
@@ -118,8 +143,9 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
         raise DualRunError(f"{business}: cut over at {iso(cut)}, nothing to check yet")
     window = Window(start=start, end=now)
     late_ms = int(settings.match.late_after.total_seconds() * 1000)
-    collector = Collector(store, reader, source=source, business=business, legacy_business=legacy_business,
-                          settings=settings)
+    collector = Collector(
+        store, reader, source=source, business=business, legacy_business=legacy_business, settings=settings
+    )
     exp = collector.legacy(window, all_schedules=True).expected
     s, e = to_ms(window.start), to_ms(window.end)
     exp = exp[(exp["sched"] >= s) & (exp["sched"] < e)]
@@ -133,18 +159,36 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
 
     # missing: a due occurrence with no record of the job at that time
     have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist(), strict=True))
-    missing = [(int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True) if (j, t) not in have]
-    findings += [Finding(kind="missing", job_code=collector.jobs.code(j), scheduled_at=from_ms(t),
-                         detail="expected by the schedule; no fired record on the new side") for j, t in missing]
+    missing = [
+        (int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True) if (j, t) not in have
+    ]
+    findings += [
+        Finding(
+            kind="missing",
+            job_code=collector.jobs.code(j),
+            scheduled_at=from_ms(t),
+            detail="expected by the schedule; no fired record on the new side",
+        )
+        for j, t in missing
+    ]
 
     # doubled: one (job, time, item) under more than one command id
     ids = fired.groupby(["job_code", "scheduled_at", "item_index"])["command_id"].nunique()
     doubled = ids[ids > 1]
     for (code, at, item), n in doubled.items():
-        cids = sorted(fired[(fired["job_code"] == code) & (fired["scheduled_at"] == at)
-                            & (fired["item_index"] == item)]["command_id"].astype(str))
-        findings.append(Finding(kind="doubled", job_code=str(code), scheduled_at=from_ms(int(at)),
-                                detail=f"item {item} fired {n} times: command ids {', '.join(cids)}"))
+        cids = sorted(
+            fired[(fired["job_code"] == code) & (fired["scheduled_at"] == at) & (fired["item_index"] == item)][
+                "command_id"
+            ].astype(str)
+        )
+        findings.append(
+            Finding(
+                kind="doubled",
+                job_code=str(code),
+                scheduled_at=from_ms(int(at)),
+                detail=f"item {item} fired {n} times: command ids {', '.join(cids)}",
+            )
+        )
 
     # late: received after late_after, or not received that long after its time
     recv = fired["received_at"]
@@ -153,31 +197,52 @@ def check_after_cutover(store: SqlTriggerStore, reader: LegacyReader, business: 
     lag = recv.fillna(-1).astype(np.int64) - sched
     late_rows = fired[(got & (lag > late_ms)) | (~got & (to_ms(now) - sched > late_ms))]
     for r in late_rows.itertuples(index=False):
-        what = (f"received {(int(r.received_at) - int(r.scheduled_at)) / 1000:.1f} s after its time"
-                if pd.notna(r.received_at) else
-                f"not received by an executor {(to_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time")
-        findings.append(Finding(kind="late", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)),
-                                detail=what))
-    unresolved = got & ~fired["state"].isin([FiredState.SUCCEEDED.value, FiredState.FAILED.value,
-                                              FiredState.TIMED_OUT.value])
+        what = (
+            f"received {(int(r.received_at) - int(r.scheduled_at)) / 1000:.1f} s after its time"
+            if pd.notna(r.received_at)
+            else f"not received by an executor {(to_ms(now) - int(r.scheduled_at)) / 1000:.0f} s after its time"
+        )
+        findings.append(
+            Finding(kind="late", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)), detail=what)
+        )
+    unresolved = got & ~fired["state"].isin(
+        [FiredState.SUCCEEDED.value, FiredState.FAILED.value, FiredState.TIMED_OUT.value]
+    )
     # running within its job's timeout is fine; past it (plus the grace the executor's own
     # timeout result needs) the run hung or its result was lost: a finding
     grace_ms = int(settings.match.result_grace.total_seconds() * 1000)
-    timeout_ms = np.array([collector.info[j].timeout_s * 1000 if j in collector.info else 0
-                           for j in fired["job"].tolist()], dtype=np.int64)
-    overdue_mask = (unresolved & (timeout_ms > 0)
-                    & (to_ms(now) - recv.fillna(0).astype(np.int64) > timeout_ms + grace_ms)).to_numpy()
+    timeout_ms = np.array(
+        [collector.info[j].timeout_s * 1000 if j in collector.info else 0 for j in fired["job"].tolist()],
+        dtype=np.int64,
+    )
+    overdue_mask = (
+        unresolved & (timeout_ms > 0) & (to_ms(now) - recv.fillna(0).astype(np.int64) > timeout_ms + grace_ms)
+    ).to_numpy()
     for r in fired[overdue_mask].itertuples(index=False):
-        findings.append(Finding(kind="overdue", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)),
-                                detail=f"received {(to_ms(now) - int(r.received_at)) / 1000:.0f} s ago, no result, "
-                                       "past the job's timeout"))
+        findings.append(
+            Finding(
+                kind="overdue",
+                job_code=str(r.job_code),
+                scheduled_at=from_ms(int(r.scheduled_at)),
+                detail=f"received {(to_ms(now) - int(r.received_at)) / 1000:.0f} s ago, no result, "
+                "past the job's timeout",
+            )
+        )
     running = int((unresolved.to_numpy() & ~overdue_mask).sum())
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
-    return AfterCutover(business=business, cutover_at=cut, window=window, expected=len(due),
-                        fired=len(set(zip(fired["job"].tolist(), sched.tolist(), strict=True))), missing=len(missing),
-                        doubled=len(doubled), late=len(late_rows), running=running,
-                        overdue=int(overdue_mask.sum()),
-                        findings=tuple(findings[:MAX_LISTED]))
+    return AfterCutover(
+        business=business,
+        cutover_at=cut,
+        window=window,
+        expected=len(due),
+        fired=len(set(zip(fired["job"].tolist(), sched.tolist(), strict=True))),
+        missing=len(missing),
+        doubled=len(doubled),
+        late=len(late_rows),
+        running=running,
+        overdue=int(overdue_mask.sum()),
+        findings=tuple(findings[:MAX_LISTED]),
+    )
 
 
 class AfterCutoverGauges:
@@ -186,11 +251,18 @@ class AfterCutoverGauges:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.fires = Gauge("switchyard_after_cutover_fires", "Fires of a cut-over business found missing, doubled "
-                           "or late by its latest after-cutover check", ["business", "kind"], registry=self.registry)
-        self.checked = Gauge("switchyard_after_cutover_checked_timestamp_seconds",
-                             "When the business was last checked after its cutover", ["business"],
-                             registry=self.registry)
+        self.fires = Gauge(
+            "switchyard_after_cutover_fires",
+            "Fires of a cut-over business found missing, doubled or late by its latest after-cutover check",
+            ["business", "kind"],
+            registry=self.registry,
+        )
+        self.checked = Gauge(
+            "switchyard_after_cutover_checked_timestamp_seconds",
+            "When the business was last checked after its cutover",
+            ["business"],
+            registry=self.registry,
+        )
 
     def record(self, result: AfterCutover) -> None:
         for kind, n in result.counts.items():

@@ -28,6 +28,7 @@ changes what the report would otherwise read:
 - a fired record the executor only recorded in shadow mode, or one never published
   (`pending`), is not a fire of the new side: the handler never ran.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -37,16 +38,16 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from dualrun.collect import FENCED_STATE, CompareRequest, Collector, new_frame_from, resolve
-from dualrun.followup_runs import followup_runs, without_followup_runs
+from dualrun.collect import FENCED_STATE, Collector, CompareRequest, new_frame_from, resolve
 from dualrun.compare import detail
+from dualrun.followup_runs import followup_runs, without_followup_runs
 from dualrun.frames import JobIndex
 from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, pair
 from dualrun.model import MismatchKind, Window
 from dualrun.settings import CompareSettings
 from readers.ports import LegacyReader
-from scheduler_core.store.reads import fired_rows
 from readers.records import SourceSystem
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 
@@ -102,16 +103,26 @@ class BoundaryCheck:
         return not self.issues
 
 
-_FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt",
-          "message")
+_FIRED = (
+    "job_code",
+    "item_index",
+    "item_total",
+    "state",
+    "scheduled_at",
+    "received_at",
+    "misfired",
+    "attempt",
+    "message",
+)
 
 
 def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
     them, without records that never ran a handler (shadow-only, never published; one a
     rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
-    rows = fired_rows(store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE,
-                      by_time=True)
+    rows = fired_rows(
+        store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+    )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     if len(raw):
         shadow_only = (raw["state"] == "received") & raw["message"].fillna("").str.contains("shadow")
@@ -124,9 +135,16 @@ def _when(v: str | datetime) -> datetime:
     return datetime.fromisoformat(v) if isinstance(v, str) else v
 
 
-def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, switches: Sequence[Switch], *,
-                   window: Window, settings: CompareSettings | None = None,
-                   now: datetime | None = None) -> BoundaryCheck:
+def check_boundary(
+    store: SqlTriggerStore,
+    reader: LegacyReader,
+    business: str,
+    switches: Sequence[Switch],
+    *,
+    window: Window,
+    settings: CompareSettings | None = None,
+    now: datetime | None = None,
+) -> BoundaryCheck:
     """Match both sides of `business` over `window` exactly as a comparison does and
     report every owned occurrence (at or after its job's handover time, inside the
     window) that is missing, doubled, or met by a stray fire of the other side."""
@@ -146,11 +164,16 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
     covered_from = {jid: min([*began, *(at for at, _ in steps)]) for jid, steps in handovers.items()}
     n_jobs = len(jobs)
     start, end = to_ms(window.start), to_ms(window.end)
-    ctx = ClassifyContext(settings=s, flags=JobFlags.build(n_jobs, collector.info, collector.quarantined),
-                          xxl=source == SourceSystem.XXL_JOB, shadow=False,
-                          now_ms=to_ms(now) if now is not None else end)
-    m = match(Table.of(legacy.frame), Table.of(new), Table.of(legacy.expected), start=start, end=end, n_jobs=n_jobs,
-              ctx=ctx)
+    ctx = ClassifyContext(
+        settings=s,
+        flags=JobFlags.build(n_jobs, collector.info, collector.quarantined),
+        xxl=source == SourceSystem.XXL_JOB,
+        shadow=False,
+        now_ms=to_ms(now) if now is not None else end,
+    )
+    m = match(
+        Table.of(legacy.frame), Table.of(new), Table.of(legacy.expected), start=start, end=end, n_jobs=n_jobs, ctx=ctx
+    )
     keys = Keys(origin=start, job_bits=max(1, n_jobs.bit_length()))
 
     def owner_of(job: np.ndarray, sched: np.ndarray) -> np.ndarray:
@@ -189,15 +212,27 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
     pj, ps = nf["job"][ni], nf["sched"][ni]
     po = owner_of(pj, ps)
     both = po >= 0
-    add("doubled", pj[both], ps[both], po[both],
-        [f"fired by both sides (legacy at {lt}, new at {nt})" for lt, nt in
-         zip(_iso(lf["sched"][li][both]), _iso(ps[both]), strict=True)])
+    add(
+        "doubled",
+        pj[both],
+        ps[both],
+        po[both],
+        [
+            f"fired by both sides (legacy at {lt}, new at {nt})"
+            for lt, nt in zip(_iso(lf["sched"][li][both]), _iso(ps[both]), strict=True)
+        ],
+    )
     # one side fired it twice
     for side, fires in (("legacy", lf), ("new", nf)):
         o = owner_of(fires["job"], fires["sched"])
         sel = (o >= 0) & (fires["dups"] > 0)
-        add("doubled", fires["job"][sel], fires["sched"][sel], o[sel],
-            [f"fired {d + 1} times on the {side} side" for d in fires["dups"][sel].tolist()])
+        add(
+            "doubled",
+            fires["job"][sel],
+            fires["sched"][sel],
+            o[sel],
+            [f"fired {d + 1} times on the {side} side" for d in fires["dups"][sel].tolist()],
+        )
 
     # what the report's mismatches say after the switch
     frame = m.mismatches
@@ -208,18 +243,23 @@ def check_boundary(store: SqlTriggerStore, reader: LegacyReader, business: str, 
         sel = (kind == code) & covered(job, sched)
         if sel.any():
             check.mismatch_counts[k.value] = int(sel.sum())
-    texts = np.asarray([detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b, strict=True)], dtype=object)
+    texts = np.asarray(
+        [detail(KINDS[int(kc)], int(x), int(y)) for kc, x, y in zip(kind, a, b, strict=True)], dtype=object
+    )
 
     def kinds(*ks: MismatchKind) -> np.ndarray:
         return np.isin(kind, [KINDS.index(k) for k in ks])
 
     new_owned, legacy_owned = owner == 1, owner == 0
-    missing = (kinds(MismatchKind.MISSING_ON_BOTH) & covered(job, sched)) \
-        | (kinds(MismatchKind.MISSING_ON_NEW) & new_owned) \
+    missing = (
+        (kinds(MismatchKind.MISSING_ON_BOTH) & covered(job, sched))
+        | (kinds(MismatchKind.MISSING_ON_NEW) & new_owned)
         | (kinds(MismatchKind.MISSING_ON_LEGACY) & legacy_owned)
+    )
     add("missing", job[missing], sched[missing], owner[missing], texts[missing].tolist())
-    stray = (kinds(MismatchKind.EXTRA_ON_NEW) & legacy_owned & (b == 0)) \
-        | (kinds(MismatchKind.UNSCHEDULED_ON_LEGACY) & new_owned)
+    stray = (kinds(MismatchKind.EXTRA_ON_NEW) & legacy_owned & (b == 0)) | (
+        kinds(MismatchKind.UNSCHEDULED_ON_LEGACY) & new_owned
+    )
     add("stray", job[stray], sched[stray], owner[stray], texts[stray].tolist())
     check.issues.sort(key=lambda i: (i.scheduled_at, i.job_code, i.what))
     return check

@@ -7,6 +7,7 @@
   business's state and shadow flag from `dus_business`;
 - consumer lag: the executor subscription's due backlog, from a `BacklogProbe`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,17 @@ from dualrun.compare import Inputs, compare_frames
 from dualrun.errors import NoSourceSystem
 from dualrun.expected import build_expected
 from dualrun.followup_runs import followup_runs, without_followup_runs
-from dualrun.frames import FENCED, FIRED_STATUS, NEW_COLUMNS, NONE, UNFINISHED, JobIndex, JobInfo, job_info, legacy_frame
+from dualrun.frames import (
+    FENCED,
+    FIRED_STATUS,
+    NEW_COLUMNS,
+    NONE,
+    UNFINISHED,
+    JobIndex,
+    JobInfo,
+    job_info,
+    legacy_frame,
+)
 from dualrun.model import Comparison, ConsumerLag, Mode, QuarantinedJob, Window
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings
@@ -65,8 +76,9 @@ def fetch_business(store: SqlTriggerStore, business: str) -> BusinessInfo | None
         row = conn.execute(select(b).where(b.c.biz_code == business)).first()
     if row is None:
         return None
-    return BusinessInfo(biz_code=row.biz_code, source_system=row.source_system, state=row.state,
-                        shadow=bool(row.shadow))
+    return BusinessInfo(
+        biz_code=row.biz_code, source_system=row.source_system, state=row.state, shadow=bool(row.shadow)
+    )
 
 
 def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
@@ -74,8 +86,10 @@ def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
     b = own.migration.business
     with own.engine.connect() as conn:
         rows = conn.execute(select(b).order_by(b.c.biz_code)).all()
-    return [BusinessInfo(biz_code=r.biz_code, source_system=r.source_system, state=r.state, shadow=bool(r.shadow))
-            for r in rows]
+    return [
+        BusinessInfo(biz_code=r.biz_code, source_system=r.source_system, state=r.state, shadow=bool(r.shadow))
+        for r in rows
+    ]
 
 
 def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, business: str) -> dict[str, str]:
@@ -83,7 +97,8 @@ def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, business: str)
     own = DualRunStore.beside(store)
     lg = own.migration.ledger
     stmt = select(lg.c.source_key, lg.c.target_job_code).where(
-        lg.c.source_system == source.value, lg.c.business == business, lg.c.target_job_code.is_not(None))
+        lg.c.source_system == source.value, lg.c.business == business, lg.c.target_job_code.is_not(None)
+    )
     with own.engine.connect() as conn:
         return {k: c for k, c in conn.execute(stmt).all()}
 
@@ -104,9 +119,11 @@ def fetch_quarantined(store: SqlTriggerStore, source: SourceSystem, business: st
     cancelled on the new side are not among them: their missing fires still count."""
     own = DualRunStore.beside(store)
     lg = own.migration.ledger
-    stmt = select(lg.c.source_key, lg.c.field, lg.c.reason).where(
-        lg.c.source_system == source.value, lg.c.business == business, lg.c.status == QUARANTINED
-    ).order_by(lg.c.source_key)
+    stmt = (
+        select(lg.c.source_key, lg.c.field, lg.c.reason)
+        .where(lg.c.source_system == source.value, lg.c.business == business, lg.c.status == QUARANTINED)
+        .order_by(lg.c.source_key)
+    )
     with own.engine.connect() as conn:
         return [QuarantineEntry(source_key=k, field=f, reason=r) for k, f, r in conn.execute(stmt).all()]
 
@@ -120,8 +137,9 @@ _READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
 def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
-    rows = fired_rows(store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE,
-                      by_time=True)
+    rows = fired_rows(
+        store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+    )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)
     return new_frame_from(without_followup_runs(raw, followup_runs(store, business, window)), jobs)
@@ -133,15 +151,19 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
         return pd.DataFrame(copy=False, data={c: np.zeros(0, dtype=np.int64) for c in NEW_COLUMNS})
     codes, uniques = pd.factorize(raw["job_code"].astype(str))
     ids = np.asarray([jobs.id(u) for u in uniques], dtype=np.int64)
-    return pd.DataFrame(copy=False, data={
-        "job": ids[codes], "item": raw["item_index"].to_numpy(dtype=np.int64),
-        "total": raw["item_total"].to_numpy(dtype=np.int64),
-        "status": raw["state"].map(_READ_STATUS).fillna(UNFINISHED).to_numpy(dtype=np.int64),
-        "sched": raw["scheduled_at"].to_numpy(dtype=np.int64),
-        "recv": raw["received_at"].fillna(NONE).to_numpy(dtype=np.int64),
-        "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
-        "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
-    })
+    return pd.DataFrame(
+        copy=False,
+        data={
+            "job": ids[codes],
+            "item": raw["item_index"].to_numpy(dtype=np.int64),
+            "total": raw["item_total"].to_numpy(dtype=np.int64),
+            "status": raw["state"].map(_READ_STATUS).fillna(UNFINISHED).to_numpy(dtype=np.int64),
+            "sched": raw["scheduled_at"].to_numpy(dtype=np.int64),
+            "recv": raw["received_at"].fillna(NONE).to_numpy(dtype=np.int64),
+            "misfired": raw["misfired"].fillna(0).to_numpy(dtype=np.int64),
+            "attempt": raw["attempt"].fillna(0).to_numpy(dtype=np.int64),
+        },
+    )
 
 
 def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:
@@ -165,8 +187,16 @@ class _Legacy:
 class Collector:
     """Fetches the inputs of comparisons of one business (definitions read once)."""
 
-    def __init__(self, store: SqlTriggerStore, reader: LegacyReader, *, source: SourceSystem, business: str,
-                 legacy_business: str | None, settings: CompareSettings) -> None:
+    def __init__(
+        self,
+        store: SqlTriggerStore,
+        reader: LegacyReader,
+        *,
+        source: SourceSystem,
+        business: str,
+        legacy_business: str | None,
+        settings: CompareSettings,
+    ) -> None:
         self.store, self.reader, self.source, self.business = store, reader, source, business
         self.legacy_business = legacy_business or business
         self.settings = settings
@@ -180,8 +210,9 @@ class Collector:
         self.quarantined: dict[int, QuarantinedJob] = {}
         for q in fetch_quarantined(store, source, business):
             code = self.code_for_key(q.source_key)
-            self.quarantined[self.jobs.id(code)] = QuarantinedJob(source_key=q.source_key, job_code=code,
-                                                                   field=q.field, reason=q.reason)
+            self.quarantined[self.jobs.id(code)] = QuarantinedJob(
+                source_key=q.source_key, job_code=code, field=q.field, reason=q.reason
+            )
 
     def code_of(self, d: LegacyDefinition) -> str:
         return self.code_for_key(d.source_key)
@@ -201,12 +232,17 @@ class Collector:
         defs = [replace(d, enabled=True) for d in self.defs] if all_schedules else self.defs
         # occurrences of the whole fetched range: a row just outside the window must find
         # its own occurrence, not the window's last one
-        exp = build_expected(((self.code_of(d), d) for d in defs), Window(start=since, end=until), self.jobs,
-                             cap=m.max_occurrences_per_job)
+        exp = build_expected(
+            ((self.code_of(d), d) for d in defs),
+            Window(start=since, end=until),
+            self.jobs,
+            cap=m.max_occurrences_per_job,
+        )
         return _Legacy(frame, exp.frame, exp.notes)
 
-    def inputs(self, window: Window, *, mode: Mode, probe: BacklogProbe | None,
-               switches: Sequence[Switch] = ()) -> Inputs:
+    def inputs(
+        self, window: Window, *, mode: Mode, probe: BacklogProbe | None, switches: Sequence[Switch] = ()
+    ) -> Inputs:
         """The inputs of `window` clipped at the business's `switches` (dualrun.span)."""
         span = clip(self.business, window, switches)
         window = span.window
@@ -219,13 +255,29 @@ class Collector:
         if lag_note:
             notes.append(lag_note)
         if not self.defs:
-            notes.append(f"no legacy definitions found for {self.legacy_business!r}: fires are matched by time "
-                         "only, without expected occurrences")
-        return Inputs(business=self.business, legacy_business=self.legacy_business, source=self.source.value,
-                      mode=mode, window=window, baseline_window=base_window, legacy=cur.frame,
-                      baseline_legacy=base.frame, new=fetch_new(self.store, self.business, window, self.jobs),
-                      expected=cur.expected, baseline_expected=base.expected, jobs=self.jobs, info=self.info,
-                      consumer_lag=lag, notes=tuple(notes), quarantined=self.quarantined, span=span)
+            notes.append(
+                f"no legacy definitions found for {self.legacy_business!r}: fires are matched by time "
+                "only, without expected occurrences"
+            )
+        return Inputs(
+            business=self.business,
+            legacy_business=self.legacy_business,
+            source=self.source.value,
+            mode=mode,
+            window=window,
+            baseline_window=base_window,
+            legacy=cur.frame,
+            baseline_legacy=base.frame,
+            new=fetch_new(self.store, self.business, window, self.jobs),
+            expected=cur.expected,
+            baseline_expected=base.expected,
+            jobs=self.jobs,
+            info=self.info,
+            consumer_lag=lag,
+            notes=tuple(notes),
+            quarantined=self.quarantined,
+            span=span,
+        )
 
 
 def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
@@ -240,14 +292,26 @@ def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSyst
     return source, Mode.SHADOW if shadow else Mode.BOTH
 
 
-def compare_business(store: SqlTriggerStore, reader: LegacyReader, request: CompareRequest, *,
-                     settings: CompareSettings, now: datetime, probe: BacklogProbe | None = None) -> Comparison:
+def compare_business(
+    store: SqlTriggerStore,
+    reader: LegacyReader,
+    request: CompareRequest,
+    *,
+    settings: CompareSettings,
+    now: datetime,
+    probe: BacklogProbe | None = None,
+) -> Comparison:
     """Collect both sides of one business for the request's window and compare them."""
     source, mode = resolve(store, request)
-    collector = Collector(store, reader, source=source, business=request.business,
-                          legacy_business=request.legacy_business, settings=settings)
-    inputs = collector.inputs(request.window, mode=mode, probe=probe,
-                              switches=fetch_switches(store, request.business))
+    collector = Collector(
+        store,
+        reader,
+        source=source,
+        business=request.business,
+        legacy_business=request.legacy_business,
+        settings=settings,
+    )
+    inputs = collector.inputs(request.window, mode=mode, probe=probe, switches=fetch_switches(store, request.business))
     log.debug("comparing", extra={"action": "compare_business", "business": request.business})
     return compare_frames(inputs, settings, now)
 

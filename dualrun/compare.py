@@ -1,11 +1,12 @@
 """One comparison of a business over a window: measures of both sides, the A/A baseline,
 the mismatches, the time series, and the verdict, computed from frames (no I/O here;
 `dualrun.collect` fetches the frames, `dualrun.verdict` stores the result)."""
+
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -34,10 +35,10 @@ from dualrun.match import (
 from dualrun.model import (
     LABEL_TEXT,
     Bucket,
-    Label,
-    Comparison,
     CompareSpan,
+    Comparison,
     ConsumerLag,
+    Label,
     LagStats,
     Mismatch,
     MismatchGroup,
@@ -82,6 +83,7 @@ class Inputs:
 
 # --- measures -----------------------------------------------------------------------------
 
+
 def lag_stats(lag_ms: np.ndarray) -> LagStats:
     """Nearest-rank percentiles (scheduler_core.stats.percentile's definition), in seconds."""
     if not len(lag_ms):
@@ -110,12 +112,17 @@ class RunClock:
         d = np.asarray(items["dispatch"])
         jobs = np.asarray(items["job"])
         limit = self.timeout_ms[jobs] if len(self.timeout_ms) else np.zeros(len(jobs), dtype=np.int64)
-        return ((np.asarray(items["status"]) == UNFINISHED) & (d != NONE) & (limit > 0)
-                & (self.now_ms - d > limit + self.grace_ms))
+        return (
+            (np.asarray(items["status"]) == UNFINISHED)
+            & (d != NONE)
+            & (limit > 0)
+            & (self.now_ms - d > limit + self.grace_ms)
+        )
 
 
-def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray, unscheduled: int = 0,
-                  clock: RunClock | None = None) -> SideMeasures:
+def side_measures(
+    side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray, unscheduled: int = 0, clock: RunClock | None = None
+) -> SideMeasures:
     items, fires = side.items, side.fires
     status = items["status"]
     attempts = int(items["attempts"].sum())
@@ -126,12 +133,22 @@ def side_measures(side: SideFires, *, expected_fk: np.ndarray, late: np.ndarray,
     overdue = clock.overdue(items) if clock is not None else np.zeros(len(items), dtype=bool)
     unfinished = (status == UNFINISHED) & ~overdue
     return SideMeasures(
-        fires=len(fires), calls=len(items), attempts=attempts, retries=attempts - len(items),
-        duplicates=int(items["dups"].sum()), unscheduled=unscheduled,
-        succeeded=int((status == SUCCESS).sum()), failed=int((status == FAIL).sum()),
-        timed_out=int((status == TIMEOUT).sum()) + int(overdue.sum()), unfinished=int(unfinished.sum()),
+        fires=len(fires),
+        calls=len(items),
+        attempts=attempts,
+        retries=attempts - len(items),
+        duplicates=int(items["dups"].sum()),
+        unscheduled=unscheduled,
+        succeeded=int((status == SUCCESS).sum()),
+        failed=int((status == FAIL).sum()),
+        timed_out=int((status == TIMEOUT).sum()) + int(overdue.sum()),
+        unfinished=int(unfinished.sum()),
         running=int((unfinished & (items["dispatch"] != NONE)).sum()),
-        late=int(late.sum()), missing=missing, expected=len(expected_fk), lag=lag_stats(_item_lags(items)))
+        late=int(late.sum()),
+        missing=missing,
+        expected=len(expected_fk),
+        lag=lag_stats(_item_lags(items)),
+    )
 
 
 def legacy_late(fires: pd.DataFrame, s: MatchSettings) -> np.ndarray:
@@ -150,25 +167,29 @@ def baseline_measures(inputs: Inputs, s: MatchSettings, flags: JobFlags, clock: 
     exp_fk = expected_keys(exp, start, end, keys)
     if inputs.source == SourceSystem.XXL_JOB and len(exp_fk):
         exp_fk = exp_fk[~lineage_skips(keys.job(exp_fk), keys.sched(exp_fk), flags)]
-    return side_measures(side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched),
-                         clock=clock)
+    return side_measures(
+        side, expected_fk=exp_fk, late=legacy_late(side.fires, s), unscheduled=len(unsched), clock=clock
+    )
 
 
 def labelled_new_calls(frame: pd.DataFrame) -> int:
     """Calls of new-only fires labelled as known differences: not part of the volume check."""
     sel = (frame["kind"].to_numpy() == KINDS.index(MismatchKind.MISSING_ON_LEGACY)) & (
-        frame["label"].to_numpy() != NO_LABEL)
+        frame["label"].to_numpy() != NO_LABEL
+    )
     return int(frame["b"].to_numpy()[sel].sum())
 
 
 def _not_migrated(frame: pd.DataFrame) -> np.ndarray:
     """Legacy fires of quarantined jobs the new side was never given (b: their calls)."""
     return (frame["kind"].to_numpy() == KINDS.index(MismatchKind.MISSING_ON_NEW)) & (
-        frame["label"].to_numpy() == LABEL_CODE[Label.NOT_MIGRATED])
+        frame["label"].to_numpy() == LABEL_CODE[Label.NOT_MIGRATED]
+    )
 
 
-def quarantined_jobs(frame: pd.DataFrame, quarantined: Mapping[int, QuarantinedJob],
-                     n_jobs: int) -> tuple[QuarantinedJob, ...]:
+def quarantined_jobs(
+    frame: pd.DataFrame, quarantined: Mapping[int, QuarantinedJob], n_jobs: int
+) -> tuple[QuarantinedJob, ...]:
     """The quarantined jobs with their not-migrated legacy fires and calls in the window
     (one bincount per measure, whatever the number of rows)."""
     if not quarantined:
@@ -181,8 +202,13 @@ def quarantined_jobs(frame: pd.DataFrame, quarantined: Mapping[int, QuarantinedJ
     return tuple(sorted(out, key=lambda q: (-q.legacy_fires, q.source_key)))
 
 
-def fires_per_job(expected_fk: np.ndarray, keys: Keys, jobs: JobIndex, info: Mapping[int, JobInfo],
-                  quarantined: Mapping[int, QuarantinedJob]) -> tuple[tuple[str, int], ...]:
+def fires_per_job(
+    expected_fk: np.ndarray,
+    keys: Keys,
+    jobs: JobIndex,
+    info: Mapping[int, JobInfo],
+    quarantined: Mapping[int, QuarantinedJob],
+) -> tuple[tuple[str, int], ...]:
     """Expected occurrences in the window of every recurring job the new side was given
     (job code, count), fewest first: the verdict's evidence per job. A recurring job with
     no occurrence in the window (a daily job in an hour) is listed with 0."""
@@ -192,6 +218,7 @@ def fires_per_job(expected_fk: np.ndarray, keys: Keys, jobs: JobIndex, info: Map
 
 
 # --- time series --------------------------------------------------------------------------
+
 
 def _bucket_ms(window: Window, buckets: int) -> int:
     raw = window.length.total_seconds() * 1000 / max(1, buckets)
@@ -204,7 +231,7 @@ def _bucket_pcts(bounds: np.ndarray, lag: np.ndarray, ok: np.ndarray) -> dict[in
     n = len(bounds) - 1
     out = {q: np.full(n, np.nan) for q in (50, 95, 99)}
     for i in range(n):
-        sl = lag[bounds[i]:bounds[i + 1]][ok[bounds[i]:bounds[i + 1]]]
+        sl = lag[bounds[i] : bounds[i + 1]][ok[bounds[i] : bounds[i + 1]]]
         if len(sl):
             p = np.percentile(sl, (50, 95, 99), method="inverted_cdf") / 1000.0
             out[50][i], out[95][i], out[99][i] = p
@@ -236,14 +263,26 @@ def build_series(legacy: SideFires, new: SideFires, window: Window, buckets: int
     start = to_ms(window.start)
     n = max(1, -(-(to_ms(window.end) - start) // width))
     ls, ns = _side_series(legacy, start, width, n), _side_series(new, start, width, n)
-    return tuple(Bucket(start=from_ms(start + i * width), legacy_fires=int(ls["fires"][i]), new_fires=int(ns["fires"][i]),
-                        legacy_p50=_opt(ls["p50"][i]), legacy_p95=_opt(ls["p95"][i]), legacy_p99=_opt(ls["p99"][i]),
-                        new_p50=_opt(ns["p50"][i]), new_p95=_opt(ns["p95"][i]), new_p99=_opt(ns["p99"][i]),
-                        legacy_success=_opt(ls["success"][i]), new_success=_opt(ns["success"][i]))
-                 for i in range(n))
+    return tuple(
+        Bucket(
+            start=from_ms(start + i * width),
+            legacy_fires=int(ls["fires"][i]),
+            new_fires=int(ns["fires"][i]),
+            legacy_p50=_opt(ls["p50"][i]),
+            legacy_p95=_opt(ls["p95"][i]),
+            legacy_p99=_opt(ls["p99"][i]),
+            new_p50=_opt(ns["p50"][i]),
+            new_p95=_opt(ns["p95"][i]),
+            new_p99=_opt(ns["p99"][i]),
+            legacy_success=_opt(ls["success"][i]),
+            new_success=_opt(ns["success"][i]),
+        )
+        for i in range(n)
+    )
 
 
 # --- mismatch summaries -------------------------------------------------------------------
+
 
 def _flagged_mask(frame: pd.DataFrame) -> np.ndarray:
     against = np.asarray([k.against_new for k in KINDS])[frame["kind"].to_numpy()]
@@ -256,8 +295,11 @@ def mismatch_counts(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for code, k in enumerate(KINDS):
         sel = kind == code
-        out[k.value] = {"total": int(sel.sum()), "flagged": int((sel & flagged).sum()),
-                        "labelled": int((sel & labelled).sum())}
+        out[k.value] = {
+            "total": int(sel.sum()),
+            "flagged": int((sel & flagged).sum()),
+            "labelled": int((sel & labelled).sum()),
+        }
     return out
 
 
@@ -268,18 +310,29 @@ def _held_detail(quarantined: Mapping[int, QuarantinedJob], label: int, job: int
     return q.detail if q is not None else "not migrated (quarantined)"
 
 
-def mismatch_groups(frame: pd.DataFrame, jobs: JobIndex, limit: int = MAX_GROUPS,
-                    quarantined: Mapping[int, QuarantinedJob] | None = None) -> tuple[MismatchGroup, ...]:
+def mismatch_groups(
+    frame: pd.DataFrame,
+    jobs: JobIndex,
+    limit: int = MAX_GROUPS,
+    quarantined: Mapping[int, QuarantinedJob] | None = None,
+) -> tuple[MismatchGroup, ...]:
     if not len(frame):
         return ()
     g = frame.groupby(["kind", "label", "job"], sort=False)["sched"].agg(["count", "min", "max"]).reset_index()
     g["flagged"] = _flagged_mask(g)
     g = g.sort_values(["flagged", "count", "kind", "job"], ascending=[False, False, True, True]).head(limit)
-    return tuple(MismatchGroup(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), count=int(r["count"]),
-                               first_at=from_ms(r["min"]), last_at=from_ms(r["max"]),
-                               label=None if r.label == NO_LABEL else LABELS[int(r.label)],
-                               detail=_held_detail(quarantined or {}, int(r.label), int(r.job)) or "")
-                 for _, r in g.iterrows())
+    return tuple(
+        MismatchGroup(
+            kind=KINDS[int(r.kind)],
+            job_code=jobs.code(int(r.job)),
+            count=int(r["count"]),
+            first_at=from_ms(r["min"]),
+            last_at=from_ms(r["max"]),
+            label=None if r.label == NO_LABEL else LABELS[int(r.label)],
+            detail=_held_detail(quarantined or {}, int(r.label), int(r.job)) or "",
+        )
+        for _, r in g.iterrows()
+    )
 
 
 _FAILED_WORD = {FAIL: "failed", TIMEOUT: "timed out"}
@@ -292,41 +345,58 @@ def _secs(ms: int) -> str:
 def detail(kind: MismatchKind, a: int, b: int) -> str:
     texts = {
         MismatchKind.MISSING_ON_NEW: f"legacy fired it (lag {_secs(a)}); the new side did not"
-                                     + {1: ", its misfire policy skipped it",
-                                        2: ", a rollback fence skipped it there (the legacy side's to fire)"}.get(b, ""),
-        MismatchKind.EXTRA_ON_NEW: (f"fired {b + 1} times on the new side (a doubled trigger)" if b > 0 else
-                                    "fired on the new side; not in the legacy schedule, not fired by legacy"),
-        MismatchKind.LATE_ON_NEW: (f"new side lag {_secs(a)} (legacy {_secs(b)})" if a != NONE else
-                                   f"not received by an executor (legacy lag {_secs(b)})"),
+        + {
+            1: ", its misfire policy skipped it",
+            2: ", a rollback fence skipped it there (the legacy side's to fire)",
+        }.get(b, ""),
+        MismatchKind.EXTRA_ON_NEW: (
+            f"fired {b + 1} times on the new side (a doubled trigger)"
+            if b > 0
+            else "fired on the new side; not in the legacy schedule, not fired by legacy"
+        ),
+        MismatchKind.LATE_ON_NEW: (
+            f"new side lag {_secs(a)} (legacy {_secs(b)})"
+            if a != NONE
+            else f"not received by an executor (legacy lag {_secs(b)})"
+        ),
         MismatchKind.FAILED_ON_NEW: f"{_FAILED_WORD.get(a, 'failed')} on the new side; legacy succeeded",
         MismatchKind.FAILED_ON_LEGACY: f"{_FAILED_WORD.get(a, 'failed')} on legacy; the new side succeeded",
         MismatchKind.ITEMS_DIFFER: f"legacy {a} sharding items, new {b}",
         MismatchKind.MISSING_ON_LEGACY: f"expected by the schedule and fired by the new side only (lag {_secs(a)})",
-        MismatchKind.UNSCHEDULED_ON_LEGACY: {2: "manual, API or parent-job fire on legacy",
-                                             3: "misfire-compensation fire on legacy"}.get(
-                                                 a, "legacy fire that no expected occurrence explains"),
+        MismatchKind.UNSCHEDULED_ON_LEGACY: {
+            2: "manual, API or parent-job fire on legacy",
+            3: "misfire-compensation fire on legacy",
+        }.get(a, "legacy fire that no expected occurrence explains"),
         MismatchKind.MISSING_ON_BOTH: "expected by the schedule; neither side fired it",
         MismatchKind.RETRIES_DIFFER: f"legacy made {a} attempt(s) ({a - 1} retries), the new side {b} ({b - 1} retries) "
-                                     "for the same occurrence",
+        "for the same occurrence",
     }
     return texts[kind]
 
 
-def mismatch_sample(frame: pd.DataFrame, jobs: JobIndex, limit: int,
-                    quarantined: Mapping[int, QuarantinedJob] | None = None) -> tuple[Mismatch, ...]:
+def mismatch_sample(
+    frame: pd.DataFrame, jobs: JobIndex, limit: int, quarantined: Mapping[int, QuarantinedJob] | None = None
+) -> tuple[Mismatch, ...]:
     if not len(frame) or limit <= 0:
         return ()
     flagged = _flagged_mask(frame)
     order = np.r_[np.flatnonzero(flagged)[:limit], np.flatnonzero(~flagged)[:limit]][:limit]
     rows = frame.iloc[order].sort_values(["kind", "sched", "job"], kind="stable")
-    return tuple(Mismatch(kind=KINDS[int(r.kind)], job_code=jobs.code(int(r.job)), scheduled_at=from_ms(r.sched),
-                          label=None if r.label == NO_LABEL else LABELS[int(r.label)],
-                          detail=_held_detail(quarantined or {}, int(r.label), int(r.job))
-                          or detail(KINDS[int(r.kind)], int(r.a), int(r.b)))
-                 for r in rows.itertuples(index=False))
+    return tuple(
+        Mismatch(
+            kind=KINDS[int(r.kind)],
+            job_code=jobs.code(int(r.job)),
+            scheduled_at=from_ms(r.sched),
+            label=None if r.label == NO_LABEL else LABELS[int(r.label)],
+            detail=_held_detail(quarantined or {}, int(r.label), int(r.job))
+            or detail(KINDS[int(r.kind)], int(r.a), int(r.b)),
+        )
+        for r in rows.itertuples(index=False)
+    )
 
 
 # --- the comparison -----------------------------------------------------------------------
+
 
 def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFrame) -> tuple[str, ...]:
     notes = list(inputs.notes)
@@ -338,16 +408,18 @@ def _notes(inputs: Inputs, counts: dict[str, dict[str, int]], frame: pd.DataFram
     for code, lab in enumerate(LABELS):
         n = int((labels == code).sum())
         if n:
-            notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: "
-                         f"{LABEL_TEXT[lab]}")
+            notes.append(f"{n:,} fire(s) labelled {lab.value}, not counted against the new side: {LABEL_TEXT[lab]}")
     tries = counts[MismatchKind.RETRIES_DIFFER.value]["total"]
     if tries:
-        notes.append(f"{tries:,} occurrence(s) fired by both sides took a different number of attempts (retries "
-                     "compared per occurrence; listed as retries_differ, not counted against the new side)")
+        notes.append(
+            f"{tries:,} occurrence(s) fired by both sides took a different number of attempts (retries "
+            "compared per occurrence; listed as retries_differ, not counted against the new side)"
+        )
     both = counts[MismatchKind.MISSING_ON_BOTH.value]["total"] - counts[MismatchKind.MISSING_ON_BOTH.value]["labelled"]
     if both:
-        notes.append(f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the "
-                     "definition changed)")
+        notes.append(
+            f"{both:,} expected fire(s) were fired by neither side (both paths were down, or the definition changed)"
+        )
     return tuple(notes)
 
 
@@ -356,23 +428,45 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     t0 = time.perf_counter()
     s = settings.match
     precision = precision_of(inputs.source)
-    inputs = replace(inputs, legacy=floored(inputs.legacy, "trig", precision.ms),
-                     baseline_legacy=floored(inputs.baseline_legacy, "trig", precision.ms),
-                     new=floored(inputs.new, "recv", precision.ms))
+    inputs = replace(
+        inputs,
+        legacy=floored(inputs.legacy, "trig", precision.ms),
+        baseline_legacy=floored(inputs.baseline_legacy, "trig", precision.ms),
+        new=floored(inputs.new, "recv", precision.ms),
+    )
     start, end = to_ms(inputs.window.start), to_ms(inputs.window.end)
-    ctx = ClassifyContext(settings=s, flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
-                          xxl=inputs.source == SourceSystem.XXL_JOB, shadow=inputs.mode is Mode.SHADOW, now_ms=to_ms(now))
+    ctx = ClassifyContext(
+        settings=s,
+        flags=JobFlags.build(len(inputs.jobs), inputs.info, inputs.quarantined),
+        xxl=inputs.source == SourceSystem.XXL_JOB,
+        shadow=inputs.mode is Mode.SHADOW,
+        now_ms=to_ms(now),
+    )
     assert ctx.flags.timeout_ms is not None
-    clock = RunClock(now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000))
+    clock = RunClock(
+        now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000)
+    )
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dualrun-baseline") as pool:
         pending = pool.submit(baseline_measures, inputs, s, ctx.flags, clock)
-        m = match(Table.of(inputs.legacy), Table.of(inputs.new), Table.of(inputs.expected), start=start, end=end,
-                  n_jobs=len(inputs.jobs), ctx=ctx)
+        m = match(
+            Table.of(inputs.legacy),
+            Table.of(inputs.new),
+            Table.of(inputs.expected),
+            start=start,
+            end=end,
+            n_jobs=len(inputs.jobs),
+            ctx=ctx,
+        )
         baseline = pending.result()
-    legacy = side_measures(m.legacy, expected_fk=m.expected_fk, late=legacy_late(m.legacy.fires, s),
-                           unscheduled=len(m.unscheduled), clock=clock)
+    legacy = side_measures(
+        m.legacy,
+        expected_fk=m.expected_fk,
+        late=legacy_late(m.legacy.fires, s),
+        unscheduled=len(m.unscheduled),
+        clock=clock,
+    )
     # occurrences a rollback fence took from the new side are the legacy side's to fire
     new_expected = m.expected_fk[~member(m.fenced_fk, m.expected_fk)]
     keys = Keys(origin=start, job_bits=max(1, len(inputs.jobs).bit_length()))
@@ -382,21 +476,51 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
     counts = mismatch_counts(m.mismatches)
     groups = mismatch_groups(m.mismatches, inputs.jobs, quarantined=inputs.quarantined)
     held = quarantined_jobs(m.mismatches, inputs.quarantined, len(inputs.jobs))
-    evaluation = rules.evaluate(rules.Evidence(
-        mode=inputs.mode, window=inputs.window, legacy=legacy, new=new, baseline=baseline,
-        reference=m.reference, counts=counts, groups=groups, consumer_lag=inputs.consumer_lag,
-        thresholds=settings.thresholds, labelled_new_calls=labelled_new_calls(m.mismatches), quarantined=held,
-        fires_per_job=fires_per_job(new_expected, keys, inputs.jobs, inputs.info, inputs.quarantined),
-        fenced_legacy_calls=m.fenced_legacy_calls))
+    evaluation = rules.evaluate(
+        rules.Evidence(
+            mode=inputs.mode,
+            window=inputs.window,
+            legacy=legacy,
+            new=new,
+            baseline=baseline,
+            reference=m.reference,
+            counts=counts,
+            groups=groups,
+            consumer_lag=inputs.consumer_lag,
+            thresholds=settings.thresholds,
+            labelled_new_calls=labelled_new_calls(m.mismatches),
+            quarantined=held,
+            fires_per_job=fires_per_job(new_expected, keys, inputs.jobs, inputs.info, inputs.quarantined),
+            fenced_legacy_calls=m.fenced_legacy_calls,
+        )
+    )
     return Comparison(
-        business=inputs.business, legacy_business=inputs.legacy_business or inputs.business, source=inputs.source,
-        mode=inputs.mode, window=inputs.window, baseline_window=inputs.baseline_window, computed_at=now,
-        verdict=evaluation.verdict, checks=evaluation.checks, legacy=legacy, new=new, baseline=baseline,
-        noise=evaluation.noise, reference_fires=m.reference, mismatch_counts=counts, mismatch_groups=groups,
+        business=inputs.business,
+        legacy_business=inputs.legacy_business or inputs.business,
+        source=inputs.source,
+        mode=inputs.mode,
+        window=inputs.window,
+        baseline_window=inputs.baseline_window,
+        computed_at=now,
+        verdict=evaluation.verdict,
+        checks=evaluation.checks,
+        legacy=legacy,
+        new=new,
+        baseline=baseline,
+        noise=evaluation.noise,
+        reference_fires=m.reference,
+        mismatch_counts=counts,
+        mismatch_groups=groups,
         mismatches=mismatch_sample(m.mismatches, inputs.jobs, s.max_listed, inputs.quarantined),
-        series=build_series(m.legacy, m.new, inputs.window, s.buckets), consumer_lag=inputs.consumer_lag,
-        notes=_notes(inputs, counts, m.mismatches), thresholds=thresholds_as_dict(settings.thresholds),
-        quarantined=held, seconds=time.perf_counter() - t0, span=inputs.span, lag_precision=precision)
+        series=build_series(m.legacy, m.new, inputs.window, s.buckets),
+        consumer_lag=inputs.consumer_lag,
+        notes=_notes(inputs, counts, m.mismatches),
+        thresholds=thresholds_as_dict(settings.thresholds),
+        quarantined=held,
+        seconds=time.perf_counter() - t0,
+        span=inputs.span,
+        lag_precision=precision,
+    )
 
 
 def baseline_window(window: Window, offset: timedelta | None) -> Window:

@@ -1,5 +1,6 @@
 """Errors of the comparator. A difference between the paths is not an error: it is data
 (mismatches and failed checks in the comparison). These are for what stops a comparison."""
+
 from __future__ import annotations
 
 

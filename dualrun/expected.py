@@ -5,6 +5,7 @@ asked for: cron (Quartz, in the definition's zone, through `scheduler_core.cron`
 fixed rate (anchored at the legacy's next fire time), one-shot (its fire time).
 Disabled definitions expect nothing; a schedule that cannot be evaluated is reported.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -57,8 +58,9 @@ def _occurrences(defn: LegacyDefinition, window: Window, cap: int) -> np.ndarray
     return np.zeros(0, dtype=np.int64)
 
 
-def build_expected(defs: Iterable[tuple[str, LegacyDefinition]], window: Window, jobs: JobIndex,
-                   *, cap: int = 2_000_000) -> Expected:
+def build_expected(
+    defs: Iterable[tuple[str, LegacyDefinition]], window: Window, jobs: JobIndex, *, cap: int = 2_000_000
+) -> Expected:
     """Occurrences in [window.start, window.end) of every enabled definition (job code, definition)."""
     parts: list[pd.DataFrame] = []
     notes: list[str] = []
@@ -68,12 +70,18 @@ def build_expected(defs: Iterable[tuple[str, LegacyDefinition]], window: Window,
         try:
             occ = _occurrences(defn, window, cap)
         except ValueError as exc:  # a cron the evaluator refuses: its fires are matched by time only
-            notes.append(f"job {code}: schedule {defn.cron or defn.interval_seconds!r} cannot be evaluated "
-                         f"({exc}); its fires are compared without expected occurrences")
+            notes.append(
+                f"job {code}: schedule {defn.cron or defn.interval_seconds!r} cannot be evaluated "
+                f"({exc}); its fires are compared without expected occurrences"
+            )
             continue
         if len(occ) >= cap:
-            notes.append(f"job {code}: more than {cap:,} occurrences in the window; only the first {cap:,} are expected")
+            notes.append(
+                f"job {code}: more than {cap:,} occurrences in the window; only the first {cap:,} are expected"
+            )
         if len(occ):
-            parts.append(pd.DataFrame(copy=False, data={"job": np.full(len(occ), jobs.id(code), dtype=np.int64), "sched": occ}))
+            parts.append(
+                pd.DataFrame(copy=False, data={"job": np.full(len(occ), jobs.id(code), dtype=np.int64), "sched": occ})
+            )
     frame = pd.concat(parts, ignore_index=True) if parts else empty(EXPECTED_COLUMNS)
     return Expected(frame=frame, notes=notes)

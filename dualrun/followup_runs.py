@@ -8,6 +8,7 @@ dual-run whose new side runs the children as legacy does would count each one as
 extra fire against the new side. Found by their claims (`dus_followup_fired`): the child
 run's command id names its trigger and time, shared by every item of that run.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -26,8 +27,12 @@ _CLAIM_MARGIN = timedelta(days=2)
 
 def followup_runs(store: SqlTriggerStore, business: str, window: Window) -> set[tuple[str, int]]:
     """(job code, scheduled ms) of every follow-up run of the business in the window."""
-    claims = followup_claims(store, business, round((window.start - _CLAIM_MARGIN).timestamp() * 1000),
-                             round((window.end + _CLAIM_MARGIN).timestamp() * 1000))
+    claims = followup_claims(
+        store,
+        business,
+        round((window.start - _CLAIM_MARGIN).timestamp() * 1000),
+        round((window.end + _CLAIM_MARGIN).timestamp() * 1000),
+    )
     start, end = round(window.start.timestamp() * 1000), round(window.end.timestamp() * 1000)
     out: set[tuple[str, int]] = set()
     for code, cid in claims:

@@ -7,6 +7,7 @@ epoch milliseconds, -1 for "none"; jobs are small integers from a `JobIndex`):
 - new items:       job, item, total, status, sched, recv, misfired, attempt
 - expected:        job, sched
 """
+
 from __future__ import annotations
 
 import re
@@ -36,12 +37,22 @@ LEGACY_COLUMNS = ("job", "shard", "total", "attempt", "kind", "status", "trig", 
 NEW_COLUMNS = ("job", "item", "total", "status", "sched", "recv", "misfired", "attempt")
 EXPECTED_COLUMNS = ("job", "sched")
 
-_EXEC_STATUS = {ExecStatus.SUCCESS: SUCCESS, ExecStatus.RUNNING: UNFINISHED, ExecStatus.TIMEOUT: TIMEOUT,
-                ExecStatus.FAIL: FAIL, ExecStatus.NOT_DISPATCHED: FAIL}
-FIRED_STATUS = {FiredState.SUCCEEDED.value: SUCCESS, FiredState.FAILED.value: FAIL,
-                FiredState.TIMED_OUT.value: TIMEOUT, FiredState.SKIPPED.value: SKIPPED,
-                FiredState.PENDING.value: UNFINISHED, FiredState.PUBLISHED.value: UNFINISHED,
-                FiredState.RECEIVED.value: UNFINISHED}
+_EXEC_STATUS = {
+    ExecStatus.SUCCESS: SUCCESS,
+    ExecStatus.RUNNING: UNFINISHED,
+    ExecStatus.TIMEOUT: TIMEOUT,
+    ExecStatus.FAIL: FAIL,
+    ExecStatus.NOT_DISPATCHED: FAIL,
+}
+FIRED_STATUS = {
+    FiredState.SUCCEEDED.value: SUCCESS,
+    FiredState.FAILED.value: FAIL,
+    FiredState.TIMED_OUT.value: TIMEOUT,
+    FiredState.SKIPPED.value: SKIPPED,
+    FiredState.PENDING.value: UNFINISHED,
+    FiredState.PUBLISHED.value: UNFINISHED,
+    FiredState.RECEIVED.value: UNFINISHED,
+}
 
 # The xxl-job reader leads a record's message with the trigger type ("[RETRY] ...",
 # readers/xxljob/logs.py); a raw trigger_msg has it as "任务触发类型：<type>" (en: "Job
@@ -50,8 +61,11 @@ FIRED_STATUS = {FiredState.SUCCEEDED.value: SUCCESS, FiredState.FAILED.value: FA
 _PREFIX = re.compile(r"^\[(CRON|MANUAL|RETRY|PARENT|API|MISFIRE|UNKNOWN)\]")
 _PREFIX_KIND = {"RETRY": RETRY, "MISFIRE": MISFIRE, "MANUAL": MANUAL, "PARENT": MANUAL, "API": MANUAL}
 _TRIGGER_TYPE = re.compile(r"(?:触发类型|觸發類型|trigger\s*type)\s*[:：]\s*([^<\r\n]{1,40})", re.IGNORECASE)
-_KIND_WORDS = ((RETRY, ("失败重试", "失敗重試", "retry")), (MISFIRE, ("调度过期补偿", "調度過期補償", "misfire")),
-               (MANUAL, ("手动", "手動", "manual", "api", "父任务", "父任務", "parent")))
+_KIND_WORDS = (
+    (RETRY, ("失败重试", "失敗重試", "retry")),
+    (MISFIRE, ("调度过期补偿", "調度過期補償", "misfire")),
+    (MANUAL, ("手动", "手動", "manual", "api", "父任务", "父任務", "parent")),
+)
 
 
 def row_kind(message: str, attempt: int) -> int:
@@ -166,11 +180,20 @@ class JobInfo:
 
 def is_recurring(defn: LegacyDefinition) -> bool:
     """Enabled with a schedule that repeats (what `dualrun.expected` expands more than once)."""
-    return defn.enabled and ((defn.schedule is ScheduleKind.CRON and bool(defn.cron))
-                             or (defn.schedule is ScheduleKind.FIXED_RATE and bool(defn.interval_seconds)))
+    return defn.enabled and (
+        (defn.schedule is ScheduleKind.CRON and bool(defn.cron))
+        or (defn.schedule is ScheduleKind.FIXED_RATE and bool(defn.interval_seconds))
+    )
 
 
 def job_info(defn: LegacyDefinition, job_code: str) -> JobInfo:
-    return JobInfo(job_code=job_code, source_key=defn.source_key, cron=defn.cron, time_zone=defn.time_zone,
-                   broadcast=defn.broadcast, misfire_skip=defn.misfire == MisfireRule.SKIP, recurring=is_recurring(defn),
-                   timeout_s=max(0, int(defn.timeout_seconds or 0)))
+    return JobInfo(
+        job_code=job_code,
+        source_key=defn.source_key,
+        cron=defn.cron,
+        time_zone=defn.time_zone,
+        broadcast=defn.broadcast,
+        misfire_skip=defn.misfire == MisfireRule.SKIP,
+        recurring=is_recurring(defn),
+        timeout_s=max(0, int(defn.timeout_seconds or 0)),
+    )

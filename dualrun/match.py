@@ -17,6 +17,7 @@ that data arriving in time order (readers yield by time, the store is read by sc
 time) is nearly sorted, and every sort is a cheap stable pass; lookups then search sorted
 keys with sorted queries. Columns are plain numpy arrays (`Table`), not DataFrames.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -157,8 +158,15 @@ class MatchResult:
 
 # --- 1. nominal fire times ---------------------------------------------------------------
 
-def _asof(left_key: np.ndarray, left_by: np.ndarray, right_key: np.ndarray, right_by: np.ndarray,
-          right_val: np.ndarray, tolerance: int) -> np.ndarray:
+
+def _asof(
+    left_key: np.ndarray,
+    left_by: np.ndarray,
+    right_key: np.ndarray,
+    right_by: np.ndarray,
+    right_val: np.ndarray,
+    tolerance: int,
+) -> np.ndarray:
     """For each left row, right_val of the latest right row with the same `by` and
     right_key <= left_key (within tolerance), else NONE. Left order is preserved."""
     if not len(left_key) or not len(right_key):
@@ -166,9 +174,14 @@ def _asof(left_key: np.ndarray, left_by: np.ndarray, right_key: np.ndarray, righ
     lo, ro = _order(left_key), _order(right_key)
     lk, lb = (left_key, left_by) if lo is None else (left_key[lo], left_by[lo])
     rk, rb, rv = (right_key, right_by, right_val) if ro is None else (right_key[ro], right_by[ro], right_val[ro])
-    m = pd.merge_asof(pd.DataFrame(copy=False, data={"key": lk, "by": lb}),
-                      pd.DataFrame(copy=False, data={"key": rk, "by": rb, "val": rv}),
-                      on="key", by="by", direction="backward", tolerance=tolerance)
+    m = pd.merge_asof(
+        pd.DataFrame(copy=False, data={"key": lk, "by": lb}),
+        pd.DataFrame(copy=False, data={"key": rk, "by": rb, "val": rv}),
+        on="key",
+        by="by",
+        direction="backward",
+        tolerance=tolerance,
+    )
     val = m["val"].fillna(NONE).to_numpy(dtype=_I64)
     if lo is None:
         return val
@@ -183,19 +196,22 @@ def assign_nominal(leg: Table, exp: Table, s: MatchSettings) -> np.ndarray:
     need = np.flatnonzero((sched == NONE) & (kind == SCHEDULE) & (trig != NONE))
     if len(need):
         early = _ms(s.early)
-        sched[need] = _asof(trig[need] + early, job[need], exp["sched"], exp["job"], exp["sched"],
-                            _ms(s.nominal_tolerance) + early)
+        sched[need] = _asof(
+            trig[need] + early, job[need], exp["sched"], exp["job"], exp["sched"], _ms(s.nominal_tolerance) + early
+        )
     retry = np.flatnonzero((sched == NONE) & (kind == RETRY) & (trig != NONE))
     if len(retry):
         by = job << 16 | leg["shard"] & 0xFFFF
         status = leg["status"]
-        failed = np.flatnonzero((sched != NONE) & (kind != MANUAL) & (trig != NONE)
-                                & ((status == FAIL) | (status == TIMEOUT)))
+        failed = np.flatnonzero(
+            (sched != NONE) & (kind != MANUAL) & (trig != NONE) & ((status == FAIL) | (status == TIMEOUT))
+        )
         sched[retry] = _asof(trig[retry], by[retry], trig[failed], by[failed], sched[failed], _ms(s.retry_window))
     return sched
 
 
 # --- 2. attempts -> items -> fires ----------------------------------------------------------
+
 
 def _starts(key: np.ndarray) -> np.ndarray:
     """Boolean 'a new group starts here' over rows sorted by `key`."""
@@ -228,8 +244,9 @@ class ItemKeys:
         change[1:] = (j[1:] != j[:-1]) | (t[1:] != t[:-1]) | (u[1:] != u[:-1])
         return ItemKeys(order, np.cumsum(change), 0)
 
-    def ids(self, keys: Keys, starts: np.ndarray, job: np.ndarray, sched: np.ndarray,
-            unit: np.ndarray) -> dict[str, np.ndarray]:
+    def ids(
+        self, keys: Keys, starts: np.ndarray, job: np.ndarray, sched: np.ndarray, unit: np.ndarray
+    ) -> dict[str, np.ndarray]:
         """fk, job, sched and unit of the items starting at `starts`."""
         if not self.unit_bits:
             g = self.order[starts]
@@ -252,16 +269,26 @@ def legacy_items(rows: Table, sched: np.ndarray, sel: np.ndarray, keys: Keys) ->
     dup = ~first & ~retry_like
     starts = np.flatnonzero(first)
     if not len(starts):
-        return Table({c: np.zeros(0, dtype=_I64) for c in
-                      ("fk", "job", "sched", "unit", "total", "status", "dispatch", "attempts", "dups")})
+        return Table(
+            {
+                c: np.zeros(0, dtype=_I64)
+                for c in ("fk", "job", "sched", "unit", "total", "status", "dispatch", "attempts", "dups")
+            }
+        )
     # the item's status is its last attempt's (duplicates aside): the last non-duplicate row
     last = np.maximum.reduceat(np.where(dup, -1, np.arange(len(g), dtype=_I64)), starts)
     n_dup = np.add.reduceat(dup.astype(_I64), starts)
     head = g[starts]
-    return Table({**ik.ids(keys, starts, rows["job"], sched, rows["shard"]), "total": rows["total"][head],
-                  "status": status[last],
-                  "dispatch": rows["trig"][head], "attempts": np.diff(np.append(starts, len(g))) - n_dup,
-                  "dups": n_dup})
+    return Table(
+        {
+            **ik.ids(keys, starts, rows["job"], sched, rows["shard"]),
+            "total": rows["total"][head],
+            "status": status[last],
+            "dispatch": rows["trig"][head],
+            "attempts": np.diff(np.append(starts, len(g))) - n_dup,
+            "dups": n_dup,
+        }
+    )
 
 
 def new_items(rows: Table, sel: np.ndarray, keys: Keys) -> Table:
@@ -270,29 +297,48 @@ def new_items(rows: Table, sel: np.ndarray, keys: Keys) -> Table:
     ik = ItemKeys.build(keys, rows["job"], rows["sched"], rows["item"], sel)
     starts = np.flatnonzero(_starts(ik.key))
     head = ik.order[starts]
-    return Table({**ik.ids(keys, starts, rows["job"], rows["sched"], rows["item"]), "total": rows["total"][head],
-                  "status": rows["status"][head], "dispatch": rows["recv"][head],
-                  "attempts": rows["attempt"][head] + 1, "dups": np.diff(np.append(starts, len(ik.key))) - 1})
+    return Table(
+        {
+            **ik.ids(keys, starts, rows["job"], rows["sched"], rows["item"]),
+            "total": rows["total"][head],
+            "status": rows["status"][head],
+            "dispatch": rows["recv"][head],
+            "attempts": rows["attempt"][head] + 1,
+            "dups": np.diff(np.append(starts, len(ik.key))) - 1,
+        }
+    )
 
 
 def fires_of(items: Table, keys: Keys) -> Table:
     """Items (sorted by fire time, job, unit) folded into fires, sorted by fire key."""
     if not len(items):
-        return Table({c: np.zeros(0, dtype=_I64) for c in
-                      ("fk", "job", "sched", "items", "total", "status", "dispatch", "attempts", "dups")})
+        return Table(
+            {
+                c: np.zeros(0, dtype=_I64)
+                for c in ("fk", "job", "sched", "items", "total", "status", "dispatch", "attempts", "dups")
+            }
+        )
     fk_all = items["fk"]
     starts = np.flatnonzero(_starts(fk_all))
     dispatch = items["dispatch"]
     first = np.minimum.reduceat(np.where(dispatch == NONE, _MAX, dispatch), starts)
-    return Table({
-        "fk": fk_all[starts], "job": items["job"][starts], "sched": items["sched"][starts],
-        "items": np.diff(np.append(starts, len(fk_all))), "total": np.maximum.reduceat(items["total"], starts),
-        "status": np.maximum.reduceat(items["status"], starts), "dispatch": np.where(first == _MAX, NONE, first),
-        "attempts": np.add.reduceat(items["attempts"], starts), "dups": np.add.reduceat(items["dups"], starts),
-    })
+    return Table(
+        {
+            "fk": fk_all[starts],
+            "job": items["job"][starts],
+            "sched": items["sched"][starts],
+            "items": np.diff(np.append(starts, len(fk_all))),
+            "total": np.maximum.reduceat(items["total"], starts),
+            "status": np.maximum.reduceat(items["status"], starts),
+            "dispatch": np.where(first == _MAX, NONE, first),
+            "attempts": np.add.reduceat(items["attempts"], starts),
+            "dups": np.add.reduceat(items["dups"], starts),
+        }
+    )
 
 
 # --- 3. pairing -------------------------------------------------------------------------------
+
 
 def pair(lf: Table, nf: Table, tolerance: int) -> tuple[np.ndarray, np.ndarray]:
     """(legacy index, new index) of paired fires: exact fire key first, then the nearest
@@ -310,10 +356,18 @@ def pair(lf: Table, nf: Table, tolerance: int) -> tuple[np.ndarray, np.ndarray]:
     nfree[ni] = False
     nrest = np.flatnonzero(nfree)
     left = pd.DataFrame(copy=False, data={"sched": lf["sched"][lrest], "job": lf["job"][lrest], "li": lrest})
-    right = pd.DataFrame(copy=False, data={"sched": nf["sched"][nrest], "job": nf["job"][nrest], "ni": nrest,
-                                           "nsched": nf["sched"][nrest]})
-    m = pd.merge_asof(left.sort_values("sched", kind="stable"), right.sort_values("sched", kind="stable"),
-                      on="sched", by="job", direction="nearest", tolerance=tolerance).dropna(subset=["ni"])
+    right = pd.DataFrame(
+        copy=False,
+        data={"sched": nf["sched"][nrest], "job": nf["job"][nrest], "ni": nrest, "nsched": nf["sched"][nrest]},
+    )
+    m = pd.merge_asof(
+        left.sort_values("sched", kind="stable"),
+        right.sort_values("sched", kind="stable"),
+        on="sched",
+        by="job",
+        direction="nearest",
+        tolerance=tolerance,
+    ).dropna(subset=["ni"])
     if not len(m):
         return li, ni
     m["d"] = (m["sched"] - m["nsched"]).abs()
@@ -322,6 +376,7 @@ def pair(lf: Table, nf: Table, tolerance: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- 4. mismatches and labels -------------------------------------------------------------
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobFlags:
@@ -348,8 +403,15 @@ class JobFlags:
             dom_l[jid], dom_w[jid] = "L" in dom, "W" in dom and "L" not in dom
             broadcast[jid], skip[jid], zones[jid] = ji.broadcast, ji.misfire_skip, ji.time_zone
             timeout_ms[jid] = ji.timeout_s * 1000
-        return JobFlags(dom_l=dom_l, dom_w=dom_w, broadcast=broadcast, misfire_skip=skip, zones=zones, quarantined=held,
-                        timeout_ms=timeout_ms)
+        return JobFlags(
+            dom_l=dom_l,
+            dom_w=dom_w,
+            broadcast=broadcast,
+            misfire_skip=skip,
+            zones=zones,
+            quarantined=held,
+            timeout_ms=timeout_ms,
+        )
 
     @property
     def any_month_end(self) -> bool:
@@ -378,14 +440,26 @@ def lineage_skips(job: np.ndarray, sched: np.ndarray, flags: JobFlags) -> np.nda
     return out
 
 
-def _piece(kind: MismatchKind, job: np.ndarray, sched: np.ndarray, label: np.ndarray | int = NO_LABEL,
-           a: np.ndarray | int = NONE, b: np.ndarray | int = NONE) -> pd.DataFrame:
+def _piece(
+    kind: MismatchKind,
+    job: np.ndarray,
+    sched: np.ndarray,
+    label: np.ndarray | int = NO_LABEL,
+    a: np.ndarray | int = NONE,
+    b: np.ndarray | int = NONE,
+) -> pd.DataFrame:
     n = len(job)
-    return pd.DataFrame(copy=False, data={
-        "kind": np.full(n, KIND_CODE[kind], dtype=np.int8),
-        "label": np.broadcast_to(np.asarray(label, dtype=np.int8), (n,)),
-        "job": np.asarray(job, dtype=_I64), "sched": np.asarray(sched, dtype=_I64),
-        "a": np.broadcast_to(np.asarray(a, dtype=_I64), (n,)), "b": np.broadcast_to(np.asarray(b, dtype=_I64), (n,))})
+    return pd.DataFrame(
+        copy=False,
+        data={
+            "kind": np.full(n, KIND_CODE[kind], dtype=np.int8),
+            "label": np.broadcast_to(np.asarray(label, dtype=np.int8), (n,)),
+            "job": np.asarray(job, dtype=_I64),
+            "sched": np.asarray(sched, dtype=_I64),
+            "a": np.broadcast_to(np.asarray(a, dtype=_I64), (n,)),
+            "b": np.broadcast_to(np.asarray(b, dtype=_I64), (n,)),
+        },
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -442,8 +516,10 @@ def _new_only(nf: Table, expected: np.ndarray, ctx: ClassifyContext) -> list[pd.
         misfire = ctx.flags.misfire_skip[j] & (lag[exp] > _ms(ctx.settings.legacy_misfire_threshold))
         label = np.where(misfire, LABEL_CODE[Label.MISFIRE_THRESHOLD], label)
         label = np.where(lineage_skips(j, t, ctx.flags), LABEL_CODE[Label.XXL_MONTH_END], label).astype(np.int8)
-    return [_piece(MismatchKind.MISSING_ON_LEGACY, job[exp], sched[exp], label, a=lag[exp], b=items[exp]),
-            _piece(MismatchKind.EXTRA_ON_NEW, job[extra], sched[extra], a=lag[extra], b=0)]
+    return [
+        _piece(MismatchKind.MISSING_ON_LEGACY, job[exp], sched[exp], label, a=lag[exp], b=items[exp]),
+        _piece(MismatchKind.EXTRA_ON_NEW, job[extra], sched[extra], a=lag[extra], b=0),
+    ]
 
 
 def _unpaired(n: int, paired: np.ndarray) -> np.ndarray:
@@ -452,9 +528,16 @@ def _unpaired(n: int, paired: np.ndarray) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.ndarray, skipped_fk: np.ndarray,
-             ctx: ClassifyContext, keys: Keys,
-             fenced_fk: np.ndarray | None = None) -> tuple[pd.DataFrame, int, int]:
+def classify(
+    legacy: SideFires,
+    new: SideFires,
+    unscheduled: Table,
+    exp_fk: np.ndarray,
+    skipped_fk: np.ndarray,
+    ctx: ClassifyContext,
+    keys: Keys,
+    fenced_fk: np.ndarray | None = None,
+) -> tuple[pd.DataFrame, int, int]:
     """(mismatch frame, paired fires, reference occurrences). `fenced_fk`: occurrences the
     new side skipped by a rollback fence; the legacy side fires them, which is no mismatch
     against the new side (labelled rollback_fence, out of the rates' reference)."""
@@ -467,24 +550,45 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
     # the new side (labelled; b carries its calls instead of the misfire-skip flag)
     held = ctx.flags.quarantined[lo["job"]]
     fenced = ~held & member(_NO_KEYS if fenced_fk is None else fenced_fk, lo["fk"])
-    label = np.where(held, LABEL_CODE[Label.NOT_MIGRATED],
-                     np.where(fenced, LABEL_CODE[Label.ROLLBACK_FENCE], NO_LABEL))
+    label = np.where(held, LABEL_CODE[Label.NOT_MIGRATED], np.where(fenced, LABEL_CODE[Label.ROLLBACK_FENCE], NO_LABEL))
     why = np.where(fenced, B_FENCED, member(skipped_fk, lo["fk"]).astype(_I64) * B_MISFIRE_SKIP)
-    pieces.append(_piece(MismatchKind.MISSING_ON_NEW, lo["job"], lo["sched"], label.astype(np.int8), a=lag_of(lo),
-                         b=np.where(held, lo["items"], why)))
+    pieces.append(
+        _piece(
+            MismatchKind.MISSING_ON_NEW,
+            lo["job"],
+            lo["sched"],
+            label.astype(np.int8),
+            a=lag_of(lo),
+            b=np.where(held, lo["items"], why),
+        )
+    )
     no = nf.take(_unpaired(len(nf), ni), ("fk", "job", "sched", "dispatch", "items"))
     pieces += _new_only(no, member(exp_fk, no["fk"]), ctx)
     doubled = nf.take(np.flatnonzero(nf["dups"] > 0), ("job", "sched", "dispatch", "dups"))
-    pieces.append(_piece(MismatchKind.EXTRA_ON_NEW, doubled["job"], doubled["sched"], a=lag_of(doubled),
-                         b=doubled["dups"]))
+    pieces.append(
+        _piece(MismatchKind.EXTRA_ON_NEW, doubled["job"], doubled["sched"], a=lag_of(doubled), b=doubled["dups"])
+    )
     fired = sorted_unique(np.concatenate((lf["fk"], nf["fk"])))
     neither = exp_fk[~member(fired, exp_fk)]
     nj = keys.job(neither)
     held_n = ctx.flags.quarantined[nj]
-    pieces.append(_piece(MismatchKind.MISSING_ON_BOTH, nj, keys.sched(neither),
-                         np.where(held_n, LABEL_CODE[Label.NOT_MIGRATED], NO_LABEL)))
-    pieces.append(_piece(MismatchKind.UNSCHEDULED_ON_LEGACY, unscheduled["job"], unscheduled["trig"],
-                         LABEL_CODE[Label.LEGACY_UNSCHEDULED], a=unscheduled["kind"]))
+    pieces.append(
+        _piece(
+            MismatchKind.MISSING_ON_BOTH,
+            nj,
+            keys.sched(neither),
+            np.where(held_n, LABEL_CODE[Label.NOT_MIGRATED], NO_LABEL),
+        )
+    )
+    pieces.append(
+        _piece(
+            MismatchKind.UNSCHEDULED_ON_LEGACY,
+            unscheduled["job"],
+            unscheduled["trig"],
+            LABEL_CODE[Label.LEGACY_UNSCHEDULED],
+            a=unscheduled["kind"],
+        )
+    )
     frame = pd.concat(pieces, ignore_index=True)
     # occurrences only a quarantined job's legacy side has (or neither) are not the new
     # side's to fire: they stay out of the rates' reference
@@ -495,12 +599,18 @@ def classify(legacy: SideFires, new: SideFires, unscheduled: Table, exp_fk: np.n
 
 # --- the pipeline ---------------------------------------------------------------------------
 
+
 def unscheduled_rows(leg: Table, sched: np.ndarray, start: int, end: int) -> Table:
     trig = leg["trig"]
     sel = np.flatnonzero((sched == NONE) & (trig >= start) & (trig < end))
     kind = leg["kind"][sel]
-    return Table({"job": leg["job"][sel], "trig": trig[sel],
-                  "kind": np.where((kind == MANUAL) | (kind == MISFIRE), kind, SCHEDULE)})
+    return Table(
+        {
+            "job": leg["job"][sel],
+            "trig": trig[sel],
+            "kind": np.where((kind == MANUAL) | (kind == MISFIRE), kind, SCHEDULE),
+        }
+    )
 
 
 def expected_keys(exp: Table, start: int, end: int, keys: Keys) -> np.ndarray:
@@ -509,8 +619,9 @@ def expected_keys(exp: Table, start: int, end: int, keys: Keys) -> np.ndarray:
     return sorted_unique(keys.fire(exp["job"][sel], sched[sel]))
 
 
-def prepare_legacy(leg: Table, exp: Table, start: int, end: int, s: MatchSettings,
-                   keys: Keys) -> tuple[SideFires, Table]:
+def prepare_legacy(
+    leg: Table, exp: Table, start: int, end: int, s: MatchSettings, keys: Keys
+) -> tuple[SideFires, Table]:
     """The legacy side of one window: fires by nominal time, and the unscheduled rows."""
     sched = assign_nominal(leg, exp, s)
     inside = np.flatnonzero((sched != NONE) & (sched >= start) & (sched < end))
@@ -531,13 +642,23 @@ def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires
     return SideFires(items, fires_of(items, keys)), skipped_fk, fenced_fk
 
 
-def match(leg: Table, new: Table, exp: Table, *, start: int, end: int, n_jobs: int,
-          ctx: ClassifyContext) -> MatchResult:
+def match(
+    leg: Table, new: Table, exp: Table, *, start: int, end: int, n_jobs: int, ctx: ClassifyContext
+) -> MatchResult:
     """The whole matching for one window [start, end) in epoch ms."""
     keys = Keys(origin=start, job_bits=_bits(n_jobs))
     legacy, unsched = prepare_legacy(leg, exp, start, end, ctx.settings, keys)
     newf, skipped_fk, fenced_fk = prepare_new(new, start, end, keys)
     exp_fk = expected_keys(exp, start, end, keys)
     frame, paired, reference = classify(legacy, newf, unsched, exp_fk, skipped_fk, ctx, keys, fenced_fk)
-    return MatchResult(legacy=legacy, new=newf, unscheduled=unsched, mismatches=frame, expected_fk=exp_fk,
-                       paired=paired, reference=reference, skipped_new=len(skipped_fk), fenced_fk=fenced_fk)
+    return MatchResult(
+        legacy=legacy,
+        new=newf,
+        unscheduled=unsched,
+        mismatches=frame,
+        expected_fk=exp_fk,
+        paired=paired,
+        reference=reference,
+        skipped_new=len(skipped_fk),
+        fenced_fk=fenced_fk,
+    )

@@ -3,6 +3,7 @@
 Pure stdlib: frozen dataclasses with aware-UTC datetimes. A `Comparison` round-trips
 through `as_dict` / `comparison_from_dict` (the JSON stored in `dus_comparison.body`).
 """
+
 from __future__ import annotations
 
 import enum
@@ -63,8 +64,15 @@ class MismatchKind(enum.StrEnum):
         return self in _AGAINST_NEW
 
 
-_AGAINST_NEW = frozenset({MismatchKind.MISSING_ON_NEW, MismatchKind.EXTRA_ON_NEW, MismatchKind.LATE_ON_NEW,
-                          MismatchKind.FAILED_ON_NEW, MismatchKind.ITEMS_DIFFER})
+_AGAINST_NEW = frozenset(
+    {
+        MismatchKind.MISSING_ON_NEW,
+        MismatchKind.EXTRA_ON_NEW,
+        MismatchKind.LATE_ON_NEW,
+        MismatchKind.FAILED_ON_NEW,
+        MismatchKind.ITEMS_DIFFER,
+    }
+)
 
 
 class Label(enum.StrEnum):
@@ -81,18 +89,18 @@ class Label(enum.StrEnum):
 
 LABEL_TEXT: dict[Label, str] = {
     Label.XXL_MONTH_END: "xxl-job 3.1-3.3 (Quartz 2.5.0 cron lineage) skips L/W day-of-month fires in months "
-                         "shorter than 31 days; the new side fires them as Quartz documents",
+    "shorter than 31 days; the new side fires them as Quartz documents",
     Label.MISFIRE_THRESHOLD: "xxl-job skips a fire more than 5 s late (misfire threshold 5 s, DO_NOTHING); "
-                             "the new side's misfire threshold is 2 h, so it fired late instead",
+    "the new side's misfire threshold is 2 h, so it fired late instead",
     Label.LEGACY_UNSCHEDULED: "a manual, API, parent-job or misfire-compensation fire on the legacy side: "
-                              "no schedule asks the new side for it",
+    "no schedule asks the new side for it",
     Label.BROADCAST_ITEMS: "xxl-job SHARDING_BROADCAST has one item per live executor; the new side's item "
-                           "count comes from the sharding configuration",
+    "count comes from the sharding configuration",
     Label.LEGACY_MISSED: "the legacy side missed an expected fire that the new side fired",
     Label.NOT_MIGRATED: "not migrated: the legacy job is quarantined in the migration ledger (field and reason "
-                        "listed) and still runs only on legacy; the new side was never given it",
+    "listed) and still runs only on legacy; the new side was never given it",
     Label.ROLLBACK_FENCE: "a rollback handed the occurrence back to legacy: the new side had published it and "
-                          "its executor skipped it, with a record, by the rollback's fence",
+    "its executor skipped it, with a record, by the rollback's fence",
 }
 
 
@@ -103,8 +111,7 @@ def not_migrated_text(field_name: str | None, reason: str | None) -> str:
 
 
 def quarantine_sentence(n: int) -> str:
-    return (f"{n:,} legacy job(s) of this business are quarantined and still run only on legacy; "
-            "fix them before cutover")
+    return f"{n:,} legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,18 +154,30 @@ class CompareSpan:
     def sentence(self) -> str:
         what = f"compared {iso(self.window.start)} .. {iso(self.window.end)}"
         if self.clipped:
-            return (f"{what} (asked {iso(self.requested.start)} .. {iso(self.requested.end)}; "
-                    + "; ".join(self.clipped) + ")")
+            return (
+                f"{what} (asked {iso(self.requested.start)} .. {iso(self.requested.end)}; "
+                + "; ".join(self.clipped)
+                + ")"
+            )
         return what + (f" ({self.note})" if self.note else "")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested.as_dict(), "window": self.window.as_dict(), "clipped": list(self.clipped),
-                "note": self.note, "sentence": self.sentence}
+        return {
+            "requested": self.requested.as_dict(),
+            "window": self.window.as_dict(),
+            "clipped": list(self.clipped),
+            "note": self.note,
+            "sentence": self.sentence,
+        }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> CompareSpan:
-        return CompareSpan(requested=Window.from_dict(d["requested"]), window=Window.from_dict(d["window"]),
-                           clipped=tuple(d.get("clipped", ())), note=d.get("note", ""))
+        return CompareSpan(
+            requested=Window.from_dict(d["requested"]),
+            window=Window.from_dict(d["window"]),
+            clipped=tuple(d.get("clipped", ())),
+            note=d.get("note", ""),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,13 +196,20 @@ class LagPrecision:
 
     @property
     def sentence(self) -> str:
-        return (f"lag compared at {_precision(self.ms)} precision, the coarser of legacy "
-                f"({self.legacy_source}: {_precision(self.legacy_ms)}) and the new side "
-                f"({_precision(self.new_ms)}); both sides' times are truncated to it")
+        return (
+            f"lag compared at {_precision(self.ms)} precision, the coarser of legacy "
+            f"({self.legacy_source}: {_precision(self.legacy_ms)}) and the new side "
+            f"({_precision(self.new_ms)}); both sides' times are truncated to it"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"legacy_ms": self.legacy_ms, "new_ms": self.new_ms, "legacy_source": self.legacy_source,
-                "ms": self.ms, "sentence": self.sentence}
+        return {
+            "legacy_ms": self.legacy_ms,
+            "new_ms": self.new_ms,
+            "legacy_source": self.legacy_source,
+            "ms": self.ms,
+            "sentence": self.sentence,
+        }
 
 
 def _precision(ms: int) -> str:
@@ -202,13 +228,21 @@ class StreamCatchup:
     stream_id: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"caught_up": self.caught_up, "sentence": self.sentence, "checked_at": iso(self.checked_at),
-                "stream_id": self.stream_id}
+        return {
+            "caught_up": self.caught_up,
+            "sentence": self.sentence,
+            "checked_at": iso(self.checked_at),
+            "stream_id": self.stream_id,
+        }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> StreamCatchup:
-        return StreamCatchup(caught_up=bool(d["caught_up"]), sentence=d["sentence"],
-                             checked_at=from_iso(d["checked_at"]), stream_id=d.get("stream_id", ""))
+        return StreamCatchup(
+            caught_up=bool(d["caught_up"]),
+            sentence=d["sentence"],
+            checked_at=from_iso(d["checked_at"]),
+            stream_id=d.get("stream_id", ""),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -397,21 +431,41 @@ class Comparison:
     @property
     def summary(self) -> str:
         """The verdict in one sentence, warnings included."""
-        head = "ready" if self.is_ready else "not ready: " + "; ".join(
-            c.sentence for c in self.checks if not c.passed and not c.skipped)
+        head = (
+            "ready"
+            if self.is_ready
+            else "not ready: " + "; ".join(c.sentence for c in self.checks if not c.passed and not c.skipped)
+        )
         return head + "".join(f"; {w}" for w in self.warnings)
 
 
 # --- JSON form ------------------------------------------------------------------------------
+
 
 def _opt_iso(at: datetime | None) -> str | None:
     return None if at is None else iso(at)
 
 
 def _side(m: SideMeasures) -> dict[str, Any]:
-    d = {k: getattr(m, k) for k in ("fires", "calls", "attempts", "retries", "duplicates", "unscheduled",
-                                     "succeeded", "failed", "timed_out", "unfinished", "running", "late", "missing",
-                                     "expected")}
+    d = {
+        k: getattr(m, k)
+        for k in (
+            "fires",
+            "calls",
+            "attempts",
+            "retries",
+            "duplicates",
+            "unscheduled",
+            "succeeded",
+            "failed",
+            "timed_out",
+            "unfinished",
+            "running",
+            "late",
+            "missing",
+            "expected",
+        )
+    }
     d["success_rate"] = m.success_rate
     d["timeout_rate"] = m.timeout_rate
     d["lag"] = {k: getattr(m.lag, k) for k in ("samples", "p50", "p95", "p99", "max")}
@@ -424,24 +478,53 @@ def _side_from(d: dict[str, Any]) -> SideMeasures:
 
 
 def _check(c: Check) -> dict[str, Any]:
-    return {"code": c.code, "passed": c.passed, "skipped": c.skipped, "warning": c.warning, "sentence": c.sentence,
-            "new": c.new, "legacy": c.legacy, "noise": c.noise, "details": list(c.details)}
+    return {
+        "code": c.code,
+        "passed": c.passed,
+        "skipped": c.skipped,
+        "warning": c.warning,
+        "sentence": c.sentence,
+        "new": c.new,
+        "legacy": c.legacy,
+        "noise": c.noise,
+        "details": list(c.details),
+    }
 
 
 def _mismatch(m: Mismatch) -> dict[str, Any]:
-    return {"kind": m.kind.value, "job_code": m.job_code, "scheduled_at": iso(m.scheduled_at),
-            "label": m.label.value if m.label else None, "flagged": m.flagged, "detail": m.detail}
+    return {
+        "kind": m.kind.value,
+        "job_code": m.job_code,
+        "scheduled_at": iso(m.scheduled_at),
+        "label": m.label.value if m.label else None,
+        "flagged": m.flagged,
+        "detail": m.detail,
+    }
 
 
 def _group(g: MismatchGroup) -> dict[str, Any]:
-    return {"kind": g.kind.value, "job_code": g.job_code, "count": g.count, "first_at": iso(g.first_at),
-            "last_at": iso(g.last_at), "label": g.label.value if g.label else None, "flagged": g.flagged,
-            "detail": g.detail}
+    return {
+        "kind": g.kind.value,
+        "job_code": g.job_code,
+        "count": g.count,
+        "first_at": iso(g.first_at),
+        "last_at": iso(g.last_at),
+        "label": g.label.value if g.label else None,
+        "flagged": g.flagged,
+        "detail": g.detail,
+    }
 
 
 def _quarantined(q: QuarantinedJob) -> dict[str, Any]:
-    return {"source_key": q.source_key, "job_code": q.job_code, "field": q.field, "reason": q.reason,
-            "legacy_fires": q.legacy_fires, "legacy_calls": q.legacy_calls, "detail": q.detail}
+    return {
+        "source_key": q.source_key,
+        "job_code": q.job_code,
+        "field": q.field,
+        "reason": q.reason,
+        "legacy_fires": q.legacy_fires,
+        "legacy_calls": q.legacy_calls,
+        "detail": q.detail,
+    }
 
 
 def _bucket(b: Bucket) -> dict[str, Any]:
@@ -474,9 +557,14 @@ def as_dict(c: Comparison) -> dict[str, Any]:
         "mismatches": [_mismatch(m) for m in c.mismatches],
         "labels": {lab.value: text for lab, text in LABEL_TEXT.items()},
         "series": [_bucket(b) for b in c.series],
-        "consumer_lag": None if c.consumer_lag is None else {
-            "topic": c.consumer_lag.topic, "subscription": c.consumer_lag.subscription,
-            "due": c.consumer_lag.due, "delayed": c.consumer_lag.delayed},
+        "consumer_lag": None
+        if c.consumer_lag is None
+        else {
+            "topic": c.consumer_lag.topic,
+            "subscription": c.consumer_lag.subscription,
+            "due": c.consumer_lag.due,
+            "delayed": c.consumer_lag.delayed,
+        },
         "quarantined": [_quarantined(q) for q in c.quarantined],
         "notes": list(c.notes),
         "thresholds": dict(c.thresholds),
@@ -494,35 +582,83 @@ def _label(v: str | None) -> Label | None:
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     lag = d.get("consumer_lag")
     return Comparison(
-        business=d["business"], legacy_business=d.get("legacy_business", ""), source=d["source"],
-        mode=Mode(d["mode"]), window=Window.from_dict(d["window"]),
-        baseline_window=Window.from_dict(d["baseline_window"]), computed_at=from_iso(d["computed_at"]),
+        business=d["business"],
+        legacy_business=d.get("legacy_business", ""),
+        source=d["source"],
+        mode=Mode(d["mode"]),
+        window=Window.from_dict(d["window"]),
+        baseline_window=Window.from_dict(d["baseline_window"]),
+        computed_at=from_iso(d["computed_at"]),
         verdict=Verdict(d["verdict"]),
-        checks=tuple(Check(code=x["code"], passed=x["passed"], skipped=x.get("skipped", False),
-                           warning=x.get("warning", False), sentence=x["sentence"], new=x.get("new"), legacy=x.get("legacy"), noise=x.get("noise"),
-                           details=tuple(x.get("details", ()))) for x in d["checks"]),
-        legacy=_side_from(d["measures"]["legacy"]), new=_side_from(d["measures"]["new"]),
-        baseline=_side_from(d["measures"]["baseline"]), noise=dict(d.get("noise", {})),
-        reference_fires=d.get("reference_fires", 0), mismatch_counts=d.get("mismatch_counts", {}),
-        mismatch_groups=tuple(MismatchGroup(kind=MismatchKind(g["kind"]), job_code=g["job_code"], count=g["count"],
-                                            first_at=from_iso(g["first_at"]), last_at=from_iso(g["last_at"]),
-                                            label=_label(g.get("label")), detail=g.get("detail", ""))
-                              for g in d.get("mismatch_groups", ())),
-        mismatches=tuple(Mismatch(kind=MismatchKind(m["kind"]), job_code=m["job_code"],
-                                  scheduled_at=from_iso(m["scheduled_at"]), label=_label(m.get("label")),
-                                  detail=m.get("detail", "")) for m in d.get("mismatches", ())),
-        series=tuple(Bucket(start=from_iso(b["start"]), **{k: v for k, v in b.items() if k != "start"})
-                     for b in d.get("series", ())),
+        checks=tuple(
+            Check(
+                code=x["code"],
+                passed=x["passed"],
+                skipped=x.get("skipped", False),
+                warning=x.get("warning", False),
+                sentence=x["sentence"],
+                new=x.get("new"),
+                legacy=x.get("legacy"),
+                noise=x.get("noise"),
+                details=tuple(x.get("details", ())),
+            )
+            for x in d["checks"]
+        ),
+        legacy=_side_from(d["measures"]["legacy"]),
+        new=_side_from(d["measures"]["new"]),
+        baseline=_side_from(d["measures"]["baseline"]),
+        noise=dict(d.get("noise", {})),
+        reference_fires=d.get("reference_fires", 0),
+        mismatch_counts=d.get("mismatch_counts", {}),
+        mismatch_groups=tuple(
+            MismatchGroup(
+                kind=MismatchKind(g["kind"]),
+                job_code=g["job_code"],
+                count=g["count"],
+                first_at=from_iso(g["first_at"]),
+                last_at=from_iso(g["last_at"]),
+                label=_label(g.get("label")),
+                detail=g.get("detail", ""),
+            )
+            for g in d.get("mismatch_groups", ())
+        ),
+        mismatches=tuple(
+            Mismatch(
+                kind=MismatchKind(m["kind"]),
+                job_code=m["job_code"],
+                scheduled_at=from_iso(m["scheduled_at"]),
+                label=_label(m.get("label")),
+                detail=m.get("detail", ""),
+            )
+            for m in d.get("mismatches", ())
+        ),
+        series=tuple(
+            Bucket(start=from_iso(b["start"]), **{k: v for k, v in b.items() if k != "start"})
+            for b in d.get("series", ())
+        ),
         consumer_lag=None if lag is None else ConsumerLag(**lag),
-        notes=tuple(d.get("notes", ())), thresholds=dict(d.get("thresholds", {})),
+        notes=tuple(d.get("notes", ())),
+        thresholds=dict(d.get("thresholds", {})),
         seconds=float(d.get("seconds", 0.0)),
-        quarantined=tuple(QuarantinedJob(source_key=q["source_key"], job_code=q["job_code"], field=q.get("field"),
-                                         reason=q.get("reason"), legacy_fires=q.get("legacy_fires", 0),
-                                         legacy_calls=q.get("legacy_calls", 0)) for q in d.get("quarantined", ())),
+        quarantined=tuple(
+            QuarantinedJob(
+                source_key=q["source_key"],
+                job_code=q["job_code"],
+                field=q.get("field"),
+                reason=q.get("reason"),
+                legacy_fires=q.get("legacy_fires", 0),
+                legacy_calls=q.get("legacy_calls", 0),
+            )
+            for q in d.get("quarantined", ())
+        ),
         span=None if d.get("span") is None else CompareSpan.from_dict(d["span"]),
-        lag_precision=None if d.get("lag_precision") is None else LagPrecision(
-            legacy_ms=d["lag_precision"]["legacy_ms"], new_ms=d["lag_precision"]["new_ms"],
-            legacy_source=d["lag_precision"]["legacy_source"]),
+        lag_precision=None
+        if d.get("lag_precision") is None
+        else LagPrecision(
+            legacy_ms=d["lag_precision"]["legacy_ms"],
+            new_ms=d["lag_precision"]["new_ms"],
+            legacy_source=d["lag_precision"]["legacy_source"],
+        ),
         stream=None if d.get("stream") is None else StreamCatchup.from_dict(d["stream"]),
     )
 

@@ -4,6 +4,7 @@ The legacy side is `readers.ports.LegacyReader`; the new side is the trigger sto
 (`scheduler_core.store.sql.SqlTriggerStore`). Consumer lag comes from any bus with a
 `backlog(topic, subscription) -> (due, delayed)` view (PulsarBus, InProcessBus).
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod

@@ -7,6 +7,7 @@ dispatch within the second while the new side shows its milliseconds: the new si
 look worse by truncation alone. Both sides' times are floored to the coarser precision
 before any lag is taken.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,6 +9,7 @@ A difference between the new path and the legacy path is flagged only when it cl
 `raw` and `noise` are in the check's own unit (a rate, seconds, percentage points).
 Every value can be overridden per business (`thresholds_from_mapping`).
 """
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ not running for the other's fires (seen: "call volume 128 vs legacy 216" four mi
 the business's dual-run period that contains the window's end (the latest one), and the
 A/A baseline (legacy against its own schedule) never reaches across a switch either.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -43,19 +44,26 @@ class Switch:
 
 class NotInDualRun(DualRunError):
     def __init__(self, business: str, window: Window) -> None:
-        super().__init__(f"{business} was not in dual-run at any time in {iso(window.start)} .. {iso(window.end)}: "
-                         "nothing to compare (see `switchyard status` for its switches)")
+        super().__init__(
+            f"{business} was not in dual-run at any time in {iso(window.start)} .. {iso(window.end)}: "
+            "nothing to compare (see `switchyard status` for its switches)"
+        )
 
 
 def fetch_switches(store: SqlTriggerStore, business: str) -> list[Switch]:
     """The business's state changes, oldest first (audit notes that changed nothing are not)."""
     own = DualRunStore.beside(store)
     a = own.migration.audit
-    stmt = (select(a.c.at, a.c.from_state, a.c.to_state).where(a.c.biz_code == business, a.c.from_state != a.c.to_state)
-            .order_by(a.c.at, a.c.id))
+    stmt = (
+        select(a.c.at, a.c.from_state, a.c.to_state)
+        .where(a.c.biz_code == business, a.c.from_state != a.c.to_state)
+        .order_by(a.c.at, a.c.id)
+    )
     with own.engine.connect() as conn:
-        return [Switch(at=datetime.fromtimestamp(int(at) / 1000, tz=timezone.utc), from_state=f, to_state=t)
-                for at, f, t in conn.execute(stmt).all()]
+        return [
+            Switch(at=datetime.fromtimestamp(int(at) / 1000, tz=timezone.utc), from_state=f, to_state=t)
+            for at, f, t in conn.execute(stmt).all()
+        ]
 
 
 def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:
@@ -63,8 +71,12 @@ def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSp
     before any `dualrun start`, or records written by hand) the window is kept as asked,
     and the span says so."""
     if not switches:
-        return CompareSpan(requested=window, window=window, clipped=(),
-                           note="no dual-run start recorded for this business: the window is compared as requested")
+        return CompareSpan(
+            requested=window,
+            window=window,
+            clipped=(),
+            note="no dual-run start recorded for this business: the window is compared as requested",
+        )
     start, end = window.start, window.end
     clipped: list[str] = []
     # the last switch at or before the window's end decides the state at its end
@@ -85,8 +97,9 @@ def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSp
         start = entered.at
         clipped.append(f"start clipped at the {entered.name} {iso(entered.at)}")
     if end <= start:
-        raise DualRunError(f"{business}: the {entered.name} was at {iso(entered.at)}, the end of the window: "
-                           "nothing to compare yet")
+        raise DualRunError(
+            f"{business}: the {entered.name} was at {iso(entered.at)}, the end of the window: nothing to compare yet"
+        )
     return CompareSpan(requested=window, window=Window(start=start, end=end), clipped=tuple(clipped))
 
 

@@ -6,6 +6,7 @@ dual-run may not import (it does not migrate): `MigrationView` names the columns
 of them, as the readers name the legacy columns they read; tests/unit/test_table_owners.py
 checks the view against migrator.tables. The core's tables are read through
 scheduler_core.store.reads only."""
+
 from __future__ import annotations
 
 from sqlalchemy import column, table
@@ -21,13 +22,28 @@ _TABLES = dualrun_tables()  # definitions only (no dialect in them): one set for
 class MigrationView:
     """The migrator's tables as dual-run and the reports read them (read-only)."""
 
-    business: TableClause = table("dus_business", column("biz_code"), column("source_system"), column("state"),
-                                  column("shadow"))
-    ledger: TableClause = table("dus_migration_ledger", column("source_system"), column("source_key"),
-                                column("business"), column("status"), column("target_job_code"), column("field"),
-                                column("reason"))
-    audit: TableClause = table("dus_cutover_audit", column("id"), column("biz_code"), column("at"),
-                               column("from_state"), column("to_state"), column("detail"))
+    business: TableClause = table(
+        "dus_business", column("biz_code"), column("source_system"), column("state"), column("shadow")
+    )
+    ledger: TableClause = table(
+        "dus_migration_ledger",
+        column("source_system"),
+        column("source_key"),
+        column("business"),
+        column("status"),
+        column("target_job_code"),
+        column("field"),
+        column("reason"),
+    )
+    audit: TableClause = table(
+        "dus_cutover_audit",
+        column("id"),
+        column("biz_code"),
+        column("at"),
+        column("from_state"),
+        column("to_state"),
+        column("detail"),
+    )
 
 
 class DualRunStore:

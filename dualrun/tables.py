@@ -1,6 +1,7 @@
 """Dual-run's table, as SQLAlchemy Core: one row per stored comparison (its verdict,
 reasons and the whole result as JSON). `switchyard db init` creates it beside the
 core's and the migrator's tables (switchyard.schema)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

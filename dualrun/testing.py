@@ -1,6 +1,7 @@
 """Helpers that tests, the demo and the benchmark share: a `LegacyReader` over records
 in memory, and generators of legacy logs and fired records for a schedule where the
 truth is known (procrastinate-style: shipped, so downstream users can use them too)."""
+
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -29,8 +30,9 @@ class RecordReader(LegacyReader):
 
     system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
 
-    def __init__(self, definitions: Iterable[LegacyDefinition] = (),
-                 executions: Iterable[LegacyExecution] = ()) -> None:
+    def __init__(
+        self, definitions: Iterable[LegacyDefinition] = (), executions: Iterable[LegacyExecution] = ()
+    ) -> None:
         self.defs = list(definitions)
         self.execs = list(executions)
 
@@ -54,8 +56,9 @@ class RecordReader(LegacyReader):
         return {d.source_key: d for d in self.definitions() if d.source_key in wanted}
 
     def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
-        rows = [e for e in self.execs if e.business == business and (t := self._time(e)) is not None
-                and since <= t < until]
+        rows = [
+            e for e in self.execs if e.business == business and (t := self._time(e)) is not None and since <= t < until
+        ]
         yield from sorted(rows, key=lambda e: (self._time(e), e.log_id))
 
 
@@ -68,10 +71,25 @@ class BatchRecordReader(RecordReader):
         return e.scheduled_at
 
 
-def cron_definition(key: str, business: str, cron: str, *, source: SourceSystem = SourceSystem.XXL_JOB,
-                    time_zone: str = "Asia/Shanghai", **kw: Any) -> LegacyDefinition:
-    return LegacyDefinition(source=source, source_key=key, business=business, name=f"job {key}",
-                            schedule=ScheduleKind.CRON, cron=cron, time_zone=time_zone, **kw)  # type: ignore[arg-type]
+def cron_definition(
+    key: str,
+    business: str,
+    cron: str,
+    *,
+    source: SourceSystem = SourceSystem.XXL_JOB,
+    time_zone: str = "Asia/Shanghai",
+    **kw: Any,
+) -> LegacyDefinition:
+    return LegacyDefinition(
+        source=source,
+        source_key=key,
+        business=business,
+        name=f"job {key}",
+        schedule=ScheduleKind.CRON,
+        cron=cron,
+        time_zone=time_zone,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def occurrences(defn: LegacyDefinition, start: datetime, end: datetime) -> list[datetime]:
@@ -94,17 +112,36 @@ class LogWriter:
     next_id: int = 1
     rows: list[LegacyExecution] = field(default_factory=list)
 
-    def fire(self, defn: LegacyDefinition, at: datetime, *, lag: timedelta = timedelta(milliseconds=400),
-             status: ExecStatus = ExecStatus.SUCCESS, shard: int = 0, shards: int = 1, attempt: int = 0,
-             message: str = "", run: timedelta = timedelta(seconds=1)) -> LegacyExecution:
+    def fire(
+        self,
+        defn: LegacyDefinition,
+        at: datetime,
+        *,
+        lag: timedelta = timedelta(milliseconds=400),
+        status: ExecStatus = ExecStatus.SUCCESS,
+        shard: int = 0,
+        shards: int = 1,
+        attempt: int = 0,
+        message: str = "",
+        run: timedelta = timedelta(seconds=1),
+    ) -> LegacyExecution:
         triggered = at + lag
         if self.source is SourceSystem.XXL_JOB:  # DATETIME without fractional seconds
             triggered = triggered.replace(microsecond=0)
         row = LegacyExecution(
-            source=self.source, business=defn.business, source_key=defn.source_key, log_id=self.next_id,
-            scheduled_at=at if self.source is SourceSystem.BATCH_CENTER else None, triggered_at=triggered,
-            finished_at=None if status is ExecStatus.RUNNING else triggered + run, status=status,
-            shard_index=shard, shard_total=shards, attempt=attempt, message=message)
+            source=self.source,
+            business=defn.business,
+            source_key=defn.source_key,
+            log_id=self.next_id,
+            scheduled_at=at if self.source is SourceSystem.BATCH_CENTER else None,
+            triggered_at=triggered,
+            finished_at=None if status is ExecStatus.RUNNING else triggered + run,
+            status=status,
+            shard_index=shard,
+            shard_total=shards,
+            attempt=attempt,
+            message=message,
+        )
         self.next_id += 1
         self.rows.append(row)
         return row
@@ -114,15 +151,36 @@ class LogWriter:
             self.fire(defn, at, **kw)  # type: ignore[arg-type]
 
 
-def fired(job_code: str, biz: str, trigger_id: int, at: datetime, *, lag: timedelta = timedelta(milliseconds=50),
-          state: FiredState = FiredState.SUCCEEDED, item: int = 0, items: int = 1, attempt: int = 0,
-          misfired: bool = False) -> FiredRecord:
+def fired(
+    job_code: str,
+    biz: str,
+    trigger_id: int,
+    at: datetime,
+    *,
+    lag: timedelta = timedelta(milliseconds=50),
+    state: FiredState = FiredState.SUCCEEDED,
+    item: int = 0,
+    items: int = 1,
+    attempt: int = 0,
+    misfired: bool = False,
+) -> FiredRecord:
     """One fired record as the new path leaves it after the callback."""
     received = None if state in (FiredState.PENDING, FiredState.PUBLISHED, FiredState.SKIPPED) else at + lag
     final = state in (FiredState.SUCCEEDED, FiredState.FAILED, FiredState.TIMED_OUT)
     return FiredRecord(
-        command_id=CommandId(command_id(trigger_id, at, item)), trigger_id=TriggerId(trigger_id),
-        job_code=JobCode(job_code), biz_code=biz, scheduled_at=at, item_index=item, item_total=items, state=state,
-        fired_at=at - timedelta(minutes=5), published_at=at - timedelta(minutes=5), received_at=received,
-        started_at=received, result_at=(received + timedelta(seconds=1)) if final and received else None,
-        attempt=attempt, misfired=misfired)
+        command_id=CommandId(command_id(trigger_id, at, item)),
+        trigger_id=TriggerId(trigger_id),
+        job_code=JobCode(job_code),
+        biz_code=biz,
+        scheduled_at=at,
+        item_index=item,
+        item_total=items,
+        state=state,
+        fired_at=at - timedelta(minutes=5),
+        published_at=at - timedelta(minutes=5),
+        received_at=received,
+        started_at=received,
+        result_at=(received + timedelta(seconds=1)) if final and received else None,
+        attempt=attempt,
+        misfired=misfired,
+    )

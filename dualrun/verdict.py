@@ -15,6 +15,7 @@ schedule in the earlier window. The p99 lag check also needs N above the SLO lim
 Stored verdicts: `dualrun.verdict_store` (`put_comparison`, and `latest`, which the
 cutover gate reads).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,20 +31,24 @@ from dualrun.model import (
     SideMeasures,
     Verdict,
     Window,
-    quarantine_sentence,
     from_iso,
     iso,
+    quarantine_sentence,
 )
 from dualrun.settings import Thresholds
 
-SHADOW_NOTE = ("shadow mode: the new path records commands without invoking the handlers, so this comparison "
-               "covers timing and volume only (success rate, timeouts and failed fires are not compared)")
+SHADOW_NOTE = (
+    "shadow mode: the new path records commands without invoking the handlers, so this comparison "
+    "covers timing and volume only (success rate, timeouts and failed fires are not compared)"
+)
 # A shadow "ready" says nothing about the new handlers' outcomes: the warning travels with
 # the verdict (its `warnings`), so the report, `--json`, and the cutover gate's refusal and
 # acceptance all say it, not only a note further down the report.
-SHADOW_WARNING = ("shadow mode: success rate was not compared (the new path recorded its commands without invoking "
-                  "the handlers; only timing and volume were compared, so failures and timeouts of the new "
-                  "handlers are unknown)")
+SHADOW_WARNING = (
+    "shadow mode: success rate was not compared (the new path recorded its commands without invoking "
+    "the handlers; only timing and volume were compared, so failures and timeouts of the new "
+    "handlers are unknown)"
+)
 MAX_JOB_DETAILS = 10
 INLINE_JOBS = 3  # short jobs named in the fires-per-job sentence; more go to its details
 
@@ -116,8 +121,10 @@ def _span(first: datetime, last: datetime) -> str:
 
 def _job_details(groups: tuple[MismatchGroup, ...], kind: MismatchKind, noun: str) -> tuple[str, ...]:
     mine = [g for g in groups if g.kind is kind and g.flagged]
-    out = [f"{g.count:,} {_plural(noun, g.count)} of job {g.job_code} {_span(g.first_at, g.last_at)}"
-           for g in mine[:MAX_JOB_DETAILS]]
+    out = [
+        f"{g.count:,} {_plural(noun, g.count)} of job {g.job_code} {_span(g.first_at, g.last_at)}"
+        for g in mine[:MAX_JOB_DETAILS]
+    ]
     if len(mine) > MAX_JOB_DETAILS:
         rest = sum(g.count for g in mine[MAX_JOB_DETAILS:])
         out.append(f"... and {rest:,} more in {len(mine) - MAX_JOB_DETAILS} other job(s)")
@@ -128,19 +135,23 @@ def _baseline_ref(b: SideMeasures) -> int:
     return max(1, b.fires + b.missing)
 
 
-def _count_check(ev: Evidence, code: str, kind: MismatchKind, noise: float, abs_t: float,
-                 noun: str, adjective: str) -> Check:
+def _count_check(
+    ev: Evidence, code: str, kind: MismatchKind, noise: float, abs_t: float, noun: str, adjective: str
+) -> Check:
     n = ev.counts[kind.value]["flagged"]
     ref = max(1, ev.reference)
     raw = n / ref
     failed = clears(raw, noise, abs_t, ev.thresholds.rel)
-    head = (f"{n:,} {adjective} fire{'' if n == 1 else 's'} on the new side of {ev.reference:,} "
-            f"({_pct(raw)}; legacy baseline {_pct(noise)}, threshold {_pct(abs_t)} over noise)")
+    head = (
+        f"{n:,} {adjective} fire{'' if n == 1 else 's'} on the new side of {ev.reference:,} "
+        f"({_pct(raw)}; legacy baseline {_pct(noise)}, threshold {_pct(abs_t)} over noise)"
+    )
     if not failed:
         sentence = f"no {adjective} fires on the new side" if n == 0 else f"{head}: within noise and thresholds"
         return Check(code=code, passed=True, sentence=sentence, new=raw, noise=noise)
-    return Check(code=code, passed=False, sentence=head, new=raw, noise=noise,
-                 details=_job_details(ev.groups, kind, noun))
+    return Check(
+        code=code, passed=False, sentence=head, new=raw, noise=noise, details=_job_details(ev.groups, kind, noun)
+    )
 
 
 def _lag_check(ev: Evidence) -> Check:
@@ -154,20 +165,44 @@ def _lag_check(ev: Evidence) -> Check:
     failed = n > limit and clears(raw, noise, t.lag_p99_abs.total_seconds(), t.rel)
     ctx = f"legacy {_s(leg)}, baseline noise {_s(noise)}"
     if failed:
-        return Check(code="lag_p99", passed=False, sentence=f"p99 lag {_s(n)} > {_s(limit)} ({ctx})",
-                     new=n, legacy=leg, noise=noise)
+        return Check(
+            code="lag_p99",
+            passed=False,
+            sentence=f"p99 lag {_s(n)} > {_s(limit)} ({ctx})",
+            new=n,
+            legacy=leg,
+            noise=noise,
+        )
     why = "within the limit" if n <= limit else "above the limit but no worse than legacy beyond noise"
-    return Check(code="lag_p99", passed=True, sentence=f"p99 lag {_s(n)} ({ctx}): {why} of {_s(limit)}",
-                 new=n, legacy=leg, noise=noise)
+    return Check(
+        code="lag_p99",
+        passed=True,
+        sentence=f"p99 lag {_s(n)} ({ctx}): {why} of {_s(limit)}",
+        new=n,
+        legacy=leg,
+        noise=noise,
+    )
 
 
-def _rate_check(ev: Evidence, code: str, name: str, n: float | None, leg: float | None, base: float | None,
-                abs_t: float, higher_is_worse: bool) -> Check:
+def _rate_check(
+    ev: Evidence,
+    code: str,
+    name: str,
+    n: float | None,
+    leg: float | None,
+    base: float | None,
+    abs_t: float,
+    higher_is_worse: bool,
+) -> Check:
     if ev.mode is Mode.SHADOW:
         return Check(code=code, passed=True, skipped=True, sentence=f"{name}: not compared in shadow mode")
     if n is None or leg is None:
-        return Check(code=code, passed=True, skipped=True,
-                     sentence=f"{name}: not enough finished fires to compare (new {_rate_pct(n)}, legacy {_rate_pct(leg)})")
+        return Check(
+            code=code,
+            passed=True,
+            skipped=True,
+            sentence=f"{name}: not enough finished fires to compare (new {_rate_pct(n)}, legacy {_rate_pct(leg)})",
+        )
     raw = max(0.0, (n - leg) if higher_is_worse else (leg - n))
     noise = abs(leg - base) if base is not None else 0.0
     failed = clears(raw, noise, abs_t, ev.thresholds.rel)
@@ -198,8 +233,10 @@ def _volume_check(ev: Evidence) -> Check:
     if ev.not_migrated_calls:
         sentence += f", not counting {ev.not_migrated_calls:,} legacy call(s) of quarantined (not migrated) jobs"
     if ev.fenced_legacy_calls:
-        sentence += (f", not counting {ev.fenced_legacy_calls:,} legacy call(s) of occurrences a rollback fence "
-                     "took from the new side")
+        sentence += (
+            f", not counting {ev.fenced_legacy_calls:,} legacy call(s) of occurrences a rollback fence "
+            "took from the new side"
+        )
     return Check(code="volume", passed=not failed, sentence=sentence, new=float(n), legacy=float(leg), noise=noise)
 
 
@@ -208,29 +245,42 @@ def _quarantine_check(ev: Evidence) -> Check:
     either: a passing check with a warning (the report, the CLI and the summary say it)."""
     held = ev.quarantined
     if not held:
-        return Check(code="quarantined", passed=True,
-                     sentence="no quarantined legacy jobs: every legacy job of this business in the migration "
-                              "ledger was migrated")
+        return Check(
+            code="quarantined",
+            passed=True,
+            sentence="no quarantined legacy jobs: every legacy job of this business in the migration "
+            "ledger was migrated",
+        )
     fires = sum(q.legacy_fires for q in held)
-    sentence = (f"{quarantine_sentence(len(held))} ({fires:,} legacy fire(s) in the window labelled not_migrated, "
-                "not counted as missing on the new side)")
-    details = tuple(f"{q.source_key} ({q.job_code}): {q.detail}; {q.legacy_fires:,} legacy fire(s) in the window"
-                    for q in held[:MAX_JOB_DETAILS])
+    sentence = (
+        f"{quarantine_sentence(len(held))} ({fires:,} legacy fire(s) in the window labelled not_migrated, "
+        "not counted as missing on the new side)"
+    )
+    details = tuple(
+        f"{q.source_key} ({q.job_code}): {q.detail}; {q.legacy_fires:,} legacy fire(s) in the window"
+        for q in held[:MAX_JOB_DETAILS]
+    )
     if len(held) > MAX_JOB_DETAILS:
-        details += (f"... and {len(held) - MAX_JOB_DETAILS} more quarantined job(s): `switchyard migrate "
-                    "quarantine` lists them all",)
-    return Check(code="quarantined", passed=True, warning=True, sentence=sentence, new=float(len(held)),
-                 details=details)
+        details += (
+            f"... and {len(held) - MAX_JOB_DETAILS} more quarantined job(s): `switchyard migrate "
+            "quarantine` lists them all",
+        )
+    return Check(
+        code="quarantined", passed=True, warning=True, sentence=sentence, new=float(len(held)), details=details
+    )
 
 
 def _consumer_check(ev: Evidence) -> Check:
     lag = ev.consumer_lag
     if lag is None:
-        return Check(code="consumer_lag", passed=True, skipped=True,
-                     sentence="consumer lag: not measured (no Pulsar admin URL)")
+        return Check(
+            code="consumer_lag", passed=True, skipped=True, sentence="consumer lag: not measured (no Pulsar admin URL)"
+        )
     limit = ev.thresholds.max_due_backlog
-    sentence = (f"consumer lag: {lag.due:,} due command(s) waiting in subscription {lag.subscription!r} of "
-                f"{lag.topic} ({lag.delayed:,} delayed, not yet due)")
+    sentence = (
+        f"consumer lag: {lag.due:,} due command(s) waiting in subscription {lag.subscription!r} of "
+        f"{lag.topic} ({lag.delayed:,} delayed, not yet due)"
+    )
     if lag.due > limit:
         return Check(code="consumer_lag", passed=False, sentence=f"{sentence} > {limit:,}", new=float(lag.due))
     return Check(code="consumer_lag", passed=True, sentence=sentence, new=float(lag.due))
@@ -240,12 +290,18 @@ def _data_check(ev: Evidence) -> Check:
     total = ev.legacy.fires + ev.new.fires + ev.legacy.unscheduled
     w = ev.window
     if total < ev.thresholds.min_fires:
-        return Check(code="data", passed=False,
-                     sentence=f"only {total} fire(s) on either side between {_when(w.start)} and {_when(w.end)}: "
-                              f"nothing to compare (need {ev.thresholds.min_fires})")
-    return Check(code="data", passed=True,
-                 sentence=f"{ev.legacy.fires:,} legacy and {ev.new.fires:,} new fires between {_when(w.start)} "
-                          f"and {_when(w.end)}")
+        return Check(
+            code="data",
+            passed=False,
+            sentence=f"only {total} fire(s) on either side between {_when(w.start)} and {_when(w.end)}: "
+            f"nothing to compare (need {ev.thresholds.min_fires})",
+        )
+    return Check(
+        code="data",
+        passed=True,
+        sentence=f"{ev.legacy.fires:,} legacy and {ev.new.fires:,} new fires between {_when(w.start)} "
+        f"and {_when(w.end)}",
+    )
 
 
 def duration_text(d: timedelta) -> str:
@@ -254,8 +310,12 @@ def duration_text(d: timedelta) -> str:
     days, rest = divmod(total, 86400)
     h, rest = divmod(rest, 3600)
     m, sec = divmod(rest, 60)
-    parts = [f"{days} d" if days else "", f"{h} h" if h else "", f"{m} min" if m else "",
-             f"{sec} s" if sec or not total else ""]
+    parts = [
+        f"{days} d" if days else "",
+        f"{h} h" if h else "",
+        f"{m} min" if m else "",
+        f"{sec} s" if sec or not total else "",
+    ]
     return " ".join(p for p in parts if p)
 
 
@@ -273,13 +333,21 @@ def _window_check(ev: Evidence) -> Check:
     need, have, w = ev.thresholds.min_window, ev.window.length, ev.window
     span = f"{_when(w.start)} .. {_when(w.end)}"
     if have < need:
-        return Check(code="window", passed=False, new=have.total_seconds(),
-                     sentence=f"the compared window {span} is {duration_text(have)} long, shorter than the minimum "
-                              f"of {duration_text(need)} (min_window): too little evidence for a verdict")
+        return Check(
+            code="window",
+            passed=False,
+            new=have.total_seconds(),
+            sentence=f"the compared window {span} is {duration_text(have)} long, shorter than the minimum "
+            f"of {duration_text(need)} (min_window): too little evidence for a verdict",
+        )
     lowered = _lowered("min_window", need < _DEFAULTS.min_window, duration_text(_DEFAULTS.min_window))
-    return Check(code="window", passed=True, warning=bool(lowered), new=have.total_seconds(),
-                 sentence=f"the compared window {span} is {duration_text(have)} long (minimum "
-                          f"{duration_text(need)}){lowered}")
+    return Check(
+        code="window",
+        passed=True,
+        warning=bool(lowered),
+        new=have.total_seconds(),
+        sentence=f"the compared window {span} is {duration_text(have)} long (minimum {duration_text(need)}){lowered}",
+    )
 
 
 def _fires_per_job_check(ev: Evidence) -> Check:
@@ -287,25 +355,37 @@ def _fires_per_job_check(ev: Evidence) -> Check:
     need, jobs, w = ev.thresholds.min_fires_per_job, ev.fires_per_job, ev.window
     span = f"{duration_text(w.length)} window {_when(w.start)} .. {_when(w.end)}"
     if not jobs:
-        return Check(code="fires_per_job", passed=True, skipped=True,
-                     sentence="fires per job: no recurring migrated job to count (one-shot or stopped jobs only)")
+        return Check(
+            code="fires_per_job",
+            passed=True,
+            skipped=True,
+            sentence="fires per job: no recurring migrated job to count (one-shot or stopped jobs only)",
+        )
     short = [(code, n) for code, n in jobs if n < need]
     if short:
-        head = (f"{len(short)} of {len(jobs)} recurring job(s) have fewer than {need:,} expected fires in the "
-                f"{span} (min_fires_per_job): too little evidence per job")
+        head = (
+            f"{len(short)} of {len(jobs)} recurring job(s) have fewer than {need:,} expected fires in the "
+            f"{span} (min_fires_per_job): too little evidence per job"
+        )
         if len(short) <= INLINE_JOBS:  # named in the sentence itself (the summary shows only sentences)
             named = ", ".join(f"job {code} has {n:,}" for code, n in short)
             return Check(code="fires_per_job", passed=False, new=float(short[0][1]), sentence=f"{head}: {named}")
-        details = tuple(f"job {code}: {n:,} expected fire(s) in the window, need {need:,}"
-                        for code, n in short[:MAX_JOB_DETAILS])
+        details = tuple(
+            f"job {code}: {n:,} expected fire(s) in the window, need {need:,}" for code, n in short[:MAX_JOB_DETAILS]
+        )
         if len(short) > MAX_JOB_DETAILS:
             details += (f"... and {len(short) - MAX_JOB_DETAILS} more job(s) with fewer than {need:,}",)
         return Check(code="fires_per_job", passed=False, new=float(short[0][1]), sentence=head, details=details)
     code, fewest = jobs[0]
     lowered = _lowered("min_fires_per_job", need < _DEFAULTS.min_fires_per_job, str(_DEFAULTS.min_fires_per_job))
-    return Check(code="fires_per_job", passed=True, warning=bool(lowered), new=float(fewest),
-                 sentence=f"every recurring job has at least {need:,} expected fires in the {span} (fewest: job "
-                          f"{code}, {fewest:,}){lowered}")
+    return Check(
+        code="fires_per_job",
+        passed=True,
+        warning=bool(lowered),
+        new=float(fewest),
+        sentence=f"every recurring job has at least {need:,} expected fires in the {span} (fewest: job "
+        f"{code}, {fewest:,}){lowered}",
+    )
 
 
 def noise_of(ev: Evidence) -> dict[str, float]:
@@ -327,17 +407,41 @@ def evaluate(ev: Evidence) -> Evaluation:
         _data_check(ev),
         _window_check(ev),
         _fires_per_job_check(ev),
-        _count_check(ev, "missing", MismatchKind.MISSING_ON_NEW, noise["missing"], t.missing_abs,
-                     "missing fire", "missing"),
+        _count_check(
+            ev, "missing", MismatchKind.MISSING_ON_NEW, noise["missing"], t.missing_abs, "missing fire", "missing"
+        ),
         _count_check(ev, "extra", MismatchKind.EXTRA_ON_NEW, noise["extra"], t.extra_abs, "extra fire", "extra"),
         _count_check(ev, "late", MismatchKind.LATE_ON_NEW, noise["late"], t.late_abs, "late fire", "late"),
-        _count_check(ev, "items", MismatchKind.ITEMS_DIFFER, noise["items"], t.extra_abs,
-                     "fire with a different item count", "differently sharded"),
+        _count_check(
+            ev,
+            "items",
+            MismatchKind.ITEMS_DIFFER,
+            noise["items"],
+            t.extra_abs,
+            "fire with a different item count",
+            "differently sharded",
+        ),
         _lag_check(ev),
-        _rate_check(ev, "success_rate", "success rate", ev.new.success_rate, ev.legacy.success_rate,
-                    ev.baseline.success_rate, t.success_rate_abs, higher_is_worse=False),
-        _rate_check(ev, "timeout_rate", "timeout rate", ev.new.timeout_rate, ev.legacy.timeout_rate,
-                    ev.baseline.timeout_rate, t.timeout_rate_abs, higher_is_worse=True),
+        _rate_check(
+            ev,
+            "success_rate",
+            "success rate",
+            ev.new.success_rate,
+            ev.legacy.success_rate,
+            ev.baseline.success_rate,
+            t.success_rate_abs,
+            higher_is_worse=False,
+        ),
+        _rate_check(
+            ev,
+            "timeout_rate",
+            "timeout rate",
+            ev.new.timeout_rate,
+            ev.legacy.timeout_rate,
+            ev.baseline.timeout_rate,
+            t.timeout_rate_abs,
+            higher_is_worse=True,
+        ),
         _volume_check(ev),
         _consumer_check(ev),
         _quarantine_check(ev),

@@ -1,5 +1,6 @@
 """Where verdicts are stored: a row of `dus_comparison` per comparison (dualrun.tables;
 body = the full JSON). `latest(store, business)` is what the cutover gate reads."""
+
 from __future__ import annotations
 
 import json
@@ -28,21 +29,33 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
     own = DualRunStore.beside(store)
     t = own.t.comparison
     with own.engine.begin() as conn:
-        result = conn.execute(insert(t).values(
-            biz_code=comparison.business, window_start=_ms(comparison.window.start),
-            window_end=_ms(comparison.window.end), computed_at=_ms(comparison.computed_at),
-            verdict=comparison.verdict.value, reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
-            body=json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
+        result = conn.execute(
+            insert(t).values(
+                biz_code=comparison.business,
+                window_start=_ms(comparison.window.start),
+                window_end=_ms(comparison.window.end),
+                computed_at=_ms(comparison.computed_at),
+                verdict=comparison.verdict.value,
+                reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
+                body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+            )
+        )
         return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 def _stored(row: Any) -> StoredVerdict:
     body = json.loads(row.body)
     mode = Mode(body.get("mode", Mode.BOTH.value))
-    return StoredVerdict(comparison_id=int(row.id), business=row.biz_code, verdict=Verdict(row.verdict),
-                         reasons=tuple(json.loads(row.reasons)),
-                         window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-                         computed_at=_at(row.computed_at), mode=mode, warnings=_stored_warnings(body, mode))
+    return StoredVerdict(
+        comparison_id=int(row.id),
+        business=row.biz_code,
+        verdict=Verdict(row.verdict),
+        reasons=tuple(json.loads(row.reasons)),
+        window=Window(start=_at(row.window_start), end=_at(row.window_end)),
+        computed_at=_at(row.computed_at),
+        mode=mode,
+        warnings=_stored_warnings(body, mode),
+    )
 
 
 def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
@@ -59,14 +72,15 @@ def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
     reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
     own = DualRunStore.beside(store)
     t = own.t.comparison
-    stmt = (select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1))
+    stmt = select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
     with own.engine.connect() as conn:
         row = conn.execute(stmt).first()
     return None if row is None else _stored(row)
 
 
-def history(store: SqlTriggerStore, business: str, *, since: datetime | None = None,
-            limit: int = 500) -> list[Comparison]:
+def history(
+    store: SqlTriggerStore, business: str, *, since: datetime | None = None, limit: int = 500
+) -> list[Comparison]:
     """Stored comparisons of a business, oldest first (the series `watch` builds)."""
     own = DualRunStore.beside(store)
     t = own.t.comparison

@@ -5,6 +5,7 @@ once, `max_instances=1`, coalesced), a stop `Event` that ends the watch, and a b
 shutdown: runs in flight get `grace` to finish, after which they are reported as
 abandoned instead of holding the process.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,10 +39,17 @@ class Watch:
     """Runs `compare_one(business)` every `every` for each business until `stop` is set
     (or until each business has been compared `max_runs` times)."""
 
-    def __init__(self, compare_one: Callable[[str], Comparison], businesses: Sequence[str], every: timedelta, *,
-                 max_runs: int | None = None, grace: timedelta = timedelta(seconds=30),
-                 on_result: Callable[[Comparison], None] | None = None,
-                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        compare_one: Callable[[str], Comparison],
+        businesses: Sequence[str],
+        every: timedelta,
+        *,
+        max_runs: int | None = None,
+        grace: timedelta = timedelta(seconds=30),
+        on_result: Callable[[Comparison], None] | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
         if every <= timedelta(0):
             raise ValueError("the watch interval must be positive")
         if not businesses:
@@ -75,8 +83,12 @@ class Watch:
         try:
             result = self.compare_one(business)
         except Exception as exc:  # a loop boundary: log, count, keep watching
-            log.warning("comparison of %s failed: %s", business, exc,
-                        extra={"action": "watch_compare_failed", "business": business})
+            log.warning(
+                "comparison of %s failed: %s",
+                business,
+                exc,
+                extra={"action": "watch_compare_failed", "business": business},
+            )
             with self._lock:
                 self.summary.errors += 1
                 self.summary.last_error[business] = str(exc)
@@ -92,14 +104,24 @@ class Watch:
             self.on_result(result)
 
     def _scheduler(self, stop: threading.Event) -> BackgroundScheduler:
-        sched = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max(1, min(4, len(self.businesses))))},
-                                    job_defaults={"coalesce": True, "max_instances": 1,
-                                                  "misfire_grace_time": max(1, int(self.every.total_seconds()))},
-                                    timezone="UTC")
+        sched = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max(1, min(4, len(self.businesses))))},
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": max(1, int(self.every.total_seconds())),
+            },
+            timezone="UTC",
+        )
         for business in self.businesses:
-            sched.add_job(self._run, IntervalTrigger(seconds=self.every.total_seconds(), timezone="UTC"),
-                          args=(business, stop), id=f"compare:{business}", name=f"compare {business}",
-                          next_run_time=_now_for(sched))
+            sched.add_job(
+                self._run,
+                IntervalTrigger(seconds=self.every.total_seconds(), timezone="UTC"),
+                args=(business, stop),
+                id=f"compare:{business}",
+                name=f"compare {business}",
+                next_run_time=_now_for(sched),
+            )
         sched.add_listener(_log_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_EXECUTED)
         return sched
 
@@ -107,8 +129,12 @@ class Watch:
         """Watch until `stop` is set; returns when in-flight runs finished or `grace` ran out."""
         sched = self._scheduler(stop)
         sched.start()
-        log.info("watching %s every %s", ", ".join(self.businesses), self.every,
-                 extra={"action": "watch_start", "business": ",".join(self.businesses)})
+        log.info(
+            "watching %s every %s",
+            ", ".join(self.businesses),
+            self.every,
+            extra={"action": "watch_start", "business": ",".join(self.businesses)},
+        )
         try:
             stop.wait()
         finally:
@@ -121,8 +147,12 @@ class Watch:
             self._idle.wait_for(lambda: self._in_flight == 0, timeout=self.grace.total_seconds())
             self.summary.abandoned = self._in_flight
         if self.summary.abandoned:
-            log.warning("%d comparison(s) still running after %s; abandoned", self.summary.abandoned, self.grace,
-                        extra={"action": "watch_abandon", "business": ",".join(self.businesses)})
+            log.warning(
+                "%d comparison(s) still running after %s; abandoned",
+                self.summary.abandoned,
+                self.grace,
+                extra={"action": "watch_abandon", "business": ",".join(self.businesses)},
+            )
 
 
 def _now_for(sched: BackgroundScheduler):  # type: ignore[no-untyped-def]
@@ -134,5 +164,8 @@ def _now_for(sched: BackgroundScheduler):  # type: ignore[no-untyped-def]
 
 def _log_event(event: JobExecutionEvent) -> None:
     if event.code == EVENT_JOB_MISSED:
-        log.warning("watch run %s missed its time (previous run still going)", event.job_id,
-                    extra={"action": "watch_run_missed", "business": event.job_id})
+        log.warning(
+            "watch run %s missed its time (previous run still going)",
+            event.job_id,
+            extra={"action": "watch_run_missed", "business": event.job_id},
+        )

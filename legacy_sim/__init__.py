@@ -13,6 +13,7 @@ The package ships in the wheel because `switchyard demo` (switchyard/demo.py) ru
 it; besides the demo only the tests and bench/ use it. The import-linter contract "the
 legacy simulators and their seed data only for the demo and tests" holds that rule.
 """
+
 from __future__ import annotations
 
 from legacy_sim.batchcenter import BatchCenterSimulator, BcAttempt, BcFired, BcTaskView

@@ -1,5 +1,6 @@
 """Virtual time for the simulators: epoch milliseconds, the driven clock, periodic ticks,
 and the ordered queue of pending events."""
+
 from __future__ import annotations
 
 import heapq

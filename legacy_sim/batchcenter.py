@@ -38,6 +38,7 @@ Polls that cannot find anything (nothing eligible is due before the next event) 
 skipped arithmetically (`skip_idle=False` runs them all; same rows); each `step`
 re-polls on the normal cadence first, since other code may have written between steps.
 """
+
 from __future__ import annotations
 
 import json
@@ -283,7 +284,9 @@ class BatchCenterSimulator:
             full = len(rows) >= self.batch_size or self.conflicts != conflicts
             if not full and self.skip_idle:
                 min_due = conn.execute(
-                    self._eligible(select(func.min(task.c.fire_time)).select_from(joined)).where(task.c.fire_time > wall_now)
+                    self._eligible(select(func.min(task.c.fire_time)).select_from(joined)).where(
+                        task.c.fire_time > wall_now
+                    )
                 ).scalar()
         if full or not self.skip_idle:
             self._next_poll = t + self.poll_interval_ms
@@ -317,7 +320,9 @@ class BatchCenterSimulator:
         for shard in range(task.shards):
             self._start(conn, run, shard, 0, t)
 
-    def _cas(self, conn: Connection, task: BcTaskView, values: Mapping[str, Any], *, require_status: int | None = None) -> bool:
+    def _cas(
+        self, conn: Connection, task: BcTaskView, values: Mapping[str, Any], *, require_status: int | None = None
+    ) -> bool:
         stmt = update(self._task).where(self._task.c.id == task.id, self._task.c.version == task.version)
         if require_status is not None:
             stmt = stmt.where(self._task.c.status == require_status)

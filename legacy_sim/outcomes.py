@@ -10,6 +10,7 @@ the aware UTC fire time the attempt belongs to (a retry keeps its fire's time), 
 the shard index. The functions here build deterministic outcomes; any callable with the
 same shape works (it is called in a deterministic order, so a stateful one is fine).
 """
+
 from __future__ import annotations
 
 import enum

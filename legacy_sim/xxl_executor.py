@@ -19,6 +19,7 @@ address, job id), as `ExecutorBizImpl.trigger` and `JobThread` keep them.
 
 Pure state, no I/O: the simulator asks what happens and schedules the callbacks.
 """
+
 from __future__ import annotations
 
 from collections import deque

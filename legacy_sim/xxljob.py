@@ -67,6 +67,7 @@ month of virtual time costs a handful of queries per fire; `skip_idle=False` run
 one of them instead (a test proves both give the same rows). With a real `SystemClock`
 the simulator runs in real time (it sleeps until each event).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -417,8 +418,11 @@ class XxlJobSimulator:
                 if found is None:
                     raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
                 nxt = found
-            conn.execute(update(info).where(info.c.id == job_id)
-                         .values(**columns, trigger_next_time=nxt, update_time=self._wall(self._api_now())))
+            conn.execute(
+                update(info)
+                .where(info.c.id == job_id)
+                .values(**columns, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
+            )
         return nxt
 
     def save_glue(self, job_id: int, source: str, remark: str = "") -> None:
@@ -428,8 +432,11 @@ class XxlJobSimulator:
         info = self._info
         now = self._wall(self._api_now())
         with self.engine.begin() as conn:
-            if not conn.execute(update(info).where(info.c.id == job_id).values(
-                    glue_source=source, glue_remark=remark, glue_updatetime=now, update_time=now)).rowcount:
+            if not conn.execute(
+                update(info)
+                .where(info.c.id == job_id)
+                .values(glue_source=source, glue_remark=remark, glue_updatetime=now, update_time=now)
+            ).rowcount:
                 raise ValueError(f"xxl_job_info id {job_id}: no such job")
 
     def register(self, app_name: str, address: str) -> None:
@@ -440,8 +447,11 @@ class XxlJobSimulator:
         key = and_(reg.c.registry_group == "EXECUTOR", reg.c.registry_key == app_name, reg.c.registry_value == address)
         with self.engine.begin() as conn:
             if not conn.execute(update(reg).where(key).values(update_time=now)).rowcount:
-                conn.execute(reg.insert().values(registry_group="EXECUTOR", registry_key=app_name,
-                                                 registry_value=address, update_time=now))
+                conn.execute(
+                    reg.insert().values(
+                        registry_group="EXECUTOR", registry_key=app_name, registry_value=address, update_time=now
+                    )
+                )
 
     def refresh_registry(self) -> dict[str, str | None]:
         """One pass of the registry monitor (every 30 s in the admin): rows older than 90 s
@@ -484,7 +494,9 @@ class XxlJobSimulator:
         scan cadence resumes from its phase and both monitors take one real look."""
         if not self._scan_busy:
             # the idle cadence: _scan_anchor + k * pre_read_ms, k >= 1
-            self._next_scan = first_tick_at_or_after(self._scan_anchor + self.pre_read_ms, self.pre_read_ms, self._pos + 1)
+            self._next_scan = first_tick_at_or_after(
+                self._scan_anchor + self.pre_read_ms, self.pre_read_ms, self._pos + 1
+            )
         self._mark_fail(self._pos + 1)
         tick = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, self._pos + 1)
         self._lost_next = tick if self._lost_next is None else min(self._lost_next, tick)
@@ -536,7 +548,9 @@ class XxlJobSimulator:
         direct: list[tuple[int, str, int]] = []
         min_next: int | None = None
         with self.engine.begin() as conn:
-            conn.execute(select(self._lock.c.lock_name).where(self._lock.c.lock_name == "schedule_lock").with_for_update())
+            conn.execute(
+                select(self._lock.c.lock_name).where(self._lock.c.lock_name == "schedule_lock").with_for_update()
+            )
             info = self._info
             rows = [
                 dict(r)
@@ -555,14 +569,20 @@ class XxlJobSimulator:
                 if not self.stop_races_scan:
                     stmt = stmt.where(info.c.trigger_status == 1)  # 2.5.0+
                 stmt = stmt.values(
-                    trigger_last_time=bindparam("b_last"), trigger_next_time=bindparam("b_next"), trigger_status=bindparam("b_status")
+                    trigger_last_time=bindparam("b_last"),
+                    trigger_next_time=bindparam("b_next"),
+                    trigger_status=bindparam("b_status"),
                 )
                 conn.execute(stmt, writes)
                 if self.stop_races_scan:
                     for w in writes:
-                        (self._believed_running.add if w["b_status"] == 1 else self._believed_running.discard)(w["b_id"])
+                        (self._believed_running.add if w["b_status"] == 1 else self._believed_running.discard)(
+                            w["b_id"]
+                        )
             else:
-                value = conn.execute(select(func.min(info.c.trigger_next_time)).where(info.c.trigger_status == 1)).scalar()
+                value = conn.execute(
+                    select(func.min(info.c.trigger_next_time)).where(info.c.trigger_status == 1)
+                ).scalar()
                 min_next = None if value is None else int(value)
         for job_id, kind, nominal in direct:
             self._trigger(job_id, kind, t, nominal)
@@ -753,7 +773,8 @@ class XxlJobSimulator:
         sharding = f"{index}/{total}" if broadcast else None
         wall = self.zone.to_wall(from_ms(t))
         inserted = conn.execute(
-            self._q_insert, {"job_group": job.job_group, "job_id": job.id, "trigger_time": wall, "trigger_code": 0, "handle_code": 0}
+            self._q_insert,
+            {"job_group": job.job_group, "job_id": job.id, "trigger_time": wall, "trigger_code": 0, "handle_code": 0},
         )
         log_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # an INSERT has a key
         self._nominal[log_id] = nominal
@@ -816,7 +837,9 @@ class XxlJobSimulator:
             return None, "<br><br>".join(lines)
         return addresses[0], ""  # FIRST
 
-    def _run(self, job: XxlJobView, log_id: int, t: int, address: str, result: Result, duration: int) -> tuple[int, str]:
+    def _run(
+        self, job: XxlJobView, log_id: int, t: int, address: str, result: Result, duration: int
+    ) -> tuple[int, str]:
         """The run request to the executor at `address`: (trigger_code, its msg)."""
         if result is Result.TRIGGER_FAIL or not self.executors.beat(address):
             return 500, "xxl-job remoting error(simulated executor refused the run)"
@@ -918,7 +941,9 @@ class XxlJobSimulator:
                 if claimed != 1:
                     continue
                 row = conn.execute(select(log).where(log.c.id == log_id)).mappings().one()
-                job_exists = conn.execute(select(self._info.c.id).where(self._info.c.id == row["job_id"])).first() is not None
+                job_exists = (
+                    conn.execute(select(self._info.c.id).where(self._info.c.id == row["job_id"])).first() is not None
+                )
             remaining = parse_int(row["executor_fail_retry_count"]) or 0
             if remaining > 0:
                 self._trigger(
@@ -933,7 +958,9 @@ class XxlJobSimulator:
                     )  # fmt: skip
             with self.engine.begin() as conn:
                 conn.execute(
-                    update(log).where(log.c.id == log_id, log.c.alarm_status == -1).values(alarm_status=2 if job_exists else 1)
+                    update(log)
+                    .where(log.c.id == log_id, log.c.alarm_status == -1)
+                    .values(alarm_status=2 if job_exists else 1)
                 )
 
     def _lost_monitor(self, at: int) -> None:

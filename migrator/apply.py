@@ -6,30 +6,39 @@ whose source row is gone). `run` writes the same decisions chunk by chunk, each 
 one transaction with its ledger rows, so a re-run writes nothing for unchanged rows and
 bad rows never stop the rest.
 """
+
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 import hashlib
 import json
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from migrator.ledger_hash import HALF, combined, context_digest, dialect_context, mapped_half, source_digest, source_half
 from migrator.holds import LegacyHolds
+from migrator.ledger_hash import (
+    HALF,
+    combined,
+    context_digest,
+    dialect_context,
+    mapped_half,
+    source_digest,
+    source_half,
+)
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
-from migrator.prefetch import prefetch
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
+from migrator.prefetch import prefetch
 from migrator.target import Rendered, TargetWriter, Write
-from scheduler_core.store import fastpath
-from scheduler_core.store.fastpath import driver_rows
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import TriggerState
 from scheduler_core.ports import Clock
+from scheduler_core.store import fastpath
+from scheduler_core.store.fastpath import driver_rows
 
 CHUNK = 1000
 DELETE_SCAN_PAGE = 10_000  # ledger keys per read of the deleted-row scan
@@ -60,8 +69,13 @@ class Migrator:
 
     # -- internals --------------------------------------------------------------------
 
-    def decide(self, defs: Sequence[LegacyDefinition], legacy_businesses: dict[str, LegacyBusiness],
-               conn: Connection | None = None, states: Mapping[str, BusinessState] | None = None) -> list[Write]:
+    def decide(
+        self,
+        defs: Sequence[LegacyDefinition],
+        legacy_businesses: dict[str, LegacyBusiness],
+        conn: Connection | None = None,
+        states: Mapping[str, BusinessState] | None = None,
+    ) -> list[Write]:
         """The writes for one chunk of definitions (no I/O but the ledger read and the
         business states, on `conn` when given: the caller's transaction; `states`: the
         business states already read, absent ones are legacy)."""
@@ -81,34 +95,76 @@ class Migrator:
             biz = business_of(d, self.options)
             entry = ledger.get(d.source_key)
             digest = source_digest(d, legacy_businesses.get(d.business), self.options)
-            if (digest and entry is not None and entry.status is LedgerStatus.MIGRATED
-                    and source_half(entry.content_hash) == digest):
+            if (
+                digest
+                and entry is not None
+                and entry.status is LedgerStatus.MIGRATED
+                and source_half(entry.content_hash) == digest
+            ):
                 # the same legacy content in the same context: the target already holds its
                 # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
-                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
-                                 noop=True, content_hash=entry.content_hash, flag_pending=d.migrated_flag is False))
+                out.append(
+                    Write(
+                        action=Action.UNCHANGED,
+                        source=source,
+                        source_key=d.source_key,
+                        business=biz,
+                        noop=True,
+                        content_hash=entry.content_hash,
+                        flag_pending=d.migrated_flag is False,
+                    )
+                )
                 continue
             if biz not in states:
                 states[biz] = BusinessState.LEGACY if known else self.writer.business_state(biz, conn)
             active = states[biz] is not BusinessState.LEGACY
             own_stop = d.source_key in held
-            result = map_definition(replace(d, enabled=True) if own_stop else d, legacy_businesses.get(d.business),
-                                    now, self.options, active=active)
+            result = map_definition(
+                replace(d, enabled=True) if own_stop else d,
+                legacy_businesses.get(d.business),
+                now,
+                self.options,
+                active=active,
+            )
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
-                same = entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
-                out.append(Write(action=Action.QUARANTINE, source=source, source_key=d.source_key, business=biz,
-                                 field=result.field, reason=result.reason, raw=dict(d.raw),
-                                 content_hash=combined(digest, qhash), noop=same))
+                same = (
+                    entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
+                )
+                out.append(
+                    Write(
+                        action=Action.QUARANTINE,
+                        source=source,
+                        source_key=d.source_key,
+                        business=biz,
+                        field=result.field,
+                        reason=result.reason,
+                        raw=dict(d.raw),
+                        content_hash=combined(digest, qhash),
+                        noop=same,
+                    )
+                )
                 continue
             assert isinstance(result, Mapped)
             h = combined(digest, result.content_hash)
             fresh = entry is None or entry.status is not LedgerStatus.MIGRATED
-            note = None if not fresh and entry is not None and _same(entry.content_hash, result.content_hash) else _cutover_note(
-                d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
+            note = (
+                None
+                if not fresh and entry is not None and _same(entry.content_hash, result.content_hash)
+                else _cutover_note(d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
+            )
             if fresh:
-                out.append(Write(action=Action.CREATE, source=source, source_key=d.source_key, business=biz,
-                                 mapped=result, content_hash=h, note=note))
+                out.append(
+                    Write(
+                        action=Action.CREATE,
+                        source=source,
+                        source_key=d.source_key,
+                        business=biz,
+                        mapped=result,
+                        content_hash=h,
+                        note=note,
+                    )
+                )
                 continue
             assert entry is not None  # not fresh: a migrated ledger row
             if _same(entry.content_hash, result.content_hash):
@@ -119,13 +175,31 @@ class Migrator:
                 # row stopped by the switch: its digest is the stop's, and the row as the
                 # operator left it must still differ from the ledger once the hold is gone
                 refresh = bool(digest) and source_half(entry.content_hash) != digest and not own_stop
-                out.append(Write(action=Action.UNCHANGED, source=source, source_key=d.source_key, business=biz,
-                                 mapped=result, noop=not refresh,
-                                 content_hash=h if refresh else entry.content_hash,
-                                 flag_pending=d.migrated_flag is False, note=note))
+                out.append(
+                    Write(
+                        action=Action.UNCHANGED,
+                        source=source,
+                        source_key=d.source_key,
+                        business=biz,
+                        mapped=result,
+                        noop=not refresh,
+                        content_hash=h if refresh else entry.content_hash,
+                        flag_pending=d.migrated_flag is False,
+                        note=note,
+                    )
+                )
             else:
-                out.append(Write(action=Action.UPDATE, source=source, source_key=d.source_key, business=biz,
-                                 mapped=result, content_hash=h, note=note))
+                out.append(
+                    Write(
+                        action=Action.UPDATE,
+                        source=source,
+                        source_key=d.source_key,
+                        business=biz,
+                        mapped=result,
+                        content_hash=h,
+                        note=note,
+                    )
+                )
         return out
 
     def _go(
@@ -142,11 +216,14 @@ class Migrator:
         legacy_biz = {b.biz_code: b for b in self.reader.businesses()}
         wanted = None if businesses is None else set(businesses)
         # the reader filters by legacy business code; the mapping may rename businesses
-        legacy_filter = None if wanted is None else [
-            code for code in legacy_biz if self.options.business_map.get(code, code) in wanted
-        ] or list(wanted)
+        legacy_filter = (
+            None
+            if wanted is None
+            else [code for code in legacy_biz if self.options.business_map.get(code, code) in wanted] or list(wanted)
+        )
         seen: set[str] = set()
         source = self.reader.system.value
+
         def decided() -> Iterator[tuple[list[Write], list[Write], Rendered | None]]:
             # reading, mapping, the summary's counts and (for a run) rendering the rows to
             # write: all on one thread
@@ -157,7 +234,7 @@ class Migrator:
                 yield writes, changing, self.writer.render(changing) if write and changing else None
 
         # a run prepares the next chunk while the current one is written (see prefetch)
-        for writes, changing, rendered in (prefetch(decided()) if write else decided()):
+        for writes, changing, rendered in prefetch(decided()) if write else decided():
             if write:
                 if changing:
                     summary.rows_written += self.writer.apply(changing, rendered=rendered)
@@ -175,8 +252,12 @@ class Migrator:
         return summary
 
     def _to_decide(
-        self, legacy_filter: list[str] | None, legacy_biz: dict[str, LegacyBusiness], summary: MigrationSummary,
-        seen: set[str], progress: Callable[[int], None] | None,
+        self,
+        legacy_filter: list[str] | None,
+        legacy_biz: dict[str, LegacyBusiness],
+        summary: MigrationSummary,
+        seen: set[str],
+        progress: Callable[[int], None] | None,
     ) -> Iterator[list[LegacyDefinition]]:
         """Chunks of definitions to decide. When the legacy server computes the content
         digests itself, rows whose digest the ledger already holds are counted here from
@@ -203,8 +284,15 @@ class Migrator:
             for p in page:
                 entry = ledger.get(p.source_key)
                 same = entry is not None and entry.source_half == context_digest(
-                    p.digest, source, p.business, p.time_zone, legacy_biz.get(p.business), self.options,
-                    broadcast=p.broadcast, cron_dialect=dialect_context(p.cron_dialect, p.cron_dialect_fallback))
+                    p.digest,
+                    source,
+                    p.business,
+                    p.time_zone,
+                    legacy_biz.get(p.business),
+                    self.options,
+                    broadcast=p.broadcast,
+                    cron_dialect=dialect_context(p.cron_dialect, p.cron_dialect_fallback),
+                )
                 biz = self.options.business_map.get(p.business, p.business)
                 if same and entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending:
                     summary.counts[Action.UNCHANGED.value] += 1  # as summary.add counts a row it does not keep
@@ -212,8 +300,10 @@ class Migrator:
                     # the same content in the same context, mapped by the same mapping code
                     # (its fingerprint is in the digest), is rejected the same way again:
                     # ~15% of a real table, which a re-run used to read and map every time
-                    summary.add(PlannedRow(source, p.source_key, biz, Action.QUARANTINE, None, entry.field,
-                                           entry.reason), keep=True)
+                    summary.add(
+                        PlannedRow(source, p.source_key, biz, Action.QUARANTINE, None, entry.field, entry.reason),
+                        keep=True,
+                    )
                 else:
                     other.append(p.source_key)
             if other:
@@ -227,14 +317,18 @@ class Migrator:
         lg = self.writer.own.t.ledger
         src = source or self.reader.system.value
         stmt = select(lg.c.source_key, lg.c.business).where(
-            lg.c.status == LedgerStatus.MIGRATED.value, lg.c.source_system == src)
+            lg.c.status == LedgerStatus.MIGRATED.value, lg.c.source_system == src
+        )
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
         with self.writer.own.engine.connect() as conn:
             if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
-            return [Write(action=Action.DELETE, source=src, source_key=k, business=b)
-                    for k, b in conn.execute(stmt) if k not in seen]
+            return [
+                Write(action=Action.DELETE, source=src, source_key=k, business=b)
+                for k, b in conn.execute(stmt)
+                if k not in seen
+            ]
 
     def _deleted_on_driver(self, conn: Connection, src: str, wanted: set[str] | None, seen: set[str]) -> list[Write]:
         """`_deleted` on PyMySQL: every migrated row of the source, at the end of every
@@ -246,8 +340,10 @@ class Migrator:
         if wanted is not None and not wanted:
             return []
         # the primary key's order, also with a business filter (its index would sort every page)
-        sql = (f"SELECT {q('source_key')}, {q('business')} FROM {q(lg.name)} FORCE INDEX (PRIMARY) "
-               f"WHERE {q('source_system')} = %s AND {q('status')} = %s")
+        sql = (
+            f"SELECT {q('source_key')}, {q('business')} FROM {q(lg.name)} FORCE INDEX (PRIMARY) "
+            f"WHERE {q('source_system')} = %s AND {q('status')} = %s"
+        )
         args: list[object] = [src, LedgerStatus.MIGRATED.value]
         if wanted is not None:
             sql += f" AND {q('business')} IN ({', '.join(['%s'] * len(wanted))})"
@@ -277,8 +373,18 @@ class Migrator:
                 summary.notes.append(w.note)
             action = w.action
             if action is Action.QUARANTINE or (keep_rows and action is not Action.UNCHANGED):
-                summary.add(PlannedRow(w.source, w.source_key, w.business, action,
-                                       w.mapped.job.job_code if w.mapped else None, w.field, w.reason), keep=True)
+                summary.add(
+                    PlannedRow(
+                        w.source,
+                        w.source_key,
+                        w.business,
+                        action,
+                        w.mapped.job.job_code if w.mapped else None,
+                        w.field,
+                        w.reason,
+                    ),
+                    keep=True,
+                )
             else:
                 # a row the summary only counts (what `add` does with it): no PlannedRow
                 counts[action.value] += 1
@@ -292,8 +398,7 @@ def quarantine_hash(rejection: Rejection, defn: LegacyDefinition) -> str:
     return hashlib.sha256(_QUARANTINE_JSON(body).encode()).hexdigest()
 
 
-def _cutover_note(d: LegacyDefinition, biz: str, state: BusinessState, action: Action,
-                  result: Mapped) -> str | None:
+def _cutover_note(d: LegacyDefinition, biz: str, state: BusinessState, action: Action, result: Mapped) -> str | None:
     """What an operator did in the legacy admin to a job of a business already cut over:
     reported, never applied to the new side (TargetWriter keeps a cut-over trigger's
     state). Only a row whose mapping changed says something new; a job switched back on
@@ -302,11 +407,15 @@ def _cutover_note(d: LegacyDefinition, biz: str, state: BusinessState, action: A
         return None
     who = f"{d.source.value} job {d.source_key} (business {biz}, cut over)"
     if action is Action.CREATE and d.enabled:
-        return (f"{who} is new on legacy and switched on there: it fires on BOTH sides; stop it in the legacy "
-                "admin (the new side fires it)")
+        return (
+            f"{who} is new on legacy and switched on there: it fires on BOTH sides; stop it in the legacy "
+            "admin (the new side fires it)"
+        )
     if action is Action.UPDATE and result.trigger.state is not TriggerState.WAITING:
-        return (f"{who} was made {d.status or 'stopped'} in the legacy admin after the cutover: not applied, "
-                "the new side keeps firing it (`switchyard trigger pause|cancel --reason` if that was meant)")
+        return (
+            f"{who} was made {d.status or 'stopped'} in the legacy admin after the cutover: not applied, "
+            "the new side keeps firing it (`switchyard trigger pause|cancel --reason` if that was meant)"
+        )
     return None
 
 

@@ -5,6 +5,7 @@
 Each transition is a conditional update on the business row's version, written in the
 same transaction as its audit row (when, who, why, the verdict that allowed it).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,32 +77,67 @@ class BusinessRegistry:
             b = self.t.business
             with self.own.engine.begin() as conn:
                 if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
-                    conn.execute(insert(b).values(biz_code=biz_code, source_system=source_system,
-                                                  state=B.LEGACY.value, shadow=0, version=0,
-                                                  updated_at=self.store.clock.now_ms()))
+                    conn.execute(
+                        insert(b).values(
+                            biz_code=biz_code,
+                            source_system=source_system,
+                            state=B.LEGACY.value,
+                            shadow=0,
+                            version=0,
+                            updated_at=self.store.clock.now_ms(),
+                        )
+                    )
         got = self.get(biz_code)
         assert got is not None
         return got
 
-    def transition(self, current: BusinessRecord, to: B, *, actor: str, reason: str, shadow: bool | None = None,
-                   comparison_id: int | None = None, forced: bool = False,
-                   detail: dict[str, Any] | None = None) -> BusinessRecord:
+    def transition(
+        self,
+        current: BusinessRecord,
+        to: B,
+        *,
+        actor: str,
+        reason: str,
+        shadow: bool | None = None,
+        comparison_id: int | None = None,
+        forced: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> BusinessRecord:
         if (current.state, to) not in ALLOWED:
-            raise TransitionRefused(f"{current.biz_code}: {current.state.value} -> {to.value} is not a transition "
-                                    f"(allowed: legacy -> dual_run -> cutover, rollback to legacy)")
+            raise TransitionRefused(
+                f"{current.biz_code}: {current.state.value} -> {to.value} is not a transition "
+                f"(allowed: legacy -> dual_run -> cutover, rollback to legacy)"
+            )
         b, a = self.t.business, self.t.audit
         now = self.store.clock.now_ms()
         with self.own.engine.begin() as conn:
-            res = conn.execute(update(b).where(b.c.biz_code == current.biz_code, b.c.version == current.version)
-                               .values(state=to.value, version=current.version + 1, updated_at=now,
-                                       shadow=int(current.shadow if shadow is None else shadow)))
+            res = conn.execute(
+                update(b)
+                .where(b.c.biz_code == current.biz_code, b.c.version == current.version)
+                .values(
+                    state=to.value,
+                    version=current.version + 1,
+                    updated_at=now,
+                    shadow=int(current.shadow if shadow is None else shadow),
+                )
+            )
             if (res.rowcount or 0) != 1:
-                raise TransitionRefused(f"{current.biz_code} changed while this transition ran; look at "
-                                        f"`switchyard status` and retry")
-            conn.execute(insert(a).values(biz_code=current.biz_code, from_state=current.state.value,
-                                          to_state=to.value, at=now, actor=actor[:128], reason=reason[:1024],
-                                          comparison_id=comparison_id, forced=int(forced),
-                                          detail=json.dumps(detail or {}, default=str, ensure_ascii=False)))
+                raise TransitionRefused(
+                    f"{current.biz_code} changed while this transition ran; look at `switchyard status` and retry"
+                )
+            conn.execute(
+                insert(a).values(
+                    biz_code=current.biz_code,
+                    from_state=current.state.value,
+                    to_state=to.value,
+                    at=now,
+                    actor=actor[:128],
+                    reason=reason[:1024],
+                    comparison_id=comparison_id,
+                    forced=int(forced),
+                    detail=json.dumps(detail or {}, default=str, ensure_ascii=False),
+                )
+            )
         got = self.get(current.biz_code)
         assert got is not None
         return got
@@ -114,10 +150,19 @@ class BusinessRegistry:
             return
         a = self.t.audit
         with self.own.engine.begin() as conn:
-            conn.execute(insert(a).values(biz_code=biz_code, from_state=current.state.value,
-                                          to_state=current.state.value, at=self.store.clock.now_ms(),
-                                          actor=actor[:128], reason=reason[:1024], comparison_id=None, forced=0,
-                                          detail=json.dumps(detail, default=str, ensure_ascii=False)))
+            conn.execute(
+                insert(a).values(
+                    biz_code=biz_code,
+                    from_state=current.state.value,
+                    to_state=current.state.value,
+                    at=self.store.clock.now_ms(),
+                    actor=actor[:128],
+                    reason=reason[:1024],
+                    comparison_id=None,
+                    forced=0,
+                    detail=json.dumps(detail, default=str, ensure_ascii=False),
+                )
+            )
 
     def audit(self, biz_code: str | None = None) -> list[AuditEntry]:
         a = self.t.audit
@@ -125,11 +170,28 @@ class BusinessRegistry:
         if biz_code is not None:
             stmt = stmt.where(a.c.biz_code == biz_code)
         with self.own.engine.connect() as conn:
-            return [AuditEntry(r["biz_code"], r["from_state"], r["to_state"], from_ms(r["at"]), r["actor"],
-                               r["reason"], r["comparison_id"], bool(r["forced"]), json.loads(r["detail"] or "{}"))
-                    for r in conn.execute(stmt).mappings()]
+            return [
+                AuditEntry(
+                    r["biz_code"],
+                    r["from_state"],
+                    r["to_state"],
+                    from_ms(r["at"]),
+                    r["actor"],
+                    r["reason"],
+                    r["comparison_id"],
+                    bool(r["forced"]),
+                    json.loads(r["detail"] or "{}"),
+                )
+                for r in conn.execute(stmt).mappings()
+            ]
 
 
 def _record(row: Any) -> BusinessRecord:
-    return BusinessRecord(row["biz_code"], row["source_system"], B(row["state"]), bool(row["shadow"]),
-                          int(row["version"]), from_ms(row["updated_at"]))
+    return BusinessRecord(
+        row["biz_code"],
+        row["source_system"],
+        B(row["state"]),
+        bool(row["shadow"]),
+        int(row["version"]),
+        from_ms(row["updated_at"]),
+    )

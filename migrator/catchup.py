@@ -20,6 +20,7 @@ that legacy had already changed.
 
 No checkpoint for the source system: no stream follows it, nothing to wait for (None).
 """
+
 from __future__ import annotations
 
 import re
@@ -33,11 +34,11 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
+from migrator.store import MigratorStore
 from migrator.stream import BUSINESS_TABLE, DEFINITION_TABLE
 from readers.records import SourceSystem, StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
-from migrator.store import MigratorStore
 from scheduler_core.store.sql import SqlTriggerStore
 
 POLL_FILE = "poll"
@@ -71,25 +72,40 @@ class CatchupState:
     @property
     def sentence(self) -> str:
         if self.error:
-            return (f"change stream {self.stream_id}: whether it is caught up is unknown ({self.error}); its "
-                    f"checkpoint {self.checkpoint} last advanced {self.last_advanced_s:.0f} s ago")
+            return (
+                f"change stream {self.stream_id}: whether it is caught up is unknown ({self.error}); its "
+                f"checkpoint {self.checkpoint} last advanced {self.last_advanced_s:.0f} s ago"
+            )
         pending = f"{'at least ' if self.capped else ''}{self.pending:,} pending change(s)"
         where = f"checkpoint {self.checkpoint}" + (f", legacy head {self.head}" if self.head else "")
         bytes_ = f", {self.behind_bytes:,} binlog bytes behind" if self.behind_bytes else ""
         if self.caught_up:
-            return (f"change stream {self.stream_id} is caught up ({pending}, at most {self.max_pending} allowed; "
-                    f"{where}{bytes_}; checkpoint last advanced {self.last_advanced_s:.1f} s ago)")
-        return (f"change stream {self.stream_id} is behind: {pending} of the legacy tables not yet on the new side "
-                f"after waiting {self.waited_s:.1f} s (at most {self.max_pending} allowed; {where}{bytes_}; "
-                f"checkpoint last advanced {self.last_advanced_s:.0f} s ago): start or fix `switchyard migrate "
-                f"stream` and retry")
+            return (
+                f"change stream {self.stream_id} is caught up ({pending}, at most {self.max_pending} allowed; "
+                f"{where}{bytes_}; checkpoint last advanced {self.last_advanced_s:.1f} s ago)"
+            )
+        return (
+            f"change stream {self.stream_id} is behind: {pending} of the legacy tables not yet on the new side "
+            f"after waiting {self.waited_s:.1f} s (at most {self.max_pending} allowed; {where}{bytes_}; "
+            f"checkpoint last advanced {self.last_advanced_s:.0f} s ago): start or fix `switchyard migrate "
+            f"stream` and retry"
+        )
 
     def as_dict(self) -> dict[str, object]:
-        return {"stream_id": self.stream_id, "caught_up": self.caught_up, "pending": self.pending,
-                "capped": self.capped, "checkpoint": self.checkpoint, "head": self.head,
-                "behind_bytes": self.behind_bytes, "last_advanced_s": round(self.last_advanced_s, 3),
-                "waited_s": round(self.waited_s, 3), "max_pending": self.max_pending, "error": self.error,
-                "sentence": self.sentence}
+        return {
+            "stream_id": self.stream_id,
+            "caught_up": self.caught_up,
+            "pending": self.pending,
+            "capped": self.capped,
+            "checkpoint": self.checkpoint,
+            "head": self.head,
+            "behind_bytes": self.behind_bytes,
+            "last_advanced_s": round(self.last_advanced_s, 3),
+            "waited_s": round(self.waited_s, 3),
+            "max_pending": self.max_pending,
+            "error": self.error,
+            "sentence": self.sentence,
+        }
 
 
 def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[Checkpoint]:
@@ -98,8 +114,11 @@ def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[C
     own = MigratorStore.beside(store)
     ck = own.t.checkpoint
     with own.engine.connect() as conn:
-        rows = conn.execute(select(ck.c.stream_id, ck.c.log_file, ck.c.log_pos, ck.c.gtid, ck.c.updated_at)
-                            .where(ck.c.stream_id.like(f"{source}@%"))).all()
+        rows = conn.execute(
+            select(ck.c.stream_id, ck.c.log_file, ck.c.log_pos, ck.c.gtid, ck.c.updated_at).where(
+                ck.c.stream_id.like(f"{source}@%")
+            )
+        ).all()
     out = []
     for sid, f, pos, gtid, upd in rows:
         _, _, only = sid.partition("#")
@@ -107,8 +126,13 @@ def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[C
             continue
         if f is None or pos is None:
             continue
-        out.append(Checkpoint(stream_id=sid, position=StreamPosition(f, int(pos), gtid),
-                              updated_at=datetime.fromtimestamp(int(upd) / 1000, tz=timezone.utc)))
+        out.append(
+            Checkpoint(
+                stream_id=sid,
+                position=StreamPosition(f, int(pos), gtid),
+                updated_at=datetime.fromtimestamp(int(upd) / 1000, tz=timezone.utc),
+            )
+        )
     return sorted(out, key=lambda c: c.updated_at, reverse=True)
 
 
@@ -117,21 +141,27 @@ def _binlog_files(legacy: Engine) -> list[tuple[str, int]]:
         return [(str(r[0]), int(r[1])) for r in conn.exec_driver_sql("SHOW BINARY LOGS").fetchall()]
 
 
-def pending_binlog_changes(legacy: Engine, start: StreamPosition, head: StreamPosition, schema: str,
-                           tables: Sequence[str]) -> tuple[int, bool]:
+def pending_binlog_changes(
+    legacy: Engine, start: StreamPosition, head: StreamPosition, schema: str, tables: Sequence[str]
+) -> tuple[int, bool]:
     """(row-event groups of `schema`.`tables` between `start` and `head`, capped): one per
     Table_map event, i.e. per table a transaction changed. Reads at most SCAN_LIMIT events."""
     files = [f for f, _size in _binlog_files(legacy)]
     if start.log_file not in files:
-        raise StreamError(f"the checkpoint's binlog file {start.log_file} is no longer on the legacy server "
-                          "(purged): the stream cannot catch up; re-run the migration")
-    if head.log_file not in files or files.index(start.log_file) > files.index(head.log_file) or (
-            start.log_file == head.log_file and start.log_pos >= head.log_pos):
+        raise StreamError(
+            f"the checkpoint's binlog file {start.log_file} is no longer on the legacy server "
+            "(purged): the stream cannot catch up; re-run the migration"
+        )
+    if (
+        head.log_file not in files
+        or files.index(start.log_file) > files.index(head.log_file)
+        or (start.log_file == head.log_file and start.log_pos >= head.log_pos)
+    ):
         return 0, False  # at or past the head taken when the check began
     wanted = {(schema, t) for t in tables}
     found, scanned = 0, 0
     with legacy.connect() as conn:
-        for f in files[files.index(start.log_file):]:
+        for f in files[files.index(start.log_file) :]:
             pos = start.log_pos if f == start.log_file else 4
             while scanned < SCAN_LIMIT:
                 if f == head.log_file and pos >= head.log_pos:
@@ -161,16 +191,28 @@ def pending_polled_changes(legacy: Engine, high_water_ms: int, table: str, tz: s
     naive wall-clock times in `tz`)."""
     local = datetime.fromtimestamp(high_water_ms / 1000, tz=ZoneInfo(tz)).replace(tzinfo=None)
     with legacy.connect() as conn:
-        return int(conn.execute(text(f"SELECT COUNT(*) FROM {table} WHERE update_time > :hw"),  # noqa: S608 - fixed name
-                                {"hw": local}).scalar_one())
+        return int(
+            conn.execute(
+                text(f"SELECT COUNT(*) FROM {table} WHERE update_time > :hw"),  # noqa: S608 - fixed name
+                {"hw": local},
+            ).scalar_one()
+        )
 
 
 class StreamCatchup:
     """The cutover gate's check (`BusinessSwitch(catchup=...)`)."""
 
-    def __init__(self, store: SqlTriggerStore, legacy: Engine, *, wait: timedelta = timedelta(seconds=5),
-                 max_pending: int = 0, tz: str = "Asia/Shanghai", poll_every: timedelta = timedelta(milliseconds=200),
-                 now: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        store: SqlTriggerStore,
+        legacy: Engine,
+        *,
+        wait: timedelta = timedelta(seconds=5),
+        max_pending: int = 0,
+        tz: str = "Asia/Shanghai",
+        poll_every: timedelta = timedelta(milliseconds=200),
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
         self.store, self.legacy = store, legacy
         self.wait, self.max_pending, self.tz, self.poll_every = wait, max_pending, tz, poll_every
         self._now = now or store.clock.now
@@ -206,26 +248,47 @@ class StreamCatchup:
 
     def _unknown(self, ck: Checkpoint, exc: Exception) -> CatchupState:
         """The stream's state could not be read: not caught up, as far as the gate knows."""
-        return CatchupState(stream_id=ck.stream_id, caught_up=False, pending=0,
-                            checkpoint=f"{ck.position.log_file}:{ck.position.log_pos}", head="", behind_bytes=None,
-                            last_advanced_s=(self._now() - ck.updated_at).total_seconds(), waited_s=0.0,
-                            max_pending=self.max_pending, error=str(exc))
+        return CatchupState(
+            stream_id=ck.stream_id,
+            caught_up=False,
+            pending=0,
+            checkpoint=f"{ck.position.log_file}:{ck.position.log_pos}",
+            head="",
+            behind_bytes=None,
+            last_advanced_s=(self._now() - ck.updated_at).total_seconds(),
+            waited_s=0.0,
+            max_pending=self.max_pending,
+            error=str(exc),
+        )
 
-    def _state(self, ck: Checkpoint, head: StreamPosition | None, tables: Sequence[str],
-               waited: float) -> CatchupState:
+    def _state(self, ck: Checkpoint, head: StreamPosition | None, tables: Sequence[str], waited: float) -> CatchupState:
         advanced = (self._now() - ck.updated_at).total_seconds()
         if ck.position.log_file == POLL_FILE or head is None:
             pending = pending_polled_changes(self.legacy, ck.position.log_pos, tables[0], self.tz)
             hw = datetime.fromtimestamp(ck.position.log_pos / 1000, tz=timezone.utc).isoformat()
-            return CatchupState(stream_id=ck.stream_id, caught_up=pending <= self.max_pending, pending=pending,
-                                checkpoint=f"poll:{hw}", head="", behind_bytes=None, last_advanced_s=advanced,
-                                waited_s=waited, max_pending=self.max_pending)
+            return CatchupState(
+                stream_id=ck.stream_id,
+                caught_up=pending <= self.max_pending,
+                pending=pending,
+                checkpoint=f"poll:{hw}",
+                head="",
+                behind_bytes=None,
+                last_advanced_s=advanced,
+                waited_s=waited,
+                max_pending=self.max_pending,
+            )
         schema = self.legacy.url.database or ""
         pending, capped = pending_binlog_changes(self.legacy, ck.position, head, schema, tables)
         same_file = ck.position.log_file == head.log_file
         return CatchupState(
-            stream_id=ck.stream_id, caught_up=pending <= self.max_pending and not capped, pending=pending,
-            capped=capped, checkpoint=f"{ck.position.log_file}:{ck.position.log_pos}",
+            stream_id=ck.stream_id,
+            caught_up=pending <= self.max_pending and not capped,
+            pending=pending,
+            capped=capped,
+            checkpoint=f"{ck.position.log_file}:{ck.position.log_pos}",
             head=f"{head.log_file}:{head.log_pos}",
             behind_bytes=max(0, head.log_pos - ck.position.log_pos) if same_file else None,
-            last_advanced_s=advanced, waited_s=waited, max_pending=self.max_pending)
+            last_advanced_s=advanced,
+            waited_s=waited,
+            max_pending=self.max_pending,
+        )

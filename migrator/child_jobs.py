@@ -13,6 +13,7 @@ business (it may still be on legacy, and even when it is not, one business's cut
 must not start firing another's jobs). Ids xxl-job itself skips (not a positive number,
 or the job itself) are skipped here too, with a note.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from migrator.model import LedgerStatus
-from readers.records import SourceSystem
 from migrator.store import MigratorStore
+from readers.records import SourceSystem
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -105,8 +106,10 @@ def _unrunnable(row, biz: str, triggers: dict) -> str | None:  # type: ignore[no
     if row.status == LedgerStatus.DELETED.value:
         return "deleted in the legacy admin: remove it from the parent's child_jobid"
     if row.business != biz:
-        return (f"belongs to business {row.business}, not {biz}: cut over the businesses of a chain together "
-                "(map them to one business) or remove the child")
+        return (
+            f"belongs to business {row.business}, not {biz}: cut over the businesses of a chain together "
+            "(map them to one business) or remove the child"
+        )
     if row.target_job_code not in triggers:
         return "has no trigger on the new side (an API-only job): nothing could fire it"
     return None

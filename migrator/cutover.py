@@ -14,6 +14,7 @@ occurrence the new side has NOT fired is its next_fire_at F; the legacy next tim
 to F and the legacy job is switched back on. (From a shadow dual-run the legacy side
 never stopped and nothing is changed on it.)
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,21 +24,21 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from migrator.catchup import StreamCatchup
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
+from migrator.catchup import StreamCatchup
 from migrator.child_jobs import ChildChains, child_chains
+from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
-from migrator.holds import LegacyHolds
 from migrator.ports import CutoverGate, FencePort, LegacyControl
 from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, Transition
-from scheduler_core.times import to_ms
 from scheduler_core.store.reads import published_after, set_shadow
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 S = TriggerState
@@ -85,9 +86,18 @@ class Link:
 
 
 class BusinessSwitch:
-    def __init__(self, store: SqlTriggerStore, control: LegacyControl, clock: Clock, gate: CutoverGate | None = None,
-                 *, max_verdict_age: timedelta = timedelta(hours=1), acquired_patience: timedelta = timedelta(seconds=120),
-                 fences: FencePort | None = None, catchup: StreamCatchup | None = None) -> None:
+    def __init__(
+        self,
+        store: SqlTriggerStore,
+        control: LegacyControl,
+        clock: Clock,
+        gate: CutoverGate | None = None,
+        *,
+        max_verdict_age: timedelta = timedelta(hours=1),
+        acquired_patience: timedelta = timedelta(seconds=120),
+        fences: FencePort | None = None,
+        catchup: StreamCatchup | None = None,
+    ) -> None:
         self.store = store
         # the change stream must hold every legacy edit before a cutover (migrator.catchup);
         # None: not checked (no legacy binlog or stream wired)
@@ -112,16 +122,24 @@ class BusinessSwitch:
         naming the jobs: a shadow dual-run does not call the executors."""
         links = self.links(biz)
         jobs = self.store.get_jobs([JobCode(ln.job_code) for ln in links])
-        big = sorted((ln.source_key for ln in links
-                      if ln.source_key.isdigit() and int(ln.source_key) >= BRIDGE_JOB_ID_LIMIT
-                      and (job := jobs.get(JobCode(ln.job_code))) is not None and job.handler == XXL_JOB_HANDLER),
-                     key=int)
+        big = sorted(
+            (
+                ln.source_key
+                for ln in links
+                if ln.source_key.isdigit()
+                and int(ln.source_key) >= BRIDGE_JOB_ID_LIMIT
+                and (job := jobs.get(JobCode(ln.job_code))) is not None
+                and job.handler == XXL_JOB_HANDLER
+            ),
+            key=int,
+        )
         if big:
             raise TransitionRefused(
                 f"live dual-run of {biz} refused: xxl-job job id(s) {', '.join(big[:10])}"
                 + (f" and {len(big) - 10} more" if len(big) > 10 else "")
                 + f" are {BRIDGE_JOB_ID_LIMIT} or more, and the bridge cannot give them a job thread of their own "
-                  "on the executor (it would share legacy's); dual-run with --shadow")
+                "on the executor (it would share legacy's); dual-run with --shadow"
+            )
 
     def start_dual_run(self, biz: str, *, shadow: bool, actor: str, reason: str = "") -> SwitchReport:
         current = self._current(biz, B.LEGACY)
@@ -157,8 +175,14 @@ class BusinessSwitch:
         won = self.store.cas(Transition(ids=list(nexts), from_state=S.CREATED, to_state=S.WAITING, next_fire_at=nexts))
         report.activated = len(won)
         self._dual_run_links(biz, shadow, report)
-        self.registry.transition(current, B.DUAL_RUN, actor=actor, reason=reason or "dual-run start", shadow=shadow,
-                                 detail={"shadow": shadow, "activated": report.activated})
+        self.registry.transition(
+            current,
+            B.DUAL_RUN,
+            actor=actor,
+            reason=reason or "dual-run start",
+            shadow=shadow,
+            detail={"shadow": shadow, "activated": report.activated},
+        )
         return report
 
     def cutover(self, biz: str, *, actor: str, reason: str = "", force: bool = False) -> SwitchReport:
@@ -171,12 +195,19 @@ class BusinessSwitch:
             refusals.append(stream.sentence)
         warnings = list(decision.warnings) if decision is not None else []
         if refusals and not force:
-            raise TransitionRefused(f"cutover of {biz} refused: " + "; ".join(refusals)
-                                    + "".join(f"; warning: {w}" for w in warnings))
+            raise TransitionRefused(
+                f"cutover of {biz} refused: " + "; ".join(refusals) + "".join(f"; warning: {w}" for w in warnings)
+            )
         if force and not reason:
             raise TransitionRefused("a forced cutover needs --reason: it is audited")
-        report = SwitchReport(biz, current.state.value, B.CUTOVER.value, forced=bool(refusals) and force,
-                              comparison_id=decision.comparison_id if decision else None, warnings=warnings)
+        report = SwitchReport(
+            biz,
+            current.state.value,
+            B.CUTOVER.value,
+            forced=bool(refusals) and force,
+            comparison_id=decision.comparison_id if decision else None,
+            warnings=warnings,
+        )
         report.stream = None if stream is None else stream.as_dict()
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
@@ -216,8 +247,16 @@ class BusinessSwitch:
                 self._align_new_side(ln, settled.next_due.get(ln.source_key), shadow, report)
             else:
                 self._keep_stopped(ln, report)
-        self.registry.transition(current, B.CUTOVER, actor=actor, reason=reason or "cutover", shadow=False,
-                                 comparison_id=report.comparison_id, forced=report.forced, detail=report.as_dict())
+        self.registry.transition(
+            current,
+            B.CUTOVER,
+            actor=actor,
+            reason=reason or "cutover",
+            shadow=False,
+            comparison_id=report.comparison_id,
+            forced=report.forced,
+            detail=report.as_dict(),
+        )
         return report
 
     def rollback(self, biz: str, *, actor: str, reason: str = "") -> SwitchReport:
@@ -239,15 +278,24 @@ class BusinessSwitch:
         held = self.holds.of_business(biz)
         legacy_live = self.control.live(keys)
         known = self.control.next_due(keys)
-        gone = [ln for ln in links if ln.source_key not in known and ln.source_key not in legacy_live
-                and self._settled_trigger(ln.trigger).state in (S.WAITING, S.ACQUIRED)]
+        gone = [
+            ln
+            for ln in links
+            if ln.source_key not in known
+            and ln.source_key not in legacy_live
+            and self._settled_trigger(ln.trigger).state in (S.WAITING, S.ACQUIRED)
+        ]
         if gone:
             raise TransitionRefused(
-                f"rollback of {biz} refused, nothing changed: " + "; ".join(
+                f"rollback of {biz} refused, nothing changed: "
+                + "; ".join(
                     f"job {ln.source_key} ({ln.job_code}) fires only on the new side and its legacy row is gone: "
-                    "handed back it would fire nowhere" for ln in gone[:20])
+                    "handed back it would fire nowhere"
+                    for ln in gone[:20]
+                )
                 + " — re-create the legacy job(s), or cancel the trigger(s) with `switchyard trigger cancel "
-                  "--reason`, then roll back")
+                "--reason`, then roll back"
+            )
         # Off the scheduler first: until the fence, the new side only runs what it has
         # already published. F is taken after that (waiting out a trigger being fired can
         # take a moment), so the whole start margin is left for legacy to pick its jobs
@@ -257,8 +305,9 @@ class BusinessSwitch:
         report.deactivated = len(deactivated)
         # legacy fires the children again (its parents run there): the new side's links go
         # with its triggers (written again at the next live dual-run start or cutover)
-        self.store.set_followups({ln.trigger.id: [] for ln in links if ln.trigger.id is not None},
-                                 to_ms(self.clock.now()))
+        self.store.set_followups(
+            {ln.trigger.id: [] for ln in links if ln.trigger.id is not None}, to_ms(self.clock.now())
+        )
         fence_at = self._handover_instant()
         if self.fences is not None:
             report.fenced = self.fences.raise_fence(biz, fence_at)
@@ -286,10 +335,12 @@ class BusinessSwitch:
                     report.not_handed_back[key] = (
                         f"{ln.job_code} is {t.state.value} on the new side and was stopped on legacy by the "
                         "cutover: left stopped on both (start it in the legacy admin, or `switchyard trigger "
-                        "resume` it before rolling back)")
+                        "resume` it before rolling back)"
+                    )
                 elif t.state is S.PAUSED:
-                    report.notes.append(f"{key}: stopped on legacy by an operator and paused on the new side: "
-                                        "stays paused on both")
+                    report.notes.append(
+                        f"{key}: stopped on legacy by an operator and paused on the new side: stays paused on both"
+                    )
                 continue
             starts[key] = self._legacy_start(t, fence_at)
         for key, start in starts.items():
@@ -304,8 +355,9 @@ class BusinessSwitch:
         if current.state is B.DUAL_RUN and current.shadow:
             report.notes.append("shadow dual-run: the legacy side never stopped")
         self._set_shadow(biz, shadow=False)
-        self.registry.transition(current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False,
-                                 detail=report.as_dict())
+        self.registry.transition(
+            current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False, detail=report.as_dict()
+        )
         return report
 
     # -- pieces -----------------------------------------------------------------------------
@@ -333,17 +385,21 @@ class BusinessSwitch:
         report.notes += [f"not run on the new side during the dual-run (legacy runs it): {r}" for r in chains.refusals]
         n = sum(len(c) for c in chains.links.values())
         if n:
-            report.notes.append(f"{n} child job link(s): the new side runs each child after its own successful "
-                                "run of the parent, as legacy does after its own")
+            report.notes.append(
+                f"{n} child job link(s): the new side runs each child after its own successful "
+                "run of the parent, as legacy does after its own"
+            )
 
     def _child_chain_gate(self, biz: str) -> ChildChains:
         """xxl-job child jobs the new side could not fire refuse the cutover, forced or
         not, naming each chain: a child run must never be lost silently."""
         chains = child_chains(self.store, biz, self.links(biz))
         if chains.refusals:
-            raise TransitionRefused(f"cutover of {biz} refused: child job chain(s) the new side cannot run: "
-                                    + "; ".join(chains.refusals[:20])
-                                    + (f" (+{len(chains.refusals) - 20} more)" if len(chains.refusals) > 20 else ""))
+            raise TransitionRefused(
+                f"cutover of {biz} refused: child job chain(s) the new side cannot run: "
+                + "; ".join(chains.refusals[:20])
+                + (f" (+{len(chains.refusals) - 20} more)" if len(chains.refusals) > 20 else "")
+            )
         return chains
 
     def _current(self, biz: str, expected: B) -> BusinessRecord:
@@ -376,12 +432,15 @@ class BusinessSwitch:
             # paused, resumable, never cancelled (a stop is not an end)
             if t.kind is TriggerKind.ONCE and t.state in (S.CREATED, S.WAITING):
                 self._move(t, t.state, S.CANCELLED)
-                report.notes.append(f"{ln.source_key}: the one-shot fired on legacy while it stopped; "
-                                    "new trigger cancelled")
+                report.notes.append(
+                    f"{ln.source_key}: the one-shot fired on legacy while it stopped; new trigger cancelled"
+                )
             elif t.state in (S.CREATED, S.WAITING):
                 self._move(t, t.state, S.PAUSED)
-                report.notes.append(f"{ln.source_key}: legacy has no next time for it; paused on the new side "
-                                    "(`switchyard trigger resume` runs it there)")
+                report.notes.append(
+                    f"{ln.source_key}: legacy has no next time for it; paused on the new side "
+                    "(`switchyard trigger resume` runs it there)"
+                )
             return
         report.handover[ln.source_key] = handover.isoformat()
         if t.state is S.COMPLETED and t.kind is TriggerKind.ONCE:
@@ -390,8 +449,14 @@ class BusinessSwitch:
             # The lookahead published it during the shadow dual-run, and the executor only
             # recorded it; the legacy side, now stopped, has not fired it either. Re-armed at
             # the legacy due time it fires for real, with the same command id.
-            if not self.store.cas(Transition(ids=[t.id], from_state=S.COMPLETED, to_state=S.WAITING,  # type: ignore[list-item]
-                                             next_fire_at={t.id: handover})):  # type: ignore[dict-item]
+            if not self.store.cas(
+                Transition(
+                    ids=[t.id],
+                    from_state=S.COMPLETED,
+                    to_state=S.WAITING,  # type: ignore[list-item]
+                    next_fire_at={t.id: handover},
+                )
+            ):  # type: ignore[dict-item]
                 raise TransitionRefused(f"trigger {t.id} changed during the cutover; run it again")
             report.rewound += 1
             return
@@ -411,8 +476,14 @@ class BusinessSwitch:
             target = handover if shadow else max(t.next_fire_at, handover)
             if target == t.next_fire_at and t.state is S.WAITING:
                 return
-            won = self.store.cas(Transition(ids=[t.id], from_state=t.state, to_state=S.WAITING,  # type: ignore[list-item]
-                                            next_fire_at={t.id: target}))  # type: ignore[dict-item]
+            won = self.store.cas(
+                Transition(
+                    ids=[t.id],
+                    from_state=t.state,
+                    to_state=S.WAITING,  # type: ignore[list-item]
+                    next_fire_at={t.id: target},
+                )
+            )  # type: ignore[dict-item]
             if won:
                 report.rewound += int(target < t.next_fire_at)
                 return
@@ -431,8 +502,10 @@ class BusinessSwitch:
         if t.state in (S.CREATED, S.WAITING):
             # the legacy stop is newer than the last migration: mirror it
             self._move(t, t.state, S.PAUSED)
-            report.notes.append(f"{ln.source_key}: stopped on legacy before the cutover; paused on the new side too "
-                                "(`switchyard trigger resume` runs it there)")
+            report.notes.append(
+                f"{ln.source_key}: stopped on legacy before the cutover; paused on the new side too "
+                "(`switchyard trigger resume` runs it there)"
+            )
 
     def _handover_instant(self) -> datetime:
         return self.clock.now() + self.control.start_margin
@@ -450,8 +523,12 @@ class BusinessSwitch:
     def _once_fenced(self, t: Trigger, fence_at: datetime) -> datetime | None:
         """A one-shot the new side published for at or after the fence: it will be skipped,
         so legacy fires it (its due time); None otherwise."""
-        if (self.fences is not None and t.kind is TriggerKind.ONCE and t.state is S.COMPLETED
-                and t.next_fire_at >= fence_at):
+        if (
+            self.fences is not None
+            and t.kind is TriggerKind.ONCE
+            and t.state is S.COMPLETED
+            and t.next_fire_at >= fence_at
+        ):
             return t.next_fire_at
         return None
 
@@ -511,8 +588,11 @@ def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
     own = MigratorStore.beside(store)
     lg = own.t.ledger
     with own.engine.connect() as conn:
-        rows = conn.execute(select(lg.c.source_key, lg.c.target_job_code).where(
-            lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value)).all()
+        rows = conn.execute(
+            select(lg.c.source_key, lg.c.target_job_code).where(
+                lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value
+            )
+        ).all()
     by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}
     return [Link(k, c, by_code[c]) for k, c in rows if c in by_code]
 

@@ -7,6 +7,7 @@ shows here as fire times hours away from the admin's. The legacy side's stored n
 (`trigger_next_time`, epoch ms, zone-free) is checked too: when it is not an occurrence of
 the cron in the zone the new side uses, the preview says so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,5 +67,12 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
         # an occurrence is the first fire after the instant just before it
         first = expr.next_after((legacy - timedelta(seconds=1)).astimezone(expr.tz))
         matches = first is not None and first == legacy
-    return FirePreview(source_key=defn.source_key, business=defn.business, cron=defn.cron, zone=str(expr.tz),
-                       fires=tuple(fires), legacy_next=legacy, legacy_next_matches=matches)
+    return FirePreview(
+        source_key=defn.source_key,
+        business=defn.business,
+        cron=defn.cron,
+        zone=str(expr.tz),
+        fires=tuple(fires),
+        legacy_next=legacy,
+        legacy_next_matches=matches,
+    )

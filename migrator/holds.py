@@ -9,6 +9,7 @@ after the job is live on legacy again (a rollback started it, or an abandoned cu
 restored it). A legacy job that is stopped and held is Switchyard's own stop; stopped
 and not held is an operator's.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
@@ -36,8 +37,10 @@ class LegacyHolds:
         now = self.store.clock.now_ms()
         with self.own.engine.begin() as conn:
             have = self._held(conn, source, list(keys))
-            rows = [{"source_system": source, "source_key": k, "biz_code": biz, "reason": reason, "held_at": now}
-                    for k in sorted(set(keys) - have)]
+            rows = [
+                {"source_system": source, "source_key": k, "biz_code": biz, "reason": reason, "held_at": now}
+                for k in sorted(set(keys) - have)
+            ]
             if rows:
                 conn.execute(insert(self.t), rows)
 
@@ -47,8 +50,9 @@ class LegacyHolds:
             return
         with self.own.engine.begin() as conn:
             for i in range(0, len(ks), _PAGE):
-                conn.execute(delete(self.t).where(self.t.c.source_system == source,
-                                                  self.t.c.source_key.in_(ks[i:i + _PAGE])))
+                conn.execute(
+                    delete(self.t).where(self.t.c.source_system == source, self.t.c.source_key.in_(ks[i : i + _PAGE]))
+                )
 
     def held(self, source: str, keys: Sequence[str], conn: Connection | None = None) -> set[str]:
         """The keys among these that are held."""
@@ -67,6 +71,11 @@ class LegacyHolds:
         out: set[str] = set()
         ks = list(keys)
         for i in range(0, len(ks), _PAGE):
-            out.update(conn.execute(select(self.t.c.source_key).where(
-                self.t.c.source_system == source, self.t.c.source_key.in_(ks[i:i + _PAGE]))).scalars())
+            out.update(
+                conn.execute(
+                    select(self.t.c.source_key).where(
+                        self.t.c.source_system == source, self.t.c.source_key.in_(ks[i : i + _PAGE])
+                    )
+                ).scalars()
+            )
         return out

@@ -21,6 +21,7 @@ The price of an edit there is one full re-mapping run.
 One thing the digest cannot see is time: a cron job whose `end_time` passes while nothing
 changes maps to a completed trigger; the scheduler completes it itself at its end.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,8 +70,16 @@ def mapping_version() -> str:
 
 def source_digest(defn: LegacyDefinition, business: LegacyBusiness | None, options: MappingOptions) -> str:
     """32 hex; "" when the reader gave no row digest (then only the mapped hash decides)."""
-    return context_digest(defn.digest, defn.source.value, defn.business, defn.time_zone, business, options,
-                          broadcast=defn.broadcast, cron_dialect=dialect_context(defn.cron_dialect, defn.cron_dialect_fallback))
+    return context_digest(
+        defn.digest,
+        defn.source.value,
+        defn.business,
+        defn.time_zone,
+        business,
+        options,
+        broadcast=defn.broadcast,
+        cron_dialect=dialect_context(defn.cron_dialect, defn.cron_dialect_fallback),
+    )
 
 
 def dialect_context(dialect: str, fallback: str) -> str:
@@ -78,9 +87,17 @@ def dialect_context(dialect: str, fallback: str) -> str:
     return f"{dialect},{fallback}" if fallback else dialect
 
 
-def context_digest(digest: str, source: str, legacy_business: str, time_zone: str,
-                   business: LegacyBusiness | None, options: MappingOptions, *, broadcast: bool = False,
-                   cron_dialect: str = "2.5") -> str:
+def context_digest(
+    digest: str,
+    source: str,
+    legacy_business: str,
+    time_zone: str,
+    business: LegacyBusiness | None,
+    options: MappingOptions,
+    *,
+    broadcast: bool = False,
+    cron_dialect: str = "2.5",
+) -> str:
     """`source_digest` from its parts (a server-computed row digest has no definition).
 
     Only what the mapping of *this* row reads from the business counts: executor addresses
@@ -94,14 +111,23 @@ def context_digest(digest: str, source: str, legacy_business: str, time_zone: st
     else:
         callback = (business.callback_base_url or "") if source == SourceSystem.BATCH_CENTER.value else ""
         addresses = ",".join(business.executor_addresses) if broadcast else ""
-    context = "\x1f".join((
-        # the Quartz dialect beside the zone: both decide when a cron fires ("2.5" adds
-        # nothing, so the digests of the default dialect stay what they were)
-        mapping_version(), source, digest, legacy_business, biz,
-        time_zone if cron_dialect == "2.5" else f"{time_zone}\x1equartz {cron_dialect}", callback, addresses,
-        "1" if broadcast else "0",
-        "1" if biz in options.api_only_businesses else "0", "1" if options.bridge_glue else "0",
-    ))
+    context = "\x1f".join(
+        (
+            # the Quartz dialect beside the zone: both decide when a cron fires ("2.5" adds
+            # nothing, so the digests of the default dialect stay what they were)
+            mapping_version(),
+            source,
+            digest,
+            legacy_business,
+            biz,
+            time_zone if cron_dialect == "2.5" else f"{time_zone}\x1equartz {cron_dialect}",
+            callback,
+            addresses,
+            "1" if broadcast else "0",
+            "1" if biz in options.api_only_businesses else "0",
+            "1" if options.bridge_glue else "0",
+        )
+    )
     return hashlib.blake2b(context.encode("utf-8", "surrogatepass"), digest_size=HALF // 2).hexdigest()
 
 

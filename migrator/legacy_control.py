@@ -11,6 +11,7 @@ Batch center: tasks are paused (status 5, optimistic version); a RUNNING task is
 own until its callback returns, so settling retries until every task is paused; its
 settled `fire_time` is the handover time (for a finished one-shot there is none).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,9 @@ PRE_READ = timedelta(seconds=5)
 class XxlJobControl(LegacyControl):
     start_margin = PRE_READ + timedelta(seconds=1)
 
-    def __init__(self, engine: Engine, clock: Clock, *, settle: timedelta = PRE_READ + timedelta(seconds=1),
-                 rechecks: int = 3) -> None:
+    def __init__(
+        self, engine: Engine, clock: Clock, *, settle: timedelta = PRE_READ + timedelta(seconds=1), rechecks: int = 3
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.settle = settle
@@ -66,7 +68,8 @@ class XxlJobControl(LegacyControl):
                 f"xxl-job jobs {undone[:10]} keep being switched back on by the admin's scan; the stop did not "
                 f"settle after {self.rechecks + 1} re-stops, so the {len(restored)} job(s) it had switched off are "
                 "left running on legacy at their own next time (a 2.4.2-or-older admin: upgrade it, or stop "
-                "its scheduling while cutting over)")
+                "its scheduling while cutting over)"
+            )
         return Settled(self.next_due(keys), tuple(notes))
 
     def _stop(self, ids: Sequence[int]) -> tuple[int, ...]:
@@ -84,8 +87,9 @@ class XxlJobControl(LegacyControl):
 
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         states = control.read_trigger_state(self.engine, [int(k) for k in keys])
-        return {str(j): (from_ms(s.trigger_next_time_ms) if s.trigger_next_time_ms > 0 else None)
-                for j, s in states.items()}
+        return {
+            str(j): (from_ms(s.trigger_next_time_ms) if s.trigger_next_time_ms > 0 else None) for j, s in states.items()
+        }
 
     def live(self, keys: Sequence[str]) -> set[str]:
         states = control.read_trigger_state(self.engine, [int(k) for k in keys])
@@ -94,8 +98,9 @@ class XxlJobControl(LegacyControl):
     def start(self, next_due: Mapping[str, datetime]) -> list[str]:
         if not next_due:
             return []
-        changed = control.set_trigger_status(self.engine, [int(k) for k in next_due], 1,
-                                             next_time_ms={int(k): to_ms(v) for k, v in next_due.items()})
+        changed = control.set_trigger_status(
+            self.engine, [int(k) for k in next_due], 1, next_time_ms={int(k): to_ms(v) for k, v in next_due.items()}
+        )
         return [str(j) for j in changed]
 
 
@@ -106,8 +111,15 @@ class BatchCenterControl(LegacyControl):
     # the center polls for due tasks; a task resumed a little ahead is taken on time
     start_margin = timedelta(seconds=2)
 
-    def __init__(self, engine: Engine, clock: Clock, *, tz: str = "Asia/Shanghai",
-                 retry_every: timedelta = timedelta(milliseconds=500), patience: timedelta = timedelta(minutes=5)) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        clock: Clock,
+        *,
+        tz: str = "Asia/Shanghai",
+        retry_every: timedelta = timedelta(milliseconds=500),
+        patience: timedelta = timedelta(minutes=5),
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.tz = tz
@@ -139,8 +151,9 @@ class BatchCenterControl(LegacyControl):
         out: dict[str, datetime | None] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(ids), 500):
-                rows = conn.execute(select(_TASK.c.id, _TASK.c.status, _TASK.c.fire_time)
-                                    .where(_TASK.c.id.in_(ids[i:i + 500])))
+                rows = conn.execute(
+                    select(_TASK.c.id, _TASK.c.status, _TASK.c.fire_time).where(_TASK.c.id.in_(ids[i : i + 500]))
+                )
                 for tid, status, fire_time in rows:
                     finished = int(status) in (2, 3, 4)  # SUCCESS, FAILED, CANCELLED
                     out[str(tid)] = None if finished or fire_time is None else self.zone.to_utc(fire_time)
@@ -151,9 +164,13 @@ class BatchCenterControl(LegacyControl):
         out: set[str] = set()
         with self.engine.connect() as conn:
             for i in range(0, len(ids), 500):
-                out.update(str(tid) for tid, status in conn.execute(
-                    select(_TASK.c.id, _TASK.c.status).where(_TASK.c.id.in_(ids[i:i + 500])))
-                    if int(status) in (0, 1))  # WAITING, RUNNING
+                out.update(
+                    str(tid)
+                    for tid, status in conn.execute(
+                        select(_TASK.c.id, _TASK.c.status).where(_TASK.c.id.in_(ids[i : i + 500]))
+                    )
+                    if int(status) in (0, 1)
+                )  # WAITING, RUNNING
         return out
 
     def _status(self, task_id: int) -> int | None:

@@ -3,20 +3,30 @@
 Pure: no I/O. A definition that cannot be mapped comes back as a `Rejection` naming the
 field and the reason; the caller quarantines it and goes on.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from readers.records import LegacyBusiness, LegacyDefinition, MisfireRule, ScheduleKind, SourceSystem
 from scheduler_core.cron import DIALECTS, CronExpression, CronSyntaxError, Dialect
-from scheduler_core.model import DEFAULT_CRON_DIALECT, Job, JobCode, MisfirePolicy, ShardingItem, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import (
+    DEFAULT_CRON_DIALECT,
+    Job,
+    JobCode,
+    MisfirePolicy,
+    ShardingItem,
+    Trigger,
+    TriggerKind,
+    TriggerState,
+)
 
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_SHARDS = 100_000
@@ -101,9 +111,17 @@ def map_definition(
     # Legacy handlers keep running unchanged: a migrated job runs through its bridge; a
     # team that rewrites a handler natively registers it under the job code, which the
     # executor looks up first.
-    job = Job(job_code=code, biz_code=biz, handler=BRIDGE_HANDLER[defn.source],
-              params=params, shard_total=shard_total, timeout=timeout, max_retry=defn.max_retry,
-              priority=defn.priority, explicit_items=explicit)
+    job = Job(
+        job_code=code,
+        biz_code=biz,
+        handler=BRIDGE_HANDLER[defn.source],
+        params=params,
+        shard_total=shard_total,
+        timeout=timeout,
+        max_retry=defn.max_retry,
+        priority=defn.priority,
+        explicit_items=explicit,
+    )
     trigger = _trigger(defn, job, zone, now, options, active)
     if isinstance(trigger, Rejection):
         return trigger
@@ -173,15 +191,29 @@ def _trigger(
         if value is not None and not EARLIEST <= value < LATEST:
             return Rejection(name, f"{value.isoformat()} is outside 1970-01-02 .. 2100-01-01")
     state = _state(defn, active)
-    common: dict[str, Any] = dict(job_code=job.job_code, biz_code=job.biz_code, time_zone=str(zone.key), end_at=end_at,
-                  misfire_policy=misfire, priority=job.priority, state=state)
+    common: dict[str, Any] = dict(
+        job_code=job.job_code,
+        biz_code=job.biz_code,
+        time_zone=str(zone.key),
+        end_at=end_at,
+        misfire_policy=misfire,
+        priority=job.priority,
+        state=state,
+    )
     if defn.schedule is ScheduleKind.NONE:
         if job.biz_code in options.api_only_businesses:
             return None
         # xxl-job runs it only as a child job (after a parent's success) or by hand: a
         # trigger with no schedule, never due (completed), that a parent's follow-up fires
-        return Trigger(kind=TriggerKind.NONE, next_fire_at=now, **{**common, "end_at": None,  # type: ignore[arg-type]
-                                                                   "state": TriggerState.COMPLETED})
+        return Trigger(
+            kind=TriggerKind.NONE,
+            next_fire_at=now,
+            **{
+                **common,
+                "end_at": None,  # type: ignore[arg-type]
+                "state": TriggerState.COMPLETED,
+            },
+        )
     if defn.schedule is ScheduleKind.ONCE:
         if defn.next_fire_at is None:
             return Rejection("fire_time", "a one-shot task needs its fire time")
@@ -190,8 +222,9 @@ def _trigger(
         if not defn.cron:
             return Rejection("cron", "a cron job needs a cron expression")
         if defn.cron_dialect not in DIALECTS:
-            return Rejection("cron", f"unknown Quartz dialect {defn.cron_dialect!r} (expected one of "
-                                     f"{', '.join(DIALECTS)})")
+            return Rejection(
+                "cron", f"unknown Quartz dialect {defn.cron_dialect!r} (expected one of {', '.join(DIALECTS)})"
+            )
         dialect: Dialect = defn.cron_dialect  # type: ignore[assignment]
         # Recomputed from the schedule, never a copied legacy next time (xxl-job #2988):
         # the first occurrence strictly after now, in the legacy's own Quartz dialect.
@@ -248,16 +281,30 @@ def _hash(job: Job, trigger: Trigger | None, items: tuple[ShardingItem, ...]) ->
     only for one-shots: a recurring job's legacy next time moves on every fire and is not
     a change of definition."""
     body: dict[str, object] = {
-        "job": [job.biz_code, job.handler, job.params, job.shard_total, job.timeout.total_seconds(), job.max_retry,
-                job.priority, job.explicit_items],
+        "job": [
+            job.biz_code,
+            job.handler,
+            job.params,
+            job.shard_total,
+            job.timeout.total_seconds(),
+            job.max_retry,
+            job.priority,
+            job.explicit_items,
+        ],
         "items": [[i.index, i.param] for i in items],
     }
     if trigger is not None:
         schedule: list[object] = [
-            trigger.kind.value, trigger.cron, trigger.interval.total_seconds() if trigger.interval else None,
-            trigger.time_zone, trigger.end_at.isoformat() if trigger.end_at else None,
-            trigger.misfire_policy.value, trigger.priority, _enabled_state(trigger.state),
-            trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None]
+            trigger.kind.value,
+            trigger.cron,
+            trigger.interval.total_seconds() if trigger.interval else None,
+            trigger.time_zone,
+            trigger.end_at.isoformat() if trigger.end_at else None,
+            trigger.misfire_policy.value,
+            trigger.priority,
+            _enabled_state(trigger.state),
+            trigger.next_fire_at.isoformat() if trigger.kind is TriggerKind.ONCE else None,
+        ]
         if trigger.cron_dialect != DEFAULT_CRON_DIALECT and trigger.kind is TriggerKind.CRON:
             # only when not the default: a trigger migrated before triggers carried a dialect
             # keeps its hash (nothing rewritten), one of another dialect is updated to carry it
@@ -273,5 +320,9 @@ def _enabled_state(state: TriggerState) -> str:
 
 def _epoch_ms(value: object) -> int:
     if isinstance(value, datetime):
-        return int(value.timestamp() * 1000) if value.tzinfo else int(value.replace(tzinfo=EARLIEST.tzinfo).timestamp() * 1000)
+        return (
+            int(value.timestamp() * 1000)
+            if value.tzinfo
+            else int(value.replace(tzinfo=EARLIEST.tzinfo).timestamp() * 1000)
+        )
     return 0

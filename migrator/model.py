@@ -1,4 +1,5 @@
 """The migrator's terms: plans, ledger entries, quarantined rows, business states."""
+
 from __future__ import annotations
 
 import enum
@@ -62,5 +63,12 @@ class MigrationSummary:
 
 
 def _row(r: PlannedRow) -> dict[str, object]:
-    return {"source": r.source, "source_key": r.source_key, "business": r.business, "action": r.action.value,
-            "job_code": r.job_code, "field": r.field, "reason": r.reason}
+    return {
+        "source": r.source,
+        "source_key": r.source_key,
+        "business": r.business,
+        "action": r.action.value,
+        "job_code": r.job_code,
+        "field": r.field,
+        "reason": r.reason,
+    }

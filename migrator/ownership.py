@@ -7,6 +7,7 @@ business cut over that fires on both ("double"). `trigger pause|resume|cancel` a
 `guard_trigger_operation` first: a change that would leave a job firing nowhere, or on
 both sides, is refused (exit 5) unless it is an explicit, audited decision (--reason).
 """
+
 from __future__ import annotations
 
 import enum
@@ -52,10 +53,19 @@ class JobOwnership:
     why: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {"business": self.business, "source_key": self.source_key, "job_code": self.job_code,
-                "trigger_id": self.trigger_id, "trigger_state": self.trigger_state, "new_live": self.new_live,
-                "legacy_live": self.legacy_live, "legacy_known": self.legacy_known, "held": self.held,
-                "side": self.side.value, "why": self.why}
+        return {
+            "business": self.business,
+            "source_key": self.source_key,
+            "job_code": self.job_code,
+            "trigger_id": self.trigger_id,
+            "trigger_state": self.trigger_state,
+            "new_live": self.new_live,
+            "legacy_live": self.legacy_live,
+            "legacy_known": self.legacy_known,
+            "held": self.held,
+            "side": self.side.value,
+            "why": self.why,
+        }
 
 
 @dataclass
@@ -86,8 +96,11 @@ def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: b
     if new_live and legacy_live:
         if state is B.DUAL_RUN:
             return Side.BOTH, ""
-        return Side.DOUBLE, (f"live on both sides while the business is {state.value}: stop it in the legacy "
-                             "admin" if state is B.CUTOVER else "roll back again, or pause the trigger")
+        return Side.DOUBLE, (
+            f"live on both sides while the business is {state.value}: stop it in the legacy admin"
+            if state is B.CUTOVER
+            else "roll back again, or pause the trigger"
+        )
     if new_live:
         return Side.NEW, ""
     if legacy_live:
@@ -104,8 +117,9 @@ def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: b
 LegacyLive = Callable[[str, Sequence[str]], set[str] | None]  # (source system, keys) -> live keys, None: unknown
 
 
-def ownership(store: SqlTriggerStore, legacy_live: LegacyLive | None = None,
-              businesses: Sequence[str] | None = None) -> list[BusinessOwnership]:
+def ownership(
+    store: SqlTriggerStore, legacy_live: LegacyLive | None = None, businesses: Sequence[str] | None = None
+) -> list[BusinessOwnership]:
     """Per business and job, which side fires it. `legacy_live` reads the legacy switches
     (the legacy database); without it, legacy is inferred from the store: a job the
     switch stopped (held) is off; in a business cut over every legacy job is off; else a
@@ -126,13 +140,24 @@ def ownership(store: SqlTriggerStore, legacy_live: LegacyLive | None = None,
             if live is not None:
                 leg = ln.source_key in live
             else:
-                leg = (ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE)
+                leg = ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE
             side, why = classify(rec.state, rec.shadow, t.state, leg, ln.source_key in held)
             new_live = t.state in (S.WAITING, S.ACQUIRED) and not rec.shadow
-            bo.jobs.append(JobOwnership(business=rec.biz_code, source_key=ln.source_key, job_code=ln.job_code,
-                                        trigger_id=t.id, trigger_state=t.state.value, new_live=new_live,
-                                        legacy_live=leg, legacy_known=live is not None,
-                                        held=ln.source_key in held, side=side, why=why))
+            bo.jobs.append(
+                JobOwnership(
+                    business=rec.biz_code,
+                    source_key=ln.source_key,
+                    job_code=ln.job_code,
+                    trigger_id=t.id,
+                    trigger_state=t.state.value,
+                    new_live=new_live,
+                    legacy_live=leg,
+                    legacy_known=live is not None,
+                    held=ln.source_key in held,
+                    side=side,
+                    why=why,
+                )
+            )
         out.append(bo)
     return out
 
@@ -144,8 +169,9 @@ class GuardOutcome:
     audited: dict[str, list[TriggerId]] = field(default_factory=dict)  # business -> ids to audit
 
 
-def guard_trigger_operation(store: SqlTriggerStore, action: str, ids: Sequence[TriggerId],
-                            reason: str = "") -> GuardOutcome:
+def guard_trigger_operation(
+    store: SqlTriggerStore, action: str, ids: Sequence[TriggerId], reason: str = ""
+) -> GuardOutcome:
     """Which of these triggers `action` (pause, resume, cancel) may change without
     breaking the ownership invariant.
 
@@ -164,14 +190,18 @@ def guard_trigger_operation(store: SqlTriggerStore, action: str, ids: Sequence[T
             continue
         state = states.get(t.biz_code, B.LEGACY)
         if action == "resume" and state is B.LEGACY and t.biz_code in states:
-            out.refused[tid] = (f"{t.job_code}: business {t.biz_code} is on legacy, where this job runs; resumed "
-                                "here it would fire on both sides. Start it in the legacy admin (the next migrate "
-                                "run follows), or start a dual-run")
+            out.refused[tid] = (
+                f"{t.job_code}: business {t.biz_code} is on legacy, where this job runs; resumed "
+                "here it would fire on both sides. Start it in the legacy admin (the next migrate "
+                "run follows), or start a dual-run"
+            )
             continue
         if action in ("pause", "cancel") and state is B.CUTOVER and t.state in (S.WAITING, S.ACQUIRED) and not reason:
-            out.refused[tid] = (f"{t.job_code}: business {t.biz_code} is cut over and its legacy job is stopped; "
-                                f"to {action} it here leaves it firing on neither side. Say why with --reason "
-                                "to do it on purpose (audited)")
+            out.refused[tid] = (
+                f"{t.job_code}: business {t.biz_code} is cut over and its legacy job is stopped; "
+                f"to {action} it here leaves it firing on neither side. Say why with --reason "
+                "to do it on purpose (audited)"
+            )
             continue
         out.allowed.append(tid)
         if state is not B.LEGACY:

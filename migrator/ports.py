@@ -1,5 +1,6 @@
 """What the migrator needs from elsewhere, stated here so that only the composition root
 joins packages: the cutover gate (dual-run's verdict) and the legacy switch."""
+
 from __future__ import annotations
 
 from abc import abstractmethod

@@ -4,6 +4,7 @@ A migration run reads, decodes and maps a chunk (Python work, and waits on the l
 server) and then writes it (mostly waits on the target server). With the next chunk
 prepared while the current one is written, the two kinds of waiting overlap.
 """
+
 from __future__ import annotations
 
 import queue

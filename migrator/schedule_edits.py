@@ -7,6 +7,7 @@ occurrences from E up to the trigger's new next_fire_at (which the scheduler fir
 on as usual); `SqlSupersedes.record_edit` then supersedes, in the edit's transaction, the
 old commands at or after E the new schedule lacks, and leaves the new ones to publish.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,15 @@ class ScheduleEdit:
     new_times: tuple[int, ...]
 
 
-def plan_edit(new: Trigger, trigger_id: int, state: str, schedule: tuple[Any, ...], next_fire_ms: int | None,
-              now_ms: int, margin: timedelta) -> ScheduleEdit | None:
+def plan_edit(
+    new: Trigger,
+    trigger_id: int,
+    state: str,
+    schedule: tuple[Any, ...],
+    next_fire_ms: int | None,
+    now_ms: int,
+    margin: timedelta,
+) -> ScheduleEdit | None:
     """The edit of a waiting trigger whose schedule (kind, cron, interval, zone) changed
     and that has published ahead (`schedule` = the row's next_fire_at, kind, cron_expr,
     interval_ms, time_zone[, cron dialect] before the edit; `next_fire_ms` = after it);
@@ -57,8 +65,12 @@ def plan_edit(new: Trigger, trigger_id: int, state: str, schedule: tuple[Any, ..
     at = next_after(new, from_ms(effective) - timedelta(milliseconds=1))
     while at is not None and to_ms(at) < next_fire_ms:
         if len(times) >= MAX_OCCURRENCES:
-            log.warning("trigger %s: more than %d occurrences of its new schedule before its next fire; "
-                        "the rest are not published", trigger_id, MAX_OCCURRENCES)
+            log.warning(
+                "trigger %s: more than %d occurrences of its new schedule before its next fire; "
+                "the rest are not published",
+                trigger_id,
+                MAX_OCCURRENCES,
+            )
             break
         times.append(to_ms(at))
         at = next_after(new, at)

@@ -3,6 +3,7 @@
 They live in the trigger store's database (a chunk's ledger rows commit in the
 transaction of its jobs), but the migrator reaches the core's tables only through the
 core's port and modules (scheduler_core.store.definitions, .reads)."""
+
 from __future__ import annotations
 
 from sqlalchemy.engine import Engine

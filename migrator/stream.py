@@ -20,6 +20,7 @@ recognised as unchanged without mapping. Businesses already cut over take defini
 edits only (their triggers' states are the new side's own); the switch's own stops of
 legacy jobs are told from an operator's by their holds (migrator.holds).
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,7 +38,6 @@ from migrator.ledger_hash import context_digest, dialect_context, source_half
 from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
-from readers.streams.polling import PollingChangeStream
 from readers.ports import ImageDecoder, ImageDigester, ImageDigestReader, LegacyReader, RowImageReader
 from readers.records import (
     ChangeBatch,
@@ -49,6 +49,7 @@ from readers.records import (
     SourceSystem,
     StreamPosition,
 )
+from readers.streams.polling import PollingChangeStream
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,16 @@ class StreamMigrator:
     def snapshot(self, snapshot_reader: LegacyReader, position: StreamPosition) -> None:
         """A full migration through a reader bound to the snapshot transaction, then the
         position. A crash before the position is written redoes the snapshot: idempotent."""
-        snap = Migrator(snapshot_reader, self.writer, self.migrator.clock, self.migrator.options,
-                        self.migrator.chunk)
+        snap = Migrator(snapshot_reader, self.writer, self.migrator.clock, self.migrator.options, self.migrator.chunk)
         summary = snap.run(self.businesses, after_commit=self.after_commit)
         self.stats.snapshot_rows = sum(summary.counts.values())
         self.writer.apply([], checkpoint=(self.stream_id, position))
         self.stats.position = position
         log.info("snapshot applied (%s rows) at %s:%s", self.stats.snapshot_rows, position.log_file, position.log_pos)
 
-    def follow(self, batches: Iterator[ChangeBatch], stop: threading.Event | None = None,
-               max_group: int = 200) -> StreamStats:
+    def follow(
+        self, batches: Iterator[ChangeBatch], stop: threading.Event | None = None, max_group: int = 200
+    ) -> StreamStats:
         """Apply batches as they come. A reader thread keeps decoding while a group is
         applied; every transaction already waiting is applied in the same target
         transaction, with the checkpoint of the last one: fewer commits under load, the
@@ -218,9 +219,11 @@ class StreamMigrator:
         legacy_biz = self._businesses() if found else {}
         writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.business)]
         ledger = self.writer.ledger(source, gone, conn)
-        writes += [Write(action=Action.DELETE, source=source, source_key=k, business=_biz_of_code(entry.job_code))
-                   for k, entry in ledger.items()
-                   if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))]
+        writes += [
+            Write(action=Action.DELETE, source=source, source_key=k, business=_biz_of_code(entry.job_code))
+            for k, entry in ledger.items()
+            if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))
+        ]
         return [w for w in writes if not w.noop]
 
     def _unchanged(self, latest: dict[str, RowChange | None], conn: Connection) -> set[str]:
@@ -251,10 +254,21 @@ class StreamMigrator:
         same = set()
         for key, cd in digests.items():
             entry = ledger.get(key)
-            if (entry is not None and entry.status is LedgerStatus.MIGRATED
-                    and source_half(entry.content_hash) == context_digest(
-                        cd.digest, source, cd.business, cd.time_zone, legacy_biz.get(cd.business), options,
-                        broadcast=cd.broadcast, cron_dialect=dialect_context(cd.cron_dialect, cd.cron_dialect_fallback))):
+            if (
+                entry is not None
+                and entry.status is LedgerStatus.MIGRATED
+                and source_half(entry.content_hash)
+                == context_digest(
+                    cd.digest,
+                    source,
+                    cd.business,
+                    cd.time_zone,
+                    legacy_biz.get(cd.business),
+                    options,
+                    broadcast=cd.broadcast,
+                    cron_dialect=dialect_context(cd.cron_dialect, cd.cron_dialect_fallback),
+                )
+            ):
                 same.add(key)
         self.stats.unchanged += len(same)
         return same
@@ -278,8 +292,10 @@ class StreamMigrator:
                 return None
         # DDL on the definition table since the reader inspected it: inspect again (the
         # columns, and for xxl-job the lineage) and decode with the new shape
-        log.warning("change stream: %s columns changed (DDL); reloading the reader's schema",
-                    DEFINITION_TABLE[self.reader.system])
+        log.warning(
+            "change stream: %s columns changed (DDL); reloading the reader's schema",
+            DEFINITION_TABLE[self.reader.system],
+        )
         assert isinstance(self.reader, RowImageReader)
         self.reader.reload_schema()
         self._decoder = None
@@ -303,10 +319,16 @@ class StreamMigrator:
 
     def _refresh_businesses(self, already: Sequence[Write], conn: Connection) -> list[Write]:
         done = {w.source_key for w in already}
-        defs = [d for d in self.reader.definitions(list(self.businesses) if self.businesses else None)
-                if d.source_key not in done]
-        return [w for w in self.migrator.decide(defs, self._businesses(), conn, self._states)
-                if not w.noop and self._wanted(w.business)]
+        defs = [
+            d
+            for d in self.reader.definitions(list(self.businesses) if self.businesses else None)
+            if d.source_key not in done
+        ]
+        return [
+            w
+            for w in self.migrator.decide(defs, self._businesses(), conn, self._states)
+            if not w.noop and self._wanted(w.business)
+        ]
 
     def _businesses(self) -> dict[str, LegacyBusiness]:
         # read once, and again only after a change to the business table went by
@@ -362,25 +384,45 @@ class KeyCompare:
         the next pass starts again from the first key."""
         lg = writer.own.t.ledger
         with writer.own.engine.connect() as conn:
-            keys = [str(k) for (k,) in conn.execute(
-                select(lg.c.source_key).where(lg.c.source_system == source.value,
-                                              lg.c.status == LedgerStatus.MIGRATED.value,
-                                              lg.c.source_key > self._cursor)
-                .order_by(lg.c.source_key).limit(self.keys_per_pass))]
+            keys = [
+                str(k)
+                for (k,) in conn.execute(
+                    select(lg.c.source_key)
+                    .where(
+                        lg.c.source_system == source.value,
+                        lg.c.status == LedgerStatus.MIGRATED.value,
+                        lg.c.source_key > self._cursor,
+                    )
+                    .order_by(lg.c.source_key)
+                    .limit(self.keys_per_pass)
+                )
+            ]
         self._cursor = keys[-1] if len(keys) >= self.keys_per_pass else ""
         self.passes += 1
         self.compared += len(keys)
         if not self._cursor:
             self.rounds += 1
             if self.rounds == 1:  # once: how late a delete can be seen, from the first full round
-                log.info("key compare: first round done (%d migrated keys in %d passes); a delete is seen "
-                         "within about %.0f s", self.compared, self.passes, self.passes * self.every_s)
+                log.info(
+                    "key compare: first round done (%d migrated keys in %d passes); a delete is seen "
+                    "within about %.0f s",
+                    self.compared,
+                    self.passes,
+                    self.passes * self.every_s,
+                )
         return keys
 
 
-def polling_batches(poller: PollingChangeStream, writer: TargetWriter, source: SourceSystem,
-                    stop: threading.Event, *, interval_s: float, compare: KeyCompare,
-                    start: StreamPosition | None = None) -> Iterator[ChangeBatch]:
+def polling_batches(
+    poller: PollingChangeStream,
+    writer: TargetWriter,
+    source: SourceSystem,
+    stop: threading.Event,
+    *,
+    interval_s: float,
+    compare: KeyCompare,
+    start: StreamPosition | None = None,
+) -> Iterator[ChangeBatch]:
     """The polling stream's batches, with the deletes a key compare finds between them
     (a batch of DELETEs at the poller's position: its checkpoint is the one already
     reached, so a restart polls from the same place and compares again)."""

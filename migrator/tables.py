@@ -4,6 +4,7 @@ checkpoints, the per-business cutover state with its audit log, and the legacy h
 The scheduler core never reads them; `switchyard db init` creates them beside the core's
 (switchyard.schema gathers every package's tables). Times are UTC epoch milliseconds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -96,5 +97,6 @@ def migrator_tables(md: MetaData | None = None) -> MigratorTables:
         PrimaryKeyConstraint("source_system", "source_key"),
         Index("idx_hold_biz", "biz_code"),
     )
-    return MigratorTables(metadata=md, ledger=ledger, checkpoint=checkpoint, business=business, audit=audit,
-                          legacy_hold=legacy_hold)
+    return MigratorTables(
+        metadata=md, ledger=ledger, checkpoint=checkpoint, business=business, audit=audit, legacy_hold=legacy_hold
+    )

@@ -1,12 +1,13 @@
 """Writes of the migrator to the target store: jobs, triggers, sharding items and ledger
 rows of one chunk in ONE transaction, with an optional change-stream checkpoint in the
 same transaction (so a restart neither loses nor doubles a change)."""
+
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -14,8 +15,8 @@ from sqlalchemy.engine import Connection
 
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
-from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.model import Action, BusinessState, LedgerStatus
+from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.store import MigratorStore
 from readers.records import StreamPosition
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Trigger, TriggerKind, TriggerState
@@ -35,8 +36,7 @@ _EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerStat
 # legacy job may get a schedule later, and its trigger then takes it
 _NONE = TriggerKind.NONE.value
 EXCERPT_MAX = 2000
-_LEDGER_SET = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt",
-               "updated_at")
+_LEDGER_SET = ("business", "status", "content_hash", "target_job_code", "field", "reason", "raw_excerpt", "updated_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +128,20 @@ class TargetWriter:
             return {}
         with self.own.engine.connect() as conn:
             if not fastpath.fast(conn):
-                return {k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
-                        for k, e in self.ledger(source, keys, conn).items()}
+                return {
+                    k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
+                    for k, e in self.ledger(source, keys, conn).items()
+                }
             q = conn.dialect.identifier_preparer.quote
             quarantined = LedgerStatus.QUARANTINED.value
-            sql = (f"SELECT CONCAT({q('status')}, ' ', IF(CHAR_LENGTH({q('content_hash')}) = {2 * HALF}, "
-                   f"LEFT({q('content_hash')}, {HALF}), ''), ' ', {q('source_key')}), "
-                   f"IF({q('status')} = '{quarantined}', {q('field')}, NULL), "
-                   f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
-                   f"FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
-                   f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
+            sql = (
+                f"SELECT CONCAT({q('status')}, ' ', IF(CHAR_LENGTH({q('content_hash')}) = {2 * HALF}, "
+                f"LEFT({q('content_hash')}, {HALF}), ''), ' ', {q('source_key')}), "
+                f"IF({q('status')} = '{quarantined}', {q('field')}, NULL), "
+                f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
+                f"FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
+                f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})"
+            )
             rows = driver_rows(conn, sql, (source, *keys))
         out: dict[str, LedgerDigest] = {}
         status_of = _STATUS
@@ -152,21 +156,31 @@ class TargetWriter:
             # a re-run reads a ledger row for every source row: plain tuples from the
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
-            sql = (f"SELECT {q('source_key')}, {q('status')}, {q('content_hash')}, {q('target_job_code')}, "
-                   f"{q('field')}, {q('reason')} "
-                   f"FROM {q(lg.name)} WHERE {q('source_system')} = %s "
-                   f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})")
+            sql = (
+                f"SELECT {q('source_key')}, {q('status')}, {q('content_hash')}, {q('target_job_code')}, "
+                f"{q('field')}, {q('reason')} "
+                f"FROM {q(lg.name)} WHERE {q('source_system')} = %s "
+                f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})"
+            )
             return driver_rows(conn, sql, (source, *keys))
-        return conn.execute(select(lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code,
-                                   lg.c.field, lg.c.reason).where(
-            lg.c.source_system == source, lg.c.source_key.in_(list(keys)))).all()
+        return conn.execute(
+            select(
+                lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code, lg.c.field, lg.c.reason
+            ).where(lg.c.source_system == source, lg.c.source_key.in_(list(keys)))
+        ).all()
 
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""
         lg = self.own.t.ledger
         with self.own.engine.connect() as conn:
-            return conn.execute(select(lg.c.source_key).where(
-                lg.c.source_system == source, lg.c.status == LedgerStatus.MIGRATED.value).limit(1)).first() is not None
+            return (
+                conn.execute(
+                    select(lg.c.source_key)
+                    .where(lg.c.source_system == source, lg.c.status == LedgerStatus.MIGRATED.value)
+                    .limit(1)
+                ).first()
+                is not None
+            )
 
     def business_state(self, biz_code: str, conn: Connection | None = None) -> BusinessState:
         b = self.own.t.business
@@ -184,8 +198,11 @@ class TargetWriter:
         return {code: BusinessState(state) for code, state in conn.execute(select(b.c.biz_code, b.c.state))}
 
     def apply(
-        self, writes: Sequence[Write], checkpoint: tuple[str, StreamPosition] | None = None,
-        conn: Connection | None = None, rendered: Rendered | None = None,
+        self,
+        writes: Sequence[Write],
+        checkpoint: tuple[str, StreamPosition] | None = None,
+        conn: Connection | None = None,
+        rendered: Rendered | None = None,
     ) -> int:
         """Apply one chunk atomically; returns rows written (target + ledger). `rendered`:
         these writes' rows as `render` gave them (used where the connection escapes alike)."""
@@ -247,8 +264,13 @@ class TargetWriter:
                 items[key] = ()
         return Rendered(now, jobs, triggers, items, ledger, columns)
 
-    def _apply(self, conn: Connection, writes: Sequence[Write], checkpoint: tuple[str, StreamPosition] | None,
-               rendered: Rendered | None = None) -> int:
+    def _apply(
+        self,
+        conn: Connection,
+        writes: Sequence[Write],
+        checkpoint: tuple[str, StreamPosition] | None,
+        rendered: Rendered | None = None,
+    ) -> int:
         if rendered is not None and not takes_rendered(conn):
             rendered = None
         now = rendered.now if rendered is not None else self.store.clock.now_ms()
@@ -275,8 +297,9 @@ class TargetWriter:
 
     # -- pieces -----------------------------------------------------------------------
 
-    def _put(self, conn: Connection, writes: list[Write], now: int, ledger: list[Write],
-             rendered: Rendered | None = None) -> int:
+    def _put(
+        self, conn: Connection, writes: list[Write], now: int, ledger: list[Write], rendered: Rendered | None = None
+    ) -> int:
         """Creates and updates together, a fixed number of statements for the whole chunk:
         jobs upserted by job code (an existing job is a ledger row lost after its target:
         repaired in place), sharding items replaced, triggers inserted or updated while
@@ -284,8 +307,9 @@ class TargetWriter:
         defs = self.defs
         codes = [w.mapped.job.job_code for w in writes]  # type: ignore[union-attr]
         if rendered is not None:
-            affected: int | None = defs.upsert_rendered_jobs(conn, rendered.columns.get(defs.job_table, ()),
-                                                             [rendered.jobs[w.source_key] for w in writes])
+            affected: int | None = defs.upsert_rendered_jobs(
+                conn, rendered.columns.get(defs.job_table, ()), [rendered.jobs[w.source_key] for w in writes]
+            )
         else:
             affected = defs.upsert_jobs(conn, [new_job_values(w.mapped.job, now) for w in writes])  # type: ignore[union-attr]
         # every job new (one affected row each; an existing one counts 2, see definitions.JOB_TOUCH):
@@ -303,8 +327,11 @@ class TargetWriter:
                 existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
             # the job id in front of each rendered row: "(" + id + "," + the rest
-            lits = [f"({ids[w.mapped.job.job_code]},{rest}" for w in writes  # type: ignore[union-attr]
-                    for rest in rendered.items[w.source_key]]
+            lits = [
+                f"({ids[w.mapped.job.job_code]},{rest}"
+                for w in writes  # type: ignore[union-attr]
+                for rest in rendered.items[w.source_key]
+            ]
             defs.insert_rendered_items(conn, rendered.columns.get(defs.item_table, ()), lits)
             n_items = len(lits)
         else:
@@ -336,8 +363,9 @@ class TargetWriter:
             for tid, state, kept_schedule in there:
                 if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
                     edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, cut_over)})
-                    plan = plan_edit(m.trigger, tid, state, kept_schedule, edits[-1]["next_fire_at"], now,
-                                     self.supersede_margin)
+                    plan = plan_edit(
+                        m.trigger, tid, state, kept_schedule, edits[-1]["next_fire_at"], now, self.supersede_margin
+                    )
                     if plan is not None:
                         schedule_edits.append(plan)
                 elif state == TriggerState.ACQUIRED.value:
@@ -350,8 +378,9 @@ class TargetWriter:
             defs.insert_rendered_triggers(conn, rendered.columns[defs.trigger_table], fresh_lits)  # type: ignore[union-attr]
         defs.update_triggers(conn, edits)
         for plan in schedule_edits:  # after the trigger rows, in the same transaction
-            SqlSupersedes(self.store).record_edit(conn, plan.trigger_id, plan.business, plan.effective_ms,
-                                                  plan.new_times, now)
+            SqlSupersedes(self.store).record_edit(
+                conn, plan.trigger_id, plan.business, plan.effective_ms, plan.new_times, now
+            )
         ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
 
@@ -364,8 +393,15 @@ class TargetWriter:
             # a source row deleted: the target stops firing (cancel, not delete: the fired
             # history stays attached to it)
             self.defs.cancel_triggers(conn, codes, _EDITABLE, now)
-        return self._ledger_many(conn, [_ledger_values(w, LedgerStatus.DELETED, "", e.job_code if (
-            e := ledger.get(w.source_key)) else None, now) for w in writes])
+        return self._ledger_many(
+            conn,
+            [
+                _ledger_values(
+                    w, LedgerStatus.DELETED, "", e.job_code if (e := ledger.get(w.source_key)) else None, now
+                )
+                for w in writes
+            ],
+        )
 
     def _ledger_many(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
         """Upsert ledger rows in one statement."""
@@ -386,28 +422,58 @@ class TargetWriter:
         b = self.own.t.business
         if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz)).first() is not None:
             return 0
-        conn.execute(insert(b).values(biz_code=biz, source_system=source, state=BusinessState.LEGACY.value,
-                                      shadow=0, version=0, updated_at=now))
+        conn.execute(
+            insert(b).values(
+                biz_code=biz,
+                source_system=source,
+                state=BusinessState.LEGACY.value,
+                shadow=0,
+                version=0,
+                updated_at=now,
+            )
+        )
         return 1
 
     def _checkpoint(self, conn: Connection, stream_id: str, pos: StreamPosition, now: int, n: int) -> None:
         ck = self.own.t.checkpoint
-        res = conn.execute(update(ck).where(ck.c.stream_id == stream_id).values(
-            log_file=pos.log_file, log_pos=pos.log_pos, gtid=pos.gtid, updated_at=now,
-            events_applied=ck.c.events_applied + n))
+        res = conn.execute(
+            update(ck)
+            .where(ck.c.stream_id == stream_id)
+            .values(
+                log_file=pos.log_file,
+                log_pos=pos.log_pos,
+                gtid=pos.gtid,
+                updated_at=now,
+                events_applied=ck.c.events_applied + n,
+            )
+        )
         if (res.rowcount or 0) == 0:
-            conn.execute(insert(ck).values(stream_id=stream_id, log_file=pos.log_file, log_pos=pos.log_pos,
-                                           gtid=pos.gtid, updated_at=now, events_applied=n))
+            conn.execute(
+                insert(ck).values(
+                    stream_id=stream_id,
+                    log_file=pos.log_file,
+                    log_pos=pos.log_pos,
+                    gtid=pos.gtid,
+                    updated_at=now,
+                    events_applied=n,
+                )
+            )
 
     def checkpoint(self, stream_id: str) -> StreamPosition | None:
         ck = self.own.t.checkpoint
         with self.own.engine.connect() as conn:
-            row = conn.execute(select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)).first()
+            row = conn.execute(
+                select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)
+            ).first()
         return None if row is None else StreamPosition(row[0], int(row[1]), row[2])
 
     def quarantined(self, business: str | None = None) -> list[dict[str, Any]]:
         lg = self.own.t.ledger
-        stmt = select(lg).where(lg.c.status == LedgerStatus.QUARANTINED.value).order_by(lg.c.source_system, lg.c.source_key)
+        stmt = (
+            select(lg)
+            .where(lg.c.status == LedgerStatus.QUARANTINED.value)
+            .order_by(lg.c.source_system, lg.c.source_key)
+        )
         if business:
             stmt = stmt.where(lg.c.business == business)
         with self.own.engine.connect() as conn:
@@ -435,8 +501,12 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -
     # a cron's dialect is part of its schedule (NULL: stored before there was one, the default)
     old_dialect = (dialect or DEFAULT_CRON_DIALECT) if kind == TriggerKind.CRON.value else None
     same = (kind, cron, interval_ms, tz, old_dialect) == (
-        new.kind.value, new.cron, int(interval) if interval else None, new.time_zone,
-        new.cron_dialect if new.kind is TriggerKind.CRON else None)
+        new.kind.value,
+        new.cron,
+        int(interval) if interval else None,
+        new.time_zone,
+        new.cron_dialect if new.kind is TriggerKind.CRON else None,
+    )
     if same:
         out["next_fire_at"] = old_next
     else:
@@ -458,8 +528,9 @@ def _ledger_row(w: Write, now: int) -> dict[str, Any] | None:
     (`_apply` leaves out a put whose trigger is being fired, see `_put`; a delete's row is
     `_delete_many`'s)."""
     if w.action in (Action.CREATE, Action.UPDATE) and w.mapped is not None:
-        return _ledger_values(w, LedgerStatus.MIGRATED, w.content_hash or w.mapped.content_hash,
-                              w.mapped.job.job_code, now)
+        return _ledger_values(
+            w, LedgerStatus.MIGRATED, w.content_hash or w.mapped.content_hash, w.mapped.job.job_code, now
+        )
     if w.action is Action.QUARANTINE:
         return _ledger_values(w, LedgerStatus.QUARANTINED, w.content_hash, None, now)
     if w.action is Action.UNCHANGED and not w.noop and w.mapped is not None and w.content_hash:
@@ -470,11 +541,19 @@ def _ledger_row(w: Write, now: int) -> dict[str, Any] | None:
 def _ledger_values(w: Write, status: LedgerStatus, content_hash: str, code: str | None, now: int) -> dict[str, Any]:
     excerpt = None
     if status is LedgerStatus.QUARANTINED and w.raw is not None:
-        excerpt = json.dumps({k: _plain(v) for k, v in w.raw.items()}, ensure_ascii=False,
-                             default=str)[:EXCERPT_MAX]
-    return {"source_system": w.source, "source_key": w.source_key, "business": w.business,
-            "status": status.value, "content_hash": content_hash, "target_job_code": code, "field": w.field,
-            "reason": (w.reason or "")[:1024] or None, "raw_excerpt": excerpt, "updated_at": now}
+        excerpt = json.dumps({k: _plain(v) for k, v in w.raw.items()}, ensure_ascii=False, default=str)[:EXCERPT_MAX]
+    return {
+        "source_system": w.source,
+        "source_key": w.source_key,
+        "business": w.business,
+        "status": status.value,
+        "content_hash": content_hash,
+        "target_job_code": code,
+        "field": w.field,
+        "reason": (w.reason or "")[:1024] or None,
+        "raw_excerpt": excerpt,
+        "updated_at": now,
+    }
 
 
 def businesses_of(writes: Sequence[Write]) -> list[tuple[str, str]]:

@@ -16,12 +16,13 @@ Columns the legacy scheduler rewrites as it runs are left out (`skip`), and `mas
 columns count only under a condition (the batch center's fire_time: content of a
 one-shot only).
 """
+
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import DateTime, Integer, String, cast, column, func, literal_column
@@ -42,8 +43,13 @@ def _stamp(value: datetime) -> str:
 # by exact type first: one dict lookup per value instead of a chain of isinstance (the
 # digest is computed for every row read and every row image, so this is a hot path)
 _BY_TYPE: dict[type, Callable[[Any], str]] = {
-    type(None): lambda _: NULL, bool: lambda v: str(int(v)), int: str, str: _text,
-    bytes: lambda v: v.hex().upper(), datetime: _stamp, date: date.isoformat,
+    type(None): lambda _: NULL,
+    bool: lambda v: str(int(v)),
+    int: str,
+    str: _text,
+    bytes: lambda v: v.hex().upper(),
+    datetime: _stamp,
+    date: date.isoformat,
 }
 
 
@@ -84,8 +90,12 @@ def row_digest(values: Mapping[str, Any], skip: Collection[str] = (), masked: Co
     return hashlib.sha256(body.encode("ascii")).hexdigest()[:DIGEST_CHARS]
 
 
-def digest_sql(columns: Sequence[str], kinds: Mapping[str, str], skip: Collection[str] = (),
-               masks: Mapping[str, ColumnElement[bool]] | None = None) -> ColumnElement[str]:
+def digest_sql(
+    columns: Sequence[str],
+    kinds: Mapping[str, str],
+    skip: Collection[str] = (),
+    masks: Mapping[str, ColumnElement[bool]] | None = None,
+) -> ColumnElement[str]:
     """The same digest computed by MySQL / MariaDB. `kinds`: column -> text | int | time
     (anything else is compared as its CHAR cast); `masks`: column -> condition under which
     the column counts as MASKED."""

@@ -7,6 +7,7 @@ the row. Elsewhere (SQLite) they take the plain SQLAlchemy Core path, which give
 same values. The readers may not import the scheduler core, so this side of the
 readers/core boundary has its own module (the core's: scheduler_core.store.fastpath).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence

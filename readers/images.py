@@ -16,6 +16,7 @@ differences between the paths are removed here:
   time on both paths, and text is decoded by the reader the same way whether the driver
   gave bytes (SQL: cast to binary) or str (binlog: decoded by the column charset).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -53,8 +54,9 @@ class ImageShapeChanged(Exception):
     reads the row by key when the image predates the table as it is now."""
 
 
-def shaped_decoder(columns: Sequence[str], zone: tzinfo,
-                   decode: Callable[[dict[str, Any]], T]) -> Callable[[Mapping[str, Any]], T]:
+def shaped_decoder(
+    columns: Sequence[str], zone: tzinfo, decode: Callable[[dict[str, Any]], T]
+) -> Callable[[Mapping[str, Any]], T]:
     """`decode` (the mapping, or the content digest) of images shaped by `sql_shaped`,
     refusing an image of another table shape (FULL images carry every column the table had
     when the row was written: one more or one less than inspected means DDL, and decoding it

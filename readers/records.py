@@ -5,6 +5,7 @@ decoded (times as aware UTC datetimes, JSON parsed where the contract says JSON)
 the problems the reader found, so that the migrator can quarantine a row with the field
 and the reason instead of guessing.
 """
+
 from __future__ import annotations
 
 import enum

@@ -1,4 +1,5 @@
 """Errors of the reports."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Read what a report shows from the store: the comparison, its history, the cutover states."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,15 @@ from sqlalchemy import select
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
 from dualrun.model import iso
-from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from dualrun.store import DualRunStore
+from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
 from scheduler_core.store.sql import SqlTriggerStore
 
 
-def load_report(store: SqlTriggerStore, business: str, *, now: datetime, comparison_id: int | None = None,
-                history_limit: int = 200) -> BusinessReport:
+def load_report(
+    store: SqlTriggerStore, business: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
+) -> BusinessReport:
     """The report of one business: its latest (or a given) comparison and the stored series."""
     if comparison_id is None:
         found = latest(store, business)
@@ -30,9 +32,15 @@ def load_report(store: SqlTriggerStore, business: str, *, now: datetime, compari
         raise NoComparison(business)
     series = history(store, business, limit=history_limit)
     state = next((b.state for b in fetch_businesses(store) if b.biz_code == business), None)
-    return BusinessReport(business=business, generated_at=now, comparison=comparison, comparison_id=comparison_id,
-                          state=state, history=tuple(HistoryPoint.of(c) for c in series),
-                          gate_stream=gate_stream(store, business))
+    return BusinessReport(
+        business=business,
+        generated_at=now,
+        comparison=comparison,
+        comparison_id=comparison_id,
+        state=state,
+        history=tuple(HistoryPoint.of(c) for c in series),
+        gate_stream=gate_stream(store, business),
+    )
 
 
 def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
@@ -40,9 +48,12 @@ def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
     own = DualRunStore.beside(store)
     a = own.migration.audit
-    stmt = (select(a.c.at, a.c.detail).where(a.c.biz_code == business, a.c.to_state == "cutover",
-                                             a.c.from_state != "cutover")
-            .order_by(a.c.at.desc(), a.c.id.desc()).limit(1))
+    stmt = (
+        select(a.c.at, a.c.detail)
+        .where(a.c.biz_code == business, a.c.to_state == "cutover", a.c.from_state != "cutover")
+        .order_by(a.c.at.desc(), a.c.id.desc())
+        .limit(1)
+    )
     with own.engine.connect() as conn:
         row = conn.execute(stmt).first()
     if row is None:
@@ -56,8 +67,9 @@ def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
     return {**stream, "at": iso(datetime.fromtimestamp(int(row.at) / 1000, tz=timezone.utc))}
 
 
-def load_overview(store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None,
-                  link_suffix: str = ".html") -> OverviewReport:
+def load_overview(
+    store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None, link_suffix: str = ".html"
+) -> OverviewReport:
     """Every business with its cutover state and latest verdict; links to the per-business
     reports that exist next to the overview (`<business><suffix>`)."""
     infos = {b.biz_code: b for b in fetch_businesses(store)}
@@ -66,10 +78,17 @@ def load_overview(store: SqlTriggerStore, *, now: datetime, reports_dir: Path | 
     for code in sorted(set(infos) | set(verdicts)):
         info, v = infos.get(code), verdicts.get(code)
         link = f"{code}{link_suffix}"
-        rows.append(OverviewRow(
-            business=code, source=info.source_system if info else None, state=info.state if info else None,
-            shadow=bool(info and info.shadow), verdict=v.verdict.value if v else None,
-            computed_at=v.computed_at if v else None, reasons=v.reasons if v else (),
-            warnings=v.warnings if v else (),
-            link=link if reports_dir is not None and (reports_dir / link).exists() else None))
+        rows.append(
+            OverviewRow(
+                business=code,
+                source=info.source_system if info else None,
+                state=info.state if info else None,
+                shadow=bool(info and info.shadow),
+                verdict=v.verdict.value if v else None,
+                computed_at=v.computed_at if v else None,
+                reasons=v.reasons if v else (),
+                warnings=v.warnings if v else (),
+                link=link if reports_dir is not None and (reports_dir / link).exists() else None,
+            )
+        )
     return OverviewReport(generated_at=now, rows=tuple(rows))

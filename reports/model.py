@@ -4,6 +4,7 @@
 redacted, and carry the formatted tables the Markdown and HTML templates share, so the
 three forms say the same thing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,14 +52,19 @@ _ROWS: tuple[tuple[str, Any], ...] = (
     ("timeout rate", lambda m: _pct(m.timeout_rate)),
 )
 
-_NOISE_NAMES = {"missing": "missing fires per occurrence", "extra": "doubled fires per occurrence",
-                "late": "late fires per occurrence", "items": "item-count differences",
-                "lag_p99": "p99 lag (s)", "success_rate": "success rate", "timeout_rate": "timeout rate"}
+_NOISE_NAMES = {
+    "missing": "missing fires per occurrence",
+    "extra": "doubled fires per occurrence",
+    "late": "late fires per occurrence",
+    "items": "item-count differences",
+    "lag_p99": "p99 lag (s)",
+    "success_rate": "success rate",
+    "timeout_rate": "timeout rate",
+}
 
 
 def measure_rows(legacy: SideMeasures, new: SideMeasures, baseline: SideMeasures) -> list[dict[str, str]]:
-    return [{"measure": name, "legacy": fmt(legacy), "new": fmt(new), "baseline": fmt(baseline)}
-            for name, fmt in _ROWS]
+    return [{"measure": name, "legacy": fmt(legacy), "new": fmt(new), "baseline": fmt(baseline)} for name, fmt in _ROWS]
 
 
 def noise_rows(noise: dict[str, float]) -> list[dict[str, str]]:
@@ -84,15 +90,30 @@ class HistoryPoint:
     @staticmethod
     def of(c: Comparison) -> HistoryPoint:
         flagged = sum(v.get("flagged", 0) for v in c.mismatch_counts.values())
-        return HistoryPoint(computed_at=c.computed_at, verdict=c.verdict.value, legacy_p99=c.legacy.lag.p99,
-                            new_p99=c.new.lag.p99, legacy_success=c.legacy.success_rate,
-                            new_success=c.new.success_rate, legacy_calls=c.legacy.calls, new_calls=c.new.calls,
-                            flagged=flagged)
+        return HistoryPoint(
+            computed_at=c.computed_at,
+            verdict=c.verdict.value,
+            legacy_p99=c.legacy.lag.p99,
+            new_p99=c.new.lag.p99,
+            legacy_success=c.legacy.success_rate,
+            new_success=c.new.success_rate,
+            legacy_calls=c.legacy.calls,
+            new_calls=c.new.calls,
+            flagged=flagged,
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"computed_at": iso(self.computed_at), "verdict": self.verdict, "legacy_p99": self.legacy_p99,
-                "new_p99": self.new_p99, "legacy_success": self.legacy_success, "new_success": self.new_success,
-                "legacy_calls": self.legacy_calls, "new_calls": self.new_calls, "flagged": self.flagged}
+        return {
+            "computed_at": iso(self.computed_at),
+            "verdict": self.verdict,
+            "legacy_p99": self.legacy_p99,
+            "new_p99": self.new_p99,
+            "legacy_success": self.legacy_success,
+            "new_success": self.new_success,
+            "legacy_calls": self.legacy_calls,
+            "new_calls": self.new_calls,
+            "flagged": self.flagged,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,15 +129,22 @@ class BusinessReport:
     def content(self) -> dict[str, Any]:
         c = self.comparison
         body = as_dict(c)
-        body.update({
-            "kind": "business_report", "report_version": REPORT_VERSION, "generated_at": iso(self.generated_at),
-            "comparison_id": self.comparison_id, "state": self.state, "ready": c.is_ready,
-            "measure_rows": measure_rows(c.legacy, c.new, c.baseline), "noise_rows": noise_rows(c.noise),
-            "history": [h.as_dict() for h in self.history],
-            "gate_stream": self.gate_stream,
-            "flagged_total": sum(v.get("flagged", 0) for v in c.mismatch_counts.values()),
-            "labelled_total": sum(v.get("labelled", 0) for v in c.mismatch_counts.values()),
-        })
+        body.update(
+            {
+                "kind": "business_report",
+                "report_version": REPORT_VERSION,
+                "generated_at": iso(self.generated_at),
+                "comparison_id": self.comparison_id,
+                "state": self.state,
+                "ready": c.is_ready,
+                "measure_rows": measure_rows(c.legacy, c.new, c.baseline),
+                "noise_rows": noise_rows(c.noise),
+                "history": [h.as_dict() for h in self.history],
+                "gate_stream": self.gate_stream,
+                "flagged_total": sum(v.get("flagged", 0) for v in c.mismatch_counts.values()),
+                "labelled_total": sum(v.get("labelled", 0) for v in c.mismatch_counts.values()),
+            }
+        )
         return redact_tree(body)  # type: ignore[no-any-return]
 
 
@@ -134,10 +162,19 @@ class OverviewRow:
 
     def as_dict(self, now: datetime) -> dict[str, Any]:
         age = None if self.computed_at is None else now - self.computed_at
-        return {"business": self.business, "source": self.source, "state": self.state, "shadow": self.shadow,
-                "verdict": self.verdict, "computed_at": None if self.computed_at is None else iso(self.computed_at),
-                "age": _age(age), "age_seconds": None if age is None else round(age.total_seconds()),
-                "reasons": list(self.reasons), "warnings": list(self.warnings), "link": self.link}
+        return {
+            "business": self.business,
+            "source": self.source,
+            "state": self.state,
+            "shadow": self.shadow,
+            "verdict": self.verdict,
+            "computed_at": None if self.computed_at is None else iso(self.computed_at),
+            "age": _age(age),
+            "age_seconds": None if age is None else round(age.total_seconds()),
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "link": self.link,
+        }
 
 
 def _age(age: timedelta | None) -> str:
@@ -160,8 +197,14 @@ class OverviewReport:
         counts: dict[str, int] = {}
         for r in self.rows:
             counts[r.state or "unknown"] = counts.get(r.state or "unknown", 0) + 1
-        return redact_tree({"kind": "overview", "report_version": REPORT_VERSION,  # type: ignore[no-any-return]
-                            "generated_at": iso(self.generated_at), "rows": rows, "state_counts": counts,
-                            "ready": sum(1 for r in self.rows if r.verdict == "ready"),
-                            "not_ready": sum(1 for r in self.rows if r.verdict == "not_ready")})
-
+        return redact_tree(
+            {
+                "kind": "overview",
+                "report_version": REPORT_VERSION,  # type: ignore[no-any-return]
+                "generated_at": iso(self.generated_at),
+                "rows": rows,
+                "state_counts": counts,
+                "ready": sum(1 for r in self.rows if r.verdict == "ready"),
+                "not_ready": sum(1 for r in self.rows if r.verdict == "not_ready"),
+            }
+        )

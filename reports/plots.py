@@ -1,5 +1,6 @@
 """The report's plots, drawn with matplotlib's Agg canvas (no display, no global pyplot
 state, safe in threads) and embedded as base64 PNG data URIs."""
+
 from __future__ import annotations
 
 import base64
@@ -52,8 +53,16 @@ def lag_plot(series: Sequence[dict[str, Any]]) -> str:
     t = _times(series, "start")
     for side, color in (("legacy", LEGACY), ("new", NEW)):
         for q, style in _STYLE.items():
-            ax.plot(t, _values(series, f"{side}_{q}"), style, color=color, linewidth=1.6, marker=".",
-                    markersize=3, label=f"{side} {q}")
+            ax.plot(
+                t,
+                _values(series, f"{side}_{q}"),
+                style,
+                color=color,
+                linewidth=1.6,
+                marker=".",
+                markersize=3,
+                label=f"{side} {q}",
+            )
     ax.set_ylabel("fire-time lag (s)")
     ax.set_title("Fire-time lag percentiles per interval", loc="left", fontsize=10)
     ax.legend(ncol=2, fontsize=7, frameon=False, loc="best")
@@ -82,11 +91,20 @@ def success_plot(series: Sequence[dict[str, Any]], shadow: bool) -> str:
     if not shadow:
         ax.plot(t, _values(series, "new_success", 100), "-o", color=NEW, markersize=3, label="new")
     else:
-        ax.text(0.5, 0.5, "new side in shadow mode: handlers not invoked, success not compared",
-                transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#6b7280")
+        ax.text(
+            0.5,
+            0.5,
+            "new side in shadow mode: handlers not invoked, success not compared",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#6b7280",
+        )
     ax.set_ylabel("success rate (%)")
-    ax.set_ylim(bottom=max(0.0, min([v for v in _values(series, "legacy_success", 100) if v == v] + [90.0]) - 5),
-                top=100.5)
+    ax.set_ylim(
+        bottom=max(0.0, min([v for v in _values(series, "legacy_success", 100) if v == v] + [90.0]) - 5), top=100.5
+    )
     ax.set_title("Success rate per interval", loc="left", fontsize=10)
     ax.legend(fontsize=7, frameon=False, loc="lower left")
     _dates(ax)
@@ -100,8 +118,7 @@ def history_plot(history: Sequence[dict[str, Any]]) -> str:
     ax.plot(t, _values(history, "new_p99"), "-o", color=NEW, markersize=3, label="new p99")
     bad = [(x, y) for x, y, p in zip(t, _values(history, "new_p99"), history, strict=True) if p["verdict"] != "ready"]
     if bad:
-        ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", color="#c53030", zorder=3,
-                   label="not ready")
+        ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", color="#c53030", zorder=3, label="not ready")
     ax.set_ylabel("p99 lag (s)")
     ax.set_title("Stored comparisons over time (watch series)", loc="left", fontsize=10)
     ax.legend(fontsize=7, frameon=False, loc="upper left")

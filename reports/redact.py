@@ -1,5 +1,6 @@
 """Secrets never reach a report: URL passwords, tokens and bearer credentials are masked
 in every string of the report data before any renderer sees it."""
+
 from __future__ import annotations
 
 import re
@@ -8,8 +9,14 @@ from typing import Any
 _PATTERNS = (
     (re.compile(r"(?P<pre>[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+@", re.IGNORECASE), r"\g<pre>***@"),
     (re.compile(r"(?P<pre>\bbearer\s+)[A-Za-z0-9._~+/=\-]+", re.IGNORECASE), r"\g<pre>***"),
-    (re.compile(r"(?P<pre>\b(?:access[_-]?token|token|password|passwd|pwd|secret|api[_-]?key|x-bc-token)"
-                r"\s*[=:]\s*[\"']?)[^\s\"'&,;]+", re.IGNORECASE), r"\g<pre>***"),
+    (
+        re.compile(
+            r"(?P<pre>\b(?:access[_-]?token|token|password|passwd|pwd|secret|api[_-]?key|x-bc-token)"
+            r"\s*[=:]\s*[\"']?)[^\s\"'&,;]+",
+            re.IGNORECASE,
+        ),
+        r"\g<pre>***",
+    ),
 )
 
 

@@ -1,5 +1,6 @@
 """The HTML form of a report: one self-contained page (inline CSS, plots as data URIs,
 no scripts, and a Content-Security-Policy that forbids loading anything else)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """The JSON form of a report: the same content as the HTML and Markdown forms."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The Markdown form of a report."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """The jinja2 environment over the packaged templates (`reports/templates/`), found
 through importlib.resources so they load from a wheel as well as from the work tree."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -31,8 +32,14 @@ def _secs(value: float | None) -> str:
 
 @lru_cache(maxsize=2)
 def environment(html: bool) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FunctionLoader(_load), autoescape=html, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load),
+        autoescape=html,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters.update(when=_when, pct=_pct, secs=_secs)
     return env
 

@@ -1,4 +1,5 @@
 """Write a report in one of its three forms."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,6 +3,7 @@
 It imports none of Switchyard's other packages (checked by import-linter and a test),
 so it can be deployed on its own.
 """
+
 from scheduler_core.model import (
     CommandId,
     Epoch,

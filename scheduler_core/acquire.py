@@ -11,6 +11,7 @@ the epoch and a deadline; hand chunks to the fire pool, retrying; release what t
 keeps refusing. Nothing is lost: a row is either waiting, or acquired by an epoch that
 fires it or lets a newer epoch reclaim it after its deadline.
 """
+
 from __future__ import annotations
 
 import logging
@@ -132,30 +133,41 @@ class PartitionAcquirer:
         newest = max(t.next_fire_at for t in due)
         self.last_seen = newest if self.last_seen is None else max(self.last_seen, newest)
         deadline = from_ms(to_ms(now + s.acquire_deadline))  # as stored: whole milliseconds
-        won_ids = set(self.store.cas_ids(
-            Transition(
-                ids=[t.id for t in due if t.id is not None],
-                from_state=TriggerState.WAITING,
-                to_state=TriggerState.ACQUIRED,
-                epoch=self.epoch,
-                deadline=deadline,
-                fence_epoch=self.epoch,
-                fence=self.fence,
-                # the rows just read are fired as read: one rewritten since (a migration,
-                # a cutover) loses here and is read again on the next tick
-                expected_version={t.id: t.version for t in due if t.id is not None},
+        won_ids = set(
+            self.store.cas_ids(
+                Transition(
+                    ids=[t.id for t in due if t.id is not None],
+                    from_state=TriggerState.WAITING,
+                    to_state=TriggerState.ACQUIRED,
+                    epoch=self.epoch,
+                    deadline=deadline,
+                    fence_epoch=self.epoch,
+                    fence=self.fence,
+                    # the rows just read are fired as read: one rewritten since (a migration,
+                    # a cutover) loses here and is read again on the next tick
+                    expected_version={t.id: t.version for t in due if t.id is not None},
+                )
             )
-        ))
+        )
         # the winners as the UPDATE left them, without reading them back
-        won = [replace(t, state=TriggerState.ACQUIRED, owner_epoch=self.epoch, acquire_deadline=deadline,
-                       version=t.version + 1) for t in due if t.id in won_ids]
+        won = [
+            replace(
+                t, state=TriggerState.ACQUIRED, owner_epoch=self.epoch, acquire_deadline=deadline, version=t.version + 1
+            )
+            for t in due
+            if t.id in won_ids
+        ]
         lost = len(due) - len(won)
         if lost:
             self.metrics.cas_losses.labels(stage="acquire").inc(lost)
         self.metrics.acquired.labels(partition=self.partition.name).inc(len(won))
         submitted, released = self.submit(won)
         return TickResult(
-            selected=len(due), acquired=len(won), lost=lost, submitted=submitted, released=released,
+            selected=len(due),
+            acquired=len(won),
+            lost=lost,
+            submitted=submitted,
+            released=released,
             wait=timedelta(0) if len(due) >= limit else s.busy_wait,
         )
 
@@ -187,18 +199,30 @@ class PartitionAcquirer:
         released = 0
         if refused:
             back = self.store.cas_ids(
-                Transition(ids=refused, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                           expected_epoch=self.epoch, clear_epoch=True, fence_epoch=self.epoch, fence=self.fence)
+                Transition(
+                    ids=refused,
+                    from_state=TriggerState.ACQUIRED,
+                    to_state=TriggerState.WAITING,
+                    expected_epoch=self.epoch,
+                    clear_epoch=True,
+                    fence_epoch=self.epoch,
+                    fence=self.fence,
+                )
             )
             released = len(back)
             self.metrics.released.inc(released)
-            log.info("partition %s: fire pool refused %d trigger(s); released to waiting", self.partition.name, released,
-                     extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence))
+            log.info(
+                "partition %s: fire pool refused %d trigger(s); released to waiting",
+                self.partition.name,
+                released,
+                extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence),
+            )
         return submitted, released
 
 
-def _bind(fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None,
-          jobs: Mapping[JobCode, Job]) -> Callable[[], object]:
+def _bind(
+    fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, jobs: Mapping[JobCode, Job]
+) -> Callable[[], object]:
     return lambda: fn(chunk, epoch, fence, jobs)
 
 
@@ -288,9 +312,11 @@ class PartitionLoop:
                 wait = self._tick(self.acq).wait.total_seconds()
             except Exception:
                 self._metrics.errors.labels(component="store").inc()
-                log.exception("partition %s: tick failed; retrying", self.acq.partition.name,
-                              extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch,
-                                               fence=self.acq.fence))
+                log.exception(
+                    "partition %s: tick failed; retrying",
+                    self.acq.partition.name,
+                    extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch, fence=self.acq.fence),
+                )
                 wait = 1.0
             # at most max_wait between ticks (1 s, as before); real time, whatever the clock,
             # and cut short by a wake-up's time, a stop, a halt or a lost ownership (looked

@@ -6,6 +6,7 @@ joins, only the partitions it now wins move (to it, about 1/N of them); when one
 exactly its partitions move, each to the member that was second for it. Nothing else
 moves, so a change of membership costs as few handoffs as it can.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ Result messages come in either wire form (`codec`: per item, or compact per enve
 both decode to per-item `FiredUpdate`s, so idempotency stays the store's, by command id.
 An envelope's items always arrive in one message, so a page record is updated from a
 whole envelope at a time."""
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler_core.clock import SystemClock
-from scheduler_core.executor.receipts import RECEIPT_MESSAGE
 from scheduler_core.codec import CALLBACK_TOPIC, CodecError, decode_results
+from scheduler_core.executor.receipts import RECEIPT_MESSAGE
 from scheduler_core.followups import Followups
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import parse_command_id

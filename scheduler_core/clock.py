@@ -1,9 +1,10 @@
 """Clocks. Every part of the scheduler takes its clock, so tests can drive time."""
+
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from scheduler_core.ports import Clock

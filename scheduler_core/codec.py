@@ -16,6 +16,7 @@ Results are always per item, in one of two forms a result message may mix:
   message as malformed: upgrade the scheduler (callback consumer) before executors, or
   run executors with `compact_results=False`.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,26 +61,61 @@ def encode_commands(commands: Sequence[ExecutionCommand], *, page_record: bool =
     return _dump(envelope_body(head, [(c.item_index, c.item_param) for c in commands], page_record=page_record))
 
 
-def envelope_body(run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False) -> dict[str, Any]:
+def envelope_body(
+    run: ExecutionCommand, items: Sequence[tuple[int, str]], *, page_record: bool = False
+) -> dict[str, Any]:
     """One envelope's body from the run's header (any command of the run: only its
     run-level fields are read) and the items as (index, param) pairs."""
-    header = run_header(job_code=run.job_code, biz_code=run.biz_code, handler=run.handler, params=run.params,
-                        item_total=run.item_total, timeout=run.timeout, max_retry=run.max_retry, epoch=run.epoch,
-                        attempt=run.attempt)
-    return run_body(header, run.trigger_id, to_ms(run.scheduled_at), items, page_record=page_record,
-                    shadow=run.shadow)
+    header = run_header(
+        job_code=run.job_code,
+        biz_code=run.biz_code,
+        handler=run.handler,
+        params=run.params,
+        item_total=run.item_total,
+        timeout=run.timeout,
+        max_retry=run.max_retry,
+        epoch=run.epoch,
+        attempt=run.attempt,
+    )
+    return run_body(header, run.trigger_id, to_ms(run.scheduled_at), items, page_record=page_record, shadow=run.shadow)
 
 
-def run_header(*, job_code: str, biz_code: str, handler: str, params: str, item_total: int, timeout: timedelta,
-               max_retry: int, epoch: int, attempt: int = 0) -> dict[str, Any]:
+def run_header(
+    *,
+    job_code: str,
+    biz_code: str,
+    handler: str,
+    params: str,
+    item_total: int,
+    timeout: timedelta,
+    max_retry: int,
+    epoch: int,
+    attempt: int = 0,
+) -> dict[str, Any]:
     """The fields every run of a job fired by one epoch shares: the fire pipeline's
     fan-out path builds them once per job and chunk, not once per run."""
-    return {"j": job_code, "b": biz_code, "h": handler, "p": params, "n": item_total, "a": attempt,
-            "to": int(timeout.total_seconds() * 1000), "r": max_retry, "e": epoch}
+    return {
+        "j": job_code,
+        "b": biz_code,
+        "h": handler,
+        "p": params,
+        "n": item_total,
+        "a": attempt,
+        "to": int(timeout.total_seconds() * 1000),
+        "r": max_retry,
+        "e": epoch,
+    }
 
 
-def run_body(header: dict[str, Any], trigger_id: int, scheduled_ms: int, items: Sequence[tuple[int, str]], *,
-             page_record: bool = False, shadow: bool = False) -> dict[str, Any]:
+def run_body(
+    header: dict[str, Any],
+    trigger_id: int,
+    scheduled_ms: int,
+    items: Sequence[tuple[int, str]],
+    *,
+    page_record: bool = False,
+    shadow: bool = False,
+) -> dict[str, Any]:
     """One envelope's body: a run's header (`run_header`), its trigger and T in epoch
     milliseconds, and the items as (index, param) pairs; no command object per item."""
     if not items:
@@ -184,8 +220,9 @@ def decode_message(payload: bytes) -> list[Envelope]:
     return [_envelope_from_body(b, times, timeouts) for b in packed]
 
 
-def _envelope_from_body(body: dict[str, Any], times: dict[int, datetime] | None = None,
-                        timeouts: dict[int, timedelta] | None = None) -> Envelope:
+def _envelope_from_body(
+    body: dict[str, Any], times: dict[int, datetime] | None = None, timeouts: dict[int, timedelta] | None = None
+) -> Envelope:
     try:
         trigger_id = TriggerId(int(body["t"]))
         ms = int(body["T"])
@@ -332,29 +369,39 @@ class EnvelopeResult:
         for k, idx in enumerate(self.indices):
             attempt, message = extra.get(k, (0, default))
             nxt = starts[k + 1] if k + 1 < n else None
-            out.append(FiredUpdate(
-                command_id=command_id(tid, ms, idx),
-                state=_LETTER_STATE[self.letters[k]],
-                at=nxt if nxt is not None else finished,
-                attempt=attempt,
-                message=message,
-                received_at=received,
-                started_at=starts[k],
-                page_id=self.page_id,
-            ))
+            out.append(
+                FiredUpdate(
+                    command_id=command_id(tid, ms, idx),
+                    state=_LETTER_STATE[self.letters[k]],
+                    at=nxt if nxt is not None else finished,
+                    attempt=attempt,
+                    message=message,
+                    received_at=received,
+                    started_at=starts[k],
+                    page_id=self.page_id,
+                )
+            )
         return out
 
 
 def encode_envelope_results(results: Sequence[EnvelopeResult]) -> bytes:
     """One result message for one or more envelopes. Keep an envelope's items in one
     message: a page record is updated from the items of one message at a time."""
-    return json.dumps({"v": WIRE_VERSION, "e": [_envelope_result_to_wire(r) for r in results]},
-                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json.dumps(
+        {"v": WIRE_VERSION, "e": [_envelope_result_to_wire(r) for r in results]},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode("utf-8")
 
 
 def _envelope_result_to_wire(r: EnvelopeResult) -> dict[str, Any]:
-    body: dict[str, Any] = {"t": r.trigger_id, "T": r.scheduled_ms, "s": r.letters, "rc": r.received_ms,
-                            "at": r.finished_ms}
+    body: dict[str, Any] = {
+        "t": r.trigger_id,
+        "T": r.scheduled_ms,
+        "s": r.letters,
+        "rc": r.received_ms,
+        "at": r.finished_ms,
+    }
     first = r.indices[0] if r.indices else 0
     if list(r.indices) == list(range(first, first + len(r.indices))):
         body["i0"] = first  # the usual case: one sharding page, contiguous indices
@@ -375,8 +422,9 @@ def _envelope_result_to_wire(r: EnvelopeResult) -> dict[str, Any]:
 
 def _envelope_result_from_wire(e: dict[str, Any]) -> EnvelopeResult:
     letters = str(e["s"])
-    indices: Sequence[int] = (range(int(e["i0"]), int(e["i0"]) + len(letters)) if "ix" not in e
-                              else [int(i) for i in e["ix"]])
+    indices: Sequence[int] = (
+        range(int(e["i0"]), int(e["i0"]) + len(letters)) if "ix" not in e else [int(i) for i in e["ix"]]
+    )
     so = e.get("so")
     return EnvelopeResult(
         trigger_id=int(e["t"]),

@@ -27,6 +27,7 @@ not exist and is skipped; a wall time repeated by a fall-back resolves to its se
 The module is pure (no I/O, no clock): its only inputs are its arguments. It imports
 only the standard library and its parser.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -101,9 +102,21 @@ class _Spec:
     """A parsed expression, independent of any time zone (and so shared via a cache)."""
 
     __slots__ = (
-        "dialect", "sec_next", "min_next", "hour_next", "month_next", "years",
-        "dom_mask", "dom_last", "walk_only", "fields",
-        "dow_mode", "dow_mask", "dow_day", "dow_nth", "_day_cache",
+        "dialect",
+        "sec_next",
+        "min_next",
+        "hour_next",
+        "month_next",
+        "years",
+        "dom_mask",
+        "dom_last",
+        "walk_only",
+        "fields",
+        "dow_mode",
+        "dow_mask",
+        "dow_day",
+        "dow_nth",
+        "_day_cache",
     )
 
     def __init__(self, expression: str, dialect: Dialect, last_year: int) -> None:
@@ -121,8 +134,11 @@ class _Spec:
                 # Quartz 2.3 parses "L" (or "LW", "L-3") here into an empty set, then
                 # getNextValidTimeAfter throws NoSuchElementException: the legacy admin saves
                 # such a job but can never schedule it.
-                raise CronSyntaxError(qp.FIELD_NAMES[index], f"Quartz {dialect} accepts this field but cannot "
-                                      f"compute a fire time from it (empty value set) (in {expression!r})")
+                raise CronSyntaxError(
+                    qp.FIELD_NAMES[index],
+                    f"Quartz {dialect} accepts this field but cannot "
+                    f"compute a fire time from it (empty value set) (in {expression!r})",
+                )
         sets = f.sets
         self.sec_next = _next_table(_real(sets[qp.SECOND]), 60)
         self.min_next = _next_table(_real(sets[qp.MINUTE]), 60)
@@ -148,15 +164,22 @@ class _Spec:
             if dialect == "2.5":
                 plain = {d for d in dom_values if d < qp.LAST_DAY_OFFSET_START}
                 self.dom_mask = sum(1 << d for d in plain if d <= 31)
-                self.dom_last = tuple(sorted(qp.LAST_DAY_OFFSET_END - c for c in dom_values
-                                             if qp.LAST_DAY_OFFSET_START <= c <= qp.LAST_DAY_OFFSET_END))
+                self.dom_last = tuple(
+                    sorted(
+                        qp.LAST_DAY_OFFSET_END - c
+                        for c in dom_values
+                        if qp.LAST_DAY_OFFSET_START <= c <= qp.LAST_DAY_OFFSET_END
+                    )
+                )
                 self.walk_only = bool(f.nearest_weekdays)
             elif f.nearest_weekday:
                 if not f.last_day_of_month and min(dom_values) == 0:
                     # "0W" (or "0,15W"): Quartz 2.3's search reads day 0 as the previous
                     # month's last day and never returns; the legacy admin cannot run it.
-                    raise CronSyntaxError(_DOM, f"Quartz 2.3 accepts '0W' but never returns from computing a "
-                                                f"fire time (in {expression!r})")
+                    raise CronSyntaxError(
+                        _DOM,
+                        f"Quartz 2.3 accepts '0W' but never returns from computing a fire time (in {expression!r})",
+                    )
                 self.walk_only = True
             elif f.last_day_of_month:
                 self.dom_last = (f.last_day_offset,)  # Quartz 2.3 then ignores the day set
@@ -182,8 +205,11 @@ class _Spec:
             # its search reaches the month step, which it never does when no day can ever
             # match (8#1, Quartz 2.5's 0W): then it just never fires.
             if not self._no_day_ever():
-                raise CronSyntaxError(qp.FIELD_NAMES[qp.MONTH], f"Quartz {dialect} accepts this field but cannot "
-                                      f"compute a fire time from it (empty value set) (in {expression!r})")
+                raise CronSyntaxError(
+                    qp.FIELD_NAMES[qp.MONTH],
+                    f"Quartz {dialect} accepts this field but cannot "
+                    f"compute a fire time from it (empty value set) (in {expression!r})",
+                )
             self.years = ()
 
     def _no_day_ever(self) -> bool:
@@ -325,8 +351,9 @@ class CronExpression:
 
     __slots__ = ("expression", "tz", "dialect", "_spec")
 
-    def __init__(self, expression: str, tz: str | tzinfo, *, dialect: Dialect = "2.5",
-                 last_year: int = MAX_YEAR) -> None:
+    def __init__(
+        self, expression: str, tz: str | tzinfo, *, dialect: Dialect = "2.5", last_year: int = MAX_YEAR
+    ) -> None:
         """Parse ``expression`` (CronSyntaxError if invalid) for zone ``tz``.
 
         ``tz`` is an IANA name or a PEP 495 tzinfo (``zoneinfo.ZoneInfo``,
@@ -589,8 +616,9 @@ def _weekday_nearest(y: int, mo: int, day: int, last_day: int) -> int:
     return day
 
 
-def _w_day_step(spec: _Spec, tz: tzinfo, start: datetime, y: int, mo: int, d: int, hr: int, mi: int,
-                sec: int) -> tuple[bool, datetime]:
+def _w_day_step(
+    spec: _Spec, tz: tzinfo, start: datetime, y: int, mo: int, d: int, hr: int, mi: int, sec: int
+) -> tuple[bool, datetime]:
     """Quartz's day-of-month step for an expression with 'W', in the spec's dialect.
 
     Returns (restart, calendar): restart means Quartz moved the calendar to another day

@@ -16,6 +16,7 @@ Two dialects, checked against Quartz's jars by tests/unit/test_cron_quartz_oracl
 Their differences are listed in docs/cron.md. Pure: no clock, no I/O; the year bound that
 Quartz takes from the clock ("this year + 100") is an argument.
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,9 @@ ALL_SPEC: Final = 99  # '*' (a marker kept beside the values, as Quartz does)
 LAST_DAY_OFFSET_START: Final = 32
 LAST_DAY_OFFSET_END: Final = 62
 
-_MONTHS: Final = {m: i for i, m in enumerate(
-    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"))}
+_MONTHS: Final = {
+    m: i for i, m in enumerate(("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"))
+}
 _DAYS: Final = {d: i + 1 for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
 # (low, high) of each field but the year; also the largest step Quartz's checkIncrementRange allows
 _LIMITS: Final = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (1, 7))
@@ -77,10 +79,10 @@ class QuartzFields:
 def _java_int(text: str) -> int:
     """Integer.parseInt: an optional sign and ASCII digits, within 32 bits."""
     if _JAVA_INT.fullmatch(text) is None:
-        raise _JavaRuntimeError(f"NumberFormatException: For input string: \"{text}\"")
+        raise _JavaRuntimeError(f'NumberFormatException: For input string: "{text}"')
     value = int(text)
     if not -_MAX_INT - 1 <= value <= _MAX_INT:
-        raise _JavaRuntimeError(f"NumberFormatException: For input string: \"{text}\"")
+        raise _JavaRuntimeError(f'NumberFormatException: For input string: "{text}"')
     return value
 
 
@@ -118,14 +120,15 @@ class _Parser:
             for expr_on, expr in enumerate(tokens[:7]):  # Quartz 2.3 ignores terms after the 7th
                 current = expr_on
                 if not self.v25 and expr_on == DAY_OF_MONTH and "L" in expr and len(expr) > 1 and "," in expr:
-                    raise QuartzParseError(expr_on, "Support for specifying 'L' and 'LW' with other days of the "
-                                                    "month is not implemented")
+                    raise QuartzParseError(
+                        expr_on, "Support for specifying 'L' and 'LW' with other days of the month is not implemented"
+                    )
                 if expr_on == DAY_OF_WEEK and "L" in expr and len(expr) > 1 and "," in expr:
-                    raise QuartzParseError(expr_on, "Support for specifying 'L' with other days of the week is "
-                                                    "not implemented")
+                    raise QuartzParseError(
+                        expr_on, "Support for specifying 'L' with other days of the week is not implemented"
+                    )
                 if expr_on == DAY_OF_WEEK and expr.count("#") > 1:
-                    raise QuartzParseError(expr_on, "Support for specifying multiple \"nth\" days is not "
-                                                    "implemented.")
+                    raise QuartzParseError(expr_on, 'Support for specifying multiple "nth" days is not implemented.')
                 for v in expr.split(","):
                     if v:  # StringTokenizer(",") skips empty items
                         self.store(0, v, expr_on)
@@ -137,8 +140,10 @@ class _Parser:
             dom_spec = NO_SPEC not in f.sets[DAY_OF_MONTH]
             dow_spec = NO_SPEC not in f.sets[DAY_OF_WEEK]
             if dom_spec == dow_spec:
-                raise QuartzParseError(DAY_OF_WEEK, "Support for specifying both a day-of-week AND a "
-                                                    "day-of-month parameter is not implemented.")
+                raise QuartzParseError(
+                    DAY_OF_WEEK,
+                    "Support for specifying both a day-of-week AND a day-of-month parameter is not implemented.",
+                )
         except _JavaRuntimeError as exc:
             raise QuartzParseError(current, f"Illegal cron expression format ({exc})") from None
         return f
@@ -280,8 +285,7 @@ class _Parser:
             if not 1 <= nth <= 5:
                 raise ValueError
         except (_JavaRuntimeError, ValueError):
-            raise QuartzParseError(DAY_OF_WEEK, "A numeric value between 1 and 5 must follow the '#' option") \
-                from None
+            raise QuartzParseError(DAY_OF_WEEK, "A numeric value between 1 and 5 must follow the '#' option") from None
         self.f.nth_day_of_week = nth
 
     def _check_increment(self, incr: int, type_: int) -> None:
@@ -312,8 +316,10 @@ class _Parser:
             if type_ != DAY_OF_MONTH:
                 raise QuartzParseError(type_, f"'W' option is not valid here. (pos={i})")
             if val > 31:
-                raise QuartzParseError(type_, "The 'W' option does not make sense with values larger than 31 "
-                                              "(max number of days in a month)")
+                raise QuartzParseError(
+                    type_,
+                    "The 'W' option does not make sense with values larger than 31 (max number of days in a month)",
+                )
             if self.v25:
                 f.nearest_weekdays.add(val)
             else:

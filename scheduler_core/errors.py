@@ -1,4 +1,5 @@
 """Errors of the scheduler core. Losing a CAS race is not an error: it is a return value."""
+
 from __future__ import annotations
 
 

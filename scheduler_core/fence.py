@@ -18,6 +18,7 @@ that had already invoked the handler when the fence reached it reports what real
 happened (succeeded, failed), which moves the record forward over the provisional mark.
 So a record never says "skipped" for a handler that ran.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,10 @@ class Fence:
 
 
 def encode_fence(fence: Fence) -> bytes:
-    return json.dumps({"v": WIRE_VERSION, "k": KIND, "b": fence.business, "f": fence.from_ms,
-                       "u": fence.until_ms, "e": fence.epoch}, separators=(",", ":")).encode("utf-8")
+    return json.dumps(
+        {"v": WIRE_VERSION, "k": KIND, "b": fence.business, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch},
+        separators=(",", ":"),
+    ).encode("utf-8")
 
 
 def decode_fence(payload: bytes) -> Fence | None:
@@ -91,12 +94,18 @@ def decode_fence(payload: bytes) -> Fence | None:
     try:
         body = json.loads(payload)
         if not isinstance(body, dict) or body.get("v") != WIRE_VERSION:
-            raise ValueError(f"unsupported control message version {body.get('v') if isinstance(body, dict) else None!r}")
+            raise ValueError(
+                f"unsupported control message version {body.get('v') if isinstance(body, dict) else None!r}"
+            )
         if body.get("k") != KIND:
             return None
         until = body.get("u")
-        return Fence(business=str(body["b"]), from_ms=int(body["f"]),
-                     until_ms=None if until is None else int(until), epoch=int(body["e"]))
+        return Fence(
+            business=str(body["b"]),
+            from_ms=int(body["f"]),
+            until_ms=None if until is None else int(until),
+            epoch=int(body["e"]),
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"malformed fence message: {exc}") from exc
 
@@ -116,8 +125,12 @@ class FenceService:
         `at` not final yet are marked skipped. Returns how many records were marked."""
         fence, marked = self.store.raise_business_fence(business, to_ms(at), skip_message(to_ms(at)))
         self._broadcast(fence)
-        log.info("raised the %s; %d fired record(s) marked skipped", fence, marked,
-                 extra=log_fields(business=business, epoch=fence.epoch))
+        log.info(
+            "raised the %s; %d fired record(s) marked skipped",
+            fence,
+            marked,
+            extra=log_fields(business=business, epoch=fence.epoch),
+        )
         return marked
 
     def lift_fence(self, business: str, at: datetime) -> None:

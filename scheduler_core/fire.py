@@ -13,6 +13,7 @@ Order of writes (two transactions per chunk), and what a crash at each point lea
      completed), fenced by the epoch inside each UPDATE.
 A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,9 +88,14 @@ class FirePipeline:
         self.settings = settings
         self.metrics = metrics
 
-    def fire(self, triggers: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
-             may_publish: Callable[[], bool] | None = None,
-             jobs: Mapping[JobCode, Job] | None = None) -> FireOutcome:
+    def fire(
+        self,
+        triggers: Sequence[Trigger],
+        epoch: Epoch,
+        fence: str | None = None,
+        may_publish: Callable[[], bool] | None = None,
+        jobs: Mapping[JobCode, Job] | None = None,
+    ) -> FireOutcome:
         """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
         (the leader's fence when None, the chunk's partition fence under the registry).
         `may_publish`, asked between the fired records and the publication, is the
@@ -125,13 +131,18 @@ class FirePipeline:
         if not self.store.put_fired_fenced(records, epoch, fence):
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
-            log.warning("epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost))
+            log.warning(
+                "epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost)
+            )
             return out
         if may_publish is not None and not may_publish():
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
-            log.warning("ownership of epoch %s lost before publication; %d trigger(s) left to the new owner",
-                        epoch, len(out.lost))
+            log.warning(
+                "ownership of epoch %s lost before publication; %d trigger(s) left to the new owner",
+                epoch,
+                len(out.lost),
+            )
             return out
         # 2. publish with deliver-at = T
         published_ok = True
@@ -145,8 +156,11 @@ class FirePipeline:
                     # a broker outage shorter than the client's send timeout only shows as
                     # blocked sends: say so, and count it, so it is not silent
                     self.metrics.errors.labels(component="bus").inc()
-                    log.warning("publication slow: %d message(s) took %.1f s (broker unreachable or overloaded?)",
-                                len(messages), took)
+                    log.warning(
+                        "publication slow: %d message(s) took %.1f s (broker unreachable or overloaded?)",
+                        len(messages),
+                        took,
+                    )
             except PublishError as exc:
                 published_ok = False
                 self.metrics.publish_failures.inc(exc.failed)
@@ -160,8 +174,15 @@ class FirePipeline:
             # occurrence again with the same command ids.
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
             out.released = self.store.cas_ids(
-                Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                           expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=fence)
+                Transition(
+                    ids=ids,
+                    from_state=TriggerState.ACQUIRED,
+                    to_state=TriggerState.WAITING,
+                    expected_epoch=epoch,
+                    clear_epoch=True,
+                    fence_epoch=epoch,
+                    fence=fence,
+                )
             )
             return out
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
@@ -180,8 +201,16 @@ class FirePipeline:
         """One run of `trigger` at `occurrence` outside its schedule (a follow-up fire): its
         fired records and messages, delivered now; the trigger is not moved."""
         now = self.clock.now()
-        plan = _Plan(trigger=trigger, job=job, occurrence=occurrence, deliver_at=now, next_at=None, misfired=False,
-                     skip=False, note=note)
+        plan = _Plan(
+            trigger=trigger,
+            job=job,
+            occurrence=occurrence,
+            deliver_at=now,
+            next_at=None,
+            misfired=False,
+            skip=False,
+            note=note,
+        )
         records, envelopes = self._expand(plan, epoch, now)
         return records, [e.message() for e in envelopes]
 
@@ -206,18 +235,27 @@ class FirePipeline:
         late = now - t
         misfired = late > self.settings.misfire_threshold
         if not misfired:
-            return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=t, next_at=self._next(trigger, t),
-                         misfired=False, skip=False)
+            return _Plan(
+                trigger=trigger,
+                job=job,
+                occurrence=t,
+                deliver_at=t,
+                next_at=self._next(trigger, t),
+                misfired=False,
+                skip=False,
+            )
         # A misfire follows the trigger's policy and is recorded, never silently dropped.
         nxt = self._next(trigger, now)
         missed = count_between(trigger, t, now) if trigger.kind.value != "once" else 0
         if trigger.misfire_policy is MisfirePolicy.SKIP:
             note = f"misfire: skipped (late {late}); {missed} later occurrence(s) also passed"
-            return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=True,
-                         note=note)
+            return _Plan(
+                trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=True, note=note
+            )
         note = f"misfire: fired once now (late {late}); {missed} later occurrence(s) folded into it"
-        return _Plan(trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=False,
-                     note=note)
+        return _Plan(
+            trigger=trigger, job=job, occurrence=t, deliver_at=now, next_at=nxt, misfired=True, skip=False, note=note
+        )
 
     def _next(self, trigger: Trigger, after: datetime) -> datetime | None:
         try:
@@ -227,36 +265,67 @@ class FirePipeline:
             log.error("trigger %s: schedule cannot be evaluated (%s); completing it", trigger.id, exc)
             return None
 
-    def _expand(self, plan: _Plan, epoch: Epoch, now: datetime,
-                headers: dict[str, dict[str, Any]] | None = None) -> tuple[list[FiredRecord], list[_Envelope]]:
+    def _expand(
+        self, plan: _Plan, epoch: Epoch, now: datetime, headers: dict[str, dict[str, Any]] | None = None
+    ) -> tuple[list[FiredRecord], list[_Envelope]]:
         trig, job = plan.trigger, plan.job
         assert trig.id is not None
         if job is None:
             # The job was deleted under its trigger: record the fire as failed, publish nothing.
-            rec = FiredRecord(command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id,
-                              job_code=trig.job_code, biz_code=trig.biz_code, scheduled_at=plan.occurrence,
-                              state=FiredState.FAILED, epoch=epoch, fired_at=now, result_at=now,
-                              message="job definition not found")
+            rec = FiredRecord(
+                command_id=command_id(trig.id, plan.occurrence, 0),
+                trigger_id=trig.id,
+                job_code=trig.job_code,
+                biz_code=trig.biz_code,
+                scheduled_at=plan.occurrence,
+                state=FiredState.FAILED,
+                epoch=epoch,
+                fired_at=now,
+                result_at=now,
+                message="job definition not found",
+            )
             return [rec], []
         if plan.skip:
-            rec = FiredRecord(command_id=command_id(trig.id, plan.occurrence, 0), trigger_id=trig.id,
-                              job_code=job.job_code, biz_code=job.biz_code, scheduled_at=plan.occurrence,
-                              item_total=job.shard_total, state=FiredState.SKIPPED, epoch=epoch, fired_at=now,
-                              result_at=now, misfired=True, message=plan.note)
+            rec = FiredRecord(
+                command_id=command_id(trig.id, plan.occurrence, 0),
+                trigger_id=trig.id,
+                job_code=job.job_code,
+                biz_code=job.biz_code,
+                scheduled_at=plan.occurrence,
+                item_total=job.shard_total,
+                state=FiredState.SKIPPED,
+                epoch=epoch,
+                fired_at=now,
+                result_at=now,
+                misfired=True,
+                message=plan.note,
+            )
             return [rec], []
         records: list[FiredRecord] = []
         envelopes: list[_Envelope] = []
         # T in milliseconds once per run: every command id of the run is built from it
         occ_ms = to_ms(plan.occurrence)
         deliver_ms = occ_ms if plan.deliver_at is plan.occurrence else to_ms(plan.deliver_at)
-        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(occ_ms),
-                 "trigger_id": str(trig.id)}
+        props = {
+            "job_code": job.job_code,
+            "biz_code": job.biz_code,
+            "scheduled_at": str(occ_ms),
+            "trigger_id": str(trig.id),
+        }
         topic = command_topic(job.biz_code)
         # the run's header: the job's fields, built once per job and chunk
         header = headers.get(job.job_code) if headers is not None else None
         if header is None:
-            header = run_header(job_code=job.job_code, biz_code=job.biz_code, handler=job.handler, params=job.params,
-                                item_total=job.shard_total, timeout=job.timeout, max_retry=job.max_retry, epoch=epoch)
+            header = run_header(
+                job_code=job.job_code,
+                biz_code=job.biz_code,
+                handler=job.handler,
+                params=job.params,
+                item_total=job.shard_total,
+                timeout=job.timeout,
+                max_retry=job.max_retry,
+                epoch=epoch,
+            )
             if headers is not None:
                 headers[job.job_code] = header
         k = job.envelope_size
@@ -266,10 +335,19 @@ class FirePipeline:
             # 100K fan-out never builds a command object per item
             if not paged:
                 records += [
-                    FiredRecord(command_id=command_id(trig.id, occ_ms, idx), trigger_id=trig.id,
-                                job_code=job.job_code, biz_code=job.biz_code, scheduled_at=plan.occurrence,
-                                item_index=idx, item_total=job.shard_total, epoch=epoch, fired_at=now,
-                                misfired=plan.misfired, message=plan.note)
+                    FiredRecord(
+                        command_id=command_id(trig.id, occ_ms, idx),
+                        trigger_id=trig.id,
+                        job_code=job.job_code,
+                        biz_code=job.biz_code,
+                        scheduled_at=plan.occurrence,
+                        item_index=idx,
+                        item_total=job.shard_total,
+                        epoch=epoch,
+                        fired_at=now,
+                        misfired=plan.misfired,
+                        message=plan.note,
+                    )
                     for idx, _param in page
                 ]
             for i in range(0, len(page), k):
@@ -277,13 +355,34 @@ class FirePipeline:
                 first = group[0][0]
                 head_id = command_id(trig.id, occ_ms, first)
                 if paged:
-                    records.append(FiredRecord(
-                        command_id=head_id, trigger_id=trig.id, job_code=job.job_code, biz_code=job.biz_code,
-                        scheduled_at=plan.occurrence, item_index=first, item_total=job.shard_total,
-                        item_count=len(group), epoch=epoch, fired_at=now, misfired=plan.misfired, message=plan.note))
-                envelopes.append(_Envelope(topic, run_body(header, trig.id, occ_ms, group, page_record=paged,
-                                                    shadow=job.shadow), deliver_ms, props,
-                                           head_id, len(group), k, job.job_code))
+                    records.append(
+                        FiredRecord(
+                            command_id=head_id,
+                            trigger_id=trig.id,
+                            job_code=job.job_code,
+                            biz_code=job.biz_code,
+                            scheduled_at=plan.occurrence,
+                            item_index=first,
+                            item_total=job.shard_total,
+                            item_count=len(group),
+                            epoch=epoch,
+                            fired_at=now,
+                            misfired=plan.misfired,
+                            message=plan.note,
+                        )
+                    )
+                envelopes.append(
+                    _Envelope(
+                        topic,
+                        run_body(header, trig.id, occ_ms, group, page_record=paged, shadow=job.shadow),
+                        deliver_ms,
+                        props,
+                        head_id,
+                        len(group),
+                        k,
+                        job.job_code,
+                    )
+                )
         if len(envelopes) == 1 and envelopes[0].items < k:
             # a run smaller than an envelope may share a message with other runs of its
             # job due together (see _pack)
@@ -311,7 +410,12 @@ class FirePipeline:
     # -- outcome ----------------------------------------------------------------------
 
     def _record_outcome(
-        self, plans: list[_Plan], epoch: Epoch, now: datetime, published: list[CommandId], out: FireOutcome,
+        self,
+        plans: list[_Plan],
+        epoch: Epoch,
+        now: datetime,
+        published: list[CommandId],
+        out: FireOutcome,
         fence: str | None = None,
     ) -> None:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
@@ -323,16 +427,27 @@ class FirePipeline:
         if reschedule:
             ids = list(reschedule)
             changes["rescheduled"] = Transition(
-                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, expected_epoch=epoch,
-                clear_epoch=True, fence_epoch=epoch, fence=fence, next_fire_at=reschedule,
+                ids=ids,
+                from_state=TriggerState.ACQUIRED,
+                to_state=TriggerState.WAITING,
+                expected_epoch=epoch,
+                clear_epoch=True,
+                fence_epoch=epoch,
+                fence=fence,
+                next_fire_at=reschedule,
                 last_fired_at={i: fired_at[i] for i in ids},
             )
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
             changes["completed"] = Transition(
-                ids=complete, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, expected_epoch=epoch,
-                fence_epoch=epoch, fence=fence, fired_at_next=True,
+                ids=complete,
+                from_state=TriggerState.ACQUIRED,
+                to_state=TriggerState.COMPLETED,
+                expected_epoch=epoch,
+                fence_epoch=epoch,
+                fence=fence,
+                fired_at_next=True,
             )
         answered = self.store.finish_fire(published, self.clock.now(), list(changes.values()))
         winners = dict(zip(changes, answered, strict=True))
@@ -376,8 +491,9 @@ class _Envelope:
     packable: bool = False
 
     def message(self) -> BusMessage:
-        return BusMessage(self.topic, encode_packed([self.body]), deliver_at_ms=self.deliver_ms,
-                          properties=self.props, key=self.key)
+        return BusMessage(
+            self.topic, encode_packed([self.body]), deliver_at_ms=self.deliver_ms, properties=self.props, key=self.key
+        )
 
 
 def _pack(envelopes: Sequence[_Envelope], window_ms: int = 0) -> list[BusMessage]:
@@ -412,5 +528,10 @@ def _pack(envelopes: Sequence[_Envelope], window_ms: int = 0) -> list[BusMessage
 def _packed_message(batch: Sequence[_Envelope]) -> BusMessage:
     head, last = batch[0], batch[-1]  # sorted by deliver-at: the last is the latest
     props = head.props if len(batch) == 1 else {**head.props, "runs": str(len(batch))}
-    return BusMessage(head.topic, encode_packed([e.body for e in batch]), deliver_at_ms=last.deliver_ms,
-                      properties=props, key=head.key)
+    return BusMessage(
+        head.topic,
+        encode_packed([e.body for e in batch]),
+        deliver_at_ms=last.deliver_ms,
+        properties=props,
+        key=head.key,
+    )

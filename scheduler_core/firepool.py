@@ -4,6 +4,7 @@ Admission asks the pool for its free capacity before selecting, and leaves out d
 whose budget is spent, so one domain's on-the-hour burst cannot hold every slot while
 another domain's due commands wait (the original's hot-minute incident).
 """
+
 from __future__ import annotations
 
 import threading

@@ -14,6 +14,7 @@ the parent's command id: never a whole second, so a cron occurrence of the child
 command id would be the same) is never taken; the rare taken S moves on to the next
 offset. A failed or timed-out parent fires nothing; a trigger is never its own follow-up.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,8 +81,12 @@ class Followups:
             trigger = triggers.get(child)
             job = jobs.get(trigger.job_code) if trigger is not None else None
             if trigger is None or job is None:
-                log.error("follow-up of %s: trigger %s (or its job) is gone; child not fired", parent, child,
-                          extra=log_fields(command_id=parent, trigger_id=child))
+                log.error(
+                    "follow-up of %s: trigger %s (or its job) is gone; child not fired",
+                    parent,
+                    child,
+                    extra=log_fields(command_id=parent, trigger_id=child),
+                )
                 continue
             published += self._fire(parent, trigger, job, claims.get((parent, child)))
         self.fired += published
@@ -95,7 +100,9 @@ class Followups:
             records, messages = self._new_run(parent, trigger, job, epoch, note)
             claimed = self.store.claim_followup(parent, trigger.id, records, to_ms(self.clock.now()))
             if claimed != records[0].command_id:  # a duplicate's consumer claimed it first
-                records, messages = self.pipeline.run_now(trigger, job, from_ms(parse_command_id(claimed)[1]), epoch, note)
+                records, messages = self.pipeline.run_now(
+                    trigger, job, from_ms(parse_command_id(claimed)[1]), epoch, note
+                )
         else:
             records, messages = self.pipeline.run_now(trigger, job, from_ms(parse_command_id(claimed)[1]), epoch, note)
         current = self.store.get_fired([r.command_id for r in records])
@@ -115,5 +122,7 @@ class Followups:
             records, messages = self.pipeline.run_now(trigger, job, at, epoch, note)
             if not self.store.get_fired([r.command_id for r in records]):
                 return records, messages
-        raise RuntimeError(f"follow-up of {parent}: no free command id for trigger {trigger.id} within "
-                           f"{OFFSETS} ms of the parent's time")
+        raise RuntimeError(
+            f"follow-up of {parent}: no free command id for trigger {trigger.id} within "
+            f"{OFFSETS} ms of the parent's time"
+        )

@@ -15,6 +15,7 @@ bounded per broker tick (`hold_per_window` triggers due in one `pack_window`): w
 burst due at one instant brings beyond it is fired at once with deliver-at = T as
 before, so a hot minute never waits for its own fires at T.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -96,8 +97,9 @@ class HeldChunks:
             self._lock.notify_all()
         if cancel:
             if left:
-                log.warning("%d held chunk(s) dropped at stop; their triggers are reclaimed after the deadline",
-                            len(left))
+                log.warning(
+                    "%d held chunk(s) dropped at stop; their triggers are reclaimed after the deadline", len(left)
+                )
         else:
             for h in sorted(left):
                 self._offer(h)
@@ -137,6 +139,5 @@ class HeldChunks:
                     heapq.heappush(self._heap, h)
                     self._lock.wait(RETRY_S)
                 elif not accepted:
-                    log.warning("a held chunk of %d trigger(s) not fired at stop; reclaimed after its deadline",
-                                h.size)
+                    log.warning("a held chunk of %d trigger(s) not fired at stop; reclaimed after its deadline", h.size)
                 self._lock.notify_all()

@@ -4,6 +4,7 @@ one per item) all spell it with this enum, so the letters are defined once.
 
 A StrEnum: a member is its letter, so strings of them are built with `"".join` and read
 with `str.count` at C speed, and a letter read back compares equal to its member."""
+
 from __future__ import annotations
 
 import enum
@@ -32,5 +33,10 @@ class ItemState(enum.StrEnum):
 
 
 # the states a result message may carry (an executor reports these and no others)
-RESULT_STATES: tuple[ItemState, ...] = (ItemState.SUCCEEDED, ItemState.FAILED, ItemState.TIMED_OUT,
-                                        ItemState.RECEIVED, ItemState.SKIPPED)
+RESULT_STATES: tuple[ItemState, ...] = (
+    ItemState.SUCCEEDED,
+    ItemState.FAILED,
+    ItemState.TIMED_OUT,
+    ItemState.RECEIVED,
+    ItemState.SKIPPED,
+)

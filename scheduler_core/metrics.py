@@ -1,5 +1,6 @@
 """The scheduler's metrics (Prometheus). Each scheduler owns a registry, so tests and
 several schedulers in one process do not share counters."""
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -12,12 +13,18 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 30
 # Stages: "campaign" (a campaign transaction, a watch for a vacancy), "keepalive" (a lease
 # refresh or the re-read of the leader key), "resign" (deleting the key on the way out).
 ELECTION_STAGES = ("campaign", "keepalive", "resign")
-ELECTION_ERRORS = Counter("switchyard_election_errors",
-                          "etcd calls of the leader election that failed (refused, lost, timed out), by stage",
-                          ["stage"], registry=None)
-ELECTION_RECONNECTS = Counter("switchyard_election_reconnects",
-                              "etcd answering the election again after failed calls (one per outage), by stage",
-                              ["stage"], registry=None)
+ELECTION_ERRORS = Counter(
+    "switchyard_election_errors",
+    "etcd calls of the leader election that failed (refused, lost, timed out), by stage",
+    ["stage"],
+    registry=None,
+)
+ELECTION_RECONNECTS = Counter(
+    "switchyard_election_reconnects",
+    "etcd answering the election again after failed calls (one per outage), by stage",
+    ["stage"],
+    registry=None,
+)
 for _stage in ELECTION_STAGES:  # exposed as 0 from the start, so an alert can use increase()
     ELECTION_ERRORS.labels(stage=_stage)
     if _stage != "resign":
@@ -37,30 +44,62 @@ class SchedulerMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.published = Counter("switchyard_commands_published", "Command messages published", ["domain"], registry=r)
-        self.publish_failures = Counter("switchyard_publish_failures", "Messages the bus did not acknowledge", registry=r)
-        self.acquired = Counter("switchyard_triggers_acquired", "Triggers won by the acquire CAS", ["partition"], registry=r)
+        self.publish_failures = Counter(
+            "switchyard_publish_failures", "Messages the bus did not acknowledge", registry=r
+        )
+        self.acquired = Counter(
+            "switchyard_triggers_acquired", "Triggers won by the acquire CAS", ["partition"], registry=r
+        )
         self.cas_losses = Counter("switchyard_cas_losses", "Rows lost in a CAS", ["stage"], registry=r)
         self.released = Counter("switchyard_triggers_released", "Acquired triggers released to waiting", registry=r)
-        self.reclaimed = Counter("switchyard_triggers_reclaimed", "Expired acquisitions of dead epochs reclaimed", registry=r)
-        self.misfires = Counter("switchyard_misfires", "Occurrences older than the misfire threshold", ["policy"], registry=r)
-        self.acquire_cycle = Histogram("switchyard_acquire_cycle_seconds", "One acquire tick", ["partition"], registry=r,
-                                       buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5))
-        self.lookahead_lag = Gauge("switchyard_lookahead_lag_seconds", "now - T of the oldest occurrence last fired (negative: ahead)", registry=r)
-        self.fire_lag = Histogram("switchyard_fire_lag_seconds", "Executor receipt or handler start minus T", ["domain", "stage"],
-                                  registry=r, buckets=LAG_BUCKETS)
-        self.results = Counter("switchyard_results", "Results received on the callback topic (duplicates and replays included)",
-                               ["state"], registry=r)
+        self.reclaimed = Counter(
+            "switchyard_triggers_reclaimed", "Expired acquisitions of dead epochs reclaimed", registry=r
+        )
+        self.misfires = Counter(
+            "switchyard_misfires", "Occurrences older than the misfire threshold", ["policy"], registry=r
+        )
+        self.acquire_cycle = Histogram(
+            "switchyard_acquire_cycle_seconds",
+            "One acquire tick",
+            ["partition"],
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+        )
+        self.lookahead_lag = Gauge(
+            "switchyard_lookahead_lag_seconds",
+            "now - T of the oldest occurrence last fired (negative: ahead)",
+            registry=r,
+        )
+        self.fire_lag = Histogram(
+            "switchyard_fire_lag_seconds",
+            "Executor receipt or handler start minus T",
+            ["domain", "stage"],
+            registry=r,
+            buckets=LAG_BUCKETS,
+        )
+        self.results = Counter(
+            "switchyard_results",
+            "Results received on the callback topic (duplicates and replays included)",
+            ["state"],
+            registry=r,
+        )
         self.results_applied = Counter("switchyard_results_applied", "Fired records a result moved forward", registry=r)
-        self.errors = Counter("switchyard_errors", "Errors by component (store, fire, bus, results)", ["component"], registry=r)
+        self.errors = Counter(
+            "switchyard_errors", "Errors by component (store, fire, bus, results)", ["component"], registry=r
+        )
         self.leader = Gauge("switchyard_is_leader", "1 while this process leads", registry=r)
         # the shard registry (scheduler_core.shards)
         self.partitions_owned = Gauge("switchyard_partitions_owned", "Partitions this member owns", registry=r)
-        self.rebalances = Counter("switchyard_rebalances",
-                                  "Partitions taken or handed over after a membership change", registry=r)
-        self.handoff = Histogram("switchyard_handoff_seconds",
-                                 "From a partition's assignment to this member until it owned it (waiting for "
-                                 "the previous owner's release or lease expiry)", registry=r,
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60))
+        self.rebalances = Counter(
+            "switchyard_rebalances", "Partitions taken or handed over after a membership change", registry=r
+        )
+        self.handoff = Histogram(
+            "switchyard_handoff_seconds",
+            "From a partition's assignment to this member until it owned it (waiting for "
+            "the previous owner's release or lease expiry)",
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60),
+        )
         # process-wide (see ELECTION_ERRORS); one collector may sit in several registries
         self.election_errors = ELECTION_ERRORS
         self.election_reconnects = ELECTION_RECONNECTS

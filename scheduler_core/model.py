@@ -4,6 +4,7 @@ fired record, with their enums and identifier types.
 Datetimes here are always aware (UTC in storage); durations are timedelta. Integers in
 milliseconds exist only at the storage and wire boundaries.
 """
+
 from __future__ import annotations
 
 import enum
@@ -150,8 +151,10 @@ class Trigger:
         if self.kind is TriggerKind.CRON and not self.cron:
             raise ValueError(f"trigger of {self.job_code}: a cron trigger needs a cron expression")
         if self.cron_dialect not in DIALECTS:
-            raise ValueError(f"trigger of {self.job_code}: unknown cron dialect {self.cron_dialect!r} "
-                             f"(expected one of {', '.join(DIALECTS)})")
+            raise ValueError(
+                f"trigger of {self.job_code}: unknown cron dialect {self.cron_dialect!r} "
+                f"(expected one of {', '.join(DIALECTS)})"
+            )
         if self.kind is TriggerKind.FIXED_RATE and (self.interval is None or self.interval <= timedelta(0)):
             raise ValueError(f"trigger of {self.job_code}: a fixed-rate trigger needs a positive interval")
 

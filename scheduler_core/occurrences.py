@@ -1,7 +1,8 @@
 """Next occurrence of a trigger: pure functions over the model and the cron evaluator."""
+
 from __future__ import annotations
 
-from datetime import timezone, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
 from scheduler_core.cron import CronExpression, Dialect

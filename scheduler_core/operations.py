@@ -3,6 +3,7 @@ API as the scheduler, so a manual change can never leave a state it misreads.
 
 Admission is the cancellation boundary: a trigger already acquired may have commands in
 the bus with a future deliver-at. Cancelling it is best-effort and reported as such."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -4,6 +4,7 @@ Pulsar, etcd); one contract test suite runs over both.
 
 Only domain types cross a port: no SQLAlchemy rows, Pulsar messages or etcd leases.
 """
+
 from __future__ import annotations
 
 from abc import abstractmethod
@@ -13,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from scheduler_core.errors import BusError
-
 from scheduler_core.model import (
     CommandId,
     Epoch,
@@ -228,11 +228,15 @@ class TriggerStore(Protocol):
         """Parent trigger -> its follow-ups, in order (`parents` None: every parent)."""
 
     @abstractmethod
-    def followup_claims(self, pairs: Sequence[tuple[CommandId, TriggerId]]) -> dict[tuple[CommandId, TriggerId], CommandId]:
+    def followup_claims(
+        self, pairs: Sequence[tuple[CommandId, TriggerId]]
+    ) -> dict[tuple[CommandId, TriggerId], CommandId]:
         """The child command ids already claimed for (parent command id, child trigger)."""
 
     @abstractmethod
-    def claim_followup(self, parent: CommandId, child: TriggerId, records: Sequence[FiredRecord], now_ms: int) -> CommandId:
+    def claim_followup(
+        self, parent: CommandId, child: TriggerId, records: Sequence[FiredRecord], now_ms: int
+    ) -> CommandId:
         """Claim (parent, child) and insert the child run's records in one transaction;
         returns the child command id that won the claim."""
 

@@ -1,6 +1,7 @@
 """Reclaim: acquired rows past their deadline that nobody here is firing (a dead or
 deposed owner's work, or a chunk of ours whose fire failed) are taken over by the
 partition's current owner and fired again with the same command ids."""
+
 from __future__ import annotations
 
 import logging
@@ -60,15 +61,26 @@ class Reclaimer:
             if t.id is not None and not self.in_flight(t.id):
                 by_epoch.setdefault(t.owner_epoch, []).append(t.id)
         for old_epoch, ids in by_epoch.items():
-            won = self.store.cas(Transition(
-                ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.ACQUIRED,
-                expected_epoch=old_epoch, epoch=acq.epoch, deadline=now + self.settings.acquire_deadline,
-                fence_epoch=acq.epoch, fence=acq.fence,
-            ))
+            won = self.store.cas(
+                Transition(
+                    ids=ids,
+                    from_state=TriggerState.ACQUIRED,
+                    to_state=TriggerState.ACQUIRED,
+                    expected_epoch=old_epoch,
+                    epoch=acq.epoch,
+                    deadline=now + self.settings.acquire_deadline,
+                    fence_epoch=acq.epoch,
+                    fence=acq.fence,
+                )
+            )
             if won:
-                log.warning("partition %s: reclaimed %d trigger(s) of epoch %s past their deadline",
-                            acq.partition.name, len(won), old_epoch,
-                            extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.fence))
+                log.warning(
+                    "partition %s: reclaimed %d trigger(s) of epoch %s past their deadline",
+                    acq.partition.name,
+                    len(won),
+                    old_epoch,
+                    extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.fence),
+                )
                 self.metrics.reclaimed.inc(len(won))
                 acq.submit(won)
                 total += len(won)

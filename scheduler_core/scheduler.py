@@ -5,6 +5,7 @@ the callback topic whether it leads or not.
 `SchedulerCore` is the leader's work, steppable one tick at a time for driven-clock
 tests; `Scheduler.run` drives it with threads and an election.
 """
+
 from __future__ import annotations
 
 import logging
@@ -95,25 +96,40 @@ class SchedulerCore:
         self._revoked: set[tuple[str | None, Epoch]] = set()
         # under the registry: the member's lease is known alive (asked before publishing)
         self.ownership_alive: Callable[[], bool] = lambda: True
-        self.pool = FirePool(self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of,
-                             inline=inline)
+        self.pool = FirePool(
+            self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of, inline=inline
+        )
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
         # chunks due within hold_within, fired at T (the threaded pool only: driven-clock
         # tests fire on the caller's thread as they tick)
         within_ms = int(self.settings.hold_within.total_seconds() * 1000)
         self.held: HeldChunks | None = None
         if within_ms > 0 and not inline:
-            self.held = HeldChunks(clock, self.pool.try_submit, within_ms=within_ms,
-                                   per_window=self.settings.hold_per_window,
-                                   window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)))
-        self.acquirers = [self._acquirer(p, epoch, None)
-                          for p in (store.partitions() if partitions is None else partitions)]
+            self.held = HeldChunks(
+                clock,
+                self.pool.try_submit,
+                within_ms=within_ms,
+                per_window=self.settings.hold_per_window,
+                window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)),
+            )
+        self.acquirers = [
+            self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
+        ]
         self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
 
     def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
-        return PartitionAcquirer(partition, self.store, self.pool, self._fire_chunk, self.clock, self.settings,
-                                 self.metrics, epoch, fence=fence,
-                                 on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence))
+        return PartitionAcquirer(
+            partition,
+            self.store,
+            self.pool,
+            self._fire_chunk,
+            self.clock,
+            self.settings,
+            self.metrics,
+            epoch,
+            fence=fence,
+            on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence),
+        )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
         """Admit `partition` from now on as its owner of `epoch` (the registry handed it
@@ -161,8 +177,13 @@ class SchedulerCore:
         self._pending[fence] = max(0, self._pending[fence] - n)
         self._idle.notify_all()
 
-    def _fire_chunk(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
-                    jobs: Mapping[JobCode, Job] | None = None) -> None:
+    def _fire_chunk(
+        self,
+        chunk: Sequence[Trigger],
+        epoch: Epoch,
+        fence: str | None = None,
+        jobs: Mapping[JobCode, Job] | None = None,
+    ) -> None:
         if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
             # a one-shot due shortly: keep it (still queued and in flight for the reclaimer
             # and a handover) and fire it at T; a later tick's chunks never wait behind it.
@@ -170,21 +191,30 @@ class SchedulerCore:
             # publish one occurrence per T instead of its lookahead's ahead of time, which
             # rollback fences and a scheduler's downtime rely on (the broker holds them)
             due_ms = min(to_ms(t.next_fire_at) for t in chunk)
-            if self.held.hold(due_ms, chunk[0].biz_code, len(chunk),
-                              lambda: self._fire_now(chunk, epoch, fence, jobs)):
+            if self.held.hold(due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_now(chunk, epoch, fence, jobs)):
                 return
         self._fire_now(chunk, epoch, fence, jobs)
 
-    def _fire_now(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None = None,
-                  jobs: Mapping[JobCode, Job] | None = None) -> None:
+    def _fire_now(
+        self,
+        chunk: Sequence[Trigger],
+        epoch: Epoch,
+        fence: str | None = None,
+        jobs: Mapping[JobCode, Job] | None = None,
+    ) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
             dropped = (fence, epoch) in self._revoked
         try:
             if dropped:
-                log.warning("partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the "
-                            "new owner", fence, epoch, len(ids), extra=log_fields(epoch=epoch, fence=fence))
+                log.warning(
+                    "partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the new owner",
+                    fence,
+                    epoch,
+                    len(ids),
+                    extra=log_fields(epoch=epoch, fence=fence),
+                )
                 return
             if fence is None:
                 out = self.pipeline.fire(chunk, epoch, jobs=jobs)
@@ -199,8 +229,11 @@ class SchedulerCore:
             with self._lock:
                 self.stats.fire_errors += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("fire of %d trigger(s) failed; they will be reclaimed after their deadline", len(ids),
-                          extra=log_fields(epoch=epoch, fence=fence))
+            log.exception(
+                "fire of %d trigger(s) failed; they will be reclaimed after their deadline",
+                len(ids),
+                extra=log_fields(epoch=epoch, fence=fence),
+            )
         finally:
             with self._lock:
                 self._in_flight.difference_update(ids)
@@ -300,8 +333,9 @@ class Scheduler:
                     continue
                 if not self.store.claim_epoch(epoch):
                     # a newer leader already fenced the store: we are not it
-                    log.warning("epoch %s is older than the store's fence; stepping down", epoch,
-                                extra=log_fields(epoch=epoch))
+                    log.warning(
+                        "epoch %s is older than the store's fence; stepping down", epoch, extra=log_fields(epoch=epoch)
+                    )
                     self.election.resign()
                     continue
                 self._lead(epoch, stop)
@@ -321,7 +355,9 @@ class Scheduler:
         loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
         for loop in loops:
             loop.start()
-        unlisten = listen_for_wakeups(self.wakeups, lambda index: [lp for lp in loops if lp.acq.partition.index == index])
+        unlisten = listen_for_wakeups(
+            self.wakeups, lambda index: [lp for lp in loops if lp.acq.partition.index == index]
+        )
         try:
             while not stop.is_set() and not any(loop.lost.is_set() for loop in loops):
                 if not self.election.is_leader():
@@ -366,8 +402,9 @@ class Scheduler:
         consume_results(self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings)
 
 
-def listen_for_wakeups(wakeups: Wakeups | None,
-                       loops_of: Callable[[int], Sequence[PartitionLoop]]) -> Callable[[], None]:
+def listen_for_wakeups(
+    wakeups: Wakeups | None, loops_of: Callable[[int], Sequence[PartitionLoop]]
+) -> Callable[[], None]:
     """Wake the loops this scheduler runs for the partitions of each wake-up (`loops_of`:
     a partition index -> its loops here, none when another process owns it); returns the
     call that stops listening."""
@@ -382,8 +419,15 @@ def listen_for_wakeups(wakeups: Wakeups | None,
     return wakeups.listen(on_wake)
 
 
-def consume_results(bus: MessageBus, store: TriggerStore, metrics: SchedulerMetrics, stop: threading.Event, *,
-                    clock: Clock | None = None, settings: SchedulerSettings | None = None) -> None:
+def consume_results(
+    bus: MessageBus,
+    store: TriggerStore,
+    metrics: SchedulerMetrics,
+    stop: threading.Event,
+    *,
+    clock: Clock | None = None,
+    settings: SchedulerSettings | None = None,
+) -> None:
     """Apply results from the callback topic until stopped (every scheduler process does,
     leading or not: the subscription is shared)."""
     consumer: ResultConsumer | None = None

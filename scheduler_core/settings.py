@@ -1,4 +1,5 @@
 """Scheduler settings. Defaults are the original production system's values."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -10,6 +10,7 @@ is queued; the member rejoins as a new incarnation and takes partitions with new
 
 One member is the single leader's case: it owns every partition.
 """
+
 from __future__ import annotations
 
 import logging
@@ -74,8 +75,9 @@ class ShardedScheduler:
         self.consume = consume
         self.partitions = {p.index: p for p in store.partitions()}
         self.run_loops = run_loops
-        self.core = SchedulerCore(store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[],
-                                  inline=inline)
+        self.core = SchedulerCore(
+            store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[], inline=inline
+        )
         self.core.ownership_alive = registry.alive
         self.status = MemberStatus(member=registry.member, stats=self.core.stats)
         self._owned: dict[int, _Owned] = {}
@@ -88,9 +90,13 @@ class ShardedScheduler:
     def run(self, stop: threading.Event) -> None:
         consumer = None
         if self.consume:
-            consumer = threading.Thread(target=consume_results, args=(self.bus, self.store, self.metrics, stop),
-                                        kwargs={"clock": self.clock, "settings": self.settings},
-                                        name="results", daemon=True)
+            consumer = threading.Thread(
+                target=consume_results,
+                args=(self.bus, self.store, self.metrics, stop),
+                kwargs={"clock": self.clock, "settings": self.settings},
+                name="results",
+                daemon=True,
+            )
             consumer.start()
         unlisten = listen_for_wakeups(self.wakeups, self._loops_of)
         try:
@@ -116,8 +122,9 @@ class ShardedScheduler:
             try:
                 self.registry.join()
                 self.status.incarnations += 1
-                log.info("member %s joined the registry", self.registry.member,
-                         extra=log_fields(member=self.registry.member))
+                log.info(
+                    "member %s joined the registry", self.registry.member, extra=log_fields(member=self.registry.member)
+                )
                 return
             except Exception as exc:
                 self.metrics.errors.labels(component="registry").inc()
@@ -129,8 +136,12 @@ class ShardedScheduler:
         """One look at the registry: give up, take and check partitions; reclaim if due."""
         if not self.registry.alive():
             if self._owned:
-                log.warning("member %s: lease lost; stopping %d partition(s) at once",
-                            self.registry.member, len(self._owned), extra=log_fields(member=self.registry.member))
+                log.warning(
+                    "member %s: lease lost; stopping %d partition(s) at once",
+                    self.registry.member,
+                    len(self._owned),
+                    extra=log_fields(member=self.registry.member),
+                )
             for index in list(self._owned):
                 self._drop(index, lost=True)
             self.status.owned = {}
@@ -151,8 +162,12 @@ class ShardedScheduler:
         for index, owned in list(self._owned.items()):
             current = view.owners.get(index)
             if current is None or current.member != me or current.epoch != owned.acq.epoch or owned.loop.lost.is_set():
-                log.warning("partition %s: ownership of epoch %s lost", index, owned.acq.epoch,
-                            extra=log_fields(partition=index, epoch=owned.acq.epoch))
+                log.warning(
+                    "partition %s: ownership of epoch %s lost",
+                    index,
+                    owned.acq.epoch,
+                    extra=log_fields(partition=index, epoch=owned.acq.epoch),
+                )
                 self._drop(index, lost=True)
         # 2. partitions assigned elsewhere now: finish their chunks, then release
         for index in [i for i in self._owned if i not in wanted]:
@@ -189,8 +204,12 @@ class ShardedScheduler:
         partition = self.partitions[index]
         if not self.store.claim_epoch(epoch, partition_fence(partition)):
             # a newer ownership already fenced it: ours is stale, give the key back
-            log.warning("partition %s: epoch %s is older than the store's fence; releasing", index, epoch,
-                        extra=log_fields(partition=index, epoch=epoch))
+            log.warning(
+                "partition %s: epoch %s is older than the store's fence; releasing",
+                index,
+                epoch,
+                extra=log_fields(partition=index, epoch=epoch),
+            )
             self.registry.release(index, epoch)
             return
         acq = self.core.own(partition, epoch)
@@ -203,8 +222,13 @@ class ShardedScheduler:
         if self._settled:  # a take after the member's first full set is a rebalance
             self.metrics.rebalances.inc()
             self.status.rebalances += 1
-        log.info("partition %s: owned with epoch %s (waited %.2f s for it)", partition.name, epoch, waited,
-                 extra=log_fields(partition=index, epoch=epoch))
+        log.info(
+            "partition %s: owned with epoch %s (waited %.2f s for it)",
+            partition.name,
+            epoch,
+            waited,
+            extra=log_fields(partition=index, epoch=epoch),
+        )
 
     def _owns(self, index: int, epoch: Epoch) -> bool:
         owned = self._owned.get(index)
@@ -216,13 +240,20 @@ class ShardedScheduler:
         owned.loop.join(timeout=10)
         done = self.core.disown(owned.acq, lost=False, timeout=self.settings.acquire_deadline.total_seconds())
         if not done:
-            log.warning("partition %s: chunks still firing at handover; the next owner reclaims them", index,
-                        extra=log_fields(partition=index, epoch=owned.acq.epoch))
+            log.warning(
+                "partition %s: chunks still firing at handover; the next owner reclaims them",
+                index,
+                extra=log_fields(partition=index, epoch=owned.acq.epoch),
+            )
         self.registry.release(index, owned.acq.epoch)
         self.metrics.rebalances.inc()
         self.status.rebalances += 1
-        log.info("partition %s: handed over (epoch %s)", owned.acq.partition.name, owned.acq.epoch,
-                 extra=log_fields(partition=index, epoch=owned.acq.epoch))
+        log.info(
+            "partition %s: handed over (epoch %s)",
+            owned.acq.partition.name,
+            owned.acq.epoch,
+            extra=log_fields(partition=index, epoch=owned.acq.epoch),
+        )
 
     def _drop(self, index: int, *, lost: bool) -> None:
         owned = self._owned.pop(index)

@@ -1,6 +1,7 @@
 """The trigger state machine, as data. The store's CAS and the operator commands both
 check against this one table, so a manual operation can never leave a state the
 scheduler misreads."""
+
 from __future__ import annotations
 
 from scheduler_core.errors import IllegalTransition

@@ -2,6 +2,7 @@
 
 Lag is measured at two points: executor receipt minus T, and handler start minus T.
 """
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -29,8 +30,14 @@ class DomainStats:
     misfired: int = 0
 
     def as_dict(self) -> dict[str, object]:
-        return {"domain": self.domain, "commands": self.commands, "states": dict(self.states),
-                "received_lag_s": self.received_lag_s, "started_lag_s": self.started_lag_s, "misfired": self.misfired}
+        return {
+            "domain": self.domain,
+            "commands": self.commands,
+            "states": dict(self.states),
+            "received_lag_s": self.received_lag_s,
+            "started_lag_s": self.started_lag_s,
+            "misfired": self.misfired,
+        }
 
 
 def lag_stats(records: Sequence[FiredRecord]) -> dict[str, DomainStats]:

@@ -23,6 +23,7 @@ store every few hundred ms, publishes what is pending and broadcasts what is new
 inside the margin. Store first, then the bus: a crash between the steps loses nothing,
 the next relay round does it again with the same ids.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,14 +77,26 @@ class Supersede:
         return skip_message(self.effective_ms)
 
     def __str__(self) -> str:
-        return (f"schedule edit of trigger {self.trigger_id} ({self.business}) effective "
-                f"{from_ms(self.effective_ms).isoformat()}: {len(self.skipped_ms)} superseded, "
-                f"{len(self.pending_ms)} pending, epoch {self.epoch}")
+        return (
+            f"schedule edit of trigger {self.trigger_id} ({self.business}) effective "
+            f"{from_ms(self.effective_ms).isoformat()}: {len(self.skipped_ms)} superseded, "
+            f"{len(self.pending_ms)} pending, epoch {self.epoch}"
+        )
 
 
 def encode_supersede(s: Supersede) -> bytes:
-    return json.dumps({"v": WIRE_VERSION, "k": KIND, "b": s.business, "t": s.trigger_id, "f": s.effective_ms,
-                       "s": sorted(s.skipped_ms), "e": s.epoch}, separators=(",", ":")).encode("utf-8")
+    return json.dumps(
+        {
+            "v": WIRE_VERSION,
+            "k": KIND,
+            "b": s.business,
+            "t": s.trigger_id,
+            "f": s.effective_ms,
+            "s": sorted(s.skipped_ms),
+            "e": s.epoch,
+        },
+        separators=(",", ":"),
+    ).encode("utf-8")
 
 
 def decode_supersede(payload: bytes) -> Supersede | None:
@@ -96,8 +109,14 @@ def decode_supersede(payload: bytes) -> Supersede | None:
             raise ValueError(f"unsupported control message version {version!r}")
         if body.get("k") != KIND:
             return None
-        return Supersede(trigger_id=int(body["t"]), business=str(body["b"]), effective_ms=int(body["f"]),
-                         skipped_ms=frozenset(int(x) for x in body["s"]), pending_ms=(), epoch=int(body["e"]))
+        return Supersede(
+            trigger_id=int(body["t"]),
+            business=str(body["b"]),
+            effective_ms=int(body["f"]),
+            skipped_ms=frozenset(int(x) for x in body["s"]),
+            pending_ms=(),
+            epoch=int(body["e"]),
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"malformed supersede message: {exc}") from exc
 
@@ -132,8 +151,9 @@ class TriggersAndJobs(Protocol):
 class PendingRuns(Protocol):
     """What builds and publishes a run outside the schedule (`FirePipeline.run_now`/`publish`)."""
 
-    def run_now(self, trigger: Trigger, job: Job, occurrence: datetime, epoch: Epoch,
-                note: str = "") -> tuple[list[FiredRecord], list[BusMessage]]: ...
+    def run_now(
+        self, trigger: Trigger, job: Job, occurrence: datetime, epoch: Epoch, note: str = ""
+    ) -> tuple[list[FiredRecord], list[BusMessage]]: ...
 
     def publish(self, messages: list[BusMessage]) -> None: ...
 
@@ -142,8 +162,9 @@ class SupersedeRelay:
     """Publishes the pending runs of the stored supersedes and broadcasts those this bus
     has not carried yet. Call `relay()` every RELAY_EVERY."""
 
-    def __init__(self, supersedes: SupersedeStore, triggers: TriggersAndJobs, bus: MessageBus,
-                 runs: PendingRuns) -> None:
+    def __init__(
+        self, supersedes: SupersedeStore, triggers: TriggersAndJobs, bus: MessageBus, runs: PendingRuns
+    ) -> None:
         self.supersedes = supersedes
         self.triggers = triggers
         self.bus = bus
@@ -198,5 +219,15 @@ def _scheduled_of(m: BusMessage) -> int | None:
     return int(at) if at else m.deliver_at_ms
 
 
-__all__ = ["KIND", "MARGIN", "MESSAGE_PREFIX", "RELAY_EVERY", "Supersede", "SupersedeRelay", "SupersedeStore",
-           "decode_supersede", "encode_supersede", "skip_message"]
+__all__ = [
+    "KIND",
+    "MARGIN",
+    "MESSAGE_PREFIX",
+    "RELAY_EVERY",
+    "Supersede",
+    "SupersedeRelay",
+    "SupersedeStore",
+    "decode_supersede",
+    "encode_supersede",
+    "skip_message",
+]

@@ -3,6 +3,7 @@
 Storage and the wire carry UTC epoch milliseconds so that no naive local time is ever
 persisted; the model carries aware datetimes so that arithmetic stays honest.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone

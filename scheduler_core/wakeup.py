@@ -11,6 +11,7 @@ wake-up carries each partition's earliest fire time: the loop ticks by then minu
 `SchedulerSettings.wake_lead` (at once when that has passed), so a loop that ticks
 often anyway is not made to tick once per added batch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,9 @@ WAKE_HORIZON = timedelta(minutes=30)
 Listener = Callable[[Mapping[int, int]], None]
 
 
-def partitions_to_wake(triggers: Sequence[Trigger], partitions: int, now: datetime,
-                       horizon: timedelta = WAKE_HORIZON) -> dict[int, int]:
+def partitions_to_wake(
+    triggers: Sequence[Trigger], partitions: int, now: datetime, horizon: timedelta = WAKE_HORIZON
+) -> dict[int, int]:
     """Partition index -> the earliest fire time (epoch ms) of the new triggers due by now
     + horizon there. A trigger's partition is id mod the partition count: the store's
     HASH(id) partitions on MariaDB/MySQL/TiDB, and the `part` column slice on SQLite."""
@@ -113,5 +115,9 @@ def notify_added(wakeups: Wakeups | None, triggers: Sequence[Trigger], partition
     try:
         wakeups.notify(woken)
     except Exception as exc:
-        log.warning("wake-up of partition(s) %s not sent (%s: %s); their next tick finds the triggers",
-                    sorted(woken), type(exc).__name__, exc)
+        log.warning(
+            "wake-up of partition(s) %s not sent (%s: %s); their next tick finds the triggers",
+            sorted(woken),
+            type(exc).__name__,
+            exc,
+        )

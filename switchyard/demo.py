@@ -17,6 +17,7 @@ local election, and a compressed (driven) clock:
    occurrence is fired by exactly one side (the side switched to), and the check counts
    the occurrences it covered, so an empty check cannot pass for a clean one.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -32,6 +33,7 @@ from dualrun.model import Window
 from dualrun.settings import CompareSettings
 from dualrun.verdict_store import put_comparison
 from legacy_sim.batchcenter import BatchCenterSimulator
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
@@ -41,7 +43,6 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.records import SourceSystem
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
@@ -55,10 +56,10 @@ from scheduler_core.model import Epoch, FiredState, TriggerState, parse_command_
 from scheduler_core.occurrences import next_after
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
 from switchyard.wiring import DualRunGate
 
 START = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
@@ -117,12 +118,18 @@ class DemoResult:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"workdir": self.workdir, "overview": self.overview, "quarantined": self.quarantined,
-                "migrated": self.migrated, "seconds": round(self.seconds, 1),
-                "window": None if self.window is None else self.window.as_dict(),
-                "rollback": dict(self.rollback.__dict__),
-                "businesses": [b.__dict__ | {"reasons": list(b.reasons), "warnings": list(b.warnings)}
-                               for b in self.businesses]}
+        return {
+            "workdir": self.workdir,
+            "overview": self.overview,
+            "quarantined": self.quarantined,
+            "migrated": self.migrated,
+            "seconds": round(self.seconds, 1),
+            "window": None if self.window is None else self.window.as_dict(),
+            "rollback": dict(self.rollback.__dict__),
+            "businesses": [
+                b.__dict__ | {"reasons": list(b.reasons), "warnings": list(b.warnings)} for b in self.businesses
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -142,16 +149,32 @@ class _Legacy:
         self.engine = make_engine(url)
         if source == SourceSystem.XXL_JOB:
             create_legacy_schema(self.engine, source, "3.4")
-            self.seed = seed_xxljob(self.engine, "3.4", groups=2, jobs_per_group=6, bad_rows=2, malformed_crons=1,
-                                    executors_per_group=2, rng_seed=11, base_time=START)
+            self.seed = seed_xxljob(
+                self.engine,
+                "3.4",
+                groups=2,
+                jobs_per_group=6,
+                bad_rows=2,
+                malformed_crons=1,
+                executors_per_group=2,
+                rng_seed=11,
+                base_time=START,
+            )
             _quicken_xxljob(self.engine, set(self.seed.bad_keys) | set(self.seed.malformed_cron_keys))
             self.reader: LegacyReader = XxlJobReader(self.engine)
             self.sim: Any = XxlJobSimulator(self.engine, lineage="3.4", clock=clock)
             self.control: Any = XxlJobControl(self.engine, clock)
         else:
             create_legacy_schema(self.engine, source, None)
-            self.seed = seed_batchcenter(self.engine, businesses=2, tasks_per_business=6, bad_rows=2,
-                                         malformed_crons=1, rng_seed=11, base_time=START)
+            self.seed = seed_batchcenter(
+                self.engine,
+                businesses=2,
+                tasks_per_business=6,
+                bad_rows=2,
+                malformed_crons=1,
+                rng_seed=11,
+                base_time=START,
+            )
             _quicken_batchcenter(self.engine, set(self.seed.bad_keys) | set(self.seed.malformed_cron_keys))
             self.reader = BatchCenterReader(self.engine)
             self.sim = BatchCenterSimulator(self.engine, clock=clock)
@@ -171,18 +194,33 @@ def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
 
     first = int((START + timedelta(minutes=1)).timestamp() * 1000)
     with engine.begin() as conn:
-        ids = [i for (i,) in conn.execute(text(
-            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND glue_type = 'BEAN' "
-            "AND schedule_type IN ('CRON', 'FIX_RATE') ORDER BY id"))
-            if str(i) not in bad]  # bad rows stay as they are: they are quarantined, not run
+        ids = [
+            i
+            for (i,) in conn.execute(
+                text(
+                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND glue_type = 'BEAN' "
+                    "AND schedule_type IN ('CRON', 'FIX_RATE') ORDER BY id"
+                )
+            )
+            if str(i) not in bad
+        ]  # bad rows stay as they are: they are quarantined, not run
         for n, job_id in enumerate(ids):
             if n % 4 == 3:
-                conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'FIX_RATE', schedule_conf = '90', "
-                                  "trigger_next_time = :t WHERE id = :id"), {"t": first, "id": job_id})
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET schedule_type = 'FIX_RATE', schedule_conf = '90', "
+                        "trigger_next_time = :t WHERE id = :id"
+                    ),
+                    {"t": first, "id": job_id},
+                )
             else:
-                conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = :c, "
-                                  "trigger_next_time = :t WHERE id = :id"),
-                             {"c": QUICK_CRONS[n % 3], "t": first, "id": job_id})
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = :c, "
+                        "trigger_next_time = :t WHERE id = :id"
+                    ),
+                    {"c": QUICK_CRONS[n % 3], "t": first, "id": job_id},
+                )
 
 
 def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
@@ -190,16 +228,27 @@ def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
 
     wall = (START + timedelta(hours=8, minutes=1)).strftime("%Y-%m-%d %H:%M:%S")  # Asia/Shanghai wall time
     with engine.begin() as conn:
-        ids = [i for (i,) in conn.execute(text(
-            "SELECT id FROM bc_task WHERE status IN (0, 1) AND task_type IN (2, 3) ORDER BY id"))
-            if str(i) not in bad]
+        ids = [
+            i
+            for (i,) in conn.execute(
+                text("SELECT id FROM bc_task WHERE status IN (0, 1) AND task_type IN (2, 3) ORDER BY id")
+            )
+            if str(i) not in bad
+        ]
         for n, task_id in enumerate(ids):
             if n % 4 == 3:
-                conn.execute(text("UPDATE bc_task SET task_type = 3, interval_sec = 120, cron_expr = NULL, "
-                                  "status = 0, fire_time = :f WHERE id = :id"), {"f": wall, "id": task_id})
+                conn.execute(
+                    text(
+                        "UPDATE bc_task SET task_type = 3, interval_sec = 120, cron_expr = NULL, "
+                        "status = 0, fire_time = :f WHERE id = :id"
+                    ),
+                    {"f": wall, "id": task_id},
+                )
             else:
-                conn.execute(text("UPDATE bc_task SET task_type = 2, cron_expr = :c, status = 0, fire_time = :f "
-                                  "WHERE id = :id"), {"c": QUICK_CRONS[n % 3], "f": wall, "id": task_id})
+                conn.execute(
+                    text("UPDATE bc_task SET task_type = 2, cron_expr = :c, status = 0, fire_time = :f WHERE id = :id"),
+                    {"c": QUICK_CRONS[n % 3], "f": wall, "id": task_id},
+                )
 
 
 def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
@@ -208,13 +257,17 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         shutil.rmtree(workdir)  # a second run starts clean
     (workdir / "reports").mkdir(parents=True)
     clock = ManualClock(START)
-    legacies = [_Legacy("xxl-job", f"sqlite:///{workdir / 'legacy-xxljob.db'}", clock),
-                _Legacy("batch-center", f"sqlite:///{workdir / 'legacy-batchcenter.db'}", clock)]
+    legacies = [
+        _Legacy("xxl-job", f"sqlite:///{workdir / 'legacy-xxljob.db'}", clock),
+        _Legacy("batch-center", f"sqlite:///{workdir / 'legacy-batchcenter.db'}", clock),
+    ]
     target = make_engine(f"sqlite:///{workdir / 'switchyard.db'}")
     init_schema(target, partitions=4)
     store = SqlTriggerStore(target, clock)
-    say(f"legacy databases seeded: xxl-job {legacies[0].seed.good + legacies[0].seed.bad} jobs, "
-        f"batch center {legacies[1].seed.good + legacies[1].seed.bad} tasks (a few of them bad)")
+    say(
+        f"legacy databases seeded: xxl-job {legacies[0].seed.good + legacies[0].seed.bad} jobs, "
+        f"batch center {legacies[1].seed.good + legacies[1].seed.bad} tasks (a few of them bad)"
+    )
 
     # 1. the legacy schedulers run alone
     _advance(clock, LEGACY_ONLY, legacies, None)
@@ -234,8 +287,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         assert again.rows_written == 0, "an unchanged re-run writes nothing"
     registry = BusinessRegistry(store)
     businesses = registry.all()
-    say(f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
-        f"{result.quarantined} quarantined with their field and reason")
+    say(
+        f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
+        f"{result.quarantined} quarantined with their field and reason"
+    )
 
     # 3. dual-run: every business, the first batch-center one in shadow
     bus = InProcessBus(clock)
@@ -244,12 +299,21 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     cut = next(b.biz_code for b in businesses if b.source_system == "xxl-job" and b.biz_code != regressed)
     # the rollback fence travels on the in-process bus's control channel, which every
     # executor follows (on Pulsar: a control topic each executor process reads)
-    switches = {lg.source: BusinessSwitch(store, lg.control, clock, DualRunGate(store),
-                                          max_verdict_age=timedelta(days=1), fences=FenceService(store, bus))
-                for lg in legacies}
+    switches = {
+        lg.source: BusinessSwitch(
+            store,
+            lg.control,
+            clock,
+            DualRunGate(store),
+            max_verdict_age=timedelta(days=1),
+            fences=FenceService(store, bus),
+        )
+        for lg in legacies
+    }
     for b in businesses:
-        switches[b.source_system].start_dual_run(b.biz_code, shadow=b.biz_code == shadow_biz, actor="demo",
-                                                 reason="dual-run in the demo")
+        switches[b.source_system].start_dual_run(
+            b.biz_code, shadow=b.biz_code == shadow_biz, actor="demo", reason="dual-run in the demo"
+        )
     dual_start = clock.now()
     regression = {"on": False}
     invoked: list[tuple[str, datetime, datetime]] = []  # (business, scheduled at, invoked at) of every new-side call
@@ -257,8 +321,14 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     for ex in executors:
         ex.handler()(_handler(ex.domain, regressed, regression, invoked, clock))
     store.claim_epoch(Epoch(1))
-    core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0),
-                                                                         jitter=timedelta(0)), inline=True)
+    core = SchedulerCore(
+        store,
+        bus,
+        clock,
+        Epoch(1),
+        SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0)),
+        inline=True,
+    )
     consumer = ResultConsumer(bus, store, core.metrics)
     new_side = (core, executors, consumer)
     _advance(clock, REGRESSION_AT, legacies, new_side)
@@ -272,12 +342,23 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     result.window = window
     for b in businesses:
         reader = next(lg.reader for lg in legacies if lg.source == b.source_system)
-        comparison = compare_business(store, reader, CompareRequest(business=b.biz_code, window=window),
-                                      settings=CompareSettings(window=VERDICT_WINDOW), now=clock.now())
+        comparison = compare_business(
+            store,
+            reader,
+            CompareRequest(business=b.biz_code, window=window),
+            settings=CompareSettings(window=VERDICT_WINDOW),
+            now=clock.now(),
+        )
         put_comparison(store, comparison)
-        line = BusinessLine(b.biz_code, b.source_system, verdict=comparison.verdict.value,
-                            reasons=tuple(comparison.reasons), warnings=tuple(comparison.warnings),
-                            legacy_fires=comparison.legacy.fires, new_fires=comparison.new.fires)
+        line = BusinessLine(
+            b.biz_code,
+            b.source_system,
+            verdict=comparison.verdict.value,
+            reasons=tuple(comparison.reasons),
+            warnings=tuple(comparison.warnings),
+            legacy_fires=comparison.legacy.fires,
+            new_fires=comparison.new.fires,
+        )
         result.businesses.append(line)
     say("compared: " + ", ".join(f"{ln.business} {ln.verdict}" for ln in result.businesses))
 
@@ -286,31 +367,41 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     if lines[cut].verdict == "ready":
         rep = switches["xxl-job"].cutover(cut, actor="demo", reason="verdict ready")
     else:
-        rep = switches["xxl-job"].cutover(cut, actor="demo", force=True,
-                                         reason="demo: cut over despite " + "; ".join(lines[cut].reasons))
+        rep = switches["xxl-job"].cutover(
+            cut, actor="demo", force=True, reason="demo: cut over despite " + "; ".join(lines[cut].reasons)
+        )
     handovers = {cut: Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})}
     say(f"cut over {cut} (handover of {len(rep.handover)} jobs{', forced' if rep.forced else ''})")
     back = switches["xxl-job"].rollback(regressed, actor="demo", reason="injected regression: failures on the new path")
     handovers[regressed] = _rollback_handover(back, switches["xxl-job"].links(regressed))
     first = min(handovers[regressed].first.values(), default=None)
-    say(f"rolled {regressed} back to legacy: legacy alone fires its {len(handovers[regressed].first)} jobs from "
+    say(
+        f"rolled {regressed} back to legacy: legacy alone fires its {len(handovers[regressed].first)} jobs from "
         f"{'-' if first is None else first.isoformat()} on"
-        + (f" (the rollback fence at {back.fence_at})" if back.fence_at else
-           " (no rollback fence: the new side runs what it had already published until then)"))
+        + (
+            f" (the rollback fence at {back.fence_at})"
+            if back.fence_at
+            else " (no rollback fence: the new side runs what it had already published until then)"
+        )
+    )
     # the regression stays on: the fence, not the handler, is what stops the new side
     rolled_back_at = clock.now()
     _advance(clock, AFTER_SWITCH, legacies, new_side)
     after = [(at, when) for biz, at, when in invoked if biz == regressed and when >= rolled_back_at]
     fence_at = datetime.fromisoformat(back.fence_at) if back.fence_at else None
     result.rollback = RollbackEffect(
-        fence_at=back.fence_at, fenced=back.fenced,
+        fence_at=back.fence_at,
+        fenced=back.fenced,
         invoked_after=len(after),
         invoked_at_or_after_fence=sum(1 for at, _w in after if fence_at is not None and at >= fence_at),
-        last_invocation_s=max(((w - rolled_back_at).total_seconds() for _a, w in after), default=0.0))
-    say(f"after the rollback the new side invoked {regressed}'s handler {len(after)} time(s), the last "
+        last_invocation_s=max(((w - rolled_back_at).total_seconds() for _a, w in after), default=0.0),
+    )
+    say(
+        f"after the rollback the new side invoked {regressed}'s handler {len(after)} time(s), the last "
         f"{result.rollback.last_invocation_s:.0f} s after it (occurrences before the fence); "
         f"{result.rollback.invoked_at_or_after_fence} at or after the fence; {back.fenced} published command(s) "
-        "recorded as skipped by it")
+        "recorded as skipped by it"
+    )
 
     # 6. the boundary, occurrence by occurrence, and the reports
     for b in registry.all():
@@ -322,8 +413,12 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
             switch = handovers[b.biz_code]
             line.switched = "cutover" if switch.to_new else "rollback"
             line.boundary_checked, line.boundary_missing, line.boundary_doubled = _boundary(
-                switch, legacy_fires, new_fires, horizon=clock.now() - timedelta(minutes=1),
-                triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)})
+                switch,
+                legacy_fires,
+                new_fires,
+                horizon=clock.now() - timedelta(minutes=1),
+                triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)},
+            )
         out = workdir / "reports" / f"{b.biz_code}.html"
         model = load_report(store, b.biz_code, now=clock.now())
         write_report(model.content(), "html", out)
@@ -343,8 +438,13 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     return result
 
 
-def _handler(domain: str, regressed: str, regression: dict[str, bool], invoked: list[tuple[str, datetime, datetime]],
-             clock: ManualClock) -> Callable[[ExecutionContext], HandlerResult]:
+def _handler(
+    domain: str,
+    regressed: str,
+    regression: dict[str, bool],
+    invoked: list[tuple[str, datetime, datetime]],
+    clock: ManualClock,
+) -> Callable[[ExecutionContext], HandlerResult]:
     def handle(ctx: ExecutionContext) -> HandlerResult:
         invoked.append((domain, ctx.scheduled_at, clock.now()))
         # the business's work would run here (through its legacy bridge in production)
@@ -355,8 +455,12 @@ def _handler(domain: str, regressed: str, regression: dict[str, bool], invoked: 
     return handle
 
 
-def _advance(clock: ManualClock, span: timedelta, legacies: list[_Legacy],
-             new_side: tuple[SchedulerCore, list[Executor], ResultConsumer] | None) -> None:
+def _advance(
+    clock: ManualClock,
+    span: timedelta,
+    legacies: list[_Legacy],
+    new_side: tuple[SchedulerCore, list[Executor], ResultConsumer] | None,
+) -> None:
     end = clock.now() + span
     while clock.now() < end:
         clock.advance(STEP)
@@ -390,12 +494,16 @@ def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
     return Handover(to_new=False, first=first)
 
 
-def _fires_after(store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+def _fires_after(
+    store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime
+) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
     """(source key, scheduled ms) fired by each side since `since` (one per occurrence;
     the new side's skipped and shadow records are not fires)."""
     links = {ln.job_code: ln.source_key for ln in BusinessSwitch(store, lg.control, store.clock).links(biz)}
     keys = set(links.values())
-    legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000}
+    legacy = {
+        (str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000
+    }
     new: set[tuple[str, int]] = set()
     for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
         if r.job_code in links and r.state not in (FiredState.SKIPPED, FiredState.PENDING) and not _shadow_only(r):
@@ -411,8 +519,14 @@ def _shadow_only(record: Any) -> bool:
     return record.state is FiredState.RECEIVED and "shadow" in (record.message or "")
 
 
-def _boundary(switch: Handover, legacy: set[tuple[str, int]], new: set[tuple[str, int]], *,
-              horizon: datetime, triggers: dict[str, Any]) -> tuple[int, int, int]:
+def _boundary(
+    switch: Handover,
+    legacy: set[tuple[str, int]],
+    new: set[tuple[str, int]],
+    *,
+    horizon: datetime,
+    triggers: dict[str, Any],
+) -> tuple[int, int, int]:
     """Across the switch, every occurrence of the schedule from the handover time on is
     fired by the side that owns it now, and not by the other. Returns (checked, missing,
     doubled): `checked` counts the occurrences looked at, so that 0 missing / 0 doubled

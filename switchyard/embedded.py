@@ -22,6 +22,7 @@ The shutdown is ordered so no result is lost either: the scheduler stops firing 
 then the executors finish what they took and publish its results, then the consumer
 applies every result still on the bus.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,15 +31,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.fence import FenceRelay
-from scheduler_core.store.supersedes import supersede_relay
-from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
 from scheduler_core.ports import BusMessage, Election, MessageBus
@@ -46,6 +44,8 @@ from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.reads import job_domains
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import supersede_relay
+from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,11 @@ class ContinuingElection:
 def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
     """Fired records published and never taken by an executor (their messages were in the
     in-process bus of a process that stopped)."""
-    return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD)
-            if r.state is FiredState.PUBLISHED]
+    return [
+        r
+        for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD)
+        if r.state is FiredState.PUBLISHED
+    ]
 
 
 def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
@@ -102,18 +105,40 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
         if job is None:
             log.warning("command %s: its job %s is gone; not published again", r.command_id, r.job_code)
             continue
-        run = ExecutionCommand(command_id=r.command_id, trigger_id=r.trigger_id, job_code=job.job_code,
-                               biz_code=job.biz_code, handler=job.handler, scheduled_at=r.scheduled_at,
-                               item_index=r.item_index, item_total=r.item_total, params=job.params,
-                               timeout=job.timeout, max_retry=job.max_retry, epoch=r.epoch, shadow=job.shadow)
+        run = ExecutionCommand(
+            command_id=r.command_id,
+            trigger_id=r.trigger_id,
+            job_code=job.job_code,
+            biz_code=job.biz_code,
+            handler=job.handler,
+            scheduled_at=r.scheduled_at,
+            item_index=r.item_index,
+            item_total=r.item_total,
+            params=job.params,
+            timeout=job.timeout,
+            max_retry=job.max_retry,
+            epoch=r.epoch,
+            shadow=job.shadow,
+        )
         items = _items(store, job, r.item_index, r.item_count)
         if not items:
             continue
         body = envelope_body(run, items, page_record=r.item_count > 1)
-        props = {"job_code": job.job_code, "biz_code": job.biz_code, "scheduled_at": str(to_ms(r.scheduled_at)),
-                 "trigger_id": str(r.trigger_id)}
-        messages.append(BusMessage(command_topic(job.biz_code), encode_packed([body]),
-                                   deliver_at_ms=to_ms(r.scheduled_at), properties=props, key=r.command_id))
+        props = {
+            "job_code": job.job_code,
+            "biz_code": job.biz_code,
+            "scheduled_at": str(to_ms(r.scheduled_at)),
+            "trigger_id": str(r.trigger_id),
+        }
+        messages.append(
+            BusMessage(
+                command_topic(job.biz_code),
+                encode_packed([body]),
+                deliver_at_ms=to_ms(r.scheduled_at),
+                properties=props,
+                key=r.command_id,
+            )
+        )
     for topic in {m.topic for m in messages}:
         bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)
     if messages:
@@ -190,25 +215,41 @@ class EmbeddedCenter:
     def run(self, stop: threading.Event, on_started: Callable[[], None] | None = None) -> None:
         # 1. the fences, then the executors (each reads the control channel before it judges a command)
         # the results' subscription first: the in-process bus keeps messages only for subscriptions that exist
-        consumer = threading.Thread(target=self._consume, args=(ResultConsumer(self.bus, self.store, self.metrics),),
-                                    name="results", daemon=True)
+        consumer = threading.Thread(
+            target=self._consume,
+            args=(ResultConsumer(self.bus, self.store, self.metrics),),
+            name="results",
+            daemon=True,
+        )
         relay = FenceRelay(self.store, self.bus)
         fences = relay.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
         edits.relay()
-        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay",
-                                        daemon=True)
+        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay", daemon=True)
         relay_thread.start()
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
         self.republished = republish(self.store, self.bus, untaken_commands(self.store))
-        log.info("serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
-                 self.name, self.republished, fences, ", ".join(sorted(self.executors)) or "no domain yet")
-        election = ContinuingElection(LocalElection(LocalElectionGroup(self.store.clock), self.name),
-                                      int(self.store.current_epoch()))
-        scheduler = Scheduler(self.store, self.bus, election, self.store.clock,  # type: ignore[arg-type]
-                              settings=self.settings, metrics=self.metrics, consume_results=False)
+        log.info(
+            "serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
+            self.name,
+            self.republished,
+            fences,
+            ", ".join(sorted(self.executors)) or "no domain yet",
+        )
+        election = ContinuingElection(
+            LocalElection(LocalElectionGroup(self.store.clock), self.name), int(self.store.current_epoch())
+        )
+        scheduler = Scheduler(
+            self.store,
+            self.bus,
+            election,
+            self.store.clock,  # type: ignore[arg-type]
+            settings=self.settings,
+            metrics=self.metrics,
+            consume_results=False,
+        )
         sched_stop = threading.Event()
         sched = threading.Thread(target=scheduler.run, args=(sched_stop,), name="scheduler", daemon=True)
         sched.start()
@@ -234,4 +275,3 @@ class EmbeddedCenter:
             consumer.join(timeout=60)
             self.bus.close()
             log.info("serve %s stopped after %d term(s)", self.name, scheduler.status.terms)
-

@@ -1,4 +1,5 @@
 """Documented exit codes of every `switchyard` command (also in the README)."""
+
 from __future__ import annotations
 
 OK = 0

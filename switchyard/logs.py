@@ -3,6 +3,7 @@ json`: one JSON object per line with the time, level, logger and message, and ev
 field a logging call passed as `extra=` (scheduler_core.logfields: business, partition,
 epoch, fence, trigger_id, command_id, member) as a key of its own, so a log pipeline
 filters on them. Standard library only: a formatter of a dozen lines needs no package."""
+
 from __future__ import annotations
 
 import json
@@ -43,4 +44,3 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
-

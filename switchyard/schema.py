@@ -1,6 +1,7 @@
 """Every package's tables in one store: the core's (scheduler_core.store.schema), the
 migrator's (migrator.tables) and dual-run's (dualrun.tables). `switchyard db init|check`
 and the tests create and check them here; each package owns and reads its own."""
+
 from __future__ import annotations
 
 from sqlalchemy import MetaData

@@ -1,4 +1,5 @@
 """Settings from the environment, with the embedded defaults."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ def default_store_url() -> str:
     return os.environ.get("SWITCHYARD_URL", DEFAULT_SQLITE_URL)
 
 
-def legacy_zones(source: str, legacy_tz: str | None, db_tz: str | None = None,
-                 cron_tz: str | None = None) -> "LegacyZones":
+def legacy_zones(
+    source: str, legacy_tz: str | None, db_tz: str | None = None, cron_tz: str | None = None
+) -> LegacyZones:
     """The legacy source's zones from the command line: `--legacy-tz` is both, and
     `--legacy-db-tz` / `--legacy-cron-tz` each override one (one given alone sets the
     other too). The batch center's contract has one zone for its DATETIMEs and its crons:
@@ -28,6 +30,8 @@ def legacy_zones(source: str, legacy_tz: str | None, db_tz: str | None = None,
     except ValueError as exc:
         raise ValueError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
     if source == SourceSystem.BATCH_CENTER and zones.split:
-        raise ValueError(f"the batch center stores and schedules in one zone: --legacy-db-tz {zones.db} and "
-                         f"--legacy-cron-tz {zones.cron} differ (use --legacy-tz)")
+        raise ValueError(
+            f"the batch center stores and schedules in one zone: --legacy-db-tz {zones.db} and "
+            f"--legacy-cron-tz {zones.cron} differ (use --legacy-tz)"
+        )
     return zones

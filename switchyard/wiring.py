@@ -1,4 +1,5 @@
 """Build the ports from URLs: the only place that knows every adapter."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -17,16 +18,16 @@ if TYPE_CHECKING:
     from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
     from migrator.target import TargetWriter
-    from scheduler_core.executor import Executor
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
+    from scheduler_core.executor import Executor
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
 
 
-def target_writer(store: SqlTriggerStore) -> "TargetWriter":
+def target_writer(store: SqlTriggerStore) -> TargetWriter:
     """The migrator's writer: the trigger store's port, and the migrator's own store on
     the same engine (one database: a chunk's ledger rows commit with its jobs)."""
     from migrator.store import MigratorStore
@@ -35,8 +36,14 @@ def target_writer(store: SqlTriggerStore) -> "TargetWriter":
     return TargetWriter(store, MigratorStore(store.engine, store.clock))
 
 
-def open_bus(url: str, *, admin_url: str | None = None, token: str | None = None,
-             clock: Clock | None = None, topic_prefix: str = "switchyard") -> MessageBus:
+def open_bus(
+    url: str,
+    *,
+    admin_url: str | None = None,
+    token: str | None = None,
+    clock: Clock | None = None,
+    topic_prefix: str = "switchyard",
+) -> MessageBus:
     if url == "memory":
         from scheduler_core.bus.memory import InProcessBus
 
@@ -48,8 +55,9 @@ def open_bus(url: str, *, admin_url: str | None = None, token: str | None = None
     raise ValueError(f"unknown bus URL {url!r}: use 'memory' or pulsar://HOST:PORT")
 
 
-def open_election(url: str, name: str, ttl: timedelta, clock: Clock | None = None,
-                  key: str = "/switchyard/scheduler/leader") -> Election:
+def open_election(
+    url: str, name: str, ttl: timedelta, clock: Clock | None = None, key: str = "/switchyard/scheduler/leader"
+) -> Election:
     if url == "local":
         from scheduler_core.election.local import LocalElection, LocalElectionGroup
 
@@ -83,19 +91,25 @@ class DualRunGate:
     def __init__(self, store: SqlTriggerStore) -> None:
         self.store = store
 
-    def decision(self, business: str) -> "GateDecision | None":
+    def decision(self, business: str) -> GateDecision | None:
         from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
         v = latest(self.store, business)
         if v is None:
             return None
-        return GateDecision(ready=v.is_ready, comparison_id=v.comparison_id, computed_at=v.computed_at,
-                            reasons=tuple(v.reasons), warnings=tuple(v.warnings))
+        return GateDecision(
+            ready=v.is_ready,
+            comparison_id=v.comparison_id,
+            computed_at=v.computed_at,
+            reasons=tuple(v.reasons),
+            warnings=tuple(v.warnings),
+        )
 
 
-def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s: float = 5.0,
-                   max_pending: int = 0) -> "StreamCatchup | None":
+def stream_catchup(
+    store: SqlTriggerStore, legacy: Engine, tz: str, *, wait_s: float = 5.0, max_pending: int = 0
+) -> StreamCatchup | None:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
     from migrator.catchup import StreamCatchup
@@ -106,7 +120,7 @@ def stream_catchup(store: SqlTriggerStore, legacy: "Engine", tz: str, *, wait_s:
     return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
 
-def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> "LegacyControl":
+def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> LegacyControl:
     from migrator.legacy_control import BatchCenterControl, XxlJobControl
 
     engine = make_engine(legacy_url)
@@ -117,8 +131,9 @@ def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/S
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZones" = "Asia/Shanghai", *,
-                  xxl_version: str | None = None) -> "LegacyReader":
+def legacy_reader(
+    source: str, bind: Engine | Connection, tz: str | LegacyZones = "Asia/Shanghai", *, xxl_version: str | None = None
+) -> LegacyReader:
     """The reader of a legacy system over an engine, or over a connection (a snapshot).
     `tz`: one zone for everything, or the xxl-job source's two (database, cron).
     `xxl_version`: the xxl-job admin's version (its crons' Quartz dialect); None: from the schema."""
@@ -138,13 +153,13 @@ def legacy_reader(source: str, bind: "Engine | Connection", tz: "str | LegacyZon
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequence[str]], set[str] | None]":
+def legacy_switches(urls: Sequence[str], clock: Clock) -> Callable[[str, Sequence[str]], set[str] | None]:
     """Reads the legacy switches (which jobs are switched on) for `status`: each URL's
     system is told by its tables (xxl_job_info: xxl-job; bc_task: the batch center); a
     business whose system has no URL here is answered None (inferred by the caller)."""
     from sqlalchemy import inspect
 
-    controls: dict[str, "LegacyControl"] = {}
+    controls: dict[str, LegacyControl] = {}
     for url in urls:
         names = set(inspect(make_engine(url)).get_table_names())
         source = "xxl-job" if "xxl_job_info" in names else "batch-center" if "bc_task" in names else None
@@ -152,14 +167,14 @@ def legacy_switches(urls: "Sequence[str]", clock: Clock) -> "Callable[[str, Sequ
             raise ValueError(f"{url!r} holds neither xxl_job_info nor bc_task: not a legacy database")
         controls[source] = legacy_control(source, url, clock)
 
-    def live(source: str, keys: "Sequence[str]") -> set[str] | None:
+    def live(source: str, keys: Sequence[str]) -> set[str] | None:
         control = controls.get(source)
         return None if control is None else control.live(keys)
 
     return live
 
 
-def load_handlers(executor: "Executor", module_name: str) -> None:
+def load_handlers(executor: Executor, module_name: str) -> None:
     """Registers a handlers module on an executor: `register(executor)`, or a `HANDLERS =
     {job_code: fn}` mapping (`executor run --handlers` and `serve --handlers`). Raises
     ValueError naming the module when it cannot be imported or has neither."""
@@ -178,7 +193,7 @@ def load_handlers(executor: "Executor", module_name: str) -> None:
         raise ValueError(f"{module_name} has neither register(executor) nor HANDLERS")
 
 
-def fence_service(store: SqlTriggerStore, bus: MessageBus) -> "FencePort":
+def fence_service(store: SqlTriggerStore, bus: MessageBus) -> FencePort:
     """The rollback fence (scheduler_core.fence) as the migrator's FencePort."""
     from scheduler_core.fence import FenceService
 
@@ -216,9 +231,13 @@ class XxlRegistryAddresses:
                 return list(hit[1])
         cutoff = (datetime.now(self._zone) - timedelta(seconds=self.DEAD_TIMEOUT_S)).replace(tzinfo=None)
         with self._engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT DISTINCT registry_value FROM xxl_job_registry WHERE registry_group = 'EXECUTOR' "
-                "AND registry_key = :app AND update_time > :cutoff"), {"app": app, "cutoff": cutoff}).all()
+            rows = conn.execute(
+                text(
+                    "SELECT DISTINCT registry_value FROM xxl_job_registry WHERE registry_group = 'EXECUTOR' "
+                    "AND registry_key = :app AND update_time > :cutoff"
+                ),
+                {"app": app, "cutoff": cutoff},
+            ).all()
         addresses = sorted(str(r[0]) for r in rows if r[0])
         with self._lock:
             self._cache[app] = (now, addresses)
@@ -233,8 +252,10 @@ class XxlCurrentRunFields:
     `glue_updatetime` as epoch ms (the DATETIME read in the admin's JDBC zone `db_tz`).
     None: no such row. Read at most every `refresh_s` per job (a broadcast's items)."""
 
-    _SQL = ("SELECT executor_handler, executor_param, executor_block_strategy, executor_timeout, "
-            "executor_route_strategy, glue_type, glue_source, glue_updatetime FROM xxl_job_info WHERE id = :id")
+    _SQL = (
+        "SELECT executor_handler, executor_param, executor_block_strategy, executor_timeout, "
+        "executor_route_strategy, glue_type, glue_source, glue_updatetime FROM xxl_job_info WHERE id = :id"
+    )
 
     def __init__(self, legacy_url: str, db_tz: str = "Asia/Shanghai", refresh_s: float = 1.0) -> None:
         import threading
@@ -247,7 +268,7 @@ class XxlCurrentRunFields:
         self._cache: dict[int, tuple[float, dict[str, object] | None]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, job_id: int) -> "dict[str, object] | None":
+    def __call__(self, job_id: int) -> dict[str, object] | None:
         import time
 
         from sqlalchemy import text
@@ -264,14 +285,19 @@ class XxlCurrentRunFields:
             self._cache[job_id] = (now, fields)
         return None if fields is None else dict(fields)
 
-    def _fields(self, row: "Mapping[str, object]") -> dict[str, object]:
+    def _fields(self, row: Mapping[str, object]) -> dict[str, object]:
         def txt(v: object) -> str | None:
-            return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else (None if v is None else str(v))
+            return (
+                v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else (None if v is None else str(v))
+            )
 
         glue_type = (txt(row["glue_type"]) or "BEAN").upper()
         out: dict[str, object] = {"glue_type": glue_type, "executor_param": txt(row["executor_param"]) or ""}
-        for key, col in (("executor_handler", "executor_handler"), ("block_strategy", "executor_block_strategy"),
-                         ("route_strategy", "executor_route_strategy")):
+        for key, col in (
+            ("executor_handler", "executor_handler"),
+            ("block_strategy", "executor_block_strategy"),
+            ("route_strategy", "executor_route_strategy"),
+        ):
             if txt(row[col]):
                 out[key] = txt(row[col])
         try:
@@ -288,7 +314,7 @@ class XxlCurrentRunFields:
         self._engine.dispose()
 
 
-def batch_center_tokens(legacy_url: str) -> "Callable[[str], str | None]":
+def batch_center_tokens(legacy_url: str) -> Callable[[str], str | None]:
     """The batch-center bridge's token provider: `bc_biz:<biz_code>` -> that business's
     `bc_biz.access_token` in the legacy database (read per call, never logged)."""
     from sqlalchemy import text

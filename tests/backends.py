@@ -1,4 +1,5 @@
 """Factories for every implementation of every port: the contract suites run over all."""
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,9 @@ from sqlalchemy.engine import make_url
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, Election, MessageBus
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.servers import server_url
 
 
@@ -87,7 +88,9 @@ def election_candidates(kind: str, count: int, ttl: timedelta = ELECTION_TTL) ->
         from scheduler_core.election.local import LocalElection, LocalElectionGroup
 
         group = LocalElectionGroup(SystemClock(), ttl=ttl)
-        candidates: list[Election] = [LocalElection(group, f"c{i}", backoff=timedelta(milliseconds=50)) for i in range(count)]
+        candidates: list[Election] = [
+            LocalElection(group, f"c{i}", backoff=timedelta(milliseconds=50)) for i in range(count)
+        ]
     else:
         endpoint = server_url("etcd")
         from scheduler_core.election.etcd import EtcdElection

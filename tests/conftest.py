@@ -1,4 +1,5 @@
 """Shared fixtures, and the per-marker count printed at the end of every run."""
+
 from __future__ import annotations
 
 from collections import Counter

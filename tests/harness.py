@@ -1,4 +1,5 @@
 """A driven-clock scheduler on the embedded default: SQLite, in-process bus, inline pool."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,9 +15,9 @@ from scheduler_core.model import Epoch, ExecutionCommand, Job, JobCode, Trigger,
 from scheduler_core.ports import Subscription
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 
 
 @dataclass
@@ -53,8 +54,17 @@ class Harness:
         return self.store.put_job(Job(job_code=JobCode(code), biz_code=biz, handler="h", **kw))  # type: ignore[arg-type]
 
     def once(self, job: Job, at_s: float, **kw: Any) -> Trigger:
-        (t,) = self.store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE,
-                                                next_fire_at=self.clock.now() + timedelta(seconds=at_s), **kw)])  # type: ignore[arg-type]
+        (t,) = self.store.add_triggers(
+            [
+                Trigger(
+                    job_code=job.job_code,
+                    biz_code=job.biz_code,
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=self.clock.now() + timedelta(seconds=at_s),
+                    **kw,
+                )
+            ]
+        )  # type: ignore[arg-type]
         return t
 
     def results(self, core: SchedulerCore) -> ResultConsumer:

@@ -1,4 +1,5 @@
 """Legacy databases and a target store for migrator tests (SQLite or MariaDB)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,9 +17,9 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from readers.ports import LegacyReader
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.clock import ManualClock
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -35,8 +36,13 @@ class MigrationEnv:
         return self.migrator.writer
 
 
-def make_env(legacy_url: str, target_url: str, system: str, lineage: str | None = None,
-             options: MappingOptions = MappingOptions()) -> MigrationEnv:
+def make_env(
+    legacy_url: str,
+    target_url: str,
+    system: str,
+    lineage: str | None = None,
+    options: MappingOptions = MappingOptions(),
+) -> MigrationEnv:
     legacy = make_engine(legacy_url)
     create_legacy_schema(legacy, system, lineage)
     target = make_engine(target_url)
@@ -49,12 +55,13 @@ def make_env(legacy_url: str, target_url: str, system: str, lineage: str | None 
 
 def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12) -> tuple[MigrationEnv, str]:
     """An xxl-job 3.4 database (SQLite) seeded and migrated; with its first business."""
-    from migrator.business import BusinessRegistry
     from legacy_sim.seed import seed_xxljob
+    from migrator.business import BusinessRegistry
 
     env = make_env(f"sqlite:///{tmp_path / 'xxl.db'}", f"sqlite:///{tmp_path / 't.db'}", "xxl-job", "3.4")
-    seed_xxljob(env.legacy, "3.4", groups=groups, jobs_per_group=jobs_per_group, bad_rows=0, malformed_crons=0,
-                rng_seed=2)
+    seed_xxljob(
+        env.legacy, "3.4", groups=groups, jobs_per_group=jobs_per_group, bad_rows=0, malformed_crons=0, rng_seed=2
+    )
     env.migrator.run()
     return env, BusinessRegistry(env.store).all()[0].biz_code
 

@@ -1,5 +1,6 @@
 """Handlers for the `switchyard serve` tests: every run appends one line (job, T in ms,
 item, pid) to the file named by $SERVE_RUN_LOG, so a test sees each run exactly once."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@
 it. Locally a missing server skips its tests; under CI (CI=true) it fails them, so a
 run without a server can never be reported green.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ def _load_stack_env() -> None:
     for line in env_file.read_text().splitlines():
         line = line.strip()
         if line.startswith("export "):
-            line = line[len("export "):]
+            line = line[len("export ") :]
         if "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
             os.environ.setdefault(key, value.strip().strip('"').strip("'"))

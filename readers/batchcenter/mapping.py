@@ -216,9 +216,13 @@ def task_digest(row: Mapping[Any, Any], ctx: TaskContext) -> ContentDigest | Non
     v = _texts(dec, row, ctx)
     if dec.problems:
         return None
-    return ContentDigest(source_key=str(v.get("id")), business=v.get("biz_code") or "",
-                         digest=_digest(v, recurring=v.get("task_type") in RECURRING_TYPES, problems=False), time_zone=ctx.tz.name,
-                         flag_pending=v.get("migrated") != 1)
+    return ContentDigest(
+        source_key=str(v.get("id")),
+        business=v.get("biz_code") or "",
+        digest=_digest(v, recurring=v.get("task_type") in RECURRING_TYPES, problems=False),
+        time_zone=ctx.tz.name,
+        flag_pending=v.get("migrated") != 1,
+    )
 
 
 def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:

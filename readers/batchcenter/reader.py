@@ -33,9 +33,9 @@ from readers.batchcenter.mapping import (
 from readers.digest import column_kinds, digest_sql
 from readers.errors import MissingTables, SourceUnavailable
 from readers.fastpath import fast
+from readers.images import session_zone, shaped_decoder
 from readers.legacy_ddl.tables import WallTime
 from readers.legacy_ddl.values import parse_int, raw_text
-from readers.images import session_zone, shaped_decoder
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
@@ -164,8 +164,11 @@ class BatchCenterReader(LegacyReader):
         out: dict[str, LegacyDefinition] = {}
         with self._connect("read_tasks") as conn:
             for i in range(0, len(ids), self._batch):
-                stmt = (select(*self._select_list(TASK)).select_from(table(TASK))
-                        .where(column("id").in_(ids[i:i + self._batch])))
+                stmt = (
+                    select(*self._select_list(TASK))
+                    .select_from(table(TASK))
+                    .where(column("id").in_(ids[i : i + self._batch]))
+                )
                 for row in conn.execute(stmt).mappings():
                     d = map_task(row, ctx)
                     out[d.source_key] = d
@@ -179,8 +182,9 @@ class BatchCenterReader(LegacyReader):
         with self._connect("read_digests") as conn:
             if not fast(conn):
                 return None
-        digest = digest_sql(names, self._kinds[TASK], DIGEST_SKIP,
-                            {n: column("task_type").in_(RECURRING_TYPES) for n in DIGEST_MASKED}).label("digest")
+        digest = digest_sql(
+            names, self._kinds[TASK], DIGEST_SKIP, {n: column("task_type").in_(RECURRING_TYPES) for n in DIGEST_MASKED}
+        ).label("digest")
         codes = tuple(sorted(set(businesses))) if businesses is not None else None
         return self._digest_pages(digest, codes)
 
@@ -189,16 +193,21 @@ class BatchCenterReader(LegacyReader):
             return
         last = -1
         while True:
-            stmt = (select(column("id"), cast(column("biz_code"), LargeBinary).label("biz_code"), digest,
-                           column("migrated"))
-                    .select_from(table(TASK)).where(column("id") > last).order_by(column("id")).limit(self._batch))
+            stmt = (
+                select(
+                    column("id"), cast(column("biz_code"), LargeBinary).label("biz_code"), digest, column("migrated")
+                )
+                .select_from(table(TASK))
+                .where(column("id") > last)
+                .order_by(column("id"))
+                .limit(self._batch)
+            )
             if codes is not None:
                 stmt = stmt.where(column("biz_code").in_(codes))
             with self._connect("read_digests") as conn:
                 rows = conn.execute(stmt).all()
             for task_id, biz, d, migrated in rows:
-                yield ContentDigest(str(task_id), raw_text(biz)[0] or "", d, self._tz.name,
-                                    flag_pending=migrated != 1)
+                yield ContentDigest(str(task_id), raw_text(biz)[0] or "", d, self._tz.name, flag_pending=migrated != 1)
             if len(rows) < self._batch:
                 return
             last = int(rows[-1][0])

@@ -9,6 +9,7 @@
 
 Like the rest of `readers`, imports nothing else of Switchyard.
 """
+
 from readers.streams.binlog import BinlogChangeStream, check_binlog_source, check_replication_grants, current_position
 from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
 from readers.streams.polling import PollingChangeStream, content_hash

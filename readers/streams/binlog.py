@@ -30,6 +30,7 @@ event and heartbeat, so an idle stream reports its foreign progress within about
 after `progress_every_s`). That lets a caller checkpoint without one write per foreign
 transaction; after a restart at most that many foreign transactions are re-scanned (harmless).
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,8 +57,14 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
+from readers.streams.errors import (
+    StreamError,
+    StreamPermissionError,
+    StreamStalled,
+    StreamUnreachable,
+    permission_message,
+)
 from readers.streams.row_decoder import RowPlan, event_images, plan_for
-from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable, permission_message
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +191,9 @@ def _query(connection: dict[str, Any] | Any, sql: str, args: tuple[Any, ...] | N
             return [tuple(r) for r in sa_conn.exec_driver_sql(sql, args or ()).fetchall()]
     if isinstance(connection, Connection):
         return [tuple(r) for r in connection.exec_driver_sql(sql, args or ()).fetchall()]
-    raise TypeError(f"expected a dict of connection settings or a SQLAlchemy Engine/Connection, got {type(connection)!r}")
+    raise TypeError(
+        f"expected a dict of connection settings or a SQLAlchemy Engine/Connection, got {type(connection)!r}"
+    )
 
 
 def current_position(connection: dict[str, Any] | Any) -> StreamPosition:
@@ -226,13 +235,17 @@ def check_binlog_source(connection: dict[str, Any]) -> None:
     settings = _settings(connection)
     user = settings.get("user")
     try:
-        rows = _query(dict(settings), "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
-                      "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')")
+        rows = _query(
+            dict(settings),
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+            "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata')",
+        )
     except pymysql.err.MySQLError as exc:
         if _code(exc) in _PERMISSION_CODES:
             raise StreamPermissionError(permission_message(user, str(exc))) from exc
-        raise StreamUnreachable(f"cannot reach the binlog source {settings.get('host')}:"
-                          f"{settings.get('port')}: {exc}") from exc
+        raise StreamUnreachable(
+            f"cannot reach the binlog source {settings.get('host')}:{settings.get('port')}: {exc}"
+        ) from exc
     values = {str(k).lower(): str(v).upper() for k, v in rows}
     problems = []
     if values.get("log_bin", "ON") not in ("ON", "1"):
@@ -428,8 +441,7 @@ class BinlogChangeStream:
                     else:
                         pending_foreign += 1
                         if not (
-                            pending_foreign >= self.progress_every_txns
-                            or now - last_yield >= self.progress_every_s
+                            pending_foreign >= self.progress_every_txns or now - last_yield >= self.progress_every_s
                         ):
                             continue
                         pending_foreign = 0
@@ -452,8 +464,14 @@ class BinlogChangeStream:
                 log.warning(
                     "binlog stream (server_id %s) lost its connection: %s; reconnecting from %s:%s "
                     "(last transaction boundary) in %.1f s, attempt %d/%d%s",
-                    self.server_id, why.reason, self._boundary.log_file, self._boundary.log_pos,
-                    delay, failures, self.max_reconnects, dropped,
+                    self.server_id,
+                    why.reason,
+                    self._boundary.log_file,
+                    self._boundary.log_pos,
+                    delay,
+                    failures,
+                    self.max_reconnects,
+                    dropped,
                 )
                 self.close()
                 if stop is not None:
@@ -581,8 +599,11 @@ class BinlogChangeStream:
 
     def _new_group(self, tx: _Tx, gtid: str | None, *, opens: bool) -> None:
         if tx.changes:
-            log.error("binlog stream: a new transaction began before the previous one committed; "
-                      "dropping %d row changes that had no commit (a truncated binlog group?)", len(tx.changes))
+            log.error(
+                "binlog stream: a new transaction began before the previous one committed; "
+                "dropping %d row changes that had no commit (a truncated binlog group?)",
+                len(tx.changes),
+            )
         tx.changes = []
         tx.gtid = gtid
         tx.open = opens
@@ -599,8 +620,11 @@ class BinlogChangeStream:
             if tx.changes:
                 # in ROW format only non-transactional changes reach the binlog before a ROLLBACK,
                 # and a replica keeps them: so do we
-                log.warning("binlog stream: %d row changes logged before a ROLLBACK (non-transactional "
-                            "tables); emitting them as committed", len(tx.changes))
+                log.warning(
+                    "binlog stream: %d row changes logged before a ROLLBACK (non-transactional "
+                    "tables); emitting them as committed",
+                    len(tx.changes),
+                )
             return self._commit(tx, event)
         schema = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or None)
         touched: set[tuple[str | None, str]] = {
@@ -628,11 +652,21 @@ class BinlogChangeStream:
         after = StreamPosition(str(self._reader.log_file), int(self._reader.log_pos), gtid)
         self.schema_changes.append((after, query))
         if query.lstrip()[:8].upper().startswith("TRUNCATE"):
-            log.warning("binlog stream: TRUNCATE on %s at %s:%s - its row deletions are NOT in the binlog; "
-                        "run a full compare of that table", ", ".join(names), after.log_file, after.log_pos)
+            log.warning(
+                "binlog stream: TRUNCATE on %s at %s:%s - its row deletions are NOT in the binlog; "
+                "run a full compare of that table",
+                ", ".join(names),
+                after.log_file,
+                after.log_pos,
+            )
         else:
-            log.warning("binlog stream: DDL on %s at %s:%s, column metadata reloaded: %s",
-                        ", ".join(names), after.log_file, after.log_pos, " ".join(query.split())[:300])
+            log.warning(
+                "binlog stream: DDL on %s at %s:%s, column metadata reloaded: %s",
+                ", ".join(names),
+                after.log_file,
+                after.log_pos,
+                " ".join(query.split())[:300],
+            )
 
     def _table_map(self, event: TableMapEvent) -> None:
         key = (event.schema, event.table)
@@ -653,8 +687,10 @@ class BinlogChangeStream:
         event under that id): that the binlog names the columns, which are TIMESTAMPs, and
         the plan that reads the images (None: a column type only the library reads)."""
         if any(not c.name or c.name.startswith("UNKNOWN_COL") for c in event.columns):
-            raise StreamError(f"rows of {event.schema}.{event.table} decoded without column names: set "
-                              "binlog_row_metadata=FULL on the source")
+            raise StreamError(
+                f"rows of {event.schema}.{event.table} decoded without column names: set "
+                "binlog_row_metadata=FULL on the source"
+            )
         utc = tuple(c.name for c in event.columns if c.type in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2))
         meta = _TableMeta(utc, plan_for(event.columns) if self.fast_rows else None)
         self._tables[event.table_id] = meta
@@ -670,9 +706,14 @@ class BinlogChangeStream:
             try:
                 images = event_images(event, meta.plan)
             except Exception:  # noqa: BLE001 - a decoder bug must not stop the stream: the library reads it
-                log.exception("binlog stream: the row decoder failed on %s.%s at %s:%s; reading this table "
-                              "with the library from now on", schema, table,
-                              self._reader.log_file if self._reader else "?", self._reader.log_pos if self._reader else "?")
+                log.exception(
+                    "binlog stream: the row decoder failed on %s.%s at %s:%s; reading this table "
+                    "with the library from now on",
+                    schema,
+                    table,
+                    self._reader.log_file if self._reader else "?",
+                    self._reader.log_pos if self._reader else "?",
+                )
                 meta.plan = None
         if images is None:
             images = _library_images(event)

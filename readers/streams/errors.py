@@ -1,4 +1,5 @@
 """The errors a change stream raises. Each message says what happened and what to do."""
+
 from __future__ import annotations
 
 

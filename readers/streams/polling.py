@@ -23,6 +23,7 @@ The position is StreamPosition("poll", high water in epoch milliseconds). Naive 
 are wall time in `tz` (the legacy's Asia/Shanghai by default); aware values are used as they
 are; integer update columns are taken as epoch milliseconds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -240,6 +241,13 @@ class PollingChangeStream:
                 continue
             self._seen.pop(key, None)
             self._known.discard(key)
-            out.append(RowChange(op=ChangeOp.DELETE, schema=self.schema, table=self.table_name,
-                                 before=dict(zip(self.key_columns, key, strict=True)), after=None))
+            out.append(
+                RowChange(
+                    op=ChangeOp.DELETE,
+                    schema=self.schema,
+                    table=self.table_name,
+                    before=dict(zip(self.key_columns, key, strict=True)),
+                    after=None,
+                )
+            )
         return out

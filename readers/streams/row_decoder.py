@@ -17,6 +17,7 @@ temporal formats, ...) and images that are not FULL make `plan_for` answer None,
 caller falls back to the library for that table. `tests/integration/test_row_decoder.py`
 checks the equality against the library on the real server, value by value.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -40,8 +41,16 @@ Reader = Callable[[bytes, int], tuple[Any, int]]
 Image = dict[str, Any]
 
 # the plain (non-partial, uncompressed) rows events whose layout this module reads
-_PLAIN_EVENTS = frozenset({WRITE_ROWS_EVENT_V1, WRITE_ROWS_EVENT_V2, UPDATE_ROWS_EVENT_V1, UPDATE_ROWS_EVENT_V2,
-                           DELETE_ROWS_EVENT_V1, DELETE_ROWS_EVENT_V2})
+_PLAIN_EVENTS = frozenset(
+    {
+        WRITE_ROWS_EVENT_V1,
+        WRITE_ROWS_EVENT_V2,
+        UPDATE_ROWS_EVENT_V1,
+        UPDATE_ROWS_EVENT_V2,
+        DELETE_ROWS_EVENT_V1,
+        DELETE_ROWS_EVENT_V2,
+    }
+)
 _UTC_EPOCH = datetime.datetime(1970, 1, 1)
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes for 0..9 leftover decimal digits
 
@@ -66,30 +75,34 @@ def _int24(signed: bool) -> Reader:
 
 
 def _be_signed(data: bytes, pos: int, size: int) -> int:
-    return int.from_bytes(data[pos:pos + size], "big", signed=True)
+    return int.from_bytes(data[pos : pos + size], "big", signed=True)
 
 
 def _text(length_size: int, encoding: str | None) -> Reader:
     """Length-prefixed bytes decoded as the library does: the column's charset, strict; a
     charset Python does not know leaves the bytes as they are."""
-    length = {1: lambda d, p: d[p], 2: lambda d, p: d[p] | (d[p + 1] << 8),
-              3: lambda d, p: d[p] | (d[p + 1] << 8) | (d[p + 2] << 16),
-              4: lambda d, p: int.from_bytes(d[p:p + 4], "little")}[length_size]
+    length = {
+        1: lambda d, p: d[p],
+        2: lambda d, p: d[p] | (d[p + 1] << 8),
+        3: lambda d, p: d[p] | (d[p + 1] << 8) | (d[p + 2] << 16),
+        4: lambda d, p: int.from_bytes(d[p : p + 4], "little"),
+    }[length_size]
 
     if encoding is None:
+
         def raw(data: bytes, pos: int) -> tuple[Any, int]:
             n = length(data, pos)
             start = pos + length_size
             # the library's b"".decode(<unknown codec>) returns "" (CPython decodes empty
             # bytes without looking the codec up): an empty binary value is "" there too
-            return (bytes(data[start:start + n]) if n else ""), start + n
+            return (bytes(data[start : start + n]) if n else ""), start + n
 
         return raw
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
         n = length(data, pos)
         start = pos + length_size
-        return data[start:start + n].decode(encoding), start + n
+        return data[start : start + n].decode(encoding), start + n
 
     return read
 
@@ -126,7 +139,7 @@ def _with_fraction(width: int, whole: Callable[[bytes, int], datetime.datetime |
 
 
 def _datetime2_whole(data: bytes, pos: int) -> datetime.datetime | None:
-    v = int.from_bytes(data[pos:pos + 5], "big")
+    v = int.from_bytes(data[pos : pos + 5], "big")
     ym = (v >> 22) & 0x1FFFF
     try:
         return datetime.datetime(ym // 13, ym % 13, (v >> 17) & 0x1F, (v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F)
@@ -146,8 +159,12 @@ def _time2(fsp: int) -> Reader:
         sign = 1 if (v >> 23) & 1 else -1
         if sign == -1:
             v = ~v + 1
-        t = datetime.timedelta(hours=(v >> 12) & 0x3FF, minutes=(v >> 6) & 0x3F, seconds=v & 0x3F,
-                               microseconds=micro(data, pos + 3)) * sign
+        t = (
+            datetime.timedelta(
+                hours=(v >> 12) & 0x3FF, minutes=(v >> 6) & 0x3F, seconds=v & 0x3F, microseconds=micro(data, pos + 3)
+            )
+            * sign
+        )
         return t, pos + 3 + size
 
     return read
@@ -170,7 +187,7 @@ def _decimal(precision: int, decimals: int) -> Reader:
     size = head + 4 * (whole_int + whole_frac) + tail
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
-        buf = bytearray(data[pos:pos + size])
+        buf = bytearray(data[pos : pos + size])
         positive = bool(buf[0] & 0x80)
         mask = 0 if positive else -1
         buf[0] ^= 0x80
@@ -180,21 +197,21 @@ def _decimal(precision: int, decimals: int) -> Reader:
             parts.append(str(int.from_bytes(buf[:head], "big", signed=True) ^ mask))
             at = head
         for _ in range(whole_int):
-            parts.append(f"{int.from_bytes(buf[at:at + 4], 'big', signed=True) ^ mask:09d}")
+            parts.append(f"{int.from_bytes(buf[at : at + 4], 'big', signed=True) ^ mask:09d}")
             at += 4
         parts.append(".")
         for _ in range(whole_frac):
-            parts.append(f"{int.from_bytes(buf[at:at + 4], 'big', signed=True) ^ mask:09d}")
+            parts.append(f"{int.from_bytes(buf[at : at + 4], 'big', signed=True) ^ mask:09d}")
             at += 4
         if tail:
-            parts.append(f"{int.from_bytes(buf[at:at + tail], 'big', signed=True) ^ mask:0{rest_frac}d}")
+            parts.append(f"{int.from_bytes(buf[at : at + tail], 'big', signed=True) ^ mask:0{rest_frac}d}")
         return decimal.Decimal("".join(parts)), pos + size
 
     return read
 
 
 def _uint_le(size: int) -> Callable[[bytes, int], int]:
-    return lambda d, p: int.from_bytes(d[p:p + size], "little")
+    return lambda d, p: int.from_bytes(d[p : p + size], "little")
 
 
 def _enum(size: int, values: Sequence[str] | None) -> Reader:
@@ -296,7 +313,7 @@ class RowPlan:
 
     def image(self, data: bytes, pos: int) -> tuple[Image, int]:
         """One FULL row image at `pos`: its null bitmap, then every non-NULL value."""
-        nulls = int.from_bytes(data[pos:pos + self.nulls], "little")
+        nulls = int.from_bytes(data[pos : pos + self.nulls], "little")
         pos += self.nulls
         out: Image = {}
         bit = 1
@@ -356,6 +373,8 @@ def event_images(event: Any, plan: RowPlan) -> list[tuple[Image | None, Image | 
         else:
             out.append((first, None))
     if pos != end:
-        raise ValueError(f"row images of {event.schema}.{event.table} ended at byte {pos - end:+d} from the event's end: "
-                         "the table map does not describe these rows")
+        raise ValueError(
+            f"row images of {event.schema}.{event.table} ended at byte {pos - end:+d} from the event's end: "
+            "the table map does not describe these rows"
+        )
     return out

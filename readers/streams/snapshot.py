@@ -24,6 +24,7 @@ How the position is obtained, best first:
   snapshot would lose those commits, so the order is never reversed.
 * TiDB has no MySQL binlog for this library (TiCDC is separate): not supported here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -95,13 +96,21 @@ def consistent_snapshot(engine_or_connection: Engine | Connection) -> Iterator[t
                 raise StreamError("MariaDB reported no Binlog_snapshot_file/position: is log_bin on?")
             gtid: Any = conn.exec_driver_sql("SELECT BINLOG_GTID_POS(%s, %s)", status).scalar()
             position = StreamPosition(status[0], status[1], str(gtid) if gtid else None)
-            log.info("consistent snapshot at %s:%s (gtid %s), exact (MariaDB binlog_snapshot_*)",
-                     position.log_file, position.log_pos, position.gtid)
+            log.info(
+                "consistent snapshot at %s:%s (gtid %s), exact (MariaDB binlog_snapshot_*)",
+                position.log_file,
+                position.log_pos,
+                position.gtid,
+            )
         else:
             assert before is not None
             position = before
-            log.info("consistent snapshot: stream from %s:%s, read BEFORE the snapshot began; commits in "
-                     "between are replayed by the stream (idempotent apply)", position.log_file, position.log_pos)
+            log.info(
+                "consistent snapshot: stream from %s:%s, read BEFORE the snapshot began; commits in "
+                "between are replayed by the stream (idempotent apply)",
+                position.log_file,
+                position.log_pos,
+            )
         yield conn, position
     finally:
         try:

@@ -14,6 +14,7 @@ with Quartz 2.5 as the fallback: an expression Quartz 2.3 rejects but 2.5 accept
 have been saved by a 3.1.x admin (each admin validates a cron with its own class), so it
 is migrated as 2.5 rather than quarantined.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,10 @@ def parse_version(version: str) -> tuple[int, int, int]:
         raise ValueError(f"xxl-job version {version!r}: expected MAJOR.MINOR[.PATCH], e.g. 2.4.2")
     major, minor, patch = int(m[1]), int(m[2]), int(m[3] or 0)
     if (major, minor) < (2, 1):
-        raise ValueError(f"xxl-job version {version!r}: before 2.1.0 xxl-job ran Quartz itself "
-                         "(its QRTZ_ tables), which this reader does not read")
+        raise ValueError(
+            f"xxl-job version {version!r}: before 2.1.0 xxl-job ran Quartz itself "
+            "(its QRTZ_ tables), which this reader does not read"
+        )
     return major, minor, patch
 
 
@@ -57,6 +60,10 @@ def cron_lineage(lineage: XxlJobLineage, *, version: str | None = None, user_tok
         return CronLineage(QUARTZ_25, f"the {lineage.value} schema: xxl-job 3.4.0 or later")
     if user_token:
         return CronLineage(QUARTZ_25, "the 2.4 schema with xxl_job_user.token: xxl-job 3.2.0 - 3.3.x")
-    return CronLineage(QUARTZ_23, "the 2.4 schema without xxl_job_user.token: xxl-job 2.3.0 - 3.1.x, taken as "
-                                  "2.3.0 - 3.0.0, a cron only Quartz 2.5 accepts as 3.1.x's (pass --xxl-job-version "
-                                  "to say which)", fallback=QUARTZ_25)
+    return CronLineage(
+        QUARTZ_23,
+        "the 2.4 schema without xxl_job_user.token: xxl-job 2.3.0 - 3.1.x, taken as "
+        "2.3.0 - 3.0.0, a cron only Quartz 2.5 accepts as 3.1.x's (pass --xxl-job-version "
+        "to say which)",
+        fallback=QUARTZ_25,
+    )

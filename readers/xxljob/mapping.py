@@ -217,10 +217,15 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
     group = v.get("job_group")
     if dec.problems or not isinstance(v.get("id"), int) or not isinstance(group, int) or group not in ctx.groups:
         return None
-    return ContentDigest(source_key=str(v["id"]), business=ctx.groups[group], digest=row_digest(v, VOLATILE_COLUMNS),
-                         time_zone=ctx.cron_zone_name, cron_dialect=ctx.cron_dialect,
-                         cron_dialect_fallback=ctx.cron_dialect_fallback,
-                         broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value)
+    return ContentDigest(
+        source_key=str(v["id"]),
+        business=ctx.groups[group],
+        digest=row_digest(v, VOLATILE_COLUMNS),
+        time_zone=ctx.cron_zone_name,
+        cron_dialect=ctx.cron_dialect,
+        cron_dialect_fallback=ctx.cron_dialect_fallback,
+        broadcast=v.get("executor_route_strategy") == RouteStrategy.SHARDING_BROADCAST.value,
+    )
 
 
 def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:

@@ -16,21 +16,34 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import Connection, Engine, LargeBinary, Select, bindparam, cast, column, func, literal, select, table, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    LargeBinary,
+    Select,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal,
+    select,
+    table,
+    text,
+)
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause
 
+from readers.digest import digest_sql
 from readers.errors import MissingTables, SourceUnavailable
 from readers.fastpath import driver_rows, driver_tuples, fast
-from readers.legacy_ddl.tables import WallTime, XxlJobLineage
-from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
-from readers.legacy_ddl.values import parse_int, raw_text
 from readers.images import session_zone, shaped_decoder
+from readers.legacy_ddl.tables import WallTime, XxlJobLineage
+from readers.legacy_ddl.values import parse_int, raw_text
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
-from readers.digest import digest_sql
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
+from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.xxljob.logs import LogContext, map_log
 from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
@@ -50,8 +63,16 @@ class XxlJobReader(LegacyReader):
 
     system: ClassVar[SourceSystem] = SourceSystem.XXL_JOB
 
-    def __init__(self, bind: Engine | Connection, *, admin_tz: str | None = None, db_tz: str | None = None,
-                 cron_tz: str | None = None, batch_size: int = 1000, version: str | None = None) -> None:
+    def __init__(
+        self,
+        bind: Engine | Connection,
+        *,
+        admin_tz: str | None = None,
+        db_tz: str | None = None,
+        cron_tz: str | None = None,
+        batch_size: int = 1000,
+        version: str | None = None,
+    ) -> None:
         """`db_tz`: the zone the admin writes its DATETIME columns in (its JDBC
         `serverTimezone`); `cron_tz`: the zone its crons run in (the admin JVM's default
         zone), which becomes each definition's `time_zone`. `admin_tz` is both at once;
@@ -91,9 +112,10 @@ class XxlJobReader(LegacyReader):
             cron = self.cron_lineage()
             logger.info(
                 "xxl-job schema lineage %s; crons follow Quartz %s (%s)",
-                self._schema.lineage.value, cron.dialect, cron.why,
-                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value,
-                       "cron_dialect": cron.dialect},
+                self._schema.lineage.value,
+                cron.dialect,
+                cron.why,
+                extra={"action": "detect_lineage", "lineage": self._schema.lineage.value, "cron_dialect": cron.dialect},
             )
         return self._schema
 
@@ -202,8 +224,9 @@ class XxlJobReader(LegacyReader):
                 where = "`id` > %s"
                 if group_ids is not None:
                     where += f" AND `job_group` IN ({', '.join(['%s'] * len(group_ids))})"
-                return self._driver_rows(conn, f"{where} ORDER BY `id` LIMIT %s",
-                                         (after, *(group_ids or ()), self._batch))
+                return self._driver_rows(
+                    conn, f"{where} ORDER BY `id` LIMIT %s", (after, *(group_ids or ()), self._batch)
+                )
             stmt = (
                 select(*self._job_columns(conn))
                 .select_from(table(INFO))
@@ -254,12 +277,17 @@ class XxlJobReader(LegacyReader):
             mysql = fast(conn)
             cols = None if mysql else self._job_columns(conn)
             for i in range(0, len(ids), self._batch):
-                part = ids[i:i + self._batch]
+                part = ids[i : i + self._batch]
                 if mysql:
                     rows = self._driver_rows(conn, f"`id` IN ({', '.join(['%s'] * len(part))})", part)
                 else:
-                    rows = list(conn.execute(select(*cols).select_from(table(INFO))  # type: ignore[misc, arg-type]
-                                             .where(column("id").in_(part))).mappings())
+                    rows = list(
+                        conn.execute(
+                            select(*cols)
+                            .select_from(table(INFO))  # type: ignore[misc, arg-type]
+                            .where(column("id").in_(part))
+                        ).mappings()
+                    )
                 for row in rows:
                     d = map_job(row, ctx)
                     out[d.source_key] = d
@@ -277,16 +305,18 @@ class XxlJobReader(LegacyReader):
         digest = digest_sql(info.columns, info.kinds, VOLATILE_COLUMNS).label("digest")
         # as map_job decides it: the exact enum value (binary: no case folding, no pad space)
         route = "executor_route_strategy"
-        broadcast = (cast(column(route), LargeBinary) == literal(b"SHARDING_BROADCAST") if info.has(route)
-                     else literal(False)).label("broadcast")
+        broadcast = (
+            cast(column(route), LargeBinary) == literal(b"SHARDING_BROADCAST") if info.has(route) else literal(False)
+        ).label("broadcast")
         group_ids = None
         if businesses is not None:
             wanted = set(businesses)
             group_ids = [gid for gid, app in groups.items() if app in wanted]
         return self._digest_pages(digest, broadcast, groups, group_ids)
 
-    def _digest_pages(self, digest: Any, broadcast: Any, groups: Mapping[int, str],
-                      group_ids: list[int] | None) -> Iterator[ContentDigest]:
+    def _digest_pages(
+        self, digest: Any, broadcast: Any, groups: Mapping[int, str], group_ids: list[int] | None
+    ) -> Iterator[ContentDigest]:
         if group_ids is not None and not group_ids:
             return
         head: list[str] = []  # the SELECT rendered once
@@ -300,16 +330,29 @@ class XxlJobReader(LegacyReader):
             with self._connect("read_digests") as conn:
                 if not head:
                     # constants inline (the percent signs doubled: it goes with arguments)
-                    head.append(str(select(column("id"), column("job_group"), digest, broadcast).select_from(
-                        table(INFO)).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})))
-                return driver_tuples(conn, f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s",
-                                     (after, *(group_ids or ()), self._batch))
+                    head.append(
+                        str(
+                            select(column("id"), column("job_group"), digest, broadcast)
+                            .select_from(table(INFO))
+                            .compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+                        )
+                    )
+                return driver_tuples(
+                    conn, f"{head[0]} WHERE {where} ORDER BY `id` LIMIT %s", (after, *(group_ids or ()), self._batch)
+                )
 
         zone, cron = self.zones.cron, self.cron_lineage()
         for rows in self._pages(page, lambda r: int(r[0])):
             for job_id, group, d, b in rows:
-                yield ContentDigest(str(job_id), groups.get(group, ""), d, zone, bool(b), cron_dialect=cron.dialect,
-                                    cron_dialect_fallback=cron.fallback)
+                yield ContentDigest(
+                    str(job_id),
+                    groups.get(group, ""),
+                    d,
+                    zone,
+                    bool(b),
+                    cron_dialect=cron.dialect,
+                    cron_dialect_fallback=cron.fallback,
+                )
 
     def _pages(self, fetch: Callable[[int], list[Any]], key: Callable[[Any], int]) -> Iterator[list[Any]]:
         """Pages of `fetch(after_key)` until a short one. On a MySQL-compatible server
@@ -359,9 +402,15 @@ class XxlJobReader(LegacyReader):
 
     def _job_context(self, schema: XxlJobSchema, groups: Mapping[int, str]) -> JobContext:
         cron = cron_lineage(schema.lineage, version=self.version, user_token=schema.user_token)
-        return JobContext(lineage=schema.lineage, groups=groups, tz=self._tz, cron_zone=self.zones.cron,
-                          text_columns=schema.info.text_columns, cron_dialect=cron.dialect,
-                          cron_dialect_fallback=cron.fallback)
+        return JobContext(
+            lineage=schema.lineage,
+            groups=groups,
+            tz=self._tz,
+            cron_zone=self.zones.cron,
+            text_columns=schema.info.text_columns,
+            cron_dialect=cron.dialect,
+            cron_dialect_fallback=cron.fallback,
+        )
 
     def reload_schema(self) -> None:
         """Forget the inspected schema (after DDL on the legacy tables): the next read inspects

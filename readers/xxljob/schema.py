@@ -81,7 +81,6 @@ def _shape(name: str, columns: list[Mapping[str, object]]) -> TableShape:
     return TableShape(name, names, texts, column_kinds(columns))
 
 
-
 def _is_text(type_: object) -> bool:
     return isinstance(type_, Text)
 

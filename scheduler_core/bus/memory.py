@@ -9,6 +9,7 @@ Its control channel is a list kept for the bus's life: a follower gets the whole
 when it starts, then each new message within `publish_control`, on the publisher's
 thread; so a follower is always in sync (there is no broker to lose).
 """
+
 from __future__ import annotations
 
 import heapq

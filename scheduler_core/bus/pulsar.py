@@ -17,6 +17,7 @@ follower started months later still reads them all. They are few (a fence messag
 rollback or dual-run start). A namespace message TTL would expire them: keep TTL off
 for the namespace, or rebroadcast (`scheduler_core.fence.FenceService.rebroadcast`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -235,7 +236,9 @@ class PulsarBus(MessageBus):
                         batching_enabled=False,
                     )
                 except Exception as exc:
-                    raise BusError(f"cannot create a producer on {full} at {self._service_url}: {_one_line(exc)}") from None
+                    raise BusError(
+                        f"cannot create a producer on {full} at {self._service_url}: {_one_line(exc)}"
+                    ) from None
                 self._producers[topic] = producer
             return producer
 
@@ -295,7 +298,9 @@ class PulsarBus(MessageBus):
                 negative_ack_redelivery_delay_ms=NACK_REDELIVERY_DELAY_MS,
             )
         except Exception as exc:
-            raise BusError(f"cannot subscribe {subscription!r} to {full} at {self._service_url}: {_one_line(exc)}") from None
+            raise BusError(
+                f"cannot subscribe {subscription!r} to {full} at {self._service_url}: {_one_line(exc)}"
+            ) from None
         sub = _PulsarSubscription(consumer, topic, self._forget)
         with self._lock:
             closed = self._closed
@@ -349,11 +354,16 @@ class PulsarBus(MessageBus):
         full = self.pulsar_topic(CONTROL_TOPIC)
         try:
             # durable, from the earliest message still there; closed at once, never acks
-            self._client.subscribe(full, CONTROL_RETAINER, consumer_type=pulsar.ConsumerType.Exclusive,
-                                   initial_position=pulsar.InitialPosition.Earliest).close()
+            self._client.subscribe(
+                full,
+                CONTROL_RETAINER,
+                consumer_type=pulsar.ConsumerType.Exclusive,
+                initial_position=pulsar.InitialPosition.Earliest,
+            ).close()
         except Exception as exc:
-            raise BusError(f"cannot create the retaining subscription on {full} at {self._service_url}: "
-                           f"{_one_line(exc)}") from None
+            raise BusError(
+                f"cannot create the retaining subscription on {full} at {self._service_url}: {_one_line(exc)}"
+            ) from None
         with self._lock:
             self._ensured.add((CONTROL_TOPIC, CONTROL_RETAINER))
 
@@ -398,7 +408,9 @@ class PulsarBus(MessageBus):
         except urllib.error.HTTPError as exc:
             if exc.code == 404:  # no such topic yet: nothing is waiting
                 return None
-            raise BusError(f"Pulsar admin {_safe_url(self._admin_url)} answered HTTP {exc.code} for topic stats") from None
+            raise BusError(
+                f"Pulsar admin {_safe_url(self._admin_url)} answered HTTP {exc.code} for topic stats"
+            ) from None
         except (OSError, ValueError) as exc:
             raise BusError(f"Pulsar admin {_safe_url(self._admin_url)} is unreachable: {_one_line(exc)}") from None
         if not isinstance(body, dict):
@@ -509,8 +521,9 @@ class _ControlFollower(ControlFeed):
     been handed over. The Reader reconnects by itself after a broker outage, from where
     it was; until it confirms again, synced() turns False within CONTROL_STALE_S."""
 
-    def __init__(self, reader: Any, topic: str, on_message: Callable[[bytes], None],
-                 on_close: Callable[[_ControlFollower], None]) -> None:
+    def __init__(
+        self, reader: Any, topic: str, on_message: Callable[[bytes], None], on_close: Callable[[_ControlFollower], None]
+    ) -> None:
         self._reader = reader
         self._topic = topic
         self._on_message = on_message
@@ -577,8 +590,9 @@ class _ControlFollower(ControlFeed):
         now = time.monotonic()
         if now - self._trouble_logged >= CONTROL_TROUBLE_LOG_S:
             self._trouble_logged = now
-            log.warning("control topic %s: cannot confirm it is in sync (%s); commands wait", self._topic,
-                        _one_line(exc))
+            log.warning(
+                "control topic %s: cannot confirm it is in sync (%s); commands wait", self._topic, _one_line(exc)
+            )
 
     def close(self) -> None:
         if self._stop.is_set():

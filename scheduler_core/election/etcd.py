@@ -15,6 +15,7 @@ thread (see `_LoopThread` for why not one per instance); the public API is synch
 each call hands a coroutine to that loop. Only this module imports `aetcd`: nothing
 etcd-shaped crosses the port.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -488,7 +489,7 @@ class EtcdElection(Election):
 
 
 def _parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """"http://host:port" or "host:port" (etcd's client URL). TLS is not supported here."""
+    """ "http://host:port" or "host:port" (etcd's client URL). TLS is not supported here."""
     raw = endpoint.strip()
     parts = urlsplit(raw if "://" in raw else f"http://{raw}")
     if parts.scheme != "http":

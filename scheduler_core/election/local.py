@@ -5,6 +5,7 @@ A live leader keeps its lease alive, as the etcd adapter's keep-alive thread doe
 its keep-alive stops (`pause_keepalive`, the stand-in for a hung process) the lease
 expires TTL after the last refresh.
 """
+
 from __future__ import annotations
 
 import threading

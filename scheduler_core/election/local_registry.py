@@ -6,6 +6,7 @@ the embedded default): each member has a lease that its keep-alive refreshes unt
 and takes the member and its partition ownerships with it. Epochs come from one revision
 counter, as etcd's create_revision does: strictly increasing per partition.
 """
+
 from __future__ import annotations
 
 import threading
@@ -79,8 +80,11 @@ class LocalRegistry(Registry):
         g = self.group
         with g._lock:
             g._sweep()
-            return RegistryView(g._revision, {m: {} for m in g._members},
-                                {p: Ownership(p, m, Epoch(e)) for p, (m, e, _l) in g._owners.items()})
+            return RegistryView(
+                g._revision,
+                {m: {} for m in g._members},
+                {p: Ownership(p, m, Epoch(e)) for p, (m, e, _l) in g._owners.items()},
+            )
 
     def take(self, partition: int) -> Epoch | None:
         g = self.group

@@ -15,6 +15,7 @@ lease. The member refreshes its lease every TTL/4 on the shared etcd loop thread
 (`election.etcd._LoopThread`), and watches the prefix so a membership change is seen at
 once; `alive()` says no as soon as a TTL passed without a confirmed refresh.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -160,8 +161,9 @@ class EtcdRegistry(Registry):
 
     async def _connected(self) -> aetcd.Client:
         if self._client is None:
-            self._client = aetcd.Client(self._host, self._port, timeout=self._rpc_timeout,
-                                        options=dict(_CHANNEL_OPTIONS))
+            self._client = aetcd.Client(
+                self._host, self._port, timeout=self._rpc_timeout, options=dict(_CHANNEL_OPTIONS)
+            )
         return self._client
 
     async def _join(self) -> None:
@@ -182,8 +184,7 @@ class EtcdRegistry(Registry):
             self._lost = None
             self._paused = False
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._keep_alive(lease.id, float(lease.ttl))),
-                       loop.create_task(self._watch())]
+        self._tasks = [loop.create_task(self._keep_alive(lease.id, float(lease.ttl))), loop.create_task(self._watch())]
         self._changed.set()
 
     async def _keep_alive(self, lease_id: int, ttl: float) -> None:
@@ -243,7 +244,7 @@ class EtcdRegistry(Registry):
         owners: dict[int, Ownership] = {}
         base = self._prefix + "/"
         for kv in found:
-            rest = kv.key.decode()[len(base):]
+            rest = kv.key.decode()[len(base) :]
             kind, _, name = rest.partition("/")
             if kind == "members":
                 try:

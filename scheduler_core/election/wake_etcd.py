@@ -12,6 +12,7 @@ Listeners of the notifying process itself are called at once, not through etcd; 
 watch skips the process's own writes. A wake-up lost (etcd away, a watch restarting)
 leaves the trigger to its partition's next regular tick, so nothing here is retried hard.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -128,8 +129,12 @@ class EtcdWakeups(Wakeups):
                 await client.put(self._key, encode_wake(self._sender, batch))
                 self.sent += 1
             except _TRANSIENT as exc:
-                log.info("%r: wake-up of %s not sent (%s); the next ticks find the triggers",
-                         self, sorted(batch), _one_line(exc))
+                log.info(
+                    "%r: wake-up of %s not sent (%s); the next ticks find the triggers",
+                    self,
+                    sorted(batch),
+                    _one_line(exc),
+                )
             except Exception:  # never leave _sending set: every later notify would be dropped
                 log.exception("%r: wake-up not sent", self)
 

@@ -25,6 +25,7 @@ Wire format of one call (one call per sharding item, like the batch center's fan
 Outcome: 2xx -> ok; any other status -> failure "HTTP <status> ..."; a timeout ->
 timed out; a connection error -> failure with a one-line message.
 """
+
 from __future__ import annotations
 
 import json
@@ -179,8 +180,10 @@ class BatchCenterBridge:
                 try:
                     token = self._tokens(call.token_ref)
                 except Exception as exc:  # its message could hold anything: the type only
-                    return HandlerResult(ok=False, message=f"batch-center bridge: token lookup for {call.token_ref} "
-                                                           f"failed ({type(exc).__name__})")
+                    return HandlerResult(
+                        ok=False,
+                        message=f"batch-center bridge: token lookup for {call.token_ref} failed ({type(exc).__name__})",
+                    )
             result = self._send(call, token, ctx)
         except _Refused as exc:
             result = HandlerResult(ok=False, message=str(exc))

@@ -68,6 +68,7 @@ present, else the job's timeout rounded up, 0 for none), logId, logDateTime (epo
 glueType, glueSource, glueUpdatetime (epoch ms of the job's glue_updatetime, from the
 params), broadcastIndex, broadcastTotal (the item's index and total).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -109,12 +110,20 @@ BRIDGE_JOB_ID_LIMIT = 2**30
 # the admin's auto-increment xxl_job_log.id.
 OWN_LOG_ID_FLOOR = 10**15
 # the run fields the admin reads from xxl_job_info at each trigger (XxlJobTrigger)
-RUN_FIELDS = ("executor_handler", "executor_param", "block_strategy", "executor_timeout", "route_strategy",
-              "glue_source", "glue_updatetime")
+RUN_FIELDS = (
+    "executor_handler",
+    "executor_param",
+    "block_strategy",
+    "executor_timeout",
+    "route_strategy",
+    "glue_source",
+    "glue_updatetime",
+)
 MAX_WAIT_S = 24 * 3600.0  # a run that never reports is given up after this, as the migrator's NO_TIMEOUT
 
 
 # -- log ids -----------------------------------------------------------------------------
+
 
 class LogIdAllocator:
     """epoch-ms * 1000 + a counter: strictly increasing within the process, and across
@@ -139,11 +148,14 @@ _PROCESS_LOG_IDS = LogIdAllocator()  # shared by every bridge of the process
 
 # -- wire helpers ------------------------------------------------------------------------
 
+
 def bridge_job_id(legacy_job_id: int) -> int:
     """The job id a bridged run of legacy job `legacy_job_id` uses on the executor."""
     if not 0 < legacy_job_id < BRIDGE_JOB_ID_LIMIT:
-        raise ValueError(f"job_id {legacy_job_id} is outside 1..{BRIDGE_JOB_ID_LIMIT - 1}: the bridge cannot give "
-                         "its runs a job thread of their own on the executor (use dual-run --shadow)")
+        raise ValueError(
+            f"job_id {legacy_job_id} is outside 1..{BRIDGE_JOB_ID_LIMIT - 1}: the bridge cannot give "
+            "its runs a job thread of their own on the executor (use dual-run --shadow)"
+        )
     return JAVA_INT_MAX - legacy_job_id
 
 
@@ -208,12 +220,16 @@ def result_of(cb: CallbackResult, address: str) -> HandlerResult:
     if cb.code == SUCCESS_CODE:
         return HandlerResult(ok=True, message=msg)
     if cb.code == TIMEOUT_CODE:
-        return HandlerResult(ok=False, message=f"xxl-job executor {address} timed out (handleCode 502): {msg}"
-                             [:MAX_MESSAGE], timed_out=True)
+        return HandlerResult(
+            ok=False,
+            message=f"xxl-job executor {address} timed out (handleCode 502): {msg}"[:MAX_MESSAGE],
+            timed_out=True,
+        )
     return HandlerResult(ok=False, message=f"xxl-job handleCode {cb.code}: {msg}"[:MAX_MESSAGE])
 
 
 # -- the bridge --------------------------------------------------------------------------
+
 
 @dataclass
 class _Pending:
@@ -273,8 +289,12 @@ class XxlJobBridge:
         self.callback_address = (str(host), int(port))
         shown = advertise_host or (str(host) if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.callback_url = f"http://{shown}:{port}/"  # put first in the executor's xxl.job.admin.addresses
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"xxl-bridge-callback-{port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"xxl-bridge-callback-{port}",
+            daemon=True,
+        )
         self._thread.start()
 
     # -- the handler -----------------------------------------------------------------
@@ -300,7 +320,9 @@ class XxlJobBridge:
         if not isinstance(params, dict):
             return HandlerResult(ok=False, message="xxl-job bridge: params are not a JSON object")
         if params.get("bridge") not in (None, "xxl-job"):
-            return HandlerResult(ok=False, message=f"xxl-job bridge: params are for the {params.get('bridge')!r} bridge")
+            return HandlerResult(
+                ok=False, message=f"xxl-job bridge: params are for the {params.get('bridge')!r} bridge"
+            )
         try:
             job_id = int(params.get("job_id"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -313,8 +335,11 @@ class XxlJobBridge:
         if glue_type != "BEAN" and not glue_source:
             # the executor would build the GLUE handler from an empty source (an empty
             # script "succeeds"): refuse rather than pretend
-            return HandlerResult(ok=False, message=f"xxl-job bridge: {glue_type} job {job_id} needs glue_source "
-                                                   "in its params to run through the bridge")
+            return HandlerResult(
+                ok=False,
+                message=f"xxl-job bridge: {glue_type} job {job_id} needs glue_source "
+                "in its params to run through the bridge",
+            )
         try:
             run_job_id = bridge_job_id(job_id)
         except ValueError as exc:
@@ -334,8 +359,10 @@ class XxlJobBridge:
             route = self.router.route(str(strategy), job_id, addresses, idle_job_id=run_job_id)
             address, route_msg = route.address, route.message
         if not address:
-            return HandlerResult(ok=False, message=_one_line(f"xxl-job bridge: no executor address for app {app!r} "
-                                                             f"({strategy}: {route_msg})"))
+            return HandlerResult(
+                ok=False,
+                message=_one_line(f"xxl-job bridge: no executor address for app {app!r} ({strategy}: {route_msg})"),
+            )
         log_id = int(self._log_ids())
         if not 0 < log_id <= JAVA_LONG_MAX:
             return HandlerResult(ok=False, message=f"xxl-job bridge: log id {log_id} does not fit a Java long")
@@ -367,8 +394,14 @@ class XxlJobBridge:
                 self._minted.popitem(last=False)
         try:
             self._trigger(address, trigger)
-            log.info("xxl-job run %s job %d (executor job %d) logId %d -> %s queued", ctx.command_id, job_id,
-                     run_job_id, log_id, address)
+            log.info(
+                "xxl-job run %s job %d (executor job %d) logId %d -> %s queued",
+                ctx.command_id,
+                job_id,
+                run_job_id,
+                log_id,
+                address,
+            )
             return self._wait(pending, log_id, address, run_job_id)
         except (_RunRefused, _Unreachable) as exc:
             return HandlerResult(ok=False, message=_one_line(str(exc)))
@@ -384,8 +417,12 @@ class XxlJobBridge:
         try:
             row = self.current_params(job_id)
         except Exception as exc:  # the legacy database is down: run what the command carries
-            log.warning("xxl-job bridge: job %d's current definition unreadable (%s: %s); running the "
-                        "command's params", job_id, type(exc).__name__, _one_line(str(exc), 200))
+            log.warning(
+                "xxl-job bridge: job %d's current definition unreadable (%s: %s); running the command's params",
+                job_id,
+                type(exc).__name__,
+                _one_line(str(exc), 200),
+            )
             return params
         if not row:
             return params
@@ -435,8 +472,10 @@ class XxlJobBridge:
         try:
             return json.loads(raw.decode("utf-8")) if raw.strip() else {}
         except ValueError:
-            raise _RunRefused(f"xxl-job executor {address} answered {path} with non-JSON "
-                              f"{_one_line(raw.decode('utf-8', 'replace'), 100)!r}") from None
+            raise _RunRefused(
+                f"xxl-job executor {address} answered {path} with non-JSON "
+                f"{_one_line(raw.decode('utf-8', 'replace'), 100)!r}"
+            ) from None
 
     def _wait(self, pending: _Pending, log_id: int, address: str, run_job_id: int) -> HandlerResult:
         """Until the executor calls the result back. No clock of our own on the run: the
@@ -452,9 +491,11 @@ class XxlJobBridge:
         while True:
             remaining = hard - time.monotonic()
             if remaining <= 0:
-                return HandlerResult(ok=False, timed_out=True,
-                                     message=f"xxl-job executor {address}: no result for logId {log_id} "
-                                             f"within {self.max_wait_s:g}s")
+                return HandlerResult(
+                    ok=False,
+                    timed_out=True,
+                    message=f"xxl-job executor {address}: no result for logId {log_id} within {self.max_wait_s:g}s",
+                )
             if pending.event.wait(min(self.beat_interval, remaining)):
                 assert pending.result is not None
                 return pending.result
@@ -462,8 +503,11 @@ class XxlJobBridge:
                 failed_beats += 1
                 idle_since = None
                 if failed_beats >= self.lost_after_beats:
-                    return HandlerResult(ok=False, message=f"xxl-job executor {address} lost: no result for logId "
-                                                           f"{log_id} and {failed_beats} beats unanswered")
+                    return HandlerResult(
+                        ok=False,
+                        message=f"xxl-job executor {address} lost: no result for logId "
+                        f"{log_id} and {failed_beats} beats unanswered",
+                    )
                 continue
             failed_beats = 0
             if not self._idle(address, run_job_id):
@@ -473,9 +517,12 @@ class XxlJobBridge:
             if idle_since is None:
                 idle_since = now  # finished: the callback may still be on its way
             elif now - idle_since >= self.beat_interval and not pending.event.is_set():
-                return HandlerResult(ok=False, message=f"xxl-job executor {address}: job {run_job_id} is idle there "
-                                                       f"but no result for logId {log_id} reached the bridge (is the "
-                                                       "bridge first in the executor's admin addresses?)")
+                return HandlerResult(
+                    ok=False,
+                    message=f"xxl-job executor {address}: job {run_job_id} is idle there "
+                    f"but no result for logId {log_id} reached the bridge (is the "
+                    "bridge first in the executor's admin addresses?)",
+                )
 
     def _beat(self, address: str) -> bool:
         return self._probe_beat(address)[0]
@@ -667,8 +714,10 @@ class _CallbackHandler(BaseHTTPRequestHandler):
         elif path.endswith("/api/registryRemove"):
             answer = bridge.handle_registry(raw, token, remove=True)
         else:
-            answer = {"code": FAIL_CODE, "msg": f"invalid request, uri-mapping({path.rsplit('/', 1)[-1][:100]}) "
-                                                "not found."}
+            answer = {
+                "code": FAIL_CODE,
+                "msg": f"invalid request, uri-mapping({path.rsplit('/', 1)[-1][:100]}) not found.",
+            }
         self._answer(answer)
 
     def do_GET(self) -> None:  # noqa: N802

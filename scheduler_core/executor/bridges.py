@@ -13,6 +13,7 @@ looks up before the handler name, so the bridge stops being used for that job.
 
 The wire details live in the two modules' docstrings.
 """
+
 from __future__ import annotations
 
 from scheduler_core.executor.bridge_batchcenter import (

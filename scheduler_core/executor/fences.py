@@ -7,6 +7,7 @@ per run, whether its business's fence covers its fire time. The second is on the
 path, so `by_business` is a plain dict that is never changed in place: an update builds
 a new dict and swaps it in, and a reader needs no lock, only `.get(biz)`.
 """
+
 from __future__ import annotations
 
 import logging

@@ -9,6 +9,7 @@ command messages they answer, so a message is still acked only after all of its 
 results are published. If the publish fails, those command messages are nacked and
 redelivered; items that succeeded are answered from the executor's memory.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,9 @@ def _key(r: EnvelopeResult) -> str:
     return command_id(r.trigger_id, r.scheduled_ms, r.indices[0])
 
 
-def publish_and_ack(bus: MessageBus, sub: Subscription,
-                    done: Sequence[tuple[Received | PackShare, EnvelopeResult]], compact: bool) -> bool:
+def publish_and_ack(
+    bus: MessageBus, sub: Subscription, done: Sequence[tuple[Received | PackShare, EnvelopeResult]], compact: bool
+) -> bool:
     """Publish the results, then ack their command messages; on failure nack them."""
     try:
         bus.publish(result_messages([res for _r, res in done], compact))

@@ -10,6 +10,7 @@ publish acks the message; the first failure nacks it (once), so the broker redel
 the whole message and the runs that had succeeded are answered from the executor's
 memory instead of running again.
 """
+
 from __future__ import annotations
 
 import threading

@@ -14,6 +14,7 @@ Only runs that last longer than `after` cost the extra message: the common run, 
 milliseconds, is registered and forgotten (two dict operations) and never stamped. One
 thread per executor looks at the open runs every `after / 2` (at least every 50 ms).
 """
+
 from __future__ import annotations
 
 import logging
@@ -85,12 +86,21 @@ class ReceiptStamps:
             if age > FORGET_AFTER_MS:
                 continue
             indices = [idx for idx, _p in env.items]
-            due.append(EnvelopeResult(trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id,
-                                      indices=indices, letters=ItemState.RECEIVED * len(indices), received_ms=received_ms,
-                                      # one item starts at receipt; later items' starts come with the
-                                      # result (a started_at, once stored, is never moved)
-                                      started_ms=received_ms if len(indices) == 1 else None, finished_ms=now,
-                                      message=RECEIPT_MESSAGE))
+            due.append(
+                EnvelopeResult(
+                    trigger_id=env.trigger_id,
+                    scheduled_ms=env.scheduled_ms,
+                    page_id=env.page_id,
+                    indices=indices,
+                    letters=ItemState.RECEIVED * len(indices),
+                    received_ms=received_ms,
+                    # one item starts at receipt; later items' starts come with the
+                    # result (a started_at, once stored, is never moved)
+                    started_ms=received_ms if len(indices) == 1 else None,
+                    finished_ms=now,
+                    message=RECEIPT_MESSAGE,
+                )
+            )
         if due:
             self._bus.publish(result_messages(due, self._compact))
             self.stamped += len(due)

@@ -16,6 +16,7 @@ its handler returns, finds the generation moved on and drops its result. So a ha
 exceeding the job timeout is reported as timed out, at its deadline, as before; what a
 timeout costs now is a lock per item, and a thread only when one actually fires.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,12 +36,40 @@ class EnvelopeRun:
     """One envelope in work. Shared by its worker and, with a timeout, the watchdog:
     `pos`, `attempt`, `gen` and `deadline` change only under `lock` on that path."""
 
-    __slots__ = ("env", "fn", "received", "skip", "received_ms", "started_ms", "letters", "starts", "extras",
-                 "pos", "attempt", "gen", "deadline", "lock", "finished", "waiter", "duplicates", "serve_after",
-                 "result", "pack")
+    __slots__ = (
+        "env",
+        "fn",
+        "received",
+        "skip",
+        "received_ms",
+        "started_ms",
+        "letters",
+        "starts",
+        "extras",
+        "pos",
+        "attempt",
+        "gen",
+        "deadline",
+        "lock",
+        "finished",
+        "waiter",
+        "duplicates",
+        "serve_after",
+        "result",
+        "pack",
+    )
 
-    def __init__(self, env: Envelope, fn: Handler, *, received: object, received_ms: int, started_ms: int,
-                 skip: dict[int, int] | None, serve_after: bool) -> None:
+    def __init__(
+        self,
+        env: Envelope,
+        fn: Handler,
+        *,
+        received: object,
+        received_ms: int,
+        started_ms: int,
+        skip: dict[int, int] | None,
+        serve_after: bool,
+    ) -> None:
         self.env = env
         self.fn = fn
         self.received = received  # the bus message to ack once the results are published
@@ -86,8 +115,9 @@ class EnvelopeRun:
             if attempt:
                 self.extras.append((pos, attempt, ""))
             return
-        self.letters.append(ItemState.SUCCEEDED if outcome.ok else
-                            (ItemState.TIMED_OUT if outcome.timed_out else ItemState.FAILED))
+        self.letters.append(
+            ItemState.SUCCEEDED if outcome.ok else (ItemState.TIMED_OUT if outcome.timed_out else ItemState.FAILED)
+        )
         if attempt or outcome.message:
             self.extras.append((pos, attempt, outcome.message))
 
@@ -213,8 +243,9 @@ def expire(run: EnvelopeRun, now: float, backoff: Backoff) -> tuple[int, float] 
         attempt = run.attempt
         if attempt >= run.env.max_retry:
             timeout = run.env.timeout.total_seconds()
-            run.record(run.pos, HandlerResult(ok=False, message=f"timed out after {timeout:g}s", timed_out=True),
-                       attempt)
+            run.record(
+                run.pos, HandlerResult(ok=False, message=f"timed out after {timeout:g}s", timed_out=True), attempt
+            )
             run.pos += 1
             run.attempt = 0
             return run.gen, 0.0

@@ -40,6 +40,7 @@ while a message waits for a worker still stops it. While the view is not in sync
 started, or cut off from the broker) nothing is run: the messages received go back to the
 bus (nack) and are redelivered, after a log line, until it is.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,7 +62,6 @@ from scheduler_core.codec import (
     decode_message,
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
-from scheduler_core.item_states import ItemState
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
@@ -69,9 +69,10 @@ from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
+from scheduler_core.item_states import ItemState
 from scheduler_core.logfields import log_fields
-from scheduler_core.supersede import Supersede
 from scheduler_core.ports import Clock, MessageBus, Received
+from scheduler_core.supersede import Supersede
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
@@ -139,8 +140,11 @@ class Executor:
         self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
         # a run still going `receipt_after` after its receipt is stamped received at once
         # (receipts.py); None: the times travel with the result only
-        self.receipts = None if receipt_after is None else ReceiptStamps(
-            bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{domain}-receipts")
+        self.receipts = (
+            None
+            if receipt_after is None
+            else ReceiptStamps(bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{domain}-receipts")
+        )
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
         self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
         self._done_items = 0
@@ -202,9 +206,13 @@ class Executor:
         # separate triggers) a bound of a few per worker capped each result publish at
         # ~64 results, one broker round trip each (~5K results/s); 1,024 keeps the round
         # trips few while still bounding what waits when the broker is slow
-        self._outbox = ResultOutbox(self.bus, self.sub, compact=self.compact_results,
-                                    capacity=max(OUTBOX_ENVELOPES, 4 * self.concurrency),
-                                    name=f"exec-{self.domain}-results")
+        self._outbox = ResultOutbox(
+            self.bus,
+            self.sub,
+            compact=self.compact_results,
+            capacity=max(OUTBOX_ENVELOPES, 4 * self.concurrency),
+            name=f"exec-{self.domain}-results",
+        )
         for i in range(self.concurrency):
             self._spawn(self._serve, f"exec-{self.domain}-{i}")
         try:
@@ -305,8 +313,12 @@ class Executor:
                     self.waited += 1
                     break
             # the first copy finished meanwhile: claim again
-        log.info("a second copy of the run of trigger %s at %s came while the first is in work here; it waits for "
-                 "the first and is answered with its result", env.trigger_id, env.scheduled_ms)
+        log.info(
+            "a second copy of the run of trigger %s at %s came while the first is in work here; it waits for "
+            "the first and is answered with its result",
+            env.trigger_id,
+            env.scheduled_ms,
+        )
         return False
 
     def _leave(self, key: tuple[int, int, int]) -> list[PackRun] | None:
@@ -359,17 +371,38 @@ class Executor:
             receipts.end(env)
         if value is not None and value is not True:
             # not a plain success: judged, retried with back-off, finished as usual
-            run = EnvelopeRun(env, fn, received=pack.share, received_ms=received_ms, started_ms=received_ms, skip=None,
-                              serve_after=True)
+            run = EnvelopeRun(
+                env,
+                fn,
+                received=pack.share,
+                received_ms=received_ms,
+                started_ms=received_ms,
+                skip=None,
+                serve_after=True,
+            )
             run.pack = pack
             run.starts.append(started)
             settle(run, 0, idx, param, value, self._backoff)
             self._finish(run)
             return True
-        pack.results.append((pack.share, EnvelopeResult(
-            trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id, indices=[idx],
-            letters=ItemState.SUCCEEDED, received_ms=received_ms, started_ms=received_ms, finished_ms=self.clock.now_ms(),
-            start_offsets_ms=[0], message="", exceptions=[])))
+        pack.results.append(
+            (
+                pack.share,
+                EnvelopeResult(
+                    trigger_id=env.trigger_id,
+                    scheduled_ms=env.scheduled_ms,
+                    page_id=env.page_id,
+                    indices=[idx],
+                    letters=ItemState.SUCCEEDED,
+                    received_ms=received_ms,
+                    started_ms=received_ms,
+                    finished_ms=self.clock.now_ms(),
+                    start_offsets_ms=[0],
+                    message="",
+                    exceptions=[],
+                ),
+            )
+        )
         pack.quick.append((key, idx))
         return True
 
@@ -406,8 +439,9 @@ class Executor:
             return None
         return PackRun(r if len(envs) == 1 else PackShare(r, len(envs)), envs)
 
-    def _start(self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool,
-               pack: PackRun | None = None) -> EnvelopeRun | None:
+    def _start(
+        self, part: tuple[Received | PackShare, Envelope], *, serve_after: bool, pack: PackRun | None = None
+    ) -> EnvelopeRun | None:
         """The run of one envelope; None if there is nothing to run (failed)."""
         r, env = part
         try:
@@ -416,8 +450,15 @@ class Executor:
             fn = None if shadow else self._lookup(env)
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
-            run = EnvelopeRun(env, fn, received=r, received_ms=received_ms, started_ms=received_ms,  # type: ignore[arg-type]
-                              skip=skip, serve_after=serve_after)
+            run = EnvelopeRun(
+                env,
+                fn,
+                received=r,
+                received_ms=received_ms,
+                started_ms=received_ms,  # type: ignore[arg-type]
+                skip=skip,
+                serve_after=serve_after,
+            )
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
@@ -428,8 +469,12 @@ class Executor:
             elif shadow:
                 self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
             elif fn is None:
-                self._finish(run, ItemState.FAILED, f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
-                             started=False)
+                self._finish(
+                    run,
+                    ItemState.FAILED,
+                    f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
+                    started=False,
+                )
             return run
         except Exception:
             self._failed(r)
@@ -519,15 +564,20 @@ class Executor:
         succeeded here (a redelivery) keeps its success: it did run."""
         env = run.env
         skip = run.skip
-        letters = "".join(ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED
-                          for idx, _p in env.items)
+        letters = "".join(
+            ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED for idx, _p in env.items
+        )
         with self._lock:
             self.fenced += letters.count(ItemState.SKIPPED)
             first = (fence.business, fence.epoch) not in self._fences_logged
             self._fences_logged.add((fence.business, fence.epoch))
         if first:
-            log.info("skipping the commands of %s scheduled in the %s", env.biz_code, fence,
-                     extra=log_fields(business=env.biz_code, epoch=fence.epoch))
+            log.info(
+                "skipping the commands of %s scheduled in the %s",
+                env.biz_code,
+                fence,
+                extra=log_fields(business=env.biz_code, epoch=fence.epoch),
+            )
         self._finish(run, letters, fence.message, started=False)
 
     def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
@@ -552,9 +602,13 @@ class Executor:
         self._held_since_log += len(got)
         now = time.monotonic()
         if now - self._held_logged >= HELD_LOG_EVERY_S:
-            log.warning("%d command message(s) of %s handed back for redelivery: the rollback fences are not "
-                        "known yet (the control channel is not in sync)", self._held_since_log, self.domain,
-                        extra=log_fields(business=self.domain))
+            log.warning(
+                "%d command message(s) of %s handed back for redelivery: the rollback fences are not "
+                "known yet (the control channel is not in sync)",
+                self._held_since_log,
+                self.domain,
+                extra=log_fields(business=self.domain),
+            )
             self._held_logged, self._held_since_log = now, 0
         self.fences.wait_synced(HOLD_WAIT)
 
@@ -570,11 +624,17 @@ class Executor:
         letters = "".join(run.letters) if letter is None else (letter if len(letter) == n else letter * n)
         indices = [idx for idx, _p in env.items]
         result = EnvelopeResult(
-            trigger_id=env.trigger_id, scheduled_ms=env.scheduled_ms, page_id=env.page_id,
-            indices=indices, letters=letters, received_ms=run.received_ms,
-            started_ms=run.started_ms if started else None, finished_ms=now_ms,
+            trigger_id=env.trigger_id,
+            scheduled_ms=env.scheduled_ms,
+            page_id=env.page_id,
+            indices=indices,
+            letters=letters,
+            received_ms=run.received_ms,
+            started_ms=run.started_ms if started else None,
+            finished_ms=now_ms,
             start_offsets_ms=run.start_offsets_ms() if started else None,
-            message=message, exceptions=run.extras,
+            message=message,
+            exceptions=run.extras,
         )
         if letter is None:
             self._remember_successes(run, indices, letters)

@@ -1,6 +1,7 @@
 """One thread per executor that enforces job timeouts for every watched run (see
 `runner`): it wakes at the earliest deadline (at least every 50 ms) and hands an
 overrunning run to `on_expired`, which starts a successor thread for it."""
+
 from __future__ import annotations
 
 import logging

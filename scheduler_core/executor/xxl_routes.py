@@ -31,6 +31,7 @@ stateful strategies keep per-job maps in static fields of the admin JVM. Here on
 An unknown or empty strategy name is refused, as the admin's trigger fails on it
 (`match(...)` returns null).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,8 +47,16 @@ CACHE_VALID_MS = 24 * 60 * 60 * 1000
 COUNT_RESET_ABOVE = 1_000_000
 
 STRATEGIES = (
-    "FIRST", "LAST", "ROUND", "RANDOM", "CONSISTENT_HASH", "LEAST_FREQUENTLY_USED", "LEAST_RECENTLY_USED",
-    "FAILOVER", "BUSYOVER", "SHARDING_BROADCAST",
+    "FIRST",
+    "LAST",
+    "ROUND",
+    "RANDOM",
+    "CONSISTENT_HASH",
+    "LEAST_FREQUENTLY_USED",
+    "LEAST_RECENTLY_USED",
+    "FAILOVER",
+    "BUSYOVER",
+    "SHARDING_BROADCAST",
 )
 
 # (ok, message) of one probe; the message is the executor's msg or the error text
@@ -85,8 +94,14 @@ def broadcast_address(index: int, addresses: Sequence[str]) -> str:
 
 
 class XxlRouter:
-    def __init__(self, *, beat: Probe | None = None, idle_beat: IdleProbe | None = None,
-                 rng: random.Random | None = None, now_ms: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        beat: Probe | None = None,
+        idle_beat: IdleProbe | None = None,
+        rng: random.Random | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
         self._beat = beat
         self._idle_beat = idle_beat
         self._rng = rng or random.Random()
@@ -99,8 +114,15 @@ class XxlRouter:
         self._lru: dict[int, OrderedDict[str, None]] = {}
         self._lru_valid = 0
 
-    def route(self, strategy: str | None, job_id: int, addresses: Sequence[str], *, idle_job_id: int | None = None,
-              index: int = 0) -> Route:
+    def route(
+        self,
+        strategy: str | None,
+        job_id: int,
+        addresses: Sequence[str],
+        *,
+        idle_job_id: int | None = None,
+        index: int = 0,
+    ) -> Route:
         """The address for one trigger of `job_id`. `idle_job_id`: the job id BUSYOVER asks
         about (the bridge's own job thread on the executor); `index`: the broadcast item."""
         if not addresses:

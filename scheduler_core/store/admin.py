@@ -3,6 +3,7 @@
 Init is idempotent: a second run creates nothing and changes nothing. The partition count
 is fixed at the first init; a later init with another count is refused, not applied.
 """
+
 from __future__ import annotations
 
 import re
@@ -97,8 +98,10 @@ def tables_for(engine: Engine) -> Tables:
             select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
         ).scalar_one_or_none()
     if version is not None and int(version) < SCHEMA_VERSION:
-        raise SchemaError(f"the store's schema is version {version}, this Switchyard needs {SCHEMA_VERSION}: "
-                          "run `switchyard db init --url ...` (it adds what is missing, keeping every row)")
+        raise SchemaError(
+            f"the store's schema is version {version}, this Switchyard needs {SCHEMA_VERSION}: "
+            "run `switchyard db init --url ...` (it adds what is missing, keeping every row)"
+        )
     return tables
 
 
@@ -132,8 +135,9 @@ def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[Me
             if name not in have:
                 conn.execute(tables.meta.insert().values(name=name, value=value))
         if int(have.get("schema_version", SCHEMA_VERSION)) < SCHEMA_VERSION:
-            conn.execute(tables.meta.update().where(tables.meta.c.name == "schema_version")
-                         .values(value=str(SCHEMA_VERSION)))
+            conn.execute(
+                tables.meta.update().where(tables.meta.c.name == "schema_version").values(value=str(SCHEMA_VERSION))
+            )
         if conn.execute(select(tables.fence.c.name).where(tables.fence.c.name == FENCE_NAME)).first() is None:
             conn.execute(tables.fence.insert().values(name=FENCE_NAME, epoch=0, updated_at=0))
     report = check_schema(engine, also)

@@ -3,6 +3,7 @@ transaction: the migrator writes a chunk of them and commits its own ledger rows
 same transaction. The statements are the core's; which rows to write is the caller's.
 MySQL-compatible servers take the fast path (scheduler_core.store.fastpath), others
 the plain SQLAlchemy Core path it is tested against."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,12 +17,37 @@ from scheduler_core.store import fastpath
 from scheduler_core.store.rows import job_values
 from scheduler_core.store.sql import SqlTriggerStore
 
-JOB_SET = ("biz_code", "handler", "params", "shard_total", "timeout_ms", "max_retry", "priority", "envelope_size",
-           "explicit_items", "shadow", "updated_at")
+JOB_SET = (
+    "biz_code",
+    "handler",
+    "params",
+    "shard_total",
+    "timeout_ms",
+    "max_retry",
+    "priority",
+    "envelope_size",
+    "explicit_items",
+    "shadow",
+    "updated_at",
+)
 # what an update of a trigger may change: never its lease (owner_epoch, acquire_deadline),
 # its creation time or its version (bumped instead)
-TRIGGER_SET = ("job_id", "job_code", "biz_code", "kind", "cron_expr", "cron_dialect", "interval_ms", "time_zone",
-               "end_at", "next_fire_at", "state", "priority", "misfire_policy", "updated_at")
+TRIGGER_SET = (
+    "job_id",
+    "job_code",
+    "biz_code",
+    "kind",
+    "cron_expr",
+    "cron_dialect",
+    "interval_ms",
+    "time_zone",
+    "end_at",
+    "next_fire_at",
+    "state",
+    "priority",
+    "misfire_policy",
+    "updated_at",
+)
 # MySQL: an existing job's update always changes the row (updated_at moves forward even
 # within the same millisecond), so the upsert's affected rows tell new jobs (1) from
 # existing ones (2) for the whole statement
@@ -69,8 +95,14 @@ class DefinitionWrites:
         if not fastpath.fast(conn):
             return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())
         q = conn.dialect.identifier_preparer.quote
-        return dict(fastpath.driver_rows(conn, f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
-                                               f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})", codes))
+        return dict(
+            fastpath.driver_rows(
+                conn,
+                f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
+                f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})",
+                codes,
+            )
+        )
 
     def drop_items(self, conn: Connection, job_ids: Sequence[int]) -> None:
         si = self.t.sharding_item
@@ -81,10 +113,24 @@ class DefinitionWrites:
         the triggers of these jobs, locked: a scheduler acquiring one waits for this commit,
         so the state read here is the state an update meets."""
         tr = self.t.trigger
-        return [tuple(r) for r in conn.execute(
-            select(tr.c.id, tr.c.job_code, tr.c.state, tr.c.next_fire_at, tr.c.kind, tr.c.cron_expr,
-                   tr.c.interval_ms, tr.c.time_zone, tr.c.cron_dialect).where(tr.c.job_code.in_(codes))
-            .with_for_update())]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(
+                    tr.c.id,
+                    tr.c.job_code,
+                    tr.c.state,
+                    tr.c.next_fire_at,
+                    tr.c.kind,
+                    tr.c.cron_expr,
+                    tr.c.interval_ms,
+                    tr.c.time_zone,
+                    tr.c.cron_dialect,
+                )
+                .where(tr.c.job_code.in_(codes))
+                .with_for_update()
+            )
+        ]
 
     def insert_items(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         fastpath.write_rows(conn, self.t.sharding_item, rows)
@@ -102,11 +148,21 @@ class DefinitionWrites:
         """Triggers updated by id (TRIGGER_SET), each one's version bumped."""
         tr = self.t.trigger
         # a literal, not a bound 1: PyMySQL's multi-row executemany cannot bind in the ON DUPLICATE part
-        fastpath.write_rows(conn, tr, rows, ("id",), TRIGGER_SET, {"version": tr.c.version + literal_column("1")},
-                            {"version": "`version` + 1"})
+        fastpath.write_rows(
+            conn,
+            tr,
+            rows,
+            ("id",),
+            TRIGGER_SET,
+            {"version": tr.c.version + literal_column("1")},
+            {"version": "`version` + 1"},
+        )
 
     def cancel_triggers(self, conn: Connection, codes: Sequence[str], states: Sequence[str], now_ms: int) -> None:
         """The triggers of these jobs that are in one of `states` become cancelled."""
         tr = self.t.trigger
-        conn.execute(update(tr).where(tr.c.job_code.in_(codes), tr.c.state.in_(states))
-                     .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now_ms))
+        conn.execute(
+            update(tr)
+            .where(tr.c.job_code.in_(codes), tr.c.state.in_(states))
+            .values(state=TriggerState.CANCELLED.value, version=tr.c.version + 1, updated_at=now_ms)
+        )

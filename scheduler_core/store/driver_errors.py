@@ -12,6 +12,7 @@ would not run: a bug).
 The driver's own first line stays in the message (password masked), so an operator sees
 what the server said without a stack trace.
 """
+
 from __future__ import annotations
 
 import functools
@@ -103,6 +104,7 @@ def _not_from_the_driver(exc: SQLAlchemyError, detail: str) -> StoreError:
     if isinstance(exc, (DisconnectionError, PoolTimeout)):
         return StoreUnavailable("cannot reach the database", detail)
     return StoreRefused("database error", detail)
+
 
 def as_store_error(exc: BaseException) -> BaseException:
     """`exc` translated if it is a driver error, else itself (for callers that handle

@@ -2,6 +2,7 @@
 
 Secrets in URLs are never rendered: use `safe_url` whenever a URL is shown or logged.
 """
+
 from __future__ import annotations
 
 import time
@@ -9,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import DisconnectionError
 
-from scheduler_core.store.schema import MYSQL_DIALECTS
 from scheduler_core.store.driver_errors import translated
+from scheduler_core.store.schema import MYSQL_DIALECTS
 
 DEFAULT_SQLITE_URL = "sqlite:///switchyard.db"
 # A pooled connection idle longer than this is pinged before use. SQLAlchemy's

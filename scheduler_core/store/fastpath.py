@@ -19,6 +19,7 @@ against (tests/unit/test_fastpath_reference.py). One renderer (`_render`) serves
 rendered ahead without a connection (`render_plain`) and those rendered on one
 (`_renderer`); the escapes are PyMySQL's own (`escape_string`), not a copy of its table.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -45,8 +46,14 @@ def fast(conn: Connection) -> bool:
     return conn.dialect.name in MYSQL_DIALECTS
 
 
-def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
-           set_columns: Sequence[str], also: Mapping[str, Any] | None = None) -> None:
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    set_columns: Sequence[str],
+    also: Mapping[str, Any] | None = None,
+) -> None:
     """Insert `rows`; a row whose `keys` exist updates `set_columns` from the new row, plus
     `also` (column -> SQL expression over the existing row, e.g. version + 1; without bound
     parameters, which PyMySQL's multi-row executemany cannot carry after VALUES)."""
@@ -60,14 +67,24 @@ def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], ke
         return
     if name == "sqlite":
         lite = sqlite_insert(table)
-        conn.execute(lite.on_conflict_do_update(index_elements=list(keys),
-                                                set_={**{c: lite.excluded[c] for c in set_columns}, **extra}), rows)
+        conn.execute(
+            lite.on_conflict_do_update(
+                index_elements=list(keys), set_={**{c: lite.excluded[c] for c in set_columns}, **extra}
+            ),
+            rows,
+        )
         return
     _portable(conn, table, rows, keys, set_columns, extra)
 
 
-def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-                update_columns: Sequence[str] = (), also_sql: Mapping[str, str] | None = None) -> int:
+def insert_rows(
+    conn: Connection,
+    table: Table,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    update_columns: Sequence[str] = (),
+    also_sql: Mapping[str, str] | None = None,
+) -> int:
     """MySQL/MariaDB only: insert `rows` (tuples in `columns` order) in multi-row
     statements; with `update_columns` / `also_sql` (column -> raw SQL over the existing
     row) a duplicate key updates instead. Returns the server's affected-row count: 1 per
@@ -101,8 +118,14 @@ def driver_rows(conn: Connection, sql: str, args: Sequence[Any]) -> list[tuple[A
         cursor.close()
 
 
-def insert_rendered(conn: Connection, table: Table, columns: Sequence[str], literals: Sequence[str],
-                    update_columns: Sequence[str] = (), also_sql: Mapping[str, str] | None = None) -> int:
+def insert_rendered(
+    conn: Connection,
+    table: Table,
+    columns: Sequence[str],
+    literals: Sequence[str],
+    update_columns: Sequence[str] = (),
+    also_sql: Mapping[str, str] | None = None,
+) -> int:
     """`insert_rows` for rows already rendered by `render_plain` (only on a connection
     for which `takes_rendered` is true)."""
     if not literals:
@@ -138,8 +161,22 @@ def _render(row: Sequence[Any], table: list[str], other: Callable[[Any], str]) -
     """One row as a SQL tuple literal: ints, text and NULL inline (one expression a value,
     not PyMySQL's chain of calls), text escaped by `table`, anything else by `other`.
     Exactly int: a bool goes to `other` (the driver renders it 1/0 as well)."""
-    return "(" + ",".join([str(v) if (t := type(v)) is int else "'" + v.translate(table) + "'" if t is str
-                           else "NULL" if v is None else other(v) for v in row]) + ")"
+    return (
+        "("
+        + ",".join(
+            [
+                str(v)
+                if (t := type(v)) is int
+                else "'" + v.translate(table) + "'"
+                if t is str
+                else "NULL"
+                if v is None
+                else other(v)
+                for v in row
+            ]
+        )
+        + ")"
+    )
 
 
 def takes_rendered(conn: Connection) -> bool:
@@ -149,12 +186,16 @@ def takes_rendered(conn: Connection) -> bool:
         return False
     dbapi = conn.connection.dbapi_connection
     status = getattr(dbapi, "server_status", None)
-    return getattr(dbapi, "escape", None) is not None and isinstance(status, int) \
-        and not status & _NO_BACKSLASH_ESCAPES
+    return getattr(dbapi, "escape", None) is not None and isinstance(status, int) and not status & _NO_BACKSLASH_ESCAPES
 
 
-def _head_tail(conn: Connection, table: Table, columns: Sequence[str], update_columns: Sequence[str],
-               also_sql: Mapping[str, str] | None) -> tuple[str, str]:
+def _head_tail(
+    conn: Connection,
+    table: Table,
+    columns: Sequence[str],
+    update_columns: Sequence[str],
+    also_sql: Mapping[str, str] | None,
+) -> tuple[str, str]:
     q = conn.dialect.identifier_preparer.quote
     head = f"INSERT INTO {q(table.name)} ({', '.join(q(c) for c in columns)}) VALUES "
     sets = [f"{q(c)} = VALUES({q(c)})" for c in update_columns]
@@ -208,25 +249,41 @@ def _renderer(dbapi: Any) -> Callable[[Sequence[Any]], str] | None:
     return render
 
 
-def _portable(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
-              set_columns: Sequence[str], extra: Mapping[str, Any]) -> None:
+def _portable(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    set_columns: Sequence[str],
+    extra: Mapping[str, Any],
+) -> None:
     cols = [table.c[k] for k in keys]
-    have = {tuple(r) for r in conn.execute(select(*cols).where(tuple_(*cols).in_([tuple(r[k] for k in keys)
-                                                                                     for r in rows])))}
+    have = {
+        tuple(r)
+        for r in conn.execute(select(*cols).where(tuple_(*cols).in_([tuple(r[k] for k in keys) for r in rows])))
+    }
     old = [r for r in rows if tuple(r[k] for k in keys) in have]
     new = [r for r in rows if tuple(r[k] for k in keys) not in have]
     if old:
-        stmt = update(table).where(and_(*(table.c[k] == bindparam(f"k_{k}") for k in keys))).values(
-            **{c: bindparam(f"v_{c}") for c in set_columns}, **extra)
-        conn.execute(stmt, [{**{f"k_{k}": r[k] for k in keys}, **{f"v_{c}": r[c] for c in set_columns}}
-                            for r in old])
+        stmt = (
+            update(table)
+            .where(and_(*(table.c[k] == bindparam(f"k_{k}") for k in keys)))
+            .values(**{c: bindparam(f"v_{c}") for c in set_columns}, **extra)
+        )
+        conn.execute(stmt, [{**{f"k_{k}": r[k] for k in keys}, **{f"v_{c}": r[c] for c in set_columns}} for r in old])
     if new:
         conn.execute(insert(table), list(new))
 
 
-def write_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: Sequence[str] = (),
-               set_columns: Sequence[str] = (), also: Mapping[str, Any] | None = None,
-               mysql_also: Mapping[str, str] | None = None) -> int | None:
+def write_rows(
+    conn: Connection,
+    table: Table,
+    rows: list[dict[str, Any]],
+    keys: Sequence[str] = (),
+    set_columns: Sequence[str] = (),
+    also: Mapping[str, Any] | None = None,
+    mysql_also: Mapping[str, str] | None = None,
+) -> int | None:
     """Insert (with `set_columns`: upsert by `keys`) dict rows that share one key order.
     Fast path: the bulk statements, returning the affected rows (`mysql_also` replaces
     columns of the update with raw SQL); plain path: SQLAlchemy Core, returning None."""
@@ -234,8 +291,9 @@ def write_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], keys:
         return 0
     if fast(conn):
         sql = dict(mysql_also or {})
-        return insert_rows(conn, table, list(rows[0]), [tuple(r.values()) for r in rows],
-                           [c for c in set_columns if c not in sql], sql)
+        return insert_rows(
+            conn, table, list(rows[0]), [tuple(r.values()) for r in rows], [c for c in set_columns if c not in sql], sql
+        )
     if set_columns:
         upsert(conn, table, rows, keys, set_columns, also)
     else:
@@ -243,8 +301,14 @@ def write_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], keys:
     return None
 
 
-def write_rendered(conn: Connection, table: Table, columns: Sequence[str], literals: list[str],
-                   set_columns: Sequence[str] = (), mysql_also: Mapping[str, str] | None = None) -> int:
+def write_rendered(
+    conn: Connection,
+    table: Table,
+    columns: Sequence[str],
+    literals: list[str],
+    set_columns: Sequence[str] = (),
+    mysql_also: Mapping[str, str] | None = None,
+) -> int:
     """`write_rows` for rows rendered ahead by `render_plain` (fast path only: see
     `takes_rendered`)."""
     if not literals:

@@ -1,6 +1,7 @@
 """The store's side of on-success follow-ups (scheduler_core.followups): which triggers
 follow which, and the claim per (parent command, child trigger) that makes a follow-up
 fire once however often the parent's result is delivered."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -23,14 +24,18 @@ class FollowupRows:
     t: Tables
 
     if TYPE_CHECKING:
+
         def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int: ...  # SqlTriggerStore's
 
     def set_followups(self, links: Mapping[TriggerId, Sequence[TriggerId]], now_ms: int) -> None:
         """Each parent's follow-ups become exactly `links[parent]` (empty: none), in order."""
         fu = self.t.followup
         parents = sorted({int(p) for p in links})
-        rows = [{"trigger_id": int(parent), "child_trigger_id": int(c), "position": i, "updated_at": now_ms}
-                for parent, children in links.items() for i, c in enumerate(dict.fromkeys(children))]
+        rows = [
+            {"trigger_id": int(parent), "child_trigger_id": int(c), "position": i, "updated_at": now_ms}
+            for parent, children in links.items()
+            for i, c in enumerate(dict.fromkeys(children))
+        ]
         with self.engine.begin() as conn:
             for i in range(0, len(parents), 500):
                 conn.execute(delete(fu).where(fu.c.trigger_id.in_(parents[i : i + 500])))
@@ -44,16 +49,20 @@ class FollowupRows:
         out: dict[TriggerId, list[TriggerId]] = {}
         base = select(fu.c.trigger_id, fu.c.child_trigger_id).order_by(fu.c.trigger_id, fu.c.position)
         ids = sorted({int(p) for p in parents}) if parents is not None else []
-        stmts = [base] if parents is None else [
-            base.where(fu.c.trigger_id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)
-        ]
+        stmts = (
+            [base]
+            if parents is None
+            else [base.where(fu.c.trigger_id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)]
+        )
         with self.engine.connect() as conn:
             for stmt in stmts:
                 for parent, child in conn.execute(stmt).all():
                     out.setdefault(TriggerId(int(parent)), []).append(TriggerId(int(child)))
         return out
 
-    def followup_claims(self, pairs: Sequence[tuple[CommandId, TriggerId]]) -> dict[tuple[CommandId, TriggerId], CommandId]:
+    def followup_claims(
+        self, pairs: Sequence[tuple[CommandId, TriggerId]]
+    ) -> dict[tuple[CommandId, TriggerId], CommandId]:
         """The child command ids already claimed for (parent command id, child trigger)."""
         ff = self.t.followup_fired
         out: dict[tuple[CommandId, TriggerId], CommandId] = {}
@@ -68,7 +77,9 @@ class FollowupRows:
                     out[(CommandId(parent), TriggerId(int(child)))] = CommandId(cid)
         return out
 
-    def claim_followup(self, parent: CommandId, child: TriggerId, records: Sequence[FiredRecord], now_ms: int) -> CommandId:
+    def claim_followup(
+        self, parent: CommandId, child: TriggerId, records: Sequence[FiredRecord], now_ms: int
+    ) -> CommandId:
         """Claim (parent, child) for the child run whose fired records are `records` and
         insert them, in one transaction; returns the child's command id that won (ours,
         or the one a concurrent consumer of a duplicate result claimed first)."""

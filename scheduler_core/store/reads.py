@@ -2,6 +2,7 @@
 collectors, the cutover, the console, the embedded center), and the one shadow switch
 the cutover writes: those packages reach the core's tables only here and through the
 store's port (tests/unit/test_table_owners.py holds that)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,16 +16,24 @@ from scheduler_core.model import FiredState, TriggerState
 from scheduler_core.store.sql import SqlTriggerStore
 
 
-def fired_rows(store: SqlTriggerStore, biz_code: str, start_ms: int, end_ms: int, columns: Sequence[str], *,
-               fenced_as: str | None = None, by_time: bool = False) -> list[tuple[Any, ...]]:
+def fired_rows(
+    store: SqlTriggerStore,
+    biz_code: str,
+    start_ms: int,
+    end_ms: int,
+    columns: Sequence[str],
+    *,
+    fenced_as: str | None = None,
+    by_time: bool = False,
+) -> list[tuple[Any, ...]]:
     """The `columns` of a business's fired records scheduled in [start_ms, end_ms).
     `fenced_as`: the "state" column names a rollback fence's skip so (told from a misfire
     policy's skip by the message the fence writes, in the query: the message itself is
     never fetched unless asked for). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
     fr = store.t.fired
-    stmt = select(*(_state(fr, fenced_as) if c == "state" and fenced_as is not None else fr.c[c]
-                    for c in columns)).where(
-        fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms)
+    stmt = select(
+        *(_state(fr, fenced_as) if c == "state" and fenced_as is not None else fr.c[c] for c in columns)
+    ).where(fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms)
     if by_time:
         stmt = stmt.order_by(fr.c.scheduled_at)
     with store.engine.connect() as conn:
@@ -35,8 +44,11 @@ def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_m
     """(child job code, child command id) of the business's follow-up claims written in
     [from_ms, until_ms) (`dus_followup_fired`: one per child run after a parent's success)."""
     ff, tr = store.t.followup_fired, store.t.trigger
-    stmt = (select(tr.c.job_code, ff.c.child_command_id).select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
-            .where(tr.c.biz_code == biz_code, ff.c.at >= from_ms, ff.c.at < until_ms))
+    stmt = (
+        select(tr.c.job_code, ff.c.child_command_id)
+        .select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
+        .where(tr.c.biz_code == biz_code, ff.c.at >= from_ms, ff.c.at < until_ms)
+    )
     with store.engine.connect() as conn:
         return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
 
@@ -50,8 +62,12 @@ def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
     """Whether the business has a fired record scheduled after `at_ms`."""
     fr = store.t.fired
     with store.engine.connect() as conn:
-        return conn.execute(select(fr.c.command_id).where(
-            fr.c.biz_code == biz_code, fr.c.scheduled_at > at_ms).limit(1)).first() is not None
+        return (
+            conn.execute(
+                select(fr.c.command_id).where(fr.c.biz_code == biz_code, fr.c.scheduled_at > at_ms).limit(1)
+            ).first()
+            is not None
+        )
 
 
 def fired_states_of(store: SqlTriggerStore, trigger_id: int) -> list[str]:
@@ -73,8 +89,9 @@ def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
     one aggregate on the (state, next_fire_at) index."""
     tr = store.t.trigger
     with store.engine.connect() as conn:
-        count, oldest_ms = conn.execute(select(func.count(), func.min(tr.c.next_fire_at))
-                                        .where(tr.c.state == TriggerState.WAITING.value)).one()
+        count, oldest_ms = conn.execute(
+            select(func.count(), func.min(tr.c.next_fire_at)).where(tr.c.state == TriggerState.WAITING.value)
+        ).one()
     return int(count), None if oldest_ms is None else int(oldest_ms)
 
 

@@ -17,6 +17,7 @@ cannot change the outcome. A command id appears at most once per statement: a la
 result of the same command id goes into a later statement, so results apply in arrival
 order, as executemany applied them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -75,8 +76,21 @@ def _run(conn: Connection, sql_head: str, sql_tail: str, columns: Sequence[str],
     return changed
 
 
-PAGE_COLUMNS = ("cid", "nfinal", "rank_partial", "attempt", "final_state", "partial_state", "states", "ok",
-                "failed", "message", "at", "received", "started")
+PAGE_COLUMNS = (
+    "cid",
+    "nfinal",
+    "rank_partial",
+    "attempt",
+    "final_state",
+    "partial_state",
+    "states",
+    "ok",
+    "failed",
+    "message",
+    "at",
+    "received",
+    "started",
+)
 
 
 def update_pages(conn: Connection, table: str, final_rank: int, rows: list[dict[str, Any]]) -> int:

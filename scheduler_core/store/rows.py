@@ -1,4 +1,5 @@
 """Row <-> model conversion for the store. The only place table columns meet the model."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -105,14 +106,44 @@ def trigger_from_row(row: Row) -> Trigger:
 # The trigger columns the model is built from, in the order trigger_from_tuple reads them:
 # the hot reads (select_due) name exactly these and take rows as plain tuples.
 TRIGGER_READ_COLUMNS = (
-    "id", "job_code", "biz_code", "kind", "cron_expr", "interval_ms", "time_zone", "end_at", "next_fire_at",
-    "state", "priority", "misfire_policy", "owner_epoch", "acquire_deadline", "version", "cron_dialect",
+    "id",
+    "job_code",
+    "biz_code",
+    "kind",
+    "cron_expr",
+    "interval_ms",
+    "time_zone",
+    "end_at",
+    "next_fire_at",
+    "state",
+    "priority",
+    "misfire_policy",
+    "owner_epoch",
+    "acquire_deadline",
+    "version",
+    "cron_dialect",
 )
 
 
 def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
-    (id_, job_code, biz_code, kind, cron, interval_ms, tz, end_at, next_fire_at, state, priority, policy,
-     owner_epoch, deadline, version, dialect) = row
+    (
+        id_,
+        job_code,
+        biz_code,
+        kind,
+        cron,
+        interval_ms,
+        tz,
+        end_at,
+        next_fire_at,
+        state,
+        priority,
+        policy,
+        owner_epoch,
+        deadline,
+        version,
+        dialect,
+    ) = row
     return Trigger(
         id=TriggerId(id_),
         job_code=JobCode(job_code),
@@ -137,19 +168,55 @@ def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
 # The fired-record columns in the order fired_row gives them: the hot INSERT binds plain
 # tuples in this order (no per-row dict, no per-row parameter processing).
 FIRED_COLUMNS = (
-    "command_id", "trigger_id", "job_code", "biz_code", "scheduled_at", "item_index", "item_total", "state",
-    "state_rank", "epoch", "fired_at", "published_at", "received_at", "started_at", "result_at", "attempt",
-    "misfired", "message", "item_count", "item_states", "succeeded_items", "failed_items",
+    "command_id",
+    "trigger_id",
+    "job_code",
+    "biz_code",
+    "scheduled_at",
+    "item_index",
+    "item_total",
+    "state",
+    "state_rank",
+    "epoch",
+    "fired_at",
+    "published_at",
+    "received_at",
+    "started_at",
+    "result_at",
+    "attempt",
+    "misfired",
+    "message",
+    "item_count",
+    "item_states",
+    "succeeded_items",
+    "failed_items",
 )
 
 
 def fired_row(rec: FiredRecord) -> tuple[Any, ...]:
     return (
-        rec.command_id, rec.trigger_id, rec.job_code, rec.biz_code, to_ms(rec.scheduled_at), rec.item_index,
-        rec.item_total, rec.state.value, FIRED_RANK[rec.state], rec.epoch, opt_to_ms(rec.fired_at),
-        opt_to_ms(rec.published_at), opt_to_ms(rec.received_at), opt_to_ms(rec.started_at),
-        opt_to_ms(rec.result_at), rec.attempt, 1 if rec.misfired else 0, rec.message[:MESSAGE_MAX],
-        rec.item_count, rec.item_states or None, rec.succeeded_items, rec.failed_items,
+        rec.command_id,
+        rec.trigger_id,
+        rec.job_code,
+        rec.biz_code,
+        to_ms(rec.scheduled_at),
+        rec.item_index,
+        rec.item_total,
+        rec.state.value,
+        FIRED_RANK[rec.state],
+        rec.epoch,
+        opt_to_ms(rec.fired_at),
+        opt_to_ms(rec.published_at),
+        opt_to_ms(rec.received_at),
+        opt_to_ms(rec.started_at),
+        opt_to_ms(rec.result_at),
+        rec.attempt,
+        1 if rec.misfired else 0,
+        rec.message[:MESSAGE_MAX],
+        rec.item_count,
+        rec.item_states or None,
+        rec.succeeded_items,
+        rec.failed_items,
     )
 
 

@@ -6,6 +6,7 @@ table is `PARTITION BY HASH(id)` on MySQL-compatible servers; on SQLite the same
 come from a generated `part` column (id % N) with its own index. SQL stays within what
 TiDB accepts as well as MariaDB: no RETURNING, no sequences, no MariaDB-only syntax.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

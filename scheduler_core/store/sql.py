@@ -1,6 +1,7 @@
 """SqlTriggerStore: the trigger store on TiDB/MariaDB (SQLAlchemy Core + PyMySQL) and on
 SQLite (the embedded default). One implementation; the differences are the partition
 slice and the insert-if-absent spelling."""
+
 from __future__ import annotations
 
 import uuid
@@ -30,7 +31,7 @@ from scheduler_core.model import (
     parse_command_id,
 )
 from scheduler_core.model import TriggerState as S
-from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, TriggerStore, Transition, Wakeups
+from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Transition, TriggerStore, Wakeups
 from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
@@ -38,10 +39,10 @@ from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
-    FIRED_RANK,
-    PROVISIONAL_SKIP_RANK,
     FIRED_COLUMNS,
+    FIRED_RANK,
     MESSAGE_MAX,
+    PROVISIONAL_SKIP_RANK,
     TRIGGER_READ_COLUMNS,
     fired_from_row,
     fired_row,
@@ -291,8 +292,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             return ids
         won: list[TriggerId] = []
         for chunk in _chunks(ids):
-            won += [TriggerId(r[0]) for r in conn.execute(
-                select(tr.c.id).where(tr.c.id.in_(chunk), tr.c.cas_token == token))]
+            won += [
+                TriggerId(r[0])
+                for r in conn.execute(select(tr.c.id).where(tr.c.id.in_(chunk), tr.c.cas_token == token))
+            ]
         return won
 
     def _cas_update(self, conn: Connection, change: Transition) -> tuple[list[TriggerId], str, int]:
@@ -312,8 +315,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         mark = self._mark()
         # SET: last_fired_at first, so that `last_fired_at = next_fire_at` reads the row's
         # value before this statement on every server (MySQL assigns left to right)
-        sets = [f"state = {mark}", f"cas_token = {mark}", "version = version + 1",
-                f"updated_at = {int(self.clock.now_ms())}"]
+        sets = [
+            f"state = {mark}",
+            f"cas_token = {mark}",
+            "version = version + 1",
+            f"updated_at = {int(self.clock.now_ms())}",
+        ]
         set_params: list[Any] = [change.to_state.value, token]
         if change.fired_at_next:
             sets.insert(0, "last_fired_at = next_fire_at")
@@ -331,8 +338,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         if change.fence_epoch is not None:
             # The fence is checked inside the same UPDATE, so a leader deposed between its
             # last check and this write still cannot land it.
-            conds.append(f"EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark}"
-                         f" AND epoch = {int(change.fence_epoch)})")
+            conds.append(
+                f"EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark} AND epoch = {int(change.fence_epoch)})"
+            )
             cond_params.append(change.fence or FENCE_NAME)
         nexts, lasts, versions = change.next_fire_at or {}, change.last_fired_at or {}, change.expected_version
         matched = 0
@@ -343,17 +351,22 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             if lasts:
                 # an explicit map replaces the stamp from the row (one assignment per column)
                 chunk_sets = [c for c in chunk_sets if not c.startswith("last_fired_at")]
-                chunk_sets.insert(0, "last_fired_at = " + _per_row_sql(
-                    "id", {i: to_ms(lasts[i]) for i in chunk if i in lasts}, "last_fired_at"))
+                chunk_sets.insert(
+                    0,
+                    "last_fired_at = "
+                    + _per_row_sql("id", {i: to_ms(lasts[i]) for i in chunk if i in lasts}, "last_fired_at"),
+                )
             if nexts:
-                chunk_sets.append("next_fire_at = " + _per_row_sql(
-                    "id", {i: to_ms(nexts[i]) for i in chunk if i in nexts}, "next_fire_at"))
+                chunk_sets.append(
+                    "next_fire_at = "
+                    + _per_row_sql("id", {i: to_ms(nexts[i]) for i in chunk if i in nexts}, "next_fire_at")
+                )
             if versions is not None:
                 # a row the map does not name cannot match (-1 is no version)
-                chunk_conds.append("version = " + _per_row_sql(
-                    "id", {i: versions[i] for i in chunk if i in versions}, "-1"))
-            sql = (f"UPDATE {self.t.trigger.name} SET {', '.join(chunk_sets)}"
-                   f" WHERE {' AND '.join(chunk_conds)}")
+                chunk_conds.append(
+                    "version = " + _per_row_sql("id", {i: versions[i] for i in chunk if i in versions}, "-1")
+                )
+            sql = f"UPDATE {self.t.trigger.name} SET {', '.join(chunk_sets)} WHERE {' AND '.join(chunk_conds)}"
             result = conn.exec_driver_sql(sql, (*set_params, *cond_params))
             matched += result.rowcount or 0
         return ids, token, matched
@@ -384,8 +397,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                     with conn.begin_nested():
                         conn.execute(insert(f).values(name=name, epoch=epoch, updated_at=now))
                 except IntegrityError:
-                    conn.execute(update(f).where(f.c.name == name, f.c.epoch < epoch)
-                                 .values(epoch=epoch, updated_at=now))
+                    conn.execute(
+                        update(f).where(f.c.name == name, f.c.epoch < epoch).values(epoch=epoch, updated_at=now)
+                    )
             current = conn.execute(select(f.c.epoch).where(f.c.name == name)).scalar_one()
         return int(current) == int(epoch)
 
@@ -414,8 +428,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             lock = self._lock_fence_reads(conn)
             rows = [fired_row(r) for r in records]
             size = _FENCED_ROWS_SQLITE if self.t.sliced_by_column else _FENCED_ROWS
-            inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock)
-                           for batch in _chunks(rows, size))
+            inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock) for batch in _chunks(rows, size))
             # nothing to insert proves nothing: the fence is read
             if (inserted < len(rows) or not rows) and not self._fence_holds(conn, name, epoch, lock):
                 conn.rollback()  # a deposed epoch writes nothing
@@ -425,12 +438,14 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     def _fence_holds(self, conn: Connection, name: str, epoch: Epoch, lock: bool) -> bool:
         # with a shared lock where the server has one (see __init__)
-        current = conn.execute(self._fence_epoch_shared if lock else self._fence_epoch,
-                               {"fence_name": name}).scalar_one_or_none()
+        current = conn.execute(
+            self._fence_epoch_shared if lock else self._fence_epoch, {"fence_name": name}
+        ).scalar_one_or_none()
         return current is not None and int(current) == int(epoch)
 
-    def _insert_fired_fenced(self, conn: Connection, rows: Sequence[tuple[Any, ...]], fence_name: str,
-                             epoch: Epoch, lock: bool) -> int:
+    def _insert_fired_fenced(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], fence_name: str, epoch: Epoch, lock: bool
+    ) -> int:
         """INSERT-if-absent of `rows` (fired_row tuples) on the condition that the fence
         row `fence_name` holds `epoch`, read with a shared lock where the server has one
         (see _fence_holds). Columns whose value every row shares (the state, the epoch,
@@ -449,9 +464,11 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
         # IGNORE only skips the duplicate key here: every value was length-checked in
         # rows.fired_row, so no truncation warning can be swallowed.
-        sql = (f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)}) SELECT {select_list}"
-               f" FROM ({first}{rest * (len(rows) - 1)}) v"
-               f" WHERE EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark} AND epoch = {mark}{lock_clause})")
+        sql = (
+            f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)}) SELECT {select_list}"
+            f" FROM ({first}{rest * (len(rows) - 1)}) v"
+            f" WHERE EXISTS (SELECT 1 FROM {self.t.fence.name} WHERE name = {mark} AND epoch = {mark}{lock_clause})"
+        )
         params: list[Any] = [rows[0][i] for i in sorted(shared)]
         for row in rows:
             params += [row[i] for i in varying]
@@ -478,8 +495,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             # IGNORE only skips the duplicate key here: every value was length-checked in
             # rows.fired_row, so no truncation warning can be swallowed.
             verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
-            self._fired_sql = (f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)})"
-                               f" VALUES ({', '.join([mark] * len(FIRED_COLUMNS))})")
+            self._fired_sql = (
+                f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)})"
+                f" VALUES ({', '.join([mark] * len(FIRED_COLUMNS))})"
+            )
         return self._fired_sql
 
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
@@ -504,10 +523,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         changed = 0
         for chunk in _chunks(list(command_ids)):
             # state before state_rank: MySQL assigns left to right, and both read the old rank
-            sql = (f"UPDATE {self.t.fired.name} SET published_at = {int(to_ms(at))},"
-                   f" state = CASE WHEN state_rank < {rank} THEN {mark} ELSE state END,"
-                   f" state_rank = CASE WHEN state_rank < {rank} THEN {rank} ELSE state_rank END"
-                   f" WHERE command_id IN ({', '.join([mark] * len(chunk))}) AND published_at IS NULL")
+            sql = (
+                f"UPDATE {self.t.fired.name} SET published_at = {int(to_ms(at))},"
+                f" state = CASE WHEN state_rank < {rank} THEN {mark} ELSE state END,"
+                f" state_rank = CASE WHEN state_rank < {rank} THEN {rank} ELSE state_rank END"
+                f" WHERE command_id IN ({', '.join([mark] * len(chunk))}) AND published_at IS NULL"
+            )
             result = conn.exec_driver_sql(sql, (FiredState.PUBLISHED.value, *chunk))
             changed += result.rowcount or 0
         return changed
@@ -551,21 +572,23 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 final_state, message = FiredState.SUCCEEDED, ""
             received = [u.received_at for u in group if u.received_at is not None]
             started = [u.started_at for u in group if u.started_at is not None]
-            params.append({
-                "p_cid": page_id,
-                "p_nfinal": finals,
-                "p_rank_partial": FIRED_RANK[FiredState.RECEIVED],
-                "p_attempt": max(u.attempt for u in group),
-                "p_final_state": final_state.value,
-                "p_partial_state": FiredState.RECEIVED.value,
-                "p_states": states,
-                "p_ok": ok,
-                "p_failed": failed,
-                "p_message": message[:MESSAGE_MAX],
-                "p_at": to_ms(max(u.at for u in group)),
-                "p_received": to_ms(min(received)) if received else None,
-                "p_started": to_ms(min(started)) if started else None,
-            })
+            params.append(
+                {
+                    "p_cid": page_id,
+                    "p_nfinal": finals,
+                    "p_rank_partial": FIRED_RANK[FiredState.RECEIVED],
+                    "p_attempt": max(u.attempt for u in group),
+                    "p_final_state": final_state.value,
+                    "p_partial_state": FiredState.RECEIVED.value,
+                    "p_states": states,
+                    "p_ok": ok,
+                    "p_failed": failed,
+                    "p_message": message[:MESSAGE_MAX],
+                    "p_at": to_ms(max(u.at for u in group)),
+                    "p_received": to_ms(min(received)) if received else None,
+                    "p_started": to_ms(min(started)) if started else None,
+                }
+            )
         with self.engine.begin() as conn:
             if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per page
                 return result_joins.update_pages(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
@@ -617,8 +640,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             marked = conn.execute(
                 update(fr)
                 .where(fr.c.biz_code == business, fr.c.scheduled_at >= from_ms, fr.c.state_rank < FINAL_RANK)
-                .values(state=FiredState.SKIPPED.value, state_rank=PROVISIONAL_SKIP_RANK,
-                        message=message[:MESSAGE_MAX], result_at=now)
+                .values(
+                    state=FiredState.SKIPPED.value,
+                    state_rank=PROVISIONAL_SKIP_RANK,
+                    message=message[:MESSAGE_MAX],
+                    result_at=now,
+                )
             ).rowcount
         return fence, max(0, marked or 0)
 
@@ -633,12 +660,20 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             unpublished = fr.c.published_at.is_(None)
             conn.execute(
                 update(fr)
-                .where(fr.c.biz_code == business, fr.c.scheduled_at >= until_ms,
-                       fr.c.state == FiredState.SKIPPED.value, fr.c.state_rank == PROVISIONAL_SKIP_RANK)
-                .values(state=case((unpublished, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
-                        state_rank=case((unpublished, FIRED_RANK[FiredState.PENDING]),
-                                        else_=FIRED_RANK[FiredState.PUBLISHED]),
-                        message="", result_at=None)
+                .where(
+                    fr.c.biz_code == business,
+                    fr.c.scheduled_at >= until_ms,
+                    fr.c.state == FiredState.SKIPPED.value,
+                    fr.c.state_rank == PROVISIONAL_SKIP_RANK,
+                )
+                .values(
+                    state=case((unpublished, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
+                    state_rank=case(
+                        (unpublished, FIRED_RANK[FiredState.PENDING]), else_=FIRED_RANK[FiredState.PUBLISHED]
+                    ),
+                    message="",
+                    result_at=None,
+                )
             )
         return fence
 
@@ -663,8 +698,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
 
 
-def _bump_fence(conn: Connection, t: Tables, business: str, values: dict[str, Any], now_ms: int,
-                create: bool) -> Fence | None:
+def _bump_fence(
+    conn: Connection, t: Tables, business: str, values: dict[str, Any], now_ms: int, create: bool
+) -> Fence | None:
     """epoch + 1 and the new bounds on the business's fence row (inserted at epoch 1 when
     `create`); the row as it now is, read in the same transaction (the UPDATE holds its
     lock, so no concurrent change slips in between). None: no row and not `create`."""
@@ -682,8 +718,12 @@ def _bump_fence(conn: Connection, t: Tables, business: str, values: dict[str, An
 
 
 def _fence_of(row: Any) -> Fence:
-    return Fence(business=row.biz_code, from_ms=int(row.from_at),
-                 until_ms=None if row.until_at is None else int(row.until_at), epoch=int(row.epoch))
+    return Fence(
+        business=row.biz_code,
+        from_ms=int(row.from_at),
+        until_ms=None if row.until_at is None else int(row.until_at),
+        epoch=int(row.epoch),
+    )
 
 
 def _page_update_statement(fr: Any) -> Any:

@@ -1,6 +1,7 @@
 """The store side of schedule edits (`scheduler_core.supersede`): `dus_trigger_supersede`
 and the fired records an edit supersedes. Beside `SqlTriggerStore` (not in it), reaching
 its engine and tables."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,9 @@ class SqlSupersedes:
 
     # -- the edit (in the transaction that changes the trigger) ----------------------------
 
-    def record_edit(self, conn: Connection, trigger_id: int, business: str, effective_ms: int,
-                    new_times: Iterable[int], now_ms: int) -> Supersede:
+    def record_edit(
+        self, conn: Connection, trigger_id: int, business: str, effective_ms: int, new_times: Iterable[int], now_ms: int
+    ) -> Supersede:
         """The schedule of `trigger_id` changed, effective `effective_ms`; `new_times` are
         the new schedule's occurrences from then up to the trigger's (new) next_fire_at.
         Marks the old schedule's records at or after E that the new one lacks skipped, and
@@ -47,9 +49,14 @@ class SqlSupersedes:
         # this edit waits for the relay's records (and then sees them below)
         prior = conn.execute(select(ts).where(ts.c.trigger_id == trigger_id).with_for_update()).first()
         # a locking read: the latest committed records, not the transaction's snapshot
-        published = {int(r.scheduled_at): int(r.state_rank) for r in conn.execute(
-            select(fr.c.scheduled_at, fr.c.state_rank)
-            .where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at >= effective_ms).with_for_update())}
+        published = {
+            int(r.scheduled_at): int(r.state_rank)
+            for r in conn.execute(
+                select(fr.c.scheduled_at, fr.c.state_rank)
+                .where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at >= effective_ms)
+                .with_for_update()
+            )
+        }
         skipped = {t for t in published if t not in new}
         if prior is not None:
             # an earlier edit's supersedes still ahead stand, unless this schedule has them again
@@ -58,21 +65,41 @@ class SqlSupersedes:
         revived = sorted(t for t in new if t in published)
         message = skip_message(effective_ms)
         for chunk in _chunks(sorted(skipped)):
-            conn.execute(update(fr).where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at.in_(chunk),
-                                          fr.c.state_rank < FINAL_RANK)
-                         .values(state=FiredState.SKIPPED.value, state_rank=PROVISIONAL_SKIP_RANK,
-                                 message=message[:MESSAGE_MAX], result_at=now_ms))
+            conn.execute(
+                update(fr)
+                .where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at.in_(chunk), fr.c.state_rank < FINAL_RANK)
+                .values(
+                    state=FiredState.SKIPPED.value,
+                    state_rank=PROVISIONAL_SKIP_RANK,
+                    message=message[:MESSAGE_MAX],
+                    result_at=now_ms,
+                )
+            )
         for chunk in _chunks(revived):
             # superseded by an earlier edit, wanted again: back to waiting for its result
-            conn.execute(update(fr).where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at.in_(chunk),
-                                          fr.c.state == FiredState.SKIPPED.value,
-                                          fr.c.state_rank == PROVISIONAL_SKIP_RANK,
-                                          fr.c.message.like(f"{MESSAGE_PREFIX}%"))
-                         .values(state=FiredState.PUBLISHED.value, state_rank=FIRED_RANK[FiredState.PUBLISHED],
-                                 message="", result_at=None))
-        values: dict[str, Any] = {"biz_code": business, "effective_at": effective_ms,
-                                  "skipped": json.dumps(sorted(skipped)), "pending": json.dumps(pending),
-                                  "updated_at": now_ms}
+            conn.execute(
+                update(fr)
+                .where(
+                    fr.c.trigger_id == trigger_id,
+                    fr.c.scheduled_at.in_(chunk),
+                    fr.c.state == FiredState.SKIPPED.value,
+                    fr.c.state_rank == PROVISIONAL_SKIP_RANK,
+                    fr.c.message.like(f"{MESSAGE_PREFIX}%"),
+                )
+                .values(
+                    state=FiredState.PUBLISHED.value,
+                    state_rank=FIRED_RANK[FiredState.PUBLISHED],
+                    message="",
+                    result_at=None,
+                )
+            )
+        values: dict[str, Any] = {
+            "biz_code": business,
+            "effective_at": effective_ms,
+            "skipped": json.dumps(sorted(skipped)),
+            "pending": json.dumps(pending),
+            "updated_at": now_ms,
+        }
         if prior is None:
             epoch = 1
             conn.execute(insert(ts).values(trigger_id=trigger_id, epoch=epoch, **values))
@@ -99,8 +126,11 @@ class SqlSupersedes:
         ts = self.t.trigger_supersede
         with self.store.engine.begin() as conn:
             # the row lock first (see record_edit): an edit in between makes this a no-op
-            still = conn.execute(update(ts).where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)
-                                 .values(updated_at=self.store.clock.now_ms())).rowcount
+            still = conn.execute(
+                update(ts)
+                .where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)
+                .values(updated_at=self.store.clock.now_ms())
+            ).rowcount
             if not still:
                 return False
             if records:  # insert-if-absent by command id
@@ -115,25 +145,32 @@ class SqlSupersedes:
         if command_ids:
             self.store.mark_published(command_ids, self.store.clock.now())
         with self.store.engine.begin() as conn:
-            conn.execute(update(ts).where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)
-                         .values(pending="[]", updated_at=self.store.clock.now_ms()))
+            conn.execute(
+                update(ts)
+                .where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)
+                .values(pending="[]", updated_at=self.store.clock.now_ms())
+            )
 
 
 def _supersede_of(row: Any) -> Supersede:
-    return Supersede(trigger_id=int(row.trigger_id), business=row.biz_code, effective_ms=int(row.effective_at),
-                     skipped_ms=frozenset(int(t) for t in json.loads(row.skipped)),
-                     pending_ms=tuple(int(t) for t in json.loads(row.pending)), epoch=int(row.epoch))
+    return Supersede(
+        trigger_id=int(row.trigger_id),
+        business=row.biz_code,
+        effective_ms=int(row.effective_at),
+        skipped_ms=frozenset(int(t) for t in json.loads(row.skipped)),
+        pending_ms=tuple(int(t) for t in json.loads(row.pending)),
+        epoch=int(row.epoch),
+    )
 
 
 def _chunks(values: Sequence[int], size: int = 500) -> Iterable[list[int]]:
     for i in range(0, len(values), size):
-        yield list(values[i:i + size])
+        yield list(values[i : i + size])
 
 
-
-
-def supersede_relay(store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings,
-                    metrics: SchedulerMetrics) -> SupersedeRelay:
+def supersede_relay(
+    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics
+) -> SupersedeRelay:
     """The relay of schedule edits for the process that has the bus (the scheduler leader,
     `switchyard serve`): its pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)

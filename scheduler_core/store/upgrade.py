@@ -6,6 +6,7 @@ there reads as it did before (NULL is each such column's "as before": for
 `dus_job_trigger.cron_dialect`, the default dialect). A missing column that could not be
 added that way is refused with the table and column named, never guessed at.
 """
+
 from __future__ import annotations
 
 from sqlalchemy import Column, Table, inspect
@@ -34,8 +35,10 @@ def add_missing_columns(engine: Engine, tables: Tables) -> list[str]:
     todo = missing_columns(engine, tables)
     for table, col in todo:
         if not col.nullable or col.server_default is not None or col.primary_key:
-            raise SchemaError(f"{table.name}.{col.name}: the store lacks this column and it cannot be added in "
-                              "place (not nullable); upgrade refused, nothing changed")
+            raise SchemaError(
+                f"{table.name}.{col.name}: the store lacks this column and it cannot be added in "
+                "place (not nullable); upgrade refused, nothing changed"
+            )
     added: list[str] = []
     q = engine.dialect.identifier_preparer.quote
     with engine.begin() as conn:

@@ -1,4 +1,5 @@
 """`switchyard` — the console script."""
+
 from __future__ import annotations
 
 import sys
@@ -11,9 +12,9 @@ from switchyard.cli.cron import cron
 from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
 from switchyard.cli.db import db
 from switchyard.cli.demo import demo
+from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
 from switchyard.cli.migrate import migrate
-from switchyard.cli.dualrun import dualrun
 from switchyard.cli.report import report
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.serve import serve

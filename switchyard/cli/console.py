@@ -1,4 +1,5 @@
 """`switchyard console`: the read-only operator console in the browser."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,10 +15,10 @@ import click
 
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
-from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import store_url, log_format, log_level
+from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.console.data import Sources, scraped_members
+from switchyard.logs import configure_logging
 from switchyard.wiring import legacy_switches, open_store
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,14 @@ def console_token(bind: str, token_env: str) -> str | None:
     """The bearer token from the environment; required when bound beyond loopback."""
     token = os.environ.get(token_env) or None
     if token is None and not is_loopback(bind):
-        raise CliFailure(f"bound to {bind}, the console needs a bearer token: put it in ${token_env} "
-                         "(never on the command line)", exitcodes.USAGE)
+        raise CliFailure(
+            f"bound to {bind}, the console needs a bearer token: put it in ${token_env} (never on the command line)",
+            exitcodes.USAGE,
+        )
     return token
 
 
-def serve_console(src: Sources, bind: str, port: int, token: str | None) -> "object":
+def serve_console(src: Sources, bind: str, port: int, token: str | None) -> object:
     """A uvicorn server for the console (not started): `.run()` here, or in a thread."""
     import uvicorn
 
@@ -65,36 +68,71 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> "obj
                 for s, handler in old.items():
                     signal.signal(s, handler)
 
-    config = uvicorn.Config(make_app(src, token), host=bind, port=port, log_config=None, server_header=False,
-                            lifespan="off")
+    config = uvicorn.Config(
+        make_app(src, token), host=bind, port=port, log_config=None, server_header=False, lifespan="off"
+    )
     return Server(config)
 
 
 @click.command("console")
 @store_url
-@click.option("--legacy-url", "legacy_urls", multiple=True,
-              help="A legacy database to read the legacy switches from (repeatable); else inferred from the store.")
-@click.option("--scheduler-metrics", "metrics_urls", multiple=True,
-              help="A scheduler's metrics URL, e.g. http://127.0.0.1:9464/ (repeatable): members, leader, lookahead lag.")
-@click.option("--bind", default="127.0.0.1", show_default=True,
-              help=f"Address to listen on; anything but loopback needs ${TOKEN_ENV}.")
+@click.option(
+    "--legacy-url",
+    "legacy_urls",
+    multiple=True,
+    help="A legacy database to read the legacy switches from (repeatable); else inferred from the store.",
+)
+@click.option(
+    "--scheduler-metrics",
+    "metrics_urls",
+    multiple=True,
+    help="A scheduler's metrics URL, e.g. http://127.0.0.1:9464/ (repeatable): members, leader, lookahead lag.",
+)
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    help=f"Address to listen on; anything but loopback needs ${TOKEN_ENV}.",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True)
-@click.option("--token-env", default=TOKEN_ENV, show_default=True,
-              help="Environment variable holding the bearer token (never pass secrets as arguments).")
-@click.option("--lag-window", type=click.FloatRange(1), default=3600.0, show_default=True,
-              help="Seconds of fired records the lag percentiles cover.")
+@click.option(
+    "--token-env",
+    default=TOKEN_ENV,
+    show_default=True,
+    help="Environment variable holding the bearer token (never pass secrets as arguments).",
+)
+@click.option(
+    "--lag-window",
+    type=click.FloatRange(1),
+    default=3600.0,
+    show_default=True,
+    help="Seconds of fired records the lag percentiles cover.",
+)
 @log_level
 @log_format
 @cli_errors
-def console(url: str, legacy_urls: tuple[str, ...], metrics_urls: tuple[str, ...], bind: str, port: int,
-            token_env: str, lag_window: float, log_level: str, log_format: str) -> None:
+def console(
+    url: str,
+    legacy_urls: tuple[str, ...],
+    metrics_urls: tuple[str, ...],
+    bind: str,
+    port: int,
+    token_env: str,
+    lag_window: float,
+    log_level: str,
+    log_format: str,
+) -> None:
     """Read-only console: businesses, verdicts, jobs by live side, lag, scheduler, audit, quarantine."""
     configure_logging(log_level, log_format)
     token = console_token(bind, token_env)
     store = open_store(url)
     store.current_epoch()  # a store that cannot be read is a clear error now (exit 3/4), not at the first page
-    src = Sources(store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
-                  scraped_members(metrics_urls) if metrics_urls else None, timedelta(seconds=lag_window))
+    src = Sources(
+        store,
+        legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
+        scraped_members(metrics_urls) if metrics_urls else None,
+        timedelta(seconds=lag_window),
+    )
     log.info("console of %s on http://%s:%d/%s", safe_url(url), bind, port, " (bearer token required)" if token else "")
     try:
         serve_console(src, bind, port, token).run()  # type: ignore[attr-defined]

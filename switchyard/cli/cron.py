@@ -1,4 +1,5 @@
 """`switchyard cron next`: the next occurrences of a Quartz expression."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`switchyard status | cutover B | rollback B | dualrun start B`."""
+
 from __future__ import annotations
 
 import getpass
@@ -13,23 +14,39 @@ import click
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
 from migrator.ownership import PROBLEMS
+from readers.timezones import LegacyZones
+from scheduler_core.ports import MessageBus
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
-from scheduler_core.ports import MessageBus
-from readers.timezones import LegacyZones
 from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import DualRunGate, fence_service, stream_catchup, legacy_control, legacy_switches, open_bus, open_store
+from switchyard.wiring import (
+    DualRunGate,
+    fence_service,
+    legacy_control,
+    legacy_switches,
+    open_bus,
+    open_store,
+    stream_catchup,
+)
 
 legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
-actor_opt = click.option("--actor", default=getpass.getuser, show_default="the current user",
-                         help="Who is switching (audited).")
+actor_opt = click.option(
+    "--actor", default=getpass.getuser, show_default="the current user", help="Who is switching (audited)."
+)
 json_opt = click.option("--json", "as_json", is_flag=True)
 
 
 @contextmanager
-def _switch(url: str, biz: str, legacy_url: str, zones: LegacyZones, max_age_s: float = 3600.0,
-            bus: MessageBus | None = None, stream_wait_s: float = 5.0,
-            stream_max_pending: int = 0) -> Iterator[BusinessSwitch]:
+def _switch(
+    url: str,
+    biz: str,
+    legacy_url: str,
+    zones: LegacyZones,
+    max_age_s: float = 3600.0,
+    bus: MessageBus | None = None,
+    stream_wait_s: float = 5.0,
+    stream_max_pending: int = 0,
+) -> Iterator[BusinessSwitch]:
     """The business's switch; its store and legacy connections closed after use (a pooled
     connection left open holds a DROP DATABASE back, in tests that run the commands).
     Of the zones it needs the database's, the one legacy DATETIME columns are in (a switch
@@ -41,16 +58,29 @@ def _switch(url: str, biz: str, legacy_url: str, zones: LegacyZones, max_age_s: 
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
         if zones.split and rec.source_system != "xxl-job":
-            raise CliFailure(f"{biz}: the {rec.source_system} stores and schedules in one zone, not {zones.db} "
-                             f"and {zones.cron}: give --legacy-tz", exitcodes.USAGE)
+            raise CliFailure(
+                f"{biz}: the {rec.source_system} stores and schedules in one zone, not {zones.db} "
+                f"and {zones.cron}: give --legacy-tz",
+                exitcodes.USAGE,
+            )
         db_tz = zones.db
         control = legacy_control(rec.source_system, legacy_url, store.clock, db_tz)
         try:
-            yield BusinessSwitch(store, control, store.clock, DualRunGate(store),
-                                 max_verdict_age=timedelta(seconds=max_age_s),
-                                 fences=fence_service(store, bus) if bus is not None else None,
-                                 catchup=stream_catchup(store, control.engine, db_tz,  # type: ignore[attr-defined]
-                                                        wait_s=stream_wait_s, max_pending=stream_max_pending))
+            yield BusinessSwitch(
+                store,
+                control,
+                store.clock,
+                DualRunGate(store),
+                max_verdict_age=timedelta(seconds=max_age_s),
+                fences=fence_service(store, bus) if bus is not None else None,
+                catchup=stream_catchup(
+                    store,
+                    control.engine,
+                    db_tz,  # type: ignore[attr-defined]
+                    wait_s=stream_wait_s,
+                    max_pending=stream_max_pending,
+                ),
+            )
         finally:
             control.engine.dispose()  # type: ignore[attr-defined]
     finally:
@@ -75,19 +105,25 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), default=str))
         return
-    click.echo(f"{report.business}: {report.from_state} -> {report.to_state}"
-               + (" (FORCED)" if report.forced else ""))
-    for k, v in (("activated", report.activated), ("deactivated", report.deactivated), ("rewound", report.rewound),
-                 ("legacy jobs switched on", report.legacy_started)):
+    click.echo(f"{report.business}: {report.from_state} -> {report.to_state}" + (" (FORCED)" if report.forced else ""))
+    for k, v in (
+        ("activated", report.activated),
+        ("deactivated", report.deactivated),
+        ("rewound", report.rewound),
+        ("legacy jobs switched on", report.legacy_started),
+    ):
         if v:
             click.echo(f"  {k}: {v}")
     if report.handover:
         first = sorted(report.handover.items(), key=lambda kv: kv[1])[:5]
-        click.echo(f"  handover of {len(report.handover)} job(s), earliest: "
-                   + ", ".join(f"{k} at {v}" for k, v in first))
+        click.echo(
+            f"  handover of {len(report.handover)} job(s), earliest: " + ", ".join(f"{k} at {v}" for k, v in first)
+        )
     if report.fence_at:
-        click.echo(f"  fence: the new side invokes nothing at or after {report.fence_at}"
-                   f" ({report.fenced} published command(s) recorded as skipped)")
+        click.echo(
+            f"  fence: the new side invokes nothing at or after {report.fence_at}"
+            f" ({report.fenced} published command(s) recorded as skipped)"
+        )
     for k, why in report.not_handed_back.items():
         click.echo(f"  NOT handed back: {k}: {why}")
     for n in report.notes:
@@ -104,6 +140,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
             return fn(*a, **k)
         except TransitionRefused as exc:
             raise CliFailure(str(exc), exitcodes.REFUSED) from None
+
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
     return run
@@ -111,17 +148,26 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 
 @click.command("status")
 @store_url
-@click.option("--legacy-url", "legacy_urls", multiple=True,
-              help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
-                   "Without it the legacy side is inferred from the store.")
+@click.option(
+    "--legacy-url",
+    "legacy_urls",
+    multiple=True,
+    help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
+    "Without it the legacy side is inferred from the store.",
+)
 @click.option("--business", "businesses", multiple=True, help="Only these businesses (repeatable).")
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job and the side that fires it.")
-@click.option("--check", is_flag=True, help="Exit 1 if any job fires on neither side (orphaned) or on both "
-                                            "outside a dual-run (double): the command for a cron job or an alert.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 if any job fires on neither side (orphaned) or on both "
+    "outside a dual-run (double): the command for a cron job or an alert.",
+)
 @json_opt
 @cli_errors
-def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool,
-           as_json: bool) -> None:
+def status(
+    url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool, as_json: bool
+) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
     from dualrun.verdict_store import latest_by_business
     from migrator.ownership import ownership
@@ -130,8 +176,9 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
     try:
         records = {r.biz_code: r for r in BusinessRegistry(store).all()}
         verdicts = latest_by_business(store)
-        owned = ownership(store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
-                          list(businesses) or None)
+        owned = ownership(
+            store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(businesses) or None
+        )
     finally:
         store.engine.dispose()
     rows = []
@@ -140,12 +187,21 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
         r = records[bo.business]
         v = verdicts.get(bo.business)
         problems += len(bo.problems)
-        rows.append({"business": r.biz_code, "source": r.source_system, "state": r.state.value, "shadow": r.shadow,
-                     "since": r.updated_at.isoformat(), "verdict": v.verdict.value if v else None,
-                     "verdict_at": v.computed_at.isoformat() if v else None,
-                     "reasons": list(v.reasons) if v else [], "sides": bo.counts(),
-                     "problems": [j.as_dict() for j in bo.problems],
-                     **({"jobs": [j.as_dict() for j in bo.jobs]} if show_jobs or as_json else {})})
+        rows.append(
+            {
+                "business": r.biz_code,
+                "source": r.source_system,
+                "state": r.state.value,
+                "shadow": r.shadow,
+                "since": r.updated_at.isoformat(),
+                "verdict": v.verdict.value if v else None,
+                "verdict_at": v.computed_at.isoformat() if v else None,
+                "reasons": list(v.reasons) if v else [],
+                "sides": bo.counts(),
+                "problems": [j.as_dict() for j in bo.problems],
+                **({"jobs": [j.as_dict() for j in bo.jobs]} if show_jobs or as_json else {}),
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows))
     else:
@@ -154,14 +210,18 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
         for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
-            click.echo(f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
-                       f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}")
+            click.echo(
+                f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
+                f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}"
+            )
             for j in bo.jobs if show_jobs else bo.problems:
                 flag = "  !! " if j.side in PROBLEMS else "     "
-                click.echo(f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
-                           f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
-                           f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
-                           f"{'  ' + j.why if j.why else ''}")
+                click.echo(
+                    f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
+                    f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
+                    f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
+                    f"{'  ' + j.why if j.why else ''}"
+                )
         if problems:
             click.echo(f"{problems} job(s) orphaned or double: see above")
     if check and problems:
@@ -177,19 +237,47 @@ def status(url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], 
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
 @click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
-@click.option("--stream-wait", type=click.FloatRange(0), default=5.0, show_default=True,
-              help="Seconds to wait for the change stream to apply what is pending before refusing.")
-@click.option("--stream-max-pending", type=click.IntRange(0), default=0, show_default=True,
-              help="Legacy changes the stream may still have pending at the switch.")
+@click.option(
+    "--stream-wait",
+    type=click.FloatRange(0),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the change stream to apply what is pending before refusing.",
+)
+@click.option(
+    "--stream-max-pending",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Legacy changes the stream may still have pending at the switch.",
+)
 @json_opt
 @cli_errors
 @_refused
-def cutover(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, force: bool, reason: str,
-            max_verdict_age: float, stream_wait: float, stream_max_pending: int, as_json: bool) -> None:
+def cutover(
+    business: str,
+    url: str,
+    legacy_url: str,
+    legacy_zones: LegacyZones,
+    actor: str,
+    force: bool,
+    reason: str,
+    max_verdict_age: float,
+    stream_wait: float,
+    stream_max_pending: int,
+    as_json: bool,
+) -> None:
     """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh,
     and the change stream following it is caught up)."""
-    with _switch(url, business, legacy_url, legacy_zones, max_verdict_age, stream_wait_s=stream_wait,
-                 stream_max_pending=stream_max_pending) as sw:
+    with _switch(
+        url,
+        business,
+        legacy_url,
+        legacy_zones,
+        max_verdict_age,
+        stream_wait_s=stream_wait,
+        stream_max_pending=stream_max_pending,
+    ) as sw:
         _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
 
 
@@ -204,8 +292,19 @@ def cutover(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones,
 @json_opt
 @cli_errors
 @_refused
-def rollback(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, reason: str, bus_url: str,
-             pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, as_json: bool) -> None:
+def rollback(
+    business: str,
+    url: str,
+    legacy_url: str,
+    legacy_zones: LegacyZones,
+    actor: str,
+    reason: str,
+    bus_url: str,
+    pulsar_admin: str | None,
+    pulsar_token_env: str,
+    topic_prefix: str,
+    as_json: bool,
+) -> None:
     """Send BUSINESS back to its legacy scheduler in seconds, exactly at the boundary.
 
     The handover F is now + the legacy side's start margin: executors skip (and record)
@@ -236,9 +335,20 @@ def rollback(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones
 @json_opt
 @cli_errors
 @_refused
-def dualrun_start(business: str, url: str, legacy_url: str, legacy_zones: LegacyZones, actor: str, shadow: bool, reason: str,
-                  bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str,
-                  as_json: bool) -> None:
+def dualrun_start(
+    business: str,
+    url: str,
+    legacy_url: str,
+    legacy_zones: LegacyZones,
+    actor: str,
+    shadow: bool,
+    reason: str,
+    bus_url: str,
+    pulsar_admin: str | None,
+    pulsar_token_env: str,
+    topic_prefix: str,
+    as_json: bool,
+) -> None:
     """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)

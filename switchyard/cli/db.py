@@ -1,4 +1,5 @@
 """`switchyard db init|check`."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,18 @@ from pathlib import Path
 import click
 from sqlalchemy.engine import make_url
 
-from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine, safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.schema import check_schema, init_schema
 from switchyard.settings import default_store_url
 
-_url = click.option("--url", default=default_store_url, show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
-                    help="Store URL (sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB).")
+_url = click.option(
+    "--url",
+    default=default_store_url,
+    show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
+    help="Store URL (sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB).",
+)
 
 
 @click.group()
@@ -24,8 +29,12 @@ def db() -> None:
 
 @db.command("init")
 @_url
-@click.option("--partitions", type=click.IntRange(1, 1024), default=None,
-              help="Partitions of the trigger table (first init only; default 16).")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Partitions of the trigger table (first init only; default 16).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
@@ -36,8 +45,17 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     finally:
         engine.dispose()
     if as_json:
-        click.echo(json.dumps({"url": safe_url(url), "created": report.created, "upgraded": report.upgraded,
-                               "partitions": report.partitions, "schema_version": report.schema_version}))
+        click.echo(
+            json.dumps(
+                {
+                    "url": safe_url(url),
+                    "created": report.created,
+                    "upgraded": report.upgraded,
+                    "partitions": report.partitions,
+                    "schema_version": report.schema_version,
+                }
+            )
+        )
         return
     click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
     click.echo(f"created: {', '.join(report.created) if report.created else 'nothing (already initialised)'}")
@@ -62,9 +80,19 @@ def check_cmd(url: str, as_json: bool) -> None:
     finally:
         engine.dispose()
     if as_json:
-        click.echo(json.dumps({"url": safe_url(url), "dialect": report.dialect, "ok": report.ok,
-                               "schema_version": report.schema_version, "tables": report.tables,
-                               "missing": report.missing, "partitions": report.partitions}))
+        click.echo(
+            json.dumps(
+                {
+                    "url": safe_url(url),
+                    "dialect": report.dialect,
+                    "ok": report.ok,
+                    "schema_version": report.schema_version,
+                    "tables": report.tables,
+                    "missing": report.missing,
+                    "partitions": report.partitions,
+                }
+            )
+        )
     else:
         click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
         for name, rows in report.tables.items():

@@ -1,4 +1,5 @@
 """`switchyard demo`: the main job on the embedded default, no servers."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,13 @@ from switchyard.cli.errors import cli_errors
 
 
 @click.command()
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".demo"),
-              show_default=True, help="Scratch directory (wiped at start).")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".demo"),
+    show_default=True,
+    help="Scratch directory (wiped at start).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def demo(workdir: Path, as_json: bool) -> None:
@@ -26,25 +32,47 @@ def demo(workdir: Path, as_json: bool) -> None:
     from rich.table import Table
 
     window = result.window
-    span = "" if window is None else (f"{window.start:%H:%M}-{window.end:%H:%M}Z"
-                                      f" ({window.length.total_seconds() / 60:.0f} min)")
+    span = (
+        ""
+        if window is None
+        else (f"{window.start:%H:%M}-{window.end:%H:%M}Z ({window.length.total_seconds() / 60:.0f} min)")
+    )
     # the fire counts are the verdict's own, over its window, on both sides alike: counted
     # over different spans they would show gaps the verdict never saw
-    table = Table(title=f"Switchyard demo ({result.seconds:.0f} s)",
-                  caption=f"fires: both sides over the verdict window {span}, as the verdict counted them "
-                          "(shadow records included); boundary: occurrences after the switch's handover "
-                          "(checked), and of those not fired by the side switched to (missing) or fired by both "
-                          "(doubled)")
-    for col, kw in (("business", {"no_wrap": True}), ("source", {"no_wrap": True}), ("state", {}),
-                    ("verdict", {}), ("legacy fires", {"justify": "right"}), ("new fires", {"justify": "right"}),
-                    ("switch", {}), ("boundary checked", {"justify": "right"}),
-                    ("missing", {"justify": "right"}), ("doubled", {"justify": "right"})):
+    table = Table(
+        title=f"Switchyard demo ({result.seconds:.0f} s)",
+        caption=f"fires: both sides over the verdict window {span}, as the verdict counted them "
+        "(shadow records included); boundary: occurrences after the switch's handover "
+        "(checked), and of those not fired by the side switched to (missing) or fired by both "
+        "(doubled)",
+    )
+    for col, kw in (
+        ("business", {"no_wrap": True}),
+        ("source", {"no_wrap": True}),
+        ("state", {}),
+        ("verdict", {}),
+        ("legacy fires", {"justify": "right"}),
+        ("new fires", {"justify": "right"}),
+        ("switch", {}),
+        ("boundary checked", {"justify": "right"}),
+        ("missing", {"justify": "right"}),
+        ("doubled", {"justify": "right"}),
+    ):
         table.add_column(col, **kw)  # type: ignore[arg-type]
     for b in result.businesses:
         checked = b.switched != ""
-        table.add_row(b.business, b.source, b.state, b.verdict, str(b.legacy_fires), str(b.new_fires),
-                      b.switched or "-", str(b.boundary_checked) if checked else "-",
-                      str(b.boundary_missing) if checked else "-", str(b.boundary_doubled) if checked else "-")
+        table.add_row(
+            b.business,
+            b.source,
+            b.state,
+            b.verdict,
+            str(b.legacy_fires),
+            str(b.new_fires),
+            b.switched or "-",
+            str(b.boundary_checked) if checked else "-",
+            str(b.boundary_missing) if checked else "-",
+            str(b.boundary_doubled) if checked else "-",
+        )
     console = Console(width=max(Console().width, 132))  # the names must stay whole when piped (80 columns)
     console.print(table)
     for b in result.businesses:
@@ -54,8 +82,10 @@ def demo(workdir: Path, as_json: bool) -> None:
             console.print(f"[bold]{b.business}[/bold] warning: {w}")
     rb = result.rollback
     if rb.fence_at:
-        click.echo(f"rollback fence at {rb.fence_at}: after the rollback the new side ran the regressed handler "
-                   f"{rb.invoked_after} time(s), the last {rb.last_invocation_s:.0f} s after it, "
-                   f"{rb.invoked_at_or_after_fence} at or after the fence; {rb.fenced} published command(s) "
-                   "recorded as skipped")
+        click.echo(
+            f"rollback fence at {rb.fence_at}: after the rollback the new side ran the regressed handler "
+            f"{rb.invoked_after} time(s), the last {rb.last_invocation_s:.0f} s after it, "
+            f"{rb.invoked_at_or_after_fence} at or after the fence; {rb.fenced} published command(s) "
+            "recorded as skipped"
+        )
     click.echo(f"overview report: {result.overview}")

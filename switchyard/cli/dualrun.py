@@ -1,4 +1,5 @@
 """`switchyard dualrun compare|watch`: compare the legacy and the new path per business."""
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,15 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
-from switchyard.cli.options import legacy_zone_options, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.cli.options import (
+    legacy_zone_options,
+    log_format,
+    log_level,
+    pulsar_admin,
+    pulsar_token,
+    store_url,
+    topic_prefix,
+)
 from switchyard.logs import configure_logging
 from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
 
@@ -124,16 +133,25 @@ class Sources:
         thresholds = override(thresholds_from_mapping(self.settings_file, business), self.overrides)
         return replace(self.base, thresholds=thresholds)
 
-    def compare(self, business: str, *, since: str | None = None, until: str | None = None,
-                legacy_business: str | None = None, shadow: bool | None = None) -> tuple[Comparison, int]:
+    def compare(
+        self,
+        business: str,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        legacy_business: str | None = None,
+        shadow: bool | None = None,
+    ) -> tuple[Comparison, int]:
         now = self.store.clock.now()
         settings = self.settings_for(business)
         window = default_window(now, settings.window, parse_when(since, now), parse_when(until, now))
-        request = CompareRequest(business=business, window=window, source=self.source,
-                                 legacy_business=legacy_business, shadow=shadow)
+        request = CompareRequest(
+            business=business, window=window, source=self.source, legacy_business=legacy_business, shadow=shadow
+        )
         source = self.source or _stored_source(self.store, business)
-        result = compare_business(self.store, self.reader(source), request, settings=settings, now=now,
-                                  probe=self.probe)
+        result = compare_business(
+            self.store, self.reader(source), request, settings=settings, now=now, probe=self.probe
+        )
         result = replace(result, stream=self.stream_state(business, source, now))
         return result, put_comparison(self.store, result)
 
@@ -149,8 +167,13 @@ class Sources:
             state = check.check(business, source.value)
         finally:
             legacy.dispose()
-        return None if state is None else StreamCatchup(caught_up=state.caught_up, sentence=state.sentence,
-                                                        checked_at=now, stream_id=state.stream_id)
+        return (
+            None
+            if state is None
+            else StreamCatchup(
+                caught_up=state.caught_up, sentence=state.sentence, checked_at=now, stream_id=state.stream_id
+            )
+        )
 
 
 def _stored_source(store: SqlTriggerStore, business: str) -> SourceSystem:
@@ -186,55 +209,113 @@ def sources_options(fn: F) -> F:
     opts = [
         store_url,
         click.option("--legacy-url", required=True, help="URL of the legacy database (read only)."),
-        click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
-                     help="Legacy system (default: the business's source system in the store)."),
-        click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
-                     help="Zone of the legacy DATETIME columns and cron expressions (both)."),
-        click.option("--legacy-db-tz", default=None,
-                     help="xxl-job: zone of its DATETIME columns, the log's trigger times (default: as the cron zone)."),
-        click.option("--legacy-cron-tz", default=None,
-                     help="xxl-job: zone its crons run in (default: as the database zone)."),
-        click.option("--window", "window", default="1h", show_default=True, callback=_duration,
-                     help="Length of the compared window when --since is not given."),
-        click.option("--baseline-offset", default=None, callback=_duration,
-                     help="How far back the A/A baseline window lies (default: one window length)."),
-        click.option("--thresholds", "thresholds_file", default=None, type=click.Path(dir_okay=False),
-                     help="TOML file: [defaults] and [business.<B>] threshold overrides."),
-        click.option("--min-window", default=None, callback=_duration,
-                     help="Shortest window a verdict may be ready on (overrides the thresholds file; "
-                          f"default {_minutes(_DEFAULT.min_window)})."),
-        click.option("--min-fires-per-job", type=click.IntRange(0), default=None,
-                     help="Expected fires in the window every recurring job needs for a ready verdict (overrides "
-                          f"the thresholds file; default {_DEFAULT.min_fires_per_job})."),
+        click.option(
+            "--source",
+            type=click.Choice([s.value for s in SourceSystem]),
+            default=None,
+            help="Legacy system (default: the business's source system in the store).",
+        ),
+        click.option(
+            "--legacy-tz",
+            default=None,
+            show_default="Asia/Shanghai",
+            help="Zone of the legacy DATETIME columns and cron expressions (both).",
+        ),
+        click.option(
+            "--legacy-db-tz",
+            default=None,
+            help="xxl-job: zone of its DATETIME columns, the log's trigger times (default: as the cron zone).",
+        ),
+        click.option(
+            "--legacy-cron-tz", default=None, help="xxl-job: zone its crons run in (default: as the database zone)."
+        ),
+        click.option(
+            "--window",
+            "window",
+            default="1h",
+            show_default=True,
+            callback=_duration,
+            help="Length of the compared window when --since is not given.",
+        ),
+        click.option(
+            "--baseline-offset",
+            default=None,
+            callback=_duration,
+            help="How far back the A/A baseline window lies (default: one window length).",
+        ),
+        click.option(
+            "--thresholds",
+            "thresholds_file",
+            default=None,
+            type=click.Path(dir_okay=False),
+            help="TOML file: [defaults] and [business.<B>] threshold overrides.",
+        ),
+        click.option(
+            "--min-window",
+            default=None,
+            callback=_duration,
+            help="Shortest window a verdict may be ready on (overrides the thresholds file; "
+            f"default {_minutes(_DEFAULT.min_window)}).",
+        ),
+        click.option(
+            "--min-fires-per-job",
+            type=click.IntRange(0),
+            default=None,
+            help="Expected fires in the window every recurring job needs for a ready verdict (overrides "
+            f"the thresholds file; default {_DEFAULT.min_fires_per_job}).",
+        ),
         click.option("--bus", "bus_url", default=None, help="pulsar://HOST:PORT, for consumer lag."),
-        pulsar_admin, pulsar_token, topic_prefix,
+        pulsar_admin,
+        pulsar_token,
+        topic_prefix,
     ]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
-def _sources(url: str, legacy_url: str, source: str | None, legacy_tz: str | None, legacy_db_tz: str | None,
-             legacy_cron_tz: str | None, window: timedelta,
-             baseline_offset: timedelta | None, thresholds_file: str | None, min_window: timedelta | None,
-             min_fires_per_job: int | None, bus_url: str | None, pulsar_admin: str | None, pulsar_token_env: str,
-             topic_prefix: str) -> Sources:
-    overrides = {k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job))
-                 if v is not None}
+def _sources(
+    url: str,
+    legacy_url: str,
+    source: str | None,
+    legacy_tz: str | None,
+    legacy_db_tz: str | None,
+    legacy_cron_tz: str | None,
+    window: timedelta,
+    baseline_offset: timedelta | None,
+    thresholds_file: str | None,
+    min_window: timedelta | None,
+    min_fires_per_job: int | None,
+    bus_url: str | None,
+    pulsar_admin: str | None,
+    pulsar_token_env: str,
+    topic_prefix: str,
+) -> Sources:
+    overrides = {
+        k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job)) if v is not None
+    }
     try:
         zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
     except ValueError as exc:
         raise click.UsageError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
-    return Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=zones,
-                   source=SourceSystem(source) if source else None, settings_file=_load_thresholds(thresholds_file),
-                   base=CompareSettings(window=window, baseline_offset=baseline_offset),
-                   probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix), readers={},
-                   overrides=overrides)
+    return Sources(
+        store=open_store(url),
+        legacy_url=legacy_url,
+        legacy_tz=zones,
+        source=SourceSystem(source) if source else None,
+        settings_file=_load_thresholds(thresholds_file),
+        base=CompareSettings(window=window, baseline_offset=baseline_offset),
+        probe=_probe(bus_url, pulsar_admin, pulsar_token_env, topic_prefix),
+        readers={},
+        overrides=overrides,
+    )
 
 
 def render_text(c: Comparison, comparison_id: int) -> str:
-    head = (f"{c.business}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
-            f"{iso(c.window.start)} .. {iso(c.window.end)}; comparison #{comparison_id})")
+    head = (
+        f"{c.business}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
+        f"{iso(c.window.start)} .. {iso(c.window.end)}; comparison #{comparison_id})"
+    )
     lines = [head, *(f"  - {r}" for r in c.reasons), *(f"  ! {w}" for w in c.warnings)]
     for name, m in (("legacy", c.legacy), ("new", c.new), ("baseline", c.baseline)):
         rate = "n/a" if m.success_rate is None else f"{m.success_rate * 100:.1f}%"
@@ -263,33 +344,56 @@ def dualrun() -> None:
 @sources_options
 @cli_errors
 @domain_errors
-def compare_cmd(business: str, legacy_business: str | None, since: str | None, until: str | None,
-                shadow: bool | None, as_json: bool, **source_kw: Any) -> None:
+def compare_cmd(
+    business: str,
+    legacy_business: str | None,
+    since: str | None,
+    until: str | None,
+    shadow: bool | None,
+    as_json: bool,
+    **source_kw: Any,
+) -> None:
     """Compute, store and print the verdict of one business (exit 0 ready, 1 not ready)."""
     sources = _sources(**source_kw)
     try:
-        result, cid = sources.compare(business, since=since, until=until, legacy_business=legacy_business,
-                                      shadow=shadow)
+        result, cid = sources.compare(
+            business, since=since, until=until, legacy_business=legacy_business, shadow=shadow
+        )
     finally:
         sources.store.engine.dispose()
-    click.echo(redact(json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False) if as_json
-                      else render_text(result, cid)))
+    click.echo(
+        redact(
+            json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False)
+            if as_json
+            else render_text(result, cid)
+        )
+    )
     sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
 
 
 @dualrun.command("watch", epilog=EPILOG)
-@click.option("--business", "businesses", multiple=True,
-              help="Business to watch (repeatable; default: every business in dual_run).")
+@click.option(
+    "--business",
+    "businesses",
+    multiple=True,
+    help="Business to watch (repeatable; default: every business in dual_run).",
+)
 @click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between comparisons.")
 @click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N comparisons per business.")
-@click.option("--grace", default="30s", show_default=True, callback=_duration,
-              help="On SIGTERM, how long running comparisons may take to finish.")
+@click.option(
+    "--grace",
+    default="30s",
+    show_default=True,
+    callback=_duration,
+    help="On SIGTERM, how long running comparisons may take to finish.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per comparison.")
 @sources_options
 @cli_errors
 @domain_errors
-def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None, grace: timedelta, as_json: bool,
-              **source_kw: Any) -> None:
+def watch_cmd(
+    businesses: Sequence[str], every: timedelta, max_runs: int | None, grace: timedelta, as_json: bool, **source_kw: Any
+) -> None:
     """Compare on a schedule and store the series, until SIGTERM (or --max-runs)."""
     from switchyard.cli.signals import stop_event
 
@@ -303,11 +407,20 @@ def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None,
         source = sources.source or _stored_source(sources.store, name)
         sources.reader(source).businesses()
     stop = stop_event()
-    watch = Watch(lambda b: _watch_one(sources, b, as_json), names, every, max_runs=max_runs, grace=grace,
-                  on_error=lambda b, e: click.echo(f"{b}: comparison failed: {e}", err=True))
+    watch = Watch(
+        lambda b: _watch_one(sources, b, as_json),
+        names,
+        every,
+        max_runs=max_runs,
+        grace=grace,
+        on_error=lambda b, e: click.echo(f"{b}: comparison failed: {e}", err=True),
+    )
     summary = watch.run(stop)
-    click.echo(f"watch stopped: {summary.runs} comparison(s), {summary.ready} ready, {summary.not_ready} not ready, "
-               f"{summary.errors} failed" + (f", {summary.abandoned} abandoned" if summary.abandoned else ""), err=True)
+    click.echo(
+        f"watch stopped: {summary.runs} comparison(s), {summary.ready} ready, {summary.not_ready} not ready, "
+        f"{summary.errors} failed" + (f", {summary.abandoned} abandoned" if summary.abandoned else ""),
+        err=True,
+    )
     if summary.abandoned:  # a run still in flight would hold the interpreter: leave now, bounded
         sys.stdout.flush()
         sys.stderr.flush()
@@ -319,48 +432,94 @@ def watch_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None,
 def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
     result, cid = sources.compare(business)
     if as_json:
-        click.echo(redact(json.dumps({"comparison_id": cid, "business": business, "verdict": result.verdict.value,
-                                      "computed_at": iso(result.computed_at), "reasons": list(result.reasons),
-                                      "warnings": list(result.warnings)},
-                                     ensure_ascii=False)))
+        click.echo(
+            redact(
+                json.dumps(
+                    {
+                        "comparison_id": cid,
+                        "business": business,
+                        "verdict": result.verdict.value,
+                        "computed_at": iso(result.computed_at),
+                        "reasons": list(result.reasons),
+                        "warnings": list(result.warnings),
+                    },
+                    ensure_ascii=False,
+                )
+            )
+        )
     else:
-        click.echo(redact(f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
-                          + "".join(f"\n  - {r}" for r in result.reasons)
-                          + "".join(f"\n  ! {w}" for w in result.warnings)))
+        click.echo(
+            redact(
+                f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
+                + "".join(f"\n  - {r}" for r in result.reasons)
+                + "".join(f"\n  ! {w}" for w in result.warnings)
+            )
+        )
     return result
 
 
-@dualrun.command("watch-cutover", epilog="""\b
+@dualrun.command(
+    "watch-cutover",
+    epilog="""\b
 Example:
   switchyard dualrun watch-cutover --business reminder --legacy-url mysql+pymysql://ro@db/xxl_job \\
       --every 1m --metrics-port 9464
 
 Exit codes: 0 nothing missing, doubled or late in any check; 1 some were (or a check
-failed); 2 bad arguments; 3 a database unreachable.""")
-@click.option("--business", "businesses", multiple=True,
-              help="Cut-over business to watch (repeatable; default: every business in cutover).")
+failed); 2 bad arguments; 3 a database unreachable.""",
+)
+@click.option(
+    "--business",
+    "businesses",
+    multiple=True,
+    help="Cut-over business to watch (repeatable; default: every business in cutover).",
+)
 @click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between checks.")
 @click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N checks of each business.")
-@click.option("--lookback", default=None, callback=_duration,
-              help="Check at most this far back (default: everything since the cutover).")
-@click.option("--late-after", default=None, callback=_duration, help="A fire received later than this is late "
-                                                                      "(default 5s).")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve the gauges (switchyard_after_cutover_fires) on 127.0.0.1:PORT/metrics.")
+@click.option(
+    "--lookback",
+    default=None,
+    callback=_duration,
+    help="Check at most this far back (default: everything since the cutover).",
+)
+@click.option(
+    "--late-after", default=None, callback=_duration, help="A fire received later than this is late (default 5s)."
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve the gauges (switchyard_after_cutover_fires) on 127.0.0.1:PORT/metrics.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per check.")
 @store_url
 @click.option("--legacy-url", required=True, help="URL of the legacy database: the migrated definitions' schedules.")
-@click.option("--source", type=click.Choice([s.value for s in SourceSystem]), default=None,
-              help="Legacy system (default: the business's source system in the store).")
+@click.option(
+    "--source",
+    type=click.Choice([s.value for s in SourceSystem]),
+    default=None,
+    help="Legacy system (default: the business's source system in the store).",
+)
 @legacy_zone_options
 @log_level
 @log_format
 @cli_errors
 @domain_errors
-def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int | None, lookback: timedelta | None,
-                      late_after: timedelta | None, metrics_port: int | None, as_json: bool, url: str,
-                      legacy_url: str, source: str | None, legacy_zones: LegacyZones, log_level: str,
-                      log_format: str) -> None:
+def watch_cutover_cmd(
+    businesses: Sequence[str],
+    every: timedelta,
+    max_runs: int | None,
+    lookback: timedelta | None,
+    late_after: timedelta | None,
+    metrics_port: int | None,
+    as_json: bool,
+    url: str,
+    legacy_url: str,
+    source: str | None,
+    legacy_zones: LegacyZones,
+    log_level: str,
+    log_format: str,
+) -> None:
     """After the switch: check cut-over businesses against their expected occurrences (no
     legacy side): missing, doubled (by command id) and late fires, until SIGTERM (or
     --max-runs); a Prometheus gauge per business and kind."""
@@ -369,9 +528,16 @@ def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int
     from dualrun.settings import MatchSettings
     from switchyard.cli.signals import stop_event
 
-    sources = Sources(store=open_store(url), legacy_url=legacy_url, legacy_tz=legacy_zones,
-                      source=SourceSystem(source) if source else None, settings_file={}, base=CompareSettings(),
-                      probe=None, readers={})
+    sources = Sources(
+        store=open_store(url),
+        legacy_url=legacy_url,
+        legacy_tz=legacy_zones,
+        source=SourceSystem(source) if source else None,
+        settings_file={},
+        base=CompareSettings(),
+        probe=None,
+        readers={},
+    )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
     names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "cutover"]
     if not names:
@@ -394,17 +560,31 @@ def watch_cutover_cmd(businesses: Sequence[str], every: timedelta, max_runs: int
             for name in names:
                 src = sources.source or _stored_source(sources.store, name)
                 try:
-                    result = check_after_cutover(sources.store, sources.reader(src), name, source=src,
-                                                 settings=settings, now=sources.store.clock.now(), lookback=lookback)
+                    result = check_after_cutover(
+                        sources.store,
+                        sources.reader(src),
+                        name,
+                        source=src,
+                        settings=settings,
+                        now=sources.store.clock.now(),
+                        lookback=lookback,
+                    )
                 except DualRunError as exc:
                     failures += 1
                     click.echo(f"{name}: check failed: {exc}", err=True)
                     continue
                 gauges.record(result)
                 problems += int(not result.ok)
-                click.echo(redact(json.dumps(result.as_dict(), ensure_ascii=False) if as_json else
-                                  result.sentence + "".join(f"\n  - {f.kind} {f.job_code} {iso(f.scheduled_at)}: "
-                                                            f"{f.detail}" for f in result.findings)))
+                click.echo(
+                    redact(
+                        json.dumps(result.as_dict(), ensure_ascii=False)
+                        if as_json
+                        else result.sentence
+                        + "".join(
+                            f"\n  - {f.kind} {f.job_code} {iso(f.scheduled_at)}: {f.detail}" for f in result.findings
+                        )
+                    )
+                )
             runs += 1
             if max_runs is not None and runs >= max_runs:
                 break

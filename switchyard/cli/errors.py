@@ -1,5 +1,6 @@
 """Turn known failures into one clear line on stderr and a documented exit code, never a
 traceback. Messages pass through `redact` so no secret reaches the terminal."""
+
 from __future__ import annotations
 
 import functools
@@ -93,7 +94,10 @@ def cli_errors(fn: F) -> F:
             # never a traceback for an operator; SWITCHYARD_DEBUG=1 shows it to a developer
             if os.environ.get("SWITCHYARD_DEBUG"):
                 raise
-            raise CliFailure(f"unexpected error ({type(exc).__name__}): {_first_line(exc)} "
-                             "(set SWITCHYARD_DEBUG=1 for the traceback)", exitcodes.FAILED) from None
+            raise CliFailure(
+                f"unexpected error ({type(exc).__name__}): {_first_line(exc)} "
+                "(set SWITCHYARD_DEBUG=1 for the traceback)",
+                exitcodes.FAILED,
+            ) from None
 
     return wrapper  # type: ignore[return-value]

@@ -5,6 +5,7 @@ names (`xxl-job-bridge`, `batch-center-bridge`) are served by the legacy bridges
 drive the business's existing xxl-job executors or HTTP callbacks. A `--handlers` module
 may be given too: its handlers (registered under job codes) take precedence.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,10 +17,10 @@ import click
 
 from scheduler_core.executor import Executor
 from switchyard import exitcodes
-from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, log_format, log_level
+from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, topic_prefix
 from switchyard.cli.signals import stop_event
+from switchyard.logs import configure_logging
 from switchyard.wiring import load_handlers, open_bus
 
 log = logging.getLogger(__name__)
@@ -50,24 +51,49 @@ def _secret(env_name: str | None, option: str) -> str | None:
 
 
 _BRIDGE_OPTIONS = (
-    click.option("--legacy-url", default=None,
-                 help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center "
-                      "tokens."),
-    click.option("--legacy-db-tz", default="Asia/Shanghai", show_default=True,
-                 help="Zone the xxl-job admin writes its DATETIME columns in (its JDBC serverTimezone)."),
-    click.option("--executor-address", "executor_addresses", multiple=True,
-                 help="xxl-job: an executor base URL (repeatable; replaces the registry lookup), in route order."),
-    click.option("--access-token-env", default=None, metavar="NAME",
-                 help="xxl-job: environment variable holding the xxl.job.accessToken (e.g. XXL_JOB_ACCESS_TOKEN)."),
-    click.option("--listen", default=DEFAULT_XXL_LISTEN, show_default=True,
-                 help="xxl-job: HOST:PORT of the admin-facing endpoint (/api/registry, /api/registryRemove, "
-                      "/api/callback) the executors call back."),
+    click.option(
+        "--legacy-url",
+        default=None,
+        help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center tokens.",
+    ),
+    click.option(
+        "--legacy-db-tz",
+        default="Asia/Shanghai",
+        show_default=True,
+        help="Zone the xxl-job admin writes its DATETIME columns in (its JDBC serverTimezone).",
+    ),
+    click.option(
+        "--executor-address",
+        "executor_addresses",
+        multiple=True,
+        help="xxl-job: an executor base URL (repeatable; replaces the registry lookup), in route order.",
+    ),
+    click.option(
+        "--access-token-env",
+        default=None,
+        metavar="NAME",
+        help="xxl-job: environment variable holding the xxl.job.accessToken (e.g. XXL_JOB_ACCESS_TOKEN).",
+    ),
+    click.option(
+        "--listen",
+        default=DEFAULT_XXL_LISTEN,
+        show_default=True,
+        help="xxl-job: HOST:PORT of the admin-facing endpoint (/api/registry, /api/registryRemove, "
+        "/api/callback) the executors call back.",
+    ),
     click.option("--advertise-host", default=None, help="xxl-job: host name the executors reach the endpoint by."),
-    click.option("--forward-to", "forward_to", multiple=True,
-                 help="xxl-job: legacy admin base URL to relay legacy callbacks and registrations to (repeatable)."),
-    click.option("--bc-token-env", default=None, metavar="NAME",
-                 help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token "
-                      "from --legacy-url)."),
+    click.option(
+        "--forward-to",
+        "forward_to",
+        multiple=True,
+        help="xxl-job: legacy admin base URL to relay legacy callbacks and registrations to (repeatable).",
+    ),
+    click.option(
+        "--bc-token-env",
+        default=None,
+        metavar="NAME",
+        help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token from --legacy-url).",
+    ),
 )
 
 
@@ -82,11 +108,22 @@ class Bridges:
     """The legacy bridges a process serves: one xxl-job endpoint (bound once) and the
     batch center's token lookup, registered on each executor that needs them."""
 
-    def __init__(self, bridges: tuple[str, ...], *, legacy_url: str | None, legacy_db_tz: str,
-                 executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
-                 advertise_host: str | None, forward_to: tuple[str, ...], bc_token_env: str | None) -> None:
-        xxl_kw = _xxl_settings(bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen,
-                               advertise_host, forward_to)
+    def __init__(
+        self,
+        bridges: tuple[str, ...],
+        *,
+        legacy_url: str | None,
+        legacy_db_tz: str,
+        executor_addresses: tuple[str, ...],
+        access_token_env: str | None,
+        listen: str,
+        advertise_host: str | None,
+        forward_to: tuple[str, ...],
+        bc_token_env: str | None,
+    ) -> None:
+        xxl_kw = _xxl_settings(
+            bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen, advertise_host, forward_to
+        )
         self.bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
         self.xxl = None
         if xxl_kw is not None:
@@ -95,10 +132,14 @@ class Bridges:
             try:
                 self.xxl = XxlJobBridge(**xxl_kw)
             except OSError as exc:
-                raise CliFailure(f"--listen {listen}: cannot bind the xxl-job endpoint: {exc.strerror or exc}",
-                                 exitcodes.USAGE) from None
-            log.info("xxl-job bridge: endpoint %s (list it first in the executors' xxl.job.admin.addresses)%s",
-                     self.xxl.callback_url, "; access token from $" + access_token_env if access_token_env else "")
+                raise CliFailure(
+                    f"--listen {listen}: cannot bind the xxl-job endpoint: {exc.strerror or exc}", exitcodes.USAGE
+                ) from None
+            log.info(
+                "xxl-job bridge: endpoint %s (list it first in the executors' xxl.job.admin.addresses)%s",
+                self.xxl.callback_url,
+                "; access token from $" + access_token_env if access_token_env else "",
+            )
 
     def register(self, ex: Executor) -> None:
         from scheduler_core.executor.bridges import register_batch_center_bridge, register_xxl_job_bridge
@@ -114,27 +155,57 @@ class Bridges:
 
 
 @executor.command("run")
-@click.option("--handlers", "module_name", default=None,
-              help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.")
-@click.option("--bridge", "bridges", multiple=True, type=click.Choice(["xxl-job", "batch-center"]),
-              help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.")
+@click.option(
+    "--handlers",
+    "module_name",
+    default=None,
+    help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.",
+)
+@click.option(
+    "--bridge",
+    "bridges",
+    multiple=True,
+    type=click.Choice(["xxl-job", "batch-center"]),
+    help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.",
+)
 @click.option("--domain", required=True, help="Business domain whose command topic to consume.")
 @bus_url
 @pulsar_admin
 @pulsar_token
 @topic_prefix
-@click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True,
-              help="At most this many handlers of the business run at once.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 10000),
+    default=16,
+    show_default=True,
+    help="At most this many handlers of the business run at once.",
+)
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
 @bridge_options
 @log_level
 @log_format
 @cli_errors
-def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_url: str, pulsar_admin: str | None,
-            pulsar_token_env: str, topic_prefix: str, concurrency: int, shadow: bool, legacy_url: str | None,
-            legacy_db_tz: str, executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
-            advertise_host: str | None, forward_to: tuple[str, ...], bc_token_env: str | None,
-            log_level: str, log_format: str) -> None:
+def run_cmd(
+    module_name: str | None,
+    bridges: tuple[str, ...],
+    domain: str,
+    bus_url: str,
+    pulsar_admin: str | None,
+    pulsar_token_env: str,
+    topic_prefix: str,
+    concurrency: int,
+    shadow: bool,
+    legacy_url: str | None,
+    legacy_db_tz: str,
+    executor_addresses: tuple[str, ...],
+    access_token_env: str | None,
+    listen: str,
+    advertise_host: str | None,
+    forward_to: tuple[str, ...],
+    bc_token_env: str | None,
+    log_level: str,
+    log_format: str,
+) -> None:
     configure_logging(log_level, log_format)
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
@@ -144,13 +215,22 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     # the bridges first: a usage error (an unset token variable, a port in use) before any connection
-    legacy = Bridges(bridges, legacy_url=legacy_url, legacy_db_tz=legacy_db_tz,
-                     executor_addresses=executor_addresses, access_token_env=access_token_env, listen=listen,
-                     advertise_host=advertise_host, forward_to=forward_to, bc_token_env=bc_token_env)
+    legacy = Bridges(
+        bridges,
+        legacy_url=legacy_url,
+        legacy_db_tz=legacy_db_tz,
+        executor_addresses=executor_addresses,
+        access_token_env=access_token_env,
+        listen=listen,
+        advertise_host=advertise_host,
+        forward_to=forward_to,
+        bc_token_env=bc_token_env,
+    )
     closers = [legacy.close]
     try:
-        bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
-                       topic_prefix=topic_prefix)
+        bus = open_bus(
+            bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix
+        )
         closers.append(bus.close)
         ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
         legacy.register(ex)
@@ -160,8 +240,7 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
             except ValueError as exc:
                 raise CliFailure(str(exc), exitcodes.USAGE) from None
         stop = stop_event()
-        log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "",
-                 concurrency)
+        log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "", concurrency)
         try:
             ex.run(stop)
         finally:
@@ -171,9 +250,16 @@ def run_cmd(module_name: str | None, bridges: tuple[str, ...], domain: str, bus_
             close()
 
 
-def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz: str,
-                  executor_addresses: tuple[str, ...], access_token_env: str | None, listen: str,
-                  advertise_host: str | None, forward_to: tuple[str, ...]) -> dict[str, Any] | None:
+def _xxl_settings(
+    bridges: tuple[str, ...],
+    legacy_url: str | None,
+    legacy_db_tz: str,
+    executor_addresses: tuple[str, ...],
+    access_token_env: str | None,
+    listen: str,
+    advertise_host: str | None,
+    forward_to: tuple[str, ...],
+) -> dict[str, Any] | None:
     if "xxl-job" not in bridges:
         return None
     host, port = _host_port(listen, "--listen")
@@ -194,8 +280,15 @@ def _xxl_settings(bridges: tuple[str, ...], legacy_url: str | None, legacy_db_tz
 
         provider = XxlRegistryAddresses(legacy_url, legacy_db_tz)
     # else: the executors that register with the bridge's endpoint
-    return dict(access_token=token, callback_host=host, callback_port=port, address_provider=provider,
-                forward_to=tuple(forward_to), advertise_host=advertise_host, current_params=current)
+    return dict(
+        access_token=token,
+        callback_host=host,
+        callback_port=port,
+        address_provider=provider,
+        forward_to=tuple(forward_to),
+        advertise_host=advertise_host,
+        current_params=current,
+    )
 
 
 def _bc_tokens(bridges: tuple[str, ...], legacy_url: str | None, bc_token_env: str | None):  # type: ignore[no-untyped-def]

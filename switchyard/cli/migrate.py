@@ -1,4 +1,5 @@
 """`switchyard migrate plan|run|quarantine|stream`."""
+
 from __future__ import annotations
 
 import functools
@@ -16,15 +17,15 @@ from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
 from migrator.model import Action, MigrationSummary
 from migrator.target import Write
-from readers.records import SourceSystem, StreamPosition
 from readers.ports import LegacyReader
+from readers.records import SourceSystem, StreamPosition
 from readers.timezones import LegacyZones
 from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
+from switchyard.cli.errors import cli_errors
 from switchyard.cli.options import log_format, log_level
 from switchyard.logs import configure_logging
-from switchyard.cli.errors import cli_errors
 from switchyard.settings import default_store_url, legacy_zones
 from switchyard.wiring import legacy_reader, open_store, target_writer
 
@@ -32,27 +33,46 @@ log = logging.getLogger(__name__)
 
 source_opt = click.option("--source", type=click.Choice([s.value for s in SourceSystem]), required=True)
 legacy_url = click.option("--legacy-url", required=True, help="URL of the legacy database (read only).")
-target_url = click.option("--target-url", default=default_store_url, show_default="$SWITCHYARD_URL",
-                          help="URL of the Switchyard store.")
+target_url = click.option(
+    "--target-url", default=default_store_url, show_default="$SWITCHYARD_URL", help="URL of the Switchyard store."
+)
 business_opt = click.option("--business", "businesses", multiple=True, help="Business code (repeatable; default all).")
-tz_opt = click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
-                      help="Zone of the legacy DATETIME columns and cron expressions (both).")
-db_tz_opt = click.option("--legacy-db-tz", default=None,
-                         help="xxl-job: zone its DATETIME columns are written in (the admin's JDBC serverTimezone); "
-                              "default: --legacy-cron-tz, else --legacy-tz.")
-cron_tz_opt = click.option("--legacy-cron-tz", default=None,
-                           help="xxl-job: zone its crons run in (the admin JVM's default zone); the migrated "
-                                "triggers run in it; default: --legacy-db-tz, else --legacy-tz.")
+tz_opt = click.option(
+    "--legacy-tz",
+    default=None,
+    show_default="Asia/Shanghai",
+    help="Zone of the legacy DATETIME columns and cron expressions (both).",
+)
+db_tz_opt = click.option(
+    "--legacy-db-tz",
+    default=None,
+    help="xxl-job: zone its DATETIME columns are written in (the admin's JDBC serverTimezone); "
+    "default: --legacy-cron-tz, else --legacy-tz.",
+)
+cron_tz_opt = click.option(
+    "--legacy-cron-tz",
+    default=None,
+    help="xxl-job: zone its crons run in (the admin JVM's default zone); the migrated "
+    "triggers run in it; default: --legacy-db-tz, else --legacy-tz.",
+)
 glue_opt = click.option("--bridge-glue", is_flag=True, help="Migrate xxl-job GLUE jobs through the bridge.")
-xxl_version_opt = click.option("--xxl-job-version", "xxl_job_version", default=None, metavar="X.Y.Z",
-                               help="xxl-job: the admin's version, which picks the Quartz dialect its crons follow "
-                                    "(2.1.0-3.0.x: Quartz 2.3; 3.1.0 on: 2.5); default: told from the schema "
-                                    "(docs/cron.md).")
-api_only_opt = click.option("--api-only", "api_only", multiple=True,
-                            help="Business whose xxl-job NONE jobs become API-only jobs (repeatable).")
+xxl_version_opt = click.option(
+    "--xxl-job-version",
+    "xxl_job_version",
+    default=None,
+    metavar="X.Y.Z",
+    help="xxl-job: the admin's version, which picks the Quartz dialect its crons follow "
+    "(2.1.0-3.0.x: Quartz 2.3; 3.1.0 on: 2.5); default: told from the schema "
+    "(docs/cron.md).",
+)
+api_only_opt = click.option(
+    "--api-only", "api_only", multiple=True, help="Business whose xxl-job NONE jobs become API-only jobs (repeatable)."
+)
 
 
-def open_reader(source: str, bind: Engine | Connection, tz: LegacyZones, xxl_version: str | None = None) -> LegacyReader:
+def open_reader(
+    source: str, bind: Engine | Connection, tz: LegacyZones, xxl_version: str | None = None
+) -> LegacyReader:
     return legacy_reader(source, bind, tz, xxl_version=xxl_version)
 
 
@@ -76,8 +96,20 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
         return fn(*args, zones=zones, xxl_job_version=xxl_job_version, **kwargs)
 
     out = with_zones
-    for opt in reversed((source_opt, legacy_url, target_url, business_opt, tz_opt, db_tz_opt, cron_tz_opt,
-                         xxl_version_opt, glue_opt, api_only_opt)):
+    for opt in reversed(
+        (
+            source_opt,
+            legacy_url,
+            target_url,
+            business_opt,
+            tz_opt,
+            db_tz_opt,
+            cron_tz_opt,
+            xxl_version_opt,
+            glue_opt,
+            api_only_opt,
+        )
+    ):
         out = opt(out)
     return out
 
@@ -87,9 +119,11 @@ def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> N
         click.echo(json.dumps(summary.as_dict(), ensure_ascii=False))
         return
     c = summary.counts
-    click.echo(f"{title}: {c['create']} to create, {c['update']} to update, {c['unchanged']} unchanged, "
-               f"{c['quarantine']} quarantined, {c['delete']} deleted at the source"
-               + (f"; {summary.rows_written} rows written in {summary.seconds:.1f}s" if summary.rows_written else ""))
+    click.echo(
+        f"{title}: {c['create']} to create, {c['update']} to update, {c['unchanged']} unchanged, "
+        f"{c['quarantine']} quarantined, {c['delete']} deleted at the source"
+        + (f"; {summary.rows_written} rows written in {summary.seconds:.1f}s" if summary.rows_written else "")
+    )
     for note in summary.notes:
         click.echo(f"  note: {note}")
     for row in summary.rows:
@@ -108,9 +142,17 @@ def migrate() -> None:
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
-            xxl_job_version: str | None,
-             bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
+def plan_cmd(
+    source: str,
+    legacy_url: str,
+    target_url: str,
+    businesses: Sequence[str],
+    zones: LegacyZones,
+    xxl_job_version: str | None,
+    bridge_glue: bool,
+    api_only: Sequence[str],
+    as_json: bool,
+) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
     three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
     nothing."""
@@ -118,8 +160,12 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
     store = open_store(target_url)
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
-        m = Migrator(reader, target_writer(store), store.clock,
-                     MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
+        m = Migrator(
+            reader,
+            target_writer(store),
+            store.clock,
+            MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
+        )
         summary = m.plan(businesses or None)
         now = store.clock.now()
         previews = [p for d in reader.definitions(businesses or None) if (p := preview(d, now)) is not None]
@@ -130,9 +176,17 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
         legacy.dispose()
         store.engine.dispose()
     if as_json:
-        click.echo(json.dumps({**summary.as_dict(), "zones": {"db": zones.db, "cron": zones.cron},
-                               "cron_dialect": {"quartz": cron.dialect, "why": cron.why},
-                               "next_fires": [p.as_dict() for p in previews]}, ensure_ascii=False))
+        click.echo(
+            json.dumps(
+                {
+                    **summary.as_dict(),
+                    "zones": {"db": zones.db, "cron": zones.cron},
+                    "cron_dialect": {"quartz": cron.dialect, "why": cron.why},
+                    "next_fires": [p.as_dict() for p in previews],
+                },
+                ensure_ascii=False,
+            )
+        )
         return
     _print_summary(summary, as_json=False, title="plan")
     click.echo(f"crons follow Quartz {cron.dialect} ({cron.why})")
@@ -142,35 +196,53 @@ def plan_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence
 def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None:
     if not previews:
         return
-    click.echo(f"next fires (DATETIMEs read in {zones.db}; crons run in {zones.cron}); compare with the admin's "
-               "next trigger time:")
+    click.echo(
+        f"next fires (DATETIMEs read in {zones.db}; crons run in {zones.cron}); compare with the admin's "
+        "next trigger time:"
+    )
     for p in previews:
         utc = ", ".join(f.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") for f in p.fires)
         local = ", ".join(f.strftime("%Y-%m-%d %H:%M:%S%z") for f in p.fires)
         click.echo(f"  {p.source_key} ({p.business}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
         if p.legacy_next_matches is False and p.legacy_next is not None:
             legacy = p.legacy_next.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-            click.echo(f"    warning: the legacy next trigger time {legacy} is not a fire of {p.cron!r} in {p.zone}: "
-                       "is --legacy-cron-tz the admin JVM's zone?")
+            click.echo(
+                f"    warning: the legacy next trigger time {legacy} is not a fire of {p.cron!r} in {p.zone}: "
+                "is --legacy-cron-tz the admin JVM's zone?"
+            )
 
 
 @migrate.command("run")
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def run_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
-            xxl_job_version: str | None,
-            bridge_glue: bool, api_only: Sequence[str], as_json: bool) -> None:
+def run_cmd(
+    source: str,
+    legacy_url: str,
+    target_url: str,
+    businesses: Sequence[str],
+    zones: LegacyZones,
+    xxl_job_version: str | None,
+    bridge_glue: bool,
+    api_only: Sequence[str],
+    as_json: bool,
+) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
     legacy = make_engine(legacy_url)
     store = open_store(target_url)
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        m = Migrator(reader, target_writer(store), store.clock,
-                     MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue))
-        summary = _with_progress(lambda progress: m.run(businesses or None, progress=progress, after_commit=after,
-                                                        keep_rows=True), quiet=as_json)
+        m = Migrator(
+            reader,
+            target_writer(store),
+            store.clock,
+            MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
+        )
+        summary = _with_progress(
+            lambda progress: m.run(businesses or None, progress=progress, after_commit=after, keep_rows=True),
+            quiet=as_json,
+        )
     finally:
         legacy.dispose()
         store.engine.dispose()
@@ -195,8 +267,9 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
         return run(None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("migrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True) as bar:
+    with Progress(
+        TextColumn("migrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
+    ) as bar:
         task = bar.add_task("rows", total=None)
         return run(lambda n: bar.advance(task, n))
 
@@ -216,8 +289,12 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
     finally:
         store.engine.dispose()
     if as_json:
-        click.echo(json.dumps([{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")}
-                               for r in rows], ensure_ascii=False))
+        click.echo(
+            json.dumps(
+                [{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")} for r in rows],
+                ensure_ascii=False,
+            )
+        )
         return
     if not rows:
         click.echo("no quarantined rows")
@@ -225,33 +302,68 @@ def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) ->
         click.echo(f"{r['source_system']}:{r['source_key']} ({r['business']}) field {r['field']}: {r['reason']}")
 
 
-
-
 POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and --poll was not given
 
 
 @migrate.command("stream")
 @definition_options
-@click.option("--binlog-url", default=None,
-              help="URL of a user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT (default: --legacy-url).")
-@click.option("--server-id", type=click.IntRange(1, 2**32 - 1), default=None,
-              help="Replica server id of this reader (unique per reader; default from the stream id).")
-@click.option("--poll", "poll_s", type=click.FloatRange(0.1), default=None,
-              help="No binlog: poll update_time every N seconds. Chosen by itself (every "
-                   f"{POLL_FALLBACK_S:g} s) when the binlog user lacks the REPLICATION grants.")
-@click.option("--key-compare-every", "compare_every_s", type=click.FloatRange(0.1), default=10.0, show_default=True,
-              help="Polling: seconds between key compares (how deletes are found).")
-@click.option("--key-compare-batch", "compare_batch", type=click.IntRange(1), default=1000, show_default=True,
-              help="Polling: keys compared per pass (the work of one pass is bounded by it).")
+@click.option(
+    "--binlog-url",
+    default=None,
+    help="URL of a user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT (default: --legacy-url).",
+)
+@click.option(
+    "--server-id",
+    type=click.IntRange(1, 2**32 - 1),
+    default=None,
+    help="Replica server id of this reader (unique per reader; default from the stream id).",
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    type=click.FloatRange(0.1),
+    default=None,
+    help="No binlog: poll update_time every N seconds. Chosen by itself (every "
+    f"{POLL_FALLBACK_S:g} s) when the binlog user lacks the REPLICATION grants.",
+)
+@click.option(
+    "--key-compare-every",
+    "compare_every_s",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="Polling: seconds between key compares (how deletes are found).",
+)
+@click.option(
+    "--key-compare-batch",
+    "compare_batch",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Polling: keys compared per pass (the work of one pass is bounded by it).",
+)
 @click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
 @log_level
 @log_format
 @cli_errors
-def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequence[str], zones: LegacyZones,
-            xxl_job_version: str | None,
-               bridge_glue: bool, api_only: Sequence[str], binlog_url: str | None, server_id: int | None,
-               poll_s: float | None, compare_every_s: float, compare_batch: int, stall_timeout: float,
-               log_level: str, log_format: str) -> None:
+def stream_cmd(
+    source: str,
+    legacy_url: str,
+    target_url: str,
+    businesses: Sequence[str],
+    zones: LegacyZones,
+    xxl_job_version: str | None,
+    bridge_glue: bool,
+    api_only: Sequence[str],
+    binlog_url: str | None,
+    server_id: int | None,
+    poll_s: float | None,
+    compare_every_s: float,
+    compare_batch: int,
+    stall_timeout: float,
+    log_level: str,
+    log_format: str,
+) -> None:
     """Snapshot, then apply every legacy change until stopped (SIGTERM), for businesses
     not yet cut over. Restart-safe: the checkpoint is written with each change. Without
     the binlog grants it polls instead (a one-line notice says so)."""
@@ -277,18 +389,29 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}" + (
-            f"#{','.join(sorted(businesses))}" if businesses else "")
+            f"#{','.join(sorted(businesses))}" if businesses else ""
+        )
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
         writer = target_writer(store)
-        sm = StreamMigrator(reader=reader, writer=writer, migrator=Migrator(reader, writer, store.clock, options),
-                            stream_id=stream_id, businesses=set(businesses) or None, after_commit=after)
+        sm = StreamMigrator(
+            reader=reader,
+            writer=writer,
+            migrator=Migrator(reader, writer, store.clock, options),
+            stream_id=stream_id,
+            businesses=set(businesses) or None,
+            after_commit=after,
+        )
         system = SourceSystem(source)
         conn_settings: dict[str, object] = {}
         if poll_s is None:
             u = make_url(binlog_url or legacy_url)
-            conn_settings = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username,
-                             "password": u.password or ""}
+            conn_settings = {
+                "host": u.host or "127.0.0.1",
+                "port": u.port or 3306,
+                "user": u.username,
+                "password": u.password or "",
+            }
             check_binlog_source(conn_settings)  # a wrong binlog user fails before the snapshot writes
             try:
                 check_replication_grants(conn_settings)
@@ -314,19 +437,31 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
 
         def poll_from(at: StreamPosition | None, every: float):  # type: ignore[no-untyped-def]
             start = at if at is not None and at.log_file == "poll" else None  # after a binlog position: poll all once
-            poller = PollingChangeStream(legacy, table=DEFINITION_TABLE[system], key_columns=("id",), tz=zones.db,
-                                         start=start)
-            return polling_batches(poller, writer, system, stop, interval_s=every,
-                                   compare=KeyCompare(every_s=compare_every_s, keys_per_pass=compare_batch), start=at)
+            poller = PollingChangeStream(
+                legacy, table=DEFINITION_TABLE[system], key_columns=("id",), tz=zones.db, start=start
+            )
+            return polling_batches(
+                poller,
+                writer,
+                system,
+                stop,
+                interval_s=every,
+                compare=KeyCompare(every_s=compare_every_s, keys_per_pass=compare_batch),
+                start=at,
+            )
 
         if poll_s is not None:
             batches = poll_from(position, poll_s)
         else:
             schema = make_url(legacy_url).database
-            binlog = BinlogChangeStream(conn_settings, server_id=server_id or (zlib.crc32(stream_id.encode()) % 2**31 + 1000),
-                                        schemas=[schema] if schema else [],
-                                        tables=[DEFINITION_TABLE[system], "xxl_job_group", "bc_biz"],
-                                        start=position, stall_timeout_s=stall_timeout)
+            binlog = BinlogChangeStream(
+                conn_settings,
+                server_id=server_id or (zlib.crc32(stream_id.encode()) % 2**31 + 1000),
+                schemas=[schema] if schema else [],
+                tables=[DEFINITION_TABLE[system], "xxl_job_group", "bc_biz"],
+                start=position,
+                stall_timeout_s=stall_timeout,
+            )
             batches = binlog.batches(stop)
         try:
             stats = sm.follow(batches, stop)
@@ -336,9 +471,12 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
             # a grant the preflight could not see (e.g. through a role) is missing after all
             _poll_notice(exc, DEFINITION_TABLE[system], POLL_FALLBACK_S, compare_every_s)
             stats = sm.follow(poll_from(sm.stats.position or position, POLL_FALLBACK_S), stop)
-        click.echo(f"stopped: {stats.batches} transactions, {stats.changes} row changes, {stats.applied} applied, "
-                   f"{stats.unchanged} unchanged by digest"
-                   + (f" at {stats.position.log_file}:{stats.position.log_pos}" if stats.position else ""), err=True)
+        click.echo(
+            f"stopped: {stats.batches} transactions, {stats.changes} row changes, {stats.applied} applied, "
+            f"{stats.unchanged} unchanged by digest"
+            + (f" at {stats.position.log_file}:{stats.position.log_pos}" if stats.position else ""),
+            err=True,
+        )
     finally:
         legacy.dispose()
         store.engine.dispose()
@@ -346,6 +484,9 @@ def stream_cmd(source: str, legacy_url: str, target_url: str, businesses: Sequen
 
 def _poll_notice(exc: Exception, table: str, every_s: float, compare_every_s: float) -> None:
     why = str(exc).split(". A binlog change stream needs", 1)[0]
-    click.echo(f"notice: {why}; polling {table}.update_time every {every_s:g} s instead (deletes found by a key "
-               f"compare every {compare_every_s:g} s; grant REPLICATION SLAVE and REPLICATION CLIENT to read the "
-               "binlog)", err=True)
+    click.echo(
+        f"notice: {why}; polling {table}.update_time every {every_s:g} s instead (deletes found by a key "
+        f"compare every {compare_every_s:g} s; grant REPLICATION SLAVE and REPLICATION CLIENT to read the "
+        "binlog)",
+        err=True,
+    )

@@ -1,4 +1,5 @@
 """Options shared by several commands."""
+
 from __future__ import annotations
 
 import functools
@@ -11,17 +12,36 @@ import click
 from switchyard.logs import FORMATS
 from switchyard.settings import default_store_url
 
-store_url = click.option("--url", default=default_store_url, show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
-                         help="Trigger store URL.")
-bus_url = click.option("--bus", "bus_url", default=lambda: os.environ.get("SWITCHYARD_BUS", "memory"),
-                       show_default="$SWITCHYARD_BUS or memory", help="'memory' or pulsar://HOST:PORT.")
-pulsar_admin = click.option("--pulsar-admin", default=lambda: os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-                            help="Pulsar admin REST URL (consumer lag).")
-pulsar_token = click.option("--pulsar-token-env", default="SWITCHYARD_PULSAR_TOKEN", show_default=True,
-                            help="Environment variable holding a Pulsar token (never pass secrets as arguments).")
-topic_prefix = click.option("--topic-prefix", default=lambda: os.environ.get("SWITCHYARD_TOPIC_PREFIX", "switchyard"),
-                            show_default="$SWITCHYARD_TOPIC_PREFIX or switchyard",
-                            help="Prefix of the Pulsar topic names (one namespace, several installations).")
+store_url = click.option(
+    "--url",
+    default=default_store_url,
+    show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
+    help="Trigger store URL.",
+)
+bus_url = click.option(
+    "--bus",
+    "bus_url",
+    default=lambda: os.environ.get("SWITCHYARD_BUS", "memory"),
+    show_default="$SWITCHYARD_BUS or memory",
+    help="'memory' or pulsar://HOST:PORT.",
+)
+pulsar_admin = click.option(
+    "--pulsar-admin",
+    default=lambda: os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
+    help="Pulsar admin REST URL (consumer lag).",
+)
+pulsar_token = click.option(
+    "--pulsar-token-env",
+    default="SWITCHYARD_PULSAR_TOKEN",
+    show_default=True,
+    help="Environment variable holding a Pulsar token (never pass secrets as arguments).",
+)
+topic_prefix = click.option(
+    "--topic-prefix",
+    default=lambda: os.environ.get("SWITCHYARD_TOPIC_PREFIX", "switchyard"),
+    show_default="$SWITCHYARD_TOPIC_PREFIX or switchyard",
+    help="Prefix of the Pulsar topic names (one namespace, several installations).",
+)
 
 
 def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,8 +51,9 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from readers.timezones import LegacyZones
 
     @functools.wraps(fn)
-    def resolved(*args: Any, legacy_tz: str | None, legacy_db_tz: str | None, legacy_cron_tz: str | None,
-                 **kwargs: Any) -> Any:
+    def resolved(
+        *args: Any, legacy_tz: str | None, legacy_db_tz: str | None, legacy_cron_tz: str | None, **kwargs: Any
+    ) -> Any:
         try:
             zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
         except ValueError as exc:
@@ -40,18 +61,33 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(*args, legacy_zones=zones, **kwargs)
 
     for opt in (
-        click.option("--legacy-cron-tz", default=None,
-                     help="xxl-job: zone its crons run in (the admin JVM's; default: the database zone)."),
-        click.option("--legacy-db-tz", default=None,
-                     help="xxl-job: zone of its DATETIME columns (JDBC serverTimezone; default: the cron zone)."),
-        click.option("--legacy-tz", default=None, show_default="Asia/Shanghai",
-                     help="Zone of the legacy DATETIME columns and crons (both)."),
+        click.option(
+            "--legacy-cron-tz",
+            default=None,
+            help="xxl-job: zone its crons run in (the admin JVM's; default: the database zone).",
+        ),
+        click.option(
+            "--legacy-db-tz",
+            default=None,
+            help="xxl-job: zone of its DATETIME columns (JDBC serverTimezone; default: the cron zone).",
+        ),
+        click.option(
+            "--legacy-tz",
+            default=None,
+            show_default="Asia/Shanghai",
+            help="Zone of the legacy DATETIME columns and crons (both).",
+        ),
     ):
         resolved = opt(resolved)
     return resolved
 
 
 log_level = click.option("--log-level", default="INFO", show_default=True)
-log_format = click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True,
-                          help="text lines, or one JSON object per line with the fields operators filter on "
-                               "(business, partition, epoch, trigger_id, command_id) as keys of their own.")
+log_format = click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text lines, or one JSON object per line with the fields operators filter on "
+    "(business, partition, epoch, trigger_id, command_id) as keys of their own.",
+)

@@ -1,5 +1,6 @@
 """`switchyard report BUSINESS | --overview`: the comparison report of a business, or the
 overview of every business with its cutover state, as HTML, Markdown or JSON."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,25 +29,51 @@ Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unre
 @click.command(epilog=EPILOG)
 @click.argument("business", required=False)
 @click.option("--overview", is_flag=True, help="Every business with its cutover state and latest verdict.")
-@click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), default=None,
-              help="Output form (default: from the --out suffix, else html).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(FORMATS)),
+    default=None,
+    help="Output form (default: from the --out suffix, else html).",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="File to write.")
-@click.option("--comparison", "comparison_id", type=click.IntRange(1), default=None,
-              help="A stored comparison id (default: the latest of the business).")
-@click.option("--history", "history_limit", type=click.IntRange(0), default=200, show_default=True,
-              help="Stored comparisons to plot as the series.")
+@click.option(
+    "--comparison",
+    "comparison_id",
+    type=click.IntRange(1),
+    default=None,
+    help="A stored comparison id (default: the latest of the business).",
+)
+@click.option(
+    "--history",
+    "history_limit",
+    type=click.IntRange(0),
+    default=200,
+    show_default=True,
+    help="Stored comparisons to plot as the series.",
+)
 @store_url
 @cli_errors
-def report(business: str | None, overview: bool, fmt: str | None, out: Path, comparison_id: int | None,
-           history_limit: int, url: str) -> None:
+def report(
+    business: str | None,
+    overview: bool,
+    fmt: str | None,
+    out: Path,
+    comparison_id: int | None,
+    history_limit: int,
+    url: str,
+) -> None:
     """Write the dual-run report of BUSINESS, or the --overview page."""
     if overview == (business is not None):
         raise click.UsageError("give either a BUSINESS or --overview")
     store = open_store(url)
     try:
         now = store.clock.now()
-        model = (load_overview(store, now=now, reports_dir=out.parent) if overview else
-                 load_report(store, business or "", now=now, comparison_id=comparison_id, history_limit=history_limit))
+        model = (
+            load_overview(store, now=now, reports_dir=out.parent)
+            if overview
+            else load_report(store, business or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
+        )
         path = write_report(model.content(), format_for(out, fmt), out)
     except NoComparison as exc:
         raise CliFailure(str(exc), exitcodes.FAILED) from None

@@ -1,4 +1,5 @@
 """`switchyard scheduler run|stats`."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
-from switchyard.logs import configure_logging
 from switchyard.cli.errors import cli_errors
-from switchyard.cli.options import bus_url, pulsar_admin, pulsar_token, topic_prefix, store_url, log_format, log_level
+from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
 from switchyard.cli.signals import stop_event
+from switchyard.logs import configure_logging
 from switchyard.wiring import open_bus, open_election, open_store, open_wakeups
 
 log = logging.getLogger(__name__)
@@ -33,53 +34,97 @@ def scheduler() -> None:
 @pulsar_admin
 @pulsar_token
 @topic_prefix
-@click.option("--election", "election_url", default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", "local"),
-              show_default="$SWITCHYARD_ETCD_URL or local", help="'local' or an etcd URL http://HOST:PORT.")
+@click.option(
+    "--election",
+    "election_url",
+    default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", "local"),
+    show_default="$SWITCHYARD_ETCD_URL or local",
+    help="'local' or an etcd URL http://HOST:PORT.",
+)
 @click.option("--election-key", default="/switchyard/scheduler/leader", show_default=True)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This candidate's name.")
 @click.option("--lease-ttl", type=click.FloatRange(2, 600), default=10.0, show_default=True, help="Seconds.")
 @click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
 @click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
-@click.option("--max-wait", type=click.FloatRange(0.05), default=1.0, show_default=True,
-              help="Seconds: the longest wait between two ticks of a partition (a trigger added due soon wakes "
-                   "its partition's loop at once).")
-@click.option("--wake-key", default="/switchyard/wake", show_default=True,
-              help="The etcd key wake-ups for short delays travel on (with an etcd --election).")
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds: the longest wait between two ticks of a partition (a trigger added due soon wakes "
+    "its partition's loop at once).",
+)
+@click.option(
+    "--wake-key",
+    default="/switchyard/wake",
+    show_default=True,
+    help="The etcd key wake-ups for short delays travel on (with an etcd --election).",
+)
 @click.option("--acquire-deadline", type=click.FloatRange(1), default=60.0, show_default=True, help="Seconds.")
 @click.option("--reclaim-interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds.")
 @click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
 @click.option("--fire-workers", type=click.IntRange(1), default=8, show_default=True)
-@click.option("--shards", is_flag=True,
-              help="Join the etcd shard registry and own a share of the partitions (with the other members) "
-                   "instead of campaigning for the single leadership.")
-@click.option("--registry-prefix", default="/switchyard/shards", show_default=True,
-              help="The shard registry's etcd key prefix (with --shards).")
+@click.option(
+    "--shards",
+    is_flag=True,
+    help="Join the etcd shard registry and own a share of the partitions (with the other members) "
+    "instead of campaigning for the single leadership.",
+)
+@click.option(
+    "--registry-prefix",
+    default="/switchyard/shards",
+    show_default=True,
+    help="The shard registry's etcd key prefix (with --shards).",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @log_level
 @log_format
 @cli_errors
-def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str, election_url: str, election_key: str, name: str,
-            lease_ttl: float, lookahead: float, idle_wait: float, max_wait: float, wake_key: str,
-            acquire_deadline: float, reclaim_interval: float,
-            batch: int, fire_workers: int, shards: bool, registry_prefix: str, metrics_port: int,
-            log_level: str, log_format: str) -> None:
+def run_cmd(
+    url: str,
+    bus_url: str,
+    pulsar_admin: str | None,
+    pulsar_token_env: str,
+    topic_prefix: str,
+    election_url: str,
+    election_key: str,
+    name: str,
+    lease_ttl: float,
+    lookahead: float,
+    idle_wait: float,
+    max_wait: float,
+    wake_key: str,
+    acquire_deadline: float,
+    reclaim_interval: float,
+    batch: int,
+    fire_workers: int,
+    shards: bool,
+    registry_prefix: str,
+    metrics_port: int,
+    log_level: str,
+    log_format: str,
+) -> None:
     """Campaign for leadership (or, with --shards, join the registry); while leading (for the
     partitions owned), admit and fire; always apply results."""
     configure_logging(log_level, log_format)
     if shards and not election_url.startswith("http://"):
-        raise click.BadParameter("--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)",
-                                 param_hint="--election")
+        raise click.BadParameter(
+            "--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)", param_hint="--election"
+        )
     store = open_store(url)
     # a trigger added due soon, by this process or (through etcd) another, wakes its
     # partition's loop here when this process runs it
     store.wakeups = wakeups = open_wakeups(election_url, key=wake_key)
-    bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env),
-                   topic_prefix=topic_prefix)
-    settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait),
-                                 max_wait=timedelta(seconds=max_wait),
-                                 acquire_deadline=timedelta(seconds=acquire_deadline),
-                                 reclaim_interval=timedelta(seconds=reclaim_interval), batch_size=batch,
-                                 fire_workers=fire_workers)
+    bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix)
+    settings = SchedulerSettings(
+        lookahead=timedelta(seconds=lookahead),
+        idle_wait=timedelta(seconds=idle_wait),
+        max_wait=timedelta(seconds=max_wait),
+        acquire_deadline=timedelta(seconds=acquire_deadline),
+        reclaim_interval=timedelta(seconds=reclaim_interval),
+        batch_size=batch,
+        fire_workers=fire_workers,
+    )
     # a bus that cannot be reached at start is a clear error (exit 3), not a process that
     # runs on without applying results; later outages are ridden out with retries
     from scheduler_core.codec import CALLBACK_TOPIC
@@ -93,8 +138,13 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
         from scheduler_core.election.registry import EtcdRegistry  # etcd's client only when used
         from scheduler_core.shards import ShardedScheduler
 
-        registry = EtcdRegistry(election_url, member=name, ttl=timedelta(seconds=lease_ttl), prefix=registry_prefix,
-                                info={"pid": os.getpid(), "host": socket.gethostname()})
+        registry = EtcdRegistry(
+            election_url,
+            member=name,
+            ttl=timedelta(seconds=lease_ttl),
+            prefix=registry_prefix,
+            info={"pid": os.getpid(), "host": socket.gethostname()},
+        )
         member = ShardedScheduler(store, bus, registry, store.clock, settings=settings, metrics=metrics)
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
@@ -104,15 +154,26 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
             wakeups.close()
             bus.close()
             store.engine.dispose()
-        log.info("scheduler %s stopped (%d incarnation(s), %d rebalance(s))", name, member.status.incarnations,
-                 member.status.rebalances)
+        log.info(
+            "scheduler %s stopped (%d incarnation(s), %d rebalance(s))",
+            name,
+            member.status.incarnations,
+            member.status.rebalances,
+        )
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
     from scheduler_core.store.supersedes import supersede_relay
 
     # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus there)
-    sched = Scheduler(store, bus, election, store.clock, settings=settings, metrics=metrics,
-                      relays=[supersede_relay(store, bus, settings, metrics).relay])
+    sched = Scheduler(
+        store,
+        bus,
+        election,
+        store.clock,
+        settings=settings,
+        metrics=metrics,
+        relays=[supersede_relay(store, bus, settings, metrics).relay],
+    )
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
         sched.run(stop)
@@ -125,8 +186,13 @@ def run_cmd(url: str, bus_url: str, pulsar_admin: str | None, pulsar_token_env: 
 
 
 @scheduler.command("members")
-@click.option("--election", "election_url", default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", ""),
-              show_default="$SWITCHYARD_ETCD_URL", help="The etcd URL http://HOST:PORT of the shard registry.")
+@click.option(
+    "--election",
+    "election_url",
+    default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", ""),
+    show_default="$SWITCHYARD_ETCD_URL",
+    help="The etcd URL http://HOST:PORT of the shard registry.",
+)
 @click.option("--registry-prefix", default="/switchyard/shards", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
@@ -146,11 +212,22 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
         else:
             orphans[index] = {"member": own.member, "epoch": own.epoch}
     if as_json:
-        click.echo(json.dumps({"revision": view.revision, "members": [
-            {"member": m, "info": body["info"],
-             "partitions": [{"partition": p, "epoch": e} for p, e in body["partitions"].items()]}  # type: ignore[attr-defined]
-            for m, body in members.items()], "owned_by_departed": [
-            {"partition": p, **o} for p, o in orphans.items()]}))
+        click.echo(
+            json.dumps(
+                {
+                    "revision": view.revision,
+                    "members": [
+                        {
+                            "member": m,
+                            "info": body["info"],
+                            "partitions": [{"partition": p, "epoch": e} for p, e in body["partitions"].items()],
+                        }  # type: ignore[attr-defined]
+                        for m, body in members.items()
+                    ],
+                    "owned_by_departed": [{"partition": p, **o} for p, o in orphans.items()],
+                }
+            )
+        )
         return
     click.echo(f"shard registry {registry_prefix} at revision {view.revision}: {len(members)} member(s)")
     for m, body in members.items():
@@ -163,8 +240,13 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
 
 @scheduler.command("stats")
 @store_url
-@click.option("--since", type=click.FloatRange(0), default=3600.0, show_default=True,
-              help="Seconds back from now (by scheduled time).")
+@click.option(
+    "--since",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds back from now (by scheduled time).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def stats_cmd(url: str, since: float, as_json: bool) -> None:
@@ -188,5 +270,7 @@ def stats_cmd(url: str, since: float, as_json: bool) -> None:
     for d in domains.values():
         lag = d.received_lag_s
         fmt = lambda v: "-" if v is None else f"{v:.3f}s"  # noqa: E731
-        click.echo(f"  {d.domain:<20} {d.commands:>8} cmds  lag p50 {fmt(lag.get('p50'))} p99 {fmt(lag.get('p99'))} "
-                   f"max {fmt(lag.get('max'))}  {dict(d.states)}")
+        click.echo(
+            f"  {d.domain:<20} {d.commands:>8} cmds  lag p50 {fmt(lag.get('p50'))} p99 {fmt(lag.get('p99'))} "
+            f"max {fmt(lag.get('max'))}  {dict(d.states)}"
+        )

@@ -1,4 +1,5 @@
 """`switchyard serve`: the whole center in one process on the embedded default."""
+
 from __future__ import annotations
 
 import logging
@@ -14,13 +15,13 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
-from switchyard.logs import configure_logging
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, bridge_options
-from switchyard.cli.options import store_url, log_format, log_level
+from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
+from switchyard.logs import configure_logging
 from switchyard.wiring import load_handlers, open_store
 
 log = logging.getLogger(__name__)
@@ -28,30 +29,62 @@ log = logging.getLogger(__name__)
 
 @click.command("serve")
 @store_url
-@click.option("--handlers", "modules", multiple=True,
-              help="Python module with `register(executor)` or `HANDLERS = {job_code: fn}` (repeatable).")
-@click.option("--bridge", "bridges", multiple=True, type=click.Choice(["xxl-job", "batch-center"]),
-              help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.")
+@click.option(
+    "--handlers",
+    "modules",
+    multiple=True,
+    help="Python module with `register(executor)` or `HANDLERS = {job_code: fn}` (repeatable).",
+)
+@click.option(
+    "--bridge",
+    "bridges",
+    multiple=True,
+    type=click.Choice(["xxl-job", "batch-center"]),
+    help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.",
+)
 @bridge_options
-@click.option("--domain", "domains", multiple=True,
-              help="Run executors for these business domains only (repeatable); default: every domain in the "
-                   "store, looked for again every few seconds.")
-@click.option("--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True,
-              help="Handler threads per domain.")
+@click.option(
+    "--domain",
+    "domains",
+    multiple=True,
+    help="Run executors for these business domains only (repeatable); default: every domain in the "
+    "store, looked for again every few seconds.",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per domain."
+)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
 @click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
 @click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
-@click.option("--console-bind", default="127.0.0.1", show_default=True,
-              help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.")
+@click.option(
+    "--console-bind",
+    default="127.0.0.1",
+    show_default=True,
+    help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.",
+)
 @click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
 @log_level
 @log_format
 @cli_errors
-def serve(url: str, modules: tuple[str, ...], bridges: tuple[str, ...], domains: tuple[str, ...], concurrency: int,
-          name: str, lookahead: float, idle_wait: float, metrics_port: int, with_console: bool, console_bind: str,
-          console_port: int, log_level: str, log_format: str, **bridge_kw: object) -> None:
+def serve(
+    url: str,
+    modules: tuple[str, ...],
+    bridges: tuple[str, ...],
+    domains: tuple[str, ...],
+    concurrency: int,
+    name: str,
+    lookahead: float,
+    idle_wait: float,
+    metrics_port: int,
+    with_console: bool,
+    console_bind: str,
+    console_port: int,
+    log_level: str,
+    log_format: str,
+    **bridge_kw: object,
+) -> None:
     """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
     configure_logging(log_level, log_format)
     if not modules and not bridges:
@@ -85,8 +118,12 @@ def serve(url: str, modules: tuple[str, ...], bridges: tuple[str, ...], domains:
     def started() -> None:
         if console_thread is not None:
             console_thread.start()
-        log.info("serve %s running on %s%s", name, safe_url(url),
-                 f"; console on http://{console_bind}:{console_port}/" if with_console else "")
+        log.info(
+            "serve %s running on %s%s",
+            name,
+            safe_url(url),
+            f"; console on http://{console_bind}:{console_port}/" if with_console else "",
+        )
 
     stop = stop_event()
     try:

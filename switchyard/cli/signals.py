@@ -16,6 +16,7 @@ the command never stops. Two rules follow:
   there could deadlock. It only records the request. Waits and `is_set()` turn the request
   into the event.
 """
+
 from __future__ import annotations
 
 import signal

@@ -1,4 +1,5 @@
 """`switchyard trigger pause|resume|cancel`."""
+
 from __future__ import annotations
 
 import getpass
@@ -26,8 +27,11 @@ def trigger() -> None:
 def _select(store: TriggerStore, ids: tuple[int, ...], job: str | None, business: str | None) -> list[TriggerId]:
     chosen = [TriggerId(i) for i in ids]
     if job or business:
-        chosen += [t.id for t in store.triggers_of(biz_code=business, job_code=JobCode(job) if job else None)
-                   if t.id is not None]
+        chosen += [
+            t.id
+            for t in store.triggers_of(biz_code=business, job_code=JobCode(job) if job else None)
+            if t.id is not None
+        ]
     if not chosen:
         raise CliFailure("name trigger ids, or --job / --business", exitcodes.USAGE)
     return chosen
@@ -39,13 +43,18 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
     @click.option("--job", default=None)
     @click.option("--business", default=None)
     @store_url
-    @click.option("--reason", default="", help="Why (audited). Needed to pause or cancel a job live only on the "
-                                               "new side (a business cut over): it then fires nowhere.")
+    @click.option(
+        "--reason",
+        default="",
+        help="Why (audited). Needed to pause or cancel a job live only on the "
+        "new side (a business cut over): it then fires nowhere.",
+    )
     @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
     @click.option("--json", "as_json", is_flag=True)
     @cli_errors
-    def cmd(ids: tuple[int, ...], job: str | None, business: str | None, url: str, reason: str, actor: str,
-            as_json: bool) -> None:
+    def cmd(
+        ids: tuple[int, ...], job: str | None, business: str | None, url: str, reason: str, actor: str, as_json: bool
+    ) -> None:
         store = open_store(url)
         try:
             guard = guard_trigger_operation(store, action, _select(store, ids, job, business), reason)
@@ -54,14 +63,26 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
             for biz, tids in guard.audited.items():
                 done = [t for t in tids if t in set(report.changed)]
                 if done:
-                    registry.note(biz, actor=actor, reason=reason or f"trigger {action}",
-                                  detail={"action": f"trigger {action}", "triggers": done})
+                    registry.note(
+                        biz,
+                        actor=actor,
+                        reason=reason or f"trigger {action}",
+                        detail={"action": f"trigger {action}", "triggers": done},
+                    )
         finally:
             store.engine.dispose()
         if as_json:
-            click.echo(json.dumps({"action": action, "changed": report.changed, "best_effort": report.best_effort,
-                                   "unchanged": {str(k): v for k, v in report.unchanged.items()},
-                                   "refused": {str(k): v for k, v in guard.refused.items()}}))
+            click.echo(
+                json.dumps(
+                    {
+                        "action": action,
+                        "changed": report.changed,
+                        "best_effort": report.best_effort,
+                        "unchanged": {str(k): v for k, v in report.unchanged.items()},
+                        "refused": {str(k): v for k, v in guard.refused.items()},
+                    }
+                )
+            )
         else:
             click.echo(f"{action}: {len(report.changed)} changed")
             if report.best_effort:

@@ -4,6 +4,7 @@ Bad input is a clear page (or JSON) with its status code, never a stack trace: a
 unknown business 404, a bad query parameter 400, a store that cannot be read 503. With
 a token every request needs `Authorization: Bearer <token>` (401 without it).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -21,9 +22,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dualrun.errors import NoComparison
+from reports.load import load_report
 from reports.redact import redact
 from reports.render_html import render_html
-from reports.load import load_report
 from scheduler_core.errors import StoreError
 from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard.console import data
@@ -32,8 +33,12 @@ from switchyard.console.templating import render
 log = logging.getLogger(__name__)
 
 # pages load nothing from anywhere: inline CSS, images only as data URIs (the report's plots)
-HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
-           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
 
 
 class BadInput(ValueError):
@@ -59,8 +64,11 @@ def _failure(exc: BaseException) -> Failure:
     if isinstance(exc, data.UnknownBusiness):
         return Failure(404, "Unknown business", f"No business {exc.business!r} in the store.")
     if isinstance(exc, NoComparison):
-        return Failure(404, "No comparison", "No comparison is stored for this business yet: run "
-                                             "`switchyard dualrun compare` first.")
+        return Failure(
+            404,
+            "No comparison",
+            "No comparison is stored for this business yet: run `switchyard dualrun compare` first.",
+        )
     if isinstance(exc, BadInput):
         return Failure(400, "Bad request", str(exc))
     if isinstance(exc, (StoreError, OSError)):
@@ -73,8 +81,9 @@ def _failure(exc: BaseException) -> Failure:
 def _error_response(f: Failure, api: bool) -> Response:
     if api:
         return JSONResponse({"error": f.title, "message": f.message, "status": f.status}, f.status, headers=HEADERS)
-    return HTMLResponse(render("error.html.j2", now=None, status=f.status, title=f.title, message=f.message),
-                        f.status, headers=HEADERS)
+    return HTMLResponse(
+        render("error.html.j2", now=None, status=f.status, title=f.title, message=f.message), f.status, headers=HEADERS
+    )
 
 
 def _window(request: Request) -> timedelta | None:
@@ -93,8 +102,12 @@ def _window(request: Request) -> timedelta | None:
 def make_app(src: data.Sources, token: str | None = None) -> Starlette:
     """The console over these sources; with `token`, every request must bear it."""
 
-    async def answer(request: Request, work: Callable[[], Any], page: str | None = None,
-                     wrap: Callable[[Any], dict[str, Any]] | None = None) -> Response:
+    async def answer(
+        request: Request,
+        work: Callable[[], Any],
+        page: str | None = None,
+        wrap: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> Response:
         api = page is None
 
         def respond() -> Response:
@@ -104,8 +117,10 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
             if isinstance(body, str):
                 return HTMLResponse(body, headers=HEADERS)
             assert page is not None
-            return HTMLResponse(render(page, now=src.now().isoformat(timespec="seconds"), **(wrap(body) if wrap else body)),
-                                headers=HEADERS)
+            return HTMLResponse(
+                render(page, now=src.now().isoformat(timespec="seconds"), **(wrap(body) if wrap else body)),
+                headers=HEADERS,
+            )
 
         try:
             return await run_in_threadpool(respond)
@@ -119,8 +134,9 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         return await answer(request, lambda: data.businesses(src), "index.html.j2", lambda rows: {"rows": rows})
 
     async def business_page(request: Request) -> Response:
-        return await answer(request, lambda: data.business(src, code_of(request)), "business.html.j2",
-                            lambda b: {"b": b})
+        return await answer(
+            request, lambda: data.business(src, code_of(request)), "business.html.j2", lambda b: {"b": b}
+        )
 
     async def report_page(request: Request) -> Response:
         code = code_of(request)
@@ -133,16 +149,21 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         return await answer(request, work, "report")
 
     async def scheduler_page(request: Request) -> Response:
-        return await answer(request, lambda: {"s": data.scheduler(src), "lag": data.lag(src, _window(request))},
-                            "scheduler.html.j2")
+        return await answer(
+            request, lambda: {"s": data.scheduler(src), "lag": data.lag(src, _window(request))}, "scheduler.html.j2"
+        )
 
     async def audit_page(request: Request) -> Response:
-        return await answer(request, lambda: {"audit": data.audit(src, request.query_params.get("business"))},
-                            "audit.html.j2")
+        return await answer(
+            request, lambda: {"audit": data.audit(src, request.query_params.get("business"))}, "audit.html.j2"
+        )
 
     async def quarantine_page(request: Request) -> Response:
-        return await answer(request, lambda: {"quarantine": data.quarantine(src, request.query_params.get("business"))},
-                            "quarantine.html.j2")
+        return await answer(
+            request,
+            lambda: {"quarantine": data.quarantine(src, request.query_params.get("business"))},
+            "quarantine.html.j2",
+        )
 
     async def api_businesses(request: Request) -> Response:
         return await answer(request, lambda: data.businesses(src))
@@ -175,15 +196,25 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         title = "Not found" if status == 404 else "Method not allowed" if status == 405 else "Error"
-        return _error_response(Failure(status, title, f"No page at {request.url.path}." if status == 404 else title),
-                               request.url.path.startswith("/api/"))
+        return _error_response(
+            Failure(status, title, f"No page at {request.url.path}." if status == 404 else title),
+            request.url.path.startswith("/api/"),
+        )
 
     routes = [
-        Route("/", index), Route("/business/{code:path}", business_page), Route("/report/{code:path}", report_page),
-        Route("/scheduler", scheduler_page), Route("/audit", audit_page), Route("/quarantine", quarantine_page),
-        Route("/api/businesses", api_businesses), Route("/api/businesses/{code:path}", api_business),
-        Route("/api/report/{code:path}", api_report), Route("/api/scheduler", api_scheduler),
-        Route("/api/lag", api_lag), Route("/api/audit", api_audit), Route("/api/quarantine", api_quarantine),
+        Route("/", index),
+        Route("/business/{code:path}", business_page),
+        Route("/report/{code:path}", report_page),
+        Route("/scheduler", scheduler_page),
+        Route("/audit", audit_page),
+        Route("/quarantine", quarantine_page),
+        Route("/api/businesses", api_businesses),
+        Route("/api/businesses/{code:path}", api_business),
+        Route("/api/report/{code:path}", api_report),
+        Route("/api/scheduler", api_scheduler),
+        Route("/api/lag", api_lag),
+        Route("/api/audit", api_audit),
+        Route("/api/quarantine", api_quarantine),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
     if token:

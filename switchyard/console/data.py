@@ -4,6 +4,7 @@ dicts, the same for the pages and the JSON API. No HTTP here.
 Every dict leaves through `redact_tree`, so a URL password or a token that made its way
 into a reason, an audit detail or an error never reaches a page, the API or a log.
 """
+
 from __future__ import annotations
 
 import urllib.error
@@ -47,9 +48,14 @@ class Member:
     error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "reachable": self.reachable, "leader": self.leader,
-                "lookahead_lag_s": self.lookahead_lag_s, "commands_published": self.published,
-                "error": self.error}
+        return {
+            "name": self.name,
+            "reachable": self.reachable,
+            "leader": self.leader,
+            "lookahead_lag_s": self.lookahead_lag_s,
+            "commands_published": self.published,
+            "error": self.error,
+        }
 
 
 Members = Callable[[], list[Member]]
@@ -68,8 +74,13 @@ def member_from_text(name: str, text: str) -> Member:
                 lag = sample.value
             elif sample.name == "switchyard_commands_published_total":
                 published += sample.value
-    return Member(name=name, reachable=True, leader=None if leader is None else leader >= 1, lookahead_lag_s=lag,
-                  published=published)
+    return Member(
+        name=name,
+        reachable=True,
+        leader=None if leader is None else leader >= 1,
+        lookahead_lag_s=lag,
+        published=published,
+    )
 
 
 def scraped_members(urls: Sequence[str], timeout: float = 2.0) -> Members:
@@ -112,10 +123,16 @@ def _iso(at: datetime | None) -> str | None:
 def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
     if v is None:
         return None
-    return {"verdict": v.verdict.value, "comparison_id": v.comparison_id, "computed_at": _iso(v.computed_at),
-            "age_s": round((now - v.computed_at).total_seconds(), 1), "mode": v.mode.value,
-            "reasons": list(v.reasons), "warnings": list(v.warnings),
-            "window": {"start": _iso(v.window.start), "end": _iso(v.window.end)}}
+    return {
+        "verdict": v.verdict.value,
+        "comparison_id": v.comparison_id,
+        "computed_at": _iso(v.computed_at),
+        "age_s": round((now - v.computed_at).total_seconds(), 1),
+        "mode": v.mode.value,
+        "reasons": list(v.reasons),
+        "warnings": list(v.warnings),
+        "window": {"start": _iso(v.window.start), "end": _iso(v.window.end)},
+    }
 
 
 def businesses(src: Sources) -> list[dict[str, Any]]:
@@ -126,10 +143,20 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
     out = []
     for bo in ownership(src.store, src.legacy_live):
         r = records[bo.business]
-        out.append({"business": r.biz_code, "source": r.source_system, "state": r.state.value, "shadow": r.shadow,
-                    "since": _iso(r.updated_at), "verdict": _verdict(verdicts.get(r.biz_code), now),
-                    "jobs": len(bo.jobs), "sides": bo.counts(), "problems": len(bo.problems),
-                    "legacy_read": src.legacy_live is not None})
+        out.append(
+            {
+                "business": r.biz_code,
+                "source": r.source_system,
+                "state": r.state.value,
+                "shadow": r.shadow,
+                "since": _iso(r.updated_at),
+                "verdict": _verdict(verdicts.get(r.biz_code), now),
+                "jobs": len(bo.jobs),
+                "sides": bo.counts(),
+                "problems": len(bo.problems),
+                "legacy_read": src.legacy_live is not None,
+            }
+        )
     return redact_tree(out)
 
 
@@ -173,31 +200,55 @@ def business(src: Sources, code: str) -> dict[str, Any]:
     for bo in owned:
         for j in bo.jobs:
             t = triggers.get(TriggerId(j.trigger_id)) if j.trigger_id is not None else None
-            jobs.append({**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t),
-                         **_next_fire(t, j.side, now)})
+            jobs.append(
+                {**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t), **_next_fire(t, j.side, now)}
+            )
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
     verdict = latest_by_business(src.store).get(code)
-    return redact_tree({
-        "business": code, "source": record.source_system, "state": record.state.value, "shadow": record.shadow,
-        "since": _iso(record.updated_at), "verdict": _verdict(verdict, now),
-        "legacy_read": src.legacy_live is not None, "jobs": jobs,
-        "problems": sum(1 for j in jobs if j["problem"]),
-        "audit": audit(src, code), "quarantine": quarantine(src, code)})
+    return redact_tree(
+        {
+            "business": code,
+            "source": record.source_system,
+            "state": record.state.value,
+            "shadow": record.shadow,
+            "since": _iso(record.updated_at),
+            "verdict": _verdict(verdict, now),
+            "legacy_read": src.legacy_live is not None,
+            "jobs": jobs,
+            "problems": sum(1 for j in jobs if j["problem"]),
+            "audit": audit(src, code),
+            "quarantine": quarantine(src, code),
+        }
+    )
 
 
 def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
     """The cutover/rollback audit log, newest first."""
     entries = BusinessRegistry(src.store).audit(code)[-limit:]
-    return redact_tree([{"business": e.biz_code, "from": e.from_state, "to": e.to_state, "at": _iso(e.at),
-                         "actor": e.actor, "reason": e.reason, "comparison_id": e.comparison_id,
-                         "forced": e.forced, "detail": e.detail} for e in reversed(entries)])
+    return redact_tree(
+        [
+            {
+                "business": e.biz_code,
+                "from": e.from_state,
+                "to": e.to_state,
+                "at": _iso(e.at),
+                "actor": e.actor,
+                "reason": e.reason,
+                "comparison_id": e.comparison_id,
+                "forced": e.forced,
+                "detail": e.detail,
+            }
+            for e in reversed(entries)
+        ]
+    )
 
 
 def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
     """Rows that could not be migrated, with field and reason."""
     rows = TargetWriter(src.store).quarantined(code)
-    return redact_tree([{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")}
-                        for r in rows])
+    return redact_tree(
+        [{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")} for r in rows]
+    )
 
 
 def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
@@ -205,8 +256,12 @@ def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
     span = window or src.lag_window
     now = src.now()
     records = src.store.fired_between(None, now - span, now)
-    return redact_tree({"window_s": span.total_seconds(),
-                        "domains": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.domain)]})
+    return redact_tree(
+        {
+            "window_s": span.total_seconds(),
+            "domains": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.domain)],
+        }
+    )
 
 
 def scheduler(src: Sources) -> dict[str, Any]:
@@ -217,10 +272,16 @@ def scheduler(src: Sources) -> dict[str, Any]:
     oldest = None if oldest_ms is None else from_ms(oldest_ms)
     members = [m.as_dict() for m in src.members()] if src.members is not None else []
     leaders = [m["name"] for m in members if m["leader"]]
-    return redact_tree({
-        "epoch": int(src.store.current_epoch()), "members": members, "leader": leaders[0] if leaders else None,
-        "members_known": src.members is not None, "waiting_triggers": int(count),
-        "oldest_waiting_due_s": None if oldest is None else round((now - oldest).total_seconds(), 3)})
+    return redact_tree(
+        {
+            "epoch": int(src.store.current_epoch()),
+            "members": members,
+            "leader": leaders[0] if leaders else None,
+            "members_known": src.members is not None,
+            "waiting_triggers": int(count),
+            "oldest_waiting_due_s": None if oldest is None else round((now - oldest).total_seconds(), 3),
+        }
+    )
 
 
 def business_exists(src: Sources, code: str) -> bool:

@@ -1,5 +1,6 @@
 """The console's jinja2 environment over its packaged templates (as reports/templating.py:
 found through importlib.resources, so they load from a wheel as from the work tree)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -44,8 +45,13 @@ def report_url(code: str) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FunctionLoader(_load), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(when=_when, age=_age, secs=_secs, biz_url=business_url, report_url=report_url)
     return env
 

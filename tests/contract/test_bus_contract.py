@@ -1,4 +1,5 @@
 """The message bus's contract, run on the in-process bus and on the real Pulsar broker."""
+
 from __future__ import annotations
 
 import time
@@ -51,11 +52,13 @@ def test_one_topic_per_domain_and_a_separate_callback_topic(bus: MessageBus) -> 
     a = bus.subscribe(command_topic("biz-a"), "executor")
     b = bus.subscribe(command_topic("biz-b"), "executor")
     cb = bus.subscribe(CALLBACK_TOPIC, "scheduler")
-    bus.publish([
-        BusMessage(command_topic("biz-a"), b"a1"),
-        BusMessage(command_topic("biz-b"), b"b1"),
-        BusMessage(CALLBACK_TOPIC, b"r1"),
-    ])
+    bus.publish(
+        [
+            BusMessage(command_topic("biz-a"), b"a1"),
+            BusMessage(command_topic("biz-b"), b"b1"),
+            BusMessage(CALLBACK_TOPIC, b"r1"),
+        ]
+    )
     assert [r.message.payload for _, r in _drain(a, 1, 5)] == [b"a1"]
     assert [r.message.payload for _, r in _drain(b, 1, 5)] == [b"b1"]
     assert [r.message.payload for _, r in _drain(cb, 1, 5)] == [b"r1"]

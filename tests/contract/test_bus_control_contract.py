@@ -2,6 +2,7 @@
 the in-process bus and on the real Pulsar broker: a broadcast every follower sees whole
 and in order, however late it starts. What carries rollback fences to every executor,
 where the command subscription (Shared) would hand each message to one of them only."""
+
 from __future__ import annotations
 
 import threading
@@ -40,7 +41,7 @@ class _Got:
 def _until(check: Callable[[], object], within_s: float) -> object:
     end = time.monotonic() + within_s
     while time.monotonic() < end:
-        if (out := check()):
+        if out := check():
             return out
         time.sleep(0.01)
     return check()

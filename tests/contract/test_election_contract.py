@@ -1,4 +1,5 @@
 """The election's contract, run on the local election and on the real etcd."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """The trigger store's contract, run on SQLite and on the real MariaDB."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -46,8 +47,12 @@ def _seed(store: SqlTriggerStore, clock: ManualClock, n: int, *, biz: str = "biz
     job = store.put_job(Job(job_code=JobCode(f"job-{biz}"), biz_code=biz, handler="h"))
     return store.add_triggers(
         [
-            Trigger(job_code=job.job_code, biz_code=biz, kind=TriggerKind.ONCE,
-                    next_fire_at=clock.now() + timedelta(seconds=i * step_s))
+            Trigger(
+                job_code=job.job_code,
+                biz_code=biz,
+                kind=TriggerKind.ONCE,
+                next_fire_at=clock.now() + timedelta(seconds=i * step_s),
+            )
             for i in range(n)
         ]
     )
@@ -85,15 +90,28 @@ def test_select_due_window_order_limit_and_priority_ties(store: SqlTriggerStore,
     job = store.put_job(Job(job_code=JobCode("j"), biz_code="b", handler="h"))
     t0 = clock.now()
     made = store.add_triggers(
-        [Trigger(job_code=job.job_code, biz_code="b", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=s),
-                 priority=p) for s, p in [(40, 5), (10, 9), (10, 1), (20, 5), (3600, 5), (-7200, 5)]]
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code="b",
+                kind=TriggerKind.ONCE,
+                next_fire_at=t0 + timedelta(seconds=s),
+                priority=p,
+            )
+            for s, p in [(40, 5), (10, 9), (10, 1), (20, 5), (3600, 5), (-7200, 5)]
+        ]
     )
     # all in one partition for ordering: use a single-partition view by scanning each and merging
     due = []
     for p in store.partitions():
         due += store.select_due(p, t0 - timedelta(minutes=1), t0 + timedelta(minutes=30), 10)
     due.sort(key=lambda t: (t.next_fire_at, t.priority))
-    assert [(int((t.next_fire_at - t0).total_seconds()), t.priority) for t in due] == [(10, 1), (10, 9), (20, 5), (40, 5)]
+    assert [(int((t.next_fire_at - t0).total_seconds()), t.priority) for t in due] == [
+        (10, 1),
+        (10, 9),
+        (20, 5),
+        (40, 5),
+    ]
     # limit applies per partition scan, in next_fire_at order
     for p in store.partitions():
         rows = store.select_due(p, t0 - timedelta(days=1), t0 + timedelta(days=1), 1)
@@ -121,8 +139,17 @@ def test_cas_on_acquired_rows_is_conditioned_on_the_owner_epoch(store: SqlTrigge
     stale = store.cas(Transition(ids=[trig.id], from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2)))
     assert stale == []
     nxt = clock.now() + timedelta(hours=1)
-    done = store.cas(Transition(ids=[trig.id], from_state=A, to_state=W, expected_epoch=Epoch(3), clear_epoch=True,
-                                next_fire_at={trig.id: nxt}, last_fired_at={trig.id: clock.now()}))
+    done = store.cas(
+        Transition(
+            ids=[trig.id],
+            from_state=A,
+            to_state=W,
+            expected_epoch=Epoch(3),
+            clear_epoch=True,
+            next_fire_at={trig.id: nxt},
+            last_fired_at={trig.id: clock.now()},
+        )
+    )
     assert len(done) == 1 and done[0].next_fire_at == nxt and done[0].owner_epoch is None
     assert done[0].version == trig.version + 2
 
@@ -133,16 +160,19 @@ def test_fencing_refuses_a_deposed_epoch(store: SqlTriggerStore, clock: ManualCl
     assert store.claim_epoch(Epoch(5))
     assert not store.claim_epoch(Epoch(4)), "an older epoch must not take the fence back"
     assert store.current_epoch() == 5
-    old = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(4), deadline=clock.now(),
-                               fence_epoch=Epoch(4)))
+    old = store.cas(
+        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(4), deadline=clock.now(), fence_epoch=Epoch(4))
+    )
     assert old == []
-    new = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
-                               fence_epoch=Epoch(5)))
+    new = store.cas(
+        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(), fence_epoch=Epoch(5))
+    )
     assert len(new) == 1
 
 
-def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(store: SqlTriggerStore,
-                                                                         clock: ManualClock) -> None:
+def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
     from scheduler_core.model import FiredRecord, command_id
     from scheduler_core.ports import partition_fence
 
@@ -155,19 +185,55 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(store: 
     assert not store.claim_epoch(Epoch(8), p0), "an older ownership cannot take the fence back"
     assert store.current_epoch(p0) == 9 and store.current_epoch(p1) == 3 and store.current_epoch() == 0
     # the deposed owner of p0 (epoch 7) can neither acquire nor write fired records
-    stale = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(7), deadline=clock.now(),
-                                 fence_epoch=Epoch(7), fence=p0))
+    stale = store.cas(
+        Transition(
+            ids=[trig.id],
+            from_state=W,
+            to_state=A,
+            epoch=Epoch(7),
+            deadline=clock.now(),
+            fence_epoch=Epoch(7),
+            fence=p0,
+        )
+    )
     assert stale == []
-    rec = FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, 0), trigger_id=trig.id,
-                      job_code=trig.job_code, biz_code=trig.biz_code, scheduled_at=trig.next_fire_at,
-                      epoch=Epoch(7), fired_at=clock.now())
+    rec = FiredRecord(
+        command_id=command_id(trig.id, trig.next_fire_at, 0),
+        trigger_id=trig.id,
+        job_code=trig.job_code,
+        biz_code=trig.biz_code,
+        scheduled_at=trig.next_fire_at,
+        epoch=Epoch(7),
+        fired_at=clock.now(),
+    )
     assert not store.put_fired_fenced([rec], Epoch(7), p0)
     assert store.get_fired([rec.command_id]) == {}
     # p1's fence is not p0's: epoch 9 checked against p1 is refused too
-    assert store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(9), deadline=clock.now(),
-                                fence_epoch=Epoch(9), fence=p1)) == []
-    won = store.cas(Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(9), deadline=clock.now(),
-                               fence_epoch=Epoch(9), fence=p0))
+    assert (
+        store.cas(
+            Transition(
+                ids=[trig.id],
+                from_state=W,
+                to_state=A,
+                epoch=Epoch(9),
+                deadline=clock.now(),
+                fence_epoch=Epoch(9),
+                fence=p1,
+            )
+        )
+        == []
+    )
+    won = store.cas(
+        Transition(
+            ids=[trig.id],
+            from_state=W,
+            to_state=A,
+            epoch=Epoch(9),
+            deadline=clock.now(),
+            fence_epoch=Epoch(9),
+            fence=p0,
+        )
+    )
     assert len(won) == 1
     assert store.put_fired_fenced([rec], Epoch(9), p0) and rec.command_id in store.get_fired([rec.command_id])
 
@@ -175,13 +241,25 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(store: 
 def test_expired_acquisitions_of_other_epochs(store: SqlTriggerStore, clock: ManualClock) -> None:
     triggers = _seed(store, clock, 4)
     ids = [t.id for t in triggers if t.id is not None]
-    store.cas(Transition(ids=ids[:2], from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now() + timedelta(seconds=5)))
-    store.cas(Transition(ids=ids[2:], from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=5)))
+    store.cas(
+        Transition(ids=ids[:2], from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now() + timedelta(seconds=5))
+    )
+    store.cas(
+        Transition(ids=ids[2:], from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=5))
+    )
     clock.advance(timedelta(seconds=6))
     expired = [stored_id(t) for p in store.partitions() for t in store.select_expired(p, clock.now(), Epoch(2), 100)]
     assert sorted(expired) == ids[:2]
-    reclaimed = store.cas(Transition(ids=ids[:2], from_state=A, to_state=A, expected_epoch=Epoch(1), epoch=Epoch(2),
-                                     deadline=clock.now() + timedelta(seconds=30)))
+    reclaimed = store.cas(
+        Transition(
+            ids=ids[:2],
+            from_state=A,
+            to_state=A,
+            expected_epoch=Epoch(1),
+            epoch=Epoch(2),
+            deadline=clock.now() + timedelta(seconds=30),
+        )
+    )
     assert sorted(stored_id(t) for t in reclaimed) == ids[:2]
 
 
@@ -198,9 +276,17 @@ def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, c
     (trig,) = _seed(store, clock, 1)
     assert trig.id is not None
     recs = [
-        FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, i), trigger_id=trig.id, job_code=trig.job_code,
-                    biz_code=trig.biz_code, scheduled_at=trig.next_fire_at, item_index=i, item_total=3,
-                    epoch=Epoch(1), fired_at=clock.now())
+        FiredRecord(
+            command_id=command_id(trig.id, trig.next_fire_at, i),
+            trigger_id=trig.id,
+            job_code=trig.job_code,
+            biz_code=trig.biz_code,
+            scheduled_at=trig.next_fire_at,
+            item_index=i,
+            item_total=3,
+            epoch=Epoch(1),
+            fired_at=clock.now(),
+        )
         for i in range(3)
     ]
     assert store.put_fired(recs) == 3
@@ -222,8 +308,9 @@ def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, c
     assert [r.item_index for r in window] == [0, 1, 2]
 
 
-def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(store: SqlTriggerStore,
-                                                                            clock: ManualClock) -> None:
+def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
     """More results than one joined statement holds (result_joins, MariaDB), with the same
     command id several times in one batch: each applies in arrival order, forward only."""
     from scheduler_core.store.result_joins import ROWS_PER_STATEMENT
@@ -232,26 +319,60 @@ def test_results_at_batch_scale_apply_forward_only_with_repeats_in_one_batch(sto
     (trig,) = _seed(store, clock, 1)
     assert trig.id is not None
     t = trig.next_fire_at
-    items = [FiredRecord(command_id=command_id(trig.id, t, i), trigger_id=trig.id, job_code=trig.job_code,
-                         biz_code=trig.biz_code, scheduled_at=t, item_index=i, item_total=n + 8,
-                         epoch=Epoch(1), fired_at=clock.now()) for i in range(n)]
-    pages = [FiredRecord(command_id=command_id(trig.id, t, n + 4 * k), trigger_id=trig.id, job_code=trig.job_code,
-                         biz_code=trig.biz_code, scheduled_at=t, item_index=n + 4 * k, item_total=n + 8,
-                         epoch=Epoch(1), fired_at=clock.now(), item_count=4) for k in range(2)]
+    items = [
+        FiredRecord(
+            command_id=command_id(trig.id, t, i),
+            trigger_id=trig.id,
+            job_code=trig.job_code,
+            biz_code=trig.biz_code,
+            scheduled_at=t,
+            item_index=i,
+            item_total=n + 8,
+            epoch=Epoch(1),
+            fired_at=clock.now(),
+        )
+        for i in range(n)
+    ]
+    pages = [
+        FiredRecord(
+            command_id=command_id(trig.id, t, n + 4 * k),
+            trigger_id=trig.id,
+            job_code=trig.job_code,
+            biz_code=trig.biz_code,
+            scheduled_at=t,
+            item_index=n + 4 * k,
+            item_total=n + 8,
+            epoch=Epoch(1),
+            fired_at=clock.now(),
+            item_count=4,
+        )
+        for k in range(2)
+    ]
     assert store.put_fired(items + pages) == n + 2
     now = clock.now()
     cids = [r.command_id for r in items]
     ups = [FiredUpdate(c, FiredState.SUCCEEDED, now, received_at=now, started_at=now) for c in cids]
     # in the same batch: a retry's final result after the first one (wins), then a late
     # "received" (changes nothing)
-    ups += [FiredUpdate(cids[7], FiredState.FAILED, now, attempt=0, message="first try"),
-            FiredUpdate(cids[7], FiredState.SUCCEEDED, now, attempt=1, message="retried"),
-            FiredUpdate(cids[7], FiredState.RECEIVED, now)]
+    ups += [
+        FiredUpdate(cids[7], FiredState.FAILED, now, attempt=0, message="first try"),
+        FiredUpdate(cids[7], FiredState.SUCCEEDED, now, attempt=1, message="retried"),
+        FiredUpdate(cids[7], FiredState.RECEIVED, now),
+    ]
     page0, page1 = pages[0].command_id, pages[1].command_id
-    ups += [FiredUpdate(command_id(trig.id, t, n + k), FiredState.SUCCEEDED if k != 2 else FiredState.FAILED, now,
-                        message="bad" if k == 2 else "", page_id=page0) for k in range(4)]
-    ups += [FiredUpdate(command_id(trig.id, t, n + 4 + k), FiredState.SUCCEEDED, now, page_id=page1)
-            for k in range(2)]  # half a page: not final
+    ups += [
+        FiredUpdate(
+            command_id(trig.id, t, n + k),
+            FiredState.SUCCEEDED if k != 2 else FiredState.FAILED,
+            now,
+            message="bad" if k == 2 else "",
+            page_id=page0,
+        )
+        for k in range(4)
+    ]
+    ups += [
+        FiredUpdate(command_id(trig.id, t, n + 4 + k), FiredState.SUCCEEDED, now, page_id=page1) for k in range(2)
+    ]  # half a page: not final
     changed = store.update_fired(ups)
     assert changed == n + 1 + 2  # every item once, cids[7] once more (its retry; the failure lost), 2 pages
     got = store.get_fired([*cids, page0, page1])
@@ -267,7 +388,9 @@ def test_jobs_upsert_and_sharding_pages(store: SqlTriggerStore) -> None:
     job = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h", shard_total=5))
     again = store.put_job(Job(job_code=JobCode("pages"), biz_code="b", handler="h2", shard_total=5))
     assert again.id == job.id and again.handler == "h2"
-    store.put_sharding_items(job.job_code, [ShardingItem(job_code=job.job_code, index=i, param=f"p{i}") for i in range(5)])
+    store.put_sharding_items(
+        job.job_code, [ShardingItem(job_code=job.job_code, index=i, param=f"p{i}") for i in range(5)]
+    )
     assert [i.index for i in store.sharding_page(job.job_code, 0, 2)] == [0, 1]
     assert [i.param for i in store.sharding_page(job.job_code, 2, 10)] == ["p2", "p3", "p4"]
 
@@ -285,9 +408,16 @@ def test_mariadb_trigger_table_is_hash_partitioned(tmp_path: Path, clock: Manual
     with sql_store("mariadb", tmp_path, clock, partitions=8) as s:
         with s.engine.connect() as conn:
             ddl = conn.execute(text("SHOW CREATE TABLE dus_job_trigger")).one()[1]
-            plan = conn.execute(text(
-                "EXPLAIN SELECT id FROM dus_job_trigger PARTITION (p3) WHERE state='waiting' "
-                "AND next_fire_at BETWEEN 0 AND 10 ORDER BY next_fire_at LIMIT 5")).mappings().one()
+            plan = (
+                conn.execute(
+                    text(
+                        "EXPLAIN SELECT id FROM dus_job_trigger PARTITION (p3) WHERE state='waiting' "
+                        "AND next_fire_at BETWEEN 0 AND 10 ORDER BY next_fire_at LIMIT 5"
+                    )
+                )
+                .mappings()
+                .one()
+            )
         assert "PARTITION BY HASH (`id`)" in ddl and "PARTITIONS 8" in ddl
         assert plan["key"] == "idx_state_fire"
         assert "filesort" not in (plan["Extra"] or "")
@@ -298,8 +428,9 @@ def test_completion_stamps_last_fired_from_the_row_in_one_update(store: SqlTrigg
     triggers = _seed(store, clock, 3, step_s=7)
     ids = [t.id for t in triggers if t.id is not None]
     store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
-    done = store.cas(Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(1),
-                                fired_at_next=True))
+    done = store.cas(
+        Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(1), fired_at_next=True)
+    )
     assert sorted(stored_id(t) for t in done) == ids
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT next_fire_at, last_fired_at FROM dus_job_trigger ORDER BY id")).all()
@@ -310,13 +441,20 @@ def test_cas_ids_names_the_winners_without_rows(store: SqlTriggerStore, clock: M
     triggers = _seed(store, clock, 6)
     ids = [t.id for t in triggers if t.id is not None]
     deadline = clock.now() + timedelta(seconds=60)
-    assert sorted(store.cas_ids(Transition(ids=ids[:4], from_state=W, to_state=A, epoch=Epoch(2),
-                                           deadline=deadline))) == ids[:4]
+    assert (
+        sorted(store.cas_ids(Transition(ids=ids[:4], from_state=W, to_state=A, epoch=Epoch(2), deadline=deadline)))
+        == ids[:4]
+    )
     # overlapping contender: only the two it did not lose (the re-read path)
-    assert sorted(store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(3),
-                                           deadline=deadline))) == ids[4:]
+    assert (
+        sorted(store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(3), deadline=deadline)))
+        == ids[4:]
+    )
     assert store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(4), deadline=deadline)) == []
-    assert {t.id: t.owner_epoch for t in store.get_triggers(ids)} == {**{i: 2 for i in ids[:4]}, **{i: 3 for i in ids[4:]}}
+    assert {t.id: t.owner_epoch for t in store.get_triggers(ids)} == {
+        **{i: 2 for i in ids[:4]},
+        **{i: 3 for i in ids[4:]},
+    }
 
 
 def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTriggerStore, clock: ManualClock) -> None:
@@ -324,8 +462,17 @@ def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTr
     ids = [t.id for t in triggers if t.id is not None]
     store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
     later = {ids[0]: clock.now() + timedelta(hours=1), ids[1]: clock.now() + timedelta(hours=2)}
-    won = store.cas_ids(Transition(ids=ids, from_state=A, to_state=W, expected_epoch=Epoch(1), clear_epoch=True,
-                                   next_fire_at=later, last_fired_at={ids[0]: triggers[0].next_fire_at}))
+    won = store.cas_ids(
+        Transition(
+            ids=ids,
+            from_state=A,
+            to_state=W,
+            expected_epoch=Epoch(1),
+            clear_epoch=True,
+            next_fire_at=later,
+            last_fired_at={ids[0]: triggers[0].next_fire_at},
+        )
+    )
     assert sorted(won) == ids
     after = {t.id: t for t in store.get_triggers(ids)}
     assert after[ids[0]].next_fire_at == later[ids[0]] and after[ids[1]].next_fire_at == later[ids[1]]
@@ -343,20 +490,35 @@ def test_expected_version_makes_a_rewritten_row_lose(store: SqlTriggerStore, clo
     # a definition rewritten after the read (a migration moved it): its version moved on
     moved = store.cas(Transition(ids=[ids[1]], from_state=W, to_state=W, next_fire_at={ids[1]: clock.now()}))
     assert moved[0].version == versions[ids[1]] + 1
-    won = store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
-                                   expected_version=versions))
+    won = store.cas_ids(
+        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(), expected_version=versions)
+    )
     assert sorted(won) == [ids[0], ids[2]]
     # a row the map does not name cannot win an optimistic transition
-    assert store.cas_ids(Transition(ids=[ids[1]], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(),
-                                    expected_version={})) == []
+    assert (
+        store.cas_ids(
+            Transition(
+                ids=[ids[1]], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(), expected_version={}
+            )
+        )
+        == []
+    )
 
 
 def _records(trig: Trigger, clock: ManualClock, n: int, epoch: int) -> list[FiredRecord]:
     assert trig.id is not None
     return [
-        FiredRecord(command_id=command_id(trig.id, trig.next_fire_at, i), trigger_id=trig.id, job_code=trig.job_code,
-                    biz_code=trig.biz_code, scheduled_at=trig.next_fire_at, item_index=i, item_total=n,
-                    epoch=Epoch(epoch), fired_at=clock.now())
+        FiredRecord(
+            command_id=command_id(trig.id, trig.next_fire_at, i),
+            trigger_id=trig.id,
+            job_code=trig.job_code,
+            biz_code=trig.biz_code,
+            scheduled_at=trig.next_fire_at,
+            item_index=i,
+            item_total=n,
+            epoch=Epoch(epoch),
+            fired_at=clock.now(),
+        )
         for i in range(n)
     ]
 
@@ -378,17 +540,42 @@ def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTrig
     triggers = _seed(store, clock, 4)
     ids = [t.id for t in triggers if t.id is not None]
     assert store.claim_epoch(Epoch(2))
-    assert sorted(store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2),
-                                           deadline=clock.now() + timedelta(seconds=60)))) == ids
+    assert (
+        sorted(
+            store.cas_ids(
+                Transition(
+                    ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60)
+                )
+            )
+        )
+        == ids
+    )
     recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
     assert store.put_fired_fenced(recs, Epoch(2))
     later = {i: clock.now() + timedelta(hours=1) for i in ids[:2]}
-    winners = store.finish_fire([r.command_id for r in recs], clock.now(), [
-        Transition(ids=ids[:2], from_state=A, to_state=W, expected_epoch=Epoch(2), clear_epoch=True,
-                   fence_epoch=Epoch(2), next_fire_at=later),
-        Transition(ids=ids[2:], from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2),
-                   fence_epoch=Epoch(2), fired_at_next=True),
-    ])
+    winners = store.finish_fire(
+        [r.command_id for r in recs],
+        clock.now(),
+        [
+            Transition(
+                ids=ids[:2],
+                from_state=A,
+                to_state=W,
+                expected_epoch=Epoch(2),
+                clear_epoch=True,
+                fence_epoch=Epoch(2),
+                next_fire_at=later,
+            ),
+            Transition(
+                ids=ids[2:],
+                from_state=A,
+                to_state=TriggerState.COMPLETED,
+                expected_epoch=Epoch(2),
+                fence_epoch=Epoch(2),
+                fired_at_next=True,
+            ),
+        ],
+    )
     assert [sorted(w) for w in winners] == [ids[:2], ids[2:]]
     assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
     states = {t.id: t.state for t in store.get_triggers(ids)}
@@ -401,14 +588,26 @@ def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stam
     triggers = _seed(store, clock, 2)
     ids = [t.id for t in triggers if t.id is not None]
     assert store.claim_epoch(Epoch(2))
-    store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2),
-                             deadline=clock.now() + timedelta(seconds=60)))
+    store.cas_ids(
+        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60))
+    )
     recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
     assert store.put_fired_fenced(recs, Epoch(2))
     assert store.claim_epoch(Epoch(3))
-    winners = store.finish_fire([r.command_id for r in recs], clock.now(), [
-        Transition(ids=ids, from_state=A, to_state=TriggerState.COMPLETED, expected_epoch=Epoch(2),
-                   fence_epoch=Epoch(2), fired_at_next=True)])
+    winners = store.finish_fire(
+        [r.command_id for r in recs],
+        clock.now(),
+        [
+            Transition(
+                ids=ids,
+                from_state=A,
+                to_state=TriggerState.COMPLETED,
+                expected_epoch=Epoch(2),
+                fence_epoch=Epoch(2),
+                fired_at_next=True,
+            )
+        ],
+    )
     assert winners == [[]], "a fenced epoch must not move its triggers"
     assert {t.state for t in store.get_triggers(ids)} == {A}, "left acquired for the new leader to reclaim"
     # the commands did go out: their records say so, whoever re-fires them
@@ -423,8 +622,22 @@ def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTri
     old = {t.id: t.next_fire_at for t in triggers}
     store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
     later = {i: clock.now() + timedelta(hours=1, seconds=n) for n, i in enumerate(ids)}
-    assert sorted(store.cas_ids(Transition(ids=ids, from_state=A, to_state=W, expected_epoch=Epoch(1),
-                                           clear_epoch=True, next_fire_at=later, fired_at_next=True))) == ids
+    assert (
+        sorted(
+            store.cas_ids(
+                Transition(
+                    ids=ids,
+                    from_state=A,
+                    to_state=W,
+                    expected_epoch=Epoch(1),
+                    clear_epoch=True,
+                    next_fire_at=later,
+                    fired_at_next=True,
+                )
+            )
+        )
+        == ids
+    )
     with store.engine.connect() as conn:
         rows: dict[Any, Any] = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
     assert {i: rows[i] for i in ids} == {i: to_ms(old[i]) for i in ids}

@@ -1,5 +1,6 @@
 """The console served as an operator starts it (`switchyard console` in a subprocess) and
 Debian's headless Chromium pointed at it: shared by the browser test and the bench."""
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,9 @@ def console_process(url: str, legacy_urls: Sequence[str], log: Path) -> Iterator
         args += ["--legacy-url", legacy]
     env = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_CONSOLE_TOKEN"}
     with log.open("w") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO),
-                                env=env)
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), env=env
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -65,9 +67,22 @@ def console_process(url: str, legacy_urls: Sequence[str], log: Path) -> Iterator
 def run_chromium(url: str, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
     found = chromium()
     assert found is not None
-    args = [found, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *mode, url]
+    args = [
+        found,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *mode,
+        url,
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=180, check=False)
 
 

@@ -2,6 +2,7 @@
 --handlers tests.integration.fence_handlers`): each invocation appends
 "<command id> <scheduled ms> <invoked wall ms>" to the file named by $FENCE_INVOCATIONS,
 so the test sees, from outside the process, which occurrence ran and when."""
+
 from __future__ import annotations
 
 import os

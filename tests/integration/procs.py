@@ -1,5 +1,6 @@
 """Scheduler processes for fault tests: started as real `switchyard scheduler run`
 subprocesses, ended by their PID only; and CPU hogs for the stress variants (the same)."""
+
 from __future__ import annotations
 
 import os
@@ -45,13 +46,42 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def start_scheduler(name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str,
-                    extra: list[str] | None = None) -> SchedulerProc:
+def start_scheduler(
+    name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str, extra: list[str] | None = None
+) -> SchedulerProc:
     log = tmp / f"{name}.log"
-    args = [sys.executable, "-m", "switchyard", "scheduler", "run", "--url", url, "--bus", bus,
-            "--election", etcd, "--election-key", key, "--topic-prefix", prefix, "--name", name,
-            "--lease-ttl", "2", "--idle-wait", "0.3", "--acquire-deadline", "3", "--reclaim-interval", "0.5",
-            "--lookahead", "4", "--log-level", "INFO", *(extra or [])]
+    args = [
+        sys.executable,
+        "-m",
+        "switchyard",
+        "scheduler",
+        "run",
+        "--url",
+        url,
+        "--bus",
+        bus,
+        "--election",
+        etcd,
+        "--election-key",
+        key,
+        "--topic-prefix",
+        prefix,
+        "--name",
+        name,
+        "--lease-ttl",
+        "2",
+        "--idle-wait",
+        "0.3",
+        "--acquire-deadline",
+        "3",
+        "--reclaim-interval",
+        "0.5",
+        "--lookahead",
+        "4",
+        "--log-level",
+        "INFO",
+        *(extra or []),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return SchedulerProc(name, proc, log)
@@ -68,8 +98,14 @@ def cpu_hogs(n: int, bound_s: float) -> Iterator[list[subprocess.Popen[bytes]]]:
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(n):
-            hogs.append(subprocess.Popen([sys.executable, "-c", _HOG, str(bound_s)], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            hogs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _HOG, str(bound_s)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         yield hogs
     finally:
         for h in hogs:

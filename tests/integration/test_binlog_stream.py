@@ -4,6 +4,7 @@ The stream runs as the least-privilege CDC user; the writes are made by the app 
 database per test. Every stream gets its own server_id. Streams are read until a sentinel row
 (table `mark`) arrives, under a deadline, so no test waits on idle timeouts for long.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,9 +60,12 @@ class Db:
         self.cdc = settings(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL"))
         self._marks = 0
         with self.conn() as c:
-            self.run(c, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(64) NOT NULL, n INT NOT NULL DEFAULT 0)",
-                     "CREATE TABLE mark (id INT PRIMARY KEY)",
-                     "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(64))")
+            self.run(
+                c,
+                "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(64) NOT NULL, n INT NOT NULL DEFAULT 0)",
+                "CREATE TABLE mark (id INT PRIMARY KEY)",
+                "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(64))",
+            )
 
     @contextmanager
     def conn(self) -> Iterator[pymysql.connections.Connection]:
@@ -93,8 +97,9 @@ class Db:
         kw.setdefault("stall_timeout_s", 5.0)
         kw.setdefault("progress_every_txns", 10_000)
         kw.setdefault("progress_every_s", 3600)
-        return BinlogChangeStream(self.cdc, server_id=new_server_id(), schemas=[self.name],
-                                  tables=["t", "mark"], start=start, **kw)
+        return BinlogChangeStream(
+            self.cdc, server_id=new_server_id(), schemas=[self.name], tables=["t", "mark"], start=start, **kw
+        )
 
     def position(self) -> StreamPosition:
         return current_position(self.cdc)
@@ -137,8 +142,10 @@ def collect(
                 break
         else:
             if until is not None:
-                pytest.fail(f"the stream ended after {len(got)} batches without the awaited one "
-                            f"(deadline {deadline_s} s hit: {stop.is_set()})")
+                pytest.fail(
+                    f"the stream ended after {len(got)} batches without the awaited one "
+                    f"(deadline {deadline_s} s hit: {stop.is_set()})"
+                )
     finally:
         timer.cancel()
     return got
@@ -147,7 +154,9 @@ def collect(
 def flat(batches: list[ChangeBatch], table: str = "t") -> list[tuple[Any, ...]]:
     return [
         (c.op.value, c.table, tuple(sorted((c.before or {}).items())), tuple(sorted((c.after or {}).items())))
-        for b in batches for c in b.changes if c.table == table
+        for b in batches
+        for c in b.changes
+        if c.table == table
     ]
 
 
@@ -277,8 +286,7 @@ def test_consistent_snapshot_then_stream_sees_every_row_exactly_once(db: Db) -> 
             while not done.is_set():
                 k = counter["next"]
                 counter["next"] += 1
-                db.run(c, f"INSERT INTO t (id, v) VALUES ({k}, 'w')",
-                       f"UPDATE t SET n = n + 1 WHERE id = {k % 20}")
+                db.run(c, f"INSERT INTO t (id, v) VALUES ({k}, 'w')", f"UPDATE t SET n = n + 1 WHERE id = {k % 20}")
                 if k % 7 == 0:
                     db.run(c, f"DELETE FROM t WHERE id = {k - 3}")
                 time.sleep(0.002)
@@ -364,8 +372,10 @@ def test_snapshot_on_a_given_connection_and_the_non_mariadb_fallback(db: Db, mon
         monkeypatch.setattr(snapshot_mod, "_is_mariadb", lambda conn: False)
         with consistent_snapshot(engine) as (conn, early):
             status: dict[Any, Any] = dict(conn.exec_driver_sql("SHOW STATUS LIKE 'binlog_snapshot_%%'").fetchall())
-            assert (early.log_file, early.log_pos) <= (status["Binlog_snapshot_file"],
-                                                      int(status["Binlog_snapshot_position"]))
+            assert (early.log_file, early.log_pos) <= (
+                status["Binlog_snapshot_file"],
+                int(status["Binlog_snapshot_position"]),
+            )
             snap = {r.id for r in conn.execute(sa.text("SELECT id FROM t"))}
     finally:
         engine.dispose()
@@ -425,10 +435,12 @@ def test_reconnect_after_kill_resumes_from_the_last_boundary(db: Db, caplog: pyt
             i = 0
             while not done.is_set():
                 base = i * 100
-                db.run(c,
-                       "INSERT INTO t (id, v) VALUES " + ",".join(f"({base + j}, 'w{i}')" for j in range(40)),
-                       f"UPDATE t SET n = n + 1 WHERE id BETWEEN {base} AND {base + 9}",
-                       f"DELETE FROM t WHERE id BETWEEN {base + 30} AND {base + 34}")
+                db.run(
+                    c,
+                    "INSERT INTO t (id, v) VALUES " + ",".join(f"({base + j}, 'w{i}')" for j in range(40)),
+                    f"UPDATE t SET n = n + 1 WHERE id BETWEEN {base} AND {base + 9}",
+                    f"DELETE FROM t WHERE id BETWEEN {base + 30} AND {base + 34}",
+                )
                 i += 1
                 written["tx"] = i
                 time.sleep(0.003)
@@ -463,8 +475,9 @@ def test_reconnect_after_kill_resumes_from_the_last_boundary(db: Db, caplog: pyt
         killed.append(cid)
 
     try:
-        got = collect(stream, until=lambda b: "m" in holder and has_mark(b, holder["m"]), on_batch=on_batch,
-                      deadline_s=45)
+        got = collect(
+            stream, until=lambda b: "m" in holder and has_mark(b, holder["m"]), on_batch=on_batch, deadline_s=45
+        )
     finally:
         done.set()
         th.join(10)
@@ -477,26 +490,37 @@ def test_reconnect_after_kill_resumes_from_the_last_boundary(db: Db, caplog: pyt
 
 
 def test_connection_cut_mid_transaction_drops_the_tail_and_rereads_it(
-    db: Db, caplog: pytest.LogCaptureFixture,
+    db: Db,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="readers.streams.binlog")
     start = db.position()
     with db.conn() as c:
         for j in range(5):  # 5 transactions of 4 statements x 500 rows (~140 KB each)
             base = j * 10_000
-            db.run(c, *(
-                "INSERT INTO t (id, v) VALUES "
-                + ",".join(f"({base + s * 1000 + i}, '{'x' * 50}')" for i in range(500))
-                for s in range(4)
-            ))
+            db.run(
+                c,
+                *(
+                    "INSERT INTO t (id, v) VALUES "
+                    + ",".join(f"({base + s * 1000 + i}, '{'x' * 50}')" for i in range(500))
+                    for s in range(4)
+                ),
+            )
     m = db.mark()
     reference = collect(db.stream(start), until=lambda b: has_mark(b, m))
     proxy = FreezableProxy(db.cdc["host"], db.cdc["port"])
     try:
         proxy.cut_after = 200_000  # inside the second transaction
-        stream = BinlogChangeStream(dict(db.cdc, port=proxy.port), server_id=new_server_id(), schemas=[db.name],
-                                    tables=["t", "mark"], start=start, heartbeat_s=1.0, stall_timeout_s=5.0,
-                                    backoff_initial_s=0.05)
+        stream = BinlogChangeStream(
+            dict(db.cdc, port=proxy.port),
+            server_id=new_server_id(),
+            schemas=[db.name],
+            tables=["t", "mark"],
+            start=start,
+            heartbeat_s=1.0,
+            stall_timeout_s=5.0,
+            backoff_initial_s=0.05,
+        )
         got = collect(stream, until=lambda b: has_mark(b, m))
     finally:
         proxy.close()
@@ -636,8 +660,15 @@ def test_a_frozen_connection_raises_stream_stalled(db: Db) -> None:
     try:
         start = db.position()
         db.tx("INSERT INTO t (id, v) VALUES (1, 'x')")
-        stream = BinlogChangeStream(dict(db.cdc, port=proxy.port), server_id=new_server_id(), schemas=[db.name],
-                                    tables=["t"], start=start, heartbeat_s=1.0, stall_timeout_s=3.0)
+        stream = BinlogChangeStream(
+            dict(db.cdc, port=proxy.port),
+            server_id=new_server_id(),
+            schemas=[db.name],
+            tables=["t"],
+            start=start,
+            heartbeat_s=1.0,
+            stall_timeout_s=3.0,
+        )
         it = stream.batches()
         first = next(it)
         assert [c.after for c in first.changes] == [{"id": 1, "v": "x", "n": 0}]
@@ -707,8 +738,10 @@ def test_measure_decode_rate(db: Db, rows_per_tx: int) -> None:
     t0 = time.perf_counter()
     with db.conn() as c, c.cursor() as cur:
         for base in range(0, total, rows_per_tx):
-            cur.execute("INSERT INTO t (id, v, n) VALUES " + ",".join(
-                f"({base + i}, 'value-{base + i}', {i})" for i in range(rows_per_tx)))
+            cur.execute(
+                "INSERT INTO t (id, v, n) VALUES "
+                + ",".join(f"({base + i}, 'value-{base + i}', {i})" for i in range(rows_per_tx))
+            )
             c.commit()
     write_s = time.perf_counter() - t0
     m = db.mark()
@@ -723,5 +756,7 @@ def test_measure_decode_rate(db: Db, rows_per_tx: int) -> None:
         batches += 1
     read_s = time.perf_counter() - t1
     assert rows == total
-    print(f"\n[cdc-bench] {rows_per_tx} rows/tx: wrote {total} rows in {write_s:.1f} s; decoded {rows} row events "
-          f"in {batches} batches in {read_s:.2f} s = {rows / read_s:,.0f} rows/s, {batches / read_s:,.0f} tx/s")
+    print(
+        f"\n[cdc-bench] {rows_per_tx} rows/tx: wrote {total} rows in {write_s:.1f} s; decoded {rows} row events "
+        f"in {batches} batches in {read_s:.2f} s = {rows / read_s:,.0f} rows/s, {batches / read_s:,.0f} tx/s"
+    )

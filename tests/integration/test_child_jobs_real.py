@@ -3,6 +3,7 @@ real Pulsar: the cutover links each parent to its child's migrated trigger, a pa
 success (a result on the real callback topic) fires the child once, a redelivered result
 fires nothing again, a failed parent fires nothing, and a chain into a business still on
 legacy refuses the cutover."""
+
 from __future__ import annotations
 
 import time
@@ -14,16 +15,16 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_xxljob
 from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from legacy_sim.seed import seed_xxljob
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_commands, encode_results
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id, Epoch
+from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate, Subscription
 from tests.backends import mariadb_database
 from tests.migration_env import FixedGate, MigrationEnv, make_env
@@ -46,11 +47,19 @@ def env() -> Iterator[Env]:
         seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=5)
         env.migrator.run()
         clock = env.migrator.clock
-        switch = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                                FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+        switch = BusinessSwitch(
+            env.store,
+            XxlJobControl(env.legacy, clock),
+            clock,
+            FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+        )
         with env.store.engine.connect() as conn:
-            rows = conn.execute(text("SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'"
-                                     " ORDER BY CAST(source_key AS UNSIGNED)")).all()
+            rows = conn.execute(
+                text(
+                    "SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'"
+                    " ORDER BY CAST(source_key AS UNSIGNED)"
+                )
+            ).all()
         jobs: dict[str, list[str]] = {}
         for key, biz in rows:
             if key in {ln.source_key for ln in switch.links(biz)}:
@@ -105,9 +114,20 @@ def test_a_parent_success_fires_the_child_once_over_the_real_bus(env: Env) -> No
     try:
         now = env.env.migrator.clock.now()
         ok_cid, failed_cid, sentinel = (command_id(parent.id, now + timedelta(minutes=m), 0) for m in (0, 1, 2))
-        store.put_fired([FiredRecord(command_id=c, trigger_id=TriggerId(parent.id), job_code=parent.job_code,
-                                     biz_code=biz, scheduled_at=now, epoch=Epoch(1), fired_at=now)
-                         for c in (ok_cid, failed_cid, sentinel)])
+        store.put_fired(
+            [
+                FiredRecord(
+                    command_id=c,
+                    trigger_id=TriggerId(parent.id),
+                    job_code=parent.job_code,
+                    biz_code=biz,
+                    scheduled_at=now,
+                    epoch=Epoch(1),
+                    fired_at=now,
+                )
+                for c in (ok_cid, failed_cid, sentinel)
+            ]
+        )
 
         def result(cid: CommandId, state: FiredState) -> None:
             bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([FiredUpdate(cid, state, now)]))])
@@ -146,7 +166,6 @@ def _poll_until(consumer: ResultConsumer, done, timeout: float = 30.0) -> None: 
     raise AssertionError(f"not done within {timeout:.0f}s")
 
 
-
 def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(env: Env) -> None:
     """A child whose own schedule is NONE (xxl-job runs it only as a child) migrates as a
     trigger with no schedule; the parent's business cuts over, the scheduler fires the
@@ -159,17 +178,29 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
 
     biz, mine = sorted(env.jobs.items())[0]
     with env.env.legacy.connect() as conn:
-        live = {str(i) for (i,) in conn.execute(text(
-            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-            " AND executor_route_strategy <> 'SHARDING_BROADCAST'"))}
+        live = {
+            str(i)
+            for (i,) in conn.execute(
+                text(
+                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
+                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
+                )
+            )
+        }
     parent_key, child_key = [k for k in mine if k in live][:2]
     with env.env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'NONE', schedule_conf = NULL, trigger_status = 0,"
-                          " trigger_next_time = 0 WHERE id = :i"), {"i": int(child_key)})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET schedule_type = 'NONE', schedule_conf = NULL, trigger_status = 0,"
+                " trigger_next_time = 0 WHERE id = :i"
+            ),
+            {"i": int(child_key)},
+        )
         # every minute: its runs are due at the driven clock's times, which lie in the
         # past of the real Pulsar's clock (a command is held until its deliver-at)
-        conn.execute(text("UPDATE xxl_job_info SET schedule_conf = '0 * * * * ?' WHERE id = :i"),
-                     {"i": int(parent_key)})
+        conn.execute(
+            text("UPDATE xxl_job_info SET schedule_conf = '0 * * * * ?' WHERE id = :i"), {"i": int(parent_key)}
+        )
     _children(env, parent_key, child_key)
     env.switch.start_dual_run(biz, shadow=False, actor="ops")
     env.switch.cutover(biz, actor="ops")
@@ -188,6 +219,7 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
     core = SchedulerCore(store, bus, clock, Epoch(9), settings, inline=True)
     consumer = ResultConsumer(bus, store, SchedulerMetrics(), clock=clock, settings=settings)
     try:
+
         def result(cid: CommandId, state: FiredState = FiredState.SUCCEEDED) -> None:
             bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([FiredUpdate(cid, state, clock.now())]))])
 
@@ -208,8 +240,19 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
             assert claimed == {(run.command_id, child.id): kid.command_id}
             result(run.command_id)  # replayed
             sentinel = command_id(parent.id, clock.now() + timedelta(days=400), 0)  # type: ignore[arg-type]
-            store.put_fired([FiredRecord(command_id=sentinel, trigger_id=TriggerId(parent.id), job_code=parent.job_code,  # type: ignore[arg-type]
-                                         biz_code=biz, scheduled_at=clock.now(), epoch=Epoch(9), fired_at=clock.now())])
+            store.put_fired(
+                [
+                    FiredRecord(
+                        command_id=sentinel,
+                        trigger_id=TriggerId(parent.id),
+                        job_code=parent.job_code,  # type: ignore[arg-type]
+                        biz_code=biz,
+                        scheduled_at=clock.now(),
+                        epoch=Epoch(9),
+                        fired_at=clock.now(),
+                    )
+                ]
+            )
             result(sentinel, FiredState.FAILED)  # applied after the replay (one producer, in order)
             _poll_until(consumer, lambda s=sentinel: store.get_fired([s])[s].state is FiredState.FAILED)
             assert [c for c in _drain(executor, 2.0) if c.trigger_id == child.id] == []

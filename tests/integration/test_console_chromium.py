@@ -5,6 +5,7 @@ rolled back (built with the project's own migrator, switch and comparator), serv
 shows each business's state and verdict, flags the orphan (red row and flag, listed
 first), loads without console errors, and the full report renders with its plots. The
 screenshots stay in test-artifacts/console_chromium/."""
+
 from __future__ import annotations
 
 import re

@@ -1,6 +1,7 @@
 """The cron dialect per row on the real MariaDB: an xxl-job 2.x admin's database (the 2.4
 schema, Quartz 2.3) migrated into a MariaDB store, the dialect stored with each trigger
 and honoured when it is read back; a version-1 store upgraded in place by `db init`."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -9,8 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import text
 
-from migrator.mapping import MappingOptions
 from legacy_sim.seed import seed_xxljob
+from migrator.mapping import MappingOptions
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.occurrences import next_after
 from tests.backends import mariadb_database
@@ -32,15 +33,29 @@ def _migrated(version: str | None, lineage: str) -> tuple[str, str, str | None, 
             seed_xxljob(env.legacy, lineage, groups=1, jobs_per_group=3, bad_rows=0, malformed_crons=0, rng_seed=7)
             with env.legacy.begin() as conn:
                 job = conn.execute(text("SELECT MIN(id) FROM xxl_job_info")).scalar_one()
-                conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = :c, glue_type = 'BEAN'"
-                                  " WHERE id = :i"), {"c": EIGHT_TERMS, "i": job})
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = :c, glue_type = 'BEAN'"
+                        " WHERE id = :i"
+                    ),
+                    {"c": EIGHT_TERMS, "i": job},
+                )
             env.migrator.run()
             with env.store.engine.connect() as conn:
-                status, reason, code = conn.execute(text(
-                    "SELECT status, COALESCE(reason, ''), target_job_code FROM dus_migration_ledger"
-                    " WHERE source_key = :k"), {"k": str(job)}).one()
-                stored = conn.execute(text("SELECT cron_dialect FROM dus_job_trigger WHERE job_code = :c"),
-                                      {"c": code}).scalar_one_or_none() if code else None
+                status, reason, code = conn.execute(
+                    text(
+                        "SELECT status, COALESCE(reason, ''), target_job_code FROM dus_migration_ledger"
+                        " WHERE source_key = :k"
+                    ),
+                    {"k": str(job)},
+                ).one()
+                stored = (
+                    conn.execute(
+                        text("SELECT cron_dialect FROM dus_job_trigger WHERE job_code = :c"), {"c": code}
+                    ).scalar_one_or_none()
+                    if code
+                    else None
+                )
             nxt = None
             if code:
                 (t,) = [t for t in env.store.triggers_of() if t.job_code == code]

@@ -1,5 +1,6 @@
 """cutover / rollback commands on the real MariaDB for one xxl-job business and one
 batch-center business: a refused cutover (verdict not ready), a forced one, a rollback."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from readers.legacy_ddl.loader import create_legacy_schema
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
-from switchyard.schema import init_schema
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 
 pytestmark = pytest.mark.mariadb
@@ -47,38 +48,66 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         code, out = _run("dualrun", "start", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == 0, out
         # the new side has fired nothing yet: the comparison cannot say ready
-        code, out = _run("dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url,
-                         "--since", "2h")
+        code, out = _run(
+            "dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url, "--since", "2h"
+        )
         assert code == exitcodes.FAILED, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == exitcodes.REFUSED and "refused" in out, out
         # a verdict over a window shorter than the minimum (30 min) is no evidence: not
         # ready, and the gate says why
-        code, out = _run("dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url,
-                         "--since", "20m", "--json")
+        code, out = _run(
+            "dualrun",
+            "compare",
+            "--business",
+            biz,
+            "--url",
+            target_url,
+            "--legacy-url",
+            legacy_url,
+            "--since",
+            "20m",
+            "--json",
+        )
         assert code == exitcodes.FAILED, out
         assert any("shorter than the minimum" in r for r in json.loads(out)["reasons"]), out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == exitcodes.REFUSED and "shorter than the minimum" in out, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
         assert code == exitcodes.REFUSED and "--reason" in out, out
-        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force",
-                         "--reason", "tested in staging", "--json")
+        code, out = _run(
+            "cutover",
+            biz,
+            "--url",
+            target_url,
+            "--legacy-url",
+            legacy_url,
+            "--force",
+            "--reason",
+            "tested in staging",
+            "--json",
+        )
         assert code == 0, out
         report = json.loads(out)
         assert report["forced"] and report["to_state"] == "cutover"
         with legacy.connect() as conn:
             if source == "xxl-job":
-                on = conn.execute(text(
-                    "SELECT COUNT(*) FROM xxl_job_info i JOIN xxl_job_group g ON g.id = i.job_group "
-                    "WHERE g.app_name = :b AND i.trigger_status = 1"), {"b": biz}).scalar_one()
+                on = conn.execute(
+                    text(
+                        "SELECT COUNT(*) FROM xxl_job_info i JOIN xxl_job_group g ON g.id = i.job_group "
+                        "WHERE g.app_name = :b AND i.trigger_status = 1"
+                    ),
+                    {"b": biz},
+                ).scalar_one()
             else:
-                on = conn.execute(text("SELECT COUNT(*) FROM bc_task WHERE biz_code = :b AND status = 0"),
-                                  {"b": biz}).scalar_one()
+                on = conn.execute(
+                    text("SELECT COUNT(*) FROM bc_task WHERE biz_code = :b AND status = 0"), {"b": biz}
+                ).scalar_one()
         assert on == 0, "every legacy job of the business switched off"
 
-        code, out = _run("rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill",
-                         "--json")
+        code, out = _run(
+            "rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill", "--json"
+        )
         assert code == 0, out
         back = json.loads(out)
         assert back["to_state"] == "legacy" and back["legacy_started"] == len(back["handover"]) > 0
@@ -86,10 +115,17 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         state = {b["business"]: b for b in json.loads(out)}[biz]
         assert state["state"] == "legacy" and state["verdict"] == "not_ready"
         with target.connect() as conn:
-            audit = conn.execute(text("SELECT from_state, to_state, forced, reason FROM dus_cutover_audit "
-                                      "WHERE biz_code = :b ORDER BY id"), {"b": biz}).all()
-        assert [(a[0], a[1], a[2]) for a in audit] == [("legacy", "dual_run", 0), ("dual_run", "cutover", 1),
-                                                       ("cutover", "legacy", 0)]
+            audit = conn.execute(
+                text(
+                    "SELECT from_state, to_state, forced, reason FROM dus_cutover_audit WHERE biz_code = :b ORDER BY id"
+                ),
+                {"b": biz},
+            ).all()
+        assert [(a[0], a[1], a[2]) for a in audit] == [
+            ("legacy", "dual_run", 0),
+            ("dual_run", "cutover", 1),
+            ("cutover", "legacy", 0),
+        ]
         legacy.dispose()
         target.dispose()
 
@@ -122,7 +158,9 @@ def test_an_xxljob_stop_waits_for_a_scan_holding_the_schedule_lock() -> None:
         try:
             assert not done.wait(1.0), "the stop committed inside a scan holding the schedule lock"
             with legacy.connect() as conn:  # nothing stopped yet
-                assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_info WHERE trigger_status = 1")).scalar() == len(ids)
+                assert conn.execute(text("SELECT COUNT(*) FROM xxl_job_info WHERE trigger_status = 1")).scalar() == len(
+                    ids
+                )
         finally:
             tx.commit()  # the scan ends
             scan.close()

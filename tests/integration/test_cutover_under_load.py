@@ -23,6 +23,7 @@ generous limit. The stress variant (`--long`) runs the same scenario again and a
 with two CPU-hog processes beside it: over 50 switches, cutovers and rollbacks (some
 straight from the dual-run), after shadow and live dual-runs, each checked on its own.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_xxljob
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
@@ -48,18 +50,17 @@ from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
 from migrator.target import TargetWriter
 from readers.legacy_ddl.loader import create_legacy_schema
-from legacy_sim.seed import seed_xxljob
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.fence import FenceService, is_fence_skip
-from scheduler_core.model import FiredState, Trigger, TriggerKind, parse_command_id, FiredRecord
+from scheduler_core.model import FiredRecord, FiredState, Trigger, TriggerKind, parse_command_id
 from scheduler_core.occurrences import next_after
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, cpu_hogs, start_scheduler
 from tests.servers import server_url
@@ -67,8 +68,13 @@ from tests.servers import server_url
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 
 # (schedule_type, schedule_conf) of the business's five jobs
-SCHEDULES = [("FIX_RATE", "1"), ("FIX_RATE", "1"), ("FIX_RATE", "1"), ("CRON", "* * * * * ?"),
-             ("CRON", "0/2 * * * * ?")]
+SCHEDULES = [
+    ("FIX_RATE", "1"),
+    ("FIX_RATE", "1"),
+    ("FIX_RATE", "1"),
+    ("CRON", "* * * * * ?"),
+    ("CRON", "0/2 * * * * ?"),
+]
 # The new side's lookahead. The rollback hands the legacy side F = now + the xxl-job start
 # margin (6 s; its commands from F on are skipped by the fence), or the first occurrence
 # the new side has not admitted when that comes first; the xxl-job admin, idle while the
@@ -148,19 +154,30 @@ def _seed_business(legacy, first_ms: int) -> None:  # type: ignore[no-untyped-de
     """One xxl-job group (the business) with the five jobs of SCHEDULES, all running, due
     from `first_ms` on; plain routing, no retries, no child jobs, no timeout."""
     create_legacy_schema(legacy, "xxl-job", "3.4")
-    seed_xxljob(legacy, "3.4", groups=1, jobs_per_group=len(SCHEDULES), bad_rows=0, malformed_crons=0,
-                executors_per_group=1, rng_seed=5)
+    seed_xxljob(
+        legacy,
+        "3.4",
+        groups=1,
+        jobs_per_group=len(SCHEDULES),
+        bad_rows=0,
+        malformed_crons=0,
+        executors_per_group=1,
+        rng_seed=5,
+    )
     with legacy.begin() as conn:
         ids = [i for (i,) in conn.execute(text("SELECT id FROM xxl_job_info ORDER BY id"))]
         assert len(ids) == len(SCHEDULES), ids
         for job_id, (kind, conf) in zip(ids, SCHEDULES, strict=True):
-            conn.execute(text(
-                "UPDATE xxl_job_info SET schedule_type = :k, schedule_conf = :c, misfire_strategy = 'DO_NOTHING', "
-                "executor_route_strategy = 'FIRST', glue_type = 'BEAN', executor_handler = 'tick', "
-                "glue_updatetime = COALESCE(glue_updatetime, NOW()), child_jobid = '', "
-                "executor_timeout = 0, executor_fail_retry_count = 0, trigger_status = 1, "
-                "trigger_last_time = 0, trigger_next_time = :n WHERE id = :id"),
-                {"k": kind, "c": conf, "n": first_ms, "id": job_id})
+            conn.execute(
+                text(
+                    "UPDATE xxl_job_info SET schedule_type = :k, schedule_conf = :c, misfire_strategy = 'DO_NOTHING', "
+                    "executor_route_strategy = 'FIRST', glue_type = 'BEAN', executor_handler = 'tick', "
+                    "glue_updatetime = COALESCE(glue_updatetime, NOW()), child_jobid = '', "
+                    "executor_timeout = 0, executor_fail_retry_count = 0, trigger_status = 1, "
+                    "trigger_last_time = 0, trigger_next_time = :n WHERE id = :id"
+                ),
+                {"k": kind, "c": conf, "n": first_ms, "id": job_id},
+            )
         conn.execute(text("UPDATE xxl_job_group SET address_type = 0, address_list = '10.9.0.1:9999'"))
 
 
@@ -246,12 +263,14 @@ class Business:
         run = Migrator(XxlJobReader(self.legacy), TargetWriter(store), clock).run()
         assert run.counts["create"] == len(SCHEDULES) and run.counts["quarantine"] == 0, run.counts
         self.biz = BusinessRegistry(store).all()[0].biz_code
-        self.bus = PulsarBus(server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-                             topic_prefix=self.prefix)
+        self.bus = PulsarBus(
+            server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"), topic_prefix=self.prefix
+        )
         # as `switchyard rollback --bus` does: the rollback's fence on the bus's control
         # channel, which the executor follows (the handover F is now + the start margin)
-        self.switch = BusinessSwitch(store, XxlJobControl(self.legacy, clock), clock, None,
-                                     fences=FenceService(store, self.bus))
+        self.switch = BusinessSwitch(
+            store, XxlJobControl(self.legacy, clock), clock, None, fences=FenceService(store, self.bus)
+        )
         links = {ln.trigger.id: ln for ln in self.switch.links(self.biz)}
         assert len(links) == len(SCHEDULES)
         self.key_of: dict[int, str] = {int(tid): ln.source_key for tid, ln in links.items()}  # type: ignore[arg-type]
@@ -278,11 +297,25 @@ class Business:
         self.admin.start()  # the legacy side runs from the start, as it does in production
         admin_started_ms = clock.now_ms()
         self.ex_thread.start()
-        self.proc = start_scheduler("cut", self.tmp_path, url=self.target_url, bus=server_url("pulsar"),
-                                    etcd=server_url("etcd"), key=f"/sy-cutover/{uuid.uuid4().hex[:6]}",
-                                    prefix=self.prefix,
-                                    extra=["--lookahead", str(LOOKAHEAD_S), "--acquire-deadline", "15",
-                                           "--reclaim-interval", "1", "--metrics-port", str(_free_port())])
+        self.proc = start_scheduler(
+            "cut",
+            self.tmp_path,
+            url=self.target_url,
+            bus=server_url("pulsar"),
+            etcd=server_url("etcd"),
+            key=f"/sy-cutover/{uuid.uuid4().hex[:6]}",
+            prefix=self.prefix,
+            extra=[
+                "--lookahead",
+                str(LOOKAHEAD_S),
+                "--acquire-deadline",
+                "15",
+                "--reclaim-interval",
+                "1",
+                "--metrics-port",
+                str(_free_port()),
+            ],
+        )
         assert _wait(lambda: self.store.current_epoch() > 0, 60), "no leader: " + self.proc.log_text()[-3000:]
         self.legacy_from_ms = max(self.g0_ms, admin_started_ms + 2000)
         # From G0, unless a slow machine started the admin after it: a FIX_RATE job the
@@ -325,8 +358,9 @@ class Business:
         self.switches.append(sw)
         return sw
 
-    def cycle(self, shadow: bool, *, dual_run_s: float = DUAL_RUN_S, new_only_s: float = NEW_ONLY_S,
-              abort: bool = False) -> Cycle:
+    def cycle(
+        self, shadow: bool, *, dual_run_s: float = DUAL_RUN_S, new_only_s: float = NEW_ONLY_S, abort: bool = False
+    ) -> Cycle:
         """A dual-run (shadow or live) for `dual_run_s`; then a cutover, `new_only_s` of the
         new side alone and a rollback; or (abort) a rollback straight from the dual-run."""
         mode = "shadow" if shadow else "live"
@@ -337,11 +371,15 @@ class Business:
         cut = None
         if not abort:
             # forced: no comparison here; the gate is tested elsewhere
-            cut = self._run_switch("cutover", mode, lambda: self.switch.cutover(
-                self.biz, actor="test", force=True, reason="cutover under load"))
+            cut = self._run_switch(
+                "cutover",
+                mode,
+                lambda: self.switch.cutover(self.biz, actor="test", force=True, reason="cutover under load"),
+            )
             time.sleep(new_only_s)
-        back = self._run_switch("rollback", mode, lambda: self.switch.rollback(
-            self.biz, actor="test", reason="rollback under load"))
+        back = self._run_switch(
+            "rollback", mode, lambda: self.switch.rollback(self.biz, actor="test", reason="rollback under load")
+        )
         return Cycle(shadow, dual_from, dual_to, cut, back)
 
     def settle(self, cycle: Cycle, after_s: float = AFTER_F_S) -> None:
@@ -361,8 +399,7 @@ class Business:
         triggers = {tid: store.get_trigger(tid) for tid in self.key_of}  # type: ignore[arg-type]
         # a record a rollback fence skipped is the legacy side's occurrence (published ahead
         # before the rollback, never run): not a fire of the new side
-        records = [r for r in store.fired_between(self.biz, window_start, end)
-                   if not is_fence_skip(r.state, r.message)]
+        records = [r for r in store.fired_between(self.biz, window_start, end) if not is_fence_skip(r.state, r.message)]
 
         # D: the new side's first occurrence per job and cycle (its first fired record after
         # the previous cycle's F), which must be the first one due from the dual-run start on
@@ -373,15 +410,19 @@ class Business:
                 key = self.key_of[tid]
                 assert trig is not None
                 after = cycles[i - 1].back.handover[key] if i else window_start
-                mine = [r.scheduled_at for r in records
-                        if r.trigger_id == tid and after <= r.scheduled_at < c.back.handover[key]]
+                mine = [
+                    r.scheduled_at
+                    for r in records
+                    if r.trigger_id == tid and after <= r.scheduled_at < c.back.handover[key]
+                ]
                 assert mine, f"cycle {i + 1}: the new side never fired trigger {tid}"
                 earliest = _grid(trig, window_start, c.dual_from + timedelta(seconds=60))
                 lo = next(ms for ms in earliest if ms >= to_ms(c.dual_from))
                 hi = next(ms for ms in earliest if ms >= to_ms(c.dual_to))
                 assert lo <= to_ms(min(mine)) <= hi, (
                     f"cycle {i + 1}, trigger {tid}: first new fire {min(mine)} is not the first occurrence due "
-                    f"from the dual-run start ({from_ms(lo)} .. {from_ms(hi)})")
+                    f"from the dual-run start ({from_ms(lo)} .. {from_ms(hi)})"
+                )
                 d[i][key] = min(mine)
 
         # the occurrences each side owns: legacy, but the new side from H to F, and both
@@ -408,8 +449,11 @@ class Business:
 
         _wait(new_side_done, 30)  # commands due before F still arriving (bounded)
         invoked = self.ran.snapshot()
-        legacy_fires = Counter((str(x.job_id), int(x.scheduled_ms)) for x in self.admin.sim.fired
-                               if window_start <= from_ms(int(x.scheduled_ms)) <= horizon)
+        legacy_fires = Counter(
+            (str(x.job_id), int(x.scheduled_ms))
+            for x in self.admin.sim.fired
+            if window_start <= from_ms(int(x.scheduled_ms)) <= horizon
+        )
         new_fires: dict[Occurrence, Counter[str]] = {}
         for (tid, ms), cids in invoked.items():
             if tid in self.key_of and window_start <= from_ms(ms) <= horizon:
@@ -472,18 +516,24 @@ class Verdict:
         return {n: (a, b, c) for n, (a, b, c) in out.items()}
 
     def table(self) -> str:
-        rows = [f"{'#':>3} {'direction':<9} {'mode':<6} {'from':<9} {'took s':>6} {'handover - end ms':>19} "
-                f"{'near':>4} {'missing':>7} {'doubled':>7}"]
+        rows = [
+            f"{'#':>3} {'direction':<9} {'mode':<6} {'from':<9} {'took s':>6} {'handover - end ms':>19} "
+            f"{'near':>4} {'missing':>7} {'doubled':>7}"
+        ]
         per = self.per_switch()
         for s in self.switches:
             lead = [to_ms(v) - s.done_ms for v in s.handover.values()]
             near, missing, doubled = per[s.n]
-            rows.append(f"{s.n:>3} {s.direction:<9} {s.mode:<6} {s.from_state:<9} {s.took_s:>6.1f} "
-                        f"{f'{min(lead)} .. {max(lead)}':>19} {near:>4} {missing:>7} {doubled:>7}")
+            rows.append(
+                f"{s.n:>3} {s.direction:<9} {s.mode:<6} {s.from_state:<9} {s.took_s:>6.1f} "
+                f"{f'{min(lead)} .. {max(lead)}':>19} {near:>4} {missing:>7} {doubled:>7}"
+            )
         by_kind = Counter((s.direction, s.mode) for s in self.switches)
-        rows.append(f"{len(self.switches)} switches: " + ", ".join(
-            f"{n} {direction} ({mode})" for (direction, mode), n in sorted(by_kind.items()))
-            + f"; missing {len(self.missing)}, doubled {len(self.doubled)}")
+        rows.append(
+            f"{len(self.switches)} switches: "
+            + ", ".join(f"{n} {direction} ({mode})" for (direction, mode), n in sorted(by_kind.items()))
+            + f"; missing {len(self.missing)}, doubled {len(self.doubled)}"
+        )
         return "\n".join(rows)
 
     def summary(self) -> str:
@@ -509,10 +559,14 @@ class Verdict:
             f"strays {len(self.strays)}, split command ids {len(self.split_ids)}; "
             f"new-side start lag p50 {lags[len(lags) // 2] if lags else float('nan'):.3f}s "
             f"max {lags[-1] if lags else float('nan'):.3f}s; "
-            + (f"H - cutover end {min(h_lead)} .. {max(h_lead)} ms, rewound {sum(s.report.rewound for s in cuts)}; "
-               if cuts else "")
+            + (
+                f"H - cutover end {min(h_lead)} .. {max(h_lead)} ms, rewound {sum(s.report.rewound for s in cuts)}; "
+                if cuts
+                else ""
+            )
             + f"F - rollback start {min(f_lead)} .. {max(f_lead)} ms; longest switch "
-            f"{', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; total {time.monotonic() - b.started:.1f}s")
+            f"{', '.join(f'{k} {v:.1f}s' for k, v in took.items())}; total {time.monotonic() - b.started:.1f}s"
+        )
 
     def explain(self, occ: Occurrence) -> str:
         """When each side fired an occurrence, against the switch it belongs to (times in ms
@@ -520,26 +574,37 @@ class Verdict:
         shadow copy from a real fire."""
         b, (key, ms) = self.business, occ
         s = self.switch_of(occ)
-        legacy = [f"{a.trigger_type}@{a.trigger_ms - s.started_ms:+d}" for a in b.admin.sim.attempts
-                  if str(a.job_id) == key and a.scheduled_ms == ms]
-        recs = [f"{r.state.value}@{to_ms(r.fired_at) - s.started_ms:+d}" if r.fired_at else r.state.value
-                for r in b.store.fired_between(b.biz, from_ms(ms), from_ms(ms + 1))
-                if r.trigger_id == b.tid_of[key]]
-        return (f"{occ} T{ms - s.started_ms:+d}: owner {self.expected.get(occ)}, switch #{s.n} {s.direction} "
-                f"({s.mode}, {s.started_ms - to_ms(s.handover[key]):+d} from its handover, took {s.took_s:.1f}s); "
-                f"legacy fired {legacy or 'never'}; new-side records {recs or 'none'}, invoked "
-                f"{dict(self.new_fires.get(occ, {})) or 'never'}")
+        legacy = [
+            f"{a.trigger_type}@{a.trigger_ms - s.started_ms:+d}"
+            for a in b.admin.sim.attempts
+            if str(a.job_id) == key and a.scheduled_ms == ms
+        ]
+        recs = [
+            f"{r.state.value}@{to_ms(r.fired_at) - s.started_ms:+d}" if r.fired_at else r.state.value
+            for r in b.store.fired_between(b.biz, from_ms(ms), from_ms(ms + 1))
+            if r.trigger_id == b.tid_of[key]
+        ]
+        return (
+            f"{occ} T{ms - s.started_ms:+d}: owner {self.expected.get(occ)}, switch #{s.n} {s.direction} "
+            f"({s.mode}, {s.started_ms - to_ms(s.handover[key]):+d} from its handover, took {s.took_s:.1f}s); "
+            f"legacy fired {legacy or 'never'}; new-side records {recs or 'none'}, invoked "
+            f"{dict(self.new_fires.get(occ, {})) or 'never'}"
+        )
 
     def detail(self) -> str:
         proc = self.business.proc
-        handovers = "\n".join(f"#{s.n} {s.direction} ({s.mode}): "
-                              + ", ".join(f"{k} {v:%H:%M:%S.%f}"[:-3] for k, v in sorted(s.handover.items()))
-                              for s in self.switches)
+        handovers = "\n".join(
+            f"#{s.n} {s.direction} ({s.mode}): "
+            + ", ".join(f"{k} {v:%H:%M:%S.%f}"[:-3] for k, v in sorted(s.handover.items()))
+            for s in self.switches
+        )
         odd = [m[0] for m in self.missing[:6]] + [dbl[0] for dbl in self.doubled[:6]]
         explained = "\n".join(self.explain(o) for o in odd)
-        return (f"\n{self.summary()}\n{self.table()}\nmissing {self.missing[:8]}\ndoubled {self.doubled[:8]}\n"
-                f"strays {self.strays[:8]}\nsplit command ids {self.split_ids[:8]}\n{explained}\nhandovers\n"
-                f"{handovers}\n--- scheduler log (tail)\n{proc.log_text()[-3000:] if proc else ''}")
+        return (
+            f"\n{self.summary()}\n{self.table()}\nmissing {self.missing[:8]}\ndoubled {self.doubled[:8]}\n"
+            f"strays {self.strays[:8]}\nsplit command ids {self.split_ids[:8]}\n{explained}\nhandovers\n"
+            f"{handovers}\n--- scheduler log (tail)\n{proc.log_text()[-3000:] if proc else ''}"
+        )
 
     def check(self) -> None:
         """Every phase saw fires on its side; nothing missing, doubled, off the schedule or
@@ -551,17 +616,21 @@ class Verdict:
                 f_ms = to_ms(c.back.handover[key])
                 if c.cut is not None:
                     h_ms = to_ms(c.cut.handover[key])
-                    assert sum(1 for (k, ms), o in self.expected.items() if k == key and h_ms <= ms < f_ms) >= 3, \
+                    assert sum(1 for (k, ms), o in self.expected.items() if k == key and h_ms <= ms < f_ms) >= 3, (
                         f"cycle {i + 1}, job {key}: fewer than 3 occurrences on the new side alone" + detail
+                    )
                 if not c.shadow:
-                    assert any(k == key and o == "both" and to_ms(self.d[i][key]) <= ms < f_ms
-                               for (k, ms), o in self.expected.items()), \
-                        f"cycle {i + 1}, job {key}: no occurrence fired by both sides" + detail
-                assert any(k == key and f_ms <= ms <= to_ms(nxt) for k, ms in self.legacy_fires), \
+                    assert any(
+                        k == key and o == "both" and to_ms(self.d[i][key]) <= ms < f_ms
+                        for (k, ms), o in self.expected.items()
+                    ), f"cycle {i + 1}, job {key}: no occurrence fired by both sides" + detail
+                assert any(k == key and f_ms <= ms <= to_ms(nxt) for k, ms in self.legacy_fires), (
                     f"cycle {i + 1}, job {key}: the legacy side fired nothing after the rollback" + detail
+                )
         assert not self.missing, f"{len(self.missing)} occurrence(s) not fired by the side that owns them" + detail
-        assert not self.doubled, \
+        assert not self.doubled, (
             f"{len(self.doubled)} occurrence(s) fired twice or by a side that does not own them" + detail
+        )
         assert not self.strays, f"{len(self.strays)} fire(s) off the schedule" + detail
         assert not self.split_ids, "an occurrence delivered under two command ids" + detail
         # the store's view of the new side: one fired record per occurrence, each succeeded
@@ -569,7 +638,9 @@ class Verdict:
         end = self.horizon + timedelta(seconds=5)
 
         def records_final() -> bool:
-            recs: dict[str, FiredRecord] = {r.command_id: r for r in b.store.fired_between(b.biz, self.window_start, end)}
+            recs: dict[str, FiredRecord] = {
+                r.command_id: r for r in b.store.fired_between(b.biz, self.window_start, end)
+            }
             return all(c in recs and recs[c].state is FiredState.SUCCEEDED for c in cids)
 
         assert _wait(records_final, 30), "fired records of the new side's occurrences not all succeeded" + detail
@@ -592,6 +663,7 @@ def running_business(tmp_path: Path) -> Iterator[Business]:
 
 
 # -- the tests ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shadow", [True, False], ids=["shadow-dual-run", "live-dual-run"])
 def test_cutover_then_rollback_under_steady_fires_fires_every_occurrence_once(tmp_path: Path, shadow: bool) -> None:
@@ -624,10 +696,13 @@ def test_fifty_switches_beside_cpu_hogs_fire_every_occurrence_once(tmp_path: Pat
             cycles.append(b.cycle(shadow=i % 2 == 0, abort=i % 6 in (4, 5)))
             b.settle(cycles[-1])
         verdict = b.verdict(cycles)
-        print(f"\n{verdict.table()}\n{verdict.summary()}\nstress: {STRESS_HOGS} CPU hogs (pids "
-              f"{[h.pid for h in hogs]}), {os.cpu_count()} CPUs, {time.monotonic() - started:.0f} s")
+        print(
+            f"\n{verdict.table()}\n{verdict.summary()}\nstress: {STRESS_HOGS} CPU hogs (pids "
+            f"{[h.pid for h in hogs]}), {os.cpu_count()} CPUs, {time.monotonic() - started:.0f} s"
+        )
         switches = verdict.switches
         assert len(switches) >= 50
         assert {(s.direction, s.mode) for s in switches} == {
-            (d, m) for d in ("cutover", "rollback") for m in ("shadow", "live")}
+            (d, m) for d in ("cutover", "rollback") for m in ("shadow", "live")
+        }
         verdict.check()

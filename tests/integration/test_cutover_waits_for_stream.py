@@ -3,6 +3,7 @@ whose change stream is stopped while legacy is edited is refused a cutover, sayi
 behind the stream is; once the stream has applied the edit the same cutover passes, and
 its report carries the stream's catch-up state. A stream idle at the head is caught up even
 though its checkpoint trails the server's head by foreign transactions."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -12,13 +13,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from legacy_sim.seed import seed_xxljob
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.catchup import StreamCatchup
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.stream import StreamMigrator
-from legacy_sim.seed import seed_xxljob
 from readers.records import ChangeBatch, StreamPosition
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
@@ -53,8 +54,7 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
         start = current_position(env.legacy)
         sm.snapshot(env.reader, start)  # the stream's checkpoint: everything up to here is on the target
-        catchup = StreamCatchup(env.store, env.legacy, wait=timedelta(seconds=1),
-                                now=lambda: datetime.now(UTC))
+        catchup = StreamCatchup(env.store, env.legacy, wait=timedelta(seconds=1), now=lambda: datetime.now(UTC))
         # idle at the head: the target's own writes (the checkpoint) are after it in the
         # binlog, foreign to the stream: nothing pending
         idle = catchup.check(biz, "xxl-job")
@@ -64,31 +64,49 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         # the stream is stopped; an operator edits a job on legacy
         with env.legacy.begin() as conn:
             (job_id,) = conn.execute(text("SELECT MIN(id) FROM xxl_job_info")).one()
-            conn.execute(text("UPDATE xxl_job_info SET job_desc = 'edited while the stream was down' "
-                              "WHERE id = :i"), {"i": job_id})
+            conn.execute(
+                text("UPDATE xxl_job_info SET job_desc = 'edited while the stream was down' WHERE id = :i"),
+                {"i": job_id},
+            )
         behind = catchup.check(biz, "xxl-job")
         assert behind is not None and not behind.caught_up
         assert behind.pending == 1 and behind.waited_s >= 1.0
-        assert behind.sentence.startswith(f"change stream {stream_id} is behind: 1 pending change(s) of the legacy "
-                                          "tables not yet on the new side after waiting")
+        assert behind.sentence.startswith(
+            f"change stream {stream_id} is behind: 1 pending change(s) of the legacy "
+            "tables not yet on the new side after waiting"
+        )
         assert f"checkpoint {start.log_file}:{start.log_pos}" in behind.sentence
 
         clock = env.migrator.clock
         gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-        switch = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate,
-                                max_verdict_age=timedelta(days=9999), catchup=catchup)
+        switch = BusinessSwitch(
+            env.store,
+            XxlJobControl(env.legacy, clock),
+            clock,
+            gate,
+            max_verdict_age=timedelta(days=9999),
+            catchup=catchup,
+        )
         switch.start_dual_run(biz, shadow=False, actor="ops")
-        with pytest.raises(TransitionRefused, match=r"cutover of .* refused: change stream .* is behind: "
-                                                    r"1 pending change\(s\)"):
+        with pytest.raises(
+            TransitionRefused,
+            match=r"cutover of .* refused: change stream .* is behind: "
+            r"1 pending change\(s\)",
+        ):
             switch.cutover(biz, actor="ops")
 
         # the stream runs again and applies the edit: the same cutover passes
         checkpoint = sm.checkpoint()
         assert checkpoint is not None
-        binlog = BinlogChangeStream(_settings(cdc), server_id=new_server_id(),
-                                    schemas=[str(make_url(legacy_url).database)],
-                                    tables=["xxl_job_info", "xxl_job_group", "bc_biz"], start=checkpoint,
-                                    heartbeat_s=1.0, stall_timeout_s=5.0)
+        binlog = BinlogChangeStream(
+            _settings(cdc),
+            server_id=new_server_id(),
+            schemas=[str(make_url(legacy_url).database)],
+            tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
+            start=checkpoint,
+            heartbeat_s=1.0,
+            stall_timeout_s=5.0,
+        )
         head = current_position(env.legacy)  # the edit is before it
         try:
             # read up to the head, not until 2 s without a batch: the idle time counts from
@@ -123,24 +141,45 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
             sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
             sm.snapshot(env.reader, current_position(env.legacy))
             with env.legacy.begin() as conn:  # edited while the stream is stopped
-                conn.execute(text("UPDATE xxl_job_info SET job_desc = 'edited' WHERE id = (SELECT MIN(id) FROM "
-                                  "(SELECT id FROM xxl_job_info) AS j)"))
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET job_desc = 'edited' WHERE id = (SELECT MIN(id) FROM "
+                        "(SELECT id FROM xxl_job_info) AS j)"
+                    )
+                )
             clock = env.migrator.clock
             BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
-                biz, shadow=False, actor="ops")
+                biz, shadow=False, actor="ops"
+            )
             runner = CliRunner()
-            base = ["cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force", "--reason", "drill",
-                    "--json", "--stream-wait", "0"]
+            base = [
+                "cutover",
+                biz,
+                "--url",
+                target_url,
+                "--legacy-url",
+                legacy_url,
+                "--force",
+                "--reason",
+                "drill",
+                "--json",
+                "--stream-wait",
+                "0",
+            ]
             strict = runner.invoke(cli, [*base])
             assert strict.exit_code == 0, strict.output
             first = json.loads(strict.output.strip().splitlines()[-1])
             assert first["stream"]["caught_up"] is False and first["stream"]["pending"] == 1
             assert any("change stream" in n and "1 pending change(s)" in n for n in first["notes"]), first["notes"]
-            assert runner.invoke(cli, ["rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason",
-                                       "drill"]).exit_code in (0, 1)
+            assert runner.invoke(
+                cli, ["rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill"]
+            ).exit_code in (0, 1)
             BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
-                biz, shadow=False, actor="ops")
-            lenient = runner.invoke(cli, [*base, "--stream-max-pending", "1000"])  # the switch's own stops and starts are edits too
+                biz, shadow=False, actor="ops"
+            )
+            lenient = runner.invoke(
+                cli, [*base, "--stream-max-pending", "1000"]
+            )  # the switch's own stops and starts are edits too
             assert lenient.exit_code == 0, lenient.output
             second = json.loads(lenient.output.strip().splitlines()[-1])
             assert second["stream"]["caught_up"] is True and second["stream"]["pending"] > 1

@@ -1,4 +1,5 @@
 """Pooled connections on the real MariaDB: pinged only when idle, replaced when cut."""
+
 from __future__ import annotations
 
 import time

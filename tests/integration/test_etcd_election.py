@@ -5,6 +5,7 @@ proxy we can cut), and no threads left behind.
 Every wait is bounded. The server's own view of the key is read through etcd's JSON
 gateway, so this file does not need the etcd client library.
 """
+
 from __future__ import annotations
 
 import base64

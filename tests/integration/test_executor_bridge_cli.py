@@ -3,9 +3,9 @@ business dual-runs with zero code of its own. Commands published on the bus reac
 stand-in xxl-job executor (on the bridge's own job id) and the business's HTTP callback;
 the executor's results come back through the bridge's admin-facing endpoint and go out
 as results; the endpoint refuses a request without the token; the token is never logged."""
+
 from __future__ import annotations
 
-from typing import Any
 import json
 import os
 import socket
@@ -15,6 +15,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,13 +42,20 @@ def _free_port() -> int:
 
 
 def _command(trigger: int, handler: str, params: dict[str, object]):  # type: ignore[no-untyped-def]
-    from tests.unit.test_bridges import T0
     from scheduler_core.model import ExecutionCommand, JobCode, TriggerId, command_id
+    from tests.unit.test_bridges import T0
 
     cid = command_id(trigger, T0, 0)
-    return cid, ExecutionCommand(command_id=cid, trigger_id=TriggerId(trigger), job_code=JobCode(f"demo.job{trigger}"),
-                                 biz_code="demo", handler=handler, scheduled_at=T0, params=json.dumps(params),
-                                 timeout=timedelta(seconds=5))
+    return cid, ExecutionCommand(
+        command_id=cid,
+        trigger_id=TriggerId(trigger),
+        job_code=JobCode(f"demo.job{trigger}"),
+        biz_code="demo",
+        handler=handler,
+        scheduled_at=T0,
+        params=json.dumps(params),
+        timeout=timedelta(seconds=5),
+    )
 
 
 def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
@@ -59,20 +67,47 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
     results = bus.subscribe(CALLBACK_TOPIC, "test")
     bus.ensure_subscription(command_topic("demo"), EXECUTOR_SUBSCRIPTION)  # commands wait for the executor
     log = tmp_path / "executor.log"
-    with XxlExecutorStandIn(access_token=XXL_SECRET, admin_addresses=[endpoint]) as xxl, \
-            CallbackRecorder() as business:
+    with XxlExecutorStandIn(access_token=XXL_SECRET, admin_addresses=[endpoint]) as xxl, CallbackRecorder() as business:
         env = {**os.environ, "PYTHONPATH": str(REPO), "XXL_TEST_TOKEN": XXL_SECRET, "BC_TEST_TOKEN": BC_SECRET}
-        args = [sys.executable, "-m", "switchyard", "executor", "run", "--bridge", "xxl-job", "--bridge", "batch-center",
-                "--domain", "demo", "--bus", pulsar, "--topic-prefix", prefix, "--concurrency", "4",
-                "--executor-address", xxl.address, "--access-token-env", "XXL_TEST_TOKEN",
-                "--listen", f"127.0.0.1:{port}", "--bc-token-env", "BC_TEST_TOKEN", "--log-level", "DEBUG"]
+        args = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "executor",
+            "run",
+            "--bridge",
+            "xxl-job",
+            "--bridge",
+            "batch-center",
+            "--domain",
+            "demo",
+            "--bus",
+            pulsar,
+            "--topic-prefix",
+            prefix,
+            "--concurrency",
+            "4",
+            "--executor-address",
+            xxl.address,
+            "--access-token-env",
+            "XXL_TEST_TOKEN",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--bc-token-env",
+            "BC_TEST_TOKEN",
+            "--log-level",
+            "DEBUG",
+        ]
         with log.open("wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                                    env=env)
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
+            )
         try:
-            commands = [_command(1, "xxl-job-bridge", xxl_params(job_id="7")),
-                        _command(2, "xxl-job-bridge", xxl_params(job_id="8", executor_param="second")),
-                        _command(3, "batch-center-bridge", bc_params(callback_url=business.url + "/cb"))]
+            commands = [
+                _command(1, "xxl-job-bridge", xxl_params(job_id="7")),
+                _command(2, "xxl-job-bridge", xxl_params(job_id="8", executor_param="second")),
+                _command(3, "batch-center-bridge", bc_params(callback_url=business.url + "/cb")),
+            ]
             bus.publish([BusMessage(command_topic("demo"), encode_commands([cmd]), key=cid) for cid, cmd in commands])
             updates: dict[Any, Any] = {}
             deadline = time.monotonic() + 60
@@ -82,8 +117,9 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
                         updates[u.command_id] = u
                     results.ack(r)
             assert len(updates) == 3, log.read_text(errors="replace")[-3000:]
-            assert all(u.state is FiredState.SUCCEEDED for u in updates.values()), \
-                {c: (u.state, u.message) for c, u in updates.items()}
+            assert all(u.state is FiredState.SUCCEEDED for u in updates.values()), {
+                c: (u.state, u.message) for c, u in updates.items()
+            }
             assert sorted(t["jobId"] for t in xxl.triggers) == [2**31 - 1 - 8, 2**31 - 1 - 7]
             assert all(answer == {"code": 200, "msg": None} for _a, _b, answer in xxl.callbacks)  # taken by the bridge
             assert business.last.headers["x-bc-token"] == BC_SECRET

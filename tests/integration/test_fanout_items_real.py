@@ -5,6 +5,7 @@ A run of more items than a sharding page (300) is expanded page by page (by inde
 from the store's explicit items) and fired with envelopes of several items each; every
 item must run exactly once, under the command id built from (trigger, T, item), and
 have exactly one fired record, answered by its result."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,11 @@ def stack() -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
         engine = make_engine(url)
         init_schema(engine, 4)
         store = SqlTriggerStore(engine, SystemClock())
-        bus = PulsarBus(server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-                        topic_prefix=f"fan{uuid.uuid4().hex[:6]}")
+        bus = PulsarBus(
+            server_url("pulsar"),
+            admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
+            topic_prefix=f"fan{uuid.uuid4().hex[:6]}",
+        )
         try:
             yield store, bus, server_url("etcd")
         finally:
@@ -53,19 +57,33 @@ def stack() -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
 
 
 def test_a_fan_out_beyond_one_sharding_page_fires_every_item_once_with_its_own_record(  # type: ignore[no-untyped-def]
-        stack) -> None:
+    stack,
+) -> None:
     store, bus, etcd = stack
     clock = store.clock
-    store.put_job(Job(job_code=JobCode("by-index"), biz_code="sop", handler="h", shard_total=BY_INDEX,
-                      envelope_size=ENVELOPE))
-    store.put_job(Job(job_code=JobCode("explicit"), biz_code="sop", handler="h", shard_total=EXPLICIT,
-                      envelope_size=ENVELOPE, explicit_items=True))
+    store.put_job(
+        Job(job_code=JobCode("by-index"), biz_code="sop", handler="h", shard_total=BY_INDEX, envelope_size=ENVELOPE)
+    )
+    store.put_job(
+        Job(
+            job_code=JobCode("explicit"),
+            biz_code="sop",
+            handler="h",
+            shard_total=EXPLICIT,
+            envelope_size=ENVELOPE,
+            explicit_items=True,
+        )
+    )
     # explicit indexes with gaps, so a page boundary is found from the items, not counted
     explicit = [ShardingItem(job_code=JobCode("explicit"), index=3 * i, param=f"audience-{i}") for i in range(EXPLICIT)]
     store.put_sharding_items(JobCode("explicit"), explicit)
     t0 = clock.now() + timedelta(seconds=2)
-    triggers = store.add_triggers([Trigger(job_code=JobCode(code), biz_code="sop", kind=TriggerKind.ONCE,
-                                           next_fire_at=t0) for code in ("by-index", "explicit")])
+    triggers = store.add_triggers(
+        [
+            Trigger(job_code=JobCode(code), biz_code="sop", kind=TriggerKind.ONCE, next_fire_at=t0)
+            for code in ("by-index", "explicit")
+        ]
+    )
     by_index, from_store = triggers
     assert by_index.id is not None and from_store.id is not None
 
@@ -81,13 +99,19 @@ def test_a_fan_out_beyond_one_sharding_page_fires_every_item_once_with_its_own_r
             seen[ctx.command_id] = (ctx.trigger_id, ctx.item_index, ctx.item_param)
 
     # per-item fired records even though the items travel ENVELOPE to a message
-    settings = SchedulerSettings(page_records=False, idle_wait=timedelta(milliseconds=300),
-                                 jitter=timedelta(milliseconds=50), reclaim_interval=timedelta(seconds=1))
+    settings = SchedulerSettings(
+        page_records=False,
+        idle_wait=timedelta(milliseconds=300),
+        jitter=timedelta(milliseconds=50),
+        reclaim_interval=timedelta(seconds=1),
+    )
     election = EtcdElection(etcd, name="fan", ttl=timedelta(seconds=4), key=f"/sy-fan/{uuid.uuid4().hex[:6]}")
     sched = Scheduler(store, bus, election, clock, settings)
     stop = threading.Event()
-    threads = [threading.Thread(target=sched.run, args=(stop,), daemon=True),
-               threading.Thread(target=ex.run, args=(stop,), daemon=True)]
+    threads = [
+        threading.Thread(target=sched.run, args=(stop,), daemon=True),
+        threading.Thread(target=ex.run, args=(stop,), daemon=True),
+    ]
     expected = {command_id(by_index.id, t0, i): (by_index.id, i, "") for i in range(BY_INDEX)}
     expected |= {command_id(from_store.id, t0, it.index): (from_store.id, it.index, it.param) for it in explicit}
 

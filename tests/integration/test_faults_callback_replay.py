@@ -16,6 +16,7 @@ one consumer, so the sentinel is applied after every message published before it
 Duplicates are never double-counted: the consumer's applied count, the page's item
 counts, and the `switchyard_results` metric ("results applied") count each change once.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,11 +32,11 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id, Epoch
+from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.servers import server_url
 
@@ -79,16 +80,40 @@ PAGE_ITEMS = [cid(5, i) for i in range(3)]
 
 
 def _fired(store: SqlTriggerStore, ids: list[CommandId], page: CommandId | None = None) -> None:
-    recs = [FiredRecord(command_id=c, trigger_id=TriggerId(int(c.split("-")[0])), job_code=JobCode("j"), biz_code="b",
-                        scheduled_at=T0, epoch=Epoch(1), fired_at=T0) for c in ids]
+    recs = [
+        FiredRecord(
+            command_id=c,
+            trigger_id=TriggerId(int(c.split("-")[0])),
+            job_code=JobCode("j"),
+            biz_code="b",
+            scheduled_at=T0,
+            epoch=Epoch(1),
+            fired_at=T0,
+        )
+        for c in ids
+    ]
     if page is not None:
-        recs.append(FiredRecord(command_id=page, trigger_id=TriggerId(5), job_code=JobCode("j"), biz_code="b",
-                                scheduled_at=T0, item_index=0, item_total=3, item_count=3, epoch=Epoch(1), fired_at=T0))
+        recs.append(
+            FiredRecord(
+                command_id=page,
+                trigger_id=TriggerId(5),
+                job_code=JobCode("j"),
+                biz_code="b",
+                scheduled_at=T0,
+                item_index=0,
+                item_total=3,
+                item_count=3,
+                epoch=Epoch(1),
+                fired_at=T0,
+            )
+        )
     store.put_fired(recs)
     store.mark_published([r.command_id for r in recs], T0)
 
 
-def up(c: CommandId, state: FiredState, attempt: int, at_s: float, msg: str = "", page: CommandId | None = None) -> FiredUpdate:
+def up(
+    c: CommandId, state: FiredState, attempt: int, at_s: float, msg: str = "", page: CommandId | None = None
+) -> FiredUpdate:
     at = T0 + timedelta(seconds=at_s)
     return FiredUpdate(c, state, at, attempt, msg, received_at=at - timedelta(milliseconds=5), page_id=page)
 
@@ -111,16 +136,22 @@ def publish_round(e: Env, messages: list[bytes], sentinel: CommandId, timeout: f
 
 def snapshot(e: Env) -> dict[str, tuple[object, ...]]:
     recs = e.store.get_fired([A, B, C, D, P])
-    return {c: (r.state, r.attempt, r.result_at, r.message, r.item_states, r.succeeded_items, r.failed_items)
-            for c, r in recs.items()}
+    return {
+        c: (r.state, r.attempt, r.result_at, r.message, r.item_states, r.succeeded_items, r.failed_items)
+        for c, r in recs.items()
+    }
 
 
 ROUND1 = [
     encode_results([up(A, F, 0, 10, "boom")]),
     encode_results([up(B, S, 0, 10)]),
     encode_results([up(C, S, 2, 30)]),  # the later attempt arrives first
-    encode_results([up(c, st, 0, 10, "item 1 failed" if st is F else "", page=P)
-                    for c, st in zip(PAGE_ITEMS, (S, F, S), strict=True)]),
+    encode_results(
+        [
+            up(c, st, 0, 10, "item 1 failed" if st is F else "", page=P)
+            for c, st in zip(PAGE_ITEMS, (S, F, S), strict=True)
+        ]
+    ),
     encode_results([up(D, R, 0, 10)]),
 ]
 ROUND2 = [
@@ -157,7 +188,8 @@ def test_replayed_and_duplicated_results_leave_fired_records_correct(env: Env) -
     publish_round(env, ROUND1 + ROUND2, cid(103))  # every old result once more
     third = snapshot(env)
     assert third == second, "a replay of old results changed final fired records:\n" + "\n".join(
-        f"  {k}: {second[k]} -> {third[k]}" for k in second if second[k] != third[k])
+        f"  {k}: {second[k]} -> {third[k]}" for k in second if second[k] != third[k]
+    )
     # applied changes: round 1: A B C P D + sentinel; round 2: A P D + sentinel; round 3: sentinel
     assert env.consumer.applied == 6 + 4 + 1, f"duplicates or replays were applied: {env.consumer.applied}"
     assert env.consumer.malformed == 4

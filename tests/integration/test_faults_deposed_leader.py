@@ -15,9 +15,9 @@ Nothing the old leader does after it lost the lease may land:
 The scheduler runs with two fire workers, so that a burst leaves chunks queued in its fire
 pool at the moment it is stopped (the dangerous case: work admitted, not yet started).
 """
+
 from __future__ import annotations
 
-from typing import Any
 import os
 import signal
 import threading
@@ -26,6 +26,7 @@ import uuid
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -34,10 +35,10 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
@@ -84,12 +85,21 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
         store.put_job(Job(job_code=JobCode("tick"), biz_code=BIZ, handler="h"))
         now = clock.now()
         burst_at = now + timedelta(seconds=14)
-        steady = [Trigger(job_code=JobCode("tick"), biz_code=BIZ, kind=TriggerKind.ONCE,
-                          next_fire_at=now + timedelta(seconds=6 + 30 * i / 100)) for i in range(100)]
-        burst = [Trigger(job_code=JobCode("tick"), biz_code=BIZ, kind=TriggerKind.ONCE, next_fire_at=burst_at)
-                 for _ in range(800)]
+        steady = [
+            Trigger(
+                job_code=JobCode("tick"),
+                biz_code=BIZ,
+                kind=TriggerKind.ONCE,
+                next_fire_at=now + timedelta(seconds=6 + 30 * i / 100),
+            )
+            for i in range(100)
+        ]
+        burst = [
+            Trigger(job_code=JobCode("tick"), biz_code=BIZ, kind=TriggerKind.ONCE, next_fire_at=burst_at)
+            for _ in range(800)
+        ]
         triggers = store.add_triggers(steady + burst)
-        burst_ids = [t.id for t in triggers[len(steady):]]
+        burst_ids = [t.id for t in triggers[len(steady) :]]
 
         # every command the bus delivers: id -> [(epoch, publish time ms)]
         bus = PulsarBus(pulsar, topic_prefix=prefix)
@@ -110,8 +120,10 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
         collector = threading.Thread(target=collect, daemon=True)
         collector.start()
         extra = ["--fire-workers", str(FIRE_WORKERS), "--batch", "300", "--acquire-deadline", str(ACQUIRE_DEADLINE_S)]
-        procs = [start_scheduler(f"d{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix,
-                                 extra=extra) for i in range(2)]
+        procs = [
+            start_scheduler(f"d{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix, extra=extra)
+            for i in range(2)
+        ]
         old: SchedulerProc | None = None
         stopped = False
         timings: dict[str, float] = {}
@@ -121,11 +133,16 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
 
             def burst_firing() -> bool:
                 with engine.connect() as conn:
-                    return conn.execute(text("SELECT COUNT(*) FROM dus_fired_record WHERE scheduled_at = :t"),
-                                        {"t": burst_ms}).scalar_one() > 0
+                    return (
+                        conn.execute(
+                            text("SELECT COUNT(*) FROM dus_fired_record WHERE scheduled_at = :t"), {"t": burst_ms}
+                        ).scalar_one()
+                        > 0
+                    )
 
             assert _wait(burst_firing, 60, step=0.02), "the burst was never fired:\n" + "\n".join(
-                f"--- {p.name}\n{p.log_text()[-3000:]}" for p in procs)
+                f"--- {p.name}\n{p.log_text()[-3000:]}" for p in procs
+            )
             old_epoch = int(store.current_epoch())
             old = next(p for p in procs if f"leading with epoch {old_epoch}" in p.log_text())
             os.kill(old.pid, signal.SIGSTOP)
@@ -134,17 +151,26 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
             assert _wait(lambda: _state(old.pid) == "T", 5), f"pid {old.pid} did not stop"
             t_stop = time.monotonic()
             with engine.connect() as conn:
-                acquired_at_stop = conn.execute(text(
-                    "SELECT COUNT(*) FROM dus_job_trigger WHERE state = 'acquired' AND owner_epoch = :e"),
-                    {"e": old_epoch}).scalar_one()
+                acquired_at_stop = conn.execute(
+                    text("SELECT COUNT(*) FROM dus_job_trigger WHERE state = 'acquired' AND owner_epoch = :e"),
+                    {"e": old_epoch},
+                ).scalar_one()
 
             assert _wait(lambda: store.current_epoch() > old_epoch, 30), "the follower never fenced the store"
             timings["takeover_s"] = time.monotonic() - t_stop
             new_epoch = int(store.current_epoch())
             later = clock.now()
-            fresh = store.add_triggers([
-                Trigger(job_code=JobCode("tick"), biz_code=BIZ, kind=TriggerKind.ONCE,
-                        next_fire_at=later + timedelta(seconds=0.5 + 3.5 * i / 60)) for i in range(60)])
+            fresh = store.add_triggers(
+                [
+                    Trigger(
+                        job_code=JobCode("tick"),
+                        biz_code=BIZ,
+                        kind=TriggerKind.ONCE,
+                        next_fire_at=later + timedelta(seconds=0.5 + 3.5 * i / 60),
+                    )
+                    for i in range(60)
+                ]
+            )
             triggers += fresh
 
             resume_ms = _now_ms()
@@ -171,34 +197,47 @@ def test_deposed_leader_is_fenced_after_sigstop_and_sigcont(tmp_path: Path) -> N
         old_log = logs[old.name]
 
         with engine.connect() as conn:
-            late_triggers = conn.execute(text(
-                "SELECT id, state, updated_at FROM dus_job_trigger WHERE owner_epoch = :e AND updated_at >= :t"),
-                {"e": old_epoch, "t": resume_ms}).all()
-            late_fired = conn.execute(text(
-                "SELECT command_id, fired_at, published_at FROM dus_fired_record WHERE epoch = :e AND fired_at >= :t"),
-                {"e": old_epoch, "t": stop_ms}).all()
-            states: dict[Any, Any] = dict(conn.execute(text("SELECT state, COUNT(*) FROM dus_job_trigger GROUP BY state")).all())
+            late_triggers = conn.execute(
+                text("SELECT id, state, updated_at FROM dus_job_trigger WHERE owner_epoch = :e AND updated_at >= :t"),
+                {"e": old_epoch, "t": resume_ms},
+            ).all()
+            late_fired = conn.execute(
+                text(
+                    "SELECT command_id, fired_at, published_at FROM dus_fired_record WHERE epoch = :e AND fired_at >= :t"
+                ),
+                {"e": old_epoch, "t": stop_ms},
+            ).all()
+            states: dict[Any, Any] = dict(
+                conn.execute(text("SELECT state, COUNT(*) FROM dus_job_trigger GROUP BY state")).all()
+            )
         with lock:
             late_published = {cid: [p for e, p in v if e == old_epoch and p >= resume_ms] for cid, v in seen.items()}
         late_published = {cid: v for cid, v in late_published.items() if v}
         late_trigger_ids = {int(cid.split("-")[0]) for cid in late_published}
         missing = expected - set(seen)
-        summary = (f"old epoch {old_epoch} (pid {old.pid}), new epoch {new_epoch}; {acquired_at_stop} trigger(s) "
-                   f"acquired by the old epoch at the stop; takeover {timings.get('takeover_s', -1):.2f}s; lost "
-                   f"leadership noticed after {timings.get('noticed_s', -1):.2f}s; old-epoch commands published after "
-                   f"the resume: {len(late_published)} ({len(late_trigger_ids & set(burst_ids))} of the burst); "
-                   f"delivered {len(seen)} of {len(expected)}; states {states}")
+        summary = (
+            f"old epoch {old_epoch} (pid {old.pid}), new epoch {new_epoch}; {acquired_at_stop} trigger(s) "
+            f"acquired by the old epoch at the stop; takeover {timings.get('takeover_s', -1):.2f}s; lost "
+            f"leadership noticed after {timings.get('noticed_s', -1):.2f}s; old-epoch commands published after "
+            f"the resume: {len(late_published)} ({len(late_trigger_ids & set(burst_ids))} of the burst); "
+            f"delivered {len(seen)} of {len(expected)}; states {states}"
+        )
         print(summary)
         tail = f"\n{summary}\n--- old leader log (tail)\n{old_log[-4000:]}"
 
-        assert not late_triggers, f"{len(late_triggers)} trigger row(s) written by the deposed epoch after the resume, " \
-                                  f"e.g. {late_triggers[:3]}" + tail
-        assert not late_fired, f"{len(late_fired)} fired record(s) of the deposed epoch fired after the stop " \
-                               f"(fired_at >= {stop_ms}), e.g. {late_fired[:3]}" + tail
+        assert not late_triggers, (
+            f"{len(late_triggers)} trigger row(s) written by the deposed epoch after the resume, "
+            f"e.g. {late_triggers[:3]}" + tail
+        )
+        assert not late_fired, (
+            f"{len(late_fired)} fired record(s) of the deposed epoch fired after the stop "
+            f"(fired_at >= {stop_ms}), e.g. {late_fired[:3]}" + tail
+        )
         assert len(late_trigger_ids) <= FIRE_WORKERS * CHUNK, (
             f"the deposed epoch published {len(late_trigger_ids)} trigger(s)' commands after it was resumed: more "
             f"than the {FIRE_WORKERS * CHUNK} of the chunk(s) running at the stop, so it started queued work after "
-            f"losing the lease" + tail)
+            f"losing the lease" + tail
+        )
         assert noticed, f"the old leader did not log 'lost leadership' within {LOST_BOUND_S:.0f}s of SIGCONT" + tail
         assert not missing, f"{len(missing)} occurrence(s) never delivered, e.g. {sorted(missing)[:3]}" + tail
         assert states == {"completed": len(triggers)}, f"trigger states {states}" + tail

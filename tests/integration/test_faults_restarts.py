@@ -13,6 +13,7 @@ Each test: one `switchyard scheduler run` subprocess (etcd election, Pulsar bus,
 store, Prometheus metrics on a loopback port), a stream of one-shot triggers due over
 about 20 s, and an in-test Executor recording the command ids it runs.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,9 +39,9 @@ from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import REPO, server_url
@@ -167,15 +168,31 @@ def scheduled_stream(tmp: Path, name: str, n: int = 120, span_s: float = 20.0, l
         store = SqlTriggerStore(engine, clock)
         store.put_job(Job(job_code=JobCode("tick"), biz_code=BIZ, handler="h"))
         t0 = clock.now() + timedelta(seconds=lead_s)
-        triggers = store.add_triggers([
-            Trigger(job_code=JobCode("tick"), biz_code=BIZ, kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(seconds=span_s * i / n)) for i in range(n)])
+        triggers = store.add_triggers(
+            [
+                Trigger(
+                    job_code=JobCode("tick"),
+                    biz_code=BIZ,
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=t0 + timedelta(seconds=span_s * i / n),
+                )
+                for i in range(n)
+            ]
+        )
         expected = {command_id(t.id, t.next_fire_at, 0) for t in triggers}  # type: ignore[arg-type]
         bus = PulsarBus(pulsar, topic_prefix=prefix)
         ex = Executor(bus, BIZ, clock=clock, concurrency=16)
         port = _free_port()
-        proc = start_scheduler(name, tmp, url=url, bus=pulsar, etcd=etcd, key=f"/sy-restart/{uuid.uuid4().hex[:6]}",
-                               prefix=prefix, extra=["--metrics-port", str(port)])
+        proc = start_scheduler(
+            name,
+            tmp,
+            url=url,
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/sy-restart/{uuid.uuid4().hex[:6]}",
+            prefix=prefix,
+            extra=["--metrics-port", str(port)],
+        )
         run = Run(url, store, proc, port, expected)
 
         @ex.handler()
@@ -204,10 +221,12 @@ def scheduled_stream(tmp: Path, name: str, n: int = 120, span_s: float = 20.0, l
 def _report(run: Run, what: str, samples: dict[str, float], extra: str = "") -> str:
     missing = run.expected - run.delivered()
     dups = sum(n - 1 for n in run.got.values())
-    return (f"{what}: delivered {len(run.delivered() & run.expected)} of {len(run.expected)} (missing {len(missing)}, "
-            f"duplicates {dups}); publish_failures={samples.get('switchyard_publish_failures_total')}, "
-            f"errors store={errors_of(samples, 'store')} fire={errors_of(samples, 'fire')} "
-            f"results={errors_of(samples, 'results')}; {extra}")
+    return (
+        f"{what}: delivered {len(run.delivered() & run.expected)} of {len(run.expected)} (missing {len(missing)}, "
+        f"duplicates {dups}); publish_failures={samples.get('switchyard_publish_failures_total')}, "
+        f"errors store={errors_of(samples, 'store')} fire={errors_of(samples, 'fire')} "
+        f"results={errors_of(samples, 'results')}; {extra}"
+    )
 
 
 def test_election_connection_errors_are_counted() -> None:
@@ -221,8 +240,9 @@ def test_election_connection_errors_are_counted() -> None:
         return metrics.registry.get_sample_value("switchyard_election_errors_total", {"stage": "campaign"}) or 0.0
 
     before = count()
-    down = EtcdElection(f"http://127.0.0.1:{_free_port()}", name="nobody", ttl=timedelta(seconds=2),
-                        backoff=timedelta(milliseconds=50))
+    down = EtcdElection(
+        f"http://127.0.0.1:{_free_port()}", name="nobody", ttl=timedelta(seconds=2), backoff=timedelta(milliseconds=50)
+    )
     try:
         with pytest.raises(ElectionError, match="etcd unreachable"):
             down.campaign(timedelta(seconds=1.5))
@@ -230,8 +250,10 @@ def test_election_connection_errors_are_counted() -> None:
         down.close()
     failed = count() - before
     assert failed >= 2, f"{failed} failed campaign call(s) counted in 1.5 s of retries against a closed port"
-    assert SchedulerMetrics().registry.get_sample_value(
-        "switchyard_election_errors_total", {"stage": "campaign"}) == count(), "one process-wide counter"
+    assert (
+        SchedulerMetrics().registry.get_sample_value("switchyard_election_errors_total", {"stage": "campaign"})
+        == count()
+    ), "one process-wide counter"
     up = EtcdElection(etcd, name="somebody", ttl=timedelta(seconds=2), key=f"/sy-restart/{uuid.uuid4().hex[:6]}")
     try:
         assert up.campaign(timedelta(seconds=20)) is not None
@@ -255,15 +277,21 @@ def test_pulsar_restarted_during_publication(tmp_path: Path) -> None:
             log = run.proc.log_text()
             client_lines = len(re.findall(r"^\S+ \S+ (?:ERROR|WARN) .*ClientConnection", log, re.M))
             cas_losses = samples.get('switchyard_cas_losses_total{stage="outcome"}')
-            summary = _report(run, "pulsar restart", samples,
-                              f"restart took {down_s:.1f}s, all delivered {after_s:.1f}s after the broker was back; "
-                              f"pulsar client ERROR/WARN lines {client_lines}; cas_losses(outcome)="
-                              f"{cas_losses}, reclaimed="
-                              f"{samples.get('switchyard_triggers_reclaimed_total')}")
+            summary = _report(
+                run,
+                "pulsar restart",
+                samples,
+                f"restart took {down_s:.1f}s, all delivered {after_s:.1f}s after the broker was back; "
+                f"pulsar client ERROR/WARN lines {client_lines}; cas_losses(outcome)="
+                f"{cas_losses}, reclaimed="
+                f"{samples.get('switchyard_triggers_reclaimed_total')}",
+            )
             print(summary)
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
-            assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the broker " \
-                           f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
+            assert all_in, (
+                f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the broker "
+                f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
+            )
             # Switchyard's own account of the outage: a log line AND its counter
             both, seen = visibility(PULSAR_PAIRS, log, samples)
             print(f"pulsar restart visible in log and metrics: {both or 'none'} ({seen})")
@@ -286,15 +314,25 @@ def test_mariadb_restarted_during_acquisition(tmp_path: Path) -> None:
             samples = metrics(run.port)
             log = run.proc.log_text()
             both, seen = visibility(MARIADB_PAIRS, log, samples)
-            summary = _report(run, "mariadb restart", samples, f"restart took {down_s:.1f}s; "
-                              f"'tick failed' logged {log.count('tick failed')} time(s); visible: {seen}")
+            summary = _report(
+                run,
+                "mariadb restart",
+                samples,
+                f"restart took {down_s:.1f}s; 'tick failed' logged {log.count('tick failed')} time(s); visible: {seen}",
+            )
             print(summary)
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
-            assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after MariaDB " \
-                           f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
-            assert both, "the MariaDB restart is not visible in BOTH the scheduler's log and its metrics: " + seen + tail
+            assert all_in, (
+                f"{len(run.expected - run.delivered())} occurrence(s) never delivered after MariaDB "
+                f"returned, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
+            )
+            assert both, (
+                "the MariaDB restart is not visible in BOTH the scheduler's log and its metrics: " + seen + tail
+            )
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and {t.state for t in run.store.triggers_of()} != {TriggerState.COMPLETED}:
+            while time.monotonic() < deadline and {t.state for t in run.store.triggers_of()} != {
+                TriggerState.COMPLETED
+            }:
                 time.sleep(0.25)
             assert {t.state for t in run.store.triggers_of()} == {TriggerState.COMPLETED}, tail
     finally:
@@ -318,22 +356,32 @@ def test_etcd_restarted_under_a_leader(tmp_path: Path) -> None:
             terms = re.findall(r"leading with epoch (\d+)", log)
             errors_seen, errors_text = visibility(ETCD_ERROR_PAIRS, log, samples)
             back_seen, back_text = visibility(ETCD_RECONNECT_PAIRS, log, samples)
-            summary = _report(run, "etcd restart", samples,
-                              f"restart took {down_s:.1f}s; epoch {epoch_before} -> {epoch_after}; terms {terms}; "
-                              f"is_leader={samples.get('switchyard_is_leader')}; errors: {errors_text}; "
-                              f"reconnects: {back_text}")
+            summary = _report(
+                run,
+                "etcd restart",
+                samples,
+                f"restart took {down_s:.1f}s; epoch {epoch_before} -> {epoch_after}; terms {terms}; "
+                f"is_leader={samples.get('switchyard_is_leader')}; errors: {errors_text}; "
+                f"reconnects: {back_text}",
+            )
             print(summary)
             tail = f"\n{summary}\n--- scheduler log (tail)\n{log[-4000:]}"
-            assert all_in, f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the etcd " \
-                           f"restart, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
+            assert all_in, (
+                f"{len(run.expected - run.delivered())} occurrence(s) never delivered after the etcd "
+                f"restart, e.g. {sorted(run.expected - run.delivered())[:3]}" + tail
+            )
             # it keeps its lease (same epoch, still leading) or regains leadership (a newer term)
             assert samples.get("switchyard_is_leader") == 1.0, "the scheduler is not leading after the restart" + tail
             assert terms and int(terms[-1]) == epoch_after, tail
             # the outage and the recovery, each in the log AND in switchyard_election_*_total
-            assert errors_seen, "the etcd outage is not visible in BOTH the log and " \
-                                "switchyard_election_errors_total: " + errors_text + tail
-            assert back_seen, "the etcd recovery is not visible in BOTH the log and " \
-                              "switchyard_election_reconnects_total: " + back_text + tail
+            assert errors_seen, (
+                "the etcd outage is not visible in BOTH the log and "
+                "switchyard_election_errors_total: " + errors_text + tail
+            )
+            assert back_seen, (
+                "the etcd recovery is not visible in BOTH the log and "
+                "switchyard_election_reconnects_total: " + back_text + tail
+            )
             assert {t.state for t in run.store.triggers_of()} == {TriggerState.COMPLETED}, tail
     finally:
         up = stack("up")

@@ -4,6 +4,7 @@ after-images (`image_decoder`, as the change stream applies them). The definitio
 mapped results and the hashes the ledger stores (the source digest that makes a row
 "unchanged", the mapped hash) must be identical, for every xxl-job lineage and the batch
 center, including a TIMESTAMP column (the binlog's naive-UTC trap) and non-ASCII text."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,13 +15,13 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.ledger_hash import source_digest
 from migrator.mapping import MappingOptions, map_definition
 from readers.batchcenter import BatchCenterReader
 from readers.legacy_ddl import XxlJobLineage, create_legacy_schema
 from readers.ports import LegacyReader
 from readers.records import LegacyDefinition
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import BinlogChangeStream, current_position
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine
@@ -47,10 +48,16 @@ def _images(url: str, start: Any, table: str) -> dict[str, dict[str, Any]]:
     u = make_url(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL"))
     cdc = {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username, "password": u.password or ""}
     end = current_position(cdc)
-    stream = BinlogChangeStream(cdc, server_id=4_100_000 + hash(url) % 100_000,
-                                schemas=[make_url(url).database],  # type: ignore[list-item]
-                                tables=[table], start=start, heartbeat_s=1.0, stall_timeout_s=5.0,
-                                progress_every_txns=1)
+    stream = BinlogChangeStream(
+        cdc,
+        server_id=4_100_000 + hash(url) % 100_000,
+        schemas=[make_url(url).database],  # type: ignore[list-item]
+        tables=[table],
+        start=start,
+        heartbeat_s=1.0,
+        stall_timeout_s=5.0,
+        progress_every_txns=1,
+    )
     out: dict[str, dict[str, Any]] = {}
     try:
         # ends at `end`; the idle bound only ends a stream that never gets there (it counts from
@@ -93,7 +100,11 @@ def _assert_same(reader: LegacyReader, images: dict[str, dict[str, Any]]) -> lis
     for d in clean:
         cd = digest_of(images[d.source_key])
         assert cd is not None and (cd.source_key, cd.digest, cd.business, cd.broadcast) == (
-            d.source_key, d.digest, d.business, d.broadcast), d.source_key
+            d.source_key,
+            d.digest,
+            d.business,
+            d.broadcast,
+        ), d.source_key
     return list(by_sql.values())
 
 
@@ -104,8 +115,10 @@ def test_xxljob_rows_map_the_same_from_sql_and_from_binlog_images(legacy: tuple[
     start = current_position(engine)
     seed_xxljob(engine, lineage, groups=3, jobs_per_group=15, malformed_crons=2)
     with engine.begin() as c:  # non-ASCII text and an update: the image is the row after it
-        c.execute(text("UPDATE xxl_job_info SET executor_param = :p, author = :a WHERE id % 4 = 1"),
-                  {"p": '{"城市": "上海", "emoji": "🚀"}', "a": "张三"})
+        c.execute(
+            text("UPDATE xxl_job_info SET executor_param = :p, author = :a WHERE id % 4 = 1"),
+            {"p": '{"城市": "上海", "emoji": "🚀"}', "a": "张三"},
+        )
     defs = _assert_same(XxlJobReader(engine), _images(url, start, "xxl_job_info"))
     assert any(d.problems for d in defs) and any(not d.problems for d in defs)  # bad rows compared too
 
@@ -119,16 +132,19 @@ def test_batchcenter_rows_map_the_same_from_sql_and_from_binlog_images(legacy: t
     seed_batchcenter(engine, businesses=3, tasks_per_business=15, malformed_crons=2)
     with engine.begin() as c:
         c.execute(text("SET time_zone = '+00:00'"))
-        c.execute(text("UPDATE bc_task SET probe_ts = '2026-12-02 23:30:00', task_name = :n WHERE id % 3 = 0"),
-                  {"n": "夜间结算"})
+        c.execute(
+            text("UPDATE bc_task SET probe_ts = '2026-12-02 23:30:00', task_name = :n WHERE id % 3 = 0"),
+            {"n": "夜间结算"},
+        )
     # the reader's sessions in +08:00 (not the server's UTC): SQL shows 07:30 next day
     shanghai = create_engine(url, connect_args={"init_command": "SET time_zone = '+08:00'"})
     try:
         reader = BatchCenterReader(shanghai)
         defs = _assert_same(reader, _images(url, start, "bc_task"))
         with shanghai.connect() as c:
-            shown = c.execute(text("SELECT CAST(probe_ts AS CHAR) FROM bc_task WHERE probe_ts IS NOT NULL "
-                                   "LIMIT 1")).scalar()
+            shown = c.execute(
+                text("SELECT CAST(probe_ts AS CHAR) FROM bc_task WHERE probe_ts IS NOT NULL LIMIT 1")
+            ).scalar()
     finally:
         shanghai.dispose()
     assert any(d.problems for d in defs) and any(not d.problems for d in defs)

@@ -2,6 +2,7 @@
 every due occurrence is fired at least once, duplicates share their command id, no
 trigger stays acquired past its deadline plus the reclaim interval, and the follower
 takes over within the lease TTL plus back-off."""
+
 from __future__ import annotations
 
 import random
@@ -18,9 +19,9 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import start_scheduler
 from tests.servers import server_url
@@ -42,9 +43,17 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
         store.put_job(Job(job_code=JobCode("burst"), biz_code="sop", handler="h", shard_total=3))
         span_s = 6.0 + 4.0 * kills
         t0 = clock.now() + timedelta(seconds=3)
-        triggers = store.add_triggers([
-            Trigger(job_code=JobCode("burst"), biz_code="sop", kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(seconds=span_s * i / 400)) for i in range(400)])
+        triggers = store.add_triggers(
+            [
+                Trigger(
+                    job_code=JobCode("burst"),
+                    biz_code="sop",
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=t0 + timedelta(seconds=span_s * i / 400),
+                )
+                for i in range(400)
+            ]
+        )
         expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(3)}  # type: ignore[arg-type]
 
         bus = PulsarBus(pulsar, topic_prefix=prefix)
@@ -60,8 +69,9 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
         stop = threading.Event()
         ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
         ex_thread.start()
-        procs = [start_scheduler(f"s{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix)
-                 for i in range(2)]
+        procs = [
+            start_scheduler(f"s{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix) for i in range(2)
+        ]
         takeovers: list[float] = []
         try:
             deadline = time.monotonic() + 30
@@ -71,12 +81,13 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
             for k in range(kills):
                 time.sleep(rng.uniform(0.5, 3.0))  # a random point of the burst
                 epoch = store.current_epoch()
-                leader = next(p for p in procs if p.proc.poll() is None and f"leading with epoch {epoch}" in p.log_text())
+                leader = next(
+                    p for p in procs if p.proc.poll() is None and f"leading with epoch {epoch}" in p.log_text()
+                )
                 leader.kill9()
                 killed_at = time.monotonic()
                 procs.remove(leader)
-                procs.append(start_scheduler(f"r{k}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key,
-                                             prefix=prefix))
+                procs.append(start_scheduler(f"r{k}", tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix))
                 while store.current_epoch() == epoch and time.monotonic() - killed_at < 30:
                     time.sleep(0.05)
                 takeovers.append(time.monotonic() - killed_at)
@@ -100,8 +111,13 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
             assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
         assert all(t <= TTL_S + BACKOFF_S + 2 for t in takeovers), f"takeovers took {takeovers}"
         now = clock.now()
-        stuck = [t for t in store.triggers_of() if t.state is TriggerState.ACQUIRED and t.acquire_deadline is not None
-                 and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)]
+        stuck = [
+            t
+            for t in store.triggers_of()
+            if t.state is TriggerState.ACQUIRED
+            and t.acquire_deadline is not None
+            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
+        ]
         assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
         assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
         dups = sum(n - 1 for n in got.values())

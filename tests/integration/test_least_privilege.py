@@ -8,6 +8,7 @@
   cdc, and writes the target as sched: the snapshot and later inserts, updates and
   deletes all arrive. cdc cannot write anything.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,15 +27,15 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from readers.legacy_ddl.loader import create_legacy_schema
 from legacy_sim.seed import seed_xxljob
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import start_scheduler
 from tests.servers import server_url
@@ -68,8 +69,12 @@ def test_sched_user_has_no_ddl_rights_and_cdc_user_cannot_write(tmp_path: Path) 
             assert _denied(sched, "ALTER TABLE dus_job ADD COLUMN lp_probe INT") == 1142
             assert _denied(sched, "DROP TABLE dus_job") == 1142
             assert _denied(sched, "UPDATE dus_fence SET updated_at = updated_at") == 0  # DML is allowed
-            for sql in ("CREATE TABLE lp_probe (id INT PRIMARY KEY)", "UPDATE dus_fence SET updated_at = 1",
-                        "INSERT INTO dus_meta (name, value) VALUES ('lp', 'x')", "DELETE FROM dus_meta"):
+            for sql in (
+                "CREATE TABLE lp_probe (id INT PRIMARY KEY)",
+                "UPDATE dus_fence SET updated_at = 1",
+                "INSERT INTO dus_meta (name, value) VALUES ('lp', 'x')",
+                "DELETE FROM dus_meta",
+            ):
                 assert _denied(cdc, sql) == 1142, sql
             with sched.connect() as conn:
                 grants = " ".join(r[0] for r in conn.execute(text("SHOW GRANTS FOR CURRENT_USER()")))
@@ -80,9 +85,14 @@ def test_sched_user_has_no_ddl_rights_and_cdc_user_cannot_write(tmp_path: Path) 
             app.dispose()
     # `db init` as sched on an empty database: refused with one clear line, no traceback
     with mariadb_database("lpempty") as url:
-        r = subprocess.run([sys.executable, "-m", "switchyard", "db", "init", "--url",
-                            as_user(url, "SWITCHYARD_MARIADB_SCHED_URL")], capture_output=True, text=True, timeout=120,
-                           stdin=subprocess.DEVNULL, cwd=tmp_path)
+        r = subprocess.run(
+            [sys.executable, "-m", "switchyard", "db", "init", "--url", as_user(url, "SWITCHYARD_MARIADB_SCHED_URL")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
         assert len(lines) == 1 and "1142" in lines[0] and "denied" in lines[0], r.stderr[-3000:]
@@ -102,8 +112,16 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
         store.put_job(Job(job_code=JobCode("lp"), biz_code="lp", handler="h", shard_total=2))
         t0 = clock.now() + timedelta(seconds=4)
         triggers = store.add_triggers(
-            [Trigger(job_code=JobCode("lp"), biz_code="lp", kind=TriggerKind.ONCE,
-                     next_fire_at=t0 + timedelta(milliseconds=100 * i)) for i in range(30)])
+            [
+                Trigger(
+                    job_code=JobCode("lp"),
+                    biz_code="lp",
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=t0 + timedelta(milliseconds=100 * i),
+                )
+                for i in range(30)
+            ]
+        )
         expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
         bus = PulsarBus(pulsar, topic_prefix=prefix)
         got: Counter[str] = Counter()
@@ -118,16 +136,26 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
         stop = threading.Event()
         ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
         ex_thread.start()
-        proc = start_scheduler("lp", tmp_path, url=as_user(url, "SWITCHYARD_MARIADB_SCHED_URL"), bus=pulsar, etcd=etcd,
-                               key=f"/sy-lp/{uuid.uuid4().hex[:6]}", prefix=prefix)
+        proc = start_scheduler(
+            "lp",
+            tmp_path,
+            url=as_user(url, "SWITCHYARD_MARIADB_SCHED_URL"),
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/sy-lp/{uuid.uuid4().hex[:6]}",
+            prefix=prefix,
+        )
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 with lock:
                     delivered = set(got)
                 fired = store.get_fired(sorted(expected))
-                if expected <= delivered and len(fired) == len(expected) and all(
-                        r.state is FiredState.SUCCEEDED for r in fired.values()):
+                if (
+                    expected <= delivered
+                    and len(fired) == len(expected)
+                    and all(r.state is FiredState.SUCCEEDED for r in fired.values())
+                ):
                     break
                 time.sleep(0.25)
         finally:
@@ -159,11 +187,32 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
         log = tmp_path / "stream.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", "xxl-job",
-                 "--legacy-url", cdc, "--binlog-url", cdc,
-                 "--target-url", as_user(target_url, "SWITCHYARD_MARIADB_SCHED_URL"),
-                 "--server-id", str(7700 + os.getpid() % 1000), "--stall-timeout", "20", "--log-level", "INFO"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path)
+                [
+                    sys.executable,
+                    "-m",
+                    "switchyard",
+                    "migrate",
+                    "stream",
+                    "--source",
+                    "xxl-job",
+                    "--legacy-url",
+                    cdc,
+                    "--binlog-url",
+                    cdc,
+                    "--target-url",
+                    as_user(target_url, "SWITCHYARD_MARIADB_SCHED_URL"),
+                    "--server-id",
+                    str(7700 + os.getpid() % 1000),
+                    "--stall-timeout",
+                    "20",
+                    "--log-level",
+                    "INFO",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=tmp_path,
+            )
 
         def count(sql: str, **params: object) -> int:
             with target.connect() as conn:
@@ -181,17 +230,25 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
             snap = wait(lambda: count("SELECT COUNT(*) FROM dus_migration_ledger") >= seed.total)
             with legacy.begin() as conn:  # changes made by the legacy system (the app user here)
                 conn.execute(text("UPDATE xxl_job_info SET executor_timeout = 77 WHERE id = 1"))
-                conn.execute(text(
-                    "INSERT INTO xxl_job_info (job_group, job_desc, schedule_type, schedule_conf, misfire_strategy, "
-                    "executor_route_strategy, executor_handler, executor_param, executor_block_strategy, glue_type, "
-                    "trigger_status) VALUES (1, 'added later', 'CRON', '0 0 4 * * ?', 'DO_NOTHING', 'FIRST', "
-                    "'lateHandler', '', 'SERIAL_EXECUTION', 'BEAN', 1)"))
+                conn.execute(
+                    text(
+                        "INSERT INTO xxl_job_info (job_group, job_desc, schedule_type, schedule_conf, misfire_strategy, "
+                        "executor_route_strategy, executor_handler, executor_param, executor_block_strategy, glue_type, "
+                        "trigger_status) VALUES (1, 'added later', 'CRON', '0 0 4 * * ?', 'DO_NOTHING', 'FIRST', "
+                        "'lateHandler', '', 'SERIAL_EXECUTION', 'BEAN', 1)"
+                    )
+                )
                 new_id = int(conn.execute(text("SELECT MAX(id) FROM xxl_job_info")).scalar_one())
                 conn.execute(text("DELETE FROM xxl_job_info WHERE id = 2"))
-            applied = wait(lambda: (
-                count("SELECT COUNT(*) FROM dus_job WHERE job_code LIKE :c AND timeout_ms = 77000", c="xxl:%:1") == 1
-                and count("SELECT COUNT(*) FROM dus_job WHERE job_code LIKE :c", c=f"xxl:%:{new_id}") == 1
-                and count("SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = '2' AND status = 'deleted'") == 1))
+            applied = wait(
+                lambda: (
+                    count("SELECT COUNT(*) FROM dus_job WHERE job_code LIKE :c AND timeout_ms = 77000", c="xxl:%:1")
+                    == 1
+                    and count("SELECT COUNT(*) FROM dus_job WHERE job_code LIKE :c", c=f"xxl:%:{new_id}") == 1
+                    and count("SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = '2' AND status = 'deleted'")
+                    == 1
+                )
+            )
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

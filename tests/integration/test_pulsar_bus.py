@@ -1,5 +1,6 @@
 """PulsarBus against the real standalone broker: what the contract suite does not cover
 (admin backlog, volume, topic naming, connection failures, metadata round-trip)."""
+
 from __future__ import annotations
 
 import re
@@ -84,7 +85,9 @@ def test_backlog_separates_due_from_delayed(bus: PulsarBus) -> None:
 
 def test_backlog_needs_a_reachable_admin() -> None:
     no_admin = PulsarBus(server_url("pulsar"), topic_prefix="itnoadmin")
-    dead_admin = PulsarBus(server_url("pulsar"), admin_url="http://127.0.0.1:1", topic_prefix="itdeadadmin", operation_timeout_s=2)
+    dead_admin = PulsarBus(
+        server_url("pulsar"), admin_url="http://127.0.0.1:1", topic_prefix="itdeadadmin", operation_timeout_s=2
+    )
     try:
         with pytest.raises(BusError, match="admin"):
             no_admin.backlog("callback", "scheduler")
@@ -174,10 +177,12 @@ def test_properties_and_key_round_trip(bus: PulsarBus) -> None:
     topic = command_topic("biz-props")
     sub = bus.subscribe(topic, "executor")
     props = {"job_code": "j1", "command_id": "42:1767225600000:3", "note": "é ü 账单", "empty": ""}
-    bus.publish([
-        BusMessage(topic, b"with", properties=props, key="job-42"),
-        BusMessage(topic, b"without"),
-    ])
+    bus.publish(
+        [
+            BusMessage(topic, b"with", properties=props, key="job-42"),
+            BusMessage(topic, b"without"),
+        ]
+    )
     got = {r.message.payload: r for r in _drain(sub, 2, within_s=5)}
     assert set(got) == {b"with", b"without"}
     with_meta = got[b"with"]
@@ -220,8 +225,12 @@ def test_chunks_published_concurrently_into_one_bus_arrive_exactly_once(bus: Pul
         try:
             for c in range(chunks_each):
                 base = (w * chunks_each + c) * chunk
-                bus.publish([BusMessage(topic, f"m{base + i}".encode(), properties={"w": str(w)}, key=f"k{base + i}")
-                             for i in range(chunk)])
+                bus.publish(
+                    [
+                        BusMessage(topic, f"m{base + i}".encode(), properties={"w": str(w)}, key=f"k{base + i}")
+                        for i in range(chunk)
+                    ]
+                )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import Engine, bindparam, inspect, text
 
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.batchcenter import BatchCenterReader
 from readers.batchcenter.flag import pause_tasks, resume_tasks, set_business_enabled, set_migrated
 from readers.legacy_ddl import XxlJobLineage, batch_center_metadata, create_legacy_schema, xxljob_metadata
 from readers.records import ExecStatus, ScheduleKind
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.xxljob import XxlJobReader
 from readers.xxljob.control import read_trigger_state, set_trigger_status
 from scheduler_core.store.engine import make_engine
@@ -183,7 +183,8 @@ def test_batch_center_ddl_seed_read_and_flags_on_the_server(engine: Engine) -> N
 
 @pytest.mark.mariadb
 def test_an_unchanged_rerun_on_the_server_maps_nothing_and_still_reports_each_quarantined_row(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With server-side digests, a re-run reads one digest per row: unchanged rows and rows
     the mapping rejected (same content, same mapping code) are counted without being read
     or mapped, with the field and reason the ledger keeps; a changed one is mapped again."""
@@ -214,8 +215,10 @@ def test_an_unchanged_rerun_on_the_server_maps_nothing_and_still_reports_each_qu
         key = sorted(set(quarantined) - set(mapped))[0]
         mapped.clear()
         with env.legacy.begin() as conn:  # a quarantined row changes: it is looked at again
-            conn.execute(text("UPDATE xxl_job_info SET job_desc = CONCAT(job_desc, ' (edited)') WHERE id = :id"),
-                         {"id": int(key)})
+            conn.execute(
+                text("UPDATE xxl_job_info SET job_desc = CONCAT(job_desc, ' (edited)') WHERE id = :id"),
+                {"id": int(key)},
+            )
         env.migrator.run()
         assert key in mapped
         env.legacy.dispose()

@@ -3,6 +3,7 @@ on the callback topic once it outlasts the threshold, the result consumer writes
 to its fired record (state received, no result yet), and the final result later moves the
 record forward keeping that receipt time. A comparator reading the record in between sees an
 executor has it (running), not "late, not received"."""
+
 from __future__ import annotations
 
 import threading
@@ -33,16 +34,43 @@ def test_a_long_run_is_stamped_received_through_pulsar_into_mariadb(tmp_path: Pa
         ex.handler()(lambda ctx: release.wait(60) and None)
         at = clock.now()
         cid = CommandId(command_id(5, at, 0))
-        store.put_fired([FiredRecord(command_id=cid, trigger_id=TriggerId(5), job_code=JobCode("j"),
-                                     biz_code="reminder", scheduled_at=at, state=FiredState.PUBLISHED,
-                                     published_at=at)])
+        store.put_fired(
+            [
+                FiredRecord(
+                    command_id=cid,
+                    trigger_id=TriggerId(5),
+                    job_code=JobCode("j"),
+                    biz_code="reminder",
+                    scheduled_at=at,
+                    state=FiredState.PUBLISHED,
+                    published_at=at,
+                )
+            ]
+        )
         stop = threading.Event()
         th = threading.Thread(target=ex.run, args=(stop,), daemon=True)
         th.start()
         try:
-            bus.publish([BusMessage(command_topic("reminder"), encode_commands([ExecutionCommand(
-                command_id=cid, trigger_id=TriggerId(5), job_code=JobCode("j"), biz_code="reminder", handler="h",
-                scheduled_at=at, timeout=timedelta(seconds=60))]))])
+            bus.publish(
+                [
+                    BusMessage(
+                        command_topic("reminder"),
+                        encode_commands(
+                            [
+                                ExecutionCommand(
+                                    command_id=cid,
+                                    trigger_id=TriggerId(5),
+                                    job_code=JobCode("j"),
+                                    biz_code="reminder",
+                                    handler="h",
+                                    scheduled_at=at,
+                                    timeout=timedelta(seconds=60),
+                                )
+                            ]
+                        ),
+                    )
+                ]
+            )
             end = time.monotonic() + 60
             while time.monotonic() < end and store.get_fired([cid])[cid].received_at is None:
                 consumer.poll(timeout=timedelta(milliseconds=100))

@@ -1,5 +1,6 @@
 """The HTML report in a real browser: Debian's headless Chromium loads it with no console
 errors, the plots are there and drawn, and the screenshots stay in test-artifacts/."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.servers import missing
 from PIL import Image
 
 from dualrun.verdict_store import put_comparison
@@ -20,6 +19,7 @@ from reports.load import load_overview, load_report
 from reports.plots import LEGACY, NEW
 from reports.write import write_report
 from scheduler_core.model import FiredState
+from tests.servers import missing
 from tests.unit.test_dualrun_support import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +36,22 @@ def _chromium() -> str:
 
 
 def _run(page: Path, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
-    args = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *mode, page.resolve().as_uri()]
+    args = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *mode,
+        page.resolve().as_uri(),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -47,7 +60,7 @@ def _console(stderr: str) -> list[str]:
 
 
 def _colour_pixels(png: Path, rgb: str, tolerance: int = 40) -> int:
-    want = np.asarray([int(rgb[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    want = np.asarray([int(rgb[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
     with Image.open(png) as img:
         pixels = np.asarray(img.convert("RGB"), dtype=np.int16)
     return int((np.abs(pixels - want) <= tolerance).all(axis=-1).sum())

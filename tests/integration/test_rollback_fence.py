@@ -8,6 +8,7 @@ returning; every occurrence in a fence ends up recorded (skipped by the fence, o
 succeeded if and only if its handler really ran before the fence reached the executor),
 none is missing; a lift lets the later ones run again; an executor started after a fence
 was raised knows it before it runs anything."""
+
 from __future__ import annotations
 
 import os
@@ -31,10 +32,10 @@ from scheduler_core.fence import FenceService, decode_fence, is_fence_skip
 from scheduler_core.model import FiredRecord, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.harness import stored_id
 from tests.integration.procs import stop_process
@@ -85,11 +86,27 @@ class ExecutorProc:
         self.invocations.touch()
         self.log = tmp / "executor.log"
         env = {**os.environ, "FENCE_INVOCATIONS": str(self.invocations), "PYTHONPATH": str(REPO)}
-        args = [sys.executable, "-m", "switchyard", "executor", "run", "--handlers", "tests.integration.fence_handlers",
-                "--domain", BIZ, "--bus", server_url("pulsar"), "--topic-prefix", prefix, "--concurrency", "8"]
+        args = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "executor",
+            "run",
+            "--handlers",
+            "tests.integration.fence_handlers",
+            "--domain",
+            BIZ,
+            "--bus",
+            server_url("pulsar"),
+            "--topic-prefix",
+            prefix,
+            "--concurrency",
+            "8",
+        ]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=REPO, env=env)
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
+            )
 
     def read(self) -> list[Invocation]:
         out = []
@@ -132,22 +149,32 @@ def _until(check: Callable[[], bool], within_s: float, every_s: float = 0.1) -> 
 
 
 def _records(store: SqlTriggerStore, start_ms: int, end_ms: int) -> dict[tuple[int, int], FiredRecord]:
-    recs = store.fired_between(BIZ, datetime.fromtimestamp(start_ms / 1000, UTC),
-                               datetime.fromtimestamp(end_ms / 1000, UTC))
+    recs = store.fired_between(
+        BIZ, datetime.fromtimestamp(start_ms / 1000, UTC), datetime.fromtimestamp(end_ms / 1000, UTC)
+    )
     return {(r.trigger_id, to_ms(r.scheduled_at)): r for r in recs}
 
 
 def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occurrence(
-        stack: tuple[SqlTriggerStore, PulsarBus, str], tmp_path: Path) -> None:
+    stack: tuple[SqlTriggerStore, PulsarBus, str], tmp_path: Path
+) -> None:
     store, bus, prefix = stack
     clock = store.clock
     store.put_job(Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0)))
     store.put_job(Job(job_code=JobCode("watched"), biz_code=BIZ, handler="watched", timeout=timedelta(seconds=10)))
     t0 = (_now() + timedelta(seconds=2)).replace(microsecond=0)
-    triggers = store.add_triggers([
-        Trigger(job_code=JobCode("quick" if k % 2 == 0 else "watched"), biz_code=BIZ, kind=TriggerKind.FIXED_RATE,
-                interval=timedelta(seconds=1), next_fire_at=t0 + timedelta(milliseconds=100 * k))
-        for k in range(TRIGGERS)])
+    triggers = store.add_triggers(
+        [
+            Trigger(
+                job_code=JobCode("quick" if k % 2 == 0 else "watched"),
+                biz_code=BIZ,
+                kind=TriggerKind.FIXED_RATE,
+                interval=timedelta(seconds=1),
+                next_fire_at=t0 + timedelta(milliseconds=100 * k),
+            )
+            for k in range(TRIGGERS)
+        ]
+    )
     anchors = {stored_id(t): to_ms(t.next_fire_at) for t in triggers}
 
     def occurrences(start_ms: int, end_ms: int) -> set[tuple[int, int]]:
@@ -158,8 +185,12 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
             out |= {(tid, at) for at in range(first, end_ms, 1000)}
         return out
 
-    settings = SchedulerSettings(lookahead=timedelta(seconds=10), idle_wait=timedelta(milliseconds=300),
-                                 jitter=timedelta(milliseconds=50), reclaim_interval=timedelta(seconds=1))
+    settings = SchedulerSettings(
+        lookahead=timedelta(seconds=10),
+        idle_wait=timedelta(milliseconds=300),
+        jitter=timedelta(milliseconds=50),
+        reclaim_interval=timedelta(seconds=1),
+    )
     scheduler = Scheduler(store, bus, LocalElection(LocalElectionGroup(clock), "fence-test"), clock, settings)
     stop = threading.Event()
     sched_thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
@@ -174,12 +205,14 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         fence = decode_fence(payload)
         if fence is not None:
             heard.setdefault(fence.epoch, time.time_ns() // 1_000_000)
+
     probe = probe_bus.follow_control(hear)
     executor: ExecutorProc | None = None
     try:
         # the broker holds the next ten seconds of commands before any executor runs
-        assert _until(lambda: len(_records(store, to_ms(t0), to_ms(t0) + 60_000)) >= 8 * TRIGGERS, 20), \
+        assert _until(lambda: len(_records(store, to_ms(t0), to_ms(t0) + 60_000)) >= 8 * TRIGGERS, 20), (
             "the scheduler did not publish its lookahead"
+        )
 
         # 1. a fence raised before the executor process exists: it must know it before
         #    it runs anything (it reads the control topic's history first)
@@ -189,15 +222,19 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         executor = ExecutorProc(tmp_path, prefix)
 
         def executor_answers() -> bool:
-            return any(r.state.value == "skipped" and r.received_at is not None
-                       for r in _records(store, to_ms(f0), to_ms(f0) + 60_000).values())
+            return any(
+                r.state.value == "skipped" and r.received_at is not None
+                for r in _records(store, to_ms(f0), to_ms(f0) + 60_000).values()
+            )
+
         assert _until(executor_answers, 30), f"the executor answered nothing:\n{executor.log_tail()}"
         time.sleep(0.5)
         lift0 = _now()
         service.lift_fence(BIZ, lift0)
         first = Window(to_ms(f0), to_ms(lift0), to_ms(f0), to_ms(f0))
-        assert _until(lambda: any(i.scheduled_ms >= first.lift_ms for i in executor.read()), 10), \
+        assert _until(lambda: any(i.scheduled_ms >= first.lift_ms for i in executor.read()), 10), (
             f"nothing ran after the lift:\n{executor.log_tail()}"
+        )
 
         # 2. raises while the executor runs: measure how soon no handler runs for >= F
         windows: list[Window] = []
@@ -216,12 +253,15 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         # every occurrence of every fence answered, and every one well clear of a fence
         # (a second after a lift, up to the next raise) run: their records final
         fenced = set().union(*(occurrences(w.f_ms, w.lift_ms) for w in [first, *windows]))
-        clear = set().union(*(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows, strict=False)))
+        clear = set().union(
+            *(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows, strict=False))
+        )
         span = (first.f_ms, windows[-1].lift_ms + 1)
 
         def settled() -> bool:
             recs = _records(store, *span)
             return all(k in recs and recs[k].state.is_final for k in fenced | clear)
+
         assert _until(settled, 15), "occurrences without a final record"
     finally:
         stop.set()
@@ -269,10 +309,12 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
     spread = [(heard[w.epoch] - w.called_ms) / 1000 for w in windows]
 
     p50, worst = statistics.median(latencies), max(latencies)
-    print(f"\nrollback fence over {RAISES} raises: the last invocation at/after F came p50 {p50 * 1000:.0f} ms, "
-          f"max {worst * 1000:.0f} ms after raise_fence returned; a follower heard the fence p50 "
-          f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms after raise_fence was called "
-          f"(which took p50 {statistics.median(raise_ms):.0f} ms, max {max(raise_ms)} ms); {skipped} of "
-          f"{len(fenced)} fenced occurrences skipped, {len(fenced) - skipped} ran before the fence reached the "
-          f"executor (every other F {PAST_F.total_seconds() * 1000:.0f} ms in the past)")
+    print(
+        f"\nrollback fence over {RAISES} raises: the last invocation at/after F came p50 {p50 * 1000:.0f} ms, "
+        f"max {worst * 1000:.0f} ms after raise_fence returned; a follower heard the fence p50 "
+        f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms after raise_fence was called "
+        f"(which took p50 {statistics.median(raise_ms):.0f} ms, max {max(raise_ms)} ms); {skipped} of "
+        f"{len(fenced)} fenced occurrences skipped, {len(fenced) - skipped} ran before the fence reached the "
+        f"executor (every other F {PAST_F.total_seconds() * 1000:.0f} ms in the past)"
+    )
     assert worst < BOUND_S and max(spread) < BOUND_S

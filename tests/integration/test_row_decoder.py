@@ -8,6 +8,7 @@ and every image must be equal value for value (types included). A table with a G
 column, which the decoder does not cover, goes through the library in the same stream
 (MariaDB's JSON is a LONGTEXT in the binlog, which the decoder reads).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -26,18 +27,50 @@ from tests.servers import server_url
 pytestmark = pytest.mark.mariadb
 
 COLUMNS = {
-    "ti": "TINYINT", "tiu": "TINYINT UNSIGNED", "si": "SMALLINT", "siu": "SMALLINT UNSIGNED",
-    "mi": "MEDIUMINT", "miu": "MEDIUMINT UNSIGNED", "i": "INT", "iu": "INT UNSIGNED",
-    "bi": "BIGINT", "biu": "BIGINT UNSIGNED", "f": "FLOAT", "d": "DOUBLE",
-    "dec_a": "DECIMAL(10,2)", "dec_b": "DECIMAL(30,12)", "dec_c": "DECIMAL(5,0)", "dec_d": "DECIMAL(19,9)",
+    "ti": "TINYINT",
+    "tiu": "TINYINT UNSIGNED",
+    "si": "SMALLINT",
+    "siu": "SMALLINT UNSIGNED",
+    "mi": "MEDIUMINT",
+    "miu": "MEDIUMINT UNSIGNED",
+    "i": "INT",
+    "iu": "INT UNSIGNED",
+    "bi": "BIGINT",
+    "biu": "BIGINT UNSIGNED",
+    "f": "FLOAT",
+    "d": "DOUBLE",
+    "dec_a": "DECIMAL(10,2)",
+    "dec_b": "DECIMAL(30,12)",
+    "dec_c": "DECIMAL(5,0)",
+    "dec_d": "DECIMAL(19,9)",
     "dec_e": "DECIMAL(4,4)",
-    "vs": "VARCHAR(32)", "vl": "VARCHAR(300)", "vlatin": "VARCHAR(20) CHARACTER SET latin1",
-    "c": "CHAR(10)", "cw": "CHAR(100)", "vb": "VARBINARY(40)",
-    "tt": "TINYTEXT", "tx": "TEXT", "mt": "MEDIUMTEXT", "lt": "LONGTEXT", "bl": "BLOB",
-    "dt": "DATETIME", "dt1": "DATETIME(1)", "dt3": "DATETIME(3)", "dt6": "DATETIME(6)",
-    "ts": "TIMESTAMP NULL", "ts2": "TIMESTAMP(2) NULL", "ts6": "TIMESTAMP(6) NULL",
-    "dd": "DATE", "tm": "TIME", "tm3": "TIME(3)", "tm5": "TIME(5)", "yr": "YEAR",
-    "en": "ENUM('a','bb','ccc')", "st": "SET('x','y','z')", "bt": "BIT(5)", "bt12": "BIT(12)",
+    "vs": "VARCHAR(32)",
+    "vl": "VARCHAR(300)",
+    "vlatin": "VARCHAR(20) CHARACTER SET latin1",
+    "c": "CHAR(10)",
+    "cw": "CHAR(100)",
+    "vb": "VARBINARY(40)",
+    "tt": "TINYTEXT",
+    "tx": "TEXT",
+    "mt": "MEDIUMTEXT",
+    "lt": "LONGTEXT",
+    "bl": "BLOB",
+    "dt": "DATETIME",
+    "dt1": "DATETIME(1)",
+    "dt3": "DATETIME(3)",
+    "dt6": "DATETIME(6)",
+    "ts": "TIMESTAMP NULL",
+    "ts2": "TIMESTAMP(2) NULL",
+    "ts6": "TIMESTAMP(6) NULL",
+    "dd": "DATE",
+    "tm": "TIME",
+    "tm3": "TIME(3)",
+    "tm5": "TIME(5)",
+    "yr": "YEAR",
+    "en": "ENUM('a','bb','ccc')",
+    "st": "SET('x','y','z')",
+    "bt": "BIT(5)",
+    "bt12": "BIT(12)",
 }
 TEXT = "abc xyz 漢字 é ü 🚀 'quote' \"dq\" \\ back"
 
@@ -60,7 +93,7 @@ def _value(rng: random.Random, name: str, kind: str) -> Any:
         p, s = (int(x) for x in kind[8:-1].split(","))
         top = 10 ** (p - s) - 1
         whole = rng.choice([0, top, -top, rng.randint(-top, top)])
-        frac = rng.randint(0, 10 ** s - 1) if s else 0
+        frac = rng.randint(0, 10**s - 1) if s else 0
         sign = -1 if whole < 0 or (whole == 0 and rng.random() < 0.3) else 1
         return decimal.Decimal(f"{'-' if sign < 0 else ''}{abs(whole)}.{frac:0{s}d}" if s else str(whole))
     if name == "vlatin":
@@ -83,8 +116,12 @@ def _value(rng: random.Random, name: str, kind: str) -> Any:
     if kind == "DATE":
         return datetime.date(rng.randint(1000, 9999), rng.randint(1, 12), rng.randint(1, 28))
     if kind.startswith("TIME"):
-        span = datetime.timedelta(hours=rng.randint(0, 838), minutes=rng.randint(0, 59), seconds=rng.randint(0, 59),
-                                  microseconds=rng.choice([0, rng.randint(0, 999_999)]))
+        span = datetime.timedelta(
+            hours=rng.randint(0, 838),
+            minutes=rng.randint(0, 59),
+            seconds=rng.randint(0, 59),
+            microseconds=rng.choice([0, rng.randint(0, 999_999)]),
+        )
         return -span if rng.random() < 0.3 else span
     if kind == "YEAR":
         return rng.choice([1901, 2155, rng.randint(1901, 2155)])
@@ -102,8 +139,13 @@ def _row(rng: random.Random, key: int) -> list[Any]:
 
 
 def _read(db: str, start: Any, fast: bool) -> tuple[list[tuple[Any, ...]], BinlogChangeStream]:
-    stream = BinlogChangeStream(settings(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL")),
-                                server_id=new_server_id(), schemas=[db], tables=["every", "geo", "mark"], start=start)
+    stream = BinlogChangeStream(
+        settings(server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL")),
+        server_id=new_server_id(),
+        schemas=[db],
+        tables=["every", "geo", "mark"],
+        start=start,
+    )
     stream.fast_rows = fast
     try:
         batches = collect(stream, until=lambda b: any(ch.table == "mark" for ch in b.changes), deadline_s=60)
@@ -129,8 +171,9 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
             conn.commit()
             start = current_position(app)
             names = ["id", *COLUMNS]
-            insert = (f"INSERT INTO every ({', '.join(f'`{n}`' for n in names)}) VALUES "
-                      f"({', '.join(['%s'] * len(names))})")
+            insert = (
+                f"INSERT INTO every ({', '.join(f'`{n}`' for n in names)}) VALUES ({', '.join(['%s'] * len(names))})"
+            )
             with conn.cursor() as cur:
                 for first in range(0, 240, 40):  # several rows per statement and per event
                     cur.executemany(insert, [_row(rng, k) for k in range(first, first + 40)])
@@ -142,11 +185,15 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
                 cur.execute("UPDATE every SET i = NULL, vs = 'many' WHERE id < 30")  # one event, many rows
                 # zero dates (a lenient sql_mode lets a legacy server hold them): None on both paths
                 cur.execute("SET SESSION sql_mode = ''")
-                cur.execute("UPDATE every SET dt = '0000-00-00 00:00:00', dt6 = '0000-00-00 00:00:00.000000', "
-                            "dd = '0000-00-00', ts = '0000-00-00 00:00:00' WHERE id IN (30, 31)")
+                cur.execute(
+                    "UPDATE every SET dt = '0000-00-00 00:00:00', dt6 = '0000-00-00 00:00:00.000000', "
+                    "dd = '0000-00-00', ts = '0000-00-00 00:00:00' WHERE id IN (30, 31)"
+                )
                 cur.execute("DELETE FROM every WHERE id >= 200")
-                cur.execute("INSERT INTO geo VALUES (1, ST_GeomFromText('POINT(1 2)'), '{\"a\": [1, {\"b\": null}]}'), "
-                            "(2, NULL, NULL)")
+                cur.execute(
+                    "INSERT INTO geo VALUES (1, ST_GeomFromText('POINT(1 2)'), '{\"a\": [1, {\"b\": null}]}'), "
+                    "(2, NULL, NULL)"
+                )
                 cur.execute("UPDATE geo SET doc = JSON_SET(doc, '$.a', 3) WHERE id = 1")
                 cur.execute("INSERT INTO mark VALUES (1)")
             conn.commit()
@@ -170,5 +217,6 @@ def test_row_decoder_reads_every_covered_type_as_the_library_does() -> None:
             for name in image_b:
                 va, vb = image_a[name], image_b[name]
                 assert type(va) is type(vb) and va == vb, (
-                    f"seed {seed}, change {i}, column {name}: decoder {va!r} vs library {vb!r}")
+                    f"seed {seed}, change {i}, column {name}: decoder {va!r} vs library {vb!r}"
+                )
     assert len(fast) == len(slow)

@@ -5,6 +5,7 @@ stream` does with an edited legacy row, without a bus), from every 10 s to every
 the old schedule is published 60 s ahead. From E = edit + 5 s only the new schedule's
 occurrences run, each once; the superseded commands are never invoked and their records
 say why."""
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,14 @@ UTC = timezone.utc
 def _write(cron: str, action: Action, first: datetime) -> Write:
     job = Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0))
     trig = Trigger(job_code=job.job_code, biz_code=BIZ, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(action=action, source="xxl-job", source_key="1", business=BIZ,
-                 mapped=Mapped(job, trig, (), f"hash-{cron}"), content_hash=f"hash-{cron}")
+    return Write(
+        action=action,
+        source="xxl-job",
+        source_key="1",
+        business=BIZ,
+        mapped=Mapped(job, trig, (), f"hash-{cron}"),
+        content_hash=f"hash-{cron}",
+    )
 
 
 def _until(check: Callable[[], bool], within_s: float) -> bool:
@@ -66,8 +73,9 @@ def store() -> Iterator[tuple[SqlTriggerStore, str]]:
             engine.dispose()
 
 
-def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tuple[SqlTriggerStore, str],
-                                                                      tmp_path: Path) -> None:
+def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
+    store: tuple[SqlTriggerStore, str], tmp_path: Path
+) -> None:
     st, url = store
     pulsar, etcd = server_url("pulsar"), server_url("etcd")
     prefix = f"edit{uuid.uuid4().hex[:6]}"
@@ -77,15 +85,42 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
     writer.apply([_write("0/10 * * * * ?", Action.CREATE, first)])
     invocations = tmp_path / "invocations.txt"
     invocations.touch()
-    sched = start_scheduler("edit-sched", tmp_path, url=url, bus=pulsar, etcd=etcd,
-                            key=f"/switchyard-test/{prefix}/leader", prefix=prefix, extra=["--lookahead", "60"])
+    sched = start_scheduler(
+        "edit-sched",
+        tmp_path,
+        url=url,
+        bus=pulsar,
+        etcd=etcd,
+        key=f"/switchyard-test/{prefix}/leader",
+        prefix=prefix,
+        extra=["--lookahead", "60"],
+    )
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
         executor = subprocess.Popen(
-            [sys.executable, "-m", "switchyard", "executor", "run", "--handlers", "tests.integration.fence_handlers",
-             "--domain", BIZ, "--bus", pulsar, "--topic-prefix", prefix, "--concurrency", "4"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-            env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)})
+            [
+                sys.executable,
+                "-m",
+                "switchyard",
+                "executor",
+                "run",
+                "--handlers",
+                "tests.integration.fence_handlers",
+                "--domain",
+                BIZ,
+                "--bus",
+                pulsar,
+                "--topic-prefix",
+                prefix,
+                "--concurrency",
+                "4",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
+        )
 
     def records() -> dict[int, tuple[FiredState, str]]:
         recs = st.fired_between(BIZ, first - timedelta(minutes=1), first + timedelta(minutes=10))
@@ -95,8 +130,10 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
         return [(p[0], int(p[1])) for line in invocations.read_text().splitlines() if len(p := line.split()) == 3]
 
     try:
+
         def ahead() -> int:
             return len([t for t in records() if t >= to_ms(datetime.now(UTC)) + 7000])
+
         assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched.log_text()}"
         (trig,) = st.triggers_of(biz_code=BIZ)
         for _ in range(100):
@@ -111,9 +148,13 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
         e_ms = edits[0].effective_ms if edits else to_ms(datetime.now(UTC)) + 5000
         old_ahead = {t for t in records() if t >= e_ms + 1000}
         end_ms = e_ms + 35_000
-        assert _until(lambda: to_ms(datetime.now(UTC)) > end_ms + 3000 and
-                      all(s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms), 90), \
-            f"results missing:\n{sched.log_text()[-3000:]}\n{ex_log.read_text(errors='replace')[-3000:]}"
+        assert _until(
+            lambda: (
+                to_ms(datetime.now(UTC)) > end_ms + 3000
+                and all(s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms)
+            ),
+            90,
+        ), f"results missing:\n{sched.log_text()[-3000:]}\n{ex_log.read_text(errors='replace')[-3000:]}"
     finally:
         stop_process(executor)
         sched.stop()
@@ -122,8 +163,9 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(store: tu
     counts = Counter(cid for cid, _t in invoked)
     assert all(n == 1 for n in counts.values()), f"a command invoked twice: {counts}"
     after = sorted(t for _c, t in invoked if e_ms + 1000 <= t < end_ms)
-    assert after and all(from_ms(t).second % 7 == 0 for t in after), \
+    assert after and all(from_ms(t).second % 7 == 0 for t in after), (
         f"an old-schedule command ran after E: {[from_ms(t).isoformat() for t in after]}"
+    )
     expected = [t for t in range(e_ms - e_ms % 1000 + 1000, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
     recs = records()
@@ -166,15 +208,33 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         with env.legacy.begin() as conn:
             job_id = int(conn.execute(text("SELECT MIN(id) FROM xxl_job_info")).scalar_one())
             conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0"))
-            conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0/10 * * * * ?', "
-                              "trigger_status = 1, trigger_next_time = :n WHERE id = :i"),
-                         {"i": job_id, "n": int(time.time() * 1000) + 10_000})
-        code, out = _cli("migrate", "run", "--source", "xxl-job", "--legacy-url", legacy_url, "--target-url",
-                         target_url)
+            conn.execute(
+                text(
+                    "UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0/10 * * * * ?', "
+                    "trigger_status = 1, trigger_next_time = :n WHERE id = :i"
+                ),
+                {"i": job_id, "n": int(time.time() * 1000) + 10_000},
+            )
+        code, out = _cli(
+            "migrate", "run", "--source", "xxl-job", "--legacy-url", legacy_url, "--target-url", target_url
+        )
         assert code == 0, out
         biz = json.loads(_cli("status", "--url", target_url, "--json")[1])[0]["business"]
-        code, out = _cli("dualrun", "start", biz, "--url", target_url, "--legacy-url", legacy_url, "--actor", "test",
-                         "--bus", pulsar, "--topic-prefix", prefix)
+        code, out = _cli(
+            "dualrun",
+            "start",
+            biz,
+            "--url",
+            target_url,
+            "--legacy-url",
+            legacy_url,
+            "--actor",
+            "test",
+            "--bus",
+            pulsar,
+            "--topic-prefix",
+            prefix,
+        )
         assert code == 0, out
         st = SqlTriggerStore(make_engine(target_url), SystemClock())
         (trig,) = [t for t in st.triggers_of(biz_code=biz) if t.state.value == "waiting"]
@@ -182,20 +242,73 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         invocations.touch()
         cdc_url = make_url(cdc).set(database=make_url(legacy_url).database).render_as_string(hide_password=False)
         procs: list[subprocess.Popen[bytes]] = []
-        sched = start_scheduler("edit-cli-sched", tmp_path, url=target_url, bus=pulsar, etcd=etcd,
-                                key=f"/switchyard-test/{prefix}/leader", prefix=prefix, extra=["--lookahead", "60"])
+        sched = start_scheduler(
+            "edit-cli-sched",
+            tmp_path,
+            url=target_url,
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/switchyard-test/{prefix}/leader",
+            prefix=prefix,
+            extra=["--lookahead", "60"],
+        )
         logs = {name: (tmp_path / f"{name}.log") for name in ("executor", "stream")}
         env_vars = {**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)}
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "switchyard", "executor", "run", "--handlers", "tests.integration.edit_handlers",
-                 "--domain", biz, "--bus", pulsar, "--topic-prefix", prefix, "--concurrency", "4"],
-                stdout=out_ex, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_vars))
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", "xxl-job", "--legacy-url",
-                 legacy_url, "--target-url", target_url, "--binlog-url", cdc_url, "--server-id", "7411",
-                 "--log-level", "INFO"],
-                stdout=out_st, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env_vars))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "switchyard",
+                        "executor",
+                        "run",
+                        "--handlers",
+                        "tests.integration.edit_handlers",
+                        "--domain",
+                        biz,
+                        "--bus",
+                        pulsar,
+                        "--topic-prefix",
+                        prefix,
+                        "--concurrency",
+                        "4",
+                    ],
+                    stdout=out_ex,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=REPO,
+                    env=env_vars,
+                )
+            )
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "switchyard",
+                        "migrate",
+                        "stream",
+                        "--source",
+                        "xxl-job",
+                        "--legacy-url",
+                        legacy_url,
+                        "--target-url",
+                        target_url,
+                        "--binlog-url",
+                        cdc_url,
+                        "--server-id",
+                        "7411",
+                        "--log-level",
+                        "INFO",
+                    ],
+                    stdout=out_st,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=REPO,
+                    env=env_vars,
+                )
+            )
 
         def records() -> dict[int, tuple[FiredState, str]]:
             at = datetime.now(UTC)
@@ -203,29 +316,38 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
             return {to_ms(r.scheduled_at): (r.state, r.message) for r in recs if r.trigger_id == trig.id}
 
         def tails() -> str:
-            return "\n".join(f"--- {n}\n{p.read_text(errors='replace')[-2500:]}" for n, p in logs.items()) + \
-                f"\n--- scheduler\n{sched.log_text()[-2500:]}"
+            return (
+                "\n".join(f"--- {n}\n{p.read_text(errors='replace')[-2500:]}" for n, p in logs.items())
+                + f"\n--- scheduler\n{sched.log_text()[-2500:]}"
+            )
 
         try:
-            assert _until(lambda: len([t for t in records() if t > to_ms(datetime.now(UTC)) + 20_000]) >= 3, 90), \
+            assert _until(lambda: len([t for t in records() if t > to_ms(datetime.now(UTC)) + 20_000]) >= 3, 90), (
                 f"the old schedule was not published ahead:\n{tails()}"
+            )
             time.sleep(3)  # the stream is up (it started before the scheduler published)
             with env.legacy.begin() as conn:  # the operator's edit in the admin
-                conn.execute(text("UPDATE xxl_job_info SET schedule_conf = '0/7 * * * * ?' WHERE id = :i"),
-                             {"i": job_id})
+                conn.execute(
+                    text("UPDATE xxl_job_info SET schedule_conf = '0/7 * * * * ?' WHERE id = :i"), {"i": job_id}
+                )
             assert trig.id is not None
             trig_id = trig.id
-            assert _until(lambda: getattr(st.get_trigger(trig_id), "cron", None) == "0/7 * * * * ?", 60), \
+            assert _until(lambda: getattr(st.get_trigger(trig_id), "cron", None) == "0/7 * * * * ?", 60), (
                 f"the stream applied no edit:\n{tails()}"
+            )
             seen_ms = to_ms(datetime.now(UTC))
             edits = SqlSupersedes(st).supersedes()
             # E as the edit stored it (without one: when the edit was seen, + the margin)
             e_ms = edits[0].effective_ms if edits else seen_ms + 5000
             old_ahead = {t for t in records() if t >= e_ms}
             end_ms = e_ms + 35_000
-            assert _until(lambda: to_ms(datetime.now(UTC)) > end_ms + 3000 and all(
-                s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms), 90), \
-                f"results missing:\n{tails()}"
+            assert _until(
+                lambda: (
+                    to_ms(datetime.now(UTC)) > end_ms + 3000
+                    and all(s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms)
+                ),
+                90,
+            ), f"results missing:\n{tails()}"
         finally:
             for p in procs:
                 stop_process(p)
@@ -235,8 +357,9 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         counts = Counter(cid for cid, _t in invoked)
         assert all(n == 1 for n in counts.values()), f"a command invoked twice: {counts}"
         after = sorted(t for _c, t in invoked if e_ms <= t < end_ms)
-        assert after and all(from_ms(t).second % 7 == 0 for t in after), \
+        assert after and all(from_ms(t).second % 7 == 0 for t in after), (
             f"an old-schedule command ran after E: {[from_ms(t).isoformat() for t in after]}"
+        )
         expected = [t for t in range(e_ms - e_ms % 1000, end_ms, 1000) if t >= e_ms and from_ms(t).second % 7 == 0]
         assert after == expected, "an occurrence of the new schedule did not run"
         recs = records()
@@ -244,5 +367,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         assert len(superseded) >= 3
         for t in superseded:
             state, message = recs[t]
-            assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), \
-                (t, state, message)
+            assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), (
+                t,
+                state,
+                message,
+            )

@@ -1,4 +1,5 @@
 """The whole scheduler path on the real servers: MariaDB store, Pulsar bus, etcd election."""
+
 from __future__ import annotations
 
 import os
@@ -17,9 +18,9 @@ from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.servers import server_url
 
@@ -34,8 +35,9 @@ def stack() -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
         engine = make_engine(url)
         init_schema(engine, 8)
         store = SqlTriggerStore(engine, SystemClock())
-        bus = PulsarBus(pulsar, admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-                        topic_prefix=f"e2e{uuid.uuid4().hex[:6]}")
+        bus = PulsarBus(
+            pulsar, admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"), topic_prefix=f"e2e{uuid.uuid4().hex[:6]}"
+        )
         try:
             yield store, bus, etcd
         finally:
@@ -43,14 +45,21 @@ def stack() -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
             engine.dispose()
 
 
-def _run_until(store: SqlTriggerStore, bus: PulsarBus, etcd: str, executors: list[Executor],
-               done: Callable[[], bool], timeout_s: float = 30) -> Scheduler:
+def _run_until(
+    store: SqlTriggerStore,
+    bus: PulsarBus,
+    etcd: str,
+    executors: list[Executor],
+    done: Callable[[], bool],
+    timeout_s: float = 30,
+) -> Scheduler:
     """The elected scheduler and the executors on threads until `done` (bounded), then a
     second for results to reach the callback topic and the store."""
     clock = store.clock
     election = EtcdElection(etcd, name="e2e", ttl=timedelta(seconds=4), key=f"/sy-e2e/{uuid.uuid4().hex[:6]}")
-    settings = SchedulerSettings(idle_wait=timedelta(milliseconds=300), jitter=timedelta(milliseconds=50),
-                                 reclaim_interval=timedelta(seconds=1))
+    settings = SchedulerSettings(
+        idle_wait=timedelta(milliseconds=300), jitter=timedelta(milliseconds=50), reclaim_interval=timedelta(seconds=1)
+    )
     sched = Scheduler(store, bus, election, clock, settings)
     stop = threading.Event()
     threads = [threading.Thread(target=sched.run, args=(stop,), daemon=True)]
@@ -78,15 +87,32 @@ def test_sharded_cron_and_one_shot_triggers_fire_on_time_end_to_end(stack) -> No
     store.put_job(Job(job_code=JobCode("fanout"), biz_code="sop", handler="h", shard_total=50, envelope_size=10))
     store.put_job(Job(job_code=JobCode("ping"), biz_code="reminder", handler="h"))
     t0 = clock.now() + timedelta(seconds=3)
-    store.add_triggers([Trigger(job_code=JobCode("fanout"), biz_code="sop", kind=TriggerKind.ONCE, next_fire_at=t0)]
-                       + [Trigger(job_code=JobCode("ping"), biz_code="reminder", kind=TriggerKind.ONCE,
-                                  next_fire_at=t0 + timedelta(milliseconds=50 * i)) for i in range(40)]
-                       + [Trigger(job_code=JobCode("ping"), biz_code="reminder", kind=TriggerKind.CRON,
-                                  cron="0/2 * * * * ?", next_fire_at=t0)])
+    store.add_triggers(
+        [Trigger(job_code=JobCode("fanout"), biz_code="sop", kind=TriggerKind.ONCE, next_fire_at=t0)]
+        + [
+            Trigger(
+                job_code=JobCode("ping"),
+                biz_code="reminder",
+                kind=TriggerKind.ONCE,
+                next_fire_at=t0 + timedelta(milliseconds=50 * i),
+            )
+            for i in range(40)
+        ]
+        + [
+            Trigger(
+                job_code=JobCode("ping"),
+                biz_code="reminder",
+                kind=TriggerKind.CRON,
+                cron="0/2 * * * * ?",
+                next_fire_at=t0,
+            )
+        ]
+    )
     received: dict[str, float] = {}
     lock = threading.Lock()
     executors = [Executor(bus, d, clock=clock) for d in ("sop", "reminder")]
     for ex in executors:
+
         @ex.handler()
         def any_job(ctx: ExecutionContext) -> None:
             with lock:
@@ -111,8 +137,9 @@ def test_runs_of_one_job_due_together_travel_packed_and_each_gets_its_result(sta
     clock = store.clock
     store.put_job(Job(job_code=JobCode("hot"), biz_code="hot", handler="h", envelope_size=10))
     t0 = clock.now() + timedelta(seconds=3)
-    triggers = store.add_triggers([Trigger(job_code=JobCode("hot"), biz_code="hot", kind=TriggerKind.ONCE,
-                                           next_fire_at=t0) for _ in range(60)])
+    triggers = store.add_triggers(
+        [Trigger(job_code=JobCode("hot"), biz_code="hot", kind=TriggerKind.ONCE, next_fire_at=t0) for _ in range(60)]
+    )
     ran: set[int] = set()
     lock = threading.Lock()
     ex = Executor(bus, "hot", clock=clock)

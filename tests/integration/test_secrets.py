@@ -20,6 +20,7 @@ dus_cutover_audit unchanged, and no statement they are in does anything but stor
 Wrong credentials, per command: one error line, exit 3 (credentials refused), no
 traceback, no password.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,11 +39,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.apply import Migrator
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore
@@ -86,17 +87,35 @@ class Flow:
     outputs: dict[str, str] = field(default_factory=dict)
 
     def run(self, name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, "-m", "switchyard", *args], capture_output=True, text=True,
-                           timeout=timeout, env=self.env, cwd=self.tmp, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [sys.executable, "-m", "switchyard", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            cwd=self.tmp,
+            stdin=subprocess.DEVNULL,
+        )
         # the command line itself carries the passwords: only what the command printed is scanned
         self.outputs[name] = f"--- stdout\n{r.stdout}\n--- stderr (exit {r.returncode})\n{r.stderr}"
         return r
 
-    def run_many(self, cases: dict[str, list[str]], timeout: float = 120) -> dict[str, subprocess.CompletedProcess[str]]:
+    def run_many(
+        self, cases: dict[str, list[str]], timeout: float = 120
+    ) -> dict[str, subprocess.CompletedProcess[str]]:
         """Independent commands at once (each ended by its PID if it overstays)."""
-        procs = {n: subprocess.Popen([sys.executable, "-m", "switchyard", *a], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.tmp,
-                                     stdin=subprocess.DEVNULL) for n, a in cases.items()}
+        procs = {
+            n: subprocess.Popen(
+                [sys.executable, "-m", "switchyard", *a],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self.env,
+                cwd=self.tmp,
+                stdin=subprocess.DEVNULL,
+            )
+            for n, a in cases.items()
+        }
         done = {}
         for n, proc in procs.items():
             try:
@@ -119,11 +138,20 @@ class Flow:
 def flow(tmp_path: Path) -> Iterator[Flow]:
     base = server_url("mariadb")
     cdc_base = server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL")
-    with mariadb_database("seclegacy") as legacy, mariadb_database("secxxl") as xxl, \
-            mariadb_database("sectarget") as target:
-        secrets = {"app password": make_url(base).password or "", "cdc password": make_url(cdc_base).password or "",
-                   "wrong password": WRONG_PASSWORD, "pulsar token": PULSAR_TOKEN, "xxl token": XXL_TOKEN,
-                   "hostile business token": HOSTILE_TOKEN, **{f"token of {b}": t for b, t in TOKENS.items()}}
+    with (
+        mariadb_database("seclegacy") as legacy,
+        mariadb_database("secxxl") as xxl,
+        mariadb_database("sectarget") as target,
+    ):
+        secrets = {
+            "app password": make_url(base).password or "",
+            "cdc password": make_url(cdc_base).password or "",
+            "wrong password": WRONG_PASSWORD,
+            "pulsar token": PULSAR_TOKEN,
+            "xxl token": XXL_TOKEN,
+            "hostile business token": HOSTILE_TOKEN,
+            **{f"token of {b}": t for b, t in TOKENS.items()},
+        }
         assert all(len(s) >= 8 for s in secrets.values()), "the stack's passwords are too short to scan for"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_") or k == "SWITCHYARD_STACK_DIR"}
         env["SWITCHYARD_PULSAR_TOKEN"] = PULSAR_TOKEN
@@ -137,15 +165,29 @@ def _seed(flow: Flow) -> dict[str, int]:
     with leg.begin() as conn:
         for biz, tok in TOKENS.items():
             conn.execute(text("UPDATE bc_biz SET access_token = :t WHERE biz_code = :b"), {"t": tok, "b": biz})
-        conn.execute(text("INSERT INTO bc_biz (biz_code, biz_name, callback_base_url, access_token, enabled) "
-                          "VALUES (:b, :n, 'http://hostile.svc.local/bc', :t, 1)"),
-                     {"b": HOSTILE_BIZ, "n": HOSTILE_NAME, "t": HOSTILE_TOKEN})
+        conn.execute(
+            text(
+                "INSERT INTO bc_biz (biz_code, biz_name, callback_base_url, access_token, enabled) "
+                "VALUES (:b, :n, 'http://hostile.svc.local/bc', :t, 1)"
+            ),
+            {"b": HOSTILE_BIZ, "n": HOSTILE_NAME, "t": HOSTILE_TOKEN},
+        )
         ids = {}
         for name, cron, key in (("good", "0 0/5 * * * ?", HOSTILE_KEY), ("bad", HOSTILE_CRON, HOSTILE_KEY + " 2")):
-            res = conn.execute(text(
-                "INSERT INTO bc_task (biz_code, task_key, task_name, task_type, cron_expr, fire_time, callback_url, "
-                "payload) VALUES (:b, :k, :n, 2, :c, '2026-12-03 08:00:00', :u, :p)"),
-                {"b": HOSTILE_BIZ, "k": key, "n": HOSTILE_NAME, "c": cron, "u": "/cb?x=';--&y=/*z*/", "p": HOSTILE_PAYLOAD})
+            res = conn.execute(
+                text(
+                    "INSERT INTO bc_task (biz_code, task_key, task_name, task_type, cron_expr, fire_time, callback_url, "
+                    "payload) VALUES (:b, :k, :n, 2, :c, '2026-12-03 08:00:00', :u, :p)"
+                ),
+                {
+                    "b": HOSTILE_BIZ,
+                    "k": key,
+                    "n": HOSTILE_NAME,
+                    "c": cron,
+                    "u": "/cb?x=';--&y=/*z*/",
+                    "p": HOSTILE_PAYLOAD,
+                },
+            )
             ids[name] = int(res.lastrowid)
     leg.dispose()
     xe = make_engine(flow.xxl)
@@ -163,10 +205,13 @@ def _table_texts(url: str) -> dict[str, str]:
     out: dict[str, str] = {}
     try:
         with engine.connect() as conn:
-            cols = conn.execute(text(
-                "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-                "AND DATA_TYPE IN ('char', 'varchar', 'tinytext', 'text', 'mediumtext', 'longtext', 'json') "
-                "ORDER BY TABLE_NAME, ORDINAL_POSITION")).all()
+            cols = conn.execute(
+                text(
+                    "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND DATA_TYPE IN ('char', 'varchar', 'tinytext', 'text', 'mediumtext', 'longtext', 'json') "
+                    "ORDER BY TABLE_NAME, ORDINAL_POSITION"
+                )
+            ).all()
             by_table: dict[str, list[str]] = {}
             for t, c in cols:
                 by_table.setdefault(t, []).append(c)
@@ -186,15 +231,21 @@ def _leaks(texts: dict[str, str], secrets: dict[str, str]) -> list[str]:
         for what, secret in secrets.items():
             if secret and secret in body:
                 i = body.index(secret)
-                found.append(f"{what} in {where}: ...{body[max(0, i - 80):i + len(secret) + 40]!r}...")
+                found.append(f"{what} in {where}: ...{body[max(0, i - 80) : i + len(secret) + 40]!r}...")
     return found
 
 
 def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Popen[bytes], float, Path]:
     log = flow.tmp / f"{name.split()[0]}-{len(flow.outputs)}-{uuid.uuid4().hex[:4]}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "switchyard", *args], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=flow.env, cwd=flow.tmp)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchyard", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=flow.env,
+            cwd=flow.tmp,
+        )
     return name, proc, time.monotonic(), log
 
 
@@ -215,21 +266,49 @@ def _finish(flow: Flow, name: str, proc: subprocess.Popen[bytes], _started: floa
 def _read_and_fail(flow: Flow, src: list[str], wrong_target: str, wrong_legacy: str) -> None:
     """The read-only commands and the failing ones (wrong credentials, a database that
     does not exist, a wrong binlog password), all at once."""
-    done = flow.run_many({
-        "migrate quarantine --json": ["migrate", "quarantine", "--target-url", flow.target, "--json"],
-        "dualrun compare --json": ["dualrun", "compare", "--business", "reminder", "--url", flow.target,
-                                   "--legacy-url", flow.legacy, "--since", "1h", "--json"],
-        "status --json": ["status", "--url", flow.target, "--json"],
-        "status": ["status", "--url", flow.target],
-        "scheduler stats --json": ["scheduler", "stats", "--url", flow.target, "--json"],
-        "db check": ["db", "check", "--url", flow.target],
-        "db check wrong password": ["db", "check", "--url", wrong_target],
-        "migrate plan wrong legacy password": ["migrate", "plan", *src[:2], "--legacy-url", wrong_legacy,
-                                               "--target-url", flow.target, "--json"],
-        "status no such database": ["status", "--url", _with_db(flow.target, "no_such_db_here")],
-        "migrate stream wrong cdc password": ["migrate", "stream", *src, "--binlog-url", _with_db(
-            flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD), "--stall-timeout", "5"],
-    })
+    done = flow.run_many(
+        {
+            "migrate quarantine --json": ["migrate", "quarantine", "--target-url", flow.target, "--json"],
+            "dualrun compare --json": [
+                "dualrun",
+                "compare",
+                "--business",
+                "reminder",
+                "--url",
+                flow.target,
+                "--legacy-url",
+                flow.legacy,
+                "--since",
+                "1h",
+                "--json",
+            ],
+            "status --json": ["status", "--url", flow.target, "--json"],
+            "status": ["status", "--url", flow.target],
+            "scheduler stats --json": ["scheduler", "stats", "--url", flow.target, "--json"],
+            "db check": ["db", "check", "--url", flow.target],
+            "db check wrong password": ["db", "check", "--url", wrong_target],
+            "migrate plan wrong legacy password": [
+                "migrate",
+                "plan",
+                *src[:2],
+                "--legacy-url",
+                wrong_legacy,
+                "--target-url",
+                flow.target,
+                "--json",
+            ],
+            "status no such database": ["status", "--url", _with_db(flow.target, "no_such_db_here")],
+            "migrate stream wrong cdc password": [
+                "migrate",
+                "stream",
+                *src,
+                "--binlog-url",
+                _with_db(flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD),
+                "--stall-timeout",
+                "5",
+            ],
+        }
+    )
     for name in ("migrate quarantine --json", "status --json", "status", "scheduler stats --json", "db check"):
         assert done[name].returncode == 0, f"{name}: {done[name].stderr[-2000:]}"
     assert json.loads(done["migrate quarantine --json"].stdout), "the seed has bad rows"
@@ -255,14 +334,47 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     flow.ok("dualrun start", "dualrun", "start", "reminder", "--url", flow.target, "--legacy-url", flow.legacy)
     wrong_target = _with_db(flow.target, make_url(flow.target).database or "", WRONG_PASSWORD)
     wrong_legacy = _with_db(flow.legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD)
-    sched_args = ["scheduler", "run", "--url", flow.target, "--bus", pulsar, "--election", etcd,
-                  "--election-key", f"/sy-secrets/{uuid.uuid4().hex[:6]}", "--topic-prefix", f"sec{uuid.uuid4().hex[:6]}",
-                  "--name", "secrets", "--lease-ttl", "2", "--idle-wait", "0.3", "--log-level", "DEBUG"]
-    stream_args = ["migrate", "stream", *src, "--binlog-url", flow.cdc_legacy, "--server-id",
-                   str(9100 + os.getpid() % 500), "--log-level", "DEBUG", "--stall-timeout", "30"]
+    sched_args = [
+        "scheduler",
+        "run",
+        "--url",
+        flow.target,
+        "--bus",
+        pulsar,
+        "--election",
+        etcd,
+        "--election-key",
+        f"/sy-secrets/{uuid.uuid4().hex[:6]}",
+        "--topic-prefix",
+        f"sec{uuid.uuid4().hex[:6]}",
+        "--name",
+        "secrets",
+        "--lease-ttl",
+        "2",
+        "--idle-wait",
+        "0.3",
+        "--log-level",
+        "DEBUG",
+    ]
+    stream_args = [
+        "migrate",
+        "stream",
+        *src,
+        "--binlog-url",
+        flow.cdc_legacy,
+        "--server-id",
+        str(9100 + os.getpid() % 500),
+        "--log-level",
+        "DEBUG",
+        "--stall-timeout",
+        "30",
+    ]
     # long-running commands with DEBUG logs, for a while: the scheduler (Pulsar with the
     # token, etcd) and the binlog stream (cdc user) ...
-    long_running = [_start(flow, "scheduler run (DEBUG)", sched_args), _start(flow, "migrate stream (DEBUG)", stream_args)]
+    long_running = [
+        _start(flow, "scheduler run (DEBUG)", sched_args),
+        _start(flow, "migrate stream (DEBUG)", stream_args),
+    ]
     try:
         _read_and_fail(flow, src, wrong_target, wrong_legacy)
     finally:
@@ -277,9 +389,16 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     try:
         summary = Migrator(BatchCenterReader(legacy_engine), TargetWriter(store), store.clock).plan()
         flow.outputs["in-process plan"] = json.dumps(summary.as_dict(), default=str)
-        flow.outputs["reprs"] = "\n".join([repr(store.engine), repr(legacy_engine), str(store.engine.url),
-                                           safe_url(flow.target), repr(open_bus(pulsar, token=PULSAR_TOKEN)),
-                                           repr(BatchCenterReader(legacy_engine).businesses())])
+        flow.outputs["reprs"] = "\n".join(
+            [
+                repr(store.engine),
+                repr(legacy_engine),
+                str(store.engine.url),
+                safe_url(flow.target),
+                repr(open_bus(pulsar, token=PULSAR_TOKEN)),
+                repr(BatchCenterReader(legacy_engine).businesses()),
+            ]
+        )
         try:
             open_store(wrong_target).current_epoch()
         except Exception as exc:  # the exception an embedding program would log
@@ -292,10 +411,13 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     flow.outputs["captured logs"] = caplog.text
 
     leaks = _leaks(flow.outputs, flow.secrets) + _leaks(
-        {f"table {t}": body for t, body in _table_texts(flow.target).items()}, flow.secrets)
+        {f"table {t}": body for t, body in _table_texts(flow.target).items()}, flow.secrets
+    )
     assert not leaks, f"{len(leaks)} secret(s) leaked:\n" + "\n".join(leaks[:20])
     # the scan looked at real content
-    assert HOSTILE_BIZ in flow.outputs["status --json"] or json.dumps(HOSTILE_BIZ)[1:-1] in flow.outputs["status --json"]
+    assert (
+        HOSTILE_BIZ in flow.outputs["status --json"] or json.dumps(HOSTILE_BIZ)[1:-1] in flow.outputs["status --json"]
+    )
     assert "leading with epoch" in flow.outputs["scheduler run (DEBUG)"], flow.outputs["scheduler run (DEBUG)"][-3000:]
     assert "snapshot applied" in flow.outputs["migrate stream (DEBUG)"], flow.outputs["migrate stream (DEBUG)"][-3000:]
 
@@ -310,32 +432,100 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
     cases = {
         "db init": ["db", "init", "--url", wrong_t],
         "db check": ["db", "check", "--url", wrong_t],
-        "migrate plan (target)": ["migrate", "plan", "--source", "batch-center", "--legacy-url", ok_l,
-                                  "--target-url", wrong_t],
-        "migrate plan (legacy)": ["migrate", "plan", "--source", "batch-center", "--legacy-url", wrong_l,
-                                  "--target-url", ok_t],
-        "migrate run (legacy)": ["migrate", "run", "--source", "batch-center", "--legacy-url", wrong_l,
-                                 "--target-url", ok_t],
+        "migrate plan (target)": [
+            "migrate",
+            "plan",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            ok_l,
+            "--target-url",
+            wrong_t,
+        ],
+        "migrate plan (legacy)": [
+            "migrate",
+            "plan",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            wrong_l,
+            "--target-url",
+            ok_t,
+        ],
+        "migrate run (legacy)": [
+            "migrate",
+            "run",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            wrong_l,
+            "--target-url",
+            ok_t,
+        ],
         "migrate quarantine": ["migrate", "quarantine", "--target-url", wrong_t],
-        "migrate stream (legacy)": ["migrate", "stream", "--source", "batch-center", "--legacy-url", wrong_l,
-                                    "--target-url", ok_t],
-        "migrate stream (binlog user)": ["migrate", "stream", "--source", "batch-center", "--legacy-url", ok_l,
-                                         "--target-url", ok_t, "--binlog-url", _with_db(
-                                             flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD)],
+        "migrate stream (legacy)": [
+            "migrate",
+            "stream",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            wrong_l,
+            "--target-url",
+            ok_t,
+        ],
+        "migrate stream (binlog user)": [
+            "migrate",
+            "stream",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            ok_l,
+            "--target-url",
+            ok_t,
+            "--binlog-url",
+            _with_db(flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD),
+        ],
         "scheduler stats": ["scheduler", "stats", "--url", wrong_t],
         "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local"],
         "trigger pause": ["trigger", "pause", "1", "--url", wrong_t],
         "status": ["status", "--url", wrong_t],
-        "dualrun compare (store)": ["dualrun", "compare", "--business", "reminder", "--url", wrong_t,
-                                    "--legacy-url", ok_l],
-        "dualrun compare (legacy)": ["dualrun", "compare", "--business", "reminder", "--source", "batch-center",
-                                     "--url", ok_t, "--legacy-url", wrong_l],
+        "dualrun compare (store)": [
+            "dualrun",
+            "compare",
+            "--business",
+            "reminder",
+            "--url",
+            wrong_t,
+            "--legacy-url",
+            ok_l,
+        ],
+        "dualrun compare (legacy)": [
+            "dualrun",
+            "compare",
+            "--business",
+            "reminder",
+            "--source",
+            "batch-center",
+            "--url",
+            ok_t,
+            "--legacy-url",
+            wrong_l,
+        ],
         "cutover": ["cutover", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
         "rollback": ["rollback", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
     }
-    procs = {name: subprocess.Popen([sys.executable, "-m", "switchyard", *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=flow.env, cwd=flow.tmp,
-                                    stdin=subprocess.DEVNULL) for name, args in cases.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "switchyard", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=flow.env,
+            cwd=flow.tmp,
+            stdin=subprocess.DEVNULL,
+        )
+        for name, args in cases.items()
+    }
     failures = []
     for name, proc in procs.items():
         try:
@@ -346,12 +536,14 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
             err += "\n(still running after 90 s: killed)"
         shown = [a.replace(flow.secrets["app password"], "***") for a in cases[name]]
         try:
-            check_output(shown, proc.returncode, 3, out.replace(WRONG_PASSWORD, "secret"),
-                         err.replace(WRONG_PASSWORD, "secret"))
+            check_output(
+                shown, proc.returncode, 3, out.replace(WRONG_PASSWORD, "secret"), err.replace(WRONG_PASSWORD, "secret")
+            )
         except AssertionError as exc:
             failures.append(f"[{name}] {exc}")
-    assert not failures, f"{len(failures)} of {len(cases)} command(s) mishandle wrong credentials:\n" + \
-        "\n\n".join(f[:1500] for f in failures)
+    assert not failures, f"{len(failures)} of {len(cases)} command(s) mishandle wrong credentials:\n" + "\n\n".join(
+        f[:1500] for f in failures
+    )
     # nothing half-written: a wrong binlog user is refused before the snapshot writes a checkpoint
     engine = make_engine(flow.target)
     try:
@@ -369,26 +561,71 @@ def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> 
     plan = json.loads(flow.ok("plan hostile business", "migrate", "plan", *src, "--business", HOSTILE_BIZ, "--json"))
     assert {r["business"] for r in plan["rows"]} == {HOSTILE_BIZ}, plan["rows"]
     flow.ok("run hostile business", "migrate", "run", *src, "--business", HOSTILE_BIZ)
-    flow.ok("dualrun start hostile", "dualrun", "start", HOSTILE_BIZ, "--url", flow.target, "--legacy-url", flow.legacy,
-            "--actor", HOSTILE_ACTOR, "--reason", HOSTILE_REASON)
+    flow.ok(
+        "dualrun start hostile",
+        "dualrun",
+        "start",
+        HOSTILE_BIZ,
+        "--url",
+        flow.target,
+        "--legacy-url",
+        flow.legacy,
+        "--actor",
+        HOSTILE_ACTOR,
+        "--reason",
+        HOSTILE_REASON,
+    )
     r = flow.run("trigger pause hostile job", "trigger", "pause", "--job", HOSTILE_KEY, "--url", flow.target)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr  # names nothing: refused as input
-    flow.ok("trigger pause hostile business", "trigger", "pause", "--business", HOSTILE_BIZ, "--url", flow.target,
-            "--actor", HOSTILE_ACTOR, "--reason", HOSTILE_REASON)
+    flow.ok(
+        "trigger pause hostile business",
+        "trigger",
+        "pause",
+        "--business",
+        HOSTILE_BIZ,
+        "--url",
+        flow.target,
+        "--actor",
+        HOSTILE_ACTOR,
+        "--reason",
+        HOSTILE_REASON,
+    )
     status = json.loads(flow.ok("status --json", "status", "--url", flow.target, "--json"))
 
     engine = make_engine(flow.target)
     try:
         with engine.connect() as conn:
-            job = conn.execute(text("SELECT job_code, biz_code, params FROM dus_job WHERE biz_code = :b"),
-                               {"b": HOSTILE_BIZ}).mappings().all()
-            ledger = conn.execute(text("SELECT source_key, business, status, field, reason, raw_excerpt "
-                                       "FROM dus_migration_ledger WHERE business = :b ORDER BY source_key"),
-                                  {"b": HOSTILE_BIZ}).mappings().all()
-            biz = conn.execute(text("SELECT biz_code, state FROM dus_business WHERE biz_code = :b"),
-                               {"b": HOSTILE_BIZ}).mappings().all()
-            audit = conn.execute(text("SELECT actor, reason, to_state FROM dus_cutover_audit WHERE biz_code = :b"),
-                                 {"b": HOSTILE_BIZ}).mappings().all()
+            job = (
+                conn.execute(
+                    text("SELECT job_code, biz_code, params FROM dus_job WHERE biz_code = :b"), {"b": HOSTILE_BIZ}
+                )
+                .mappings()
+                .all()
+            )
+            ledger = (
+                conn.execute(
+                    text(
+                        "SELECT source_key, business, status, field, reason, raw_excerpt "
+                        "FROM dus_migration_ledger WHERE business = :b ORDER BY source_key"
+                    ),
+                    {"b": HOSTILE_BIZ},
+                )
+                .mappings()
+                .all()
+            )
+            biz = (
+                conn.execute(text("SELECT biz_code, state FROM dus_business WHERE biz_code = :b"), {"b": HOSTILE_BIZ})
+                .mappings()
+                .all()
+            )
+            audit = (
+                conn.execute(
+                    text("SELECT actor, reason, to_state FROM dus_cutover_audit WHERE biz_code = :b"),
+                    {"b": HOSTILE_BIZ},
+                )
+                .mappings()
+                .all()
+            )
             trig = conn.execute(text("SELECT state FROM dus_job_trigger WHERE biz_code = :b"), {"b": HOSTILE_BIZ}).all()
             tables = {t for (t,) in conn.execute(text("SHOW TABLES"))}
     finally:
@@ -403,11 +640,18 @@ def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> 
     assert bad["status"] == "quarantined" and bad["field"] == "cron" and "DELETE FROM dus_job" in bad["reason"], bad
     excerpt = json.loads(bad["raw_excerpt"])
     assert (excerpt["cron_expr"], excerpt["task_key"], excerpt["task_name"], excerpt["payload"]) == (
-        HOSTILE_CRON, HOSTILE_KEY + " 2", HOSTILE_NAME, HOSTILE_PAYLOAD), excerpt
+        HOSTILE_CRON,
+        HOSTILE_KEY + " 2",
+        HOSTILE_NAME,
+        HOSTILE_PAYLOAD,
+    ), excerpt
     assert HOSTILE_TOKEN not in bad["raw_excerpt"]
     assert [(b["biz_code"], b["state"]) for b in biz] == [(HOSTILE_BIZ, "dual_run")]
     # the dual-run start, then the pause (an operator action on a business in dual-run is audited)
-    assert [(a["actor"], a["reason"], a["to_state"]) for a in audit] == [(HOSTILE_ACTOR, HOSTILE_REASON, "dual_run")] * 2
+    assert [(a["actor"], a["reason"], a["to_state"]) for a in audit] == [
+        (HOSTILE_ACTOR, HOSTILE_REASON, "dual_run")
+    ] * 2
     assert trig == [("paused",)], trig
     assert {"business": HOSTILE_BIZ, "state": "dual_run"}.items() <= next(
-        row for row in status if row["business"] == HOSTILE_BIZ).items()
+        row for row in status if row["business"] == HOSTILE_BIZ
+    ).items()

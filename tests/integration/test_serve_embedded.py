@@ -3,9 +3,9 @@ in-process bus. One-shot, cron and fan-out jobs run, results are recorded, a dom
 while it runs gets an executor, the metrics and the console answer; SIGTERM and a start
 again lose nothing: a one-shot published ahead before the stop runs after the restart,
 the cron occurrences missed while it was down run, and no run happens twice."""
+
 from __future__ import annotations
 
-from typing import Any
 import json
 import os
 import signal
@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
 from switchyard.wiring import open_store
@@ -55,12 +56,33 @@ def _get(url: str) -> str:
 def _start(url: str, out: Path, run_log: Path, metrics: int, console: int) -> subprocess.Popen[str]:
     env = {**os.environ, "SERVE_RUN_LOG": str(run_log), "PYTHONPATH": str(REPO)}
     env.pop("SWITCHYARD_CONSOLE_TOKEN", None)
-    args = [sys.executable, "-m", "switchyard", "serve", "--url", url, "--handlers", "tests.serve_handlers",
-            "--name", "serve-test", "--lookahead", "60", "--idle-wait", "0.5", "--metrics-port", str(metrics),
-            "--console", "--console-port", str(console), "--log-level", "INFO"]
+    args = [
+        sys.executable,
+        "-m",
+        "switchyard",
+        "serve",
+        "--url",
+        url,
+        "--handlers",
+        "tests.serve_handlers",
+        "--name",
+        "serve-test",
+        "--lookahead",
+        "60",
+        "--idle-wait",
+        "0.5",
+        "--metrics-port",
+        str(metrics),
+        "--console",
+        "--console-port",
+        str(console),
+        "--log-level",
+        "INFO",
+    ]
     with out.open("a") as f:
-        return subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                env=env, cwd=str(REPO))
+        return subprocess.Popen(
+            args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env, cwd=str(REPO)
+        )
 
 
 def _stop(proc: subprocess.Popen[str]) -> int:
@@ -75,40 +97,73 @@ def _stop(proc: subprocess.Popen[str]) -> int:
 
 def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'center.db'}"
-    init = subprocess.run([sys.executable, "-m", "switchyard", "db", "init", "--url", url], capture_output=True,
-                          text=True, cwd=str(REPO), timeout=120)
+    init = subprocess.run(
+        [sys.executable, "-m", "switchyard", "db", "init", "--url", url],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=120,
+    )
     assert init.returncode == 0, init.stderr
     store = open_store(url)
     now = store.clock.now()
     t0 = datetime.fromtimestamp((int(now.timestamp()) // 2 + 2) * 2, tz=timezone.utc)  # an even second ahead
-    for job in (Job(job_code=JobCode("tick"), biz_code="alpha", handler="h"),
-                Job(job_code=JobCode("once"), biz_code="alpha", handler="h"),
-                Job(job_code=JobCode("fan"), biz_code="beta", handler="h", shard_total=12, envelope_size=4),
-                Job(job_code=JobCode("later"), biz_code="beta", handler="h")):
+    for job in (
+        Job(job_code=JobCode("tick"), biz_code="alpha", handler="h"),
+        Job(job_code=JobCode("once"), biz_code="alpha", handler="h"),
+        Job(job_code=JobCode("fan"), biz_code="beta", handler="h", shard_total=12, envelope_size=4),
+        Job(job_code=JobCode("later"), biz_code="beta", handler="h"),
+    ):
         store.put_job(job)
-    store.add_triggers([
-        Trigger(job_code=JobCode("tick"), biz_code="alpha", kind=TriggerKind.CRON, cron="0/2 * * * * ?",
-                next_fire_at=t0),
-        Trigger(job_code=JobCode("once"), biz_code="alpha", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=1)),
-        Trigger(job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=2)),
-        # published ahead (60 s lookahead) by the first process, due after it stopped
-        Trigger(job_code=JobCode("later"), biz_code="beta", kind=TriggerKind.ONCE,
-                next_fire_at=t0 + timedelta(seconds=40)),
-        # a fan-out published ahead too: its page records (4 items each) are published again
-        Trigger(job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE,
-                next_fire_at=t0 + timedelta(seconds=41)),
-    ])
+    store.add_triggers(
+        [
+            Trigger(
+                job_code=JobCode("tick"), biz_code="alpha", kind=TriggerKind.CRON, cron="0/2 * * * * ?", next_fire_at=t0
+            ),
+            Trigger(
+                job_code=JobCode("once"),
+                biz_code="alpha",
+                kind=TriggerKind.ONCE,
+                next_fire_at=t0 + timedelta(seconds=1),
+            ),
+            Trigger(
+                job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=2)
+            ),
+            # published ahead (60 s lookahead) by the first process, due after it stopped
+            Trigger(
+                job_code=JobCode("later"),
+                biz_code="beta",
+                kind=TriggerKind.ONCE,
+                next_fire_at=t0 + timedelta(seconds=40),
+            ),
+            # a fan-out published ahead too: its page records (4 items each) are published again
+            Trigger(
+                job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=41)
+            ),
+        ]
+    )
     run_log, out = tmp_path / "runs.jsonl", tmp_path / "serve.log"
     metrics, console = _free_port(), _free_port()
 
     proc = _start(url, out, run_log, metrics, console)
     jobs = lambda: Counter(str(r["job"]) for r in _runs(run_log))  # noqa: E731
-    _until("one-shot, fan-out and three ticks", lambda: jobs()["once"] == 1 and jobs()["fan"] == 12
-           and jobs()["tick"] >= 3, proc)
+    _until(
+        "one-shot, fan-out and three ticks",
+        lambda: jobs()["once"] == 1 and jobs()["fan"] == 12 and jobs()["tick"] >= 3,
+        proc,
+    )
     # a domain added while it runs gets its executor
     store.put_job(Job(job_code=JobCode("gamma-job"), biz_code="gamma", handler="h"))
-    store.add_triggers([Trigger(job_code=JobCode("gamma-job"), biz_code="gamma", kind=TriggerKind.ONCE,
-                                next_fire_at=store.clock.now() + timedelta(seconds=1))])
+    store.add_triggers(
+        [
+            Trigger(
+                job_code=JobCode("gamma-job"),
+                biz_code="gamma",
+                kind=TriggerKind.ONCE,
+                next_fire_at=store.clock.now() + timedelta(seconds=1),
+            )
+        ]
+    )
     _until("the new domain's job", lambda: jobs()["gamma-job"] == 1, proc)
     # the same metrics as the distributed scheduler, and the console
     text = _get(f"http://127.0.0.1:{metrics}/")
@@ -125,10 +180,16 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
     time.sleep(3)  # down for a few ticks
     proc = _start(url, out, run_log, metrics, console)
     try:
-        _until("the one-shot and fan-out published before the stop",
-               lambda: jobs()["later"] == 1 and jobs()["fan"] == 24, proc)
-        _until("ticks after the restart", lambda: max(int(r["T"]) for r in _runs(run_log) if r["job"] == "tick")
-               > (stopped_at + 6) * 1000, proc)
+        _until(
+            "the one-shot and fan-out published before the stop",
+            lambda: jobs()["later"] == 1 and jobs()["fan"] == 24,
+            proc,
+        )
+        _until(
+            "ticks after the restart",
+            lambda: max(int(r["T"]) for r in _runs(run_log) if r["job"] == "tick") > (stopped_at + 6) * 1000,
+            proc,
+        )
     finally:
         assert _stop(proc) == 0, out.read_text()[-3000:]
 
@@ -146,13 +207,17 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
     assert {int(r["pid"]) for r in runs if r["job"] == "later"} == {proc.pid} != {first_pid}
     log_text = out.read_text()
     assert "command(s) published again from the store" in log_text and "Traceback" not in log_text
-    republished = [int(line.split("serve serve-test: ")[1].split(" ")[0]) for line in log_text.splitlines()
-                   if "published again from the store" in line]
+    republished = [
+        int(line.split("serve serve-test: ")[1].split(" ")[0])
+        for line in log_text.splitlines()
+        if "published again from the store" in line
+    ]
     assert republished[0] == 0 and republished[1] >= 1  # the second start put back what the first had published
     # every run's result is recorded in the store
     last = max(int(r["T"]) for r in runs)  # type: ignore[call-overload]
-    records = store.fired_between(None, t0 - timedelta(seconds=1), datetime.fromtimestamp(last / 1000 + 0.5,
-                                                                                         tz=timezone.utc))
+    records = store.fired_between(
+        None, t0 - timedelta(seconds=1), datetime.fromtimestamp(last / 1000 + 0.5, tz=timezone.utc)
+    )
     recorded = {(r.job_code, int(r.scheduled_at.timestamp() * 1000), r.item_index): r for r in records}
     for key in keys:
         job, at, item = key
@@ -178,33 +243,77 @@ def test_serve_with_the_xxl_job_bridge_needs_no_handler_code(tmp_path: Path) -> 
 
     secret = "serve-xxl-secret-51c2"
     url = f"sqlite:///{tmp_path / 'center.db'}"
-    init = subprocess.run([sys.executable, "-m", "switchyard", "db", "init", "--url", url], capture_output=True,
-                          text=True, cwd=str(REPO), timeout=120)
+    init = subprocess.run(
+        [sys.executable, "-m", "switchyard", "db", "init", "--url", url],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=120,
+    )
     assert init.returncode == 0, init.stderr
     store = open_store(url)
-    store.put_job(Job(job_code=JobCode("xxl:demo:7"), biz_code="demo", handler="xxl-job-bridge",
-                      params=json.dumps(xxl_params(job_id="7"))))
+    store.put_job(
+        Job(
+            job_code=JobCode("xxl:demo:7"),
+            biz_code="demo",
+            handler="xxl-job-bridge",
+            params=json.dumps(xxl_params(job_id="7")),
+        )
+    )
     due = store.clock.now() + timedelta(seconds=2)
-    (trigger,) = store.add_triggers([Trigger(job_code=JobCode("xxl:demo:7"), biz_code="demo", kind=TriggerKind.ONCE,
-                                         next_fire_at=due)])
+    (trigger,) = store.add_triggers(
+        [Trigger(job_code=JobCode("xxl:demo:7"), biz_code="demo", kind=TriggerKind.ONCE, next_fire_at=due)]
+    )
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}/"
     out = tmp_path / "serve.log"
     with XxlExecutorStandIn(access_token=secret, admin_addresses=[endpoint]) as xxl:
-        args = [sys.executable, "-m", "switchyard", "serve", "--url", url, "--bridge", "xxl-job",
-                "--executor-address", xxl.address, "--access-token-env", "SERVE_XXL_TOKEN",
-                "--listen", f"127.0.0.1:{port}", "--name", "serve-bridge", "--lookahead", "60", "--idle-wait", "0.5",
-                "--log-level", "DEBUG"]
+        args = [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "serve",
+            "--url",
+            url,
+            "--bridge",
+            "xxl-job",
+            "--executor-address",
+            xxl.address,
+            "--access-token-env",
+            "SERVE_XXL_TOKEN",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--name",
+            "serve-bridge",
+            "--lookahead",
+            "60",
+            "--idle-wait",
+            "0.5",
+            "--log-level",
+            "DEBUG",
+        ]
         with out.open("w") as f:
-            proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                    cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO),
-                                                        "SERVE_XXL_TOKEN": secret})
+            proc = subprocess.Popen(
+                args,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                cwd=str(REPO),
+                env={**os.environ, "PYTHONPATH": str(REPO), "SERVE_XXL_TOKEN": secret},
+            )
         try:
+
             def done() -> bool:
                 with store.engine.connect() as conn:
-                    states = [r[0] for r in conn.execute(select(store.t.fired.c.state).where(
-                        store.t.fired.c.trigger_id == trigger.id))]
+                    states = [
+                        r[0]
+                        for r in conn.execute(
+                            select(store.t.fired.c.state).where(store.t.fired.c.trigger_id == trigger.id)
+                        )
+                    ]
                 return states == [FiredState.SUCCEEDED.value]
+
             _until("the bridged run's success in the store", done, proc)
             assert [t["jobId"] for t in xxl.triggers] == [2**31 - 1 - 7]  # the bridge's own job id
         finally:

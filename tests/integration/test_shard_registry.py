@@ -4,6 +4,7 @@ SIGSTOPped past its lease and resumed. Every due occurrence fires at least once,
 duplicates share their command id, no row stays acquired past deadline + reclaim
 interval, and no partition is ever admitted by two owners at once: per partition, the
 fired records of each epoch span a time interval that overlaps no other epoch's."""
+
 from __future__ import annotations
 
 import itertools
@@ -32,9 +33,9 @@ from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import Partition, partition_fence
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
@@ -110,9 +111,17 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         span_s = 10.0 + 8.0 * rounds
         n = 600
         t0 = clock.now() + timedelta(seconds=4)
-        triggers = store.add_triggers([
-            Trigger(job_code=JobCode("burst"), biz_code="sop", kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(seconds=span_s * i / n)) for i in range(n)])
+        triggers = store.add_triggers(
+            [
+                Trigger(
+                    job_code=JobCode("burst"),
+                    biz_code="sop",
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=t0 + timedelta(seconds=span_s * i / n),
+                )
+                for i in range(n)
+            ]
+        )
         expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
 
         bus = PulsarBus(pulsar, topic_prefix=topics)
@@ -130,8 +139,9 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         ex_thread.start()
 
         def start(name: str) -> SchedulerProc:
-            return start_scheduler(name, tmp_path, url=url, bus=pulsar, etcd=etcd, key="/unused", prefix=topics,
-                                   extra=extra)
+            return start_scheduler(
+                name, tmp_path, url=url, bus=pulsar, etcd=etcd, key="/unused", prefix=topics, extra=extra
+            )
 
         procs = {f"m{i}": start(f"m{i}") for i in range(3)}
         handoffs: list[float] = []
@@ -147,10 +157,16 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 before = _owners(etcd, registry)
                 theirs = {p for p, (m, _) in before.items() if m == victim}
                 procs.pop(victim).kill9()
-                handoffs.append(_wait_owned(
-                    etcd, registry,
-                    lambda o, victim=victim, theirs=theirs: len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs),
-                    60))
+                handoffs.append(
+                    _wait_owned(
+                        etcd,
+                        registry,
+                        lambda o, victim=victim, theirs=theirs: (
+                            len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs)
+                        ),
+                        60,
+                    )
+                )
                 after = _owners(etcd, registry)
                 moved.append(sum(1 for p in after if after[p][0] != before[p][0]))
                 assert moved[-1] == len(theirs), "a leave moves exactly the leaver's partitions"
@@ -159,12 +175,19 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 joined += 1
                 before = _owners(etcd, registry)
                 procs[name] = start(name)
-                _wait_owned(etcd, registry,
-                            lambda o, name=name: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60)
+                _wait_owned(
+                    etcd, registry, lambda o, name=name: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60
+                )
                 # the joiner's whole share arrives, and nothing else moves
                 share = set(partitions_of(name, set(procs), range(PARTITIONS)))
-                _wait_owned(etcd, registry, lambda o, name=name, share=share: len(o) == PARTITIONS
-                            and {p for p, (m, _) in o.items() if m == name} == share, 60)
+                _wait_owned(
+                    etcd,
+                    registry,
+                    lambda o, name=name, share=share: (
+                        len(o) == PARTITIONS and {p for p, (m, _) in o.items() if m == name} == share
+                    ),
+                    60,
+                )
                 after = _owners(etcd, registry)
                 joins.append(sum(1 for p in after if after[p][0] != before[p][0]))
                 assert {p for p in after if after[p][0] != before[p][0]} == share, "a join moves only the joiner's"
@@ -173,13 +196,17 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 paused = rng.choice(sorted(procs))
                 os.kill(procs[paused].pid, signal.SIGSTOP)
                 try:
-                    _wait_owned(etcd, registry,
-                                lambda o, paused=paused: len(o) == PARTITIONS
-                                and paused not in {m for m, _ in o.values()}, 60)
+                    _wait_owned(
+                        etcd,
+                        registry,
+                        lambda o, paused=paused: len(o) == PARTITIONS and paused not in {m for m, _ in o.values()},
+                        60,
+                    )
                 finally:
                     os.kill(procs[paused].pid, signal.SIGCONT)
-                _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS
-                            and len({m for m, _ in o.values()}) == len(procs), 60)
+                _wait_owned(
+                    etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == len(procs), 60
+                )
             settle = time.monotonic() + span_s + 40
             while time.monotonic() < settle and not expected <= set(got):
                 time.sleep(0.25)
@@ -198,8 +225,13 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
             tid, _ms, item = parse_command_id(cid)
             assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
         now = clock.now()
-        stuck = [t for t in store.triggers_of() if t.state is TriggerState.ACQUIRED and t.acquire_deadline is not None
-                 and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)]
+        stuck = [
+            t
+            for t in store.triggers_of()
+            if t.state is TriggerState.ACQUIRED
+            and t.acquire_deadline is not None
+            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
+        ]
         assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
         assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
         records = store.fired_between(None, t0 - timedelta(seconds=1), t0 + timedelta(seconds=span_s + 1))
@@ -208,8 +240,10 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         assert any(v > 1 for v in epochs.values()), "no partition changed hands: the faults did not bite"
         assert any("lease lost" in text for text in logs.values()), "the paused member never noticed its lost lease"
         dups = sum(c - 1 for c in got.values())
-        print(f"rounds={rounds} handoff p50={statistics.median(handoffs):.2f}s max={max(handoffs):.2f}s "
-              f"moved on kills={moved} on joins={joins} delivered={len(got)} duplicates={dups} epochs/partition={sorted(epochs.values())}")
+        print(
+            f"rounds={rounds} handoff p50={statistics.median(handoffs):.2f}s max={max(handoffs):.2f}s "
+            f"moved on kills={moved} on joins={joins} delivered={len(got)} duplicates={dups} epochs/partition={sorted(epochs.values())}"
+        )
         engine.dispose()
 
 
@@ -229,13 +263,38 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
     with mariadb_database() as url:
         engine = make_engine(url)
         init_schema(engine, 4)
-        procs = [start_scheduler(f"c{i}", tmp_path, url=url, bus=pulsar, etcd=etcd, key="/unused",
-                                 prefix=f"cl{uuid.uuid4().hex[:6]}", extra=["--shards", "--registry-prefix", registry])
-                 for i in range(2)]
+        procs = [
+            start_scheduler(
+                f"c{i}",
+                tmp_path,
+                url=url,
+                bus=pulsar,
+                etcd=etcd,
+                key="/unused",
+                prefix=f"cl{uuid.uuid4().hex[:6]}",
+                extra=["--shards", "--registry-prefix", registry],
+            )
+            for i in range(2)
+        ]
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and len({m for m, _ in o.values()}) == 2, 60)
-            out = subprocess.run([sys.executable, "-m", "switchyard", "scheduler", "members", "--election", etcd,
-                                  "--registry-prefix", registry, "--json"], capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "switchyard",
+                    "scheduler",
+                    "members",
+                    "--election",
+                    etcd,
+                    "--registry-prefix",
+                    registry,
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert out.returncode == 0, out.stderr
             body = json.loads(out.stdout)
             assert sorted(m["member"] for m in body["members"]) == ["c0", "c1"]

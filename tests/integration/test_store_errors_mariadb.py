@@ -2,6 +2,7 @@
 or a cut connection is StoreUnavailable, a wrong password StoreAccessDenied, a duplicate
 key StoreConflict, a dropped table SchemaError; each with the server's own line (password
 masked) and the driver's error as the cause. SQLite's in tests/unit/test_store_errors.py."""
+
 from __future__ import annotations
 
 import socket
@@ -85,7 +86,7 @@ def test_a_duplicate_key_is_a_conflict_and_a_dropped_table_a_schema_error() -> N
             twice = [ShardingItem(job_code=JobCode("j"), index=0, param=p) for p in ("a", "b")]
             with pytest.raises(StoreConflict) as conflict:
                 store.put_sharding_items(JobCode("j"), twice)
-            assert str(conflict.value).startswith("the database refused the write: (1062, \"Duplicate entry")
+            assert str(conflict.value).startswith('the database refused the write: (1062, "Duplicate entry')
             with engine.begin() as conn:
                 conn.execute(text("DROP TABLE dus_job_trigger"))
             with pytest.raises(SchemaError) as missing:

@@ -1,6 +1,7 @@
 """The binlog stream process killed with SIGKILL at random points while the legacy
 tables change, on the real MariaDB: after the last resume the target equals the source
 (a fresh plan finds nothing to create, update or delete), no change lost or doubled."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from migrator.model import Action
 from legacy_sim.seed import seed_batchcenter
+from migrator.model import Action
 from readers.streams import current_position
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
@@ -29,10 +30,31 @@ pytestmark = pytest.mark.mariadb
 def _start(tmp: Path, n: int, legacy_url: str, target_url: str, cdc_url: str) -> subprocess.Popen[bytes]:
     log = (tmp / f"stream{n}.log").open("wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", "batch-center",
-         "--legacy-url", legacy_url, "--target-url", target_url, "--binlog-url", cdc_url,
-         "--server-id", str(7000 + n), "--stall-timeout", "20", "--log-level", "WARNING"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "switchyard",
+            "migrate",
+            "stream",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            legacy_url,
+            "--target-url",
+            target_url,
+            "--binlog-url",
+            cdc_url,
+            "--server-id",
+            str(7000 + n),
+            "--stall-timeout",
+            "20",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _churn(legacy_url: str, stop: threading.Event, rng: random.Random, counts: dict[str, int]) -> None:
@@ -45,15 +67,23 @@ def _churn(legacy_url: str, stop: threading.Event, rng: random.Random, counts: d
                 ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 ORDER BY id"))]
                 op = rng.random()
                 if op < 0.5 and ids:
-                    conn.execute(text("UPDATE bc_task SET max_retry = (max_retry + 1) % 5, version = version + 1 "
-                                      "WHERE id = :id"), {"id": rng.choice(ids)})
+                    conn.execute(
+                        text(
+                            "UPDATE bc_task SET max_retry = (max_retry + 1) % 5, version = version + 1 WHERE id = :id"
+                        ),
+                        {"id": rng.choice(ids)},
+                    )
                     counts["update"] += 1
                 elif op < 0.8:
                     n = counts["insert"]
-                    conn.execute(text(
-                        "INSERT INTO bc_task (biz_code, task_key, task_name, task_type, cron_expr, fire_time, "
-                        "callback_url, payload) SELECT biz_code, :k, 'churn', 2, '0 0/5 * * * ?', "
-                        "'2026-12-03 08:00:00', '/cb', '{}' FROM bc_biz ORDER BY biz_code LIMIT 1"), {"k": f"churn-{n}"})
+                    conn.execute(
+                        text(
+                            "INSERT INTO bc_task (biz_code, task_key, task_name, task_type, cron_expr, fire_time, "
+                            "callback_url, payload) SELECT biz_code, :k, 'churn', 2, '0 0/5 * * * ?', "
+                            "'2026-12-03 08:00:00', '/cb', '{}' FROM bc_biz ORDER BY biz_code LIMIT 1"
+                        ),
+                        {"k": f"churn-{n}"},
+                    )
                     counts["insert"] += 1
                 elif ids:
                     conn.execute(text("DELETE FROM bc_task WHERE id = :id"), {"id": rng.choice(ids)})
@@ -103,7 +133,8 @@ def _kill_loop(kills: int, tmp_path: Path, seed: int) -> None:
         plan = env.migrator.plan()
         assert plan.counts["create"] == plan.counts["update"] == plan.counts["delete"] == 0, (
             f"target differs from source after {kills} kill(s): {plan.counts}; churn {counts}\n"
-            + "\n".join(f"{r.action} {r.source_key}" for r in plan.rows if r.action is not Action.QUARANTINE)[:2000])
+            + "\n".join(f"{r.action} {r.source_key}" for r in plan.rows if r.action is not Action.QUARANTINE)[:2000]
+        )
         assert counts["insert"] > 0 and counts["update"] > 0
         print(f"kills={kills} churn={counts} checkpoint={ck}")
         env.legacy.dispose()

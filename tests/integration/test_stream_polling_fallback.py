@@ -9,6 +9,7 @@ to polling with a one-line notice; inserts, updates and deletes (found by the ke
 compare, a few keys per pass) arrive; after a restart it resumes from its checkpoint and
 applies what changed while it was down; a run over an unchanged source writes nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,10 +27,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
-from readers.legacy_ddl.loader import create_legacy_schema
 from legacy_sim.seed import seed_xxljob
-from switchyard.schema import init_schema
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.servers import server_url
 
@@ -57,11 +58,34 @@ class Stream:
         self.log = tmp_path / f"{name}.log"
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", "xxl-job",
-                 "--legacy-url", as_sched(legacy_url), "--target-url", target_url,
-                 "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC",
-                 "--key-compare-every", "0.5", "--key-compare-batch", "4", "--log-level", "INFO"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path)
+                [
+                    sys.executable,
+                    "-m",
+                    "switchyard",
+                    "migrate",
+                    "stream",
+                    "--source",
+                    "xxl-job",
+                    "--legacy-url",
+                    as_sched(legacy_url),
+                    "--target-url",
+                    target_url,
+                    "--legacy-db-tz",
+                    "Asia/Shanghai",
+                    "--legacy-cron-tz",
+                    "UTC",
+                    "--key-compare-every",
+                    "0.5",
+                    "--key-compare-batch",
+                    "4",
+                    "--log-level",
+                    "INFO",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=tmp_path,
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -95,19 +119,24 @@ def _scalar(engine: Engine, sql: str, **params: Any) -> Any:
 
 def _insert_job(legacy: Engine, desc: str) -> int:
     with legacy.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO xxl_job_info (job_group, job_desc, add_time, update_time, author, schedule_type, "
-            "schedule_conf, misfire_strategy, executor_route_strategy, executor_handler, executor_param, "
-            "executor_block_strategy, glue_type, glue_updatetime, trigger_status) VALUES (1, :d, :t, :t, 'sy', "
-            "'CRON', '0 0 4 * * ?', 'DO_NOTHING', 'FIRST', 'lateHandler', '', 'SERIAL_EXECUTION', 'BEAN', :t, 1)"),
-            {"d": desc, "t": wall_now()})
+        conn.execute(
+            text(
+                "INSERT INTO xxl_job_info (job_group, job_desc, add_time, update_time, author, schedule_type, "
+                "schedule_conf, misfire_strategy, executor_route_strategy, executor_handler, executor_param, "
+                "executor_block_strategy, glue_type, glue_updatetime, trigger_status) VALUES (1, :d, :t, :t, 'sy', "
+                "'CRON', '0 0 4 * * ?', 'DO_NOTHING', 'FIRST', 'lateHandler', '', 'SERIAL_EXECUTION', 'BEAN', :t, 1)"
+            ),
+            {"d": desc, "t": wall_now()},
+        )
         return int(conn.execute(text("SELECT MAX(id) FROM xxl_job_info")).scalar_one())
 
 
 def _update_timeout(legacy: Engine, job_id: int, seconds: int) -> None:
     with legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET executor_timeout = :s, update_time = :t WHERE id = :id"),
-                     {"s": seconds, "t": wall_now(), "id": job_id})
+        conn.execute(
+            text("UPDATE xxl_job_info SET executor_timeout = :s, update_time = :t WHERE id = :id"),
+            {"s": seconds, "t": wall_now(), "id": job_id},
+        )
 
 
 def _delete(legacy: Engine, job_id: int) -> None:
@@ -119,8 +148,10 @@ def _target_state(target: Engine) -> dict[str, list[tuple[Any, ...]]]:
     """Every row the migration writes, with its update stamps: equal before and after a
     run that writes nothing."""
     with target.connect() as conn:
-        return {t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY 1, 2"))]
-                for t in ("dus_migration_ledger", "dus_job", "dus_job_trigger", "dus_business")}
+        return {
+            t: [tuple(r) for r in conn.execute(text(f"SELECT * FROM {t} ORDER BY 1, 2"))]
+            for t in ("dus_migration_ledger", "dus_job", "dus_job_trigger", "dus_business")
+        }
 
 
 def test_without_replication_grants_the_stream_polls_and_applies_inserts_updates_and_deletes(tmp_path: Path) -> None:
@@ -134,38 +165,52 @@ def test_without_replication_grants_the_stream_polls_and_applies_inserts_updates
 
         def ledger(key: int) -> str | None:
             with target.connect() as conn:
-                return conn.execute(text("SELECT status FROM dus_migration_ledger WHERE source_key = :k"),
-                                    {"k": str(key)}).scalar()
+                return conn.execute(
+                    text("SELECT status FROM dus_migration_ledger WHERE source_key = :k"), {"k": str(key)}
+                ).scalar()
 
         def timeout_ms(key: int) -> int | None:
             with target.connect() as conn:
-                return conn.execute(text("SELECT timeout_ms FROM dus_job WHERE job_code LIKE :c"),
-                                    {"c": f"xxl:%:{key}"}).scalar()
+                return conn.execute(
+                    text("SELECT timeout_ms FROM dus_job WHERE job_code LIKE :c"), {"c": f"xxl:%:{key}"}
+                ).scalar()
 
         try:
             # -- first run: the snapshot, then changes while it runs
             first = Stream(tmp_path, "first", legacy_url, target_url)
             try:
-                snap = first.wait_for(lambda: _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger") == seed.total)
+                snap = first.wait_for(
+                    lambda: _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger") == seed.total
+                )
                 assert snap, "the snapshot never reached the target" + first.tail()
                 with target.connect() as conn:  # the rows changed below are migrated ones (not GLUE / NONE)
-                    ids = sorted(int(k) for k in conn.execute(text(
-                        "SELECT source_key FROM dus_migration_ledger WHERE status = 'migrated'")).scalars())
+                    ids = sorted(
+                        int(k)
+                        for k in conn.execute(
+                            text("SELECT source_key FROM dus_migration_ledger WHERE status = 'migrated'")
+                        ).scalars()
+                    )
                 assert len(ids) >= 6, ids
                 _update_timeout(legacy, ids[0], 77)
                 added = _insert_job(legacy, "added while streaming")
                 _delete(legacy, ids[1])
                 _delete(legacy, ids[-1])  # the last key: found in a later pass of the round-robin compare
-                applied = first.wait_for(lambda: timeout_ms(ids[0]) == 77_000 and ledger(added) == "migrated"
-                                         and ledger(ids[1]) == ledger(ids[-1]) == "deleted")
+                applied = first.wait_for(
+                    lambda: (
+                        timeout_ms(ids[0]) == 77_000
+                        and ledger(added) == "migrated"
+                        and ledger(ids[1]) == ledger(ids[-1]) == "deleted"
+                    )
+                )
             finally:
                 code = first.stop()
             out = first.text()
             assert applied, "the polled insert, update and deletes never all reached the target" + first.tail()
             assert code == 0 and "Traceback" not in out, first.tail()
             notices = [ln for ln in out.splitlines() if ln.startswith("notice:")]
-            assert len(notices) == 1 and "may not read the binlog" in notices[0] and "polling" in notices[0], \
+            assert len(notices) == 1 and "may not read the binlog" in notices[0] and "polling" in notices[0], (
                 first.tail()
+            )
             assert "snapshot applied" in out and "gone from xxl_job_info" in out, first.tail()
 
             # -- changes while it is down, then a restart: it resumes at its checkpoint
@@ -176,8 +221,9 @@ def test_without_replication_grants_the_stream_polls_and_applies_inserts_updates
             later = _insert_job(legacy, "added while stopped")
             second = Stream(tmp_path, "second", legacy_url, target_url)
             try:
-                caught_up = second.wait_for(lambda: timeout_ms(ids[2]) == 55_000 and ledger(ids[3]) == "deleted"
-                                            and ledger(later) == "migrated")
+                caught_up = second.wait_for(
+                    lambda: timeout_ms(ids[2]) == 55_000 and ledger(ids[3]) == "deleted" and ledger(later) == "migrated"
+                )
             finally:
                 code = second.stop()
             out = second.text()
@@ -188,10 +234,14 @@ def test_without_replication_grants_the_stream_polls_and_applies_inserts_updates
             # -- nothing lost: the target holds exactly the legacy rows, with their content
             live = {int(r) for r in (_scalar(legacy, "SELECT GROUP_CONCAT(id) FROM xxl_job_info") or "").split(",")}
             with target.connect() as conn:
-                rows: dict[Any, Any] = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
+                rows: dict[Any, Any] = dict(
+                    conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all()
+                )
             assert {int(k) for k, s in rows.items() if s in ("migrated", "quarantined")} == live
             assert {int(k) for k, s in rows.items() if s == "migrated"} == set(ids) - {ids[1], ids[-1], ids[3]} | {
-                added, later}
+                added,
+                later,
+            }
             assert {int(k) for k, s in rows.items() if s == "deleted"} == {ids[1], ids[-1], ids[3]}
             assert (timeout_ms(ids[0]), timeout_ms(ids[2])) == (77_000, 55_000)
 
@@ -230,8 +280,10 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
     """A grant the preflight cannot see (e.g. one a role was meant to give) is found
     missing by the binlog reader itself: the stream falls back to polling then, with the
     same one-line notice. The preflight is switched off here to get there."""
-    preflight_off = ("import sys, readers.streams as s; s.check_replication_grants = lambda settings: None; "
-                     "from switchyard.cli import cli; sys.argv[0] = 'switchyard'; cli()")
+    preflight_off = (
+        "import sys, readers.streams as s; s.check_replication_grants = lambda settings: None; "
+        "from switchyard.cli import cli; sys.argv[0] = 'switchyard'; cli()"
+    )
     with mariadb_database("pollate") as legacy_url, mariadb_database("pollatet") as target_url:
         legacy = make_engine(legacy_url)
         target = make_engine(target_url)
@@ -241,21 +293,47 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
         log = tmp_path / "late.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-c", preflight_off, "migrate", "stream", "--source", "xxl-job",
-                 "--legacy-url", as_sched(legacy_url), "--target-url", target_url, "--server-id",
-                 str(7800 + os.getpid() % 1000), "--log-level", "INFO"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path)
+                [
+                    sys.executable,
+                    "-c",
+                    preflight_off,
+                    "migrate",
+                    "stream",
+                    "--source",
+                    "xxl-job",
+                    "--legacy-url",
+                    as_sched(legacy_url),
+                    "--target-url",
+                    target_url,
+                    "--server-id",
+                    str(7800 + os.getpid() % 1000),
+                    "--log-level",
+                    "INFO",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=tmp_path,
+            )
         try:
             deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline and proc.poll() is None and _scalar(
-                    target, "SELECT COUNT(*) FROM dus_migration_ledger") < seed.total:
+            while (
+                time.monotonic() < deadline
+                and proc.poll() is None
+                and _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger") < seed.total
+            ):
                 time.sleep(0.2)
             added = _insert_job(legacy, "added after the fallback")
-            while time.monotonic() < deadline and proc.poll() is None and _scalar(
-                    target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added)) == 0:
+            while (
+                time.monotonic() < deadline
+                and proc.poll() is None
+                and _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added))
+                == 0
+            ):
                 time.sleep(0.2)
-            arrived = _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k",
-                              k=str(added)) == 1
+            arrived = (
+                _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added)) == 1
+            )
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

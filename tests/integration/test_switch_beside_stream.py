@@ -5,6 +5,7 @@ new-side trigger is ever paused or cancelled, whatever the interleaving; a strea
 caught up leaves the business as the switch left it; `status --check` finds nothing
 orphaned at any step. What a real xxl-job check saw before: the stream paused every
 trigger mid-cutover and the business fired nowhere."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ def _watch_states(target_url: str, biz: str, stop: threading.Event, seen: dict[s
     try:
         while not stop.is_set():
             with eng.connect() as conn:
-                for code, state in conn.execute(text("SELECT job_code, state FROM dus_job_trigger WHERE biz_code = :b"),
-                                                {"b": biz}):
+                for code, state in conn.execute(
+                    text("SELECT job_code, state FROM dus_job_trigger WHERE biz_code = :b"), {"b": biz}
+                ):
                     seen.setdefault(code, set()).add(state)
             time.sleep(0.02)
     finally:
@@ -94,8 +96,7 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
         if source == "xxl-job":
             seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=10, bad_rows=0, malformed_crons=0, rng_seed=3)
         else:
-            seed_batchcenter(env.legacy, businesses=1, tasks_per_business=10, bad_rows=0, malformed_crons=0,
-                             rng_seed=3)
+            seed_batchcenter(env.legacy, businesses=1, tasks_per_business=10, bad_rows=0, malformed_crons=0, rng_seed=3)
             with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
                 conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
         code, out = _cli("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url)
@@ -104,10 +105,29 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
         cdc_url = make_url(cdc).set(database=make_url(legacy_url).database).render_as_string(hide_password=False)
         log = (tmp_path / "stream.log").open("wb")
         stream = subprocess.Popen(
-            [sys.executable, "-m", "switchyard", "migrate", "stream", "--source", source, "--legacy-url", legacy_url,
-             "--target-url", target_url, "--binlog-url", cdc_url, "--server-id", str(new_server_id()),
-             "--log-level", "WARNING"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "switchyard",
+                "migrate",
+                "stream",
+                "--source",
+                source,
+                "--legacy-url",
+                legacy_url,
+                "--target-url",
+                target_url,
+                "--binlog-url",
+                cdc_url,
+                "--server-id",
+                str(new_server_id()),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}"
         stop = threading.Event()
         seen: dict[str, set[str]] = {}
@@ -123,8 +143,18 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
             seen.clear()
             watcher.start()
             remigrate.start()
-            code, out = _cli("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force",
-                             "--reason", "beside the stream", "--json")
+            code, out = _cli(
+                "cutover",
+                biz,
+                "--url",
+                target_url,
+                "--legacy-url",
+                legacy_url,
+                "--force",
+                "--reason",
+                "beside the stream",
+                "--json",
+            )
             assert code == 0, out
             _caught_up(env, stream_id)
             time.sleep(0.5)
@@ -169,7 +199,8 @@ def _states(target_url: str, biz: str) -> dict[str, str]:
     eng = make_engine(target_url)
     try:
         with eng.connect() as conn:
-            return dict(conn.execute(text("SELECT job_code, state FROM dus_job_trigger WHERE biz_code = :b"),
-                                     {"b": biz}).all())
+            return dict(
+                conn.execute(text("SELECT job_code, state FROM dus_job_trigger WHERE biz_code = :b"), {"b": biz}).all()
+            )
     finally:
         eng.dispose()

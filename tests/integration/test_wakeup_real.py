@@ -1,6 +1,7 @@
 """Wake-ups for short delays on the real servers: MariaDB store, Pulsar bus, etcd registry
 and wake key. The schedulers' idle wait is set far longer than anything the tests wait
 for, so a trigger due soon fires in time only because its partition's owner was woken."""
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,13 @@ PARTITIONS = 8
 IDLE_S = 120.0  # the loops' idle wait: only a wake-up admits a trigger due soon within the bounds below
 BOUND_S = 40.0  # the longest a test waits for its fires: a third of the idle wait
 LEAD_S = 1.0  # each trigger is due this long after it is added
-SETTINGS = SchedulerSettings(idle_wait=timedelta(seconds=IDLE_S), max_wait=timedelta(seconds=IDLE_S),
-                             busy_wait=timedelta(seconds=IDLE_S), jitter=timedelta(0),
-                             reclaim_interval=timedelta(seconds=30))
+SETTINGS = SchedulerSettings(
+    idle_wait=timedelta(seconds=IDLE_S),
+    max_wait=timedelta(seconds=IDLE_S),
+    busy_wait=timedelta(seconds=IDLE_S),
+    jitter=timedelta(0),
+    reclaim_interval=timedelta(seconds=30),
+)
 
 
 @dataclass
@@ -109,8 +114,12 @@ class Lags:
 
 def _add(store: SqlTriggerStore, job: Job, n: int) -> list[Trigger]:
     due = store.clock.now() + timedelta(seconds=LEAD_S)
-    return store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE,
-                                       next_fire_at=due) for _ in range(n)])
+    return store.add_triggers(
+        [
+            Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.ONCE, next_fire_at=due)
+            for _ in range(n)
+        ]
+    )
 
 
 def test_a_wakeup_through_etcd_wakes_only_the_owner_of_the_triggers_partition(real: Real) -> None:
@@ -122,8 +131,9 @@ def test_a_wakeup_through_etcd_wakes_only_the_owner_of_the_triggers_partition(re
     stores = [_store(real.url, w) for w in member_wakes]
     producer = _store(real.url, producer_wake)
     buses = [_bus(real) for _ in range(3)]
-    registries = [EtcdRegistry(real.etcd, member=f"m{i}", ttl=timedelta(seconds=4), prefix=real.registry)
-                  for i in range(2)]
+    registries = [
+        EtcdRegistry(real.etcd, member=f"m{i}", ttl=timedelta(seconds=4), prefix=real.registry) for i in range(2)
+    ]
     members = [ShardedScheduler(stores[i], buses[i], registries[i], stores[i].clock, SETTINGS) for i in range(2)]
     stops = [threading.Event() for _ in members]
     threads = [threading.Thread(target=m.run, args=(s,), daemon=True) for m, s in zip(members, stops, strict=True)]
@@ -132,9 +142,12 @@ def test_a_wakeup_through_etcd_wakes_only_the_owner_of_the_triggers_partition(re
     try:
         for t in threads:
             t.start()
-        assert _wait(lambda: all(m.status.owned for m in members)
-                     and sorted(p for m in members for p in m.status.owned) == list(range(PARTITIONS))), \
-            "the two members split the partitions"
+        assert _wait(
+            lambda: (
+                all(m.status.owned for m in members)
+                and sorted(p for m in members for p in m.status.owned) == list(range(PARTITIONS))
+            )
+        ), "the two members split the partitions"
         assert _wait(lambda: sum(m.core.stats.ticks for m in members) >= PARTITIONS), "each loop ticked once"
         assert all(w.wait_watching(10) for w in member_wakes)
         loops = {i: (m, o.loop) for m in members for i, o in m._owned.items()}
@@ -172,11 +185,32 @@ def test_scheduler_run_process_is_woken_by_another_process_adding_triggers(real:
     """`switchyard scheduler run --shards` in its own process, idle wait 120 s: triggers
     added by the test's process (its store wired to the same wake key) fire about a
     second after they are added, not after the idle wait."""
-    proc = start_scheduler("wk1", tmp_path, url=real.url, bus=real.pulsar, etcd=real.etcd, key=f"{real.key}-leader",
-                           prefix=real.prefix,
-                           extra=["--shards", "--registry-prefix", real.registry, "--idle-wait", str(IDLE_S),
-                                  "--max-wait", str(IDLE_S), "--wake-key", real.key, "--lookahead", "1800",
-                                  "--acquire-deadline", "60", "--reclaim-interval", "30"])
+    proc = start_scheduler(
+        "wk1",
+        tmp_path,
+        url=real.url,
+        bus=real.pulsar,
+        etcd=real.etcd,
+        key=f"{real.key}-leader",
+        prefix=real.prefix,
+        extra=[
+            "--shards",
+            "--registry-prefix",
+            real.registry,
+            "--idle-wait",
+            str(IDLE_S),
+            "--max-wait",
+            str(IDLE_S),
+            "--wake-key",
+            real.key,
+            "--lookahead",
+            "1800",
+            "--acquire-deadline",
+            "60",
+            "--reclaim-interval",
+            "30",
+        ],
+    )
     wake = EtcdWakeups(real.etcd, key=real.key)
     producer = _store(real.url, wake)
     bus = _bus(real)
@@ -193,8 +227,9 @@ def test_scheduler_run_process_is_woken_by_another_process_adding_triggers(real:
         for _ in range(5):
             added += _add(producer, job, 2)
             time.sleep(0.3)
-        assert _wait(lambda: lags.count() >= len(added)), \
+        assert _wait(lambda: lags.count() >= len(added)), (
             f"{lags.count()} of {len(added)} fired; log:\n{proc.log_text()[-3000:]}"
+        )
         lag = max(lags.lags.values())
         assert lag < IDLE_S / 4, f"fire lag {lag:.2f} s"
         assert wake.sent >= 1

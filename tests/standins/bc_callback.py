@@ -1,5 +1,6 @@
 """A business's HTTP callback as the batch center calls it: records every request and
 answers with a configurable status, body and delay."""
+
 from __future__ import annotations
 
 import threading
@@ -18,8 +19,15 @@ class Recorded:
 
 
 class CallbackRecorder:
-    def __init__(self, *, status: int = 200, body: bytes = b'{"code":0}', delay: float = 0.0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        status: int = 200,
+        body: bytes = b'{"code":0}',
+        delay: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.status = status
         self.body = body
         self.delay = delay
@@ -34,9 +42,15 @@ class CallbackRecorder:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
-                recorder.requests.append(Recorded(
-                    self.command, parts.path, parse_qs(parts.query, keep_blank_values=True),
-                    {k.lower(): v for k, v in self.headers.items()}, body))
+                recorder.requests.append(
+                    Recorded(
+                        self.command,
+                        parts.path,
+                        parse_qs(parts.query, keep_blank_values=True),
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                    )
+                )
                 if recorder.delay:
                     recorder._stop.wait(recorder.delay)
                 try:
@@ -58,8 +72,7 @@ class CallbackRecorder:
         self._server.block_on_close = False
         self.port = int(self._server.server_address[1])
         self.url = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     @property

@@ -28,6 +28,7 @@ talks to, behaving like xxl-job-core's EmbedServer + ExecutorBizImpl + JobThread
 `callback_style`: "2.3" {logId, logDateTim, handleCode, handleMsg} (2.3.0–3.4.2),
 "master" (logDateTime), "2.2" ({logId, logDateTim, executeResult: {code, msg}}).
 """
+
 from __future__ import annotations
 
 import json
@@ -63,16 +64,23 @@ def _identity(trigger: dict[str, Any]) -> tuple[str, object]:
 class _JobThread:
     job_id: int
     identity: tuple[str, object]
-    queue: "queue.SimpleQueue[dict[str, Any]]" = field(default_factory=queue.SimpleQueue)
+    queue: queue.SimpleQueue[dict[str, Any]] = field(default_factory=queue.SimpleQueue)
     queued: set[int] = field(default_factory=set)  # logIds waiting
     running: bool = False
     stop_reason: str | None = None
 
 
 class XxlExecutorStandIn:
-    def __init__(self, *, handler: JobFn = _ok, access_token: str | None = None,
-                 admin_addresses: Sequence[str] = (), callback_style: str = "2.3",
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        handler: JobFn = _ok,
+        access_token: str | None = None,
+        admin_addresses: Sequence[str] = (),
+        callback_style: str = "2.3",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.handler = handler
         self.access_token = access_token
         self.admin_addresses = list(admin_addresses)
@@ -118,8 +126,7 @@ class XxlExecutorStandIn:
         self._server.block_on_close = False
         self.port = int(self._server.server_address[1])
         self.address = f"http://{host}:{self.port}/"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     # -- the executor API ------------------------------------------------------------
@@ -154,16 +161,26 @@ class XxlExecutorStandIn:
         job_id = int(trigger["jobId"])
         log_id = int(trigger["logId"])
         glue = str(trigger.get("glueType") or "BEAN")
-        if glue not in ("BEAN", "GLUE_GROOVY", "GLUE_SHELL", "GLUE_PYTHON", "GLUE_PHP", "GLUE_NODEJS",
-                        "GLUE_POWERSHELL"):
+        if glue not in (
+            "BEAN",
+            "GLUE_GROOVY",
+            "GLUE_SHELL",
+            "GLUE_PYTHON",
+            "GLUE_PHP",
+            "GLUE_NODEJS",
+            "GLUE_POWERSHELL",
+        ):
             return {"code": 500, "msg": f"glueType[{glue}] is not valid."}
         identity = _identity(trigger)
         with self._lock:
             thread = self._threads.get(job_id)
             reason: str | None = None
             if thread is not None and thread.identity != identity:
-                reason = ("change jobhandler or glue type, and terminate the old job thread." if glue == "BEAN"
-                          else "change job source or glue type, and terminate the old job thread.")
+                reason = (
+                    "change jobhandler or glue type, and terminate the old job thread."
+                    if glue == "BEAN"
+                    else "change job source or glue type, and terminate the old job thread."
+                )
                 thread = None
             if thread is not None and (thread.running or thread.queued):
                 block = trigger.get("executorBlockStrategy")
@@ -247,12 +264,17 @@ class XxlExecutorStandIn:
             self.results[log_id] = (code, msg)
             self._done.notify_all()
         if self.send_callbacks:
-            threading.Thread(target=self._callback, args=(log_id, int(trigger.get("logDateTime") or 0), code, msg),
-                             daemon=True).start()
+            threading.Thread(
+                target=self._callback, args=(log_id, int(trigger.get("logDateTime") or 0), code, msg), daemon=True
+            ).start()
 
     def _callback(self, log_id: int, log_date: int, code: int, msg: str) -> None:
         if self.callback_style == "2.2":
-            item: dict[str, Any] = {"logId": log_id, "logDateTim": log_date, "executeResult": {"code": code, "msg": msg}}
+            item: dict[str, Any] = {
+                "logId": log_id,
+                "logDateTim": log_date,
+                "executeResult": {"code": code, "msg": msg},
+            }
         elif self.callback_style == "master":
             item = {"logId": log_id, "logDateTime": log_date, "handleCode": code, "handleMsg": msg}
         else:
@@ -266,8 +288,9 @@ class XxlExecutorStandIn:
             url = (admin if admin.endswith("/") else admin + "/") + "api/callback"
             answer: dict[str, Any] | None = None
             try:
-                with opener.open(urllib.request.Request(url, data=body, headers=headers, method="POST"),
-                                 timeout=3) as resp:
+                with opener.open(
+                    urllib.request.Request(url, data=body, headers=headers, method="POST"), timeout=3
+                ) as resp:
                     answer = json.loads(resp.read().decode() or "{}")
             except (OSError, ValueError):
                 pass

@@ -1,4 +1,5 @@
 """The core's admission: what the pool refused is counted, and the partition loops admit one at a time."""
+
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,6 @@
 """Rendezvous assignment of partitions to members: deterministic, and a membership change
 moves as few partitions as it can (property tests over member sets)."""
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """The compare bench's goal row (issue #5: compare throughput >= 1M log rows/s for 10M
 log rows across both sides): built in the bench's table style, from the script's own
 output. Figures are never asserted here, only the shape of what is printed."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def test_goal_row_below_the_goal_or_on_fewer_rows_says_so() -> None:
 def test_goal_row_from_the_scripts_json_or_its_best_line() -> None:
     row = goal_row_from({"compare_rows_per_s": 1_500_000, "rows": 9_942_142}, [])
     assert row is not None and row.switchyard == 1_500_000 and row.ratio == 1.5 and "9,942,142" in row.note
-    rates, body = parse_output("run 1: 2.0 s wall  900,000 rows/s\nbest: 9,942,142 log rows compared in 7.37 s = "
-                               "1,348,661 rows/s (CPU 5.95 s = 1,670,948 rows per CPU-second)\n")
+    rates, body = parse_output(
+        "run 1: 2.0 s wall  900,000 rows/s\nbest: 9,942,142 log rows compared in 7.37 s = "
+        "1,348,661 rows/s (CPU 5.95 s = 1,670,948 rows per CPU-second)\n"
+    )
     row = goal_row_from(body, rates)
     assert row is not None and row.switchyard == 1_348_661.0
     assert goal_row_from(None, [("run 1", 5.0)]) is None
@@ -53,8 +56,13 @@ def test_a_printed_table_is_not_read_back_as_figures() -> None:
 
 
 def test_the_script_prints_the_goal_row_and_closes_with_its_figures() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--rows", "20000", "--repeat", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rows", "20000", "--repeat", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     goal_lines = [ln for ln in _table_rows(out) if ln.startswith(f"| {GOAL_FIGURE}")]

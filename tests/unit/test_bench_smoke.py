@@ -1,5 +1,6 @@
 """The bench modules import, and the table / JSON writers produce well-formed output for
 fake figures. No timing is asserted here (the bench itself is `python -m bench`)."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,9 +22,21 @@ from bench.harness import (
     write_results,
 )
 
-MODULES = ["bench.harness", "bench.workload", "bench.executors", "bench.admission", "bench.publication",
-           "bench.fanout", "bench.hot_minute", "bench.vs_apscheduler", "bench.vs_legacy", "bench.scale",
-           "bench.migration", "bench.compare", "bench.__main__"]
+MODULES = [
+    "bench.harness",
+    "bench.workload",
+    "bench.executors",
+    "bench.admission",
+    "bench.publication",
+    "bench.fanout",
+    "bench.hot_minute",
+    "bench.vs_apscheduler",
+    "bench.vs_legacy",
+    "bench.scale",
+    "bench.migration",
+    "bench.compare",
+    "bench.__main__",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,6 +1,7 @@
 """BinlogChangeStream's row decoding, fed library events built by hand (no server): the
 per-table-id metadata (column names present, TIMESTAMP columns) is checked once per id and
 forgotten when table ids may have changed meaning (a real rotation, a new reader)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -18,8 +19,13 @@ from readers.streams.binlog import _Tx
 
 
 def _stream() -> BinlogChangeStream:
-    s = BinlogChangeStream({"host": "127.0.0.1", "port": 1, "user": "u", "password": "p"}, server_id=1,
-                           schemas=["s"], tables=["t"], start=StreamPosition("bin.000001", 4))
+    s = BinlogChangeStream(
+        {"host": "127.0.0.1", "port": 1, "user": "u", "password": "p"},
+        server_id=1,
+        schemas=["s"],
+        tables=["t"],
+        start=StreamPosition("bin.000001", 4),
+    )
     # these events carry decoded rows and no packet bytes: the library's path (the row
     # decoder is checked against real binlog bytes in tests/integration/test_row_decoder.py)
     s.fast_rows = False
@@ -34,15 +40,28 @@ def _event(cls: type[Any], table_id: int, columns: list[tuple[str | None, int]],
     return ev
 
 
-COLS: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.TIMESTAMP2), ("wall", FIELD_TYPE.DATETIME2)]
+COLS: list[tuple[str | None, int]] = [
+    ("id", FIELD_TYPE.LONGLONG),
+    ("at", FIELD_TYPE.TIMESTAMP2),
+    ("wall", FIELD_TYPE.DATETIME2),
+]
 NAIVE = datetime(2026, 12, 3, 8, 0, 0)
 
 
 def test_images_are_handed_on_with_timestamps_marked_utc_and_datetimes_left_naive() -> None:
     s = _stream()
     ins = _event(WriteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}])
-    upd = _event(UpdateRowsEvent, 7, COLS, [{"before_values": {"id": 1, "at": NAIVE, "wall": NAIVE},
-                                             "after_values": {"id": 1, "at": None, "wall": NAIVE}}])
+    upd = _event(
+        UpdateRowsEvent,
+        7,
+        COLS,
+        [
+            {
+                "before_values": {"id": 1, "at": NAIVE, "wall": NAIVE},
+                "after_values": {"id": 1, "at": None, "wall": NAIVE},
+            }
+        ],
+    )
     dele = _event(DeleteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}])
     changes = [*s._row_changes(ins), *s._row_changes(upd), *s._row_changes(dele)]
     assert [c.op for c in changes] == [ChangeOp.INSERT, ChangeOp.UPDATE, ChangeOp.DELETE]
@@ -55,8 +74,12 @@ def test_images_are_handed_on_with_timestamps_marked_utc_and_datetimes_left_naiv
 
 def test_a_table_without_column_names_is_refused() -> None:
     s = _stream()
-    ev = _event(WriteRowsEvent, 8, [("id", FIELD_TYPE.LONGLONG), (None, FIELD_TYPE.LONG)],
-                [{"values": {"id": 1, "UNKNOWN_COL1": 2}}])
+    ev = _event(
+        WriteRowsEvent,
+        8,
+        [("id", FIELD_TYPE.LONGLONG), (None, FIELD_TYPE.LONG)],
+        [{"values": {"id": 1, "UNKNOWN_COL1": 2}}],
+    )
     with pytest.raises(StreamError, match="binlog_row_metadata=FULL"):
         s._row_changes(ev)
 
@@ -76,7 +99,11 @@ def test_a_real_rotation_forgets_what_table_ids_meant(rotation_timestamp: int, f
     s._row_changes(_event(WriteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}]))
     s._handle(_rotate(rotation_timestamp), _Tx())
     # id 7 now names a table whose TIMESTAMP column is `wall`
-    other: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2), ("wall", FIELD_TYPE.TIMESTAMP2)]
+    other: list[tuple[str | None, int]] = [
+        ("id", FIELD_TYPE.LONGLONG),
+        ("at", FIELD_TYPE.DATETIME2),
+        ("wall", FIELD_TYPE.TIMESTAMP2),
+    ]
     (ch,) = s._row_changes(_event(WriteRowsEvent, 7, other, [{"values": {"id": 2, "at": NAIVE, "wall": NAIVE}}]))
     assert ch.after is not None
     if forgotten:
@@ -91,8 +118,11 @@ def test_a_new_reader_forgets_what_table_ids_meant() -> None:
     s._row_changes(_event(WriteRowsEvent, 7, COLS, [{"values": {"id": 1, "at": NAIVE, "wall": NAIVE}}]))
     s._open(StreamPosition("bin.000001", 4))  # builds the library's reader; it connects on its first read only
     try:
-        other: list[tuple[str | None, int]] = [("id", FIELD_TYPE.LONGLONG), ("at", FIELD_TYPE.DATETIME2),
-                                               ("wall", FIELD_TYPE.TIMESTAMP2)]
+        other: list[tuple[str | None, int]] = [
+            ("id", FIELD_TYPE.LONGLONG),
+            ("at", FIELD_TYPE.DATETIME2),
+            ("wall", FIELD_TYPE.TIMESTAMP2),
+        ]
         (ch,) = s._row_changes(_event(WriteRowsEvent, 7, other, [{"values": {"id": 2, "at": NAIVE, "wall": NAIVE}}]))
     finally:
         s.close()

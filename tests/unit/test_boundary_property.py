@@ -8,6 +8,7 @@ the report would show across the switch fails the property; the demo's occurrenc
 counter (`switchyard.demo._boundary`, over the simulators' own fire lists) is asserted
 too. With a rollback, both handovers are checked: the new side owns [cutover H,
 rollback F), the legacy side owns F on."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -32,10 +33,10 @@ from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
+from switchyard.schema import init_schema
 
 
 class AlwaysReady:
@@ -50,46 +51,99 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
     if lg.source != "batch-center":
         return
     with lg.engine.begin() as conn:
-        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND task_type = 2 ORDER BY id"))]
-        for task_id, off in zip(ids[-len(offsets_s):], offsets_s, strict=False):
+        ids = [
+            i for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND task_type = 2 ORDER BY id"))
+        ]
+        for task_id, off in zip(ids[-len(offsets_s) :], offsets_s, strict=False):
             wall = (START + timedelta(hours=8, seconds=off)).strftime("%Y-%m-%d %H:%M:%S")
-            conn.execute(text("UPDATE bc_task SET task_type = 1, cron_expr = NULL, fire_time = :f WHERE id = :id"),
-                         {"f": wall, "id": task_id})
+            conn.execute(
+                text("UPDATE bc_task SET task_type = 1, cron_expr = NULL, fire_time = :f WHERE id = :id"),
+                {"f": wall, "id": task_id},
+            )
 
 
 # ~2-3 s per example on the 2-core box: 20 drawn + the explicit ones fit in about a minute
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(source=st.sampled_from(["xxl-job", "batch-center"]),
-       dual_s=st.integers(min_value=120, max_value=900),
-       after_cutover_s=st.integers(min_value=60, max_value=900),
-       shadow=st.booleans(),
-       roll_back=st.booleans(),
-       one_shot_offsets=st.lists(st.integers(min_value=60, max_value=2400), min_size=1, max_size=2),
-       # the default 30 min, or short enough that the legacy side owns occurrences inside
-       # the run after a rollback (F, the first occurrence the new side has not admitted,
-       # is about one lookahead after the rollback)
-       lookahead_min=st.sampled_from([30, 3]),
-       # a rollback through the fence (F = now + the legacy start margin; what the new side
-       # published from F on is skipped), or without one (F = its first unpublished occurrence)
-       fenced=st.booleans())
+@given(
+    source=st.sampled_from(["xxl-job", "batch-center"]),
+    dual_s=st.integers(min_value=120, max_value=900),
+    after_cutover_s=st.integers(min_value=60, max_value=900),
+    shadow=st.booleans(),
+    roll_back=st.booleans(),
+    one_shot_offsets=st.lists(st.integers(min_value=60, max_value=2400), min_size=1, max_size=2),
+    # the default 30 min, or short enough that the legacy side owns occurrences inside
+    # the run after a rollback (F, the first occurrence the new side has not admitted,
+    # is about one lookahead after the rollback)
+    lookahead_min=st.sampled_from([30, 3]),
+    # a rollback through the fence (F = now + the legacy start margin; what the new side
+    # published from F on is skipped), or without one (F = its first unpublished occurrence)
+    fenced=st.booleans(),
+)
 # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
 # wait for it while the center runs on)
-@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=False, one_shot_offsets=[60],
-         lookahead_min=30, fenced=False)
+@example(
+    source="batch-center",
+    dual_s=120,
+    after_cutover_s=60,
+    shadow=False,
+    roll_back=False,
+    one_shot_offsets=[60],
+    lookahead_min=30,
+    fenced=False,
+)
 # ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
-@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=True, roll_back=False,
-         one_shot_offsets=[911, 60], lookahead_min=30, fenced=False)
+@example(
+    source="batch-center",
+    dual_s=120,
+    after_cutover_s=60,
+    shadow=True,
+    roll_back=False,
+    one_shot_offsets=[911, 60],
+    lookahead_min=30,
+    fenced=False,
+)
 # found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
 # back to legacy by the rollback before it was due, both at its fire time: the later wins
-@example(source="batch-center", dual_s=120, after_cutover_s=60, shadow=False, roll_back=True,
-         one_shot_offsets=[1102, 60], lookahead_min=3, fenced=False)
-@example(source="xxl-job", dual_s=300, after_cutover_s=300, shadow=False, roll_back=True,
-         one_shot_offsets=[60], lookahead_min=30, fenced=True)
-@example(source="batch-center", dual_s=300, after_cutover_s=300, shadow=True, roll_back=True,
-         one_shot_offsets=[700, 620], lookahead_min=30, fenced=True)
-def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int, after_cutover_s: int, shadow: bool,
-                                                       roll_back: bool, one_shot_offsets: list[int],
-                                                       lookahead_min: int, fenced: bool) -> None:
+@example(
+    source="batch-center",
+    dual_s=120,
+    after_cutover_s=60,
+    shadow=False,
+    roll_back=True,
+    one_shot_offsets=[1102, 60],
+    lookahead_min=3,
+    fenced=False,
+)
+@example(
+    source="xxl-job",
+    dual_s=300,
+    after_cutover_s=300,
+    shadow=False,
+    roll_back=True,
+    one_shot_offsets=[60],
+    lookahead_min=30,
+    fenced=True,
+)
+@example(
+    source="batch-center",
+    dual_s=300,
+    after_cutover_s=300,
+    shadow=True,
+    roll_back=True,
+    one_shot_offsets=[700, 620],
+    lookahead_min=30,
+    fenced=True,
+)
+def test_every_occurrence_is_fired_by_exactly_one_side(
+    source: str,
+    dual_s: int,
+    after_cutover_s: int,
+    shadow: bool,
+    roll_back: bool,
+    one_shot_offsets: list[int],
+    lookahead_min: int,
+    fenced: bool,
+) -> None:
     with TemporaryDirectory() as tmp:
         work = Path(tmp)
         clock = ManualClock(START)
@@ -102,15 +156,31 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         Migrator(lg.reader, TargetWriter(store), clock).run()
         biz = BusinessRegistry(store).all()[0].biz_code
         bus = InProcessBus(clock)
-        sw = BusinessSwitch(store, lg.control, clock, AlwaysReady(), max_verdict_age=timedelta(days=9999),
-                            fences=FenceService(store, bus) if fenced else None)
+        sw = BusinessSwitch(
+            store,
+            lg.control,
+            clock,
+            AlwaysReady(),
+            max_verdict_age=timedelta(days=9999),
+            fences=FenceService(store, bus) if fenced else None,
+        )
         sw.start_dual_run(biz, shadow=shadow, actor="prop")
         ex = Executor(bus, biz, clock=clock)
         ex.handler()(lambda ctx: HandlerResult(ok=True))
         store.claim_epoch(Epoch(1))
-        core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(
-            idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0),
-            lookahead=timedelta(minutes=lookahead_min)), inline=True)
+        core = SchedulerCore(
+            store,
+            bus,
+            clock,
+            Epoch(1),
+            SchedulerSettings(
+                idle_wait=timedelta(0),
+                busy_wait=timedelta(0),
+                jitter=timedelta(0),
+                lookahead=timedelta(minutes=lookahead_min),
+            ),
+            inline=True,
+        )
         side = (core, [ex], ResultConsumer(bus, store, core.metrics))
         start = clock.now()
         _advance(clock, timedelta(seconds=dual_s), [lg], side)
@@ -130,11 +200,14 @@ def test_every_occurrence_is_fired_by_exactly_one_side(source: str, dual_s: int,
         horizon = clock.now() - timedelta(minutes=1)
         what = f"{source} shadow={shadow} rollback={roll_back} fenced={fenced} lookahead={lookahead_min}m"
         # the report's matching across the switch(es)
-        check = check_boundary(store, lg.reader, biz, switches, window=Window(start=start, end=horizon),
-                               now=clock.now())
+        check = check_boundary(
+            store, lg.reader, biz, switches, window=Window(start=start, end=horizon), now=clock.now()
+        )
         assert check.owned > 0, f"{what}: no occurrence after the handover inside the run"
-        assert check.clean, (f"{what}: {check.missing} missing, {check.doubled} doubled, {check.stray} stray "
-                             "across the switch:\n" + "\n".join(map(str, check.issues[:20])))
+        assert check.clean, (
+            f"{what}: {check.missing} missing, {check.doubled} doubled, {check.stray} stray "
+            "across the switch:\n" + "\n".join(map(str, check.issues[:20]))
+        )
         # and the demo's own count, from the simulators' fire lists (the last switch)
         legacy, new = _fires_after(store, lg, biz, start)
         triggers = {ln.source_key: ln.trigger for ln in sw.links(biz)}

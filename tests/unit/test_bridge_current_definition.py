@@ -5,6 +5,7 @@ Seen on a real xxl-job 3.4.2 admin (docs/xxl-job-real-check.md): a GLUE source e
 the admin during a live dual-run ran on legacy's next trigger, while the bridged runs
 kept V2 for half an hour, because the commands the scheduler had already published
 (its 30 min lookahead) carry the params of when they were fired."""
+
 from __future__ import annotations
 
 import logging
@@ -17,9 +18,15 @@ from tests.unit.test_bridges import Xxl, ctx, xxl_params
 
 
 def test_an_edit_made_after_the_command_was_published_reaches_the_next_bridged_run() -> None:
-    row: dict[str, Any] = {"glue_type": "GLUE_SHELL", "glue_source": V1, "glue_updatetime": T1,
-                           "executor_param": "a", "block_strategy": "SERIAL_EXECUTION", "executor_timeout": 0,
-                           "route_strategy": "FIRST"}
+    row: dict[str, Any] = {
+        "glue_type": "GLUE_SHELL",
+        "glue_source": V1,
+        "glue_updatetime": T1,
+        "executor_param": "a",
+        "block_strategy": "SERIAL_EXECUTION",
+        "executor_timeout": 0,
+        "route_strategy": "FIRST",
+    }
     asked: list[int] = []
 
     def current(job_id: int) -> dict[str, Any]:
@@ -43,9 +50,14 @@ def test_an_edit_made_after_the_command_was_published_reaches_the_next_bridged_r
 
 
 def test_a_bean_jobs_handler_and_param_follow_the_row() -> None:
-    x = Xxl(handler=lambda t: None,
-            current_params=lambda _id: {"glue_type": "BEAN", "executor_handler": "demoJobHandler2",
-                                        "executor_param": "edited"})
+    x = Xxl(
+        handler=lambda t: None,
+        current_params=lambda _id: {
+            "glue_type": "BEAN",
+            "executor_handler": "demoJobHandler2",
+            "executor_param": "edited",
+        },
+    )
     try:
         assert x.bridge(ctx(xxl_params())).ok
         [trigger] = x.executor.triggers

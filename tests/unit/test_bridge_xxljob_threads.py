@@ -3,6 +3,7 @@ like the real one (block strategies, the GLUE kill, executorTimeout from the run
 start): GLUE edits reach the executor, bridged runs never share legacy's job thread,
 the timeout means xxl-job's executor_timeout, routes go through the bridge, and the
 admin-facing endpoint checks the token like the admin, never logs it, and stays quiet."""
+
 from __future__ import annotations
 
 import json
@@ -26,20 +27,31 @@ T1, T2 = 1_764_000_000_000, 1_764_000_600_000
 def direct_run(executor: XxlExecutorStandIn, **over: Any) -> dict[str, Any]:
     """A trigger as the legacy admin sends it (its own auto-increment logId)."""
     body: dict[str, Any] = {
-        "jobId": 7, "executorHandler": "", "executorParams": "", "executorBlockStrategy": "SERIAL_EXECUTION",
-        "executorTimeout": 0, "logId": 101, "logDateTime": int(time.time() * 1000), "glueType": "GLUE_SHELL",
-        "glueSource": V1, "glueUpdatetime": T1, "broadcastIndex": 0, "broadcastTotal": 1,
+        "jobId": 7,
+        "executorHandler": "",
+        "executorParams": "",
+        "executorBlockStrategy": "SERIAL_EXECUTION",
+        "executorTimeout": 0,
+        "logId": 101,
+        "logDateTime": int(time.time() * 1000),
+        "glueType": "GLUE_SHELL",
+        "glueSource": V1,
+        "glueUpdatetime": T1,
+        "broadcastIndex": 0,
+        "broadcastTotal": 1,
     }
     body.update(over)
     return post(executor.address + "run", body, XXL_TOKEN)
 
 
 def glue_params(source: str, updatetime: int, **over: Any) -> dict[str, Any]:
-    return xxl_params(glue_type="GLUE_SHELL", glue_source=source, glue_updatetime=updatetime, executor_handler="",
-                      **over)
+    return xxl_params(
+        glue_type="GLUE_SHELL", glue_source=source, glue_updatetime=updatetime, executor_handler="", **over
+    )
 
 
 # -- the stand-in behaves like ExecutorBizImpl / JobThread ------------------------------
+
 
 def test_standin_kills_the_running_glue_thread_on_a_new_version_and_applies_block_strategies() -> None:
     gate = threading.Event()
@@ -49,22 +61,31 @@ def test_standin_kills_the_running_glue_thread_on_a_new_version_and_applies_bloc
         assert direct_run(ex, logId=2)["code"] == 200  # SERIAL_EXECUTION: queued
         assert direct_run(ex, logId=3, executorBlockStrategy="DISCARD_LATER")["msg"].startswith("block strategy")
         assert direct_run(ex, logId=4, glueUpdatetime=T2, glueSource=V2)["code"] == 200  # the GLUE kill
-        assert ex.wait_result(2) == (500, "change job source or glue type, and terminate the old job thread. "
-                                          "[job not executed, in the job queue, killed.]")
+        assert ex.wait_result(2) == (
+            500,
+            "change job source or glue type, and terminate the old job thread. "
+            "[job not executed, in the job queue, killed.]",
+        )
         gate.set()
-        assert ex.wait_result(1) == (500, "change job source or glue type, and terminate the old job thread. "
-                                          "[job running, killed]")
+        assert ex.wait_result(1) == (
+            500,
+            "change job source or glue type, and terminate the old job thread. [job running, killed]",
+        )
         assert ex.wait_result(4) == (200, "")
         gate.clear()
         assert direct_run(ex, logId=5, glueUpdatetime=T2, glueSource=V2)["code"] == 200
         assert ex.wait_started(5)  # else COVER_EARLY would find 5 still in the queue
-        assert direct_run(ex, logId=6, glueUpdatetime=T2, glueSource=V2, executorBlockStrategy="COVER_EARLY")["code"] == 200
+        assert (
+            direct_run(ex, logId=6, glueUpdatetime=T2, glueSource=V2, executorBlockStrategy="COVER_EARLY")["code"]
+            == 200
+        )
         gate.set()
         assert ex.wait_result(5) == (500, "block strategy effect：Cover Early [job running, killed]")
         assert ex.wait_result(6) == (200, "")
 
 
 # -- 1. GLUE as xxl-job sends it ----------------------------------------------------------
+
 
 def test_an_edited_glue_source_and_its_updatetime_reach_the_executor() -> None:
     ran: list[str] = []
@@ -83,6 +104,7 @@ def test_an_edited_glue_source_and_its_updatetime_reach_the_executor() -> None:
 
 
 # -- 2. never sharing a job thread with legacy --------------------------------------------
+
 
 def test_a_bridged_run_neither_kills_legacys_running_glue_thread_nor_queues_behind_it() -> None:
     gate = threading.Event()
@@ -124,13 +146,16 @@ def test_job_ids_the_bridge_cannot_mirror_are_refused_with_the_way_out() -> None
 
 # -- 3. timeout semantics ------------------------------------------------------------------
 
+
 def test_executor_timeout_counts_run_time_not_the_wait_in_the_job_threads_queue() -> None:
     x = Xxl(handler=lambda t: time.sleep(1.2 if t["executorParams"] != "slow" else 4.0), beat_interval=0.2)
     try:
         params = xxl_params(executor_timeout=2)
         box: list[Any] = []
-        threads = [threading.Thread(target=lambda: box.append(x.bridge(ctx(params, timeout=timedelta(seconds=2)))))
-                   for _ in range(2)]
+        threads = [
+            threading.Thread(target=lambda: box.append(x.bridge(ctx(params, timeout=timedelta(seconds=2)))))
+            for _ in range(2)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -151,6 +176,7 @@ def test_the_sdk_puts_no_timeout_of_its_own_around_the_bridge() -> None:
 
 
 # -- 4. a route strategy through the bridge -------------------------------------------------
+
 
 def test_round_route_spreads_bridged_runs_over_the_live_executors() -> None:
     x = Xxl()
@@ -193,6 +219,7 @@ def test_busyover_through_the_bridge_asks_about_the_bridges_own_job_thread() -> 
 
 # -- 5. the admin-facing endpoint ------------------------------------------------------------
 
+
 def raw_post(url: str, data: bytes, headers: dict[str, str], method: str = "POST") -> dict[str, Any]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     req = urllib.request.Request(url, data=data if method == "POST" else None, headers=headers, method=method)
@@ -213,11 +240,18 @@ def test_the_endpoint_refuses_a_missing_or_wrong_token_as_the_admin_does(uri: st
         ok = post(bridge.callback_url + uri, body, XXL_TOKEN)
         assert ok["msg"] != "The access token is wrong."
         # the admin's other refusals, in its order: empty body before the token, GET, unknown uri
-        assert raw_post(bridge.callback_url + uri, b"", {}) == {"code": 500, "msg": "invalid request, requestBody empty."}
-        assert raw_post(bridge.callback_url + uri, b"", {}, method="GET")["msg"] == \
-            "invalid request, HttpMethod not support."
-        assert post(bridge.callback_url + "api/kill", body, XXL_TOKEN)["msg"] == \
-            "invalid request, uri-mapping(kill) not found."
+        assert raw_post(bridge.callback_url + uri, b"", {}) == {
+            "code": 500,
+            "msg": "invalid request, requestBody empty.",
+        }
+        assert (
+            raw_post(bridge.callback_url + uri, b"", {}, method="GET")["msg"]
+            == "invalid request, HttpMethod not support."
+        )
+        assert (
+            post(bridge.callback_url + "api/kill", body, XXL_TOKEN)["msg"]
+            == "invalid request, uri-mapping(kill) not found."
+        )
 
 
 def test_without_a_token_configured_the_endpoint_takes_any_like_the_admin() -> None:
@@ -247,7 +281,8 @@ def test_the_token_never_reaches_a_log_record_or_a_result(caplog: pytest.LogCapt
 
 
 def test_falling_through_to_the_legacy_admin_while_the_bridge_is_down_is_quiet(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The executor lists the bridge first, the legacy admin second. While the bridge is
     down the executor calls the legacy admin; once it is back, every legacy callback
     comes to it first and the executor's retries of the bridge's earlier results arrive:

@@ -1,5 +1,6 @@
 """The legacy bridges against loopback stand-ins: a business callback server for the
 batch center, and an xxl-job executor speaking the executor side of its protocol."""
+
 from __future__ import annotations
 
 import json
@@ -36,19 +37,38 @@ XXL_TOKEN = "xxl-default-token"
 T0 = datetime(2026, 12, 2, 6, 0, 0, tzinfo=timezone.utc)
 
 
-def ctx(params: dict[str, Any] | str, *, item_index: int = 0, item_total: int = 1, item_param: str = "",
-        timeout: timedelta = timedelta(seconds=5)) -> ExecutionContext:
+def ctx(
+    params: dict[str, Any] | str,
+    *,
+    item_index: int = 0,
+    item_total: int = 1,
+    item_param: str = "",
+    timeout: timedelta = timedelta(seconds=5),
+) -> ExecutionContext:
     return ExecutionContext(
-        command_id=CommandId(f"1-0-{item_index}"), trigger_id=TriggerId(1), job_code=JobCode("demo.job"),
-        biz_code="demo", scheduled_at=T0, item_index=item_index, item_total=item_total, item_param=item_param,
-        params=params if isinstance(params, str) else json.dumps(params), attempt=0, timeout=timeout,
+        command_id=CommandId(f"1-0-{item_index}"),
+        trigger_id=TriggerId(1),
+        job_code=JobCode("demo.job"),
+        biz_code="demo",
+        scheduled_at=T0,
+        item_index=item_index,
+        item_total=item_total,
+        item_param=item_param,
+        params=params if isinstance(params, str) else json.dumps(params),
+        attempt=0,
+        timeout=timeout,
     )
 
 
 def bc_params(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "bridge": "batch-center", "task_id": "17", "callback_url": "/jobs/run", "callback_base_url": None,
-        "http_method": "POST", "callback_timeout_ms": 2000, "payload": '{"campaign":"spring","n":3}',
+        "bridge": "batch-center",
+        "task_id": "17",
+        "callback_url": "/jobs/run",
+        "callback_base_url": None,
+        "http_method": "POST",
+        "callback_timeout_ms": 2000,
+        "payload": '{"campaign":"spring","n":3}',
         "token_ref": "bc_biz:demo",
     }
     base.update(over)
@@ -75,6 +95,7 @@ def business() -> Iterator[CallbackRecorder]:
 
 # -- batch center ------------------------------------------------------------------------
 
+
 def test_bc_relative_url_post_carries_payload_shard_fields_and_token(business: CallbackRecorder) -> None:
     bridge = BatchCenterBridge(tokens)
     result = bridge(ctx(bc_params(callback_base_url=business.url + "/biz/"), item_index=1, item_total=3))
@@ -89,8 +110,9 @@ def test_bc_relative_url_post_carries_payload_shard_fields_and_token(business: C
 
 def test_bc_absolute_url_get_sends_shards_as_query_and_no_body(business: CallbackRecorder) -> None:
     bridge = BatchCenterBridge(tokens)
-    params = bc_params(callback_url=business.url + "/cb?biz=demo", callback_base_url="http://elsewhere.invalid",
-                       http_method="get")
+    params = bc_params(
+        callback_url=business.url + "/cb?biz=demo", callback_base_url="http://elsewhere.invalid", http_method="get"
+    )
     result = bridge(ctx(params, item_index=0, item_total=2))
     assert result.ok, result.message
     req = business.last
@@ -101,8 +123,14 @@ def test_bc_absolute_url_get_sends_shards_as_query_and_no_body(business: Callbac
 
 def test_bc_explicit_shard_param_is_passed_in_query_and_body(business: CallbackRecorder) -> None:
     bridge = BatchCenterBridge(tokens)
-    bridge(ctx(bc_params(callback_url=business.url + "/cb", payload=None), item_index=2, item_total=4,
-               item_param='{"page":2}'))
+    bridge(
+        ctx(
+            bc_params(callback_url=business.url + "/cb", payload=None),
+            item_index=2,
+            item_total=4,
+            item_param='{"page":2}',
+        )
+    )
     req = business.last
     assert req.query["shardParam"] == ['{"page":2}']
     assert json.loads(req.body) == {"shardIndex": 2, "shardTotal": 4, "shardParam": '{"page":2}'}
@@ -152,15 +180,18 @@ def test_bc_connection_refused_is_a_one_line_failure() -> None:
     assert result.message.startswith("POST http://127.0.0.1:")
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"callback_url": "file:///etc/passwd"}, "not an http(s) URL"),
-    ({"callback_url": "ftp://host/x"}, "not an http(s) URL"),
-    ({"callback_url": "/relative", "callback_base_url": None}, "no callback_base_url"),
-    ({"callback_url": ""}, "no callback_url"),
-    ({"http_method": "DELETE"}, "unsupported http_method"),
-    ({"payload": "[1,2]"}, "not an object"),
-    ({"payload": "{oops"}, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"callback_url": "file:///etc/passwd"}, "not an http(s) URL"),
+        ({"callback_url": "ftp://host/x"}, "not an http(s) URL"),
+        ({"callback_url": "/relative", "callback_base_url": None}, "no callback_base_url"),
+        ({"callback_url": ""}, "no callback_url"),
+        ({"http_method": "DELETE"}, "unsupported http_method"),
+        ({"payload": "[1,2]"}, "not an object"),
+        ({"payload": "{oops"}, "not valid JSON"),
+    ],
+)
 def test_bc_refuses_params_it_cannot_call(business: CallbackRecorder, params: dict[str, Any], expected: str) -> None:
     result = BatchCenterBridge(tokens)(ctx(bc_params(**{"callback_base_url": business.url, **params})))
     assert not result.ok and expected in result.message
@@ -195,10 +226,17 @@ def test_register_batch_center_bridge(business: CallbackRecorder) -> None:
 
 # -- xxl-job -----------------------------------------------------------------------------
 
+
 def xxl_params(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "bridge": "xxl-job", "job_id": "7", "executor_handler": "demoJobHandler", "executor_param": "p=1",
-        "glue_type": "BEAN", "route_strategy": "FIRST", "block_strategy": "SERIAL_EXECUTION", "child_jobs": "",
+        "bridge": "xxl-job",
+        "job_id": "7",
+        "executor_handler": "demoJobHandler",
+        "executor_param": "p=1",
+        "glue_type": "BEAN",
+        "route_strategy": "FIRST",
+        "block_strategy": "SERIAL_EXECUTION",
+        "child_jobs": "",
         "app_name": "demo-app",
     }
     base.update(over)
@@ -208,8 +246,14 @@ def xxl_params(**over: Any) -> dict[str, Any]:
 class Xxl:
     """A bridge and a stand-in executor wired to each other."""
 
-    def __init__(self, *, handler: Any = None, executor_token: str | None = XXL_TOKEN,
-                 callback_style: str = "2.3", **bridge_kw: Any) -> None:
+    def __init__(
+        self,
+        *,
+        handler: Any = None,
+        executor_token: str | None = XXL_TOKEN,
+        callback_style: str = "2.3",
+        **bridge_kw: Any,
+    ) -> None:
         self.addresses: list[str] = []
         bridge_kw.setdefault("address_provider", lambda app: list(self.addresses) if app == "demo-app" else [])
         self.bridge = XxlJobBridge(access_token=XXL_TOKEN, **bridge_kw)
@@ -241,9 +285,16 @@ def test_xxl_run_through_the_executor_ends_ok(xxl: Xxl) -> None:
     assert isinstance(log_id, int) and 0 < log_id < 2**63
     assert abs(trigger.pop("logDateTime") - time.time() * 1000) < 60_000
     assert trigger == {
-        "jobId": 2**31 - 1 - 7, "executorHandler": "demoJobHandler", "executorParams": "p=1",
-        "executorBlockStrategy": "SERIAL_EXECUTION", "executorTimeout": 5, "glueType": "BEAN", "glueSource": "",
-        "glueUpdatetime": 0, "broadcastIndex": 0, "broadcastTotal": 1,
+        "jobId": 2**31 - 1 - 7,
+        "executorHandler": "demoJobHandler",
+        "executorParams": "p=1",
+        "executorBlockStrategy": "SERIAL_EXECUTION",
+        "executorTimeout": 5,
+        "glueType": "BEAN",
+        "glueSource": "",
+        "glueUpdatetime": 0,
+        "broadcastIndex": 0,
+        "broadcastTotal": 1,
     }
     assert xxl.executor.wait_callbacks(1)
     assert xxl.executor.callbacks[0][2] == {"code": 200, "msg": None}  # the bridge took the callback
@@ -320,8 +371,14 @@ def test_xxl_broadcast_item_goes_to_the_live_executor_at_its_index(xxl: Xxl) -> 
     second = xxl.new_executor()
     xxl.addresses.append(second.address)
     try:
-        result = xxl.bridge(ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=1, item_total=2,
-                                item_param=xxl.executor.address))  # the address stored at migration is stale
+        result = xxl.bridge(
+            ctx(
+                xxl_params(route_strategy="SHARDING_BROADCAST"),
+                item_index=1,
+                item_total=2,
+                item_param=xxl.executor.address,
+            )
+        )  # the address stored at migration is stale
         assert result.ok, result.message
         assert xxl.executor.triggers == []
         [trigger] = second.triggers
@@ -337,8 +394,9 @@ def test_xxl_broadcast_item_param_is_used_when_no_executor_is_known(xxl: Xxl) ->
     second = xxl.new_executor()
     xxl.addresses.clear()
     try:
-        assert xxl.bridge(ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=1, item_total=2,
-                              item_param=second.address)).ok
+        assert xxl.bridge(
+            ctx(xxl_params(route_strategy="SHARDING_BROADCAST"), item_index=1, item_total=2, item_param=second.address)
+        ).ok
         assert len(second.triggers) == 1 and xxl.executor.triggers == []
     finally:
         second.close()
@@ -455,7 +513,9 @@ def test_xxl_foreign_callbacks_and_registrations_are_relayed_to_the_legacy_admin
             reg = {"registryGroup": "EXECUTOR", "registryKey": "demo-app", "registryValue": x.executor.address}
             assert post(x.bridge.callback_url + "api/registry", reg, XXL_TOKEN)["code"] == 200
             assert [(r.path, json.loads(r.body)) for r in admin.requests] == [
-                ("/xxl-job-admin/api/callback", legacy), ("/xxl-job-admin/api/registry", reg)]
+                ("/xxl-job-admin/api/callback", legacy),
+                ("/xxl-job-admin/api/registry", reg),
+            ]
             assert admin.requests[0].headers["xxl-job-access-token"] == XXL_TOKEN
             admin.status = 503  # the legacy admin is down: the executor must try its next admin itself
             assert post(x.bridge.callback_url + "api/callback", legacy, XXL_TOKEN)["code"] == 500
@@ -501,24 +561,38 @@ def test_xxl_close_stops_the_callback_server_and_releases_waiters() -> None:
 
 
 def test_parse_callbacks_reads_every_version() -> None:
-    got = parse_callbacks([
-        {"logId": 1, "logDateTim": 5, "handleCode": 200, "handleMsg": None},
-        {"logId": 2, "logDateTime": 5, "handleCode": 502, "handleMsg": "job execute timeout"},
-        {"logId": 3, "logDateTim": 5, "executeResult": {"code": 500, "msg": "x"}},
-    ])
-    assert [(c.log_id, c.code, c.message) for c in got] == [(1, 200, ""), (2, 502, "job execute timeout"),
-                                                            (3, 500, "x")]
+    got = parse_callbacks(
+        [
+            {"logId": 1, "logDateTim": 5, "handleCode": 200, "handleMsg": None},
+            {"logId": 2, "logDateTime": 5, "handleCode": 502, "handleMsg": "job execute timeout"},
+            {"logId": 3, "logDateTim": 5, "executeResult": {"code": 500, "msg": "x"}},
+        ]
+    )
+    assert [(c.log_id, c.code, c.message) for c in got] == [
+        (1, 200, ""),
+        (2, 502, "job execute timeout"),
+        (3, 500, "x"),
+    ]
     with pytest.raises(ValueError):
         parse_callbacks([{"handleCode": 200}])
 
 
 # -- end to end through the SDK on the in-process bus ------------------------------------
 
+
 def publish(bus: InProcessBus, trigger: int, handler: str, params: dict[str, Any], **kw: Any) -> CommandId:
     cid = command_id(trigger, T0, kw.get("item_index", 0))
-    cmd = ExecutionCommand(command_id=cid, trigger_id=TriggerId(trigger), job_code=JobCode(f"demo.job{trigger}"),
-                           biz_code="demo", handler=handler, scheduled_at=T0, params=json.dumps(params),
-                           timeout=timedelta(seconds=5), **kw)
+    cmd = ExecutionCommand(
+        command_id=cid,
+        trigger_id=TriggerId(trigger),
+        job_code=JobCode(f"demo.job{trigger}"),
+        biz_code="demo",
+        handler=handler,
+        scheduled_at=T0,
+        params=json.dumps(params),
+        timeout=timedelta(seconds=5),
+        **kw,
+    )
     bus.publish([BusMessage(command_topic("demo"), encode_commands([cmd]), key=cid)])
     return cid
 
@@ -531,8 +605,9 @@ def test_end_to_end_through_the_sdk(business: CallbackRecorder) -> None:
     register_xxl_job_bridge(executor, x.bridge)
     results_sub = bus.subscribe(CALLBACK_TOPIC, "test")
     try:
-        bc_ok = publish(bus, 1, "batch-center-bridge", bc_params(callback_url=business.url + "/cb"),
-                        item_total=2, item_index=1)
+        bc_ok = publish(
+            bus, 1, "batch-center-bridge", bc_params(callback_url=business.url + "/cb"), item_total=2, item_index=1
+        )
         xxl_ok = publish(bus, 2, "xxl-job-bridge", xxl_params())
         bc_fail = publish(bus, 3, "batch-center-bridge", bc_params(callback_url=f"http://127.0.0.1:{free_port()}/"))
         handled = 0

@@ -1,5 +1,6 @@
 """`switchyard db init|check` on the embedded default: idempotent init, a check that
 leaves nothing behind."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ def test_init_twice_creates_once_and_check_sees_the_schema(tmp_path: Path) -> No
     assert second["created"] == [], "a second init must change nothing"
     assert len(second["partitions"]) == 4
     other = CliRunner().invoke(cli, ["db", "init", "--url", url, "--partitions", "8"])
-    assert other.exit_code != 0 and "re-partitioning to 8 is not done by init" in other.output, \
+    assert other.exit_code != 0 and "re-partitioning to 8 is not done by init" in other.output, (
         "the partition count is fixed at the first init, and saying otherwise is refused, not ignored"
+    )
     check = CliRunner().invoke(cli, ["db", "check", "--url", url, "--json"])
     assert check.exit_code == 0 and json.loads(check.output)["ok"] is True
 

@@ -16,6 +16,7 @@ tests/integration/test_secrets.py.
 `Error:` line, and long-running commands log (timestamped lines) to stderr; those lines
 are allowed, every other stderr line is not, and exactly one `Error:` line must be there.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from readers.legacy_ddl.loader import create_legacy_schema
 from legacy_sim.seed import seed_batchcenter
-from switchyard.schema import init_schema
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
+from switchyard.schema import init_schema
 
 SECRET = "secret"
 UNREACHABLE = f"mysql+pymysql://u:{SECRET}@127.0.0.1:1/x"  # nothing listens on port 1
@@ -70,20 +71,28 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     seed_batchcenter(leg, businesses=2, tasks_per_business=3, bad_rows=0, malformed_crons=0)
     leg.dispose()
     (d / "a-file").write_text("x")
-    p = Paths(ok=ok, empty=f"sqlite:///{d / 'empty.db'}", legacy=legacy, no_legacy=f"sqlite:///{d / 'none.db'}",
-              a_file=str(d / "a-file"))
-    result = CliRunner().invoke(cli, ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy,
-                                      "--target-url", ok], catch_exceptions=False)
+    p = Paths(
+        ok=ok,
+        empty=f"sqlite:///{d / 'empty.db'}",
+        legacy=legacy,
+        no_legacy=f"sqlite:///{d / 'none.db'}",
+        a_file=str(d / "a-file"),
+    )
+    result = CliRunner().invoke(
+        cli,
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", ok],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(cli, ["dualrun", "start", BIZ, "--url", ok, "--legacy-url", legacy],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["dualrun", "start", BIZ, "--url", ok, "--legacy-url", legacy], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     return p
 
 
 def _fill(args: list[str], p: Paths) -> list[str]:
-    subst = {"{ok}": p.ok, "{empty}": p.empty, "{legacy}": p.legacy, "{no_legacy}": p.no_legacy,
-             "{file}": p.a_file}
+    subst = {"{ok}": p.ok, "{empty}": p.empty, "{legacy}": p.legacy, "{no_legacy}": p.no_legacy, "{file}": p.a_file}
     return [subst.get(a, a) for a in args]
 
 
@@ -118,8 +127,22 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-plan-unknown-source", ["migrate", "plan", "--source", "foo", "--legacy-url", "{legacy}"], USAGE),
     ("migrate-run-missing-legacy", ["migrate", "run", "--source", "xxl-job", "--target-url", "{ok}"], USAGE),
     ("migrate-quarantine-unknown-option", ["migrate", "quarantine", "--bogus"], USAGE),
-    ("migrate-stream-server-id-0", ["migrate", "stream", "--source", "batch-center", "--legacy-url", "{legacy}",
-                                    "--target-url", "{ok}", "--server-id", "0"], USAGE),
+    (
+        "migrate-stream-server-id-0",
+        [
+            "migrate",
+            "stream",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            "{legacy}",
+            "--target-url",
+            "{ok}",
+            "--server-id",
+            "0",
+        ],
+        USAGE,
+    ),
     ("scheduler-run-ttl-too-small", ["scheduler", "run", "--url", "{ok}", "--lease-ttl", "1"], USAGE),
     ("scheduler-stats-negative-since", ["scheduler", "stats", "--url", "{ok}", "--since", "-1"], USAGE),
     ("executor-run-missing-handlers", ["executor", "run", "--domain", "d"], USAGE),
@@ -127,31 +150,85 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("console-port-0", ["console", "--url", "{ok}", "--port", "0"], USAGE),
     ("serve-missing-handlers", ["serve", "--url", "{ok}"], USAGE),
     ("serve-no-such-module", ["serve", "--url", "{ok}", "--handlers", "nosuchmodule_xyz"], USAGE),
-    ("serve-console-beyond-loopback-without-token", ["serve", "--url", "{ok}", "--handlers", "json", "--console",
-                                                     "--console-bind", "0.0.0.0"], USAGE),
+    (
+        "serve-console-beyond-loopback-without-token",
+        ["serve", "--url", "{ok}", "--handlers", "json", "--console", "--console-bind", "0.0.0.0"],
+        USAGE,
+    ),
     ("trigger-pause-nothing-named", ["trigger", "pause", "--url", "{ok}"], USAGE),
     ("trigger-resume-not-an-id", ["trigger", "resume", "abc", "--url", "{ok}"], USAGE),
     ("trigger-cancel-unknown-option", ["trigger", "cancel", "--bogus"], USAGE),
     ("dualrun-compare-missing-business", ["dualrun", "compare", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    ("dualrun-compare-bad-since", ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                   "{legacy}", "--since", "notatime"], USAGE),
-    ("dualrun-compare-bad-window", ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                    "{legacy}", "--window", "-1h"], USAGE),
-    ("dualrun-compare-unknown-business", ["dualrun", "compare", "--business", "ghost", "--url", "{ok}",
-                                          "--legacy-url", "{legacy}"], USAGE),
-    ("dualrun-watch-every-0", ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}",
-                               "--every", "0s"], USAGE),
+    (
+        "dualrun-compare-bad-since",
+        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--since", "notatime"],
+        USAGE,
+    ),
+    (
+        "dualrun-compare-bad-window",
+        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--window", "-1h"],
+        USAGE,
+    ),
+    (
+        "dualrun-compare-unknown-business",
+        ["dualrun", "compare", "--business", "ghost", "--url", "{ok}", "--legacy-url", "{legacy}"],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-every-0",
+        ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--every", "0s"],
+        USAGE,
+    ),
     ("dualrun-start-missing-business", ["dualrun", "start", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    ("dualrun-watch-cutover-every-0", ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                       "{legacy}", "--every", "0s"], USAGE),
-    ("dualrun-watch-cutover-not-cut-over", ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}",
-                                            "--legacy-url", "{legacy}", "--max-runs", "1"], USAGE),
-    ("dualrun-watch-cutover-bad-url", ["dualrun", "watch-cutover", "--business", BIZ, "--url", BAD, "--legacy-url",
-                                       "{legacy}", "--max-runs", "1"], USAGE),
-    ("dualrun-watch-cutover-unreachable", ["dualrun", "watch-cutover", "--business", BIZ, "--url", UNREACHABLE,
-                                           "--legacy-url", "{legacy}", "--max-runs", "1"], DOWN),
-    ("dualrun-watch-cutover-no-schema", ["dualrun", "watch-cutover", "--business", BIZ, "--source", "batch-center",
-                                         "--url", "{empty}", "--legacy-url", "{legacy}", "--max-runs", "1"], SCHEMA),
+    (
+        "dualrun-watch-cutover-every-0",
+        ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--every", "0s"],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-cutover-not-cut-over",
+        ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--max-runs", "1"],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-cutover-bad-url",
+        ["dualrun", "watch-cutover", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}", "--max-runs", "1"],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-cutover-unreachable",
+        [
+            "dualrun",
+            "watch-cutover",
+            "--business",
+            BIZ,
+            "--url",
+            UNREACHABLE,
+            "--legacy-url",
+            "{legacy}",
+            "--max-runs",
+            "1",
+        ],
+        DOWN,
+    ),
+    (
+        "dualrun-watch-cutover-no-schema",
+        [
+            "dualrun",
+            "watch-cutover",
+            "--business",
+            BIZ,
+            "--source",
+            "batch-center",
+            "--url",
+            "{empty}",
+            "--legacy-url",
+            "{legacy}",
+            "--max-runs",
+            "1",
+        ],
+        SCHEMA,
+    ),
     ("report-unknown-option", ["report", "--bogus"], USAGE),
     ("status-unknown-option", ["status", "--bogus"], USAGE),
     ("cutover-missing-business", ["cutover", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
@@ -162,23 +239,41 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("db-check-bad-url", ["db", "check", "--url", BAD], USAGE),
     ("db-check-bad-port", ["db", "check", "--url", f"mysql+pymysql://u:{SECRET}@127.0.0.1:notaport/x"], USAGE),
     ("db-check-unknown-driver", ["db", "check", "--url", f"mysql+nosuch://u:{SECRET}@127.0.0.1:1/x"], USAGE),
-    ("migrate-plan-bad-legacy-url", ["migrate", "plan", "--source", "xxl-job", "--legacy-url", BAD,
-                                     "--target-url", "{ok}"], USAGE),
-    ("migrate-plan-bad-target-url", ["migrate", "plan", "--source", "xxl-job", "--legacy-url", "{legacy}",
-                                     "--target-url", BAD], USAGE),
-    ("migrate-run-bad-legacy-url", ["migrate", "run", "--source", "batch-center", "--legacy-url", BAD,
-                                    "--target-url", "{ok}"], USAGE),
+    (
+        "migrate-plan-bad-legacy-url",
+        ["migrate", "plan", "--source", "xxl-job", "--legacy-url", BAD, "--target-url", "{ok}"],
+        USAGE,
+    ),
+    (
+        "migrate-plan-bad-target-url",
+        ["migrate", "plan", "--source", "xxl-job", "--legacy-url", "{legacy}", "--target-url", BAD],
+        USAGE,
+    ),
+    (
+        "migrate-run-bad-legacy-url",
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", BAD, "--target-url", "{ok}"],
+        USAGE,
+    ),
     ("migrate-quarantine-bad-url", ["migrate", "quarantine", "--target-url", BAD], USAGE),
     ("scheduler-stats-bad-url", ["scheduler", "stats", "--url", BAD], USAGE),
     ("trigger-pause-bad-url", ["trigger", "pause", "1", "--url", BAD], USAGE),
     ("trigger-resume-bad-url", ["trigger", "resume", "1", "--url", BAD], USAGE),
     ("trigger-cancel-bad-url", ["trigger", "cancel", "1", "--url", BAD], USAGE),
-    ("dualrun-compare-bad-url", ["dualrun", "compare", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"],
-     USAGE),
-    ("dualrun-compare-bad-legacy-url", ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                        BAD], USAGE),
-    ("dualrun-watch-bad-url", ["dualrun", "watch", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}",
-                               "--max-runs", "1"], USAGE),
+    (
+        "dualrun-compare-bad-url",
+        ["dualrun", "compare", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"],
+        USAGE,
+    ),
+    (
+        "dualrun-compare-bad-legacy-url",
+        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", BAD],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-bad-url",
+        ["dualrun", "watch", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}", "--max-runs", "1"],
+        USAGE,
+    ),
     ("dualrun-start-bad-url", ["dualrun", "start", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
     ("status-bad-url", ["status", "--url", BAD], USAGE),
     ("cutover-bad-url", ["cutover", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
@@ -187,47 +282,94 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     # a server that cannot be reached
     ("db-init-unreachable", ["db", "init", "--url", UNREACHABLE], DOWN),
     ("db-check-unreachable", ["db", "check", "--url", UNREACHABLE], DOWN),
-    ("migrate-plan-unreachable-target", ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}",
-                                         "--target-url", UNREACHABLE], DOWN),
-    ("migrate-plan-unreachable-legacy", ["migrate", "plan", "--source", "batch-center", "--legacy-url", UNREACHABLE,
-                                         "--target-url", "{ok}"], DOWN),
-    ("migrate-run-unreachable-legacy", ["migrate", "run", "--source", "xxl-job", "--legacy-url", UNREACHABLE,
-                                        "--target-url", "{ok}"], DOWN),
+    (
+        "migrate-plan-unreachable-target",
+        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", UNREACHABLE],
+        DOWN,
+    ),
+    (
+        "migrate-plan-unreachable-legacy",
+        ["migrate", "plan", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
+        DOWN,
+    ),
+    (
+        "migrate-run-unreachable-legacy",
+        ["migrate", "run", "--source", "xxl-job", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
+        DOWN,
+    ),
     ("migrate-quarantine-unreachable", ["migrate", "quarantine", "--target-url", UNREACHABLE], DOWN),
     ("scheduler-stats-unreachable", ["scheduler", "stats", "--url", UNREACHABLE], DOWN),
     ("trigger-pause-unreachable", ["trigger", "pause", "1", "--url", UNREACHABLE], DOWN),
     ("trigger-resume-unreachable", ["trigger", "resume", "1", "--url", UNREACHABLE], DOWN),
     ("trigger-cancel-unreachable", ["trigger", "cancel", "1", "--url", UNREACHABLE], DOWN),
-    ("dualrun-compare-unreachable-store", ["dualrun", "compare", "--business", BIZ, "--url", UNREACHABLE,
-                                           "--legacy-url", "{legacy}"], DOWN),
-    ("dualrun-compare-unreachable-legacy", ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                            UNREACHABLE], DOWN),
+    (
+        "dualrun-compare-unreachable-store",
+        ["dualrun", "compare", "--business", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"],
+        DOWN,
+    ),
+    (
+        "dualrun-compare-unreachable-legacy",
+        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE],
+        DOWN,
+    ),
     ("dualrun-start-unreachable", ["dualrun", "start", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
     ("status-unreachable", ["status", "--url", UNREACHABLE], DOWN),
     ("cutover-unreachable-store", ["cutover", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
-    ("cutover-forced-unreachable-legacy", ["cutover", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--force",
-                                           "--reason", "test"], DOWN),
+    (
+        "cutover-forced-unreachable-legacy",
+        ["cutover", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--force", "--reason", "test"],
+        DOWN,
+    ),
     ("rollback-unreachable-store", ["rollback", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
     ("rollback-unreachable-legacy", ["rollback", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE], DOWN),
     # a store (or a legacy database) without its schema
     ("db-check-no-schema", ["db", "check", "--url", "{empty}"], SCHEMA),
     ("console-no-schema", ["console", "--url", "{empty}"], SCHEMA),
     ("serve-no-schema", ["serve", "--url", "{empty}", "--handlers", "json"], SCHEMA),
-    ("migrate-plan-no-schema", ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}",
-                                "--target-url", "{empty}"], SCHEMA),
-    ("migrate-run-no-schema", ["migrate", "run", "--source", "batch-center", "--legacy-url", "{legacy}",
-                               "--target-url", "{empty}"], SCHEMA),
-    ("migrate-plan-no-legacy-tables", ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{no_legacy}",
-                                       "--target-url", "{ok}"], SCHEMA),
-    ("migrate-run-no-legacy-tables", ["migrate", "run", "--source", "xxl-job", "--legacy-url", "{no_legacy}",
-                                      "--target-url", "{ok}"], SCHEMA),
+    (
+        "migrate-plan-no-schema",
+        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", "{empty}"],
+        SCHEMA,
+    ),
+    (
+        "migrate-run-no-schema",
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", "{empty}"],
+        SCHEMA,
+    ),
+    (
+        "migrate-plan-no-legacy-tables",
+        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{no_legacy}", "--target-url", "{ok}"],
+        SCHEMA,
+    ),
+    (
+        "migrate-run-no-legacy-tables",
+        ["migrate", "run", "--source", "xxl-job", "--legacy-url", "{no_legacy}", "--target-url", "{ok}"],
+        SCHEMA,
+    ),
     ("migrate-quarantine-no-schema", ["migrate", "quarantine", "--target-url", "{empty}"], SCHEMA),
     ("scheduler-stats-no-schema", ["scheduler", "stats", "--url", "{empty}"], SCHEMA),
     ("trigger-pause-no-schema", ["trigger", "pause", "1", "--url", "{empty}"], SCHEMA),
-    ("dualrun-compare-no-schema", ["dualrun", "compare", "--business", BIZ, "--source", "batch-center", "--url",
-                                   "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
-    ("dualrun-compare-no-legacy-tables", ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                          "{no_legacy}"], SCHEMA),
+    (
+        "dualrun-compare-no-schema",
+        [
+            "dualrun",
+            "compare",
+            "--business",
+            BIZ,
+            "--source",
+            "batch-center",
+            "--url",
+            "{empty}",
+            "--legacy-url",
+            "{legacy}",
+        ],
+        SCHEMA,
+    ),
+    (
+        "dualrun-compare-no-legacy-tables",
+        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{no_legacy}"],
+        SCHEMA,
+    ),
     ("dualrun-start-no-schema", ["dualrun", "start", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
     ("status-no-schema", ["status", "--url", "{empty}"], SCHEMA),
     ("cutover-no-schema", ["cutover", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
@@ -279,20 +421,41 @@ _GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "dualrun
 
 SUBPROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-members-unreachable-etcd", ["scheduler", "members", "--election", "http://127.0.0.1:1"], DOWN),
-    ("scheduler-run-unreachable-etcd", ["scheduler", "run", "--url", "{ok}", "--election", "http://127.0.0.1:1",
-                                        "--lease-ttl", "2"], DOWN),
-    ("scheduler-run-unreachable-pulsar", ["scheduler", "run", "--url", "{ok}", "--bus", "pulsar://127.0.0.1:1",
-                                          "--election", "local"], DOWN),
-    ("executor-run-unreachable-pulsar", ["executor", "run", "--handlers", "json", "--domain", "d", "--bus",
-                                         "pulsar://127.0.0.1:1"], DOWN),
-    ("migrate-stream-unreachable-legacy", ["migrate", "stream", "--source", "batch-center", "--legacy-url",
-                                           UNREACHABLE, "--target-url", "{ok}"], DOWN),
-    ("migrate-stream-bad-url", ["migrate", "stream", "--source", "batch-center", "--legacy-url", BAD,
-                                "--target-url", "{ok}"], USAGE),
-    ("dualrun-watch-unreachable-legacy", ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url",
-                                          UNREACHABLE, "--max-runs", "1"], DOWN),
-    ("migrate-stream-no-schema", ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE,
-                                  "--target-url", "{empty}"], SCHEMA),
+    (
+        "scheduler-run-unreachable-etcd",
+        ["scheduler", "run", "--url", "{ok}", "--election", "http://127.0.0.1:1", "--lease-ttl", "2"],
+        DOWN,
+    ),
+    (
+        "scheduler-run-unreachable-pulsar",
+        ["scheduler", "run", "--url", "{ok}", "--bus", "pulsar://127.0.0.1:1", "--election", "local"],
+        DOWN,
+    ),
+    (
+        "executor-run-unreachable-pulsar",
+        ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "pulsar://127.0.0.1:1"],
+        DOWN,
+    ),
+    (
+        "migrate-stream-unreachable-legacy",
+        ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
+        DOWN,
+    ),
+    (
+        "migrate-stream-bad-url",
+        ["migrate", "stream", "--source", "batch-center", "--legacy-url", BAD, "--target-url", "{ok}"],
+        USAGE,
+    ),
+    (
+        "dualrun-watch-unreachable-legacy",
+        ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--max-runs", "1"],
+        DOWN,
+    ),
+    (
+        "migrate-stream-no-schema",
+        ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{empty}"],
+        SCHEMA,
+    ),
 ]
 # per process, a bound for a hang only (each wait ends when its process exits): > the Pulsar
 # client's 30 s operation timeout + the start-up of eight interpreters at once, which import the
@@ -319,8 +482,18 @@ def long_running(paths: Paths, tmp_path_factory: pytest.TempPathFactory) -> Iter
         started[case] = time.monotonic()
         out, err = d / f"{case}.out", d / f"{case}.err"
         with out.open("wb") as o, err.open("wb") as e:
-            procs[case] = (subprocess.Popen([sys.executable, "-m", "switchyard", *_fill(args, paths)], stdout=o,
-                                            stderr=e, stdin=subprocess.DEVNULL, env=env, cwd=d), out, err)
+            procs[case] = (
+                subprocess.Popen(
+                    [sys.executable, "-m", "switchyard", *_fill(args, paths)],
+                    stdout=o,
+                    stderr=e,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=d,
+                ),
+                out,
+                err,
+            )
     results: dict[str, Finished] = {}
     try:
         for case, (proc, out, err) in procs.items():

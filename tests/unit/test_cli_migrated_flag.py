@@ -1,6 +1,7 @@
 """`switchyard migrate run --source batch-center` sets the documented `migrated` flag only
 after the target commit, and a flag a crash left unset is repaired by the next run
 without writing the target again."""
+
 from __future__ import annotations
 
 import json
@@ -9,16 +10,19 @@ from pathlib import Path
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from readers.legacy_ddl.loader import create_legacy_schema
 from legacy_sim.seed import seed_batchcenter
-from switchyard.schema import init_schema
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
+from switchyard.schema import init_schema
 
 
 def _migrate(legacy: str, target: str) -> dict[str, object]:
-    result = CliRunner().invoke(cli, ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy,
-                                      "--target-url", target, "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", target, "--json"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1])
 
@@ -44,8 +48,9 @@ def test_a_lost_migrated_flag_is_set_again_by_the_next_run(tmp_path: Path) -> No
             again = conn.execute(text("SELECT COUNT(*) FROM bc_task WHERE migrated = 1")).scalar_one()
         assert again == flagged, "the next run must repair the flag"
         counts = second["counts"]
-        assert isinstance(counts, dict) and counts.get("create", 0) == 0 and counts.get("update", 0) == 0, \
+        assert isinstance(counts, dict) and counts.get("create", 0) == 0 and counts.get("update", 0) == 0, (
             f"repairing the flag must not write the target again: {second}"
+        )
         assert first["counts"] != counts
     finally:
         leg.dispose()

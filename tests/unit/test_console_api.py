@@ -3,6 +3,7 @@ in every state, on the embedded default (SQLite) and on the real MariaDB: the ri
 states, verdicts with reasons and age, jobs by live side with the orphan flagged, audit,
 quarantine, lag, scheduler members; unknown business 404, bad input 400, a store that is
 down 503 (never a traceback); 401 without the bearer token; no secret in any answer."""
+
 from __future__ import annotations
 
 import json
@@ -62,13 +63,21 @@ def _client(st: ConsoleState, **kw: object) -> TestClient:
 def test_businesses_show_their_states_verdicts_and_problems(state: ConsoleState) -> None:
     rows = {r["business"]: r for r in _client(state).get("/api/businesses").json()}
     assert {c: rows[c]["state"] for c in (state.legacy, state.dual_run, state.cutover, state.rolled_back)} == {
-        state.legacy: "legacy", state.dual_run: "dual_run", state.cutover: "cutover", state.rolled_back: "legacy"}
+        state.legacy: "legacy",
+        state.dual_run: "dual_run",
+        state.cutover: "cutover",
+        state.rolled_back: "legacy",
+    }
     assert rows[state.legacy]["verdict"] is None
     for code in (state.dual_run, state.cutover, state.rolled_back):
         v = rows[code]["verdict"]
         assert v["verdict"] == "not_ready" and v["reasons"] and v["age_s"] >= 0 and v["comparison_id"] > 0
-    assert {c: r["problems"] for c, r in rows.items()} == {state.legacy: 0, state.dual_run: 0, state.cutover: 1,
-                                                          state.rolled_back: 0}
+    assert {c: r["problems"] for c, r in rows.items()} == {
+        state.legacy: 0,
+        state.dual_run: 0,
+        state.cutover: 1,
+        state.rolled_back: 0,
+    }
     assert rows[state.dual_run]["sides"]["both"] > 0 and rows[state.cutover]["sides"]["orphaned"] == 1
     page = _client(state).get("/")
     assert page.status_code == 200 and "default-src 'none'" in page.headers["content-security-policy"]
@@ -89,8 +98,10 @@ def test_a_business_lists_its_jobs_by_live_side_with_the_orphan_first(state: Con
     now = state.env.store.clock.now().isoformat()
     assert on_legacy and all(j["next_fire_from"] == "schedule" for j in on_legacy)
     assert all(j["next_fire_at"] >= now for j in on_legacy if j["next_fire_at"])
-    assert [(a["from"], a["to"], a["actor"]) for a in b["audit"]] == [("dual_run", "cutover", "alice"),
-                                                                       ("legacy", "dual_run", "ops")]
+    assert [(a["from"], a["to"], a["actor"]) for a in b["audit"]] == [
+        ("dual_run", "cutover", "alice"),
+        ("legacy", "dual_run", "ops"),
+    ]
     page = c.get(f"/business/{state.cutover}").text
     assert f'id="job-{state.orphan_key}" data-side="orphaned" class="problem"' in page and "ORPHANED" in page
     back = c.get(f"/api/businesses/{state.rolled_back}").json()
@@ -103,11 +114,14 @@ def test_audit_and_quarantine(state: ConsoleState) -> None:
     audit = c.get("/api/audit").json()
     assert len(audit) == len(BusinessRegistry(state.env.store).audit())
     assert [a["to"] for a in c.get("/api/audit", params={"business": state.rolled_back}).json()] == [
-        "legacy", "cutover", "dual_run"]
+        "legacy",
+        "cutover",
+        "dual_run",
+    ]
     rows = c.get("/api/quarantine").json()
     stored = TargetWriter(state.env.store).quarantined()
     assert len(rows) == len(stored) > 0 and all(r["field"] and r["reason"] for r in rows)
-    assert "<table id=\"quarantine\">" in c.get("/quarantine").text
+    assert '<table id="quarantine">' in c.get("/quarantine").text
 
 
 def test_the_full_report_is_rendered_on_demand(state: ConsoleState) -> None:
@@ -139,11 +153,19 @@ def test_lag_percentiles_per_domain(state: ConsoleState) -> None:
     store = state.env.store
     now = store.clock.now()
     t = store.triggers_of(biz_code=state.dual_run)[0]
-    recs = [FiredRecord(command_id=command_id(stored_id(t), now - timedelta(minutes=m), 0), trigger_id=stored_id(t),
-                        job_code=t.job_code, biz_code=state.dual_run, scheduled_at=now - timedelta(minutes=m),
-                        state=FiredState.SUCCEEDED, received_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag),
-                        started_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag + 5))
-            for m, lag in ((1, 10), (2, 20), (3, 30), (4, 40), (90, 9000))]
+    recs = [
+        FiredRecord(
+            command_id=command_id(stored_id(t), now - timedelta(minutes=m), 0),
+            trigger_id=stored_id(t),
+            job_code=t.job_code,
+            biz_code=state.dual_run,
+            scheduled_at=now - timedelta(minutes=m),
+            state=FiredState.SUCCEEDED,
+            received_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag),
+            started_at=now - timedelta(minutes=m) + timedelta(milliseconds=lag + 5),
+        )
+        for m, lag in ((1, 10), (2, 20), (3, 30), (4, 40), (90, 9000))
+    ]
     store.put_fired(recs)
     c = _client(state)
     d = {x["domain"]: x for x in c.get("/api/lag").json()["domains"]}[state.dual_run]
@@ -169,8 +191,11 @@ def test_the_store_down_is_a_503_without_the_password(state: ConsoleState, caplo
 
 def test_no_secret_reaches_a_page_or_the_api(state: ConsoleState) -> None:
     BusinessRegistry(state.env.store).note(
-        state.cutover, actor="ops", reason=f"paused: token={SECRET_TOKEN}",
-        detail={"url": f"mysql+pymysql://app:{SECRET_PW}@127.0.0.1:13306/legacy", "auth": f"Bearer {SECRET_TOKEN}"})
+        state.cutover,
+        actor="ops",
+        reason=f"paused: token={SECRET_TOKEN}",
+        detail={"url": f"mysql+pymysql://app:{SECRET_PW}@127.0.0.1:13306/legacy", "auth": f"Bearer {SECRET_TOKEN}"},
+    )
     c = _client(state)
     for path in ("/", f"/business/{state.cutover}", "/audit", "/api/audit", f"/api/businesses/{state.cutover}"):
         text = c.get(path).text
@@ -212,9 +237,13 @@ def test_the_real_server_needs_the_token_and_logs_no_secret(tmp_path: Path) -> N
     st.env.store.engine.dispose()
     port = _free_port()
     env = {"SWITCHYARD_CONSOLE_TOKEN": SECRET_TOKEN, "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([sys.executable, "-m", "switchyard", "console", "--url", f"sqlite:///{tmp_path / 't.db'}",
-                             "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchyard", "console", "--url", f"sqlite:///{tmp_path / 't.db'}", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -6,6 +6,7 @@ org.quartz.CronExpression from the Quartz 2.3.2 and 2.5.2 jars (2.3.x is what xx
 2.x copies; 2.5.x what xxl-job 3.4 copies) when these tests were written. Where Quartz
 versions disagree, or Quartz misbehaves, the row says so and follows the documented rule.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -48,8 +49,19 @@ KNOWN: list[tuple[str, datetime, list[datetime]]] = [
     ("0 0 0 L * ?", PROBE_START, [sh(2026, 12, 31), sh(2027, 1, 31), sh(2027, 2, 28), sh(2027, 3, 31)]),
     ("0 0 0 L-2 * ?", PROBE_START, [sh(2026, 12, 29), sh(2027, 1, 29), sh(2027, 2, 26)]),
     # Dec 5 2026 is a Saturday -> Friday the 4th; Jan 5 2027 Tuesday; Jun 5 2027 Saturday -> 4th
-    ("0 0 0 5W * ?", PROBE_START, [sh(2026, 12, 4), sh(2027, 1, 5), sh(2027, 2, 5), sh(2027, 3, 5), sh(2027, 4, 5),
-                                   sh(2027, 5, 5), sh(2027, 6, 4)]),
+    (
+        "0 0 0 5W * ?",
+        PROBE_START,
+        [
+            sh(2026, 12, 4),
+            sh(2027, 1, 5),
+            sh(2027, 2, 5),
+            sh(2027, 3, 5),
+            sh(2027, 4, 5),
+            sh(2027, 5, 5),
+            sh(2027, 6, 4),
+        ],
+    ),
     # Dec 31 2026 Thursday; Jan 31 2027 Sunday -> Fri 29th; Feb 28 2027 Sunday -> Fri 26th
     ("0 0 0 LW * ?", PROBE_START, [sh(2026, 12, 31), sh(2027, 1, 29), sh(2027, 2, 26)]),
     ("0 0 0 ? * 6L", PROBE_START, [sh(2026, 12, 25), sh(2027, 1, 29), sh(2027, 2, 26)]),  # last Friday
@@ -57,10 +69,24 @@ KNOWN: list[tuple[str, datetime, list[datetime]]] = [
     ("0 0 0 ? * FRI#3", PROBE_START, [sh(2026, 12, 18), sh(2027, 1, 15)]),
     ("0 0 0 1 1 ? 2028", PROBE_START, [sh(2028, 1, 1)]),  # and then never again
     ("0 0 0 29 2 ?", PROBE_START, [sh(2028, 2, 29), sh(2032, 2, 29), sh(2036, 2, 29)]),
-    ("0 0 0 1/5 * ?", PROBE_START, [sh(2026, 12, 6), sh(2026, 12, 11), sh(2026, 12, 16), sh(2026, 12, 21),
-                                    sh(2026, 12, 26), sh(2026, 12, 31), sh(2027, 1, 1)]),
-    ("0 0 0 ? JAN,JUL MON", PROBE_START, [sh(2027, 1, 4), sh(2027, 1, 11), sh(2027, 1, 18), sh(2027, 1, 25),
-                                         sh(2027, 7, 5)]),
+    (
+        "0 0 0 1/5 * ?",
+        PROBE_START,
+        [
+            sh(2026, 12, 6),
+            sh(2026, 12, 11),
+            sh(2026, 12, 16),
+            sh(2026, 12, 21),
+            sh(2026, 12, 26),
+            sh(2026, 12, 31),
+            sh(2027, 1, 1),
+        ],
+    ),
+    (
+        "0 0 0 ? JAN,JUL MON",
+        PROBE_START,
+        [sh(2027, 1, 4), sh(2027, 1, 11), sh(2027, 1, 18), sh(2027, 1, 25), sh(2027, 7, 5)],
+    ),
     # more day-of-month rules. May 1 2027 is a Saturday: 1W moves forward to Monday the 3rd
     # (it never crosses into April), also from after midnight of the 1st (xxl-job 3.4's
     # copy and Quartz 2.5.2 skip to June there).
@@ -79,22 +105,34 @@ KNOWN: list[tuple[str, datetime, list[datetime]]] = [
     ("0 0 0 L-30 * ?", sh(2027, 1, 15), [sh(2027, 3, 1), sh(2027, 5, 1)]),  # only 31-day months have one
     ("0 0 0 L,15 * ?", sh(2027, 2, 1), [sh(2027, 2, 15), sh(2027, 2, 28), sh(2027, 3, 15)]),  # union (Quartz 2.5)
     ("0 0 0 1,15W * ?", sh(2027, 5, 2), [sh(2027, 5, 14), sh(2027, 6, 1), sh(2027, 6, 15)]),
-    ("0 0 0 28-3 * ?", sh(2027, 2, 26), [sh(2027, 2, 28), sh(2027, 3, 1), sh(2027, 3, 2), sh(2027, 3, 3),
-                                         sh(2027, 3, 28)]),
+    (
+        "0 0 0 28-3 * ?",
+        sh(2027, 2, 26),
+        [sh(2027, 2, 28), sh(2027, 3, 1), sh(2027, 3, 2), sh(2027, 3, 3), sh(2027, 3, 28)],
+    ),
     # day-of-week rules. Thursdays 2027: Jan 7..28 (4), Feb 4..25 (4), Mar 4..25 (4), Apr 1..29 (5)
     ("0 0 0 ? * 5#5", sh(2027, 1, 1), [sh(2027, 4, 29), sh(2027, 7, 29)]),
     ("0 0 0 ? * FRIL", sh(2027, 1, 1), [sh(2027, 1, 29), sh(2027, 2, 26)]),  # Quartz accepts FRIL = 6L
     ("0 0 0 ? * L", sh(2027, 1, 1), [sh(2027, 1, 2), sh(2027, 1, 9)]),  # 'L' alone is 7 = Saturday
-    ("0 0 0 ? * FRI-MON", sh(2027, 1, 4), [sh(2027, 1, 8), sh(2027, 1, 9), sh(2027, 1, 10), sh(2027, 1, 11),
-                                          sh(2027, 1, 15)]),
+    (
+        "0 0 0 ? * FRI-MON",
+        sh(2027, 1, 4),
+        [sh(2027, 1, 8), sh(2027, 1, 9), sh(2027, 1, 10), sh(2027, 1, 11), sh(2027, 1, 15)],
+    ),
     # */3 is 1,4,7 = SUN,WED,SAT; Jan 1 2027 is a Friday
     ("0 0 0 ? * */3", sh(2027, 1, 1), [sh(2027, 1, 2), sh(2027, 1, 3), sh(2027, 1, 6), sh(2027, 1, 9)]),
     # wrapping ranges in the time and month fields
-    ("0 0 22-2 * * ?", sh(2027, 1, 1, 23, 30), [sh(2027, 1, 2, 0), sh(2027, 1, 2, 1), sh(2027, 1, 2, 2),
-                                                sh(2027, 1, 2, 22)]),
+    (
+        "0 0 22-2 * * ?",
+        sh(2027, 1, 1, 23, 30),
+        [sh(2027, 1, 2, 0), sh(2027, 1, 2, 1), sh(2027, 1, 2, 2), sh(2027, 1, 2, 22)],
+    ),
     ("50-10/10 0 0 * * ?", sh(2027, 1, 1), [sh(2027, 1, 1, 0, 0, 10), sh(2027, 1, 1, 0, 0, 50), sh(2027, 1, 2)]),
-    ("0 0 0 1 NOV-FEB ?", sh(2027, 3, 1), [sh(2027, 11, 1), sh(2027, 12, 1), sh(2028, 1, 1), sh(2028, 2, 1),
-                                           sh(2028, 11, 1)]),
+    (
+        "0 0 0 1 NOV-FEB ?",
+        sh(2027, 3, 1),
+        [sh(2027, 11, 1), sh(2027, 12, 1), sh(2028, 1, 1), sh(2028, 2, 1), sh(2028, 11, 1)],
+    ),
     ("0 0 12 1 */4 ?", sh(2027, 1, 2), [sh(2027, 5, 1, 12), sh(2027, 9, 1, 12), sh(2028, 1, 1, 12)]),
     # names, case, lists, years
     ("0 15 10 ? * mon-fri", sh(2027, 1, 1, 10, 15), [sh(2027, 1, 4, 10, 15)]),
@@ -158,10 +196,17 @@ def test_start_in_another_zone_is_converted() -> None:
 
 def test_iter_after_limit_and_order() -> None:
     got = list(CronExpression("0 0/20 * * * ?", SHANGHAI).iter_after(sh(2027, 1, 1), 5))
-    assert got == [sh(2027, 1, 1, 0, 20), sh(2027, 1, 1, 0, 40), sh(2027, 1, 1, 1), sh(2027, 1, 1, 1, 20),
-                   sh(2027, 1, 1, 1, 40)]
+    assert got == [
+        sh(2027, 1, 1, 0, 20),
+        sh(2027, 1, 1, 0, 40),
+        sh(2027, 1, 1, 1),
+        sh(2027, 1, 1, 1, 20),
+        sh(2027, 1, 1, 1, 40),
+    ]
     assert list(CronExpression("0 0 0 1 1 ? 2027,2028", SHANGHAI).iter_after(sh(2026, 1, 1))) == [
-        sh(2027, 1, 1), sh(2028, 1, 1)]
+        sh(2027, 1, 1),
+        sh(2028, 1, 1),
+    ]
 
 
 def test_api_surface() -> None:
@@ -170,7 +215,8 @@ def test_api_surface() -> None:
     assert e.tz == ZoneInfo("Asia/Shanghai")
     assert CronExpression("0 0 0 * * ?", SHANGHAI).tz is SHANGHAI
     assert CronExpression("0 0 0 * * ?", UTC).next_after(datetime(2027, 1, 1, tzinfo=UTC)) == datetime(
-        2027, 1, 2, tzinfo=UTC)
+        2027, 1, 2, tzinfo=UTC
+    )
     assert "MON-FRI" in repr(e)
     assert issubclass(CronSyntaxError, ValueError)
     validate("0 0 12 ? * WED")
@@ -193,8 +239,9 @@ def test_unknown_time_zone() -> None:
 def test_end_of_datetime_range() -> None:
     e = CronExpression("* * * * * ?", "UTC")
     assert e.next_after(datetime.max.replace(tzinfo=UTC)) is None
-    assert e.next_after(datetime(2199, 12, 31, 23, 59, 58, tzinfo=UTC)) == datetime(2199, 12, 31, 23, 59, 59,
-                                                                                    tzinfo=UTC)
+    assert e.next_after(datetime(2199, 12, 31, 23, 59, 58, tzinfo=UTC)) == datetime(
+        2199, 12, 31, 23, 59, 59, tzinfo=UTC
+    )
     assert e.next_after(datetime(2199, 12, 31, 23, 59, 59, tzinfo=UTC)) is None  # MAX_YEAR is the horizon
     assert MAX_YEAR == 2199
 
@@ -221,7 +268,10 @@ def test_new_york_spring_forward_gap_is_skipped() -> None:
     # 2026-03-08: 02:00 EST jumps to 03:00 EDT, so 02:30 does not exist that day.
     got = nexts("0 30 2 * * ?", ny(2026, 3, 7, 12), 3, NEW_YORK)
     assert [g.isoformat() for g in got] == [
-        "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00", "2026-03-11T02:30:00-04:00"]
+        "2026-03-09T02:30:00-04:00",
+        "2026-03-10T02:30:00-04:00",
+        "2026-03-11T02:30:00-04:00",
+    ]
     # an expression whose only fire falls in the gap never fires
     assert CronExpression("0 15 2 8 3 ? 2026", NEW_YORK).next_after(ny(2026, 1, 1)) is None
 
@@ -229,7 +279,10 @@ def test_new_york_spring_forward_gap_is_skipped() -> None:
 def test_new_york_every_minute_across_spring_forward() -> None:
     got = nexts("0 * * * * ?", ny(2026, 3, 8, 1, 58, 30), 3, NEW_YORK)
     assert [g.isoformat() for g in got] == [
-        "2026-03-08T01:59:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T03:01:00-04:00"]
+        "2026-03-08T01:59:00-05:00",
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-08T03:01:00-04:00",
+    ]
 
 
 def test_new_york_fall_back_fires_once_in_standard_time() -> None:
@@ -245,10 +298,12 @@ def test_new_york_hourly_across_fall_back() -> None:
     # Each wall-clock hour fires once; the repeated 01:00 hour fires in its EST pass only,
     # so 00:00 EDT -> 01:00 EST is two real hours, as in Quartz.
     got = nexts("0 0 * * * ?", ny(2026, 11, 1, 0, 30), 3, NEW_YORK)
-    assert instants(got) == ["2026-11-01T06:00:00+00:00", "2026-11-01T07:00:00+00:00",
-                             "2026-11-01T08:00:00+00:00"]
+    assert instants(got) == ["2026-11-01T06:00:00+00:00", "2026-11-01T07:00:00+00:00", "2026-11-01T08:00:00+00:00"]
     assert [g.isoformat() for g in got] == [
-        "2026-11-01T01:00:00-05:00", "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"]
+        "2026-11-01T01:00:00-05:00",
+        "2026-11-01T02:00:00-05:00",
+        "2026-11-01T03:00:00-05:00",
+    ]
 
 
 def test_new_york_start_inside_first_pass_of_repeated_hour() -> None:
@@ -257,8 +312,7 @@ def test_new_york_start_inside_first_pass_of_repeated_hour() -> None:
     start = ny(2026, 11, 1, 1, 57, 30)  # fold=0: EDT
     assert start.utcoffset() == timedelta(hours=-4)
     got = nexts("0 * * * * ?", start, 3, NEW_YORK)
-    assert instants(got) == ["2026-11-01T06:58:00+00:00", "2026-11-01T06:59:00+00:00",
-                             "2026-11-01T07:00:00+00:00"]
+    assert instants(got) == ["2026-11-01T06:58:00+00:00", "2026-11-01T06:59:00+00:00", "2026-11-01T07:00:00+00:00"]
     half_hourly = nexts("0 0/30 1-3 * * ?", start, 2, NEW_YORK)
     assert [g.isoformat() for g in half_hourly] == ["2026-11-01T02:00:00-05:00", "2026-11-01T02:30:00-05:00"]
     # and from inside the EST pass, just the next minute
@@ -274,8 +328,12 @@ def test_berlin_gap_and_overlap() -> None:
     assert [g.isoformat() for g in autumn] == ["2026-10-25T02:30:00+01:00", "2026-10-26T02:30:00+01:00"]
     quarter = nexts("0 */15 2 * * ?", datetime(2026, 10, 25, 1, 50, tzinfo=BERLIN), 5, BERLIN)
     assert [g.isoformat() for g in quarter] == [
-        "2026-10-25T02:00:00+01:00", "2026-10-25T02:15:00+01:00", "2026-10-25T02:30:00+01:00",
-        "2026-10-25T02:45:00+01:00", "2026-10-26T02:00:00+01:00"]
+        "2026-10-25T02:00:00+01:00",
+        "2026-10-25T02:15:00+01:00",
+        "2026-10-25T02:30:00+01:00",
+        "2026-10-25T02:45:00+01:00",
+        "2026-10-26T02:00:00+01:00",
+    ]
 
 
 def test_shanghai_has_no_dst() -> None:
@@ -292,9 +350,13 @@ def test_lord_howe_half_hour_gap_matches_quartz() -> None:
     tz = ZoneInfo("Australia/Lord_Howe")
     start = datetime(2026, 10, 4, 1, 50, tzinfo=tz)
     assert [g.isoformat() for g in nexts("0 10,35 * * * ?", start, 2, tz)] == [
-        "2026-10-04T03:10:00+11:00", "2026-10-04T03:35:00+11:00"]
+        "2026-10-04T03:10:00+11:00",
+        "2026-10-04T03:35:00+11:00",
+    ]
     assert [g.isoformat() for g in nexts("0 10,40 * * * ?", start, 2, tz)] == [
-        "2026-10-04T02:40:00+11:00", "2026-10-04T03:10:00+11:00"]
+        "2026-10-04T02:40:00+11:00",
+        "2026-10-04T03:10:00+11:00",
+    ]
 
 
 def test_troll_two_hour_gap_matches_quartz() -> None:
@@ -304,7 +366,10 @@ def test_troll_two_hour_gap_matches_quartz() -> None:
     tz = ZoneInfo("Antarctica/Troll")
     got = nexts("0 0 * * * ?", datetime(2026, 3, 28, 23, 30, tzinfo=tz), 3, tz)
     assert [g.isoformat() for g in got] == [
-        "2026-03-29T00:00:00+00:00", "2026-03-29T04:00:00+02:00", "2026-03-29T05:00:00+02:00"]
+        "2026-03-29T00:00:00+00:00",
+        "2026-03-29T04:00:00+02:00",
+        "2026-03-29T05:00:00+02:00",
+    ]
 
 
 def test_apia_skipped_day() -> None:
@@ -312,7 +377,10 @@ def test_apia_skipped_day() -> None:
     tz = ZoneInfo("Pacific/Apia")
     got = nexts("0 0 12 * * ?", datetime(2011, 12, 28, 12, tzinfo=tz), 3, tz)
     assert [g.isoformat() for g in got] == [
-        "2011-12-29T12:00:00-10:00", "2011-12-31T12:00:00+14:00", "2012-01-01T12:00:00+14:00"]
+        "2011-12-29T12:00:00-10:00",
+        "2011-12-31T12:00:00+14:00",
+        "2012-01-01T12:00:00+14:00",
+    ]
 
 
 # --------------------------------------------------------------------------- rejected expressions
@@ -362,7 +430,7 @@ INVALID: list[tuple[str, str, str | None]] = [
     ("0 0 0 ? * 6#6", "day-of-week", "A numeric value between 1 and 5 must follow the '#' option"),
     ("0 0 0 ? * 6#0", "day-of-week", "between 1 and 5"),
     ("0 0 0 ? * 6#", "day-of-week", "between 1 and 5"),
-    ("0 0 0 ? * 6#3,2#1", "day-of-week", "multiple \"nth\" days"),
+    ("0 0 0 ? * 6#3,2#1", "day-of-week", 'multiple "nth" days'),
     ("0 0 0 1#2 * ?", "day-of-month", "'#' option is not valid here."),
     ("? 0 0 1 * ?", "seconds", "'?' can only be specified for Day-of-Month or Day-of-Week."),
     ("0 0 0 ?,1 * ?", "day-of-week", "-OR-"),
@@ -388,8 +456,11 @@ def test_invalid_expressions(expr: str, field: str, reason: str | None) -> None:
 
 def test_error_message_format() -> None:
     # Quartz's message, then the expression (for a row in a migration report)
-    with pytest.raises(CronSyntaxError, match=r"^day-of-week: Day-of-Week values must be between 1 and 7 "
-                                              r"\(in '0 0 12 \? \* 8'\)$"):
+    with pytest.raises(
+        CronSyntaxError,
+        match=r"^day-of-week: Day-of-Week values must be between 1 and 7 "
+        r"\(in '0 0 12 \? \* 8'\)$",
+    ):
         validate("0 0 12 ? * 8")
 
 
@@ -418,8 +489,9 @@ ACCEPTED_ODD: list[tuple[str, datetime, list[datetime]]] = [
 def test_quartz_accepts_odd_shapes(expr: str, start: datetime, expected: list[datetime]) -> None:
     for dialect in DIALECTS:
         validate(expr, dialect)
-        assert list(CronExpression(expr, SHANGHAI, dialect=dialect).iter_after(start, len(expected) + 0)) \
-            == expected, dialect
+        assert list(CronExpression(expr, SHANGHAI, dialect=dialect).iter_after(start, len(expected) + 0)) == expected, (
+            dialect
+        )
         if not expected:
             assert CronExpression(expr, SHANGHAI, dialect=dialect).next_after(start) is None
 
@@ -435,8 +507,7 @@ DIALECT_DIFFERENCES: list[tuple[str, datetime, list[datetime] | None, list[datet
 ]
 
 
-@pytest.mark.parametrize(("expr", "start", "old", "new"), DIALECT_DIFFERENCES,
-                         ids=[e for e, *_ in DIALECT_DIFFERENCES])
+@pytest.mark.parametrize(("expr", "start", "old", "new"), DIALECT_DIFFERENCES, ids=[e for e, *_ in DIALECT_DIFFERENCES])
 def test_dialects_differ(expr: str, start: datetime, old: list[datetime] | None, new: list[datetime] | None) -> None:
     for dialect, expected in (("2.3", old), ("2.5", new)):
         if expected is None:
@@ -455,11 +526,27 @@ def test_unknown_dialect_is_refused() -> None:
 @pytest.mark.parametrize(
     "expr",
     [
-        "0 0 12 ? * SUN-SAT", "0 0 12 ? * sun,mon", "0 0 12 L * ?", "0 0 12 lw * ?", "0 0 12 L-0 * ?",
-        "0 0 12 L-30W * ?", "0 0 12 ? * 7L", "0 0 12 ? * SATL", "0 0 12 ? * 1#5", "0 0 12 * * ? *",
-        "0 0 12 * * ? 1970-2199", "*/1 */1 */1 */1 */1 ?", "/5 * * * * ?", "0\t0\t12  *  *  ?",
-        "59 59 23 31 12 ? 2199", "0 0 0 1,L * ?", "0 0 0 LW,1 * ?", "0 0 0 05 * ?", "0 0 0 ? * 06#03",
-        "0 0 0 ? NOV-FEB *", "0 0 0 ? * 7-1",
+        "0 0 12 ? * SUN-SAT",
+        "0 0 12 ? * sun,mon",
+        "0 0 12 L * ?",
+        "0 0 12 lw * ?",
+        "0 0 12 L-0 * ?",
+        "0 0 12 L-30W * ?",
+        "0 0 12 ? * 7L",
+        "0 0 12 ? * SATL",
+        "0 0 12 ? * 1#5",
+        "0 0 12 * * ? *",
+        "0 0 12 * * ? 1970-2199",
+        "*/1 */1 */1 */1 */1 ?",
+        "/5 * * * * ?",
+        "0\t0\t12  *  *  ?",
+        "59 59 23 31 12 ? 2199",
+        "0 0 0 1,L * ?",
+        "0 0 0 LW,1 * ?",
+        "0 0 0 05 * ?",
+        "0 0 0 ? * 06#03",
+        "0 0 0 ? NOV-FEB *",
+        "0 0 0 ? * 7-1",
     ],
 )
 def test_valid_expressions(expr: str) -> None:
@@ -729,4 +816,5 @@ def test_parse_is_stable(expr_spec: tuple[str, Spec]) -> None:
     validate(text)
     validate(text.lower())  # names and L/W are case-insensitive
     assert CronExpression(text.lower(), "UTC").next_after(datetime(2027, 1, 1, tzinfo=UTC)) == CronExpression(
-        text, "UTC").next_after(datetime(2027, 1, 1, tzinfo=UTC))
+        text, "UTC"
+    ).next_after(datetime(2027, 1, 1, tzinfo=UTC))

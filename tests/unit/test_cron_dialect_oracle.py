@@ -9,6 +9,7 @@ as a trigger that never fires (completed); otherwise the row migrates (never qua
 the admin runs it) and its first fire and the scheduler's next ones are the oracle's.
 The oracle JVMs and the generators are tests/unit/test_cron_quartz_oracle.py's.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -27,9 +28,9 @@ from readers.xxljob.cron_lineage import cron_lineage
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import Job, TriggerState
 from scheduler_core.occurrences import next_after
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.unit.test_cron_quartz_oracle import (  # noqa: F401
     EXAMPLES,
     FIRES,
@@ -44,8 +45,16 @@ from tests.unit.test_cron_quartz_oracle import (  # noqa: F401
 ADMINS = {"2.4.2": "2.3.2", "3.0.0": "2.3.2", "3.4.2": "2.5.2"}
 NAMED_ZONES = ("Asia/Shanghai", "America/New_York")
 # shapes where the two lines disagree on validity or fire times (docs/cron.md)
-DIALECT_SHAPES = ("0 0 12 * * ? 2027 extra", "0 0 0 L,15 * ?", "0 0 0 1,15W * ?", "L * * * * ?",
-                  "0 0 10 1W * ?", "* * * 2W * ?", "0 0 0 30W 2 ?", "0 0 0 LW,1 * ?")
+DIALECT_SHAPES = (
+    "0 0 12 * * ? 2027 extra",
+    "0 0 0 L,15 * ?",
+    "0 0 0 1,15W * ?",
+    "L * * * * ?",
+    "0 0 10 1W * ?",
+    "* * * 2W * ?",
+    "0 0 0 30W 2 ?",
+    "0 0 0 LW,1 * ?",
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +76,18 @@ class Check:
         self.job: Job | None = None
 
     def row(self, expression: str, zone: str) -> LegacyDefinition:
-        return LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="1", business="cron-diff", name="diff",
-                                schedule=ScheduleKind.CRON, cron=expression, time_zone=zone,
-                                cron_dialect=self.dialect, handler="h", raw={"glue_type": "BEAN"})
+        return LegacyDefinition(
+            source=SourceSystem.XXL_JOB,
+            source_key="1",
+            business="cron-diff",
+            name="diff",
+            schedule=ScheduleKind.CRON,
+            cron=expression,
+            time_zone=zone,
+            cron_dialect=self.dialect,
+            handler="h",
+            raw={"glue_type": "BEAN"},
+        )
 
     def __call__(self, oracle: Oracle, expression: str, zone: str, start_ms: int) -> None:
         expected = oracle.ask(expression, zone, start_ms, FIRES)
@@ -103,16 +121,22 @@ class Check:
 
 @pytest.mark.parametrize("version", ADMINS)
 @pytest.mark.parametrize("expression", NAMED_CASES + DIALECT_SHAPES)
-def test_named_rows_migrate_as_their_admin_runs_them(oracles: dict[str, Oracle], store: SqlTriggerStore,  # noqa: F811
-                                                     version: str, expression: str) -> None:
+def test_named_rows_migrate_as_their_admin_runs_them(
+    oracles: dict[str, Oracle],
+    store: SqlTriggerStore,  # noqa: F811
+    version: str,
+    expression: str,
+) -> None:
     check = Check(store, version)
     for zone in NAMED_ZONES:
         for start in (datetime(2026, 3, 7, 12, tzinfo=UTC), datetime(2027, 5, 1, 4, 0, 1, tzinfo=UTC)):
             check(oracles[ADMINS[version]], expression, zone, int(start.timestamp() * 1000))
 
 
-def test_a_row_only_one_line_accepts_is_migrated_under_that_line_only(oracles: dict[str, Oracle],  # noqa: F811
-                                                                      store: SqlTriggerStore) -> None:
+def test_a_row_only_one_line_accepts_is_migrated_under_that_line_only(
+    oracles: dict[str, Oracle],  # noqa: F811
+    store: SqlTriggerStore,
+) -> None:
     """The check can fail: the same rows under the other line's admin disagree with it."""
     start_ms = int(datetime(2026, 3, 7, 12, tzinfo=UTC).timestamp() * 1000)
     assert oracles["2.3.2"].ask("0 0 12 * * ? 2027 extra", "UTC", start_ms, 1)[0] == "ok"
@@ -124,8 +148,12 @@ def test_a_row_only_one_line_accepts_is_migrated_under_that_line_only(oracles: d
 
 
 @pytest.mark.parametrize("version", ADMINS)
-def test_generated_rows_migrate_as_their_admin_runs_them(oracles: dict[str, Oracle], store: SqlTriggerStore,  # noqa: F811
-                                                         version: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_generated_rows_migrate_as_their_admin_runs_them(
+    oracles: dict[str, Oracle],
+    store: SqlTriggerStore,  # noqa: F811
+    version: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     check, oracle = Check(store, version), oracles[ADMINS[version]]
     examples = max(EXAMPLES // 2, 50)
 
@@ -137,7 +165,9 @@ def test_generated_rows_migrate_as_their_admin_runs_them(oracles: dict[str, Orac
     agree()
     total = sum(check.kinds.values())
     with capsys.disabled():
-        print(f"\n[cron differential, migrated rows] xxl-job {version} (Quartz {check.dialect}, jar {ADMINS[version]}): "
-              f"{total} rows agree ({', '.join(f'{k} {n}' for k, n in sorted(check.kinds.items()))})")
+        print(
+            f"\n[cron differential, migrated rows] xxl-job {version} (Quartz {check.dialect}, jar {ADMINS[version]}): "
+            f"{total} rows agree ({', '.join(f'{k} {n}' for k, n in sorted(check.kinds.items()))})"
+        )
     assert total >= min(examples, 100)
     assert check.kinds["fires"] >= total // 5 and check.kinds["quarantined"] >= total // 20, check.kinds

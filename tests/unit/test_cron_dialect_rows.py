@@ -7,6 +7,7 @@ stored trigger in that dialect. Values below are the ones docs/cron.md measured 
 jars (tests/unit/test_cron.py::test_dialects_differ pins them against cron.py itself);
 tests/unit/test_cron_dialect_oracle.py checks the same path against the jars.
 """
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -25,9 +26,9 @@ from scheduler_core.errors import SchemaError
 from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.admin import tables_for
-from switchyard.schema import check_schema, init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import check_schema, init_schema
 from tests.harness import make_harness
 
 ZONE = "UTC"
@@ -38,14 +39,31 @@ W_CRON = "0 0 10 1W * ?"  # 2.3: Monday 2027-05-03 10:00; 2.5: 2027-06-01 10:00
 
 
 def _row(cron: str, dialect: str) -> LegacyDefinition:
-    return LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="7", business="billing", name="nightly",
-                            schedule=ScheduleKind.CRON, cron=cron, time_zone=ZONE, cron_dialect=dialect,
-                            handler="nightlyHandler", raw={"glue_type": "BEAN"})
+    return LegacyDefinition(
+        source=SourceSystem.XXL_JOB,
+        source_key="7",
+        business="billing",
+        name="nightly",
+        schedule=ScheduleKind.CRON,
+        cron=cron,
+        time_zone=ZONE,
+        cron_dialect=dialect,
+        handler="nightlyHandler",
+        raw={"glue_type": "BEAN"},
+    )
 
 
-@pytest.mark.parametrize(("version", "dialect"), [
-    ("2.1.0", "2.3"), ("2.4.2", "2.3"), ("3.0.0", "2.3"), ("3.1.0", "2.5"), ("3.3.2", "2.5"), ("3.4.2", "2.5"),
-])
+@pytest.mark.parametrize(
+    ("version", "dialect"),
+    [
+        ("2.1.0", "2.3"),
+        ("2.4.2", "2.3"),
+        ("3.0.0", "2.3"),
+        ("3.1.0", "2.5"),
+        ("3.3.2", "2.5"),
+        ("3.4.2", "2.5"),
+    ],
+)
 def test_the_xxl_job_version_picks_its_copy_of_quartz(version: str, dialect: str) -> None:
     assert cron_lineage(XxlJobLineage.V2_4, version=version).dialect == dialect
 
@@ -103,26 +121,42 @@ def _stored(tmp_path: Path, trigger_dialect: str, cron: str) -> tuple[SqlTrigger
     clock = ManualClock(W_FROM)
     h = make_harness(tmp_path, clock, partitions=1)
     job = h.job("j-w")
-    (t,) = h.store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.CRON,
-                                         cron=cron, cron_dialect=trigger_dialect,  # type: ignore[arg-type]
-                                         time_zone=ZONE, next_fire_at=W_FROM + timedelta(hours=1))])
+    (t,) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code=job.biz_code,
+                kind=TriggerKind.CRON,
+                cron=cron,
+                cron_dialect=trigger_dialect,  # type: ignore[arg-type]
+                time_zone=ZONE,
+                next_fire_at=W_FROM + timedelta(hours=1),
+            )
+        ]
+    )
     return h.store, t
 
 
-@pytest.mark.parametrize(("dialect", "expected"), [("2.3", datetime(2027, 5, 3, 10, tzinfo=UTC)),
-                                                   ("2.5", datetime(2027, 6, 1, 10, tzinfo=UTC))])
-def test_the_store_keeps_the_dialect_and_the_next_occurrence_follows_it(tmp_path: Path, dialect: str,
-                                                                        expected: datetime) -> None:
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [("2.3", datetime(2027, 5, 3, 10, tzinfo=UTC)), ("2.5", datetime(2027, 6, 1, 10, tzinfo=UTC))],
+)
+def test_the_store_keeps_the_dialect_and_the_next_occurrence_follows_it(
+    tmp_path: Path, dialect: str, expected: datetime
+) -> None:
     store, t = _stored(tmp_path, dialect, W_CRON)
     back = store.get_trigger(t.id)  # type: ignore[arg-type]
     assert back is not None and back.cron_dialect == dialect
     assert next_after(back, W_FROM) == expected
 
 
-@pytest.mark.parametrize(("dialect", "second"), [("2.3", datetime(2027, 5, 3, 10, tzinfo=UTC)),
-                                                 ("2.5", datetime(2027, 6, 1, 10, tzinfo=UTC))])
-def test_the_scheduler_reschedules_each_trigger_in_its_own_dialect(tmp_path: Path, dialect: str,
-                                                                   second: datetime) -> None:
+@pytest.mark.parametrize(
+    ("dialect", "second"),
+    [("2.3", datetime(2027, 5, 3, 10, tzinfo=UTC)), ("2.5", datetime(2027, 6, 1, 10, tzinfo=UTC))],
+)
+def test_the_scheduler_reschedules_each_trigger_in_its_own_dialect(
+    tmp_path: Path, dialect: str, second: datetime
+) -> None:
     """The fire path: a trigger fired at 2027-05-01 12:00:30 is rescheduled by its dialect."""
     start = datetime(2027, 5, 1, 12, 0, 30, tzinfo=UTC)
     clock = ManualClock(start - timedelta(seconds=1))
@@ -130,9 +164,19 @@ def test_the_scheduler_reschedules_each_trigger_in_its_own_dialect(tmp_path: Pat
     job = h.job("j-fire")
     # every minute on the 1st (and its W day): a fire at 12:00:30 on May 1st, then the next
     cron = "30 0 12 1W * ?"
-    (t,) = h.store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=TriggerKind.CRON,
-                                         cron=cron, cron_dialect=dialect,  # type: ignore[arg-type]
-                                         time_zone=ZONE, next_fire_at=start)])
+    (t,) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code=job.biz_code,
+                kind=TriggerKind.CRON,
+                cron=cron,
+                cron_dialect=dialect,  # type: ignore[arg-type]
+                time_zone=ZONE,
+                next_fire_at=start,
+            )
+        ]
+    )
     h.listen("biz-a")
     core = h.core()
     clock.set(start)
@@ -154,15 +198,21 @@ def _v1_store(url: str) -> None:
         with engine.begin() as conn:
             conn.execute(text("ALTER TABLE dus_job_trigger DROP COLUMN cron_dialect"))
             conn.execute(text("UPDATE dus_meta SET value = '1' WHERE name = 'schema_version'"))
-            conn.execute(text(
-                "INSERT INTO dus_job (job_code, biz_code, handler, params, shard_total, timeout_ms, max_retry, priority,"
-                " envelope_size, explicit_items, shadow, created_at, updated_at)"
-                " VALUES ('old', 'biz-a', 'h', '', 1, 30000, 0, 5, 1, 0, 0, 0, 0)"))
-            conn.execute(text(
-                "INSERT INTO dus_job_trigger (job_id, job_code, biz_code, kind, cron_expr, interval_ms, time_zone,"
-                " next_fire_at, state, priority, misfire_policy, version, created_at, updated_at)"
-                " VALUES (1, 'old', 'biz-a', 'cron', :cron, NULL, 'UTC', :at, 'waiting', 5, 'skip', 0, 0, 0)"),
-                {"cron": W_CRON, "at": int(W_FROM.timestamp() * 1000)})
+            conn.execute(
+                text(
+                    "INSERT INTO dus_job (job_code, biz_code, handler, params, shard_total, timeout_ms, max_retry, priority,"
+                    " envelope_size, explicit_items, shadow, created_at, updated_at)"
+                    " VALUES ('old', 'biz-a', 'h', '', 1, 30000, 0, 5, 1, 0, 0, 0, 0)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO dus_job_trigger (job_id, job_code, biz_code, kind, cron_expr, interval_ms, time_zone,"
+                    " next_fire_at, state, priority, misfire_policy, version, created_at, updated_at)"
+                    " VALUES (1, 'old', 'biz-a', 'cron', :cron, NULL, 'UTC', :at, 'waiting', 5, 'skip', 0, 0, 0)"
+                ),
+                {"cron": W_CRON, "at": int(W_FROM.timestamp() * 1000)},
+            )
     finally:
         engine.dispose()
 
@@ -191,9 +241,18 @@ def test_db_init_upgrades_a_version_1_store_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_the_shanghai_zone_is_kept_beside_the_dialect() -> None:
-    row = LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="8", business="billing", name="n",
-                           schedule=ScheduleKind.CRON, cron=EIGHT_TERMS, time_zone="Asia/Shanghai",
-                           cron_dialect="2.3", handler="h", raw={"glue_type": "BEAN"})
+    row = LegacyDefinition(
+        source=SourceSystem.XXL_JOB,
+        source_key="8",
+        business="billing",
+        name="n",
+        schedule=ScheduleKind.CRON,
+        cron=EIGHT_TERMS,
+        time_zone="Asia/Shanghai",
+        cron_dialect="2.3",
+        handler="h",
+        raw={"glue_type": "BEAN"},
+    )
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
     assert mapped.trigger.next_fire_at == datetime(2027, 1, 1, 12, tzinfo=ZoneInfo("Asia/Shanghai"))
@@ -207,9 +266,19 @@ def test_an_unsure_version_takes_the_other_line_only_for_what_the_first_rejects(
     assert cron_lineage(XxlJobLineage.V2_4, version="3.0.0").fallback == ""
 
     def row(cron: str) -> LegacyDefinition:
-        return LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="7", business="billing", name="n",
-                                schedule=ScheduleKind.CRON, cron=cron, time_zone=ZONE, cron_dialect="2.3",
-                                cron_dialect_fallback="2.5", handler="h", raw={"glue_type": "BEAN"})
+        return LegacyDefinition(
+            source=SourceSystem.XXL_JOB,
+            source_key="7",
+            business="billing",
+            name="n",
+            schedule=ScheduleKind.CRON,
+            cron=cron,
+            time_zone=ZONE,
+            cron_dialect="2.3",
+            cron_dialect_fallback="2.5",
+            handler="h",
+            raw={"glue_type": "BEAN"},
+        )
 
     both = map_definition(row(EIGHT_TERMS), None, NOW, active=True)  # 2.3 accepts it: 2.3
     assert isinstance(both, Mapped) and both.trigger is not None and both.trigger.cron_dialect == "2.3"

@@ -1,5 +1,6 @@
 """The cron differential can never pass unseen: under CI=true a missing Quartz jar fails it;
 locally it is skipped, and said to be."""
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,27 @@ def test_missing_quartz_jars_fail_under_ci_and_skip_locally(tmp_path: Path, ci: 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
     env.update(CI=ci, PYTHONPATH=str(REPO), SWITCHYARD_QUARTZ_DIR=str(empty))
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(REPO),
-         "-c", str(REPO / "pyproject.toml"), str(REPO / "tests" / "unit" / "test_cron_quartz_oracle.py"),
-         "-k", "named and 2.5.2 and MON/2"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(REPO),
+            "-c",
+            str(REPO / "pyproject.toml"),
+            str(REPO / "tests" / "unit" / "test_cron_quartz_oracle.py"),
+            "-k",
+            "named and 2.5.2 and MON/2",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == code, result.stdout + result.stderr
     assert says in result.stdout, result.stdout
     assert "Quartz jars not resolved" in result.stdout + result.stderr or ci == "", result.stdout

@@ -11,6 +11,7 @@ fire times from the same start, and must agree on validity and on every fire tim
 Quartz 2.3.2 is compared with ``dialect="2.3"`` (xxl-job 2.1-3.0 carry its copy) and 2.5.2
 with ``dialect="2.5"`` (xxl-job 3.4.x). Each run prints its case counts.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,7 +57,12 @@ class Oracle:
         jar = self._jar
         self._proc = subprocess.Popen(
             ["java", "-Xshare:auto", "-cp", f"{QUARTZ / 'target' / 'classes'}{os.pathsep}{jar}", "QuartzOracle"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, args=(self._proc, self._lines), daemon=True).start()
 
@@ -145,6 +151,7 @@ def ours(expression: str, zone: str, start_ms: int, count: int, dialect: Dialect
 
 # ---------- expression generation ----------
 
+
 def _num(lo: int, hi: int) -> st.SearchStrategy[str]:
     return st.integers(lo, hi).map(str)
 
@@ -176,16 +183,41 @@ def _common(lo: int, hi: int, names: tuple[str, ...] = ()) -> st.SearchStrategy[
 
 SECONDS = st.one_of(_common(0, 59), st.just("0"), st.just("0"), st.just("L"))
 HOURS = st.one_of(_common(0, 23), st.sampled_from(("0", "9-17", "22-2")))
-MONTHS = st.one_of(st.just("*"), _common(1, 12, ("JAN", "MAR", "FEB", "NOV", "DEC")),
-                   st.sampled_from(("NOV-FEB", "JAN/2", "FEB", "2", "L")))
+MONTHS = st.one_of(
+    st.just("*"),
+    _common(1, 12, ("JAN", "MAR", "FEB", "NOV", "DEC")),
+    st.sampled_from(("NOV-FEB", "JAN/2", "FEB", "2", "L")),
+)
 _DOM_SPECIAL = st.one_of(
-    st.sampled_from(("L", "LW", "L-0", "L-1", "L-3W", "L-30", "L-31", "1W", "15W", "31W", "30W", "1-5W",
-                     "L,15", "15,L", "1,15W", "15W,1", "LW,1", "0W", "32W")),
+    st.sampled_from(
+        (
+            "L",
+            "LW",
+            "L-0",
+            "L-1",
+            "L-3W",
+            "L-30",
+            "L-31",
+            "1W",
+            "15W",
+            "31W",
+            "30W",
+            "1-5W",
+            "L,15",
+            "15,L",
+            "1,15W",
+            "15W,1",
+            "LW,1",
+            "0W",
+            "32W",
+        )
+    ),
     st.builds(lambda n: f"L-{n}", st.integers(0, 31)),
     st.builds(lambda n: f"{n}W", st.integers(0, 32)),
 )
-DAYS_OF_MONTH = st.one_of(_common(1, 31), _DOM_SPECIAL,
-                          st.lists(st.one_of(_DOM_SPECIAL, _num(1, 31)), min_size=2, max_size=3).map(",".join))
+DAYS_OF_MONTH = st.one_of(
+    _common(1, 31), _DOM_SPECIAL, st.lists(st.one_of(_DOM_SPECIAL, _num(1, 31)), min_size=2, max_size=3).map(",".join)
+)
 _DOW_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _DAY = st.one_of(_num(0, 8), st.sampled_from(_DOW_NAMES))
 DAYS_OF_WEEK = st.one_of(
@@ -195,7 +227,9 @@ DAYS_OF_WEEK = st.one_of(
     st.builds(lambda d, k: f"{d}#{k}", _DAY, st.integers(0, 6)),
 )
 YEARS = st.one_of(
-    st.just(""), st.just("*"), _num(1960, 2310).map(str),
+    st.just(""),
+    st.just("*"),
+    _num(1960, 2310).map(str),
     st.sampled_from(("2026-2030", "2030-2026", "2026/3", "2300", "1969", "2026,2028", "2199", "2126", "2127")),
     st.builds(lambda a, b: f"{a}-{b}", st.integers(2020, 2040), st.integers(2020, 2040)),
 )
@@ -239,18 +273,41 @@ def cases(draw: st.DrawFn) -> tuple[str, str, int]:
     if near and bool(draw(st.booleans())):
         start_s = draw(st.sampled_from(near)) + draw(st.integers(-3 * 86400, 86400))
     else:
-        start_s = draw(st.integers(int(datetime(2024, 1, 1, tzinfo=UTC).timestamp()),
-                                   int(datetime(2032, 12, 31, tzinfo=UTC).timestamp())))
+        start_s = draw(
+            st.integers(
+                int(datetime(2024, 1, 1, tzinfo=UTC).timestamp()), int(datetime(2032, 12, 31, tzinfo=UTC).timestamp())
+            )
+        )
     return expression, zone, start_s * 1000  # whole seconds, as a scheduler's cursor is
 
 
 # The shapes the issue found rejected here and accepted by xxl-job's copy, and the long horizon.
 NAMED_CASES = (
-    "*/0 * * * * ?", "5/0 * * * * ?", "0-59/60 * * * * ?", "0 0 0 1-5W * ?", "0 0 12 ? * MON/2",
-    "0 0 12 ? * 8#1", "0 0 0 1 1 ? 2300", "0 0 0 1 1 ? 1969", "0 0 0 ? 2 MON#5", "0 0 0 ? * MON#5",
-    "0 15 10 ? * 6L", "0 0 0 L-3 * ?", "0 0 0 LW * ?", "0 0 0 15W * ?", "0 0 0 L,15 * ?", "0 0 0 1,15W * ?",
-    "0 30 2 * * ?", "0 * 1 * * ?", "0 0 0 * * *", "0 0 0 ? * MON-FRI/2", "0 0 0 ? * MONDAY",
-    "L * * * * ?", "0 0 0 * * ? 2026 extra", "0 0 0 ? L 8#1", "0 0 0 1 L ?",
+    "*/0 * * * * ?",
+    "5/0 * * * * ?",
+    "0-59/60 * * * * ?",
+    "0 0 0 1-5W * ?",
+    "0 0 12 ? * MON/2",
+    "0 0 12 ? * 8#1",
+    "0 0 0 1 1 ? 2300",
+    "0 0 0 1 1 ? 1969",
+    "0 0 0 ? 2 MON#5",
+    "0 0 0 ? * MON#5",
+    "0 15 10 ? * 6L",
+    "0 0 0 L-3 * ?",
+    "0 0 0 LW * ?",
+    "0 0 0 15W * ?",
+    "0 0 0 L,15 * ?",
+    "0 0 0 1,15W * ?",
+    "0 30 2 * * ?",
+    "0 * 1 * * ?",
+    "0 0 0 * * *",
+    "0 0 0 ? * MON-FRI/2",
+    "0 0 0 ? * MONDAY",
+    "L * * * * ?",
+    "0 0 0 * * ? 2026 extra",
+    "0 0 0 ? L 8#1",
+    "0 0 0 1 L ?",
 )
 
 
@@ -278,8 +335,9 @@ def test_zero_w_hangs_quartz_23_and_never_fires_in_25(oracles: dict[str, Oracle]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_generated_expressions_agree_with_quartz(oracles: dict[str, Oracle], version: str,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_generated_expressions_agree_with_quartz(
+    oracles: dict[str, Oracle], version: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     oracle, dialect = oracles[version], VERSIONS[version]
     kinds: Counter[str] = Counter()
 
@@ -295,8 +353,10 @@ def test_generated_expressions_agree_with_quartz(oracles: dict[str, Oracle], ver
     agree()
     total = sum(kinds.values())
     with capsys.disabled():
-        print(f"\n[cron differential] Quartz {version}: {total} cases agree "
-              f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}), {FIRES} fire times each")
+        print(
+            f"\n[cron differential] Quartz {version}: {total} cases agree "
+            f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}), {FIRES} fire times each"
+        )
     # Hypothesis runs every example it generated unless it stops early; it must have tried
     # a real sample of each kind, or the comparison proved little.
     assert total >= min(EXAMPLES, 200)

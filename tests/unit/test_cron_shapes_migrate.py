@@ -1,6 +1,7 @@
 """A job the real admin runs is never quarantined for its cron: the shapes Quartz accepts
 (and that this project used to reject) migrate, with the fire times Quartz gives them; an
 expression Quartz accepts but that never fires migrates as a trigger that never fires."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -18,16 +19,35 @@ NOW = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 ZONE = "Asia/Shanghai"
 
 # accepted by Quartz 2.3.2 and 2.5.2 (and so by every xxl-job admin), each with a next fire
-FIRING = ("*/0 * * * * ?", "5/0 * * * * ?", "0-59/60 * * * * ?", "0 0 0 1-5W * ?", "0 0 12 ? * MON/2",
-          "0 0 0 ? * MON-FRI/2", "0 0 0 ? * MONDAY", "0 0 0 ? * MON#5", "0 0 0 ? 2 MON#5", "0 0 12 ? * MON,WED#2")
+FIRING = (
+    "*/0 * * * * ?",
+    "5/0 * * * * ?",
+    "0-59/60 * * * * ?",
+    "0 0 0 1-5W * ?",
+    "0 0 12 ? * MON/2",
+    "0 0 0 ? * MON-FRI/2",
+    "0 0 0 ? * MONDAY",
+    "0 0 0 ? * MON#5",
+    "0 0 0 ? 2 MON#5",
+    "0 0 12 ? * MON,WED#2",
+)
 # accepted, and never fire: day-of-week 8 never comes, 1969 is past, 2300 is past Quartz's horizon
 NEVER = ("0 0 12 ? * 8#1", "0 0 12 * * ? 1969", "0 0 12 * * ? 2300")
 
 
 def _row(cron: str, enabled: bool = True) -> LegacyDefinition:
-    return LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="7", business="billing", name="nightly",
-                            schedule=ScheduleKind.CRON, cron=cron, time_zone=ZONE, enabled=enabled,
-                            handler="nightlyHandler", raw={"glue_type": "BEAN"})
+    return LegacyDefinition(
+        source=SourceSystem.XXL_JOB,
+        source_key="7",
+        business="billing",
+        name="nightly",
+        schedule=ScheduleKind.CRON,
+        cron=cron,
+        time_zone=ZONE,
+        enabled=enabled,
+        handler="nightlyHandler",
+        raw={"glue_type": "BEAN"},
+    )
 
 
 @pytest.mark.parametrize("cron", FIRING)

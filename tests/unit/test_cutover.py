@@ -1,19 +1,20 @@
 """The cutover state machine and the legacy switches, on SQLite legacy databases."""
+
 from __future__ import annotations
 
-from typing import Any
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
-from legacy_sim.seed import seed_batchcenter
 from migrator.tables import migrator_tables
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
@@ -33,8 +34,10 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
         sw.cutover(biz, actor="ops")
     rep = sw.start_dual_run(biz, shadow=False, actor="ops", reason="week 1")
     assert rep.activated > 0
-    assert all(t.state in (TriggerState.WAITING, TriggerState.PAUSED, TriggerState.COMPLETED)
-               for t in env.store.triggers_of(biz_code=biz))
+    assert all(
+        t.state in (TriggerState.WAITING, TriggerState.PAUSED, TriggerState.COMPLETED)
+        for t in env.store.triggers_of(biz_code=biz)
+    )
     with pytest.raises(TransitionRefused, match="no comparison verdict"):
         sw.cutover(biz, actor="ops")
     gate.value = GateDecision(ready=False, comparison_id=7, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",))
@@ -52,15 +55,22 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     sw.rollback(biz, actor="oncall", reason="regression")
     audit = BusinessRegistry(env.store).audit(biz)
     assert [(a.from_state, a.to_state, a.actor) for a in audit] == [
-        ("legacy", "dual_run", "ops"), ("dual_run", "cutover", "ops"), ("cutover", "legacy", "oncall")]
+        ("legacy", "dual_run", "ops"),
+        ("dual_run", "cutover", "ops"),
+        ("cutover", "legacy", "oncall"),
+    ]
     assert audit[1].comparison_id == 9 and audit[2].reason == "regression"
 
 
 def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", force=True, reason="vendor deadline")
     assert rep.forced
@@ -71,16 +81,22 @@ def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
 def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=True, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     # the new side ran ahead in shadow: pretend it admitted an hour of occurrences
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
     with env.legacy.connect() as conn:
-        legacy_next = {str(i): ms for i, ms in conn.execute(text(
-            "SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))}
+        legacy_next = {
+            str(i): ms
+            for i, ms in conn.execute(text("SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))
+        }
     rep = sw.cutover(biz, actor="ops", reason="go")
     with env.legacy.connect() as conn:
         status = dict(conn.execute(text("SELECT id, trigger_status FROM xxl_job_info")).all())
@@ -103,8 +119,10 @@ def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     waiting = {k: t for k, t in waiting.items() if t.state is TriggerState.WAITING}
     sw.rollback(biz, actor="ops", reason="back")
     with env.legacy.connect() as conn:
-        rows = {str(i): (s, ms) for i, s, ms in conn.execute(text(
-            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+        rows = {
+            str(i): (s, ms)
+            for i, s, ms in conn.execute(text("SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))
+        }
     for key, t in waiting.items():
         assert rows[key] == (1, int(t.next_fire_at.timestamp() * 1000)), key
         assert env.store.get_trigger(t.id).state is TriggerState.CREATED  # type: ignore[arg-type, union-attr]
@@ -118,20 +136,32 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
     biz = BusinessRegistry(env.store).all()[0].biz_code
     with env.legacy.begin() as conn:  # nothing running, so the pause settles at once
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
-    sw = BusinessSwitch(env.store, BatchCenterControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        BatchCenterControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.connect() as conn:
-        waiting = {str(i) for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND biz_code = :b"),
-                                                   {"b": biz})}
+        waiting = {
+            str(i)
+            for (i,) in conn.execute(text("SELECT id FROM bc_task WHERE status = 0 AND biz_code = :b"), {"b": biz})
+        }
     sw.cutover(biz, actor="ops", reason="go")
     with env.legacy.connect() as conn:
-        after: dict[Any, Any] = dict(conn.execute(text("SELECT id, status FROM bc_task WHERE biz_code = :b"), {"b": biz}).all())
+        after: dict[Any, Any] = dict(
+            conn.execute(text("SELECT id, status FROM bc_task WHERE biz_code = :b"), {"b": biz}).all()
+        )
     assert all(after[int(k)] == 5 for k in waiting), "every waiting task paused (the documented flag)"
     rep = sw.rollback(biz, actor="ops", reason="back")
     with env.legacy.connect() as conn:
-        fire = {str(i): (s, ft) for i, s, ft in conn.execute(text(
-            "SELECT id, status, fire_time FROM bc_task WHERE biz_code = :b"), {"b": biz})}
+        fire = {
+            str(i): (s, ft)
+            for i, s, ft in conn.execute(
+                text("SELECT id, status, fire_time FROM bc_task WHERE biz_code = :b"), {"b": biz}
+            )
+        }
     assert rep.legacy_started == len(rep.handover) > 0
     for key, when in rep.handover.items():
         status, wall = fire[key]
@@ -152,15 +182,21 @@ def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(
     # legacy ran ahead of a new side that fell behind: its next times are an hour later
     with env.legacy.begin() as conn:
         for key, t in waiting.items():
-            conn.execute(text("UPDATE xxl_job_info SET trigger_next_time = :ms WHERE id = :id AND trigger_status = 1"),
-                         {"ms": int(t.next_fire_at.timestamp() * 1000) + 3_600_000, "id": int(key)})
+            conn.execute(
+                text("UPDATE xxl_job_info SET trigger_next_time = :ms WHERE id = :id AND trigger_status = 1"),
+                {"ms": int(t.next_fire_at.timestamp() * 1000) + 3_600_000, "id": int(key)},
+            )
     with env.legacy.connect() as conn:
-        legacy_next = {str(i): ms for i, ms in conn.execute(text(
-            "SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))}
+        legacy_next = {
+            str(i): ms
+            for i, ms in conn.execute(text("SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1"))
+        }
     rep = sw.rollback(biz, actor="ops", reason="back")
     with env.legacy.connect() as conn:
-        rows = {str(i): (s, ms) for i, s, ms in conn.execute(text(
-            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+        rows = {
+            str(i): (s, ms)
+            for i, s, ms in conn.execute(text("SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))
+        }
     checked = 0
     for key, t in waiting.items():
         if key not in legacy_next:
@@ -180,8 +216,12 @@ def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> 
     a 'scheduler' reads the flag the instant each rewind commits, as a loaded box lets it."""
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:  # the shadow side ran an hour ahead
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -210,8 +250,12 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
 
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -225,8 +269,14 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
             tid = tr.ids[0]
             t = env.store.get_trigger(tid)
             real_cas(Transition(ids=[tid], from_state=TriggerState.WAITING, to_state=TriggerState.ACQUIRED))
-            real_cas(Transition(ids=[tid], from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING,
-                                next_fire_at={tid: t.next_fire_at + timedelta(seconds=1)}))
+            real_cas(
+                Transition(
+                    ids=[tid],
+                    from_state=TriggerState.ACQUIRED,
+                    to_state=TriggerState.WAITING,
+                    next_fire_at={tid: t.next_fire_at + timedelta(seconds=1)},
+                )
+            )
             lost.append(tid)
             return []
         return real_cas(tr)
@@ -246,11 +296,15 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
     ledger = migrator_tables().ledger
     with env.store.engine.begin() as conn:
-        key = conn.execute(text(f"SELECT MIN(source_key) FROM {ledger.name} WHERE business = :b AND status = "
-                                "'migrated'"), {"b": biz}).scalar_one()
+        key = conn.execute(
+            text(f"SELECT MIN(source_key) FROM {ledger.name} WHERE business = :b AND status = 'migrated'"), {"b": biz}
+        ).scalar_one()
         conn.execute(text(f"UPDATE {ledger.name} SET source_key = '1073741824' WHERE source_key = :k"), {"k": key})
-    with pytest.raises(TransitionRefused, match=r"live dual-run of .* refused: xxl-job job id\(s\) 1073741824 .* "
-                                                r"dual-run with --shadow"):
+    with pytest.raises(
+        TransitionRefused,
+        match=r"live dual-run of .* refused: xxl-job job id\(s\) 1073741824 .* "
+        r"dual-run with --shadow",
+    ):
         sw.start_dual_run(biz, shadow=False, actor="ops")
     assert BusinessRegistry(env.store).get(biz).state is BusinessState.LEGACY  # type: ignore[union-attr]
     assert all(t.state is not TriggerState.WAITING for t in env.store.triggers_of(biz_code=biz))

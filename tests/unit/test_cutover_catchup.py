@@ -3,6 +3,7 @@ tests/integration/test_cutover_waits_for_stream.py on the real MariaDB). A polli
 checkpoint is its high water (the latest legacy update time it applied): definition rows
 updated after it are pending, and the gate refuses until the stream has passed them. Only
 the streams that follow the business count; no stream at all: nothing to wait for."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -42,22 +43,29 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
     stream_id = "xxl-job@legacy-db"
     hw = _high_water(env)
     _poll_checkpoint(env, stream_id, hw)
-    catchup = StreamCatchup(env.store, env.legacy, wait=timedelta(milliseconds=300),
-                            poll_every=timedelta(milliseconds=100))
+    catchup = StreamCatchup(
+        env.store, env.legacy, wait=timedelta(milliseconds=300), poll_every=timedelta(milliseconds=100)
+    )
     caught = catchup.check(biz, "xxl-job")
     assert caught is not None and caught.caught_up and caught.pending == 0, caught
 
     edited = datetime.fromtimestamp(hw / 1000, tz=SHANGHAI).replace(tzinfo=None) + timedelta(seconds=30)
     with env.legacy.begin() as conn:  # an operator's edit the (stopped) poller has not seen
-        conn.execute(text("UPDATE xxl_job_info SET job_desc = 'edited', update_time = :t "
-                          "WHERE id = (SELECT MIN(id) FROM xxl_job_info)"), {"t": edited})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET job_desc = 'edited', update_time = :t "
+                "WHERE id = (SELECT MIN(id) FROM xxl_job_info)"
+            ),
+            {"t": edited},
+        )
     behind = catchup.check(biz, "xxl-job")
     assert behind is not None and not behind.caught_up and behind.pending == 1
     assert behind.sentence.startswith("change stream xxl-job@legacy-db is behind: 1 pending change(s)")
 
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate,
-                        max_verdict_age=timedelta(days=9999), catchup=catchup)
+    sw = BusinessSwitch(
+        env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999), catchup=catchup
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match="1 pending change"):
         sw.cutover(biz, actor="ops")
@@ -73,13 +81,20 @@ def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) ->
     hw = _high_water(env)
     edited = datetime.fromtimestamp(hw / 1000, tz=SHANGHAI).replace(tzinfo=None) + timedelta(seconds=30)
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET update_time = :t WHERE id = (SELECT MIN(id) FROM xxl_job_info)"),
-                     {"t": edited})
+        conn.execute(
+            text("UPDATE xxl_job_info SET update_time = :t WHERE id = (SELECT MIN(id) FROM xxl_job_info)"),
+            {"t": edited},
+        )
     _poll_checkpoint(env, "xxl-job@legacy-db", hw + 30_000)  # the poller applied it
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate,
-                        max_verdict_age=timedelta(days=9999),
-                        catchup=StreamCatchup(env.store, env.legacy, wait=timedelta(0)))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        gate,
+        max_verdict_age=timedelta(days=9999),
+        catchup=StreamCatchup(env.store, env.legacy, wait=timedelta(0)),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     report = sw.cutover(biz, actor="ops")
     assert report.stream is not None and report.stream["caught_up"] is True and report.stream["pending"] == 0

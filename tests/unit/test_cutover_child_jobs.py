@@ -1,5 +1,6 @@
 """xxl-job child jobs at cutover: each chain becomes the parent trigger's follow-ups, or
 the cutover is refused naming the chain (SQLite legacy and target)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,11 +19,19 @@ from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str]:
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     with env.store.engine.connect() as conn:
-        rows = conn.execute(text("SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'"
-                                 " ORDER BY CAST(source_key AS INTEGER)")).all()
+        rows = conn.execute(
+            text(
+                "SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'"
+                " ORDER BY CAST(source_key AS INTEGER)"
+            )
+        ).all()
     mine = [k for k, b in rows if b == biz and k in {ln.source_key for ln in sw.links(biz)}]
     other = next(k for k, b in rows if b != biz)
     return env, biz, sw, mine, other
@@ -80,8 +89,9 @@ def test_a_quarantined_child_refuses_the_cutover(tmp_path: Path) -> None:
     with env.legacy.begin() as conn:
         # a route strategy the admin does not know (a NONE child is no longer quarantined:
         # tests/unit/test_none_schedule_children.py)
-        conn.execute(text("UPDATE xxl_job_info SET executor_route_strategy = 'WEIGHTED' WHERE id = :i"),
-                     {"i": int(child)})
+        conn.execute(
+            text("UPDATE xxl_job_info SET executor_route_strategy = 'WEIGHTED' WHERE id = :i"), {"i": int(child)}
+        )
     _children(env, parent, child)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match=rf"child job {child}: quarantined \(executor_route_strategy"):

@@ -1,6 +1,7 @@
 """The cutover gate carries the verdict's warnings ("N legacy job(s) ... quarantined ...
 fix them before cutover"), and the cutover says them: in its report, its audit, the
 refusal, and the `switchyard cutover` output (text and JSON)."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,15 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
 def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
-    gate = FixedGate(GateDecision(ready=False, comparison_id=4, computed_at=clock.now(), reasons=("p99 lag 4.2 s > 1 s",),
-                              warnings=(SENTENCE,)))
+    gate = FixedGate(
+        GateDecision(
+            ready=False,
+            comparison_id=4,
+            computed_at=clock.now(),
+            reasons=("p99 lag 4.2 s > 1 s",),
+            warnings=(SENTENCE,),
+        )
+    )
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match=r"p99 lag 4\.2 s > 1 s; warning: 1 legacy job\(s\) .* fix them before"):
@@ -75,8 +83,12 @@ def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
 def test_no_warnings_when_the_verdict_has_none(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     assert sw.cutover(biz, actor="ops").warnings == []
 
@@ -91,8 +103,11 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
 
     # the command's clock is the system's: settle at once instead of waiting out the
     # xxl-job pre-read window for real (nothing runs the legacy side here)
-    monkeypatch.setattr(command, "legacy_control", lambda source, url, clock, tz: XxlJobControl(
-        make_engine(url), clock, settle=timedelta(0)))
+    monkeypatch.setattr(
+        command,
+        "legacy_control",
+        lambda source, url, clock, tz: XxlJobControl(make_engine(url), clock, settle=timedelta(0)),
+    )
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
     BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=False, actor="ops")
@@ -100,8 +115,18 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
     # the command runs on the system clock: the stored verdict is fresh now
     put_comparison(env.store, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
-    args = ["cutover", biz, "--url", f"sqlite:///{tmp_path / 't.db'}", "--legacy-url",
-            f"sqlite:///{tmp_path / 'xxl.db'}", "--actor", "ops", "--reason", "go"]
+    args = [
+        "cutover",
+        biz,
+        "--url",
+        f"sqlite:///{tmp_path / 't.db'}",
+        "--legacy-url",
+        f"sqlite:///{tmp_path / 'xxl.db'}",
+        "--actor",
+        "ops",
+        "--reason",
+        "go",
+    ]
     result = CliRunner().invoke(cli, args + (["--json"] if as_json else []))
     assert result.exit_code == 0, result.output
     if as_json:

@@ -1,4 +1,5 @@
 """The README's main job: the demo runs end to end and tells the story it claims."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     as_json = json.loads(json.dumps(result.as_dict()))  # what `switchyard demo --json` prints
     assert as_json["window"] == result.window.as_dict()
     assert {b["switched"]: b["boundary_checked"] for b in as_json["businesses"] if b["switched"]} == {
-        "cutover": cut[0].boundary_checked, "rollback": back[0].boundary_checked}
+        "cutover": cut[0].boundary_checked,
+        "rollback": back[0].boundary_checked,
+    }
     # the rollback takes effect in seconds with the regression still on: the new side invokes
     # nothing at or after the fence, only occurrences before it (within the start margin)
     rb = result.rollback

@@ -2,6 +2,7 @@
 occurrences with no legacy side: missing, doubled (one occurrence under two command ids)
 and late fires are found and named, a run still executing is running (not late), the
 Prometheus gauge per business and kind says how many, and `dualrun watch-cutover` exits 1."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,18 @@ from tests.unit.test_dualrun_support import Scenario
 
 def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
     with s.store.engine.begin() as conn:
-        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
-                                                    at=round(at.timestamp() * 1000), actor="ops", reason="test",
-                                                    forced=0, detail="{}"))
+        conn.execute(
+            insert(migrator_tables().audit).values(
+                biz_code=s.business,
+                from_state=from_state,
+                to_state=to_state,
+                at=round(at.timestamp() * 1000),
+                actor="ops",
+                reason="test",
+                forced=0,
+                detail="{}",
+            )
+        )
 
 
 def _cut_over(s: Scenario) -> datetime:
@@ -44,8 +54,7 @@ def _cut_over(s: Scenario) -> datetime:
 
 def _check(s: Scenario):  # type: ignore[no-untyped-def]
     s.flush()
-    return check_after_cutover(s.store, s.reader(), s.business, source=s.source, settings=CompareSettings(),
-                               now=s.now)
+    return check_after_cutover(s.store, s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now)
 
 
 def test_a_clean_cutover_has_nothing_missing_doubled_or_late(tmp_path: Path) -> None:
@@ -77,8 +86,10 @@ def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> N
     by_kind = {f.kind: f for f in r.findings}
     assert by_kind["missing"].scheduled_at == gone and by_kind["missing"].job_code == "xxl:reminder:12"
     assert by_kind["doubled"].scheduled_at == doubled
-    assert by_kind["doubled"].detail == (f"item 0 fired 2 times: command ids 1-{round(doubled.timestamp() * 1000)}-0, "
-                                         f"99-{round(doubled.timestamp() * 1000)}-0")
+    assert by_kind["doubled"].detail == (
+        f"item 0 fired 2 times: command ids 1-{round(doubled.timestamp() * 1000)}-0, "
+        f"99-{round(doubled.timestamp() * 1000)}-0"
+    )
     assert by_kind["late"].scheduled_at == late and by_kind["late"].detail == "received 8.0 s after its time"
     assert r.sentence.endswith(": 1 missing, 1 doubled, 1 late")
     gauges = AfterCutoverGauges()
@@ -106,9 +117,25 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
-    res = CliRunner().invoke(cli, ["dualrun", "watch-cutover", "--business", biz, "--url", str(env.store.engine.url),
-                                   "--legacy-url", str(env.legacy.url), "--max-runs", "1", "--lookback", "10m",
-                                   "--json"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        cli,
+        [
+            "dualrun",
+            "watch-cutover",
+            "--business",
+            biz,
+            "--url",
+            str(env.store.engine.url),
+            "--legacy-url",
+            str(env.legacy.url),
+            "--max-runs",
+            "1",
+            "--lookback",
+            "10m",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == FAILED, res.output
     body = json.loads(res.output.strip().splitlines()[-1])
     assert body["business"] == biz and body["missing"] > 0 and not body["ok"]
@@ -133,5 +160,7 @@ def test_a_run_with_no_result_past_its_timeout_is_overdue_not_running(tmp_path: 
     assert r.sentence.endswith(": 1 overdue")
     gauges = AfterCutoverGauges()
     gauges.record(r)
-    assert 'switchyard_after_cutover_fires{business="reminder",kind="overdue"} 1.0' in generate_latest(
-        gauges.registry).decode()
+    assert (
+        'switchyard_after_cutover_fires{business="reminder",kind="overdue"} 1.0'
+        in generate_latest(gauges.registry).decode()
+    )

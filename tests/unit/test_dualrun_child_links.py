@@ -8,6 +8,7 @@ shadow dual-run links nothing; a rollback takes the links away; the next live du
 writes them again. The comparison leaves the new side's child runs out of the pairing,
 as it leaves legacy's parent-triggered runs (no schedule explains either).
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -35,16 +36,31 @@ def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str]
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     with env.legacy.connect() as conn:
-        live = {str(i) for (i,) in conn.execute(text(
-            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-            " AND executor_route_strategy <> 'SHARDING_BROADCAST'"))}
+        live = {
+            str(i)
+            for (i,) in conn.execute(
+                text(
+                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
+                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
+                )
+            )
+        }
     mine = sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
     with env.store.engine.connect() as conn:
-        other = next(k for k, b in conn.execute(text(
-            "SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'")) if b != biz)
+        other = next(
+            k
+            for k, b in conn.execute(
+                text("SELECT source_key, business FROM dus_migration_ledger WHERE status = 'migrated'")
+            )
+            if b != biz
+        )
     return env, biz, sw, mine, other, clock
 
 
@@ -67,8 +83,10 @@ def test_a_live_dual_run_links_the_same_business_children_and_never_another_busi
     assert env.store.followups_of([ids[parent], ids[parent2]]) == {}  # on legacy: none
     report = sw.start_dual_run(biz, shadow=False, actor="ops")
     assert env.store.followups_of([ids[parent], ids[parent2]]) == {ids[parent]: [ids[child]]}
-    assert any(f"job {parent2} " in n and f"child job {other}: belongs to business" in n and "legacy runs it" in n
-               for n in report.notes), report.notes
+    assert any(
+        f"job {parent2} " in n and f"child job {other}: belongs to business" in n and "legacy runs it" in n
+        for n in report.notes
+    ), report.notes
     sw.rollback(biz, actor="ops")
     assert env.store.followups_of([ids[parent]]) == {}
     # a shadow dual-run invokes nothing: no links
@@ -87,8 +105,12 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
     _children(env, parent2_key, other)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     ids = _ids(sw, biz)
-    h = Harness(clock, env.store, InProcessBus(clock), SchedulerSettings(
-        idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)))
+    h = Harness(
+        clock,
+        env.store,
+        InProcessBus(clock),
+        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
+    )
     h.listen(biz)
     core = h.core(epoch=3)
     consumer = h.results(core)
@@ -104,7 +126,9 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
         return got[0].command_id
 
     def succeed(cid: CommandId) -> None:
-        h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([FiredUpdate(cid, FiredState.SUCCEEDED, clock.now())]))])
+        h.bus.publish(
+            [BusMessage(CALLBACK_TOPIC, encode_results([FiredUpdate(cid, FiredState.SUCCEEDED, clock.now())]))]
+        )
         consumer.poll()
 
     def due(key: str) -> datetime:
@@ -135,7 +159,11 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
     assert by_key[parent_key] in codes and by_key[parent2_key] in codes
     assert by_key[child_key] not in codes
     with env.store.engine.connect() as conn:  # the child's run is in the store all the same
-        assert conn.execute(text("SELECT COUNT(*) FROM dus_fired_record WHERE command_id = :c"),
-                            {"c": kids[0].command_id}).scalar_one() == 1
+        assert (
+            conn.execute(
+                text("SELECT COUNT(*) FROM dus_fired_record WHERE command_id = :c"), {"c": kids[0].command_id}
+            ).scalar_one()
+            == 1
+        )
     consumer.close()
     core.shutdown()

@@ -4,6 +4,7 @@ The legacy reader is the one boundary replaced here: the concrete xxl-job and ba
 readers belong to the readers package (and have their own tests); the CLI is handed an
 in-memory reader over the same records the scenario wrote.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,9 +38,23 @@ def _iso(at: datetime) -> str:
 
 
 def _args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
-    return ["dualrun", "compare", "--business", s.business, "--source", s.source.value, "--legacy-url", "sqlite://",
-            "--url", f"sqlite:///{tmp_path / 'store.db'}", "--since", _iso(s.current.start), "--until",
-            _iso(s.current.end), *extra]
+    return [
+        "dualrun",
+        "compare",
+        "--business",
+        s.business,
+        "--source",
+        s.source.value,
+        "--legacy-url",
+        "sqlite://",
+        "--url",
+        f"sqlite:///{tmp_path / 'store.db'}",
+        "--since",
+        _iso(s.current.start),
+        "--until",
+        _iso(s.current.end),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -88,7 +103,7 @@ def test_compare_reads_per_business_thresholds_from_toml(tmp_path: Path, patched
     s.new(d, s.times(d)[1:])
     patched(s)
     toml = tmp_path / "thresholds.toml"
-    toml.write_text('[business.reminder]\nmissing_abs = 0.01\n')
+    toml.write_text("[business.reminder]\nmissing_abs = 0.01\n")
     assert CliRunner().invoke(cli, _args(s, tmp_path)).exit_code == 1
     assert CliRunner().invoke(cli, _args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
 
@@ -103,8 +118,21 @@ def test_compare_without_source_or_business_row_is_a_usage_error(tmp_path: Path,
 
 
 def test_compare_on_an_uninitialised_store_is_a_schema_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["dualrun", "compare", "--business", "b", "--source", "xxl-job",
-                                      "--legacy-url", "sqlite://", "--url", f"sqlite:///{tmp_path / 'empty.db'}"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "dualrun",
+            "compare",
+            "--business",
+            "b",
+            "--source",
+            "xxl-job",
+            "--legacy-url",
+            "sqlite://",
+            "--url",
+            f"sqlite:///{tmp_path / 'empty.db'}",
+        ],
+    )
     assert result.exit_code == 4
     assert "db init" in result.output and "Traceback" not in result.output
 
@@ -112,9 +140,25 @@ def test_compare_on_an_uninitialised_store_is_a_schema_error(tmp_path: Path) -> 
 def test_watch_with_max_runs_stores_the_series(tmp_path: Path, patched) -> None:  # type: ignore[no-untyped-def]
     s, _ = identical(tmp_path, now=SystemClock().now().replace(microsecond=0))
     patched(s)
-    result = CliRunner().invoke(cli, ["dualrun", "watch", "--business", "reminder", "--every", "1s", "--max-runs",
-                                      "2", "--legacy-url", "sqlite://", "--source", "xxl-job", "--url",
-                                      f"sqlite:///{tmp_path / 'store.db'}"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "dualrun",
+            "watch",
+            "--business",
+            "reminder",
+            "--every",
+            "1s",
+            "--max-runs",
+            "2",
+            "--legacy-url",
+            "sqlite://",
+            "--source",
+            "xxl-job",
+            "--url",
+            f"sqlite:///{tmp_path / 'store.db'}",
+        ],
+    )
     assert result.exit_code == 0, result.output
     t = dualrun_tables().comparison
     with s.store.engine.connect() as conn:
@@ -162,8 +206,9 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     # skipped run every second, which fills a pipe nobody reads and blocks the child
     out_file, err_file = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with out_file.open("w") as out_w, err_file.open("w") as err_w:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env,
-                                stdout=out_w, stderr=err_w, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(tmp_path)], cwd=REPO, env=env, stdout=out_w, stderr=err_w, text=True
+        )
 
     def stopped_within(seconds: float) -> bool:
         try:
@@ -191,13 +236,16 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         if stored < 2 and proc.poll() is None:
-            pytest.fail(f"no comparison stored within {_STORED_WITHIN_S} s; the child's threads:\n"
-                        f"{threads_of_the_child()}")
+            pytest.fail(
+                f"no comparison stored within {_STORED_WITHIN_S} s; the child's threads:\n{threads_of_the_child()}"
+            )
         assert stored >= 2, err_file.read_text()[-6000:]
         proc.send_signal(signal.SIGTERM)
         if not stopped_within(_STOPPED_WITHIN_S):
-            pytest.fail(f"the watch did not stop within {_STOPPED_WITHIN_S} s of SIGTERM; the child's threads:\n"
-                        f"{threads_of_the_child()}")
+            pytest.fail(
+                f"the watch did not stop within {_STOPPED_WITHIN_S} s of SIGTERM; the child's threads:\n"
+                f"{threads_of_the_child()}"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -235,8 +283,14 @@ _SIGNAL_IN_ANOTHER_THREAD = textwrap.dedent("""
 
 def test_stop_event_is_set_when_another_thread_takes_the_signal() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_IN_ANOTHER_THREAD], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_IN_ANOTHER_THREAD],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = _communicate_or_dump(proc, "SIGTERM taken by a worker thread never set the stop event")
     finally:

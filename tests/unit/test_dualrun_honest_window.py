@@ -2,6 +2,7 @@
 the dual-run start (or across a cutover / rollback) is clipped, and so is its A/A baseline,
 and the comparison says which span it compared; lag is compared at the coarser precision
 of the two sides, so xxl-job's whole-second trigger_time does not make legacy look better."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -19,9 +20,18 @@ from tests.unit.test_dualrun_support import Scenario
 
 def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
     with s.store.engine.begin() as conn:
-        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state=from_state, to_state=to_state,
-                                                    at=round(at.timestamp() * 1000), actor="ops", reason="test",
-                                                    forced=0, detail="{}"))
+        conn.execute(
+            insert(migrator_tables().audit).values(
+                biz_code=s.business,
+                from_state=from_state,
+                to_state=to_state,
+                at=round(at.timestamp() * 1000),
+                actor="ops",
+                reason="test",
+                forced=0,
+                detail="{}",
+            )
+        )
 
 
 def _reasons(c) -> str:  # type: ignore[no-untyped-def]
@@ -79,8 +89,7 @@ def test_the_baseline_does_not_reach_across_a_rollback(tmp_path: Path) -> None:
     s = Scenario.create(tmp_path)
     s.business_row()
     t0 = s.now - timedelta(hours=3)
-    cut, back, again = (s.now - timedelta(minutes=100), s.now - timedelta(minutes=80),
-                        s.now - timedelta(minutes=60))
+    cut, back, again = (s.now - timedelta(minutes=100), s.now - timedelta(minutes=80), s.now - timedelta(minutes=60))
     _switch(s, t0, "legacy", "dual_run")
     _switch(s, cut, "dual_run", "cutover")
     _switch(s, back, "cutover", "legacy")
@@ -118,6 +127,7 @@ def test_without_any_switch_recorded_the_window_is_kept_and_said_so(tmp_path: Pa
 
 # --- lag precision ----------------------------------------------------------------------
 
+
 def test_xxl_job_lag_is_compared_at_whole_seconds_on_both_sides(tmp_path: Path) -> None:
     """Both sides dispatch 1.9 s after the fire time. xxl-job's trigger_time keeps 1 s; the
     new side's received_at keeps 1.9 s: compared as stored, the new side failed the p99
@@ -130,8 +140,10 @@ def test_xxl_job_lag_is_compared_at_whole_seconds_on_both_sides(tmp_path: Path) 
     assert c.lag_precision is not None and c.lag_precision.ms == 1000
     assert c.new.lag.p99 == c.legacy.lag.p99 == 1.0
     assert c.verdict is Verdict.READY, c.reasons
-    assert c.lag_precision.sentence == ("lag compared at 1 s precision, the coarser of legacy (xxl_job_log.trigger_time, "
-                                        "DATETIME: 1 s) and the new side (1 ms); both sides' times are truncated to it")
+    assert c.lag_precision.sentence == (
+        "lag compared at 1 s precision, the coarser of legacy (xxl_job_log.trigger_time, "
+        "DATETIME: 1 s) and the new side (1 ms); both sides' times are truncated to it"
+    )
     assert as_dict(c)["lag_precision"]["ms"] == 1000
 
 

@@ -1,4 +1,5 @@
 """The comparator's parts: consumer lag, expected occurrences, watch mode, layering."""
+
 from __future__ import annotations
 
 import ast
@@ -35,18 +36,33 @@ def test_consumer_lag_counts_due_commands_not_delayed_ones(tmp_path: Path) -> No
     from dualrun.collect import CompareRequest, compare_business
     from dualrun.settings import CompareSettings
 
-    c = compare_business(s.store, s.reader(), CompareRequest(business="reminder", window=s.current,
-                                                            source=SourceSystem.XXL_JOB),
-                         settings=CompareSettings(), now=s.now, probe=bus)
+    c = compare_business(
+        s.store,
+        s.reader(),
+        CompareRequest(business="reminder", window=s.current, source=SourceSystem.XXL_JOB),
+        settings=CompareSettings(),
+        now=s.now,
+        probe=bus,
+    )
     assert c.consumer_lag is not None and (c.consumer_lag.due, c.consumer_lag.delayed) == (1500, 40)
     assert c.verdict is Verdict.NOT_READY
-    assert any(r.startswith("consumer lag: 1,500 due command(s) waiting in subscription 'executor' of cmd.reminder")
-               and r.endswith("> 1,000") for r in c.reasons)
+    assert any(
+        r.startswith("consumer lag: 1,500 due command(s) waiting in subscription 'executor' of cmd.reminder")
+        and r.endswith("> 1,000")
+        for r in c.reasons
+    )
 
 
 def _defn(**kw: object) -> LegacyDefinition:
-    base: dict[str, object] = {"source": SourceSystem.BATCH_CENTER, "source_key": "1", "business": "b", "name": "n",
-                               "schedule": ScheduleKind.CRON, "cron": "0 0 * * * ?", "time_zone": "Asia/Shanghai"}
+    base: dict[str, object] = {
+        "source": SourceSystem.BATCH_CENTER,
+        "source_key": "1",
+        "business": "b",
+        "name": "n",
+        "schedule": ScheduleKind.CRON,
+        "cron": "0 0 * * * ?",
+        "time_zone": "Asia/Shanghai",
+    }
     base.update(kw)
     return LegacyDefinition(**base)  # type: ignore[arg-type]
 
@@ -73,18 +89,21 @@ def test_expected_occurrences_for_every_schedule_kind() -> None:
     assert any(n.startswith("job bad: schedule") for n in exp.notes)
 
 
-@pytest.mark.parametrize(("message", "attempt", "kind"), [
-    ("任务触发类型：失败重试触发<br>", 0, RETRY),
-    ("任务触发类型：Cron触发<br><br><span>>>>>>>>>>>>失败重试触发<<<<<<<<<<<</span>", 0, SCHEDULE),
-    ("Trigger type：Fail retry trigger<br>", 0, RETRY),
-    ("", 2, RETRY),
-    ("[RETRY] ok", 0, RETRY),  # the xxl-job reader's prefix
-    ("[MANUAL] ", 0, MANUAL),
-    ("[MISFIRE] late", 0, MISFIRE),
-    ("[CRON] done", 0, SCHEDULE),
-    ("Job trigger type：Api trigger<br>", 0, MANUAL),
-    ("", 0, SCHEDULE),
-])
+@pytest.mark.parametrize(
+    ("message", "attempt", "kind"),
+    [
+        ("任务触发类型：失败重试触发<br>", 0, RETRY),
+        ("任务触发类型：Cron触发<br><br><span>>>>>>>>>>>>失败重试触发<<<<<<<<<<<</span>", 0, SCHEDULE),
+        ("Trigger type：Fail retry trigger<br>", 0, RETRY),
+        ("", 2, RETRY),
+        ("[RETRY] ok", 0, RETRY),  # the xxl-job reader's prefix
+        ("[MANUAL] ", 0, MANUAL),
+        ("[MISFIRE] late", 0, MISFIRE),
+        ("[CRON] done", 0, SCHEDULE),
+        ("Job trigger type：Api trigger<br>", 0, MANUAL),
+        ("", 0, SCHEDULE),
+    ],
+)
 def test_xxl_row_kind_reads_the_trigger_type_line(message: str, attempt: int, kind: int) -> None:
     assert row_kind(message, attempt) == kind
 
@@ -138,8 +157,11 @@ def _imports(path: Path) -> set[str]:
 
 def test_dualrun_and_reports_keep_the_dependency_rule() -> None:
     rules = {"dualrun": {"migrator", "reports", "switchyard", "click"}, "reports": {"migrator", "switchyard", "click"}}
-    bad = {str(p.relative_to(REPO)): sorted(_imports(p) & forbidden)
-           for pkg, forbidden in rules.items() for p in (REPO / pkg).rglob("*.py")}
+    bad = {
+        str(p.relative_to(REPO)): sorted(_imports(p) & forbidden)
+        for pkg, forbidden in rules.items()
+        for p in (REPO / pkg).rglob("*.py")
+    }
     assert {k: v for k, v in bad.items() if v} == {}
     pure = _imports(REPO / "dualrun" / "model.py") - {"__future__", "enum", "dataclasses", "datetime", "typing"}
     assert pure == set(), "dualrun.model is pure domain"

@@ -1,5 +1,6 @@
 """Legacy jobs the migrator quarantined: their legacy fires are a known difference
 (labelled not_migrated, never missing on the new side), and never hidden either."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from dualrun.model import Label, MismatchKind, Verdict, comparison_from_dict, as_dict
+from dualrun.model import Label, MismatchKind, Verdict, as_dict, comparison_from_dict
 from dualrun.verdict_store import latest, put_comparison
 from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition
@@ -18,18 +19,28 @@ from tests.unit.test_dualrun_support import Scenario
 REASON = "executor route strategy 'CONSISTENT_HASH_X' has no equivalent"
 
 
-def quarantine(s: Scenario, key: str, cron: str, *, status: str = "quarantined", field: str = "route",
-               reason: str = REASON) -> LegacyDefinition:
+def quarantine(
+    s: Scenario, key: str, cron: str, *, status: str = "quarantined", field: str = "route", reason: str = REASON
+) -> LegacyDefinition:
     """A legacy job the ledger says was not migrated (no target job), still firing on legacy."""
     from dualrun.testing import cron_definition
 
     d = cron_definition(key, s.business, cron, source=s.source)
     s.defs.append(d)
     with s.store.engine.begin() as conn:
-        conn.execute(insert(migrator_tables().ledger).values(
-            source_system=s.source.value, source_key=key, business=s.business, status=status, content_hash="q",
-            target_job_code=None, field=field if status == "quarantined" else None,
-            reason=reason if status == "quarantined" else None, updated_at=0))
+        conn.execute(
+            insert(migrator_tables().ledger).values(
+                source_system=s.source.value,
+                source_key=key,
+                business=s.business,
+                status=status,
+                content_hash="q",
+                target_job_code=None,
+                field=field if status == "quarantined" else None,
+                reason=reason if status == "quarantined" else None,
+                updated_at=0,
+            )
+        )
     return d
 
 
@@ -58,8 +69,7 @@ def test_quarantined_job_fires_are_labelled_not_missing_and_the_verdict_says_so(
     assert (g.count, g.job_code, g.detail) == (180, "xxl:reminder:13", f"not migrated (quarantined: route: {REASON})")
     # the quarantined job, its reason and its fires are listed; the verdict's sentence names them
     assert [(q.source_key, q.field, q.reason, q.legacy_fires) for q in c.quarantined] == [("13", "route", REASON, 180)]
-    sentence = ("1 legacy job(s) of this business are quarantined and still run only on legacy; "
-                "fix them before cutover")
+    sentence = "1 legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover"
     assert any(w.startswith(sentence) for w in c.warnings), c.warnings
     assert c.summary.startswith("ready; " + sentence)
     check = next(ch for ch in c.checks if ch.code == "quarantined")
@@ -123,7 +133,9 @@ def test_reports_show_the_quarantined_jobs_separately(tmp_path: Path) -> None:
     content = load_report(s.store, "reminder", now=s.now).content()
     md = render_report(content, "md")
     assert "## Not migrated (quarantined)" in md
-    assert "1 legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover" in md
+    assert (
+        "1 legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover" in md
+    )
     assert f"| 13 | xxl:reminder:13 | route | {REASON} | 180 |" in md
     html = render_report(content, "html")
     assert 'id="quarantined"' in html and "fix them before cutover" in html and "CONSISTENT_HASH_X" in html

@@ -2,6 +2,7 @@
 manual fire unscheduled and labelled), and a run's retries on the new side (a bridged run
 retried by the new executor) are compared with legacy's retry count for the same
 occurrence: a difference is listed, per occurrence, never counted against the new side."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -32,13 +33,13 @@ def test_retries_are_compared_per_occurrence_and_manual_fires_stay_unscheduled(t
     assert (c.legacy.retries, c.new.retries) == (1, 3)
     differ = [m for m in c.mismatches if m.kind is MismatchKind.RETRIES_DIFFER]
     assert [(m.scheduled_at, m.detail) for m in differ] == [
-        (more, "legacy made 1 attempt(s) (0 retries), the new side 3 (2 retries) for the same occurrence")]
+        (more, "legacy made 1 attempt(s) (0 retries), the new side 3 (2 retries) for the same occurrence")
+    ]
     assert not differ[0].flagged
     assert c.mismatch_counts["retries_differ"] == {"total": 1, "flagged": 0, "labelled": 0}
     (manual,) = [m for m in c.mismatches if m.kind is MismatchKind.UNSCHEDULED_ON_LEGACY]
     assert manual.label is Label.LEGACY_UNSCHEDULED
-    assert any(n.startswith("1 occurrence(s) fired by both sides took a different number of attempts")
-               for n in c.notes)
+    assert any(n.startswith("1 occurrence(s) fired by both sides took a different number of attempts") for n in c.notes)
 
 
 def test_shadow_mode_does_not_compare_retries(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 the legacy side's to fire, so they count neither missing nor extra nor failed on the new
 side (labelled rollback_fence), while a misfire policy's skip still counts, and a
 handler that did run at or after the handover is still seen doubled at the boundary."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -19,8 +20,9 @@ from scheduler_core.model import FiredState
 from tests.unit.test_dualrun_support import Scenario
 
 
-def _rolled_back(tmp_path: Path, *, skipped_by: str = "fence",
-                 ran_after_f: int = 0) -> tuple[Scenario, LegacyDefinition, datetime, list[datetime]]:
+def _rolled_back(
+    tmp_path: Path, *, skipped_by: str = "fence", ran_after_f: int = 0
+) -> tuple[Scenario, LegacyDefinition, datetime, list[datetime]]:
     """Dual-run of a job every 10 s, rolled back at F, half-way through the window: legacy
     fires everything (it fires from F on after the rollback); the new side fired up to F,
     had published the rest, and skipped it (by the fence, or as a misfire policy would).
@@ -47,8 +49,11 @@ def test_records_a_rollback_fence_skipped_count_neither_missing_nor_extra_nor_fa
     s, _d, f, after = _rolled_back(tmp_path)
     c = s.compare()
 
-    assert c.mismatch_counts[MismatchKind.MISSING_ON_NEW.value] == {"total": len(after), "flagged": 0,
-                                                                    "labelled": len(after)}
+    assert c.mismatch_counts[MismatchKind.MISSING_ON_NEW.value] == {
+        "total": len(after),
+        "flagged": 0,
+        "labelled": len(after),
+    }
     assert c.mismatch_counts[MismatchKind.EXTRA_ON_NEW.value]["total"] == 0
     assert c.mismatch_counts[MismatchKind.FAILED_ON_NEW.value]["total"] == 0
     assert c.mismatch_counts[MismatchKind.LATE_ON_NEW.value]["total"] == 0
@@ -70,14 +75,26 @@ def test_records_a_rollback_fence_skipped_count_neither_missing_nor_extra_nor_fa
 def test_the_legacy_calls_of_fenced_occurrences_are_known_to_the_matching(tmp_path: Path) -> None:
     s, _d, _f, after = _rolled_back(tmp_path)
     c = s.compare()  # flushes the records
-    col = Collector(s.store, s.reader(), source=s.source, business=s.business, legacy_business=None,
-                    settings=CompareSettings())
+    col = Collector(
+        s.store, s.reader(), source=s.source, business=s.business, legacy_business=None, settings=CompareSettings()
+    )
     inputs = col.inputs(s.current, mode=c.mode, probe=None)
-    ctx = ClassifyContext(settings=CompareSettings().match, flags=JobFlags.build(len(inputs.jobs), inputs.info),
-                          xxl=True, shadow=False, now_ms=int(s.now.timestamp() * 1000))
-    m = match(Table.of(inputs.legacy), Table.of(inputs.new), Table.of(inputs.expected),
-              start=int(s.current.start.timestamp() * 1000), end=int(s.current.end.timestamp() * 1000),
-              n_jobs=len(inputs.jobs), ctx=ctx)
+    ctx = ClassifyContext(
+        settings=CompareSettings().match,
+        flags=JobFlags.build(len(inputs.jobs), inputs.info),
+        xxl=True,
+        shadow=False,
+        now_ms=int(s.now.timestamp() * 1000),
+    )
+    m = match(
+        Table.of(inputs.legacy),
+        Table.of(inputs.new),
+        Table.of(inputs.expected),
+        start=int(s.current.start.timestamp() * 1000),
+        end=int(s.current.end.timestamp() * 1000),
+        n_jobs=len(inputs.jobs),
+        ctx=ctx,
+    )
     assert len(m.fenced_fk) == len(after) and m.fenced_legacy_calls == len(after)
 
 
@@ -98,8 +115,14 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
 
     s2, d2, f2, after2 = _rolled_back(tmp_path / "ran", ran_after_f=2)
     s2.flush()
-    check = check_boundary(s2.store, s2.reader(), s2.business, [Switch(handover={d2.source_key: f2}, to_new=False,
-                                                                        at=f2)], window=window, now=s2.now)
+    check = check_boundary(
+        s2.store,
+        s2.reader(),
+        s2.business,
+        [Switch(handover={d2.source_key: f2}, to_new=False, at=f2)],
+        window=window,
+        now=s2.now,
+    )
     assert [(i.what, i.scheduled_at) for i in check.issues] == [("doubled", at) for at in after2[:2]]
     c = s2.compare()
     assert c.mismatch_counts[MismatchKind.MISSING_ON_NEW.value]["labelled"] == len(after2) - 2

@@ -2,6 +2,7 @@
 missing. The new side's executor stamps it received when it outlasts a short threshold
 (scheduler_core.executor.receipts); the comparator judges lateness from that stamp. Seen
 before: "late (not received by an executor)" for a run that succeeded at +20 s."""
+
 from __future__ import annotations
 
 import threading
@@ -47,9 +48,26 @@ def test_a_run_executing_past_late_after_is_running_not_late(tmp_path: Path) -> 
     cid = CommandId(command_id(tid, fire_at, 0))
     while time.time() < fire_at.timestamp():  # deliver at T, as the bus would (bounded: < 1 s)
         time.sleep(0.01)
-    bus.publish([BusMessage(command_topic("reminder"), encode_commands([ExecutionCommand(
-        command_id=cid, trigger_id=TriggerId(tid), job_code=JobCode(s.code(d)), biz_code="reminder", handler="h",
-        scheduled_at=fire_at, timeout=timedelta(seconds=60))]))])
+    bus.publish(
+        [
+            BusMessage(
+                command_topic("reminder"),
+                encode_commands(
+                    [
+                        ExecutionCommand(
+                            command_id=cid,
+                            trigger_id=TriggerId(tid),
+                            job_code=JobCode(s.code(d)),
+                            biz_code="reminder",
+                            handler="h",
+                            scheduled_at=fire_at,
+                            timeout=timedelta(seconds=60),
+                        )
+                    ]
+                ),
+            )
+        ]
+    )
     stop = threading.Event()
     th = threading.Thread(target=ex.run, args=(stop,), daemon=True)
     th.start()
@@ -85,7 +103,7 @@ def test_a_command_no_executor_took_is_still_late(tmp_path: Path) -> None:
 
 
 def test_a_run_with_no_result_past_its_timeout_counts_as_timed_out(tmp_path: Path) -> None:
-    """"Running" holds within the job's timeout only: a received run with no result two
+    """ "Running" holds within the job's timeout only: a received run with no result two
     minutes after its time, on a job whose timeout is 10 s, is counted timed out (its result
     hung or was lost), while one on a job with a 10-minute timeout is still running."""
     s = Scenario.create(tmp_path)

@@ -1,4 +1,5 @@
 """Stored comparisons: the latest verdict is what the cutover gate reads."""
+
 from __future__ import annotations
 
 import json

@@ -4,12 +4,13 @@ A scenario is a business with legacy definitions, the legacy log they left (the 
 known: we write it), the new side's fired records in an SQLite store, and the ledger
 rows that link legacy keys to new job codes.
 """
+
 from __future__ import annotations
 
-from typing import Any
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import insert
 
@@ -21,9 +22,9 @@ from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import FiredRecord
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -77,16 +78,31 @@ class Scenario:
         self._trigger_ids[key] = len(self._trigger_ids) + 1
         t = migrator_tables().ledger
         with self.store.engine.begin() as conn:
-            conn.execute(insert(t).values(source_system=self.source.value, source_key=key, business=self.business,
-                                          status="migrated", content_hash="h", target_job_code=self.code(d),
-                                          updated_at=0))
+            conn.execute(
+                insert(t).values(
+                    source_system=self.source.value,
+                    source_key=key,
+                    business=self.business,
+                    status="migrated",
+                    content_hash="h",
+                    target_job_code=self.code(d),
+                    updated_at=0,
+                )
+            )
         return d
 
     def business_row(self, state: str = "dual_run", shadow: bool = False) -> None:
         with self.store.engine.begin() as conn:
-            conn.execute(insert(migrator_tables().business).values(biz_code=self.business, source_system=self.source.value,
-                                                              state=state, shadow=int(shadow), version=0,
-                                                              updated_at=0))
+            conn.execute(
+                insert(migrator_tables().business).values(
+                    biz_code=self.business,
+                    source_system=self.source.value,
+                    state=state,
+                    shadow=int(shadow),
+                    version=0,
+                    updated_at=0,
+                )
+            )
 
     def times(self, d: LegacyDefinition, window: Window | None = None) -> list[datetime]:
         w = window or self.current
@@ -114,10 +130,12 @@ class Scenario:
 
     def compare(self, settings: CompareSettings | None = None, **kw: Any) -> Comparison:
         self.flush()
-        request = CompareRequest(business=self.business, window=self.current, source=kw.pop("source", self.source),
-                                 **kw)  # type: ignore[arg-type]
-        return compare_business(self.store, self.reader(), request, settings=settings or CompareSettings(),
-                                now=self.now)
+        request = CompareRequest(
+            business=self.business, window=self.current, source=kw.pop("source", self.source), **kw
+        )  # type: ignore[arg-type]
+        return compare_business(
+            self.store, self.reader(), request, settings=settings or CompareSettings(), now=self.now
+        )
 
 
 def identical(tmp_path: Path, **kw: object) -> tuple[Scenario, LegacyDefinition]:

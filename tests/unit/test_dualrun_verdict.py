@@ -1,4 +1,5 @@
 """Verdicts on fixtures where the truth is known."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -277,12 +278,15 @@ def test_thresholds_are_configurable_per_business(tmp_path: Path) -> None:
     assert s.compare(lenient).verdict is Verdict.READY
 
 
-@pytest.mark.parametrize(("raw", "noise", "flagged"), [
-    (0.01, 0.0, True),  # no noise: the absolute threshold decides
-    (0.0002, 0.0, False),  # below the absolute threshold
-    (0.011, 0.010, False),  # over noise by less than abs
-    (0.05, 0.045, False),  # clears abs but not rel: 0.005 / 0.095 < 20 %
-    (0.05, 0.02, True),
-])
+@pytest.mark.parametrize(
+    ("raw", "noise", "flagged"),
+    [
+        (0.01, 0.0, True),  # no noise: the absolute threshold decides
+        (0.0002, 0.0, False),  # below the absolute threshold
+        (0.011, 0.010, False),  # over noise by less than abs
+        (0.05, 0.045, False),  # clears abs but not rel: 0.005 / 0.095 < 20 %
+        (0.05, 0.02, True),
+    ],
+)
 def test_diffy_rule_needs_both_thresholds(raw: float, noise: float, flagged: bool) -> None:
     assert clears(raw, noise, 0.0003 if raw < 0.001 else 0.003, 0.2) is flagged

@@ -1,4 +1,5 @@
 """The executor SDK and the results path, on the in-process bus with a driven clock."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -85,7 +86,9 @@ def test_failure_after_retries_and_timeout(tmp_path: Path, clock: ManualClock) -
         _run(h, ex, core)
     finally:
         release.set()
-    got = h.store.get_fired([command_id(stored_id(tb), tb.next_fire_at, 0), command_id(stored_id(ts), ts.next_fire_at, 0)])
+    got = h.store.get_fired(
+        [command_id(stored_id(tb), tb.next_fire_at, 0), command_id(stored_id(ts), ts.next_fire_at, 0)]
+    )
     states = {r.trigger_id: (r.state, r.attempt, r.message) for r in got.values()}
     assert states[stored_id(tb)][0] is FiredState.FAILED and states[stored_id(tb)][1] == 1
     assert states[stored_id(ts)][0] is FiredState.TIMED_OUT and "timed out" in states[stored_id(ts)][2]
@@ -135,8 +138,9 @@ def test_unknown_handler_is_a_failure_not_a_crash(tmp_path: Path, clock: ManualC
     assert r.state is FiredState.FAILED and "no handler registered" in r.message
 
 
-def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(tmp_path: Path,
-                                                                                 clock: ManualClock) -> None:
+def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h = make_harness(tmp_path, clock, partitions=1)  # packing is per fire chunk: one partition, one chunk
     job = h.job("hot", shard_total=1, envelope_size=3)
     triggers = [h.once(job, 0) for _ in range(5)]
@@ -163,8 +167,9 @@ def test_runs_of_one_job_due_together_share_messages_and_keep_their_own_results(
     assert ex.poll_once(timeout=timedelta(0)) == 0
 
 
-def test_packed_runs_span_at_most_the_pack_window_and_none_is_delivered_before_its_T(tmp_path: Path,
-                                                                                    clock: ManualClock) -> None:
+def test_packed_runs_span_at_most_the_pack_window_and_none_is_delivered_before_its_T(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     from scheduler_core.codec import decode_message
 
     h = make_harness(tmp_path, clock, partitions=1, pack_window=timedelta(milliseconds=100))

@@ -1,4 +1,5 @@
 """`switchyard executor run --bridge ...`: the refusals before anything starts."""
+
 from __future__ import annotations
 
 import socket
@@ -12,13 +13,19 @@ from switchyard.cli import cli
 BASE = ["executor", "run", "--domain", "d", "--bus", "memory"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    ([], "--handlers MODULE, or --bridge"),
-    (["--bridge", "xxl-job", "--access-token-env", "SY_TEST_UNSET_VAR"], "SY_TEST_UNSET_VAR: that environment variable"),
-    (["--bridge", "xxl-job", "--listen", "localhost"], "expected HOST:PORT"),
-    (["--bridge", "batch-center"], "needs --legacy-url (bc_biz tokens) or --bc-token-env"),
-    (["--bridge", "nonsense"], "nonsense"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ([], "--handlers MODULE, or --bridge"),
+        (
+            ["--bridge", "xxl-job", "--access-token-env", "SY_TEST_UNSET_VAR"],
+            "SY_TEST_UNSET_VAR: that environment variable",
+        ),
+        (["--bridge", "xxl-job", "--listen", "localhost"], "expected HOST:PORT"),
+        (["--bridge", "batch-center"], "needs --legacy-url (bc_biz tokens) or --bc-token-env"),
+        (["--bridge", "nonsense"], "nonsense"),
+    ],
+)
 def test_bridge_options_are_checked_before_starting(args: list[str], needle: str) -> None:
     result = CliRunner().invoke(cli, BASE + args, env={"SY_TEST_UNSET_VAR": None})
     assert result.exit_code == exitcodes.USAGE, result.output

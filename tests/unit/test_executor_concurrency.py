@@ -1,6 +1,7 @@
 """`Executor(concurrency=N)` (`switchyard executor run --concurrency N`) never runs more
 than N handlers of the business at once, including handlers that overran their job
 timeout and still run (a Python thread cannot be killed), and it does use all N."""
+
 from __future__ import annotations
 
 import threading
@@ -40,8 +41,9 @@ class _Gauge:
 def test_a_burst_never_runs_more_than_n_handlers_and_reaches_n(n: int) -> None:
     bus = InProcessBus(SystemClock())
     results = bus.subscribe(CALLBACK_TOPIC, "t")
-    ex = Executor(bus, "d", concurrency=n, retry_backoff=timedelta(milliseconds=1),
-                  receipt_after=None)  # final results only
+    ex = Executor(
+        bus, "d", concurrency=n, retry_backoff=timedelta(milliseconds=1), receipt_after=None
+    )  # final results only
     gauge = _Gauge()
 
     @ex.handler()

@@ -3,6 +3,7 @@ over again under load: a Shared subscription replaying after a nack or a consume
 reconnect, a delayed message redelivered) must not call the handler again: it waits for
 the first copy and is answered with its result, as a redelivery after the first copy
 finished always was (`_done`)."""
+
 from __future__ import annotations
 
 import threading

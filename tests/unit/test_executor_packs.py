@@ -1,6 +1,7 @@
 """Packed command messages on the executor's threaded path: the runs of one message are
 worked one after another on one worker (one quota step), each with its own result,
 retries and timeout; the message is acked once all their results are published."""
+
 from __future__ import annotations
 
 import threading
@@ -18,15 +19,24 @@ from scheduler_core.times import from_ms
 T_MS = 1_796_000_000_000
 
 
-def _pack(bus: InProcessBus, first_trigger: int, runs: int, *, timeout: timedelta = timedelta(0),
-          max_retry: int = 0) -> list[CommandId]:
+def _pack(
+    bus: InProcessBus, first_trigger: int, runs: int, *, timeout: timedelta = timedelta(0), max_retry: int = 0
+) -> list[CommandId]:
     """One packed message of `runs` one-item runs (triggers first_trigger.. onwards)."""
     t = from_ms(T_MS)
     bodies, ids = [], []
     for tid in range(first_trigger, first_trigger + runs):
-        run = ExecutionCommand(command_id=command_id(tid, t, 0), trigger_id=TriggerId(tid), job_code=JobCode("j"),
-                               biz_code="d", handler="h", scheduled_at=t, epoch=Epoch(1), timeout=timeout,
-                               max_retry=max_retry)
+        run = ExecutionCommand(
+            command_id=command_id(tid, t, 0),
+            trigger_id=TriggerId(tid),
+            job_code=JobCode("j"),
+            biz_code="d",
+            handler="h",
+            scheduled_at=t,
+            epoch=Epoch(1),
+            timeout=timeout,
+            max_retry=max_retry,
+        )
         bodies.append(envelope_body(run, [(0, "")], page_record=True))
         ids.append(run.command_id)
     bus.publish([BusMessage(command_topic("d"), encode_packed(bodies), key=str(first_trigger))])

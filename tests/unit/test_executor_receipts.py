@@ -2,6 +2,7 @@
 so its fired record says an executor has it (the dual-run comparator had called such a run
 "late, not received by an executor"); the final result still moves the record forward and
 keeps the receipt time. A quick run costs no extra message."""
+
 from __future__ import annotations
 
 import threading
@@ -19,9 +20,9 @@ from scheduler_core.executor.outbox import result_messages
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 
 UTC = timezone.utc
 
@@ -34,18 +35,47 @@ def _store(tmp_path: Path, clock: SystemClock) -> SqlTriggerStore:
 
 def _fire(bus: InProcessBus, store: SqlTriggerStore, at: datetime, items: int = 1) -> list[CommandId]:
     """Published commands of one fire (records first, as the scheduler does)."""
-    cmds = [ExecutionCommand(command_id=CommandId(command_id(9, at, i)), trigger_id=TriggerId(9), job_code=JobCode("j"),
-                             biz_code="d", handler="h", scheduled_at=at, item_index=i, item_total=items,
-                             timeout=timedelta(seconds=30)) for i in range(items)]
-    store.put_fired([FiredRecord(command_id=c.command_id, trigger_id=c.trigger_id, job_code=c.job_code, biz_code="d",
-                                 scheduled_at=at, item_index=c.item_index, item_total=items,
-                                 state=FiredState.PUBLISHED, published_at=at) for c in cmds])
+    cmds = [
+        ExecutionCommand(
+            command_id=CommandId(command_id(9, at, i)),
+            trigger_id=TriggerId(9),
+            job_code=JobCode("j"),
+            biz_code="d",
+            handler="h",
+            scheduled_at=at,
+            item_index=i,
+            item_total=items,
+            timeout=timedelta(seconds=30),
+        )
+        for i in range(items)
+    ]
+    store.put_fired(
+        [
+            FiredRecord(
+                command_id=c.command_id,
+                trigger_id=c.trigger_id,
+                job_code=c.job_code,
+                biz_code="d",
+                scheduled_at=at,
+                item_index=c.item_index,
+                item_total=items,
+                state=FiredState.PUBLISHED,
+                published_at=at,
+            )
+            for c in cmds
+        ]
+    )
     bus.publish([BusMessage(command_topic("d"), encode_commands(cmds))])
     return [c.command_id for c in cmds]
 
 
-def _until(consumer: ResultConsumer, store: SqlTriggerStore, cid: CommandId,
-           ok: Callable[[FiredRecord], bool], within_s: float = 20.0) -> FiredRecord:
+def _until(
+    consumer: ResultConsumer,
+    store: SqlTriggerStore,
+    cid: CommandId,
+    ok: Callable[[FiredRecord], bool],
+    within_s: float = 20.0,
+) -> FiredRecord:
     end = time.monotonic() + within_s
     while time.monotonic() < end:
         consumer.poll(timeout=timedelta(milliseconds=50))
@@ -131,10 +161,23 @@ def test_a_stamp_after_the_final_result_changes_nothing(tmp_path: Path) -> None:
         assert ex.receipts is not None
         env_stamp = ex.receipts  # replay: the stamp once more after the result, as a redelivery would
         assert first.received_at is not None
-        bus.publish(result_messages([EnvelopeResult(
-            trigger_id=9, scheduled_ms=round(done.scheduled_at.timestamp() * 1000), page_id=None, indices=[0],
-            letters="R", received_ms=round(first.received_at.timestamp() * 1000) + 5000, started_ms=None,
-            finished_ms=0)], True))
+        bus.publish(
+            result_messages(
+                [
+                    EnvelopeResult(
+                        trigger_id=9,
+                        scheduled_ms=round(done.scheduled_at.timestamp() * 1000),
+                        page_id=None,
+                        indices=[0],
+                        letters="R",
+                        received_ms=round(first.received_at.timestamp() * 1000) + 5000,
+                        started_ms=None,
+                        finished_ms=0,
+                    )
+                ],
+                True,
+            )
+        )
         consumer.poll(timeout=timedelta(milliseconds=200))
         after = store.get_fired([cid])[cid]
         assert env_stamp.stamped == 1

@@ -1,13 +1,14 @@
 """The compact per-envelope result form, the executor's threaded path (workers, outbox,
 watchdog), and the callback consumer applying compact results idempotently."""
+
 from __future__ import annotations
 
-from typing import Any
 import json
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,9 +40,17 @@ T_MS = 1_796_000_000_000
 
 def _result(**over: object) -> EnvelopeResult:
     base: dict[str, object] = dict(
-        trigger_id=7, scheduled_ms=T_MS, page_id=CommandId(f"7-{T_MS}-100"), indices=range(100, 104),
-        letters="SFTS", received_ms=T_MS + 5, started_ms=T_MS + 6, finished_ms=T_MS + 40,
-        start_offsets_ms=[0, 1, 3, 30], message="", exceptions=[(1, 2, "boom"), (2, 0, "timed out after 1s")],
+        trigger_id=7,
+        scheduled_ms=T_MS,
+        page_id=CommandId(f"7-{T_MS}-100"),
+        indices=range(100, 104),
+        letters="SFTS",
+        received_ms=T_MS + 5,
+        started_ms=T_MS + 6,
+        finished_ms=T_MS + 40,
+        start_offsets_ms=[0, 1, 3, 30],
+        message="",
+        exceptions=[(1, 2, "boom"), (2, 0, "timed out after 1s")],
     )
     base.update(over)
     return EnvelopeResult(**base)  # type: ignore[arg-type]
@@ -53,8 +62,12 @@ def _result(**over: object) -> EnvelopeResult:
 def test_compact_results_expand_to_per_item_updates() -> None:
     ups = decode_results(encode_envelope_results([_result()]))
     assert [u.command_id for u in ups] == [command_id(7, T_MS, i) for i in range(100, 104)]
-    assert [u.state for u in ups] == [FiredState.SUCCEEDED, FiredState.FAILED, FiredState.TIMED_OUT,
-                                      FiredState.SUCCEEDED]
+    assert [u.state for u in ups] == [
+        FiredState.SUCCEEDED,
+        FiredState.FAILED,
+        FiredState.TIMED_OUT,
+        FiredState.SUCCEEDED,
+    ]
     assert [(u.attempt, u.message) for u in ups] == [(0, ""), (2, "boom"), (0, "timed out after 1s"), (0, "")]
     assert [u.started_at for u in ups] == [from_ms(T_MS + 6 + o) for o in (0, 1, 3, 30)]
     # an item's result time is the next item's start; the last one's is the envelope's end
@@ -64,8 +77,15 @@ def test_compact_results_expand_to_per_item_updates() -> None:
 
 
 def test_compact_results_keep_gaps_and_defaults() -> None:
-    r = _result(indices=[3, 9], letters="RR", started_ms=None, start_offsets_ms=None, message="shadow", exceptions=[],
-                page_id=None)
+    r = _result(
+        indices=[3, 9],
+        letters="RR",
+        started_ms=None,
+        start_offsets_ms=None,
+        message="shadow",
+        exceptions=[],
+        page_id=None,
+    )
     body = json.loads(encode_envelope_results([r]))
     assert body["e"][0]["ix"] == [3, 9] and "i0" not in body["e"][0]
     ups = decode_results(encode_envelope_results([r]))
@@ -86,12 +106,15 @@ def test_one_message_mixes_both_forms_and_several_envelopes() -> None:
     assert len(ups) == 9 and ups[0] == old and ups[-1].command_id == command_id(8, T_MS, 103)
 
 
-@pytest.mark.parametrize("payload", [
-    b'{"v":1}',
-    b'{"v":1,"e":[{"t":1,"T":2,"s":"SX","i0":0,"rc":1,"at":2}]}',  # an unknown state letter
-    b'{"v":1,"e":[{"t":1,"T":2,"s":"SS","i0":0,"rc":1,"at":2,"so":[0]}]}',  # offsets do not match
-    b'{"v":1,"e":[{"t":1,"T":2,"s":"S","rc":1,"at":2}]}',  # no indices
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"v":1}',
+        b'{"v":1,"e":[{"t":1,"T":2,"s":"SX","i0":0,"rc":1,"at":2}]}',  # an unknown state letter
+        b'{"v":1,"e":[{"t":1,"T":2,"s":"SS","i0":0,"rc":1,"at":2,"so":[0]}]}',  # offsets do not match
+        b'{"v":1,"e":[{"t":1,"T":2,"s":"S","rc":1,"at":2}]}',  # no indices
+    ],
+)
 def test_malformed_compact_results_are_codec_errors(payload: bytes) -> None:
     with pytest.raises(CodecError):
         decode_results(payload)
@@ -99,23 +122,48 @@ def test_malformed_compact_results_are_codec_errors(payload: bytes) -> None:
 
 def test_decode_envelope_agrees_with_decode_commands() -> None:
     t = from_ms(T_MS)
-    cmds = [ExecutionCommand(command_id=command_id(5, t, i), trigger_id=TriggerId(5), job_code=JobCode("j"),
-                             biz_code="b", handler="h", scheduled_at=t, item_index=i, item_total=10,
-                             item_param=f"p{i}", params="{}", timeout=timedelta(seconds=3), max_retry=2,
-                             epoch=Epoch(4)) for i in range(4, 7)]
+    cmds = [
+        ExecutionCommand(
+            command_id=command_id(5, t, i),
+            trigger_id=TriggerId(5),
+            job_code=JobCode("j"),
+            biz_code="b",
+            handler="h",
+            scheduled_at=t,
+            item_index=i,
+            item_total=10,
+            item_param=f"p{i}",
+            params="{}",
+            timeout=timedelta(seconds=3),
+            max_retry=2,
+            epoch=Epoch(4),
+        )
+        for i in range(4, 7)
+    ]
     payload = encode_commands(cmds, page_record=True)
     env = decode_envelope(payload)
     assert env.items == [(4, "p4"), (5, "p5"), (6, "p6")] and env.page_id == command_id(5, t, 4)
     assert decode_commands(payload) == [cmd.__class__(**{**_fields(cmd), "page_id": env.page_id}) for cmd in cmds]
     with pytest.raises(CodecError):
-        decode_envelope(payload.replace(b'[4,"p4"]', b'[4]'))
+        decode_envelope(payload.replace(b'[4,"p4"]', b"[4]"))
 
 
 def test_a_packed_message_decodes_to_its_runs_and_a_malformed_one_is_refused() -> None:
     t = from_ms(T_MS)
-    runs = [ExecutionCommand(command_id=command_id(tid, t, 0), trigger_id=TriggerId(tid), job_code=JobCode("j"),
-                             biz_code="b", handler="h", scheduled_at=t, item_index=0, item_total=1,
-                             epoch=Epoch(1)) for tid in (11, 12, 13)]
+    runs = [
+        ExecutionCommand(
+            command_id=command_id(tid, t, 0),
+            trigger_id=TriggerId(tid),
+            job_code=JobCode("j"),
+            biz_code="b",
+            handler="h",
+            scheduled_at=t,
+            item_index=0,
+            item_total=1,
+            epoch=Epoch(1),
+        )
+        for tid in (11, 12, 13)
+    ]
     payload = encode_packed([envelope_body(r, [(0, "")]) for r in runs])
     assert [e.trigger_id for e in decode_message(payload)] == [11, 12, 13]
     assert [c.trigger_id for c in decode_commands(payload)] == [11, 12, 13]
@@ -134,9 +182,19 @@ def _fields(cmd: ExecutionCommand) -> dict[str, Any]:
 
 def test_the_public_context_constructor_still_works() -> None:
     t = from_ms(T_MS)
-    ctx = ExecutionContext(command_id=CommandId("x-1"), trigger_id=TriggerId(1), job_code=JobCode("j"), biz_code="b",
-                           scheduled_at=t, item_index=2, item_total=3, item_param="p", params="{}", attempt=1,
-                           timeout=timedelta(seconds=1))
+    ctx = ExecutionContext(
+        command_id=CommandId("x-1"),
+        trigger_id=TriggerId(1),
+        job_code=JobCode("j"),
+        biz_code="b",
+        scheduled_at=t,
+        item_index=2,
+        item_total=3,
+        item_param="p",
+        params="{}",
+        attempt=1,
+        timeout=timedelta(seconds=1),
+    )
     assert (ctx.command_id, ctx.item_index, ctx.item_param, ctx.attempt, ctx.scheduled_at) == ("x-1", 2, "p", 1, t)
     with pytest.raises(AttributeError):
         ctx.attempt = 5  # type: ignore[misc]
@@ -145,12 +203,31 @@ def test_the_public_context_constructor_still_works() -> None:
 # --- the executor's threaded path -------------------------------------------------------
 
 
-def _publish_envelope(bus: InProcessBus, n: int, *, timeout: timedelta = timedelta(0), max_retry: int = 0,
-                      start: int = 0, page: bool = True) -> list[CommandId]:
+def _publish_envelope(
+    bus: InProcessBus,
+    n: int,
+    *,
+    timeout: timedelta = timedelta(0),
+    max_retry: int = 0,
+    start: int = 0,
+    page: bool = True,
+) -> list[CommandId]:
     t = from_ms(T_MS)
-    cmds = [ExecutionCommand(command_id=command_id(9, t, i), trigger_id=TriggerId(9), job_code=JobCode("j"),
-                             biz_code="d", handler="h", scheduled_at=t, item_index=i, item_total=1000,
-                             timeout=timeout, max_retry=max_retry) for i in range(start, start + n)]
+    cmds = [
+        ExecutionCommand(
+            command_id=command_id(9, t, i),
+            trigger_id=TriggerId(9),
+            job_code=JobCode("j"),
+            biz_code="d",
+            handler="h",
+            scheduled_at=t,
+            item_index=i,
+            item_total=1000,
+            timeout=timeout,
+            max_retry=max_retry,
+        )
+        for i in range(start, start + n)
+    ]
     bus.publish([BusMessage(command_topic("d"), encode_commands(cmds, page_record=page))])
     return [c.command_id for c in cmds]
 
@@ -292,8 +369,17 @@ def _page_setup(tmp_path: Path, clock: ManualClock):  # type: ignore[no-untyped-
     page = command_id(stored_id(t), ms, 0)
 
     def send(letters: str, exceptions: list[tuple[int, int, str]] | None = None, n: int = 4) -> int:
-        res = EnvelopeResult(trigger_id=stored_id(t), scheduled_ms=ms, page_id=page, indices=range(n), letters=letters,
-                             received_ms=ms + 1, started_ms=ms + 2, finished_ms=ms + 3, exceptions=exceptions or [])
+        res = EnvelopeResult(
+            trigger_id=stored_id(t),
+            scheduled_ms=ms,
+            page_id=page,
+            indices=range(n),
+            letters=letters,
+            received_ms=ms + 1,
+            started_ms=ms + 2,
+            finished_ms=ms + 3,
+            exceptions=exceptions or [],
+        )
         h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_envelope_results([res]))])
         return consumer.poll(timeout=timedelta(0))
 

@@ -2,6 +2,7 @@
 rendered here, rows rendered ahead, driver reads) against its reference, the plain
 SQLAlchemy Core path the same code takes when `fastpath.fast` says no: the same legacy
 rows migrated both ways, then changed and migrated again, leave the same target rows."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -30,7 +31,8 @@ def urls() -> Iterator[tuple[str, str, str]]:
 
 @pytest.mark.mariadb
 def test_the_fast_path_writes_what_the_plain_core_path_writes(
-        urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     legacy_url, fast_url, plain_url = urls
     env = make_env(legacy_url, fast_url, "xxl-job", "3.4")
     plain_engine = make_engine(plain_url)
@@ -69,8 +71,9 @@ def test_the_fast_path_writes_what_the_plain_core_path_writes(
         # changed legacy rows: an edit (updates of jobs and triggers) and a delete (a cancel)
         with env.legacy.begin() as conn:
             ids = [r[0] for r in conn.execute(text("SELECT id FROM xxl_job_info ORDER BY id LIMIT 3"))]
-            conn.execute(text("UPDATE xxl_job_info SET executor_param = 'changed, it''s \\\\ new' WHERE id = :i"),
-                         {"i": ids[0]})
+            conn.execute(
+                text("UPDATE xxl_job_info SET executor_param = 'changed, it''s \\\\ new' WHERE id = :i"), {"i": ids[0]}
+            )
             conn.execute(text("DELETE FROM xxl_job_info WHERE id = :i"), {"i": ids[1]})
         again_fast = env.migrator.run()
         again_plain = plain_run(plain)

@@ -1,6 +1,7 @@
 """On success, fire these triggers (scheduler_core.followups): a succeeded parent run
 fires each follow-up once, a redelivered result fires nothing again, a failed parent
 fires nothing, a publication that fails is retried with the same command ids."""
+
 from __future__ import annotations
 
 import zlib
@@ -10,11 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.errors import PublishError
-from scheduler_core.clock import ManualClock
-from scheduler_core.model import CommandId, FiredRecord, FiredState, TriggerKind, parse_command_id
-from scheduler_core.model import Trigger, TriggerState
+from scheduler_core.model import (
+    CommandId,
+    FiredRecord,
+    FiredState,
+    Trigger,
+    TriggerKind,
+    TriggerState,
+    parse_command_id,
+)
 from scheduler_core.ports import BusMessage, FiredUpdate
 from tests.harness import Harness, make_harness, stored_id
 
@@ -31,9 +39,18 @@ def h(tmp_path: Path) -> Harness:
 
 def _cron(h: Harness, code: str, biz: str = "biz-a") -> Trigger:
     job = h.job(code, biz)
-    (t,) = h.store.add_triggers([Trigger(job_code=job.job_code, biz_code=biz, kind=TriggerKind.CRON,
-                                         cron="0 0 3 * * ?", next_fire_at=T0 + timedelta(hours=21),
-                                         state=TriggerState.PAUSED)])
+    (t,) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code=biz,
+                kind=TriggerKind.CRON,
+                cron="0 0 3 * * ?",
+                next_fire_at=T0 + timedelta(hours=21),
+                state=TriggerState.PAUSED,
+            )
+        ]
+    )
     return t
 
 
@@ -103,12 +120,24 @@ def test_a_taken_command_id_moves_to_the_next_offset(h: Harness) -> None:
     parent_ms = parse_command_id(cid)[1]
     first = parent_ms + 1 + zlib.crc32(f"{cid}>{child.id}".encode()) % 999
     taken = CommandId(f"{child.id}-{first}-0")
-    h.store.put_fired([FiredRecord(command_id=taken, trigger_id=stored_id(child), job_code=child.job_code,
-                                   biz_code="biz-a", scheduled_at=T0, state=FiredState.SUCCEEDED)])
+    h.store.put_fired(
+        [
+            FiredRecord(
+                command_id=taken,
+                trigger_id=stored_id(child),
+                job_code=child.job_code,
+                biz_code="biz-a",
+                scheduled_at=T0,
+                state=FiredState.SUCCEEDED,
+            )
+        ]
+    )
     _result(h, cid, FiredState.SUCCEEDED)
     consumer.poll()
     (fired,) = h.delivered("biz-a")
-    assert fired.command_id != taken and parse_command_id(fired.command_id)[1] == first + 1 - (999 if first - parent_ms == 999 else 0)
+    assert fired.command_id != taken and parse_command_id(fired.command_id)[1] == first + 1 - (
+        999 if first - parent_ms == 999 else 0
+    )
 
 
 class _FailOnce:
@@ -149,8 +178,17 @@ def test_a_failed_publication_is_retried_with_the_same_command_id(h: Harness, mo
 def test_each_succeeded_item_of_a_sharded_parent_fires_a_whole_child_run(h: Harness) -> None:
     # xxl-job triggers the children once per successful log row, i.e. per broadcast shard
     child_job = h.job("child", shard_total=2)
-    (child,) = h.store.add_triggers([Trigger(job_code=child_job.job_code, biz_code="biz-a", kind=TriggerKind.CRON,
-                                             cron="0 0 3 * * ?", next_fire_at=T0 + timedelta(hours=21))])
+    (child,) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=child_job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.CRON,
+                cron="0 0 3 * * ?",
+                next_fire_at=T0 + timedelta(hours=21),
+            )
+        ]
+    )
     parent = h.once(h.job("parent", shard_total=3), 1)
     core = h.core()
     consumer = h.results(core)

@@ -1,5 +1,6 @@
 """Chunks admitted shortly before their T are held and fired at T (published when due, so
 the broker's delayed-delivery tick adds nothing), bounded per broker tick."""
+
 from __future__ import annotations
 
 import threading
@@ -85,26 +86,32 @@ def test_a_refused_chunk_is_offered_again_and_a_stop_can_drop_or_hand_over() -> 
     assert "lost" not in offered, "a deposed owner's held chunks are left to be reclaimed"
 
 
-def _fired_records(tmp_path: Path, settings: SchedulerSettings, lead_s: float,
-                   recurring: bool = False) -> list[FiredRecord]:
+def _fired_records(
+    tmp_path: Path, settings: SchedulerSettings, lead_s: float, recurring: bool = False
+) -> list[FiredRecord]:
     """Triggers due lead_s after they are added, on a running embedded scheduler."""
     engine = make_engine(f"sqlite:///{tmp_path / 'hold.db'}")
     init_schema(engine, 2)
     store = SqlTriggerStore(engine, SystemClock())
     bus = InProcessBus(store.clock)
     job = store.put_job(Job(job_code=JobCode("h"), biz_code="biz-h", handler="h"))
-    sched = Scheduler(store, bus, LocalElection(LocalElectionGroup(store.clock)), store.clock, settings,
-                      consume_results=False)
+    sched = Scheduler(
+        store, bus, LocalElection(LocalElectionGroup(store.clock)), store.clock, settings, consume_results=False
+    )
     stop = threading.Event()
     th = threading.Thread(target=sched.run, args=(stop,), daemon=True)
     th.start()
     try:
         assert _wait(lambda: sched.status.stats.ticks >= 2)
         due = store.clock.now() + timedelta(seconds=lead_s)
-        kind = {"kind": TriggerKind.FIXED_RATE, "interval": timedelta(minutes=10)} if recurring \
+        kind = (
+            {"kind": TriggerKind.FIXED_RATE, "interval": timedelta(minutes=10)}
+            if recurring
             else {"kind": TriggerKind.ONCE}
-        added = store.add_triggers([Trigger(job_code=job.job_code, biz_code=job.biz_code, next_fire_at=due, **kind)
-                                    for _ in range(20)])  # type: ignore[arg-type]
+        )
+        added = store.add_triggers(
+            [Trigger(job_code=job.job_code, biz_code=job.biz_code, next_fire_at=due, **kind) for _ in range(20)]
+        )  # type: ignore[arg-type]
         assert _wait(lambda: sched.status.stats.fired >= len(added))
         return store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))
     finally:
@@ -117,19 +124,22 @@ def _fired_records(tmp_path: Path, settings: SchedulerSettings, lead_s: float,
 def test_triggers_due_shortly_are_fired_at_their_T_not_at_admission(tmp_path: Path) -> None:
     records = _fired_records(tmp_path, SchedulerSettings(hold_within=timedelta(seconds=5)), lead_s=1.5)
     assert len(records) == 20
-    assert all(to_ms(r.fired_at) >= to_ms(r.scheduled_at) for r in records if r.fired_at is not None), \
+    assert all(to_ms(r.fired_at) >= to_ms(r.scheduled_at) for r in records if r.fired_at is not None), (
         "a held chunk fires at T, never ahead of it"
+    )
 
 
 def test_with_the_hold_off_they_fire_at_admission_with_deliver_at(tmp_path: Path) -> None:
     records = _fired_records(tmp_path, SchedulerSettings(hold_within=timedelta(0)), lead_s=1.5)
     assert len(records) == 20
-    assert all(r.fired_at is not None and r.fired_at < r.scheduled_at for r in records), \
+    assert all(r.fired_at is not None and r.fired_at < r.scheduled_at for r in records), (
         "admitted (woken) at once and fired ahead of T: the broker holds the message"
+    )
 
 
 def test_recurring_triggers_are_not_held_their_occurrences_stay_published_ahead(tmp_path: Path) -> None:
     records = _fired_records(tmp_path, SchedulerSettings(hold_within=timedelta(seconds=5)), lead_s=1.5, recurring=True)
     assert len(records) == 20
-    assert all(r.fired_at is not None and r.fired_at < r.scheduled_at for r in records), \
+    assert all(r.fired_at is not None and r.fired_at < r.scheduled_at for r in records), (
         "a recurring trigger's occurrence is fired ahead with deliver-at, as rollback fences expect"
+    )

@@ -1,4 +1,5 @@
 """The dependency rule as a test: scheduler_core imports none of the other packages."""
+
 from __future__ import annotations
 
 import ast

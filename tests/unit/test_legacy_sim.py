@@ -1,5 +1,6 @@
 """legacy_sim: the xxl-job and batch-center simulators fire what the real schedulers
 fire, when they fire it, and write the logs they write (SQLite, driven clock)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -136,7 +137,11 @@ def test_xxl_cron_fires_every_occurrence_and_writes_the_log_row_as_the_admin_doe
     first = rows[0]
     assert (first["trigger_code"], first["handle_code"], first["alarm_status"]) == (200, 200, 0)
     assert first["executor_address"] == A1 and first["executor_sharding_param"] is None
-    assert (first["executor_handler"], first["executor_param"], first["executor_fail_retry_count"]) == ("handler1", "p1", 0)
+    assert (first["executor_handler"], first["executor_param"], first["executor_fail_retry_count"]) == (
+        "handler1",
+        "p1",
+        0,
+    )
     assert trigger_type(first["trigger_msg"]) is TriggerType.CRON  # the readers parse what we write
     info = db.info(1)
     assert (info["trigger_last_time"], info["trigger_next_time"]) == (ms(at(14, 5)), ms(at(14, 6)))
@@ -287,7 +292,11 @@ def test_xxl_sharding_broadcast_writes_one_row_per_executor(clock: ManualClock) 
     sim.step(at(14, 2))
     assert sim.fired == [(1, ms(at(14, 1)), 0), (1, ms(at(14, 1)), 1), (1, ms(at(14, 1)), 2), (2, ms(at(14, 1)), 0)]
     rows = db.logs(1)
-    assert [(r["executor_sharding_param"], r["executor_address"]) for r in rows] == [("0/3", A1), ("1/3", A2), ("2/3", A3)]
+    assert [(r["executor_sharding_param"], r["executor_address"]) for r in rows] == [
+        ("0/3", A1),
+        ("1/3", A2),
+        ("2/3", A3),
+    ]
     assert {r["trigger_time"] for r in rows} == {"2026-12-02 14:01:00"}
     (empty,) = db.logs(2)  # no executor: a single failed attempt "0/1"
     assert (empty["executor_sharding_param"], empty["trigger_code"], empty["executor_address"]) == ("0/1", 500, None)
@@ -348,11 +357,20 @@ def test_xxl_trigger_failures_timeouts_and_lost_results(clock: ManualClock) -> N
     with db.engine.begin() as conn:
         conn.execute(db.md.tables["xxl_job_registry"].insert().values(
             registry_group="EXECUTOR", registry_key="app-2", registry_value=A2, update_time=sh(14, 0)))  # fmt: skip
-    answers = {1: (Result.SUCCESS, 5000), 2: (Result.NO_CALLBACK, 0), 3: (Result.NO_CALLBACK, 0), 4: (Result.TRIGGER_FAIL, 0)}
+    answers = {
+        1: (Result.SUCCESS, 5000),
+        2: (Result.NO_CALLBACK, 0),
+        3: (Result.NO_CALLBACK, 0),
+        4: (Result.TRIGGER_FAIL, 0),
+    }
     sim = db.sim(clock, outcome=lambda job, scheduled, shard: answers[job.id])
     sim.step(at(14, 10))
     timeout, lost, alive, refused = (db.logs(j)[0] for j in (1, 2, 3, 4))
-    assert (timeout["handle_code"], timeout["handle_time"], timeout["handle_msg"]) == (502, "2026-12-02 14:01:02", "job execute timeout ")
+    assert (timeout["handle_code"], timeout["handle_time"], timeout["handle_msg"]) == (
+        502,
+        "2026-12-02 14:01:02",
+        "job execute timeout ",
+    )
     assert (lost["trigger_code"], lost["handle_code"]) == (200, 0)  # still "running" for 10 minutes
     assert (refused["trigger_code"], refused["handle_code"]) == (500, 0)
     sim.step(at(14, 12))
@@ -424,7 +442,16 @@ def test_xxl_lineage_b_cron_skips_month_end_L_in_short_months(clock: ManualClock
     sim.step(datetime(2027, 8, 1, tzinfo=UTC))
     days = [datetime.fromtimestamp(f.scheduled_ms / 1000, CronExpression(expr, "Asia/Shanghai").tz).date().isoformat()
             for f in sim.fired]  # fmt: skip
-    every = ["2026-12-31", "2027-01-31", "2027-02-28", "2027-03-31", "2027-04-30", "2027-05-31", "2027-06-30", "2027-07-31"]
+    every = [
+        "2026-12-31",
+        "2027-01-31",
+        "2027-02-28",
+        "2027-03-31",
+        "2027-04-30",
+        "2027-05-31",
+        "2027-06-30",
+        "2027-07-31",
+    ]
     assert days == ([d for d in every if d.endswith("-31")] if buggy else every)
     assert sim.scans < 100  # eight months of virtual time, a few scans per fire
 
@@ -504,7 +531,10 @@ def test_xxl_is_deterministic(clock: ManualClock) -> None:
         db.group(addresses=(A1, A2))
         db.job(1, cron="*/7 * * * * ?", next_at=at(14, 0, 7), route="ROUND", retries=1)
         db.job(2, rate=13, next_at=at(14, 0, 3), route="SHARDING_BROADCAST")
-        sim = db.sim(ManualClock(T0), outcome=lambda j, s, i: (Result.FAIL if (j.id + i + s.second) % 3 == 0 else Result.SUCCESS, 900))
+        sim = db.sim(
+            ManualClock(T0),
+            outcome=lambda j, s, i: (Result.FAIL if (j.id + i + s.second) % 3 == 0 else Result.SUCCESS, 900),
+        )
         sim.step(at(14, 1))
         sim.step(at(14, 3))
         return list(sim.attempts), [{k: v for k, v in r.items()} for r in db.logs()]
@@ -605,9 +635,15 @@ def test_bc_cron_task_fires_logs_and_stays_waiting_with_fire_time_moved_on(clock
     assert [r["scheduled_time"] for r in rows] == [f"2026-12-02 14:0{m}:00.000000" for m in (1, 2, 3)]
     assert [r["start_time"] for r in rows] == [f"2026-12-02 14:0{m}:00.000000" for m in (1, 2, 3)]
     assert [r["end_time"] for r in rows] == [f"2026-12-02 14:0{m}:00.250000" for m in (1, 2, 3)]
-    assert {(r["status"], r["http_status"], r["attempt"], r["shard_index"], r["biz_code"]) for r in rows} == {(1, 200, 0, 0, "reminder")}
+    assert {(r["status"], r["http_status"], r["attempt"], r["shard_index"], r["biz_code"]) for r in rows} == {
+        (1, 200, 0, 0, "reminder")
+    }
     task = db.row(1)
-    assert (task["status"], task["fire_time"], task["version"]) == (0, "2026-12-02 14:04:00", 6)  # claim + finish per run
+    assert (task["status"], task["fire_time"], task["version"]) == (
+        0,
+        "2026-12-02 14:04:00",
+        6,
+    )  # claim + finish per run
     assert sim.polls < 20
 
 
@@ -794,7 +830,9 @@ def test_bc_is_deterministic_and_drives_the_clock() -> None:
         db.task(1, cron="*/20 * * * * ?", fire=sh(14, 0, 20), shards=2, retries=1)
         db.task(2, task_type=3, interval=45, fire=sh(14, 0, 5), priority=1)
         clk = ManualClock(T0)
-        sim = db.sim(clk, outcome=lambda t, s, i: (Result.FAIL if (t.id + i + s.second) % 3 == 0 else Result.SUCCESS, 700))
+        sim = db.sim(
+            clk, outcome=lambda t, s, i: (Result.FAIL if (t.id + i + s.second) % 3 == 0 else Result.SUCCESS, 700)
+        )
         sim.step(at(14, 1))
         sim.step(at(14, 4))
         return list(sim.attempts), db.logs(), clk.now()
@@ -810,7 +848,7 @@ def _bc_scenario(skip_idle: bool) -> tuple[list[Any], list[dict[str, Any]], list
     db.task(2, task_type=3, interval=47, fire=sh(14, 0, 3), priority=1, misfire=2)
     db.task(3, task_type=1, fire=sh(14, 7, 11), retries=1, timeout_ms=3000)
     db.task(4, cron="0 */3 * * * ?", fire=sh(14, 3), biz="coupon", migrated=1)
-    db.task(5, task_type=3, interval=61, fire=sh(14, 1), shard_params='[1, 2, 3]', end=sh(14, 50))
+    db.task(5, task_type=3, interval=61, fire=sh(14, 1), shard_params="[1, 2, 3]", end=sh(14, 50))
 
     def outcome(task: Any, scheduled: datetime, shard: int) -> tuple[Result, int]:
         n = (task.id * 5 + shard * 3 + scheduled.minute + scheduled.second) % 9
@@ -877,8 +915,8 @@ def test_xxl_sim_on_seeded_data_is_read_back_by_the_reader(lineage: str) -> None
 
 
 def test_bc_sim_on_seeded_data_is_read_back_by_the_reader() -> None:
-    from readers.batchcenter.reader import BatchCenterReader
     from legacy_sim.seed import BASE_TIME, seed_batchcenter
+    from readers.batchcenter.reader import BatchCenterReader
 
     engine = _engine()
     create_legacy_schema(engine, "batch-center")

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.pool import StaticPool
 
+from legacy_sim.seed import bc_bad_kinds, seed_batchcenter, seed_xxljob, xxl_bad_kinds
 from readers.batchcenter import BatchCenterReader
 from readers.legacy_ddl import create_legacy_schema
-from legacy_sim.seed import bc_bad_kinds, seed_batchcenter, seed_xxljob, xxl_bad_kinds
 from readers.xxljob import XxlJobReader
 
 UTC = timezone.utc
@@ -28,8 +28,10 @@ def _dump(engine: Engine, table: str) -> list[tuple[Any, ...]]:
     # update_time of the executor groups is the wall clock at seeding (legacy_sim.seed: the
     # executors must look alive now), not the seed's: two seeds a second apart differ there
     with engine.connect() as conn:
-        return [tuple(v for k, v in r.items() if k != "update_time")
-                for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY id")).mappings()]
+        return [
+            tuple(v for k, v in r.items() if k != "update_time")
+            for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY id")).mappings()
+        ]
 
 
 def test_the_same_seed_gives_the_same_rows() -> None:

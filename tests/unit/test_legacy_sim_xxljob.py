@@ -1,6 +1,7 @@
 """The xxl-job simulator's models of the real admin and executor (issue 16): the zone
 split, the admin's stop/start, the executor's per-job thread (block strategies, the
 GLUE / handler kill, the timeout on the thread), route strategies and child jobs."""
+
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
@@ -46,10 +47,12 @@ def test_crons_follow_the_jvm_zone_while_datetimes_are_written_in_the_jdbc_zone(
     sim = db.sim(clock, db_tz="Asia/Shanghai", cron_tz="UTC", outcome=always(Result.SUCCESS, 2000))
     sim.step(datetime(2026, 12, 3, 7, 0, tzinfo=UTC))
     assert [f.scheduled_ms for f in sim.fired] == [
-        ms(datetime(2026, 12, 2, 6, 1, tzinfo=UTC)), ms(datetime(2026, 12, 3, 6, 1, tzinfo=UTC))
+        ms(datetime(2026, 12, 2, 6, 1, tzinfo=UTC)),
+        ms(datetime(2026, 12, 3, 6, 1, tzinfo=UTC)),
     ]
     assert [(r["trigger_time"], r["handle_time"]) for r in db.logs(1)] == [
-        ("2026-12-02 14:01:00", "2026-12-02 14:01:02"), ("2026-12-03 14:01:00", "2026-12-03 14:01:02")
+        ("2026-12-02 14:01:00", "2026-12-02 14:01:02"),
+        ("2026-12-03 14:01:00", "2026-12-03 14:01:02"),
     ]
     # the next time the admin shows is the cron's next in the JVM zone
     assert db.info(1)["trigger_next_time"] == ms(datetime(2026, 12, 4, 6, 1, tzinfo=UTC))
@@ -122,8 +125,13 @@ def test_the_scan_pre_reads_5_s_fires_the_slightly_late_now_and_the_missed_by_th
     ]
     # refreshNextValidTime: the late and missed ones move on from now, the pre-read one from its time
     nexts = {j: db.info(j)["trigger_next_time"] for j in (1, 2, 3, 4, 5)}
-    assert nexts == {1: ms(at(14, 1, 3)), 2: ms(at(14, 0, 58)), 3: ms(at(14, 0, 50)), 4: ms(at(14, 0, 50)),
-                     5: ms(at(14, 0, 9))}
+    assert nexts == {
+        1: ms(at(14, 1, 3)),
+        2: ms(at(14, 0, 58)),
+        3: ms(at(14, 0, 50)),
+        4: ms(at(14, 0, 50)),
+        5: ms(at(14, 0, 9)),
+    }
 
 
 # -- the executor's job thread -------------------------------------------------------------
@@ -176,7 +184,8 @@ def test_cover_early_kills_the_running_run(clock: ManualClock) -> None:
     sim.step(at(14, 0, 21))
     logs = db.logs(1)
     assert [(r["trigger_code"], r["handle_code"], r["handle_time"]) for r in logs] == [
-        (200, 500, "2026-12-02 14:00:20"), (200, 0, None)
+        (200, 500, "2026-12-02 14:00:20"),
+        (200, 0, None),
     ]
     assert logs[0]["handle_msg"] == "block strategy effect：Cover Early" + KILLED_RUNNING
     sim.step(at(14, 0, 50))
@@ -193,7 +202,9 @@ def test_a_glue_edit_kills_the_running_thread_and_its_queue(clock: ManualClock) 
     sim.step(at(14, 0, 31))
     logs = db.logs(1)
     assert [(r["handle_code"], r["handle_msg"]) for r in logs] == [
-        (500, CHANGE_GLUE + KILLED_RUNNING), (500, CHANGE_GLUE + KILLED_QUEUED), (0, None)
+        (500, CHANGE_GLUE + KILLED_RUNNING),
+        (500, CHANGE_GLUE + KILLED_QUEUED),
+        (0, None),
     ]
     assert logs[0]["handle_time"] == "2026-12-02 14:00:30"
     sim.step(at(14, 0, 56))
@@ -224,7 +235,9 @@ def test_each_executor_has_its_own_thread_per_job(clock: ManualClock) -> None:
 # -- routes --------------------------------------------------------------------------------
 
 
-def _routed(clock: ManualClock, route: str, down: AbstractSet[str] = frozenset(), duration: int = 200, n: int = 4) -> list[Any]:
+def _routed(
+    clock: ManualClock, route: str, down: AbstractSet[str] = frozenset(), duration: int = 200, n: int = 4
+) -> list[Any]:
     db = Xxl("3.4")
     db.group(1, addresses=(A1, A2, A3))
     db.job(1, cron="*/10 * * * * ?", next_at=at(14, 0, 10), route=route)
@@ -300,7 +313,9 @@ def test_registrations_are_written_in_the_jdbc_zone_and_the_monitor_drops_dead_e
     sim.step(at(14, 1))
     sim.register("app-1", A2)  # A1 beats no more
     with db.engine.connect() as conn:
-        rows: dict[Any, Any] = dict(conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all())
+        rows: dict[Any, Any] = dict(
+            conn.execute(text("SELECT registry_value, update_time FROM xxl_job_registry")).all()
+        )
     assert rows == {A1: "2026-12-02 14:00:00", A2: "2026-12-02 14:01:00"}  # Shanghai walls, not UTC
     assert sim.refresh_registry() == {"app-1": f"{A1},{A2}"}  # 60 s: both alive, sorted
     sim.step(at(14, 1, 31))
@@ -326,7 +341,10 @@ def test_an_edit_of_a_running_jobs_schedule_moves_its_next_time_at_once(clock: M
     assert sim.update(1, schedule_conf="0/10 * * * * ?") == ms(at(14, 1, 10))
     info = db.info(1)
     assert (info["schedule_conf"], info["trigger_status"], info["trigger_next_time"]) == (
-        "0/10 * * * * ?", 1, ms(at(14, 1, 10)))
+        "0/10 * * * * ?",
+        1,
+        ms(at(14, 1, 10)),
+    )
     assert info["update_time"] == "2026-12-02 14:00:57"
     sim.step(at(14, 1, 25))
     # the ring is memory: the old 14:01 still fires, then the new schedule

@@ -2,6 +2,7 @@
 (`extra=`: business, partition, epoch, fence, trigger/command id), and `--log-format
 json` on a long-running command prints each line as one JSON object with those fields
 as keys of their own."""
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,17 @@ def test_the_cores_fence_lines_carry_business_and_epoch(tmp_path: Path, caplog: 
     assert [(ln["business"], ln["epoch"]) for ln in lines] == [("biz-a", 1), ("biz-a", 2)]
 
 
-@pytest.mark.parametrize("command", [["scheduler", "run"], ["executor", "run"], ["serve"], ["migrate", "stream"],
-                                     ["dualrun", "watch-cutover"], ["console"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scheduler", "run"],
+        ["executor", "run"],
+        ["serve"],
+        ["migrate", "stream"],
+        ["dualrun", "watch-cutover"],
+        ["console"],
+    ],
+)
 def test_every_long_running_command_offers_the_json_format(command: list[str]) -> None:
     result = CliRunner().invoke(cli, [*command, "--help"])
     assert result.exit_code == 0, result.output
@@ -94,9 +104,28 @@ def test_scheduler_run_with_json_logs_prints_json_lines_with_the_epoch(tmp_path:
     env = {**os.environ, "SWITCHYARD_BUS": "memory"}
     env.pop("SWITCHYARD_ETCD_URL", None)  # the local election: no server needed
     with err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "switchyard", "scheduler", "run", "--url", url,
-                                 "--election", "local", "--metrics-port", "0", "--log-format", "json"],
-                                stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "switchyard",
+                "scheduler",
+                "run",
+                "--url",
+                url,
+                "--election",
+                "local",
+                "--metrics-port",
+                "0",
+                "--log-format",
+                "json",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=e,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=tmp_path,
+        )
     try:
         deadline = time.monotonic() + WAIT_S
         leading: list[dict[str, object]] = []

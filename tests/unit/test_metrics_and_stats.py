@@ -1,4 +1,5 @@
 """Prometheus exposition and `scheduler stats --json` (fire-time lag per domain)."""
+
 from __future__ import annotations
 
 import json

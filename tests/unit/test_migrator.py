@@ -1,4 +1,5 @@
 """Idempotent per-business migration with quarantine, on SQLite legacy databases."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from migrator.model import Action
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
+from migrator.model import Action
 from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import make_env
 
@@ -52,9 +53,12 @@ def test_second_run_writes_nothing_and_a_changed_row_updates_exactly_its_target(
     migrated = [r for r in env.writer.quarantined()]  # noqa: F841 (quarantine untouched)
     table, col = ("xxl_job_info", "executor_timeout") if system == "xxl-job" else ("bc_task", "max_retry")
     with env.store.engine.connect() as conn:
-        key, code = conn.execute(text(
-            "SELECT source_key, target_job_code FROM dus_migration_ledger WHERE status='migrated' "
-            "ORDER BY source_key LIMIT 1")).one()
+        key, code = conn.execute(
+            text(
+                "SELECT source_key, target_job_code FROM dus_migration_ledger WHERE status='migrated' "
+                "ORDER BY source_key LIMIT 1"
+            )
+        ).one()
     before = {j.job_code: j for j in (env.store.get_job(c) for c in _codes(env)) if j}
     with env.legacy.begin() as conn:
         conn.execute(text(f"UPDATE {table} SET {col} = {col} + 3 WHERE id = :id"), {"id": int(key)})
@@ -72,13 +76,21 @@ def test_batch_center_states_and_sharding(tmp_path: Path) -> None:
     seed_batchcenter(env.legacy, businesses=3, tasks_per_business=15, rng_seed=9)
     env.migrator.run()
     with env.legacy.connect() as conn:
-        tasks = {str(r.id): r for r in conn.execute(text("SELECT id, status, shard_total, shard_params, biz_code "
-                                                         "FROM bc_task"))}
+        tasks = {
+            str(r.id): r
+            for r in conn.execute(text("SELECT id, status, shard_total, shard_params, biz_code FROM bc_task"))
+        }
     for t in env.store.triggers_of():
         key = t.job_code.split(":")[-1]
         src = tasks[key]
-        expected = {0: TriggerState.CREATED, 1: TriggerState.CREATED, 5: TriggerState.PAUSED,
-                    2: TriggerState.COMPLETED, 3: TriggerState.COMPLETED, 4: TriggerState.CANCELLED}[src.status]
+        expected = {
+            0: TriggerState.CREATED,
+            1: TriggerState.CREATED,
+            5: TriggerState.PAUSED,
+            2: TriggerState.COMPLETED,
+            3: TriggerState.COMPLETED,
+            4: TriggerState.CANCELLED,
+        }[src.status]
         assert t.state is expected, f"task {key} status {src.status} -> {t.state}"
     sharded = [j for j in (env.store.get_job(c) for c in _codes(env)) if j and j.explicit_items]
     assert sharded, "seed has shard_params tasks"
@@ -92,8 +104,12 @@ def test_a_source_row_deleted_by_hand_cancels_its_target(tmp_path: Path) -> None
     seed_batchcenter(env.legacy, businesses=2, tasks_per_business=5, bad_rows=0, rng_seed=1)
     env.migrator.run()
     with env.store.engine.connect() as conn:
-        key, code = conn.execute(text("SELECT source_key, target_job_code FROM dus_migration_ledger "
-                                      "WHERE status='migrated' ORDER BY source_key LIMIT 1")).one()
+        key, code = conn.execute(
+            text(
+                "SELECT source_key, target_job_code FROM dus_migration_ledger "
+                "WHERE status='migrated' ORDER BY source_key LIMIT 1"
+            )
+        ).one()
     with env.legacy.begin() as conn:
         conn.execute(text("DELETE FROM bc_task WHERE id = :id"), {"id": int(key)})
     out = env.migrator.run(keep_rows=True)

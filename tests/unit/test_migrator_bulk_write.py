@@ -2,6 +2,7 @@
 escapes them, statements bounded in size, a chunk of new jobs written without the
 trigger lock read (and an existing job still taking the full path), the server-computed
 content digest and the reader's read-ahead."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -13,17 +14,28 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, select, text
 
 import scheduler_core.store.fastpath as upsert_mod
-from migrator.model import LedgerStatus
-from scheduler_core.store.fastpath import _renderer, _statements, insert_rows
-from readers.legacy_ddl import create_legacy_schema
 from legacy_sim.seed import seed_xxljob
+from migrator.model import LedgerStatus
+from readers.legacy_ddl import create_legacy_schema
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.fastpath import _renderer, _statements, insert_rows
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
 
-HOSTILE = ["plain", "it's", 'say "hi"', "back\\slash", "line\nbreak\r", "nul\x00byte", "ctrl-z\x1a",
-           "%s and %(x)s and %%", "日本語 \U0001F600", "'; DROP TABLE t; --", ""]
+HOSTILE = [
+    "plain",
+    "it's",
+    'say "hi"',
+    "back\\slash",
+    "line\nbreak\r",
+    "nul\x00byte",
+    "ctrl-z\x1a",
+    "%s and %(x)s and %%",
+    "日本語 \U0001f600",
+    "'; DROP TABLE t; --",
+    "",
+]
 
 
 class _FakePyMySQL:
@@ -60,8 +72,7 @@ def test_statements_stay_under_the_bound_and_keep_every_row(monkeypatch: pytest.
     out = list(_statements("INSERT INTO t VALUES ", " ON DUPLICATE KEY UPDATE a=a", iter(tuples)))
     assert len(out) > 1
     assert all(len(s) <= 100 for s in out)
-    rows = [r for s in out for r in s[len("INSERT INTO t VALUES "):-len(" ON DUPLICATE KEY UPDATE a=a")]
-            .split(",(")]
+    rows = [r for s in out for r in s[len("INSERT INTO t VALUES ") : -len(" ON DUPLICATE KEY UPDATE a=a")].split(",(")]
     assert len(rows) == len(tuples)
 
 
@@ -83,7 +94,13 @@ def mysql_url() -> Iterator[str]:
 def test_hostile_text_round_trips_and_the_affected_rows_tell_inserts_from_updates(mysql_url: str) -> None:
     engine = make_engine(mysql_url)
     md = MetaData()
-    t = Table("bulk_t", md, Column("id", Integer, primary_key=True, autoincrement=False), Column("s", Text), Column("n", String(8)))
+    t = Table(
+        "bulk_t",
+        md,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+        Column("s", Text),
+        Column("n", String(8)),
+    )
     try:
         md.create_all(engine)
         rows = [(i, s, None if i % 2 else "x") for i, s in enumerate(HOSTILE, start=1)]
@@ -93,8 +110,10 @@ def test_hostile_text_round_trips_and_the_affected_rows_tell_inserts_from_update
             assert [tuple(r) for r in conn.execute(select(t).order_by(t.c.id))] == rows
         with engine.begin() as conn:
             # two existing rows changed (2 each), one new (1)
-            assert insert_rows(conn, t, ["id", "s", "n"], [(1, "new", None), (2, "new", None), (99, "z", None)],
-                               ["s"]) == 5
+            assert (
+                insert_rows(conn, t, ["id", "s", "n"], [(1, "new", None), (2, "new", None), (99, "z", None)], ["s"])
+                == 5
+            )
     finally:
         engine.dispose()
 
@@ -119,14 +138,18 @@ def test_existing_jobs_whose_ledger_rows_were_lost_are_repaired_in_place(mysql_u
             assert again.counts["create"] == first.counts["create"]
             with engine.connect() as conn:
                 # the jobs already there: updated in place, no second trigger anywhere
-                assert conn.execute(text("SELECT job_code, id FROM dus_job_trigger ORDER BY job_code")).all() \
-                    == triggers
+                assert (
+                    conn.execute(text("SELECT job_code, id FROM dus_job_trigger ORDER BY job_code")).all() == triggers
+                )
                 assert conn.execute(text("SELECT COUNT(*) FROM dus_job")).scalar_one() == jobs
                 versions = conn.execute(text("SELECT MIN(version) FROM dus_job_trigger")).scalar_one()
             assert versions == 1  # each trigger was edited, once
             # and the quarantined rows come back with their field and reason
-            keys = [k for k in env.migrator.writer.ledger("xxl-job", [str(i) for i in range(1, 61)]).values()
-                    if k.status is LedgerStatus.QUARANTINED]
+            keys = [
+                k
+                for k in env.migrator.writer.ledger("xxl-job", [str(i) for i in range(1, 61)]).values()
+                if k.status is LedgerStatus.QUARANTINED
+            ]
             assert keys and all(e.field and e.reason for e in keys)
         finally:
             env.legacy.dispose()

@@ -1,6 +1,7 @@
 """A chunk's rows rendered ahead of its write (`TargetWriter.render`, on the thread that
 prepares the next chunk): the same literals the writer's own renderer gives, and the same
 target rows as a run that renders while it writes."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -11,14 +12,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_xxljob
 from migrator.apply import Migrator
 from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
-from scheduler_core.store.fastpath import _renderer, render_plain
-from legacy_sim.seed import seed_xxljob
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.fastpath import _renderer, render_plain
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.migration_env import MigrationEnv, make_env
 from tests.unit.test_migrator_bulk_write import HOSTILE, _FakePyMySQL
@@ -34,6 +35,7 @@ def _xxljob_env() -> Iterator[MigrationEnv]:
         finally:
             env.legacy.dispose()
             env.store.engine.dispose()
+
 
 # the write times differ from run to run; every other column must be equal
 _TIMES = {"created_at", "updated_at"}
@@ -70,7 +72,8 @@ def _tables(engine: Any) -> dict[str, list[tuple[Any, ...]]]:
 
 @pytest.mark.mariadb
 def test_rows_rendered_ahead_write_the_same_target_as_rows_rendered_inline(
-        urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    urls: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     legacy_url, ahead_url, inline_url = urls
     ahead = make_env(legacy_url, ahead_url, "xxl-job", "3.4")
     target = make_engine(inline_url)
@@ -124,7 +127,8 @@ def test_the_servers_digest_pages_flag_broadcast_jobs_as_the_reader_maps_them() 
 
 @pytest.mark.mariadb
 def test_rows_deleted_by_hand_are_found_across_the_scans_pages_with_and_without_a_business(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import migrator.apply as apply_mod
     from migrator.model import Action
     from scheduler_core.model import TriggerState
@@ -134,19 +138,25 @@ def test_rows_deleted_by_hand_are_found_across_the_scans_pages_with_and_without_
         seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=30, rng_seed=6)
         env.migrator.run()
         with env.store.engine.connect() as conn:
-            migrated = conn.execute(text("SELECT source_key, business, target_job_code FROM dus_migration_ledger "
-                                         "WHERE status = 'migrated' ORDER BY source_key")).all()
+            migrated = conn.execute(
+                text(
+                    "SELECT source_key, business, target_job_code FROM dus_migration_ledger "
+                    "WHERE status = 'migrated' ORDER BY source_key"
+                )
+            ).all()
         gone = [migrated[0], migrated[len(migrated) // 2], migrated[-1]]
         with env.legacy.begin() as conn:
             for key, _, _ in gone:
                 conn.execute(text("DELETE FROM xxl_job_info WHERE id = :id"), {"id": int(key)})
         one = gone[1][1]
         out = env.migrator.run([one], keep_rows=True)
-        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
-            sorted(k for k, b, _ in gone if b == one)
+        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == sorted(
+            k for k, b, _ in gone if b == one
+        )
         out = env.migrator.run(keep_rows=True)
-        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == \
-            sorted(k for k, b, _ in gone if b != one)
+        assert sorted(r.source_key for r in out.rows if r.action is Action.DELETE) == sorted(
+            k for k, b, _ in gone if b != one
+        )
         for _, _, code in gone:
             (trig,) = env.store.triggers_of(job_code=code)
             assert trig.state is TriggerState.CANCELLED
@@ -162,12 +172,17 @@ def test_ledger_digests_give_what_the_ledger_rows_hold() -> None:
         env.migrator.run()
         with env.store.engine.begin() as conn:
             # an old one-part hash and keys with spaces in them
-            conn.execute(text("UPDATE dus_migration_ledger SET content_hash = LEFT(content_hash, 40) "
-                              "WHERE source_key = '1'"))
-            conn.execute(text("INSERT INTO dus_migration_ledger (source_system, source_key, business, status, "
-                              "content_hash, field, reason, updated_at) VALUES "
-                              "('xxl-job', ' a b ', 'x', 'quarantined', :h, 'cron', 'bad cron ', 1)"),
-                         {"h": "f" * 64})
+            conn.execute(
+                text("UPDATE dus_migration_ledger SET content_hash = LEFT(content_hash, 40) WHERE source_key = '1'")
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO dus_migration_ledger (source_system, source_key, business, status, "
+                    "content_hash, field, reason, updated_at) VALUES "
+                    "('xxl-job', ' a b ', 'x', 'quarantined', :h, 'cron', 'bad cron ', 1)"
+                ),
+                {"h": "f" * 64},
+            )
         keys = [str(i) for i in range(1, 40)] + [" a b ", "absent"]
         full = env.writer.ledger("xxl-job", keys)
         light = env.writer.ledger_digests("xxl-job", keys)

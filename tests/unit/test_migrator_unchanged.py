@@ -1,5 +1,6 @@
 """The cheap "unchanged" path: a re-run recognises unchanged rows by the source digest in
 the ledger, without mapping them; anything the mapping depends on still gets mapped."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,10 +12,10 @@ from sqlalchemy import text
 import migrator.apply as apply_mod
 import migrator.ledger_hash as ledger_hash
 import migrator.mapping as mapping_mod
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.mapping import MappingOptions
 from migrator.model import Action
 from readers.records import LegacyBusiness, SourceSystem
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from tests.migration_env import MigrationEnv, make_env
 
 
@@ -40,8 +41,9 @@ def _count_mapping(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("system", ["xxl-job", "batch-center"])
-def test_an_unchanged_rerun_maps_only_the_quarantined_rows(tmp_path: Path, system: str,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unchanged_rerun_maps_only_the_quarantined_rows(
+    tmp_path: Path, system: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = _env(tmp_path, system)
     first = env.migrator.run()
     mapped = _count_mapping(monkeypatch)
@@ -51,22 +53,30 @@ def test_an_unchanged_rerun_maps_only_the_quarantined_rows(tmp_path: Path, syste
     assert len(mapped) == first.counts["quarantine"]
 
 
-def test_a_volatile_column_is_no_change_but_a_content_column_is(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_volatile_column_is_no_change_but_a_content_column_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = _env(tmp_path, "xxl-job")
     env.migrator.run()
     with env.store.engine.connect() as conn:
-        key = conn.execute(text("SELECT source_key FROM dus_migration_ledger WHERE status='migrated' "
-                                "ORDER BY source_key LIMIT 1")).scalar_one()
+        key = conn.execute(
+            text("SELECT source_key FROM dus_migration_ledger WHERE status='migrated' ORDER BY source_key LIMIT 1")
+        ).scalar_one()
     with env.legacy.begin() as conn:  # what xxl-job itself rewrites on every scan
-        conn.execute(text("UPDATE xxl_job_info SET trigger_next_time = trigger_next_time + 60000, "
-                          "trigger_last_time = 1 WHERE id = :id"), {"id": int(key)})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET trigger_next_time = trigger_next_time + 60000, "
+                "trigger_last_time = 1 WHERE id = :id"
+            ),
+            {"id": int(key)},
+        )
     mapped = _count_mapping(monkeypatch)
     assert env.migrator.run().rows_written == 0
     assert key not in mapped
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET executor_timeout = executor_timeout + 5 WHERE id = :id"),
-                     {"id": int(key)})
+        conn.execute(
+            text("UPDATE xxl_job_info SET executor_timeout = executor_timeout + 5 WHERE id = :id"), {"id": int(key)}
+        )
     run = env.migrator.run(keep_rows=True)
     assert key in mapped
     assert [(r.source_key, r.action) for r in run.rows if r.action is not Action.QUARANTINE] == [(key, Action.UPDATE)]
@@ -77,11 +87,13 @@ def test_a_business_change_the_mapping_reads_is_noticed(tmp_path: Path) -> None:
     env.migrator.run()
     with env.legacy.begin() as conn:  # every task's bridge params carry it
         biz = conn.execute(text("SELECT biz_code FROM bc_biz ORDER BY biz_code LIMIT 1")).scalar_one()
-        conn.execute(text("UPDATE bc_biz SET callback_base_url = 'http://moved.example:8080/' WHERE biz_code = :b"),
-                     {"b": biz})
+        conn.execute(
+            text("UPDATE bc_biz SET callback_base_url = 'http://moved.example:8080/' WHERE biz_code = :b"), {"b": biz}
+        )
     with env.store.engine.connect() as conn:
-        migrated = conn.execute(text("SELECT COUNT(*) FROM dus_migration_ledger WHERE business = :b "
-                                     "AND status = 'migrated'"), {"b": biz}).scalar_one()
+        migrated = conn.execute(
+            text("SELECT COUNT(*) FROM dus_migration_ledger WHERE business = :b AND status = 'migrated'"), {"b": biz}
+        ).scalar_one()
     run = env.migrator.run()
     assert run.counts["update"] == migrated > 0
 
@@ -101,8 +113,10 @@ def test_an_old_single_hash_ledger_row_still_counts_as_unchanged(tmp_path: Path)
             full[d.source_key] = m.content_hash
     with env.store.engine.begin() as conn:
         for k, h in full.items():
-            conn.execute(text("UPDATE dus_migration_ledger SET content_hash = :h WHERE source_key = :k "
-                              "AND status = 'migrated'"), {"h": h, "k": k})
+            conn.execute(
+                text("UPDATE dus_migration_ledger SET content_hash = :h WHERE source_key = :k AND status = 'migrated'"),
+                {"h": h, "k": k},
+            )
     jobs = _jobs(env)
     first = env.migrator.run()
     # unchanged, and the target untouched; the ledger rows alone take the two-half format
@@ -180,8 +194,11 @@ def test_a_migrated_flag_lost_after_the_commit_is_repaired_by_the_next_run(tmp_p
 
     def mark(writes: Any) -> None:
         handed.extend(writes)
-        set_migrated(env.legacy, [int(w.source_key) for w in writes
-                                  if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending], True)
+        set_migrated(
+            env.legacy,
+            [int(w.source_key) for w in writes if w.action in (Action.CREATE, Action.UPDATE) or w.flag_pending],
+            True,
+        )
 
     again = env.migrator.run(after_commit=mark)
     assert again.rows_written == 0

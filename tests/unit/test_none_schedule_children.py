@@ -3,6 +3,7 @@
 with no schedule (never due), the parent's business cuts over, and after each successful
 parent run on the new side the child runs once; the parent's result replayed runs it no
 second time (the same child command id is kept)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -36,8 +37,13 @@ def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
     """The child as xxl-job keeps a NONE job (never started: status 0, no next time), and the
     parent's child_jobid pointing at it; migrated again."""
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'NONE', schedule_conf = NULL, trigger_status = 0,"
-                          " trigger_next_time = 0 WHERE id = :i"), {"i": int(child)})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET schedule_type = 'NONE', schedule_conf = NULL, trigger_status = 0,"
+                " trigger_next_time = 0 WHERE id = :i"
+            ),
+            {"i": int(child)},
+        )
         conn.execute(text("UPDATE xxl_job_info SET child_jobid = :c WHERE id = :i"), {"c": child, "i": int(parent)})
     env.migrator.run()
 
@@ -45,16 +51,30 @@ def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
 def _cron_jobs(env: MigrationEnv, sw: BusinessSwitch, biz: str) -> list[str]:
     """The business's migrated cron jobs that run on legacy (parents to be)."""
     with env.legacy.connect() as conn:
-        live = {str(i) for (i,) in conn.execute(text(
-            "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-            " AND executor_route_strategy <> 'SHARDING_BROADCAST'"))}
+        live = {
+            str(i)
+            for (i,) in conn.execute(
+                text(
+                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
+                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
+                )
+            )
+        }
     return sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
 
 
 def test_a_none_row_migrates_as_a_trigger_that_is_never_due() -> None:
-    row = LegacyDefinition(source=SourceSystem.XXL_JOB, source_key="9", business="billing", name="child",
-                           schedule=ScheduleKind.NONE, enabled=False, status="STOPPED", handler="childHandler",
-                           raw={"glue_type": "BEAN"})
+    row = LegacyDefinition(
+        source=SourceSystem.XXL_JOB,
+        source_key="9",
+        business="billing",
+        name="child",
+        schedule=ScheduleKind.NONE,
+        enabled=False,
+        status="STOPPED",
+        handler="childHandler",
+        raw={"glue_type": "BEAN"},
+    )
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
     t = mapped.trigger
@@ -62,6 +82,7 @@ def test_a_none_row_migrates_as_a_trigger_that_is_never_due() -> None:
     assert next_after(t, NOW) is None
     # a business that opted into API-only jobs keeps them without a trigger
     from migrator.mapping import MappingOptions
+
     api = map_definition(row, None, NOW, MappingOptions(api_only_businesses=("billing",)))
     assert isinstance(api, Mapped) and api.trigger is None
 
@@ -70,13 +91,18 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.store.engine.connect() as conn:
-        status = conn.execute(text("SELECT status FROM dus_migration_ledger WHERE source_key = :k"),
-                              {"k": child_key}).scalar_one()
+        status = conn.execute(
+            text("SELECT status FROM dus_migration_ledger WHERE source_key = :k"), {"k": child_key}
+        ).scalar_one()
     assert status == "migrated"  # was: quarantined, and the parent's cutover refused
     links = {ln.source_key: ln for ln in sw.links(biz)}
     child = links[child_key].trigger
@@ -90,8 +116,12 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     assert env.store.get_trigger(child.id).state is TriggerState.COMPLETED  # type: ignore[arg-type, union-attr]
     assert child_key not in report.handover  # nothing to hand over: it has no schedule
 
-    h = Harness(clock, env.store, InProcessBus(clock), SchedulerSettings(
-        idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)))
+    h = Harness(
+        clock,
+        env.store,
+        InProcessBus(clock),
+        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
+    )
     h.listen(biz)
     core = h.core(epoch=7)
     consumer = h.results(core)
@@ -143,8 +173,13 @@ def test_a_none_job_given_a_schedule_later_takes_it(tmp_path: Path) -> None:
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0 0 3 * * ?',"
-                          " trigger_status = 1 WHERE id = :i"), {"i": int(child_key)})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0 0 3 * * ?',"
+                " trigger_status = 1 WHERE id = :i"
+            ),
+            {"i": int(child_key)},
+        )
     env.migrator.run()
     (t,) = [ln.trigger for ln in sw.links(biz) if ln.source_key == child_key]
     assert (t.kind, t.cron, t.state) == (TriggerKind.CRON, "0 0 3 * * ?", TriggerState.CREATED)

@@ -2,11 +2,12 @@
 databases and store): re-migration after cutover, the switch's own stop vs an operator's,
 stopped legacy jobs, rollback hand-over and its refusals, the orphan check, the trigger
 operations' guard."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
 from migrator.holds import LegacyHolds
@@ -21,7 +23,6 @@ from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
 from migrator.ports import GateDecision
-from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
@@ -87,12 +88,18 @@ class RecordingFences:
 
 def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
     clock = env.migrator.clock
-    return BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock,
-                          FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())), fences=fences)
+    return BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+        fences=fences,
+    )
 
 
-def _cut_over(urls: tuple[str, str], fences: RecordingFences | None = None, *, shadow: bool = False
-              ) -> tuple[MigrationEnv, str, BusinessSwitch]:
+def _cut_over(
+    urls: tuple[str, str], fences: RecordingFences | None = None, *, shadow: bool = False
+) -> tuple[MigrationEnv, str, BusinessSwitch]:
     env, biz = _migrated(urls)
     sw = _switch(env, fences)
     sw.start_dual_run(biz, shadow=shadow, actor="ops")
@@ -106,8 +113,10 @@ def _states(env: MigrationEnv, biz: str) -> dict[str, S]:
 
 def _legacy(env: MigrationEnv) -> dict[str, tuple[int, int]]:
     with env.legacy.connect() as conn:
-        return {str(i): (int(s), int(n)) for i, s, n in conn.execute(text(
-            "SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))}
+        return {
+            str(i): (int(s), int(n))
+            for i, s, n in conn.execute(text("SELECT id, trigger_status, trigger_next_time FROM xxl_job_info"))
+        }
 
 
 def test_remigration_after_cutover_updates_definitions_and_never_pauses(urls: tuple[str, str]) -> None:
@@ -123,8 +132,9 @@ def test_remigration_after_cutover_updates_definitions_and_never_pauses(urls: tu
     # the trigger stays live and keeps what it published
     link = next(ln for ln in sw.links(biz) if ln.trigger.state is S.WAITING and ln.trigger.cron)
     with env.legacy.begin() as conn:
-        conn.execute(text("UPDATE xxl_job_info SET schedule_conf = '0 0/7 * * * ?' WHERE id = :i"),
-                     {"i": int(link.source_key)})
+        conn.execute(
+            text("UPDATE xxl_job_info SET schedule_conf = '0 0/7 * * * ?' WHERE id = :i"), {"i": int(link.source_key)}
+        )
     summary = env.migrator.run([biz])
     assert summary.counts["update"] == 1
     after = env.store.get_trigger(link.trigger.id)  # type: ignore[arg-type]
@@ -158,8 +168,10 @@ def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable
     sw = _switch(env)
     link = next(ln for ln in sw.links(biz) if ln.trigger.state is S.CREATED)
     with env.legacy.begin() as conn:  # xxl-job's own stop: status 0, next time 0
-        conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0, trigger_next_time = 0 WHERE id = :i"),
-                     {"i": int(link.source_key)})
+        conn.execute(
+            text("UPDATE xxl_job_info SET trigger_status = 0, trigger_next_time = 0 WHERE id = :i"),
+            {"i": int(link.source_key)},
+        )
     env.migrator.run([biz])
     assert env.store.get_trigger(link.trigger.id).state is S.PAUSED  # type: ignore[arg-type, union-attr]
     sw.start_dual_run(biz, shadow=False, actor="ops")
@@ -210,8 +222,11 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: t
     sw.start_dual_run(biz, shadow=False, actor="ops")
     assert fences.calls[-1] == ("lift", biz, later)
     resumed = {t.job_code: t for t in env.store.triggers_of(biz_code=biz)}
-    assert all(resumed[c].next_fire_at == t.next_fire_at for c, t in published.items()
-               if t.next_fire_at > later and resumed[c].state is S.WAITING)
+    assert all(
+        resumed[c].next_fire_at == t.next_fire_at
+        for c, t in published.items()
+        if t.next_fire_at > later and resumed[c].state is S.WAITING
+    )
 
 
 def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(urls: tuple[str, str]) -> None:
@@ -263,19 +278,22 @@ def test_status_check_finds_orphans_and_doubles(urls: tuple[str, str]) -> None:
     assert res.exit_code == 1 and sides == {link.source_key: "orphaned", other.source_key: "double"}
 
 
-@pytest.mark.parametrize("state, shadow, trig, legacy, held, side", [
-    (B.DUAL_RUN, False, S.WAITING, True, False, Side.BOTH),
-    (B.DUAL_RUN, True, S.WAITING, True, False, Side.LEGACY),
-    (B.DUAL_RUN, True, S.WAITING, False, True, Side.ORPHANED),
-    (B.CUTOVER, False, S.WAITING, False, True, Side.NEW),
-    (B.CUTOVER, False, S.WAITING, True, True, Side.DOUBLE),
-    (B.CUTOVER, False, S.CREATED, False, True, Side.ORPHANED),
-    (B.CUTOVER, False, S.PAUSED, False, False, Side.PAUSED),
-    (B.CUTOVER, False, S.CANCELLED, False, False, Side.ENDED),
-    (B.LEGACY, False, S.CREATED, True, False, Side.LEGACY),
-    (B.LEGACY, False, S.CREATED, False, True, Side.ORPHANED),
-    (B.LEGACY, False, S.WAITING, True, False, Side.DOUBLE),
-])
+@pytest.mark.parametrize(
+    "state, shadow, trig, legacy, held, side",
+    [
+        (B.DUAL_RUN, False, S.WAITING, True, False, Side.BOTH),
+        (B.DUAL_RUN, True, S.WAITING, True, False, Side.LEGACY),
+        (B.DUAL_RUN, True, S.WAITING, False, True, Side.ORPHANED),
+        (B.CUTOVER, False, S.WAITING, False, True, Side.NEW),
+        (B.CUTOVER, False, S.WAITING, True, True, Side.DOUBLE),
+        (B.CUTOVER, False, S.CREATED, False, True, Side.ORPHANED),
+        (B.CUTOVER, False, S.PAUSED, False, False, Side.PAUSED),
+        (B.CUTOVER, False, S.CANCELLED, False, False, Side.ENDED),
+        (B.LEGACY, False, S.CREATED, True, False, Side.LEGACY),
+        (B.LEGACY, False, S.CREATED, False, True, Side.ORPHANED),
+        (B.LEGACY, False, S.WAITING, True, False, Side.DOUBLE),
+    ],
+)
 def test_which_side_fires_a_job(state: B, shadow: bool, trig: S, legacy: bool, held: bool, side: Side) -> None:
     assert classify(state, shadow, trig, legacy, held)[0] is side
 
@@ -287,8 +305,9 @@ def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audite
     res = CliRunner().invoke(cli, ["trigger", "pause", str(tid), "--url", url])
     assert res.exit_code == 5 and "--reason" in res.output
     assert env.store.get_trigger(tid).state is S.WAITING  # type: ignore[arg-type, union-attr]
-    res = CliRunner().invoke(cli, ["trigger", "pause", str(tid), "--url", url, "--reason", "vendor outage",
-                                   "--actor", "alice"])
+    res = CliRunner().invoke(
+        cli, ["trigger", "pause", str(tid), "--url", url, "--reason", "vendor outage", "--actor", "alice"]
+    )
     assert res.exit_code == 0, res.output
     last = BusinessRegistry(env.store).audit(biz)[-1]
     assert (last.actor, last.reason, last.detail["triggers"]) == ("alice", "vendor outage", [tid])
@@ -305,8 +324,12 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
     env.migrator.run()
     biz = BusinessRegistry(env.store).all()[0].biz_code
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, BatchCenterControl(env.legacy, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        env.store,
+        BatchCenterControl(env.legacy, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))

@@ -2,6 +2,7 @@
 stands in for the client's. In sync only while the broker confirmed, recently, that
 nothing is left unread; an outage (the confirmation failing) turns it off within the
 staleness bound, and a confirmation turns it on again."""
+
 from __future__ import annotations
 
 import threading

@@ -1,6 +1,7 @@
 """PulsarBus.publish's per-message path without a broker: how acknowledgements are
 counted and failures reported. A fake producer stands in for the client's, so these run
 everywhere; the real round trip is in tests/integration/test_pulsar_bus.py."""
+
 from __future__ import annotations
 
 import threading
@@ -98,11 +99,13 @@ def test_publish_sends_each_message_as_given_and_returns_when_all_are_acknowledg
     _with_producer(bus, "cmd.a", a)
     _with_producer(bus, "cmd.b", b)
     frozen: Mapping[str, str] = MappingProxyType({"job_code": "j"})
-    bus.publish([
-        BusMessage("cmd.a", b"1", deliver_at_ms=1_767_225_600_000, properties={"x": "1"}, key="k1"),
-        BusMessage("cmd.b", b"2", deliver_at_ms=1_767_225_600_000.0, properties=frozen),  # type: ignore[arg-type]
-        BusMessage("cmd.a", b"3", key=""),
-    ])
+    bus.publish(
+        [
+            BusMessage("cmd.a", b"1", deliver_at_ms=1_767_225_600_000, properties={"x": "1"}, key="k1"),
+            BusMessage("cmd.b", b"2", deliver_at_ms=1_767_225_600_000.0, properties=frozen),  # type: ignore[arg-type]
+            BusMessage("cmd.a", b"3", key=""),
+        ]
+    )
     a.join()
     b.join()
     assert [s["content"] for s in a.sent] == [b"1", b"3"]

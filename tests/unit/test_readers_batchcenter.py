@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.pool import StaticPool
 
+from legacy_sim.seed import seed_batchcenter
 from readers.batchcenter import BatchCenterReader
 from readers.batchcenter.flag import pause_tasks, resume_tasks, set_business_enabled, set_migrated
 from readers.errors import MissingTables
 from readers.legacy_ddl import batch_center_metadata, create_legacy_schema
 from readers.ports import LegacyReader
 from readers.records import ExecStatus, MisfireRule, ScheduleKind, SourceSystem
-from legacy_sim.seed import seed_batchcenter
 
 UTC = timezone.utc
 WINDOW = (datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))

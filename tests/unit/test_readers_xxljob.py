@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.pool import StaticPool
 
+from legacy_sim.seed import seed_xxljob
 from readers.errors import MissingTables, UnknownLineage
 from readers.legacy_ddl import XxlJobLineage, create_legacy_schema, xxljob_metadata
 from readers.ports import LegacyReader
 from readers.records import ExecStatus, MisfireRule, ScheduleKind, SourceSystem
-from legacy_sim.seed import seed_xxljob
 from readers.xxljob import XxlJobReader
 from readers.xxljob.control import read_trigger_state, set_trigger_status
 from readers.xxljob.logs import TriggerType, message_trigger_type

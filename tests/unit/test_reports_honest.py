@@ -1,6 +1,7 @@
 """Issue 17: every form of the report (JSON, Markdown, HTML) shows the span that was
 compared (and where it was clipped), the precision lag was compared at, and the change
 stream's catch-up state, at compare time and at the cutover gate."""
+
 from __future__ import annotations
 
 import json
@@ -36,15 +37,28 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
     s.business_row()
     began = s.now - timedelta(minutes=40)
     with s.store.engine.begin() as conn:
-        conn.execute(insert(migrator_tables().audit).values(biz_code=s.business, from_state="legacy", to_state="dual_run",
-                                                    at=round(began.timestamp() * 1000), actor="ops", reason="t",
-                                                    forced=0, detail="{}"))
+        conn.execute(
+            insert(migrator_tables().audit).values(
+                biz_code=s.business,
+                from_state="legacy",
+                to_state="dual_run",
+                at=round(began.timestamp() * 1000),
+                actor="ops",
+                reason="t",
+                forced=0,
+                detail="{}",
+            )
+        )
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     s.new(d, [t for t in s.times(d) if t >= began])
     c = s.compare()
-    stream = StreamCatchup(caught_up=False, checked_at=s.now, stream_id="xxl-job@db",
-                           sentence="change stream xxl-job@db is behind: 3 pending change(s)")
+    stream = StreamCatchup(
+        caught_up=False,
+        checked_at=s.now,
+        stream_id="xxl-job@db",
+        sentence="change stream xxl-job@db is behind: 3 pending change(s)",
+    )
     put_comparison(s.store, replace(c, stream=stream))
     forms = _forms(s, s.business)
     body = json.loads(forms["json"])
@@ -66,13 +80,27 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
 
     class CaughtUp:
         def check(self, business: str, source: str) -> CatchupState:
-            return CatchupState(stream_id="xxl-job@legacy", caught_up=True, pending=0, checkpoint="bin.000002:900",
-                                head="bin.000002:1200", behind_bytes=300, last_advanced_s=2.0, waited_s=0.0,
-                                max_pending=0)
+            return CatchupState(
+                stream_id="xxl-job@legacy",
+                caught_up=True,
+                pending=0,
+                checkpoint="bin.000002:900",
+                head="bin.000002:1200",
+                behind_bytes=300,
+                last_advanced_s=2.0,
+                waited_s=0.0,
+                max_pending=0,
+            )
 
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate,
-                        max_verdict_age=timedelta(days=9999), catchup=CaughtUp())  # type: ignore[arg-type]
+    sw = BusinessSwitch(
+        env.store,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        gate,
+        max_verdict_age=timedelta(days=9999),
+        catchup=CaughtUp(),
+    )  # type: ignore[arg-type]
     sw.start_dual_run(biz, shadow=False, actor="ops")
     s = Scenario.create(tmp_path / "c", business=biz)
     d = s.job("12", "0/10 * * * * ?")

@@ -1,4 +1,5 @@
 """Reports in their three forms, the overview page, secrets kept out, and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,14 @@ def _scenario(tmp_path: Path) -> Scenario:
     s.new(d, times[120:])
     first = s.compare()
     put_comparison(s.store, replace(first, computed_at=first.computed_at - timedelta(minutes=10)))
-    leaky = replace(first, notes=(*first.notes, "legacy at mysql+pymysql://ro:hunter2@db:3306/xxl token=s3cr3t-token",
-                                  "Authorization: Bearer abcdef123456"))
+    leaky = replace(
+        first,
+        notes=(
+            *first.notes,
+            "legacy at mysql+pymysql://ro:hunter2@db:3306/xxl token=s3cr3t-token",
+            "Authorization: Bearer abcdef123456",
+        ),
+    )
     put_comparison(s.store, leaky)
     return s
 

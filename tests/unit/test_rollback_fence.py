@@ -2,15 +2,16 @@
 a fenced business scheduled in [from, until) are never invoked, they are recorded as
 skipped by the fence, and an executor that cannot know the fences holds its commands
 instead of running or dropping them."""
+
 from __future__ import annotations
 
-from typing import Any
 import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import inspect, text
@@ -24,9 +25,9 @@ from scheduler_core.executor.fences import FenceView
 from scheduler_core.fence import Fence, FenceService, decode_fence, encode_fence, is_fence_skip
 from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import ControlFeed, FiredUpdate
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
 from tests.harness import Harness, make_harness, stored_id
 
 
@@ -45,18 +46,35 @@ def _records(h: Harness, biz: str = "biz-a") -> dict[int, FiredRecord]:
 
 # --- the store and the service --------------------------------------------------------------
 
+
 def _record(cid: str, biz: str, at: datetime, state: FiredState, trigger: int = 1) -> FiredRecord:
-    return FiredRecord(command_id=CommandId(cid), trigger_id=TriggerId(trigger), job_code=JobCode("j"), biz_code=biz,
-                       scheduled_at=at, state=state, epoch=Epoch(1), published_at=at if state != FiredState.PENDING else None)
+    return FiredRecord(
+        command_id=CommandId(cid),
+        trigger_id=TriggerId(trigger),
+        job_code=JobCode("j"),
+        biz_code=biz,
+        scheduled_at=at,
+        state=state,
+        epoch=Epoch(1),
+        published_at=at if state != FiredState.PENDING else None,
+    )
 
 
-def test_raising_marks_only_the_unfinished_records_at_or_after_f_of_that_business(tmp_path: Path,
-                                                                                  clock: ManualClock) -> None:
+def test_raising_marks_only_the_unfinished_records_at_or_after_f_of_that_business(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h = make_harness(tmp_path, clock)
     t0 = clock.now()
     f = t0 + timedelta(seconds=10)
-    states = [FiredState.PENDING, FiredState.PUBLISHED, FiredState.RECEIVED, FiredState.SUCCEEDED,
-              FiredState.FAILED, FiredState.TIMED_OUT, FiredState.SKIPPED]
+    states = [
+        FiredState.PENDING,
+        FiredState.PUBLISHED,
+        FiredState.RECEIVED,
+        FiredState.SUCCEEDED,
+        FiredState.FAILED,
+        FiredState.TIMED_OUT,
+        FiredState.SKIPPED,
+    ]
     recs = []
     for i, st in enumerate(states):
         recs.append(_record(f"before-{i}", "biz-a", f - timedelta(seconds=1), st, trigger=100 + i))
@@ -83,13 +101,18 @@ def test_raising_marks_only_the_unfinished_records_at_or_after_f_of_that_busines
     assert service.fence_of("biz-b") is None
 
 
-def test_lifting_closes_the_fence_and_records_after_it_wait_for_their_result_again(tmp_path: Path,
-                                                                                  clock: ManualClock) -> None:
+def test_lifting_closes_the_fence_and_records_after_it_wait_for_their_result_again(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h = make_harness(tmp_path, clock)
     f, lift = clock.now(), clock.now() + timedelta(seconds=30)
-    h.store.put_fired([_record("in", "biz-a", f + timedelta(seconds=10), FiredState.PUBLISHED, 1),
-                       _record("after", "biz-a", lift + timedelta(seconds=10), FiredState.PUBLISHED, 2),
-                       _record("after-pending", "biz-a", lift, FiredState.PENDING, 3)])
+    h.store.put_fired(
+        [
+            _record("in", "biz-a", f + timedelta(seconds=10), FiredState.PUBLISHED, 1),
+            _record("after", "biz-a", lift + timedelta(seconds=10), FiredState.PUBLISHED, 2),
+            _record("after-pending", "biz-a", lift, FiredState.PENDING, 3),
+        ]
+    )
     service = FenceService(h.store, h.bus)
     assert service.raise_fence("biz-a", f) == 3
     service.lift_fence("biz-a", lift)
@@ -106,17 +129,27 @@ def test_lifting_closes_the_fence_and_records_after_it_wait_for_their_result_aga
     assert service.fence_of("biz-a") == Fence("biz-a", to_ms(lift), None, 3)
 
 
-def test_a_provisional_skip_gives_way_to_what_really_ran_but_a_final_skip_stays(tmp_path: Path,
-                                                                                clock: ManualClock) -> None:
+def test_a_provisional_skip_gives_way_to_what_really_ran_but_a_final_skip_stays(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h = make_harness(tmp_path, clock)
     at = clock.now()
-    h.store.put_fired([_record(command_id(1, at, 0), "biz-a", at, FiredState.PUBLISHED, 1),
-                       _record(command_id(2, at, 0), "biz-a", at, FiredState.PUBLISHED, 2)])
+    h.store.put_fired(
+        [
+            _record(command_id(1, at, 0), "biz-a", at, FiredState.PUBLISHED, 1),
+            _record(command_id(2, at, 0), "biz-a", at, FiredState.PUBLISHED, 2),
+        ]
+    )
     FenceService(h.store, h.bus).raise_fence("biz-a", at)
     # trigger 1 ran before the fence reached its executor; trigger 2 was answered skipped
-    h.store.update_fired([FiredUpdate(CommandId(command_id(1, at, 0)), FiredState.SUCCEEDED, at),
-                          FiredUpdate(CommandId(command_id(2, at, 0)), FiredState.SKIPPED, at,
-                                      message=f"rollback fence at {at.isoformat()}")])
+    h.store.update_fired(
+        [
+            FiredUpdate(CommandId(command_id(1, at, 0)), FiredState.SUCCEEDED, at),
+            FiredUpdate(
+                CommandId(command_id(2, at, 0)), FiredState.SKIPPED, at, message=f"rollback fence at {at.isoformat()}"
+            ),
+        ]
+    )
     h.store.update_fired([FiredUpdate(CommandId(command_id(2, at, 0)), FiredState.SUCCEEDED, at)])
     got = h.store.get_fired([CommandId(command_id(1, at, 0)), CommandId(command_id(2, at, 0))])
     assert got[CommandId(command_id(1, at, 0))].state is FiredState.SUCCEEDED
@@ -150,13 +183,23 @@ def test_fence_messages_round_trip_and_a_later_epoch_wins(clock: ManualClock) ->
 
 
 def test_compact_results_carry_the_skipped_letter() -> None:
-    res = EnvelopeResult(trigger_id=1, scheduled_ms=1_000, page_id=None, indices=[0, 1], letters="KS",
-                         received_ms=1_000, started_ms=None, finished_ms=1_001, message="rollback fence at x")
+    res = EnvelopeResult(
+        trigger_id=1,
+        scheduled_ms=1_000,
+        page_id=None,
+        indices=[0, 1],
+        letters="KS",
+        received_ms=1_000,
+        started_ms=None,
+        finished_ms=1_001,
+        message="rollback fence at x",
+    )
     (k, s) = decode_results(encode_envelope_results([res]))
     assert k.state is FiredState.SKIPPED and s.state is FiredState.SUCCEEDED and k.message == "rollback fence at x"
 
 
 # --- the executor ------------------------------------------------------------------------------
+
 
 def _fire(h: Harness, offsets_s: list[float], **job: Any) -> dict[float, TriggerId]:
     j = h.job("j", **job)
@@ -224,8 +267,13 @@ def test_lifting_lets_the_commands_after_it_run_again(tmp_path: Path, clock: Man
     assert sorted(ran) == sorted(triggers[s] for s in (1, 5, 6))
     recs = _records(h)
     assert [recs[triggers[s]].state for s in (1, 2, 3, 4, 5, 6)] == [
-        FiredState.SUCCEEDED, FiredState.SKIPPED, FiredState.SKIPPED, FiredState.SKIPPED, FiredState.SUCCEEDED,
-        FiredState.SUCCEEDED]
+        FiredState.SUCCEEDED,
+        FiredState.SKIPPED,
+        FiredState.SKIPPED,
+        FiredState.SKIPPED,
+        FiredState.SUCCEEDED,
+        FiredState.SUCCEEDED,
+    ]
 
 
 def _running(ex: Executor) -> tuple[threading.Event, threading.Thread]:
@@ -244,12 +292,15 @@ def _until(check: Callable[[], bool], within_s: float = 10.0) -> bool:
     return check()
 
 
-@pytest.mark.parametrize("job", [
-    pytest.param({"timeout": timedelta(0)}, id="quick-path"),
-    pytest.param({"timeout": timedelta(0), "envelope_size": 10}, id="packed"),
-    pytest.param({"timeout": timedelta(seconds=5)}, id="watched"),
-    pytest.param({"shard_total": 5, "envelope_size": 5, "timeout": timedelta(0)}, id="page-record"),
-])
+@pytest.mark.parametrize(
+    "job",
+    [
+        pytest.param({"timeout": timedelta(0)}, id="quick-path"),
+        pytest.param({"timeout": timedelta(0), "envelope_size": 10}, id="packed"),
+        pytest.param({"timeout": timedelta(seconds=5)}, id="watched"),
+        pytest.param({"shard_total": 5, "envelope_size": 5, "timeout": timedelta(0)}, id="page-record"),
+    ],
+)
 def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: dict[str, object]) -> None:
     clock = SystemClock()  # run() waits on the bus in real time
     h = make_harness(tmp_path, clock)  # type: ignore[arg-type]
@@ -276,10 +327,12 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
     items = int(job.get("shard_total", 1))  # type: ignore[call-overload]
     stop, thread = _running(ex)
     try:
+
         def settled() -> bool:
             consumer.poll(timeout=timedelta(milliseconds=20))
             recs = _records(h)
             return len(recs) == 40 and all(r.state.is_final for r in recs.values())
+
         assert _until(settled), "every record reached a final state"
     finally:
         stop.set()
@@ -322,7 +375,8 @@ class _GatedBus(InProcessBus):
 
 
 def test_commands_whose_fence_cannot_be_known_are_held_not_run_nor_dropped(
-        tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     h = make_harness(tmp_path, clock)
     h.bus = _GatedBus(clock)
     triggers = _fire(h, [1, 2])

@@ -1,6 +1,7 @@
 """The row decoder's refusals: what it does not cover goes to the library (the values it
 reads are checked against the library on real binlog bytes in
 tests/integration/test_row_decoder.py)."""
+
 from __future__ import annotations
 
 import struct
@@ -23,9 +24,17 @@ COLS = [_col("id", FIELD_TYPE.LONG), _col("v", FIELD_TYPE.VARCHAR, max_length=40
 def _event(event_type: int, present: bytes, body: bytes, present2: bytes | None = None) -> Any:
     raw = SimpleNamespace(_data=body, _position=0)
     wrapper = SimpleNamespace(packet=raw, read_bytes=0)
-    return SimpleNamespace(event_type=event_type, complete=True, packet=wrapper, number_of_columns=2,
-                           columns_present_bitmap=present, columns_present_bitmap2=present2 or present,
-                           event_size=len(body), schema="s", table="t")
+    return SimpleNamespace(
+        event_type=event_type,
+        complete=True,
+        packet=wrapper,
+        number_of_columns=2,
+        columns_present_bitmap=present,
+        columns_present_bitmap2=present2 or present,
+        event_size=len(body),
+        schema="s",
+        table="t",
+    )
 
 
 def test_uncovered_types_and_nameless_columns_have_no_plan() -> None:
@@ -40,7 +49,9 @@ def test_full_images_are_read_and_a_null_is_none() -> None:
     assert plan is not None
     body = bytes([0b00]) + (7).to_bytes(4, "little") + bytes([2]) + b"hi" + bytes([0b10]) + (8).to_bytes(4, "little")
     assert event_images(_event(BINLOG.WRITE_ROWS_EVENT_V1, b"\x03", body), plan) == [
-        (None, {"id": 7, "v": "hi"}), (None, {"id": 8, "v": None})]
+        (None, {"id": 7, "v": "hi"}),
+        (None, {"id": 8, "v": None}),
+    ]
 
 
 def test_minimal_images_partial_events_and_buffered_bytes_go_to_the_library() -> None:

@@ -1,5 +1,6 @@
 """A live trigger's schedule edit takes effect from E = now + margin on the new side
 (scheduler_core.supersede), on the embedded default: SQLite, the in-process bus."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -28,8 +29,14 @@ def _write(h: Harness, cron: str, action: Action) -> Write:
     job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
     first = h.clock.now().replace(microsecond=0) + timedelta(seconds=10 - h.clock.now().second % 10)
     trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(action=action, source="xxl-job", source_key="1", business="biz-a",
-                 mapped=Mapped(job, trig, (), f"hash-{cron}"), content_hash=f"hash-{cron}")
+    return Write(
+        action=action,
+        source="xxl-job",
+        source_key="1",
+        business="biz-a",
+        mapped=Mapped(job, trig, (), f"hash-{cron}"),
+        content_hash=f"hash-{cron}",
+    )
 
 
 class _Run:
@@ -84,8 +91,9 @@ def _edited(tmp_path: Path, clock: ManualClock) -> tuple[Harness, _Run, TargetWr
     return h, run, writer, clock.now() + writer.supersede_margin
 
 
-def test_an_edit_fires_only_the_new_schedule_from_e_and_skips_the_superseded(tmp_path: Path,
-                                                                             clock: ManualClock) -> None:
+def test_an_edit_fires_only_the_new_schedule_from_e_and_skips_the_superseded(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h, run, _writer, e = _edited(tmp_path, clock)
     old_ahead = {t for t, (s, _m) in _records(h).items() if t >= e}
     run.step(clock.now() + timedelta(minutes=3))
@@ -125,8 +133,7 @@ def test_a_replayed_edit_changes_nothing(tmp_path: Path, clock: ManualClock) -> 
     assert all(n == 1 for n in Counter(run.ran).values()) and run.ex.duplicates == 0
 
 
-def test_a_relay_that_died_before_broadcasting_is_made_good_by_the_next(tmp_path: Path,
-                                                                        clock: ManualClock) -> None:
+def test_a_relay_that_died_before_broadcasting_is_made_good_by_the_next(tmp_path: Path, clock: ManualClock) -> None:
     """The store has the edit; nothing reached the bus. A new relay (the next leader)
     publishes the pending runs and broadcasts; an executor started afterwards learns it."""
     h, run, _writer, e = _edited(tmp_path, clock)
@@ -200,8 +207,14 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     def write(cron: str, action: Action) -> Write:
         job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
         trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-        return Write(action=action, source="xxl-job", source_key="1", business="biz-a",
-                     mapped=Mapped(job, trig, (), f"hash-{cron}"), content_hash=f"hash-{cron}")
+        return Write(
+            action=action,
+            source="xxl-job",
+            source_key="1",
+            business="biz-a",
+            mapped=Mapped(job, trig, (), f"hash-{cron}"),
+            content_hash=f"hash-{cron}",
+        )
 
     writer.apply([write("0/2 * * * * ?", Action.CREATE)])
     ran: list[tuple[str, datetime]] = []
@@ -237,8 +250,9 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
         old_ahead = {r.scheduled_at for r in store.fired_between("biz-a", e, e + timedelta(minutes=5))}
         end = e + timedelta(seconds=15)
         deadline = time.monotonic() + 90
-        while store.clock.now() < end or any(r.state in (FiredState.PENDING, FiredState.PUBLISHED)
-                                              for r in store.fired_between("biz-a", e, end)):
+        while store.clock.now() < end or any(
+            r.state in (FiredState.PENDING, FiredState.PUBLISHED) for r in store.fired_between("biz-a", e, end)
+        ):
             assert time.monotonic() < deadline, "the runs up to E + 15 s did not finish"
             time.sleep(0.2)
     finally:
@@ -255,5 +269,7 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     assert after == [t for t in expected if t < end and t.second % 3 == 0], "a new-schedule run is missing"
     assert all(recs[t].state is FiredState.SUCCEEDED for t in after)
     superseded = [t for t in old_ahead if t < end and t.second % 3 != 0]
-    assert superseded and all(recs[t].state is FiredState.SKIPPED and recs[t].message.startswith(
-        "superseded by a schedule edit at ") for t in superseded)
+    assert superseded and all(
+        recs[t].state is FiredState.SKIPPED and recs[t].message.startswith("superseded by a schedule edit at ")
+        for t in superseded
+    )

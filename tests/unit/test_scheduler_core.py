@@ -1,4 +1,5 @@
 """The scheduler core on the embedded default with a driven clock."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -11,12 +12,12 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.codec import command_topic
 from scheduler_core.errors import PublishError
 from scheduler_core.model import (
-    TriggerId,
     Epoch,
     FiredState,
     MisfirePolicy,
     ShardingItem,
     Trigger,
+    TriggerId,
     TriggerKind,
     TriggerState,
     command_id,
@@ -90,14 +91,32 @@ def test_priority_breaks_ties_of_equal_fire_time_only(tmp_path: Path, clock: Man
 def test_cron_fixed_rate_and_end_at(h) -> None:  # type: ignore[no-untyped-def]
     job = h.job("j")
     t0 = h.clock.now()
-    (cron, rate, ending) = h.store.add_triggers([
-        Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron="0 0/10 * * * ?",
-                next_fire_at=t0 + timedelta(minutes=10)),
-        Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.FIXED_RATE, interval=timedelta(minutes=7),
-                next_fire_at=t0 + timedelta(minutes=1)),
-        Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.FIXED_RATE, interval=timedelta(minutes=5),
-                next_fire_at=t0 + timedelta(minutes=1), end_at=t0 + timedelta(minutes=12)),
-    ])
+    (cron, rate, ending) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.CRON,
+                cron="0 0/10 * * * ?",
+                next_fire_at=t0 + timedelta(minutes=10),
+            ),
+            Trigger(
+                job_code=job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.FIXED_RATE,
+                interval=timedelta(minutes=7),
+                next_fire_at=t0 + timedelta(minutes=1),
+            ),
+            Trigger(
+                job_code=job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.FIXED_RATE,
+                interval=timedelta(minutes=5),
+                next_fire_at=t0 + timedelta(minutes=1),
+                end_at=t0 + timedelta(minutes=12),
+            ),
+        ]
+    )
     core = h.core()
     for _ in range(10):
         core.tick_all()
@@ -115,12 +134,26 @@ def test_cron_fixed_rate_and_end_at(h) -> None:  # type: ignore[no-untyped-def]
 def test_misfire_fire_once_now_and_skip_are_recorded(h) -> None:  # type: ignore[no-untyped-def]
     job = h.job("j")
     t0 = h.clock.now()
-    (now_t, skip_t) = h.store.add_triggers([
-        Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron="0 0 * * * ?",
-                next_fire_at=t0 - timedelta(hours=3), misfire_policy=MisfirePolicy.FIRE_ONCE_NOW),
-        Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron="0 0 * * * ?",
-                next_fire_at=t0 - timedelta(hours=3), misfire_policy=MisfirePolicy.SKIP),
-    ])
+    (now_t, skip_t) = h.store.add_triggers(
+        [
+            Trigger(
+                job_code=job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.CRON,
+                cron="0 0 * * * ?",
+                next_fire_at=t0 - timedelta(hours=3),
+                misfire_policy=MisfirePolicy.FIRE_ONCE_NOW,
+            ),
+            Trigger(
+                job_code=job.job_code,
+                biz_code="biz-a",
+                kind=TriggerKind.CRON,
+                cron="0 0 * * * ?",
+                next_fire_at=t0 - timedelta(hours=3),
+                misfire_policy=MisfirePolicy.SKIP,
+            ),
+        ]
+    )
     h.listen("biz-a")
     core = h.core()
     core.tick_all()
@@ -169,12 +202,17 @@ def test_sharding_pages_and_envelopes(h) -> None:  # type: ignore[no-untyped-def
 
 def test_explicit_sharding_items_carry_their_params(h) -> None:  # type: ignore[no-untyped-def]
     job = h.job("pages", shard_total=3, explicit_items=True)
-    h.store.put_sharding_items(job.job_code, [ShardingItem(job_code=job.job_code, index=i, param=f"page-{i}")
-                                              for i in range(3)])
+    h.store.put_sharding_items(
+        job.job_code, [ShardingItem(job_code=job.job_code, index=i, param=f"page-{i}") for i in range(3)]
+    )
     h.once(job, 0)
     h.listen("biz-a")
     h.core().tick_all()
-    assert sorted((c.item_index, c.item_param) for c in h.delivered("biz-a")) == [(0, "page-0"), (1, "page-1"), (2, "page-2")]
+    assert sorted((c.item_index, c.item_param) for c in h.delivered("biz-a")) == [
+        (0, "page-0"),
+        (1, "page-1"),
+        (2, "page-2"),
+    ]
 
 
 def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: ManualClock) -> None:
@@ -188,8 +226,15 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
     for _ in range(200):
         h.once(sop, 5)
     late_small = h.once(small, 6)  # behind the whole burst in fire-time order
-    settings = SchedulerSettings(fire_pool_capacity=100, domain_share=0.5, chunk_size=10, batch_size=300,
-                                 submit_retries=0, idle_wait=timedelta(0), jitter=timedelta(0))
+    settings = SchedulerSettings(
+        fire_pool_capacity=100,
+        domain_share=0.5,
+        chunk_size=10,
+        batch_size=300,
+        submit_retries=0,
+        idle_wait=timedelta(0),
+        jitter=timedelta(0),
+    )
     h.store.claim_epoch(Epoch(1))
     core = SchedulerCore(h.store, h.bus, clock, Epoch(1), settings)  # a threaded pool
     release = threading.Event()
@@ -262,8 +307,16 @@ def test_dead_epoch_is_reclaimed_after_its_deadline_with_the_same_command_ids(h)
     t = h.once(job, 5)
     h.store.claim_epoch(Epoch(1))
     # epoch 1 acquires and dies before firing
-    h.store.cas(Transition(ids=[t.id], from_state=TriggerState.WAITING, to_state=TriggerState.ACQUIRED, epoch=Epoch(1),
-                           deadline=h.clock.now() + timedelta(seconds=60), fence_epoch=Epoch(1)))
+    h.store.cas(
+        Transition(
+            ids=[t.id],
+            from_state=TriggerState.WAITING,
+            to_state=TriggerState.ACQUIRED,
+            epoch=Epoch(1),
+            deadline=h.clock.now() + timedelta(seconds=60),
+            fence_epoch=Epoch(1),
+        )
+    )
     core2 = h.core(epoch=2)
     assert core2.reclaim() == 0, "not before the deadline"
     h.clock.advance(timedelta(seconds=61))
@@ -296,8 +349,13 @@ def test_results_are_idempotent_by_command_id(h) -> None:  # type: ignore[no-unt
     cid = command_id(t.id, t.next_fire_at, 0)
     ok = FiredUpdate(cid, FiredState.SUCCEEDED, h.clock.now(), 0, "ok", received_at=h.clock.now())
     stale = FiredUpdate(cid, FiredState.RECEIVED, h.clock.now(), 0, "", received_at=h.clock.now())
-    h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([ok])), BusMessage(CALLBACK_TOPIC, encode_results([ok, stale])),
-                   BusMessage(CALLBACK_TOPIC, b"not json")])
+    h.bus.publish(
+        [
+            BusMessage(CALLBACK_TOPIC, encode_results([ok])),
+            BusMessage(CALLBACK_TOPIC, encode_results([ok, stale])),
+            BusMessage(CALLBACK_TOPIC, b"not json"),
+        ]
+    )
     assert consumer.poll(timeout=timedelta(0)) == 1
     assert consumer.malformed == 1
     assert h.store.get_fired([cid])[cid].state is FiredState.SUCCEEDED
@@ -312,8 +370,15 @@ def test_operations_pause_resume_cancel(h) -> None:  # type: ignore[no-untyped-d
     assert sorted(rep.changed) == sorted([a.id, b.id])
     assert operations.pause(h.store, [a.id]).unchanged == {a.id: "already paused"}
     assert operations.resume(h.store, [a.id]).changed == [a.id]
-    h.store.cas(Transition(ids=[a.id], from_state=TriggerState.WAITING, to_state=TriggerState.ACQUIRED, epoch=Epoch(1),
-                           deadline=h.clock.now()))
+    h.store.cas(
+        Transition(
+            ids=[a.id],
+            from_state=TriggerState.WAITING,
+            to_state=TriggerState.ACQUIRED,
+            epoch=Epoch(1),
+            deadline=h.clock.now(),
+        )
+    )
     rep = operations.cancel(h.store, [stored_id(a), stored_id(b), TriggerId(999)])
     assert rep.best_effort == [a.id] and sorted(rep.changed) == sorted([a.id, b.id])
     assert rep.unchanged == {999: "no such trigger"}
@@ -331,7 +396,8 @@ def test_commands_fired_before_any_executor_connects_wait_for_it(h) -> None:  # 
     executor = h.bus.subscribe(command_topic("late-biz"), EXECUTOR_SUBSCRIPTION)  # the executor starts late
     got = executor.receive(10, timedelta(0))
     assert [c.command_id for r in got for c in decode_commands(r.message.payload)] == [
-        command_id(t.id, t.next_fire_at, 0)], "the broker must have kept the command for the executors"
+        command_id(t.id, t.next_fire_at, 0)
+    ], "the broker must have kept the command for the executors"
 
 
 def test_a_subscription_that_cannot_be_made_releases_the_chunk(h) -> None:  # type: ignore[no-untyped-def]

@@ -2,6 +2,7 @@
 SQLite: commands published ahead by the first run are published again by the second
 (same command ids, run once); a rollback fence raised while it was down holds: the
 fenced command is neither published again nor invoked, and executors hear the fence."""
+
 from __future__ import annotations
 
 import threading
@@ -11,16 +12,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService, is_fence_skip
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, FiredRecord
+from scheduler_core.model import FiredRecord, FiredState, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.clock import SystemClock
 from switchyard.embedded import EmbeddedCenter, untaken_commands
-
+from switchyard.schema import init_schema
 
 DUE_AFTER_S = 20
 
@@ -64,8 +64,12 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
     # and stop took over 4 s on a loaded 2-core machine (the commands then ran in the first run),
     # hence the wide margin; the second run waits on conditions, and past T for what must not run
     due = store.clock.now() + timedelta(seconds=DUE_AFTER_S)
-    store.add_triggers([Trigger(job_code=JobCode(f"{biz}-job"), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=due)
-                        for biz in ("keep", "fenced")])
+    store.add_triggers(
+        [
+            Trigger(job_code=JobCode(f"{biz}-job"), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=due)
+            for biz in ("keep", "fenced")
+        ]
+    )
     runs = Runs()
     center, stop, th = _center(store, runs)
     _until(lambda: len(untaken_commands(store)) == 2, "both commands published ahead")
@@ -93,8 +97,9 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
         stop.set()
         th.join(timeout=60)
     assert [j for j, _c in runs.seen] == ["keep-job"]
-    recs: dict[str, FiredRecord] = {r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1),
-                                                                              due + timedelta(seconds=1))}
+    recs: dict[str, FiredRecord] = {
+        r.job_code: r for r in store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))
+    }
     assert recs["keep-job"].state is FiredState.SUCCEEDED
     assert is_fence_skip(recs["fenced-job"].state, recs["fenced-job"].message)
     engine.dispose()
@@ -110,8 +115,9 @@ def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_pat
     store = SqlTriggerStore(engine, SystemClock())
     store.put_job(Job(job_code=JobCode("rolled-job"), biz_code="rolled", handler="h"))
     due = store.clock.now() + timedelta(seconds=15)  # far enough for a slow start on a loaded machine
-    store.add_triggers([Trigger(job_code=JobCode("rolled-job"), biz_code="rolled", kind=TriggerKind.ONCE,
-                                next_fire_at=due)])
+    store.add_triggers(
+        [Trigger(job_code=JobCode("rolled-job"), biz_code="rolled", kind=TriggerKind.ONCE, next_fire_at=due)]
+    )
     runs = Runs()
     center, stop, th = _center(store, runs)
     other_engine = make_engine(url)  # the rollback's own process: its own connections and bus
@@ -122,8 +128,10 @@ def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_pat
         assert executor.fences.covering("rolled", int(due.timestamp() * 1000)) is None
         other = SqlTriggerStore(other_engine, SystemClock())
         assert FenceService(other, InProcessBus(other.clock)).raise_fence("rolled", other.clock.now()) == 1
-        _until(lambda: executor.fences.covering("rolled", int(due.timestamp() * 1000)) is not None,
-               "the executor hears the fence raised by the other process")
+        _until(
+            lambda: executor.fences.covering("rolled", int(due.timestamp() * 1000)) is not None,
+            "the executor hears the fence raised by the other process",
+        )
         _until(lambda: store.clock.now() > due + timedelta(seconds=1), "the command's due time passed")
     finally:
         stop.set()
@@ -133,4 +141,3 @@ def test_a_rollback_run_beside_it_reaches_its_executors_before_the_fence(tmp_pat
     (rec,) = store.fired_between(None, due - timedelta(seconds=1), due + timedelta(seconds=1))
     assert is_fence_skip(rec.state, rec.message)
     engine.dispose()
-

@@ -1,5 +1,6 @@
 """Shard registry members on the embedded default (SQLite, in-process bus, the local
 registry on a driven clock): ownership, handover on a join, a lost lease, fencing."""
+
 from __future__ import annotations
 
 import threading
@@ -25,8 +26,9 @@ def h(tmp_path: Path, clock: ManualClock) -> Harness:
 
 
 def _member(h: Harness, group: LocalRegistryGroup, name: str) -> ShardedScheduler:
-    m = ShardedScheduler(h.store, h.bus, LocalRegistry(group, name), h.clock, h.settings, consume=False, inline=True,
-                         run_loops=False)
+    m = ShardedScheduler(
+        h.store, h.bus, LocalRegistry(group, name), h.clock, h.settings, consume=False, inline=True, run_loops=False
+    )
     m._join(threading.Event())
     return m
 
@@ -66,8 +68,9 @@ def test_a_join_moves_only_released_partitions_with_newer_epochs(h: Harness) -> 
         assert b.status.owned[index] > before[index], "a partition's epoch strictly increases per handover"
         fence = partition_fence(b.partitions[index])
         assert h.store.current_epoch(fence) == b.status.owned[index]
-    assert {i: e for i, e in a.status.owned.items()} == {i: before[i] for i in a.status.owned}, \
+    assert {i: e for i, e in a.status.owned.items()} == {i: before[i] for i in a.status.owned}, (
         "partitions that did not move keep their ownership"
+    )
     assert a.status.rebalances == len(moved) and b.metrics.partitions_owned._value.get() == len(moved)
 
 

@@ -2,6 +2,7 @@
 kind for what a caller decides on, with the driver's own line in the message and the
 driver's exception kept as the cause. SQLite here; the same on the real MariaDB in
 tests/integration/test_store_errors_mariadb.py."""
+
 from __future__ import annotations
 
 import inspect
@@ -48,8 +49,10 @@ def test_a_store_file_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> No
 def test_a_duplicate_key_written_through_the_store_is_a_conflict(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.put_job(Job(job_code=JobCode("j"), biz_code="b", handler="h", shard_total=2, explicit_items=True))
-    twice = [ShardingItem(job_code=JobCode("j"), index=0, param="a"), ShardingItem(job_code=JobCode("j"), index=0,
-                                                                                   param="b")]
+    twice = [
+        ShardingItem(job_code=JobCode("j"), index=0, param="a"),
+        ShardingItem(job_code=JobCode("j"), index=0, param="b"),
+    ]
     with pytest.raises(StoreConflict) as caught:
         store.put_sharding_items(JobCode("j"), twice)
     assert "UNIQUE constraint failed: dus_sharding_item" in str(caught.value)
@@ -70,7 +73,7 @@ def test_a_statement_the_database_cannot_run_is_refused(tmp_path: Path) -> None:
     store = _store(tmp_path)
     with pytest.raises(StoreRefused) as caught, store_errors(), store.engine.connect() as conn:
         conn.execute(text("SELEKT 1"))
-    assert str(caught.value).startswith("database error: near \"SELEKT\": syntax error")
+    assert str(caught.value).startswith('database error: near "SELEKT": syntax error')
 
 
 def test_a_write_to_a_read_only_store_is_access_denied(tmp_path: Path) -> None:
@@ -103,8 +106,12 @@ def test_a_password_in_the_driver_message_is_masked() -> None:
 
 def test_every_port_method_of_the_sql_store_is_at_the_boundary() -> None:
     """A method added to the port later is translated too (the class decorator wraps all)."""
-    names = {n for port in (TriggerStore, FenceStore) for n, v in vars(port).items()
-             if inspect.isfunction(v) and not n.startswith("_")}
+    names = {
+        n
+        for port in (TriggerStore, FenceStore)
+        for n, v in vars(port).items()
+        if inspect.isfunction(v) and not n.startswith("_")
+    }
     assert len(names) > 20
     unwrapped = sorted(n for n in names if not hasattr(inspect.getattr_static(SqlTriggerStore, n), "__wrapped__"))
     assert unwrapped == []
@@ -120,4 +127,3 @@ def test_the_cli_shows_the_port_error_as_one_line_with_its_exit_code(tmp_path: P
     assert result.exit_code == exitcodes.UNREACHABLE, result.output
     assert "cannot reach the database: unable to open database file" in result.output
     assert "Traceback" not in result.output
-

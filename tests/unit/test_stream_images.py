@@ -1,6 +1,7 @@
 """The stream applies changes from their row images (no re-read of the legacy rows), many
 transactions per target transaction, with the checkpoint; deletes cancel; businesses cut
 over or not selected are skipped; bad images are quarantined and the rest go on."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_batchcenter
 from migrator.holds import LegacyHolds
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
-from legacy_sim.seed import seed_batchcenter
 from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import MigrationEnv, make_env
 
@@ -45,20 +46,24 @@ def test_changes_apply_from_their_images_in_one_target_transaction(tmp_path: Pat
     group = [
         ChangeBatch(changes=(_up(a, max_retry=3),), position=StreamPosition("bin.000001", 100)),
         ChangeBatch(changes=(_up(a, max_retry=7), _up(b, priority=42)), position=StreamPosition("bin.000001", 200)),
-        ChangeBatch(changes=(RowChange(op=ChangeOp.DELETE, schema="l", table="bc_task", before=c, after=None),),
-                    position=StreamPosition("bin.000001", 300)),
+        ChangeBatch(
+            changes=(RowChange(op=ChangeOp.DELETE, schema="l", table="bc_task", before=c, after=None),),
+            position=StreamPosition("bin.000001", 300),
+        ),
     ]
     sm.apply_group(group)
     assert sm.checkpoint() == StreamPosition("bin.000001", 300)
     assert _job(env, a).max_retry == 7  # the last image of the group wins; the legacy row was never re-read
     with env.store.engine.connect() as conn:
         ledger: dict[Any, Any] = dict(conn.execute(text("SELECT source_key, status FROM dus_migration_ledger")).all())
-        field = conn.execute(text("SELECT field FROM dus_migration_ledger WHERE source_key = :k"),
-                             {"k": str(b["id"])}).scalar_one()
+        field = conn.execute(
+            text("SELECT field FROM dus_migration_ledger WHERE source_key = :k"), {"k": str(b["id"])}
+        ).scalar_one()
     assert ledger[str(b["id"])] == "quarantined" and field == "priority"  # bad image: quarantined, rest go on
     assert ledger[str(c["id"])] == "deleted"
     assert {t.state for t in env.store.triggers_of(job_code=JobCode(f"bc:{c['biz_code']}:{c['id']}"))} == {
-        TriggerState.CANCELLED}
+        TriggerState.CANCELLED
+    }
     # replaying the same group (a restart before the checkpoint moved would do that) writes nothing new
     before = sm.stats.applied
     sm.apply_group(group[:2])
@@ -74,8 +79,13 @@ def test_unselected_businesses_are_skipped_and_cut_over_ones_take_definitions_on
         conn.execute(text("UPDATE dus_business SET state = 'cutover' WHERE biz_code = :b"), {"b": bizs[1]})
     one = next(r for r in rows.values() if r["biz_code"] == bizs[0])
     cut = next(r for r in rows.values() if r["biz_code"] == bizs[1])
-    sm.apply_group([ChangeBatch(changes=(_up(one, max_retry=9), _up(cut, max_retry=9)),
-                                position=StreamPosition("bin.000001", 500))])
+    sm.apply_group(
+        [
+            ChangeBatch(
+                changes=(_up(one, max_retry=9), _up(cut, max_retry=9)), position=StreamPosition("bin.000001", 500)
+            )
+        ]
+    )
     assert _job(env, one).max_retry == 9
     assert _job(env, cut).max_retry == 9  # an edit in the legacy admin after cutover follows
     assert sm.stats.cut_over_edits >= 1
@@ -107,8 +117,13 @@ def test_an_image_of_an_altered_table_reloads_the_schema(tmp_path: Path, monkeyp
         return real(keys)
 
     monkeypatch.setattr(env.reader, "definitions_by_keys", by_keys)
-    sm.apply_group([ChangeBatch(changes=(_up({**a, "note": None}, note="x", max_retry=5),),
-                                position=StreamPosition("bin.000001", 600))])
+    sm.apply_group(
+        [
+            ChangeBatch(
+                changes=(_up({**a, "note": None}, note="x", max_retry=5),), position=StreamPosition("bin.000001", 600)
+            )
+        ]
+    )
     assert _job(env, a).max_retry == 5 and reread == []  # decoded from the image, new shape
     assert "note" in env.reader._shape("bc_task")[0]  # type: ignore[attr-defined]
     # an image written before the ALTER: the row is read as it is now
@@ -145,10 +160,19 @@ def test_bookkeeping_images_are_recognised_from_their_digest_and_not_mapped(tmp_
     def fired(row: dict[str, Any], **more: Any) -> RowChange:
         return _up({**row, "migrated": 1}, fire_time=later(row), version=row["version"] + 1, **more)
 
-    sm.apply_group([ChangeBatch(changes=(
-        fired(tick), fired(edit, max_retry=(edit["max_retry"] + 1) % 4), fired(delay),
-        _up(unflagged, fire_time=later(unflagged), migrated=0),
-    ), position=StreamPosition("bin.000001", 500))])
+    sm.apply_group(
+        [
+            ChangeBatch(
+                changes=(
+                    fired(tick),
+                    fired(edit, max_retry=(edit["max_retry"] + 1) % 4),
+                    fired(delay),
+                    _up(unflagged, fire_time=later(unflagged), migrated=0),
+                ),
+                position=StreamPosition("bin.000001", 500),
+            )
+        ]
+    )
 
     assert sm.stats.unchanged == 1
     assert str(tick["id"]) not in decided
@@ -169,8 +193,10 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     sm = StreamMigrator(env.reader, env.writer, env.migrator, "x")
     sm.snapshot(env.reader, StreamPosition("bin.000001", 4))
     with env.legacy.connect() as conn:
-        rows = [dict(r) for r in conn.execute(text("SELECT * FROM xxl_job_info WHERE trigger_status = 1 "
-                                                   "ORDER BY id")).mappings()]
+        rows = [
+            dict(r)
+            for r in conn.execute(text("SELECT * FROM xxl_job_info WHERE trigger_status = 1 ORDER BY id")).mappings()
+        ]
     job = rows[0]
     decided: list[str] = []
     plain_decide = sm.migrator.decide
@@ -182,8 +208,7 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     monkeypatch.setattr(sm.migrator, "decide", decide)
 
     def up(before: dict[str, Any], **after: Any) -> RowChange:
-        return RowChange(op=ChangeOp.UPDATE, schema="l", table="xxl_job_info", before=before,
-                         after={**before, **after})
+        return RowChange(op=ChangeOp.UPDATE, schema="l", table="xxl_job_info", before=before, after={**before, **after})
 
     fired = up(job, trigger_last_time=job["trigger_next_time"], trigger_next_time=job["trigger_next_time"] + 60_000)
     sm.apply_group([ChangeBatch(changes=(fired,), position=StreamPosition("bin.000001", 600))])
@@ -192,6 +217,8 @@ def test_xxljob_schedule_updates_are_recognised_from_their_digest(tmp_path: Path
     sm.apply_group([ChangeBatch(changes=(edited,), position=StreamPosition("bin.000001", 700))])
     assert (sm.stats.unchanged, decided) == (1, [str(job["id"])])
     with env.legacy.connect() as conn:
-        app = conn.execute(text("SELECT app_name FROM xxl_job_group WHERE id = :g"), {"g": job["job_group"]}).scalar_one()
+        app = conn.execute(
+            text("SELECT app_name FROM xxl_job_group WHERE id = :g"), {"g": job["job_group"]}
+        ).scalar_one()
     target = env.store.get_job(JobCode(f"xxl:{app}:{job['id']}"))
     assert target is not None and "p=2" in target.params

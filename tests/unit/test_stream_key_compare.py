@@ -1,6 +1,7 @@
 """The polling stream's delete detection (migrator.stream.KeyCompare / polling_batches):
 the ledger's migrated keys compared with the legacy table's, a bounded page per pass,
 round-robin, every delete found within one round."""
+
 from __future__ import annotations
 
 import threading
@@ -8,9 +9,9 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from legacy_sim.seed import seed_xxljob
 from migrator.stream import KeyCompare, StreamMigrator, polling_batches
 from readers.records import ChangeOp, SourceSystem, StreamPosition
-from legacy_sim.seed import seed_xxljob
 from readers.streams import PollingChangeStream
 from tests.migration_env import make_env
 
@@ -20,8 +21,9 @@ def _env(tmp_path: Path):  # type: ignore[no-untyped-def]
     seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=3)
     env.migrator.run()
     with env.store.engine.connect() as conn:
-        migrated = sorted(conn.execute(text(
-            "SELECT source_key FROM dus_migration_ledger WHERE status = 'migrated'")).scalars())
+        migrated = sorted(
+            conn.execute(text("SELECT source_key FROM dus_migration_ledger WHERE status = 'migrated'")).scalars()
+        )
     return env, migrated
 
 
@@ -50,8 +52,9 @@ def test_polling_batches_turn_keys_gone_from_the_table_into_deletes(tmp_path: Pa
     compare = KeyCompare(every_s=0, keys_per_pass=3)
     deleted: set[str] = set()
     sm = StreamMigrator(env.reader, env.writer, env.migrator, "poll-test")
-    for batch in polling_batches(poller, env.writer, SourceSystem.XXL_JOB, stop, interval_s=0, compare=compare,
-                                 start=StreamPosition("poll", 0)):
+    for batch in polling_batches(
+        poller, env.writer, SourceSystem.XXL_JOB, stop, interval_s=0, compare=compare, start=StreamPosition("poll", 0)
+    ):
         sm.apply(batch)
         deleted |= {str(ch.before["id"]) for ch in batch.changes if ch.op is ChangeOp.DELETE and ch.before}
         if deleted == gone or compare.passes > 20:

@@ -1,5 +1,6 @@
 """The polling change stream on SQLite: emitted once, overlap catches same-second updates,
 unchanged re-reads are silent, deletes come from full_compare."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -144,9 +145,13 @@ def test_full_compare_with_a_composite_key(tmp_path: Path) -> None:
 def test_paging_and_high_water_and_resume(db: tuple[sa.Engine, sa.Table]) -> None:
     engine, table = db
     with engine.begin() as conn:
-        conn.execute(table.insert(), [
-            {"id": i, "name": f"n{i}", "cron": "x", "update_time": T0 + timedelta(seconds=i // 10)} for i in range(95)
-        ])
+        conn.execute(
+            table.insert(),
+            [
+                {"id": i, "name": f"n{i}", "cron": "x", "update_time": T0 + timedelta(seconds=i // 10)}
+                for i in range(95)
+            ],
+        )
     stream = PollingChangeStream(engine, table="job", key_columns=["id"], batch_size=20, overlap_s=2)
     batches = stream.poll()
     assert [len(b.changes) for b in batches] == [20, 20, 20, 20, 15]
@@ -157,8 +162,9 @@ def test_paging_and_high_water_and_resume(db: tuple[sa.Engine, sa.Table]) -> Non
     assert stream.position == StreamPosition("poll", int(last.replace(tzinfo=SH).timestamp() * 1000))
     assert stream.poll() == []
     # a restarted stream re-reads only the overlap window before the high water (2 s: ids 70..94)
-    again = PollingChangeStream(engine, table="job", key_columns=["id"], batch_size=20, overlap_s=2,
-                                start=stream.position)
+    again = PollingChangeStream(
+        engine, table="job", key_columns=["id"], batch_size=20, overlap_s=2, start=stream.position
+    )
     ids = sorted(c.after["id"] for b in again.poll() for c in b.changes)  # type: ignore[index]
     assert ids == list(range(70, 95))
 

@@ -3,6 +3,7 @@ xxl-job pair `--legacy-db-tz` / `--legacy-cron-tz` (a deployment whose admin JDB
 JVM zones differ gives the same options to every command). A bad zone is a usage error
 naming the option; a split pair for a batch-center business is refused (its contract has
 one zone)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,8 +38,19 @@ def test_a_split_pair_is_taken_for_an_xxl_job_business(tmp_path: Path) -> None:
 
 def test_an_unknown_zone_names_the_option(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    r = CliRunner().invoke(cli, ["rollback", biz, "--url", str(env.store.engine.url), "--legacy-url",
-                                 str(env.legacy.url), "--legacy-cron-tz", "Nowhere/Zone"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "rollback",
+            biz,
+            "--url",
+            str(env.store.engine.url),
+            "--legacy-url",
+            str(env.legacy.url),
+            "--legacy-cron-tz",
+            "Nowhere/Zone",
+        ],
+    )
     assert r.exit_code == exitcodes.USAGE
     assert "--legacy-cron-tz" in r.output and "Nowhere/Zone" in r.output
 
@@ -46,7 +58,8 @@ def test_an_unknown_zone_names_the_option(tmp_path: Path) -> None:
 def test_a_split_pair_is_refused_for_a_batch_center_business(tmp_path: Path) -> None:
     env, _biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     BusinessRegistry(env.store).ensure("bc-biz", "batch-center")
-    r = CliRunner().invoke(cli, ["cutover", "bc-biz", "--url", str(env.store.engine.url), "--legacy-url",
-                                 str(env.legacy.url), *SPLIT])
+    r = CliRunner().invoke(
+        cli, ["cutover", "bc-biz", "--url", str(env.store.engine.url), "--legacy-url", str(env.legacy.url), *SPLIT]
+    )
     assert r.exit_code == exitcodes.USAGE
     assert "one zone" in r.output and "--legacy-tz" in r.output

@@ -2,6 +2,7 @@
 through the store's port and the core's own modules (scheduler_core.store.reads,
 .definitions, .fastpath), the migrator's and dual-run's are defined in their packages,
 and `db init` creates every package's tables once."""
+
 from __future__ import annotations
 
 import ast
@@ -44,12 +45,21 @@ def test_no_package_outside_the_core_touches_the_core_tables() -> None:
     for rel, tree in _sources():
         for node in ast.walk(tree):
             # <anything>.t.<a core table>: the concrete store's table set
-            if (isinstance(node, ast.Attribute) and node.attr in CORE_TABLES and isinstance(node.value, ast.Attribute)
-                    and node.value.attr == "t"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in CORE_TABLES
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "t"
+            ):
                 found.append(f"{rel}:{node.lineno}: .t.{node.attr}")
             # <something>store.engine: the trigger store's engine, outside the one seam
-            if (isinstance(node, ast.Attribute) and node.attr == "engine" and _name(node.value).endswith("store")
-                    and rel not in ENGINE_FROM_STORE and not _disposes(tree, node)):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "engine"
+                and _name(node.value).endswith("store")
+                and rel not in ENGINE_FROM_STORE
+                and not _disposes(tree, node)
+            ):
                 found.append(f"{rel}:{node.lineno}: {_name(node.value)}.engine")
             if isinstance(node, ast.ImportFrom) and node.module == "scheduler_core.store.schema":
                 names = {a.name for a in node.names}
@@ -68,9 +78,15 @@ def _disposes(tree: ast.AST, engine: ast.Attribute) -> bool:
 
 def test_the_checker_sees_a_core_table_reached_from_outside() -> None:
     tree = ast.parse("def f(store):\n    with store.engine.connect() as c:\n        return store.t.trigger\n")
-    hits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and (
-        (n.attr in CORE_TABLES and isinstance(n.value, ast.Attribute) and n.value.attr == "t")
-        or (n.attr == "engine" and _name(n.value).endswith("store") and not _disposes(tree, n)))]
+    hits = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and (
+            (n.attr in CORE_TABLES and isinstance(n.value, ast.Attribute) and n.value.attr == "t")
+            or (n.attr == "engine" and _name(n.value).endswith("store") and not _disposes(tree, n))
+        )
+    ]
     assert len(hits) == 2
 
 
@@ -78,8 +94,13 @@ def test_the_migrators_and_dual_runs_tables_are_theirs_and_not_the_cores() -> No
     core = set(build_tables("sqlite").metadata.tables)
     mine = set(migrator_tables().metadata.tables)
     dual = set(dualrun_tables().metadata.tables)
-    assert mine == {"dus_migration_ledger", "dus_stream_checkpoint", "dus_business", "dus_cutover_audit",
-                    "dus_legacy_hold"}
+    assert mine == {
+        "dus_migration_ledger",
+        "dus_stream_checkpoint",
+        "dus_business",
+        "dus_cutover_audit",
+        "dus_legacy_hold",
+    }
     assert dual == {"dus_comparison"}
     assert not core & mine and not core & dual and not mine & dual
     assert {t for md in package_metadata() for t in md.tables} == mine | dual
@@ -87,8 +108,11 @@ def test_the_migrators_and_dual_runs_tables_are_theirs_and_not_the_cores() -> No
 
 def test_dual_runs_view_of_the_migration_records_names_real_columns() -> None:
     own = migrator_tables()
-    for view, table in ((MigrationView.business, own.business), (MigrationView.ledger, own.ledger),
-                        (MigrationView.audit, own.audit)):
+    for view, table in (
+        (MigrationView.business, own.business),
+        (MigrationView.ledger, own.ledger),
+        (MigrationView.audit, own.audit),
+    ):
         assert view.name == table.name
         missing = {c.name for c in view.c} - {c.name for c in table.c}
         assert not missing, f"{view.name}: dual-run reads columns the migrator does not define: {missing}"

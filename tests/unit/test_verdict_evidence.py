@@ -3,6 +3,7 @@ recurring job must have enough expected fires in it, or the verdict is not ready
 cutover gate refuses, saying which job, how many fires and what window. A shadow-mode
 "ready" carries the warning that success rate was not compared: in the report, the gate's
 refusal and acceptance, and the JSON of `dualrun compare` and of `cutover`."""
+
 from __future__ import annotations
 
 import importlib
@@ -75,6 +76,7 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
 
 # --- a short window ---------------------------------------------------------------------
 
+
 def test_a_window_shorter_than_the_minimum_is_not_ready_and_says_how_short(tmp_path: Path) -> None:
     c = _short_window(tmp_path)
     assert c.verdict is Verdict.NOT_READY
@@ -83,13 +85,17 @@ def test_a_window_shorter_than_the_minimum_is_not_ready_and_says_how_short(tmp_p
     assert [ch.code for ch in c.checks if not ch.passed and not ch.skipped] == ["window"]
     assert c.reasons == (
         "the compared window 2026-12-02 07:40:00Z .. 2026-12-02 08:00:00Z is 20 min long, shorter than the minimum "
-        "of 30 min (min_window): too little evidence for a verdict",)
+        "of 30 min (min_window): too little evidence for a verdict",
+    )
 
 
 def test_the_gate_refuses_a_short_window_verdict_with_the_reason(tmp_path: Path) -> None:
     sw, biz = _switch(tmp_path, _short_window(tmp_path / "c"))
-    with pytest.raises(TransitionRefused, match=r"latest verdict is not ready: the compared window .* is 20 min "
-                                                r"long, shorter than the minimum of 30 min"):
+    with pytest.raises(
+        TransitionRefused,
+        match=r"latest verdict is not ready: the compared window .* is 20 min "
+        r"long, shorter than the minimum of 30 min",
+    ):
         sw.cutover(biz, actor="ops")
 
 
@@ -103,21 +109,27 @@ def test_a_lowered_minimum_window_passes_with_a_warning(tmp_path: Path) -> None:
 
 # --- too few fires per job --------------------------------------------------------------
 
+
 def test_too_few_expected_fires_of_a_job_is_not_ready_and_names_the_job(tmp_path: Path) -> None:
     c = _sparse_job(tmp_path)
     assert c.verdict is Verdict.NOT_READY
     assert [ch.code for ch in c.checks if not ch.passed and not ch.skipped] == ["fires_per_job"]
     (reason,) = c.reasons
-    assert reason == ("1 of 2 recurring job(s) have fewer than 10 expected fires in the 1 h window "
-                      "2026-12-02 07:00:00Z .. 2026-12-02 08:00:00Z (min_fires_per_job): too little evidence per "
-                      "job: job xxl:reminder:13 has 6")
+    assert reason == (
+        "1 of 2 recurring job(s) have fewer than 10 expected fires in the 1 h window "
+        "2026-12-02 07:00:00Z .. 2026-12-02 08:00:00Z (min_fires_per_job): too little evidence per "
+        "job: job xxl:reminder:13 has 6"
+    )
     assert "xxl:reminder:12" not in reason  # 360 expected fires: enough
 
 
 def test_the_gate_refuses_too_few_fires_per_job_naming_the_job(tmp_path: Path) -> None:
     sw, biz = _switch(tmp_path, _sparse_job(tmp_path / "c"))
-    with pytest.raises(TransitionRefused, match=r"fewer than 10 expected fires in the 1 h window .*job "
-                                                r"xxl:reminder:13 has 6"):
+    with pytest.raises(
+        TransitionRefused,
+        match=r"fewer than 10 expected fires in the 1 h window .*job "
+        r"xxl:reminder:13 has 6",
+    ):
         sw.cutover(biz, actor="ops")
 
 
@@ -130,8 +142,9 @@ def test_many_short_jobs_are_listed_one_per_line(tmp_path: Path) -> None:
     c = s.compare()
     check = _check(c, "fires_per_job")
     assert not check.passed and check.sentence.startswith("5 of 5 recurring job(s) have fewer than 10")
-    assert check.details == tuple(f"job xxl:reminder:{20 + n}: 6 expected fire(s) in the window, need 10"
-                                  for n in range(5))
+    assert check.details == tuple(
+        f"job xxl:reminder:{20 + n}: 6 expected fire(s) in the window, need 10" for n in range(5)
+    )
     assert set(check.details) <= set(c.reasons)
 
 
@@ -141,16 +154,32 @@ def test_stopped_and_one_shot_jobs_need_no_fires(tmp_path: Path) -> None:
     c = s.compare()
     assert c.verdict is Verdict.READY, c.reasons
     assert _check(c, "fires_per_job").sentence.startswith(
-        "every recurring job has at least 10 expected fires in the 1 h window")
+        "every recurring job has at least 10 expected fires in the 1 h window"
+    )
 
 
 # --- the command line -------------------------------------------------------------------
 
+
 def _compare_args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
     iso = lambda at: at.astimezone(timezone.utc).isoformat()  # noqa: E731
-    return ["dualrun", "compare", "--business", s.business, "--source", s.source.value, "--legacy-url", "sqlite://",
-            "--url", f"sqlite:///{tmp_path / 'store.db'}", "--since", iso(s.current.start), "--until",
-            iso(s.current.end), *extra]
+    return [
+        "dualrun",
+        "compare",
+        "--business",
+        s.business,
+        "--source",
+        s.source.value,
+        "--legacy-url",
+        "sqlite://",
+        "--url",
+        f"sqlite:///{tmp_path / 'store.db'}",
+        "--since",
+        iso(s.current.start),
+        "--until",
+        iso(s.current.end),
+        *extra,
+    ]
 
 
 def _patched_reader(monkeypatch: pytest.MonkeyPatch, s: Scenario) -> None:
@@ -185,6 +214,7 @@ def test_compare_options_override_the_thresholds_file(tmp_path: Path, monkeypatc
 
 # --- shadow mode: success rate not compared ---------------------------------------------
 
+
 def test_a_shadow_ready_verdict_warns_that_success_rate_was_not_compared(tmp_path: Path) -> None:
     s = _shadow_ready(tmp_path)
     c = s.compare(source=None)
@@ -201,8 +231,10 @@ def test_the_shadow_warning_is_in_every_report_form(tmp_path: Path) -> None:
     assert f"**Before cutover:** {SHADOW_WARNING}" in render_report(content, "md")
     assert f"<b>Before cutover:</b> {SHADOW_WARNING}" in render_report(content, "html")
     for fmt in ("md", "html"):  # and the verdict's own line does not claim every check passed
-        assert ("Ready: every check of timing and volume passed against the legacy side and its A/A noise baseline "
-                "(shadow mode: success rate was not compared).") in render_report(content, fmt)
+        assert (
+            "Ready: every check of timing and volume passed against the legacy side and its A/A noise baseline "
+            "(shadow mode: success rate was not compared)."
+        ) in render_report(content, fmt)
 
 
 def test_the_gate_says_the_shadow_warning_when_it_accepts_and_when_it_refuses(tmp_path: Path) -> None:
@@ -246,17 +278,33 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     command = importlib.import_module("switchyard.cli.cutover")
     # the command runs on the system clock: settle at once instead of waiting out xxl-job's
     # pre-read window for real (nothing runs the legacy side here)
-    monkeypatch.setattr(command, "legacy_control", lambda source, url, clock, tz: XxlJobControl(
-        make_engine(url), clock, settle=timedelta(0)))
+    monkeypatch.setattr(
+        command,
+        "legacy_control",
+        lambda source, url, clock, tz: XxlJobControl(make_engine(url), clock, settle=timedelta(0)),
+    )
     c = _shadow_ready(tmp_path / "c").compare(source=None)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=6)
     clock = env.migrator.clock
     BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=True, actor="ops")
     put_comparison(env.store, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
-    result = CliRunner().invoke(cli, ["cutover", biz, "--url", f"sqlite:///{tmp_path / 't.db'}", "--legacy-url",
-                                      f"sqlite:///{tmp_path / 'xxl.db'}", "--actor", "ops", "--reason", "go",
-                                      "--json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "cutover",
+            biz,
+            "--url",
+            f"sqlite:///{tmp_path / 't.db'}",
+            "--legacy-url",
+            f"sqlite:///{tmp_path / 'xxl.db'}",
+            "--actor",
+            "ops",
+            "--reason",
+            "go",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     body = json.loads(result.output.strip().splitlines()[-1])
     assert body["to_state"] == "cutover" and SHADOW_WARNING in body["warnings"]

@@ -2,6 +2,7 @@
 election and registry, system clock): a trigger added due soon is admitted at once by its
 partition's loop, not after the loop's idle wait, which these tests set far longer than
 anything they wait for."""
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,9 @@ from scheduler_core.wakeup import LocalWakeups, notify_added, partitions_to_wake
 PARTITIONS = 4
 # the loops' wait when idle: far longer than any wait below, so only a wake-up admits in time
 IDLE = timedelta(seconds=120)
-SETTINGS = SchedulerSettings(idle_wait=IDLE, max_wait=IDLE, jitter=timedelta(0), busy_wait=IDLE,
-                             reclaim_interval=timedelta(seconds=60))
+SETTINGS = SchedulerSettings(
+    idle_wait=IDLE, max_wait=IDLE, jitter=timedelta(0), busy_wait=IDLE, reclaim_interval=timedelta(seconds=60)
+)
 BOUND_S = 30.0  # how long a test waits for what it expects: a quarter of the idle wait
 
 
@@ -45,9 +47,16 @@ class Embedded:
     job: Job
 
     def add(self, due_in_s: float) -> Trigger:
-        (t,) = self.store.add_triggers([Trigger(job_code=self.job.job_code, biz_code=self.job.biz_code,
-                                                kind=TriggerKind.ONCE,
-                                                next_fire_at=self.store.clock.now() + timedelta(seconds=due_in_s))])
+        (t,) = self.store.add_triggers(
+            [
+                Trigger(
+                    job_code=self.job.job_code,
+                    biz_code=self.job.biz_code,
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=self.store.clock.now() + timedelta(seconds=due_in_s),
+                )
+            ]
+        )
         return t
 
     def state(self, t: Trigger) -> TriggerState:
@@ -88,8 +97,9 @@ def test_the_partitions_woken_are_the_new_triggers_due_within_the_horizon() -> N
     soon, far = now + timedelta(seconds=1), now + timedelta(hours=1)
     sooner = now + timedelta(milliseconds=300)
     got = partitions_to_wake([_t(5, soon), _t(6, soon), _t(10, sooner), _t(7, far)], 4, now)
-    assert got == {1: to_ms(soon), 2: to_ms(sooner)}, \
+    assert got == {1: to_ms(soon), 2: to_ms(sooner)}, (
         "id mod the partition count, the earliest T of each; 7 is due past the horizon"
+    )
     assert partitions_to_wake([_t(9, soon)], 1, now) == {0: to_ms(soon)}, "an unpartitioned table is one slice"
 
 
@@ -155,16 +165,23 @@ def _start(run: Callable[[threading.Event], None]) -> tuple[threading.Event, thr
 
 
 def test_the_leader_admits_a_trigger_due_soon_at_once_not_after_its_idle_wait(embedded: Embedded) -> None:
-    sched = Scheduler(embedded.store, embedded.bus, LocalElection(LocalElectionGroup(embedded.store.clock)),
-                      embedded.store.clock, SETTINGS, consume_results=False)
+    sched = Scheduler(
+        embedded.store,
+        embedded.bus,
+        LocalElection(LocalElectionGroup(embedded.store.clock)),
+        embedded.store.clock,
+        SETTINGS,
+        consume_results=False,
+    )
     stop, th = _start(sched.run)
     try:
         # every loop has ticked once and found nothing: each now waits IDLE
         assert _wait(lambda: sched.status.stats.ticks >= PARTITIONS)
         triggers = [embedded.add(0.2) for _ in range(PARTITIONS * 2)]
         started = time.monotonic()
-        assert _wait(lambda: all(embedded.state(t) is not TriggerState.WAITING for t in triggers)), \
+        assert _wait(lambda: all(embedded.state(t) is not TriggerState.WAITING for t in triggers)), (
             "a trigger due soon waited for its loop's idle wait"
+        )
         took = time.monotonic() - started
         assert took < IDLE.total_seconds() / 4
         assert _wait(lambda: sched.status.stats.fired == len(triggers)), "admitted, then fired at T"
@@ -178,8 +195,14 @@ def test_without_wakeups_the_same_trigger_waits_for_the_idle_wait(embedded: Embe
     """The control of the test above: the same set-up with the store's wake-ups off
     leaves the trigger waiting (it would be admitted IDLE after the last tick)."""
     embedded.store.wakeups = None
-    sched = Scheduler(embedded.store, embedded.bus, LocalElection(LocalElectionGroup(embedded.store.clock)),
-                      embedded.store.clock, SETTINGS, consume_results=False)
+    sched = Scheduler(
+        embedded.store,
+        embedded.bus,
+        LocalElection(LocalElectionGroup(embedded.store.clock)),
+        embedded.store.clock,
+        SETTINGS,
+        consume_results=False,
+    )
     stop, th = _start(sched.run)
     try:
         assert _wait(lambda: sched.status.stats.ticks >= PARTITIONS)
@@ -197,12 +220,20 @@ def test_only_the_owner_of_the_triggers_partition_is_woken(embedded: Embedded) -
     """Two shard-registry members: a trigger's wake-up wakes the loop of its partition on
     the member that owns it, and no loop of the other member."""
     group = LocalRegistryGroup(embedded.store.clock, timedelta(seconds=10))
-    members = [ShardedScheduler(embedded.store, embedded.bus, LocalRegistry(group, name), embedded.store.clock,
-                                SETTINGS, consume=False) for name in ("m1", "m2")]
+    members = [
+        ShardedScheduler(
+            embedded.store, embedded.bus, LocalRegistry(group, name), embedded.store.clock, SETTINGS, consume=False
+        )
+        for name in ("m1", "m2")
+    ]
     runs = [_start(m.run) for m in members]
     try:
-        assert _wait(lambda: sorted(p for m in members for p in m.status.owned) == list(range(PARTITIONS))
-                     and all(m.status.owned for m in members)), "the members split the partitions"
+        assert _wait(
+            lambda: (
+                sorted(p for m in members for p in m.status.owned) == list(range(PARTITIONS))
+                and all(m.status.owned for m in members)
+            )
+        ), "the members split the partitions"
         assert _wait(lambda: sum(m.core.stats.ticks for m in members) >= PARTITIONS)
         loops = {i: (m, o.loop) for m in members for i, o in m._owned.items()}
         before = {i: lp.wakeups for i, (_, lp) in loops.items()}

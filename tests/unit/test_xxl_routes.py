@@ -1,5 +1,6 @@
 """xxl-job's route strategies (scheduler_core.executor.xxl_routes) against the rules of
 the admin's ExecutorRoute* classes."""
+
 from __future__ import annotations
 
 import random

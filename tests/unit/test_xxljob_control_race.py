@@ -10,6 +10,7 @@ will not fire: every occurrence before H was fired by legacy, none at or after H
 The control waits on its clock; here the clock is the simulated admin's, so while the
 control waits the admin runs on (scans, ring, triggers), as it would in real time.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,6 +27,7 @@ from sqlalchemy.pool import StaticPool
 from dualrun.boundary import Switch, check_boundary
 from dualrun.model import Window
 from legacy_sim import XxlJobSimulator
+from legacy_sim.seed import seed_xxljob
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
@@ -33,21 +35,20 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
-from legacy_sim.seed import seed_xxljob
 from readers.xxljob.control import read_trigger_state
 from readers.xxljob.reader import XxlJobReader
-from scheduler_core.cron import CronExpression
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
+from scheduler_core.cron import CronExpression
 from scheduler_core.executor import Executor, HandlerResult
 from scheduler_core.model import Epoch
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
 
 UTC = timezone.utc
 T0 = datetime(2026, 12, 2, 6, 0, 0, tzinfo=UTC)  # 14:00:00 in Asia/Shanghai
@@ -81,16 +82,37 @@ def _xxl_24(jobs: dict[int, str], first: datetime) -> Engine:
     create_legacy_schema(engine, "xxl-job", "2.4")
     md = xxljob_metadata("2.4")
     with engine.begin() as conn:
-        conn.execute(md.tables["xxl_job_group"].insert().values(
-            id=1, app_name="app-1", title="app 1", address_type=0, address_list="http://10.0.0.1:9999/"))
+        conn.execute(
+            md.tables["xxl_job_group"]
+            .insert()
+            .values(id=1, app_name="app-1", title="app 1", address_type=0, address_list="http://10.0.0.1:9999/")
+        )
         for job_id, cron in jobs.items():
-            conn.execute(md.tables["xxl_job_info"].insert().values(
-                id=job_id, job_group=1, job_desc=f"job {job_id}", author="t", executor_route_strategy="FIRST",
-                executor_handler=f"handler{job_id}", executor_param="", executor_block_strategy="SERIAL_EXECUTION",
-                executor_timeout=0, executor_fail_retry_count=0, glue_type="BEAN",
-                glue_updatetime=datetime(2026, 12, 2, 9, 0), child_jobid="", trigger_status=1, trigger_last_time=0,
-                trigger_next_time=_occurrences(cron, first, first + timedelta(days=1))[0], schedule_type="CRON",
-                schedule_conf=cron, misfire_strategy="DO_NOTHING"))
+            conn.execute(
+                md.tables["xxl_job_info"]
+                .insert()
+                .values(
+                    id=job_id,
+                    job_group=1,
+                    job_desc=f"job {job_id}",
+                    author="t",
+                    executor_route_strategy="FIRST",
+                    executor_handler=f"handler{job_id}",
+                    executor_param="",
+                    executor_block_strategy="SERIAL_EXECUTION",
+                    executor_timeout=0,
+                    executor_fail_retry_count=0,
+                    glue_type="BEAN",
+                    glue_updatetime=datetime(2026, 12, 2, 9, 0),
+                    child_jobid="",
+                    trigger_status=1,
+                    trigger_last_time=0,
+                    trigger_next_time=_occurrences(cron, first, first + timedelta(days=1))[0],
+                    schedule_type="CRON",
+                    schedule_conf=cron,
+                    misfire_strategy="DO_NOTHING",
+                )
+            )
     return engine
 
 
@@ -112,7 +134,8 @@ def race_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixt
 
 @pytest.mark.parametrize("races", [True, False], ids=["2.4.2-race", "2.5-no-race"])
 def test_a_stop_lost_to_a_scan_is_stopped_again_and_nothing_fires_from_the_handover(
-        races: bool, race_log: pytest.LogCaptureFixture) -> None:
+    races: bool, race_log: pytest.LogCaptureFixture
+) -> None:
     engine = _xxl_24({1: "0 * * * * ?"}, first=at(14, 1))
     clock = ManualClock(T0)
     sim = XxlJobSimulator(engine, lineage="2.4", clock=clock, stop_races_scan=races)
@@ -145,7 +168,8 @@ def test_a_stop_lost_to_a_scan_is_stopped_again_and_nothing_fires_from_the_hando
 
 @pytest.mark.parametrize("stop_at_s", range(30, 60, 3))
 def test_the_settled_next_time_is_the_first_occurrence_legacy_will_not_fire(
-        stop_at_s: int, race_log: pytest.LogCaptureFixture) -> None:
+    stop_at_s: int, race_log: pytest.LogCaptureFixture
+) -> None:
     """Every phase of the stop against the scan cadence and the pre-read window, for jobs
     due at different seconds: the contract holds whether or not the stop was lost."""
     crons = {1: "0 * * * * ?", 2: "20 * * * * ?", 3: "*/15 * * * * ?", 4: "58 * * * * ?"}
@@ -222,17 +246,32 @@ def _advance(clock: ManualClock, span: timedelta, sim: XxlJobSimulator, side: An
 
 @pytest.mark.parametrize("shadow", [False, True], ids=["live", "shadow"])
 def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_clean_boundary(
-        tmp_path: Path, shadow: bool, race_log: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, shadow: bool, race_log: pytest.LogCaptureFixture
+) -> None:
     clock = ManualClock(START)
     legacy = make_engine(f"sqlite:///{tmp_path / 'xxl.db'}")
     create_legacy_schema(legacy, "xxl-job", "2.4")
-    seed_xxljob(legacy, "2.4", groups=1, jobs_per_group=8, bad_rows=0, malformed_crons=0, executors_per_group=1,
-                rng_seed=3, base_time=START)
+    seed_xxljob(
+        legacy,
+        "2.4",
+        groups=1,
+        jobs_per_group=8,
+        bad_rows=0,
+        malformed_crons=0,
+        executors_per_group=1,
+        rng_seed=3,
+        base_time=START,
+    )
     first = to_ms(START + timedelta(minutes=1))
     with legacy.begin() as conn:  # minute-scale schedules, all running, due on whole minutes
-        conn.execute(text("UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0 * * * * ?', "
-                          "trigger_status = 1, trigger_next_time = :t, glue_type = 'BEAN', misfire_strategy = "
-                          "'DO_NOTHING'"), {"t": first})
+        conn.execute(
+            text(
+                "UPDATE xxl_job_info SET schedule_type = 'CRON', schedule_conf = '0 * * * * ?', "
+                "trigger_status = 1, trigger_next_time = :t, glue_type = 'BEAN', misfire_strategy = "
+                "'DO_NOTHING'"
+            ),
+            {"t": first},
+        )
     sim = XxlJobSimulator(legacy, lineage="2.4", clock=clock, stop_races_scan=True)
     target = make_engine(f"sqlite:///{tmp_path / 't.db'}")
     init_schema(target, 4)
@@ -248,8 +287,14 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     ex = Executor(bus, biz, clock=clock)
     ex.handler()(lambda ctx: HandlerResult(ok=True))
     store.claim_epoch(Epoch(1))
-    core = SchedulerCore(store, bus, clock, Epoch(1), SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0),
-                                                                         jitter=timedelta(0)), inline=True)
+    core = SchedulerCore(
+        store,
+        bus,
+        clock,
+        Epoch(1),
+        SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0)),
+        inline=True,
+    )
     side = (core, ex, ResultConsumer(bus, store, core.metrics))
     dual_start = clock.now()
     _advance(clock, timedelta(minutes=5), sim, side)
@@ -270,8 +315,14 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     _advance(clock, timedelta(minutes=10), sim, side)
     handover = datetime.fromisoformat(next(iter(rep.handover.values())))
     assert all(f.scheduled_ms < to_ms(handover) for f in sim.fired), "a legacy fire at or after the handover"
-    check = check_boundary(store, reader, biz, [Switch(rep.handover, to_new=True, at=cut_at)],
-                           window=Window(start=dual_start, end=clock.now() - timedelta(minutes=1)), now=clock.now())
+    check = check_boundary(
+        store,
+        reader,
+        biz,
+        [Switch(rep.handover, to_new=True, at=cut_at)],
+        window=Window(start=dual_start, end=clock.now() - timedelta(minutes=1)),
+        now=clock.now(),
+    )
     assert check.owned > 0
     assert check.clean, "\n".join(map(str, check.issues[:20]))
     ex.close()

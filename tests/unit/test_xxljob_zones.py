@@ -4,6 +4,7 @@ admin JVM's zone (issue 16, "Time zones").
 The expected fire times here are computed with the calendar module, not with the cron
 code under test: `0 15 10 ? * 6L` is 10:15 on the last Friday of each month.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -17,14 +18,14 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from migrator.mapping import MappingOptions, Mapped, map_definition
+from migrator.mapping import Mapped, MappingOptions, map_definition
 from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
 from readers.timezones import LegacyZones
 from readers.xxljob import XxlJobReader
 from scheduler_core.occurrences import next_after
-from switchyard.schema import init_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
+from switchyard.schema import init_schema
 from switchyard.settings import legacy_zones
 from switchyard.wiring import legacy_reader
 
@@ -63,32 +64,72 @@ def _insert(engine: Engine, table: str, *rows: dict[str, Any]) -> None:
 def _seed(engine: Engine, db_zone: ZoneInfo, *, next_fire: datetime, glue: bool = False) -> None:
     """One group (its registry beat 10 s ago), one 6L job and one log row, every DATETIME
     written as wall time of `db_zone`, as the admin's JDBC connection writes it."""
+
     def wall(at: datetime) -> datetime:
         return at.astimezone(db_zone).replace(tzinfo=None)
 
-    _insert(engine, "xxl_job_group", {"id": 1, "app_name": "sop", "title": "SOP", "address_type": 0,
-                                      "address_list": None, "update_time": wall(NOW)})
-    _insert(engine, "xxl_job_registry", {"registry_group": "EXECUTOR", "registry_key": "sop",
-                                         "registry_value": "http://127.0.0.1:9999/",
-                                         "update_time": wall(NOW - timedelta(seconds=10))})
-    _insert(engine, "xxl_job_info", {
-        "id": 7, "job_group": 1, "job_desc": "month end", "schedule_type": "CRON", "schedule_conf": CRON_6L,
-        "misfire_strategy": "DO_NOTHING", "executor_route_strategy": "FIRST",
-        "executor_handler": "" if glue else "monthEnd", "executor_param": "", "executor_block_strategy":
-        "SERIAL_EXECUTION", "executor_timeout": 0, "executor_fail_retry_count": 0,
-        "glue_type": "GLUE_SHELL" if glue else "BEAN", "glue_source": "echo v1" if glue else "",
-        "glue_updatetime": wall(datetime(2026, 12, 1, 0, 0, tzinfo=UTC)), "add_time": wall(NOW),
-        "update_time": wall(NOW), "trigger_status": 1, "trigger_last_time": 0,
-        "trigger_next_time": int(next_fire.timestamp() * 1000)})
-    _insert(engine, "xxl_job_log", {
-        "job_group": 1, "job_id": 7, "executor_address": "http://127.0.0.1:9999/", "executor_fail_retry_count": 0,
-        "trigger_time": wall(datetime(2026, 11, 27, 10, 15, tzinfo=UTC)), "trigger_code": 200, "trigger_msg": "",
-        "handle_time": wall(datetime(2026, 11, 27, 10, 15, 2, tzinfo=UTC)), "handle_code": 200})
+    _insert(
+        engine,
+        "xxl_job_group",
+        {"id": 1, "app_name": "sop", "title": "SOP", "address_type": 0, "address_list": None, "update_time": wall(NOW)},
+    )
+    _insert(
+        engine,
+        "xxl_job_registry",
+        {
+            "registry_group": "EXECUTOR",
+            "registry_key": "sop",
+            "registry_value": "http://127.0.0.1:9999/",
+            "update_time": wall(NOW - timedelta(seconds=10)),
+        },
+    )
+    _insert(
+        engine,
+        "xxl_job_info",
+        {
+            "id": 7,
+            "job_group": 1,
+            "job_desc": "month end",
+            "schedule_type": "CRON",
+            "schedule_conf": CRON_6L,
+            "misfire_strategy": "DO_NOTHING",
+            "executor_route_strategy": "FIRST",
+            "executor_handler": "" if glue else "monthEnd",
+            "executor_param": "",
+            "executor_block_strategy": "SERIAL_EXECUTION",
+            "executor_timeout": 0,
+            "executor_fail_retry_count": 0,
+            "glue_type": "GLUE_SHELL" if glue else "BEAN",
+            "glue_source": "echo v1" if glue else "",
+            "glue_updatetime": wall(datetime(2026, 12, 1, 0, 0, tzinfo=UTC)),
+            "add_time": wall(NOW),
+            "update_time": wall(NOW),
+            "trigger_status": 1,
+            "trigger_last_time": 0,
+            "trigger_next_time": int(next_fire.timestamp() * 1000),
+        },
+    )
+    _insert(
+        engine,
+        "xxl_job_log",
+        {
+            "job_group": 1,
+            "job_id": 7,
+            "executor_address": "http://127.0.0.1:9999/",
+            "executor_fail_retry_count": 0,
+            "trigger_time": wall(datetime(2026, 11, 27, 10, 15, tzinfo=UTC)),
+            "trigger_code": 200,
+            "trigger_msg": "",
+            "handle_time": wall(datetime(2026, 11, 27, 10, 15, 2, tzinfo=UTC)),
+            "handle_code": 200,
+        },
+    )
 
 
 @pytest.mark.parametrize(("db_zone", "cron_zone"), [("Asia/Shanghai", "UTC"), ("UTC", "Asia/Shanghai")])
-def test_datetimes_read_in_the_db_zone_and_crons_run_in_the_cron_zone(tmp_path: Path, db_zone: str,
-                                                                      cron_zone: str) -> None:
+def test_datetimes_read_in_the_db_zone_and_crons_run_in_the_cron_zone(
+    tmp_path: Path, db_zone: str, cron_zone: str
+) -> None:
     engine, _ = _legacy(tmp_path / "xxl.db")
     admin_next = last_fridays_at_1015(ZoneInfo(cron_zone), NOW, 1)[0]  # the admin's "next trigger time"
     _seed(engine, ZoneInfo(db_zone), next_fire=admin_next)
@@ -168,8 +209,17 @@ def test_glue_updatetime_is_the_instant_in_the_db_zone(tmp_path: Path) -> None:
 
 
 def _plan(legacy_url: str, target_url: str, *zone_args: str, as_json: bool) -> Any:
-    args = ["migrate", "plan", "--source", "xxl-job", "--legacy-url", legacy_url, "--target-url", target_url,
-            *zone_args] + (["--json"] if as_json else [])
+    args = [
+        "migrate",
+        "plan",
+        "--source",
+        "xxl-job",
+        "--legacy-url",
+        legacy_url,
+        "--target-url",
+        target_url,
+        *zone_args,
+    ] + (["--json"] if as_json else [])
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.output.strip().splitlines()[-1]) if as_json else result.output
@@ -222,9 +272,23 @@ def test_plan_table_shows_the_fires_and_warns_of_a_wrong_cron_zone(tmp_path: Pat
 
 
 def test_split_zones_are_refused_for_the_batch_center_on_the_command_line(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["migrate", "plan", "--source", "batch-center", "--legacy-url",
-                                      f"sqlite:///{tmp_path / 'bc.db'}", "--target-url", f"sqlite:///{tmp_path / 't.db'}",
-                                      "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "migrate",
+            "plan",
+            "--source",
+            "batch-center",
+            "--legacy-url",
+            f"sqlite:///{tmp_path / 'bc.db'}",
+            "--target-url",
+            f"sqlite:///{tmp_path / 't.db'}",
+            "--legacy-db-tz",
+            "Asia/Shanghai",
+            "--legacy-cron-tz",
+            "UTC",
+        ],
+    )
     assert result.exit_code == 2 and "one zone" in result.output, result.output
 
 
@@ -259,8 +323,10 @@ def _edit_glue(engine: Engine, source: str, at: datetime) -> None:
     from sqlalchemy import text
 
     with engine.begin() as conn:  # what the admin's GLUE IDE does: new source, new glue_updatetime (db zone)
-        conn.execute(text("UPDATE xxl_job_info SET glue_source = :s, glue_updatetime = :t WHERE id = 7"),
-                     {"s": source, "t": at.astimezone(SHANGHAI).replace(tzinfo=None).isoformat(sep=" ")})
+        conn.execute(
+            text("UPDATE xxl_job_info SET glue_source = :s, glue_updatetime = :t WHERE id = 7"),
+            {"s": source, "t": at.astimezone(SHANGHAI).replace(tzinfo=None).isoformat(sep=" ")},
+        )
 
 
 def test_a_glue_edit_after_migration_changes_the_params_on_a_re_run(tmp_path: Path) -> None:
@@ -292,8 +358,12 @@ def test_a_glue_edit_reaches_the_params_through_the_change_stream(tmp_path: Path
     _edit_glue(engine, "echo v2", edited)
     with engine.connect() as conn:  # the row image the stream hands on (every column)
         image = dict(conn.execute(text("SELECT * FROM xxl_job_info WHERE id = 7")).mappings().one())
-    sm.apply(ChangeBatch(changes=(RowChange(op=ChangeOp.UPDATE, schema="main", table="xxl_job_info", before=None,
-                                            after=image),), position=StreamPosition("poll", 1)))
+    sm.apply(
+        ChangeBatch(
+            changes=(RowChange(op=ChangeOp.UPDATE, schema="main", table="xxl_job_info", before=None, after=image),),
+            position=StreamPosition("poll", 1),
+        )
+    )
     assert sm.stats.applied == 1
     v2 = _glue_params(store)
     assert (v2["glue_source"], v2["glue_updatetime"]) == ("echo v2", int(edited.timestamp() * 1000))
@@ -316,14 +386,30 @@ def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypat
         return s.reader()
 
     monkeypatch.setattr(cli_dualrun, "open_reader", reader)
-    base = ["dualrun", "compare", "--business", s.business, "--source", s.source.value, "--legacy-url", "sqlite://",
-            "--url", f"sqlite:///{tmp_path / 'store.db'}", "--since", s.current.start.isoformat(), "--until",
-            s.current.end.isoformat()]
+    base = [
+        "dualrun",
+        "compare",
+        "--business",
+        s.business,
+        "--source",
+        s.source.value,
+        "--legacy-url",
+        "sqlite://",
+        "--url",
+        f"sqlite:///{tmp_path / 'store.db'}",
+        "--since",
+        s.current.start.isoformat(),
+        "--until",
+        s.current.end.isoformat(),
+    ]
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "UTC"])
     CliRunner().invoke(cli, base)
-    assert got == [LegacyZones("Asia/Shanghai", "UTC"), LegacyZones("UTC", "UTC"),
-                   LegacyZones("Asia/Shanghai", "Asia/Shanghai")]
+    assert got == [
+        LegacyZones("Asia/Shanghai", "UTC"),
+        LegacyZones("UTC", "UTC"),
+        LegacyZones("Asia/Shanghai", "Asia/Shanghai"),
+    ]
 
 
 def test_the_cutover_hands_over_at_the_admins_next_time_and_later_fires_follow_the_cron_zone(tmp_path: Path) -> None:
@@ -346,8 +432,12 @@ def test_the_cutover_hands_over_at_the_admins_next_time_and_later_fires_follow_t
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
     assert Migrator(reader, TargetWriter(store), clock).run().counts["create"] == 1
-    sw = BusinessSwitch(store, XxlJobControl(engine, clock), clock,
-                        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())))
+    sw = BusinessSwitch(
+        store,
+        XxlJobControl(engine, clock),
+        clock,
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+    )
     sw.start_dual_run("sop", shadow=True, actor="ops")
     report = sw.cutover("sop", actor="ops", reason="zones")
     assert report.handover.get("7") == expected[0].isoformat()
