@@ -14,7 +14,10 @@ into items; each item runs with the job's timeout and retries with back-off; res
 stay per item (succeeded / failed / timed out, attempt, message) and go to the callback
 topic, one compact entry per envelope, batched by the outbox; a message is acked only
 after all of its items' results are published. Delivery is at-least-once: a command id
-that already succeeded here is answered from memory, not run again.
+that already succeeded here is answered from memory, not run again; a second copy of a
+run that is still in work here (the broker redelivering a message it already handed over,
+or a re-fire) waits for the first copy to finish, then is answered the same way: a
+handler is never called twice at once for one command in one process.
 
 Concurrency quota: at most `concurrency` messages of the domain are in work at once
 (one semaphore step per message, not per item or per run), on `concurrency` worker
@@ -93,6 +96,12 @@ class _Handoff:
         self.returned = False
 
 
+def _flight_key(env: Envelope) -> tuple[int, int, int]:
+    """What a run in work is known by: its trigger, T and first item (a page of a per-item
+    fan-out is a run of its own; every copy of a message has the same first item)."""
+    return (env.trigger_id, env.scheduled_ms, env.items[0][0] if env.items else -1)
+
+
 def _watched(run: EnvelopeRun) -> bool:
     """Under the job timeout, unless the handler enforces the timeout itself (a bridge
     whose legacy executor runs the job under its own timeout)."""
@@ -141,6 +150,19 @@ class Executor:
         self._done_items = 0
         self._remember = remember
         self._lock = threading.Lock()
+        # Runs in work here, (trigger id, T ms, first item index) -> the envelope working it.
+        # A broker can hand a message over again while its first copy is still in work: the
+        # Pulsar standalone broker (4.2) was seen dispatching the same delayed message (same
+        # ledger entry, redelivery count 0, no nack, no reconnect) twice back to back, both
+        # copies in one receive batch; a replay after a nack or a reconnect does it too. Two
+        # workers took the copies at once and `_done` learns of a run only once it is
+        # finished, so both called the handler (under load, when the first copy's worker was
+        # preempted before recording it). Claimed with dict.setdefault (atomic), left under
+        # `_lock`.
+        self._flights: dict[tuple[int, int, int], Envelope] = {}
+        # copies that found their run in work: (their pack, parked) until the first copy lands
+        self._parked: dict[tuple[int, int, int], list[PackRun]] = {}
+        self.waited = 0  # second copies of a run in work that waited for the first
         self._handoffs: dict[tuple[EnvelopeRun, int], _Handoff] = {}  # (run, generation) -> its predecessor
         # the fences first: a subscription would start taking messages it cannot judge
         self._own_fences = fences is None
@@ -223,6 +245,9 @@ class Executor:
             self._hold(got)
             return 0
         for r, env in ((p.share, env) for m in got if (p := self._runs_of(m)) is not None for env in p.envs):
+            if self._flights.setdefault(_flight_key(env), env) is not env:
+                nack(self.sub, r)  # a copy in work on another thread: back to the bus, answered later
+                continue
             run = self._start((r, env), serve_after=False)
             if run is None:
                 continue
@@ -254,6 +279,8 @@ class Executor:
         on with the rest."""
         while pack.pos < len(pack.envs):
             env = pack.envs[pack.pos]
+            if not self._claim(env, pack):
+                return True  # parked: a worker takes the pack up again when the first copy lands
             pack.pos += 1
             if self._quick_run(pack, env):
                 continue
@@ -267,6 +294,49 @@ class Executor:
             self._outbox.put_many(pack.results)
         self._quota.release()
         return True
+
+    def _claim(self, env: Envelope, pack: PackRun) -> bool:
+        """Take the run of `env` into work; False if another copy of it is in work here:
+        then `pack` waits (parked, in its quota step, no thread) until that copy is
+        finished, and is put back in the inbox, where this run is answered from memory."""
+        key = _flight_key(env)
+        while True:
+            owner = self._flights.setdefault(key, env)  # atomic: one copy wins
+            if owner is env:
+                return True
+            # what this pack already finished leaves work first, so that a parked pack
+            # holds no run another parked pack could be waiting for
+            self._remember_quick(pack)
+            with self._lock:
+                if self._flights.get(key) is owner:
+                    self._parked.setdefault(key, []).append(pack)
+                    self.waited += 1
+                    break
+            # the first copy finished meanwhile: claim again
+        log.info(
+            "a second copy of the run of trigger %s at %s came while the first is in work here; it waits for "
+            "the first and is answered with its result",
+            env.trigger_id,
+            env.scheduled_ms,
+        )
+        return False
+
+    def _leave(self, key: tuple[int, int, int]) -> list[PackRun] | None:
+        """A run is out of work (under `_lock`, after `_done` has its successes): the packs
+        parked on it."""
+        self._flights.pop(key, None)
+        return self._parked.pop(key, None) if self._parked else None
+
+    def _land(self, env: Envelope) -> None:
+        key = _flight_key(env)
+        with self._lock:
+            parked = self._leave(key) if self._flights.get(key) is env else None
+        self._unpark([parked])
+
+    def _unpark(self, parked: list[list[PackRun] | None]) -> None:
+        for packs in parked:
+            for p in packs or ():
+                self._inbox.put(p)
 
     def _quick_run(self, pack: PackRun, env: Envelope) -> bool:
         """The common run, at a few microseconds: one item, no job timeout, not seen here
@@ -353,7 +423,9 @@ class Executor:
             while self._done_items > self._remember and len(self._done) > 1:
                 _k, gone = self._done.popitem(last=False)
                 self._done_items -= len(gone)
+            parked = [self._leave((*key, idx)) for key, idx in pack.quick]
         pack.quick.clear()
+        self._unpark(parked)
 
     def _runs_of(self, r: Received) -> PackRun | None:
         """A message's runs (one, or a packed message's), worked one after another on one
@@ -406,6 +478,7 @@ class Executor:
             return run
         except Exception:
             self._failed(r)
+            self._land(env)
             return None
 
     def _work(self, run: EnvelopeRun) -> bool:
@@ -427,6 +500,7 @@ class Executor:
             if self.receipts is not None:
                 self.receipts.end(run.env)
             self._failed(run.received)  # type: ignore[arg-type]
+            self._land(run.env)
             run.mark_done()
         return True
 
@@ -452,6 +526,7 @@ class Executor:
             except Exception:
                 self._watchdog.unwatch(run)
                 self._failed(run.received)  # type: ignore[arg-type]
+                self._land(run.env)
                 run.mark_done()
             if isinstance(run.pack, PackRun) and not self._work_pack(run.pack):
                 return  # another overrun: a further successor has the pack now
@@ -563,6 +638,7 @@ class Executor:
         )
         if letter is None:
             self._remember_successes(run, indices, letters)
+        self._land(env)  # after `_done` knows its successes: a waiting copy is answered from there
         run.result = result
         if isinstance(run.pack, PackRun):  # published with the message's other runs
             run.pack.results.append((run.received, result))  # type: ignore[arg-type]
