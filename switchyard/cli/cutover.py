@@ -19,6 +19,7 @@ from scheduler_core.ports import MessageBus
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
     fence_service,
@@ -57,12 +58,10 @@ def _switch(
         rec = BusinessRegistry(store).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
-        if zones.split and rec.source_system != "xxl-job":
-            raise CliFailure(
-                f"{biz}: the {rec.source_system} stores and schedules in one zone, not {zones.db} "
-                f"and {zones.cron}: give --legacy-tz",
-                exitcodes.USAGE,
-            )
+        try:
+            zones_for_source(rec.source_system, zones)
+        except ValueError as exc:
+            raise CliFailure(f"{biz}: {exc}", exitcodes.USAGE) from None
         db_tz = zones.db
         control = legacy_control(rec.source_system, legacy_url, store.clock, db_tz)
         try:

@@ -41,6 +41,7 @@ from switchyard.cli.options import (
     topic_prefix,
 )
 from switchyard.logs import configure_logging
+from switchyard.settings import parse_zones
 from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
 
 log = logging.getLogger(__name__)
@@ -295,9 +296,9 @@ def _sources(
         k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job)) if v is not None
     }
     try:
-        zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
+        zones = parse_zones(legacy_tz, legacy_db_tz, legacy_cron_tz)
     except ValueError as exc:
-        raise click.UsageError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
+        raise click.UsageError(str(exc)) from None
     return Sources(
         store=open_store(url),
         legacy_url=legacy_url,

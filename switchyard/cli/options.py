@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from switchyard.logs import FORMATS
-from switchyard.settings import default_store_url
+from switchyard.settings import default_store_url, parse_zones
 
 store_url = click.option(
     "--url",
@@ -48,16 +48,15 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`--legacy-tz`, `--legacy-db-tz`, `--legacy-cron-tz`, resolved into one
     `legacy_zones: LegacyZones` argument: the same three options as `migrate`, so the
     zones an operator gave the migration are given unchanged to every later command."""
-    from readers.timezones import LegacyZones
 
     @functools.wraps(fn)
     def resolved(
         *args: Any, legacy_tz: str | None, legacy_db_tz: str | None, legacy_cron_tz: str | None, **kwargs: Any
     ) -> Any:
         try:
-            zones = LegacyZones.of(legacy_tz, db=legacy_db_tz, cron=legacy_cron_tz)
+            zones = parse_zones(legacy_tz, legacy_db_tz, legacy_cron_tz)
         except ValueError as exc:
-            raise click.UsageError(f"--legacy-tz / --legacy-db-tz / --legacy-cron-tz: {exc}") from None
+            raise click.UsageError(str(exc)) from None
         return fn(*args, legacy_zones=zones, **kwargs)
 
     for opt in (
