@@ -42,7 +42,10 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
     kwargs: dict[str, Any] = {"future": True}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
-        if database and database != ":memory:":
+        # A "file:" URI (uri=true) names an existing file, often read-only: creating its
+        # "parent" would make a directory literally named "file:" in the working dir.
+        is_uri = database.startswith("file:") and parsed.query.get("uri") == "true"
+        if database and database != ":memory:" and not is_uri:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         # One file shared by threads: each thread gets its own connection from the pool.
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
