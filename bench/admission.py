@@ -206,11 +206,11 @@ def raw_full_cycle_worker(
       per chunk of 100, tx B: INSERT IGNORE the fired rows as INSERT ... SELECT ... WHERE the
             fence row holds the epoch (LOCK IN SHARE MODE); COMMIT (the no-op publish would
             come here)
-      per chunk, tx C: UPDATE the fired rows to published; UPDATE the triggers acquired ->
-            waiting with a new next_fire_at and last_fired_at per row (CASE id), epoch
+      per chunk, tx C: UPDATE the triggers acquired -> waiting with a new next_fire_at and last_fired_at per row (CASE id), epoch
             cleared, fenced by the epoch; COMMIT. outcome="complete" instead writes what
             Switchyard writes for a one-shot: acquired -> completed, last_fired_at =
-            next_fire_at, one set-based UPDATE
+            next_fire_at, one set-based UPDATE. No published stamp on the fired rows
+            (Switchyard sends none since issue 19: the outcome says it, FiredState)
     Not in it: the job-definition read, building commands, envelopes and records."""
     conn = pymysql_connect(url)
     empty: set[int] = set()
@@ -276,14 +276,7 @@ def raw_full_cycle_worker(
                     if inserted != len(rows):
                         raise RuntimeError("fenced")
                     conn.commit()
-                    cmarks = ",".join(["%s"] * len(cids))
-                    cur.execute(
-                        "UPDATE dus_fired_record SET published_at=%s,"
-                        " state=CASE WHEN state_rank < 1 THEN 'published' ELSE state END,"
-                        f" state_rank=CASE WHEN state_rank < 1 THEN 1 ELSE state_rank END"
-                        f" WHERE command_id IN ({cmarks}) AND published_at IS NULL",
-                        (now_ms(), *cids),
-                    )
+                    # no published stamp on the records: the outcome CAS below says it (FiredState)
                     pids = [r[0] for r in part]
                     pmarks = ",".join(["%s"] * len(pids))
                     if outcome == "complete":
