@@ -8,7 +8,9 @@ fired. Every statement the store's engine sends is counted by SQLAlchemy's
 the `commit`/`rollback` events, and the rows written by the cursor's rowcount of each
 INSERT/UPDATE/DELETE. Loading the triggers is not counted (it runs before the listeners).
 
-    python -m bench.per_trigger [--triggers 6000]
+    python -m bench.per_trigger [--triggers 6000] [--calls]
+
+`--calls` also counts the Python function calls of the firing (cProfile), per trigger.
 
 Needs SWITCHYARD_MARIADB_URL (the stack's env file). A counting run, not a timing: the
 wall time it prints is only there to tell a stalled run.
@@ -17,7 +19,9 @@ wall time it prints is only there to tell a stalled run.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import re
 import time
 from collections import Counter
@@ -55,8 +59,11 @@ def statement_kind(sql: str) -> str:
     return f"{verb} {table.group(1) if table else '?'}"
 
 
-def count_store(url: str, triggers: int, limit_s: float = 600.0) -> tuple[Counts, int, float]:
-    """Fire `triggers` one-shots inline on a fresh store at `url`; the counts while firing."""
+def count_store(
+    url: str, triggers: int, limit_s: float = 600.0, profile: cProfile.Profile | None = None
+) -> tuple[Counts, int, float]:
+    """Fire `triggers` one-shots inline on a fresh store at `url`; the counts while firing
+    (and, with `profile`, the Python calls of the firing alone)."""
     store = make_store(url, PARTITIONS)
     job = store.put_job(bench_job("pertrig"))
     load_triggers(url, job, triggers, first_ms=now_ms() - 60_000, spread_ms=60_000)
@@ -80,7 +87,13 @@ def count_store(url: str, triggers: int, limit_s: float = 600.0) -> tuple[Counts
     event.listen(store.engine, "rollback", on_rollback)
     started = time.perf_counter()
     try:
-        result = drive_inline(store, CountingBus(), SchedulerSettings(), triggers, Deadline(limit_s))
+        if profile is not None:
+            profile.enable()
+        try:
+            result = drive_inline(store, CountingBus(), SchedulerSettings(), triggers, Deadline(limit_s))
+        finally:
+            if profile is not None:
+                profile.disable()
     finally:
         event.remove(store.engine, "after_cursor_execute", on_execute)
         event.remove(store.engine, "commit", on_commit)
@@ -111,13 +124,18 @@ def report(counts: Counts, fired: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--triggers", type=int, default=6000)
+    parser.add_argument("--calls", action="store_true", help="also count Python function calls (cProfile)")
     args = parser.parse_args()
+    profile = cProfile.Profile() if args.calls else None
     base = os.environ.get("SWITCHYARD_MARIADB_URL")
     if not base:
         raise SystemExit("SWITCHYARD_MARIADB_URL is not set (source the stack's env file)")
     with fresh_database(base, "pertrig") as url:
-        counts, fired, took = count_store(url, args.triggers)
+        counts, fired, took = count_store(url, args.triggers, profile=profile)
     print(report(counts, fired))
+    if profile is not None:
+        calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+        print(f"\nPython function calls per trigger (cProfile): {calls / max(fired, 1):.0f}")
     print(f"\n({took:.1f} s wall, load average {os.getloadavg()[0]:.1f}; a count, not a timing)")
     if fired < args.triggers:
         raise SystemExit(f"only {fired} of {args.triggers} triggers fired before the time limit")
