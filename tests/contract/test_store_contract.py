@@ -538,7 +538,10 @@ def test_put_fired_fenced_writes_nothing_for_a_deposed_epoch(store: SqlTriggerSt
     assert store.put_fired_fenced([], Epoch(4)) is True and store.put_fired_fenced([], Epoch(3)) is False
 
 
-def _acquired(store: SqlTriggerStore, clock: ManualClock, n: int, epoch: int) -> tuple[list[Trigger], list[TriggerId]]:
+def _fired_acquired(
+    store: SqlTriggerStore, clock: ManualClock, n: int, epoch: int
+) -> tuple[list[Trigger], list[TriggerId], list[FiredRecord]]:
+    """n one-shots acquired by `epoch`, each with its fired record written (fenced)."""
     triggers = _seed(store, clock, n)
     ids = [t.id for t in triggers if t.id is not None]
     assert store.claim_epoch(Epoch(epoch))
@@ -546,15 +549,15 @@ def _acquired(store: SqlTriggerStore, clock: ManualClock, n: int, epoch: int) ->
         Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(epoch), deadline=clock.now() + timedelta(seconds=60))
     )
     assert sorted(won) == ids
-    return triggers, ids
+    recs = [r for t in triggers for r in _records(t, clock, 1, epoch)]
+    assert store.put_fired_fenced(recs, Epoch(epoch))
+    return triggers, ids, recs
 
 
 def test_finish_fire_applies_each_transition_and_its_outcome_says_published(
     store: SqlTriggerStore, clock: ManualClock
 ) -> None:
-    triggers, ids = _acquired(store, clock, 4, 2)
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    triggers, ids, recs = _fired_acquired(store, clock, 4, 2)
     cids = [r.command_id for r in recs]
     assert store.outcome_recorded(list(store.get_fired(cids).values())) == set(), "acquired: not known published"
     later = {i: clock.now() + timedelta(hours=1) for i in ids[:2]}
@@ -594,9 +597,7 @@ def test_finish_fire_applies_each_transition_and_its_outcome_says_published(
 def test_finish_fire_of_a_fenced_epoch_wins_nothing_and_leaves_the_records_unconfirmed(
     store: SqlTriggerStore, clock: ManualClock
 ) -> None:
-    triggers, ids = _acquired(store, clock, 2, 2)
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    _triggers, ids, recs = _fired_acquired(store, clock, 2, 2)
     assert store.claim_epoch(Epoch(3))
     winners = store.finish_fire(
         [
@@ -621,9 +622,7 @@ def test_finish_fire_of_a_fenced_epoch_wins_nothing_and_leaves_the_records_uncon
 def test_released_trigger_and_stamped_runs_are_told_apart_from_recorded_outcomes(
     store: SqlTriggerStore, clock: ManualClock
 ) -> None:
-    triggers, ids = _acquired(store, clock, 3, 1)
-    recs = [r for t in triggers for r in _records(t, clock, 1, 1)]
-    assert store.put_fired_fenced(recs, Epoch(1))
+    _triggers, ids, recs = _fired_acquired(store, clock, 3, 1)
     # a failed publication releases the trigger with the same next_fire_at: not published
     released = store.cas_ids(
         Transition(
