@@ -485,19 +485,20 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     for c in conns:
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
     sec.rows.append(
-        Row("raw full cycle (acquire, fired records, published, outcome), 1 connection", None, med("raw_full_1"), "/s")
+        Row("raw full cycle (acquire, fired records, outcome), 1 connection", None, med("raw_full_1"), "/s")
     )
     sec.raw = raw
     sec.notes.append(
         f"medians of {reps} run(s) of {n:,} triggers; each run on a freshly created and loaded database "
         f"({PARTITIONS} HASH partitions). Switchyard's fire work per trigger (job lookup, fired record, "
-        "mark published, outcome CAS with re-read) is counted; the raw cycle does only select/CAS/insert/commit."
+        "outcome CAS with re-read) is counted; the raw cycle does only select/CAS/insert/commit."
     )
     sec.notes.append(
         "raw full cycle: per 300 due, SELECT + CAS acquire (epoch, deadline, version check, fence) + COMMIT, the "
         "job read; per chunk of 100, INSERT IGNORE fired ... SELECT conditioned on the fence row + COMMIT, "
-        "then mark published + outcome UPDATE (back to waiting, next_fire_at and last_fired_at per row, "
-        "fenced) + COMMIT. It leaves out all command/record building. Switchyard completes these one-shot "
+        "then the outcome UPDATE (back to waiting, next_fire_at and last_fired_at per row, "
+        "fenced) + COMMIT; no published stamp (Switchyard sends none: the outcome says it). It leaves out all "
+        "command/record building. Switchyard completes these one-shot "
         "triggers (one set-based UPDATE) where the ceiling reschedules them (CASE id per row)."
     )
     return sec
