@@ -504,7 +504,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def finish_fire(self, changes: Sequence[Transition]) -> list[list[TriggerId]]:
         # the chunk's outcome in one commit. No published stamp on the fired records: the
         # outcome CAS is written only after the broker acked the chunk, so a trigger whose
-        # last_fired_at reached an occurrence has published it (see `published_ids`); a
+        # last_fired_at reached an occurrence has published it (see `outcome_recorded`); a
         # crash before this commit leaves the triggers acquired, re-fired with the same ids
         with self.engine.begin() as conn:
             return [self._cas_winners(conn, change) for change in changes]
