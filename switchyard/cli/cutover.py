@@ -128,6 +128,14 @@ def _bus_opts(fn):  # type: ignore[no-untyped-def]
     return out
 
 
+def _switch_opts(fn):  # type: ignore[no-untyped-def]
+    """What every switch command (cutover, rollback, dualrun start) is told first: the
+    business, the store, its legacy database and zones, and who is switching."""
+    for opt in reversed((click.argument("business"), store_url, legacy_opt, legacy_zone_options, actor_opt)):
+        fn = opt(fn)
+    return fn
+
+
 def _emit(report: SwitchReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), default=str))
@@ -256,11 +264,7 @@ def status(
 
 
 @click.command("cutover")
-@click.argument("business")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
 @click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
@@ -309,11 +313,7 @@ def cutover(
 
 
 @click.command("rollback")
-@click.argument("business")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--reason", default="", help="Why (audited).")
 @_bus_opts
 @json_opt
@@ -344,11 +344,7 @@ def rollback(
 
 
 @click.command("start")
-@click.argument("business")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
 @click.option("--reason", default="", help="Why (audited).")
 @_bus_opts
