@@ -71,6 +71,22 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+async def _cancel_quietly(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel `tasks` and wait them out, whatever they end with (a shutdown path)."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
+async def _close_quietly(client: aetcd.Client | None, timeout_s: float) -> None:
+    """Close `client` within `timeout_s`, whatever the close ends with (a shutdown path)."""
+    if client is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), timeout_s)
+
+
 class _LoopThread:
     """The asyncio loop (on a daemon thread) that every EtcdElection of the process uses.
 
@@ -439,9 +455,7 @@ class EtcdElection(Election):
     async def _resign(self) -> None:
         task, self._keepalive_task = self._keepalive_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await _cancel_quietly(task)
         with self._lock:
             term, self._term = self._term, None
         if term is None or term.lost is not None or self._client is None:
@@ -463,9 +477,7 @@ class EtcdElection(Election):
             await self._resign()
         finally:
             client, self._client = self._client, None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.close(), self._rpc_timeout * 2)
+            await _close_quietly(client, self._rpc_timeout * 2)
 
     async def _revoke_quietly(self, lease_id: int) -> None:
         if self._client is None:

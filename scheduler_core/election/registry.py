@@ -34,6 +34,8 @@ from scheduler_core.election.etcd import (
     _CHANNEL_OPTIONS,
     _TRANSIENT,
     MIN_TTL_SECONDS,
+    _cancel_quietly,
+    _close_quietly,
     _LoopThread,
     _one_line,
     _parse_endpoint,
@@ -291,20 +293,14 @@ class EtcdRegistry(Registry):
 
     async def _stop_tasks(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await _cancel_quietly(*tasks)
 
     async def _shutdown(self) -> None:
         try:
             await self._leave()
         finally:
             client, self._client = self._client, None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.close(), self._rpc_timeout * 2)
+            await _close_quietly(client, self._rpc_timeout * 2)
 
 
 def read_registry(endpoint: str, prefix: str = DEFAULT_PREFIX) -> RegistryView:
