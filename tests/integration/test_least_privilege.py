@@ -15,10 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,12 +29,12 @@ from legacy_sim.seed import seed_xxljob
 from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
-from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
+from scheduler_core.model import FiredState, Job, JobCode, TriggerState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.counting import CountingExecutor, one_shot_burst
 from tests.integration.procs import start_scheduler
 from tests.servers import server_url
 
@@ -111,31 +109,10 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
         store = SqlTriggerStore(app, clock)
         store.put_job(Job(job_code=JobCode("lp"), biz_code="lp", handler="h", shard_total=2))
         t0 = clock.now() + timedelta(seconds=4)
-        triggers = store.add_triggers(
-            [
-                Trigger(
-                    job_code=JobCode("lp"),
-                    biz_code="lp",
-                    kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(milliseconds=100 * i),
-                )
-                for i in range(30)
-            ]
-        )
-        expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
+        _triggers, expected = one_shot_burst(store, "lp", "lp", t0, timedelta(milliseconds=100), 30, 2)
         bus = PulsarBus(pulsar, topic_prefix=prefix)
-        got: Counter[str] = Counter()
-        lock = threading.Lock()
-        ex = Executor(bus, "lp", clock=clock)
-
-        @ex.handler()
-        def record(ctx: ExecutionContext) -> None:
-            with lock:
-                got[ctx.command_id] += 1
-
-        stop = threading.Event()
-        ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
-        ex_thread.start()
+        counter = CountingExecutor(bus, "lp", clock)
+        got, lock = counter.got, counter.lock
         proc = start_scheduler(
             "lp",
             tmp_path,
@@ -160,9 +137,7 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
                 time.sleep(0.25)
         finally:
             proc.stop()
-            stop.set()
-            ex_thread.join(timeout=15)
-            ex.close()
+            counter.close()
             bus.close()
         log = proc.log_text()
         tail = f"\n--- scheduler log (as sched)\n{log[-3000:]}"

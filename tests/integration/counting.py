@@ -1,0 +1,54 @@
+"""What the fault and privilege tests fire and count: a burst of one-shot triggers with
+the command ids they must deliver, and an executor on a thread of the test that counts
+every command id it is handed (a re-fire shows as a count above 1)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timedelta
+
+from scheduler_core.clock import SystemClock
+from scheduler_core.executor import ExecutionContext, Executor
+from scheduler_core.model import CommandId, JobCode, Trigger, TriggerKind, command_id
+from scheduler_core.ports import MessageBus
+from scheduler_core.store.sql import SqlTriggerStore
+
+
+def one_shot_burst(
+    store: SqlTriggerStore, job: str, biz: str, first: datetime, spacing: timedelta, n: int, items: int
+) -> tuple[list[Trigger], set[CommandId]]:
+    """`n` one-shot triggers of `job`, `spacing` apart from `first`, and the ids of the
+    `items` commands each must deliver."""
+    triggers = store.add_triggers(
+        [
+            Trigger(job_code=JobCode(job), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=first + spacing * i)
+            for i in range(n)
+        ]
+    )
+    expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(items)}  # type: ignore[arg-type]
+    return triggers, expected
+
+
+class CountingExecutor:
+    """An executor of `biz` running on a thread of the test; `got` counts each command
+    id handled (read it under `lock` while the executor runs)."""
+
+    def __init__(self, bus: MessageBus, biz: str, clock: SystemClock, concurrency: int = 16) -> None:
+        self.got: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.ex = Executor(bus, biz, clock=clock, concurrency=concurrency)
+
+        @self.ex.handler()
+        def record(ctx: ExecutionContext) -> None:
+            with self.lock:
+                self.got[ctx.command_id] += 1
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.ex.run, args=(self._stop,), daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self.ex.close()
