@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
@@ -20,6 +21,10 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+
+if TYPE_CHECKING:
+    from migrator.cutover import BusinessSwitch
+    from migrator.ports import LegacyControl
 
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -74,3 +79,16 @@ class FixedGate:
 
     def decision(self, business: str) -> GateDecision | None:
         return self.value
+
+
+def ready_switch(env: MigrationEnv, control: LegacyControl | None = None, **kw: Any) -> BusinessSwitch:
+    """The business switch of `env` behind a gate that is always ready (comparison 1,
+    computed now); the legacy control is xxl-job's unless given; `kw` as BusinessSwitch's."""
+    from migrator.cutover import BusinessSwitch
+    from migrator.legacy_control import XxlJobControl
+
+    clock = env.migrator.clock
+    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
+    return BusinessSwitch(
+        env.store, control if control is not None else XxlJobControl(env.legacy, clock), clock, gate, **kw
+    )

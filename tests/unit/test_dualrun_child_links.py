@@ -20,8 +20,6 @@ from dualrun.collect import fetch_new
 from dualrun.frames import JobIndex
 from dualrun.model import Window
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
@@ -29,19 +27,14 @@ from scheduler_core.model import CommandId, FiredState, TriggerId
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.settings import SchedulerSettings
 from tests.harness import Harness
-from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
+from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
 
 
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str, ManualClock]:
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     with env.legacy.connect() as conn:
         live = {
             str(i)

@@ -14,7 +14,6 @@ from sqlalchemy import text
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.mapping import Mapped, map_definition
-from migrator.ports import GateDecision
 from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
@@ -30,7 +29,7 @@ from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.settings import SchedulerSettings
 from tests.harness import Harness
-from tests.migration_env import NOW, FixedGate, MigrationEnv, migrated_xxljob
+from tests.migration_env import NOW, MigrationEnv, migrated_xxljob, ready_switch
 
 
 def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
@@ -91,12 +90,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.store.engine.connect() as conn:
