@@ -35,12 +35,12 @@ class SchedulerProc:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
     """SIGTERM, a bounded wait, then SIGKILL: a process the test started, by its PID."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)

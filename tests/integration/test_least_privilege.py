@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.counting import CountingExecutor, one_shot_burst
-from tests.integration.procs import start_scheduler
+from tests.integration.procs import start_scheduler, stop_process
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -225,13 +224,7 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
                 )
             )
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process(proc, timeout_s=30)
             legacy.dispose()
         out_text = log.read_text(errors="replace")
         tail = f"\n--- migrate stream (cdc / sched) exit {proc.returncode}\n{out_text[-3000:]}"

@@ -49,6 +49,7 @@ from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.wiring import open_bus, open_store
 from tests.backends import mariadb_database
+from tests.integration.procs import stop_process
 from tests.servers import server_url
 from tests.unit.test_cli_errors import check_output
 
@@ -251,13 +252,7 @@ def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Pope
 
 def _finish(flow: Flow, name: str, proc: subprocess.Popen[bytes], _started: float, log: Path) -> str:
     """SIGTERM (by its PID), a bounded wait, SIGKILL; the whole output is kept for the scan."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_process(proc, timeout_s=30)
     body = log.read_text(errors="replace")
     flow.outputs[name] = f"--- output (exit {proc.returncode})\n{body}"
     return body

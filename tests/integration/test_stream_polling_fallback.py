@@ -13,7 +13,6 @@ applies what changed while it was down; a run over an unchanged source writes no
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.procs import stop_process
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -99,13 +99,7 @@ class Stream:
         return bool(cond())
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, timeout_s=30)
         return int(self.proc.returncode)
 
     def tail(self) -> str:
@@ -335,13 +329,7 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
                 _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added)) == 1
             )
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process(proc, timeout_s=30)
             legacy.dispose()
             target.dispose()
         out_text = log.read_text(errors="replace")
