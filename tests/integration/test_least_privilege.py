@@ -34,7 +34,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.counting import CountingExecutor, one_shot_burst
-from tests.integration.procs import start_scheduler, stop_process
+from tests.integration.procs import start_cli, start_scheduler, stop_process
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -160,11 +160,8 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
         cdc = as_user(legacy_url, "SWITCHYARD_MARIADB_CDC_URL")
         log = tmp_path / "stream.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
+            proc = start_cli(
                 [
-                    sys.executable,
-                    "-m",
-                    "switchyard",
                     "migrate",
                     "stream",
                     "--source",
@@ -182,9 +179,7 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
                     "--log-level",
                     "INFO",
                 ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                out,
                 cwd=tmp_path,
             )
 

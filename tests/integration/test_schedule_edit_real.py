@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -31,7 +30,7 @@ from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.procs import start_scheduler, stop_process
+from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
@@ -97,11 +96,8 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     )
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
-        executor = subprocess.Popen(
+        executor = start_cli(
             [
-                sys.executable,
-                "-m",
-                "switchyard",
                 "executor",
                 "run",
                 "--handlers",
@@ -115,9 +111,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
                 "--concurrency",
                 "4",
             ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            out,
             cwd=REPO,
             env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
         )
@@ -256,11 +250,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         env_vars = {**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)}
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
             procs.append(
-                subprocess.Popen(
+                start_cli(
                     [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
                         "executor",
                         "run",
                         "--handlers",
@@ -274,26 +265,16 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "--concurrency",
                         "4",
                     ],
-                    stdout=out_ex,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    out_ex,
                     cwd=REPO,
                     env=env_vars,
                 )
             )
             procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
-                        "migrate",
-                        "stream",
-                        "--source",
+                start_cli(
+                    stream_args(
                         "xxl-job",
-                        "--legacy-url",
                         legacy_url,
-                        "--target-url",
                         target_url,
                         "--binlog-url",
                         cdc_url,
@@ -301,10 +282,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "7411",
                         "--log-level",
                         "INFO",
-                    ],
-                    stdout=out_st,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    ),
+                    out_st,
                     cwd=REPO,
                     env=env_vars,
                 )

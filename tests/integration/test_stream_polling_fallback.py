@@ -31,7 +31,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.procs import stop_process
+from tests.integration.procs import start_cli, stop_process, stream_args
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -57,18 +57,10 @@ class Stream:
     def __init__(self, tmp_path: Path, name: str, legacy_url: str, target_url: str) -> None:
         self.log = tmp_path / f"{name}.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "switchyard",
-                    "migrate",
-                    "stream",
-                    "--source",
+            self.proc = start_cli(
+                stream_args(
                     "xxl-job",
-                    "--legacy-url",
                     as_sched(legacy_url),
-                    "--target-url",
                     target_url,
                     "--legacy-db-tz",
                     "Asia/Shanghai",
@@ -80,10 +72,8 @@ class Stream:
                     "4",
                     "--log-level",
                     "INFO",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                ),
+                out,
                 cwd=tmp_path,
             )
 
