@@ -14,7 +14,7 @@ from sqlalchemy import text
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.mapping import Mapped, map_definition
-from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
+from readers.records import ScheduleKind
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
@@ -29,6 +29,7 @@ from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.settings import SchedulerSettings
 from tests.harness import Harness
+from tests.legacy_rows import xxl_bean_row
 from tests.migration_env import NOW, MigrationEnv, migrated_xxljob, ready_switch
 
 
@@ -63,16 +64,14 @@ def _cron_jobs(env: MigrationEnv, sw: BusinessSwitch, biz: str) -> list[str]:
 
 
 def test_a_none_row_migrates_as_a_trigger_that_is_never_due() -> None:
-    row = LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
+    row = xxl_bean_row(
+        None,
         source_key="9",
-        business="billing",
         name="child",
+        handler="childHandler",
         schedule=ScheduleKind.NONE,
         enabled=False,
         status="STOPPED",
-        handler="childHandler",
-        raw={"glue_type": "BEAN"},
     )
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
