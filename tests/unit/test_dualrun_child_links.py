@@ -20,13 +20,11 @@ from dualrun.collect import fetch_new
 from dualrun.frames import JobIndex
 from dualrun.model import Window
 from migrator.cutover import BusinessSwitch
-from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.model import CommandId, FiredState, TriggerId
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.settings import SchedulerSettings
-from tests.harness import Harness
+from tests.harness import harness_on
 from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
 
 
@@ -98,12 +96,7 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
     _children(env, parent2_key, other)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     ids = _ids(sw, biz)
-    h = Harness(
-        clock,
-        env.store,
-        InProcessBus(clock),
-        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
-    )
+    h = harness_on(env.store, clock)
     h.listen(biz)
     core = h.core(epoch=3)
     consumer = h.results(core)

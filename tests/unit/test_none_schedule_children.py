@@ -6,7 +6,6 @@ second time (the same child command id is kept)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import text
@@ -15,7 +14,6 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.mapping import Mapped, map_definition
 from readers.records import ScheduleKind
-from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.model import (
@@ -27,8 +25,7 @@ from scheduler_core.model import (
 )
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.settings import SchedulerSettings
-from tests.harness import Harness
+from tests.harness import harness_on
 from tests.legacy_rows import xxl_bean_row
 from tests.migration_env import NOW, MigrationEnv, migrated_xxljob, ready_switch
 
@@ -109,12 +106,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     assert env.store.get_trigger(child.id).state is TriggerState.COMPLETED  # type: ignore[arg-type, union-attr]
     assert child_key not in report.handover  # nothing to hand over: it has no schedule
 
-    h = Harness(
-        clock,
-        env.store,
-        InProcessBus(clock),
-        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
-    )
+    h = harness_on(env.store, clock)
     h.listen(biz)
     core = h.core(epoch=7)
     consumer = h.results(core)
