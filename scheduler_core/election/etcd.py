@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import aetcd
 
 from scheduler_core.clock import SystemClock
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.metrics import election_error, election_reconnect
 from scheduler_core.model import Epoch
@@ -69,22 +70,6 @@ LOOP_THREAD_NAME = "switchyard-etcd-loop"
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-async def _cancel_quietly(*tasks: asyncio.Task[Any]) -> None:
-    """Cancel `tasks` and wait them out, whatever they end with (a shutdown path)."""
-    for t in tasks:
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
-
-
-async def _close_quietly(client: aetcd.Client | None, timeout_s: float) -> None:
-    """Close `client` within `timeout_s`, whatever the close ends with (a shutdown path)."""
-    if client is not None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.close(), timeout_s)
 
 
 class _LoopThread:
@@ -455,7 +440,7 @@ class EtcdElection(Election):
     async def _resign(self) -> None:
         task, self._keepalive_task = self._keepalive_task, None
         if task is not None:
-            await _cancel_quietly(task)
+            await cancel_quietly(task)
         with self._lock:
             term, self._term = self._term, None
         if term is None or term.lost is not None or self._client is None:
@@ -477,7 +462,7 @@ class EtcdElection(Election):
             await self._resign()
         finally:
             client, self._client = self._client, None
-            await _close_quietly(client, self._rpc_timeout * 2)
+            await close_quietly(client, self._rpc_timeout * 2)
 
     async def _revoke_quietly(self, lease_id: int) -> None:
         if self._client is None:

@@ -34,12 +34,11 @@ from scheduler_core.election.etcd import (
     _CHANNEL_OPTIONS,
     _TRANSIENT,
     MIN_TTL_SECONDS,
-    _cancel_quietly,
-    _close_quietly,
     _LoopThread,
     _one_line,
     _parse_endpoint,
 )
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Clock, Ownership, Registry, RegistryView
@@ -293,14 +292,14 @@ class EtcdRegistry(Registry):
 
     async def _stop_tasks(self) -> None:
         tasks, self._tasks = self._tasks, []
-        await _cancel_quietly(*tasks)
+        await cancel_quietly(*tasks)
 
     async def _shutdown(self) -> None:
         try:
             await self._leave()
         finally:
             client, self._client = self._client, None
-            await _close_quietly(client, self._rpc_timeout * 2)
+            await close_quietly(client, self._rpc_timeout * 2)
 
 
 def read_registry(endpoint: str, prefix: str = DEFAULT_PREFIX) -> RegistryView:

@@ -24,15 +24,8 @@ from collections.abc import Callable, Mapping
 
 import aetcd
 
-from scheduler_core.election.etcd import (
-    _CHANNEL_OPTIONS,
-    _TRANSIENT,
-    _cancel_quietly,
-    _close_quietly,
-    _LoopThread,
-    _one_line,
-    _parse_endpoint,
-)
+from scheduler_core.election.etcd import _CHANNEL_OPTIONS, _TRANSIENT, _LoopThread, _one_line, _parse_endpoint
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.ports import Wakeups
 from scheduler_core.wakeup import Listener, Listeners, merge_due
 
@@ -176,6 +169,6 @@ class EtcdWakeups(Wakeups):
     async def _shutdown(self) -> None:
         task, self._watch_task = self._watch_task, None
         if task is not None:
-            await _cancel_quietly(task)
+            await cancel_quietly(task)
         client, self._client = self._client, None
-        await _close_quietly(client, _RPC_TIMEOUT_S)
+        await close_quietly(client, _RPC_TIMEOUT_S)
