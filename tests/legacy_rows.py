@@ -6,27 +6,19 @@ from typing import Any
 
 from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 
+# what an xxl-job BEAN job (a handler in the executor's code) is unless a test says otherwise
+_BEAN: dict[str, Any] = dict(
+    source=SourceSystem.XXL_JOB,
+    source_key="7",
+    business="billing",
+    name="nightly",
+    schedule=ScheduleKind.CRON,
+    handler="nightlyHandler",
+    raw={"glue_type": "BEAN"},
+)
 
-def xxl_bean_row(
-    cron: str | None,
-    *,
-    source_key: str = "7",
-    business: str = "billing",
-    name: str = "nightly",
-    handler: str = "nightlyHandler",
-    schedule: ScheduleKind = ScheduleKind.CRON,
-    **fields: Any,
-) -> LegacyDefinition:
-    """An xxl-job BEAN job (a handler in the executor's code); `fields`: the other
-    LegacyDefinition fields a test sets (time_zone, cron_dialect, enabled...)."""
-    return LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
-        source_key=source_key,
-        business=business,
-        name=name,
-        schedule=schedule,
-        cron=cron,
-        handler=handler,
-        raw={"glue_type": "BEAN"},
-        **fields,
-    )
+
+def xxl_bean_row(cron: str | None, **fields: Any) -> LegacyDefinition:
+    """An xxl-job BEAN job with `cron`; `fields`: the LegacyDefinition fields a test sets
+    (source_key, time_zone, cron_dialect, enabled...) over _BEAN."""
+    return LegacyDefinition(**{**_BEAN, "cron": cron, **fields})
