@@ -509,30 +509,13 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
         "cutover": ["cutover", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
         "rollback": ["rollback", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
     }
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "switchyard", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=flow.env,
-            cwd=flow.tmp,
-            stdin=subprocess.DEVNULL,
-        )
-        for name, args in cases.items()
-    }
     failures = []
-    for name, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate(timeout=10)
-            err += "\n(still running after 90 s: killed)"
+    for name, r in flow.run_many(cases, timeout=90).items():
+        out, err = r.stdout, r.stderr
         shown = [a.replace(flow.secrets["app password"], "***") for a in cases[name]]
         try:
             check_output(
-                shown, proc.returncode, 3, out.replace(WRONG_PASSWORD, "secret"), err.replace(WRONG_PASSWORD, "secret")
+                shown, r.returncode, 3, out.replace(WRONG_PASSWORD, "secret"), err.replace(WRONG_PASSWORD, "secret")
             )
         except AssertionError as exc:
             failures.append(f"[{name}] {exc}")
