@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from scheduler_core.clock import SystemClock
 from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import CommandId, JobCode, Trigger, TriggerKind, command_id
+from scheduler_core.model import CommandId, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import MessageBus
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -52,3 +52,27 @@ class CountingExecutor:
         self._stop.set()
         self._thread.join(timeout=15)
         self.ex.close()
+
+
+def assert_burst_done(
+    store: SqlTriggerStore, triggers: list[Trigger], expected: set[CommandId], got: Counter[str], stuck_after: timedelta
+) -> None:
+    """Every expected command delivered, each delivered id the deterministic id of a real
+    occurrence (a re-fire can only duplicate, never invent another id for the same
+    occurrence), no trigger left acquired `stuck_after` past its deadline, all completed."""
+    missing = expected - set(got)
+    assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
+    by_trigger = {t.id: t for t in triggers}
+    for cid in got:
+        tid, _ms, item = parse_command_id(cid)
+        assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
+    now = store.clock.now()
+    stuck = [
+        t
+        for t in store.triggers_of()
+        if t.state is TriggerState.ACQUIRED
+        and t.acquire_deadline is not None
+        and t.acquire_deadline < now - stuck_after
+    ]
+    assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
+    assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}

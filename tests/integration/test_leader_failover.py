@@ -15,12 +15,12 @@ import pytest
 
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
-from scheduler_core.model import Job, JobCode, TriggerState, command_id, parse_command_id
+from scheduler_core.model import Job, JobCode
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.counting import CountingExecutor, one_shot_burst
+from tests.integration.counting import CountingExecutor, assert_burst_done, one_shot_burst
 from tests.integration.procs import start_scheduler
 from tests.servers import server_url
 
@@ -75,25 +75,8 @@ def _burst(kills: int, tmp_path: Path, seed: int) -> None:
                 p.stop()
             counter.close()
             bus.close()
-        missing = expected - set(got)
-        assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
-        # every delivered id is the deterministic id of a real occurrence: a re-fire can
-        # only duplicate, never invent a different id for the same occurrence
-        by_trigger = {t.id: t for t in triggers}
-        for cid in got:
-            tid, _ms, item = parse_command_id(cid)
-            assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
+        assert_burst_done(store, triggers, expected, got, timedelta(seconds=DEADLINE_S + RECLAIM_S))
         assert all(t <= TTL_S + BACKOFF_S + 2 for t in takeovers), f"takeovers took {takeovers}"
-        now = clock.now()
-        stuck = [
-            t
-            for t in store.triggers_of()
-            if t.state is TriggerState.ACQUIRED
-            and t.acquire_deadline is not None
-            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
-        ]
-        assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
-        assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
         dups = sum(n - 1 for n in got.values())
         print(f"kills={kills} takeovers={[round(t, 2) for t in takeovers]} delivered={len(got)} duplicates={dups}")
         engine.dispose()

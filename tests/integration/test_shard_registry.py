@@ -29,13 +29,13 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import EtcdRegistry
 from scheduler_core.errors import ElectionError
-from scheduler_core.model import Job, JobCode, TriggerState, command_id, parse_command_id
+from scheduler_core.model import Job, JobCode
 from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.counting import CountingExecutor, one_shot_burst
+from tests.integration.counting import CountingExecutor, assert_burst_done, one_shot_burst
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
 
@@ -197,22 +197,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 p.stop()
             counter.close()
             bus.close()
-        missing = expected - set(got)
-        assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
-        by_trigger = {t.id: t for t in triggers}
-        for cid in got:
-            tid, _ms, item = parse_command_id(cid)
-            assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
-        now = clock.now()
-        stuck = [
-            t
-            for t in store.triggers_of()
-            if t.state is TriggerState.ACQUIRED
-            and t.acquire_deadline is not None
-            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
-        ]
-        assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
-        assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
+        assert_burst_done(store, triggers, expected, got, timedelta(seconds=DEADLINE_S + RECLAIM_S))
         records = store.fired_between(None, t0 - timedelta(seconds=1), t0 + timedelta(seconds=span_s + 1))
         assert {r.command_id for r in records} == expected
         epochs = _check_no_overlap(records, PARTITIONS)
