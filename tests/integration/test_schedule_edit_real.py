@@ -52,6 +52,17 @@ def _write(cron: str, action: Action, first: datetime) -> Write:
     )
 
 
+def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:
+    """The old schedule's occurrences published ahead of E that the new one lacks (at
+    least three) were skipped as superseded by the edit."""
+    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
+    assert len(superseded) >= 3
+    for t in superseded:
+        state, message = recs[t]
+        assert state is FiredState.SKIPPED, (t, state, message)
+        assert message.startswith("superseded by a schedule edit at "), (t, message)
+
+
 def _until(check: Callable[[], bool], within_s: float) -> bool:
     end = time.monotonic() + within_s
     while time.monotonic() < end:
@@ -162,13 +173,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     )
     expected = [t for t in range(e_ms - e_ms % 1000 + 1000, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
-    recs = records()
-    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-    assert len(superseded) >= 3
-    for t in superseded:
-        state, message = recs[t]
-        assert state is FiredState.SKIPPED, (t, state, message)
-        assert message.startswith("superseded by a schedule edit at "), (t, message)
+    _assert_superseded(records(), old_ahead)
     assert "broadcast the schedule edit" in sched.log_text()
 
 
@@ -341,13 +346,4 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         )
         expected = [t for t in range(e_ms - e_ms % 1000, end_ms, 1000) if t >= e_ms and from_ms(t).second % 7 == 0]
         assert after == expected, "an occurrence of the new schedule did not run"
-        recs = records()
-        superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-        assert len(superseded) >= 3
-        for t in superseded:
-            state, message = recs[t]
-            assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), (
-                t,
-                state,
-                message,
-            )
+        _assert_superseded(records(), old_ahead)
