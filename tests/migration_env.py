@@ -58,6 +58,12 @@ def make_env(
     return MigrationEnv(legacy, store, reader, Migrator(reader, TargetWriter(store), clock, options))
 
 
+def migrated_xxljob_urls(tmp_path: Path) -> list[str]:
+    """`--url` and `--legacy-url` of the databases migrated_xxljob(tmp_path) made, for
+    the commands a test runs on them."""
+    return ["--url", f"sqlite:///{tmp_path / 't.db'}", "--legacy-url", f"sqlite:///{tmp_path / 'xxl.db'}"]
+
+
 def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12) -> tuple[MigrationEnv, str]:
     """An xxl-job 3.4 database (SQLite) seeded and migrated; with its first business."""
     from legacy_sim.seed import seed_xxljob

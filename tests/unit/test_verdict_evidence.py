@@ -29,7 +29,7 @@ from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.wiring import DualRunGate
 from tests.compare_cli import compare_args, patch_reader
-from tests.migration_env import migrated_xxljob
+from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
 from tests.unit.test_dualrun_support import Scenario, identical
 
 NOT_COMPARED = "success rate was not compared"
@@ -265,19 +265,7 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,
-        [
-            "cutover",
-            biz,
-            "--url",
-            f"sqlite:///{tmp_path / 't.db'}",
-            "--legacy-url",
-            f"sqlite:///{tmp_path / 'xxl.db'}",
-            "--actor",
-            "ops",
-            "--reason",
-            "go",
-            "--json",
-        ],
+        ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go", "--json"],
     )
     assert result.exit_code == 0, result.output
     body = json.loads(result.output.strip().splitlines()[-1])
