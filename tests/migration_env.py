@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from migrator.apply import Migrator
@@ -56,6 +57,21 @@ def make_env(
     store = SqlTriggerStore(target, clock)
     reader: LegacyReader = XxlJobReader(legacy) if system == "xxl-job" else BatchCenterReader(legacy)
     return MigrationEnv(legacy, store, reader, Migrator(reader, TargetWriter(store), clock, options))
+
+
+def live_cron_bean_ids(legacy: Engine) -> set[str]:
+    """The xxl-job jobs running on legacy with a plain CRON BEAN schedule (no broadcast):
+    the ones a child-job test can make parents."""
+    with legacy.connect() as conn:
+        return {
+            str(i)
+            for (i,) in conn.execute(
+                text(
+                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
+                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
+                )
+            )
+        }
 
 
 def migrated_xxljob_urls(tmp_path: Path) -> list[str]:

@@ -25,7 +25,7 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate, Subscription
 from tests.backends import mariadb_database
-from tests.migration_env import MigrationEnv, make_env, ready_switch
+from tests.migration_env import MigrationEnv, live_cron_bean_ids, make_env, ready_switch
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
@@ -169,16 +169,7 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
     from scheduler_core.settings import SchedulerSettings
 
     biz, mine = sorted(env.jobs.items())[0]
-    with env.env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    live = live_cron_bean_ids(env.env.legacy)
     parent_key, child_key = [k for k in mine if k in live][:2]
     with env.env.legacy.begin() as conn:
         conn.execute(

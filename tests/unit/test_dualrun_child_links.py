@@ -25,7 +25,7 @@ from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.model import CommandId, FiredState, TriggerId
 from scheduler_core.ports import BusMessage, FiredUpdate
 from tests.harness import harness_on
-from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
+from tests.migration_env import MigrationEnv, live_cron_bean_ids, migrated_xxljob, ready_switch
 
 
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str, ManualClock]:
@@ -33,16 +33,7 @@ def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str]
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
     sw = ready_switch(env)
-    with env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    live = live_cron_bean_ids(env.legacy)
     mine = sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
     with env.store.engine.connect() as conn:
         other = next(

@@ -27,7 +27,7 @@ from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
 from tests.harness import harness_on
 from tests.legacy_rows import xxl_bean_row
-from tests.migration_env import NOW, MigrationEnv, migrated_xxljob, ready_switch
+from tests.migration_env import NOW, MigrationEnv, live_cron_bean_ids, migrated_xxljob, ready_switch
 
 
 def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
@@ -47,16 +47,7 @@ def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
 
 def _cron_jobs(env: MigrationEnv, sw: BusinessSwitch, biz: str) -> list[str]:
     """The business's migrated cron jobs that run on legacy (parents to be)."""
-    with env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    live = live_cron_bean_ids(env.legacy)
     return sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
 
 
