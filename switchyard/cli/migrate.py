@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timezone
 
 import click
@@ -103,20 +103,8 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
     (DefinitionArgs); the three zone options as its `zones` (switchyard.settings.legacy_zones)."""
 
     @functools.wraps(fn)
-    def with_zones(  # type: ignore[no-untyped-def]
-        *args,
-        source,
-        legacy_url,
-        target_url,
-        businesses,
-        legacy_tz,
-        legacy_db_tz,
-        legacy_cron_tz,
-        xxl_job_version,
-        bridge_glue,
-        api_only,
-        **kwargs,
-    ):
+    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, **kwargs):  # type: ignore[no-untyped-def]
+        source, xxl_job_version = kwargs["source"], kwargs["xxl_job_version"]
         try:
             zones = legacy_zones(source, legacy_tz, legacy_db_tz, legacy_cron_tz)
         except ValueError as exc:
@@ -128,17 +116,8 @@ def definition_options(fn):  # type: ignore[no-untyped-def]
                 parse_version(xxl_job_version)
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
-        defs = DefinitionArgs(
-            source=source,
-            legacy_url=legacy_url,
-            target_url=target_url,
-            businesses=businesses,
-            zones=zones,
-            xxl_job_version=xxl_job_version,
-            bridge_glue=bridge_glue,
-            api_only=api_only,
-        )
-        return fn(*args, defs=defs, **kwargs)
+        given = {f.name: kwargs.pop(f.name) for f in fields(DefinitionArgs) if f.name != "zones"}
+        return fn(*args, defs=DefinitionArgs(zones=zones, **given), **kwargs)
 
     out = with_zones
     for opt in reversed(
