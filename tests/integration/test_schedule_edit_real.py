@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -31,7 +30,7 @@ from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.procs import start_scheduler, stop_process
+from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
@@ -53,6 +52,17 @@ def _write(cron: str, action: Action, first: datetime) -> Write:
         mapped=Mapped(job, trig, (), f"hash-{cron}"),
         content_hash=f"hash-{cron}",
     )
+
+
+def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:
+    """The old schedule's occurrences published ahead of E that the new one lacks (at
+    least three) were skipped as superseded by the edit."""
+    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
+    assert len(superseded) >= 3
+    for t in superseded:
+        state, message = recs[t]
+        assert state is FiredState.SKIPPED, (t, state, message)
+        assert message.startswith("superseded by a schedule edit at "), (t, message)
 
 
 def _until(check: Callable[[], bool], within_s: float) -> bool:
@@ -99,11 +109,8 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     )
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
-        executor = subprocess.Popen(
+        executor = start_cli(
             [
-                sys.executable,
-                "-m",
-                "switchyard",
                 "executor",
                 "run",
                 "--handlers",
@@ -117,9 +124,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
                 "--concurrency",
                 "4",
             ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            out,
             cwd=REPO,
             env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
         )
@@ -170,13 +175,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     )
     expected = [t for t in range(e_ms - e_ms % 1000 + 1000, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
-    recs = records()
-    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-    assert len(superseded) >= 3
-    for t in superseded:
-        state, message = recs[t]
-        assert state is FiredState.SKIPPED, (t, state, message)
-        assert message.startswith("superseded by a schedule edit at "), (t, message)
+    _assert_superseded(records(), old_ahead)
     assert "broadcast the schedule edit" in sched.log_text()
 
 
@@ -258,11 +257,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         env_vars = {**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)}
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
             procs.append(
-                subprocess.Popen(
+                start_cli(
                     [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
                         "executor",
                         "run",
                         "--handlers",
@@ -276,26 +272,16 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "--concurrency",
                         "4",
                     ],
-                    stdout=out_ex,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    out_ex,
                     cwd=REPO,
                     env=env_vars,
                 )
             )
             procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
-                        "migrate",
-                        "stream",
-                        "--source",
+                start_cli(
+                    stream_args(
                         "xxl-job",
-                        "--legacy-url",
                         legacy_url,
-                        "--target-url",
                         target_url,
                         "--binlog-url",
                         cdc_url,
@@ -303,10 +289,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "7411",
                         "--log-level",
                         "INFO",
-                    ],
-                    stdout=out_st,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    ),
+                    out_st,
                     cwd=REPO,
                     env=env_vars,
                 )
@@ -364,13 +348,4 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         )
         expected = [t for t in range(e_ms - e_ms % 1000, end_ms, 1000) if t >= e_ms and from_ms(t).second % 7 == 0]
         assert after == expected, "an occurrence of the new schedule did not run"
-        recs = records()
-        superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-        assert len(superseded) >= 3
-        for t in superseded:
-            state, message = recs[t]
-            assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), (
-                t,
-                state,
-                message,
-            )
+        _assert_superseded(records(), old_ahead)

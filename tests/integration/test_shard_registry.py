@@ -15,10 +15,9 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,13 +29,13 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import EtcdRegistry
 from scheduler_core.errors import ElectionError
-from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
+from scheduler_core.model import Job, JobCode
 from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.counting import CountingExecutor, assert_burst_done, one_shot_burst
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
 
@@ -110,18 +109,8 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         store.put_job(Job(job_code=JobCode("burst"), biz_code="sop", handler="h", shard_total=2))
 
         bus = PulsarBus(pulsar, topic_prefix=topics)
-        got: Counter[str] = Counter()
-        lock = threading.Lock()
-        ex = Executor(bus, "sop", clock=clock, concurrency=32)
-
-        @ex.handler()
-        def record(ctx: ExecutionContext) -> None:
-            with lock:
-                got[ctx.command_id] += 1
-
-        stop = threading.Event()
-        ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
-        ex_thread.start()
+        counter = CountingExecutor(bus, "sop", clock, concurrency=32)
+        got = counter.got
 
         def start(name: str) -> SchedulerProc:
             return start_scheduler(
@@ -141,18 +130,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
             span_s = 10.0 + 8.0 * rounds
             n = 600
             t0 = clock.now() + timedelta(seconds=4)
-            triggers = store.add_triggers(
-                [
-                    Trigger(
-                        job_code=JobCode("burst"),
-                        biz_code="sop",
-                        kind=TriggerKind.ONCE,
-                        next_fire_at=t0 + timedelta(seconds=span_s * i / n),
-                    )
-                    for i in range(n)
-                ]
-            )
-            expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
+            triggers, expected = one_shot_burst(store, "burst", "sop", t0, timedelta(seconds=span_s / n), n, 2)
             for _ in range(rounds):
                 # kill -9 one member mid-burst: its partitions go to the others once its lease expires
                 time.sleep(rng.uniform(0.5, 2.0))
@@ -217,26 +195,9 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
             logs = {name: p.log_text() for name, p in procs.items()}
             for p in procs.values():
                 p.stop()
-            stop.set()
-            ex_thread.join(timeout=15)
-            ex.close()
+            counter.close()
             bus.close()
-        missing = expected - set(got)
-        assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
-        by_trigger = {t.id: t for t in triggers}
-        for cid in got:
-            tid, _ms, item = parse_command_id(cid)
-            assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
-        now = clock.now()
-        stuck = [
-            t
-            for t in store.triggers_of()
-            if t.state is TriggerState.ACQUIRED
-            and t.acquire_deadline is not None
-            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
-        ]
-        assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
-        assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
+        assert_burst_done(store, triggers, expected, got, timedelta(seconds=DEADLINE_S + RECLAIM_S))
         records = store.fired_between(None, t0 - timedelta(seconds=1), t0 + timedelta(seconds=span_s + 1))
         assert {r.command_id for r in records} == expected
         epochs = _check_no_overlap(records, PARTITIONS)

@@ -26,8 +26,13 @@ EVERY_7S = "0/7 * * * * ?"  # seconds 0, 7, .. 56 of each minute: only :00 is in
 
 
 def _write(h: Harness, cron: str, action: Action) -> Write:
-    job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
     first = h.clock.now().replace(microsecond=0) + timedelta(seconds=10 - h.clock.now().second % 10)
+    return _cron_write(cron, action, first)
+
+
+def _cron_write(cron: str, action: Action, first: datetime) -> Write:
+    """The migrator's write of job j1 of biz-a with one cron trigger first due at `first`."""
+    job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
     trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
     return Write(
         action=action,
@@ -206,16 +211,7 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     first = now.replace(microsecond=0) + timedelta(seconds=2 - now.second % 2 + 2)
 
     def write(cron: str, action: Action) -> Write:
-        job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
-        trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-        return Write(
-            action=action,
-            source="xxl-job",
-            source_key="1",
-            business="biz-a",
-            mapped=Mapped(job, trig, (), f"hash-{cron}"),
-            content_hash=f"hash-{cron}",
-        )
+        return _cron_write(cron, action, first)
 
     writer.apply([write("0/2 * * * * ?", Action.CREATE)])
     ran: list[tuple[str, datetime]] = []
