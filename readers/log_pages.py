@@ -52,7 +52,9 @@ def pages(
 def uncached(rows: Sequence[RowMapping], key: str, cache: dict[int, int], limit: int) -> list[int]:
     """The ids under `key` in a page that `cache` lacks, to look up once each; the cache
     is cleared, not grown, past `limit`."""
-    wanted = {int(r[key]) for r in rows} - cache.keys()
-    if wanted and len(cache) > limit:
+    page = {int(r[key]) for r in rows}
+    if len(cache) > limit and not page <= cache.keys():
+        # cleared before the ids are worked out: a clear after it would drop ids this page
+        # had cached and never look them up again (their rows read as unknown)
         cache.clear()
-    return sorted(wanted)
+    return sorted(page - cache.keys())
