@@ -173,7 +173,11 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     assert after and all(from_ms(t).second % 7 == 0 for t in after), (
         f"an old-schedule command ran after E: {[from_ms(t).isoformat() for t in after]}"
     )
-    expected = [t for t in range(e_ms - e_ms % 1000 + 1000, end_ms, 1000) if from_ms(t).second % 7 == 0]
+    # from the first whole second at or after E + 1 s, the bound `after` uses: an occurrence
+    # in (E, E + 1 s) is left out of both (starting at floor(E) + 1 s counted it in `expected`
+    # only, and failed whenever that second was a multiple of 7)
+    start = -(-(e_ms + 1000) // 1000) * 1000
+    expected = [t for t in range(start, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
     _assert_superseded(records(), old_ahead)
     assert "broadcast the schedule edit" in sched.log_text()
