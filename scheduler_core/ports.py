@@ -67,6 +67,12 @@ def partition_fence(partition: Partition) -> str:
     return f"partition/{partition.name or partition.index}"
 
 
+def partition_of(trigger_id: int, partitions: int) -> int:
+    """The index of a trigger's partition: id mod the partition count (the store's
+    HASH(id) partitions on MariaDB/MySQL/TiDB, the `part` column slice on SQLite)."""
+    return int(trigger_id) % partitions
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transition:
     """A conditional state change of a set of triggers (CAS).

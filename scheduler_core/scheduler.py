@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
+from scheduler_core.control import relay_round
 from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
@@ -370,12 +371,8 @@ class Scheduler:
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
                     log.exception("reclaim failed; retrying", extra=log_fields(epoch=epoch))
-                for relay in self.relays:
-                    try:
-                        relay()
-                    except Exception:  # the store or the bus briefly down: the next loop tries again
-                        self.metrics.errors.labels(component="relay").inc()
-                        log.exception("relay failed; retrying", extra=log_fields(epoch=epoch))
+                # the store or the bus briefly down: the next loop tries again
+                relay_round(self.relays, self.metrics.errors.labels(component="relay").inc)
                 stop.wait(0.2)
         finally:
             unlisten()

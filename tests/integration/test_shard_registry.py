@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import EtcdRegistry
 from scheduler_core.errors import ElectionError
 from scheduler_core.executor import ExecutionContext, Executor
+from scheduler_core.fence import Fence, decode_fence, skip_message
 from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
 from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.engine import make_engine
@@ -261,8 +262,12 @@ def test_long_ten_kills(tmp_path: Path) -> None:
 
 
 def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
+    """Also: a rollback fence the store has (its own broadcast failed) is relayed by the
+    members, by one of them (the owner of the lowest partition), and after a member left by
+    the one left."""
     etcd, pulsar = server_url("etcd"), server_url("pulsar")
     registry = f"/sy-shards/{uuid.uuid4().hex[:8]}"
+    topics = f"cl{uuid.uuid4().hex[:6]}"
     with mariadb_database() as url:
         engine = make_engine(url)
         init_schema(engine, 4)
@@ -274,11 +279,16 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
                 bus=pulsar,
                 etcd=etcd,
                 key="/unused",
-                prefix=f"cl{uuid.uuid4().hex[:6]}",
-                extra=["--shards", "--registry-prefix", registry],
+                prefix=topics,
+                # a lease that outlives a starved process on a loaded box: ownership must
+                # not move by expiry here (a clean stop revokes it at once)
+                extra=["--shards", "--registry-prefix", registry, "--lease-ttl", "10"],
             )
             for i in range(2)
         ]
+        heard: list[Fence] = []
+        follower = PulsarBus(pulsar, topic_prefix=topics)
+        feed = follower.follow_control(lambda payload: heard.extend(f for f in [decode_fence(payload)] if f))
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and len({m for m, _ in o.values()}) == 2, 60)
             out = subprocess.run(
@@ -315,10 +325,30 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
             while fences() != shown and time.monotonic() < bound:
                 time.sleep(0.1)
             assert fences() == shown
+            # a fence in the store only (a rollback whose broadcast failed): relayed once
+            at_ms = int(time.time() * 1000) + 60_000
+            fence, _ = store.raise_business_fence("relayed", at_ms, skip_message(at_ms))
+            assert _until(lambda: fence in heard, 30), f"no member relayed the stored fence: {heard}"
+            time.sleep(2)  # ten relay rounds of each member
+            assert heard.count(fence) == 1, f"the fence was relayed more than once: {heard}"
             # a clean stop revokes the lease: the other member owns everything soon after
             procs[0].stop()
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and {m for m, _ in o.values()} == {"c1"}, 30)
+            lifted = store.lift_business_fence("relayed", at_ms + 1000)
+            assert lifted is not None
+            assert _until(lambda: lifted in heard, 30), f"the member left did not relay the fence: {heard}"
         finally:
+            feed.close()
+            follower.close()
             for p in procs:
                 p.stop()
             engine.dispose()
+
+
+def _until(check: Callable[[], bool], within_s: float) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
