@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from scheduler_core.errors import BusError
 from scheduler_core.model import (
@@ -247,6 +247,7 @@ class TriggerStore(Protocol):
         returns the child command id that won the claim."""
 
 
+@runtime_checkable
 class FenceStore(Protocol):
     """Where the rollback fences live (`scheduler_core.fence`): one row per business,
     its epoch grown by every change."""
