@@ -66,17 +66,10 @@ def skip_fenced(
     if not store.put_fired_fenced(records, epoch, fence_name):
         return []
     ids = [t.id for t in chunk if t.id is not None]
+    # acquired by this epoch -> completed, fenced by it (a one-shot's outcome, as fire.py's)
+    done = Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, fired_at_next=True)
     won = store.cas_ids(
-        Transition(
-            ids=ids,
-            from_state=TriggerState.ACQUIRED,
-            to_state=TriggerState.COMPLETED,
-            expected_epoch=epoch,
-            clear_epoch=True,
-            fence_epoch=epoch,
-            fence=fence_name,
-            fired_at_next=True,
-        )
+        dataclasses.replace(done, expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=fence_name)
     )
     log.info(
         "%d held run(s) of %s not published: the %s covers them (legacy takes them)",

@@ -42,6 +42,7 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
+_Jobs = Mapping[JobCode, Job]  # a chunk's job definitions as read at admission
 
 
 @dataclass
@@ -211,13 +212,7 @@ class SchedulerCore:
                 return
         self._fire_now(chunk, epoch, fence, jobs)
 
-    def _fire_held(
-        self,
-        chunk: Sequence[Trigger],
-        epoch: Epoch,
-        fence: str | None = None,
-        jobs: Mapping[JobCode, Job] | None = None,
-    ) -> None:
+    def _fire_held(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, jobs: _Jobs | None) -> None:
         """A held chunk at its T: what a rollback fence raised while it was held covers is
         not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest fires."""
         if self.fences is None:
@@ -234,12 +229,7 @@ class SchedulerCore:
             self._fire_now(rest, epoch, fence, jobs)
 
     def _skip_held(
-        self,
-        chunk: Sequence[Trigger],
-        business_fence: Fence,
-        epoch: Epoch,
-        fence: str | None,
-        jobs: Mapping[JobCode, Job] | None,
+        self, chunk: Sequence[Trigger], business_fence: Fence, epoch: Epoch, fence: str | None, jobs: _Jobs | None
     ) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         try:

@@ -30,17 +30,13 @@ from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from tests.waiting import until
 
 LEAD = timedelta(seconds=3)  # the triggers are due this long after they are added: held at once
 
 
 def _wait(cond: Callable[[], bool], bound_s: float = 30.0) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+    return until(cond, bound_s, every_s=0.01)
 
 
 class _Center:
