@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,6 +18,7 @@ from scheduler_core.codec import command_topic
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.ports import BusMessage, Received, Subscription
 from tests.servers import server_url
+from tests.waiting import until as _until
 
 pytestmark = pytest.mark.pulsar
 
@@ -41,15 +42,6 @@ def bus() -> Iterator[PulsarBus]:
         yield b
     finally:
         b.close()
-
-
-def _until(check: Callable[[], bool], within_s: float, every_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(every_s)
-    return check()
 
 
 def _drain(sub: Subscription, want: int, within_s: float) -> list[Received]:

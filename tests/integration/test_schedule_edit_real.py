@@ -20,17 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from migrator.mapping import Mapped
 from migrator.model import Action
 from migrator.target import TargetWriter, Write
 from scheduler_core.clock import SystemClock
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.cron_writes import cron_write
 from tests.integration.procs import start_scheduler, stop_process
 from tests.servers import REPO, server_url
 
@@ -41,16 +41,7 @@ UTC = timezone.utc
 
 
 def _write(cron: str, action: Action, first: datetime) -> Write:
-    job = Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0))
-    trig = Trigger(job_code=job.job_code, biz_code=BIZ, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(
-        action=action,
-        source="xxl-job",
-        source_key="1",
-        business=BIZ,
-        mapped=Mapped(job, trig, (), f"hash-{cron}"),
-        content_hash=f"hash-{cron}",
-    )
+    return cron_write(cron, action, first, business=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
 
 
 def _until(check: Callable[[], bool], within_s: float) -> bool:

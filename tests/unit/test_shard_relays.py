@@ -9,25 +9,24 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from migrator.mapping import Mapped
 from migrator.model import Action
-from migrator.target import TargetWriter, Write
+from migrator.target import TargetWriter
 from scheduler_core.clock import ManualClock
 from scheduler_core.control import RelayScope, relay_round
 from scheduler_core.election.local_registry import LocalRegistry, LocalRegistryGroup
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.fence import FenceRelay, skip_message
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Job, JobCode, Trigger, TriggerKind
 from scheduler_core.ports import partition_fence, partition_of
 from scheduler_core.shards import ShardedScheduler
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
+from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
 
 TTL = timedelta(seconds=10)
@@ -63,19 +62,6 @@ def _member(h: Harness, group: LocalRegistryGroup, name: str) -> ShardedSchedule
     return m
 
 
-def _write(h: Harness, cron: str, action: Action, first: datetime) -> Write:
-    job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
-    trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(
-        action=action,
-        source="xxl-job",
-        source_key="1",
-        business="biz-a",
-        mapped=Mapped(job, trig, (), f"hash-{cron}"),
-        content_hash=f"hash-{cron}",
-    )
-
-
 def _relay(*members: ShardedScheduler) -> None:
     for m in members:
         relay_round(m.relays, lambda: pytest.fail("a relay failed"))
@@ -92,14 +78,14 @@ def _edited(h: Harness, stop: threading.Event, *members: ShardedScheduler) -> tu
     the trigger id and E (ms)."""
     writer = TargetWriter(h.store)
     first = h.clock.now().replace(microsecond=0) + timedelta(seconds=10 - h.clock.now().second % 10)
-    writer.apply([_write(h, "0/10 * * * * ?", Action.CREATE, first)])
+    writer.apply([cron_write("0/10 * * * * ?", Action.CREATE, first)])
     (t,) = h.store.triggers_of(biz_code="biz-a")
     assert t.id is not None
     for m in members:
         for _ in range(10):
             m.core.tick_all()
     assert len(h.store.fired_between("biz-a", first, first + timedelta(minutes=2))) >= 5
-    writer.apply([_write(h, "0/7 * * * * ?", Action.UPDATE, first)])
+    writer.apply([cron_write("0/7 * * * * ?", Action.UPDATE, first)])
     return int(t.id), to_ms(h.clock.now() + writer.supersede_margin)
 
 
