@@ -4,7 +4,8 @@ or before T; its runs are recorded skipped by the fence (as a command published 
 then fenced would be) and the triggers complete, which is what a rollback reads to hand
 the occurrence to legacy (`migrator.cutover`: a completed one-shot at or after the fence is
 started on legacy at its T). A chunk due before the fence's `from`, or of another
-business, fires as before. Embedded parts: SQLite, the in-process bus, the threaded
+business, fires as before. A rollback itself never meets one: it waits for a held
+trigger to fire before it sets its F (the last test, on the rollback's own steps). Embedded parts: SQLite, the in-process bus, the threaded
 scheduler with a local election, the real clock."""
 
 from __future__ import annotations
@@ -126,3 +127,53 @@ def test_a_held_chunk_due_before_the_fences_from_fires_at_t(center: _Center) -> 
     recs = c.store.fired_between("biz-r", due - timedelta(seconds=1), due + timedelta(seconds=1))
     assert all(r.fired_at is not None and to_ms(r.fired_at) >= to_ms(due) for r in recs), "held, fired at T"
     assert all(not is_fence_skip(r.state, r.message) for r in recs)
+
+
+class _BatchCenterMargin:
+    """The legacy side's start margin, all a rollback's handover instant reads of it."""
+
+    start_margin = timedelta(seconds=2)
+
+
+def test_a_rollback_takes_a_held_trigger_off_only_after_it_fired_so_its_fence_lies_after_t(tmp_path: Path) -> None:
+    """The rollback's own order (migrator.cutover: triggers off the scheduler, waiting while
+    one is acquired, then F = now + the legacy start margin, then the fence): a held
+    one-shot is acquired until it fires at T, so the rollback waits for it, and its F lies
+    after T: the new side ran that occurrence, legacy is not started for it, nothing ran
+    on both sides."""
+    from migrator.cutover import BusinessSwitch, Link
+    from switchyard.schema import init_schema as init_all
+
+    c = _Center(tmp_path)
+    init_all(c.engine, 2)  # the migrator's tables beside the core's
+    c.thread.start()
+    try:
+        assert _wait(lambda: c.sched.status.stats.ticks >= 2)
+        (held,) = c.add("biz-r", 1)
+        assert _wait(lambda: _held(c, 1)), "the one-shot is held for its T"
+        sw = BusinessSwitch(
+            c.store,
+            _BatchCenterMargin(),  # type: ignore[arg-type]
+            c.store.clock,
+            fences=FenceService(c.store, c.bus),
+        )
+        assert held.id is not None
+        left = sw._deactivate([Link("1", held.job_code, held)])
+        after = c.store.get_trigger(held.id)
+        assert after is not None and after.state is TriggerState.COMPLETED and left == {}, (
+            "the rollback waited for the held trigger to fire instead of taking it off"
+        )
+        fence_at = sw._handover_instant()
+        assert fence_at > held.next_fire_at
+        FenceService(c.store, c.bus).raise_fence("biz-r", fence_at)
+        assert sw._once_fenced(after, fence_at) is None, "legacy is not started for an occurrence the new side ran"
+        assert len(c.published("biz-r")) == 1
+        (rec,) = c.store.fired_between(
+            "biz-r", held.next_fire_at - timedelta(seconds=1), held.next_fire_at + timedelta(seconds=1)
+        )
+        assert not is_fence_skip(rec.state, rec.message)
+    finally:
+        c.stop.set()
+        c.thread.join(timeout=30)
+        c.bus.close()
+        c.engine.dispose()
