@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from migrator.mapping import Mapped
 from migrator.model import Action
 from migrator.target import TargetWriter, Write
 from scheduler_core.clock import SystemClock
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.cron_writes import cron_write
 from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
@@ -42,16 +42,7 @@ _NOT_RUN_YET = (FiredState.PENDING, FiredState.PUBLISHED)
 
 
 def _write(cron: str, action: Action, first: datetime) -> Write:
-    job = Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0))
-    trig = Trigger(job_code=job.job_code, biz_code=BIZ, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(
-        action=action,
-        source="xxl-job",
-        source_key="1",
-        business=BIZ,
-        mapped=Mapped(job, trig, (), f"hash-{cron}"),
-        content_hash=f"hash-{cron}",
-    )
+    return cron_write(cron, action, first, business=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
 
 
 def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:
@@ -85,9 +76,12 @@ def store() -> Iterator[tuple[SqlTriggerStore, str]]:
             engine.dispose()
 
 
+@pytest.mark.parametrize("members", [1, 2], ids=["leader", "shard-registry"])
 def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
-    store: tuple[SqlTriggerStore, str], tmp_path: Path
+    store: tuple[SqlTriggerStore, str], tmp_path: Path, members: int
 ) -> None:
+    """`members` 1: the elected leader relays the edit; 2: two members of the shard
+    registry (`scheduler run --shards`), where the owner of the trigger's partition does."""
     st, url = store
     pulsar, etcd = server_url("pulsar"), server_url("etcd")
     prefix = f"edit{uuid.uuid4().hex[:6]}"
@@ -97,16 +91,25 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     writer.apply([_write("0/10 * * * * ?", Action.CREATE, first)])
     invocations = tmp_path / "invocations.txt"
     invocations.touch()
-    sched = start_scheduler(
-        "edit-sched",
-        tmp_path,
-        url=url,
-        bus=pulsar,
-        etcd=etcd,
-        key=f"/switchyard-test/{prefix}/leader",
-        prefix=prefix,
-        extra=["--lookahead", "60"],
-    )
+    shards = ["--shards", "--registry-prefix", f"/switchyard-test/{prefix}/shards"] if members > 1 else []
+    scheds = [
+        start_scheduler(
+            f"edit-sched-{i}",
+            tmp_path,
+            url=url,
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/switchyard-test/{prefix}/leader",
+            prefix=prefix,
+            # a lease that outlives a starved process on a loaded box: the test is not about expiry
+            extra=["--lookahead", "60", *shards, *(["--lease-ttl", "10"] if shards else [])],
+        )
+        for i in range(members)
+    ]
+
+    def sched_logs() -> str:
+        return "\n".join(f"--- {s.name}\n{s.log_text()[-3000:]}" for s in scheds)
+
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
         executor = start_cli(
@@ -141,7 +144,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
         def ahead() -> int:
             return len([t for t in records() if t >= to_ms(datetime.now(UTC)) + 7000])
 
-        assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched.log_text()}"
+        assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched_logs()}"
         (trig,) = st.triggers_of(biz_code=BIZ)
         for _ in range(100):
             # the operator's edit, read by the stream; a trigger being fired right now keeps
@@ -161,10 +164,11 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
                 and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
             ),
             90,
-        ), f"results missing:\n{sched.log_text()[-3000:]}\n{ex_log.read_text(errors='replace')[-3000:]}"
+        ), f"results missing:\n{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}"
     finally:
         stop_process(executor)
-        sched.stop()
+        for sched in scheds:
+            sched.stop()
 
     invoked = ran()
     counts = Counter(cid for cid, _t in invoked)
@@ -180,7 +184,8 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     expected = [t for t in range(start, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
     _assert_superseded(records(), old_ahead)
-    assert "broadcast the schedule edit" in sched.log_text()
+    relayed = [s.name for s in scheds if "broadcast the schedule edit" in s.log_text()]
+    assert relayed, "no scheduler broadcast the edit"
 
 
 def _cli(*args: str) -> tuple[int, str]:
