@@ -98,9 +98,9 @@ class Rendered:
 
 
 class TargetWriter:
-    def __init__(self, store: SqlTriggerStore, own: MigratorStore | None = None) -> None:
+    def __init__(self, store: SqlTriggerStore, own: MigratorStore) -> None:
         self.store = store
-        self.own = own or MigratorStore.beside(store)
+        self.own = own
         self.defs = DefinitionWrites(store)
         # a live trigger's schedule edit takes effect from now + this (migrator.schedule_edits)
         self.supersede_margin = SUPERSEDE_MARGIN

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from dualrun.store import DualRunStore
 from migrator.apply import Migrator
 from migrator.mapping import MappingOptions
 from migrator.ports import GateDecision
+from migrator.store import MigratorStore
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
@@ -20,6 +22,7 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store, migrator_store
 
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -34,6 +37,16 @@ class MigrationEnv:
     @property
     def writer(self) -> TargetWriter:
         return self.migrator.writer
+
+    @property
+    def own(self) -> MigratorStore:
+        """The migrator's store the writer was handed (one per env, as the wiring builds it)."""
+        return self.writer.own
+
+    @property
+    def dual(self) -> DualRunStore:
+        """Dual-run's store on the env's target, as the wiring builds it."""
+        return dualrun_store(self.store)
 
 
 def make_env(
@@ -50,7 +63,9 @@ def make_env(
     clock = ManualClock(NOW)
     store = SqlTriggerStore(target, clock)
     reader: LegacyReader = XxlJobReader(legacy) if system == "xxl-job" else BatchCenterReader(legacy)
-    return MigrationEnv(legacy, store, reader, Migrator(reader, TargetWriter(store), clock, options))
+    return MigrationEnv(
+        legacy, store, reader, Migrator(reader, TargetWriter(store, migrator_store(store)), clock, options)
+    )
 
 
 def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12) -> tuple[MigrationEnv, str]:
@@ -63,7 +78,7 @@ def migrated_xxljob(tmp_path: Path, *, groups: int = 2, jobs_per_group: int = 12
         env.legacy, "3.4", groups=groups, jobs_per_group=jobs_per_group, bad_rows=0, malformed_crons=0, rng_seed=2
     )
     env.migrator.run()
-    return env, BusinessRegistry(env.store).all()[0].biz_code
+    return env, BusinessRegistry(env.own).all()[0].biz_code
 
 
 class FixedGate:

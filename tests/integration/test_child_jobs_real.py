@@ -49,6 +49,7 @@ def env() -> Iterator[Env]:
         clock = env.migrator.clock
         switch = BusinessSwitch(
             env.store,
+            env.own,
             XxlJobControl(env.legacy, clock),
             clock,
             FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),

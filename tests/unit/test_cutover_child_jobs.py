@@ -21,6 +21,7 @@ def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str]
     clock = env.migrator.clock
     sw = BusinessSwitch(
         env.store,
+        env.own,
         XxlJobControl(env.legacy, clock),
         clock,
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),

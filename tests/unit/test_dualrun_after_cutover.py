@@ -24,6 +24,7 @@ from migrator.tables import migrator_tables
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.exitcodes import FAILED
+from switchyard.wiring import dualrun_store
 from tests.migration_env import FixedGate, migrated_xxljob
 from tests.unit.test_dualrun_support import Scenario
 
@@ -54,7 +55,9 @@ def _cut_over(s: Scenario) -> datetime:
 
 def _check(s: Scenario):  # type: ignore[no-untyped-def]
     s.flush()
-    return check_after_cutover(s.store, s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now)
+    return check_after_cutover(
+        s.store, dualrun_store(s.store), s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now
+    )
 
 
 def test_a_clean_cutover_has_nothing_missing_doubled_or_late(tmp_path: Path) -> None:
@@ -114,7 +117,14 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     clock = env.migrator.clock
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999))
+    sw = BusinessSwitch(
+        env.store,
+        env.own,
+        XxlJobControl(env.legacy, clock),
+        clock,
+        gate,
+        max_verdict_age=timedelta(days=9999),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
     res = CliRunner().invoke(

@@ -93,6 +93,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     assert isinstance(clock, ManualClock)
     sw = BusinessSwitch(
         env.store,
+        env.own,
         XxlJobControl(env.legacy, clock),
         clock,
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
@@ -169,7 +170,7 @@ def test_a_none_job_given_a_schedule_later_takes_it(tmp_path: Path) -> None:
     """Its trigger is stored completed, yet an edit in the admin (NONE -> CRON) migrates."""
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock)
+    sw = BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock)
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.legacy.begin() as conn:
