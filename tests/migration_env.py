@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from dualrun.store import DualRunStore
 from migrator.apply import Migrator
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import XxlJobControl
 from migrator.mapping import MappingOptions
-from migrator.ports import GateDecision
+from migrator.ports import CutoverGate, GateDecision
 from migrator.store import MigratorStore
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
@@ -47,6 +50,11 @@ class MigrationEnv:
     def dual(self) -> DualRunStore:
         """Dual-run's store on the env's target, as the wiring builds it."""
         return dualrun_store(self.store)
+
+    def xxl_switch(self, gate: CutoverGate | None = None, **options: Any) -> BusinessSwitch:
+        """The business switch of this env's xxl-job legacy database, on the env's clock."""
+        clock = self.migrator.clock
+        return BusinessSwitch(self.store, self.own, XxlJobControl(self.legacy, clock), clock, gate, **options)
 
 
 def make_env(

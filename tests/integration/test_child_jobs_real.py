@@ -18,7 +18,6 @@ from sqlalchemy import text
 from legacy_sim.seed import seed_xxljob
 from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.callbacks import ResultConsumer
@@ -47,11 +46,7 @@ def env() -> Iterator[Env]:
         seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=5)
         env.migrator.run()
         clock = env.migrator.clock
-        switch = BusinessSwitch(
-            env.store,
-            env.own,
-            XxlJobControl(env.legacy, clock),
-            clock,
+        switch = env.xxl_switch(
             FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
         )
         with env.store.engine.connect() as conn:

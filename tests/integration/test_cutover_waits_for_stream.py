@@ -79,11 +79,7 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
 
         clock = env.migrator.clock
         gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-        switch = BusinessSwitch(
-            env.store,
-            env.own,
-            XxlJobControl(env.legacy, clock),
-            clock,
+        switch = env.xxl_switch(
             gate,
             max_verdict_age=timedelta(days=9999),
             catchup=catchup,

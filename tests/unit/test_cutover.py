@@ -12,7 +12,7 @@ from sqlalchemy import text
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.legacy_control import BatchCenterControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
@@ -29,7 +29,7 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
     gate = FixedGate(None)
-    sw = BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, gate)
+    sw = env.xxl_switch(gate)
     with pytest.raises(TransitionRefused, match="not dual_run"):
         sw.cutover(biz, actor="ops")
     rep = sw.start_dual_run(biz, shadow=False, actor="ops", reason="week 1")
@@ -65,11 +65,7 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
 def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
@@ -82,11 +78,7 @@ def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
 def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     sw.start_dual_run(biz, shadow=True, actor="ops")
@@ -175,8 +167,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
 
 def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
+    sw = env.xxl_switch(FixedGate(None))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     waiting = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items()}  # type: ignore[arg-type]
@@ -219,11 +210,7 @@ def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> 
     a 'scheduler' reads the flag the instant each rewind commits, as a loaded box lets it."""
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     sw.start_dual_run(biz, shadow=True, actor="ops")
@@ -254,11 +241,7 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
 
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     sw.start_dual_run(biz, shadow=True, actor="ops")
@@ -297,8 +280,7 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
     (so the two sides never share a job thread); ids of 2^30 and up have none. A live
     dual-run is refused before anything changes, naming the job; a shadow one is not."""
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
+    sw = env.xxl_switch(FixedGate(None))
     ledger = migrator_tables().ledger
     with env.store.engine.begin() as conn:
         key = conn.execute(

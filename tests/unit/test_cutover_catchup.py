@@ -15,8 +15,6 @@ from sqlalchemy import text
 
 from migrator.business import TransitionRefused
 from migrator.catchup import StreamCatchup, checkpoints_of
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.records import StreamPosition
@@ -63,11 +61,7 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
     assert behind.sentence.startswith("change stream xxl-job@legacy-db is behind: 1 pending change(s)")
 
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         gate,
         max_verdict_age=timedelta(days=9999),
         catchup=catchup,
@@ -93,11 +87,7 @@ def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) ->
         )
     _poll_checkpoint(env, "xxl-job@legacy-db", hw + 30_000)  # the poller applied it
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         gate,
         max_verdict_age=timedelta(days=9999),
         catchup=StreamCatchup(env.own, env.legacy, wait=timedelta(0)),

@@ -11,7 +11,6 @@ from sqlalchemy import text
 from migrator.business import TransitionRefused
 from migrator.child_jobs import child_ids
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 
@@ -19,11 +18,7 @@ from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str]:
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     with env.store.engine.connect() as conn:

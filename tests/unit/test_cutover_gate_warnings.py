@@ -53,11 +53,7 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
     clock = env.migrator.clock
     c = _quarantine_comparison(tmp_path)
     put_comparison(env.dual, replace(c, business=biz, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         DualRunGate(env.dual),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
@@ -78,7 +74,7 @@ def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
             warnings=(SENTENCE,),
         )
     )
-    sw = BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, gate)
+    sw = env.xxl_switch(gate)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match=r"p99 lag 4\.2 s > 1 s; warning: 1 legacy job\(s\) .* fix them before"):
         sw.cutover(biz, actor="ops")
@@ -89,11 +85,7 @@ def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
 def test_no_warnings_when_the_verdict_has_none(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")

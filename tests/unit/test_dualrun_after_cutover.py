@@ -17,8 +17,6 @@ from sqlalchemy import insert
 from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover
 from dualrun.settings import CompareSettings
 from dualrun.testing import fired
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from scheduler_core.model import FiredState
@@ -117,11 +115,7 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     clock = env.migrator.clock
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         gate,
         max_verdict_age=timedelta(days=9999),
     )

@@ -20,7 +20,6 @@ from dualrun.collect import fetch_new
 from dualrun.frames import JobIndex
 from dualrun.model import Window
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
@@ -36,11 +35,7 @@ def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str]
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
     )
     with env.legacy.connect() as conn:

@@ -88,11 +88,7 @@ class RecordingFences:
 
 def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
     clock = env.migrator.clock
-    return BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    return env.xxl_switch(
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
         fences=fences,
     )

@@ -14,8 +14,6 @@ from sqlalchemy import insert
 from dualrun.model import StreamCatchup
 from dualrun.verdict_store import put_comparison
 from migrator.catchup import CatchupState
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from reports.load import load_report
@@ -94,11 +92,7 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
             )
 
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         gate,
         max_verdict_age=timedelta(days=9999),
         catchup=CaughtUp(),  # type: ignore[arg-type]

@@ -68,11 +68,7 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     the real gate (DualRunGate over the store)."""
     env, biz = migrated_xxljob(tmp_path / "env", groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         DualRunGate(env.dual),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
