@@ -199,14 +199,16 @@ class TriggerStore(Protocol):
 
     @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
-        """Bulk pending -> published (never moves a record back)."""
+        """Bulk pending -> published (never moves a record back). Only for runs outside
+        the schedule (follow-ups, a schedule edit's pending runs), which move no trigger:
+        a schedule fire's records stay `pending`, its publication told by the trigger's
+        outcome (`FiredState`)."""
 
     @abstractmethod
-    def finish_fire(
-        self, published: Sequence[CommandId], at: datetime, changes: Sequence[Transition]
-    ) -> list[list[TriggerId]]:
-        """One transaction for a fired chunk's outcome: mark_published(published, at),
-        then each transition as cas_ids would apply it; returns each one's winners."""
+    def finish_fire(self, changes: Sequence[Transition]) -> list[list[TriggerId]]:
+        """One transaction for a fired chunk's outcome: each transition as cas_ids would
+        apply it; returns each one's winners. Called only once the chunk's messages are
+        published: a recorded outcome is what says they were."""
 
     @abstractmethod
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:

@@ -509,8 +509,14 @@ def _fires_after(
         (str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000
     }
     new: set[tuple[str, int]] = set()
-    for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
-        if r.job_code in links and r.state not in (FiredState.SKIPPED, FiredState.PENDING) and not _shadow_only(r):
+    records = [
+        r for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)) if r.job_code in links
+    ]
+    # a pending record is a fire once its trigger recorded the occurrence (FiredState)
+    published = store.outcome_recorded([r for r in records if r.state is FiredState.PENDING])
+    for r in records:
+        unpublished = r.state is FiredState.PENDING and r.command_id not in published
+        if r.state is not FiredState.SKIPPED and not unpublished and not _shadow_only(r):
             new.add((links[r.job_code], int(parse_command_id(r.command_id)[1])))
     return legacy, new
 

@@ -20,12 +20,11 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
-    FIRED_RANK,
     MESSAGE_MAX,
     PROVISIONAL_SKIP_RANK,
     fired_row,
 )
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.sql import SqlTriggerStore, unskipped_values
 from scheduler_core.supersede import MESSAGE_PREFIX, Supersede, SupersedeRelay, skip_message
 
 
@@ -86,12 +85,7 @@ class SqlSupersedes:
                     fr.c.state_rank == PROVISIONAL_SKIP_RANK,
                     fr.c.message.like(f"{MESSAGE_PREFIX}%"),
                 )
-                .values(
-                    state=FiredState.PUBLISHED.value,
-                    state_rank=FIRED_RANK[FiredState.PUBLISHED],
-                    message="",
-                    result_at=None,
-                )
+                .values(**unskipped_values(fr))
             )
         values: dict[str, Any] = {
             "biz_code": business,

@@ -22,12 +22,14 @@ from scheduler_core.model import (
     JobCode,
     ShardingItem,
     Trigger,
+    TriggerId,
     TriggerKind,
     TriggerState,
     command_id,
 )
 from scheduler_core.ports import FiredUpdate, Transition
 from scheduler_core.store.admin import check_schema, init_schema
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import sql_store
@@ -536,26 +538,30 @@ def test_put_fired_fenced_writes_nothing_for_a_deposed_epoch(store: SqlTriggerSt
     assert store.put_fired_fenced([], Epoch(4)) is True and store.put_fired_fenced([], Epoch(3)) is False
 
 
-def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTriggerStore, clock: ManualClock) -> None:
-    triggers = _seed(store, clock, 4)
+def _fired_acquired(
+    store: SqlTriggerStore, clock: ManualClock, n: int, epoch: int
+) -> tuple[list[Trigger], list[TriggerId], list[FiredRecord]]:
+    """n one-shots acquired by `epoch`, each with its fired record written (fenced)."""
+    triggers = _seed(store, clock, n)
     ids = [t.id for t in triggers if t.id is not None]
-    assert store.claim_epoch(Epoch(2))
-    assert (
-        sorted(
-            store.cas_ids(
-                Transition(
-                    ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60)
-                )
-            )
-        )
-        == ids
+    assert store.claim_epoch(Epoch(epoch))
+    won = store.cas_ids(
+        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(epoch), deadline=clock.now() + timedelta(seconds=60))
     )
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    assert sorted(won) == ids
+    recs = [r for t in triggers for r in _records(t, clock, 1, epoch)]
+    assert store.put_fired_fenced(recs, Epoch(epoch))
+    return triggers, ids, recs
+
+
+def test_finish_fire_applies_each_transition_and_its_outcome_says_published(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    triggers, ids, recs = _fired_acquired(store, clock, 4, 2)
+    cids = [r.command_id for r in recs]
+    assert store.outcome_recorded(list(store.get_fired(cids).values())) == set(), "acquired: not known published"
     later = {i: clock.now() + timedelta(hours=1) for i in ids[:2]}
     winners = store.finish_fire(
-        [r.command_id for r in recs],
-        clock.now(),
         [
             Transition(
                 ids=ids[:2],
@@ -565,6 +571,7 @@ def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTrig
                 clear_epoch=True,
                 fence_epoch=Epoch(2),
                 next_fire_at=later,
+                last_fired_at={t.id: t.next_fire_at for t in triggers[:2] if t.id is not None},
             ),
             Transition(
                 ids=ids[2:],
@@ -577,26 +584,22 @@ def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTrig
         ],
     )
     assert [sorted(w) for w in winners] == [ids[:2], ids[2:]]
-    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
     states = {t.id: t.state for t in store.get_triggers(ids)}
     assert states == {**{i: W for i in ids[:2]}, **{i: TriggerState.COMPLETED for i in ids[2:]}}
+    # no stamp on the records (one row write per trigger less): the outcome says published
+    got = store.get_fired(cids)
+    assert {(r.state, r.published_at) for r in got.values()} == {(FiredState.PENDING, None)}
+    assert store.outcome_recorded(list(got.values())) == set(cids)
+    rows = fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"])
+    assert dict(rows) == dict.fromkeys(cids, FiredState.PUBLISHED.value), "read as published"
 
 
-def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stamp(
+def test_finish_fire_of_a_fenced_epoch_wins_nothing_and_leaves_the_records_unconfirmed(
     store: SqlTriggerStore, clock: ManualClock
 ) -> None:
-    triggers = _seed(store, clock, 2)
-    ids = [t.id for t in triggers if t.id is not None]
-    assert store.claim_epoch(Epoch(2))
-    store.cas_ids(
-        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60))
-    )
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    _triggers, ids, recs = _fired_acquired(store, clock, 2, 2)
     assert store.claim_epoch(Epoch(3))
     winners = store.finish_fire(
-        [r.command_id for r in recs],
-        clock.now(),
         [
             Transition(
                 ids=ids,
@@ -610,8 +613,34 @@ def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stam
     )
     assert winners == [[]], "a fenced epoch must not move its triggers"
     assert {t.state for t in store.get_triggers(ids)} == {A}, "left acquired for the new leader to reclaim"
-    # the commands did go out: their records say so, whoever re-fires them
-    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
+    # whether the commands went out is not recorded: the new leader fires them again, same ids
+    got = store.get_fired([r.command_id for r in recs])
+    assert {r.state for r in got.values()} == {FiredState.PENDING}
+    assert store.outcome_recorded(list(got.values())) == set()
+
+
+def test_released_trigger_and_stamped_runs_are_told_apart_from_recorded_outcomes(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    _triggers, ids, recs = _fired_acquired(store, clock, 3, 1)
+    # a failed publication releases the trigger with the same next_fire_at: not published
+    released = store.cas_ids(
+        Transition(
+            ids=ids[:1], from_state=A, to_state=W, expected_epoch=Epoch(1), clear_epoch=True, fence_epoch=Epoch(1)
+        )
+    )
+    assert released == ids[:1]
+    # a run outside the schedule is stamped when published, whatever its trigger says
+    assert store.mark_published([recs[1].command_id], clock.now()) == 1
+    got = store.get_fired([r.command_id for r in recs])
+    assert got[recs[1].command_id].state is FiredState.PUBLISHED
+    assert store.outcome_recorded(list(got.values())) == set(), "neither the released nor the stamped one"
+    rows = dict(fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"]))
+    assert rows == {
+        recs[0].command_id: FiredState.PENDING.value,
+        recs[1].command_id: FiredState.PUBLISHED.value,
+        recs[2].command_id: FiredState.PENDING.value,
+    }
 
 
 def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTriggerStore, clock: ManualClock) -> None:
