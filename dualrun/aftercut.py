@@ -26,6 +26,7 @@ from dualrun.errors import DualRunError
 from dualrun.model import Window, iso
 from dualrun.settings import CompareSettings
 from dualrun.span import fetch_switches
+from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.model import FiredState
@@ -109,9 +110,9 @@ class NotCutOver(DualRunError):
         )
 
 
-def cutover_time(store: SqlTriggerStore, business: str) -> datetime:
+def cutover_time(own: DualRunStore, business: str) -> datetime:
     """The latest cutover of the business still in force (no rollback after it)."""
-    switches = fetch_switches(store, business)
+    switches = fetch_switches(own, business)
     if not switches or switches[-1].to_state != "cutover":
         raise NotCutOver(business)
     return switches[-1].at
@@ -126,6 +127,7 @@ def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFram
 
 def check_after_cutover(
     store: SqlTriggerStore,
+    own: DualRunStore,
     reader: LegacyReader,
     business: str,
     *,
@@ -137,14 +139,14 @@ def check_after_cutover(
 ) -> AfterCutover:
     """Missing, doubled and late fires of a cut-over business since its cutover (at most
     `lookback` back), up to `now`."""
-    cut = cutover_time(store, business)
+    cut = cutover_time(own, business)
     start = cut if lookback is None else max(cut, now - lookback)
     if now <= start:
         raise DualRunError(f"{business}: cut over at {iso(cut)}, nothing to check yet")
     window = Window(start=start, end=now)
     late_ms = int(settings.match.late_after.total_seconds() * 1000)
     collector = Collector(
-        store, reader, source=source, business=business, legacy_business=legacy_business, settings=settings
+        store, own, reader, source=source, business=business, legacy_business=legacy_business, settings=settings
     )
     exp = collector.legacy(window, all_schedules=True).expected
     s, e = to_ms(window.start), to_ms(window.end)

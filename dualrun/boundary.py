@@ -45,6 +45,7 @@ from dualrun.frames import JobIndex
 from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, pair
 from dualrun.model import MismatchKind, Window
 from dualrun.settings import CompareSettings
+from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.store.reads import fired_rows
@@ -137,6 +138,7 @@ def _when(v: str | datetime) -> datetime:
 
 def check_boundary(
     store: SqlTriggerStore,
+    own: DualRunStore,
     reader: LegacyReader,
     business: str,
     switches: Sequence[Switch],
@@ -150,8 +152,8 @@ def check_boundary(
     window) that is missing, doubled, or met by a stray fire of the other side."""
     settings = settings or CompareSettings()
     s = settings.match
-    source, _ = resolve(store, CompareRequest(business=business, window=window))
-    collector = Collector(store, reader, source=source, business=business, legacy_business=None, settings=settings)
+    source, _ = resolve(own, CompareRequest(business=business, window=window))
+    collector = Collector(store, own, reader, source=source, business=business, legacy_business=None, settings=settings)
     legacy = collector.legacy(window, all_schedules=True)
     new = fetch_new_fired(store, business, window, collector.jobs)
     jobs = collector.jobs

@@ -15,12 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
-
 from dualrun.errors import DualRunError
 from dualrun.model import CompareSpan, Window, iso
 from dualrun.store import DualRunStore
-from scheduler_core.store.sql import SqlTriggerStore
 
 DUAL_RUN = "dual_run"  # dus_business.state / dus_cutover_audit.to_state of a dual-run
 
@@ -50,20 +47,12 @@ class NotInDualRun(DualRunError):
         )
 
 
-def fetch_switches(store: SqlTriggerStore, business: str) -> list[Switch]:
+def fetch_switches(own: DualRunStore, business: str) -> list[Switch]:
     """The business's state changes, oldest first (audit notes that changed nothing are not)."""
-    own = DualRunStore.beside(store)
-    a = own.migration.audit
-    stmt = (
-        select(a.c.at, a.c.from_state, a.c.to_state)
-        .where(a.c.biz_code == business, a.c.from_state != a.c.to_state)
-        .order_by(a.c.at, a.c.id)
-    )
-    with own.engine.connect() as conn:
-        return [
-            Switch(at=datetime.fromtimestamp(int(at) / 1000, tz=timezone.utc), from_state=f, to_state=t)
-            for at, f, t in conn.execute(stmt).all()
-        ]
+    return [
+        Switch(at=datetime.fromtimestamp(at / 1000, tz=timezone.utc), from_state=f, to_state=t)
+        for at, f, t in own.migration.switches(business)
+    ]
 
 
 def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:

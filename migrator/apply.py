@@ -337,7 +337,7 @@ class Migrator:
 
     @property
     def holds(self) -> LegacyHolds:
-        return LegacyHolds(self.writer.store)
+        return LegacyHolds(self.writer.own)
 
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:

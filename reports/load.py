@@ -7,31 +7,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
 from dualrun.model import iso
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
-from scheduler_core.store.sql import SqlTriggerStore
 
 
 def load_report(
-    store: SqlTriggerStore, business: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
+    own: DualRunStore, business: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
 ) -> BusinessReport:
     """The report of one business: its latest (or a given) comparison and the stored series."""
     if comparison_id is None:
-        found = latest(store, business)
+        found = latest(own, business)
         if found is None:
             raise NoComparison(business)
         comparison_id = found.comparison_id
-    comparison = load_comparison(store, comparison_id)
+    comparison = load_comparison(own, comparison_id)
     if comparison is None or comparison.business != business:
         raise NoComparison(business)
-    series = history(store, business, limit=history_limit)
-    state = next((b.state for b in fetch_businesses(store) if b.biz_code == business), None)
+    series = history(own, business, limit=history_limit)
+    state = next((b.state for b in fetch_businesses(own) if b.biz_code == business), None)
     return BusinessReport(
         business=business,
         generated_at=now,
@@ -39,41 +36,33 @@ def load_report(
         comparison_id=comparison_id,
         state=state,
         history=tuple(HistoryPoint.of(c) for c in series),
-        gate_stream=gate_stream(store, business),
+        gate_stream=gate_stream(own, business),
     )
 
 
-def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
+def gate_stream(own: DualRunStore, business: str) -> dict[str, Any] | None:
     """The change stream's catch-up state the cutover gate found at the business's latest
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
-    own = DualRunStore.beside(store)
-    a = own.migration.audit
-    stmt = (
-        select(a.c.at, a.c.detail)
-        .where(a.c.biz_code == business, a.c.to_state == "cutover", a.c.from_state != "cutover")
-        .order_by(a.c.at.desc(), a.c.id.desc())
-        .limit(1)
-    )
-    with own.engine.connect() as conn:
-        row = conn.execute(stmt).first()
-    if row is None:
+    found = own.migration.last_cutover(business)
+    if found is None:
         return None
+    at, detail = found
     try:
-        stream = json.loads(row.detail or "{}").get("stream")
+        stream = json.loads(detail or "{}").get("stream")
     except (ValueError, AttributeError):
         return None
     if not isinstance(stream, dict):
         return None
-    return {**stream, "at": iso(datetime.fromtimestamp(int(row.at) / 1000, tz=timezone.utc))}
+    return {**stream, "at": iso(datetime.fromtimestamp(at / 1000, tz=timezone.utc))}
 
 
 def load_overview(
-    store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None, link_suffix: str = ".html"
+    own: DualRunStore, *, now: datetime, reports_dir: Path | None = None, link_suffix: str = ".html"
 ) -> OverviewReport:
     """Every business with its cutover state and latest verdict; links to the per-business
     reports that exist next to the overview (`<business><suffix>`)."""
-    infos = {b.biz_code: b for b in fetch_businesses(store)}
-    verdicts = latest_by_business(store)
+    infos = {b.biz_code: b for b in fetch_businesses(own)}
+    verdicts = latest_by_business(own)
     rows = []
     for code in sorted(set(infos) | set(verdicts)):
         info, v = infos.get(code), verdicts.get(code)

@@ -24,9 +24,11 @@ from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, p
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
+    dualrun_store,
     fence_service,
     legacy_control,
     legacy_switches,
+    migrator_store,
     open_bus,
     open_store,
     stream_catchup,
@@ -56,8 +58,9 @@ def _switch(
     evaluates no legacy cron: the triggers carry their own zone, xxl-job's
     trigger_next_time is epoch ms)."""
     store = open_store(url)
+    own = migrator_store(store)
     try:
-        rec = BusinessRegistry(store).get(biz)
+        rec = BusinessRegistry(own).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
         try:
@@ -69,13 +72,14 @@ def _switch(
         try:
             yield BusinessSwitch(
                 store,
+                own,
                 control,
                 store.clock,
-                DualRunGate(store),
+                DualRunGate(dualrun_store(store)),
                 max_verdict_age=timedelta(seconds=max_age_s),
                 fences=fence_service(store, bus) if bus is not None else None,
                 catchup=stream_catchup(
-                    store,
+                    own,
                     control.engine,  # type: ignore[attr-defined]
                     db_tz,
                     wait_s=stream_wait_s,
@@ -209,10 +213,11 @@ def status(
 
     store = open_store(url)
     try:
-        records = {r.biz_code: r for r in BusinessRegistry(store).all()}
-        verdicts = latest_by_business(store)
+        own = migrator_store(store)
+        records = {r.biz_code: r for r in BusinessRegistry(own).all()}
+        verdicts = latest_by_business(dualrun_store(store))
         owned = ownership(
-            store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(businesses) or None
+            store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(businesses) or None
         )
     finally:
         store.engine.dispose()

@@ -28,6 +28,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.cron_writes import cron_write
 from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
@@ -87,7 +88,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     prefix = f"edit{uuid.uuid4().hex[:6]}"
     now = datetime.now(UTC)
     first = now.replace(microsecond=0) + timedelta(seconds=10 - now.second % 10)
-    writer = TargetWriter(st)
+    writer = TargetWriter(st, migrator_store(st))
     writer.apply([_write("0/10 * * * * ?", Action.CREATE, first)])
     invocations = tmp_path / "invocations.txt"
     invocations.touch()

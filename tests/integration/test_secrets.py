@@ -47,7 +47,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore
-from switchyard.wiring import open_bus, open_store
+from switchyard.wiring import migrator_store, open_bus, open_store
 from tests.backends import mariadb_database
 from tests.integration.procs import stop_process
 from tests.servers import server_url
@@ -382,7 +382,9 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     store = SqlTriggerStore(make_engine(flow.target), SystemClock())
     legacy_engine = make_engine(flow.legacy)
     try:
-        summary = Migrator(BatchCenterReader(legacy_engine), TargetWriter(store), store.clock).plan()
+        summary = Migrator(
+            BatchCenterReader(legacy_engine), TargetWriter(store, migrator_store(store)), store.clock
+        ).plan()
         flow.outputs["in-process plan"] = json.dumps(summary.as_dict(), default=str)
         flow.outputs["reprs"] = "\n".join(
             [

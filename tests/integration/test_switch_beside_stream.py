@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import current_position
 from switchyard.cli import cli
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.integration.procs import start_cli, stream_args
 from tests.integration.test_binlog_stream import new_server_id
@@ -64,7 +65,7 @@ def _remigrate(source: str, legacy_url: str, target_url: str, stop: threading.Ev
 
     store = open_store(target_url)
     legacy = make_engine(legacy_url)
-    migrator = Migrator(legacy_reader(source, legacy), TargetWriter(store), store.clock)
+    migrator = Migrator(legacy_reader(source, legacy), TargetWriter(store, migrator_store(store)), store.clock)
     try:
         while not stop.is_set():
             migrator.run()

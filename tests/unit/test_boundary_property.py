@@ -37,6 +37,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store, migrator_store
 
 
 class AlwaysReady:
@@ -131,11 +132,12 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         init_schema(engine, 4)
         store = SqlTriggerStore(engine, clock)
         _advance(clock, timedelta(minutes=5), [lg], None)
-        Migrator(lg.reader, TargetWriter(store), clock).run()
-        biz = BusinessRegistry(store).all()[0].biz_code
+        Migrator(lg.reader, TargetWriter(store, migrator_store(store)), clock).run()
+        biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
         bus = InProcessBus(clock)
         sw = BusinessSwitch(
             store,
+            migrator_store(store),
             lg.control,
             clock,
             AlwaysReady(),
@@ -179,7 +181,13 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         what = f"{source} shadow={shadow} rollback={roll_back} fenced={fenced} lookahead={lookahead_min}m"
         # the report's matching across the switch(es)
         check = check_boundary(
-            store, lg.reader, biz, switches, window=Window(start=start, end=horizon), now=clock.now()
+            store,
+            dualrun_store(store),
+            lg.reader,
+            biz,
+            switches,
+            window=Window(start=start, end=horizon),
+            now=clock.now(),
         )
         assert check.owned > 0, f"{what}: no occurrence after the handover inside the run"
         assert check.clean, (
@@ -187,7 +195,7 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
             "across the switch:\n" + "\n".join(map(str, check.issues[:20]))
         )
         # and the demo's own count, from the simulators' fire lists (the last switch)
-        legacy, new = _fires_after(store, lg, biz, start)
+        legacy, new = _fires_after(store, migrator_store(store), lg, biz, start)
         triggers = {ln.source_key: ln.trigger for ln in sw.links(biz)}
         _checked, missing, doubled = _boundary(handover, legacy, new, horizon=horizon, triggers=triggers)
         assert (missing, doubled) == (0, 0), f"{what}: {missing} missing, {doubled} doubled across the switch"

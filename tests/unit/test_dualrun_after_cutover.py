@@ -16,12 +16,11 @@ from prometheus_client import generate_latest
 from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover
 from dualrun.settings import CompareSettings
 from dualrun.testing import fired
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.exitcodes import FAILED
+from switchyard.wiring import dualrun_store
 from tests.migration_env import FixedGate, migrated_xxljob
 from tests.unit.test_dualrun_support import Scenario
 
@@ -36,7 +35,9 @@ def _cut_over(s: Scenario) -> datetime:
 
 def _check(s: Scenario):  # type: ignore[no-untyped-def]
     s.flush()
-    return check_after_cutover(s.store, s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now)
+    return check_after_cutover(
+        s.store, dualrun_store(s.store), s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now
+    )
 
 
 def test_a_clean_cutover_has_nothing_missing_doubled_or_late(tmp_path: Path) -> None:
@@ -96,7 +97,10 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     clock = env.migrator.clock
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999))
+    sw = env.xxl_switch(
+        gate,
+        max_verdict_age=timedelta(days=9999),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
     res = CliRunner().invoke(

@@ -26,6 +26,7 @@ from dualrun.tables import dualrun_tables
 from dualrun.verdict_store import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
+from switchyard.wiring import dualrun_store
 from tests.compare_cli import compare_args, patch_reader
 from tests.unit.test_dualrun_support import Scenario, identical
 
@@ -56,7 +57,7 @@ def test_compare_ready_exits_0_and_stores_the_verdict(tmp_path: Path, patched) -
     result = CliRunner().invoke(cli, _args(s, tmp_path))
     assert result.exit_code == 0, result.output
     assert result.output.startswith("reminder: READY (xxl-job, dual_run")
-    v = latest(s.store, "reminder")
+    v = latest(dualrun_store(s.store), "reminder")
     assert v is not None and v.is_ready
 
 

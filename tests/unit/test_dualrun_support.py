@@ -25,6 +25,7 @@ from scheduler_core.model import FiredRecord
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -150,7 +151,12 @@ class Scenario:
             business=self.business, window=self.current, source=kw.pop("source", self.source), **kw
         )  # type: ignore[arg-type]
         return compare_business(
-            self.store, self.reader(), request, settings=settings or CompareSettings(), now=self.now
+            self.store,
+            dualrun_store(self.store),
+            self.reader(),
+            request,
+            settings=settings or CompareSettings(),
+            now=self.now,
         )
 
 

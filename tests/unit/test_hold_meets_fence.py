@@ -31,6 +31,7 @@ from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.wiring import migrator_store
 from tests.waiting import until
 
 LEAD = timedelta(seconds=3)  # the triggers are due this long after they are added: held at once
@@ -153,6 +154,7 @@ def test_a_rollback_takes_a_held_trigger_off_only_after_it_fired_so_its_fence_li
         assert _wait(lambda: _held(c, 1)), "the one-shot is held for its T"
         sw = BusinessSwitch(
             c.store,
+            migrator_store(c.store),
             _BatchCenterMargin(),  # type: ignore[arg-type]
             c.store.clock,
             fences=FenceService(c.store, c.bus),

@@ -11,7 +11,6 @@ from pathlib import Path
 from sqlalchemy import text
 
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.mapping import Mapped, map_definition
 from readers.records import ScheduleKind
 from scheduler_core.clock import ManualClock
@@ -144,8 +143,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
 def test_a_none_job_given_a_schedule_later_takes_it(tmp_path: Path) -> None:
     """Its trigger is stored completed, yet an edit in the admin (NONE -> CRON) migrates."""
     env, biz = migrated_xxljob(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock)
+    sw = env.xxl_switch()
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.legacy.begin() as conn:

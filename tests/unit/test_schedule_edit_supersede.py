@@ -18,6 +18,7 @@ from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import Supersede, SupersedeRelay, decode_supersede, encode_supersede
 from scheduler_core.times import from_ms, to_ms
+from switchyard.wiring import migrator_store
 from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
 
@@ -71,7 +72,7 @@ def _records(h: Harness) -> dict[datetime, tuple[FiredState, str]]:
 def _edited(tmp_path: Path, clock: ManualClock) -> tuple[Harness, _Run, TargetWriter, datetime]:
     """Every 10 s, published 60 s ahead, run until 06:00:12; then edited to every 7 s."""
     h = make_harness(tmp_path, clock)
-    writer = TargetWriter(h.store)
+    writer = TargetWriter(h.store, migrator_store(h.store))
     writer.apply([_write(h, EVERY_10S, Action.CREATE)])
     run = _Run(h)
     run.step(clock.now() + timedelta(seconds=12))
@@ -192,7 +193,7 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     init_schema(engine, 2)
     store = SqlTriggerStore(engine, SystemClock())
     beside = SqlTriggerStore(make_engine(f"sqlite:///{tmp_path / 's.db'}"), SystemClock())  # the stream's own
-    writer = TargetWriter(beside)
+    writer = TargetWriter(beside, migrator_store(beside))
     now = store.clock.now()
     first = now.replace(microsecond=0) + timedelta(seconds=2 - now.second % 2 + 2)
 

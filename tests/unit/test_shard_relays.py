@@ -26,6 +26,7 @@ from scheduler_core.ports import partition_fence, partition_of
 from scheduler_core.shards import ShardedScheduler
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
+from switchyard.wiring import migrator_store
 from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
 
@@ -76,7 +77,7 @@ def _settle(stop: threading.Event, *members: ShardedScheduler) -> None:
 def _edited(h: Harness, stop: threading.Event, *members: ShardedScheduler) -> tuple[int, int]:
     """Every 10 s, published 60 s ahead by the members; then edited to every 7 s. Returns
     the trigger id and E (ms)."""
-    writer = TargetWriter(h.store)
+    writer = TargetWriter(h.store, migrator_store(h.store))
     first = h.clock.now().replace(microsecond=0) + timedelta(seconds=10 - h.clock.now().second % 10)
     writer.apply([cron_write("0/10 * * * * ?", Action.CREATE, first)])
     (t,) = h.store.triggers_of(biz_code="biz-a")

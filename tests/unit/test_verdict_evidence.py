@@ -27,7 +27,7 @@ from reports.load import load_report
 from reports.write import render_report
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
-from switchyard.wiring import DualRunGate
+from switchyard.wiring import DualRunGate, dualrun_store
 from tests.compare_cli import compare_args, patch_reader
 from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
 from tests.unit.test_dualrun_support import Scenario, identical
@@ -69,9 +69,11 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     the real gate (DualRunGate over the store)."""
     env, biz = migrated_xxljob(tmp_path / "env", groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, DualRunGate(env.store))
+    sw = env.xxl_switch(
+        DualRunGate(env.dual),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    put_comparison(env.store, replace(c, business=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(c, business=biz, computed_at=clock.now()))
     return sw, biz
 
 
@@ -199,8 +201,8 @@ def test_a_shadow_ready_verdict_warns_that_success_rate_was_not_compared(tmp_pat
 
 def test_the_shadow_warning_is_in_every_report_form(tmp_path: Path) -> None:
     s = _shadow_ready(tmp_path)
-    put_comparison(s.store, s.compare(source=None))
-    content = load_report(s.store, "reminder", now=s.now).content()
+    put_comparison(dualrun_store(s.store), s.compare(source=None))
+    content = load_report(dualrun_store(s.store), "reminder", now=s.now).content()
     assert SHADOW_WARNING in json.loads(render_report(content, "json"))["warnings"]
     assert f"**Before cutover:** {SHADOW_WARNING}" in render_report(content, "md")
     assert f"<b>Before cutover:</b> {SHADOW_WARNING}" in render_report(content, "html")
@@ -227,10 +229,10 @@ def test_a_shadow_verdict_stored_without_the_warning_gets_it_at_the_gate(tmp_pat
     """A shadow verdict stored before the warning existed (its body has none)."""
     s = _shadow_ready(tmp_path)
     c = s.compare(source=None)
-    put_comparison(s.store, replace(c, checks=tuple(ch for ch in c.checks if ch.code != "shadow")))
-    stored = latest(s.store, "reminder")
+    put_comparison(dualrun_store(s.store), replace(c, checks=tuple(ch for ch in c.checks if ch.code != "shadow")))
+    stored = latest(dualrun_store(s.store), "reminder")
     assert stored is not None and SHADOW_WARNING in stored.warnings
-    decision = DualRunGate(s.store).decision("reminder")
+    decision = DualRunGate(dualrun_store(s.store)).decision("reminder")
     assert decision is not None and decision.ready and SHADOW_WARNING in decision.warnings
 
 
@@ -260,8 +262,13 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     c = _shadow_ready(tmp_path / "c").compare(source=None)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=True, actor="ops")
-    put_comparison(env.store, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock).start_dual_run(
+        biz, shadow=True, actor="ops"
+    )
+    put_comparison(
+        env.dual,
+        replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)),
+    )
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,

@@ -27,7 +27,7 @@ from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from switchyard.schema import init_schema
 from switchyard.settings import legacy_zones
-from switchyard.wiring import legacy_reader
+from switchyard.wiring import legacy_reader, migrator_store
 from tests.compare_cli import compare_args
 
 UTC = timezone.utc
@@ -309,7 +309,11 @@ def _glue_env(tmp_path: Path) -> tuple[Engine, Any, Any]:
     clock = ManualClock(NOW)
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
-    return engine, store, Migrator(reader, TargetWriter(store), clock, MappingOptions(bridge_glue=True))
+    return (
+        engine,
+        store,
+        Migrator(reader, TargetWriter(store, migrator_store(store)), clock, MappingOptions(bridge_glue=True)),
+    )
 
 
 def _glue_params(store: Any) -> dict[str, Any]:
@@ -417,9 +421,10 @@ def test_the_cutover_hands_over_at_the_admins_next_time_and_later_fires_follow_t
     clock = ManualClock(NOW)
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
-    assert Migrator(reader, TargetWriter(store), clock).run().counts["create"] == 1
+    assert Migrator(reader, TargetWriter(store, migrator_store(store)), clock).run().counts["create"] == 1
     sw = BusinessSwitch(
         store,
+        migrator_store(store),
         XxlJobControl(engine, clock),
         clock,
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
