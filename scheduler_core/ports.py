@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from scheduler_core.errors import BusError
 from scheduler_core.model import (
@@ -65,6 +65,12 @@ def partition_fence(partition: Partition) -> str:
     the partition's rows checks it. The single leader fences everything with
     LEADER_FENCE instead."""
     return f"partition/{partition.name or partition.index}"
+
+
+def partition_of(trigger_id: int, partitions: int) -> int:
+    """The index of a trigger's partition: id mod the partition count (the store's
+    HASH(id) partitions on MariaDB/MySQL/TiDB, the `part` column slice on SQLite)."""
+    return int(trigger_id) % partitions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +249,7 @@ class TriggerStore(Protocol):
         returns the child command id that won the claim."""
 
 
+@runtime_checkable
 class FenceStore(Protocol):
     """Where the rollback fences live (`scheduler_core.fence`): one row per business,
     its epoch grown by every change."""

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, FiredRecord, FiredState
@@ -116,9 +117,16 @@ class SqlSupersedes:
         with self.store.engine.connect() as conn:
             return [_supersede_of(r) for r in conn.execute(stmt)]
 
-    def claim_pending(self, s: Supersede, records: list[FiredRecord]) -> bool:
+    def claim_pending(self, s: Supersede, records: list[FiredRecord], owned: Owned | None = None) -> bool:
         ts = self.t.trigger_supersede
         with self.store.engine.begin() as conn:
+            if owned is not None and owned.fence is not None and owned.epoch is not None:
+                # a partition's owner under the registry: only while its fence still holds
+                # the ownership (read with a shared lock as the fire pipeline's records
+                # are: a newer owner's claim waits for this transaction, or is seen by it)
+                lock = self.store._lock_fence_reads(conn)
+                if not self.store._fence_holds(conn, owned.fence, owned.epoch, lock):
+                    return False
             # the row lock first (see record_edit): an edit in between makes this a no-op
             still = conn.execute(
                 update(ts)
@@ -163,12 +171,17 @@ def _chunks(values: Sequence[int], size: int = 500) -> Iterable[list[int]]:
 
 
 def supersede_relay(
-    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics
+    store: SqlTriggerStore,
+    bus: MessageBus,
+    settings: SchedulerSettings,
+    metrics: SchedulerMetrics,
+    scope: RelayScope = EVERYTHING,
 ) -> SupersedeRelay:
     """The relay of schedule edits for the process that has the bus (the scheduler leader,
-    `switchyard serve`): its pending runs built and published as the fire pipeline does."""
+    `switchyard serve`, a shard registry member for its partitions' triggers): its
+    pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)
-    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline)
+    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline, scope)
 
 
 __all__ = ["SqlSupersedes", "supersede_relay"]

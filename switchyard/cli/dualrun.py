@@ -377,15 +377,29 @@ def compare_cmd(
     sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
 
 
+def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # type: ignore[no-untyped-def]
+    """--business, --every and --max-runs: what a watch loop (watch, watch-cutover) is told."""
+
+    def add(fn):  # type: ignore[no-untyped-def]
+        for opt in reversed(
+            (
+                click.option("--business", "businesses", multiple=True, help=business_help),
+                click.option("--every", default="1m", show_default=True, callback=_duration, help=every_help),
+                click.option("--max-runs", type=click.IntRange(1), default=None, help=max_runs_help),
+            )
+        ):
+            fn = opt(fn)
+        return fn
+
+    return add
+
+
 @dualrun.command("watch", epilog=EPILOG)
-@click.option(
-    "--business",
-    "businesses",
-    multiple=True,
-    help="Business to watch (repeatable; default: every business in dual_run).",
+@_watch_options(
+    "Business to watch (repeatable; default: every business in dual_run).",
+    "Interval between comparisons.",
+    "Stop after N comparisons per business.",
 )
-@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between comparisons.")
-@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N comparisons per business.")
 @click.option(
     "--grace",
     default="30s",
@@ -474,14 +488,11 @@ Example:
 Exit codes: 0 nothing missing, doubled or late in any check; 1 some were (or a check
 failed); 2 bad arguments; 3 a database unreachable.""",
 )
-@click.option(
-    "--business",
-    "businesses",
-    multiple=True,
-    help="Cut-over business to watch (repeatable; default: every business in cutover).",
+@_watch_options(
+    "Cut-over business to watch (repeatable; default: every business in cutover).",
+    "Interval between checks.",
+    "Stop after N checks of each business.",
 )
-@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between checks.")
-@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N checks of each business.")
 @click.option(
     "--lookback",
     default=None,

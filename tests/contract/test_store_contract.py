@@ -60,6 +60,20 @@ def _seed(store: SqlTriggerStore, clock: ManualClock, n: int, *, biz: str = "biz
     )
 
 
+def _fenced_acquire(trig: Trigger, clock: ManualClock, epoch: int, fence: str | None = None) -> Transition:
+    """WAITING -> ACQUIRED of one trigger by `epoch`, fenced by that epoch (on `fence`)."""
+    assert trig.id is not None
+    return Transition(
+        ids=[trig.id],
+        from_state=W,
+        to_state=A,
+        epoch=Epoch(epoch),
+        deadline=clock.now(),
+        fence_epoch=Epoch(epoch),
+        fence=fence,
+    )
+
+
 def test_init_is_idempotent(store: SqlTriggerStore) -> None:
     again = init_schema(store.engine)
     assert again.created == []
@@ -162,13 +176,9 @@ def test_fencing_refuses_a_deposed_epoch(store: SqlTriggerStore, clock: ManualCl
     assert store.claim_epoch(Epoch(5))
     assert not store.claim_epoch(Epoch(4)), "an older epoch must not take the fence back"
     assert store.current_epoch() == 5
-    old = store.cas(
-        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(4), deadline=clock.now(), fence_epoch=Epoch(4))
-    )
+    old = store.cas(_fenced_acquire(trig, clock, 4))
     assert old == []
-    new = store.cas(
-        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(), fence_epoch=Epoch(5))
-    )
+    new = store.cas(_fenced_acquire(trig, clock, 5))
     assert len(new) == 1
 
 
@@ -187,17 +197,7 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(
     assert not store.claim_epoch(Epoch(8), p0), "an older ownership cannot take the fence back"
     assert store.current_epoch(p0) == 9 and store.current_epoch(p1) == 3 and store.current_epoch() == 0
     # the deposed owner of p0 (epoch 7) can neither acquire nor write fired records
-    stale = store.cas(
-        Transition(
-            ids=[trig.id],
-            from_state=W,
-            to_state=A,
-            epoch=Epoch(7),
-            deadline=clock.now(),
-            fence_epoch=Epoch(7),
-            fence=p0,
-        )
-    )
+    stale = store.cas(_fenced_acquire(trig, clock, 7, p0))
     assert stale == []
     rec = FiredRecord(
         command_id=command_id(trig.id, trig.next_fire_at, 0),
@@ -211,31 +211,8 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(
     assert not store.put_fired_fenced([rec], Epoch(7), p0)
     assert store.get_fired([rec.command_id]) == {}
     # p1's fence is not p0's: epoch 9 checked against p1 is refused too
-    assert (
-        store.cas(
-            Transition(
-                ids=[trig.id],
-                from_state=W,
-                to_state=A,
-                epoch=Epoch(9),
-                deadline=clock.now(),
-                fence_epoch=Epoch(9),
-                fence=p1,
-            )
-        )
-        == []
-    )
-    won = store.cas(
-        Transition(
-            ids=[trig.id],
-            from_state=W,
-            to_state=A,
-            epoch=Epoch(9),
-            deadline=clock.now(),
-            fence_epoch=Epoch(9),
-            fence=p0,
-        )
-    )
+    assert store.cas(_fenced_acquire(trig, clock, 9, p1)) == []
+    won = store.cas(_fenced_acquire(trig, clock, 9, p0))
     assert len(won) == 1
     assert store.put_fired_fenced([rec], Epoch(9), p0) and rec.command_id in store.get_fired([rec.command_id])
 
@@ -277,20 +254,7 @@ def test_transitions_outside_the_table_are_refused(store: SqlTriggerStore, clock
 def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, clock: ManualClock) -> None:
     (trig,) = _seed(store, clock, 1)
     assert trig.id is not None
-    recs = [
-        FiredRecord(
-            command_id=command_id(trig.id, trig.next_fire_at, i),
-            trigger_id=trig.id,
-            job_code=trig.job_code,
-            biz_code=trig.biz_code,
-            scheduled_at=trig.next_fire_at,
-            item_index=i,
-            item_total=3,
-            epoch=Epoch(1),
-            fired_at=clock.now(),
-        )
-        for i in range(3)
-    ]
+    recs = _records(trig, clock, 3, 1)
     assert store.put_fired(recs) == 3
     assert store.put_fired(recs) == 0, "a re-fire must not duplicate fired records"
     cids = [r.command_id for r in recs]

@@ -18,13 +18,12 @@ from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.catchup import StreamCatchup
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, StreamPosition
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
 from tests.integration.test_binlog_stream import new_server_id
-from tests.migration_env import FixedGate, make_env
+from tests.migration_env import make_env, ready_switch
 from tests.servers import server_url
 
 pytestmark = pytest.mark.mariadb
@@ -77,13 +76,7 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         )
         assert f"checkpoint {start.log_file}:{start.log_pos}" in behind.sentence
 
-        clock = env.migrator.clock
-        gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-        switch = env.xxl_switch(
-            gate,
-            max_verdict_age=timedelta(days=9999),
-            catchup=catchup,
-        )
+        switch = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=catchup)
         switch.start_dual_run(biz, shadow=False, actor="ops")
         with pytest.raises(
             TransitionRefused,

@@ -20,6 +20,7 @@ from reports.plots import LEGACY, NEW
 from reports.write import write_report
 from scheduler_core.model import FiredState
 from switchyard.wiring import dualrun_store
+from tests.integration.console_browser import run_chromium
 from tests.servers import missing
 from tests.unit.test_dualrun_support import Scenario
 
@@ -37,23 +38,8 @@ def _chromium() -> str:
 
 
 def _run(page: Path, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
-    args = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--enable-logging=stderr",
-        "--v=0",
-        *mode,
-        page.resolve().as_uri(),
-    ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    _chromium()  # a missing browser is said so (and fails under CI)
+    return run_chromium(page.resolve().as_uri(), profile, *mode, timeout_s=120)
 
 
 def _console(stderr: str) -> list[str]:

@@ -63,6 +63,38 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
             )
 
 
+# the parameters of the property test, in order
+_EXAMPLE_FIELDS = (
+    "source",
+    "dual_s",
+    "after_cutover_s",
+    "shadow",
+    "roll_back",
+    "one_shot_offsets",
+    "lookahead_min",
+    "fenced",
+)
+# the examples hypothesis always runs, as the test's parameters in _EXAMPLE_FIELDS order
+_EXAMPLES = [
+    # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
+    # wait for it while the center runs on)
+    ("batch-center", 120, 60, False, False, [60], 30, False),
+    # ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
+    ("batch-center", 120, 60, True, False, [911, 60], 30, False),
+    # found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
+    # back to legacy by the rollback before it was due, both at its fire time: the later wins
+    ("batch-center", 120, 60, False, True, [1102, 60], 3, False),
+    ("xxl-job", 300, 300, False, True, [60], 30, True),
+    ("batch-center", 300, 300, True, True, [700, 620], 30, True),
+]
+
+
+def _examples(fn):  # type: ignore[no-untyped-def]
+    for row in reversed(_EXAMPLES):
+        fn = example(**dict(zip(_EXAMPLE_FIELDS, row, strict=True)))(fn)
+    return fn
+
+
 # ~2-3 s per example on the 2-core box: 20 drawn + the explicit ones fit in about a minute
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -80,61 +112,7 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
     # published from F on is skipped), or without one (F = its first unpublished occurrence)
     fenced=st.booleans(),
 )
-# found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
-# wait for it while the center runs on)
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=False,
-    roll_back=False,
-    one_shot_offsets=[60],
-    lookahead_min=30,
-    fenced=False,
-)
-# ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=True,
-    roll_back=False,
-    one_shot_offsets=[911, 60],
-    lookahead_min=30,
-    fenced=False,
-)
-# found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
-# back to legacy by the rollback before it was due, both at its fire time: the later wins
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=False,
-    roll_back=True,
-    one_shot_offsets=[1102, 60],
-    lookahead_min=3,
-    fenced=False,
-)
-@example(
-    source="xxl-job",
-    dual_s=300,
-    after_cutover_s=300,
-    shadow=False,
-    roll_back=True,
-    one_shot_offsets=[60],
-    lookahead_min=30,
-    fenced=True,
-)
-@example(
-    source="batch-center",
-    dual_s=300,
-    after_cutover_s=300,
-    shadow=True,
-    roll_back=True,
-    one_shot_offsets=[700, 620],
-    lookahead_min=30,
-    fenced=True,
-)
+@_examples
 def test_every_occurrence_is_fired_by_exactly_one_side(
     source: str,
     dual_s: int,

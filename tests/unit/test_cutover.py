@@ -12,13 +12,13 @@ from sqlalchemy import text
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import BatchCenterControl
+from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
-from tests.migration_env import FixedGate, make_env, migrated_xxljob
+from tests.migration_env import FixedGate, make_env, migrated_xxljob, ready_switch
 
 
 def _xxl(tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -65,7 +65,11 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
 def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
+    sw = BusinessSwitch(
+        env.store,
+        env.own,
+        XxlJobControl(env.legacy, clock),
+        clock,
         FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
@@ -77,10 +81,7 @@ def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
 
 def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     # the new side ran ahead in shadow: pretend it admitted an hour of occurrences
@@ -130,13 +131,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
     biz = BusinessRegistry(env.own).all()[0].biz_code
     with env.legacy.begin() as conn:  # nothing running, so the pause settles at once
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        BatchCenterControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env, BatchCenterControl(env.legacy, clock))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.connect() as conn:
         waiting = {
@@ -209,10 +204,7 @@ def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> 
     flag as it fires. Every rewind must therefore meet a job already out of shadow: here
     a 'scheduler' reads the flag the instant each rewind commits, as a loaded box lets it."""
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:  # the shadow side ran an hour ahead
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -240,10 +232,7 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
     from scheduler_core.ports import Transition
 
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))

@@ -15,10 +15,9 @@ from sqlalchemy import text
 
 from migrator.business import TransitionRefused
 from migrator.catchup import StreamCatchup, checkpoints_of
-from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.records import StreamPosition
-from tests.migration_env import FixedGate, migrated_xxljob
+from tests.migration_env import migrated_xxljob, ready_switch
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
@@ -37,7 +36,6 @@ def _poll_checkpoint(env, stream_id: str, hw: int) -> None:  # type: ignore[no-u
 
 def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    clock = env.migrator.clock
     stream_id = "xxl-job@legacy-db"
     hw = _high_water(env)
     _poll_checkpoint(env, stream_id, hw)
@@ -60,12 +58,7 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
     assert behind is not None and not behind.caught_up and behind.pending == 1
     assert behind.sentence.startswith("change stream xxl-job@legacy-db is behind: 1 pending change(s)")
 
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = env.xxl_switch(
-        gate,
-        max_verdict_age=timedelta(days=9999),
-        catchup=catchup,
-    )
+    sw = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=catchup)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match="1 pending change"):
         sw.cutover(biz, actor="ops")
@@ -77,7 +70,6 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
 
 def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    clock = env.migrator.clock
     hw = _high_water(env)
     edited = datetime.fromtimestamp(hw / 1000, tz=SHANGHAI).replace(tzinfo=None) + timedelta(seconds=30)
     with env.legacy.begin() as conn:
@@ -86,11 +78,8 @@ def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) ->
             {"t": edited},
         )
     _poll_checkpoint(env, "xxl-job@legacy-db", hw + 30_000)  # the poller applied it
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = env.xxl_switch(
-        gate,
-        max_verdict_age=timedelta(days=9999),
-        catchup=StreamCatchup(env.own, env.legacy, wait=timedelta(0)),
+    sw = ready_switch(
+        env, max_verdict_age=timedelta(days=9999), catchup=StreamCatchup(env.own, env.legacy, wait=timedelta(0))
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     report = sw.cutover(biz, actor="ops")

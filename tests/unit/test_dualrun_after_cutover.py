@@ -12,13 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
-from sqlalchemy import insert
 
 from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover
 from dualrun.settings import CompareSettings
 from dualrun.testing import fired
 from migrator.ports import GateDecision
-from migrator.tables import migrator_tables
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.exitcodes import FAILED
@@ -27,27 +25,11 @@ from tests.migration_env import FixedGate, migrated_xxljob
 from tests.unit.test_dualrun_support import Scenario
 
 
-def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
-    with s.store.engine.begin() as conn:
-        conn.execute(
-            insert(migrator_tables().audit).values(
-                biz_code=s.business,
-                from_state=from_state,
-                to_state=to_state,
-                at=round(at.timestamp() * 1000),
-                actor="ops",
-                reason="test",
-                forced=0,
-                detail="{}",
-            )
-        )
-
-
 def _cut_over(s: Scenario) -> datetime:
     s.business_row(state="cutover")
-    _switch(s, s.now - timedelta(hours=3), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=3), "legacy", "dual_run")
     cut = s.now - timedelta(minutes=30)
-    _switch(s, cut, "dual_run", "cutover")
+    s.switched(cut, "dual_run", "cutover")
     return cut
 
 
@@ -103,7 +85,7 @@ def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> N
 def test_a_business_never_cut_over_is_refused(tmp_path: Path) -> None:
     s = Scenario.create(tmp_path)
     s.business_row()
-    _switch(s, s.now - timedelta(hours=1), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=1), "legacy", "dual_run")
     s.job("12", "0/10 * * * * ?")
     with pytest.raises(NotCutOver, match="reminder has no recorded cutover"):
         _check(s)

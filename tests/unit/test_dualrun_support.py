@@ -105,6 +105,22 @@ class Scenario:
                 )
             )
 
+    def switched(self, at: datetime, from_state: str, to_state: str) -> None:
+        """An audited state change of the business at `at` (what the dual-run span reads)."""
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                insert(migrator_tables().audit).values(
+                    biz_code=self.business,
+                    from_state=from_state,
+                    to_state=to_state,
+                    at=round(at.timestamp() * 1000),
+                    actor="ops",
+                    reason="test",
+                    forced=0,
+                    detail="{}",
+                )
+            )
+
     def times(self, d: LegacyDefinition, window: Window | None = None) -> list[datetime]:
         w = window or self.current
         return occurrences(d, w.start, w.end)

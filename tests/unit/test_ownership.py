@@ -22,14 +22,13 @@ from migrator.holds import LegacyHolds
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
-from migrator.ports import GateDecision
 from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
 from switchyard.cli import cli
 from tests.backends import mariadb_database
-from tests.migration_env import FixedGate, MigrationEnv, make_env
+from tests.migration_env import MigrationEnv, make_env, ready_switch
 
 B = BusinessState
 
@@ -87,11 +86,7 @@ class RecordingFences:
 
 
 def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
-    clock = env.migrator.clock
-    return env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        fences=fences,
-    )
+    return ready_switch(env, fences=fences)
 
 
 def _cut_over(
@@ -321,13 +316,7 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
     env.migrator.run()
     biz = BusinessRegistry(env.own).all()[0].biz_code
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        env.own,
-        BatchCenterControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env, BatchCenterControl(env.legacy, clock))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))

@@ -14,12 +14,11 @@ from sqlalchemy import insert
 from dualrun.model import StreamCatchup
 from dualrun.verdict_store import put_comparison
 from migrator.catchup import CatchupState
-from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from reports.load import load_report
 from reports.write import render_report
 from switchyard.wiring import dualrun_store
-from tests.migration_env import FixedGate, migrated_xxljob
+from tests.migration_env import migrated_xxljob, ready_switch
 from tests.unit.test_dualrun_support import Scenario
 
 SPAN = "start clipped at the dual-run start 2026-12-02T07:20:00Z"
@@ -91,12 +90,7 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
                 max_pending=0,
             )
 
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = env.xxl_switch(
-        gate,
-        max_verdict_age=timedelta(days=9999),
-        catchup=CaughtUp(),  # type: ignore[arg-type]
-    )
+    sw = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=CaughtUp())
     sw.start_dual_run(biz, shadow=False, actor="ops")
     s = Scenario.create(tmp_path / "c", business=biz)
     d = s.job("12", "0/10 * * * * ?")

@@ -7,19 +7,19 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from migrator.mapping import Mapped
 from migrator.model import Action
 from migrator.target import TargetWriter, Write
 from scheduler_core.clock import ManualClock
 from scheduler_core.executor import Executor
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import Supersede, SupersedeRelay, decode_supersede, encode_supersede
 from scheduler_core.times import from_ms, to_ms
 from switchyard.wiring import migrator_store
+from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
 
 EVERY_10S = "0/10 * * * * ?"
@@ -27,17 +27,8 @@ EVERY_7S = "0/7 * * * * ?"  # seconds 0, 7, .. 56 of each minute: only :00 is in
 
 
 def _write(h: Harness, cron: str, action: Action) -> Write:
-    job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
     first = h.clock.now().replace(microsecond=0) + timedelta(seconds=10 - h.clock.now().second % 10)
-    trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(
-        action=action,
-        source="xxl-job",
-        source_key="1",
-        business="biz-a",
-        mapped=Mapped(job, trig, (), f"hash-{cron}"),
-        content_hash=f"hash-{cron}",
-    )
+    return cron_write(cron, action, first)
 
 
 class _Run:
@@ -207,16 +198,7 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     first = now.replace(microsecond=0) + timedelta(seconds=2 - now.second % 2 + 2)
 
     def write(cron: str, action: Action) -> Write:
-        job = Job(job_code=JobCode("j1"), biz_code="biz-a", handler="h")
-        trig = Trigger(job_code=job.job_code, biz_code="biz-a", kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-        return Write(
-            action=action,
-            source="xxl-job",
-            source_key="1",
-            business="biz-a",
-            mapped=Mapped(job, trig, (), f"hash-{cron}"),
-            content_hash=f"hash-{cron}",
-        )
+        return cron_write(cron, action, first)
 
     writer.apply([write("0/2 * * * * ?", Action.CREATE)])
     ran: list[tuple[str, datetime]] = []

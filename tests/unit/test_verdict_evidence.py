@@ -28,7 +28,8 @@ from reports.write import render_report
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.wiring import DualRunGate, dualrun_store
-from tests.migration_env import migrated_xxljob
+from tests.compare_cli import compare_args, patch_reader
+from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
 from tests.unit.test_dualrun_support import Scenario, identical
 
 NOT_COMPARED = "success rate was not compared"
@@ -68,9 +69,7 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     the real gate (DualRunGate over the store)."""
     env, biz = migrated_xxljob(tmp_path / "env", groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
-        DualRunGate(env.dual),
-    )
+    sw = env.xxl_switch(DualRunGate(env.dual))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     put_comparison(env.dual, replace(c, business=biz, computed_at=clock.now()))
     return sw, biz
@@ -163,54 +162,27 @@ def test_stopped_and_one_shot_jobs_need_no_fires(tmp_path: Path) -> None:
 # --- the command line -------------------------------------------------------------------
 
 
-def _compare_args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
-    iso = lambda at: at.astimezone(timezone.utc).isoformat()  # noqa: E731
-    return [
-        "dualrun",
-        "compare",
-        "--business",
-        s.business,
-        "--source",
-        s.source.value,
-        "--legacy-url",
-        "sqlite://",
-        "--url",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        "--since",
-        iso(s.current.start),
-        "--until",
-        iso(s.current.end),
-        *extra,
-    ]
-
-
-def _patched_reader(monkeypatch: pytest.MonkeyPatch, s: Scenario) -> None:
-    s.flush()
-    command = importlib.import_module("switchyard.cli.dualrun")
-    monkeypatch.setattr(command, "open_reader", lambda source, url, tz: s.reader())
-
-
 def test_compare_options_set_the_minimums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s, _ = identical(tmp_path, window=timedelta(minutes=20))
-    _patched_reader(monkeypatch, s)
-    refused = CliRunner().invoke(cli, _compare_args(s, tmp_path))
+    patch_reader(monkeypatch, s)
+    refused = CliRunner().invoke(cli, compare_args(s, tmp_path))
     assert refused.exit_code == 1 and "is 20 min long, shorter than the minimum of 30 min" in refused.output
-    ok = CliRunner().invoke(cli, _compare_args(s, tmp_path, "--min-window", "20m", "--json"))
+    ok = CliRunner().invoke(cli, compare_args(s, tmp_path, "--min-window", "20m", "--json"))
     assert ok.exit_code == 0, ok.output
     body = json.loads(ok.output)
     assert body["verdict"] == "ready" and body["thresholds"]["min_window"] == 1200
     assert body["thresholds"]["min_fires_per_job"] == 10
-    strict = CliRunner().invoke(cli, _compare_args(s, tmp_path, "--min-window", "20m", "--min-fires-per-job", "121"))
+    strict = CliRunner().invoke(cli, compare_args(s, tmp_path, "--min-window", "20m", "--min-fires-per-job", "121"))
     assert strict.exit_code == 1 and "job xxl:reminder:12 has 120" in strict.output
 
 
 def test_compare_options_override_the_thresholds_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s, _ = identical(tmp_path, window=timedelta(minutes=20))
-    _patched_reader(monkeypatch, s)
+    patch_reader(monkeypatch, s)
     toml = tmp_path / "thresholds.toml"
     toml.write_text('[defaults]\nmin_window = "10m"\n')
-    assert CliRunner().invoke(cli, _compare_args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
-    args = _compare_args(s, tmp_path, "--thresholds", str(toml), "--min-window", "1h")
+    assert CliRunner().invoke(cli, compare_args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
+    args = compare_args(s, tmp_path, "--thresholds", str(toml), "--min-window", "1h")
     assert CliRunner().invoke(cli, args).exit_code == 1
 
 
@@ -264,13 +236,13 @@ def test_a_shadow_verdict_stored_without_the_warning_gets_it_at_the_gate(tmp_pat
 
 def test_dualrun_compare_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = _shadow_ready(tmp_path)
-    _patched_reader(monkeypatch, s)
-    args = [a for a in _compare_args(s, tmp_path, "--json") if a not in ("--source", "xxl-job")]
+    patch_reader(monkeypatch, s)
+    args = [a for a in compare_args(s, tmp_path, "--json") if a not in ("--source", "xxl-job")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert body["verdict"] == "ready" and body["mode"] == "shadow" and SHADOW_WARNING in body["warnings"]
-    text = CliRunner().invoke(cli, [a for a in _compare_args(s, tmp_path) if a not in ("--source", "xxl-job")])
+    text = CliRunner().invoke(cli, [a for a in compare_args(s, tmp_path) if a not in ("--source", "xxl-job")])
     assert f"  ! {SHADOW_WARNING}" in text.output
 
 
@@ -291,26 +263,11 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock).start_dual_run(
         biz, shadow=True, actor="ops"
     )
-    put_comparison(
-        env.dual,
-        replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)),
-    )
+    put_comparison(env.dual, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,
-        [
-            "cutover",
-            biz,
-            "--url",
-            f"sqlite:///{tmp_path / 't.db'}",
-            "--legacy-url",
-            f"sqlite:///{tmp_path / 'xxl.db'}",
-            "--actor",
-            "ops",
-            "--reason",
-            "go",
-            "--json",
-        ],
+        ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go", "--json"],
     )
     assert result.exit_code == 0, result.output
     body = json.loads(result.output.strip().splitlines()[-1])

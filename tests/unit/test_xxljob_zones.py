@@ -28,6 +28,7 @@ from switchyard.cli import cli
 from switchyard.schema import init_schema
 from switchyard.settings import legacy_zones
 from switchyard.wiring import legacy_reader, migrator_store
+from tests.compare_cli import compare_args
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -390,22 +391,7 @@ def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypat
         return s.reader()
 
     monkeypatch.setattr(cli_dualrun, "open_reader", reader)
-    base = [
-        "dualrun",
-        "compare",
-        "--business",
-        s.business,
-        "--source",
-        s.source.value,
-        "--legacy-url",
-        "sqlite://",
-        "--url",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        "--since",
-        s.current.start.isoformat(),
-        "--until",
-        s.current.end.isoformat(),
-    ]
+    base = compare_args(s, tmp_path)
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "UTC"])
     CliRunner().invoke(cli, base)
