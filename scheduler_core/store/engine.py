@@ -97,15 +97,29 @@ def autocommit_twin(engine: Engine) -> Engine:
         pool_size=pool_size,
         max_overflow=pool_size,
         isolation_level="AUTOCOMMIT",
-        connect_args={"connect_timeout": 10, "charset": "utf8mb4"},
+        connect_args={
+            "connect_timeout": 10,
+            "charset": "utf8mb4",
+            # as the store's own pool (see make_engine): no gap locks, each read sees the
+            # commits before it
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        },
     )
     _ping_if_idle(twin)
+    # Every statement has committed as it ended: the COMMIT or ROLLBACK that SQLAlchemy sends
+    # when a Connection ends would be a round trip that does nothing (PyMySQL sends it anyway).
+    twin.dialect.do_commit = _nothing_to_end  # type: ignore[method-assign,assignment]
+    twin.dialect.do_rollback = _nothing_to_end  # type: ignore[method-assign,assignment]
 
     @event.listens_for(engine, "engine_disposed")
     def _dispose_twin(_engine: Engine) -> None:
         twin.dispose()
 
     return twin
+
+
+def _nothing_to_end(_dbapi_connection: Any) -> None:
+    return None
 
 
 def _rollback_if_open(engine: Engine) -> None:

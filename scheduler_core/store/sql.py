@@ -145,7 +145,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     def get_jobs(self, job_codes: Sequence[JobCode]) -> dict[JobCode, Job]:
         out: dict[JobCode, Job] = {}
-        with self.engine.connect() as conn:
+        with self._reads().connect() as conn:
             for chunk in _chunks(list(dict.fromkeys(job_codes))):
                 for row in conn.execute(self._jobs_by_code, {"codes": list(chunk)}).mappings():
                     job = job_from_row(row)
@@ -251,7 +251,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         )
         if exclude_domains:
             stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_domains)))
-        with self.engine.connect() as conn:
+        with self._reads().connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).all()
         return [trigger_from_tuple(r) for r in rows]
 
@@ -454,6 +454,13 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock) for batch in _chunks(rows, size))
         # nothing to insert proves nothing: the fence is read
         return not ((inserted < len(rows) or not rows) and not self._fence_holds(conn, name, epoch, lock))
+
+    def _reads(self) -> Engine:
+        """Where the hot one-statement reads go (the due rows, the job definitions): on
+        MariaDB/MySQL the AUTOCOMMIT twin, whose statement is its own snapshot, as READ
+        COMMITTED gives, with no transaction left open to roll back (a ROLLBACK round trip
+        per read on the plain pool); elsewhere the store's engine."""
+        return self._autocommit_engine() if self.engine.dialect.name in ("mysql", "mariadb") else self.engine
 
     def _autocommit_engine(self) -> Engine:
         if self._autocommit is None:
