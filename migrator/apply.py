@@ -109,8 +109,9 @@ class Migrator:
             # (it restarts the legacy jobs, then drops their holds) makes the switch's own
             # stop look like an operator's, which would pause the trigger. A stopped row
             # with no hold that is running now was the switch's stop: the row as it is now
-            # is what the operator left (only rows that would be mapped are read again).
-            suspects = [k for k in stopped if k not in held and not unchanged(k)]
+            # is what the operator left. Only rows that would be mapped are read again, and
+            # only migrated ones (the switch never stopped a row it had not migrated).
+            suspects = [k for k in stopped if k not in held and k in ledger and not unchanged(k)]
             if suspects:
                 held |= {k for k, now in recheck(suspects).items() if now.enabled}
         out: list[Write] = []
