@@ -1,0 +1,164 @@
+"""A schedule edit stored while the relaying process follows, on the real servers (MariaDB,
+Pulsar, etcd; two `switchyard scheduler run` processes under one etcd election): s0 leads
+first; it hangs past its lease and s1 takes over, s0 resumes as a follower; the edit is
+stored while s1 hangs (so s1 never relays it), then s1 is killed. s0 wins the election
+again and relays the edit: the new schedule's pending runs are published with its new
+epoch, and the superseded times reach the control channel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from migrator.model import Action
+from migrator.target import TargetWriter
+from scheduler_core.bus.pulsar import PulsarBus
+from scheduler_core.clock import SystemClock
+from scheduler_core.executor.fences import FenceView
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
+from scheduler_core.times import to_ms
+from switchyard.schema import init_schema
+from switchyard.wiring import migrator_store
+from tests.backends import mariadb_database
+from tests.cron_writes import cron_write
+from tests.integration.procs import SchedulerProc, start_scheduler
+from tests.servers import server_url
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
+
+BIZ = "relayed"
+TTL_S = 5  # the lease: a paused process loses it after this long
+
+
+def _until(check: Callable[[], bool], within_s: float) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+@pytest.fixture
+def store() -> Iterator[tuple[SqlTriggerStore, str]]:
+    with mariadb_database() as url:
+        engine = make_engine(url)
+        init_schema(engine, 4)
+        try:
+            yield SqlTriggerStore(engine, SystemClock()), url
+        finally:
+            engine.dispose()
+
+
+def _leads(p: SchedulerProc, epoch: int) -> bool:
+    return f"leading with epoch {epoch}" in p.log_text()
+
+
+def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
+    store: tuple[SqlTriggerStore, str], tmp_path: Path
+) -> None:
+    st, url = store
+    pulsar, etcd = server_url("pulsar"), server_url("etcd")
+    prefix = f"rl{uuid.uuid4().hex[:6]}"
+    now = datetime.now(UTC)
+    first = now.replace(microsecond=0) + timedelta(seconds=10 - now.second % 10)
+    writer = TargetWriter(st, migrator_store(st))
+
+    def write(cron: str, action: Action) -> None:
+        writer.apply([cron_write(cron, action, first, business=BIZ, job_code="quick", handler="quick")])
+
+    write("0/10 * * * * ?", Action.CREATE)
+    (trig,) = st.triggers_of(biz_code=BIZ)
+    assert trig.id is not None
+
+    def start(name: str) -> SchedulerProc:
+        return start_scheduler(
+            name,
+            tmp_path,
+            url=url,
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/switchyard-test/{prefix}/leader",
+            prefix=prefix,
+            extra=["--lookahead", "120", "--lease-ttl", str(TTL_S)],
+        )
+
+    s0 = start("s0")
+    procs = [s0]
+
+    def logs() -> str:
+        return "\n".join(f"--- {p.name}\n{p.log_text()[-3000:]}" for p in procs)
+
+    bus = PulsarBus(pulsar, topic_prefix=prefix)
+    try:
+        assert _until(lambda: st.current_epoch() > 0, 60), f"no leader:\n{logs()}"
+        e0 = st.current_epoch()
+        assert _leads(s0, e0)
+        ahead = to_ms(datetime.now(UTC)) + 60_000
+        assert _until(
+            lambda: (
+                len(
+                    [
+                        r
+                        for r in st.fired_between(BIZ, first, first + timedelta(minutes=3))
+                        if to_ms(r.scheduled_at) > ahead
+                    ]
+                )
+                >= 3
+            ),
+            60,
+        ), f"the old schedule was not published ahead:\n{logs()}"
+        s1 = start("s1")
+        procs.append(s1)
+        # s0 hangs past its lease: s1 takes over; s0 resumes as a follower
+        os.kill(s0.pid, signal.SIGSTOP)
+        try:
+            assert _until(lambda: st.current_epoch() > e0, 60), f"s1 did not take over:\n{logs()}"
+        finally:
+            os.kill(s0.pid, signal.SIGCONT)
+        e1 = st.current_epoch()
+        assert _leads(s1, e1)
+        assert _until(lambda: "lost leadership of epoch" in s0.log_text(), 60), f"s0 still leads:\n{logs()}"
+        # s1 hangs (relays nothing); the edit is stored meanwhile; then s1 dies
+        os.kill(s1.pid, signal.SIGSTOP)
+        for _ in range(100):  # a trigger being fired right now keeps its row: apply again
+            write("0/7 * * * * ?", Action.UPDATE)
+            if getattr(st.get_trigger(trig.id), "cron", None) == "0/7 * * * * ?":
+                break
+            time.sleep(0.05)
+        (edit,) = SqlSupersedes(st).supersedes()
+        assert st.current_epoch() == e1, "s0 took over before the edit was stored: the test proves nothing"
+        assert edit.pending_ms and edit.skipped_ms
+        s1.kill9()
+        assert _until(lambda: st.current_epoch() > e1, 60), f"s0 did not take over again:\n{logs()}"
+        e2 = st.current_epoch()
+        assert _leads(s0, e2), f"s0 is not the new leader:\n{logs()}"
+        assert _until(lambda: SqlSupersedes(st).supersedes()[0].pending_ms == (), 60), (
+            f"the pending runs were not published:\n{logs()}"
+        )
+        view = FenceView(bus)  # an executor's view of the control channel, from its start
+        try:
+            assert _until(lambda: trig.id in view.superseded, 30), f"the edit never reached the bus:\n{logs()}"
+            assert view.superseded[trig.id].epoch == edit.epoch
+        finally:
+            view.close()
+        assert "broadcast the schedule edit" in s0.log_text().split(f"leading with epoch {e2}")[1]
+        recs = {
+            to_ms(r.scheduled_at): r
+            for r in st.fired_between(BIZ, first - timedelta(minutes=1), first + timedelta(minutes=5))
+        }
+        assert {recs[t].epoch for t in edit.pending_ms} == {e2}, "the pending runs carry s0's new epoch"
+        assert all(recs[t].published_at is not None for t in edit.pending_ms)
+    finally:
+        for p in procs:
+            p.stop()
+        bus.close()
