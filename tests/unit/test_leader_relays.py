@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -23,12 +22,13 @@ from scheduler_core.errors import BusError
 from scheduler_core.fence import FenceRelay, decode_fence, skip_message
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
-from scheduler_core.ports import Election, MessageBus
+from scheduler_core.ports import Election
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import RECENT, Supersede, decode_supersede
 from scheduler_core.times import to_ms
 from switchyard.wiring import migrator_store
+from tests.control_away import control_away
 from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
 from tests.waiting import until
@@ -72,19 +72,6 @@ class _Handed(Election):
 
     def close(self) -> None:
         self.resign()
-
-
-class _ControlAway:
-    """The bus with its control channel failing: a leader whose broadcast failed."""
-
-    def __init__(self, bus: MessageBus) -> None:
-        self._bus = bus
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._bus, name)
-
-    def publish_control(self, key: str, payload: bytes) -> None:
-        raise BusError("the control channel is away")
 
 
 class _Process:
@@ -170,7 +157,7 @@ def test_a_leader_again_relays_what_was_stored_while_it_followed(h: Harness, b: 
     fence, _marked = h.store.raise_business_fence("biz-f", to_ms(at), skip_message(to_ms(at)))  # its broadcast failed
     if a_published:
         # A's relay published the new schedule's runs, then its broadcast failed
-        mine = supersede_relay(h.store, cast(MessageBus, _ControlAway(h.bus)), h.settings, SchedulerMetrics())
+        mine = supersede_relay(h.store, control_away(h.bus), h.settings, SchedulerMetrics())
         with pytest.raises(BusError):
             mine.relay()
         assert SqlSupersedes(h.store).supersedes()[0].pending_ms == ()
