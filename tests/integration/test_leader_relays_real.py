@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -42,6 +41,7 @@ from tests.control_away import control_away
 from tests.cron_writes import cron_write
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
+from tests.waiting import until
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 
@@ -49,26 +49,6 @@ BIZ = "relayed"
 TTL_S = 10  # the lease: a paused process loses it after this long
 AGE = RECENT + timedelta(minutes=1)
 LOOKAHEAD = timedelta(seconds=120)
-
-
-def _until(check: Callable[[], bool], within_s: float) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
-
-
-@pytest.fixture
-def store() -> Iterator[tuple[SqlTriggerStore, str]]:
-    with mariadb_database() as url:
-        engine = make_engine(url)
-        init_schema(engine, 4)
-        try:
-            yield SqlTriggerStore(engine, SystemClock()), url
-        finally:
-            engine.dispose()
 
 
 def _caught_up(st: SqlTriggerStore, trigger_id: TriggerId) -> bool:
@@ -84,9 +64,18 @@ def _leads(p: SchedulerProc, epoch: int) -> bool:
 
 @pytest.mark.parametrize("s1_published", [False, True], ids=["s1-relayed-nothing", "s1-published-runs-not-broadcast"])
 def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
-    store: tuple[SqlTriggerStore, str], tmp_path: Path, s1_published: bool
+    tmp_path: Path, s1_published: bool
 ) -> None:
-    st, url = store
+    with mariadb_database() as url:
+        engine = make_engine(url)
+        init_schema(engine, 4)
+        try:
+            _failover(SqlTriggerStore(engine, SystemClock()), url, tmp_path, s1_published)
+        finally:
+            engine.dispose()
+
+
+def _failover(st: SqlTriggerStore, url: str, tmp_path: Path, s1_published: bool) -> None:
     pulsar, etcd = server_url("pulsar"), server_url("etcd")
     prefix = f"rl{uuid.uuid4().hex[:6]}"
     now = datetime.now(UTC)
@@ -101,17 +90,12 @@ def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
     assert trig.id is not None
     tid = trig.id
 
-    def start(name: str) -> SchedulerProc:
-        return start_scheduler(
-            name,
-            tmp_path,
-            url=url,
-            bus=pulsar,
-            etcd=etcd,
-            key=f"/switchyard-test/{prefix}/leader",
-            prefix=prefix,
-            extra=["--lookahead", str(int(LOOKAHEAD.total_seconds())), "--lease-ttl", str(TTL_S)],
-        )
+    # both under one election key, with a lookahead the edit's pending runs fall inside
+    lookahead = ["--lookahead", str(int(LOOKAHEAD.total_seconds())), "--lease-ttl", str(TTL_S)]
+    key = f"/switchyard-test/{prefix}/leader"
+    start = partial(
+        start_scheduler, tmp=tmp_path, url=url, bus=pulsar, etcd=etcd, key=key, prefix=prefix, extra=lookahead
+    )
 
     s0 = start("s0")
     procs = [s0]
@@ -121,11 +105,11 @@ def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
 
     bus = PulsarBus(pulsar, topic_prefix=prefix)
     try:
-        assert _until(lambda: st.current_epoch() > 0, 60), f"no leader:\n{logs()}"
+        assert until(lambda: st.current_epoch() > 0, 60), f"no leader:\n{logs()}"
         e0 = st.current_epoch()
         assert _leads(s0, e0)
         ahead = to_ms(datetime.now(UTC)) + 60_000
-        assert _until(
+        assert until(
             lambda: (
                 len(
                     [
@@ -143,18 +127,18 @@ def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
         # s0 hangs past its lease: s1 takes over; s0 resumes as a follower
         os.kill(s0.pid, signal.SIGSTOP)
         try:
-            assert _until(lambda: st.current_epoch() > e0, 60), f"s1 did not take over:\n{logs()}"
+            assert until(lambda: st.current_epoch() > e0, 60), f"s1 did not take over:\n{logs()}"
         finally:
             os.kill(s0.pid, signal.SIGCONT)
         e1 = st.current_epoch()
         assert _leads(s1, e1)
-        assert _until(lambda: "lost leadership of epoch" in s0.log_text(), 60), f"s0 still leads:\n{logs()}"
+        assert until(lambda: "lost leadership of epoch" in s0.log_text(), 60), f"s0 still leads:\n{logs()}"
         # s1 hangs (relays nothing); the edit is stored meanwhile; then s1 dies. A trigger
         # s1 hangs while firing stays acquired (the edit waits for its fire): s1 hangs at a
         # moment its trigger waits, caught up with the lookahead (acquired for a few ms
         # every 10 s then)
         for _ in range(20):
-            assert _until(lambda: _caught_up(st, tid), 60), f"s1 did not catch up:\n{logs()}"
+            assert until(lambda: _caught_up(st, tid), 60), f"s1 did not catch up:\n{logs()}"
             os.kill(s1.pid, signal.SIGSTOP)
             if _caught_up(st, tid):
                 break
@@ -179,15 +163,15 @@ def test_a_former_leader_elected_again_relays_an_edit_stored_while_it_followed(
         assert st.current_epoch() == e1, "s0 took over before the edit was stored: the test proves nothing"
         assert edit.pending_ms and edit.skipped_ms
         s1.kill9()
-        assert _until(lambda: st.current_epoch() > e1, 60), f"s0 did not take over again:\n{logs()}"
+        assert until(lambda: st.current_epoch() > e1, 60), f"s0 did not take over again:\n{logs()}"
         e2 = st.current_epoch()
         assert _leads(s0, e2), f"s0 is not the new leader:\n{logs()}"
-        assert _until(lambda: SqlSupersedes(st).supersedes()[0].pending_ms == (), 60), (
+        assert until(lambda: SqlSupersedes(st).supersedes()[0].pending_ms == (), 60), (
             f"the pending runs were not published:\n{logs()}"
         )
         view = FenceView(bus)  # an executor's view of the control channel, from its start
         try:
-            assert _until(lambda: tid in view.superseded, 30), f"the edit never reached the bus:\n{logs()}"
+            assert until(lambda: tid in view.superseded, 30), f"the edit never reached the bus:\n{logs()}"
             assert view.superseded[tid].epoch == edit.epoch
         finally:
             view.close()
