@@ -64,6 +64,24 @@ def stream_args(source: str, legacy_url: str, target_url: str, *more: str) -> li
     return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
 
 
+def forced_cutover_args(biz: str, target_url: str, legacy_url: str, reason: str, *more: str) -> list[str]:
+    """The arguments of `switchyard cutover` of `biz` forced past the gate with `reason`,
+    answering in JSON."""
+    return [
+        "cutover",
+        biz,
+        "--url",
+        target_url,
+        "--legacy-url",
+        legacy_url,
+        "--force",
+        "--reason",
+        reason,
+        "--json",
+        *more,
+    ]
+
+
 def start_scheduler(
     name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str, extra: list[str] | None = None
 ) -> SchedulerProc:
