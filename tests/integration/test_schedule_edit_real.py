@@ -66,6 +66,20 @@ def _until(check: Callable[[], bool], within_s: float) -> bool:
     return check()
 
 
+def _await_results(
+    records: Callable[[], dict[int, tuple[FiredState, str]]], end_ms: int, logs: Callable[[], str]
+) -> None:
+    """Wait (90 s at most) until `end_ms` is 3 s past and every occurrence before it has
+    its result; else fail with `logs()`."""
+    assert _until(
+        lambda: (
+            to_ms(datetime.now(UTC)) > end_ms + 3000
+            and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
+        ),
+        90,
+    ), f"results missing:\n{logs()}"
+
+
 @pytest.fixture
 def store() -> Iterator[tuple[SqlTriggerStore, str]]:
     with mariadb_database() as url:
@@ -159,13 +173,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
         e_ms = edits[0].effective_ms if edits else to_ms(datetime.now(UTC)) + 5000
         old_ahead = {t for t in records() if t >= e_ms + 1000}
         end_ms = e_ms + 35_000
-        assert _until(
-            lambda: (
-                to_ms(datetime.now(UTC)) > end_ms + 3000
-                and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
-            ),
-            90,
-        ), f"results missing:\n{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}"
+        _await_results(records, end_ms, lambda: f"{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}")
     finally:
         stop_process(executor)
         for sched in scheds:
@@ -337,13 +345,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
             e_ms = edits[0].effective_ms if edits else seen_ms + 5000
             old_ahead = {t for t in records() if t >= e_ms}
             end_ms = e_ms + 35_000
-            assert _until(
-                lambda: (
-                    to_ms(datetime.now(UTC)) > end_ms + 3000
-                    and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
-                ),
-                90,
-            ), f"results missing:\n{tails()}"
+            _await_results(records, end_ms, tails)
         finally:
             for p in procs:
                 stop_process(p)
