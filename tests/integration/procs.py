@@ -64,6 +64,24 @@ def stream_args(source: str, legacy_url: str, target_url: str, *more: str) -> li
     return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
 
 
+def executor_args(biz: str, bus: str, prefix: str, concurrency: int, *more: str) -> list[str]:
+    """The arguments of `switchyard executor run` for business `biz` on the Pulsar `bus`
+    under topic prefix `prefix`; `more`: its handlers or bridges."""
+    return [
+        "executor",
+        "run",
+        "--domain",
+        biz,
+        "--bus",
+        bus,
+        "--topic-prefix",
+        prefix,
+        "--concurrency",
+        str(concurrency),
+        *more,
+    ]
+
+
 def forced_cutover_args(biz: str, target_url: str, legacy_url: str, reason: str, *more: str) -> list[str]:
     """The arguments of `switchyard cutover` of `biz` forced past the gate with `reason`,
     answering in JSON."""

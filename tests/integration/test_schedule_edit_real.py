@@ -31,7 +31,7 @@ from switchyard.schema import init_schema
 from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.cron_writes import cron_write
-from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
+from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
@@ -128,20 +128,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
         executor = start_cli(
-            [
-                "executor",
-                "run",
-                "--handlers",
-                "tests.integration.fence_handlers",
-                "--domain",
-                BIZ,
-                "--bus",
-                pulsar,
-                "--topic-prefix",
-                prefix,
-                "--concurrency",
-                "4",
-            ],
+            executor_args(BIZ, pulsar, prefix, 4, "--handlers", "tests.integration.fence_handlers"),
             out,
             cwd=REPO,
             env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
@@ -276,20 +263,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
             procs.append(
                 start_cli(
-                    [
-                        "executor",
-                        "run",
-                        "--handlers",
-                        "tests.integration.edit_handlers",
-                        "--domain",
-                        biz,
-                        "--bus",
-                        pulsar,
-                        "--topic-prefix",
-                        prefix,
-                        "--concurrency",
-                        "4",
-                    ],
+                    executor_args(biz, pulsar, prefix, 4, "--handlers", "tests.integration.edit_handlers"),
                     out_ex,
                     cwd=REPO,
                     env=env_vars,
