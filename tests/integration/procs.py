@@ -105,9 +105,6 @@ def start_scheduler(
 ) -> SchedulerProc:
     log = tmp / f"{name}.log"
     args = [
-        sys.executable,
-        "-m",
-        "switchyard",
         "scheduler",
         "run",
         "--url",
@@ -137,7 +134,7 @@ def start_scheduler(
         *(extra or []),
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = start_cli(args, out)
     return SchedulerProc(name, proc, log)
 
 
