@@ -173,17 +173,7 @@ class FirePipeline:
             # Release to waiting with the same next_fire_at: the next tick fires the same
             # occurrence again with the same command ids.
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
-            out.released = self.store.cas_ids(
-                Transition(
-                    ids=ids,
-                    from_state=TriggerState.ACQUIRED,
-                    to_state=TriggerState.WAITING,
-                    expected_epoch=epoch,
-                    clear_epoch=True,
-                    fence_epoch=epoch,
-                    fence=fence,
-                )
-            )
+            out.released = self.store.cas_ids(_settle(ids, TriggerState.WAITING, epoch, fence, clear_epoch=True))
             return out
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
@@ -370,29 +360,19 @@ class FirePipeline:
         changes: dict[str, Transition] = {}
         if reschedule:
             ids = list(reschedule)
-            changes["rescheduled"] = Transition(
-                ids=ids,
-                from_state=TriggerState.ACQUIRED,
-                to_state=TriggerState.WAITING,
-                expected_epoch=epoch,
+            changes["rescheduled"] = _settle(
+                ids,
+                TriggerState.WAITING,
+                epoch,
+                fence,
                 clear_epoch=True,
-                fence_epoch=epoch,
-                fence=fence,
                 next_fire_at=reschedule,
                 last_fired_at={i: fired_at[i] for i in ids},
             )
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
-            changes["completed"] = Transition(
-                ids=complete,
-                from_state=TriggerState.ACQUIRED,
-                to_state=TriggerState.COMPLETED,
-                expected_epoch=epoch,
-                fence_epoch=epoch,
-                fence=fence,
-                fired_at_next=True,
-            )
+            changes["completed"] = _settle(complete, TriggerState.COMPLETED, epoch, fence, fired_at_next=True)
         answered = self.store.finish_fire(list(changes.values()))
         winners = dict(zip(changes, answered, strict=True))
         out.rescheduled = winners.get("rescheduled", [])
@@ -420,6 +400,34 @@ class FirePipeline:
                 self.metrics.misfires.labels(policy=p.trigger.misfire_policy.value).inc()
         lag = (now - min(p.occurrence for p in plans)).total_seconds()
         self.metrics.lookahead_lag.set(lag)
+
+
+def _settle(
+    ids: Sequence[TriggerId],
+    to_state: TriggerState,
+    epoch: Epoch,
+    fence: str | None,
+    *,
+    clear_epoch: bool = False,
+    next_fire_at: Mapping[TriggerId, datetime] | None = None,
+    last_fired_at: Mapping[TriggerId, datetime] | None = None,
+    fired_at_next: bool = False,
+) -> Transition:
+    """A chunk's triggers out of ACQUIRED, back to waiting or completed: only the rows
+    `epoch` still holds change, and only while `epoch` still leads (fenced), so a deposed
+    or reclaimed owner's release or outcome is refused."""
+    return Transition(
+        ids=ids,
+        from_state=TriggerState.ACQUIRED,
+        to_state=to_state,
+        expected_epoch=epoch,
+        clear_epoch=clear_epoch,
+        fence_epoch=epoch,
+        fence=fence,
+        next_fire_at=next_fire_at,
+        last_fired_at=last_fired_at,
+        fired_at_next=fired_at_next,
+    )
 
 
 def _record(

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
@@ -55,6 +55,7 @@ from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService
 from scheduler_core.model import Epoch, FiredState, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
+from scheduler_core.ports import MessageBus, TriggerStore
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import make_engine
@@ -262,6 +263,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         _Legacy("xxl-job", f"sqlite:///{workdir / 'legacy-xxljob.db'}", clock),
         _Legacy("batch-center", f"sqlite:///{workdir / 'legacy-batchcenter.db'}", clock),
     ]
+    sims = [lg.sim for lg in legacies]
     target = make_engine(f"sqlite:///{workdir / 'switchyard.db'}")
     init_schema(target, partitions=4)
     store = SqlTriggerStore(target, clock)
@@ -272,7 +274,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     )
 
     # 1. the legacy schedulers run alone
-    _advance(clock, LEGACY_ONLY, legacies, None)
+    _advance(clock, LEGACY_ONLY, sims, None)
     say(f"legacy schedulers ran for {LEGACY_ONLY}: {sum(len(lg.sim.fired) for lg in legacies)} fires logged")
 
     # 2. migrate: plan, then run
@@ -323,21 +325,11 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
     for ex in executors:
         ex.handler()(_handler(ex.domain, regressed, regression, invoked, clock))
-    store.claim_epoch(Epoch(1))
-    core = SchedulerCore(
-        store,
-        bus,
-        clock,
-        Epoch(1),
-        SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0)),
-        inline=True,
-    )
-    consumer = ResultConsumer(bus, store, core.metrics)
-    new_side = (core, executors, consumer)
-    _advance(clock, REGRESSION_AT, legacies, new_side)
+    new_side = _inline_side(store, bus, clock, executors)
+    _advance(clock, REGRESSION_AT, sims, new_side)
     regression["on"] = True
     say(f"dual-run: both paths fired for {REGRESSION_AT}; injecting a regression into {regressed}'s new handler")
-    _advance(clock, DUAL_RUN - REGRESSION_AT, legacies, new_side)
+    _advance(clock, DUAL_RUN - REGRESSION_AT, sims, new_side)
 
     # 4. compare every business over the last hour, against its own earlier hour (A/A); the
     # default evidence minimums (30 min, 10 expected fires per job) hold on this window
@@ -390,7 +382,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     )
     # the regression stays on: the fence, not the handler, is what stops the new side
     rolled_back_at = clock.now()
-    _advance(clock, AFTER_SWITCH, legacies, new_side)
+    _advance(clock, AFTER_SWITCH, sims, new_side)
     after = [(at, when) for biz, at, when in invoked if biz == regressed and when >= rolled_back_at]
     fence_at = datetime.fromisoformat(back.fence_at) if back.fence_at else None
     result.rollback = RollbackEffect(
@@ -434,7 +426,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     result.overview = str(overview)
     for ex in executors:
         ex.close()
-    core.shutdown()
+    new_side[0].shutdown()
     target.dispose()
     for lg in legacies:
         lg.engine.dispose()
@@ -459,17 +451,38 @@ def _handler(
     return handle
 
 
-def _advance(
-    clock: ManualClock,
-    span: timedelta,
-    legacies: list[_Legacy],
-    new_side: tuple[SchedulerCore, list[Executor], ResultConsumer] | None,
-) -> None:
+NewSide = tuple[SchedulerCore, list[Executor], ResultConsumer]
+
+
+class _Simulator(Protocol):
+    def step(self, until: datetime) -> Sequence[Any]: ...
+
+
+def _inline_side(
+    store: TriggerStore, bus: MessageBus, clock: ManualClock, executors: list[Executor], **settings: Any
+) -> NewSide:
+    """The new side stepped on the caller's thread: epoch 1's core with no waits (plus
+    `settings`), its executors and the result consumer, for `_advance`."""
+    store.claim_epoch(Epoch(1))
+    core = SchedulerCore(
+        store,
+        bus,
+        clock,
+        Epoch(1),
+        SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0), **settings),
+        inline=True,
+    )
+    return core, executors, ResultConsumer(bus, store, core.metrics)
+
+
+def _advance(clock: ManualClock, span: timedelta, sims: Sequence[_Simulator], new_side: NewSide | None) -> None:
+    """Step the clock by STEP up to `span`: each legacy simulator fires what is due, then
+    the new side (when given) ticks, executes and records the results, all on this thread."""
     end = clock.now() + span
     while clock.now() < end:
         clock.advance(STEP)
-        for lg in legacies:
-            lg.sim.step(clock.now())
+        for sim in sims:
+            sim.step(clock.now())
         if new_side is not None:
             core, executors, consumer = new_side
             core.tick_all()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +55,17 @@ class Harness:
 
     def once(self, job: Job, at_s: float, **kw: Any) -> Trigger:
         (t,) = self.store.add_triggers(
-            [
-                Trigger(
-                    job_code=job.job_code,
-                    biz_code=job.biz_code,
-                    kind=TriggerKind.ONCE,
-                    next_fire_at=self.clock.now() + timedelta(seconds=at_s),
-                    **kw,
-                )
-            ]
-        )  # type: ignore[arg-type]
+            [trigger_of(job, TriggerKind.ONCE, self.clock.now() + timedelta(seconds=at_s), **kw)]
+        )
         return t
 
     def results(self, core: SchedulerCore) -> ResultConsumer:
         return ResultConsumer(self.bus, self.store, core.metrics, clock=self.clock, settings=core.settings)
+
+
+def trigger_of(job: Job, kind: TriggerKind, next_fire_at: datetime, **kw: Any) -> Trigger:
+    """A trigger of `job` in its business, not yet stored (`kw`: the kind's schedule fields)."""
+    return Trigger(job_code=job.job_code, biz_code=job.biz_code, kind=kind, next_fire_at=next_fire_at, **kw)
 
 
 def stored_id(t: Trigger) -> TriggerId:

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import aetcd
 
 from scheduler_core.clock import SystemClock
+from scheduler_core.election.pacing import KeepAlivePace
 from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.metrics import election_error, election_reconnect
@@ -388,6 +389,10 @@ class EtcdElection(Election):
                 await events.aclose()
         raise _StreamEnded("watch stream ended")
 
+    def _is_paused(self) -> bool:
+        with self._lock:
+            return self._paused
+
     async def _keep_alive(self, term: _Term) -> None:
         """Refresh the lease and re-read the key every TTL/4 until the term is lost.
 
@@ -396,15 +401,10 @@ class EtcdElection(Election):
         is gone or the key is no longer ours. Meanwhile is_leader() says no once a TTL has
         passed without a confirmation.
         """
-        interval = term.ttl / 4
-        failing = False
+        pace = KeepAlivePace(term.ttl, self._is_paused)  # paused: a hung leader, the lease runs out
         client = await self._connected()
         while True:
-            await asyncio.sleep(min(interval, 0.5) if failing else interval)
-            with self._lock:
-                paused = self._paused
-            if paused:
-                continue  # a hung leader: nothing is sent, the lease runs out
+            await pace.next_round()
             sent = self._clock.monotonic()
             try:
                 reply = await client.refresh_lease(term.lease_id)
@@ -420,17 +420,17 @@ class EtcdElection(Election):
                     return
                 with self._lock:
                     term.confirmed_at = max(term.confirmed_at, sent)
-                if failing:
+                if pace.failing:
                     log.info("%r: keep-alive of epoch %s recovered", self, term.epoch)
                     election_reconnect("keepalive")
-                failing = False
+                pace.failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # never let the task die: a dead task is a silent loss
                 election_error("keepalive")
-                if not failing:
+                if not pace.failing:
                     log.warning("%r: keep-alive of epoch %s failed, retrying: %s", self, term.epoch, _one_line(exc))
-                failing = True
+                pace.failing = True
 
     def _lose(self, term: _Term, reason: str) -> None:
         with self._lock:

@@ -38,6 +38,7 @@ from scheduler_core.election.etcd import (
     _one_line,
     _parse_endpoint,
 )
+from scheduler_core.election.pacing import KeepAlivePace
 from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.model import Epoch
@@ -188,16 +189,15 @@ class EtcdRegistry(Registry):
         self._tasks = [loop.create_task(self._keep_alive(lease.id, float(lease.ttl))), loop.create_task(self._watch())]
         self._changed.set()
 
+    def _is_paused(self) -> bool:
+        with self._lock:
+            return self._paused
+
     async def _keep_alive(self, lease_id: int, ttl: float) -> None:
-        interval = ttl / 4
-        failing = False
+        pace = KeepAlivePace(ttl, self._is_paused)
         client = await self._connected()
         while True:
-            await asyncio.sleep(min(interval, 0.5) if failing else interval)
-            with self._lock:
-                paused = self._paused
-            if paused:
-                continue
+            await pace.next_round()
             sent = self._clock.monotonic()
             try:
                 reply = await client.refresh_lease(lease_id)
@@ -209,13 +209,13 @@ class EtcdRegistry(Registry):
                     return
                 with self._lock:
                     self._confirmed_at = max(self._confirmed_at, sent)
-                failing = False
+                pace.failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # never let the task die: a dead task is a silent loss
-                if not failing:
+                if not pace.failing:
                     log.warning("%r: keep-alive failed, retrying: %s", self, _one_line(exc))
-                failing = True
+                pace.failing = True
 
     async def _watch(self) -> None:
         """Flag every change under the prefix; re-watch when the stream breaks (the member

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -423,12 +423,17 @@ def test_cas_ids_names_the_winners_without_rows(store: SqlTriggerStore, clock: M
     }
 
 
-def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTriggerStore, clock: ManualClock) -> None:
-    triggers = _seed(store, clock, 3, step_s=5)
-    ids = [t.id for t in triggers if t.id is not None]
-    store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
-    later = {ids[0]: clock.now() + timedelta(hours=1), ids[1]: clock.now() + timedelta(hours=2)}
-    won = store.cas_ids(
+def _release_to(
+    store: SqlTriggerStore,
+    ids: list[TriggerId],
+    later: dict[TriggerId, datetime],
+    *,
+    last_fired_at: dict[TriggerId, datetime] | None = None,
+    fired_at_next: bool = False,
+) -> list[TriggerId]:
+    """Epoch 1's acquired `ids` back to waiting, each at its `later` time, with a last-fired
+    stamp: the winners."""
+    return store.cas_ids(
         Transition(
             ids=ids,
             from_state=A,
@@ -436,15 +441,29 @@ def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTr
             expected_epoch=Epoch(1),
             clear_epoch=True,
             next_fire_at=later,
-            last_fired_at={ids[0]: triggers[0].next_fire_at},
+            last_fired_at=last_fired_at,
+            fired_at_next=fired_at_next,
         )
     )
+
+
+def _last_fired_ms(store: SqlTriggerStore) -> dict[Any, Any]:
+    """last_fired_at of every trigger row as stored (epoch milliseconds or NULL), by id."""
+    with store.engine.connect() as conn:
+        return dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+
+
+def test_per_row_values_in_one_statement_keep_what_a_map_leaves_out(store: SqlTriggerStore, clock: ManualClock) -> None:
+    triggers = _seed(store, clock, 3, step_s=5)
+    ids = [t.id for t in triggers if t.id is not None]
+    store.cas(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
+    later = {ids[0]: clock.now() + timedelta(hours=1), ids[1]: clock.now() + timedelta(hours=2)}
+    won = _release_to(store, ids, later, last_fired_at={ids[0]: triggers[0].next_fire_at})
     assert sorted(won) == ids
     after = {t.id: t for t in store.get_triggers(ids)}
     assert after[ids[0]].next_fire_at == later[ids[0]] and after[ids[1]].next_fire_at == later[ids[1]]
     assert after[ids[2]].next_fire_at == triggers[2].next_fire_at  # not in the map: unchanged
-    with store.engine.connect() as conn:
-        lasts: dict[Any, Any] = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+    lasts = _last_fired_ms(store)
     assert lasts[ids[0]] == int(triggers[0].next_fire_at.timestamp() * 1000)
     assert lasts[ids[1]] is None and lasts[ids[2]] is None
 
@@ -615,24 +634,8 @@ def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTri
     old = {t.id: t.next_fire_at for t in triggers}
     store.cas_ids(Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(1), deadline=clock.now()))
     later = {i: clock.now() + timedelta(hours=1, seconds=n) for n, i in enumerate(ids)}
-    assert (
-        sorted(
-            store.cas_ids(
-                Transition(
-                    ids=ids,
-                    from_state=A,
-                    to_state=W,
-                    expected_epoch=Epoch(1),
-                    clear_epoch=True,
-                    next_fire_at=later,
-                    fired_at_next=True,
-                )
-            )
-        )
-        == ids
-    )
-    with store.engine.connect() as conn:
-        rows: dict[Any, Any] = dict(conn.execute(text("SELECT id, last_fired_at FROM dus_job_trigger")).all())
+    assert sorted(_release_to(store, ids, later, fired_at_next=True)) == ids
+    rows = _last_fired_ms(store)
     assert {i: rows[i] for i in ids} == {i: to_ms(old[i]) for i in ids}
     assert [t.next_fire_at for t in store.get_triggers(ids)] == [later[i] for i in ids]
 

@@ -64,14 +64,47 @@ def stream_args(source: str, legacy_url: str, target_url: str, *more: str) -> li
     return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
 
 
+def executor_args(biz: str, bus: str, prefix: str, concurrency: int, *more: str) -> list[str]:
+    """The arguments of `switchyard executor run` for business `biz` on the Pulsar `bus`
+    under topic prefix `prefix`; `more`: its handlers or bridges."""
+    return [
+        "executor",
+        "run",
+        "--domain",
+        biz,
+        "--bus",
+        bus,
+        "--topic-prefix",
+        prefix,
+        "--concurrency",
+        str(concurrency),
+        *more,
+    ]
+
+
+def forced_cutover_args(biz: str, target_url: str, legacy_url: str, reason: str, *more: str) -> list[str]:
+    """The arguments of `switchyard cutover` of `biz` forced past the gate with `reason`,
+    answering in JSON."""
+    return [
+        "cutover",
+        biz,
+        "--url",
+        target_url,
+        "--legacy-url",
+        legacy_url,
+        "--force",
+        "--reason",
+        reason,
+        "--json",
+        *more,
+    ]
+
+
 def start_scheduler(
     name: str, tmp: Path, *, url: str, bus: str, etcd: str, key: str, prefix: str, extra: list[str] | None = None
 ) -> SchedulerProc:
     log = tmp / f"{name}.log"
     args = [
-        sys.executable,
-        "-m",
-        "switchyard",
         "scheduler",
         "run",
         "--url",
@@ -101,7 +134,7 @@ def start_scheduler(
         *(extra or []),
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = start_cli(args, out)
     return SchedulerProc(name, proc, log)
 
 

@@ -16,6 +16,7 @@ from switchyard import exitcodes
 from switchyard.cli import cli
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.procs import forced_cutover_args
 
 pytestmark = pytest.mark.mariadb
 
@@ -75,18 +76,7 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         assert code == exitcodes.REFUSED and "shorter than the minimum" in out, out
         code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
         assert code == exitcodes.REFUSED and "--reason" in out, out
-        code, out = _run(
-            "cutover",
-            biz,
-            "--url",
-            target_url,
-            "--legacy-url",
-            legacy_url,
-            "--force",
-            "--reason",
-            "tested in staging",
-            "--json",
-        )
+        code, out = _run(*forced_cutover_args(biz, target_url, legacy_url, "tested in staging"))
         assert code == 0, out
         report = json.loads(out)
         assert report["forced"] and report["to_state"] == "cutover"

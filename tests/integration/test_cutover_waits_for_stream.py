@@ -22,6 +22,7 @@ from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, StreamPosition
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
+from tests.integration.procs import forced_cutover_args
 from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env, ready_switch
 from tests.servers import server_url
@@ -142,20 +143,7 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
                 biz, shadow=False, actor="ops"
             )
             runner = CliRunner()
-            base = [
-                "cutover",
-                biz,
-                "--url",
-                target_url,
-                "--legacy-url",
-                legacy_url,
-                "--force",
-                "--reason",
-                "drill",
-                "--json",
-                "--stream-wait",
-                "0",
-            ]
+            base = forced_cutover_args(biz, target_url, legacy_url, "drill", "--stream-wait", "0")
             strict = runner.invoke(cli, [*base])
             assert strict.exit_code == 0, strict.output
             first = json.loads(strict.output.strip().splitlines()[-1])

@@ -6,11 +6,8 @@ as results; the endpoint refuses a request without the token; the token is never
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
@@ -23,11 +20,11 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.codec import CALLBACK_TOPIC, EXECUTOR_SUBSCRIPTION, command_topic, decode_results, encode_commands
 from scheduler_core.model import FiredState
 from scheduler_core.ports import BusMessage
-from tests.integration.procs import stop_process
+from tests.integration.procs import executor_args, start_cli, stop_process
 from tests.servers import REPO, server_url
 from tests.standins.bc_callback import CallbackRecorder
 from tests.standins.xxl_executor import XxlExecutorStandIn
-from tests.unit.test_bridges import bc_params, post, xxl_params
+from tests.unit.test_bridges import bc_params, demo_command, post, xxl_params
 
 pytestmark = pytest.mark.pulsar
 
@@ -41,23 +38,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _command(trigger: int, handler: str, params: dict[str, object]):  # type: ignore[no-untyped-def]
-    from scheduler_core.model import ExecutionCommand, JobCode, TriggerId, command_id
-    from tests.unit.test_bridges import T0
-
-    cid = command_id(trigger, T0, 0)
-    return cid, ExecutionCommand(
-        command_id=cid,
-        trigger_id=TriggerId(trigger),
-        job_code=JobCode(f"demo.job{trigger}"),
-        biz_code="demo",
-        handler=handler,
-        scheduled_at=T0,
-        params=json.dumps(params),
-        timeout=timedelta(seconds=5),
-    )
-
-
 def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
     pulsar = server_url("pulsar")
     prefix = f"bridgecli{uuid.uuid4().hex[:6]}"
@@ -69,24 +49,15 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
     log = tmp_path / "executor.log"
     with XxlExecutorStandIn(access_token=XXL_SECRET, admin_addresses=[endpoint]) as xxl, CallbackRecorder() as business:
         env = {**os.environ, "PYTHONPATH": str(REPO), "XXL_TEST_TOKEN": XXL_SECRET, "BC_TEST_TOKEN": BC_SECRET}
-        args = [
-            sys.executable,
-            "-m",
-            "switchyard",
-            "executor",
-            "run",
+        args = executor_args(
+            "demo",
+            pulsar,
+            prefix,
+            4,
             "--bridge",
             "xxl-job",
             "--bridge",
             "batch-center",
-            "--domain",
-            "demo",
-            "--bus",
-            pulsar,
-            "--topic-prefix",
-            prefix,
-            "--concurrency",
-            "4",
             "--executor-address",
             xxl.address,
             "--access-token-env",
@@ -97,16 +68,14 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
             "BC_TEST_TOKEN",
             "--log-level",
             "DEBUG",
-        ]
+        )
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
-            )
+            proc = start_cli(args, out, cwd=REPO, env=env)
         try:
             commands = [
-                _command(1, "xxl-job-bridge", xxl_params(job_id="7")),
-                _command(2, "xxl-job-bridge", xxl_params(job_id="8", executor_param="second")),
-                _command(3, "batch-center-bridge", bc_params(callback_url=business.url + "/cb")),
+                demo_command(1, "xxl-job-bridge", xxl_params(job_id="7")),
+                demo_command(2, "xxl-job-bridge", xxl_params(job_id="8", executor_param="second")),
+                demo_command(3, "batch-center-bridge", bc_params(callback_url=business.url + "/cb")),
             ]
             bus.publish([BusMessage(command_topic("demo"), encode_commands([cmd]), key=cid) for cid, cmd in commands])
             updates: dict[Any, Any] = {}

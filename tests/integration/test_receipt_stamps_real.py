@@ -15,12 +15,11 @@ import pytest
 
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import SystemClock
-from scheduler_core.codec import command_topic, encode_commands
 from scheduler_core.executor import Executor
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, ExecutionCommand, FiredRecord, FiredState, JobCode, TriggerId, command_id
-from scheduler_core.ports import BusMessage
+from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from tests.backends import message_bus, sql_store
+from tests.publish import publish_command
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
 
@@ -50,26 +49,7 @@ def test_a_long_run_is_stamped_received_through_pulsar_into_mariadb(tmp_path: Pa
         th = threading.Thread(target=ex.run, args=(stop,), daemon=True)
         th.start()
         try:
-            bus.publish(
-                [
-                    BusMessage(
-                        command_topic("reminder"),
-                        encode_commands(
-                            [
-                                ExecutionCommand(
-                                    command_id=cid,
-                                    trigger_id=TriggerId(5),
-                                    job_code=JobCode("j"),
-                                    biz_code="reminder",
-                                    handler="h",
-                                    scheduled_at=at,
-                                    timeout=timedelta(seconds=60),
-                                )
-                            ]
-                        ),
-                    )
-                ]
-            )
+            publish_command(bus, cid, 5, "j", "reminder", at)
             end = time.monotonic() + 60
             while time.monotonic() < end and store.get_fired([cid])[cid].received_at is None:
                 consumer.poll(timeout=timedelta(milliseconds=100))

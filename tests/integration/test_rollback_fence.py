@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -38,7 +36,7 @@ from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.harness import stored_id
-from tests.integration.procs import stop_process
+from tests.integration.procs import executor_args, start_cli, stop_process
 from tests.servers import REPO, server_url
 from tests.waiting import until as _until
 
@@ -87,27 +85,9 @@ class ExecutorProc:
         self.invocations.touch()
         self.log = tmp / "executor.log"
         env = {**os.environ, "FENCE_INVOCATIONS": str(self.invocations), "PYTHONPATH": str(REPO)}
-        args = [
-            sys.executable,
-            "-m",
-            "switchyard",
-            "executor",
-            "run",
-            "--handlers",
-            "tests.integration.fence_handlers",
-            "--domain",
-            BIZ,
-            "--bus",
-            server_url("pulsar"),
-            "--topic-prefix",
-            prefix,
-            "--concurrency",
-            "8",
-        ]
+        args = executor_args(BIZ, server_url("pulsar"), prefix, 8, "--handlers", "tests.integration.fence_handlers")
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, env=env
-            )
+            self.proc = start_cli(args, out, cwd=REPO, env=env)
 
     def read(self) -> list[Invocation]:
         out = []

@@ -31,7 +31,7 @@ from switchyard.schema import init_schema
 from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.cron_writes import cron_write
-from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
+from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
@@ -64,6 +64,20 @@ def _until(check: Callable[[], bool], within_s: float) -> bool:
             return True
         time.sleep(0.2)
     return check()
+
+
+def _await_results(
+    records: Callable[[], dict[int, tuple[FiredState, str]]], end_ms: int, logs: Callable[[], str]
+) -> None:
+    """Wait (90 s at most) until `end_ms` is 3 s past and every occurrence before it has
+    its result; else fail with `logs()`."""
+    assert _until(
+        lambda: (
+            to_ms(datetime.now(UTC)) > end_ms + 3000
+            and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
+        ),
+        90,
+    ), f"results missing:\n{logs()}"
 
 
 @pytest.fixture
@@ -114,20 +128,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
         executor = start_cli(
-            [
-                "executor",
-                "run",
-                "--handlers",
-                "tests.integration.fence_handlers",
-                "--domain",
-                BIZ,
-                "--bus",
-                pulsar,
-                "--topic-prefix",
-                prefix,
-                "--concurrency",
-                "4",
-            ],
+            executor_args(BIZ, pulsar, prefix, 4, "--handlers", "tests.integration.fence_handlers"),
             out,
             cwd=REPO,
             env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
@@ -159,13 +160,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
         e_ms = edits[0].effective_ms if edits else to_ms(datetime.now(UTC)) + 5000
         old_ahead = {t for t in records() if t >= e_ms + 1000}
         end_ms = e_ms + 35_000
-        assert _until(
-            lambda: (
-                to_ms(datetime.now(UTC)) > end_ms + 3000
-                and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
-            ),
-            90,
-        ), f"results missing:\n{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}"
+        _await_results(records, end_ms, lambda: f"{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}")
     finally:
         stop_process(executor)
         for sched in scheds:
@@ -268,20 +263,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
             procs.append(
                 start_cli(
-                    [
-                        "executor",
-                        "run",
-                        "--handlers",
-                        "tests.integration.edit_handlers",
-                        "--domain",
-                        biz,
-                        "--bus",
-                        pulsar,
-                        "--topic-prefix",
-                        prefix,
-                        "--concurrency",
-                        "4",
-                    ],
+                    executor_args(biz, pulsar, prefix, 4, "--handlers", "tests.integration.edit_handlers"),
                     out_ex,
                     cwd=REPO,
                     env=env_vars,
@@ -337,13 +319,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
             e_ms = edits[0].effective_ms if edits else seen_ms + 5000
             old_ahead = {t for t in records() if t >= e_ms}
             end_ms = e_ms + 35_000
-            assert _until(
-                lambda: (
-                    to_ms(datetime.now(UTC)) > end_ms + 3000
-                    and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
-                ),
-                90,
-            ), f"results missing:\n{tails()}"
+            _await_results(records, end_ms, tails)
         finally:
             for p in procs:
                 stop_process(p)

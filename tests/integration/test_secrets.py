@@ -236,6 +236,11 @@ def _leaks(texts: dict[str, str], secrets: dict[str, str]) -> list[str]:
     return found
 
 
+def _source(legacy_url: str, target_url: str, source: str = "batch-center") -> list[str]:
+    """The `--source`, `--legacy-url` and `--target-url` arguments of the migrate commands."""
+    return ["--source", source, "--legacy-url", legacy_url, "--target-url", target_url]
+
+
 def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Popen[bytes], float, Path]:
     log = flow.tmp / f"{name.split()[0]}-{len(flow.outputs)}-{uuid.uuid4().hex[:4]}.log"
     with log.open("wb") as out:
@@ -318,13 +323,13 @@ def _read_and_fail(flow: Flow, src: list[str], wrong_target: str, wrong_legacy: 
 def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog: pytest.LogCaptureFixture) -> None:
     pulsar, etcd = server_url("pulsar"), server_url("etcd")
     _seed(flow)
-    src = ["--source", "batch-center", "--legacy-url", flow.legacy, "--target-url", flow.target]
+    src = _source(flow.legacy, flow.target)
     flow.ok("db init", "db", "init", "--url", flow.target, "--partitions", "4")
     json.loads(flow.ok("db check --json", "db", "check", "--url", flow.target, "--json"))
     json.loads(flow.ok("migrate plan --json", "migrate", "plan", *src, "--json"))
     flow.ok("migrate run", "migrate", "run", *src)
     json.loads(flow.ok("migrate run --json", "migrate", "run", *src, "--json"))
-    xsrc = ["--source", "xxl-job", "--legacy-url", flow.xxl, "--target-url", flow.target]
+    xsrc = _source(flow.xxl, flow.target, "xxl-job")
     json.loads(flow.ok("migrate run xxl --json", "migrate", "run", *xsrc, "--json"))
     flow.ok("dualrun start", "dualrun", "start", "reminder", "--url", flow.target, "--legacy-url", flow.legacy)
     wrong_target = _with_db(flow.target, make_url(flow.target).database or "", WRONG_PASSWORD)
@@ -429,56 +434,15 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
     cases = {
         "db init": ["db", "init", "--url", wrong_t],
         "db check": ["db", "check", "--url", wrong_t],
-        "migrate plan (target)": [
-            "migrate",
-            "plan",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            ok_l,
-            "--target-url",
-            wrong_t,
-        ],
-        "migrate plan (legacy)": [
-            "migrate",
-            "plan",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            wrong_l,
-            "--target-url",
-            ok_t,
-        ],
-        "migrate run (legacy)": [
-            "migrate",
-            "run",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            wrong_l,
-            "--target-url",
-            ok_t,
-        ],
+        "migrate plan (target)": ["migrate", "plan", *_source(ok_l, wrong_t)],
+        "migrate plan (legacy)": ["migrate", "plan", *_source(wrong_l, ok_t)],
+        "migrate run (legacy)": ["migrate", "run", *_source(wrong_l, ok_t)],
         "migrate quarantine": ["migrate", "quarantine", "--target-url", wrong_t],
-        "migrate stream (legacy)": [
-            "migrate",
-            "stream",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            wrong_l,
-            "--target-url",
-            ok_t,
-        ],
+        "migrate stream (legacy)": ["migrate", "stream", *_source(wrong_l, ok_t)],
         "migrate stream (binlog user)": [
             "migrate",
             "stream",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            ok_l,
-            "--target-url",
-            ok_t,
+            *_source(ok_l, ok_t),
             "--binlog-url",
             _with_db(flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD),
         ],
@@ -536,7 +500,7 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
 
 def test_hostile_values_in_rows_and_arguments_are_stored_as_data(flow: Flow) -> None:
     ids = _seed(flow)
-    src = ["--source", "batch-center", "--legacy-url", flow.legacy, "--target-url", flow.target]
+    src = _source(flow.legacy, flow.target)
     flow.ok("db init", "db", "init", "--url", flow.target, "--partitions", "4")
     plan = json.loads(flow.ok("plan hostile business", "migrate", "plan", *src, "--business", HOSTILE_BIZ, "--json"))
     assert {r["business"] for r in plan["rows"]} == {HOSTILE_BIZ}, plan["rows"]

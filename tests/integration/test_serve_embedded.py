@@ -22,6 +22,7 @@ from typing import Any
 
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
 from switchyard.wiring import open_store
+from tests.integration.procs import start_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def _runs(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
-def _until(what: str, cond: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 90) -> None:
+def _until(what: str, cond: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -53,13 +54,10 @@ def _get(url: str) -> str:
         return resp.read().decode()
 
 
-def _start(url: str, out: Path, run_log: Path, metrics: int, console: int) -> subprocess.Popen[str]:
+def _start(url: str, out: Path, run_log: Path, metrics: int, console: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SERVE_RUN_LOG": str(run_log), "PYTHONPATH": str(REPO)}
     env.pop("SWITCHYARD_CONSOLE_TOKEN", None)
     args = [
-        sys.executable,
-        "-m",
-        "switchyard",
         "serve",
         "--url",
         url,
@@ -79,13 +77,11 @@ def _start(url: str, out: Path, run_log: Path, metrics: int, console: int) -> su
         "--log-level",
         "INFO",
     ]
-    with out.open("a") as f:
-        return subprocess.Popen(
-            args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env, cwd=str(REPO)
-        )
+    with out.open("ab") as f:
+        return start_cli(args, f, env=env, cwd=str(REPO))
 
 
-def _stop(proc: subprocess.Popen[str]) -> int:
+def _stop(proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(timeout=90)
@@ -120,31 +116,22 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
         Job(job_code=JobCode("later"), biz_code="beta", handler="h"),
     ):
         store.put_job(job)
+
+    def once(code: str, biz: str, after_s: int) -> Trigger:
+        return Trigger(
+            job_code=JobCode(code), biz_code=biz, kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=after_s)
+        )
+
     store.add_triggers(
         [
             Trigger(
                 job_code=JobCode("tick"), biz_code="alpha", kind=TriggerKind.CRON, cron="0/2 * * * * ?", next_fire_at=t0
             ),
-            Trigger(
-                job_code=JobCode("once"),
-                biz_code="alpha",
-                kind=TriggerKind.ONCE,
-                next_fire_at=t0 + timedelta(seconds=1),
-            ),
-            Trigger(
-                job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=2)
-            ),
-            # published ahead (60 s lookahead) by the first process, due after it stopped
-            Trigger(
-                job_code=JobCode("later"),
-                biz_code="beta",
-                kind=TriggerKind.ONCE,
-                next_fire_at=t0 + timedelta(seconds=40),
-            ),
+            once("once", "alpha", 1),
+            once("fan", "beta", 2),
+            once("later", "beta", 40),  # published ahead (60 s lookahead) by the first process, due after it stopped
             # a fan-out published ahead too: its page records (4 items each) are published again
-            Trigger(
-                job_code=JobCode("fan"), biz_code="beta", kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(seconds=41)
-            ),
+            once("fan", "beta", 41),
         ]
     )
     run_log, out = tmp_path / "runs.jsonl", tmp_path / "serve.log"
@@ -267,9 +254,6 @@ def test_serve_with_the_xxl_job_bridge_needs_no_handler_code(tmp_path: Path) -> 
     out = tmp_path / "serve.log"
     with XxlExecutorStandIn(access_token=secret, admin_addresses=[endpoint]) as xxl:
         args = [
-            sys.executable,
-            "-m",
-            "switchyard",
             "serve",
             "--url",
             url,
@@ -290,15 +274,9 @@ def test_serve_with_the_xxl_job_bridge_needs_no_handler_code(tmp_path: Path) -> 
             "--log-level",
             "DEBUG",
         ]
-        with out.open("w") as f:
-            proc = subprocess.Popen(
-                args,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                cwd=str(REPO),
-                env={**os.environ, "PYTHONPATH": str(REPO), "SERVE_XXL_TOKEN": secret},
+        with out.open("wb") as f:
+            proc = start_cli(
+                args, f, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO), "SERVE_XXL_TOKEN": secret}
             )
         try:
 

@@ -25,7 +25,7 @@ from readers.streams import current_position
 from switchyard.cli import cli
 from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
-from tests.integration.procs import start_cli, stream_args
+from tests.integration.procs import forced_cutover_args, start_cli, stream_args
 from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env
 from tests.servers import server_url
@@ -134,18 +134,7 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
             seen.clear()
             watcher.start()
             remigrate.start()
-            code, out = _cli(
-                "cutover",
-                biz,
-                "--url",
-                target_url,
-                "--legacy-url",
-                legacy_url,
-                "--force",
-                "--reason",
-                "beside the stream",
-                "--json",
-            )
+            code, out = _cli(*forced_cutover_args(biz, target_url, legacy_url, "beside the stream"))
             assert code == 0, out
             _caught_up(env, stream_id)
             time.sleep(0.5)

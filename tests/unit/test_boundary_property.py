@@ -26,16 +26,21 @@ from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch
 from migrator.target import TargetWriter
 from scheduler_core.bus.memory import InProcessBus
-from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
 from scheduler_core.executor import Executor, HandlerResult
 from scheduler_core.fence import FenceService
-from scheduler_core.model import Epoch
-from scheduler_core.scheduler import SchedulerCore
-from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
-from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
+from switchyard.demo import (
+    START,
+    Handover,
+    _advance,
+    _boundary,
+    _fires_after,
+    _inline_side,
+    _Legacy,
+    _rollback_handover,
+)
 from switchyard.schema import init_schema
 from switchyard.wiring import dualrun_store, migrator_store
 
@@ -131,7 +136,7 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         engine = make_engine(f"sqlite:///{work / 't.db'}")
         init_schema(engine, 4)
         store = SqlTriggerStore(engine, clock)
-        _advance(clock, timedelta(minutes=5), [lg], None)
+        _advance(clock, timedelta(minutes=5), [lg.sim], None)
         Migrator(lg.reader, TargetWriter(store, migrator_store(store)), clock).run()
         biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
         bus = InProcessBus(clock)
@@ -147,36 +152,22 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         sw.start_dual_run(biz, shadow=shadow, actor="prop")
         ex = Executor(bus, biz, clock=clock)
         ex.handler()(lambda ctx: HandlerResult(ok=True))
-        store.claim_epoch(Epoch(1))
-        core = SchedulerCore(
-            store,
-            bus,
-            clock,
-            Epoch(1),
-            SchedulerSettings(
-                idle_wait=timedelta(0),
-                busy_wait=timedelta(0),
-                jitter=timedelta(0),
-                lookahead=timedelta(minutes=lookahead_min),
-            ),
-            inline=True,
-        )
-        side = (core, [ex], ResultConsumer(bus, store, core.metrics))
+        side = _inline_side(store, bus, clock, [ex], lookahead=timedelta(minutes=lookahead_min))
         start = clock.now()
-        _advance(clock, timedelta(seconds=dual_s), [lg], side)
+        _advance(clock, timedelta(seconds=dual_s), [lg.sim], side)
         cut_at = clock.now()
         rep = sw.cutover(biz, actor="prop", reason="property")
         handover = Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})
         switches = [Switch(rep.handover, to_new=True, at=cut_at)]
-        _advance(clock, timedelta(seconds=after_cutover_s), [lg], side)
+        _advance(clock, timedelta(seconds=after_cutover_s), [lg.sim], side)
         if roll_back:
             back_at = clock.now()
             back = sw.rollback(biz, actor="prop", reason="property")
             handover = _rollback_handover(back, sw.links(biz))
             switches.append(Switch(back.handover, to_new=False, at=back_at))
-            _advance(clock, timedelta(minutes=15), [lg], side)
+            _advance(clock, timedelta(minutes=15), [lg.sim], side)
         else:
-            _advance(clock, timedelta(minutes=10), [lg], side)
+            _advance(clock, timedelta(minutes=10), [lg.sim], side)
         horizon = clock.now() - timedelta(minutes=1)
         what = f"{source} shadow={shadow} rollback={roll_back} fenced={fenced} lookahead={lookahead_min}m"
         # the report's matching across the switch(es)
@@ -200,6 +191,6 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         _checked, missing, doubled = _boundary(handover, legacy, new, horizon=horizon, triggers=triggers)
         assert (missing, doubled) == (0, 0), f"{what}: {missing} missing, {doubled} doubled across the switch"
         ex.close()
-        core.shutdown()
+        side[0].shutdown()
         engine.dispose()
         lg.engine.dispose()

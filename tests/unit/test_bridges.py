@@ -580,9 +580,10 @@ def test_parse_callbacks_reads_every_version() -> None:
 # -- end to end through the SDK on the in-process bus ------------------------------------
 
 
-def publish(bus: InProcessBus, trigger: int, handler: str, params: dict[str, Any], **kw: Any) -> CommandId:
+def demo_command(trigger: int, handler: str, params: dict[str, Any], **kw: Any) -> tuple[CommandId, ExecutionCommand]:
+    """A command of business "demo" for `handler`, scheduled at T0 (`kw`: more of its fields)."""
     cid = command_id(trigger, T0, kw.get("item_index", 0))
-    cmd = ExecutionCommand(
+    return cid, ExecutionCommand(
         command_id=cid,
         trigger_id=TriggerId(trigger),
         job_code=JobCode(f"demo.job{trigger}"),
@@ -593,6 +594,10 @@ def publish(bus: InProcessBus, trigger: int, handler: str, params: dict[str, Any
         timeout=timedelta(seconds=5),
         **kw,
     )
+
+
+def publish(bus: InProcessBus, trigger: int, handler: str, params: dict[str, Any], **kw: Any) -> CommandId:
+    cid, cmd = demo_command(trigger, handler, params, **kw)
     bus.publish([BusMessage(command_topic("demo"), encode_commands([cmd]), key=cid)])
     return cid
 

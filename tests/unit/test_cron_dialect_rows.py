@@ -29,7 +29,7 @@ from scheduler_core.store.admin import tables_for
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import check_schema, init_schema
-from tests.harness import make_harness
+from tests.harness import make_harness, trigger_of
 from tests.legacy_rows import xxl_bean_row
 
 ZONE = "UTC"
@@ -113,14 +113,13 @@ def _stored(tmp_path: Path, trigger_dialect: str, cron: str) -> tuple[SqlTrigger
     job = h.job("j-w")
     (t,) = h.store.add_triggers(
         [
-            Trigger(
-                job_code=job.job_code,
-                biz_code=job.biz_code,
-                kind=TriggerKind.CRON,
+            trigger_of(
+                job,
+                TriggerKind.CRON,
+                W_FROM + timedelta(hours=1),
                 cron=cron,
-                cron_dialect=trigger_dialect,  # type: ignore[arg-type]
+                cron_dialect=trigger_dialect,
                 time_zone=ZONE,
-                next_fire_at=W_FROM + timedelta(hours=1),
             )
         ]
     )
@@ -155,17 +154,7 @@ def test_the_scheduler_reschedules_each_trigger_in_its_own_dialect(
     # every minute on the 1st (and its W day): a fire at 12:00:30 on May 1st, then the next
     cron = "30 0 12 1W * ?"
     (t,) = h.store.add_triggers(
-        [
-            Trigger(
-                job_code=job.job_code,
-                biz_code=job.biz_code,
-                kind=TriggerKind.CRON,
-                cron=cron,
-                cron_dialect=dialect,  # type: ignore[arg-type]
-                time_zone=ZONE,
-                next_fire_at=start,
-            )
-        ]
+        [trigger_of(job, TriggerKind.CRON, start, cron=cron, cron_dialect=dialect, time_zone=ZONE)]
     )
     h.listen("biz-a")
     core = h.core()

@@ -14,11 +14,10 @@ from dualrun.model import MismatchKind
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import SystemClock
-from scheduler_core.codec import command_topic, encode_commands
 from scheduler_core.executor import Executor
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
-from scheduler_core.ports import BusMessage
+from scheduler_core.model import CommandId, FiredState, command_id
+from tests.publish import publish_command
 from tests.unit.test_dualrun_support import Scenario
 
 UTC = timezone.utc
@@ -48,26 +47,7 @@ def test_a_run_executing_past_late_after_is_running_not_late(tmp_path: Path) -> 
     cid = CommandId(command_id(tid, fire_at, 0))
     while time.time() < fire_at.timestamp():  # deliver at T, as the bus would (bounded: < 1 s)
         time.sleep(0.01)
-    bus.publish(
-        [
-            BusMessage(
-                command_topic("reminder"),
-                encode_commands(
-                    [
-                        ExecutionCommand(
-                            command_id=cid,
-                            trigger_id=TriggerId(tid),
-                            job_code=JobCode(s.code(d)),
-                            biz_code="reminder",
-                            handler="h",
-                            scheduled_at=fire_at,
-                            timeout=timedelta(seconds=60),
-                        )
-                    ]
-                ),
-            )
-        ]
-    )
+    publish_command(bus, cid, tid, s.code(d), "reminder", fire_at)
     stop = threading.Event()
     th = threading.Thread(target=ex.run, args=(stop,), daemon=True)
     th.start()

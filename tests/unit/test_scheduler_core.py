@@ -16,7 +16,6 @@ from scheduler_core.model import (
     FiredState,
     MisfirePolicy,
     ShardingItem,
-    Trigger,
     TriggerId,
     TriggerKind,
     TriggerState,
@@ -24,7 +23,7 @@ from scheduler_core.model import (
 )
 from scheduler_core.ports import Transition
 from scheduler_core.settings import SchedulerSettings
-from tests.harness import make_harness, state_of, stored_id
+from tests.harness import make_harness, state_of, stored_id, trigger_of
 
 UTC = timezone.utc
 
@@ -93,26 +92,13 @@ def test_cron_fixed_rate_and_end_at(h) -> None:  # type: ignore[no-untyped-def]
     t0 = h.clock.now()
     (cron, rate, ending) = h.store.add_triggers(
         [
-            Trigger(
-                job_code=job.job_code,
-                biz_code="biz-a",
-                kind=TriggerKind.CRON,
-                cron="0 0/10 * * * ?",
-                next_fire_at=t0 + timedelta(minutes=10),
-            ),
-            Trigger(
-                job_code=job.job_code,
-                biz_code="biz-a",
-                kind=TriggerKind.FIXED_RATE,
-                interval=timedelta(minutes=7),
-                next_fire_at=t0 + timedelta(minutes=1),
-            ),
-            Trigger(
-                job_code=job.job_code,
-                biz_code="biz-a",
-                kind=TriggerKind.FIXED_RATE,
+            trigger_of(job, TriggerKind.CRON, t0 + timedelta(minutes=10), cron="0 0/10 * * * ?"),
+            trigger_of(job, TriggerKind.FIXED_RATE, t0 + timedelta(minutes=1), interval=timedelta(minutes=7)),
+            trigger_of(
+                job,
+                TriggerKind.FIXED_RATE,
+                t0 + timedelta(minutes=1),
                 interval=timedelta(minutes=5),
-                next_fire_at=t0 + timedelta(minutes=1),
                 end_at=t0 + timedelta(minutes=12),
             ),
         ]
@@ -136,22 +122,8 @@ def test_misfire_fire_once_now_and_skip_are_recorded(h) -> None:  # type: ignore
     t0 = h.clock.now()
     (now_t, skip_t) = h.store.add_triggers(
         [
-            Trigger(
-                job_code=job.job_code,
-                biz_code="biz-a",
-                kind=TriggerKind.CRON,
-                cron="0 0 * * * ?",
-                next_fire_at=t0 - timedelta(hours=3),
-                misfire_policy=MisfirePolicy.FIRE_ONCE_NOW,
-            ),
-            Trigger(
-                job_code=job.job_code,
-                biz_code="biz-a",
-                kind=TriggerKind.CRON,
-                cron="0 0 * * * ?",
-                next_fire_at=t0 - timedelta(hours=3),
-                misfire_policy=MisfirePolicy.SKIP,
-            ),
+            trigger_of(job, TriggerKind.CRON, t0 - timedelta(hours=3), cron="0 0 * * * ?", misfire_policy=policy)
+            for policy in (MisfirePolicy.FIRE_ONCE_NOW, MisfirePolicy.SKIP)
         ]
     )
     h.listen("biz-a")

@@ -18,7 +18,6 @@ import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -38,16 +37,13 @@ from readers.legacy_ddl import create_legacy_schema, xxljob_metadata
 from readers.xxljob.control import read_trigger_state
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.bus.memory import InProcessBus
-from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.cron import CronExpression
 from scheduler_core.executor import Executor, HandlerResult
-from scheduler_core.model import Epoch
-from scheduler_core.scheduler import SchedulerCore
-from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.demo import _advance, _inline_side
 from switchyard.schema import init_schema
 from switchyard.wiring import dualrun_store, migrator_store
 
@@ -223,26 +219,11 @@ def test_a_stop_that_never_settles_refuses_and_leaves_the_legacy_job_running() -
 
 
 START = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
-STEP = timedelta(seconds=10)
 
 
 class _Ready:
     def decision(self, business: str) -> GateDecision:
         return GateDecision(ready=True, comparison_id=1, computed_at=None)
-
-
-def _advance(clock: ManualClock, span: timedelta, sim: XxlJobSimulator, side: Any) -> None:
-    end = clock.now() + span
-    while clock.now() < end:
-        clock.advance(STEP)
-        sim.step(clock.now())
-        if side is not None:
-            core, ex, consumer = side
-            core.tick_all()
-            while ex.poll_once(batch=500, timeout=timedelta(0)):
-                pass
-            while consumer.poll(timeout=timedelta(0)):
-                pass
 
 
 @pytest.mark.parametrize("shadow", [False, True], ids=["live", "shadow"])
@@ -278,7 +259,7 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     init_schema(target, 4)
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(legacy)
-    _advance(clock, timedelta(minutes=3), sim, None)
+    _advance(clock, timedelta(minutes=3), [sim], None)
     Migrator(reader, TargetWriter(store, migrator_store(store)), clock).run()
     biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
     control = XxlJobControl(legacy, AdminClock(clock, sim))
@@ -287,18 +268,9 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     bus = InProcessBus(clock)
     ex = Executor(bus, biz, clock=clock)
     ex.handler()(lambda ctx: HandlerResult(ok=True))
-    store.claim_epoch(Epoch(1))
-    core = SchedulerCore(
-        store,
-        bus,
-        clock,
-        Epoch(1),
-        SchedulerSettings(idle_wait=timedelta(0), busy_wait=timedelta(0), jitter=timedelta(0)),
-        inline=True,
-    )
-    side = (core, ex, ResultConsumer(bus, store, core.metrics))
+    side = _inline_side(store, bus, clock, [ex])
     dual_start = clock.now()
-    _advance(clock, timedelta(minutes=5), sim, side)
+    _advance(clock, timedelta(minutes=5), [sim], side)
     # step the admin to xx:55, between its idle scans at xx:51 and xx:56 (the one that
     # pre-reads the next minute), then cut over: the stop races that scan
     clock.advance(timedelta(seconds=55))
@@ -313,7 +285,7 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     assert rep.handover and set(rep.handover.values()) == {(cut_at + timedelta(seconds=65)).isoformat()}
     with legacy.connect() as conn:
         assert {s for (s,) in conn.execute(text("SELECT trigger_status FROM xxl_job_info"))} == {0}
-    _advance(clock, timedelta(minutes=10), sim, side)
+    _advance(clock, timedelta(minutes=10), [sim], side)
     handover = datetime.fromisoformat(next(iter(rep.handover.values())))
     assert all(f.scheduled_ms < to_ms(handover) for f in sim.fired), "a legacy fire at or after the handover"
     check = check_boundary(
@@ -328,6 +300,6 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     assert check.owned > 0
     assert check.clean, "\n".join(map(str, check.issues[:20]))
     ex.close()
-    core.shutdown()
+    side[0].shutdown()
     target.dispose()
     legacy.dispose()
