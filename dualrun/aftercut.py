@@ -31,7 +31,7 @@ from readers.records import SourceSystem
 from scheduler_core.model import FiredState
 from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 MAX_LISTED = 50
 _NOT_RUN = (FiredState.SKIPPED.value,)  # a misfire policy's or a fence's skip: recorded, not a fire
@@ -142,7 +142,7 @@ def check_after_cutover(
     if now <= start:
         raise DualRunError(f"{business}: cut over at {iso(cut)}, nothing to check yet")
     window = Window(start=start, end=now)
-    late_ms = int(settings.match.late_after.total_seconds() * 1000)
+    late_ms = duration_ms(settings.match.late_after)
     collector = Collector(
         store, reader, source=source, business=business, legacy_business=legacy_business, settings=settings
     )
@@ -210,7 +210,7 @@ def check_after_cutover(
     )
     # running within its job's timeout is fine; past it (plus the grace the executor's own
     # timeout result needs) the run hung or its result was lost: a finding
-    grace_ms = int(settings.match.result_grace.total_seconds() * 1000)
+    grace_ms = duration_ms(settings.match.result_grace)
     timeout_ms = np.array(
         [collector.info[j].timeout_s * 1000 if j in collector.info else 0 for j in fired["job"].tolist()],
         dtype=np.int64,

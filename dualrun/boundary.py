@@ -49,7 +49,7 @@ from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ def check_boundary(
 
     # both sides fired the same occurrence (exact, or paired within the tolerance)
     lf, nf = m.legacy.fires, m.new.fires
-    li, ni = pair(lf, nf, int(s.pair_tolerance.total_seconds() * 1000))
+    li, ni = pair(lf, nf, duration_ms(s.pair_tolerance))
     pj, ps = nf["job"][ni], nf["sched"][ni]
     po = owner_of(pj, ps)
     both = po >= 0

@@ -52,7 +52,7 @@ from dualrun.model import (
 from dualrun.precision import floored, precision_of
 from dualrun.settings import CompareSettings, MatchSettings, thresholds_as_dict
 from readers.records import SourceSystem
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 _Q = (50, 95, 99, 100)
 MAX_GROUPS = 500
@@ -443,9 +443,7 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         now_ms=to_ms(now),
     )
     assert ctx.flags.timeout_ms is not None
-    clock = RunClock(
-        now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000)
-    )
+    clock = RunClock(now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=duration_ms(s.result_grace))
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dualrun-baseline") as pool:

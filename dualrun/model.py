@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from scheduler_core.times import require_aware
+
 BODY_VERSION = 1
-
-
-def require_aware(at: datetime, name: str) -> datetime:
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(f"{name} must be an aware datetime, got naive {at.isoformat()}")
-    return at
 
 
 def iso(at: datetime) -> str:

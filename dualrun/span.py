@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
@@ -21,6 +21,7 @@ from dualrun.errors import DualRunError
 from dualrun.model import CompareSpan, Window, iso
 from dualrun.store import DualRunStore
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
 
 DUAL_RUN = "dual_run"  # dus_business.state / dus_cutover_audit.to_state of a dual-run
 
@@ -60,10 +61,7 @@ def fetch_switches(store: SqlTriggerStore, business: str) -> list[Switch]:
         .order_by(a.c.at, a.c.id)
     )
     with own.engine.connect() as conn:
-        return [
-            Switch(at=datetime.fromtimestamp(int(at) / 1000, tz=timezone.utc), from_state=f, to_state=t)
-            for at, f, t in conn.execute(stmt).all()
-        ]
+        return [Switch(at=from_ms(int(at)), from_state=f, to_state=t) for at, f, t in conn.execute(stmt).all()]
 
 
 def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:

@@ -4,7 +4,7 @@ body = the full JSON). `latest(store, business)` is what the cutover gate reads.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -13,14 +13,7 @@ from dualrun.model import Comparison, Mode, StoredVerdict, Verdict, Window, as_d
 from dualrun.store import DualRunStore
 from dualrun.verdict import SHADOW_WARNING
 from scheduler_core.store.sql import SqlTriggerStore
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+from scheduler_core.times import from_ms, to_ms
 
 
 def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
@@ -32,9 +25,9 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
         result = conn.execute(
             insert(t).values(
                 biz_code=comparison.business,
-                window_start=_ms(comparison.window.start),
-                window_end=_ms(comparison.window.end),
-                computed_at=_ms(comparison.computed_at),
+                window_start=to_ms(comparison.window.start),
+                window_end=to_ms(comparison.window.end),
+                computed_at=to_ms(comparison.computed_at),
                 verdict=comparison.verdict.value,
                 reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
                 body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
@@ -51,8 +44,8 @@ def _stored(row: Any) -> StoredVerdict:
         business=row.biz_code,
         verdict=Verdict(row.verdict),
         reasons=tuple(json.loads(row.reasons)),
-        window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-        computed_at=_at(row.computed_at),
+        window=Window(start=from_ms(row.window_start), end=from_ms(row.window_end)),
+        computed_at=from_ms(row.computed_at),
         mode=mode,
         warnings=_stored_warnings(body, mode),
     )
@@ -86,7 +79,7 @@ def history(
     t = own.t.comparison
     stmt = select(t.c.body).where(t.c.biz_code == business)
     if since is not None:
-        stmt = stmt.where(t.c.computed_at >= _ms(since))
+        stmt = stmt.where(t.c.computed_at >= to_ms(since))
     stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
     with own.engine.connect() as conn:
         bodies = [r.body for r in conn.execute(stmt)]

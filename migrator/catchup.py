@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select, text
@@ -40,6 +40,7 @@ from readers.records import SourceSystem, StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
 
 POLL_FILE = "poll"
 SCAN_LIMIT = 100_000  # binlog events read per check at most; beyond it the count is a lower bound
@@ -130,7 +131,7 @@ def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[C
             Checkpoint(
                 stream_id=sid,
                 position=StreamPosition(f, int(pos), gtid),
-                updated_at=datetime.fromtimestamp(int(upd) / 1000, tz=timezone.utc),
+                updated_at=from_ms(int(upd)),
             )
         )
     return sorted(out, key=lambda c: c.updated_at, reverse=True)
@@ -189,7 +190,7 @@ def pending_binlog_changes(
 def pending_polled_changes(legacy: Engine, high_water_ms: int, table: str, tz: str) -> int:
     """Definition rows updated after the polling stream's high water (legacy DATETIMEs are
     naive wall-clock times in `tz`)."""
-    local = datetime.fromtimestamp(high_water_ms / 1000, tz=ZoneInfo(tz)).replace(tzinfo=None)
+    local = from_ms(high_water_ms).astimezone(ZoneInfo(tz)).replace(tzinfo=None)
     with legacy.connect() as conn:
         return int(
             conn.execute(
@@ -265,7 +266,7 @@ class StreamCatchup:
         advanced = (self._now() - ck.updated_at).total_seconds()
         if ck.position.log_file == POLL_FILE or head is None:
             pending = pending_polled_changes(self.legacy, ck.position.log_pos, tables[0], self.tz)
-            hw = datetime.fromtimestamp(ck.position.log_pos / 1000, tz=timezone.utc).isoformat()
+            hw = from_ms(ck.position.log_pos).isoformat()
             return CatchupState(
                 stream_id=ck.stream_id,
                 caught_up=pending <= self.max_pending,

@@ -27,6 +27,7 @@ from scheduler_core.model import (
     TriggerKind,
     TriggerState,
 )
+from scheduler_core.times import to_ms
 
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_SHARDS = 100_000
@@ -320,9 +321,5 @@ def _enabled_state(state: TriggerState) -> str:
 
 def _epoch_ms(value: object) -> int:
     if isinstance(value, datetime):
-        return (
-            int(value.timestamp() * 1000)
-            if value.tzinfo
-            else int(value.replace(tzinfo=EARLIEST.tzinfo).timestamp() * 1000)
-        )
+        return to_ms(value if value.tzinfo else value.replace(tzinfo=EARLIEST.tzinfo))
     return 0

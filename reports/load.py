@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from dualrun.store import DualRunStore
 from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import from_ms
 
 
 def load_report(
@@ -64,7 +65,7 @@ def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
         return None
     if not isinstance(stream, dict):
         return None
-    return {**stream, "at": iso(datetime.fromtimestamp(int(row.at) / 1000, tz=timezone.utc))}
+    return {**stream, "at": iso(from_ms(int(row.at)))}
 
 
 def load_overview(

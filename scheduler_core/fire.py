@@ -36,6 +36,7 @@ from scheduler_core.model import (
     MisfirePolicy,
     Trigger,
     TriggerId,
+    TriggerKind,
     TriggerState,
     command_id,
 )
@@ -246,7 +247,7 @@ class FirePipeline:
             )
         # A misfire follows the trigger's policy and is recorded, never silently dropped.
         nxt = self._next(trigger, now)
-        missed = count_between(trigger, t, now) if trigger.kind.value != "once" else 0
+        missed = count_between(trigger, t, now) if trigger.kind is not TriggerKind.ONCE else 0
         if trigger.misfire_policy is MisfirePolicy.SKIP:
             note = f"misfire: skipped (late {late}); {missed} later occurrence(s) also passed"
             return _Plan(

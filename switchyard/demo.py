@@ -192,7 +192,7 @@ QUICK_CRONS = ("0 * * * * ?", "0 0/2 * * * ?", "30 0/3 * * * ?")
 def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
     from sqlalchemy import text
 
-    first = int((START + timedelta(minutes=1)).timestamp() * 1000)
+    first = to_ms(START + timedelta(minutes=1))
     with engine.begin() as conn:
         ids = [
             i
@@ -501,9 +501,7 @@ def _fires_after(
     the new side's skipped and shadow records are not fires)."""
     links = {ln.job_code: ln.source_key for ln in BusinessSwitch(store, lg.control, store.clock).links(biz)}
     keys = set(links.values())
-    legacy = {
-        (str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= since.timestamp() * 1000
-    }
+    legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= to_ms(since)}
     new: set[tuple[str, int]] = set()
     for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
         if r.job_code in links and r.state not in (FiredState.SKIPPED, FiredState.PENDING) and not _shadow_only(r):
@@ -534,7 +532,7 @@ def _boundary(
     from dataclasses import replace
 
     checked = missing = doubled = 0
-    horizon_ms = int(horizon.timestamp() * 1000)
+    horizon_ms = to_ms(horizon)
     to_new = switch.to_new
     for key, first in switch.first.items():
         trig = triggers.get(key)
@@ -543,8 +541,8 @@ def _boundary(
         anchored = replace(trig, next_fire_at=first)  # fixed rate: the grid through the handover time
         expected: list[int] = []
         cursor: datetime | None = first
-        while cursor is not None and cursor.timestamp() * 1000 <= horizon_ms and len(expected) < 10_000:
-            expected.append(int(cursor.timestamp() * 1000))
+        while cursor is not None and to_ms(cursor) <= horizon_ms and len(expected) < 10_000:
+            expected.append(to_ms(cursor))
             cursor = next_after(anchored, cursor)
         owner, other = (new, legacy) if to_new else (legacy, new)
         owned = {ms for k, ms in owner if k == key}

@@ -42,11 +42,12 @@ from readers.legacy_ddl.tables import WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
-from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
+from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall
 from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.xxljob.logs import LogContext, map_log
 from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
+from scheduler_core.times import require_aware
 
 T = TypeVar("T")
 
