@@ -189,9 +189,9 @@ class FirePipeline:
         cids = [r.command_id for r in records if r.state is FiredState.PENDING]
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
-        # one counter update per domain, not per message
-        for domain, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
-            self.metrics.published.labels(domain=domain).inc(n)
+        # one counter update per business, not per message
+        for biz_code, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
+            self.metrics.published.labels(biz_code=biz_code).inc(n)
         # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
         self._record_outcome(plans, epoch, now, cids, out, fence)
         return out

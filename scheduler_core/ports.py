@@ -156,10 +156,10 @@ class TriggerStore(Protocol):
         start: datetime,
         end: datetime,
         limit: int,
-        exclude_domains: Collection[str] = (),
+        exclude_biz_codes: Collection[str] = (),
     ) -> list[Trigger]:
         """`waiting` triggers of one partition with start <= next_fire_at <= end, ordered by
-        next_fire_at then priority, leaving out the given business domains."""
+        next_fire_at then priority, leaving out the given businesses (biz_codes)."""
 
     @abstractmethod
     def select_expired(

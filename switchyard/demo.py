@@ -319,7 +319,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     invoked: list[tuple[str, datetime, datetime]] = []  # (business, scheduled at, invoked at) of every new-side call
     executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
     for ex in executors:
-        ex.handler()(_handler(ex.domain, regressed, regression, invoked, clock))
+        ex.handler()(_handler(ex.biz_code, regressed, regression, invoked, clock))
     store.claim_epoch(Epoch(1))
     core = SchedulerCore(
         store,
@@ -439,16 +439,16 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
 
 
 def _handler(
-    domain: str,
+    biz_code: str,
     regressed: str,
     regression: dict[str, bool],
     invoked: list[tuple[str, datetime, datetime]],
     clock: ManualClock,
 ) -> Callable[[ExecutionContext], HandlerResult]:
     def handle(ctx: ExecutionContext) -> HandlerResult:
-        invoked.append((domain, ctx.scheduled_at, clock.now()))
+        invoked.append((biz_code, ctx.scheduled_at, clock.now()))
         # the business's work would run here (through its legacy bridge in production)
-        if domain == regressed and regression["on"] and ctx.item_index % 3 == 0:
+        if biz_code == regressed and regression["on"] and ctx.item_index % 3 == 0:
             return HandlerResult(ok=False, message="NullPointerException in the new handler (injected)")
         return HandlerResult(ok=True)
 

@@ -237,7 +237,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         start: datetime,
         end: datetime,
         limit: int,
-        exclude_domains: Collection[str] = (),
+        exclude_biz_codes: Collection[str] = (),
     ) -> list[Trigger]:
         tr = self.t.trigger
         # only the columns the model is built from, as plain tuples: this is the hot read
@@ -247,8 +247,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
             .limit(max(0, limit))
         )
-        if exclude_domains:
-            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_domains)))
+        if exclude_biz_codes:
+            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
         with self.engine.connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).all()
         return [trigger_from_tuple(r) for r in rows]

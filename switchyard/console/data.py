@@ -252,14 +252,14 @@ def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
 
 
 def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
-    """Per-domain fire-time lag percentiles from the fired records of the last window."""
+    """Per-business fire-time lag percentiles from the fired records of the last window."""
     span = window or src.lag_window
     now = src.now()
     records = src.store.fired_between(None, now - span, now)
     return redact_tree(
         {
             "window_s": span.total_seconds(),
-            "domains": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.domain)],
+            "businesses": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.biz_code)],
         }
     )
 

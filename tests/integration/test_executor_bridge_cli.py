@@ -79,7 +79,7 @@ def test_executor_run_with_bridges_needs_no_user_code(tmp_path: Path) -> None:
             "xxl-job",
             "--bridge",
             "batch-center",
-            "--domain",
+            "--business",
             "demo",
             "--bus",
             pulsar,

@@ -94,7 +94,7 @@ class ExecutorProc:
             "run",
             "--handlers",
             "tests.integration.fence_handlers",
-            "--domain",
+            "--business",
             BIZ,
             "--bus",
             server_url("pulsar"),

@@ -145,7 +145,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ),
     ("scheduler-run-ttl-too-small", ["scheduler", "run", "--url", "{ok}", "--lease-ttl", "1"], USAGE),
     ("scheduler-stats-negative-since", ["scheduler", "stats", "--url", "{ok}", "--since", "-1"], USAGE),
-    ("executor-run-missing-handlers", ["executor", "run", "--domain", "d"], USAGE),
+    ("executor-run-missing-handlers", ["executor", "run", "--business", "d"], USAGE),
     ("console-beyond-loopback-without-token", ["console", "--url", "{ok}", "--bind", "0.0.0.0"], USAGE),
     ("console-port-0", ["console", "--url", "{ok}", "--port", "0"], USAGE),
     ("serve-missing-handlers", ["serve", "--url", "{ok}"], USAGE),
@@ -382,9 +382,9 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-run-bad-election", ["scheduler", "run", "--url", "{ok}", "--election", BAD], USAGE),
     ("scheduler-run-shards-local", ["scheduler", "run", "--url", "{ok}", "--shards", "--election", "local"], USAGE),
     ("scheduler-members-no-etcd", ["scheduler", "members", "--election", "local"], USAGE),
-    ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--domain", "d"], USAGE),
-    ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--domain", "d"], USAGE),
-    ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "notabus"], USAGE),
+    ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--business", "d"], USAGE),
+    ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--business", "d"], USAGE),
+    ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "notabus"], USAGE),
 ]
 
 
@@ -433,7 +433,7 @@ SUBPROCESS: list[tuple[str, list[str], int]] = [
     ),
     (
         "executor-run-unreachable-pulsar",
-        ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "pulsar://127.0.0.1:1"],
+        ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "pulsar://127.0.0.1:1"],
         DOWN,
     ),
     (
