@@ -62,7 +62,7 @@ MAX_GROUPS = 500
 class Inputs:
     """Everything one comparison is computed from."""
 
-    business: str
+    biz_code: str
     source: str
     mode: Mode
     window: Window
@@ -74,7 +74,7 @@ class Inputs:
     baseline_expected: pd.DataFrame
     jobs: JobIndex
     info: Mapping[int, JobInfo]
-    legacy_business: str = ""
+    legacy_biz_code: str = ""
     consumer_lag: ConsumerLag | None = None
     notes: tuple[str, ...] = ()
     quarantined: Mapping[int, QuarantinedJob] = field(default_factory=dict)  # job id -> never migrated
@@ -493,8 +493,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         )
     )
     return Comparison(
-        business=inputs.business,
-        legacy_business=inputs.legacy_business or inputs.business,
+        biz_code=inputs.biz_code,
+        legacy_biz_code=inputs.legacy_biz_code or inputs.biz_code,
         source=inputs.source,
         mode=inputs.mode,
         window=inputs.window,

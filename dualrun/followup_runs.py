@@ -26,11 +26,11 @@ from scheduler_core.times import to_ms
 _CLAIM_MARGIN = timedelta(days=2)
 
 
-def followup_runs(store: SqlTriggerStore, business: str, window: Window) -> set[tuple[str, int]]:
+def followup_runs(store: SqlTriggerStore, biz_code: str, window: Window) -> set[tuple[str, int]]:
     """(job code, scheduled ms) of every follow-up run of the business in the window."""
     claims = followup_claims(
         store,
-        business,
+        biz_code,
         to_ms(window.start - _CLAIM_MARGIN),
         to_ms(window.end + _CLAIM_MARGIN),
     )

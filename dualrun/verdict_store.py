@@ -1,5 +1,5 @@
 """Where verdicts are stored: a row of `dus_comparison` per comparison (dualrun.tables;
-body = the full JSON). `latest(store, business)` is what the cutover gate reads."""
+body = the full JSON). `latest(store, biz_code)` is what the cutover gate reads."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
     with own.engine.begin() as conn:
         result = conn.execute(
             insert(t).values(
-                biz_code=comparison.business,
+                biz_code=comparison.biz_code,
                 window_start=to_ms(comparison.window.start),
                 window_end=to_ms(comparison.window.end),
                 computed_at=to_ms(comparison.computed_at),
@@ -41,7 +41,7 @@ def _stored(row: Any) -> StoredVerdict:
     mode = Mode(body.get("mode", Mode.BOTH.value))
     return StoredVerdict(
         comparison_id=int(row.id),
-        business=row.biz_code,
+        biz_code=row.biz_code,
         verdict=Verdict(row.verdict),
         reasons=tuple(json.loads(row.reasons)),
         window=Window(start=from_ms(row.window_start), end=from_ms(row.window_end)),
@@ -60,24 +60,24 @@ def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
     return warnings
 
 
-def latest(store: SqlTriggerStore, business: str) -> StoredVerdict | None:
+def latest(store: SqlTriggerStore, biz_code: str) -> StoredVerdict | None:
     """The most recently computed verdict of a business, or None: what the cutover gate
     reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
     own = DualRunStore.beside(store)
     t = own.t.comparison
-    stmt = select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
+    stmt = select(t).where(t.c.biz_code == biz_code).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
     with own.engine.connect() as conn:
         row = conn.execute(stmt).first()
     return None if row is None else _stored(row)
 
 
 def history(
-    store: SqlTriggerStore, business: str, *, since: datetime | None = None, limit: int = 500
+    store: SqlTriggerStore, biz_code: str, *, since: datetime | None = None, limit: int = 500
 ) -> list[Comparison]:
     """Stored comparisons of a business, oldest first (the series `watch` builds)."""
     own = DualRunStore.beside(store)
     t = own.t.comparison
-    stmt = select(t.c.body).where(t.c.biz_code == business)
+    stmt = select(t.c.body).where(t.c.biz_code == biz_code)
     if since is not None:
         stmt = stmt.where(t.c.computed_at >= to_ms(since))
     stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)

@@ -53,7 +53,7 @@ class SeedSummary:
 
     system: SourceSystem
     lineage: str | None
-    businesses: tuple[str, ...]
+    biz_codes: tuple[str, ...]
     good: int
     bad: int
     bad_keys: Mapping[str, str] = field(default_factory=dict)
@@ -359,7 +359,7 @@ def seed_xxljob(
     return SeedSummary(
         system=SourceSystem.XXL_JOB,
         lineage=lin.value,
-        businesses=tuple(g.app_name for g in plan.groups),
+        biz_codes=tuple(g.app_name for g in plan.groups),
         good=total - len(plan.bad),
         bad=len(plan.bad),
         bad_keys={str(j): field_of[k] for j, k in plan.bad.items()},
@@ -680,7 +680,7 @@ def seed_batchcenter(
     return SeedSummary(
         system=SourceSystem.BATCH_CENTER,
         lineage=None,
-        businesses=tuple(b["biz_code"] for b in bizs),
+        biz_codes=tuple(b["biz_code"] for b in bizs),
         good=total - len(plan.bad),
         bad=len(plan.bad),
         bad_keys={str(t): field_of[k] for t, k in plan.bad.items()},

@@ -109,7 +109,7 @@ class CatchupState:
         }
 
 
-def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[Checkpoint]:
+def checkpoints_of(store: SqlTriggerStore, source: str, biz_code: str) -> list[Checkpoint]:
     """The checkpoints of the streams that follow `business`: stream ids `<source>@<url>`
     (every business) or `<source>@<url>#b1,b2` (listing it), freshest first."""
     own = MigratorStore.beside(store)
@@ -123,7 +123,7 @@ def checkpoints_of(store: SqlTriggerStore, source: str, business: str) -> list[C
     out = []
     for sid, f, pos, gtid, upd in rows:
         _, _, only = sid.partition("#")
-        if only and business not in only.split(","):
+        if only and biz_code not in only.split(","):
             continue
         if f is None or pos is None:
             continue
@@ -218,14 +218,14 @@ class StreamCatchup:
         self.wait, self.max_pending, self.tz, self.poll_every = wait, max_pending, tz, poll_every
         self._now = now or store.clock.now
 
-    def check(self, business: str, source: str) -> CatchupState | None:
+    def check(self, biz_code: str, source: str) -> CatchupState | None:
         """The catch-up state of the freshest stream following `business`, after waiting up
         to `wait` for it to apply what is pending; None when no stream follows it."""
-        if not checkpoints_of(self.store, source, business):
+        if not checkpoints_of(self.store, source, biz_code):
             return None
         system = SourceSystem(source)
         tables = (DEFINITION_TABLE[system], BUSINESS_TABLE[system])
-        first = checkpoints_of(self.store, source, business)[0]
+        first = checkpoints_of(self.store, source, biz_code)[0]
         started = time.monotonic()
         try:
             head = None if first.position.log_file == POLL_FILE else current_position(self.legacy)
@@ -233,7 +233,7 @@ class StreamCatchup:
             return self._unknown(first, exc)
         deadline = started + self.wait.total_seconds()
         while True:
-            ck = checkpoints_of(self.store, source, business)[0]
+            ck = checkpoints_of(self.store, source, biz_code)[0]
             try:
                 state = self._state(ck, head, tables, time.monotonic() - started)
             except (StreamError, DBAPIError) as exc:

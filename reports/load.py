@@ -20,38 +20,38 @@ from scheduler_core.times import from_ms
 
 
 def load_report(
-    store: SqlTriggerStore, business: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
+    store: SqlTriggerStore, biz_code: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
 ) -> BusinessReport:
     """The report of one business: its latest (or a given) comparison and the stored series."""
     if comparison_id is None:
-        found = latest(store, business)
+        found = latest(store, biz_code)
         if found is None:
-            raise NoComparison(business)
+            raise NoComparison(biz_code)
         comparison_id = found.comparison_id
     comparison = load_comparison(store, comparison_id)
-    if comparison is None or comparison.business != business:
-        raise NoComparison(business)
-    series = history(store, business, limit=history_limit)
-    state = next((b.state for b in fetch_businesses(store) if b.biz_code == business), None)
+    if comparison is None or comparison.biz_code != biz_code:
+        raise NoComparison(biz_code)
+    series = history(store, biz_code, limit=history_limit)
+    state = next((b.state for b in fetch_businesses(store) if b.biz_code == biz_code), None)
     return BusinessReport(
-        business=business,
+        biz_code=biz_code,
         generated_at=now,
         comparison=comparison,
         comparison_id=comparison_id,
         state=state,
         history=tuple(HistoryPoint.of(c) for c in series),
-        gate_stream=gate_stream(store, business),
+        gate_stream=gate_stream(store, biz_code),
     )
 
 
-def gate_stream(store: SqlTriggerStore, business: str) -> dict[str, Any] | None:
+def gate_stream(store: SqlTriggerStore, biz_code: str) -> dict[str, Any] | None:
     """The change stream's catch-up state the cutover gate found at the business's latest
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
     own = DualRunStore.beside(store)
     a = own.migration.audit
     stmt = (
         select(a.c.at, a.c.detail)
-        .where(a.c.biz_code == business, a.c.to_state == "cutover", a.c.from_state != "cutover")
+        .where(a.c.biz_code == biz_code, a.c.to_state == "cutover", a.c.from_state != "cutover")
         .order_by(a.c.at.desc(), a.c.id.desc())
         .limit(1)
     )
@@ -81,7 +81,7 @@ def load_overview(
         link = f"{code}{link_suffix}"
         rows.append(
             OverviewRow(
-                business=code,
+                biz_code=code,
                 source=info.source_system if info else None,
                 state=info.state if info else None,
                 shadow=bool(info and info.shadow),

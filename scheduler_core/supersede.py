@@ -63,7 +63,7 @@ class Supersede:
     new schedule's times `pending_ms` wait for their publication. Times are epoch ms."""
 
     trigger_id: int
-    business: str
+    biz_code: str
     effective_ms: int
     skipped_ms: frozenset[int]
     pending_ms: tuple[int, ...]
@@ -78,7 +78,7 @@ class Supersede:
 
     def __str__(self) -> str:
         return (
-            f"schedule edit of trigger {self.trigger_id} ({self.business}) effective "
+            f"schedule edit of trigger {self.trigger_id} ({self.biz_code}) effective "
             f"{from_ms(self.effective_ms).isoformat()}: {len(self.skipped_ms)} superseded, "
             f"{len(self.pending_ms)} pending, epoch {self.epoch}"
         )
@@ -89,7 +89,7 @@ def encode_supersede(s: Supersede) -> bytes:
         {
             "v": WIRE_VERSION,
             "k": KIND,
-            "b": s.business,
+            "b": s.biz_code,
             "t": s.trigger_id,
             "f": s.effective_ms,
             "s": sorted(s.skipped_ms),
@@ -111,7 +111,7 @@ def decode_supersede(payload: bytes) -> Supersede | None:
             return None
         return Supersede(
             trigger_id=int(body["t"]),
-            business=str(body["b"]),
+            biz_code=str(body["b"]),
             effective_ms=int(body["f"]),
             skipped_ms=frozenset(int(x) for x in body["s"]),
             pending_ms=(),
@@ -184,7 +184,7 @@ class SupersedeRelay:
                 self._publish_pending(s)
             if self._carried.get(s.trigger_id, -1) >= s.epoch:
                 continue
-            self.bus.publish_control(s.business, encode_supersede(s))
+            self.bus.publish_control(s.biz_code, encode_supersede(s))
             self._carried[s.trigger_id] = s.epoch
             sent += 1
             log.info("broadcast the %s", s)

@@ -76,7 +76,7 @@ REGRESSION_AT = timedelta(minutes=45)  # into dual-run
 
 @dataclass
 class BusinessLine:
-    business: str
+    biz_code: str
     source: str
     state: str = ""
     verdict: str = ""
@@ -345,7 +345,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         comparison = compare_business(
             store,
             reader,
-            CompareRequest(business=b.biz_code, window=window),
+            CompareRequest(biz_code=b.biz_code, window=window),
             settings=CompareSettings(window=VERDICT_WINDOW),
             now=clock.now(),
         )
@@ -360,10 +360,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
             new_fires=comparison.new.fires,
         )
         result.businesses.append(line)
-    say("compared: " + ", ".join(f"{ln.business} {ln.verdict}" for ln in result.businesses))
+    say("compared: " + ", ".join(f"{ln.biz_code} {ln.verdict}" for ln in result.businesses))
 
     # 5. cut over a ready business, roll the regressed one back
-    lines = {ln.business: ln for ln in result.businesses}
+    lines = {ln.biz_code: ln for ln in result.businesses}
     if lines[cut].verdict == "ready":
         rep = switches["xxl-job"].cutover(cut, actor="demo", reason="verdict ready")
     else:

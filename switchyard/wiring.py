@@ -92,11 +92,11 @@ class DualRunGate:
     def __init__(self, store: SqlTriggerStore) -> None:
         self.store = store
 
-    def decision(self, business: str) -> GateDecision | None:
+    def decision(self, biz_code: str) -> GateDecision | None:
         from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
-        v = latest(self.store, business)
+        v = latest(self.store, biz_code)
         if v is None:
             return None
         return GateDecision(

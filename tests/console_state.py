@@ -69,7 +69,7 @@ def build_state(
             compare_business(
                 env.store,
                 env.reader,
-                CompareRequest(business=code, window=window),
+                CompareRequest(biz_code=code, window=window),
                 settings=CompareSettings(),
                 now=clock.now(),
             ),

@@ -571,14 +571,14 @@ class Executor:
         )
         with self._lock:
             self.fenced += letters.count(ItemState.SKIPPED)
-            first = (fence.business, fence.epoch) not in self._fences_logged
-            self._fences_logged.add((fence.business, fence.epoch))
+            first = (fence.biz_code, fence.epoch) not in self._fences_logged
+            self._fences_logged.add((fence.biz_code, fence.epoch))
         if first:
             log.info(
                 "skipping the commands of %s scheduled in the %s",
                 env.biz_code,
                 fence,
-                extra=log_fields(business=env.biz_code, epoch=fence.epoch),
+                extra=log_fields(biz_code=env.biz_code, epoch=fence.epoch),
             )
         self._finish(run, letters, fence.message, started=False)
 
@@ -609,7 +609,7 @@ class Executor:
                 "known yet (the control channel is not in sync)",
                 self._held_since_log,
                 self.biz_code,
-                extra=log_fields(business=self.biz_code),
+                extra=log_fields(biz_code=self.biz_code),
             )
             self._held_logged, self._held_since_log = now, 0
         self.fences.wait_synced(HOLD_WAIT)

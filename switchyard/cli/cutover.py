@@ -104,7 +104,7 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), default=str))
         return
-    click.echo(f"{report.business}: {report.from_state} -> {report.to_state}" + (" (FORCED)" if report.forced else ""))
+    click.echo(f"{report.biz_code}: {report.from_state} -> {report.to_state}" + (" (FORCED)" if report.forced else ""))
     for k, v in (
         ("activated", report.activated),
         ("deactivated", report.deactivated),
@@ -154,7 +154,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
     help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
     "Without it the legacy side is inferred from the store.",
 )
-@click.option("--business", "businesses", multiple=True, help="Only these businesses (repeatable).")
+@click.option("--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable).")
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job and the side that fires it.")
 @click.option(
     "--check",
@@ -165,7 +165,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 @json_opt
 @cli_errors
 def status(
-    url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool, as_json: bool
+    url: str, legacy_urls: tuple[str, ...], biz_codes: tuple[str, ...], show_jobs: bool, check: bool, as_json: bool
 ) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
     from dualrun.verdict_store import latest_by_business
@@ -176,15 +176,15 @@ def status(
         records = {r.biz_code: r for r in BusinessRegistry(store).all()}
         verdicts = latest_by_business(store)
         owned = ownership(
-            store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(businesses) or None
+            store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
         )
     finally:
         store.engine.dispose()
     rows = []
     problems = 0
     for bo in owned:
-        r = records[bo.business]
-        v = verdicts.get(bo.business)
+        r = records[bo.biz_code]
+        v = verdicts.get(bo.biz_code)
         problems += len(bo.problems)
         rows.append(
             {
@@ -228,7 +228,7 @@ def status(
 
 
 @click.command("cutover")
-@click.argument("business")
+@click.argument("biz_code", metavar="BUSINESS")
 @store_url
 @legacy_opt
 @legacy_zone_options
@@ -254,7 +254,7 @@ def status(
 @cli_errors
 @_refused
 def cutover(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -270,18 +270,18 @@ def cutover(
     and the change stream following it is caught up)."""
     with _switch(
         url,
-        business,
+        biz_code,
         legacy_url,
         legacy_zones,
         max_verdict_age,
         stream_wait_s=stream_wait,
         stream_max_pending=stream_max_pending,
     ) as sw:
-        _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
+        _emit(sw.cutover(biz_code, actor=actor, reason=reason, force=force), as_json)
 
 
 @click.command("rollback")
-@click.argument("business")
+@click.argument("biz_code", metavar="BUSINESS")
 @store_url
 @legacy_opt
 @legacy_zone_options
@@ -292,7 +292,7 @@ def cutover(
 @cli_errors
 @_refused
 def rollback(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -312,8 +312,8 @@ def rollback(
     could not be handed back (each one named)."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        with _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
-            report = sw.rollback(business, actor=actor, reason=reason)
+        with _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+            report = sw.rollback(biz_code, actor=actor, reason=reason)
     finally:
         bus.close()
     _emit(report, as_json)
@@ -323,7 +323,7 @@ def rollback(
 
 
 @click.command("start")
-@click.argument("business")
+@click.argument("biz_code", metavar="BUSINESS")
 @store_url
 @legacy_opt
 @legacy_zone_options
@@ -335,7 +335,7 @@ def rollback(
 @cli_errors
 @_refused
 def dualrun_start(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -352,7 +352,7 @@ def dualrun_start(
     After a rollback, the new side starts after the last command the rollback fenced."""
     bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
     try:
-        with _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
-            _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
+        with _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+            _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)
     finally:
         bus.close()

@@ -36,7 +36,9 @@ legacy_url = click.option("--legacy-url", required=True, help="URL of the legacy
 target_url = click.option(
     "--target-url", default=default_store_url, show_default="$SWITCHYARD_URL", help="URL of the Switchyard store."
 )
-business_opt = click.option("--business", "businesses", multiple=True, help="Business code (repeatable; default all).")
+business_opt = click.option(
+    "--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable; default all)."
+)
 tz_opt = click.option(
     "--legacy-tz",
     default=None,
@@ -128,7 +130,7 @@ def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> N
         click.echo(f"  note: {note}")
     for row in summary.rows:
         if row.action is Action.QUARANTINE:
-            click.echo(f"  quarantine {row.source}:{row.source_key} ({row.business}) field {row.field}: {row.reason}")
+            click.echo(f"  quarantine {row.source}:{row.source_key} ({row.biz_code}) field {row.field}: {row.reason}")
         elif row.action is not Action.UNCHANGED:
             click.echo(f"  {row.action.value:<9} {row.source}:{row.source_key} -> {row.job_code}")
 
@@ -146,7 +148,7 @@ def plan_cmd(
     source: str,
     legacy_url: str,
     target_url: str,
-    businesses: Sequence[str],
+    biz_codes: Sequence[str],
     zones: LegacyZones,
     xxl_job_version: str | None,
     bridge_glue: bool,
@@ -166,9 +168,9 @@ def plan_cmd(
             store.clock,
             MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
         )
-        summary = m.plan(businesses or None)
+        summary = m.plan(biz_codes or None)
         now = store.clock.now()
-        previews = [p for d in reader.definitions(businesses or None) if (p := preview(d, now)) is not None]
+        previews = [p for d in reader.definitions(biz_codes or None) if (p := preview(d, now)) is not None]
         # xxl-job: the Quartz line its crons follow, and how that was told (the batch
         # center's contract names no Quartz version: the current line, 2.5)
         cron = reader.cron_lineage() if isinstance(reader, XxlJobReader) else CronLineage("2.5", "the batch center")
@@ -203,7 +205,7 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
     for p in previews:
         utc = ", ".join(f.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") for f in p.fires)
         local = ", ".join(f.strftime("%Y-%m-%d %H:%M:%S%z") for f in p.fires)
-        click.echo(f"  {p.source_key} ({p.business}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
+        click.echo(f"  {p.source_key} ({p.biz_code}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
         if p.legacy_next_matches is False and p.legacy_next is not None:
             legacy = p.legacy_next.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
             click.echo(
@@ -220,7 +222,7 @@ def run_cmd(
     source: str,
     legacy_url: str,
     target_url: str,
-    businesses: Sequence[str],
+    biz_codes: Sequence[str],
     zones: LegacyZones,
     xxl_job_version: str | None,
     bridge_glue: bool,
@@ -240,7 +242,7 @@ def run_cmd(
             MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
         )
         summary = _with_progress(
-            lambda progress: m.run(businesses or None, progress=progress, after_commit=after, keep_rows=True),
+            lambda progress: m.run(biz_codes or None, progress=progress, after_commit=after, keep_rows=True),
             quiet=as_json,
         )
     finally:
@@ -279,12 +281,12 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
 @business_opt
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) -> None:
+def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> None:
     """Rows that could not be migrated, with the field and the reason."""
     store = open_store(target_url)
     try:
         writer = target_writer(store)
-        wanted: list[str | None] = [*businesses] or [None]
+        wanted: list[str | None] = [*biz_codes] or [None]
         rows = [r for b in wanted for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
@@ -350,7 +352,7 @@ def stream_cmd(
     source: str,
     legacy_url: str,
     target_url: str,
-    businesses: Sequence[str],
+    biz_codes: Sequence[str],
     zones: LegacyZones,
     xxl_job_version: str | None,
     bridge_glue: bool,
@@ -389,7 +391,7 @@ def stream_cmd(
     try:
         reader = open_reader(source, legacy, zones, xxl_job_version)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}" + (
-            f"#{','.join(sorted(businesses))}" if businesses else ""
+            f"#{','.join(sorted(biz_codes))}" if biz_codes else ""
         )
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
         options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
@@ -399,7 +401,7 @@ def stream_cmd(
             writer=writer,
             migrator=Migrator(reader, writer, store.clock, options),
             stream_id=stream_id,
-            businesses=set(businesses) or None,
+            biz_codes=set(biz_codes) or None,
             after_commit=after,
         )
         system = SourceSystem(source)

@@ -31,9 +31,9 @@ from scheduler_core.times import from_ms
 
 
 class UnknownBusiness(LookupError):
-    def __init__(self, business: str) -> None:
-        super().__init__(f"no business {business!r} in the store")
-        self.business = business
+    def __init__(self, biz_code: str) -> None:
+        super().__init__(f"no business {biz_code!r} in the store")
+        self.biz_code = biz_code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +142,7 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
     verdicts = latest_by_business(src.store)
     out = []
     for bo in ownership(src.store, src.legacy_live):
-        r = records[bo.business]
+        r = records[bo.biz_code]
         out.append(
             {
                 "business": r.biz_code,

@@ -47,7 +47,7 @@ def _write(cron: str, action: Action, first: datetime) -> Write:
         action=action,
         source="xxl-job",
         source_key="1",
-        business=BIZ,
+        biz_code=BIZ,
         mapped=Mapped(job, trig, (), f"hash-{cron}"),
         content_hash=f"hash-{cron}",
     )

@@ -40,7 +40,7 @@ from switchyard.schema import init_schema
 
 
 class AlwaysReady:
-    def decision(self, business: str):  # type: ignore[no-untyped-def]
+    def decision(self, biz_code: str):  # type: ignore[no-untyped-def]
         from migrator.ports import GateDecision
 
         return GateDecision(ready=True, comparison_id=1, computed_at=None)

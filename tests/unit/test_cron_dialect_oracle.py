@@ -79,7 +79,7 @@ class Check:
         return LegacyDefinition(
             source=SourceSystem.XXL_JOB,
             source_key="1",
-            business="cron-diff",
+            biz_code="cron-diff",
             name="diff",
             schedule=ScheduleKind.CRON,
             cron=expression,

@@ -42,7 +42,7 @@ def _row(cron: str, dialect: str) -> LegacyDefinition:
     return LegacyDefinition(
         source=SourceSystem.XXL_JOB,
         source_key="7",
-        business="billing",
+        biz_code="billing",
         name="nightly",
         schedule=ScheduleKind.CRON,
         cron=cron,
@@ -244,7 +244,7 @@ def test_the_shanghai_zone_is_kept_beside_the_dialect() -> None:
     row = LegacyDefinition(
         source=SourceSystem.XXL_JOB,
         source_key="8",
-        business="billing",
+        biz_code="billing",
         name="n",
         schedule=ScheduleKind.CRON,
         cron=EIGHT_TERMS,
@@ -269,7 +269,7 @@ def test_an_unsure_version_takes_the_other_line_only_for_what_the_first_rejects(
         return LegacyDefinition(
             source=SourceSystem.XXL_JOB,
             source_key="7",
-            business="billing",
+            biz_code="billing",
             name="n",
             schedule=ScheduleKind.CRON,
             cron=cron,

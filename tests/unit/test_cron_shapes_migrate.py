@@ -39,7 +39,7 @@ def _row(cron: str, enabled: bool = True) -> LegacyDefinition:
     return LegacyDefinition(
         source=SourceSystem.XXL_JOB,
         source_key="7",
-        business="billing",
+        biz_code="billing",
         name="nightly",
         schedule=ScheduleKind.CRON,
         cron=cron,

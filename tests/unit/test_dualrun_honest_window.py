@@ -22,7 +22,7 @@ def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
     with s.store.engine.begin() as conn:
         conn.execute(
             insert(migrator_tables().audit).values(
-                biz_code=s.business,
+                biz_code=s.biz_code,
                 from_state=from_state,
                 to_state=to_state,
                 at=round(at.timestamp() * 1000),

@@ -39,7 +39,7 @@ def test_consumer_lag_counts_due_commands_not_delayed_ones(tmp_path: Path) -> No
     c = compare_business(
         s.store,
         s.reader(),
-        CompareRequest(business="reminder", window=s.current, source=SourceSystem.XXL_JOB),
+        CompareRequest(biz_code="reminder", window=s.current, source=SourceSystem.XXL_JOB),
         settings=CompareSettings(),
         now=s.now,
         probe=bus,
@@ -57,7 +57,7 @@ def _defn(**kw: object) -> LegacyDefinition:
     base: dict[str, object] = {
         "source": SourceSystem.BATCH_CENTER,
         "source_key": "1",
-        "business": "b",
+        "biz_code": "b",
         "name": "n",
         "schedule": ScheduleKind.CRON,
         "cron": "0 0 * * * ?",
@@ -113,9 +113,9 @@ def test_watch_runs_each_business_until_max_runs(tmp_path: Path) -> None:
     comparison = s.compare()
     seen: list[str] = []
 
-    def compare_one(business: str):  # type: ignore[no-untyped-def]
-        seen.append(business)
-        if business == "broken":
+    def compare_one(biz_code: str):  # type: ignore[no-untyped-def]
+        seen.append(biz_code)
+        if biz_code == "broken":
             raise RuntimeError("legacy database down")
         return comparison
 

@@ -67,7 +67,7 @@ def test_a_none_row_migrates_as_a_trigger_that_is_never_due() -> None:
     row = LegacyDefinition(
         source=SourceSystem.XXL_JOB,
         source_key="9",
-        business="billing",
+        biz_code="billing",
         name="child",
         schedule=ScheduleKind.NONE,
         enabled=False,

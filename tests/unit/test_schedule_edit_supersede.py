@@ -33,7 +33,7 @@ def _write(h: Harness, cron: str, action: Action) -> Write:
         action=action,
         source="xxl-job",
         source_key="1",
-        business="biz-a",
+        biz_code="biz-a",
         mapped=Mapped(job, trig, (), f"hash-{cron}"),
         content_hash=f"hash-{cron}",
     )
@@ -211,7 +211,7 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
             action=action,
             source="xxl-job",
             source_key="1",
-            business="biz-a",
+            biz_code="biz-a",
             mapped=Mapped(job, trig, (), f"hash-{cron}"),
             content_hash=f"hash-{cron}",
         )

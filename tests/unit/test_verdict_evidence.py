@@ -70,7 +70,7 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     clock = env.migrator.clock
     sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, DualRunGate(env.store))
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    put_comparison(env.store, replace(c, business=biz, computed_at=clock.now()))
+    put_comparison(env.store, replace(c, biz_code=biz, computed_at=clock.now()))
     return sw, biz
 
 
@@ -167,7 +167,7 @@ def _compare_args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
         "dualrun",
         "compare",
         "--business",
-        s.business,
+        s.biz_code,
         "--source",
         s.source.value,
         "--legacy-url",
@@ -287,7 +287,7 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=6)
     clock = env.migrator.clock
     BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=True, actor="ops")
-    put_comparison(env.store, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    put_comparison(env.store, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,

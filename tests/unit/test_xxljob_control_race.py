@@ -226,7 +226,7 @@ STEP = timedelta(seconds=10)
 
 
 class _Ready:
-    def decision(self, business: str) -> GateDecision:
+    def decision(self, biz_code: str) -> GateDecision:
         return GateDecision(ready=True, comparison_id=1, computed_at=None)
 
 

@@ -390,7 +390,7 @@ def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypat
         "dualrun",
         "compare",
         "--business",
-        s.business,
+        s.biz_code,
         "--source",
         s.source.value,
         "--legacy-url",
