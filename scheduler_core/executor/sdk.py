@@ -586,9 +586,10 @@ class Executor:
         """Answer a run a schedule edit superseded: skipped, never invoked (an item that
         already succeeded here keeps its success)."""
         skip = run.skip
-        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in run.env.items)
+        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
+        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
         with self._lock:
-            self.superseded += letters.count("K")
+            self.superseded += letters.count(skipped)
         self._finish(run, letters, edit.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
