@@ -301,7 +301,14 @@ class Migrator:
                     # (its fingerprint is in the digest), is rejected the same way again:
                     # ~15% of a real table, which a re-run used to read and map every time
                     summary.add(
-                        PlannedRow(source, p.source_key, biz, Action.QUARANTINE, None, entry.field, entry.reason),
+                        PlannedRow(
+                            source=source,
+                            source_key=p.source_key,
+                            biz_code=biz,
+                            action=Action.QUARANTINE,
+                            field=entry.field,
+                            reason=entry.reason,
+                        ),
                         keep=True,
                     )
                 else:
@@ -375,13 +382,13 @@ class Migrator:
             if action is Action.QUARANTINE or (keep_rows and action is not Action.UNCHANGED):
                 summary.add(
                     PlannedRow(
-                        w.source,
-                        w.source_key,
-                        w.biz_code,
-                        action,
-                        w.mapped.job.job_code if w.mapped else None,
-                        w.field,
-                        w.reason,
+                        source=w.source,
+                        source_key=w.source_key,
+                        biz_code=w.biz_code,
+                        action=action,
+                        job_code=w.mapped.job.job_code if w.mapped else None,
+                        field=w.field,
+                        reason=w.reason,
                     ),
                     keep=True,
                 )

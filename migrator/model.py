@@ -26,7 +26,7 @@ class BusinessState(enum.StrEnum):
     CUTOVER = "cutover"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedRow:
     source: str
     source_key: str
