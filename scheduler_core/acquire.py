@@ -79,6 +79,7 @@ def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
 class PartitionAcquirer:
     def __init__(
         self,
+        *,
         partition: Partition,
         store: TriggerStore,
         pool: FirePool,

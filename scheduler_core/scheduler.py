@@ -119,14 +119,14 @@ class SchedulerCore:
 
     def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
         return PartitionAcquirer(
-            partition,
-            self.store,
-            self.pool,
-            self._fire_chunk,
-            self.clock,
-            self.settings,
-            self.metrics,
-            epoch,
+            partition=partition,
+            store=self.store,
+            pool=self.pool,
+            fire_chunk=self._fire_chunk,
+            clock=self.clock,
+            settings=self.settings,
+            metrics=self.metrics,
+            epoch=epoch,
             fence=fence,
             on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence),
         )

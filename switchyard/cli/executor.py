@@ -122,7 +122,14 @@ class Bridges:
         bc_token_env: str | None,
     ) -> None:
         xxl_kw = _xxl_settings(
-            bridges, legacy_url, legacy_db_tz, executor_addresses, access_token_env, listen, advertise_host, forward_to
+            bridges=bridges,
+            legacy_url=legacy_url,
+            legacy_db_tz=legacy_db_tz,
+            executor_addresses=executor_addresses,
+            access_token_env=access_token_env,
+            listen=listen,
+            advertise_host=advertise_host,
+            forward_to=forward_to,
         )
         self.bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
         self.xxl = None
@@ -253,6 +260,7 @@ def run_cmd(
 
 
 def _xxl_settings(
+    *,
     bridges: tuple[str, ...],
     legacy_url: str | None,
     legacy_db_tz: str,
