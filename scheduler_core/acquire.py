@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
@@ -72,6 +73,12 @@ class TickResult:
 FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None", Mapping[JobCode, Job]], object]
 
 
+class OnSubmitted(Protocol):
+    """Told of each chunk handed to the pool (`queued`) or refused by it (released to waiting)."""
+
+    def __call__(self, chunk: Sequence[Trigger], *, queued: bool) -> None: ...
+
+
 def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
     return [triggers[i : i + size] for i in range(0, len(triggers), size)]
 
@@ -89,7 +96,7 @@ class PartitionAcquirer:
         metrics: SchedulerMetrics,
         epoch: Epoch,
         rng: random.Random | None = None,
-        on_submitted: Callable[[Sequence[Trigger], bool], None] | None = None,
+        on_submitted: OnSubmitted | None = None,
         fence: str | None = None,
     ) -> None:
         self.partition = partition
@@ -183,7 +190,7 @@ class PartitionAcquirer:
             for chunk in chunked(triggers, s.chunk_size):
                 ok = False
                 if self.on_submitted is not None:
-                    self.on_submitted(chunk, True)
+                    self.on_submitted(chunk, queued=True)
                 for attempt in range(s.submit_retries + 1):
                     fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
                     if self.pool.try_submit(biz_code, len(chunk), fire):
@@ -195,7 +202,7 @@ class PartitionAcquirer:
                     submitted += len(chunk)
                 else:
                     if self.on_submitted is not None:
-                        self.on_submitted(chunk, False)  # refused: released to waiting below
+                        self.on_submitted(chunk, queued=False)  # refused: released to waiting below
                     refused += [t.id for t in chunk if t.id is not None]
         released = 0
         if refused:

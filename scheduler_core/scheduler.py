@@ -128,7 +128,7 @@ class SchedulerCore:
             metrics=self.metrics,
             epoch=epoch,
             fence=fence,
-            on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence),
+            on_submitted=lambda chunk, *, queued: self._queued(chunk, queued=queued, fence=fence),
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
@@ -163,7 +163,7 @@ class SchedulerCore:
         with self._lock:
             return trigger_id in self._in_flight
 
-    def _queued(self, chunk: Sequence[Trigger], queued: bool, fence: str | None) -> None:
+    def _queued(self, chunk: Sequence[Trigger], *, queued: bool, fence: str | None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             if queued:
