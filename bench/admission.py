@@ -206,11 +206,11 @@ def raw_full_cycle_worker(
       per chunk of 100, tx B: INSERT IGNORE the fired rows as INSERT ... SELECT ... WHERE the
             fence row holds the epoch (LOCK IN SHARE MODE); COMMIT (the no-op publish would
             come here)
-      per chunk, tx C: UPDATE the fired rows to published; UPDATE the triggers acquired ->
-            waiting with a new next_fire_at and last_fired_at per row (CASE id), epoch
+      per chunk, tx C: UPDATE the triggers acquired -> waiting with a new next_fire_at and last_fired_at per row (CASE id), epoch
             cleared, fenced by the epoch; COMMIT. outcome="complete" instead writes what
             Switchyard writes for a one-shot: acquired -> completed, last_fired_at =
-            next_fire_at, one set-based UPDATE
+            next_fire_at, one set-based UPDATE. No published stamp on the fired rows
+            (Switchyard sends none since issue 19: the outcome says it, FiredState)
     Not in it: the job-definition read, building commands, envelopes and records."""
     conn = pymysql_connect(url)
     empty: set[int] = set()
@@ -276,14 +276,7 @@ def raw_full_cycle_worker(
                     if inserted != len(rows):
                         raise RuntimeError("fenced")
                     conn.commit()
-                    cmarks = ",".join(["%s"] * len(cids))
-                    cur.execute(
-                        "UPDATE dus_fired_record SET published_at=%s,"
-                        " state=CASE WHEN state_rank < 1 THEN 'published' ELSE state END,"
-                        f" state_rank=CASE WHEN state_rank < 1 THEN 1 ELSE state_rank END"
-                        f" WHERE command_id IN ({cmarks}) AND published_at IS NULL",
-                        (now_ms(), *cids),
-                    )
+                    # no published stamp on the records: the outcome CAS below says it (FiredState)
                     pids = [r[0] for r in part]
                     pmarks = ",".join(["%s"] * len(pids))
                     if outcome == "complete":
@@ -492,19 +485,20 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     for c in conns:
         sec.rows.append(Row(f"raw SQL acquire cycle, {c} connection(s)", None, med(f"raw_{c}"), "/s"))
     sec.rows.append(
-        Row("raw full cycle (acquire, fired records, published, outcome), 1 connection", None, med("raw_full_1"), "/s")
+        Row("raw full cycle (acquire, fired records, outcome), 1 connection", None, med("raw_full_1"), "/s")
     )
     sec.raw = raw
     sec.notes.append(
         f"medians of {reps} run(s) of {n:,} triggers; each run on a freshly created and loaded database "
         f"({PARTITIONS} HASH partitions). Switchyard's fire work per trigger (job lookup, fired record, "
-        "mark published, outcome CAS with re-read) is counted; the raw cycle does only select/CAS/insert/commit."
+        "outcome CAS with re-read) is counted; the raw cycle does only select/CAS/insert/commit."
     )
     sec.notes.append(
         "raw full cycle: per 300 due, SELECT + CAS acquire (epoch, deadline, version check, fence) + COMMIT, the "
         "job read; per chunk of 100, INSERT IGNORE fired ... SELECT conditioned on the fence row + COMMIT, "
-        "then mark published + outcome UPDATE (back to waiting, next_fire_at and last_fired_at per row, "
-        "fenced) + COMMIT. It leaves out all command/record building. Switchyard completes these one-shot "
+        "then the outcome UPDATE (back to waiting, next_fire_at and last_fired_at per row, "
+        "fenced) + COMMIT; no published stamp (Switchyard sends none: the outcome says it). It leaves out all "
+        "command/record building. Switchyard completes these one-shot "
         "triggers (one set-based UPDATE) where the ceiling reschedules them (CASE id per row)."
     )
     return sec

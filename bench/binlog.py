@@ -152,7 +152,6 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
     from legacy_sim.seed import seed_batchcenter
     from migrator.apply import Migrator
     from migrator.stream import StreamMigrator
-    from migrator.target import TargetWriter
     from readers.batchcenter.reader import BatchCenterReader
     from readers.legacy_ddl.loader import create_legacy_schema
     from readers.streams import consistent_snapshot
@@ -160,6 +159,7 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
     from switchyard.schema import init_schema
+    from switchyard.wiring import target_writer
 
     cdc = env.values.get("SWITCHYARD_MARIADB_CDC_URL") or env.mariadb_url
     with (
@@ -175,7 +175,7 @@ def rig(env: StackEnv, tasks: int, events: int) -> Iterator[Rig]:
             clock = SystemClock()
             store = SqlTriggerStore(target, clock)
             reader = BatchCenterReader(legacy)
-            writer = TargetWriter(store)
+            writer = target_writer(store)
             sm = StreamMigrator(reader, writer, Migrator(reader, writer, clock), "bench")
             with consistent_snapshot(legacy) as (conn, pos):
                 sm.snapshot(BatchCenterReader(conn), pos)

@@ -43,7 +43,7 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
     """A bare producer + consumer moving total/envelope envelopes of `envelope` items."""
     import pulsar
 
-    from bench.publication import MAX_PENDING
+    from bench.publication import bare_pair
     from scheduler_core.codec import encode_commands
     from scheduler_core.model import Epoch, ExecutionCommand, JobCode, TriggerId, command_id
     from scheduler_core.times import from_ms
@@ -51,20 +51,7 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
     t_ms = now_ms()
     t = from_ms(t_ms)
     topic = f"persistent://public/default/{prefix}-bare{total}x{envelope}"
-    client = pulsar.Client(
-        env.pulsar_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
-    )
-    try:
-        consumer = client.subscribe(
-            topic,
-            "bare",
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Latest,
-            receiver_queue_size=500,
-        )
-        producer = client.create_producer(
-            topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=MAX_PENDING
-        )
+    with bare_pair(env.pulsar_url, topic) as (consumer, producer):
         payloads = []
         for start in range(0, total, envelope):
             group = [
@@ -103,10 +90,6 @@ def bare_envelopes(env: StackEnv, prefix: str, total: int, envelope: int, timeou
         producer.flush()
         th.join(timeout_s + 5)
         secs = (got["last"] or time.perf_counter()) - t0
-        producer.close()
-        consumer.close()
-    finally:
-        client.close()
     return {
         "rate": got["items"] / secs if secs > 0 else 0.0,
         "items": got["items"],
@@ -245,32 +228,24 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         # the SDK with a job timeout set (the usual case): one watchdog thread enforces it
         total, env_size = shapes[-1]
         mode = modes[0] if len(modes) == 1 else "page"
-        r = one_run(env, total, env_size, mode, limit_s, job_timeout=timedelta(seconds=30))
-        raw.append(r)
-        sec.rows.append(
-            Row(
-                f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, job timeout 30 s",
-                r["rate"],
-                None,
-                "/s",
-                GOAL,
-                note="enforced by one watchdog thread per executor (was a thread per item)"
-                + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"),
-            )
+
+        def variant(what: str, note: str, **run_kw: Any) -> None:
+            r = one_run(env, total, env_size, mode, limit_s, **run_kw)
+            raw.append(r)
+            incomplete = "" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"
+            label = f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, {what}"
+            sec.rows.append(Row(label, r["rate"], None, "/s", GOAL, note=note + incomplete))
+
+        variant(
+            "job timeout 30 s",
+            "enforced by one watchdog thread per executor (was a thread per item)",
+            job_timeout=timedelta(seconds=30),
         )
         # executors scaled out: two processes on the same Shared subscription
-        r = one_run(env, total, env_size, mode, limit_s, processes=2)
-        raw.append(r)
-        sec.rows.append(
-            Row(
-                f"S={total:,}, E={env_size}, fired records: {mode or 'core default'}, 2 executor processes",
-                r["rate"],
-                None,
-                "/s",
-                GOAL,
-                note="one Shared subscription, two processes on the same 2 cores as broker and scheduler"
-                + ("" if r["complete"] else f"; INCOMPLETE {r['items_handled']:,}/{total:,}"),
-            )
+        variant(
+            "2 executor processes",
+            "one Shared subscription, two processes on the same 2 cores as broker and scheduler",
+            processes=2,
         )
     sec.raw = {"runs": raw}
     sec.notes.append(

@@ -61,50 +61,35 @@ def bare_same_second(env: StackEnv, k: int, limit_s: float) -> dict[str, Any]:
 
     import pulsar
 
-    from bench.publication import MAX_PENDING
+    from bench.publication import bare_pair
 
     prefix = bench_prefix("hotb")
     topic = f"persistent://public/default/{prefix}"
-    client = pulsar.Client(
-        env.pulsar_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
-    )
     lags: list[float] = []
     try:
-        consumer = client.subscribe(
-            topic,
-            "bare",
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Latest,
-            receiver_queue_size=500,
-        )
-        producer = client.create_producer(
-            topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=MAX_PENDING
-        )
-        t0 = now_ms() + 3000 + int(k / 5)  # enough to queue them all first (>= 5K msg/s)
-        payload = b"x" * 200
+        with bare_pair(env.pulsar_url, topic) as (consumer, producer):
+            t0 = now_ms() + 3000 + int(k / 5)  # enough to queue them all first (>= 5K msg/s)
+            payload = b"x" * 200
 
-        def consume() -> None:
-            end = time.monotonic() + (t0 - now_ms()) / 1000 + limit_s
-            while len(lags) < k and time.monotonic() < end:
-                try:
-                    msg = consumer.receive(timeout_millis=200)
-                except pulsar.Timeout:
-                    continue
-                lags.append((now_ms() - int(msg.properties()["T"])) / 1000)
-                consumer.acknowledge(msg)
+            def consume() -> None:
+                end = time.monotonic() + (t0 - now_ms()) / 1000 + limit_s
+                while len(lags) < k and time.monotonic() < end:
+                    try:
+                        msg = consumer.receive(timeout_millis=200)
+                    except pulsar.Timeout:
+                        continue
+                    lags.append((now_ms() - int(msg.properties()["T"])) / 1000)
+                    consumer.acknowledge(msg)
 
-        th = threading.Thread(target=consume, daemon=True)
-        th.start()
-        for i in range(k):
-            t = t0 + i % 1000
-            producer.send_async(payload, None, properties={"T": str(t)}, deliver_at=t)
-        producer.flush()
-        queued_before_t = now_ms() < t0
-        th.join((t0 - now_ms()) / 1000 + limit_s + 5)
-        producer.close()
-        consumer.close()
+            th = threading.Thread(target=consume, daemon=True)
+            th.start()
+            for i in range(k):
+                t = t0 + i % 1000
+                producer.send_async(payload, None, properties={"T": str(t)}, deliver_at=t)
+            producer.flush()
+            queued_before_t = now_ms() < t0
+            th.join((t0 - now_ms()) / 1000 + limit_s + 5)
     finally:
-        client.close()
         delete_topics(env.pulsar_admin_url, prefix)
     return {"received": len(lags), "queued_before_T": queued_before_t, "lag_s": lag_summary(lags)}
 

@@ -118,13 +118,13 @@ def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
     of what the first run wrote: seconds (and this process's CPU seconds) of each."""
     from legacy_sim.seed import seed_xxljob
     from migrator.apply import Migrator
-    from migrator.target import TargetWriter
     from readers.legacy_ddl.loader import create_legacy_schema
     from readers.xxljob.reader import XxlJobReader
     from scheduler_core.clock import SystemClock
     from scheduler_core.store.engine import make_engine
     from scheduler_core.store.sql import SqlTriggerStore
     from switchyard.schema import init_schema
+    from switchyard.wiring import target_writer
 
     per_group = n // GROUPS
     with (
@@ -143,7 +143,7 @@ def snapshot(env: StackEnv, n: int) -> dict[str, Any]:
             init_schema(target, 16)
             init_schema(rawe, 16)
             clock = SystemClock()
-            mig = Migrator(XxlJobReader(legacy), TargetWriter(SqlTriggerStore(target, clock)), clock)
+            mig = Migrator(XxlJobReader(legacy), target_writer(SqlTriggerStore(target, clock)), clock)
             runs = []
             for _ in range(2):  # the first run, then the unchanged re-run
                 beat_executors(legacy)

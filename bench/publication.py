@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,12 +64,45 @@ def build_messages(n: int, deliver_at_ms: int, topic: str = "cmd.pub") -> list[A
     return out
 
 
+def bare_client(service_url: str) -> Any:
+    """A pulsar-client with the settings every bare loop of the benches uses."""
+    import pulsar
+
+    return pulsar.Client(
+        service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+    )
+
+
+@contextmanager
+def bare_pair(service_url: str, topic: str) -> Iterator[tuple[Any, Any]]:
+    """A bare Shared consumer (from the latest message, the bus's prefetch) and a bare
+    producer (batching off, blocking when full) on `topic`: the ceiling the bus is
+    measured against (fanout, hot_minute)."""
+    import pulsar
+
+    client = bare_client(service_url)
+    try:
+        consumer = client.subscribe(
+            topic,
+            "bare",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Latest,
+            receiver_queue_size=500,
+        )
+        producer = client.create_producer(
+            topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=MAX_PENDING
+        )
+        yield consumer, producer
+        producer.close()
+        consumer.close()
+    finally:
+        client.close()
+
+
 def bare_publish(service_url: str, topic: str, messages: list[Any], timeout_s: float) -> dict[str, Any]:
     import pulsar
 
-    client = pulsar.Client(
-        service_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
-    )
+    client = bare_client(service_url)
     try:
         producer = client.create_producer(
             topic,

@@ -26,6 +26,7 @@ from dualrun.errors import DualRunError
 from dualrun.model import Window, iso
 from dualrun.settings import CompareSettings
 from dualrun.span import fetch_switches
+from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.model import FiredState
@@ -109,9 +110,9 @@ class NotCutOver(DualRunError):
         )
 
 
-def cutover_time(store: SqlTriggerStore, biz_code: str) -> datetime:
+def cutover_time(own: DualRunStore, biz_code: str) -> datetime:
     """The latest cutover of the business still in force (no rollback after it)."""
-    switches = fetch_switches(store, biz_code)
+    switches = fetch_switches(own, biz_code)
     if not switches or switches[-1].to_state != "cutover":
         raise NotCutOver(biz_code)
     return switches[-1].at
@@ -126,6 +127,7 @@ def _fired(store: SqlTriggerStore, biz_code: str, window: Window) -> pd.DataFram
 
 def check_after_cutover(
     store: SqlTriggerStore,
+    own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,
     *,
@@ -137,14 +139,14 @@ def check_after_cutover(
 ) -> AfterCutover:
     """Missing, doubled and late fires of a cut-over business since its cutover (at most
     `lookback` back), up to `now`."""
-    cut = cutover_time(store, biz_code)
+    cut = cutover_time(own, biz_code)
     start = cut if lookback is None else max(cut, now - lookback)
     if now <= start:
         raise DualRunError(f"{biz_code}: cut over at {iso(cut)}, nothing to check yet")
     window = Window(start=start, end=now)
     late_ms = duration_ms(settings.match.late_after)
     collector = Collector(
-        store, reader, source=source, biz_code=biz_code, legacy_biz_code=legacy_biz_code, settings=settings
+        store, own, reader, source=source, biz_code=biz_code, legacy_biz_code=legacy_biz_code, settings=settings
     )
     exp = collector.legacy(window, all_schedules=True).expected
     s, e = to_ms(window.start), to_ms(window.end)

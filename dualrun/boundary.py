@@ -45,6 +45,7 @@ from dualrun.frames import JobIndex
 from dualrun.match import KINDS, ClassifyContext, JobFlags, Keys, Table, match, pair
 from dualrun.model import MismatchKind, Window
 from dualrun.settings import CompareSettings
+from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.store.reads import fired_rows
@@ -137,6 +138,7 @@ def _when(v: str | datetime) -> datetime:
 
 def check_boundary(
     store: SqlTriggerStore,
+    own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,
     switches: Sequence[Switch],
@@ -150,8 +152,8 @@ def check_boundary(
     window) that is missing, doubled, or met by a stray fire of the other side."""
     settings = settings or CompareSettings()
     s = settings.match
-    source, _ = resolve(store, CompareRequest(biz_code=biz_code, window=window))
-    collector = Collector(store, reader, source=source, biz_code=biz_code, legacy_biz_code=None, settings=settings)
+    source, _ = resolve(own, CompareRequest(biz_code=biz_code, window=window))
+    collector = Collector(store, own, reader, source=source, biz_code=biz_code, legacy_biz_code=None, settings=settings)
     legacy = collector.legacy(window, all_schedules=True)
     new = fetch_new_fired(store, biz_code, window, collector.jobs)
     jobs = collector.jobs

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import select
 
 from dualrun.compare import Inputs, compare_frames
 from dualrun.errors import NoSourceSystem
@@ -69,41 +68,23 @@ class CompareRequest:
     shadow: bool | None = None  # None: from dus_business
 
 
-def fetch_business(store: SqlTriggerStore, biz_code: str) -> BusinessInfo | None:
-    own = DualRunStore.beside(store)
-    b = own.migration.business
-    with own.engine.connect() as conn:
-        row = conn.execute(select(b).where(b.c.biz_code == biz_code)).first()
-    if row is None:
-        return None
-    return BusinessInfo(
-        biz_code=row.biz_code, source_system=row.source_system, state=row.state, shadow=bool(row.shadow)
-    )
+def _info(row: tuple[str, str, str, bool]) -> BusinessInfo:
+    code, source, state, shadow = row
+    return BusinessInfo(biz_code=code, source_system=source, state=state, shadow=bool(shadow))
 
 
-def fetch_businesses(store: SqlTriggerStore) -> list[BusinessInfo]:
-    own = DualRunStore.beside(store)
-    b = own.migration.business
-    with own.engine.connect() as conn:
-        rows = conn.execute(select(b).order_by(b.c.biz_code)).all()
-    return [
-        BusinessInfo(biz_code=r.biz_code, source_system=r.source_system, state=r.state, shadow=bool(r.shadow))
-        for r in rows
-    ]
+def fetch_business(own: DualRunStore, biz_code: str) -> BusinessInfo | None:
+    row = own.migration.business(biz_code)
+    return None if row is None else _info(row)
 
 
-def fetch_job_codes(store: SqlTriggerStore, source: SourceSystem, biz_code: str) -> dict[str, str]:
+def fetch_businesses(own: DualRunStore) -> list[BusinessInfo]:
+    return [_info(r) for r in own.migration.businesses()]
+
+
+def fetch_job_codes(own: DualRunStore, source: SourceSystem, biz_code: str) -> dict[str, str]:
     """Legacy source key -> target job code, from the migration ledger."""
-    own = DualRunStore.beside(store)
-    lg = own.migration.ledger
-    stmt = select(lg.c.source_key, lg.c.target_job_code).where(
-        lg.c.source_system == source.value, lg.c.business == biz_code, lg.c.target_job_code.is_not(None)
-    )
-    with own.engine.connect() as conn:
-        return {k: c for k, c in conn.execute(stmt).all()}
-
-
-QUARANTINED = "quarantined"  # dus_migration_ledger.status of a row the migrator could not map
+    return own.migration.job_codes(source.value, biz_code)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,19 +94,14 @@ class QuarantineEntry:
     reason: str | None
 
 
-def fetch_quarantined(store: SqlTriggerStore, source: SourceSystem, biz_code: str) -> list[QuarantineEntry]:
+def fetch_quarantined(own: DualRunStore, source: SourceSystem, biz_code: str) -> list[QuarantineEntry]:
     """Legacy rows of a business the migrator quarantined (never handed to the new side), from
     the migration ledger. Rows migrated and later deleted at the source (status `deleted`) or
     cancelled on the new side are not among them: their missing fires still count."""
-    own = DualRunStore.beside(store)
-    lg = own.migration.ledger
-    stmt = (
-        select(lg.c.source_key, lg.c.field, lg.c.reason)
-        .where(lg.c.source_system == source.value, lg.c.business == biz_code, lg.c.status == QUARANTINED)
-        .order_by(lg.c.source_key)
-    )
-    with own.engine.connect() as conn:
-        return [QuarantineEntry(source_key=k, field=f, reason=r) for k, f, r in conn.execute(stmt).all()]
+    return [
+        QuarantineEntry(source_key=k, field=f, reason=r)
+        for k, f, r in own.migration.quarantined(source.value, biz_code)
+    ]
 
 
 _FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt")
@@ -190,6 +166,7 @@ class Collector:
     def __init__(
         self,
         store: SqlTriggerStore,
+        own: DualRunStore,
         reader: LegacyReader,
         *,
         source: SourceSystem,
@@ -201,14 +178,14 @@ class Collector:
         self.legacy_biz_code = legacy_biz_code or biz_code
         self.settings = settings
         self.jobs = JobIndex()
-        self.job_of = fetch_job_codes(store, source, biz_code)
+        self.job_of = fetch_job_codes(own, source, biz_code)
         self.defs = [d for d in reader.definitions([self.legacy_biz_code]) if d.biz_code == self.legacy_biz_code]
         self.info: dict[int, JobInfo] = {}
         for d in self.defs:
             code = self.code_of(d)
             self.info[self.jobs.id(code)] = job_info(d, code)
         self.quarantined: dict[int, QuarantinedJob] = {}
-        for q in fetch_quarantined(store, source, biz_code):
+        for q in fetch_quarantined(own, source, biz_code):
             code = self.code_for_key(q.source_key)
             self.quarantined[self.jobs.id(code)] = QuarantinedJob(
                 source_key=q.source_key, job_code=code, field=q.field, reason=q.reason
@@ -280,9 +257,9 @@ class Collector:
         )
 
 
-def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
-    """The source system and mode of a request, from the request or dus_business."""
-    info = fetch_business(store, request.biz_code)
+def resolve(own: DualRunStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
+    """The source system and mode of a request, from the request or the business's record."""
+    info = fetch_business(own, request.biz_code)
     source = request.source
     if source is None:
         if info is None:
@@ -294,6 +271,7 @@ def resolve(store: SqlTriggerStore, request: CompareRequest) -> tuple[SourceSyst
 
 def compare_business(
     store: SqlTriggerStore,
+    own: DualRunStore,
     reader: LegacyReader,
     request: CompareRequest,
     *,
@@ -302,16 +280,17 @@ def compare_business(
     probe: BacklogProbe | None = None,
 ) -> Comparison:
     """Collect both sides of one business for the request's window and compare them."""
-    source, mode = resolve(store, request)
+    source, mode = resolve(own, request)
     collector = Collector(
         store,
+        own,
         reader,
         source=source,
         biz_code=request.biz_code,
         legacy_biz_code=request.legacy_biz_code,
         settings=settings,
     )
-    inputs = collector.inputs(request.window, mode=mode, probe=probe, switches=fetch_switches(store, request.biz_code))
+    inputs = collector.inputs(request.window, mode=mode, probe=probe, switches=fetch_switches(own, request.biz_code))
     log.debug("comparing", extra={"action": "compare_business", "business": request.biz_code})
     return compare_frames(inputs, settings, now)
 

@@ -49,6 +49,8 @@ FIRED_STATUS = {
     FiredState.FAILED.value: FAIL,
     FiredState.TIMED_OUT.value: TIMEOUT,
     FiredState.SKIPPED.value: SKIPPED,
+    # not run (yet): a schedule fire's record stays pending until its executor reports,
+    # published or not (FiredState; read as published once its trigger recorded it)
     FiredState.PENDING.value: UNFINISHED,
     FiredState.PUBLISHED.value: UNFINISHED,
     FiredState.RECEIVED.value: UNFINISHED,

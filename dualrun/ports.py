@@ -15,3 +15,36 @@ class BacklogProbe(Protocol):
     @abstractmethod
     def backlog(self, topic: str, subscription: str) -> tuple[int, int]:
         """(due, delayed) messages waiting in one subscription."""
+
+
+class MigrationRecords(Protocol):
+    """The migrator's records dual-run and the reports read: the business states, the
+    ledger and the cutover audit. Those tables are the migrator's, which dual-run may not
+    import (it does not migrate): the migrator implements this (migrator.records) and the
+    composition root hands it over (switchyard.wiring.dualrun_store). Rows are plain
+    tuples, as the two packages share no types."""
+
+    @abstractmethod
+    def business(self, biz_code: str) -> tuple[str, str, str, bool] | None:
+        """(biz_code, source_system, state, shadow) of one business; None: not registered."""
+
+    @abstractmethod
+    def businesses(self) -> list[tuple[str, str, str, bool]]:
+        """(biz_code, source_system, state, shadow) of every registered business, by code."""
+
+    @abstractmethod
+    def job_codes(self, source: str, biz_code: str) -> dict[str, str]:
+        """Legacy source key -> target job code, of the business's ledger rows that have one."""
+
+    @abstractmethod
+    def quarantined(self, source: str, biz_code: str) -> list[tuple[str, str | None, str | None]]:
+        """(source key, field, reason) of the business's rows the migrator quarantined, by key."""
+
+    @abstractmethod
+    def switches(self, biz_code: str) -> list[tuple[int, str, str]]:
+        """(at epoch ms, from state, to state) of the business's state changes, oldest first
+        (audit notes that changed nothing are not among them)."""
+
+    @abstractmethod
+    def last_cutover(self, biz_code: str) -> tuple[int, str | None] | None:
+        """(at epoch ms, detail JSON) of the business's latest switch to cutover; None: never."""

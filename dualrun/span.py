@@ -15,12 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
-
 from dualrun.errors import DualRunError
 from dualrun.model import CompareSpan, Window, iso
 from dualrun.store import DualRunStore
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
 DUAL_RUN = "dual_run"  # dus_business.state / dus_cutover_audit.to_state of a dual-run
@@ -51,17 +48,9 @@ class NotInDualRun(DualRunError):
         )
 
 
-def fetch_switches(store: SqlTriggerStore, biz_code: str) -> list[Switch]:
+def fetch_switches(own: DualRunStore, biz_code: str) -> list[Switch]:
     """The business's state changes, oldest first (audit notes that changed nothing are not)."""
-    own = DualRunStore.beside(store)
-    a = own.migration.audit
-    stmt = (
-        select(a.c.at, a.c.from_state, a.c.to_state)
-        .where(a.c.biz_code == biz_code, a.c.from_state != a.c.to_state)
-        .order_by(a.c.at, a.c.id)
-    )
-    with own.engine.connect() as conn:
-        return [Switch(at=from_ms(int(at)), from_state=f, to_state=t) for at, f, t in conn.execute(stmt).all()]
+    return [Switch(at=from_ms(int(at)), from_state=f, to_state=t) for at, f, t in own.migration.switches(biz_code)]
 
 
 def clip(biz_code: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:

@@ -177,7 +177,9 @@ def fired(
         item_total=items,
         state=state,
         fired_at=at - timedelta(minutes=5),
-        published_at=at - timedelta(minutes=5),
+        # a schedule fire stamps no published_at (FiredState); `published` here stands for
+        # a record read as published (its trigger recorded the occurrence, or a follow-up)
+        published_at=(at - timedelta(minutes=5)) if state is FiredState.PUBLISHED else None,
         received_at=received,
         started_at=received,
         result_at=(received + timedelta(seconds=1)) if final and received else None,

@@ -164,24 +164,9 @@ def _lag_check(ev: Evidence) -> Check:
     limit = t.lag_p99_limit.total_seconds()
     failed = n > limit and clears(raw, noise, t.lag_p99_abs.total_seconds(), t.rel)
     ctx = f"legacy {_s(leg)}, baseline noise {_s(noise)}"
-    if failed:
-        return Check(
-            code="lag_p99",
-            passed=False,
-            sentence=f"p99 lag {_s(n)} > {_s(limit)} ({ctx})",
-            new=n,
-            legacy=leg,
-            noise=noise,
-        )
     why = "within the limit" if n <= limit else "above the limit but no worse than legacy beyond noise"
-    return Check(
-        code="lag_p99",
-        passed=True,
-        sentence=f"p99 lag {_s(n)} ({ctx}): {why} of {_s(limit)}",
-        new=n,
-        legacy=leg,
-        noise=noise,
-    )
+    sentence = f"p99 lag {_s(n)} > {_s(limit)} ({ctx})" if failed else f"p99 lag {_s(n)} ({ctx}): {why} of {_s(limit)}"
+    return Check(code="lag_p99", passed=not failed, sentence=sentence, new=n, legacy=leg, noise=noise)
 
 
 def _rate_check(

@@ -1,5 +1,5 @@
 """Where verdicts are stored: a row of `dus_comparison` per comparison (dualrun.tables;
-body = the full JSON). `latest(store, biz_code)` is what the cutover gate reads."""
+body = the full JSON). `latest(own, business)` is what the cutover gate reads."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from sqlalchemy import insert, select
 from dualrun.model import Comparison, Mode, StoredVerdict, Verdict, Window, as_dict, comparison_from_dict
 from dualrun.store import DualRunStore
 from dualrun.verdict import SHADOW_WARNING
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 
 
-def put_comparison(store: SqlTriggerStore, comparison: Comparison) -> int:
+def put_comparison(own: DualRunStore, comparison: Comparison) -> int:
     """Store one comparison (the full JSON in `body`); returns its id."""
     body = as_dict(comparison)
-    own = DualRunStore.beside(store)
     t = own.t.comparison
     with own.engine.begin() as conn:
         result = conn.execute(
@@ -60,10 +58,9 @@ def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
     return warnings
 
 
-def latest(store: SqlTriggerStore, biz_code: str) -> StoredVerdict | None:
+def latest(own: DualRunStore, biz_code: str) -> StoredVerdict | None:
     """The most recently computed verdict of a business, or None: what the cutover gate
     reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
-    own = DualRunStore.beside(store)
     t = own.t.comparison
     stmt = select(t).where(t.c.biz_code == biz_code).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
     with own.engine.connect() as conn:
@@ -71,11 +68,8 @@ def latest(store: SqlTriggerStore, biz_code: str) -> StoredVerdict | None:
     return None if row is None else _stored(row)
 
 
-def history(
-    store: SqlTriggerStore, biz_code: str, *, since: datetime | None = None, limit: int = 500
-) -> list[Comparison]:
+def history(own: DualRunStore, biz_code: str, *, since: datetime | None = None, limit: int = 500) -> list[Comparison]:
     """Stored comparisons of a business, oldest first (the series `watch` builds)."""
-    own = DualRunStore.beside(store)
     t = own.t.comparison
     stmt = select(t.c.body).where(t.c.biz_code == biz_code)
     if since is not None:
@@ -86,23 +80,21 @@ def history(
     return [comparison_from_dict(json.loads(b)) for b in reversed(bodies)]
 
 
-def load_comparison(store: SqlTriggerStore, comparison_id: int) -> Comparison | None:
-    own = DualRunStore.beside(store)
+def load_comparison(own: DualRunStore, comparison_id: int) -> Comparison | None:
     t = own.t.comparison
     with own.engine.connect() as conn:
         body = conn.execute(select(t.c.body).where(t.c.id == comparison_id)).scalar_one_or_none()
     return None if body is None else comparison_from_dict(json.loads(body))
 
 
-def latest_by_business(store: SqlTriggerStore) -> dict[str, StoredVerdict]:
+def latest_by_business(own: DualRunStore) -> dict[str, StoredVerdict]:
     """The latest verdict of every business that has one (for the overview page)."""
-    own = DualRunStore.beside(store)
     t = own.t.comparison
     with own.engine.connect() as conn:
         codes = [r[0] for r in conn.execute(select(t.c.biz_code).distinct())]
     out = {}
     for code in sorted(codes):
-        found = latest(store, code)
+        found = latest(own, code)
         if found is not None:
             out[code] = found
     return out

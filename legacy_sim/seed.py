@@ -102,6 +102,50 @@ def _bad_positions(rng: random.Random, total: int, bad: int, malformed: int) -> 
     return sorted(picks[:bad]), sorted(picks[bad:])
 
 
+@dataclass(frozen=True)
+class _Spoiled:
+    """The rows a seed spoils: row id -> bad kind, the ids given a malformed cron, and the
+    field each kind's one Problem names."""
+
+    bad: dict[int, str]
+    malformed: frozenset[int]
+    field_of: dict[str, str]
+
+    def summary(
+        self,
+        system: SourceSystem,
+        lineage: str | None,
+        biz_codes: tuple[str, ...],
+        total: int,
+        executions: int,
+        by_business: Counter[str],
+    ) -> SeedSummary:
+        return SeedSummary(
+            system=system,
+            lineage=lineage,
+            biz_codes=biz_codes,
+            good=total - len(self.bad),
+            bad=len(self.bad),
+            bad_keys={str(i): self.field_of[k] for i, k in self.bad.items()},
+            malformed_cron_keys=tuple(str(i) for i in sorted(self.malformed)),
+            executions=executions,
+            executions_by_business=dict(by_business),
+        )
+
+
+def _spoiled(
+    kinds: tuple[tuple[str, str], ...], *, total: int, bad_rows: int | None, malformed_crons: int, rng_seed: int
+) -> _Spoiled:
+    """`bad_rows` defaults to one of every kind, cycling through the kinds when larger."""
+    n_bad = len(kinds) if bad_rows is None else bad_rows
+    bad_ids, malformed_ids = _bad_positions(_rng(rng_seed, "plan"), total, n_bad, malformed_crons)
+    return _Spoiled(
+        bad={i: kinds[n % len(kinds)][0] for n, i in enumerate(bad_ids)} if kinds else {},
+        malformed=frozenset(malformed_ids),
+        field_of=dict(kinds),
+    )
+
+
 def _rng(seed: int, stream: str) -> random.Random:
     """One generator per stream, so a stream can be replayed without the others."""
     return random.Random(f"{seed}:{stream}")
@@ -320,16 +364,20 @@ def seed_xxljob(
     broadcast shards, failures with retries, timeouts, trigger failures, manual runs."""
     lin = XxlJobLineage(lineage)
     zone = LegacyTimeZone(admin_tz)
-    kinds = xxl_bad_kinds(lin, sqlite=_is_sqlite(bind))
-    n_bad = len(kinds) if bad_rows is None else bad_rows
     total = groups * jobs_per_group
-    bad_ids, malformed_ids = _bad_positions(_rng(rng_seed, "plan"), total, n_bad, malformed_crons)
+    spoiled = _spoiled(
+        xxl_bad_kinds(lin, sqlite=_is_sqlite(bind)),
+        total=total,
+        bad_rows=bad_rows,
+        malformed_crons=malformed_crons,
+        rng_seed=rng_seed,
+    )
     plan = _XxlPlan(
         lineage=lin,
         groups=_xxl_groups(_rng(rng_seed, "groups"), groups, executors_per_group),
         jobs_per_group=jobs_per_group,
-        bad={job_id: kinds[i % len(kinds)][0] for i, job_id in enumerate(bad_ids)} if kinds else {},
-        malformed=frozenset(malformed_ids),
+        bad=spoiled.bad,
+        malformed=spoiled.malformed,
         base_ms=to_epoch_ms(base_time),
         wall_base=zone.to_wall(base_time),
     )
@@ -348,7 +396,6 @@ def seed_xxljob(
         chunk_size,
     )
     _insert(bind, md.tables["xxl_job_info"], _xxl_jobs(_rng(rng_seed, "jobs"), plan), chunk_size)
-    field_of = dict(kinds)
     by_business: Counter[str] = Counter()
     executions = 0
     if log_window is not None and fires_per_job > 0:
@@ -356,17 +403,8 @@ def seed_xxljob(
         jobs = (j for j in _xxl_jobs(_rng(rng_seed, "jobs"), plan) if j["id"] not in plan.bad)
         logs = _XxlLogs(_rng(rng_seed, "logs"), {g.id: g for g in plan.groups}, zone, by_business)
         executions = _insert(bind, md.tables["xxl_job_log"], logs.rows(jobs, log_window, fires_per_job), chunk_size)
-    return SeedSummary(
-        system=SourceSystem.XXL_JOB,
-        lineage=lin.value,
-        biz_codes=tuple(g.app_name for g in plan.groups),
-        good=total - len(plan.bad),
-        bad=len(plan.bad),
-        bad_keys={str(j): field_of[k] for j, k in plan.bad.items()},
-        malformed_cron_keys=tuple(str(j) for j in sorted(plan.malformed)),
-        executions=executions,
-        executions_by_business=dict(by_business),
-    )
+    businesses = tuple(g.app_name for g in plan.groups)
+    return spoiled.summary(SourceSystem.XXL_JOB, lin.value, businesses, total, executions, by_business)
 
 
 _ZH_TITLES = {"CRON": "Cron触发", "MANUAL": "手动触发", "RETRY": "失败重试触发"}
@@ -651,16 +689,20 @@ def seed_batchcenter(
     WAITING/RUNNING recurring tasks get exec-log rows: shards, retries, failures,
     timeouts, never-dispatched attempts."""
     zone = LegacyTimeZone(tz)
-    kinds = bc_bad_kinds(sqlite=_is_sqlite(bind), businesses=businesses)
-    n_bad = len(kinds) if bad_rows is None else bad_rows
     total = businesses * tasks_per_business
-    bad_ids, malformed_ids = _bad_positions(_rng(rng_seed, "plan"), total, n_bad, malformed_crons)
+    spoiled = _spoiled(
+        bc_bad_kinds(sqlite=_is_sqlite(bind), businesses=businesses),
+        total=total,
+        bad_rows=bad_rows,
+        malformed_crons=malformed_crons,
+        rng_seed=rng_seed,
+    )
     bizs = _bc_biz_rows(_rng(rng_seed, "businesses"), businesses)
     plan = _BcPlan(
         bizs=bizs,
         tasks_per_business=tasks_per_business,
-        bad={t: kinds[i % len(kinds)][0] for i, t in enumerate(bad_ids)} if kinds else {},
-        malformed=frozenset(malformed_ids),
+        bad=spoiled.bad,
+        malformed=spoiled.malformed,
         wall_base=zone.to_wall(base_time),
     )
     md = batch_center_metadata()
@@ -676,15 +718,5 @@ def seed_batchcenter(
         )  # fmt: skip
         rows = _bc_log_rows(_rng(rng_seed, "logs"), recurring, zone, log_window, fires_per_task, by_business)
         executions = _insert(bind, md.tables["bc_task_exec_log"], rows, chunk_size)
-    field_of = dict(kinds)
-    return SeedSummary(
-        system=SourceSystem.BATCH_CENTER,
-        lineage=None,
-        biz_codes=tuple(b["biz_code"] for b in bizs),
-        good=total - len(plan.bad),
-        bad=len(plan.bad),
-        bad_keys={str(t): field_of[k] for t, k in plan.bad.items()},
-        malformed_cron_keys=tuple(str(t) for t in sorted(plan.malformed)),
-        executions=executions,
-        executions_by_business=dict(by_business),
-    )
+    biz_codes = tuple(b["biz_code"] for b in bizs)
+    return spoiled.summary(SourceSystem.BATCH_CENTER, None, biz_codes, total, executions, by_business)

@@ -78,7 +78,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, and_, bindparam, func, not_, or_, select, update
+from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, not_, or_, select, update
 
 from legacy_sim._timeline import EventQueue, catch_up, first_tick_at_or_after, from_ms, to_ms
 from legacy_sim.outcomes import Outcome, Result, coerce, succeed
@@ -371,18 +371,10 @@ class XxlJobSimulator:
         raises ValueError as the admin refuses (no such job, schedule NONE, no next time)."""
         info = self._info
         with self.engine.begin() as conn:
-            row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
-            if row is None:
-                raise ValueError(f"xxl_job_info id {job_id}: no such job")
-            job = self._view(row)
+            job = self._view(self._job_row(conn, job_id))
             if job.schedule_type not in ("CRON", "FIX_RATE"):
                 raise ValueError(f"xxl_job_info id {job_id}: schedule_type {job.schedule_type} cannot be started")
-            try:
-                nxt = self.next_valid_time(job, self._api_now() + PRE_READ_MS)
-            except (CronSyntaxError, ValueError) as exc:
-                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
-            if nxt is None:
-                raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
+            nxt = self._admin_next(job_id, job)
             conn.execute(
                 update(info).where(info.c.id == job_id)
                 .values(trigger_status=1, trigger_last_time=0, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
@@ -404,25 +396,34 @@ class XxlJobSimulator:
         if unknown or {"trigger_status", "trigger_next_time", "trigger_last_time"} & set(columns):
             raise ValueError(f"update edits the job's definition, not {unknown or 'its trigger state'}")
         with self.engine.begin() as conn:
-            row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
-            if row is None:
-                raise ValueError(f"xxl_job_info id {job_id}: no such job")
+            row = self._job_row(conn, job_id)
             old, new = self._view(row), self._view({**row, **columns})
             nxt = old.trigger_next_time
             moved = (old.schedule_type, old.schedule_conf) != (new.schedule_type, new.schedule_conf)
             if old.trigger_status == 1 and moved:
-                try:
-                    found = self.next_valid_time(new, self._api_now() + PRE_READ_MS)
-                except (CronSyntaxError, ValueError) as exc:
-                    raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
-                if found is None:
-                    raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
-                nxt = found
+                nxt = self._admin_next(job_id, new)
             conn.execute(
                 update(info)
                 .where(info.c.id == job_id)
                 .values(**columns, trigger_next_time=nxt, update_time=self._wall(self._api_now()))
             )
+        return nxt
+
+    def _job_row(self, conn: Connection, job_id: int) -> RowMapping:
+        row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
+        if row is None:
+            raise ValueError(f"xxl_job_info id {job_id}: no such job")
+        return row
+
+    def _admin_next(self, job_id: int, job: XxlJobView) -> int:
+        """The next time the admin gives a job it starts or reschedules: the schedule's
+        first after now + the pre-read; ValueError as the admin refuses."""
+        try:
+            nxt = self.next_valid_time(job, self._api_now() + PRE_READ_MS)
+        except (CronSyntaxError, ValueError) as exc:
+            raise ValueError(f"xxl_job_info id {job_id}: schedule_conf is invalid: {exc}") from exc
+        if nxt is None:
+            raise ValueError(f"xxl_job_info id {job_id}: schedule_conf has no next time")
         return nxt
 
     def save_glue(self, job_id: int, source: str, remark: str = "") -> None:

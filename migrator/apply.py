@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -93,6 +94,8 @@ class Migrator:
         out: list[Write] = []
         for d in defs:
             biz = business_of(d, self.options)
+            # every write of this row names the same row: only its decision differs
+            row_write = partial(Write, source=source, source_key=d.source_key, biz_code=biz)
             entry = ledger.get(d.source_key)
             digest = source_digest(d, legacy_businesses.get(d.biz_code), self.options)
             if (
@@ -104,11 +107,8 @@ class Migrator:
                 # the same legacy content in the same context: the target already holds its
                 # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
                 out.append(
-                    Write(
+                    row_write(
                         action=Action.UNCHANGED,
-                        source=source,
-                        source_key=d.source_key,
-                        biz_code=biz,
                         noop=True,
                         content_hash=entry.content_hash,
                         flag_pending=d.migrated_flag is False,
@@ -132,11 +132,8 @@ class Migrator:
                     entry is not None and entry.status is LedgerStatus.QUARANTINED and _same(entry.content_hash, qhash)
                 )
                 out.append(
-                    Write(
+                    row_write(
                         action=Action.QUARANTINE,
-                        source=source,
-                        source_key=d.source_key,
-                        biz_code=biz,
                         field=result.field,
                         reason=result.reason,
                         raw=dict(d.raw),
@@ -154,17 +151,7 @@ class Migrator:
                 else _cutover_note(d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             )
             if fresh:
-                out.append(
-                    Write(
-                        action=Action.CREATE,
-                        source=source,
-                        source_key=d.source_key,
-                        biz_code=biz,
-                        mapped=result,
-                        content_hash=h,
-                        note=note,
-                    )
-                )
+                out.append(row_write(action=Action.CREATE, mapped=result, content_hash=h, note=note))
                 continue
             assert entry is not None  # not fresh: a migrated ledger row
             if _same(entry.content_hash, result.content_hash):
@@ -176,11 +163,8 @@ class Migrator:
                 # operator left it must still differ from the ledger once the hold is gone
                 refresh = bool(digest) and source_half(entry.content_hash) != digest and not own_stop
                 out.append(
-                    Write(
+                    row_write(
                         action=Action.UNCHANGED,
-                        source=source,
-                        source_key=d.source_key,
-                        biz_code=biz,
                         mapped=result,
                         noop=not refresh,
                         content_hash=h if refresh else entry.content_hash,
@@ -189,17 +173,7 @@ class Migrator:
                     )
                 )
             else:
-                out.append(
-                    Write(
-                        action=Action.UPDATE,
-                        source=source,
-                        source_key=d.source_key,
-                        biz_code=biz,
-                        mapped=result,
-                        content_hash=h,
-                        note=note,
-                    )
-                )
+                out.append(row_write(action=Action.UPDATE, mapped=result, content_hash=h, note=note))
         return out
 
     def _go(
@@ -370,7 +344,7 @@ class Migrator:
 
     @property
     def holds(self) -> LegacyHolds:
-        return LegacyHolds(self.writer.store)
+        return LegacyHolds(self.writer.own)
 
     @staticmethod
     def _record(summary: MigrationSummary, writes: Iterable[Write], keep_rows: bool) -> None:

@@ -17,7 +17,6 @@ from sqlalchemy import insert, select, update
 
 from migrator.model import BusinessState as B
 from migrator.store import MigratorStore
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
 ALLOWED: dict[tuple[B, B], str] = {
@@ -56,9 +55,8 @@ class AuditEntry:
 
 
 class BusinessRegistry:
-    def __init__(self, store: SqlTriggerStore) -> None:
-        self.store = store
-        self.own = MigratorStore.beside(store)
+    def __init__(self, own: MigratorStore) -> None:
+        self.own = own
         self.t = self.own.t
 
     def get(self, biz_code: str) -> BusinessRecord | None:
@@ -84,7 +82,7 @@ class BusinessRegistry:
                             state=B.LEGACY.value,
                             shadow=0,
                             version=0,
-                            updated_at=self.store.clock.now_ms(),
+                            updated_at=self.own.clock.now_ms(),
                         )
                     )
         got = self.get(biz_code)
@@ -109,7 +107,7 @@ class BusinessRegistry:
                 f"(allowed: legacy -> dual_run -> cutover, rollback to legacy)"
             )
         b, a = self.t.business, self.t.audit
-        now = self.store.clock.now_ms()
+        now = self.own.clock.now_ms()
         with self.own.engine.begin() as conn:
             res = conn.execute(
                 update(b)
@@ -155,7 +153,7 @@ class BusinessRegistry:
                     biz_code=biz_code,
                     from_state=current.state.value,
                     to_state=current.state.value,
-                    at=self.store.clock.now_ms(),
+                    at=self.own.clock.now_ms(),
                     actor=actor[:128],
                     reason=reason[:1024],
                     comparison_id=None,

@@ -39,7 +39,6 @@ from migrator.stream import BUSINESS_TABLE, DEFINITION_TABLE
 from readers.records import SourceSystem, StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
 POLL_FILE = "poll"
@@ -109,10 +108,9 @@ class CatchupState:
         }
 
 
-def checkpoints_of(store: SqlTriggerStore, source: str, biz_code: str) -> list[Checkpoint]:
+def checkpoints_of(own: MigratorStore, source: str, biz_code: str) -> list[Checkpoint]:
     """The checkpoints of the streams that follow `business`: stream ids `<source>@<url>`
     (every business) or `<source>@<url>#b1,b2` (listing it), freshest first."""
-    own = MigratorStore.beside(store)
     ck = own.t.checkpoint
     with own.engine.connect() as conn:
         rows = conn.execute(
@@ -205,7 +203,7 @@ class StreamCatchup:
 
     def __init__(
         self,
-        store: SqlTriggerStore,
+        own: MigratorStore,
         legacy: Engine,
         *,
         wait: timedelta = timedelta(seconds=5),
@@ -214,18 +212,18 @@ class StreamCatchup:
         poll_every: timedelta = timedelta(milliseconds=200),
         now: Callable[[], datetime] | None = None,
     ) -> None:
-        self.store, self.legacy = store, legacy
+        self.own, self.legacy = own, legacy
         self.wait, self.max_pending, self.tz, self.poll_every = wait, max_pending, tz, poll_every
-        self._now = now or store.clock.now
+        self._now = now or own.clock.now
 
     def check(self, biz_code: str, source: str) -> CatchupState | None:
         """The catch-up state of the freshest stream following `business`, after waiting up
         to `wait` for it to apply what is pending; None when no stream follows it."""
-        if not checkpoints_of(self.store, source, biz_code):
+        if not checkpoints_of(self.own, source, biz_code):
             return None
         system = SourceSystem(source)
         tables = (DEFINITION_TABLE[system], BUSINESS_TABLE[system])
-        first = checkpoints_of(self.store, source, biz_code)[0]
+        first = checkpoints_of(self.own, source, biz_code)[0]
         started = time.monotonic()
         try:
             head = None if first.position.log_file == POLL_FILE else current_position(self.legacy)
@@ -233,7 +231,7 @@ class StreamCatchup:
             return self._unknown(first, exc)
         deadline = started + self.wait.total_seconds()
         while True:
-            ck = checkpoints_of(self.store, source, biz_code)[0]
+            ck = checkpoints_of(self.own, source, biz_code)[0]
             try:
                 state = self._state(ck, head, tables, time.monotonic() - started)
             except (StreamError, DBAPIError) as exc:

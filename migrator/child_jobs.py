@@ -54,7 +54,7 @@ def child_ids(value: str, parent: str) -> tuple[list[str], list[str]]:
     return ids, skipped
 
 
-def child_chains(store: SqlTriggerStore, biz: str, links: Sequence[Link]) -> ChildChains:
+def child_chains(store: SqlTriggerStore, own: MigratorStore, biz: str, links: Sequence[Link]) -> ChildChains:
     # every parent of the business is in `links`, those without children with none: a
     # child removed since an earlier cutover is not fired any more
     out = ChildChains(links={ln.trigger.id: [] for ln in links if ln.trigger.id is not None})
@@ -72,7 +72,6 @@ def child_chains(store: SqlTriggerStore, biz: str, links: Sequence[Link]) -> Chi
             wanted[ln.source_key] = ids
     if not wanted:
         return out
-    own = MigratorStore.beside(store)
     lg = own.t.ledger
     keys = sorted({c for ids in wanted.values() for c in ids})
     with own.engine.connect() as conn:

@@ -89,6 +89,7 @@ class BusinessSwitch:
     def __init__(
         self,
         store: SqlTriggerStore,
+        own: MigratorStore,
         control: LegacyControl,
         clock: Clock,
         gate: CutoverGate | None = None,
@@ -98,18 +99,18 @@ class BusinessSwitch:
         fences: FencePort | None = None,
         catchup: StreamCatchup | None = None,
     ) -> None:
-        self.store = store
+        self.store, self.own = store, own
         # the change stream must hold every legacy edit before a cutover (migrator.catchup);
         # None: not checked (no legacy binlog or stream wired)
         self.catchup = catchup
-        self.holds = LegacyHolds(store)
+        self.holds = LegacyHolds(own)
         # without a fence (a caller that wires none) a rollback hands over at the first
         # occurrence the new side has not published, up to one lookahead away
         self.fences = fences
         self.control = control
         self.clock = clock
         self.gate = gate
-        self.registry = BusinessRegistry(store)
+        self.registry = BusinessRegistry(own)
         self.max_verdict_age = max_verdict_age
         self.acquired_patience = acquired_patience
 
@@ -363,7 +364,7 @@ class BusinessSwitch:
     # -- pieces -----------------------------------------------------------------------------
 
     def links(self, biz: str) -> list[Link]:
-        return links_of(self.store, biz)
+        return links_of(self.store, self.own, biz)
 
     def _dual_run_links(self, biz: str, shadow: bool, report: SwitchReport) -> None:
         """Child jobs during a dual-run. Legacy keeps running its children after its own
@@ -379,7 +380,7 @@ class BusinessSwitch:
         if shadow:
             self.store.set_followups(parents, to_ms(self.clock.now()))
             return
-        chains = child_chains(self.store, biz, links)
+        chains = child_chains(self.store, self.own, biz, links)
         self.store.set_followups({**parents, **chains.links}, to_ms(self.clock.now()))
         report.notes += chains.notes
         report.notes += [f"not run on the new side during the dual-run (legacy runs it): {r}" for r in chains.refusals]
@@ -393,7 +394,7 @@ class BusinessSwitch:
     def _child_chain_gate(self, biz: str) -> ChildChains:
         """xxl-job child jobs the new side could not fire refuse the cutover, forced or
         not, naming each chain: a child run must never be lost silently."""
-        chains = child_chains(self.store, biz, self.links(biz))
+        chains = child_chains(self.store, self.own, biz, self.links(biz))
         if chains.refusals:
             raise TransitionRefused(
                 f"cutover of {biz} refused: child job chain(s) the new side cannot run: "
@@ -583,9 +584,8 @@ class BusinessSwitch:
             raise TransitionRefused(f"trigger {t.id} changed during the switch ({src.value} -> {dst.value}); retry")
 
 
-def links_of(store: SqlTriggerStore, biz: str) -> list[Link]:
+def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:
     """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
-    own = MigratorStore.beside(store)
     lg = own.t.ledger
     with own.engine.connect() as conn:
         rows = conn.execute(

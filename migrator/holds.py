@@ -18,23 +18,21 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
 from migrator.store import MigratorStore
-from scheduler_core.store.sql import SqlTriggerStore
 
 CUTOVER = "cutover"
 _PAGE = 500
 
 
 class LegacyHolds:
-    def __init__(self, store: SqlTriggerStore) -> None:
-        self.store = store
-        self.own = MigratorStore.beside(store)
+    def __init__(self, own: MigratorStore) -> None:
+        self.own = own
         self.t = self.own.t.legacy_hold
 
     def add(self, source: str, biz: str, keys: Collection[str], reason: str = CUTOVER) -> None:
         """Hold these keys (committed when this returns). Already held keys stay as they are."""
         if not keys:
             return
-        now = self.store.clock.now_ms()
+        now = self.own.clock.now_ms()
         with self.own.engine.begin() as conn:
             have = self._held(conn, source, list(keys))
             rows = [

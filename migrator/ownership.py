@@ -18,6 +18,7 @@ from migrator.business import BusinessRegistry
 from migrator.cutover import links_of
 from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
+from migrator.store import MigratorStore
 from scheduler_core.model import Trigger, TriggerId, TriggerState
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -118,20 +119,23 @@ LegacyLive = Callable[[str, Sequence[str]], set[str] | None]  # (source system, 
 
 
 def ownership(
-    store: SqlTriggerStore, legacy_live: LegacyLive | None = None, biz_codes: Sequence[str] | None = None
+    store: SqlTriggerStore,
+    own: MigratorStore,
+    legacy_live: LegacyLive | None = None,
+    biz_codes: Sequence[str] | None = None,
 ) -> list[BusinessOwnership]:
     """Per business and job, which side fires it. `legacy_live` reads the legacy switches
     (the legacy database); without it, legacy is inferred from the store: a job the
     switch stopped (held) is off; in a business cut over every legacy job is off; else a
     job is live on legacy unless its mirrored trigger says the legacy job is off."""
-    registry = BusinessRegistry(store)
-    holds = LegacyHolds(store)
+    registry = BusinessRegistry(own)
+    holds = LegacyHolds(own)
     out: list[BusinessOwnership] = []
     for rec in registry.all():
         if biz_codes and rec.biz_code not in biz_codes:
             continue
         bo = BusinessOwnership(rec.biz_code, rec.source_system, rec.state, rec.shadow)
-        links = links_of(store, rec.biz_code)
+        links = links_of(store, own, rec.biz_code)
         keys = [ln.source_key for ln in links]
         held = holds.of_business(rec.biz_code)
         live = legacy_live(rec.source_system, keys) if legacy_live is not None and keys else None
@@ -170,7 +174,7 @@ class GuardOutcome:
 
 
 def guard_trigger_operation(
-    store: SqlTriggerStore, action: str, ids: Sequence[TriggerId], reason: str = ""
+    store: SqlTriggerStore, own: MigratorStore, action: str, ids: Sequence[TriggerId], reason: str = ""
 ) -> GuardOutcome:
     """Which of these triggers `action` (pause, resume, cancel) may change without
     breaking the ownership invariant.
@@ -180,7 +184,7 @@ def guard_trigger_operation(
     - pause or cancel of a trigger live only on the new side (a business cut over): the
       job would fire nowhere; allowed only as an explicit decision (a reason), audited.
     Every operation on a business in dual-run or cut over is audited."""
-    states: Mapping[str, B] = {r.biz_code: r.state for r in BusinessRegistry(store).all()}
+    states: Mapping[str, B] = {r.biz_code: r.state for r in BusinessRegistry(own).all()}
     out = GuardOutcome()
     triggers: dict[TriggerId, Trigger] = {t.id: t for t in store.get_triggers(list(ids)) if t.id is not None}
     for tid in ids:

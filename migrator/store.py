@@ -2,7 +2,9 @@
 
 They live in the trigger store's database (a chunk's ledger rows commit in the
 transaction of its jobs), but the migrator reaches the core's tables only through the
-core's port and modules (scheduler_core.store.definitions, .reads)."""
+core's port and modules (scheduler_core.store.definitions, .reads). The composition root
+(switchyard.wiring.migrator_store) builds it once and hands it to the migrator's entry
+points, which never make one themselves."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from sqlalchemy.engine import Engine
 
 from migrator.tables import MigratorTables, migrator_tables
 from scheduler_core.ports import Clock
-from scheduler_core.store.sql import SqlTriggerStore
 
 _TABLES = migrator_tables()  # definitions only (no dialect in them): one set for every store
 
@@ -20,9 +21,3 @@ class MigratorStore:
         self.engine = engine
         self.clock = clock
         self.t: MigratorTables = _TABLES
-
-    @classmethod
-    def beside(cls, store: SqlTriggerStore) -> MigratorStore:
-        """The migrator's store in the trigger store's database, for callers that hold the
-        trigger store only (the one place the migrator takes the engine from it)."""
-        return cls(store.engine, store.clock)

@@ -98,9 +98,9 @@ class Rendered:
 
 
 class TargetWriter:
-    def __init__(self, store: SqlTriggerStore, own: MigratorStore | None = None) -> None:
+    def __init__(self, store: SqlTriggerStore, own: MigratorStore) -> None:
         self.store = store
-        self.own = own or MigratorStore.beside(store)
+        self.own = own
         self.defs = DefinitionWrites(store)
         # a live trigger's schedule edit takes effect from now + this (migrator.schedule_edits)
         self.supersede_margin = SUPERSEDE_MARGIN
@@ -121,9 +121,9 @@ class TargetWriter:
 
     def ledger_digests(self, source: str, keys: Sequence[str]) -> dict[str, LedgerDigest]:
         """`ledger` as an unchanged re-run compares it, for every row of the table. MySQL:
-        the status, the hash's source half and the key come packed in one column, and a
-        migrated row's field and reason as NULLs (the driver decodes each column of each
-        row in Python: six of them were most of a re-run's CPU)."""
+        the server cuts the hash's source half, and gives a migrated row's field and reason
+        as NULLs (the driver decodes each value of each row in Python: the full hash and
+        texts nobody reads were most of a re-run's CPU)."""
         if not keys:
             return {}
         with self.own.engine.connect() as conn:
@@ -133,22 +133,18 @@ class TargetWriter:
                     for k, e in self.ledger(source, keys, conn).items()
                 }
             q = conn.dialect.identifier_preparer.quote
-            quarantined = LedgerStatus.QUARANTINED.value
-            sql = (
-                f"SELECT CONCAT({q('status')}, ' ', IF(CHAR_LENGTH({q('content_hash')}) = {2 * HALF}, "
-                f"LEFT({q('content_hash')}, {HALF}), ''), ' ', {q('source_key')}), "
-                f"IF({q('status')} = '{quarantined}', {q('field')}, NULL), "
-                f"IF({q('status')} = '{quarantined}', {q('reason')}, NULL) "
-                f"FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
-                f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})"
+            quarantined = f"{q('status')} = '{LedgerStatus.QUARANTINED.value}'"
+            columns = (
+                q("source_key"),
+                q("status"),
+                # migrator.ledger_hash.source_half, on the server
+                f"IF(CHAR_LENGTH({q('content_hash')}) = {2 * HALF}, LEFT({q('content_hash')}, {HALF}), '')",
+                f"IF({quarantined}, {q('field')}, NULL)",
+                f"IF({quarantined}, {q('reason')}, NULL)",
             )
-            rows = driver_rows(conn, sql, (source, *keys))
-        out: dict[str, LedgerDigest] = {}
+            rows = driver_rows(conn, self._ledger_sql(conn, columns, len(keys)), (source, *keys))
         status_of = _STATUS
-        for packed, fld, reason in rows:
-            status, half, key = packed.split(" ", 2)  # the key last: it may hold spaces itself
-            out[key] = LedgerDigest(status_of[status], half, fld, reason)
-        return out
+        return {key: LedgerDigest(status_of[status], half, fld, reason) for key, status, half, fld, reason in rows}
 
     def _ledger_rows(self, conn: Connection, source: str, keys: Sequence[str]) -> Sequence[tuple[Any, ...]]:
         lg = self.own.t.ledger
@@ -156,18 +152,22 @@ class TargetWriter:
             # a re-run reads a ledger row for every source row: plain tuples from the
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
-            sql = (
-                f"SELECT {q('source_key')}, {q('status')}, {q('content_hash')}, {q('target_job_code')}, "
-                f"{q('field')}, {q('reason')} "
-                f"FROM {q(lg.name)} WHERE {q('source_system')} = %s "
-                f"AND {q('source_key')} IN ({', '.join(['%s'] * len(keys))})"
-            )
-            return driver_rows(conn, sql, (source, *keys))
+            names = ("source_key", "status", "content_hash", "target_job_code", "field", "reason")
+            return driver_rows(conn, self._ledger_sql(conn, [q(n) for n in names], len(keys)), (source, *keys))
         return conn.execute(
             select(
                 lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code, lg.c.field, lg.c.reason
             ).where(lg.c.source_system == source, lg.c.source_key.in_(list(keys)))
         ).all()
+
+    def _ledger_sql(self, conn: Connection, columns: Sequence[str], n_keys: int) -> str:
+        """The fast path's read of ledger rows by key (driver placeholders: the source
+        system, then `n_keys` keys): the one statement both ledger reads send."""
+        q = conn.dialect.identifier_preparer.quote
+        return (
+            f"SELECT {', '.join(columns)} FROM {q(self.own.t.ledger.name)} WHERE {q('source_system')} = %s "
+            f"AND {q('source_key')} IN ({', '.join(['%s'] * n_keys)})"
+        )
 
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""

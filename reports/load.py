@@ -7,32 +7,29 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
 from dualrun.model import iso
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 
 
 def load_report(
-    store: SqlTriggerStore, biz_code: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
+    own: DualRunStore, biz_code: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
 ) -> BusinessReport:
     """The report of one business: its latest (or a given) comparison and the stored series."""
     if comparison_id is None:
-        found = latest(store, biz_code)
+        found = latest(own, biz_code)
         if found is None:
             raise NoComparison(biz_code)
         comparison_id = found.comparison_id
-    comparison = load_comparison(store, comparison_id)
+    comparison = load_comparison(own, comparison_id)
     if comparison is None or comparison.biz_code != biz_code:
         raise NoComparison(biz_code)
-    series = history(store, biz_code, limit=history_limit)
-    state = next((b.state for b in fetch_businesses(store) if b.biz_code == biz_code), None)
+    series = history(own, biz_code, limit=history_limit)
+    state = next((b.state for b in fetch_businesses(own) if b.biz_code == biz_code), None)
     return BusinessReport(
         biz_code=biz_code,
         generated_at=now,
@@ -40,41 +37,33 @@ def load_report(
         comparison_id=comparison_id,
         state=state,
         history=tuple(HistoryPoint.of(c) for c in series),
-        gate_stream=gate_stream(store, biz_code),
+        gate_stream=gate_stream(own, biz_code),
     )
 
 
-def gate_stream(store: SqlTriggerStore, biz_code: str) -> dict[str, Any] | None:
+def gate_stream(own: DualRunStore, biz_code: str) -> dict[str, Any] | None:
     """The change stream's catch-up state the cutover gate found at the business's latest
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
-    own = DualRunStore.beside(store)
-    a = own.migration.audit
-    stmt = (
-        select(a.c.at, a.c.detail)
-        .where(a.c.biz_code == biz_code, a.c.to_state == "cutover", a.c.from_state != "cutover")
-        .order_by(a.c.at.desc(), a.c.id.desc())
-        .limit(1)
-    )
-    with own.engine.connect() as conn:
-        row = conn.execute(stmt).first()
-    if row is None:
+    found = own.migration.last_cutover(biz_code)
+    if found is None:
         return None
+    at, detail = found
     try:
-        stream = json.loads(row.detail or "{}").get("stream")
+        stream = json.loads(detail or "{}").get("stream")
     except (ValueError, AttributeError):
         return None
     if not isinstance(stream, dict):
         return None
-    return {**stream, "at": iso(from_ms(int(row.at)))}
+    return {**stream, "at": iso(from_ms(int(at)))}
 
 
 def load_overview(
-    store: SqlTriggerStore, *, now: datetime, reports_dir: Path | None = None, link_suffix: str = ".html"
+    own: DualRunStore, *, now: datetime, reports_dir: Path | None = None, link_suffix: str = ".html"
 ) -> OverviewReport:
     """Every business with its cutover state and latest verdict; links to the per-business
     reports that exist next to the overview (`<business><suffix>`)."""
-    infos = {b.biz_code: b for b in fetch_businesses(store)}
-    verdicts = latest_by_business(store)
+    infos = {b.biz_code: b for b in fetch_businesses(own)}
+    verdicts = latest_by_business(own)
     rows = []
     for code in sorted(set(infos) | set(verdicts)):
         info, v = infos.get(code), verdicts.get(code)

@@ -21,11 +21,19 @@ So a record never says "skipped" for a handler that ran.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
+from scheduler_core.control import (
+    EVERYTHING,
+    WIRE_VERSION,
+    ControlBroadcasts,
+    RelayScope,
+    decode_control,
+    encode_control,
+)
 from scheduler_core.logfields import log_fields
 from scheduler_core.model import FiredState
 from scheduler_core.ports import FenceStore, MessageBus
@@ -33,7 +41,6 @@ from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 
-WIRE_VERSION = 1
 KIND = "fence"  # the control channel may carry other kinds later; followers ignore those
 # Every fired record and result skipped by a fence carries a message starting with this,
 # which is how dual-run tells a rollback's skip from a misfire policy's.
@@ -82,23 +89,16 @@ class Fence:
 
 
 def encode_fence(fence: Fence) -> bytes:
-    return json.dumps(
-        {"v": WIRE_VERSION, "k": KIND, "b": fence.biz_code, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch},
-        separators=(",", ":"),
-    ).encode("utf-8")
+    return encode_control(KIND, {"b": fence.biz_code, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch})
 
 
 def decode_fence(payload: bytes) -> Fence | None:
     """The fence of a control message; None for a control message of another kind.
     Raises ValueError for a malformed one."""
+    body = decode_control(payload, KIND)
+    if body is None:
+        return None
     try:
-        body = json.loads(payload)
-        if not isinstance(body, dict) or body.get("v") != WIRE_VERSION:
-            raise ValueError(
-                f"unsupported control message version {body.get('v') if isinstance(body, dict) else None!r}"
-            )
-        if body.get("k") != KIND:
-            return None
         until = body.get("u")
         return Fence(
             biz_code=str(body["b"]),
@@ -106,7 +106,7 @@ def decode_fence(payload: bytes) -> Fence | None:
             until_ms=None if until is None else int(until),
             epoch=int(body["e"]),
         )
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed fence message: {exc}") from exc
 
 
@@ -161,29 +161,31 @@ class FenceService:
 class FenceRelay:
     """Broadcasts the fences the store has and this bus has not carried yet: for a bus that
     another process's rollback cannot reach (the in-process bus of `switchyard serve`,
-    where `switchyard rollback` run beside it writes the fence to the store only). Read
-    often (`relay()` every few hundred ms): a rollback's fence lies `start_margin` (2 s and
-    more) ahead, and the executors must hear it before then."""
+    where `switchyard rollback` run beside it writes the fence to the store only), and for
+    a rollback whose own broadcast failed after the store had the fence. Read often
+    (`relay()` every few hundred ms): a rollback's fence lies `start_margin` (2 s and more)
+    ahead, and the executors must hear it before then. `scope`: whether this process is
+    the one that relays the fences (`scheduler_core.control`)."""
 
-    def __init__(self, store: FenceStore, bus: MessageBus) -> None:
+    def __init__(self, store: FenceStore, bus: MessageBus, scope: RelayScope = EVERYTHING) -> None:
         self.store = store
-        self.bus = bus
-        self._carried: dict[str, int] = {}  # business -> the epoch of the last fence broadcast
+        self.scope = scope
+        self.broadcasts = ControlBroadcasts(bus)
 
     def relay(self) -> int:
         """Broadcast each stored fence newer than the one last carried; returns how many."""
+        if not self.scope.business_wide():
+            return 0
         sent = 0
         for fence in self.store.business_fences():
-            if self._carried.get(fence.biz_code, -1) >= fence.epoch:
-                continue
-            self.bus.publish_control(fence.biz_code, encode_fence(fence))
-            self._carried[fence.biz_code] = fence.epoch
-            sent += 1
+            if self.broadcasts.send(fence.biz_code, fence.biz_code, fence.epoch, partial(encode_fence, fence)):
+                sent += 1
         return sent
 
 
 __all__ = [
     "MESSAGE_PREFIX",
+    "WIRE_VERSION",
     "Fence",
     "FenceRelay",
     "FenceService",

@@ -3,14 +3,15 @@ expand sharding items page by page, persist fired records, publish each command 
 deliver-at = T, then record the outcome with a fenced CAS.
 
 Order of writes (two transactions per chunk), and what a crash at each point leaves:
-  1. the fired records inserted (INSERT-if-absent by command_id) on the condition that
-     the fence still holds the epoch, in one transaction; a deposed leader writes and
-     publishes nothing. Afterwards the
-     trigger is still `acquired` by this epoch: reclaimed after its deadline and fired
-     again, same command ids;
+  1. the fired records inserted (INSERT-if-absent by command_id, state `pending`) on the
+     condition that the fence still holds the epoch, in one transaction; a deposed
+     leader writes and publishes nothing. Afterwards the trigger is still `acquired` by
+     this epoch: reclaimed after its deadline and fired again, same command ids;
   2. commands published -> same, the re-fire publishes duplicates with the same ids;
-  3. one transaction: records marked published and the trigger CAS (next occurrence or
-     completed), fenced by the epoch inside each UPDATE.
+  3. one transaction: the trigger CAS (next occurrence or completed, last_fired_at = the
+     occurrence), fenced by the epoch inside each UPDATE. The records are not touched:
+     this outcome, written only after the broker's ack, is what says they were published
+     (`FiredState`; `SqlTriggerStore.outcome_recorded`), one row write per trigger less.
 A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
 """
 
@@ -27,7 +28,6 @@ from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_pa
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
-    CommandId,
     Epoch,
     FiredRecord,
     FiredState,
@@ -186,14 +186,14 @@ class FirePipeline:
                 )
             )
             return out
-        cids = [r.command_id for r in records if r.state is FiredState.PENDING]
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
         # one counter update per business, not per message
         for biz_code, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
             self.metrics.published.labels(biz_code=biz_code).inc(n)
-        # 3. the outcome, fenced by the epoch, in one transaction with the published stamp
-        self._record_outcome(plans, epoch, now, cids, out, fence)
+        # 3. the outcome, fenced by the epoch: recorded only now, after the broker's ack, it
+        # is what says the chunk's records were published (no stamp on them: FiredState)
+        self._record_outcome(plans, epoch, now, out, fence)
         return out
 
     def run_now(
@@ -271,41 +271,16 @@ class FirePipeline:
     ) -> tuple[list[FiredRecord], list[_Envelope]]:
         trig, job = plan.trigger, plan.job
         assert trig.id is not None
-        if job is None:
-            # The job was deleted under its trigger: record the fire as failed, publish nothing.
-            rec = FiredRecord(
-                command_id=command_id(trig.id, plan.occurrence, 0),
-                trigger_id=trig.id,
-                job_code=trig.job_code,
-                biz_code=trig.biz_code,
-                scheduled_at=plan.occurrence,
-                state=FiredState.FAILED,
-                epoch=epoch,
-                fired_at=now,
-                result_at=now,
-                message="job definition not found",
-            )
-            return [rec], []
-        if plan.skip:
-            rec = FiredRecord(
-                command_id=command_id(trig.id, plan.occurrence, 0),
-                trigger_id=trig.id,
-                job_code=job.job_code,
-                biz_code=job.biz_code,
-                scheduled_at=plan.occurrence,
-                item_total=job.shard_total,
-                state=FiredState.SKIPPED,
-                epoch=epoch,
-                fired_at=now,
-                result_at=now,
-                misfired=True,
-                message=plan.note,
-            )
-            return [rec], []
-        records: list[FiredRecord] = []
-        envelopes: list[_Envelope] = []
         # T in milliseconds once per run: every command id of the run is built from it
         occ_ms = to_ms(plan.occurrence)
+        if job is None:
+            # The job was deleted under its trigger: record the fire as failed, publish nothing.
+            rec = _record(plan, trig.id, occ_ms, epoch, now, state=FiredState.FAILED, note="job definition not found")
+            return [rec], []
+        if plan.skip:
+            return [_record(plan, trig.id, occ_ms, epoch, now, state=FiredState.SKIPPED)], []
+        records: list[FiredRecord] = []
+        envelopes: list[_Envelope] = []
         deliver_ms = occ_ms if plan.deliver_at is plan.occurrence else to_ms(plan.deliver_at)
         props = {
             "job_code": job.job_code,
@@ -335,43 +310,13 @@ class FirePipeline:
             # per item only what must be per item: ids (and records when not paged); a
             # 100K fan-out never builds a command object per item
             if not paged:
-                records += [
-                    FiredRecord(
-                        command_id=command_id(trig.id, occ_ms, idx),
-                        trigger_id=trig.id,
-                        job_code=job.job_code,
-                        biz_code=job.biz_code,
-                        scheduled_at=plan.occurrence,
-                        item_index=idx,
-                        item_total=job.shard_total,
-                        epoch=epoch,
-                        fired_at=now,
-                        misfired=plan.misfired,
-                        message=plan.note,
-                    )
-                    for idx, _param in page
-                ]
+                records += [_record(plan, trig.id, occ_ms, epoch, now, idx) for idx, _param in page]
             for i in range(0, len(page), k):
                 group = page[i : i + k]
                 first = group[0][0]
                 head_id = command_id(trig.id, occ_ms, first)
                 if paged:
-                    records.append(
-                        FiredRecord(
-                            command_id=head_id,
-                            trigger_id=trig.id,
-                            job_code=job.job_code,
-                            biz_code=job.biz_code,
-                            scheduled_at=plan.occurrence,
-                            item_index=first,
-                            item_total=job.shard_total,
-                            item_count=len(group),
-                            epoch=epoch,
-                            fired_at=now,
-                            misfired=plan.misfired,
-                            message=plan.note,
-                        )
-                    )
+                    records.append(_record(plan, trig.id, occ_ms, epoch, now, first, len(group)))
                 envelopes.append(
                     _Envelope(
                         topic,
@@ -415,7 +360,6 @@ class FirePipeline:
         plans: list[_Plan],
         epoch: Epoch,
         now: datetime,
-        published: list[CommandId],
         out: FireOutcome,
         fence: str | None = None,
     ) -> None:
@@ -450,7 +394,7 @@ class FirePipeline:
                 fence=fence,
                 fired_at_next=True,
             )
-        answered = self.store.finish_fire(published, self.clock.now(), list(changes.values()))
+        answered = self.store.finish_fire(list(changes.values()))
         winners = dict(zip(changes, answered, strict=True))
         out.rescheduled = winners.get("rescheduled", [])
         out.completed = winners.get("completed", [])
@@ -477,6 +421,39 @@ class FirePipeline:
                 self.metrics.misfires.labels(policy=p.trigger.misfire_policy.value).inc()
         lag = (now - min(p.occurrence for p in plans)).total_seconds()
         self.metrics.lookahead_lag.set(lag)
+
+
+def _record(
+    plan: _Plan,
+    trigger_id: TriggerId,
+    occ_ms: int,
+    epoch: Epoch,
+    now: datetime,
+    item_index: int = 0,
+    item_count: int = 1,
+    *,
+    state: FiredState = FiredState.PENDING,
+    note: str | None = None,
+) -> FiredRecord:
+    """One fired record of `plan`'s run (an item, a page of `item_count` items, or the
+    run's single failed or skipped record); a final state is its own result, at `now`."""
+    trig, job = plan.trigger, plan.job
+    return FiredRecord(
+        command_id=command_id(trigger_id, occ_ms, item_index),
+        trigger_id=trigger_id,
+        job_code=job.job_code if job is not None else trig.job_code,
+        biz_code=job.biz_code if job is not None else trig.biz_code,
+        scheduled_at=plan.occurrence,
+        item_index=item_index,
+        item_total=job.shard_total if job is not None else 1,
+        item_count=item_count,
+        state=state,
+        epoch=epoch,
+        fired_at=now,
+        result_at=now if state.is_final else None,
+        misfired=plan.misfired and job is not None,  # a fire of a deleted job fired nothing
+        message=plan.note if note is None else note,
+    )
 
 
 @dataclass

@@ -20,7 +20,9 @@ class ItemState(enum.StrEnum):
     # skipped by a rollback fence, never invoked; newer than the result form: a scheduler
     # that does not know it drops such a result message as malformed
     SKIPPED = "K"
-    PUBLISHED = "P"  # page records only: no result message carries it
+    # FiredState.PUBLISHED's letter, so every fired state has one; no page record's item is
+    # ever written with it (no result carries it, and a fire stamps no publication)
+    PUBLISHED = "P"
     PENDING = "."  # page records only: an item no result has reached yet
 
     @property

@@ -52,10 +52,20 @@ class MisfirePolicy(enum.StrEnum):
 
 
 class FiredState(enum.StrEnum):
-    """The life of one command: persisted before publication, then its result."""
+    """The life of one command: persisted before publication, then its result.
 
-    PENDING = "pending"  # persisted, publication not yet confirmed
-    PUBLISHED = "published"  # the broker acknowledged it
+    A schedule fire's records stay `pending` until an executor reports: whether their
+    messages reached the broker is not stamped on them (it cost a row write per trigger)
+    but told by their trigger. The outcome CAS that moves the trigger past an occurrence
+    (its `last_fired_at` = that occurrence) commits only after the broker acked the
+    chunk's messages, so a pending record whose occurrence's outcome is recorded was
+    published; one whose trigger is still acquired for it may or may not have been, and
+    is fired again by reclaim with the same command ids. `SqlTriggerStore.outcome_recorded`
+    is the one place that derives it. `published` is stamped only on runs outside the
+    schedule (follow-ups, a schedule edit's pending runs), which move no trigger."""
+
+    PENDING = "pending"  # persisted; no executor has reported it yet (see above)
+    PUBLISHED = "published"  # a run outside the schedule whose publication the broker acked
     RECEIVED = "received"  # an executor took it (shadow mode stops here)
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -192,7 +202,8 @@ class ExecutionCommand:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FiredRecord:
-    """The durable row per (trigger, fire time, item) tracking publication and result."""
+    """The durable row per (trigger, fire time, item) tracking its result (and, for a run
+    outside the schedule, its publication: see FiredState)."""
 
     command_id: CommandId
     trigger_id: TriggerId
@@ -204,6 +215,7 @@ class FiredRecord:
     state: FiredState = FiredState.PENDING
     epoch: Epoch = Epoch(0)
     fired_at: datetime | None = None  # when the fire pipeline persisted it
+    # stamped only on runs outside the schedule (FiredState): a schedule fire leaves it None
     published_at: datetime | None = None
     received_at: datetime | None = None  # the executor took it: lag SLI = received_at - T
     started_at: datetime | None = None  # handler start: lag SLI = started_at - T

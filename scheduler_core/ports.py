@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from scheduler_core.errors import BusError
 from scheduler_core.model import (
@@ -65,6 +65,12 @@ def partition_fence(partition: Partition) -> str:
     the partition's rows checks it. The single leader fences everything with
     LEADER_FENCE instead."""
     return f"partition/{partition.name or partition.index}"
+
+
+def partition_of(trigger_id: int, partitions: int) -> int:
+    """The index of a trigger's partition: id mod the partition count (the store's
+    HASH(id) partitions on MariaDB/MySQL/TiDB, the `part` column slice on SQLite)."""
+    return int(trigger_id) % partitions
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,14 +205,16 @@ class TriggerStore(Protocol):
 
     @abstractmethod
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
-        """Bulk pending -> published (never moves a record back)."""
+        """Bulk pending -> published (never moves a record back). Only for runs outside
+        the schedule (follow-ups, a schedule edit's pending runs), which move no trigger:
+        a schedule fire's records stay `pending`, its publication told by the trigger's
+        outcome (`FiredState`)."""
 
     @abstractmethod
-    def finish_fire(
-        self, published: Sequence[CommandId], at: datetime, changes: Sequence[Transition]
-    ) -> list[list[TriggerId]]:
-        """One transaction for a fired chunk's outcome: mark_published(published, at),
-        then each transition as cas_ids would apply it; returns each one's winners."""
+    def finish_fire(self, changes: Sequence[Transition]) -> list[list[TriggerId]]:
+        """One transaction for a fired chunk's outcome: each transition as cas_ids would
+        apply it; returns each one's winners. Called only once the chunk's messages are
+        published: a recorded outcome is what says they were."""
 
     @abstractmethod
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:
@@ -241,6 +249,7 @@ class TriggerStore(Protocol):
         returns the child command id that won the claim."""
 
 
+@runtime_checkable
 class FenceStore(Protocol):
     """Where the rollback fences live (`scheduler_core.fence`): one row per business,
     its epoch grown by every change."""

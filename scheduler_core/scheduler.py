@@ -17,19 +17,32 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
+from scheduler_core.control import relay_round
 from scheduler_core.errors import BusError, StoreError
+from scheduler_core.fence import Fence
+from scheduler_core.fenced_runs import covered, skip_fenced
 from scheduler_core.fire import FireOutcome, FirePipeline
 from scheduler_core.firepool import FirePool
 from scheduler_core.hold import HeldChunks
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
-from scheduler_core.ports import Clock, Election, MessageBus, Partition, TriggerStore, Wakeups, partition_fence
+from scheduler_core.ports import (
+    Clock,
+    Election,
+    FenceStore,
+    MessageBus,
+    Partition,
+    TriggerStore,
+    Wakeups,
+    partition_fence,
+)
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
+_Jobs = Mapping[JobCode, Job]  # a chunk's job definitions as read at admission
 
 
 @dataclass
@@ -100,6 +113,8 @@ class SchedulerCore:
             self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of, inline=inline
         )
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
+        # the rollback fences, read for a held chunk at its T (the SQL store keeps them)
+        self.fences: FenceStore | None = store if isinstance(store, FenceStore) else None
         # chunks due within hold_within, fired at T (the threaded pool only: driven-clock
         # tests fire on the caller's thread as they tick)
         within_ms = int(self.settings.hold_within.total_seconds() * 1000)
@@ -191,9 +206,51 @@ class SchedulerCore:
             # publish one occurrence per T instead of its lookahead's ahead of time, which
             # rollback fences and a scheduler's downtime rely on (the broker holds them)
             due_ms = min(to_ms(t.next_fire_at) for t in chunk)
-            if self.held.hold(due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_now(chunk, epoch, fence, jobs)):
+            if self.held.hold(
+                due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_held(chunk, epoch, fence, jobs)
+            ):
                 return
         self._fire_now(chunk, epoch, fence, jobs)
+
+    def _fire_held(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, jobs: _Jobs | None) -> None:
+        """A held chunk at its T: what a rollback fence raised while it was held covers is
+        not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest fires."""
+        if self.fences is None:
+            self._fire_now(chunk, epoch, fence, jobs)
+            return
+        try:
+            hit, rest, business_fence = covered(self.fences, chunk)
+        except Exception:  # the store briefly away: fire as before (the executors follow the fence)
+            log.exception("reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch))
+            hit, rest, business_fence = [], list(chunk), None
+        if hit and business_fence is not None:
+            self._skip_held(hit, business_fence, epoch, fence, jobs)
+        if rest:
+            self._fire_now(rest, epoch, fence, jobs)
+
+    def _skip_held(
+        self, chunk: Sequence[Trigger], business_fence: Fence, epoch: Epoch, fence: str | None, jobs: _Jobs | None
+    ) -> None:
+        ids = [t.id for t in chunk if t.id is not None]
+        try:
+            with self._lock:
+                if (fence, epoch) in self._revoked:
+                    return  # the new owner reclaims them
+            if jobs is None:
+                jobs = self.store.get_jobs([t.job_code for t in chunk])
+            done = skip_fenced(self.store, self.pipeline, business_fence, chunk, jobs, epoch, fence, self.clock.now())
+            with self._lock:
+                self.stats.skipped += len(done)
+        except Exception as exc:  # rows stay acquired by this epoch: reclaimed after their deadline
+            self.metrics.errors.labels(component="fire").inc()
+            with self._lock:
+                self.stats.fire_errors += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("recording %d fenced held run(s) failed", len(ids), extra=log_fields(epoch=epoch))
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(ids)
+                self._done(fence, len(chunk))
 
     def _fire_now(
         self,
@@ -370,12 +427,8 @@ class Scheduler:
                 except Exception:
                     self.metrics.errors.labels(component="store").inc()
                     log.exception("reclaim failed; retrying", extra=log_fields(epoch=epoch))
-                for relay in self.relays:
-                    try:
-                        relay()
-                    except Exception:  # the store or the bus briefly down: the next loop tries again
-                        self.metrics.errors.labels(component="relay").inc()
-                        log.exception("relay failed; retrying", extra=log_fields(epoch=epoch))
+                # the store or the bus briefly down: the next loop tries again
+                relay_round(self.relays, self.metrics.errors.labels(component="relay").inc)
                 stop.wait(0.2)
         finally:
             unlisten()

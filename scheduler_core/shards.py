@@ -16,14 +16,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler_core.acquire import PartitionAcquirer, PartitionLoop
 from scheduler_core.assignment import partitions_of
+from scheduler_core.control import Owned, Relay, RelayScope, run_relays
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
-from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, Wakeups, partition_fence
+from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, Wakeups, partition_fence, partition_of
 from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results, listen_for_wakeups
 from scheduler_core.settings import SchedulerSettings
 
@@ -61,11 +63,15 @@ class ShardedScheduler:
         inline: bool = False,
         run_loops: bool = True,
         wakeups: Wakeups | None = None,
+        relays: Callable[[RelayScope], Sequence[Relay]] | None = None,
     ) -> None:
         """`inline` and `run_loops=False` are for driven-clock tests: chunks fire on the
         caller's thread, and no loop thread ticks (the test ticks `core` itself).
         `wakeups`: where wake-ups for short delays are heard (default: the store's own);
-        only the loops of partitions this member owns are woken."""
+        only the loops of partitions this member owns are woken. `relays`: builds, for
+        this member's scope (the triggers of the partitions it owns; the fences while it
+        owns the lowest partition), the relays of the control channel (schedule edits,
+        rollback fences) run every `control.RELAY_EVERY` while it runs."""
         self.store = store
         self.bus = bus
         self.registry = registry
@@ -84,6 +90,32 @@ class ShardedScheduler:
         self._wanted_since: dict[int, float] = {}
         self._settled = False
         self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
+        self._takes = 0  # partitions taken so far: the relays' scope generation
+        self.relays: list[Relay] = list(relays(self)) if relays is not None else []
+
+    # --- the relays' scope (scheduler_core.control.RelayScope) ---------------------------
+
+    def owner(self, trigger_id: int) -> Owned | None:
+        """The ownership of the trigger's partition when this member holds it (and knows
+        its lease alive): the relays write under that partition's epoch and fence."""
+        if not self.partitions:
+            return None
+        owned = self._owned.get(partition_of(trigger_id, len(self.partitions)))
+        if owned is None or owned.loop.lost.is_set() or not self.registry.alive():
+            return None
+        return Owned(owned.acq.epoch, owned.acq.fence)
+
+    def business_wide(self) -> bool:
+        """The owner of the lowest partition relays the business-wide messages: one member
+        at a time, moving with that partition's ownership."""
+        return bool(self.partitions) and self.owner_of_partition(min(self.partitions))
+
+    def owner_of_partition(self, index: int) -> bool:
+        owned = self._owned.get(index)
+        return owned is not None and not owned.loop.lost.is_set() and self.registry.alive()
+
+    def generation(self) -> int:
+        return self._takes
 
     # --- the member loop ----------------------------------------------------------------
 
@@ -99,6 +131,16 @@ class ShardedScheduler:
             )
             consumer.start()
         unlisten = listen_for_wakeups(self.wakeups, self._loops_of)
+        relays_stop = threading.Event()
+        relaying = None
+        if self.relays:
+            relaying = threading.Thread(
+                target=run_relays,
+                args=(self.relays, relays_stop, self.metrics.errors.labels(component="relay").inc),
+                name="relays",
+                daemon=True,
+            )
+            relaying.start()
         try:
             self._join(stop)
             while not stop.is_set():
@@ -112,6 +154,9 @@ class ShardedScheduler:
                 self.registry.wait_change(REFRESH_S)
         finally:
             unlisten()
+            relays_stop.set()
+            if relaying is not None:
+                relaying.join(timeout=10)
             self._leave()
             if consumer is not None:
                 consumer.join(timeout=5)
@@ -215,6 +260,7 @@ class ShardedScheduler:
         acq = self.core.own(partition, epoch)
         loop = PartitionLoop(acq, self.core.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics)
         self._owned[index] = _Owned(acq, loop)
+        self._takes += 1  # the relays read the store whole once: the previous owner's may not have carried all
         if self.run_loops:
             loop.start()
         waited = max(0.0, time.monotonic() - self._wanted_since.get(index, now))

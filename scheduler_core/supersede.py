@@ -18,7 +18,8 @@ its epoch grown by every edit) in the transaction of the edit itself. Executors 
 superseded commands only through the bus's control channel, as they learn of rollback
 fences (`scheduler_core.fence`): a second kind of control message, per trigger, listing
 the superseded scheduled times (every item of such a time is superseded). The process
-with the bus (`SupersedeRelay`: the scheduler leader, or `switchyard serve`) reads the
+with the bus (`SupersedeRelay`: the scheduler leader, `switchyard serve`, or under the
+shard registry the owner of the trigger's partition, see `scheduler_core.control`) reads the
 store every few hundred ms, publishes what is pending and broadcasts what is new, well
 inside the margin. Store first, then the bus: a crash between the steps loses nothing,
 the next relay round does it again with the same ids.
@@ -26,14 +27,22 @@ the next relay round does it again with the same ids.
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
-from scheduler_core.fence import WIRE_VERSION
+from scheduler_core.control import (
+    EVERYTHING,
+    RELAY_EVERY,
+    ControlBroadcasts,
+    Owned,
+    RelayScope,
+    decode_control,
+    encode_control,
+)
 from scheduler_core.model import CommandId, Epoch, FiredRecord, Job, JobCode, Trigger, TriggerId
 from scheduler_core.ports import BusMessage, MessageBus
 from scheduler_core.times import from_ms
@@ -45,9 +54,8 @@ KIND = "supersede"
 # this (dual-run tells it from a misfire policy's skip by it).
 MESSAGE_PREFIX = "superseded by a schedule edit"
 # E = now + MARGIN: like the legacy admin's pre-read (5 s), and long enough for the relay
-# (every RELAY_EVERY) and the executors to hear of it before E.
+# (every control.RELAY_EVERY) and the executors to hear of it before E.
 MARGIN = timedelta(seconds=5)
-RELAY_EVERY = timedelta(milliseconds=250)
 # after its first round a relay reads only the rows changed this recently (updated_at, the
 # writer's clock): far more than a round, to cover clocks apart between hosts
 RECENT = timedelta(minutes=2)
@@ -85,30 +93,18 @@ class Supersede:
 
 
 def encode_supersede(s: Supersede) -> bytes:
-    return json.dumps(
-        {
-            "v": WIRE_VERSION,
-            "k": KIND,
-            "b": s.biz_code,
-            "t": s.trigger_id,
-            "f": s.effective_ms,
-            "s": sorted(s.skipped_ms),
-            "e": s.epoch,
-        },
-        separators=(",", ":"),
-    ).encode("utf-8")
+    return encode_control(
+        KIND, {"b": s.biz_code, "t": s.trigger_id, "f": s.effective_ms, "s": sorted(s.skipped_ms), "e": s.epoch}
+    )
 
 
 def decode_supersede(payload: bytes) -> Supersede | None:
     """The supersede of a control message; None for a control message of another kind.
     Raises ValueError for a malformed one."""
+    body = decode_control(payload, KIND)
+    if body is None:
+        return None
     try:
-        body = json.loads(payload)
-        if not isinstance(body, dict) or body.get("v") != WIRE_VERSION:
-            version = body.get("v") if isinstance(body, dict) else None
-            raise ValueError(f"unsupported control message version {version!r}")
-        if body.get("k") != KIND:
-            return None
         return Supersede(
             trigger_id=int(body["t"]),
             biz_code=str(body["b"]),
@@ -117,7 +113,7 @@ def decode_supersede(payload: bytes) -> Supersede | None:
             pending_ms=(),
             epoch=int(body["e"]),
         )
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed supersede message: {exc}") from exc
 
 
@@ -130,9 +126,11 @@ class SupersedeStore(Protocol):
         still pending."""
 
     @abstractmethod
-    def claim_pending(self, s: Supersede, records: list[FiredRecord]) -> bool:
+    def claim_pending(self, s: Supersede, records: list[FiredRecord], owned: Owned | None = None) -> bool:
         """Insert the pending runs' fired records (if absent) while `s.epoch` is still the
-        trigger's supersede epoch; False (nothing written) when a later edit changed it."""
+        trigger's supersede epoch and, with an `owned.fence`, while that fence still holds
+        `owned.epoch`; False (nothing written) when a later edit changed the row or
+        another owner took the partition."""
 
     @abstractmethod
     def pending_published(self, s: Supersede, command_ids: list[CommandId]) -> None:
@@ -160,45 +158,54 @@ class PendingRuns(Protocol):
 
 class SupersedeRelay:
     """Publishes the pending runs of the stored supersedes and broadcasts those this bus
-    has not carried yet. Call `relay()` every RELAY_EVERY."""
+    has not carried yet. Call `relay()` every RELAY_EVERY. `scope`: the triggers this
+    process relays, and under which ownership (`scheduler_core.control`)."""
 
     def __init__(
-        self, supersedes: SupersedeStore, triggers: TriggersAndJobs, bus: MessageBus, runs: PendingRuns
+        self,
+        supersedes: SupersedeStore,
+        triggers: TriggersAndJobs,
+        bus: MessageBus,
+        runs: PendingRuns,
+        scope: RelayScope = EVERYTHING,
     ) -> None:
         self.supersedes = supersedes
         self.triggers = triggers
-        self.bus = bus
         self.runs = runs
-        self._carried: dict[int, int] = {}  # trigger id -> the epoch last broadcast
-        self._first = True
+        self.scope = scope
+        self.broadcasts = ControlBroadcasts(bus)
+        self._whole_read: int | None = None  # the scope's generation at the last whole read
 
     def relay(self) -> int:
         """One round; returns how many supersedes were broadcast."""
         sent = 0
-        # the first round reads every row (a new relay broadcasts them all again: a broker
-        # that lost its data, or a bus this relay never carried them on); later rounds only
-        # the rows changed lately, so a store with many edited triggers is not read whole
-        # every few hundred ms
-        for s in self.supersedes.supersedes(None if self._first else RECENT):
+        # the first round (and the first after this process took over more triggers) reads
+        # every row: a new relay broadcasts them all again (a broker that lost its data, a
+        # bus this relay never carried them on, a previous owner that died before its
+        # broadcast); later rounds only the rows changed lately, so a store with many
+        # edited triggers is not read whole every few hundred ms
+        generation = self.scope.generation()
+        whole = self._whole_read != generation
+        for s in self.supersedes.supersedes(None if whole else RECENT):
+            owned = self.scope.owner(s.trigger_id)
+            if owned is None:
+                continue  # another process relays this trigger
             if s.pending_ms:
-                self._publish_pending(s)
-            if self._carried.get(s.trigger_id, -1) >= s.epoch:
-                continue
-            self.bus.publish_control(s.biz_code, encode_supersede(s))
-            self._carried[s.trigger_id] = s.epoch
-            sent += 1
-            log.info("broadcast the %s", s)
-        self._first = False  # only once a whole round went through
+                self._publish_pending(s, owned)
+            if self.broadcasts.send(s.biz_code, s.trigger_id, s.epoch, partial(encode_supersede, s)):
+                sent += 1
+                log.info("broadcast the %s", s)
+        self._whole_read = generation  # only once a whole round went through
         return sent
 
-    def _publish_pending(self, s: Supersede) -> None:
+    def _publish_pending(self, s: Supersede, owned: Owned) -> None:
         trigger = self.triggers.get_trigger(TriggerId(s.trigger_id))
         job = None if trigger is None else self.triggers.get_jobs([trigger.job_code]).get(trigger.job_code)
         if trigger is None or job is None:
             # deleted since the edit: nothing to publish; the list is emptied so it is not read again
             self.supersedes.pending_published(s, [])
             return
-        epoch = self.triggers.current_epoch()
+        epoch = self.triggers.current_epoch() if owned.epoch is None else owned.epoch
         records: list[FiredRecord] = []
         messages: list[BusMessage] = []
         for t in s.pending_ms:
@@ -207,8 +214,8 @@ class SupersedeRelay:
             messages += msgs
         # deliver-at: run_now delivers at once; the runs are due at their own time
         messages = [BusMessage(m.topic, m.payload, _scheduled_of(m), m.properties, m.key) for m in messages]
-        if not self.supersedes.claim_pending(s, records):
-            return  # a later edit: the next round reads its lists
+        if not self.supersedes.claim_pending(s, records, owned):
+            return  # a later edit (the next round reads its lists), or the partition is another's now
         self.runs.publish(messages)
         self.supersedes.pending_published(s, [r.command_id for r in records])
         log.info("published %d run(s) of the new schedule of trigger %s", len(s.pending_ms), s.trigger_id)

@@ -37,8 +37,9 @@ from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from legacy_sim.xxljob import XxlJobSimulator
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
-from migrator.cutover import BusinessSwitch, Link, SwitchReport, first_at_or_after
+from migrator.cutover import BusinessSwitch, Link, SwitchReport, first_at_or_after, links_of
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.store import MigratorStore
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
@@ -60,7 +61,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
-from switchyard.wiring import DualRunGate
+from switchyard.wiring import DualRunGate, dualrun_store, migrator_store
 
 START = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
 STEP = timedelta(seconds=10)
@@ -264,6 +265,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     target = make_engine(f"sqlite:///{workdir / 'switchyard.db'}")
     init_schema(target, partitions=4)
     store = SqlTriggerStore(target, clock)
+    own, dual = migrator_store(store), dualrun_store(store)
     say(
         f"legacy databases seeded: xxl-job {legacies[0].seed.good + legacies[0].seed.bad} jobs, "
         f"batch center {legacies[1].seed.good + legacies[1].seed.bad} tasks (a few of them bad)"
@@ -275,7 +277,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
 
     # 2. migrate: plan, then run
     result = DemoResult(workdir=str(workdir), overview="")
-    writer = TargetWriter(store)
+    writer = TargetWriter(store, own)
     for lg in legacies:
         m = Migrator(lg.reader, writer, clock)
         plan = m.plan()
@@ -285,7 +287,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         result.quarantined += run.counts["quarantine"]
         again = Migrator(lg.reader, writer, clock).run()
         assert again.rows_written == 0, "an unchanged re-run writes nothing"
-    registry = BusinessRegistry(store)
+    registry = BusinessRegistry(own)
     businesses = registry.all()
     say(
         f"migrated {result.migrated} definitions of {len(businesses)} businesses; "
@@ -302,9 +304,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     switches = {
         lg.source: BusinessSwitch(
             store,
+            own,
             lg.control,
             clock,
-            DualRunGate(store),
+            DualRunGate(dual),
             max_verdict_age=timedelta(days=1),
             fences=FenceService(store, bus),
         )
@@ -344,12 +347,13 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         reader = next(lg.reader for lg in legacies if lg.source == b.source_system)
         comparison = compare_business(
             store,
+            dual,
             reader,
             CompareRequest(biz_code=b.biz_code, window=window),
             settings=CompareSettings(window=VERDICT_WINDOW),
             now=clock.now(),
         )
-        put_comparison(store, comparison)
+        put_comparison(dual, comparison)
         line = BusinessLine(
             b.biz_code,
             b.source_system,
@@ -409,7 +413,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         line.state = b.state.value
         lg = next(x for x in legacies if x.source == b.source_system)
         if b.biz_code in handovers:
-            legacy_fires, new_fires = _fires_after(store, lg, b.biz_code, dual_start)
+            legacy_fires, new_fires = _fires_after(store, own, lg, b.biz_code, dual_start)
             switch = handovers[b.biz_code]
             line.switched = "cutover" if switch.to_new else "rollback"
             line.boundary_checked, line.boundary_missing, line.boundary_doubled = _boundary(
@@ -420,13 +424,13 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
                 triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)},
             )
         out = workdir / "reports" / f"{b.biz_code}.html"
-        model = load_report(store, b.biz_code, now=clock.now())
+        model = load_report(dual, b.biz_code, now=clock.now())
         write_report(model.content(), "html", out)
         write_report(model.content(), "md", out.with_suffix(".md"))
         write_report(model.content(), "json", out.with_suffix(".json"))
         line.report = str(out)
     overview = workdir / "reports" / "index.html"
-    write_report(load_overview(store, now=clock.now(), reports_dir=overview.parent).content(), "html", overview)
+    write_report(load_overview(dual, now=clock.now(), reports_dir=overview.parent).content(), "html", overview)
     result.overview = str(overview)
     for ex in executors:
         ex.close()
@@ -495,16 +499,22 @@ def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
 
 
 def _fires_after(
-    store: SqlTriggerStore, lg: _Legacy, biz: str, since: datetime
+    store: SqlTriggerStore, own: MigratorStore, lg: _Legacy, biz: str, since: datetime
 ) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
     """(source key, scheduled ms) fired by each side since `since` (one per occurrence;
     the new side's skipped and shadow records are not fires)."""
-    links = {ln.job_code: ln.source_key for ln in BusinessSwitch(store, lg.control, store.clock).links(biz)}
+    links = {ln.job_code: ln.source_key for ln in links_of(store, own, biz)}
     keys = set(links.values())
     legacy = {(str(f[0]), _ms(f[1])) for f in lg.sim.fired if str(f[0]) in keys and _ms(f[1]) >= to_ms(since)}
     new: set[tuple[str, int]] = set()
-    for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)):
-        if r.job_code in links and r.state not in (FiredState.SKIPPED, FiredState.PENDING) and not _shadow_only(r):
+    records = [
+        r for r in store.fired_between(biz, since, store.clock.now() + timedelta(hours=1)) if r.job_code in links
+    ]
+    # a pending record is a fire once its trigger recorded the occurrence (FiredState)
+    published = store.outcome_recorded([r for r in records if r.state is FiredState.PENDING])
+    for r in records:
+        unpublished = r.state is FiredState.PENDING and r.command_id not in published
+        if r.state is not FiredState.SKIPPED and not unpublished and not _shadow_only(r):
             new.add((links[r.job_code], int(parse_command_id(r.command_id)[1])))
     return legacy, new
 

@@ -7,9 +7,9 @@ ResultConsumer, FenceService), only wired to one bus inside the process. What th
 in-process bus cannot do is keep messages across a restart, so two things are put back
 from the store when the process starts:
 
-* every command the store recorded as published and no executor took (the scheduler
+* every command the store has a fired record of that no executor took (the scheduler
   publishes up to its lookahead ahead, with deliver-at = T) is published again, same
-  command ids, deliver-at T;
+  command ids, deliver-at T (a fired record is not stamped published: see FiredState);
 * every rollback fence is broadcast again on the control channel, so executors skip what
   they must skip.
 
@@ -79,14 +79,17 @@ class ContinuingElection:
         self.inner.close()
 
 
+# the states of a record no executor has taken: a schedule fire's records stay `pending`
+# (published or not: FiredState), a follow-up's are stamped `published`
+_UNTAKEN = (FiredState.PENDING, FiredState.PUBLISHED)
+
+
 def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
-    """Fired records published and never taken by an executor (their messages were in the
-    in-process bus of a process that stopped)."""
-    return [
-        r
-        for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD)
-        if r.state is FiredState.PUBLISHED
-    ]
+    """Fired records never taken by an executor (their messages were in the in-process
+    bus of a process that stopped). The pending ones whose trigger is still acquired for
+    them may not have been published: published again here, and fired again by reclaim,
+    both with the same command ids, which the executors take once."""
+    return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD) if r.state in _UNTAKEN]
 
 
 def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import Connection, Engine
 
+    from dualrun.store import DualRunStore
     from migrator.catchup import StreamCatchup
     from migrator.ports import FencePort, GateDecision, LegacyControl
+    from migrator.store import MigratorStore
     from migrator.target import TargetWriter
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
@@ -28,13 +30,30 @@ def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
 
 
-def target_writer(store: SqlTriggerStore) -> TargetWriter:
-    """The migrator's writer: the trigger store's port, and the migrator's own store on
-    the same engine (one database: a chunk's ledger rows commit with its jobs)."""
+def migrator_store(store: SqlTriggerStore) -> MigratorStore:
+    """The migrator's own store (its tables) in the trigger store's database: one database,
+    so a chunk's ledger rows commit in the transaction of its jobs. The one place the
+    migrator's store is made from the trigger store's engine; its entry points are handed it."""
     from migrator.store import MigratorStore
+
+    return MigratorStore(store.engine, store.clock)
+
+
+def dualrun_store(store: SqlTriggerStore) -> DualRunStore:
+    """Dual-run's own store in the trigger store's database, with the migrator's records it
+    reads (migrator.records, as dual-run's MigrationRecords port: dual-run may not import
+    the migrator, only the composition root joins them)."""
+    from dualrun.store import DualRunStore
+    from migrator.records import MigratorRecords
+
+    return DualRunStore(store.engine, MigratorRecords(migrator_store(store)))
+
+
+def target_writer(store: SqlTriggerStore) -> TargetWriter:
+    """The migrator's writer: the trigger store's port and the migrator's own store."""
     from migrator.target import TargetWriter
 
-    return TargetWriter(store, MigratorStore(store.engine, store.clock))
+    return TargetWriter(store, migrator_store(store))
 
 
 def open_bus(
@@ -89,14 +108,14 @@ class DualRunGate:
     """Adapts dual-run's stored verdicts to the migrator's CutoverGate port (the migrator
     may not import dualrun; only the composition root joins them)."""
 
-    def __init__(self, store: SqlTriggerStore) -> None:
-        self.store = store
+    def __init__(self, own: DualRunStore) -> None:
+        self.own = own
 
     def decision(self, biz_code: str) -> GateDecision | None:
         from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
-        v = latest(self.store, biz_code)
+        v = latest(self.own, biz_code)
         if v is None:
             return None
         return GateDecision(
@@ -109,7 +128,7 @@ class DualRunGate:
 
 
 def stream_catchup(
-    store: SqlTriggerStore, legacy: Engine, tz: str, *, wait_s: float = 5.0, max_pending: int = 0
+    own: MigratorStore, legacy: Engine, tz: str, *, wait_s: float = 5.0, max_pending: int = 0
 ) -> StreamCatchup | None:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
@@ -118,7 +137,7 @@ def stream_catchup(
 
     if not fast(legacy):
         return None
-    return StreamCatchup(store, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
+    return StreamCatchup(own, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
 
 def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> LegacyControl:

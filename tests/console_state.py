@@ -51,10 +51,11 @@ def build_state(
     env.migrator.run()
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)  # make_env drives the migration on a manual clock
-    codes = [b.biz_code for b in BusinessRegistry(env.store).all()]
+    codes = [b.biz_code for b in BusinessRegistry(env.own).all()]
     legacy, dual, cut, back = codes[:4]
     switch = BusinessSwitch(
         env.store,
+        env.own,
         XxlJobControl(env.legacy, clock),
         clock,
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
@@ -65,9 +66,10 @@ def build_state(
     window = Window(start=clock.now() - timedelta(minutes=35), end=clock.now())
     for code in (dual, cut, back):  # real verdicts (not ready: nothing fired in this setup), with reasons
         put_comparison(
-            env.store,
+            env.dual,
             compare_business(
                 env.store,
+                env.dual,
                 env.reader,
                 CompareRequest(biz_code=code, window=window),
                 settings=CompareSettings(),

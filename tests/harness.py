@@ -91,6 +91,12 @@ def _fields(s: SchedulerSettings) -> dict[str, Any]:
 def make_harness(tmp_path: Path, clock: ManualClock, partitions: int = 4, **settings: Any) -> Harness:
     engine = make_engine(f"sqlite:///{tmp_path / 'sched.db'}")
     init_schema(engine, partitions)
+    return harness_on(SqlTriggerStore(engine, clock), clock, **settings)
+
+
+def harness_on(store: SqlTriggerStore, clock: ManualClock, **settings: Any) -> Harness:
+    """A harness over a store the test already has, on a fresh in-process bus; `settings`
+    over the defaults (1 s idle wait, no jitter, no busy wait)."""
     base = dict(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0))
     base.update(settings)  # type: ignore[arg-type]
-    return Harness(clock, SqlTriggerStore(engine, clock), InProcessBus(clock), SchedulerSettings(**base))  # type: ignore[arg-type]
+    return Harness(clock, store, InProcessBus(clock), SchedulerSettings(**base))  # type: ignore[arg-type]

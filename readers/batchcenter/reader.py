@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import Connection, Engine, LargeBinary, Select, String, bindparam, cast, column, inspect, select, table
+from sqlalchemy import Connection, Engine, LargeBinary, Select, String, cast, column, inspect, select, table
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.sql.elements import ColumnClause, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 
 from readers.batchcenter.mapping import (
     DIGEST_MASKED,
@@ -36,9 +36,10 @@ from readers.fastpath import fast
 from readers.images import session_zone, shaped_decoder
 from readers.legacy_ddl.tables import WallTime
 from readers.legacy_ddl.values import parse_int, raw_text
+from readers.log_pages import Cursor, pages, uncached, window_page
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
-from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
+from readers.timezones import DEFAULT_ZONE, LegacyTimeZone
 
 T = TypeVar("T")
 
@@ -242,49 +243,30 @@ class BatchCenterReader(LegacyReader):
         if lo >= hi:
             return
         totals: dict[int, int] = {}
-        cursor: tuple[datetime, int] | None = None
-        while True:
-            rows = self._exec_page(biz_code, lo, hi, cursor)
+        for rows in pages(lambda cursor: self._exec_page(biz_code, lo, hi, cursor), "scheduled_time", self._batch):
             self._load_shard_totals(rows, totals)
             for row in rows:
                 yield map_exec(row, self._tz, totals)
-            if len(rows) < self._batch:
-                return
-            cursor = (parse_wall(rows[-1]["scheduled_time"]), int(rows[-1]["id"]))
 
-    def _exec_page(
-        self, biz_code: str, lo: datetime, hi: datetime, cursor: tuple[datetime, int] | None
-    ) -> list[RowMapping]:
-        t: ColumnClause[Any] = column("scheduled_time")
-        wall = WallTime(3)
+    def _exec_page(self, biz_code: str, lo: datetime, hi: datetime, cursor: Cursor | None) -> list[RowMapping]:
         stmt = (
             select(*self._select_list(EXEC_LOG, _EXEC_COLUMNS))
             .select_from(table(EXEC_LOG))
             .where(column("biz_code") == biz_code)
-            .where(t < bindparam("hi", hi, type_=wall))
-            .order_by(t, column("id"))
-            .limit(self._batch)
         )
-        if cursor is None:
-            stmt = stmt.where(t >= bindparam("lo", lo, type_=wall))
-        else:
-            at = bindparam("at", cursor[0], type_=wall)
-            stmt = stmt.where(t >= at).where((t > at) | (column("id") > cursor[1]))
+        page = window_page(stmt, column("scheduled_time"), WallTime(3), lo, hi, cursor, self._batch)
         with self._connect("read_exec_log") as conn:
-            return list(conn.execute(stmt).mappings())
+            return list(conn.execute(page).mappings())
 
     def _load_shard_totals(self, rows: Sequence[RowMapping], cache: dict[int, int]) -> None:
-        """Each task's shard count, fetched once per task; the cache is cleared, not
-        grown, past a bound."""
-        wanted = {int(r["task_id"]) for r in rows} - cache.keys()
+        """Each task's shard count, fetched once per task (log_pages.uncached)."""
+        wanted = uncached(rows, "task_id", cache, _SHARD_CACHE_LIMIT)
         if not wanted:
             return
-        if len(cache) > _SHARD_CACHE_LIMIT:
-            cache.clear()
         stmt: Select[*tuple[Any, ...]] = (
             select(column("id"), column("shard_total"), cast(column("shard_params"), LargeBinary).label("shard_params"))
             .select_from(table(TASK))
-            .where(column("id").in_(sorted(wanted)))
+            .where(column("id").in_(wanted))
         )
         with self._connect("read_shard_totals") as conn:
             for r in conn.execute(stmt).mappings():

@@ -40,6 +40,7 @@ from readers.fastpath import driver_rows, driver_tuples, fast
 from readers.images import session_zone, shaped_decoder
 from readers.legacy_ddl.tables import WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
+from readers.log_pages import Cursor, pages, uncached, window_page
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
 from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall
@@ -433,22 +434,16 @@ class XxlJobReader(LegacyReader):
         if not group_ids or lo >= hi:
             return
         retry_counts: dict[int, int] = {}
-        cursor: tuple[datetime, int] | None = None
-        while True:
-            rows = self._log_page(group_ids, lo, hi, cursor)
+        for rows in pages(lambda cursor: self._log_page(group_ids, lo, hi, cursor), "trigger_time", self._batch):
             self._load_retry_counts(rows, retry_counts)
             ctx = LogContext(tz=self._tz, groups=groups, retry_counts=retry_counts)
             for row in rows:
                 yield map_log(row, ctx)
-            if len(rows) < self._batch:
-                return
-            cursor = (parse_wall(rows[-1]["trigger_time"]), int(rows[-1]["id"]))
 
     def _log_page(
-        self, group_ids: Sequence[int], lo: datetime, hi: datetime, cursor: tuple[datetime, int] | None
+        self, group_ids: Sequence[int], lo: datetime, hi: datetime, cursor: Cursor | None
     ) -> list[RowMapping]:
         t: ColumnClause[Any] = column("trigger_time")
-        wall = WallTime()
         cols: list[Any] = [
             column("id"), column("job_group"), column("job_id"), column("executor_fail_retry_count"),
             t, column("trigger_code"), column("handle_time"), column("handle_code"),
@@ -456,34 +451,21 @@ class XxlJobReader(LegacyReader):
             _binary_prefix("trigger_msg", _TRIGGER_MSG_PREFIX),
             _binary_prefix("handle_msg", _HANDLE_MSG_PREFIX),
         ]  # fmt: skip
-        stmt = (
-            select(*cols)
-            .select_from(table(LOG))
-            .where(column("job_group").in_(group_ids))
-            .where(t < bindparam("hi", hi, type_=wall))
-            .order_by(t, column("id"))
-            .limit(self._batch)
-        )
-        if cursor is None:
-            stmt = stmt.where(t >= bindparam("lo", lo, type_=wall))
-        else:
-            at = bindparam("at", cursor[0], type_=wall)
-            stmt = stmt.where(t >= at).where((t > at) | (column("id") > cursor[1]))
+        stmt = select(*cols).select_from(table(LOG)).where(column("job_group").in_(group_ids))
+        page = window_page(stmt, t, WallTime(), lo, hi, cursor, self._batch)
         with self._connect("read_log") as conn:
-            return list(conn.execute(stmt).mappings())
+            return list(conn.execute(page).mappings())
 
     def _load_retry_counts(self, rows: Sequence[RowMapping], cache: dict[int, int]) -> None:
         """The configured retry count of each job in a page (attempt = configured -
-        remaining), fetched once per job; the cache is cleared, not grown, past a bound."""
-        wanted = {int(r["job_id"]) for r in rows} - cache.keys()
+        remaining), fetched once per job (log_pages.uncached)."""
+        wanted = uncached(rows, "job_id", cache, _RETRY_CACHE_LIMIT)
         if not wanted:
             return
-        if len(cache) > _RETRY_CACHE_LIMIT:
-            cache.clear()
         stmt: Select[*tuple[Any, ...]] = (
             select(column("id"), column("executor_fail_retry_count"))
             .select_from(table(INFO))
-            .where(column("id").in_(sorted(wanted)))
+            .where(column("id").in_(wanted))
         )
         with self._connect("read_retry_counts") as conn:
             for r in conn.execute(stmt).mappings():

@@ -353,13 +353,18 @@ class PulsarBus(MessageBus):
             return
         full = self.pulsar_topic(CONTROL_TOPIC)
         try:
-            # durable, from the earliest message still there; closed at once, never acks
+            # durable, from the earliest message still there; closed at once, never acks.
+            # Shared: every process following or publishing makes sure of it, and those
+            # starting together (executors of a business scaled out) attach at once; an
+            # Exclusive one refused all but the first (ConsumerBusy)
             self._client.subscribe(
                 full,
                 CONTROL_RETAINER,
-                consumer_type=pulsar.ConsumerType.Exclusive,
+                consumer_type=pulsar.ConsumerType.Shared,
                 initial_position=pulsar.InitialPosition.Earliest,
             ).close()
+        except pulsar.ConsumerBusy:
+            pass  # attached to by another process right now (one of an older release): it exists
         except Exception as exc:
             raise BusError(
                 f"cannot create the retaining subscription on {full} at {self._service_url}: {_one_line(exc)}"

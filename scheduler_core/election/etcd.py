@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import aetcd
 
 from scheduler_core.clock import SystemClock
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.metrics import election_error, election_reconnect
 from scheduler_core.model import Epoch
@@ -439,9 +440,7 @@ class EtcdElection(Election):
     async def _resign(self) -> None:
         task, self._keepalive_task = self._keepalive_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_quietly(task)
         with self._lock:
             term, self._term = self._term, None
         if term is None or term.lost is not None or self._client is None:
@@ -463,9 +462,7 @@ class EtcdElection(Election):
             await self._resign()
         finally:
             client, self._client = self._client, None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.close(), self._rpc_timeout * 2)
+            await close_quietly(client, self._rpc_timeout * 2)
 
     async def _revoke_quietly(self, lease_id: int) -> None:
         if self._client is None:

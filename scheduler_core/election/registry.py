@@ -38,6 +38,7 @@ from scheduler_core.election.etcd import (
     _one_line,
     _parse_endpoint,
 )
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.errors import ElectionError
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Clock, Ownership, Registry, RegistryView
@@ -291,20 +292,14 @@ class EtcdRegistry(Registry):
 
     async def _stop_tasks(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_quietly(*tasks)
 
     async def _shutdown(self) -> None:
         try:
             await self._leave()
         finally:
             client, self._client = self._client, None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.close(), self._rpc_timeout * 2)
+            await close_quietly(client, self._rpc_timeout * 2)
 
 
 def read_registry(endpoint: str, prefix: str = DEFAULT_PREFIX) -> RegistryView:

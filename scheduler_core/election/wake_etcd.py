@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 import aetcd
 
 from scheduler_core.election.etcd import _CHANNEL_OPTIONS, _TRANSIENT, _LoopThread, _one_line, _parse_endpoint
+from scheduler_core.election.shutdown import cancel_quietly, close_quietly
 from scheduler_core.ports import Wakeups
 from scheduler_core.wakeup import Listener, Listeners, merge_due
 
@@ -168,10 +169,6 @@ class EtcdWakeups(Wakeups):
     async def _shutdown(self) -> None:
         task, self._watch_task = self._watch_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_quietly(task)
         client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), _RPC_TIMEOUT_S)
+        await close_quietly(client, _RPC_TIMEOUT_S)

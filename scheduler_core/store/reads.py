@@ -13,7 +13,7 @@ from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.fence import MESSAGE_PREFIX
 from scheduler_core.model import FiredState, TriggerState
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
 
 def fired_rows(
@@ -26,14 +26,15 @@ def fired_rows(
     fenced_as: str | None = None,
     by_time: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """The `columns` of a business's fired records scheduled in [start_ms, end_ms).
+    """The `columns` of a business's fired records scheduled in [start_ms, end_ms); the
+    "state" column as read by `_state` (published derived from the trigger's outcome).
     `fenced_as`: the "state" column names a rollback fence's skip so (told from a misfire
     policy's skip by the message the fence writes, in the query: the message itself is
     never fetched unless asked for). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
     fr = store.t.fired
-    stmt = select(
-        *(_state(fr, fenced_as) if c == "state" and fenced_as is not None else fr.c[c] for c in columns)
-    ).where(fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms)
+    stmt = select(*(_state(store, fenced_as) if c == "state" else fr.c[c] for c in columns)).where(
+        fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms
+    )
     if by_time:
         stmt = stmt.order_by(fr.c.scheduled_at)
     with store.engine.connect() as conn:
@@ -53,9 +54,15 @@ def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_m
         return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
 
 
-def _state(fr: Any, fenced_as: str) -> ColumnElement[Any]:
-    fenced = and_(fr.c.state == FiredState.SKIPPED.value, fr.c.message.like(f"{MESSAGE_PREFIX}%"))
-    return case((fenced, fenced_as), else_=fr.c.state).label("state")
+def _state(store: SqlTriggerStore, fenced_as: str | None) -> ColumnElement[Any]:
+    """The "state" column as read: `published` for a pending record whose trigger recorded
+    its occurrence's outcome (the fire path stamps none: FiredState), and a fence's skip
+    as `fenced_as` when given."""
+    fr = store.t.fired
+    whens: list[tuple[ColumnElement[bool], str]] = [(published_by_outcome(store.t), FiredState.PUBLISHED.value)]
+    if fenced_as is not None:
+        whens.append((and_(fr.c.state == FiredState.SKIPPED.value, fr.c.message.like(f"{MESSAGE_PREFIX}%")), fenced_as))
+    return case(*whens, else_=fr.c.state).label("state")
 
 
 def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:

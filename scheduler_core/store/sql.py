@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
 from scheduler_core.errors import IllegalTransition
@@ -501,36 +501,31 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             )
         return self._fired_sql
 
-    def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
+    def finish_fire(self, changes: Sequence[Transition]) -> list[list[TriggerId]]:
+        # the chunk's outcome in one commit. No published stamp on the fired records: the
+        # outcome CAS is written only after the broker acked the chunk, so a trigger whose
+        # last_fired_at reached an occurrence has published it (see `outcome_recorded`); a
+        # crash before this commit leaves the triggers acquired, re-fired with the same ids
         with self.engine.begin() as conn:
-            return self._mark_published(conn, command_ids, at)
-
-    def finish_fire(
-        self, published: Sequence[CommandId], at: datetime, changes: Sequence[Transition]
-    ) -> list[list[TriggerId]]:
-        # one commit per fired chunk instead of one per step: the records' published stamp
-        # and the triggers' outcome land together (a crash before it leaves the triggers
-        # acquired, so they are re-fired with the same command ids, as before)
-        with self.engine.begin() as conn:
-            if published:
-                self._mark_published(conn, published, at)
             return [self._cas_winners(conn, change) for change in changes]
 
-    def _mark_published(self, conn: Connection, command_ids: Sequence[CommandId], at: datetime) -> int:
-        # driver SQL, like the CAS: one statement per chunk, its IN list as wide as the chunk
+    def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:
+        # runs outside the schedule only (follow-ups, a schedule edit's pending runs): a
+        # schedule fire's publication is told by its trigger's outcome (outcome_recorded).
+        # Driver SQL, like the CAS: one statement per chunk, its IN list as wide as the chunk
         rank = int(FIRED_RANK[FiredState.PUBLISHED])
         mark = self._mark()
         changed = 0
-        for chunk in _chunks(list(command_ids)):
-            # state before state_rank: MySQL assigns left to right, and both read the old rank
-            sql = (
-                f"UPDATE {self.t.fired.name} SET published_at = {int(to_ms(at))},"
-                f" state = CASE WHEN state_rank < {rank} THEN {mark} ELSE state END,"
-                f" state_rank = CASE WHEN state_rank < {rank} THEN {rank} ELSE state_rank END"
-                f" WHERE command_id IN ({', '.join([mark] * len(chunk))}) AND published_at IS NULL"
-            )
-            result = conn.exec_driver_sql(sql, (FiredState.PUBLISHED.value, *chunk))
-            changed += result.rowcount or 0
+        with self.engine.begin() as conn:
+            for chunk in _chunks(list(command_ids)):
+                # state before state_rank: MySQL assigns left to right, and both read the old rank
+                sql = (
+                    f"UPDATE {self.t.fired.name} SET published_at = {int(to_ms(at))},"
+                    f" state = CASE WHEN state_rank < {rank} THEN {mark} ELSE state END,"
+                    f" state_rank = CASE WHEN state_rank < {rank} THEN {rank} ELSE state_rank END"
+                    f" WHERE command_id IN ({', '.join([mark] * len(chunk))}) AND published_at IS NULL"
+                )
+                changed += conn.exec_driver_sql(sql, (FiredState.PUBLISHED.value, *chunk)).rowcount or 0
         return changed
 
     def update_fired(self, updates: Sequence[FiredUpdate]) -> int:
@@ -626,6 +621,32 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                     out[rec.command_id] = rec
         return out
 
+    def outcome_recorded(self, records: Sequence[FiredRecord]) -> set[CommandId]:
+        """The `pending` records among these whose commands were published: those of an
+        occurrence whose trigger has recorded its outcome. The one place that tells it.
+
+        The fire path stamps no published state on its records (one row write and one
+        statement per chunk less): the outcome CAS, which stamps the trigger's
+        `last_fired_at` = the occurrence fired, commits only after the broker acked the
+        chunk's messages, and a trigger fires its occurrences in order. So a record with
+        last_fired_at >= its scheduled time was published; one whose trigger is still
+        acquired for it (or was released after a failed publication) may or may not have
+        been, and is fired again with the same command ids.
+
+        Runs outside the schedule (follow-ups, a schedule edit's pending runs) move no
+        trigger: they are stamped `published` (`mark_published`) once published, and
+        their publishers read that stamp, never this. For such a run left unstamped the
+        rule here can answer yes wrongly, when its trigger fired a later occurrence.
+        Records read as the store has them now, not as passed."""
+        fr = self.t.fired
+        ids = [r.command_id for r in records if r.state is FiredState.PENDING and r.published_at is None]
+        out: set[CommandId] = set()
+        with self.engine.connect() as conn:
+            for chunk in _chunks(ids):
+                stmt = select(fr.c.command_id).where(fr.c.command_id.in_(chunk), published_by_outcome(self.t))
+                out.update(CommandId(c) for c in conn.execute(stmt).scalars())
+        return out
+
     # --- rollback fences (FenceStore) -----------------------------------------------------
 
     def raise_business_fence(self, biz_code: str, from_ms: int, message: str) -> tuple[Fence, int]:
@@ -657,7 +678,6 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 return None
             # records at or after the new end that only the fence called skipped: their
             # commands run again, so they wait for their executor's result again
-            unpublished = fr.c.published_at.is_(None)
             conn.execute(
                 update(fr)
                 .where(
@@ -666,14 +686,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                     fr.c.state == FiredState.SKIPPED.value,
                     fr.c.state_rank == PROVISIONAL_SKIP_RANK,
                 )
-                .values(
-                    state=case((unpublished, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
-                    state_rank=case(
-                        (unpublished, FIRED_RANK[FiredState.PENDING]), else_=FIRED_RANK[FiredState.PUBLISHED]
-                    ),
-                    message="",
-                    result_at=None,
-                )
+                .values(**unskipped_values(fr))
             )
         return fence
 
@@ -778,3 +791,27 @@ def _item_update_statement(fr: Any) -> Any:
 def _unprefixed(params: dict[str, Any]) -> dict[str, Any]:
     """`p_x` / `u_x` -> `x`: the joined form's column names (result_joins)."""
     return {k[2:]: v for k, v in params.items()}
+
+
+def unskipped_values(fr: Any) -> dict[str, Any]:
+    """What a record only provisionally skipped (a rollback fence, a schedule edit) goes
+    back to when the skip is lifted, waiting for its executor's result again: `published`
+    if it was stamped so (a run outside the schedule), else `pending` (a schedule fire,
+    whose publication its trigger tells: `SqlTriggerStore.outcome_recorded`)."""
+    unstamped = fr.c.published_at.is_(None)
+    return {
+        "state": case((unstamped, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
+        "state_rank": case((unstamped, FIRED_RANK[FiredState.PENDING]), else_=FIRED_RANK[FiredState.PUBLISHED]),
+        "message": "",
+        "result_at": None,
+    }
+
+
+def published_by_outcome(t: Tables) -> ColumnElement[bool]:
+    """SQL condition on `t.fired`: a record the fire path left `pending` whose trigger has
+    recorded the outcome of its occurrence (last_fired_at at or after it), so was
+    published (`SqlTriggerStore.outcome_recorded` says why). Per pending record, one
+    primary-key read of its trigger."""
+    fr, tr = t.fired, t.trigger
+    last = select(tr.c.last_fired_at).where(tr.c.id == fr.c.trigger_id).scalar_subquery()
+    return and_(fr.c.state == FiredState.PENDING.value, fr.c.published_at.is_(None), last >= fr.c.scheduled_at)

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, FiredRecord, FiredState
@@ -20,12 +21,11 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
-    FIRED_RANK,
     MESSAGE_MAX,
     PROVISIONAL_SKIP_RANK,
     fired_row,
 )
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.sql import SqlTriggerStore, unskipped_values
 from scheduler_core.supersede import MESSAGE_PREFIX, Supersede, SupersedeRelay, skip_message
 
 
@@ -86,12 +86,7 @@ class SqlSupersedes:
                     fr.c.state_rank == PROVISIONAL_SKIP_RANK,
                     fr.c.message.like(f"{MESSAGE_PREFIX}%"),
                 )
-                .values(
-                    state=FiredState.PUBLISHED.value,
-                    state_rank=FIRED_RANK[FiredState.PUBLISHED],
-                    message="",
-                    result_at=None,
-                )
+                .values(**unskipped_values(fr))
             )
         values: dict[str, Any] = {
             "biz_code": biz_code,
@@ -122,9 +117,16 @@ class SqlSupersedes:
         with self.store.engine.connect() as conn:
             return [_supersede_of(r) for r in conn.execute(stmt)]
 
-    def claim_pending(self, s: Supersede, records: list[FiredRecord]) -> bool:
+    def claim_pending(self, s: Supersede, records: list[FiredRecord], owned: Owned | None = None) -> bool:
         ts = self.t.trigger_supersede
         with self.store.engine.begin() as conn:
+            if owned is not None and owned.fence is not None and owned.epoch is not None:
+                # a partition's owner under the registry: only while its fence still holds
+                # the ownership (read with a shared lock as the fire pipeline's records
+                # are: a newer owner's claim waits for this transaction, or is seen by it)
+                lock = self.store._lock_fence_reads(conn)
+                if not self.store._fence_holds(conn, owned.fence, owned.epoch, lock):
+                    return False
             # the row lock first (see record_edit): an edit in between makes this a no-op
             still = conn.execute(
                 update(ts)
@@ -169,12 +171,17 @@ def _chunks(values: Sequence[int], size: int = 500) -> Iterable[list[int]]:
 
 
 def supersede_relay(
-    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics
+    store: SqlTriggerStore,
+    bus: MessageBus,
+    settings: SchedulerSettings,
+    metrics: SchedulerMetrics,
+    scope: RelayScope = EVERYTHING,
 ) -> SupersedeRelay:
     """The relay of schedule edits for the process that has the bus (the scheduler leader,
-    `switchyard serve`): its pending runs built and published as the fire pipeline does."""
+    `switchyard serve`, a shard registry member for its partitions' triggers): its
+    pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)
-    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline)
+    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline, scope)
 
 
 __all__ = ["SqlSupersedes", "supersede_relay"]

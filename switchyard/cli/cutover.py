@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from datetime import timedelta
 
 import click
@@ -22,9 +24,11 @@ from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, p
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
+    dualrun_store,
     fence_service,
     legacy_control,
     legacy_switches,
+    migrator_store,
     open_bus,
     open_store,
     stream_catchup,
@@ -54,8 +58,9 @@ def _switch(
     evaluates no legacy cron: the triggers carry their own zone, xxl-job's
     trigger_next_time is epoch ms)."""
     store = open_store(url)
+    own = migrator_store(store)
     try:
-        rec = BusinessRegistry(store).get(biz)
+        rec = BusinessRegistry(own).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
         try:
@@ -67,13 +72,14 @@ def _switch(
         try:
             yield BusinessSwitch(
                 store,
+                own,
                 control,
                 store.clock,
-                DualRunGate(store),
+                DualRunGate(dualrun_store(store)),
                 max_verdict_age=timedelta(seconds=max_age_s),
                 fences=fence_service(store, bus) if bus is not None else None,
                 catchup=stream_catchup(
-                    store,
+                    own,
                     control.engine,  # type: ignore[attr-defined]
                     db_tz,
                     wait_s=stream_wait_s,
@@ -86,18 +92,54 @@ def _switch(
         store.engine.dispose()
 
 
+@dataclass(frozen=True)
+class _BusArgs:
+    """The values of the bus options (_bus_opts)."""
+
+    bus_url: str
+    pulsar_admin: str | None
+    pulsar_token_env: str
+    topic_prefix: str
+
+    @contextmanager
+    def opened(self) -> Iterator[MessageBus]:
+        bus = open_bus(
+            self.bus_url,
+            admin_url=self.pulsar_admin,
+            token=os.environ.get(self.pulsar_token_env),
+            topic_prefix=self.topic_prefix,
+        )
+        try:
+            yield bus
+        finally:
+            bus.close()
+
+
 def _bus_opts(fn):  # type: ignore[no-untyped-def]
     """The bus the executors follow: the rollback fence is broadcast on its control
     channel (with 'memory', only the store has it: no executor in another process is on
     an in-process bus; a `switchyard serve` on the same store reads it from there within
-    250 ms)."""
+    250 ms). The options reach the command as one `bus_args` (_BusArgs)."""
+
+    @functools.wraps(fn)
+    def with_bus_args(*args, **kwargs):  # type: ignore[no-untyped-def]
+        given = {f.name: kwargs.pop(f.name) for f in fields(_BusArgs)}
+        return fn(*args, bus_args=_BusArgs(**given), **kwargs)
+
+    out = with_bus_args
     for opt in (topic_prefix, pulsar_token, pulsar_admin, bus_url):
+        out = opt(out)
+    return out
+
+
+def _switch_opts(fn):  # type: ignore[no-untyped-def]
+    """What every switch command (cutover, rollback, dualrun start) is told first: the
+    business, the store, its legacy database and zones, and who is switching."""
+    for opt in reversed(
+        (click.argument("biz_code", metavar="BUSINESS"), store_url, legacy_opt, legacy_zone_options, actor_opt)
+    ):
         fn = opt(fn)
     return fn
-
-
-def _open_bus(bus_url: str, pulsar_admin: str | None, pulsar_token_env: str, topic_prefix: str) -> MessageBus:
-    return open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix)
 
 
 def _emit(report: SwitchReport, as_json: bool) -> None:
@@ -173,10 +215,11 @@ def status(
 
     store = open_store(url)
     try:
-        records = {r.biz_code: r for r in BusinessRegistry(store).all()}
-        verdicts = latest_by_business(store)
+        own = migrator_store(store)
+        records = {r.biz_code: r for r in BusinessRegistry(own).all()}
+        verdicts = latest_by_business(dualrun_store(store))
         owned = ownership(
-            store, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
+            store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
         )
     finally:
         store.engine.dispose()
@@ -228,11 +271,7 @@ def status(
 
 
 @click.command("cutover")
-@click.argument("biz_code", metavar="BUSINESS")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
 @click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
@@ -281,11 +320,7 @@ def cutover(
 
 
 @click.command("rollback")
-@click.argument("biz_code", metavar="BUSINESS")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--reason", default="", help="Why (audited).")
 @_bus_opts
 @json_opt
@@ -298,10 +333,7 @@ def rollback(
     legacy_zones: LegacyZones,
     actor: str,
     reason: str,
-    bus_url: str,
-    pulsar_admin: str | None,
-    pulsar_token_env: str,
-    topic_prefix: str,
+    bus_args: _BusArgs,
     as_json: bool,
 ) -> None:
     """Send BUSINESS back to its legacy scheduler in seconds, exactly at the boundary.
@@ -310,12 +342,8 @@ def rollback(
     every command of the business at or after F, and legacy fires from F on. Refused
     (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
     could not be handed back (each one named)."""
-    bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
-    try:
-        with _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-            report = sw.rollback(biz_code, actor=actor, reason=reason)
-    finally:
-        bus.close()
+    with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+        report = sw.rollback(biz_code, actor=actor, reason=reason)
     _emit(report, as_json)
     if not report.ok:
         # never a success on a hand-over that left jobs behind: each is named above
@@ -323,11 +351,7 @@ def rollback(
 
 
 @click.command("start")
-@click.argument("biz_code", metavar="BUSINESS")
-@store_url
-@legacy_opt
-@legacy_zone_options
-@actor_opt
+@_switch_opts
 @click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
 @click.option("--reason", default="", help="Why (audited).")
 @_bus_opts
@@ -342,17 +366,10 @@ def dualrun_start(
     actor: str,
     shadow: bool,
     reason: str,
-    bus_url: str,
-    pulsar_admin: str | None,
-    pulsar_token_env: str,
-    topic_prefix: str,
+    bus_args: _BusArgs,
     as_json: bool,
 ) -> None:
     """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
-    bus = _open_bus(bus_url, pulsar_admin, pulsar_token_env, topic_prefix)
-    try:
-        with _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-            _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)
-    finally:
-        bus.close()
+    with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+        _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)

@@ -21,6 +21,7 @@ from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
+from dualrun.store import DualRunStore
 from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
@@ -42,7 +43,7 @@ from switchyard.cli.options import (
 )
 from switchyard.logs import configure_logging
 from switchyard.settings import parse_zones
-from switchyard.wiring import legacy_reader, open_bus, open_store, stream_catchup
+from switchyard.wiring import dualrun_store, legacy_reader, migrator_store, open_bus, open_store, stream_catchup
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,6 +117,7 @@ class Sources:
     """What every comparison of a command needs: the store, the legacy side, settings."""
 
     store: SqlTriggerStore
+    own: DualRunStore  # dual-run's store beside it, with the migrator's records (wiring.dualrun_store)
     legacy_url: str
     legacy_tz: LegacyZones  # the DATETIMEs' zone (the log) and the crons' (expected fires)
     source: SourceSystem | None
@@ -149,19 +151,21 @@ class Sources:
         request = CompareRequest(
             biz_code=biz_code, window=window, source=self.source, legacy_biz_code=legacy_biz_code, shadow=shadow
         )
-        source = self.source or _stored_source(self.store, biz_code)
+        source = self.source or _stored_source(self.own, biz_code)
         result = compare_business(
-            self.store, self.reader(source), request, settings=settings, now=now, probe=self.probe
+            self.store, self.own, self.reader(source), request, settings=settings, now=now, probe=self.probe
         )
         result = replace(result, stream=self.stream_state(biz_code, source, now))
-        return result, put_comparison(self.store, result)
+        return result, put_comparison(self.own, result)
 
     def stream_state(self, biz_code: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
         """The business's change stream now (no waiting), as the cutover gate will judge it;
         None when no stream follows it or the legacy database has no binlog."""
         legacy = make_engine(self.legacy_url)
         try:
-            check = stream_catchup(self.store, legacy, self.legacy_tz.db)  # polled update_times: the DATETIMEs' zone
+            check = stream_catchup(
+                migrator_store(self.store), legacy, self.legacy_tz.db
+            )  # polled update_times: the DATETIMEs' zone
             if check is None:
                 return None
             check.wait = timedelta(0)
@@ -177,8 +181,8 @@ class Sources:
         )
 
 
-def _stored_source(store: SqlTriggerStore, biz_code: str) -> SourceSystem:
-    for info in fetch_businesses(store):
+def _stored_source(own: DualRunStore, biz_code: str) -> SourceSystem:
+    for info in fetch_businesses(own):
         if info.biz_code == biz_code:
             return SourceSystem(info.source_system)
     raise NoSourceSystem(biz_code)
@@ -300,7 +304,8 @@ def _sources(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     return Sources(
-        store=open_store(url),
+        store=(store := open_store(url)),
+        own=dualrun_store(store),
         legacy_url=legacy_url,
         legacy_tz=zones,
         source=SourceSystem(source) if source else None,
@@ -377,15 +382,29 @@ def compare_cmd(
     sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
 
 
+def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # type: ignore[no-untyped-def]
+    """--business, --every and --max-runs: what a watch loop (watch, watch-cutover) is told."""
+
+    def add(fn):  # type: ignore[no-untyped-def]
+        for opt in reversed(
+            (
+                click.option("--business", "biz_codes", multiple=True, help=business_help),
+                click.option("--every", default="1m", show_default=True, callback=_duration, help=every_help),
+                click.option("--max-runs", type=click.IntRange(1), default=None, help=max_runs_help),
+            )
+        ):
+            fn = opt(fn)
+        return fn
+
+    return add
+
+
 @dualrun.command("watch", epilog=EPILOG)
-@click.option(
-    "--business",
-    "biz_codes",
-    multiple=True,
-    help="Business to watch (biz_code, repeatable; default: every business in dual_run).",
+@_watch_options(
+    "Business to watch (repeatable; default: every business in dual_run).",
+    "Interval between comparisons.",
+    "Stop after N comparisons per business.",
 )
-@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between comparisons.")
-@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N comparisons per business.")
 @click.option(
     "--grace",
     default="30s",
@@ -404,13 +423,13 @@ def watch_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = _sources(**source_kw)
-    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "dual_run"]
+    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
     # an unreachable legacy database is a one-line error at start (exit 3), not a series
     # of failed runs; failures after the start are reported run by run
     for name in names:
-        source = sources.source or _stored_source(sources.store, name)
+        source = sources.source or _stored_source(sources.own, name)
         sources.reader(source).businesses()
     stop = stop_event()
     watch = Watch(
@@ -474,14 +493,11 @@ Example:
 Exit codes: 0 nothing missing, doubled or late in any check; 1 some were (or a check
 failed); 2 bad arguments; 3 a database unreachable.""",
 )
-@click.option(
-    "--business",
-    "biz_codes",
-    multiple=True,
-    help="Cut-over business to watch (biz_code, repeatable; default: every business in cutover).",
+@_watch_options(
+    "Cut-over business to watch (repeatable; default: every business in cutover).",
+    "Interval between checks.",
+    "Stop after N checks of each business.",
 )
-@click.option("--every", default="1m", show_default=True, callback=_duration, help="Interval between checks.")
-@click.option("--max-runs", type=click.IntRange(1), default=None, help="Stop after N checks of each business.")
 @click.option(
     "--lookback",
     default=None,
@@ -535,7 +551,8 @@ def watch_cutover_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = Sources(
-        store=open_store(url),
+        store=(store := open_store(url)),
+        own=dualrun_store(store),
         legacy_url=legacy_url,
         legacy_tz=legacy_zones,
         source=SourceSystem(source) if source else None,
@@ -545,12 +562,12 @@ def watch_cutover_cmd(
         readers={},
     )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
-    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.store) if b.state == "cutover"]
+    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)
     for name in names:  # a business never cut over is a wrong argument, said before the watch starts
         try:
-            cutover_time(sources.store, name)
+            cutover_time(sources.own, name)
         except NotCutOver as exc:
             sources.store.engine.dispose()
             raise CliFailure(str(exc), exitcodes.USAGE) from None
@@ -564,10 +581,11 @@ def watch_cutover_cmd(
     try:
         while not stop.is_set():
             for name in names:
-                src = sources.source or _stored_source(sources.store, name)
+                src = sources.source or _stored_source(sources.own, name)
                 try:
                     result = check_after_cutover(
                         sources.store,
+                        sources.own,
                         sources.reader(src),
                         name,
                         source=src,

@@ -8,9 +8,11 @@ may be given too: its handlers (registered under job codes) take precedence.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
+from dataclasses import dataclass, fields
 from typing import Any
 
 import click
@@ -97,41 +99,53 @@ _BRIDGE_OPTIONS = (
 )
 
 
+# which bridges a process serves (`executor run` and `serve` share it)
+bridge_choice = click.option(
+    "--bridge",
+    "bridges",
+    multiple=True,
+    type=click.Choice(["xxl-job", "batch-center"]),
+    help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.",
+)
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """The values of the legacy bridges' options (_BRIDGE_OPTIONS)."""
+
+    legacy_url: str | None
+    legacy_db_tz: str
+    executor_addresses: tuple[str, ...]
+    access_token_env: str | None
+    listen: str
+    advertise_host: str | None
+    forward_to: tuple[str, ...]
+    bc_token_env: str | None
+
+
 def bridge_options(fn):  # type: ignore[no-untyped-def]
-    """The legacy bridges' options (`executor run` and `serve` share them)."""
+    """The legacy bridges' options (`executor run` and `serve` share them); they reach the
+    command as one `bridge_settings` (BridgeSettings)."""
+
+    @functools.wraps(fn)
+    def with_settings(*args, **kwargs):  # type: ignore[no-untyped-def]
+        given = {f.name: kwargs.pop(f.name) for f in fields(BridgeSettings)}
+        return fn(*args, bridge_settings=BridgeSettings(**given), **kwargs)
+
+    out = with_settings
     for opt in reversed(_BRIDGE_OPTIONS):
-        fn = opt(fn)
-    return fn
+        out = opt(out)
+    return out
 
 
 class Bridges:
     """The legacy bridges a process serves: one xxl-job endpoint (bound once) and the
     batch center's token lookup, registered on each executor that needs them."""
 
-    def __init__(
-        self,
-        bridges: tuple[str, ...],
-        *,
-        legacy_url: str | None,
-        legacy_db_tz: str,
-        executor_addresses: tuple[str, ...],
-        access_token_env: str | None,
-        listen: str,
-        advertise_host: str | None,
-        forward_to: tuple[str, ...],
-        bc_token_env: str | None,
-    ) -> None:
-        xxl_kw = _xxl_settings(
-            bridges=bridges,
-            legacy_url=legacy_url,
-            legacy_db_tz=legacy_db_tz,
-            executor_addresses=executor_addresses,
-            access_token_env=access_token_env,
-            listen=listen,
-            advertise_host=advertise_host,
-            forward_to=forward_to,
-        )
-        self.bc_tokens = _bc_tokens(bridges, legacy_url, bc_token_env)
+    def __init__(self, bridges: tuple[str, ...], settings: BridgeSettings) -> None:
+        xxl_kw = _xxl_settings(bridges, settings)
+        self.bc_tokens = _bc_tokens(bridges, settings.legacy_url, settings.bc_token_env)
+        listen, access_token_env = settings.listen, settings.access_token_env
         self.xxl = None
         if xxl_kw is not None:
             from scheduler_core.executor.bridges import XxlJobBridge
@@ -168,13 +182,7 @@ class Bridges:
     default=None,
     help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.",
 )
-@click.option(
-    "--bridge",
-    "bridges",
-    multiple=True,
-    type=click.Choice(["xxl-job", "batch-center"]),
-    help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.",
-)
+@bridge_choice
 @click.option("--business", "biz_code", required=True, help="The biz_code whose command topic to consume.")
 @bus_url
 @pulsar_admin
@@ -202,14 +210,7 @@ def run_cmd(
     topic_prefix: str,
     concurrency: int,
     shadow: bool,
-    legacy_url: str | None,
-    legacy_db_tz: str,
-    executor_addresses: tuple[str, ...],
-    access_token_env: str | None,
-    listen: str,
-    advertise_host: str | None,
-    forward_to: tuple[str, ...],
-    bc_token_env: str | None,
+    bridge_settings: BridgeSettings,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -222,17 +223,7 @@ def run_cmd(
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     # the bridges first: a usage error (an unset token variable, a port in use) before any connection
-    legacy = Bridges(
-        bridges,
-        legacy_url=legacy_url,
-        legacy_db_tz=legacy_db_tz,
-        executor_addresses=executor_addresses,
-        access_token_env=access_token_env,
-        listen=listen,
-        advertise_host=advertise_host,
-        forward_to=forward_to,
-        bc_token_env=bc_token_env,
-    )
+    legacy = Bridges(bridges, bridge_settings)
     closers = [legacy.close]
     try:
         bus = open_bus(
@@ -259,19 +250,12 @@ def run_cmd(
             close()
 
 
-def _xxl_settings(
-    *,
-    bridges: tuple[str, ...],
-    legacy_url: str | None,
-    legacy_db_tz: str,
-    executor_addresses: tuple[str, ...],
-    access_token_env: str | None,
-    listen: str,
-    advertise_host: str | None,
-    forward_to: tuple[str, ...],
-) -> dict[str, Any] | None:
+def _xxl_settings(bridges: tuple[str, ...], settings: BridgeSettings) -> dict[str, Any] | None:
     if "xxl-job" not in bridges:
         return None
+    legacy_url, legacy_db_tz, listen = settings.legacy_url, settings.legacy_db_tz, settings.listen
+    executor_addresses, access_token_env = settings.executor_addresses, settings.access_token_env
+    forward_to, advertise_host = settings.forward_to, settings.advertise_host
     host, port = _host_port(listen, "--listen")
     token = _secret(access_token_env, "--access-token-env")
     provider = None

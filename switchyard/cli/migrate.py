@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from datetime import timezone
 
 import click
@@ -78,24 +79,47 @@ def open_reader(
     return legacy_reader(source, bind, tz, xxl_version=xxl_version)
 
 
+@dataclass(frozen=True)
+class DefinitionArgs:
+    """What plan, run and stream are told about the legacy definitions to read and the
+    store to write: their shared options, parsed once (definition_options)."""
+
+    source: str
+    legacy_url: str
+    target_url: str
+    biz_codes: Sequence[str]
+    zones: LegacyZones
+    xxl_job_version: str | None
+    bridge_glue: bool
+    api_only: Sequence[str]
+
+    def mapping_options(self) -> MappingOptions:
+        return MappingOptions(api_only_businesses=tuple(self.api_only), bridge_glue=self.bridge_glue)
+
+    def reader(self, legacy: Engine | Connection) -> LegacyReader:
+        return open_reader(self.source, legacy, self.zones, self.xxl_job_version)
+
+
 def definition_options(fn):  # type: ignore[no-untyped-def]
-    """The options plan, run and stream share. The three zone options reach the command
-    as one `zones` (switchyard.settings.legacy_zones)."""
+    """The options plan, run and stream share. They reach the command as one `defs`
+    (DefinitionArgs); the three zone options as its `zones` (switchyard.settings.legacy_zones)."""
 
     @functools.wraps(fn)
-    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, xxl_job_version, **kwargs):  # type: ignore[no-untyped-def]
+    def with_zones(*args, legacy_tz, legacy_db_tz, legacy_cron_tz, **kwargs):  # type: ignore[no-untyped-def]
+        source, xxl_job_version = kwargs["source"], kwargs["xxl_job_version"]
         try:
-            zones = legacy_zones(kwargs["source"], legacy_tz, legacy_db_tz, legacy_cron_tz)
+            zones = legacy_zones(source, legacy_tz, legacy_db_tz, legacy_cron_tz)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         if xxl_job_version is not None:
-            if kwargs["source"] != SourceSystem.XXL_JOB.value:
+            if source != SourceSystem.XXL_JOB.value:
                 raise click.UsageError("--xxl-job-version is for --source xxl-job")
             try:
                 parse_version(xxl_job_version)
             except ValueError as exc:
                 raise click.UsageError(str(exc)) from None
-        return fn(*args, zones=zones, xxl_job_version=xxl_job_version, **kwargs)
+        given = {f.name: kwargs.pop(f.name) for f in fields(DefinitionArgs) if f.name != "zones"}
+        return fn(*args, defs=DefinitionArgs(zones=zones, **given), **kwargs)
 
     out = with_zones
     for opt in reversed(
@@ -144,33 +168,19 @@ def migrate() -> None:
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def plan_cmd(
-    source: str,
-    legacy_url: str,
-    target_url: str,
-    biz_codes: Sequence[str],
-    zones: LegacyZones,
-    xxl_job_version: str | None,
-    bridge_glue: bool,
-    api_only: Sequence[str],
-    as_json: bool,
-) -> None:
+def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
     three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
     nothing."""
-    legacy = make_engine(legacy_url)
-    store = open_store(target_url)
+    businesses, zones = defs.biz_codes, defs.zones
+    legacy = make_engine(defs.legacy_url)
+    store = open_store(defs.target_url)
     try:
-        reader = open_reader(source, legacy, zones, xxl_job_version)
-        m = Migrator(
-            reader,
-            target_writer(store),
-            store.clock,
-            MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
-        )
-        summary = m.plan(biz_codes or None)
+        reader = defs.reader(legacy)
+        m = Migrator(reader, target_writer(store), store.clock, defs.mapping_options())
+        summary = m.plan(businesses or None)
         now = store.clock.now()
-        previews = [p for d in reader.definitions(biz_codes or None) if (p := preview(d, now)) is not None]
+        previews = [p for d in reader.definitions(businesses or None) if (p := preview(d, now)) is not None]
         # xxl-job: the Quartz line its crons follow, and how that was told (the batch
         # center's contract names no Quartz version: the current line, 2.5)
         cron = reader.cron_lineage() if isinstance(reader, XxlJobReader) else CronLineage("2.5", "the batch center")
@@ -218,31 +228,17 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
 @definition_options
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def run_cmd(
-    source: str,
-    legacy_url: str,
-    target_url: str,
-    biz_codes: Sequence[str],
-    zones: LegacyZones,
-    xxl_job_version: str | None,
-    bridge_glue: bool,
-    api_only: Sequence[str],
-    as_json: bool,
-) -> None:
+def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
-    legacy = make_engine(legacy_url)
-    store = open_store(target_url)
+    businesses = defs.biz_codes
+    legacy = make_engine(defs.legacy_url)
+    store = open_store(defs.target_url)
     try:
-        reader = open_reader(source, legacy, zones, xxl_job_version)
-        after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        m = Migrator(
-            reader,
-            target_writer(store),
-            store.clock,
-            MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue),
-        )
+        reader = defs.reader(legacy)
+        after = _mark_migrated(legacy) if defs.source == SourceSystem.BATCH_CENTER.value else None
+        m = Migrator(reader, target_writer(store), store.clock, defs.mapping_options())
         summary = _with_progress(
-            lambda progress: m.run(biz_codes or None, progress=progress, after_commit=after, keep_rows=True),
+            lambda progress: m.run(businesses or None, progress=progress, after_commit=after, keep_rows=True),
             quiet=as_json,
         )
     finally:
@@ -349,14 +345,7 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 @log_format
 @cli_errors
 def stream_cmd(
-    source: str,
-    legacy_url: str,
-    target_url: str,
-    biz_codes: Sequence[str],
-    zones: LegacyZones,
-    xxl_job_version: str | None,
-    bridge_glue: bool,
-    api_only: Sequence[str],
+    defs: DefinitionArgs,
     binlog_url: str | None,
     server_id: int | None,
     poll_s: float | None,
@@ -385,23 +374,23 @@ def stream_cmd(
     from switchyard.cli.signals import stop_event
 
     configure_logging(log_level, log_format)
+    source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.biz_codes, defs.zones
     legacy = make_engine(legacy_url)
-    store = open_store(target_url)
+    store = open_store(defs.target_url)
     stop = stop_event()
     try:
-        reader = open_reader(source, legacy, zones, xxl_job_version)
+        reader = defs.reader(legacy)
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}" + (
-            f"#{','.join(sorted(biz_codes))}" if biz_codes else ""
+            f"#{','.join(sorted(businesses))}" if businesses else ""
         )
         after = _mark_migrated(legacy) if source == SourceSystem.BATCH_CENTER.value else None
-        options = MappingOptions(api_only_businesses=tuple(api_only), bridge_glue=bridge_glue)
         writer = target_writer(store)
         sm = StreamMigrator(
             reader=reader,
             writer=writer,
-            migrator=Migrator(reader, writer, store.clock, options),
+            migrator=Migrator(reader, writer, store.clock, defs.mapping_options()),
             stream_id=stream_id,
-            biz_codes=set(biz_codes) or None,
+            biz_codes=set(businesses) or None,
             after_commit=after,
         )
         system = SourceSystem(source)
@@ -424,7 +413,7 @@ def stream_cmd(
         if position is None:
             try:
                 with consistent_snapshot(legacy) as (conn, pos):
-                    sm.snapshot(open_reader(source, conn, zones, xxl_job_version), pos)  # type: ignore[arg-type]
+                    sm.snapshot(defs.reader(conn), pos)
             except StreamPermissionError:
                 if poll_s is None:
                     raise

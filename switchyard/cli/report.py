@@ -14,7 +14,7 @@ from reports.write import FORMATS, format_for, write_report
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
-from switchyard.wiring import open_store
+from switchyard.wiring import dualrun_store, open_store
 
 EPILOG = """\b
 Examples:
@@ -69,10 +69,11 @@ def report(
     store = open_store(url)
     try:
         now = store.clock.now()
+        own = dualrun_store(store)
         model = (
-            load_overview(store, now=now, reports_dir=out.parent)
+            load_overview(own, now=now, reports_dir=out.parent)
             if overview
-            else load_report(store, biz_code or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
+            else load_report(own, biz_code or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
         )
         path = write_report(model.content(), format_for(out, fmt), out)
     except NoComparison as exc:

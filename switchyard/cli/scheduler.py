@@ -10,10 +10,13 @@ from datetime import timedelta
 
 import click
 
+from scheduler_core.control import Relay, RelayScope
 from scheduler_core.metrics import SchedulerMetrics
+from scheduler_core.ports import MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
+from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.cli.errors import cli_errors
 from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
 from switchyard.cli.signals import stop_event
@@ -145,7 +148,18 @@ def run_cmd(
             prefix=registry_prefix,
             info={"pid": os.getpid(), "host": socket.gethostname()},
         )
-        member = ShardedScheduler(store, bus, registry, store.clock, settings=settings, metrics=metrics)
+        # the members relay the schedule edits `migrate stream`/`run` wrote to the store (no
+        # bus there), each those of its partitions' triggers, and the stored rollback fences
+        # (the owner of the lowest partition): scheduler_core.control
+        member = ShardedScheduler(
+            store,
+            bus,
+            registry,
+            store.clock,
+            settings=settings,
+            metrics=metrics,
+            relays=lambda scope: _relays(store, bus, settings, metrics, scope),
+        )
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
             member.run(stop)
@@ -162,9 +176,10 @@ def run_cmd(
         )
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    from scheduler_core.store.supersedes import supersede_relay
+    from scheduler_core.control import EVERYTHING
 
-    # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus there)
+    # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus
+    # there), and the stored rollback fences (a rollback whose own broadcast failed)
     sched = Scheduler(
         store,
         bus,
@@ -172,7 +187,7 @@ def run_cmd(
         store.clock,
         settings=settings,
         metrics=metrics,
-        relays=[supersede_relay(store, bus, settings, metrics).relay],
+        relays=_relays(store, bus, settings, metrics, EVERYTHING),
     )
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
@@ -183,6 +198,15 @@ def run_cmd(
         bus.close()
         store.engine.dispose()
     log.info("scheduler %s stopped after %d term(s)", name, sched.status.terms)
+
+
+def _relays(
+    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics, scope: RelayScope
+) -> list[Relay]:
+    from scheduler_core.fence import FenceRelay
+    from scheduler_core.store.supersedes import supersede_relay
+
+    return [supersede_relay(store, bus, settings, metrics, scope).relay, FenceRelay(store, bus, scope).relay]
 
 
 @scheduler.command("members")

@@ -16,7 +16,7 @@ from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.executor import Bridges, bridge_options
+from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
 from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
@@ -35,13 +35,7 @@ log = logging.getLogger(__name__)
     multiple=True,
     help="Python module with `register(executor)` or `HANDLERS = {job_code: fn}` (repeatable).",
 )
-@click.option(
-    "--bridge",
-    "bridges",
-    multiple=True,
-    type=click.Choice(["xxl-job", "batch-center"]),
-    help="Serve migrated jobs through the legacy bridge (repeatable); no handler code needed.",
-)
+@bridge_choice
 @bridge_options
 @click.option(
     "--business",
@@ -83,7 +77,7 @@ def serve(
     console_port: int,
     log_level: str,
     log_format: str,
-    **bridge_kw: object,
+    bridge_settings: BridgeSettings,
 ) -> None:
     """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
     configure_logging(log_level, log_format)
@@ -103,7 +97,7 @@ def serve(
             __import__(module)
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
-    legacy = Bridges(bridges, **bridge_kw)  # type: ignore[arg-type]
+    legacy = Bridges(bridges, bridge_settings)
     settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
     center = EmbeddedCenter(store, settings, register, name=name, biz_codes=biz_codes, concurrency=concurrency)
     if metrics_port:

@@ -16,7 +16,7 @@ from scheduler_core.ports import TriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
-from switchyard.wiring import open_store
+from switchyard.wiring import migrator_store, open_store
 
 
 @click.group()
@@ -57,9 +57,10 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
     ) -> None:
         store = open_store(url)
         try:
-            guard = guard_trigger_operation(store, action, _select(store, ids, job, biz_code), reason)
+            own = migrator_store(store)
+            guard = guard_trigger_operation(store, own, action, _select(store, ids, job, biz_code), reason)
             report = fn(store, guard.allowed) if guard.allowed else operations.OperationReport(action)
-            registry = BusinessRegistry(store)
+            registry = BusinessRegistry(own)
             for biz, tids in guard.audited.items():
                 done = [t for t in tids if t in set(report.changed)]
                 if done:

@@ -144,7 +144,7 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         def work() -> str:
             if data.business_exists(src, code) is False:
                 raise data.UnknownBusiness(code)
-            return render_html(load_report(src.store, code, now=src.now()).content())
+            return render_html(load_report(src.dualrun, code, now=src.now()).content())
 
         return await answer(request, work, "report")
 
@@ -177,7 +177,7 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         def work() -> dict[str, Any]:
             if data.business_exists(src, code) is False:
                 raise data.UnknownBusiness(code)
-            return load_report(src.store, code, now=src.now()).content()
+            return load_report(src.dualrun, code, now=src.now()).content()
 
         return await answer(request, work)
 

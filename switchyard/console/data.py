@@ -10,17 +10,19 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dualrun.store import DualRunStore
 from dualrun.verdict_store import latest_by_business
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
+from migrator.store import MigratorStore
 from migrator.target import TargetWriter
 from reports.redact import redact, redact_tree
 from scheduler_core.model import Trigger, TriggerId
@@ -28,6 +30,7 @@ from scheduler_core.stats import lag_stats
 from scheduler_core.store.reads import waiting_summary
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
+from switchyard.wiring import dualrun_store, migrator_store
 
 
 class UnknownBusiness(LookupError):
@@ -111,6 +114,13 @@ class Sources:
     legacy_live: LegacyLive | None = None
     members: Members | None = None
     lag_window: timedelta = timedelta(hours=1)
+    # the migrator's and dual-run's stores beside the trigger store, built once (the wiring's)
+    migrator: MigratorStore = field(init=False)
+    dualrun: DualRunStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.migrator = migrator_store(self.store)
+        self.dualrun = dualrun_store(self.store)
 
     def now(self) -> datetime:
         return self.store.clock.now()
@@ -138,10 +148,10 @@ def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
 def businesses(src: Sources) -> list[dict[str, Any]]:
     """Every business: its cutover state, latest verdict (reasons, age), which side fires its jobs."""
     now = src.now()
-    records = {r.biz_code: r for r in BusinessRegistry(src.store).all()}
-    verdicts = latest_by_business(src.store)
+    records = {r.biz_code: r for r in BusinessRegistry(src.migrator).all()}
+    verdicts = latest_by_business(src.dualrun)
     out = []
-    for bo in ownership(src.store, src.legacy_live):
+    for bo in ownership(src.store, src.migrator, src.legacy_live):
         r = records[bo.biz_code]
         out.append(
             {
@@ -190,11 +200,11 @@ def _next_fire(t: Trigger | None, side: Side, now: datetime) -> dict[str, Any]:
 def business(src: Sources, code: str) -> dict[str, Any]:
     """One business: per job its live side, next fire time, orphans and doubles flagged;
     its audit log and quarantined rows."""
-    record = BusinessRegistry(src.store).get(code)
+    record = BusinessRegistry(src.migrator).get(code)
     if record is None:
         raise UnknownBusiness(code)
     now = src.now()
-    owned = ownership(src.store, src.legacy_live, [code])
+    owned = ownership(src.store, src.migrator, src.legacy_live, [code])
     triggers = {t.id: t for t in src.store.triggers_of(biz_code=code)}
     jobs = []
     for bo in owned:
@@ -204,7 +214,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
                 {**j.as_dict(), "problem": j.side in PROBLEMS, "schedule": _schedule(t), **_next_fire(t, j.side, now)}
             )
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
-    verdict = latest_by_business(src.store).get(code)
+    verdict = latest_by_business(src.dualrun).get(code)
     return redact_tree(
         {
             "business": code,
@@ -224,7 +234,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
 
 def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
     """The cutover/rollback audit log, newest first."""
-    entries = BusinessRegistry(src.store).audit(code)[-limit:]
+    entries = BusinessRegistry(src.migrator).audit(code)[-limit:]
     return redact_tree(
         [
             {
@@ -245,7 +255,7 @@ def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[
 
 def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
     """Rows that could not be migrated, with field and reason."""
-    rows = TargetWriter(src.store).quarantined(code)
+    rows = TargetWriter(src.store, src.migrator).quarantined(code)
     return redact_tree(
         [{k: r[k] for k in ("source_system", "source_key", "business", "field", "reason")} for r in rows]
     )
@@ -285,4 +295,4 @@ def scheduler(src: Sources) -> dict[str, Any]:
 
 
 def business_exists(src: Sources, code: str) -> bool:
-    return BusinessRegistry(src.store).get(code) is not None
+    return BusinessRegistry(src.migrator).get(code) is not None

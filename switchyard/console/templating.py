@@ -9,6 +9,8 @@ from urllib.parse import quote
 
 import jinja2
 
+from reports.templating import packaged_environment, secs
+
 
 def _load(name: str) -> str:
     return (resources.files("switchyard.console") / "templates" / name).read_text(encoding="utf-8")
@@ -31,10 +33,6 @@ def _age(seconds: float | None) -> str:
     return f"{s / 86400:.1f} d"
 
 
-def _secs(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f} s"
-
-
 def business_url(code: str) -> str:
     return "/business/" + quote(code, safe="")
 
@@ -45,14 +43,8 @@ def report_url(code: str) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(when=_when, age=_age, secs=_secs, biz_url=business_url, report_url=report_url)
+    env = packaged_environment(_load, autoescape=True)
+    env.filters.update(when=_when, age=_age, secs=secs, biz_url=business_url, report_url=report_url)
     return env
 
 

@@ -22,12 +22,14 @@ from scheduler_core.model import (
     JobCode,
     ShardingItem,
     Trigger,
+    TriggerId,
     TriggerKind,
     TriggerState,
     command_id,
 )
 from scheduler_core.ports import FiredUpdate, Transition
 from scheduler_core.store.admin import check_schema, init_schema
+from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import sql_store
@@ -55,6 +57,20 @@ def _seed(store: SqlTriggerStore, clock: ManualClock, n: int, *, biz: str = "biz
             )
             for i in range(n)
         ]
+    )
+
+
+def _fenced_acquire(trig: Trigger, clock: ManualClock, epoch: int, fence: str | None = None) -> Transition:
+    """WAITING -> ACQUIRED of one trigger by `epoch`, fenced by that epoch (on `fence`)."""
+    assert trig.id is not None
+    return Transition(
+        ids=[trig.id],
+        from_state=W,
+        to_state=A,
+        epoch=Epoch(epoch),
+        deadline=clock.now(),
+        fence_epoch=Epoch(epoch),
+        fence=fence,
     )
 
 
@@ -160,13 +176,9 @@ def test_fencing_refuses_a_deposed_epoch(store: SqlTriggerStore, clock: ManualCl
     assert store.claim_epoch(Epoch(5))
     assert not store.claim_epoch(Epoch(4)), "an older epoch must not take the fence back"
     assert store.current_epoch() == 5
-    old = store.cas(
-        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(4), deadline=clock.now(), fence_epoch=Epoch(4))
-    )
+    old = store.cas(_fenced_acquire(trig, clock, 4))
     assert old == []
-    new = store.cas(
-        Transition(ids=[trig.id], from_state=W, to_state=A, epoch=Epoch(5), deadline=clock.now(), fence_epoch=Epoch(5))
-    )
+    new = store.cas(_fenced_acquire(trig, clock, 5))
     assert len(new) == 1
 
 
@@ -185,17 +197,7 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(
     assert not store.claim_epoch(Epoch(8), p0), "an older ownership cannot take the fence back"
     assert store.current_epoch(p0) == 9 and store.current_epoch(p1) == 3 and store.current_epoch() == 0
     # the deposed owner of p0 (epoch 7) can neither acquire nor write fired records
-    stale = store.cas(
-        Transition(
-            ids=[trig.id],
-            from_state=W,
-            to_state=A,
-            epoch=Epoch(7),
-            deadline=clock.now(),
-            fence_epoch=Epoch(7),
-            fence=p0,
-        )
-    )
+    stale = store.cas(_fenced_acquire(trig, clock, 7, p0))
     assert stale == []
     rec = FiredRecord(
         command_id=command_id(trig.id, trig.next_fire_at, 0),
@@ -209,31 +211,8 @@ def test_partition_fences_are_independent_and_fence_cas_and_fired_writes(
     assert not store.put_fired_fenced([rec], Epoch(7), p0)
     assert store.get_fired([rec.command_id]) == {}
     # p1's fence is not p0's: epoch 9 checked against p1 is refused too
-    assert (
-        store.cas(
-            Transition(
-                ids=[trig.id],
-                from_state=W,
-                to_state=A,
-                epoch=Epoch(9),
-                deadline=clock.now(),
-                fence_epoch=Epoch(9),
-                fence=p1,
-            )
-        )
-        == []
-    )
-    won = store.cas(
-        Transition(
-            ids=[trig.id],
-            from_state=W,
-            to_state=A,
-            epoch=Epoch(9),
-            deadline=clock.now(),
-            fence_epoch=Epoch(9),
-            fence=p0,
-        )
-    )
+    assert store.cas(_fenced_acquire(trig, clock, 9, p1)) == []
+    won = store.cas(_fenced_acquire(trig, clock, 9, p0))
     assert len(won) == 1
     assert store.put_fired_fenced([rec], Epoch(9), p0) and rec.command_id in store.get_fired([rec.command_id])
 
@@ -275,20 +254,7 @@ def test_transitions_outside_the_table_are_refused(store: SqlTriggerStore, clock
 def test_fired_records_are_idempotent_and_forward_only(store: SqlTriggerStore, clock: ManualClock) -> None:
     (trig,) = _seed(store, clock, 1)
     assert trig.id is not None
-    recs = [
-        FiredRecord(
-            command_id=command_id(trig.id, trig.next_fire_at, i),
-            trigger_id=trig.id,
-            job_code=trig.job_code,
-            biz_code=trig.biz_code,
-            scheduled_at=trig.next_fire_at,
-            item_index=i,
-            item_total=3,
-            epoch=Epoch(1),
-            fired_at=clock.now(),
-        )
-        for i in range(3)
-    ]
+    recs = _records(trig, clock, 3, 1)
     assert store.put_fired(recs) == 3
     assert store.put_fired(recs) == 0, "a re-fire must not duplicate fired records"
     cids = [r.command_id for r in recs]
@@ -536,26 +502,30 @@ def test_put_fired_fenced_writes_nothing_for_a_deposed_epoch(store: SqlTriggerSt
     assert store.put_fired_fenced([], Epoch(4)) is True and store.put_fired_fenced([], Epoch(3)) is False
 
 
-def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTriggerStore, clock: ManualClock) -> None:
-    triggers = _seed(store, clock, 4)
+def _fired_acquired(
+    store: SqlTriggerStore, clock: ManualClock, n: int, epoch: int
+) -> tuple[list[Trigger], list[TriggerId], list[FiredRecord]]:
+    """n one-shots acquired by `epoch`, each with its fired record written (fenced)."""
+    triggers = _seed(store, clock, n)
     ids = [t.id for t in triggers if t.id is not None]
-    assert store.claim_epoch(Epoch(2))
-    assert (
-        sorted(
-            store.cas_ids(
-                Transition(
-                    ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60)
-                )
-            )
-        )
-        == ids
+    assert store.claim_epoch(Epoch(epoch))
+    won = store.cas_ids(
+        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(epoch), deadline=clock.now() + timedelta(seconds=60))
     )
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    assert sorted(won) == ids
+    recs = [r for t in triggers for r in _records(t, clock, 1, epoch)]
+    assert store.put_fired_fenced(recs, Epoch(epoch))
+    return triggers, ids, recs
+
+
+def test_finish_fire_applies_each_transition_and_its_outcome_says_published(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    triggers, ids, recs = _fired_acquired(store, clock, 4, 2)
+    cids = [r.command_id for r in recs]
+    assert store.outcome_recorded(list(store.get_fired(cids).values())) == set(), "acquired: not known published"
     later = {i: clock.now() + timedelta(hours=1) for i in ids[:2]}
     winners = store.finish_fire(
-        [r.command_id for r in recs],
-        clock.now(),
         [
             Transition(
                 ids=ids[:2],
@@ -565,6 +535,7 @@ def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTrig
                 clear_epoch=True,
                 fence_epoch=Epoch(2),
                 next_fire_at=later,
+                last_fired_at={t.id: t.next_fire_at for t in triggers[:2] if t.id is not None},
             ),
             Transition(
                 ids=ids[2:],
@@ -577,26 +548,22 @@ def test_finish_fire_stamps_published_and_applies_each_transition(store: SqlTrig
         ],
     )
     assert [sorted(w) for w in winners] == [ids[:2], ids[2:]]
-    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
     states = {t.id: t.state for t in store.get_triggers(ids)}
     assert states == {**{i: W for i in ids[:2]}, **{i: TriggerState.COMPLETED for i in ids[2:]}}
+    # no stamp on the records (one row write per trigger less): the outcome says published
+    got = store.get_fired(cids)
+    assert {(r.state, r.published_at) for r in got.values()} == {(FiredState.PENDING, None)}
+    assert store.outcome_recorded(list(got.values())) == set(cids)
+    rows = fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"])
+    assert dict(rows) == dict.fromkeys(cids, FiredState.PUBLISHED.value), "read as published"
 
 
-def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stamp(
+def test_finish_fire_of_a_fenced_epoch_wins_nothing_and_leaves_the_records_unconfirmed(
     store: SqlTriggerStore, clock: ManualClock
 ) -> None:
-    triggers = _seed(store, clock, 2)
-    ids = [t.id for t in triggers if t.id is not None]
-    assert store.claim_epoch(Epoch(2))
-    store.cas_ids(
-        Transition(ids=ids, from_state=W, to_state=A, epoch=Epoch(2), deadline=clock.now() + timedelta(seconds=60))
-    )
-    recs = [r for t in triggers for r in _records(t, clock, 1, 2)]
-    assert store.put_fired_fenced(recs, Epoch(2))
+    _triggers, ids, recs = _fired_acquired(store, clock, 2, 2)
     assert store.claim_epoch(Epoch(3))
     winners = store.finish_fire(
-        [r.command_id for r in recs],
-        clock.now(),
         [
             Transition(
                 ids=ids,
@@ -610,8 +577,34 @@ def test_finish_fire_of_a_fenced_epoch_wins_nothing_but_keeps_the_published_stam
     )
     assert winners == [[]], "a fenced epoch must not move its triggers"
     assert {t.state for t in store.get_triggers(ids)} == {A}, "left acquired for the new leader to reclaim"
-    # the commands did go out: their records say so, whoever re-fires them
-    assert {r.state for r in store.get_fired([r.command_id for r in recs]).values()} == {FiredState.PUBLISHED}
+    # whether the commands went out is not recorded: the new leader fires them again, same ids
+    got = store.get_fired([r.command_id for r in recs])
+    assert {r.state for r in got.values()} == {FiredState.PENDING}
+    assert store.outcome_recorded(list(got.values())) == set()
+
+
+def test_released_trigger_and_stamped_runs_are_told_apart_from_recorded_outcomes(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    _triggers, ids, recs = _fired_acquired(store, clock, 3, 1)
+    # a failed publication releases the trigger with the same next_fire_at: not published
+    released = store.cas_ids(
+        Transition(
+            ids=ids[:1], from_state=A, to_state=W, expected_epoch=Epoch(1), clear_epoch=True, fence_epoch=Epoch(1)
+        )
+    )
+    assert released == ids[:1]
+    # a run outside the schedule is stamped when published, whatever its trigger says
+    assert store.mark_published([recs[1].command_id], clock.now()) == 1
+    got = store.get_fired([r.command_id for r in recs])
+    assert got[recs[1].command_id].state is FiredState.PUBLISHED
+    assert store.outcome_recorded(list(got.values())) == set(), "neither the released nor the stamped one"
+    rows = dict(fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"]))
+    assert rows == {
+        recs[0].command_id: FiredState.PENDING.value,
+        recs[1].command_id: FiredState.PUBLISHED.value,
+        recs[2].command_id: FiredState.PENDING.value,
+    }
 
 
 def test_last_fired_from_the_row_reads_the_value_before_the_update(store: SqlTriggerStore, clock: ManualClock) -> None:

@@ -64,7 +64,8 @@ def console_process(url: str, legacy_urls: Sequence[str], log: Path) -> Iterator
             proc.wait(timeout=10)
 
 
-def run_chromium(url: str, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+def run_chromium(url: str, profile: Path, *mode: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on `url` with a profile of its own; `mode`: --dump-dom, --screenshot..."""
     found = chromium()
     assert found is not None
     args = [
@@ -83,7 +84,7 @@ def run_chromium(url: str, profile: Path, *mode: str) -> subprocess.CompletedPro
         *mode,
         url,
     ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def console_messages(stderr: str) -> list[str]:

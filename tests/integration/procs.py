@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 
 @dataclass
@@ -35,15 +36,32 @@ class SchedulerProc:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
     """SIGTERM, a bounded wait, then SIGKILL: a process the test started, by its PID."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+def start_cli(args: list[str], out: IO[bytes], **popen: Any) -> subprocess.Popen[bytes]:
+    """`python -m switchyard ARGS` as a subprocess of the test, both output streams to
+    `out`, no stdin; `popen`: more of Popen's arguments (cwd, env)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "switchyard", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        **popen,
+    )
+
+
+def stream_args(source: str, legacy_url: str, target_url: str, *more: str) -> list[str]:
+    """The arguments of `switchyard migrate stream` from `source`'s legacy database."""
+    return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
 
 
 def start_scheduler(

@@ -18,8 +18,6 @@ from sqlalchemy import text
 from legacy_sim.seed import seed_xxljob
 from migrator.business import TransitionRefused
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_commands, encode_results
@@ -27,7 +25,7 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredRecord, FiredState, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate, Subscription
 from tests.backends import mariadb_database
-from tests.migration_env import FixedGate, MigrationEnv, make_env
+from tests.migration_env import MigrationEnv, live_cron_bean_ids, make_env, ready_switch
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
@@ -46,13 +44,7 @@ def env() -> Iterator[Env]:
         env = make_env(legacy_url, target_url, "xxl-job", "3.4")
         seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=5)
         env.migrator.run()
-        clock = env.migrator.clock
-        switch = BusinessSwitch(
-            env.store,
-            XxlJobControl(env.legacy, clock),
-            clock,
-            FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        )
+        switch = ready_switch(env)
         with env.store.engine.connect() as conn:
             rows = conn.execute(
                 text(
@@ -177,16 +169,7 @@ def test_a_none_schedule_child_runs_once_per_parent_run_fired_by_the_scheduler(e
     from scheduler_core.settings import SchedulerSettings
 
     biz, mine = sorted(env.jobs.items())[0]
-    with env.env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    live = live_cron_bean_ids(env.env.legacy)
     parent_key, child_key = [k for k in mine if k in live][:2]
     with env.env.legacy.begin() as conn:
         conn.execute(

@@ -61,6 +61,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, cpu_hogs, start_scheduler
 from tests.servers import server_url
@@ -260,16 +261,21 @@ class Business:
         # and the scheduler's start (it only matters that the legacy side fires it)
         self.g0_ms = (clock.now_ms() // 2000 + 4) * 2000
         _seed_business(self.legacy, self.g0_ms)
-        run = Migrator(XxlJobReader(self.legacy), TargetWriter(store), clock).run()
+        run = Migrator(XxlJobReader(self.legacy), TargetWriter(store, migrator_store(store)), clock).run()
         assert run.counts["create"] == len(SCHEDULES) and run.counts["quarantine"] == 0, run.counts
-        self.biz = BusinessRegistry(store).all()[0].biz_code
+        self.biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
         self.bus = PulsarBus(
             server_url("pulsar"), admin_url=os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"), topic_prefix=self.prefix
         )
         # as `switchyard rollback --bus` does: the rollback's fence on the bus's control
         # channel, which the executor follows (the handover F is now + the start margin)
         self.switch = BusinessSwitch(
-            store, XxlJobControl(self.legacy, clock), clock, None, fences=FenceService(store, self.bus)
+            store,
+            migrator_store(store),
+            XxlJobControl(self.legacy, clock),
+            clock,
+            None,
+            fences=FenceService(store, self.bus),
         )
         links = {ln.trigger.id: ln for ln in self.switch.links(self.biz)}
         assert len(links) == len(SCHEDULES)
@@ -339,7 +345,7 @@ class Business:
         assert _wait(lambda: self.clock.now_ms() >= ms, max(60.0, (ms - self.clock.now_ms()) / 1000 + 60)), what
 
     def _run_switch(self, direction: str, mode: str, move: Callable[[], SwitchReport]) -> Switch:
-        from_state = BusinessRegistry(self.store).get(self.biz).state.value  # type: ignore[union-attr]
+        from_state = BusinessRegistry(migrator_store(self.store)).get(self.biz).state.value  # type: ignore[union-attr]
         started_ms = self.clock.now_ms()
         report = move()
         done_ms = self.clock.now_ms()
@@ -644,7 +650,7 @@ class Verdict:
             return all(c in recs and recs[c].state is FiredState.SUCCEEDED for c in cids)
 
         assert _wait(records_final, 30), "fired records of the new side's occurrences not all succeeded" + detail
-        state = BusinessRegistry(b.store).get(b.biz)
+        state = BusinessRegistry(migrator_store(b.store)).get(b.biz)
         assert state is not None and state.state is BusinessState.LEGACY
 
 

@@ -18,13 +18,12 @@ from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.catchup import StreamCatchup
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, StreamPosition
 from readers.streams import BinlogChangeStream, current_position
 from tests.backends import mariadb_database
 from tests.integration.test_binlog_stream import new_server_id
-from tests.migration_env import FixedGate, make_env
+from tests.migration_env import make_env, ready_switch
 from tests.servers import server_url
 
 pytestmark = pytest.mark.mariadb
@@ -49,12 +48,12 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         env = make_env(legacy_url, target_url, "xxl-job", "3.4")
         seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=4, bad_rows=0, malformed_crons=0, rng_seed=5)
         env.migrator.run()
-        biz = BusinessRegistry(env.store).all()[0].biz_code
+        biz = BusinessRegistry(env.own).all()[0].biz_code
         stream_id = f"xxl-job@{make_url(legacy_url).render_as_string(hide_password=True)}"
         sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
         start = current_position(env.legacy)
         sm.snapshot(env.reader, start)  # the stream's checkpoint: everything up to here is on the target
-        catchup = StreamCatchup(env.store, env.legacy, wait=timedelta(seconds=1), now=lambda: datetime.now(UTC))
+        catchup = StreamCatchup(env.own, env.legacy, wait=timedelta(seconds=1), now=lambda: datetime.now(UTC))
         # idle at the head: the target's own writes (the checkpoint) are after it in the
         # binlog, foreign to the stream: nothing pending
         idle = catchup.check(biz, "xxl-job")
@@ -77,16 +76,7 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         )
         assert f"checkpoint {start.log_file}:{start.log_pos}" in behind.sentence
 
-        clock = env.migrator.clock
-        gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-        switch = BusinessSwitch(
-            env.store,
-            XxlJobControl(env.legacy, clock),
-            clock,
-            gate,
-            max_verdict_age=timedelta(days=9999),
-            catchup=catchup,
-        )
+        switch = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=catchup)
         switch.start_dual_run(biz, shadow=False, actor="ops")
         with pytest.raises(
             TransitionRefused,
@@ -136,7 +126,7 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
         try:
             seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=2, bad_rows=0, malformed_crons=0, rng_seed=6)
             env.migrator.run()
-            biz = BusinessRegistry(env.store).all()[0].biz_code
+            biz = BusinessRegistry(env.own).all()[0].biz_code
             stream_id = f"xxl-job@{make_url(legacy_url).render_as_string(hide_password=True)}"
             sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
             sm.snapshot(env.reader, current_position(env.legacy))
@@ -148,7 +138,7 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
                     )
                 )
             clock = env.migrator.clock
-            BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
+            BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
                 biz, shadow=False, actor="ops"
             )
             runner = CliRunner()
@@ -174,7 +164,7 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
             assert runner.invoke(
                 cli, ["rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill"]
             ).exit_code in (0, 1)
-            BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
+            BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
                 biz, shadow=False, actor="ops"
             )
             lenient = runner.invoke(

@@ -19,7 +19,7 @@ from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from switchyard.cli.dualrun import Sources
-from switchyard.wiring import open_store
+from switchyard.wiring import dualrun_store, open_store
 from tests.backends import mariadb_database
 
 pytestmark = pytest.mark.mariadb
@@ -81,6 +81,7 @@ def test_the_stream_check_reads_legacy_datetimes_in_the_database_zone(
             zones = LegacyZones(db=db_zone, cron="America/New_York")
             sources = Sources(
                 store=store,
+                own=dualrun_store(store),
                 legacy_url=legacy_url,
                 legacy_tz=zones,
                 source=SourceSystem.XXL_JOB,

@@ -12,13 +12,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,13 +28,13 @@ from legacy_sim.seed import seed_xxljob
 from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
-from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind, TriggerState, command_id
+from scheduler_core.model import FiredState, Job, JobCode, TriggerState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.procs import start_scheduler
+from tests.integration.counting import CountingExecutor, one_shot_burst
+from tests.integration.procs import start_cli, start_scheduler, stop_process
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -111,31 +108,10 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
         store = SqlTriggerStore(app, clock)
         store.put_job(Job(job_code=JobCode("lp"), biz_code="lp", handler="h", shard_total=2))
         t0 = clock.now() + timedelta(seconds=4)
-        triggers = store.add_triggers(
-            [
-                Trigger(
-                    job_code=JobCode("lp"),
-                    biz_code="lp",
-                    kind=TriggerKind.ONCE,
-                    next_fire_at=t0 + timedelta(milliseconds=100 * i),
-                )
-                for i in range(30)
-            ]
-        )
-        expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
+        _triggers, expected = one_shot_burst(store, "lp", "lp", t0, timedelta(milliseconds=100), 30, 2)
         bus = PulsarBus(pulsar, topic_prefix=prefix)
-        got: Counter[str] = Counter()
-        lock = threading.Lock()
-        ex = Executor(bus, "lp", clock=clock)
-
-        @ex.handler()
-        def record(ctx: ExecutionContext) -> None:
-            with lock:
-                got[ctx.command_id] += 1
-
-        stop = threading.Event()
-        ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
-        ex_thread.start()
+        counter = CountingExecutor(bus, "lp", clock)
+        got, lock = counter.got, counter.lock
         proc = start_scheduler(
             "lp",
             tmp_path,
@@ -160,9 +136,7 @@ def test_scheduler_runs_as_the_sched_user(tmp_path: Path) -> None:
                 time.sleep(0.25)
         finally:
             proc.stop()
-            stop.set()
-            ex_thread.join(timeout=15)
-            ex.close()
+            counter.close()
             bus.close()
         log = proc.log_text()
         tail = f"\n--- scheduler log (as sched)\n{log[-3000:]}"
@@ -186,11 +160,8 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
         cdc = as_user(legacy_url, "SWITCHYARD_MARIADB_CDC_URL")
         log = tmp_path / "stream.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
+            proc = start_cli(
                 [
-                    sys.executable,
-                    "-m",
-                    "switchyard",
                     "migrate",
                     "stream",
                     "--source",
@@ -208,9 +179,7 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
                     "--log-level",
                     "INFO",
                 ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                out,
                 cwd=tmp_path,
             )
 
@@ -250,13 +219,7 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
                 )
             )
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process(proc, timeout_s=30)
             legacy.dispose()
         out_text = log.read_text(errors="replace")
         tail = f"\n--- migrate stream (cdc / sched) exit {proc.returncode}\n{out_text[-3000:]}"

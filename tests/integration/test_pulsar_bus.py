@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,6 +18,7 @@ from scheduler_core.codec import command_topic
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.ports import BusMessage, Received, Subscription
 from tests.servers import server_url
+from tests.waiting import until as _until
 
 pytestmark = pytest.mark.pulsar
 
@@ -41,15 +42,6 @@ def bus() -> Iterator[PulsarBus]:
         yield b
     finally:
         b.close()
-
-
-def _until(check: Callable[[], bool], within_s: float, every_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(every_s)
-    return check()
 
 
 def _drain(sub: Subscription, want: int, within_s: float) -> list[Received]:
@@ -258,3 +250,49 @@ def test_a_message_the_broker_refuses_fails_the_call_and_is_named(bus: PulsarBus
     assert "TooBig" in str(caught.value), str(caught.value)
     # the rest of the call was still sent: a failure is per message, not per call
     assert sorted(r.message.payload for r in _drain(sub, 2, within_s=5)) == [b"small-1", b"small-2"]
+
+
+def test_followers_of_one_prefix_starting_together_all_start(bus: PulsarBus) -> None:
+    """Executor processes of one business start at once (a scale-out, the bench's
+    packed_x2): each makes sure the control topic's retaining subscription exists while
+    the others do. None may fail for it (the retainer must not be an Exclusive
+    subscription two processes race to attach to: ConsumerBusy)."""
+    prefix = bus._prefix
+    n = 8
+    buses = [
+        PulsarBus(
+            server_url("pulsar"),
+            admin_url=server_url("pulsar", "SWITCHYARD_PULSAR_ADMIN_URL"),
+            topic_prefix=prefix,
+        )
+        for _ in range(n)
+    ]
+    errors: list[BaseException] = []
+    go = threading.Barrier(n)
+
+    def follow(b: PulsarBus) -> None:
+        try:
+            go.wait(timeout=30)
+            b.follow_control(lambda _payload: None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        for _round in range(3):  # a race: a few rounds on fresh topics make a loss likely
+            threads = [threading.Thread(target=follow, args=(b,)) for b in buses]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            assert not errors, f"a follower failed to start: {errors[0]}"
+            for b in buses:
+                b._ensured.clear()  # each round makes sure of the retainer again, as new processes do
+            go.reset()
+        heard: list[bytes] = []
+        feed = bus.follow_control(heard.append)
+        bus.publish_control("k", b"after")
+        assert _until(lambda: b"after" in heard, 30), "the control channel works after the race"
+        feed.close()
+    finally:
+        for b in buses:
+            b.close()

@@ -42,8 +42,7 @@ def test_a_long_run_is_stamped_received_through_pulsar_into_mariadb(tmp_path: Pa
                     job_code=JobCode("j"),
                     biz_code="reminder",
                     scheduled_at=at,
-                    state=FiredState.PUBLISHED,
-                    published_at=at,
+                    state=FiredState.PENDING,  # as a fire leaves it (FiredState)
                 )
             ]
         )

@@ -19,6 +19,8 @@ from reports.load import load_overview, load_report
 from reports.plots import LEGACY, NEW
 from reports.write import write_report
 from scheduler_core.model import FiredState
+from switchyard.wiring import dualrun_store
+from tests.integration.console_browser import run_chromium
 from tests.servers import missing
 from tests.unit.test_dualrun_support import Scenario
 
@@ -36,23 +38,8 @@ def _chromium() -> str:
 
 
 def _run(page: Path, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
-    args = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--enable-logging=stderr",
-        "--v=0",
-        *mode,
-        page.resolve().as_uri(),
-    ]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    _chromium()  # a missing browser is said so (and fails under CI)
+    return run_chromium(page.resolve().as_uri(), profile, *mode, timeout_s=120)
 
 
 def _console(stderr: str) -> list[str]:
@@ -80,12 +67,12 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     s.new(d, times[300:], lag=timedelta(seconds=3))
     c = s.compare()
     for back in (30, 20, 10):
-        put_comparison(s.store, replace(c, computed_at=c.computed_at - timedelta(minutes=back)))
-    put_comparison(s.store, c)
+        put_comparison(dualrun_store(s.store), replace(c, computed_at=c.computed_at - timedelta(minutes=back)))
+    put_comparison(dualrun_store(s.store), c)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     report, overview = ARTIFACTS / "reminder.html", ARTIFACTS / "index.html"
-    write_report(load_report(s.store, "reminder", now=s.now).content(), "html", report)
-    write_report(load_overview(s.store, now=s.now, reports_dir=ARTIFACTS).content(), "html", overview)
+    write_report(load_report(dualrun_store(s.store), "reminder", now=s.now).content(), "html", report)
+    write_report(load_overview(dualrun_store(s.store), now=s.now, reports_dir=ARTIFACTS).content(), "html", overview)
     return {"report": report, "overview": overview, "profile": tmp / "profile"}
 
 

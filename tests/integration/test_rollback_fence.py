@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -40,6 +40,7 @@ from tests.backends import mariadb_database
 from tests.harness import stored_id
 from tests.integration.procs import stop_process
 from tests.servers import REPO, server_url
+from tests.waiting import until as _until
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
 
@@ -137,15 +138,6 @@ def stack(tmp_path: Path) -> Iterator[tuple[SqlTriggerStore, PulsarBus, str]]:
         finally:
             bus.close()
             engine.dispose()
-
-
-def _until(check: Callable[[], bool], within_s: float, every_s: float = 0.1) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(every_s)
-    return check()
 
 
 def _records(store: SqlTriggerStore, start_ms: int, end_ms: int) -> dict[tuple[int, int], FiredRecord]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -20,37 +19,42 @@ from pathlib import Path
 
 import pytest
 
-from migrator.mapping import Mapped
 from migrator.model import Action
 from migrator.target import TargetWriter, Write
 from scheduler_core.clock import SystemClock
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import FiredState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
-from tests.integration.procs import start_scheduler, stop_process
+from tests.cron_writes import cron_write
+from tests.integration.procs import start_cli, start_scheduler, stop_process, stream_args
 from tests.servers import REPO, server_url
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 
 BIZ = "edited"
 UTC = timezone.utc
+# no result yet: a fired record stays pending until its executor reports (FiredState)
+_NOT_RUN_YET = (FiredState.PENDING, FiredState.PUBLISHED)
 
 
 def _write(cron: str, action: Action, first: datetime) -> Write:
-    job = Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0))
-    trig = Trigger(job_code=job.job_code, biz_code=BIZ, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
-    return Write(
-        action=action,
-        source="xxl-job",
-        source_key="1",
-        biz_code=BIZ,
-        mapped=Mapped(job, trig, (), f"hash-{cron}"),
-        content_hash=f"hash-{cron}",
-    )
+    return cron_write(cron, action, first, biz_code=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
+
+
+def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:
+    """The old schedule's occurrences published ahead of E that the new one lacks (at
+    least three) were skipped as superseded by the edit."""
+    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
+    assert len(superseded) >= 3
+    for t in superseded:
+        state, message = recs[t]
+        assert state is FiredState.SKIPPED, (t, state, message)
+        assert message.startswith("superseded by a schedule edit at "), (t, message)
 
 
 def _until(check: Callable[[], bool], within_s: float) -> bool:
@@ -73,35 +77,44 @@ def store() -> Iterator[tuple[SqlTriggerStore, str]]:
             engine.dispose()
 
 
+@pytest.mark.parametrize("members", [1, 2], ids=["leader", "shard-registry"])
 def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
-    store: tuple[SqlTriggerStore, str], tmp_path: Path
+    store: tuple[SqlTriggerStore, str], tmp_path: Path, members: int
 ) -> None:
+    """`members` 1: the elected leader relays the edit; 2: two members of the shard
+    registry (`scheduler run --shards`), where the owner of the trigger's partition does."""
     st, url = store
     pulsar, etcd = server_url("pulsar"), server_url("etcd")
     prefix = f"edit{uuid.uuid4().hex[:6]}"
     now = datetime.now(UTC)
     first = now.replace(microsecond=0) + timedelta(seconds=10 - now.second % 10)
-    writer = TargetWriter(st)
+    writer = TargetWriter(st, migrator_store(st))
     writer.apply([_write("0/10 * * * * ?", Action.CREATE, first)])
     invocations = tmp_path / "invocations.txt"
     invocations.touch()
-    sched = start_scheduler(
-        "edit-sched",
-        tmp_path,
-        url=url,
-        bus=pulsar,
-        etcd=etcd,
-        key=f"/switchyard-test/{prefix}/leader",
-        prefix=prefix,
-        extra=["--lookahead", "60"],
-    )
+    shards = ["--shards", "--registry-prefix", f"/switchyard-test/{prefix}/shards"] if members > 1 else []
+    scheds = [
+        start_scheduler(
+            f"edit-sched-{i}",
+            tmp_path,
+            url=url,
+            bus=pulsar,
+            etcd=etcd,
+            key=f"/switchyard-test/{prefix}/leader",
+            prefix=prefix,
+            # a lease that outlives a starved process on a loaded box: the test is not about expiry
+            extra=["--lookahead", "60", *shards, *(["--lease-ttl", "10"] if shards else [])],
+        )
+        for i in range(members)
+    ]
+
+    def sched_logs() -> str:
+        return "\n".join(f"--- {s.name}\n{s.log_text()[-3000:]}" for s in scheds)
+
     ex_log = tmp_path / "executor.log"
     with ex_log.open("wb") as out:
-        executor = subprocess.Popen(
+        executor = start_cli(
             [
-                sys.executable,
-                "-m",
-                "switchyard",
                 "executor",
                 "run",
                 "--handlers",
@@ -115,9 +128,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
                 "--concurrency",
                 "4",
             ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            out,
             cwd=REPO,
             env={**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)},
         )
@@ -134,7 +145,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
         def ahead() -> int:
             return len([t for t in records() if t >= to_ms(datetime.now(UTC)) + 7000])
 
-        assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched.log_text()}"
+        assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched_logs()}"
         (trig,) = st.triggers_of(biz_code=BIZ)
         for _ in range(100):
             # the operator's edit, read by the stream; a trigger being fired right now keeps
@@ -151,13 +162,14 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
         assert _until(
             lambda: (
                 to_ms(datetime.now(UTC)) > end_ms + 3000
-                and all(s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms)
+                and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
             ),
             90,
-        ), f"results missing:\n{sched.log_text()[-3000:]}\n{ex_log.read_text(errors='replace')[-3000:]}"
+        ), f"results missing:\n{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}"
     finally:
         stop_process(executor)
-        sched.stop()
+        for sched in scheds:
+            sched.stop()
 
     invoked = ran()
     counts = Counter(cid for cid, _t in invoked)
@@ -166,16 +178,15 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     assert after and all(from_ms(t).second % 7 == 0 for t in after), (
         f"an old-schedule command ran after E: {[from_ms(t).isoformat() for t in after]}"
     )
-    expected = [t for t in range(e_ms - e_ms % 1000 + 1000, end_ms, 1000) if from_ms(t).second % 7 == 0]
+    # from the first whole second at or after E + 1 s, the bound `after` uses: an occurrence
+    # in (E, E + 1 s) is left out of both (starting at floor(E) + 1 s counted it in `expected`
+    # only, and failed whenever that second was a multiple of 7)
+    start = -(-(e_ms + 1000) // 1000) * 1000
+    expected = [t for t in range(start, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
-    recs = records()
-    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-    assert len(superseded) >= 3
-    for t in superseded:
-        state, message = recs[t]
-        assert state is FiredState.SKIPPED, (t, state, message)
-        assert message.startswith("superseded by a schedule edit at "), (t, message)
-    assert "broadcast the schedule edit" in sched.log_text()
+    _assert_superseded(records(), old_ahead)
+    relayed = [s.name for s in scheds if "broadcast the schedule edit" in s.log_text()]
+    assert relayed, "no scheduler broadcast the edit"
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -256,11 +267,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         env_vars = {**os.environ, "FENCE_INVOCATIONS": str(invocations), "PYTHONPATH": str(REPO)}
         with logs["executor"].open("wb") as out_ex, logs["stream"].open("wb") as out_st:
             procs.append(
-                subprocess.Popen(
+                start_cli(
                     [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
                         "executor",
                         "run",
                         "--handlers",
@@ -274,26 +282,16 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "--concurrency",
                         "4",
                     ],
-                    stdout=out_ex,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    out_ex,
                     cwd=REPO,
                     env=env_vars,
                 )
             )
             procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "switchyard",
-                        "migrate",
-                        "stream",
-                        "--source",
+                start_cli(
+                    stream_args(
                         "xxl-job",
-                        "--legacy-url",
                         legacy_url,
-                        "--target-url",
                         target_url,
                         "--binlog-url",
                         cdc_url,
@@ -301,10 +299,8 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                         "7411",
                         "--log-level",
                         "INFO",
-                    ],
-                    stdout=out_st,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    ),
+                    out_st,
                     cwd=REPO,
                     env=env_vars,
                 )
@@ -344,7 +340,7 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
             assert _until(
                 lambda: (
                     to_ms(datetime.now(UTC)) > end_ms + 3000
-                    and all(s is not FiredState.PUBLISHED for t, (s, _m) in records().items() if t < end_ms)
+                    and all(s not in _NOT_RUN_YET for t, (s, _m) in records().items() if t < end_ms)
                 ),
                 90,
             ), f"results missing:\n{tails()}"
@@ -362,13 +358,4 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
         )
         expected = [t for t in range(e_ms - e_ms % 1000, end_ms, 1000) if t >= e_ms and from_ms(t).second % 7 == 0]
         assert after == expected, "an occurrence of the new schedule did not run"
-        recs = records()
-        superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
-        assert len(superseded) >= 3
-        for t in superseded:
-            state, message = recs[t]
-            assert state is FiredState.SKIPPED and message.startswith("superseded by a schedule edit at "), (
-                t,
-                state,
-                message,
-            )
+        _assert_superseded(records(), old_ahead)

@@ -47,8 +47,9 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore
-from switchyard.wiring import open_bus, open_store
+from switchyard.wiring import migrator_store, open_bus, open_store
 from tests.backends import mariadb_database
+from tests.integration.procs import stop_process
 from tests.servers import server_url
 from tests.unit.test_cli_errors import check_output
 
@@ -251,13 +252,7 @@ def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Pope
 
 def _finish(flow: Flow, name: str, proc: subprocess.Popen[bytes], _started: float, log: Path) -> str:
     """SIGTERM (by its PID), a bounded wait, SIGKILL; the whole output is kept for the scan."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    stop_process(proc, timeout_s=30)
     body = log.read_text(errors="replace")
     flow.outputs[name] = f"--- output (exit {proc.returncode})\n{body}"
     return body
@@ -387,7 +382,9 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     store = SqlTriggerStore(make_engine(flow.target), SystemClock())
     legacy_engine = make_engine(flow.legacy)
     try:
-        summary = Migrator(BatchCenterReader(legacy_engine), TargetWriter(store), store.clock).plan()
+        summary = Migrator(
+            BatchCenterReader(legacy_engine), TargetWriter(store, migrator_store(store)), store.clock
+        ).plan()
         flow.outputs["in-process plan"] = json.dumps(summary.as_dict(), default=str)
         flow.outputs["reprs"] = "\n".join(
             [
@@ -514,30 +511,13 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
         "cutover": ["cutover", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
         "rollback": ["rollback", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
     }
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "switchyard", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=flow.env,
-            cwd=flow.tmp,
-            stdin=subprocess.DEVNULL,
-        )
-        for name, args in cases.items()
-    }
     failures = []
-    for name, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate(timeout=10)
-            err += "\n(still running after 90 s: killed)"
+    for name, r in flow.run_many(cases, timeout=90).items():
+        out, err = r.stdout, r.stderr
         shown = [a.replace(flow.secrets["app password"], "***") for a in cases[name]]
         try:
             check_output(
-                shown, proc.returncode, 3, out.replace(WRONG_PASSWORD, "secret"), err.replace(WRONG_PASSWORD, "secret")
+                shown, r.returncode, 3, out.replace(WRONG_PASSWORD, "secret"), err.replace(WRONG_PASSWORD, "secret")
             )
         except AssertionError as exc:
             failures.append(f"[{name}] {exc}")

@@ -95,8 +95,8 @@ def _stop(proc: subprocess.Popen[str]) -> int:
         raise AssertionError("serve did not stop within 90 s of SIGTERM") from None
 
 
-def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'center.db'}"
+def _db_init(url: str) -> None:
+    """`switchyard db init` of the store, as an operator runs it before `serve`."""
     init = subprocess.run(
         [sys.executable, "-m", "switchyard", "db", "init", "--url", url],
         capture_output=True,
@@ -105,6 +105,11 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
         timeout=120,
     )
     assert init.returncode == 0, init.stderr
+
+
+def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'center.db'}"
+    _db_init(url)
     store = open_store(url)
     now = store.clock.now()
     t0 = datetime.fromtimestamp((int(now.timestamp()) // 2 + 2) * 2, tz=timezone.utc)  # an even second ahead
@@ -243,14 +248,7 @@ def test_serve_with_the_xxl_job_bridge_needs_no_handler_code(tmp_path: Path) -> 
 
     secret = "serve-xxl-secret-51c2"
     url = f"sqlite:///{tmp_path / 'center.db'}"
-    init = subprocess.run(
-        [sys.executable, "-m", "switchyard", "db", "init", "--url", url],
-        capture_output=True,
-        text=True,
-        cwd=str(REPO),
-        timeout=120,
-    )
-    assert init.returncode == 0, init.stderr
+    _db_init(url)
     store = open_store(url)
     store.put_job(
         Job(

@@ -15,10 +15,9 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,15 +29,17 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import EtcdRegistry
 from scheduler_core.errors import ElectionError
-from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import Job, JobCode, Trigger, TriggerKind, TriggerState, command_id, parse_command_id
+from scheduler_core.fence import Fence, decode_fence, skip_message
+from scheduler_core.model import Job, JobCode
 from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.counting import CountingExecutor, assert_burst_done, one_shot_burst
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import server_url
+from tests.waiting import until
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
 PARTITIONS, TTL_S, DEADLINE_S, RECLAIM_S = 12, 2.0, 3.0, 0.5
@@ -81,6 +82,17 @@ def _wait_owned(etcd: str, prefix: str, ok, bound_s: float) -> float:  # type: i
     raise AssertionError(f"registry never settled: {_owners(etcd, prefix)}")
 
 
+def _assigned(members: set[str]):  # type: ignore[no-untyped-def]
+    """The registry settled on the rendezvous assignment of `members`: each partition owned
+    by the member the rule gives it. A member starved past its short lease on a loaded box
+    drops its partitions and rejoins under the same name, winning the same ones back: the
+    settled state is this one whatever lapsed on the way, so the test waits for it rather
+    than for the first moment every partition has some owner (which can be a transient
+    one, holding a lapsed member's share until it is back)."""
+    want = {p: m for m in members for p in partitions_of(m, members, range(PARTITIONS))}
+    return lambda o: {p: m for p, (m, _) in o.items()} == want
+
+
 def _check_no_overlap(records: list, partitions: int) -> dict[int, int]:  # type: ignore[type-arg]
     """Per partition, each epoch's fired records span [first fired_at, last fired_at]; two
     epochs' spans never overlap, and a later span has a higher epoch. Returns epochs seen
@@ -110,18 +122,8 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         store.put_job(Job(job_code=JobCode("burst"), biz_code="sop", handler="h", shard_total=2))
 
         bus = PulsarBus(pulsar, topic_prefix=topics)
-        got: Counter[str] = Counter()
-        lock = threading.Lock()
-        ex = Executor(bus, "sop", clock=clock, concurrency=32)
-
-        @ex.handler()
-        def record(ctx: ExecutionContext) -> None:
-            with lock:
-                got[ctx.command_id] += 1
-
-        stop = threading.Event()
-        ex_thread = threading.Thread(target=ex.run, args=(stop,), daemon=True)
-        ex_thread.start()
+        counter = CountingExecutor(bus, "sop", clock, concurrency=32)
+        got = counter.got
 
         def start(name: str) -> SchedulerProc:
             return start_scheduler(
@@ -134,25 +136,14 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
         joins: list[int] = []
         joined = 3
         try:
-            _wait_owned(etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == 3, 60)
+            _wait_owned(etcd, registry, _assigned(set(procs)), 60)
             # the burst starts once the three own their partitions: on a loaded machine the
             # members take many seconds to start, and a burst due before that would be over
             # before the first fault
             span_s = 10.0 + 8.0 * rounds
             n = 600
             t0 = clock.now() + timedelta(seconds=4)
-            triggers = store.add_triggers(
-                [
-                    Trigger(
-                        job_code=JobCode("burst"),
-                        biz_code="sop",
-                        kind=TriggerKind.ONCE,
-                        next_fire_at=t0 + timedelta(seconds=span_s * i / n),
-                    )
-                    for i in range(n)
-                ]
-            )
-            expected = {command_id(t.id, t.next_fire_at, k) for t in triggers for k in range(2)}  # type: ignore[arg-type]
+            triggers, expected = one_shot_burst(store, "burst", "sop", t0, timedelta(seconds=span_s / n), n, 2)
             for _ in range(rounds):
                 # kill -9 one member mid-burst: its partitions go to the others once its lease expires
                 time.sleep(rng.uniform(0.5, 2.0))
@@ -160,16 +151,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 before = _owners(etcd, registry)
                 theirs = {p for p, (m, _) in before.items() if m == victim}
                 procs.pop(victim).kill9()
-                handoffs.append(
-                    _wait_owned(
-                        etcd,
-                        registry,
-                        lambda o, victim=victim, theirs=theirs: (
-                            len(o) == PARTITIONS and all(o[p][0] != victim for p in theirs)
-                        ),
-                        60,
-                    )
-                )
+                handoffs.append(_wait_owned(etcd, registry, _assigned(set(procs)), 60))
                 after = _owners(etcd, registry)
                 moved.append(sum(1 for p in after if after[p][0] != before[p][0]))
                 assert moved[-1] == len(theirs), "a leave moves exactly the leaver's partitions"
@@ -178,19 +160,9 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                 joined += 1
                 before = _owners(etcd, registry)
                 procs[name] = start(name)
-                _wait_owned(
-                    etcd, registry, lambda o, name=name: len(o) == PARTITIONS and name in {m for m, _ in o.values()}, 60
-                )
                 # the joiner's whole share arrives, and nothing else moves
                 share = set(partitions_of(name, set(procs), range(PARTITIONS)))
-                _wait_owned(
-                    etcd,
-                    registry,
-                    lambda o, name=name, share=share: (
-                        len(o) == PARTITIONS and {p for p, (m, _) in o.items() if m == name} == share
-                    ),
-                    60,
-                )
+                _wait_owned(etcd, registry, _assigned(set(procs)), 60)
                 after = _owners(etcd, registry)
                 joins.append(sum(1 for p in after if after[p][0] != before[p][0]))
                 assert {p for p in after if after[p][0] != before[p][0]} == share, "a join moves only the joiner's"
@@ -207,9 +179,7 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
                     )
                 finally:
                     os.kill(procs[paused].pid, signal.SIGCONT)
-                _wait_owned(
-                    etcd, registry, lambda o: len(o) == PARTITIONS and len({m for m, _ in o.values()}) == len(procs), 60
-                )
+                _wait_owned(etcd, registry, _assigned(set(procs)), 60)
             settle = time.monotonic() + span_s + 40
             while time.monotonic() < settle and not expected <= set(got):
                 time.sleep(0.25)
@@ -217,26 +187,9 @@ def _burst(tmp_path: Path, rounds: int, seed: int) -> None:
             logs = {name: p.log_text() for name, p in procs.items()}
             for p in procs.values():
                 p.stop()
-            stop.set()
-            ex_thread.join(timeout=15)
-            ex.close()
+            counter.close()
             bus.close()
-        missing = expected - set(got)
-        assert not missing, f"{len(missing)} occurrences never delivered, e.g. {sorted(missing)[:3]}"
-        by_trigger = {t.id: t for t in triggers}
-        for cid in got:
-            tid, _ms, item = parse_command_id(cid)
-            assert tid in by_trigger and command_id(tid, by_trigger[tid].next_fire_at, item) == cid
-        now = clock.now()
-        stuck = [
-            t
-            for t in store.triggers_of()
-            if t.state is TriggerState.ACQUIRED
-            and t.acquire_deadline is not None
-            and t.acquire_deadline < now - timedelta(seconds=DEADLINE_S + RECLAIM_S)
-        ]
-        assert not stuck, f"{len(stuck)} trigger(s) left acquired past deadline + reclaim interval"
-        assert {t.state for t in store.triggers_of()} == {TriggerState.COMPLETED}
+        assert_burst_done(store, triggers, expected, got, timedelta(seconds=DEADLINE_S + RECLAIM_S))
         records = store.fired_between(None, t0 - timedelta(seconds=1), t0 + timedelta(seconds=span_s + 1))
         assert {r.command_id for r in records} == expected
         epochs = _check_no_overlap(records, PARTITIONS)
@@ -261,8 +214,12 @@ def test_long_ten_kills(tmp_path: Path) -> None:
 
 
 def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
+    """Also: a rollback fence the store has (its own broadcast failed) is relayed by the
+    members, by one of them (the owner of the lowest partition), and after a member left by
+    the one left."""
     etcd, pulsar = server_url("etcd"), server_url("pulsar")
     registry = f"/sy-shards/{uuid.uuid4().hex[:8]}"
+    topics = f"cl{uuid.uuid4().hex[:6]}"
     with mariadb_database() as url:
         engine = make_engine(url)
         init_schema(engine, 4)
@@ -274,11 +231,16 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
                 bus=pulsar,
                 etcd=etcd,
                 key="/unused",
-                prefix=f"cl{uuid.uuid4().hex[:6]}",
-                extra=["--shards", "--registry-prefix", registry],
+                prefix=topics,
+                # a lease that outlives a starved process on a loaded box: ownership must
+                # not move by expiry here (a clean stop revokes it at once)
+                extra=["--shards", "--registry-prefix", registry, "--lease-ttl", "10"],
             )
             for i in range(2)
         ]
+        heard: list[Fence] = []
+        follower = PulsarBus(pulsar, topic_prefix=topics)
+        feed = follower.follow_control(lambda payload: heard.extend(f for f in [decode_fence(payload)] if f))
         try:
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and len({m for m, _ in o.values()}) == 2, 60)
             out = subprocess.run(
@@ -315,10 +277,21 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
             while fences() != shown and time.monotonic() < bound:
                 time.sleep(0.1)
             assert fences() == shown
+            # a fence in the store only (a rollback whose broadcast failed): relayed once
+            at_ms = int(time.time() * 1000) + 60_000
+            fence, _ = store.raise_business_fence("relayed", at_ms, skip_message(at_ms))
+            assert until(lambda: fence in heard, 30), f"no member relayed the stored fence: {heard}"
+            time.sleep(2)  # ten relay rounds of each member
+            assert heard.count(fence) == 1, f"the fence was relayed more than once: {heard}"
             # a clean stop revokes the lease: the other member owns everything soon after
             procs[0].stop()
             _wait_owned(etcd, registry, lambda o: len(o) == 4 and {m for m, _ in o.values()} == {"c1"}, 30)
+            lifted = store.lift_business_fence("relayed", at_ms + 1000)
+            assert lifted is not None
+            assert until(lambda: lifted in heard, 30), f"the member left did not relay the fence: {heard}"
         finally:
+            feed.close()
+            follower.close()
             for p in procs:
                 p.stop()
             engine.dispose()

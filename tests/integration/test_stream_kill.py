@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from legacy_sim.seed import seed_batchcenter
 from migrator.model import Action
 from readers.streams import current_position
 from tests.backends import mariadb_database
+from tests.integration.procs import start_cli, stream_args
 from tests.migration_env import make_env
 from tests.servers import server_url
 
@@ -29,18 +29,10 @@ pytestmark = pytest.mark.mariadb
 
 def _start(tmp: Path, n: int, legacy_url: str, target_url: str, cdc_url: str) -> subprocess.Popen[bytes]:
     log = (tmp / f"stream{n}.log").open("wb")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "switchyard",
-            "migrate",
-            "stream",
-            "--source",
+    return start_cli(
+        stream_args(
             "batch-center",
-            "--legacy-url",
             legacy_url,
-            "--target-url",
             target_url,
             "--binlog-url",
             cdc_url,
@@ -50,10 +42,8 @@ def _start(tmp: Path, n: int, legacy_url: str, target_url: str, cdc_url: str) ->
             "20",
             "--log-level",
             "WARNING",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+        ),
+        log,
     )
 
 

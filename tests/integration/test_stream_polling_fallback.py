@@ -13,7 +13,6 @@ applies what changed while it was down; a run over an unchanged source writes no
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
+from tests.integration.procs import start_cli, stop_process, stream_args
 from tests.servers import server_url
 
 pytestmark = [pytest.mark.mariadb]
@@ -57,18 +57,10 @@ class Stream:
     def __init__(self, tmp_path: Path, name: str, legacy_url: str, target_url: str) -> None:
         self.log = tmp_path / f"{name}.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "switchyard",
-                    "migrate",
-                    "stream",
-                    "--source",
+            self.proc = start_cli(
+                stream_args(
                     "xxl-job",
-                    "--legacy-url",
                     as_sched(legacy_url),
-                    "--target-url",
                     target_url,
                     "--legacy-db-tz",
                     "Asia/Shanghai",
@@ -80,10 +72,8 @@ class Stream:
                     "4",
                     "--log-level",
                     "INFO",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                ),
+                out,
                 cwd=tmp_path,
             )
 
@@ -99,13 +89,7 @@ class Stream:
         return bool(cond())
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, timeout_s=30)
         return int(self.proc.returncode)
 
     def tail(self) -> str:
@@ -335,13 +319,7 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
                 _scalar(target, "SELECT COUNT(*) FROM dus_migration_ledger WHERE source_key = :k", k=str(added)) == 1
             )
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process(proc, timeout_s=30)
             legacy.dispose()
             target.dispose()
         out_text = log.read_text(errors="replace")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +23,9 @@ from sqlalchemy.engine import make_url
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import current_position
 from switchyard.cli import cli
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
+from tests.integration.procs import start_cli, stream_args
 from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env
 from tests.servers import server_url
@@ -64,7 +65,7 @@ def _remigrate(source: str, legacy_url: str, target_url: str, stop: threading.Ev
 
     store = open_store(target_url)
     legacy = make_engine(legacy_url)
-    migrator = Migrator(legacy_reader(source, legacy), TargetWriter(store), store.clock)
+    migrator = Migrator(legacy_reader(source, legacy), TargetWriter(store, migrator_store(store)), store.clock)
     try:
         while not stop.is_set():
             migrator.run()
@@ -104,18 +105,10 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
         biz = json.loads(_cli("status", "--url", target_url, "--json")[1])[0]["business"]
         cdc_url = make_url(cdc).set(database=make_url(legacy_url).database).render_as_string(hide_password=False)
         log = (tmp_path / "stream.log").open("wb")
-        stream = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "switchyard",
-                "migrate",
-                "stream",
-                "--source",
+        stream = start_cli(
+            stream_args(
                 source,
-                "--legacy-url",
                 legacy_url,
-                "--target-url",
                 target_url,
                 "--binlog-url",
                 cdc_url,
@@ -123,10 +116,8 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
                 str(new_server_id()),
                 "--log-level",
                 "WARNING",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            ),
+            log,
         )
         stream_id = f"{source}@{make_url(legacy_url).render_as_string(hide_password=True)}"
         stop = threading.Event()

@@ -37,6 +37,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.demo import START, Handover, _advance, _boundary, _fires_after, _Legacy, _rollback_handover
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store, migrator_store
 
 
 class AlwaysReady:
@@ -62,6 +63,38 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
             )
 
 
+# the parameters of the property test, in order
+_EXAMPLE_FIELDS = (
+    "source",
+    "dual_s",
+    "after_cutover_s",
+    "shadow",
+    "roll_back",
+    "one_shot_offsets",
+    "lookahead_min",
+    "fenced",
+)
+# the examples hypothesis always runs, as the test's parameters in _EXAMPLE_FIELDS order
+_EXAMPLES = [
+    # found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
+    # wait for it while the center runs on)
+    ("batch-center", 120, 60, False, False, [60], 30, False),
+    # ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
+    ("batch-center", 120, 60, True, False, [911, 60], 30, False),
+    # found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
+    # back to legacy by the rollback before it was due, both at its fire time: the later wins
+    ("batch-center", 120, 60, False, True, [1102, 60], 3, False),
+    ("xxl-job", 300, 300, False, True, [60], 30, True),
+    ("batch-center", 300, 300, True, True, [700, 620], 30, True),
+]
+
+
+def _examples(fn):  # type: ignore[no-untyped-def]
+    for row in reversed(_EXAMPLES):
+        fn = example(**dict(zip(_EXAMPLE_FIELDS, row, strict=True)))(fn)
+    return fn
+
+
 # ~2-3 s per example on the 2-core box: 20 drawn + the explicit ones fit in about a minute
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -79,61 +112,7 @@ def _one_shots(lg: _Legacy, clock: ManualClock, offsets_s: list[int]) -> None:
     # published from F on is skipped), or without one (F = its first unpublished occurrence)
     fenced=st.booleans(),
 )
-# found by hypothesis: a one-shot task RUNNING at the cutover instant (the control must
-# wait for it while the center runs on)
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=False,
-    roll_back=False,
-    one_shot_offsets=[60],
-    lookahead_min=30,
-    fenced=False,
-)
-# ... and a one-shot due after a shadow cutover, already published (shadow) by the lookahead
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=True,
-    roll_back=False,
-    one_shot_offsets=[911, 60],
-    lookahead_min=30,
-    fenced=False,
-)
-# found by hypothesis (in the check): a one-shot handed to the new side at the cutover and
-# back to legacy by the rollback before it was due, both at its fire time: the later wins
-@example(
-    source="batch-center",
-    dual_s=120,
-    after_cutover_s=60,
-    shadow=False,
-    roll_back=True,
-    one_shot_offsets=[1102, 60],
-    lookahead_min=3,
-    fenced=False,
-)
-@example(
-    source="xxl-job",
-    dual_s=300,
-    after_cutover_s=300,
-    shadow=False,
-    roll_back=True,
-    one_shot_offsets=[60],
-    lookahead_min=30,
-    fenced=True,
-)
-@example(
-    source="batch-center",
-    dual_s=300,
-    after_cutover_s=300,
-    shadow=True,
-    roll_back=True,
-    one_shot_offsets=[700, 620],
-    lookahead_min=30,
-    fenced=True,
-)
+@_examples
 def test_every_occurrence_is_fired_by_exactly_one_side(
     source: str,
     dual_s: int,
@@ -153,11 +132,12 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         init_schema(engine, 4)
         store = SqlTriggerStore(engine, clock)
         _advance(clock, timedelta(minutes=5), [lg], None)
-        Migrator(lg.reader, TargetWriter(store), clock).run()
-        biz = BusinessRegistry(store).all()[0].biz_code
+        Migrator(lg.reader, TargetWriter(store, migrator_store(store)), clock).run()
+        biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
         bus = InProcessBus(clock)
         sw = BusinessSwitch(
             store,
+            migrator_store(store),
             lg.control,
             clock,
             AlwaysReady(),
@@ -201,7 +181,13 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         what = f"{source} shadow={shadow} rollback={roll_back} fenced={fenced} lookahead={lookahead_min}m"
         # the report's matching across the switch(es)
         check = check_boundary(
-            store, lg.reader, biz, switches, window=Window(start=start, end=horizon), now=clock.now()
+            store,
+            dualrun_store(store),
+            lg.reader,
+            biz,
+            switches,
+            window=Window(start=start, end=horizon),
+            now=clock.now(),
         )
         assert check.owned > 0, f"{what}: no occurrence after the handover inside the run"
         assert check.clean, (
@@ -209,7 +195,7 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
             "across the switch:\n" + "\n".join(map(str, check.issues[:20]))
         )
         # and the demo's own count, from the simulators' fire lists (the last switch)
-        legacy, new = _fires_after(store, lg, biz, start)
+        legacy, new = _fires_after(store, migrator_store(store), lg, biz, start)
         triggers = {ln.source_key: ln.trigger for ln in sw.links(biz)}
         _checked, missing, doubled = _boundary(handover, legacy, new, horizon=horizon, triggers=triggers)
         assert (missing, doubled) == (0, 0), f"{what}: {missing} missing, {doubled} doubled across the switch"

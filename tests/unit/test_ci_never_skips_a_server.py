@@ -3,12 +3,12 @@ fails the test that needs it; locally it is skipped (and said to be)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.pytest_child import run_pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PROBE = """
@@ -24,32 +24,13 @@ def test_needs_mariadb():
 def _run(tmp_path: Path, ci: str) -> subprocess.CompletedProcess[str]:
     probe = tmp_path / "test_probe.py"
     probe.write_text(PROBE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-    env.update(
-        CI=ci,
-        PYTHONPATH=str(REPO),
+    # nothing listens on port 1
+    return run_pytest(
+        [str(probe)],
+        ci=ci,
+        timeout_s=120,
         SWITCHYARD_STACK_DIR=str(tmp_path / "no-stack"),
         SWITCHYARD_MARIADB_URL="mysql+pymysql://u:p@127.0.0.1:1/x",
-    )  # nothing listens on port 1
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(REPO),
-            "-c",
-            str(REPO / "pyproject.toml"),
-            str(probe),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
 
 

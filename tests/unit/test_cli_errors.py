@@ -110,6 +110,15 @@ def check_output(args: list[str], code: int, want: int, out: str, err: str) -> N
 
 # -- in-process cases (CliRunner) -------------------------------------------------------------
 
+
+def _migrate(verb: str, source: str, legacy_url: str, target_url: str, *more: str) -> list[str]:
+    return ["migrate", verb, "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
+
+
+def _dualrun(command: str, url: str, legacy_url: str, *more: str, biz_code: str = BIZ) -> list[str]:
+    return ["dualrun", command, "--business", biz_code, "--url", url, "--legacy-url", legacy_url, *more]
+
+
 IN_PROCESS: list[tuple[str, list[str], int]] = [
     # bad arguments
     ("top-unknown-option", ["--bogus"], USAGE),
@@ -127,22 +136,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-plan-unknown-source", ["migrate", "plan", "--source", "foo", "--legacy-url", "{legacy}"], USAGE),
     ("migrate-run-missing-legacy", ["migrate", "run", "--source", "xxl-job", "--target-url", "{ok}"], USAGE),
     ("migrate-quarantine-unknown-option", ["migrate", "quarantine", "--bogus"], USAGE),
-    (
-        "migrate-stream-server-id-0",
-        [
-            "migrate",
-            "stream",
-            "--source",
-            "batch-center",
-            "--legacy-url",
-            "{legacy}",
-            "--target-url",
-            "{ok}",
-            "--server-id",
-            "0",
-        ],
-        USAGE,
-    ),
+    ("migrate-stream-server-id-0", _migrate("stream", "batch-center", "{legacy}", "{ok}", "--server-id", "0"), USAGE),
     ("scheduler-run-ttl-too-small", ["scheduler", "run", "--url", "{ok}", "--lease-ttl", "1"], USAGE),
     ("scheduler-stats-negative-since", ["scheduler", "stats", "--url", "{ok}", "--since", "-1"], USAGE),
     ("executor-run-missing-handlers", ["executor", "run", "--business", "d"], USAGE),
@@ -159,74 +153,18 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("trigger-resume-not-an-id", ["trigger", "resume", "abc", "--url", "{ok}"], USAGE),
     ("trigger-cancel-unknown-option", ["trigger", "cancel", "--bogus"], USAGE),
     ("dualrun-compare-missing-business", ["dualrun", "compare", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    (
-        "dualrun-compare-bad-since",
-        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--since", "notatime"],
-        USAGE,
-    ),
-    (
-        "dualrun-compare-bad-window",
-        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--window", "-1h"],
-        USAGE,
-    ),
-    (
-        "dualrun-compare-unknown-business",
-        ["dualrun", "compare", "--business", "ghost", "--url", "{ok}", "--legacy-url", "{legacy}"],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-every-0",
-        ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--every", "0s"],
-        USAGE,
-    ),
+    ("dualrun-compare-bad-since", _dualrun("compare", "{ok}", "{legacy}", "--since", "notatime"), USAGE),
+    ("dualrun-compare-bad-window", _dualrun("compare", "{ok}", "{legacy}", "--window", "-1h"), USAGE),
+    ("dualrun-compare-unknown-business", _dualrun("compare", "{ok}", "{legacy}", biz_code="ghost"), USAGE),
+    ("dualrun-watch-every-0", _dualrun("watch", "{ok}", "{legacy}", "--every", "0s"), USAGE),
     ("dualrun-start-missing-business", ["dualrun", "start", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    (
-        "dualrun-watch-cutover-every-0",
-        ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--every", "0s"],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-cutover-not-cut-over",
-        ["dualrun", "watch-cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{legacy}", "--max-runs", "1"],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-cutover-bad-url",
-        ["dualrun", "watch-cutover", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}", "--max-runs", "1"],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-cutover-unreachable",
-        [
-            "dualrun",
-            "watch-cutover",
-            "--business",
-            BIZ,
-            "--url",
-            UNREACHABLE,
-            "--legacy-url",
-            "{legacy}",
-            "--max-runs",
-            "1",
-        ],
-        DOWN,
-    ),
+    ("dualrun-watch-cutover-every-0", _dualrun("watch-cutover", "{ok}", "{legacy}", "--every", "0s"), USAGE),
+    ("dualrun-watch-cutover-not-cut-over", _dualrun("watch-cutover", "{ok}", "{legacy}", "--max-runs", "1"), USAGE),
+    ("dualrun-watch-cutover-bad-url", _dualrun("watch-cutover", BAD, "{legacy}", "--max-runs", "1"), USAGE),
+    ("dualrun-watch-cutover-unreachable", _dualrun("watch-cutover", UNREACHABLE, "{legacy}", "--max-runs", "1"), DOWN),
     (
         "dualrun-watch-cutover-no-schema",
-        [
-            "dualrun",
-            "watch-cutover",
-            "--business",
-            BIZ,
-            "--source",
-            "batch-center",
-            "--url",
-            "{empty}",
-            "--legacy-url",
-            "{legacy}",
-            "--max-runs",
-            "1",
-        ],
+        _dualrun("watch-cutover", "{empty}", "{legacy}", "--source", "batch-center", "--max-runs", "1"),
         SCHEMA,
     ),
     ("report-unknown-option", ["report", "--bogus"], USAGE),
@@ -239,41 +177,17 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("db-check-bad-url", ["db", "check", "--url", BAD], USAGE),
     ("db-check-bad-port", ["db", "check", "--url", f"mysql+pymysql://u:{SECRET}@127.0.0.1:notaport/x"], USAGE),
     ("db-check-unknown-driver", ["db", "check", "--url", f"mysql+nosuch://u:{SECRET}@127.0.0.1:1/x"], USAGE),
-    (
-        "migrate-plan-bad-legacy-url",
-        ["migrate", "plan", "--source", "xxl-job", "--legacy-url", BAD, "--target-url", "{ok}"],
-        USAGE,
-    ),
-    (
-        "migrate-plan-bad-target-url",
-        ["migrate", "plan", "--source", "xxl-job", "--legacy-url", "{legacy}", "--target-url", BAD],
-        USAGE,
-    ),
-    (
-        "migrate-run-bad-legacy-url",
-        ["migrate", "run", "--source", "batch-center", "--legacy-url", BAD, "--target-url", "{ok}"],
-        USAGE,
-    ),
+    ("migrate-plan-bad-legacy-url", _migrate("plan", "xxl-job", BAD, "{ok}"), USAGE),
+    ("migrate-plan-bad-target-url", _migrate("plan", "xxl-job", "{legacy}", BAD), USAGE),
+    ("migrate-run-bad-legacy-url", _migrate("run", "batch-center", BAD, "{ok}"), USAGE),
     ("migrate-quarantine-bad-url", ["migrate", "quarantine", "--target-url", BAD], USAGE),
     ("scheduler-stats-bad-url", ["scheduler", "stats", "--url", BAD], USAGE),
     ("trigger-pause-bad-url", ["trigger", "pause", "1", "--url", BAD], USAGE),
     ("trigger-resume-bad-url", ["trigger", "resume", "1", "--url", BAD], USAGE),
     ("trigger-cancel-bad-url", ["trigger", "cancel", "1", "--url", BAD], USAGE),
-    (
-        "dualrun-compare-bad-url",
-        ["dualrun", "compare", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"],
-        USAGE,
-    ),
-    (
-        "dualrun-compare-bad-legacy-url",
-        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", BAD],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-bad-url",
-        ["dualrun", "watch", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}", "--max-runs", "1"],
-        USAGE,
-    ),
+    ("dualrun-compare-bad-url", _dualrun("compare", BAD, "{legacy}"), USAGE),
+    ("dualrun-compare-bad-legacy-url", _dualrun("compare", "{ok}", BAD), USAGE),
+    ("dualrun-watch-bad-url", _dualrun("watch", BAD, "{legacy}", "--max-runs", "1"), USAGE),
     ("dualrun-start-bad-url", ["dualrun", "start", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
     ("status-bad-url", ["status", "--url", BAD], USAGE),
     ("cutover-bad-url", ["cutover", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
@@ -282,36 +196,16 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     # a server that cannot be reached
     ("db-init-unreachable", ["db", "init", "--url", UNREACHABLE], DOWN),
     ("db-check-unreachable", ["db", "check", "--url", UNREACHABLE], DOWN),
-    (
-        "migrate-plan-unreachable-target",
-        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", UNREACHABLE],
-        DOWN,
-    ),
-    (
-        "migrate-plan-unreachable-legacy",
-        ["migrate", "plan", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
-        DOWN,
-    ),
-    (
-        "migrate-run-unreachable-legacy",
-        ["migrate", "run", "--source", "xxl-job", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
-        DOWN,
-    ),
+    ("migrate-plan-unreachable-target", _migrate("plan", "batch-center", "{legacy}", UNREACHABLE), DOWN),
+    ("migrate-plan-unreachable-legacy", _migrate("plan", "batch-center", UNREACHABLE, "{ok}"), DOWN),
+    ("migrate-run-unreachable-legacy", _migrate("run", "xxl-job", UNREACHABLE, "{ok}"), DOWN),
     ("migrate-quarantine-unreachable", ["migrate", "quarantine", "--target-url", UNREACHABLE], DOWN),
     ("scheduler-stats-unreachable", ["scheduler", "stats", "--url", UNREACHABLE], DOWN),
     ("trigger-pause-unreachable", ["trigger", "pause", "1", "--url", UNREACHABLE], DOWN),
     ("trigger-resume-unreachable", ["trigger", "resume", "1", "--url", UNREACHABLE], DOWN),
     ("trigger-cancel-unreachable", ["trigger", "cancel", "1", "--url", UNREACHABLE], DOWN),
-    (
-        "dualrun-compare-unreachable-store",
-        ["dualrun", "compare", "--business", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"],
-        DOWN,
-    ),
-    (
-        "dualrun-compare-unreachable-legacy",
-        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE],
-        DOWN,
-    ),
+    ("dualrun-compare-unreachable-store", _dualrun("compare", UNREACHABLE, "{legacy}"), DOWN),
+    ("dualrun-compare-unreachable-legacy", _dualrun("compare", "{ok}", UNREACHABLE), DOWN),
     ("dualrun-start-unreachable", ["dualrun", "start", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
     ("status-unreachable", ["status", "--url", UNREACHABLE], DOWN),
     ("cutover-unreachable-store", ["cutover", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
@@ -326,50 +220,15 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("db-check-no-schema", ["db", "check", "--url", "{empty}"], SCHEMA),
     ("console-no-schema", ["console", "--url", "{empty}"], SCHEMA),
     ("serve-no-schema", ["serve", "--url", "{empty}", "--handlers", "json"], SCHEMA),
-    (
-        "migrate-plan-no-schema",
-        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", "{empty}"],
-        SCHEMA,
-    ),
-    (
-        "migrate-run-no-schema",
-        ["migrate", "run", "--source", "batch-center", "--legacy-url", "{legacy}", "--target-url", "{empty}"],
-        SCHEMA,
-    ),
-    (
-        "migrate-plan-no-legacy-tables",
-        ["migrate", "plan", "--source", "batch-center", "--legacy-url", "{no_legacy}", "--target-url", "{ok}"],
-        SCHEMA,
-    ),
-    (
-        "migrate-run-no-legacy-tables",
-        ["migrate", "run", "--source", "xxl-job", "--legacy-url", "{no_legacy}", "--target-url", "{ok}"],
-        SCHEMA,
-    ),
+    ("migrate-plan-no-schema", _migrate("plan", "batch-center", "{legacy}", "{empty}"), SCHEMA),
+    ("migrate-run-no-schema", _migrate("run", "batch-center", "{legacy}", "{empty}"), SCHEMA),
+    ("migrate-plan-no-legacy-tables", _migrate("plan", "batch-center", "{no_legacy}", "{ok}"), SCHEMA),
+    ("migrate-run-no-legacy-tables", _migrate("run", "xxl-job", "{no_legacy}", "{ok}"), SCHEMA),
     ("migrate-quarantine-no-schema", ["migrate", "quarantine", "--target-url", "{empty}"], SCHEMA),
     ("scheduler-stats-no-schema", ["scheduler", "stats", "--url", "{empty}"], SCHEMA),
     ("trigger-pause-no-schema", ["trigger", "pause", "1", "--url", "{empty}"], SCHEMA),
-    (
-        "dualrun-compare-no-schema",
-        [
-            "dualrun",
-            "compare",
-            "--business",
-            BIZ,
-            "--source",
-            "batch-center",
-            "--url",
-            "{empty}",
-            "--legacy-url",
-            "{legacy}",
-        ],
-        SCHEMA,
-    ),
-    (
-        "dualrun-compare-no-legacy-tables",
-        ["dualrun", "compare", "--business", BIZ, "--url", "{ok}", "--legacy-url", "{no_legacy}"],
-        SCHEMA,
-    ),
+    ("dualrun-compare-no-schema", _dualrun("compare", "{empty}", "{legacy}", "--source", "batch-center"), SCHEMA),
+    ("dualrun-compare-no-legacy-tables", _dualrun("compare", "{ok}", "{no_legacy}"), SCHEMA),
     ("dualrun-start-no-schema", ["dualrun", "start", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
     ("status-no-schema", ["status", "--url", "{empty}"], SCHEMA),
     ("cutover-no-schema", ["cutover", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
@@ -436,26 +295,10 @@ SUBPROCESS: list[tuple[str, list[str], int]] = [
         ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "pulsar://127.0.0.1:1"],
         DOWN,
     ),
-    (
-        "migrate-stream-unreachable-legacy",
-        ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{ok}"],
-        DOWN,
-    ),
-    (
-        "migrate-stream-bad-url",
-        ["migrate", "stream", "--source", "batch-center", "--legacy-url", BAD, "--target-url", "{ok}"],
-        USAGE,
-    ),
-    (
-        "dualrun-watch-unreachable-legacy",
-        ["dualrun", "watch", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--max-runs", "1"],
-        DOWN,
-    ),
-    (
-        "migrate-stream-no-schema",
-        ["migrate", "stream", "--source", "batch-center", "--legacy-url", UNREACHABLE, "--target-url", "{empty}"],
-        SCHEMA,
-    ),
+    ("migrate-stream-unreachable-legacy", _migrate("stream", "batch-center", UNREACHABLE, "{ok}"), DOWN),
+    ("migrate-stream-bad-url", _migrate("stream", "batch-center", BAD, "{ok}"), USAGE),
+    ("dualrun-watch-unreachable-legacy", _dualrun("watch", "{ok}", UNREACHABLE, "--max-runs", "1"), DOWN),
+    ("migrate-stream-no-schema", _migrate("stream", "batch-center", UNREACHABLE, "{empty}"), SCHEMA),
 ]
 # per process, a bound for a hang only (each wait ends when its process exits): > the Pulsar
 # client's 30 s operation timeout + the start-up of eight interpreters at once, which import the

@@ -31,6 +31,7 @@ from switchyard.cli import cli
 from switchyard.cli.console import console_token
 from switchyard.console.app import make_app
 from switchyard.console.data import Sources, registry_members, scraped_members
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.console_state import ConsoleState, build_state
 from tests.harness import stored_id
@@ -112,14 +113,14 @@ def test_a_business_lists_its_jobs_by_live_side_with_the_orphan_first(state: Con
 def test_audit_and_quarantine(state: ConsoleState) -> None:
     c = _client(state)
     audit = c.get("/api/audit").json()
-    assert len(audit) == len(BusinessRegistry(state.env.store).audit())
+    assert len(audit) == len(BusinessRegistry(migrator_store(state.env.store)).audit())
     assert [a["to"] for a in c.get("/api/audit", params={"business": state.rolled_back}).json()] == [
         "legacy",
         "cutover",
         "dual_run",
     ]
     rows = c.get("/api/quarantine").json()
-    stored = TargetWriter(state.env.store).quarantined()
+    stored = TargetWriter(state.env.store, migrator_store(state.env.store)).quarantined()
     assert len(rows) == len(stored) > 0 and all(r["field"] and r["reason"] for r in rows)
     assert '<table id="quarantine">' in c.get("/quarantine").text
 
@@ -190,7 +191,7 @@ def test_the_store_down_is_a_503_without_the_password(state: ConsoleState, caplo
 
 
 def test_no_secret_reaches_a_page_or_the_api(state: ConsoleState) -> None:
-    BusinessRegistry(state.env.store).note(
+    BusinessRegistry(migrator_store(state.env.store)).note(
         state.cutover,
         actor="ops",
         reason=f"paused: token={SECRET_TOKEN}",
@@ -288,7 +289,7 @@ def test_scheduler_members_leader_and_lookahead_lag(state: ConsoleState) -> None
 
 def test_a_hostile_business_code_is_shown_as_data(state: ConsoleState) -> None:
     hostile = "h'q\";--/*x*/<script>alert(1)</script>"
-    BusinessRegistry(state.env.store).ensure(hostile, "xxl-job")
+    BusinessRegistry(migrator_store(state.env.store)).ensure(hostile, "xxl-job")
     c = _client(state)
     from urllib.parse import quote
 

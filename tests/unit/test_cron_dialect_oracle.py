@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 from migrator.mapping import Mapped, Rejection, map_definition
 from readers.legacy_ddl.tables import XxlJobLineage
-from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
+from readers.records import LegacyDefinition
 from readers.xxljob.cron_lineage import cron_lineage
 from scheduler_core.clock import ManualClock
 from scheduler_core.model import Job, TriggerState
@@ -31,6 +31,7 @@ from scheduler_core.occurrences import next_after
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from tests.legacy_rows import xxl_bean_row
 from tests.unit.test_cron_quartz_oracle import (  # noqa: F401
     EXAMPLES,
     FIRES,
@@ -76,17 +77,14 @@ class Check:
         self.job: Job | None = None
 
     def row(self, expression: str, zone: str) -> LegacyDefinition:
-        return LegacyDefinition(
-            source=SourceSystem.XXL_JOB,
+        return xxl_bean_row(
+            expression,
             source_key="1",
             biz_code="cron-diff",
             name="diff",
-            schedule=ScheduleKind.CRON,
-            cron=expression,
+            handler="h",
             time_zone=zone,
             cron_dialect=self.dialect,
-            handler="h",
-            raw={"glue_type": "BEAN"},
         )
 
     def __call__(self, oracle: Oracle, expression: str, zone: str, start_ms: int) -> None:

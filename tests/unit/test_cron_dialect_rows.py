@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from migrator.mapping import Mapped, Rejection, map_definition
 from readers.legacy_ddl.tables import XxlJobLineage
-from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
+from readers.records import LegacyDefinition
 from readers.xxljob.cron_lineage import cron_lineage, parse_version
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import SchemaError
@@ -30,6 +30,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import check_schema, init_schema
 from tests.harness import make_harness
+from tests.legacy_rows import xxl_bean_row
 
 ZONE = "UTC"
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
@@ -39,18 +40,7 @@ W_CRON = "0 0 10 1W * ?"  # 2.3: Monday 2027-05-03 10:00; 2.5: 2027-06-01 10:00
 
 
 def _row(cron: str, dialect: str) -> LegacyDefinition:
-    return LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
-        source_key="7",
-        biz_code="billing",
-        name="nightly",
-        schedule=ScheduleKind.CRON,
-        cron=cron,
-        time_zone=ZONE,
-        cron_dialect=dialect,
-        handler="nightlyHandler",
-        raw={"glue_type": "BEAN"},
-    )
+    return xxl_bean_row(cron, time_zone=ZONE, cron_dialect=dialect)
 
 
 @pytest.mark.parametrize(
@@ -241,17 +231,8 @@ def test_db_init_upgrades_a_version_1_store_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_the_shanghai_zone_is_kept_beside_the_dialect() -> None:
-    row = LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
-        source_key="8",
-        biz_code="billing",
-        name="n",
-        schedule=ScheduleKind.CRON,
-        cron=EIGHT_TERMS,
-        time_zone="Asia/Shanghai",
-        cron_dialect="2.3",
-        handler="h",
-        raw={"glue_type": "BEAN"},
+    row = xxl_bean_row(
+        EIGHT_TERMS, source_key="8", name="n", handler="h", time_zone="Asia/Shanghai", cron_dialect="2.3"
     )
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
@@ -266,18 +247,8 @@ def test_an_unsure_version_takes_the_other_line_only_for_what_the_first_rejects(
     assert cron_lineage(XxlJobLineage.V2_4, version="3.0.0").fallback == ""
 
     def row(cron: str) -> LegacyDefinition:
-        return LegacyDefinition(
-            source=SourceSystem.XXL_JOB,
-            source_key="7",
-            biz_code="billing",
-            name="n",
-            schedule=ScheduleKind.CRON,
-            cron=cron,
-            time_zone=ZONE,
-            cron_dialect="2.3",
-            cron_dialect_fallback="2.5",
-            handler="h",
-            raw={"glue_type": "BEAN"},
+        return xxl_bean_row(
+            cron, name="n", handler="h", time_zone=ZONE, cron_dialect="2.3", cron_dialect_fallback="2.5"
         )
 
     both = map_definition(row(EIGHT_TERMS), None, NOW, active=True)  # 2.3 accepts it: 2.3

@@ -3,12 +3,11 @@ locally it is skipped, and said to be."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.pytest_child import run_pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -18,29 +17,11 @@ def test_missing_quartz_jars_fail_under_ci_and_skip_locally(tmp_path: Path, ci: 
     empty = tmp_path / "quartz"
     empty.mkdir()
     (empty / "QuartzOracle.java").write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-    env.update(CI=ci, PYTHONPATH=str(REPO), SWITCHYARD_QUARTZ_DIR=str(empty))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(REPO),
-            "-c",
-            str(REPO / "pyproject.toml"),
-            str(REPO / "tests" / "unit" / "test_cron_quartz_oracle.py"),
-            "-k",
-            "named and 2.5.2 and MON/2",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_pytest(
+        [str(REPO / "tests" / "unit" / "test_cron_quartz_oracle.py"), "-k", "named and 2.5.2 and MON/2"],
+        ci=ci,
+        timeout_s=300,
+        SWITCHYARD_QUARTZ_DIR=str(empty),
     )
     assert result.returncode == code, result.stdout + result.stderr
     assert says in result.stdout, result.stdout

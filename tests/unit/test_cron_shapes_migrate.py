@@ -10,10 +10,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from migrator.mapping import Mapped, Rejection, map_definition
-from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
+from readers.records import LegacyDefinition
 from scheduler_core.cron import CronExpression
 from scheduler_core.model import TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
+from tests.legacy_rows import xxl_bean_row
 
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 ZONE = "Asia/Shanghai"
@@ -36,18 +37,7 @@ NEVER = ("0 0 12 ? * 8#1", "0 0 12 * * ? 1969", "0 0 12 * * ? 2300")
 
 
 def _row(cron: str, enabled: bool = True) -> LegacyDefinition:
-    return LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
-        source_key="7",
-        biz_code="billing",
-        name="nightly",
-        schedule=ScheduleKind.CRON,
-        cron=cron,
-        time_zone=ZONE,
-        enabled=enabled,
-        handler="nightlyHandler",
-        raw={"glue_type": "BEAN"},
-    )
+    return xxl_bean_row(cron, time_zone=ZONE, enabled=enabled)
 
 
 @pytest.mark.parametrize("cron", FIRING)

@@ -11,14 +11,13 @@ from sqlalchemy import text
 
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import BatchCenterControl, XxlJobControl
+from migrator.legacy_control import BatchCenterControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from scheduler_core.model import TriggerState
 from scheduler_core.times import from_ms
-from tests.migration_env import FixedGate, make_env, migrated_xxljob
+from tests.migration_env import FixedGate, make_env, migrated_xxljob, ready_switch
 
 
 def _xxl(tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -29,7 +28,7 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
     gate = FixedGate(None)
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
+    sw = env.xxl_switch(gate)
     with pytest.raises(TransitionRefused, match="not dual_run"):
         sw.cutover(biz, actor="ops")
     rep = sw.start_dual_run(biz, shadow=False, actor="ops", reason="week 1")
@@ -51,9 +50,9 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
     gate.value = GateDecision(ready=True, comparison_id=9, computed_at=clock.now())
     rep = sw.cutover(biz, actor="ops", reason="numbers are good")
     assert rep.comparison_id == 9 and not rep.forced
-    assert BusinessRegistry(env.store).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
     sw.rollback(biz, actor="oncall", reason="regression")
-    audit = BusinessRegistry(env.store).audit(biz)
+    audit = BusinessRegistry(env.own).audit(biz)
     assert [(a.from_state, a.to_state, a.actor) for a in audit] == [
         ("legacy", "dual_run", "ops"),
         ("dual_run", "cutover", "ops"),
@@ -65,28 +64,19 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
 def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
+    sw = env.xxl_switch(
         FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", force=True, reason="vendor deadline")
     assert rep.forced
-    last = BusinessRegistry(env.store).audit(biz)[-1]
+    last = BusinessRegistry(env.own).audit(biz)[-1]
     assert last.forced and last.reason == "vendor deadline" and last.comparison_id == 3
 
 
 def test_xxljob_boundary_both_directions(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     # the new side ran ahead in shadow: pretend it admitted an hour of occurrences
@@ -133,15 +123,10 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
     seed_batchcenter(env.legacy, businesses=2, tasks_per_business=12, bad_rows=0, malformed_crons=0, rng_seed=4)
     env.migrator.run()
     clock = env.migrator.clock
-    biz = BusinessRegistry(env.store).all()[0].biz_code
+    biz = BusinessRegistry(env.own).all()[0].biz_code
     with env.legacy.begin() as conn:  # nothing running, so the pause settles at once
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
-    sw = BusinessSwitch(
-        env.store,
-        BatchCenterControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env, BatchCenterControl(env.legacy, clock))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.connect() as conn:
         waiting = {
@@ -172,8 +157,7 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
 
 def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
+    sw = env.xxl_switch(FixedGate(None))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     links = {ln.source_key: ln for ln in sw.links(biz)}
     waiting = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items()}  # type: ignore[arg-type]
@@ -215,13 +199,7 @@ def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> 
     flag as it fires. Every rewind must therefore meet a job already out of shadow: here
     a 'scheduler' reads the flag the instant each rewind commits, as a loaded box lets it."""
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:  # the shadow side ran an hour ahead
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -249,13 +227,7 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
     from scheduler_core.ports import Transition
 
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
@@ -284,7 +256,7 @@ def test_a_rewind_that_loses_to_a_scheduler_tick_is_retried(tmp_path: Path) -> N
     env.store.cas = racing_cas  # type: ignore[method-assign]
     rep = sw.cutover(biz, actor="ops")
     assert len(lost) == 3 and rep.rewound > 0
-    assert BusinessRegistry(env.store).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
 
 
 def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp_path: Path) -> None:
@@ -292,8 +264,7 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
     (so the two sides never share a job thread); ids of 2^30 and up have none. A live
     dual-run is refused before anything changes, naming the job; a shadow one is not."""
     env, biz = _xxl(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, FixedGate(None))
+    sw = env.xxl_switch(FixedGate(None))
     ledger = migrator_tables().ledger
     with env.store.engine.begin() as conn:
         key = conn.execute(
@@ -306,6 +277,6 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
         r"dual-run with --shadow",
     ):
         sw.start_dual_run(biz, shadow=False, actor="ops")
-    assert BusinessRegistry(env.store).get(biz).state is BusinessState.LEGACY  # type: ignore[union-attr]
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.LEGACY  # type: ignore[union-attr]
     assert all(t.state is not TriggerState.WAITING for t in env.store.triggers_of(biz_code=biz))
     assert sw.start_dual_run(biz, shadow=True, actor="ops").activated > 0

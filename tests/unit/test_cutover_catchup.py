@@ -15,12 +15,9 @@ from sqlalchemy import text
 
 from migrator.business import TransitionRefused
 from migrator.catchup import StreamCatchup, checkpoints_of
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from migrator.target import TargetWriter
 from readers.records import StreamPosition
-from tests.migration_env import FixedGate, migrated_xxljob
+from tests.migration_env import migrated_xxljob, ready_switch
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
@@ -34,17 +31,16 @@ def _high_water(env) -> int:  # type: ignore[no-untyped-def]
 
 
 def _poll_checkpoint(env, stream_id: str, hw: int) -> None:  # type: ignore[no-untyped-def]
-    TargetWriter(env.store).apply([], checkpoint=(stream_id, StreamPosition("poll", hw)))
+    TargetWriter(env.store, env.own).apply([], checkpoint=(stream_id, StreamPosition("poll", hw)))
 
 
 def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    clock = env.migrator.clock
     stream_id = "xxl-job@legacy-db"
     hw = _high_water(env)
     _poll_checkpoint(env, stream_id, hw)
     catchup = StreamCatchup(
-        env.store, env.legacy, wait=timedelta(milliseconds=300), poll_every=timedelta(milliseconds=100)
+        env.own, env.legacy, wait=timedelta(milliseconds=300), poll_every=timedelta(milliseconds=100)
     )
     caught = catchup.check(biz, "xxl-job")
     assert caught is not None and caught.caught_up and caught.pending == 0, caught
@@ -62,10 +58,7 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
     assert behind is not None and not behind.caught_up and behind.pending == 1
     assert behind.sentence.startswith("change stream xxl-job@legacy-db is behind: 1 pending change(s)")
 
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999), catchup=catchup
-    )
+    sw = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=catchup)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match="1 pending change"):
         sw.cutover(biz, actor="ops")
@@ -77,7 +70,6 @@ def test_a_polling_stream_behind_an_edit_refuses_the_cutover_until_it_passes_it(
 
 def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    clock = env.migrator.clock
     hw = _high_water(env)
     edited = datetime.fromtimestamp(hw / 1000, tz=SHANGHAI).replace(tzinfo=None) + timedelta(seconds=30)
     with env.legacy.begin() as conn:
@@ -86,14 +78,8 @@ def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) ->
             {"t": edited},
         )
     _poll_checkpoint(env, "xxl-job@legacy-db", hw + 30_000)  # the poller applied it
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        gate,
-        max_verdict_age=timedelta(days=9999),
-        catchup=StreamCatchup(env.store, env.legacy, wait=timedelta(0)),
+    sw = ready_switch(
+        env, max_verdict_age=timedelta(days=9999), catchup=StreamCatchup(env.own, env.legacy, wait=timedelta(0))
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     report = sw.cutover(biz, actor="ops")
@@ -102,10 +88,10 @@ def test_the_poller_passing_the_edit_lets_the_cutover_through(tmp_path: Path) ->
 
 def test_only_the_streams_that_follow_the_business_count(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
-    assert StreamCatchup(env.store, env.legacy).check(biz, "xxl-job") is None  # no stream: nothing to wait for
+    assert StreamCatchup(env.own, env.legacy).check(biz, "xxl-job") is None  # no stream: nothing to wait for
     _poll_checkpoint(env, "xxl-job@db#other-business", 1)
     _poll_checkpoint(env, "batch-center@db", 1)
-    assert checkpoints_of(env.store, "xxl-job", biz) == []
+    assert checkpoints_of(env.own, "xxl-job", biz) == []
     _poll_checkpoint(env, f"xxl-job@db#other-business,{biz}", 2)
-    (ck,) = checkpoints_of(env.store, "xxl-job", biz)
+    (ck,) = checkpoints_of(env.own, "xxl-job", biz)
     assert ck.stream_id == f"xxl-job@db#other-business,{biz}" and ck.position.log_pos == 2

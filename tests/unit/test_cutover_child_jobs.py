@@ -11,20 +11,12 @@ from sqlalchemy import text
 from migrator.business import TransitionRefused
 from migrator.child_jobs import child_ids
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
-from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
+from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
 
 
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str]:
     env, biz = migrated_xxljob(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     with env.store.engine.connect() as conn:
         rows = conn.execute(
             text(

@@ -20,7 +20,7 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
 from switchyard.cli import cli
 from switchyard.wiring import DualRunGate
-from tests.migration_env import FixedGate, migrated_xxljob
+from tests.migration_env import FixedGate, migrated_xxljob, migrated_xxljob_urls, ready_switch
 from tests.unit.test_dualrun_quarantine import _scenario
 
 SENTENCE = "1 legacy job(s) of this business are quarantined and still run only on legacy; fix them before cutover"
@@ -41,8 +41,8 @@ def _env(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_the_dual_run_gate_passes_the_verdict_warnings_on(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     c = _quarantine_comparison(tmp_path)
-    cid = put_comparison(env.store, replace(c, biz_code=biz))
-    d = DualRunGate(env.store).decision(biz)
+    cid = put_comparison(env.dual, replace(c, biz_code=biz))
+    d = DualRunGate(env.dual).decision(biz)
     assert d is not None and d.ready and d.comparison_id == cid
     assert d.warnings == c.warnings and d.warnings[0].startswith(SENTENCE)
     assert d.reasons == ()  # a warning is not a reason to refuse
@@ -52,12 +52,14 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
     c = _quarantine_comparison(tmp_path)
-    put_comparison(env.store, replace(c, biz_code=biz, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, DualRunGate(env.store))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=clock.now()))
+    sw = env.xxl_switch(
+        DualRunGate(env.dual),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", reason="go")
     assert not rep.forced and rep.warnings == list(c.warnings)
-    assert BusinessRegistry(env.store).audit(biz)[-1].detail["warnings"] == list(c.warnings)  # type: ignore[index]
+    assert BusinessRegistry(env.own).audit(biz)[-1].detail["warnings"] == list(c.warnings)  # type: ignore[index]
 
 
 def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
@@ -72,7 +74,7 @@ def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
             warnings=(SENTENCE,),
         )
     )
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate)
+    sw = env.xxl_switch(gate)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with pytest.raises(TransitionRefused, match=r"p99 lag 4\.2 s > 1 s; warning: 1 legacy job\(s\) .* fix them before"):
         sw.cutover(biz, actor="ops")
@@ -82,13 +84,7 @@ def test_a_refused_cutover_says_the_warnings_too(tmp_path: Path) -> None:
 
 def test_no_warnings_when_the_verdict_has_none(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     assert sw.cutover(biz, actor="ops").warnings == []
 
@@ -110,23 +106,17 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
     )
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
-    BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=False, actor="ops")
+    BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock).start_dual_run(
+        biz, shadow=False, actor="ops"
+    )
     c = _quarantine_comparison(tmp_path)
     # the command runs on the system clock: the stored verdict is fresh now
-    put_comparison(env.store, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    put_comparison(
+        env.dual,
+        replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)),
+    )
     env.store.engine.dispose()
-    args = [
-        "cutover",
-        biz,
-        "--url",
-        f"sqlite:///{tmp_path / 't.db'}",
-        "--legacy-url",
-        f"sqlite:///{tmp_path / 'xxl.db'}",
-        "--actor",
-        "ops",
-        "--reason",
-        "go",
-    ]
+    args = ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go"]
     result = CliRunner().invoke(cli, args + (["--json"] if as_json else []))
     assert result.exit_code == 0, result.output
     if as_json:

@@ -12,49 +12,32 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
-from sqlalchemy import insert
 
 from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover
 from dualrun.settings import CompareSettings
 from dualrun.testing import fired
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.ports import GateDecision
-from migrator.tables import migrator_tables
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
 from switchyard.exitcodes import FAILED
+from switchyard.wiring import dualrun_store
 from tests.migration_env import FixedGate, migrated_xxljob
 from tests.unit.test_dualrun_support import Scenario
 
 
-def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
-    with s.store.engine.begin() as conn:
-        conn.execute(
-            insert(migrator_tables().audit).values(
-                biz_code=s.biz_code,
-                from_state=from_state,
-                to_state=to_state,
-                at=round(at.timestamp() * 1000),
-                actor="ops",
-                reason="test",
-                forced=0,
-                detail="{}",
-            )
-        )
-
-
 def _cut_over(s: Scenario) -> datetime:
     s.business_row(state="cutover")
-    _switch(s, s.now - timedelta(hours=3), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=3), "legacy", "dual_run")
     cut = s.now - timedelta(minutes=30)
-    _switch(s, cut, "dual_run", "cutover")
+    s.switched(cut, "dual_run", "cutover")
     return cut
 
 
 def _check(s: Scenario):  # type: ignore[no-untyped-def]
     s.flush()
-    return check_after_cutover(s.store, s.reader(), s.biz_code, source=s.source, settings=CompareSettings(), now=s.now)
+    return check_after_cutover(
+        s.store, dualrun_store(s.store), s.reader(), s.biz_code, source=s.source, settings=CompareSettings(), now=s.now
+    )
 
 
 def test_a_clean_cutover_has_nothing_missing_doubled_or_late(tmp_path: Path) -> None:
@@ -102,7 +85,7 @@ def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> N
 def test_a_business_never_cut_over_is_refused(tmp_path: Path) -> None:
     s = Scenario.create(tmp_path)
     s.business_row()
-    _switch(s, s.now - timedelta(hours=1), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=1), "legacy", "dual_run")
     s.job("12", "0/10 * * * * ?")
     with pytest.raises(NotCutOver, match="reminder has no recorded cutover"):
         _check(s)
@@ -114,7 +97,10 @@ def test_watch_cutover_command_exits_1_and_names_what_is_missing(tmp_path: Path)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     clock = env.migrator.clock
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, gate, max_verdict_age=timedelta(days=9999))
+    sw = env.xxl_switch(
+        gate,
+        max_verdict_age=timedelta(days=9999),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
     res = CliRunner().invoke(

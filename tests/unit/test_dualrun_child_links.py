@@ -20,38 +20,20 @@ from dualrun.collect import fetch_new
 from dualrun.frames import JobIndex
 from dualrun.model import Window
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
-from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.model import CommandId, FiredState, TriggerId
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.settings import SchedulerSettings
-from tests.harness import Harness
-from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
+from tests.harness import harness_on
+from tests.migration_env import MigrationEnv, live_cron_bean_ids, migrated_xxljob, ready_switch
 
 
 def _setup(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch, list[str], str, ManualClock]:
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
-    with env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    sw = ready_switch(env)
+    live = live_cron_bean_ids(env.legacy)
     mine = sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
     with env.store.engine.connect() as conn:
         other = next(
@@ -105,12 +87,7 @@ def test_the_new_sides_live_parent_run_runs_the_child_once_and_the_comparison_le
     _children(env, parent2_key, other)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     ids = _ids(sw, biz)
-    h = Harness(
-        clock,
-        env.store,
-        InProcessBus(clock),
-        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
-    )
+    h = harness_on(env.store, clock)
     h.listen(biz)
     core = h.core(epoch=3)
     consumer = h.results(core)

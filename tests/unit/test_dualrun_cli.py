@@ -26,6 +26,8 @@ from dualrun.tables import dualrun_tables
 from dualrun.verdict_store import latest
 from scheduler_core.clock import SystemClock
 from switchyard.cli import cli
+from switchyard.wiring import dualrun_store
+from tests.compare_cli import compare_args, patch_reader
 from tests.unit.test_dualrun_support import Scenario, identical
 
 cli_dualrun = importlib.import_module("switchyard.cli.dualrun")  # the package attribute is the group
@@ -38,30 +40,13 @@ def _iso(at: datetime) -> str:
 
 
 def _args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
-    return [
-        "dualrun",
-        "compare",
-        "--business",
-        s.biz_code,
-        "--source",
-        s.source.value,
-        "--legacy-url",
-        "sqlite://",
-        "--url",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        "--since",
-        _iso(s.current.start),
-        "--until",
-        _iso(s.current.end),
-        *extra,
-    ]
+    return compare_args(s, tmp_path, *extra)
 
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     def use(s: Scenario) -> None:
-        s.flush()
-        monkeypatch.setattr(cli_dualrun, "open_reader", lambda source, url, tz: s.reader())
+        patch_reader(monkeypatch, s)
 
     return use
 
@@ -72,7 +57,7 @@ def test_compare_ready_exits_0_and_stores_the_verdict(tmp_path: Path, patched) -
     result = CliRunner().invoke(cli, _args(s, tmp_path))
     assert result.exit_code == 0, result.output
     assert result.output.startswith("reminder: READY (xxl-job, dual_run")
-    v = latest(s.store, "reminder")
+    v = latest(dualrun_store(s.store), "reminder")
     assert v is not None and v.is_ready
 
 

@@ -5,33 +5,15 @@ of the two sides, so xxl-job's whole-second trigger_time does not make legacy lo
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
 
 from dualrun.model import Verdict, as_dict, comparison_from_dict
 from dualrun.span import NotInDualRun
-from migrator.tables import migrator_tables
 from readers.records import SourceSystem
 from tests.unit.test_dualrun_support import Scenario
-
-
-def _switch(s: Scenario, at: datetime, from_state: str, to_state: str) -> None:
-    with s.store.engine.begin() as conn:
-        conn.execute(
-            insert(migrator_tables().audit).values(
-                biz_code=s.biz_code,
-                from_state=from_state,
-                to_state=to_state,
-                at=round(at.timestamp() * 1000),
-                actor="ops",
-                reason="test",
-                forced=0,
-                detail="{}",
-            )
-        )
 
 
 def _reasons(c) -> str:  # type: ignore[no-untyped-def]
@@ -45,7 +27,7 @@ def test_a_window_reaching_before_the_dual_run_start_is_clipped_there(tmp_path: 
     s = Scenario.create(tmp_path)
     s.business_row()
     began = s.now - timedelta(minutes=4)
-    _switch(s, began, "legacy", "dual_run")
+    s.switched(began, "legacy", "dual_run")
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     s.new(d, [t for t in s.times(d) if t >= began])
@@ -68,9 +50,9 @@ def test_a_window_reaching_before_the_dual_run_start_is_clipped_there(tmp_path: 
 def test_a_window_reaching_past_a_cutover_ends_at_the_cutover(tmp_path: Path) -> None:
     s = Scenario.create(tmp_path)
     s.business_row(state="cutover")
-    _switch(s, s.now - timedelta(hours=3), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=3), "legacy", "dual_run")
     cut = s.now - timedelta(minutes=20)
-    _switch(s, cut, "dual_run", "cutover")
+    s.switched(cut, "dual_run", "cutover")
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d, [t for t in s.all_times(d) if t < cut])  # legacy switched off at the cutover
     s.new(d)
@@ -90,10 +72,10 @@ def test_the_baseline_does_not_reach_across_a_rollback(tmp_path: Path) -> None:
     s.business_row()
     t0 = s.now - timedelta(hours=3)
     cut, back, again = (s.now - timedelta(minutes=100), s.now - timedelta(minutes=80), s.now - timedelta(minutes=60))
-    _switch(s, t0, "legacy", "dual_run")
-    _switch(s, cut, "dual_run", "cutover")
-    _switch(s, back, "cutover", "legacy")
-    _switch(s, again, "legacy", "dual_run")
+    s.switched(t0, "legacy", "dual_run")
+    s.switched(cut, "dual_run", "cutover")
+    s.switched(back, "cutover", "legacy")
+    s.switched(again, "legacy", "dual_run")
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d, [t for t in s.all_times(d) if not cut <= t < back])
     s.new(d)
@@ -107,8 +89,8 @@ def test_the_baseline_does_not_reach_across_a_rollback(tmp_path: Path) -> None:
 def test_a_window_outside_every_dual_run_is_refused_with_a_reason(tmp_path: Path) -> None:
     s = Scenario.create(tmp_path)
     s.business_row(state="legacy")
-    _switch(s, s.now - timedelta(hours=5), "legacy", "dual_run")
-    _switch(s, s.now - timedelta(hours=4), "dual_run", "legacy")
+    s.switched(s.now - timedelta(hours=5), "legacy", "dual_run")
+    s.switched(s.now - timedelta(hours=4), "dual_run", "legacy")
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     with pytest.raises(NotInDualRun, match=r"reminder was not in dual-run at any time in 2026-12-02T07:00:00Z"):

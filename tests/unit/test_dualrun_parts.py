@@ -18,6 +18,7 @@ from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.codec import command_topic
 from scheduler_core.executor.sdk import SUBSCRIPTION
 from scheduler_core.ports import BusMessage
+from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import identical
 
 UTC = timezone.utc
@@ -38,6 +39,7 @@ def test_consumer_lag_counts_due_commands_not_delayed_ones(tmp_path: Path) -> No
 
     c = compare_business(
         s.store,
+        dualrun_store(s.store),
         s.reader(),
         CompareRequest(biz_code="reminder", window=s.current, source=SourceSystem.XXL_JOB),
         settings=CompareSettings(),

@@ -14,6 +14,7 @@ from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition
 from reports.load import load_report
 from reports.write import render_report
+from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
 
 REASON = "executor route strategy 'CONSISTENT_HASH_X' has no equivalent"
@@ -126,11 +127,11 @@ def test_a_job_migrated_then_deleted_is_not_taken_for_quarantined(tmp_path: Path
 def test_reports_show_the_quarantined_jobs_separately(tmp_path: Path) -> None:
     s, _, _ = _scenario(tmp_path)
     c = s.compare()
-    put_comparison(s.store, c)
-    stored = latest(s.store, "reminder")
+    put_comparison(dualrun_store(s.store), c)
+    stored = latest(dualrun_store(s.store), "reminder")
     assert stored is not None and stored.is_ready and stored.reasons == ()
     assert stored.warnings and stored.warnings[0].startswith("1 legacy job(s) of this business are quarantined")
-    content = load_report(s.store, "reminder", now=s.now).content()
+    content = load_report(dualrun_store(s.store), "reminder", now=s.now).content()
     md = render_report(content, "md")
     assert "## Not migrated (quarantined)" in md
     assert (
@@ -150,11 +151,11 @@ def test_overview_and_cli_text_carry_the_quarantine_warning(tmp_path: Path) -> N
 
     s, _, _ = _scenario(tmp_path)
     c = s.compare()
-    cid = put_comparison(s.store, c)
+    cid = put_comparison(dualrun_store(s.store), c)
     text = render_text(c, cid)
     assert "READY" in text and "  ! 1 legacy job(s) of this business are quarantined" in text
-    row = load_overview(s.store, now=s.now).content()["rows"][0]
+    row = load_overview(dualrun_store(s.store), now=s.now).content()["rows"][0]
     assert row["verdict"] == "ready" and row["warnings"][0].startswith("1 legacy job(s)")
-    ov = load_overview(s.store, now=s.now).content()
+    ov = load_overview(dualrun_store(s.store), now=s.now).content()
     assert "quarantined and still run only on legacy" in render_report(ov, "md")
     assert 'class="warn"' in render_report(ov, "html")

@@ -17,6 +17,7 @@ from readers.records import LegacyDefinition
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.fence import FenceService
 from scheduler_core.model import FiredState
+from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
 
 
@@ -76,7 +77,13 @@ def test_the_legacy_calls_of_fenced_occurrences_are_known_to_the_matching(tmp_pa
     s, _d, _f, after = _rolled_back(tmp_path)
     c = s.compare()  # flushes the records
     col = Collector(
-        s.store, s.reader(), source=s.source, biz_code=s.biz_code, legacy_biz_code=None, settings=CompareSettings()
+        s.store,
+        dualrun_store(s.store),
+        s.reader(),
+        source=s.source,
+        biz_code=s.biz_code,
+        legacy_biz_code=None,
+        settings=CompareSettings(),
     )
     inputs = col.inputs(s.current, mode=c.mode, probe=None)
     ctx = ClassifyContext(
@@ -110,13 +117,14 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
     switch = Switch(handover={d.source_key: f}, to_new=False, at=f)
-    check = check_boundary(s.store, s.reader(), s.biz_code, [switch], window=window, now=s.now)
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert check.clean, [str(i) for i in check.issues]
 
     s2, d2, f2, after2 = _rolled_back(tmp_path / "ran", ran_after_f=2)
     s2.flush()
     check = check_boundary(
         s2.store,
+        dualrun_store(s2.store),
         s2.reader(),
         s2.biz_code,
         [Switch(handover={d2.source_key: f2}, to_new=False, at=f2)],

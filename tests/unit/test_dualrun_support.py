@@ -25,6 +25,7 @@ from scheduler_core.model import FiredRecord
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -104,6 +105,22 @@ class Scenario:
                 )
             )
 
+    def switched(self, at: datetime, from_state: str, to_state: str) -> None:
+        """An audited state change of the business at `at` (what the dual-run span reads)."""
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                insert(migrator_tables().audit).values(
+                    biz_code=self.biz_code,
+                    from_state=from_state,
+                    to_state=to_state,
+                    at=round(at.timestamp() * 1000),
+                    actor="ops",
+                    reason="test",
+                    forced=0,
+                    detail="{}",
+                )
+            )
+
     def times(self, d: LegacyDefinition, window: Window | None = None) -> list[datetime]:
         w = window or self.current
         return occurrences(d, w.start, w.end)
@@ -134,7 +151,12 @@ class Scenario:
             biz_code=self.biz_code, window=self.current, source=kw.pop("source", self.source), **kw
         )  # type: ignore[arg-type]
         return compare_business(
-            self.store, self.reader(), request, settings=settings or CompareSettings(), now=self.now
+            self.store,
+            dualrun_store(self.store),
+            self.reader(),
+            request,
+            settings=settings or CompareSettings(),
+            now=self.now,
         )
 
 

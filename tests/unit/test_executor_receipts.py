@@ -59,8 +59,7 @@ def _fire(bus: InProcessBus, store: SqlTriggerStore, at: datetime, items: int = 
                 scheduled_at=at,
                 item_index=c.item_index,
                 item_total=items,
-                state=FiredState.PUBLISHED,
-                published_at=at,
+                state=FiredState.PENDING,  # as a fire leaves it (FiredState)
             )
             for c in cmds
         ]

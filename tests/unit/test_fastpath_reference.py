@@ -13,11 +13,11 @@ from sqlalchemy import text
 
 from legacy_sim.seed import seed_xxljob
 from migrator.apply import Migrator
-from migrator.target import TargetWriter
 from scheduler_core.store import fastpath
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from switchyard.wiring import target_writer
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
 from tests.unit.test_migrator_rendered import _tables
@@ -55,7 +55,7 @@ def test_the_fast_path_writes_what_the_plain_core_path_writes(
 
     try:
         init_schema(plain_engine, 4)
-        plain = Migrator(env.reader, TargetWriter(SqlTriggerStore(plain_engine, env.store.clock)), env.migrator.clock)
+        plain = Migrator(env.reader, target_writer(SqlTriggerStore(plain_engine, env.store.clock)), env.migrator.clock)
         seed_xxljob(env.legacy, "3.4", groups=3, jobs_per_group=30, rng_seed=5)
 
         first_fast = env.migrator.run()

@@ -40,6 +40,7 @@ from sqlalchemy import select
 
 from migrator.tables import migrator_tables
 from readers.legacy_ddl.tables import batch_center_metadata, xxljob_metadata
+from scheduler_core.executor.xxl_routes import STRATEGIES
 from scheduler_core.model import JobCode
 from tests.migration_env import MigrationEnv, make_env
 
@@ -69,18 +70,7 @@ MALFORMED_CRONS = (
     "0 0 0 ? * * 2030-2020",
     "'; DROP TABLE dus_job; --",
 )  # fmt: skip  (each rejected by Quartz itself: "0 0/0" and year 1969 parse there, see docs/cron.md)
-ROUTES = (
-    "FIRST",
-    "LAST",
-    "ROUND",
-    "RANDOM",
-    "CONSISTENT_HASH",
-    "LEAST_FREQUENTLY_USED",
-    "LEAST_RECENTLY_USED",
-    "FAILOVER",
-    "BUSYOVER",
-    "SHARDING_BROADCAST",
-)
+ROUTES = STRATEGIES  # every xxl-job route strategy the bridge knows
 HOSTILE = (
     "'",
     '"',

@@ -20,6 +20,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.fastpath import _renderer, render_plain
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from switchyard.wiring import migrator_store
 from tests.backends import mariadb_database
 from tests.migration_env import MigrationEnv, make_env
 from tests.unit.test_migrator_bulk_write import HOSTILE, _FakePyMySQL
@@ -80,7 +81,7 @@ def test_rows_rendered_ahead_write_the_same_target_as_rows_rendered_inline(
     try:
         init_schema(target, 4)
         store = SqlTriggerStore(target, ahead.store.clock)
-        inline = Migrator(ahead.reader, TargetWriter(store), ahead.migrator.clock)
+        inline = Migrator(ahead.reader, TargetWriter(store, migrator_store(store)), ahead.migrator.clock)
         seed_xxljob(ahead.legacy, "3.4", groups=3, jobs_per_group=40, rng_seed=11)
         calls: list[int] = []
         real = TargetWriter.render

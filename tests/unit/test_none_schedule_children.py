@@ -6,17 +6,13 @@ second time (the same child command id is kept)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import text
 
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.mapping import Mapped, map_definition
-from migrator.ports import GateDecision
-from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
-from scheduler_core.bus.memory import InProcessBus
+from readers.records import ScheduleKind
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import CALLBACK_TOPIC, encode_results
 from scheduler_core.model import (
@@ -28,9 +24,9 @@ from scheduler_core.model import (
 )
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.settings import SchedulerSettings
-from tests.harness import Harness
-from tests.migration_env import NOW, FixedGate, MigrationEnv, migrated_xxljob
+from tests.harness import harness_on
+from tests.legacy_rows import xxl_bean_row
+from tests.migration_env import NOW, MigrationEnv, live_cron_bean_ids, migrated_xxljob, ready_switch
 
 
 def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
@@ -50,30 +46,19 @@ def _none_child(env: MigrationEnv, child: str, parent: str) -> None:
 
 def _cron_jobs(env: MigrationEnv, sw: BusinessSwitch, biz: str) -> list[str]:
     """The business's migrated cron jobs that run on legacy (parents to be)."""
-    with env.legacy.connect() as conn:
-        live = {
-            str(i)
-            for (i,) in conn.execute(
-                text(
-                    "SELECT id FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON' AND glue_type = 'BEAN'"
-                    " AND executor_route_strategy <> 'SHARDING_BROADCAST'"
-                )
-            )
-        }
+    live = live_cron_bean_ids(env.legacy)
     return sorted((ln.source_key for ln in sw.links(biz) if ln.source_key in live), key=int)
 
 
 def test_a_none_row_migrates_as_a_trigger_that_is_never_due() -> None:
-    row = LegacyDefinition(
-        source=SourceSystem.XXL_JOB,
+    row = xxl_bean_row(
+        None,
         source_key="9",
-        biz_code="billing",
         name="child",
+        handler="childHandler",
         schedule=ScheduleKind.NONE,
         enabled=False,
         status="STOPPED",
-        handler="childHandler",
-        raw={"glue_type": "BEAN"},
     )
     mapped = map_definition(row, None, NOW, active=True)
     assert isinstance(mapped, Mapped) and mapped.trigger is not None
@@ -91,12 +76,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     env, biz = migrated_xxljob(tmp_path)
     clock = env.migrator.clock
     assert isinstance(clock, ManualClock)
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env)
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.store.engine.connect() as conn:
@@ -116,12 +96,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
     assert env.store.get_trigger(child.id).state is TriggerState.COMPLETED  # type: ignore[arg-type, union-attr]
     assert child_key not in report.handover  # nothing to hand over: it has no schedule
 
-    h = Harness(
-        clock,
-        env.store,
-        InProcessBus(clock),
-        SchedulerSettings(idle_wait=timedelta(seconds=1), jitter=timedelta(0), busy_wait=timedelta(0)),
-    )
+    h = harness_on(env.store, clock)
     h.listen(biz)
     core = h.core(epoch=7)
     consumer = h.results(core)
@@ -168,8 +143,7 @@ def test_a_parent_with_a_none_child_cuts_over_and_the_child_runs_once_per_parent
 def test_a_none_job_given_a_schedule_later_takes_it(tmp_path: Path) -> None:
     """Its trigger is stored completed, yet an edit in the admin (NONE -> CRON) migrates."""
     env, biz = migrated_xxljob(tmp_path)
-    clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock)
+    sw = env.xxl_switch()
     parent_key, child_key = _cron_jobs(env, sw, biz)[:2]
     _none_child(env, child_key, parent_key)
     with env.legacy.begin() as conn:

@@ -22,14 +22,13 @@ from migrator.holds import LegacyHolds
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ownership import Side, classify, ownership
-from migrator.ports import GateDecision
 from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.times import from_ms, to_ms
 from switchyard.cli import cli
 from tests.backends import mariadb_database
-from tests.migration_env import FixedGate, MigrationEnv, make_env
+from tests.migration_env import MigrationEnv, make_env, ready_switch
 
 B = BusinessState
 
@@ -69,7 +68,7 @@ def _migrated(urls: tuple[str, str]) -> tuple[MigrationEnv, str]:
     env = _env(urls, "xxl-job", "3.4")
     seed_xxljob(env.legacy, "3.4", groups=2, jobs_per_group=12, bad_rows=0, malformed_crons=0, rng_seed=2)
     env.migrator.run()
-    return env, BusinessRegistry(env.store).all()[0].biz_code
+    return env, BusinessRegistry(env.own).all()[0].biz_code
 
 
 class RecordingFences:
@@ -87,14 +86,7 @@ class RecordingFences:
 
 
 def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
-    clock = env.migrator.clock
-    return BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        fences=fences,
-    )
+    return ready_switch(env, fences=fences)
 
 
 def _cut_over(
@@ -153,12 +145,12 @@ def test_the_switchs_own_stop_is_not_an_operators_stop(urls: tuple[str, str]) ->
     before = _states(env, biz)
     keys = [ln.source_key for ln in sw.links(biz)]
     running = sw.control.live(keys)
-    LegacyHolds(env.store).add("xxl-job", biz, running)
+    LegacyHolds(env.own).add("xxl-job", biz, running)
     with env.legacy.begin() as conn:
         conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0"))
     env.migrator.run([biz])
     assert _states(env, biz) == before, "the switch's own stop paused the new side"
-    LegacyHolds(env.store).remove("xxl-job", running)  # the same stop, now an operator's
+    LegacyHolds(env.own).remove("xxl-job", running)  # the same stop, now an operator's
     env.migrator.run([biz])
     assert all(s in (S.PAUSED, S.COMPLETED, S.CANCELLED) for s in _states(env, biz).values())
 
@@ -178,7 +170,7 @@ def test_a_stopped_legacy_job_migrates_paused_and_the_cutover_keeps_it_resumable
     rep = sw.cutover(biz, actor="ops")
     assert env.store.get_trigger(link.trigger.id).state is S.PAUSED  # type: ignore[arg-type, union-attr]
     assert link.source_key not in rep.handover
-    assert link.source_key not in LegacyHolds(env.store).of_business(biz)  # an operator's stop, not ours
+    assert link.source_key not in LegacyHolds(env.own).of_business(biz)  # an operator's stop, not ours
     url = _url(env.store.engine)
     res = CliRunner().invoke(cli, ["trigger", "resume", str(link.trigger.id), "--url", url, "--json"])
     assert res.exit_code == 0, res.output
@@ -214,8 +206,8 @@ def test_rollback_hands_over_behind_the_fence_at_the_legacy_start_margin(urls: t
             assert start == next_after(t, fence_at - timedelta(milliseconds=1))
         checked += int(start < t.next_fire_at)
     assert checked > 0
-    assert LegacyHolds(env.store).of_business(biz) == set()
-    assert BusinessRegistry(env.store).get(biz).state is B.LEGACY  # type: ignore[union-attr]
+    assert LegacyHolds(env.own).of_business(biz) == set()
+    assert BusinessRegistry(env.own).get(biz).state is B.LEGACY  # type: ignore[union-attr]
     # a dual-run started again lifts the fence at its start: what the new side published
     # ahead of it runs once, and each trigger resumes at its first unpublished occurrence
     later = env.migrator.clock.now()
@@ -252,7 +244,7 @@ def test_rollback_refuses_and_changes_nothing_when_a_job_would_fire_nowhere(urls
     with pytest.raises(TransitionRefused, match=f"job {link.source_key} .*legacy row is gone"):
         sw.rollback(biz, actor="ops")
     assert _states(env, biz) == before
-    assert BusinessRegistry(env.store).get(biz).state is B.CUTOVER  # type: ignore[union-attr]
+    assert BusinessRegistry(env.own).get(biz).state is B.CUTOVER  # type: ignore[union-attr]
     assert [c for c in sw.fences.calls if c[0] == "raise"] == []  # type: ignore[union-attr]
 
 
@@ -309,7 +301,7 @@ def test_trigger_operations_that_would_leave_a_job_nowhere_are_refused_or_audite
         cli, ["trigger", "pause", str(tid), "--url", url, "--reason", "vendor outage", "--actor", "alice"]
     )
     assert res.exit_code == 0, res.output
-    last = BusinessRegistry(env.store).audit(biz)[-1]
+    last = BusinessRegistry(env.own).audit(biz)[-1]
     assert (last.actor, last.reason, last.detail["triggers"]) == ("alice", "vendor outage", [tid])
     # paused on both by an audited decision: not an orphan
     assert CliRunner().invoke(cli, ["status", "--url", url, "--check"]).exit_code == 0
@@ -322,14 +314,9 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
     env = _env(urls, "batch-center")
     seed_batchcenter(env.legacy, businesses=1, tasks_per_business=8, bad_rows=0, malformed_crons=0)
     env.migrator.run()
-    biz = BusinessRegistry(env.store).all()[0].biz_code
+    biz = BusinessRegistry(env.own).all()[0].biz_code
     clock = env.migrator.clock
-    sw = BusinessSwitch(
-        env.store,
-        BatchCenterControl(env.legacy, clock),
-        clock,
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-    )
+    sw = ready_switch(env, BatchCenterControl(env.legacy, clock))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
         conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
@@ -346,7 +333,7 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
 
 def test_the_orphan_check_with_only_the_store_infers_legacy(urls: tuple[str, str]) -> None:
     env, biz, _sw = _cut_over(urls)
-    owned = {bo.biz_code: bo for bo in ownership(env.store)}[biz]
+    owned = {bo.biz_code: bo for bo in ownership(env.store, env.own)}[biz]
     assert not owned.problems and owned.counts()["new"] > 0
     assert to_ms(env.migrator.clock.now()) > 0
 

@@ -14,13 +14,11 @@ from sqlalchemy import insert
 from dualrun.model import StreamCatchup
 from dualrun.verdict_store import put_comparison
 from migrator.catchup import CatchupState
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
-from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
 from reports.load import load_report
 from reports.write import render_report
-from tests.migration_env import FixedGate, migrated_xxljob
+from switchyard.wiring import dualrun_store
+from tests.migration_env import migrated_xxljob, ready_switch
 from tests.unit.test_dualrun_support import Scenario
 
 SPAN = "start clipped at the dual-run start 2026-12-02T07:20:00Z"
@@ -28,7 +26,7 @@ PRECISION = "lag compared at 1 s precision, the coarser of legacy (xxl_job_log.t
 
 
 def _forms(s: Scenario, biz_code: str) -> dict[str, str]:
-    content = load_report(s.store, biz_code, now=s.now).content()
+    content = load_report(dualrun_store(s.store), biz_code, now=s.now).content()
     return {fmt: render_report(content, fmt) for fmt in ("json", "md", "html")}
 
 
@@ -59,7 +57,7 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
         stream_id="xxl-job@db",
         sentence="change stream xxl-job@db is behind: 3 pending change(s)",
     )
-    put_comparison(s.store, replace(c, stream=stream))
+    put_comparison(dualrun_store(s.store), replace(c, stream=stream))
     forms = _forms(s, s.biz_code)
     body = json.loads(forms["json"])
     assert body["span"]["clipped"] == [SPAN]
@@ -92,24 +90,16 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
                 max_pending=0,
             )
 
-    gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
-    sw = BusinessSwitch(
-        env.store,
-        XxlJobControl(env.legacy, clock),
-        clock,
-        gate,
-        max_verdict_age=timedelta(days=9999),
-        catchup=CaughtUp(),  # type: ignore[arg-type]
-    )
+    sw = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=CaughtUp())
     sw.start_dual_run(biz, shadow=False, actor="ops")
     s = Scenario.create(tmp_path / "c", biz_code=biz)
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     s.new(d)
-    put_comparison(env.store, replace(s.compare(), biz_code=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(s.compare(), biz_code=biz, computed_at=clock.now()))
     report = sw.cutover(biz, actor="ops")
     assert report.stream is not None and report.stream["caught_up"] is True
-    content = load_report(env.store, biz, now=clock.now()).content()
+    content = load_report(env.dual, biz, now=clock.now()).content()
     assert content["gate_stream"]["sentence"].startswith("change stream xxl-job@legacy is caught up (0 pending")
     md = render_report(content, "md")
     assert "change stream at the cutover gate: 2026-" in md and "300 binlog bytes behind" in md

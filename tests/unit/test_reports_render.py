@@ -17,6 +17,7 @@ from reports.redact import redact
 from reports.write import format_for, render_report, write_report
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
+from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
 
 SECRETS = ("hunter2", "s3cr3t-token", "abcdef123456")
@@ -33,7 +34,7 @@ def _scenario(tmp_path: Path) -> Scenario:
     s.new(d, times[100:110], state=FiredState.FAILED)
     s.new(d, times[120:])
     first = s.compare()
-    put_comparison(s.store, replace(first, computed_at=first.computed_at - timedelta(minutes=10)))
+    put_comparison(dualrun_store(s.store), replace(first, computed_at=first.computed_at - timedelta(minutes=10)))
     leaky = replace(
         first,
         notes=(
@@ -42,14 +43,14 @@ def _scenario(tmp_path: Path) -> Scenario:
             "Authorization: Bearer abcdef123456",
         ),
     )
-    put_comparison(s.store, leaky)
+    put_comparison(dualrun_store(s.store), leaky)
     return s
 
 
 @pytest.fixture
 def report(tmp_path: Path):  # type: ignore[no-untyped-def]
     s = _scenario(tmp_path)
-    return s, load_report(s.store, "reminder", now=s.now).content()
+    return s, load_report(dualrun_store(s.store), "reminder", now=s.now).content()
 
 
 def test_json_form_has_the_verdict_reasons_and_series(report) -> None:  # type: ignore[no-untyped-def]
@@ -104,8 +105,10 @@ def test_overview_lists_businesses_with_their_cutover_states(tmp_path: Path) -> 
     s = _scenario(tmp_path)
     other = Scenario(store=s.store, biz_code="sop")
     other.business_row(state="cutover")
-    write_report(load_report(s.store, "reminder", now=s.now).content(), "html", tmp_path / "out" / "reminder.html")
-    content = load_overview(s.store, now=s.now, reports_dir=tmp_path / "out").content()
+    write_report(
+        load_report(dualrun_store(s.store), "reminder", now=s.now).content(), "html", tmp_path / "out" / "reminder.html"
+    )
+    content = load_overview(dualrun_store(s.store), now=s.now, reports_dir=tmp_path / "out").content()
     rows = {r["business"]: r for r in content["rows"]}
     assert rows["reminder"]["state"] == "dual_run" and rows["reminder"]["verdict"] == "not_ready"
     assert rows["reminder"]["link"] == "reminder.html" and rows["sop"]["link"] is None
@@ -156,8 +159,8 @@ def test_shadow_report_says_timing_and_volume_only(tmp_path: Path) -> None:
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     s.new(d, state=FiredState.RECEIVED)
-    put_comparison(s.store, s.compare(source=None))
-    content = load_report(s.store, "reminder", now=s.now).content()
+    put_comparison(dualrun_store(s.store), s.compare(source=None))
+    content = load_report(dualrun_store(s.store), "reminder", now=s.now).content()
     for fmt in ("md", "html"):
         assert "Shadow mode: timing and volume only" in render_report(content, fmt)
     assert content["mode"] == "shadow"

@@ -392,7 +392,7 @@ def test_commands_whose_fence_cannot_be_known_are_held_not_run_nor_dropped(
         assert ex.poll_once(timeout=timedelta(0)) == 0
     assert ran == [] and ex.held == 2
     assert "not known yet" in caplog.text
-    assert {r.state for r in _records(h).values()} == {FiredState.PUBLISHED}, "not dropped, not answered"
+    assert {r.state for r in _records(h).values()} == {FiredState.PENDING}, "not dropped, not answered"
 
     FenceService(h.store, h.bus).raise_fence("biz-a", clock.now() - timedelta(seconds=3))  # covers trigger 2 only
     h.bus.gate.set()  # caught up: it now knows the fence

@@ -159,7 +159,9 @@ def test_misfire_fire_once_now_and_skip_are_recorded(h) -> None:  # type: ignore
     core.tick_all()
     assert core.stats.misfired == 2 and core.stats.skipped == 1
     recs = {r.trigger_id: r for r in h.store.fired_between("biz-a", t0 - timedelta(hours=4), t0 - timedelta(hours=2))}
-    assert recs[now_t.id].misfired and recs[now_t.id].state is FiredState.PUBLISHED
+    assert recs[now_t.id].misfired and recs[now_t.id].state is FiredState.PENDING
+    # published: no stamp on the record, the trigger's recorded outcome says so
+    assert h.store.outcome_recorded([recs[now_t.id]]) == {recs[now_t.id].command_id}
     assert "fired once now" in recs[now_t.id].message and "2 later occurrence" in recs[now_t.id].message
     assert recs[skip_t.id].state is FiredState.SKIPPED and recs[skip_t.id].misfired
     # the misfired fire is delivered now, not 3 hours ago's deliver-at nor skipped
@@ -295,8 +297,10 @@ def test_publish_failure_releases_and_the_refire_reuses_command_ids(h) -> None: 
     assert h.store.get_trigger(t.id).state is TriggerState.WAITING
     pending = h.store.fired_between("biz-a", t.next_fire_at, t.next_fire_at + timedelta(seconds=1))
     assert [r.state for r in pending] == [FiredState.PENDING, FiredState.PENDING]
+    assert h.store.outcome_recorded(pending) == set(), "released: nothing says they were published"
     h.bus.publish = real_publish  # type: ignore[method-assign]
     core.tick_all()
+    assert h.store.outcome_recorded(pending) == {r.command_id for r in pending}
     h.clock.advance(timedelta(seconds=1))
     cmds = h.delivered("biz-a")
     assert sorted(c.command_id for c in cmds) == sorted(r.command_id for r in pending)

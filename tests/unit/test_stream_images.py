@@ -92,7 +92,7 @@ def test_unselected_businesses_are_skipped_and_cut_over_ones_take_definitions_on
     # the cutover's own stop of that job (held) read back from the binlog pauses nothing
     code = JobCode(f"bc:{cut['biz_code']}:{cut['id']}")
     before = {t.id: t.state for t in env.store.triggers_of(job_code=code)}
-    LegacyHolds(env.store).add("batch-center", bizs[1], [str(cut["id"])])
+    LegacyHolds(env.own).add("batch-center", bizs[1], [str(cut["id"])])
     sm.apply_group([ChangeBatch(changes=(_up(cut, status=5),), position=StreamPosition("bin.000001", 600))])
     assert {t.id: t.state for t in env.store.triggers_of(job_code=code)} == before
     assert sm.checkpoint() == StreamPosition("bin.000001", 600)

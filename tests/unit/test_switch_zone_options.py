@@ -31,7 +31,7 @@ def test_a_split_pair_is_taken_for_an_xxl_job_business(tmp_path: Path) -> None:
     store = str(env.store.engine.url)
     r = CliRunner().invoke(cli, ["dualrun", "start", biz, "--url", store, "--legacy-url", legacy, "--shadow", *SPLIT])
     assert r.exit_code == 0, r.output
-    assert BusinessRegistry(env.store).get(biz).state.value == "dual_run"  # type: ignore[union-attr]
+    assert BusinessRegistry(env.own).get(biz).state.value == "dual_run"  # type: ignore[union-attr]
     r = CliRunner().invoke(cli, ["rollback", biz, "--url", store, "--legacy-url", legacy, *SPLIT])
     assert r.exit_code == 0, r.output
 
@@ -57,7 +57,7 @@ def test_an_unknown_zone_names_the_option(tmp_path: Path) -> None:
 
 def test_a_split_pair_is_refused_for_a_batch_center_business(tmp_path: Path) -> None:
     env, _biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
-    BusinessRegistry(env.store).ensure("bc-biz", "batch-center")
+    BusinessRegistry(env.own).ensure("bc-biz", "batch-center")
     r = CliRunner().invoke(
         cli, ["cutover", "bc-biz", "--url", str(env.store.engine.url), "--legacy-url", str(env.legacy.url), *SPLIT]
     )

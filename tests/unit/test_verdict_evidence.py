@@ -27,8 +27,9 @@ from reports.load import load_report
 from reports.write import render_report
 from scheduler_core.model import FiredState
 from switchyard.cli import cli
-from switchyard.wiring import DualRunGate
-from tests.migration_env import migrated_xxljob
+from switchyard.wiring import DualRunGate, dualrun_store
+from tests.compare_cli import compare_args, patch_reader
+from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
 from tests.unit.test_dualrun_support import Scenario, identical
 
 NOT_COMPARED = "success rate was not compared"
@@ -68,9 +69,11 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     the real gate (DualRunGate over the store)."""
     env, biz = migrated_xxljob(tmp_path / "env", groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    sw = BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock, DualRunGate(env.store))
+    sw = env.xxl_switch(
+        DualRunGate(env.dual),
+    )
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    put_comparison(env.store, replace(c, biz_code=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=clock.now()))
     return sw, biz
 
 
@@ -161,54 +164,27 @@ def test_stopped_and_one_shot_jobs_need_no_fires(tmp_path: Path) -> None:
 # --- the command line -------------------------------------------------------------------
 
 
-def _compare_args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
-    iso = lambda at: at.astimezone(timezone.utc).isoformat()  # noqa: E731
-    return [
-        "dualrun",
-        "compare",
-        "--business",
-        s.biz_code,
-        "--source",
-        s.source.value,
-        "--legacy-url",
-        "sqlite://",
-        "--url",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        "--since",
-        iso(s.current.start),
-        "--until",
-        iso(s.current.end),
-        *extra,
-    ]
-
-
-def _patched_reader(monkeypatch: pytest.MonkeyPatch, s: Scenario) -> None:
-    s.flush()
-    command = importlib.import_module("switchyard.cli.dualrun")
-    monkeypatch.setattr(command, "open_reader", lambda source, url, tz: s.reader())
-
-
 def test_compare_options_set_the_minimums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s, _ = identical(tmp_path, window=timedelta(minutes=20))
-    _patched_reader(monkeypatch, s)
-    refused = CliRunner().invoke(cli, _compare_args(s, tmp_path))
+    patch_reader(monkeypatch, s)
+    refused = CliRunner().invoke(cli, compare_args(s, tmp_path))
     assert refused.exit_code == 1 and "is 20 min long, shorter than the minimum of 30 min" in refused.output
-    ok = CliRunner().invoke(cli, _compare_args(s, tmp_path, "--min-window", "20m", "--json"))
+    ok = CliRunner().invoke(cli, compare_args(s, tmp_path, "--min-window", "20m", "--json"))
     assert ok.exit_code == 0, ok.output
     body = json.loads(ok.output)
     assert body["verdict"] == "ready" and body["thresholds"]["min_window"] == 1200
     assert body["thresholds"]["min_fires_per_job"] == 10
-    strict = CliRunner().invoke(cli, _compare_args(s, tmp_path, "--min-window", "20m", "--min-fires-per-job", "121"))
+    strict = CliRunner().invoke(cli, compare_args(s, tmp_path, "--min-window", "20m", "--min-fires-per-job", "121"))
     assert strict.exit_code == 1 and "job xxl:reminder:12 has 120" in strict.output
 
 
 def test_compare_options_override_the_thresholds_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s, _ = identical(tmp_path, window=timedelta(minutes=20))
-    _patched_reader(monkeypatch, s)
+    patch_reader(monkeypatch, s)
     toml = tmp_path / "thresholds.toml"
     toml.write_text('[defaults]\nmin_window = "10m"\n')
-    assert CliRunner().invoke(cli, _compare_args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
-    args = _compare_args(s, tmp_path, "--thresholds", str(toml), "--min-window", "1h")
+    assert CliRunner().invoke(cli, compare_args(s, tmp_path, "--thresholds", str(toml))).exit_code == 0
+    args = compare_args(s, tmp_path, "--thresholds", str(toml), "--min-window", "1h")
     assert CliRunner().invoke(cli, args).exit_code == 1
 
 
@@ -225,8 +201,8 @@ def test_a_shadow_ready_verdict_warns_that_success_rate_was_not_compared(tmp_pat
 
 def test_the_shadow_warning_is_in_every_report_form(tmp_path: Path) -> None:
     s = _shadow_ready(tmp_path)
-    put_comparison(s.store, s.compare(source=None))
-    content = load_report(s.store, "reminder", now=s.now).content()
+    put_comparison(dualrun_store(s.store), s.compare(source=None))
+    content = load_report(dualrun_store(s.store), "reminder", now=s.now).content()
     assert SHADOW_WARNING in json.loads(render_report(content, "json"))["warnings"]
     assert f"**Before cutover:** {SHADOW_WARNING}" in render_report(content, "md")
     assert f"<b>Before cutover:</b> {SHADOW_WARNING}" in render_report(content, "html")
@@ -253,22 +229,22 @@ def test_a_shadow_verdict_stored_without_the_warning_gets_it_at_the_gate(tmp_pat
     """A shadow verdict stored before the warning existed (its body has none)."""
     s = _shadow_ready(tmp_path)
     c = s.compare(source=None)
-    put_comparison(s.store, replace(c, checks=tuple(ch for ch in c.checks if ch.code != "shadow")))
-    stored = latest(s.store, "reminder")
+    put_comparison(dualrun_store(s.store), replace(c, checks=tuple(ch for ch in c.checks if ch.code != "shadow")))
+    stored = latest(dualrun_store(s.store), "reminder")
     assert stored is not None and SHADOW_WARNING in stored.warnings
-    decision = DualRunGate(s.store).decision("reminder")
+    decision = DualRunGate(dualrun_store(s.store)).decision("reminder")
     assert decision is not None and decision.ready and SHADOW_WARNING in decision.warnings
 
 
 def test_dualrun_compare_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = _shadow_ready(tmp_path)
-    _patched_reader(monkeypatch, s)
-    args = [a for a in _compare_args(s, tmp_path, "--json") if a not in ("--source", "xxl-job")]
+    patch_reader(monkeypatch, s)
+    args = [a for a in compare_args(s, tmp_path, "--json") if a not in ("--source", "xxl-job")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert body["verdict"] == "ready" and body["mode"] == "shadow" and SHADOW_WARNING in body["warnings"]
-    text = CliRunner().invoke(cli, [a for a in _compare_args(s, tmp_path) if a not in ("--source", "xxl-job")])
+    text = CliRunner().invoke(cli, [a for a in compare_args(s, tmp_path) if a not in ("--source", "xxl-job")])
     assert f"  ! {SHADOW_WARNING}" in text.output
 
 
@@ -286,24 +262,17 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     c = _shadow_ready(tmp_path / "c").compare(source=None)
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=6)
     clock = env.migrator.clock
-    BusinessSwitch(env.store, XxlJobControl(env.legacy, clock), clock).start_dual_run(biz, shadow=True, actor="ops")
-    put_comparison(env.store, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock).start_dual_run(
+        biz, shadow=True, actor="ops"
+    )
+    put_comparison(
+        env.dual,
+        replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)),
+    )
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,
-        [
-            "cutover",
-            biz,
-            "--url",
-            f"sqlite:///{tmp_path / 't.db'}",
-            "--legacy-url",
-            f"sqlite:///{tmp_path / 'xxl.db'}",
-            "--actor",
-            "ops",
-            "--reason",
-            "go",
-            "--json",
-        ],
+        ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go", "--json"],
     )
     assert result.exit_code == 0, result.output
     body = json.loads(result.output.strip().splitlines()[-1])

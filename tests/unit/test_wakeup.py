@@ -157,6 +157,18 @@ def test_a_wakeup_ticks_by_the_triggers_T_minus_the_lead_never_before() -> None:
         loop.join(10)
 
 
+def _scheduler(embedded: Embedded) -> Scheduler:
+    """A scheduler alone on the embedded store and bus (no result consumer)."""
+    return Scheduler(
+        embedded.store,
+        embedded.bus,
+        LocalElection(LocalElectionGroup(embedded.store.clock)),
+        embedded.store.clock,
+        SETTINGS,
+        consume_results=False,
+    )
+
+
 def _start(run: Callable[[threading.Event], None]) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
     th = threading.Thread(target=run, args=(stop,), daemon=True)
@@ -165,14 +177,7 @@ def _start(run: Callable[[threading.Event], None]) -> tuple[threading.Event, thr
 
 
 def test_the_leader_admits_a_trigger_due_soon_at_once_not_after_its_idle_wait(embedded: Embedded) -> None:
-    sched = Scheduler(
-        embedded.store,
-        embedded.bus,
-        LocalElection(LocalElectionGroup(embedded.store.clock)),
-        embedded.store.clock,
-        SETTINGS,
-        consume_results=False,
-    )
+    sched = _scheduler(embedded)
     stop, th = _start(sched.run)
     try:
         # every loop has ticked once and found nothing: each now waits IDLE
@@ -195,14 +200,7 @@ def test_without_wakeups_the_same_trigger_waits_for_the_idle_wait(embedded: Embe
     """The control of the test above: the same set-up with the store's wake-ups off
     leaves the trigger waiting (it would be admitted IDLE after the last tick)."""
     embedded.store.wakeups = None
-    sched = Scheduler(
-        embedded.store,
-        embedded.bus,
-        LocalElection(LocalElectionGroup(embedded.store.clock)),
-        embedded.store.clock,
-        SETTINGS,
-        consume_results=False,
-    )
+    sched = _scheduler(embedded)
     stop, th = _start(sched.run)
     try:
         assert _wait(lambda: sched.status.stats.ticks >= PARTITIONS)

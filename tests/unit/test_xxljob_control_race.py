@@ -49,6 +49,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store, migrator_store
 
 UTC = timezone.utc
 T0 = datetime(2026, 12, 2, 6, 0, 0, tzinfo=UTC)  # 14:00:00 in Asia/Shanghai
@@ -278,10 +279,10 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(legacy)
     _advance(clock, timedelta(minutes=3), sim, None)
-    Migrator(reader, TargetWriter(store), clock).run()
-    biz = BusinessRegistry(store).all()[0].biz_code
+    Migrator(reader, TargetWriter(store, migrator_store(store)), clock).run()
+    biz = BusinessRegistry(migrator_store(store)).all()[0].biz_code
     control = XxlJobControl(legacy, AdminClock(clock, sim))
-    sw = BusinessSwitch(store, control, clock, _Ready(), max_verdict_age=timedelta(days=9999))
+    sw = BusinessSwitch(store, migrator_store(store), control, clock, _Ready(), max_verdict_age=timedelta(days=9999))
     sw.start_dual_run(biz, shadow=shadow, actor="test")
     bus = InProcessBus(clock)
     ex = Executor(bus, biz, clock=clock)
@@ -317,6 +318,7 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
     assert all(f.scheduled_ms < to_ms(handover) for f in sim.fired), "a legacy fire at or after the handover"
     check = check_boundary(
         store,
+        dualrun_store(store),
         reader,
         biz,
         [Switch(rep.handover, to_new=True, at=cut_at)],

@@ -27,7 +27,8 @@ from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from switchyard.schema import init_schema
 from switchyard.settings import legacy_zones
-from switchyard.wiring import legacy_reader
+from switchyard.wiring import legacy_reader, migrator_store
+from tests.compare_cli import compare_args
 
 UTC = timezone.utc
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -308,7 +309,11 @@ def _glue_env(tmp_path: Path) -> tuple[Engine, Any, Any]:
     clock = ManualClock(NOW)
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
-    return engine, store, Migrator(reader, TargetWriter(store), clock, MappingOptions(bridge_glue=True))
+    return (
+        engine,
+        store,
+        Migrator(reader, TargetWriter(store, migrator_store(store)), clock, MappingOptions(bridge_glue=True)),
+    )
 
 
 def _glue_params(store: Any) -> dict[str, Any]:
@@ -386,22 +391,7 @@ def test_dualrun_reads_the_legacy_side_with_both_zones(tmp_path: Path, monkeypat
         return s.reader()
 
     monkeypatch.setattr(cli_dualrun, "open_reader", reader)
-    base = [
-        "dualrun",
-        "compare",
-        "--business",
-        s.biz_code,
-        "--source",
-        s.source.value,
-        "--legacy-url",
-        "sqlite://",
-        "--url",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        "--since",
-        s.current.start.isoformat(),
-        "--until",
-        s.current.end.isoformat(),
-    ]
+    base = compare_args(s, tmp_path)
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "Asia/Shanghai", "--legacy-cron-tz", "UTC"])
     CliRunner().invoke(cli, [*base, "--legacy-db-tz", "UTC"])
     CliRunner().invoke(cli, base)
@@ -431,9 +421,10 @@ def test_the_cutover_hands_over_at_the_admins_next_time_and_later_fires_follow_t
     clock = ManualClock(NOW)
     store = SqlTriggerStore(target, clock)
     reader = XxlJobReader(engine, db_tz="Asia/Shanghai", cron_tz="UTC")
-    assert Migrator(reader, TargetWriter(store), clock).run().counts["create"] == 1
+    assert Migrator(reader, TargetWriter(store, migrator_store(store)), clock).run().counts["create"] == 1
     sw = BusinessSwitch(
         store,
+        migrator_store(store),
         XxlJobControl(engine, clock),
         clock,
         FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
