@@ -12,10 +12,8 @@ from sqlalchemy.engine import Engine
 
 from dualrun.store import DualRunStore
 from migrator.apply import Migrator
-from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
 from migrator.mapping import MappingOptions
-from migrator.ports import CutoverGate, GateDecision
+from migrator.ports import GateDecision
 from migrator.store import MigratorStore
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
@@ -29,7 +27,8 @@ from switchyard.schema import init_schema
 from switchyard.wiring import dualrun_store, migrator_store
 
 if TYPE_CHECKING:
-    from migrator.ports import LegacyControl
+    from migrator.cutover import BusinessSwitch
+    from migrator.ports import CutoverGate, LegacyControl
 
 NOW = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -57,6 +56,9 @@ class MigrationEnv:
 
     def xxl_switch(self, gate: CutoverGate | None = None, **options: Any) -> BusinessSwitch:
         """The business switch of this env's xxl-job legacy database, on the env's clock."""
+        from migrator.cutover import BusinessSwitch
+        from migrator.legacy_control import XxlJobControl
+
         clock = self.migrator.clock
         return BusinessSwitch(self.store, self.own, XxlJobControl(self.legacy, clock), clock, gate, **options)
 
@@ -127,6 +129,9 @@ class FixedGate:
 def ready_switch(env: MigrationEnv, control: LegacyControl | None = None, **kw: Any) -> BusinessSwitch:
     """The business switch of `env` behind a gate that is always ready (comparison 1,
     computed now); the legacy control is xxl-job's unless given; `kw` as BusinessSwitch's."""
+    from migrator.cutover import BusinessSwitch
+    from migrator.legacy_control import XxlJobControl
+
     clock = env.migrator.clock
     gate = FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now()))
     return BusinessSwitch(

@@ -11,7 +11,8 @@ from sqlalchemy import text
 
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
-from migrator.legacy_control import BatchCenterControl
+from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
 from migrator.ports import GateDecision
 from migrator.tables import migrator_tables
@@ -64,7 +65,11 @@ def test_the_state_machine_is_audited_and_gated(tmp_path: Path) -> None:
 def test_forced_cutover_is_audited_as_forced(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
+    sw = BusinessSwitch(
+        env.store,
+        env.own,
+        XxlJobControl(env.legacy, clock),
+        clock,
         FixedGate(GateDecision(ready=False, comparison_id=3, computed_at=clock.now(), reasons=("x",))),
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")

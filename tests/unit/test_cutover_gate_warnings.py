@@ -53,9 +53,7 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
     clock = env.migrator.clock
     c = _quarantine_comparison(tmp_path)
     put_comparison(env.dual, replace(c, biz_code=biz, computed_at=clock.now()))
-    sw = env.xxl_switch(
-        DualRunGate(env.dual),
-    )
+    sw = env.xxl_switch(DualRunGate(env.dual))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", reason="go")
     assert not rep.forced and rep.warnings == list(c.warnings)
@@ -111,10 +109,7 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
     )
     c = _quarantine_comparison(tmp_path)
     # the command runs on the system clock: the stored verdict is fresh now
-    put_comparison(
-        env.dual,
-        replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)),
-    )
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
     args = ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go"]
     result = CliRunner().invoke(cli, args + (["--json"] if as_json else []))
