@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from bench.harness import Deadline, fresh_database
 from bench.workload import CountingBus, analyze, bench_job, drive_inline, load_triggers, make_store, now_ms
@@ -76,15 +77,18 @@ def count_store(
         if kind.split(" ", 1)[0] in _WRITES:
             counts.row_writes[kind] += max(0, cursor.rowcount or 0)
 
-    def on_commit(_conn: Any) -> None:
-        counts.commits += 1
+    # The store's statements go through its engine and, on MariaDB, the AUTOCOMMIT twin
+    # of the fenced insert (scheduler_core.store.engine.autocommit_twin), whose COMMIT and
+    # ROLLBACK send nothing: listen on every engine, count only the store engine's ends.
+    def on_commit(conn: Any) -> None:
+        counts.commits += conn.engine is store.engine
 
-    def on_rollback(_conn: Any) -> None:
-        counts.rollbacks += 1
+    def on_rollback(conn: Any) -> None:
+        counts.rollbacks += conn.engine is store.engine
 
-    event.listen(store.engine, "after_cursor_execute", on_execute)
-    event.listen(store.engine, "commit", on_commit)
-    event.listen(store.engine, "rollback", on_rollback)
+    event.listen(Engine, "after_cursor_execute", on_execute)
+    event.listen(Engine, "commit", on_commit)
+    event.listen(Engine, "rollback", on_rollback)
     started = time.perf_counter()
     try:
         if profile is not None:
@@ -95,9 +99,9 @@ def count_store(
             if profile is not None:
                 profile.disable()
     finally:
-        event.remove(store.engine, "after_cursor_execute", on_execute)
-        event.remove(store.engine, "commit", on_commit)
-        event.remove(store.engine, "rollback", on_rollback)
+        event.remove(Engine, "after_cursor_execute", on_execute)
+        event.remove(Engine, "commit", on_commit)
+        event.remove(Engine, "rollback", on_rollback)
         store.engine.dispose()
     return counts, result.fired, time.perf_counter() - started
 

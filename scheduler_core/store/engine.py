@@ -82,6 +82,46 @@ def make_engine(url: str, *, pool_size: int = 8) -> Engine:
     return engine
 
 
+def autocommit_twin(engine: Engine) -> Engine:
+    """A second pool on the same MySQL server whose connections commit each statement as
+    it ends (AUTOCOMMIT), disposed with `engine`. For a statement that must not leave a
+    lock held across a client round trip: a scheduler paused (SIGSTOP, a VM stall) between
+    such a statement and its COMMIT would hold the lock for as long as it is paused."""
+    pool_size = engine.pool.size() if hasattr(engine.pool, "size") else 8
+    twin = create_engine(
+        engine.url,
+        future=True,
+        pool_pre_ping=False,
+        pool_reset_on_return=None,  # nothing to reset: no statement leaves a transaction open
+        pool_recycle=1800,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        isolation_level="AUTOCOMMIT",
+        connect_args={
+            "connect_timeout": 10,
+            "charset": "utf8mb4",
+            # as the store's own pool (see make_engine): no gap locks, each read sees the
+            # commits before it
+            "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        },
+    )
+    _ping_if_idle(twin)
+    # Every statement has committed as it ended: the COMMIT or ROLLBACK that SQLAlchemy sends
+    # when a Connection ends would be a round trip that does nothing (PyMySQL sends it anyway).
+    twin.dialect.do_commit = _nothing_to_end  # type: ignore[method-assign,assignment]
+    twin.dialect.do_rollback = _nothing_to_end  # type: ignore[method-assign,assignment]
+
+    @event.listens_for(engine, "engine_disposed")
+    def _dispose_twin(_engine: Engine) -> None:
+        twin.dispose()
+
+    return twin
+
+
+def _nothing_to_end(_dbapi_connection: Any) -> None:
+    return None
+
+
 def _rollback_if_open(engine: Engine) -> None:
     """The pool's reset on return, without its round trip after a commit. SQLAlchemy
     rolls back every connection it gets back unless the Connection itself just rolled back,

@@ -36,6 +36,7 @@ from scheduler_core.states import check_transition
 from scheduler_core.store import result_joins
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
 from scheduler_core.store.driver_errors import translated_methods
+from scheduler_core.store.engine import autocommit_twin
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -100,6 +101,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # writes one at a time: a plain read there, as before.
         self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
         self._shared_fence_read: bool | None = None
+        self._autocommit: Engine | None = None  # see put_fired_fenced
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
         # told of the partitions that got triggers due soon (`add_triggers`), so their
@@ -143,7 +145,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     def get_jobs(self, job_codes: Sequence[JobCode]) -> dict[JobCode, Job]:
         out: dict[JobCode, Job] = {}
-        with self.engine.connect() as conn:
+        with self._reads().connect() as conn:
             for chunk in _chunks(list(dict.fromkeys(job_codes))):
                 for row in conn.execute(self._jobs_by_code, {"codes": list(chunk)}).mappings():
                     job = job_from_row(row)
@@ -249,7 +251,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         )
         if exclude_biz_codes:
             stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
-        with self.engine.connect() as conn:
+        with self._reads().connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).all()
         return [trigger_from_tuple(r) for r in rows]
 
@@ -424,17 +426,46 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         inserted means duplicates (a re-fire of the same occurrence) or a moved fence; only
         then is the fence read, to tell which."""
         name = fence or FENCE_NAME
+        with self.engine.connect() as probe:
+            lock = self._lock_fence_reads(probe)
+        rows = [fired_row(r) for r in records]
+        if lock:
+            # MariaDB/MySQL: each statement commits as it ends, so the shared lock on the
+            # fence row lasts one statement on the server, never a client round trip. In one
+            # transaction, a scheduler paused between the INSERT and its COMMIT held it for
+            # as long as it was paused, and the new owner's claim of the fence waited on it
+            # (the claim is what lets a new owner take over). A fence that moves between two
+            # statements of a large chunk leaves the first one's records: the trigger is
+            # still acquired by this epoch, and the new owner re-fires it with the same ids,
+            # as after a crash at that point.
+            with self._autocommit_engine().connect() as conn:
+                return self._put_fired_fenced(conn, rows, name, epoch, lock)
         with self.engine.connect() as conn:
-            lock = self._lock_fence_reads(conn)
-            rows = [fired_row(r) for r in records]
-            size = _FENCED_ROWS_SQLITE if self.t.sliced_by_column else _FENCED_ROWS
-            inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock) for batch in _chunks(rows, size))
-            # nothing to insert proves nothing: the fence is read
-            if (inserted < len(rows) or not rows) and not self._fence_holds(conn, name, epoch, lock):
+            if not self._put_fired_fenced(conn, rows, name, epoch, lock):
                 conn.rollback()  # a deposed epoch writes nothing
                 return False
             conn.commit()
         return True
+
+    def _put_fired_fenced(
+        self, conn: Connection, rows: list[tuple[Any, ...]], name: str, epoch: Epoch, lock: bool
+    ) -> bool:
+        size = _FENCED_ROWS_SQLITE if self.t.sliced_by_column else _FENCED_ROWS
+        inserted = sum(self._insert_fired_fenced(conn, batch, name, epoch, lock) for batch in _chunks(rows, size))
+        # nothing to insert proves nothing: the fence is read
+        return not ((inserted < len(rows) or not rows) and not self._fence_holds(conn, name, epoch, lock))
+
+    def _reads(self) -> Engine:
+        """Where the hot one-statement reads go (the due rows, the job definitions): on
+        MariaDB/MySQL the AUTOCOMMIT twin, whose statement is its own snapshot, as READ
+        COMMITTED gives, with no transaction left open to roll back (a ROLLBACK round trip
+        per read on the plain pool); elsewhere the store's engine."""
+        return self._autocommit_engine() if self.engine.dialect.name in ("mysql", "mariadb") else self.engine
+
+    def _autocommit_engine(self) -> Engine:
+        if self._autocommit is None:
+            self._autocommit = autocommit_twin(self.engine)
+        return self._autocommit
 
     def _fence_holds(self, conn: Connection, name: str, epoch: Epoch, lock: bool) -> bool:
         # with a shared lock where the server has one (see __init__)

@@ -685,3 +685,39 @@ def test_a_connection_returned_inside_a_transaction_is_still_rolled_back(tmp_pat
             conn.execute(text("UPDATE dus_fence SET epoch = 98"))
             conn.execute(text("SELECT * FROM no_such_table"))
         assert s.current_epoch() == Epoch(0)
+
+
+def test_a_writer_paused_after_its_fenced_insert_does_not_block_a_new_owners_claim(
+    store: SqlTriggerStore, clock: ManualClock
+) -> None:
+    """A scheduler stopped (SIGSTOP, a VM stall) right after the fenced INSERT of its fired
+    records must not hold the fence row's shared lock: the next owner's claim of the fence
+    is what lets it take over. Here the writer's thread is held right after the statement
+    (as a stopped process would be) while another connection claims with a 3 s lock wait."""
+    import threading
+
+    if store.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer and no row locks: nothing to hold")
+    (trig,) = _seed(store, clock, 1)
+    assert store.claim_epoch(Epoch(3))
+    inserted, release = threading.Event(), threading.Event()
+
+    def _pause_after_insert(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT IGNORE INTO") and "dus_fence" in statement:
+            inserted.set()
+            release.wait(20)
+
+    event.listen(Engine, "after_cursor_execute", _pause_after_insert)
+    try:
+        writer = threading.Thread(target=store.put_fired_fenced, args=(_records(trig, clock, 2, 3), Epoch(3)))
+        writer.start()
+        assert inserted.wait(20), "the fenced insert never ran"
+        with store.engine.connect() as conn:
+            conn.execute(text("SET SESSION innodb_lock_wait_timeout = 3"))
+            claimed = conn.execute(text("UPDATE dus_fence SET epoch = 4 WHERE epoch = 3")).rowcount
+            conn.commit()
+        assert claimed == 1, "the claim did not move the fence"
+    finally:
+        release.set()
+        event.remove(Engine, "after_cursor_execute", _pause_after_insert)
+        writer.join(20)
