@@ -76,10 +76,12 @@ class Migrator:
         legacy_businesses: dict[str, LegacyBusiness],
         conn: Connection | None = None,
         states: Mapping[str, BusinessState] | None = None,
+        recheck: Callable[[Collection[str]], Mapping[str, LegacyDefinition]] | None = None,
     ) -> list[Write]:
         """The writes for one chunk of definitions (no I/O but the ledger read and the
         business states, on `conn` when given: the caller's transaction; `states`: the
-        business states already read, absent ones are legacy)."""
+        business states already read, absent ones are legacy; `recheck`: the legacy rows
+        as they are now, by key, for a snapshot's stopped rows, see below)."""
         if not defs:
             return []
         source = defs[0].source.value
@@ -91,19 +93,36 @@ class Migrator:
         # stop, so never mirrored onto the new side (migrator.holds)
         stopped = [d.source_key for d in defs if not d.enabled]
         held = self.holds.held(source, stopped, conn) if stopped else set()
+        digests = {d.source_key: source_digest(d, legacy_businesses.get(d.biz_code), self.options) for d in defs}
+
+        def unchanged(key: str) -> bool:
+            entry, digest = ledger.get(key), digests[key]
+            return bool(
+                digest
+                and entry is not None
+                and entry.status is LedgerStatus.MIGRATED
+                and source_half(entry.content_hash) == digest
+            )
+
+        if recheck is not None:
+            # A snapshot read a row stopped, and its hold after that: a rollback in between
+            # (it restarts the legacy jobs, then drops their holds) makes the switch's own
+            # stop look like an operator's, which would pause the trigger. A stopped row
+            # with no hold that is running now was the switch's stop: the row as it is now
+            # is what the operator left. Only rows that would be mapped are read again, and
+            # only migrated ones (the switch never stopped a row it had not migrated).
+            suspects = [k for k in stopped if k not in held and k in ledger and not unchanged(k)]
+            if suspects:
+                held |= {k for k, now in recheck(suspects).items() if now.enabled}
         out: list[Write] = []
         for d in defs:
             biz = business_of(d, self.options)
             # every write of this row names the same row: only its decision differs
             row_write = partial(Write, source=source, source_key=d.source_key, biz_code=biz)
             entry = ledger.get(d.source_key)
-            digest = source_digest(d, legacy_businesses.get(d.biz_code), self.options)
-            if (
-                digest
-                and entry is not None
-                and entry.status is LedgerStatus.MIGRATED
-                and source_half(entry.content_hash) == digest
-            ):
+            digest = digests[d.source_key]
+            if unchanged(d.source_key):
+                assert entry is not None
                 # the same legacy content in the same context: the target already holds its
                 # mapping, so it is not mapped again (the cheap path of an unchanged re-run)
                 out.append(
@@ -202,7 +221,7 @@ class Migrator:
             # reading, mapping, the summary's counts and (for a run) rendering the rows to
             # write: all on one thread
             for defs in self._to_decide(legacy_filter, legacy_biz, summary, seen, progress):
-                writes = self.decide(defs, legacy_biz)
+                writes = self.decide(defs, legacy_biz, recheck=self.reader.definitions_by_keys)
                 self._record(summary, writes, keep_rows)
                 changing = [w for w in writes if not w.noop]
                 yield writes, changing, self.writer.render(changing) if write and changing else None

@@ -76,7 +76,8 @@ class RelayScope(Protocol):
 
 
 class Everything:
-    """The scope of the single leader and of `switchyard serve`: every trigger, every fence."""
+    """The scope of `switchyard serve`: every trigger, every fence (the single leader's is
+    the same, with a generation per leadership won: `scheduler_core.scheduler.Scheduler`)."""
 
     def owner(self, trigger_id: int) -> Owned | None:
         return Owned()

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.control import relay_round
+from scheduler_core.control import Owned, Relay, RelayScope, relay_round
 from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fence import Fence
 from scheduler_core.fenced_runs import covered, skip_fenced
@@ -360,10 +360,12 @@ class Scheduler:
         *,
         consume_results: bool = True,
         wakeups: Wakeups | None = None,
-        relays: Sequence[Callable[[], object]] = (),
+        relays: Callable[[RelayScope], Sequence[Relay]] | None = None,
     ) -> None:
         """`wakeups`: where wake-ups for short delays are heard (default: the store's own,
-        which hears the triggers added through this process's store)."""
+        which hears the triggers added through this process's store). `relays`: builds,
+        for this scheduler's scope (everything, a new generation per leadership won), the
+        relays of the control channel run every loop of the leader's."""
         self.store = store
         self.bus = bus
         self.election = election
@@ -376,7 +378,22 @@ class Scheduler:
         self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
         # called every loop of the leader's (200 ms): e.g. a schedule edit's relay
         # (scheduler_core.supersede), which needs the bus and one process doing it
-        self.relays = tuple(relays)
+        self.relays: tuple[Relay, ...] = tuple(relays(self)) if relays is not None else ()
+
+    # --- the relays' scope (scheduler_core.control.RelayScope) ---------------------------
+    # The relays run only while this process leads, and relay everything then.
+
+    def owner(self, trigger_id: int) -> Owned | None:
+        return Owned()
+
+    def business_wide(self) -> bool:
+        return True
+
+    def generation(self) -> int:
+        """One per leadership won: the first relay round of each term reads the store
+        whole, for what a previous leader stored but did not relay (its edits older than
+        the relays' recent window included), not only at this process's first term."""
+        return self.status.terms
 
     def run(self, stop: threading.Event, campaign_timeout: timedelta = timedelta(seconds=1)) -> None:
         consumer_thread = None

@@ -176,10 +176,9 @@ def run_cmd(
         )
         return
     election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
-    from scheduler_core.control import EVERYTHING
-
     # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus
-    # there), and the stored rollback fences (a rollback whose own broadcast failed)
+    # there), and the stored rollback fences (a rollback whose own broadcast failed); each
+    # leadership won reads them whole again (what a dead leader did not relay)
     sched = Scheduler(
         store,
         bus,
@@ -187,7 +186,7 @@ def run_cmd(
         store.clock,
         settings=settings,
         metrics=metrics,
-        relays=_relays(store, bus, settings, metrics, EVERYTHING),
+        relays=lambda scope: _relays(store, bus, settings, metrics, scope),
     )
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
