@@ -119,7 +119,7 @@ def build(rows: int, seed: int) -> Inputs:
     for j in range(jobs):
         index.id(f"xxl:bench:{j}")
     return Inputs(
-        business="bench",
+        biz_code="bench",
         source="xxl-job",
         mode=Mode.BOTH,
         window=window,

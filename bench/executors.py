@@ -1,8 +1,8 @@
 """Executors in their own process (as they run in production), with receipt stamps.
 
 `ExecutorHost` spawns a fresh interpreter that subscribes one `Executor` per business
-domain to the bench's topic prefix, says when it is subscribed, runs until every
-expected item was handled (or its deadline), and sends back per-domain figures:
+business to the bench's topic prefix, says when it is subscribed, runs until every
+expected item was handled (or its deadline), and sends back per-business figures:
 items handled, messages received, first/last receipt and handler times, and the
 receipt lag (receive time minus T from the message's `scheduled_at` property) per
 message. Receipt is stamped on the subscription the Executor reads from, before its
@@ -28,8 +28,8 @@ READY_TIMEOUT_S = 60
 class HostConfig:
     pulsar_url: str
     topic_prefix: str
-    domains: list[str]
-    expected: dict[str, int]  # items per domain
+    biz_codes: list[str]
+    expected: dict[str, int]  # items per business
     handler: str = "noop"
     concurrency: int = 16
     deadline_s: float = 120.0
@@ -40,7 +40,7 @@ class HostConfig:
 
 
 @dataclass
-class DomainFigures:
+class BusinessFigures:
     items: int = 0
     messages: int = 0
     first_recv: float | None = None  # epoch seconds
@@ -56,7 +56,7 @@ class DomainFigures:
 class _StampingSubscription:
     """Wraps the Executor's subscription: stamps each received message."""
 
-    def __init__(self, inner: Any, fig: DomainFigures, lock: threading.Lock, keep: bool) -> None:
+    def __init__(self, inner: Any, fig: BusinessFigures, lock: threading.Lock, keep: bool) -> None:
         self._inner = inner
         self._fig = fig
         self._lock = lock
@@ -103,14 +103,14 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
     from scheduler_core.executor import ExecutionContext, Executor
     from scheduler_core.executor.sdk import HandlerResult
 
-    figs = {d: DomainFigures() for d in cfg.domains}
+    figs = {d: BusinessFigures() for d in cfg.biz_codes}
     lock = threading.Lock()
     bus = PulsarBus(cfg.pulsar_url, topic_prefix=cfg.topic_prefix)
     executors = []
-    per_thread: dict[str, list[DomainFigures]] = {}  # domain -> one tally per worker thread
+    per_thread: dict[str, list[BusinessFigures]] = {}  # biz_code -> one tally per worker thread
     http_url = cfg.handler[len("http:") :] if cfg.handler.startswith("http:") else None
     try:
-        for d in cfg.domains:
+        for d in cfg.biz_codes:
             ex = Executor(bus, d, concurrency=cfg.concurrency)
             ex.sub = _StampingSubscription(ex.sub, figs[d], lock, cfg.keep_lags)  # type: ignore[assignment]
 
@@ -118,7 +118,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             local = threading.local()
 
             def handler(
-                ctx: ExecutionContext, tallies: list[DomainFigures] = tallies, local: threading.local = local
+                ctx: ExecutionContext, tallies: list[BusinessFigures] = tallies, local: threading.local = local
             ) -> Any:
                 start = time.time()
                 ok = True
@@ -135,7 +135,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
                 # run (68 vs 31 us in a no-op hot minute), which was the bench, not the SDK.
                 mine = getattr(local, "fig", None)
                 if mine is None:
-                    mine = local.fig = DomainFigures()
+                    mine = local.fig = BusinessFigures()
                     with lock:
                         tallies.append(mine)
                 mine.items += 1
@@ -160,16 +160,16 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
         cmd = None
         while time.monotonic() < end:
             with lock:
-                mine = [sum(t.items for t in per_thread.get(d, ())) for d in cfg.domains]
+                mine = [sum(t.items for t in per_thread.get(d, ())) for d in cfg.biz_codes]
             if counts is None:
-                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.domains, mine, strict=True))
-            else:  # several processes: the sum over all of them, per domain
-                width = len(cfg.domains)
+                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.biz_codes, mine, strict=True))
+            else:  # several processes: the sum over all of them, per business
+                width = len(cfg.biz_codes)
                 for k, n in enumerate(mine):
                     counts[slot * width + k] = n
                 done = all(
                     sum(counts[p * width + k] for p in range(cfg.processes)) >= cfg.expected.get(d, 0)
-                    for k, d in enumerate(cfg.domains)
+                    for k, d in enumerate(cfg.biz_codes)
                 )
             if done:
                 break
@@ -179,7 +179,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
         for t in threads:
             t.join(timeout=10)
         for d, f in figs.items():
-            f.cpu_s = cpu  # the process's, shared by its domains
+            f.cpu_s = cpu  # the process's, shared by its businesses
             with lock:
                 tallies = list(per_thread.get(d, ()))
             for tally in tallies:
@@ -212,7 +212,7 @@ class ExecutorHost:
         ctx = mp.get_context("spawn")
         self.q = ctx.Queue()
         n = max(1, cfg.processes)
-        counts = ctx.Array("q", n * len(cfg.domains), lock=False) if n > 1 else None
+        counts = ctx.Array("q", n * len(cfg.biz_codes), lock=False) if n > 1 else None
         self.procs = [ctx.Process(target=host_main, args=(cfg, self.q, counts, i), daemon=True) for i in range(n)]
         self.result: dict[str, Any] | None = None
 
@@ -231,14 +231,14 @@ class ExecutorHost:
                 raise RuntimeError(f"executor host failed to start: {msg[1]}")
         return self
 
-    def wait(self, timeout: float | None = None) -> dict[str, DomainFigures]:
-        merged: dict[str, DomainFigures] = {}
+    def wait(self, timeout: float | None = None) -> dict[str, BusinessFigures]:
+        merged: dict[str, BusinessFigures] = {}
         for _ in self.procs:
             msg = self.q.get(timeout=(timeout if timeout is not None else self.cfg.deadline_s) + 30)
             if msg[0] == "error":
                 raise RuntimeError(f"executor host: {msg[1]}")
             for d, v in msg[1].items():
-                merged[d] = _merge(merged[d], DomainFigures(**v)) if d in merged else DomainFigures(**v)
+                merged[d] = _merge(merged[d], BusinessFigures(**v)) if d in merged else BusinessFigures(**v)
         self.result = {d: f.__dict__ for d, f in merged.items()}
         return merged
 
@@ -250,11 +250,11 @@ class ExecutorHost:
                 p.join(timeout=10)
 
 
-def _merge(a: DomainFigures, b: DomainFigures) -> DomainFigures:
+def _merge(a: BusinessFigures, b: BusinessFigures) -> BusinessFigures:
     def pick(x: float | None, y: float | None, f: Any) -> float | None:
         return y if x is None else x if y is None else f(x, y)
 
-    return DomainFigures(
+    return BusinessFigures(
         items=a.items + b.items,
         messages=a.messages + b.messages,
         first_recv=pick(a.first_recv, b.first_recv, min),

@@ -32,7 +32,7 @@ from readers.records import SourceSystem
 from scheduler_core.model import FiredState
 from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 MAX_LISTED = 50
 _NOT_RUN = (FiredState.SKIPPED.value,)  # a misfire policy's or a fence's skip: recorded, not a fire
@@ -56,7 +56,7 @@ class Finding:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AfterCutover:
-    business: str
+    biz_code: str
     cutover_at: datetime
     window: Window
     expected: int
@@ -79,7 +79,7 @@ class AfterCutover:
     @property
     def sentence(self) -> str:
         head = (
-            f"{self.business} after its cutover {iso(self.cutover_at)}, checked {iso(self.window.start)} .. "
+            f"{self.biz_code} after its cutover {iso(self.cutover_at)}, checked {iso(self.window.start)} .. "
             f"{iso(self.window.end)}: {self.expected:,} expected, {self.fired:,} fired"
         )
         if self.ok:
@@ -89,7 +89,7 @@ class AfterCutover:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "business": self.business,
+            "business": self.biz_code,
             "cutover_at": iso(self.cutover_at),
             "window": self.window.as_dict(),
             "expected": self.expected,
@@ -103,50 +103,50 @@ class AfterCutover:
 
 
 class NotCutOver(DualRunError):
-    def __init__(self, business: str) -> None:
+    def __init__(self, biz_code: str) -> None:
         super().__init__(
-            f"{business} has no recorded cutover: nothing to watch after it "
+            f"{biz_code} has no recorded cutover: nothing to watch after it "
             "(`switchyard cutover` first; a dual-run is compared with `dualrun compare`)"
         )
 
 
-def cutover_time(own: DualRunStore, business: str) -> datetime:
+def cutover_time(own: DualRunStore, biz_code: str) -> datetime:
     """The latest cutover of the business still in force (no rollback after it)."""
-    switches = fetch_switches(own, business)
+    switches = fetch_switches(own, biz_code)
     if not switches or switches[-1].to_state != "cutover":
-        raise NotCutOver(business)
+        raise NotCutOver(biz_code)
     return switches[-1].at
 
 
 _COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", "state")
 
 
-def _fired(store: SqlTriggerStore, business: str, window: Window) -> pd.DataFrame:
-    return pd.DataFrame(fired_rows(store, business, to_ms(window.start), to_ms(window.end), _COLS), columns=list(_COLS))
+def _fired(store: SqlTriggerStore, biz_code: str, window: Window) -> pd.DataFrame:
+    return pd.DataFrame(fired_rows(store, biz_code, to_ms(window.start), to_ms(window.end), _COLS), columns=list(_COLS))
 
 
 def check_after_cutover(
     store: SqlTriggerStore,
     own: DualRunStore,
     reader: LegacyReader,
-    business: str,
+    biz_code: str,
     *,
     source: SourceSystem,
     settings: CompareSettings,
     now: datetime,
     lookback: timedelta | None = None,
-    legacy_business: str | None = None,
+    legacy_biz_code: str | None = None,
 ) -> AfterCutover:
     """Missing, doubled and late fires of a cut-over business since its cutover (at most
     `lookback` back), up to `now`."""
-    cut = cutover_time(own, business)
+    cut = cutover_time(own, biz_code)
     start = cut if lookback is None else max(cut, now - lookback)
     if now <= start:
-        raise DualRunError(f"{business}: cut over at {iso(cut)}, nothing to check yet")
+        raise DualRunError(f"{biz_code}: cut over at {iso(cut)}, nothing to check yet")
     window = Window(start=start, end=now)
-    late_ms = int(settings.match.late_after.total_seconds() * 1000)
+    late_ms = duration_ms(settings.match.late_after)
     collector = Collector(
-        store, own, reader, source=source, business=business, legacy_business=legacy_business, settings=settings
+        store, own, reader, source=source, biz_code=biz_code, legacy_biz_code=legacy_biz_code, settings=settings
     )
     exp = collector.legacy(window, all_schedules=True).expected
     s, e = to_ms(window.start), to_ms(window.end)
@@ -154,7 +154,7 @@ def check_after_cutover(
     held = set(collector.quarantined)  # never migrated: still legacy's (it runs there only)
     exp = exp[~exp["job"].isin(held)]
     due = exp[exp["sched"] <= to_ms(now) - late_ms]  # younger ones may not have been received yet
-    fired = _fired(store, business, window)
+    fired = _fired(store, biz_code, window)
     fired = fired[~fired["state"].isin(_NOT_RUN)].copy()
     fired["job"] = [collector.jobs.id(c) for c in fired["job_code"].astype(str)]
     findings: list[Finding] = []
@@ -212,7 +212,7 @@ def check_after_cutover(
     )
     # running within its job's timeout is fine; past it (plus the grace the executor's own
     # timeout result needs) the run hung or its result was lost: a finding
-    grace_ms = int(settings.match.result_grace.total_seconds() * 1000)
+    grace_ms = duration_ms(settings.match.result_grace)
     timeout_ms = np.array(
         [collector.info[j].timeout_s * 1000 if j in collector.info else 0 for j in fired["job"].tolist()],
         dtype=np.int64,
@@ -233,7 +233,7 @@ def check_after_cutover(
     running = int((unresolved.to_numpy() & ~overdue_mask).sum())
     findings.sort(key=lambda f: (f.kind != "doubled", f.kind != "missing", f.scheduled_at, f.job_code))
     return AfterCutover(
-        business=business,
+        biz_code=biz_code,
         cutover_at=cut,
         window=window,
         expected=len(due),
@@ -248,7 +248,7 @@ def check_after_cutover(
 
 
 class AfterCutoverGauges:
-    """`switchyard_after_cutover_fires{business, kind}`: the missing, doubled and late fires
+    """`switchyard_after_cutover_fires{biz_code, kind}`: the missing, doubled and late fires
     of a cut-over business found by its latest check (0 when none): alert on > 0."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -256,17 +256,17 @@ class AfterCutoverGauges:
         self.fires = Gauge(
             "switchyard_after_cutover_fires",
             "Fires of a cut-over business found missing, doubled or late by its latest after-cutover check",
-            ["business", "kind"],
+            ["biz_code", "kind"],
             registry=self.registry,
         )
         self.checked = Gauge(
             "switchyard_after_cutover_checked_timestamp_seconds",
             "When the business was last checked after its cutover",
-            ["business"],
+            ["biz_code"],
             registry=self.registry,
         )
 
     def record(self, result: AfterCutover) -> None:
         for kind, n in result.counts.items():
-            self.fires.labels(business=result.business, kind=kind).set(n)
-        self.checked.labels(business=result.business).set(result.window.end.timestamp())
+            self.fires.labels(biz_code=result.biz_code, kind=kind).set(n)
+        self.checked.labels(biz_code=result.biz_code).set(result.window.end.timestamp())

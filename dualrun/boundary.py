@@ -50,7 +50,7 @@ from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,18 +117,18 @@ _FIRED = (
 )
 
 
-def fetch_new_fired(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
+def fetch_new_fired(store: SqlTriggerStore, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
     them, without records that never ran a handler (shadow-only, never published; one a
     rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
     rows = fired_rows(
-        store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+        store, biz_code, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
     )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     if len(raw):
         shadow_only = (raw["state"] == "received") & raw["message"].fillna("").str.contains("shadow")
         raw = raw[~shadow_only & (raw["state"] != "pending")].reset_index(drop=True)
-        raw = without_followup_runs(raw, followup_runs(store, business, window))  # as fetch_new
+        raw = without_followup_runs(raw, followup_runs(store, biz_code, window))  # as fetch_new
     return new_frame_from(raw.drop(columns=["message"]), jobs)
 
 
@@ -140,7 +140,7 @@ def check_boundary(
     store: SqlTriggerStore,
     own: DualRunStore,
     reader: LegacyReader,
-    business: str,
+    biz_code: str,
     switches: Sequence[Switch],
     *,
     window: Window,
@@ -152,10 +152,10 @@ def check_boundary(
     window) that is missing, doubled, or met by a stray fire of the other side."""
     settings = settings or CompareSettings()
     s = settings.match
-    source, _ = resolve(own, CompareRequest(business=business, window=window))
-    collector = Collector(store, own, reader, source=source, business=business, legacy_business=None, settings=settings)
+    source, _ = resolve(own, CompareRequest(biz_code=biz_code, window=window))
+    collector = Collector(store, own, reader, source=source, biz_code=biz_code, legacy_biz_code=None, settings=settings)
     legacy = collector.legacy(window, all_schedules=True)
-    new = fetch_new_fired(store, business, window, collector.jobs)
+    new = fetch_new_fired(store, biz_code, window, collector.jobs)
     jobs = collector.jobs
     # per job id: handover times in order, and the owner from each (1 = new, 0 = legacy)
     handovers: dict[int, list[tuple[int, int]]] = {}
@@ -210,7 +210,7 @@ def check_boundary(
 
     # both sides fired the same occurrence (exact, or paired within the tolerance)
     lf, nf = m.legacy.fires, m.new.fires
-    li, ni = pair(lf, nf, int(s.pair_tolerance.total_seconds() * 1000))
+    li, ni = pair(lf, nf, duration_ms(s.pair_tolerance))
     pj, ps = nf["job"][ni], nf["sched"][ni]
     po = owner_of(pj, ps)
     both = po >= 0

@@ -61,10 +61,10 @@ class BusinessInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompareRequest:
-    business: str
+    biz_code: str
     window: Window
     source: SourceSystem | None = None  # None: from dus_business
-    legacy_business: str | None = None  # the legacy side's name when it differs
+    legacy_biz_code: str | None = None  # the legacy side's name when it differs
     shadow: bool | None = None  # None: from dus_business
 
 
@@ -73,8 +73,8 @@ def _info(row: tuple[str, str, str, bool]) -> BusinessInfo:
     return BusinessInfo(biz_code=code, source_system=source, state=state, shadow=bool(shadow))
 
 
-def fetch_business(own: DualRunStore, business: str) -> BusinessInfo | None:
-    row = own.migration.business(business)
+def fetch_business(own: DualRunStore, biz_code: str) -> BusinessInfo | None:
+    row = own.migration.business(biz_code)
     return None if row is None else _info(row)
 
 
@@ -82,9 +82,9 @@ def fetch_businesses(own: DualRunStore) -> list[BusinessInfo]:
     return [_info(r) for r in own.migration.businesses()]
 
 
-def fetch_job_codes(own: DualRunStore, source: SourceSystem, business: str) -> dict[str, str]:
+def fetch_job_codes(own: DualRunStore, source: SourceSystem, biz_code: str) -> dict[str, str]:
     """Legacy source key -> target job code, from the migration ledger."""
-    return own.migration.job_codes(source.value, business)
+    return own.migration.job_codes(source.value, biz_code)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,13 +94,13 @@ class QuarantineEntry:
     reason: str | None
 
 
-def fetch_quarantined(own: DualRunStore, source: SourceSystem, business: str) -> list[QuarantineEntry]:
+def fetch_quarantined(own: DualRunStore, source: SourceSystem, biz_code: str) -> list[QuarantineEntry]:
     """Legacy rows of a business the migrator quarantined (never handed to the new side), from
     the migration ledger. Rows migrated and later deleted at the source (status `deleted`) or
     cancelled on the new side are not among them: their missing fires still count."""
     return [
         QuarantineEntry(source_key=k, field=f, reason=r)
-        for k, f, r in own.migration.quarantined(source.value, business)
+        for k, f, r in own.migration.quarantined(source.value, biz_code)
     ]
 
 
@@ -110,15 +110,15 @@ FENCED_STATE = "fenced"
 _READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
 
 
-def fetch_new(store: SqlTriggerStore, business: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
+def fetch_new(store: SqlTriggerStore, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
     rows = fired_rows(
-        store, business, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+        store, biz_code, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
     )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)
-    return new_frame_from(without_followup_runs(raw, followup_runs(store, business, window)), jobs)
+    return new_frame_from(without_followup_runs(raw, followup_runs(store, biz_code, window)), jobs)
 
 
 def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
@@ -142,10 +142,10 @@ def new_frame_from(raw: pd.DataFrame, jobs: JobIndex) -> pd.DataFrame:
     )
 
 
-def consumer_lag(probe: BacklogProbe | None, business: str) -> tuple[ConsumerLag | None, str | None]:
+def consumer_lag(probe: BacklogProbe | None, biz_code: str) -> tuple[ConsumerLag | None, str | None]:
     if probe is None:
         return None, None
-    topic = command_topic(business)
+    topic = command_topic(biz_code)
     try:
         due, delayed = probe.backlog(topic, SUBSCRIPTION)
     except BusError as exc:
@@ -170,22 +170,22 @@ class Collector:
         reader: LegacyReader,
         *,
         source: SourceSystem,
-        business: str,
-        legacy_business: str | None,
+        biz_code: str,
+        legacy_biz_code: str | None,
         settings: CompareSettings,
     ) -> None:
-        self.store, self.reader, self.source, self.business = store, reader, source, business
-        self.legacy_business = legacy_business or business
+        self.store, self.reader, self.source, self.biz_code = store, reader, source, biz_code
+        self.legacy_biz_code = legacy_biz_code or biz_code
         self.settings = settings
         self.jobs = JobIndex()
-        self.job_of = fetch_job_codes(own, source, business)
-        self.defs = [d for d in reader.definitions([self.legacy_business]) if d.business == self.legacy_business]
+        self.job_of = fetch_job_codes(own, source, biz_code)
+        self.defs = [d for d in reader.definitions([self.legacy_biz_code]) if d.biz_code == self.legacy_biz_code]
         self.info: dict[int, JobInfo] = {}
         for d in self.defs:
             code = self.code_of(d)
             self.info[self.jobs.id(code)] = job_info(d, code)
         self.quarantined: dict[int, QuarantinedJob] = {}
-        for q in fetch_quarantined(own, source, business):
+        for q in fetch_quarantined(own, source, biz_code):
             code = self.code_for_key(q.source_key)
             self.quarantined[self.jobs.id(code)] = QuarantinedJob(
                 source_key=q.source_key, job_code=code, field=q.field, reason=q.reason
@@ -195,7 +195,7 @@ class Collector:
         return self.code_for_key(d.source_key)
 
     def code_for_key(self, key: str) -> str:
-        return self.job_of.get(key) or f"{SOURCE_PREFIX[self.source]}:{self.legacy_business}:{key}"[:191]
+        return self.job_of.get(key) or f"{SOURCE_PREFIX[self.source]}:{self.legacy_biz_code}:{key}"[:191]
 
     def legacy(self, window: Window, *, all_schedules: bool = False) -> _Legacy:
         """The legacy rows of a window (with margins) and the expected occurrences.
@@ -204,7 +204,7 @@ class Collector:
         m = self.settings.match
         since = window.start - m.nominal_tolerance - m.early
         until = window.end + m.retry_window
-        rows = self.reader.executions(self.legacy_business, since, until)
+        rows = self.reader.executions(self.legacy_biz_code, since, until)
         frame = legacy_frame(rows, self.code_for_key, self.jobs)
         defs = [replace(d, enabled=True) for d in self.defs] if all_schedules else self.defs
         # occurrences of the whole fetched range: a row just outside the window must find
@@ -221,31 +221,31 @@ class Collector:
         self, window: Window, *, mode: Mode, probe: BacklogProbe | None, switches: Sequence[Switch] = ()
     ) -> Inputs:
         """The inputs of `window` clipped at the business's `switches` (dualrun.span)."""
-        span = clip(self.business, window, switches)
+        span = clip(self.biz_code, window, switches)
         window = span.window
         base_window, base_clipped = baseline_span(window, self.settings.baseline_offset, switches)
         if base_clipped:
             span = replace(span, clipped=span.clipped + base_clipped)
         cur, base = self.legacy(window), self.legacy(base_window)
-        lag, lag_note = consumer_lag(probe, self.business)
+        lag, lag_note = consumer_lag(probe, self.biz_code)
         notes = [*cur.notes]
         if lag_note:
             notes.append(lag_note)
         if not self.defs:
             notes.append(
-                f"no legacy definitions found for {self.legacy_business!r}: fires are matched by time "
+                f"no legacy definitions found for {self.legacy_biz_code!r}: fires are matched by time "
                 "only, without expected occurrences"
             )
         return Inputs(
-            business=self.business,
-            legacy_business=self.legacy_business,
+            biz_code=self.biz_code,
+            legacy_biz_code=self.legacy_biz_code,
             source=self.source.value,
             mode=mode,
             window=window,
             baseline_window=base_window,
             legacy=cur.frame,
             baseline_legacy=base.frame,
-            new=fetch_new(self.store, self.business, window, self.jobs),
+            new=fetch_new(self.store, self.biz_code, window, self.jobs),
             expected=cur.expected,
             baseline_expected=base.expected,
             jobs=self.jobs,
@@ -259,11 +259,11 @@ class Collector:
 
 def resolve(own: DualRunStore, request: CompareRequest) -> tuple[SourceSystem, Mode]:
     """The source system and mode of a request, from the request or the business's record."""
-    info = fetch_business(own, request.business)
+    info = fetch_business(own, request.biz_code)
     source = request.source
     if source is None:
         if info is None:
-            raise NoSourceSystem(request.business)
+            raise NoSourceSystem(request.biz_code)
         source = SourceSystem(info.source_system)
     shadow = request.shadow if request.shadow is not None else bool(info and info.shadow)
     return source, Mode.SHADOW if shadow else Mode.BOTH
@@ -286,12 +286,12 @@ def compare_business(
         own,
         reader,
         source=source,
-        business=request.business,
-        legacy_business=request.legacy_business,
+        biz_code=request.biz_code,
+        legacy_biz_code=request.legacy_biz_code,
         settings=settings,
     )
-    inputs = collector.inputs(request.window, mode=mode, probe=probe, switches=fetch_switches(own, request.business))
-    log.debug("comparing", extra={"action": "compare_business", "business": request.business})
+    inputs = collector.inputs(request.window, mode=mode, probe=probe, switches=fetch_switches(own, request.biz_code))
+    log.debug("comparing", extra={"action": "compare_business", "business": request.biz_code})
     return compare_frames(inputs, settings, now)
 
 

@@ -52,7 +52,7 @@ from dualrun.model import (
 from dualrun.precision import floored, precision_of
 from dualrun.settings import CompareSettings, MatchSettings, thresholds_as_dict
 from readers.records import SourceSystem
-from scheduler_core.times import from_ms, to_ms
+from scheduler_core.times import duration_ms, from_ms, to_ms
 
 _Q = (50, 95, 99, 100)
 MAX_GROUPS = 500
@@ -62,7 +62,7 @@ MAX_GROUPS = 500
 class Inputs:
     """Everything one comparison is computed from."""
 
-    business: str
+    biz_code: str
     source: str
     mode: Mode
     window: Window
@@ -74,7 +74,7 @@ class Inputs:
     baseline_expected: pd.DataFrame
     jobs: JobIndex
     info: Mapping[int, JobInfo]
-    legacy_business: str = ""
+    legacy_biz_code: str = ""
     consumer_lag: ConsumerLag | None = None
     notes: tuple[str, ...] = ()
     quarantined: Mapping[int, QuarantinedJob] = field(default_factory=dict)  # job id -> never migrated
@@ -443,9 +443,7 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         now_ms=to_ms(now),
     )
     assert ctx.flags.timeout_ms is not None
-    clock = RunClock(
-        now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=int(s.result_grace.total_seconds() * 1000)
-    )
+    clock = RunClock(now_ms=to_ms(now), timeout_ms=ctx.flags.timeout_ms, grace_ms=duration_ms(s.result_grace))
     # the A/A baseline is independent of the current window: numpy and pandas release the
     # GIL in their sorts, searches and joins, so it runs beside the matching
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dualrun-baseline") as pool:
@@ -495,8 +493,8 @@ def compare_frames(inputs: Inputs, settings: CompareSettings, now: datetime) -> 
         )
     )
     return Comparison(
-        business=inputs.business,
-        legacy_business=inputs.legacy_business or inputs.business,
+        biz_code=inputs.biz_code,
+        legacy_biz_code=inputs.legacy_biz_code or inputs.biz_code,
         source=inputs.source,
         mode=inputs.mode,
         window=inputs.window,

@@ -14,22 +14,22 @@ class DualRunError(Exception):
 class UnknownBusiness(DualRunError, LookupError):
     """No such business: neither the store nor the legacy side knows it."""
 
-    def __init__(self, business: str, detail: str = "") -> None:
-        super().__init__(f"unknown business {business!r}" + (f": {detail}" if detail else ""))
-        self.business = business
+    def __init__(self, biz_code: str, detail: str = "") -> None:
+        super().__init__(f"unknown business {biz_code!r}" + (f": {detail}" if detail else ""))
+        self.biz_code = biz_code
 
 
 class NoSourceSystem(DualRunError):
     """The legacy system of a business is not known: pass it explicitly."""
 
-    def __init__(self, business: str) -> None:
-        super().__init__(f"business {business!r} has no source system in the store: pass --source")
-        self.business = business
+    def __init__(self, biz_code: str) -> None:
+        super().__init__(f"business {biz_code!r} has no source system in the store: pass --source")
+        self.biz_code = biz_code
 
 
 class NoComparison(DualRunError, LookupError):
     """No comparison has been stored for this business yet."""
 
-    def __init__(self, business: str) -> None:
-        super().__init__(f"no comparison stored for business {business!r}: run `switchyard dualrun compare` first")
-        self.business = business
+    def __init__(self, biz_code: str) -> None:
+        super().__init__(f"no comparison stored for business {biz_code!r}: run `switchyard dualrun compare` first")
+        self.biz_code = biz_code

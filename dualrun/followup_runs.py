@@ -19,21 +19,22 @@ from dualrun.model import Window
 from scheduler_core.model import parse_command_id
 from scheduler_core.store.reads import followup_claims
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 # a claim is written when the parent's result is applied: after the parent's time, and at
 # most a parent's run time before or after the child's (its time is the parent's + < 1 s)
 _CLAIM_MARGIN = timedelta(days=2)
 
 
-def followup_runs(store: SqlTriggerStore, business: str, window: Window) -> set[tuple[str, int]]:
+def followup_runs(store: SqlTriggerStore, biz_code: str, window: Window) -> set[tuple[str, int]]:
     """(job code, scheduled ms) of every follow-up run of the business in the window."""
     claims = followup_claims(
         store,
-        business,
-        round((window.start - _CLAIM_MARGIN).timestamp() * 1000),
-        round((window.end + _CLAIM_MARGIN).timestamp() * 1000),
+        biz_code,
+        to_ms(window.start - _CLAIM_MARGIN),
+        to_ms(window.end + _CLAIM_MARGIN),
     )
-    start, end = round(window.start.timestamp() * 1000), round(window.end.timestamp() * 1000)
+    start, end = to_ms(window.start), to_ms(window.end)
     out: set[tuple[str, int]] = set()
     for code, cid in claims:
         ms = parse_command_id(cid)[1]

@@ -42,6 +42,7 @@ from dualrun.frames import (
 )
 from dualrun.model import Label, MismatchKind
 from dualrun.settings import MatchSettings
+from scheduler_core.times import duration_ms
 
 _MAX = np.iinfo(np.int64).max
 KIND_CODE = {k: i for i, k in enumerate(MismatchKind)}
@@ -126,10 +127,6 @@ def _order(key: np.ndarray) -> np.ndarray | None:
     return np.argsort(key, kind="stable")
 
 
-def _ms(td: object) -> int:
-    return int(td.total_seconds() * 1000)  # type: ignore[attr-defined]
-
-
 @dataclass
 class SideFires:
     items: Table  # fk, job, sched, unit, total, status, dispatch, attempts, dups (sorted by fire key)
@@ -195,9 +192,14 @@ def assign_nominal(leg: Table, exp: Table, s: MatchSettings) -> np.ndarray:
     sched, kind, trig, job = leg["sched"].copy(), leg["kind"], leg["trig"], leg["job"]
     need = np.flatnonzero((sched == NONE) & (kind == SCHEDULE) & (trig != NONE))
     if len(need):
-        early = _ms(s.early)
+        early = duration_ms(s.early)
         sched[need] = _asof(
-            trig[need] + early, job[need], exp["sched"], exp["job"], exp["sched"], _ms(s.nominal_tolerance) + early
+            trig[need] + early,
+            job[need],
+            exp["sched"],
+            exp["job"],
+            exp["sched"],
+            duration_ms(s.nominal_tolerance) + early,
         )
     retry = np.flatnonzero((sched == NONE) & (kind == RETRY) & (trig != NONE))
     if len(retry):
@@ -206,7 +208,9 @@ def assign_nominal(leg: Table, exp: Table, s: MatchSettings) -> np.ndarray:
         failed = np.flatnonzero(
             (sched != NONE) & (kind != MANUAL) & (trig != NONE) & ((status == FAIL) | (status == TIMEOUT))
         )
-        sched[retry] = _asof(trig[retry], by[retry], trig[failed], by[failed], sched[failed], _ms(s.retry_window))
+        sched[retry] = _asof(
+            trig[retry], by[retry], trig[failed], by[failed], sched[failed], duration_ms(s.retry_window)
+        )
     return sched
 
 
@@ -478,7 +482,7 @@ def lag_of(f: Table) -> np.ndarray:
 
 def new_late(f: Table, s: MatchSettings, now_ms: int) -> np.ndarray:
     """Fires later than late_after, or not received at all that long after their time."""
-    late = _ms(s.late_after)
+    late = duration_ms(s.late_after)
     lag = lag_of(f)
     return np.where(lag == NONE, now_ms - f["sched"] > late, lag > late)
 
@@ -487,7 +491,7 @@ def _paired(lp: Table, np_: Table, ctx: ClassifyContext) -> list[pd.DataFrame]:
     s = ctx.settings
     job, sched = np_["job"], np_["sched"]
     lag_n, lag_l = lag_of(np_), lag_of(lp)
-    late = new_late(np_, s, ctx.now_ms) & ~(lag_l > _ms(s.late_after))
+    late = new_late(np_, s, ctx.now_ms) & ~(lag_l > duration_ms(s.late_after))
     out = [_piece(MismatchKind.LATE_ON_NEW, job[late], sched[late], a=lag_n[late], b=lag_l[late])]
     ls, ns = lp["status"], np_["status"]
     if not ctx.shadow:
@@ -513,7 +517,7 @@ def _new_only(nf: Table, expected: np.ndarray, ctx: ClassifyContext) -> list[pd.
     label = np.full(len(exp), LABEL_CODE[Label.LEGACY_MISSED], dtype=np.int8)
     if ctx.xxl and len(exp):
         j, t = job[exp], sched[exp]
-        misfire = ctx.flags.misfire_skip[j] & (lag[exp] > _ms(ctx.settings.legacy_misfire_threshold))
+        misfire = ctx.flags.misfire_skip[j] & (lag[exp] > duration_ms(ctx.settings.legacy_misfire_threshold))
         label = np.where(misfire, LABEL_CODE[Label.MISFIRE_THRESHOLD], label)
         label = np.where(lineage_skips(j, t, ctx.flags), LABEL_CODE[Label.XXL_MONTH_END], label).astype(np.int8)
     return [
@@ -542,7 +546,7 @@ def classify(
     new side skipped by a rollback fence; the legacy side fires them, which is no mismatch
     against the new side (labelled rollback_fence, out of the rates' reference)."""
     lf, nf = legacy.fires, new.fires
-    li, ni = pair(lf, nf, _ms(ctx.settings.pair_tolerance))
+    li, ni = pair(lf, nf, duration_ms(ctx.settings.pair_tolerance))
     cols = ("job", "sched", "dispatch", "status", "items", "attempts")
     pieces = _paired(lf.take(li, cols), nf.take(ni, cols), ctx)
     lo = lf.take(_unpaired(len(lf), li), ("fk", "job", "sched", "dispatch", "items"))

@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from scheduler_core.times import require_aware
+
 BODY_VERSION = 1
-
-
-def require_aware(at: datetime, name: str) -> datetime:
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(f"{name} must be an aware datetime, got naive {at.isoformat()}")
-    return at
 
 
 def iso(at: datetime) -> str:
@@ -378,7 +374,7 @@ class ConsumerLag:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Comparison:
-    business: str
+    biz_code: str
     source: str  # xxl-job | batch-center
     mode: Mode
     window: Window
@@ -398,7 +394,7 @@ class Comparison:
     consumer_lag: ConsumerLag | None = None
     notes: tuple[str, ...] = ()
     thresholds: dict[str, float | int] = field(default_factory=dict)
-    legacy_business: str = ""
+    legacy_biz_code: str = ""
     seconds: float = 0.0  # compute time
     quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated (ledger: quarantined)
     span: CompareSpan | None = None  # the window asked for and where it was clipped (None: not clipped)
@@ -537,8 +533,8 @@ def as_dict(c: Comparison) -> dict[str, Any]:
     """The full comparison as JSON-ready data (what `dus_comparison.body` stores)."""
     return {
         "body_version": BODY_VERSION,
-        "business": c.business,
-        "legacy_business": c.legacy_business or c.business,
+        "business": c.biz_code,
+        "legacy_business": c.legacy_biz_code or c.biz_code,
         "source": c.source,
         "mode": c.mode.value,
         "window": c.window.as_dict(),
@@ -582,8 +578,8 @@ def _label(v: str | None) -> Label | None:
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     lag = d.get("consumer_lag")
     return Comparison(
-        business=d["business"],
-        legacy_business=d.get("legacy_business", ""),
+        biz_code=d["business"],
+        legacy_biz_code=d.get("legacy_business", ""),
         source=d["source"],
         mode=Mode(d["mode"]),
         window=Window.from_dict(d["window"]),
@@ -668,7 +664,7 @@ class StoredVerdict:
     """The latest stored verdict of a business, as the cutover gate reads it."""
 
     comparison_id: int
-    business: str
+    biz_code: str
     verdict: Verdict
     reasons: tuple[str, ...]
     window: Window

@@ -33,18 +33,18 @@ class MigrationRecords(Protocol):
         """(biz_code, source_system, state, shadow) of every registered business, by code."""
 
     @abstractmethod
-    def job_codes(self, source: str, business: str) -> dict[str, str]:
+    def job_codes(self, source: str, biz_code: str) -> dict[str, str]:
         """Legacy source key -> target job code, of the business's ledger rows that have one."""
 
     @abstractmethod
-    def quarantined(self, source: str, business: str) -> list[tuple[str, str | None, str | None]]:
+    def quarantined(self, source: str, biz_code: str) -> list[tuple[str, str | None, str | None]]:
         """(source key, field, reason) of the business's rows the migrator quarantined, by key."""
 
     @abstractmethod
-    def switches(self, business: str) -> list[tuple[int, str, str]]:
+    def switches(self, biz_code: str) -> list[tuple[int, str, str]]:
         """(at epoch ms, from state, to state) of the business's state changes, oldest first
         (audit notes that changed nothing are not among them)."""
 
     @abstractmethod
-    def last_cutover(self, business: str) -> tuple[int, str | None] | None:
+    def last_cutover(self, biz_code: str) -> tuple[int, str | None] | None:
         """(at epoch ms, detail JSON) of the business's latest switch to cutover; None: never."""

@@ -106,10 +106,10 @@ def override(base: Thresholds, values: Mapping[str, Any]) -> Thresholds:
     return replace(base, **changes)
 
 
-def thresholds_from_mapping(data: Mapping[str, Any], business: str) -> Thresholds:
+def thresholds_from_mapping(data: Mapping[str, Any], biz_code: str) -> Thresholds:
     """Defaults < `[defaults]` < `[business.<B>]` of a parsed TOML mapping."""
     out = override(Thresholds(), data.get("defaults", {}))
-    per_business = data.get("business", {}).get(business, {})
+    per_business = data.get("business", {}).get(biz_code, {})
     return override(out, per_business)
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from dualrun.errors import DualRunError
 from dualrun.model import CompareSpan, Window, iso
 from dualrun.store import DualRunStore
+from scheduler_core.times import from_ms
 
 DUAL_RUN = "dual_run"  # dus_business.state / dus_cutover_audit.to_state of a dual-run
 
@@ -40,22 +41,19 @@ class Switch:
 
 
 class NotInDualRun(DualRunError):
-    def __init__(self, business: str, window: Window) -> None:
+    def __init__(self, biz_code: str, window: Window) -> None:
         super().__init__(
-            f"{business} was not in dual-run at any time in {iso(window.start)} .. {iso(window.end)}: "
+            f"{biz_code} was not in dual-run at any time in {iso(window.start)} .. {iso(window.end)}: "
             "nothing to compare (see `switchyard status` for its switches)"
         )
 
 
-def fetch_switches(own: DualRunStore, business: str) -> list[Switch]:
+def fetch_switches(own: DualRunStore, biz_code: str) -> list[Switch]:
     """The business's state changes, oldest first (audit notes that changed nothing are not)."""
-    return [
-        Switch(at=datetime.fromtimestamp(at / 1000, tz=timezone.utc), from_state=f, to_state=t)
-        for at, f, t in own.migration.switches(business)
-    ]
+    return [Switch(at=from_ms(int(at)), from_state=f, to_state=t) for at, f, t in own.migration.switches(biz_code)]
 
 
-def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:
+def clip(biz_code: str, window: Window, switches: Sequence[Switch]) -> CompareSpan:
     """The compared span of `window`. Without any recorded switch (a business compared
     before any `dualrun start`, or records written by hand) the window is kept as asked,
     and the span says so."""
@@ -74,10 +72,10 @@ def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSp
         # not in dual-run at the end: the latest dual-run period that overlaps the window
         last_start = next((s for s in reversed(before_end) if s.to_state == DUAL_RUN), None)
         if last_start is None:
-            raise NotInDualRun(business, window)
+            raise NotInDualRun(biz_code, window)
         leave = next(s for s in switches if s.at > last_start.at)
         if leave.at <= start:
-            raise NotInDualRun(business, window)
+            raise NotInDualRun(biz_code, window)
         end = leave.at
         clipped.append(f"end clipped at the {leave.name} {iso(leave.at)}")
         before_end = [s for s in switches if s.at <= last_start.at]
@@ -87,7 +85,7 @@ def clip(business: str, window: Window, switches: Sequence[Switch]) -> CompareSp
         clipped.append(f"start clipped at the {entered.name} {iso(entered.at)}")
     if end <= start:
         raise DualRunError(
-            f"{business}: the {entered.name} was at {iso(entered.at)}, the end of the window: nothing to compare yet"
+            f"{biz_code}: the {entered.name} was at {iso(entered.at)}, the end of the window: nothing to compare yet"
         )
     return CompareSpan(requested=window, window=Window(start=start, end=end), clipped=tuple(clipped))
 

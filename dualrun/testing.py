@@ -40,12 +40,12 @@ class RecordReader(LegacyReader):
         return e.triggered_at
 
     def businesses(self) -> list[LegacyBusiness]:
-        names = sorted({d.business for d in self.defs} | {e.business for e in self.execs})
+        names = sorted({d.biz_code for d in self.defs} | {e.biz_code for e in self.execs})
         return [LegacyBusiness(source=self.system, biz_code=n, name=n) for n in names]
 
-    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+    def definitions(self, biz_codes: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
         for d in sorted(self.defs, key=lambda d: d.source_key):
-            if businesses is None or d.business in businesses:
+            if biz_codes is None or d.biz_code in biz_codes:
                 yield d
 
     def definition(self, key: str) -> LegacyDefinition | None:
@@ -55,9 +55,9 @@ class RecordReader(LegacyReader):
         wanted = set(keys)
         return {d.source_key: d for d in self.definitions() if d.source_key in wanted}
 
-    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+    def executions(self, biz_code: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         rows = [
-            e for e in self.execs if e.business == business and (t := self._time(e)) is not None and since <= t < until
+            e for e in self.execs if e.biz_code == biz_code and (t := self._time(e)) is not None and since <= t < until
         ]
         yield from sorted(rows, key=lambda e: (self._time(e), e.log_id))
 
@@ -73,7 +73,7 @@ class BatchRecordReader(RecordReader):
 
 def cron_definition(
     key: str,
-    business: str,
+    biz_code: str,
     cron: str,
     *,
     source: SourceSystem = SourceSystem.XXL_JOB,
@@ -83,7 +83,7 @@ def cron_definition(
     return LegacyDefinition(
         source=source,
         source_key=key,
-        business=business,
+        biz_code=biz_code,
         name=f"job {key}",
         schedule=ScheduleKind.CRON,
         cron=cron,
@@ -130,7 +130,7 @@ class LogWriter:
             triggered = triggered.replace(microsecond=0)
         row = LegacyExecution(
             source=self.source,
-            business=defn.business,
+            biz_code=defn.biz_code,
             source_key=defn.source_key,
             log_id=self.next_id,
             scheduled_at=at if self.source is SourceSystem.BATCH_CENTER else None,

@@ -4,7 +4,7 @@ body = the full JSON). `latest(own, business)` is what the cutover gate reads.""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -12,14 +12,7 @@ from sqlalchemy import insert, select
 from dualrun.model import Comparison, Mode, StoredVerdict, Verdict, Window, as_dict, comparison_from_dict
 from dualrun.store import DualRunStore
 from dualrun.verdict import SHADOW_WARNING
-
-
-def _ms(at: datetime) -> int:
-    return round(at.timestamp() * 1000)
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+from scheduler_core.times import from_ms, to_ms
 
 
 def put_comparison(own: DualRunStore, comparison: Comparison) -> int:
@@ -29,10 +22,10 @@ def put_comparison(own: DualRunStore, comparison: Comparison) -> int:
     with own.engine.begin() as conn:
         result = conn.execute(
             insert(t).values(
-                biz_code=comparison.business,
-                window_start=_ms(comparison.window.start),
-                window_end=_ms(comparison.window.end),
-                computed_at=_ms(comparison.computed_at),
+                biz_code=comparison.biz_code,
+                window_start=to_ms(comparison.window.start),
+                window_end=to_ms(comparison.window.end),
+                computed_at=to_ms(comparison.computed_at),
                 verdict=comparison.verdict.value,
                 reasons=json.dumps(list(comparison.reasons), ensure_ascii=False),
                 body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
@@ -46,11 +39,11 @@ def _stored(row: Any) -> StoredVerdict:
     mode = Mode(body.get("mode", Mode.BOTH.value))
     return StoredVerdict(
         comparison_id=int(row.id),
-        business=row.biz_code,
+        biz_code=row.biz_code,
         verdict=Verdict(row.verdict),
         reasons=tuple(json.loads(row.reasons)),
-        window=Window(start=_at(row.window_start), end=_at(row.window_end)),
-        computed_at=_at(row.computed_at),
+        window=Window(start=from_ms(row.window_start), end=from_ms(row.window_end)),
+        computed_at=from_ms(row.computed_at),
         mode=mode,
         warnings=_stored_warnings(body, mode),
     )
@@ -65,22 +58,22 @@ def _stored_warnings(body: dict[str, Any], mode: Mode) -> tuple[str, ...]:
     return warnings
 
 
-def latest(own: DualRunStore, business: str) -> StoredVerdict | None:
+def latest(own: DualRunStore, biz_code: str) -> StoredVerdict | None:
     """The most recently computed verdict of a business, or None: what the cutover gate
     reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
     t = own.t.comparison
-    stmt = select(t).where(t.c.biz_code == business).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
+    stmt = select(t).where(t.c.biz_code == biz_code).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
     with own.engine.connect() as conn:
         row = conn.execute(stmt).first()
     return None if row is None else _stored(row)
 
 
-def history(own: DualRunStore, business: str, *, since: datetime | None = None, limit: int = 500) -> list[Comparison]:
+def history(own: DualRunStore, biz_code: str, *, since: datetime | None = None, limit: int = 500) -> list[Comparison]:
     """Stored comparisons of a business, oldest first (the series `watch` builds)."""
     t = own.t.comparison
-    stmt = select(t.c.body).where(t.c.biz_code == business)
+    stmt = select(t.c.body).where(t.c.biz_code == biz_code)
     if since is not None:
-        stmt = stmt.where(t.c.computed_at >= _ms(since))
+        stmt = stmt.where(t.c.computed_at >= to_ms(since))
     stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
     with own.engine.connect() as conn:
         bodies = [r.body for r in conn.execute(stmt)]

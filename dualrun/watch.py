@@ -42,7 +42,7 @@ class Watch:
     def __init__(
         self,
         compare_one: Callable[[str], Comparison],
-        businesses: Sequence[str],
+        biz_codes: Sequence[str],
         every: timedelta,
         *,
         max_runs: int | None = None,
@@ -52,60 +52,60 @@ class Watch:
     ) -> None:
         if every <= timedelta(0):
             raise ValueError("the watch interval must be positive")
-        if not businesses:
+        if not biz_codes:
             raise ValueError("nothing to watch: no business given")
-        self.compare_one, self.businesses, self.every = compare_one, list(dict.fromkeys(businesses)), every
+        self.compare_one, self.biz_codes, self.every = compare_one, list(dict.fromkeys(biz_codes)), every
         self.max_runs, self.grace = max_runs, grace
         self.on_result, self.on_error = on_result, on_error
         self.summary = WatchSummary()
         self._lock = threading.Lock()
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
-        self._done: dict[str, int] = dict.fromkeys(self.businesses, 0)
+        self._done: dict[str, int] = dict.fromkeys(self.biz_codes, 0)
 
-    def _run(self, business: str, stop: threading.Event) -> None:
+    def _run(self, biz_code: str, stop: threading.Event) -> None:
         with self._lock:  # checked under the lock `_drain` counts under: no run starts after the drain
             if stop.is_set():
                 return
             self._in_flight += 1
         try:
-            self._compare(business)
+            self._compare(biz_code)
         finally:
             with self._lock:
                 self._in_flight -= 1
-                self._done[business] += 1
+                self._done[biz_code] += 1
                 finished = self.max_runs is not None and all(n >= self.max_runs for n in self._done.values())
                 self._idle.notify_all()
             if finished:
                 stop.set()
 
-    def _compare(self, business: str) -> None:
+    def _compare(self, biz_code: str) -> None:
         try:
-            result = self.compare_one(business)
+            result = self.compare_one(biz_code)
         except Exception as exc:  # a loop boundary: log, count, keep watching
             log.warning(
                 "comparison of %s failed: %s",
-                business,
+                biz_code,
                 exc,
-                extra={"action": "watch_compare_failed", "business": business},
+                extra={"action": "watch_compare_failed", "business": biz_code},
             )
             with self._lock:
                 self.summary.errors += 1
-                self.summary.last_error[business] = str(exc)
+                self.summary.last_error[biz_code] = str(exc)
             if self.on_error is not None:
-                self.on_error(business, exc)
+                self.on_error(biz_code, exc)
             return
         with self._lock:
             self.summary.runs += 1
             self.summary.ready += int(result.is_ready)
             self.summary.not_ready += int(not result.is_ready)
-            self.summary.last[business] = result
+            self.summary.last[biz_code] = result
         if self.on_result is not None:
             self.on_result(result)
 
     def _scheduler(self, stop: threading.Event) -> BackgroundScheduler:
         sched = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max(1, min(4, len(self.businesses))))},
+            executors={"default": ThreadPoolExecutor(max(1, min(4, len(self.biz_codes))))},
             job_defaults={
                 "coalesce": True,
                 "max_instances": 1,
@@ -113,13 +113,13 @@ class Watch:
             },
             timezone="UTC",
         )
-        for business in self.businesses:
+        for biz_code in self.biz_codes:
             sched.add_job(
                 self._run,
                 IntervalTrigger(seconds=self.every.total_seconds(), timezone="UTC"),
-                args=(business, stop),
-                id=f"compare:{business}",
-                name=f"compare {business}",
+                args=(biz_code, stop),
+                id=f"compare:{biz_code}",
+                name=f"compare {biz_code}",
                 next_run_time=_now_for(sched),
             )
         sched.add_listener(_log_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_EXECUTED)
@@ -131,9 +131,9 @@ class Watch:
         sched.start()
         log.info(
             "watching %s every %s",
-            ", ".join(self.businesses),
+            ", ".join(self.biz_codes),
             self.every,
-            extra={"action": "watch_start", "business": ",".join(self.businesses)},
+            extra={"action": "watch_start", "business": ",".join(self.biz_codes)},
         )
         try:
             stop.wait()
@@ -151,7 +151,7 @@ class Watch:
                 "%d comparison(s) still running after %s; abandoned",
                 self.summary.abandoned,
                 self.grace,
-                extra={"action": "watch_abandon", "business": ",".join(self.businesses)},
+                extra={"action": "watch_abandon", "business": ",".join(self.biz_codes)},
             )
 
 

@@ -53,7 +53,7 @@ class SeedSummary:
 
     system: SourceSystem
     lineage: str | None
-    businesses: tuple[str, ...]
+    biz_codes: tuple[str, ...]
     good: int
     bad: int
     bad_keys: Mapping[str, str] = field(default_factory=dict)
@@ -115,7 +115,7 @@ class _Spoiled:
         self,
         system: SourceSystem,
         lineage: str | None,
-        businesses: tuple[str, ...],
+        biz_codes: tuple[str, ...],
         total: int,
         executions: int,
         by_business: Counter[str],
@@ -123,7 +123,7 @@ class _Spoiled:
         return SeedSummary(
             system=system,
             lineage=lineage,
-            businesses=businesses,
+            biz_codes=biz_codes,
             good=total - len(self.bad),
             bad=len(self.bad),
             bad_keys={str(i): self.field_of[k] for i, k in self.bad.items()},

@@ -55,18 +55,18 @@ class Migrator:
     options: MappingOptions = MappingOptions()
     chunk: int = CHUNK
 
-    def plan(self, businesses: Collection[str] | None = None, *, keep_rows: bool = True) -> MigrationSummary:
-        return self._go(businesses, write=False, keep_rows=keep_rows)
+    def plan(self, biz_codes: Collection[str] | None = None, *, keep_rows: bool = True) -> MigrationSummary:
+        return self._go(biz_codes, write=False, keep_rows=keep_rows)
 
     def run(
         self,
-        businesses: Collection[str] | None = None,
+        biz_codes: Collection[str] | None = None,
         *,
         progress: Callable[[int], None] | None = None,
         after_commit: AfterCommit | None = None,
         keep_rows: bool = False,
     ) -> MigrationSummary:
-        return self._go(businesses, write=True, keep_rows=keep_rows, progress=progress, after_commit=after_commit)
+        return self._go(biz_codes, write=True, keep_rows=keep_rows, progress=progress, after_commit=after_commit)
 
     # -- internals --------------------------------------------------------------------
 
@@ -93,7 +93,7 @@ class Migrator:
         # stop, so never mirrored onto the new side (migrator.holds)
         stopped = [d.source_key for d in defs if not d.enabled]
         held = self.holds.held(source, stopped, conn) if stopped else set()
-        digests = {d.source_key: source_digest(d, legacy_businesses.get(d.business), self.options) for d in defs}
+        digests = {d.source_key: source_digest(d, legacy_businesses.get(d.biz_code), self.options) for d in defs}
 
         def unchanged(key: str) -> bool:
             entry, digest = ledger.get(key), digests[key]
@@ -118,7 +118,7 @@ class Migrator:
         for d in defs:
             biz = business_of(d, self.options)
             # every write of this row names the same row: only its decision differs
-            row_write = partial(Write, source=source, source_key=d.source_key, business=biz)
+            row_write = partial(Write, source=source, source_key=d.source_key, biz_code=biz)
             entry = ledger.get(d.source_key)
             digest = digests[d.source_key]
             if unchanged(d.source_key):
@@ -140,7 +140,7 @@ class Migrator:
             own_stop = d.source_key in held
             result = map_definition(
                 replace(d, enabled=True) if own_stop else d,
-                legacy_businesses.get(d.business),
+                legacy_businesses.get(d.biz_code),
                 now,
                 self.options,
                 active=active,
@@ -197,7 +197,7 @@ class Migrator:
 
     def _go(
         self,
-        businesses: Collection[str] | None,
+        biz_codes: Collection[str] | None,
         *,
         write: bool,
         keep_rows: bool,
@@ -205,9 +205,9 @@ class Migrator:
         after_commit: AfterCommit | None = None,
     ) -> MigrationSummary:
         started = time.perf_counter()
-        summary = MigrationSummary(business=",".join(sorted(businesses)) if businesses else None)
+        summary = MigrationSummary(biz_code=",".join(sorted(biz_codes)) if biz_codes else None)
         legacy_biz = {b.biz_code: b for b in self.reader.businesses()}
-        wanted = None if businesses is None else set(businesses)
+        wanted = None if biz_codes is None else set(biz_codes)
         # the reader filters by legacy business code; the mapping may rename businesses
         legacy_filter = (
             None
@@ -279,14 +279,14 @@ class Migrator:
                 same = entry is not None and entry.source_half == context_digest(
                     p.digest,
                     source,
-                    p.business,
+                    p.biz_code,
                     p.time_zone,
-                    legacy_biz.get(p.business),
+                    legacy_biz.get(p.biz_code),
                     self.options,
                     broadcast=p.broadcast,
                     cron_dialect=dialect_context(p.cron_dialect, p.cron_dialect_fallback),
                 )
-                biz = self.options.business_map.get(p.business, p.business)
+                biz = self.options.business_map.get(p.biz_code, p.biz_code)
                 if same and entry is not None and entry.status is LedgerStatus.MIGRATED and not p.flag_pending:
                     summary.counts[Action.UNCHANGED.value] += 1  # as summary.add counts a row it does not keep
                 elif same and entry is not None and entry.status is LedgerStatus.QUARANTINED and entry.field:
@@ -294,7 +294,14 @@ class Migrator:
                     # (its fingerprint is in the digest), is rejected the same way again:
                     # ~15% of a real table, which a re-run used to read and map every time
                     summary.add(
-                        PlannedRow(source, p.source_key, biz, Action.QUARANTINE, None, entry.field, entry.reason),
+                        PlannedRow(
+                            source=source,
+                            source_key=p.source_key,
+                            biz_code=biz,
+                            action=Action.QUARANTINE,
+                            field=entry.field,
+                            reason=entry.reason,
+                        ),
                         keep=True,
                     )
                 else:
@@ -318,7 +325,7 @@ class Migrator:
             if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [
-                Write(action=Action.DELETE, source=src, source_key=k, business=b)
+                Write(action=Action.DELETE, source=src, source_key=k, biz_code=b)
                 for k, b in conn.execute(stmt)
                 if k not in seen
             ]
@@ -349,7 +356,7 @@ class Migrator:
         sql, after = first, ""  # the first page from the smallest key (an empty one included)
         while True:  # ends: every page starts past the last key of the one before
             rows = driver_rows(conn, sql, (*args, after))
-            out += [Write(action=Action.DELETE, source=src, source_key=k, business=b) for k, b in rows if k not in seen]
+            out += [Write(action=Action.DELETE, source=src, source_key=k, biz_code=b) for k, b in rows if k not in seen]
             if len(rows) < DELETE_SCAN_PAGE:
                 return out
             sql, after = rest, rows[-1][0]
@@ -368,13 +375,13 @@ class Migrator:
             if action is Action.QUARANTINE or (keep_rows and action is not Action.UNCHANGED):
                 summary.add(
                     PlannedRow(
-                        w.source,
-                        w.source_key,
-                        w.business,
-                        action,
-                        w.mapped.job.job_code if w.mapped else None,
-                        w.field,
-                        w.reason,
+                        source=w.source,
+                        source_key=w.source_key,
+                        biz_code=w.biz_code,
+                        action=action,
+                        job_code=w.mapped.job.job_code if w.mapped else None,
+                        field=w.field,
+                        reason=w.reason,
                     ),
                     keep=True,
                 )

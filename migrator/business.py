@@ -41,7 +41,7 @@ class BusinessRecord:
     updated_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEntry:
     biz_code: str
     from_state: str
@@ -170,15 +170,15 @@ class BusinessRegistry:
         with self.own.engine.connect() as conn:
             return [
                 AuditEntry(
-                    r["biz_code"],
-                    r["from_state"],
-                    r["to_state"],
-                    from_ms(r["at"]),
-                    r["actor"],
-                    r["reason"],
-                    r["comparison_id"],
-                    bool(r["forced"]),
-                    json.loads(r["detail"] or "{}"),
+                    biz_code=r["biz_code"],
+                    from_state=r["from_state"],
+                    to_state=r["to_state"],
+                    at=from_ms(r["at"]),
+                    actor=r["actor"],
+                    reason=r["reason"],
+                    comparison_id=r["comparison_id"],
+                    forced=bool(r["forced"]),
+                    detail=json.loads(r["detail"] or "{}"),
                 )
                 for r in conn.execute(stmt).mappings()
             ]

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select, text
@@ -39,6 +39,7 @@ from migrator.stream import BUSINESS_TABLE, DEFINITION_TABLE
 from readers.records import SourceSystem, StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
+from scheduler_core.times import from_ms
 
 POLL_FILE = "poll"
 SCAN_LIMIT = 100_000  # binlog events read per check at most; beyond it the count is a lower bound
@@ -107,7 +108,7 @@ class CatchupState:
         }
 
 
-def checkpoints_of(own: MigratorStore, source: str, business: str) -> list[Checkpoint]:
+def checkpoints_of(own: MigratorStore, source: str, biz_code: str) -> list[Checkpoint]:
     """The checkpoints of the streams that follow `business`: stream ids `<source>@<url>`
     (every business) or `<source>@<url>#b1,b2` (listing it), freshest first."""
     ck = own.t.checkpoint
@@ -120,7 +121,7 @@ def checkpoints_of(own: MigratorStore, source: str, business: str) -> list[Check
     out = []
     for sid, f, pos, gtid, upd in rows:
         _, _, only = sid.partition("#")
-        if only and business not in only.split(","):
+        if only and biz_code not in only.split(","):
             continue
         if f is None or pos is None:
             continue
@@ -128,7 +129,7 @@ def checkpoints_of(own: MigratorStore, source: str, business: str) -> list[Check
             Checkpoint(
                 stream_id=sid,
                 position=StreamPosition(f, int(pos), gtid),
-                updated_at=datetime.fromtimestamp(int(upd) / 1000, tz=timezone.utc),
+                updated_at=from_ms(int(upd)),
             )
         )
     return sorted(out, key=lambda c: c.updated_at, reverse=True)
@@ -187,7 +188,7 @@ def pending_binlog_changes(
 def pending_polled_changes(legacy: Engine, high_water_ms: int, table: str, tz: str) -> int:
     """Definition rows updated after the polling stream's high water (legacy DATETIMEs are
     naive wall-clock times in `tz`)."""
-    local = datetime.fromtimestamp(high_water_ms / 1000, tz=ZoneInfo(tz)).replace(tzinfo=None)
+    local = from_ms(high_water_ms).astimezone(ZoneInfo(tz)).replace(tzinfo=None)
     with legacy.connect() as conn:
         return int(
             conn.execute(
@@ -215,14 +216,14 @@ class StreamCatchup:
         self.wait, self.max_pending, self.tz, self.poll_every = wait, max_pending, tz, poll_every
         self._now = now or own.clock.now
 
-    def check(self, business: str, source: str) -> CatchupState | None:
+    def check(self, biz_code: str, source: str) -> CatchupState | None:
         """The catch-up state of the freshest stream following `business`, after waiting up
         to `wait` for it to apply what is pending; None when no stream follows it."""
-        if not checkpoints_of(self.own, source, business):
+        if not checkpoints_of(self.own, source, biz_code):
             return None
         system = SourceSystem(source)
         tables = (DEFINITION_TABLE[system], BUSINESS_TABLE[system])
-        first = checkpoints_of(self.own, source, business)[0]
+        first = checkpoints_of(self.own, source, biz_code)[0]
         started = time.monotonic()
         try:
             head = None if first.position.log_file == POLL_FILE else current_position(self.legacy)
@@ -230,7 +231,7 @@ class StreamCatchup:
             return self._unknown(first, exc)
         deadline = started + self.wait.total_seconds()
         while True:
-            ck = checkpoints_of(self.own, source, business)[0]
+            ck = checkpoints_of(self.own, source, biz_code)[0]
             try:
                 state = self._state(ck, head, tables, time.monotonic() - started)
             except (StreamError, DBAPIError) as exc:
@@ -263,7 +264,7 @@ class StreamCatchup:
         advanced = (self._now() - ck.updated_at).total_seconds()
         if ck.position.log_file == POLL_FILE or head is None:
             pending = pending_polled_changes(self.legacy, ck.position.log_pos, tables[0], self.tz)
-            hw = datetime.fromtimestamp(ck.position.log_pos / 1000, tz=timezone.utc).isoformat()
+            hw = from_ms(ck.position.log_pos).isoformat()
             return CatchupState(
                 stream_id=ck.stream_id,
                 caught_up=pending <= self.max_pending,

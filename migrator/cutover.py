@@ -51,7 +51,7 @@ LIFT_MARGIN = timedelta(seconds=1)
 
 @dataclass
 class SwitchReport:
-    business: str
+    biz_code: str
     from_state: str
     to_state: str
     forced: bool = False

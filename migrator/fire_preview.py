@@ -22,7 +22,7 @@ PREVIEW_COUNT = 3
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FirePreview:
     source_key: str
-    business: str
+    biz_code: str
     cron: str
     zone: str  # the zone the cron runs in on the new side (the trigger's time_zone)
     fires: tuple[datetime, ...]  # aware, in `zone`
@@ -34,7 +34,7 @@ class FirePreview:
     def as_dict(self) -> dict[str, object]:
         return {
             "source_key": self.source_key,
-            "business": self.business,
+            "business": self.biz_code,
             "cron": self.cron,
             "zone": self.zone,
             "next_fires_utc": [f.astimezone(timezone.utc).isoformat() for f in self.fires],
@@ -69,7 +69,7 @@ def preview(defn: LegacyDefinition, now: datetime, count: int = PREVIEW_COUNT) -
         matches = first is not None and first == legacy
     return FirePreview(
         source_key=defn.source_key,
-        business=defn.business,
+        biz_code=defn.biz_code,
         cron=defn.cron,
         zone=str(expr.tz),
         fires=tuple(fires),

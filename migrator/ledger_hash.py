@@ -73,7 +73,7 @@ def source_digest(defn: LegacyDefinition, business: LegacyBusiness | None, optio
     return context_digest(
         defn.digest,
         defn.source.value,
-        defn.business,
+        defn.biz_code,
         defn.time_zone,
         business,
         options,
@@ -90,7 +90,7 @@ def dialect_context(dialect: str, fallback: str) -> str:
 def context_digest(
     digest: str,
     source: str,
-    legacy_business: str,
+    legacy_biz_code: str,
     time_zone: str,
     business: LegacyBusiness | None,
     options: MappingOptions,
@@ -105,7 +105,7 @@ def context_digest(
     and going (xxl-job's registry moves all the time) leave every other job's digest alone."""
     if not digest:
         return ""
-    biz = options.business_map.get(legacy_business, legacy_business)
+    biz = options.business_map.get(legacy_biz_code, legacy_biz_code)
     if business is None:
         callback, addresses = "~", "~"
     else:
@@ -118,7 +118,7 @@ def context_digest(
             mapping_version(),
             source,
             digest,
-            legacy_business,
+            legacy_biz_code,
             biz,
             time_zone if cron_dialect == "2.5" else f"{time_zone}\x1equartz {cron_dialect}",
             callback,

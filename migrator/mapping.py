@@ -27,6 +27,7 @@ from scheduler_core.model import (
     TriggerKind,
     TriggerState,
 )
+from scheduler_core.times import to_ms
 
 MAX_PARAMS_BYTES = 64 * 1024
 MAX_SHARDS = 100_000
@@ -65,11 +66,11 @@ class Rejection:
 
 
 def job_code_of(defn: LegacyDefinition) -> JobCode:
-    return JobCode(f"{SOURCE_PREFIX[defn.source]}:{defn.business}:{defn.source_key}"[:191])
+    return JobCode(f"{SOURCE_PREFIX[defn.source]}:{defn.biz_code}:{defn.source_key}"[:191])
 
 
 def business_of(defn: LegacyDefinition, options: MappingOptions) -> str:
-    return options.business_map.get(defn.business, defn.business)
+    return options.business_map.get(defn.biz_code, defn.biz_code)
 
 
 def map_definition(
@@ -139,7 +140,7 @@ def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) 
             "http_method": defn.http_method,
             "callback_timeout_ms": defn.callback_timeout_ms,
             "payload": defn.params,
-            "token_ref": f"bc_biz:{defn.business}",  # the token itself stays out of the target tables
+            "token_ref": f"bc_biz:{defn.biz_code}",  # the token itself stays out of the target tables
         }
     else:
         body = {
@@ -151,7 +152,7 @@ def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) 
             "route_strategy": defn.route_strategy,
             "block_strategy": defn.raw.get("executor_block_strategy"),
             "child_jobs": defn.raw.get("child_jobid") or "",
-            "app_name": defn.business,
+            "app_name": defn.biz_code,
             "executor_timeout": defn.timeout_seconds,  # the executor's own timeout (0: none)
         }
         if glue != "BEAN":  # bridged GLUE jobs: the executor needs the source and its version
@@ -320,9 +321,5 @@ def _enabled_state(state: TriggerState) -> str:
 
 def _epoch_ms(value: object) -> int:
     if isinstance(value, datetime):
-        return (
-            int(value.timestamp() * 1000)
-            if value.tzinfo
-            else int(value.replace(tzinfo=EARLIEST.tzinfo).timestamp() * 1000)
-        )
+        return to_ms(value if value.tzinfo else value.replace(tzinfo=EARLIEST.tzinfo))
     return 0

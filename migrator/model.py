@@ -26,11 +26,11 @@ class BusinessState(enum.StrEnum):
     CUTOVER = "cutover"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedRow:
     source: str
     source_key: str
-    business: str
+    biz_code: str
     action: Action
     job_code: str | None = None
     field: str | None = None
@@ -39,7 +39,7 @@ class PlannedRow:
 
 @dataclass
 class MigrationSummary:
-    business: str | None
+    biz_code: str | None
     counts: dict[str, int] = field(default_factory=lambda: {a.value: 0 for a in Action})
     rows: list[PlannedRow] = field(default_factory=list)
     rows_written: int = 0  # target + ledger rows actually written (0 on an unchanged re-run)
@@ -53,7 +53,7 @@ class MigrationSummary:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "business": self.business,
+            "business": self.biz_code,
             "counts": self.counts,
             "rows_written": self.rows_written,
             "seconds": round(self.seconds, 3),
@@ -66,7 +66,7 @@ def _row(r: PlannedRow) -> dict[str, object]:
     return {
         "source": r.source,
         "source_key": r.source_key,
-        "business": r.business,
+        "business": r.biz_code,
         "action": r.action.value,
         "job_code": r.job_code,
         "field": r.field,

@@ -41,7 +41,7 @@ PROBLEMS = (Side.ORPHANED, Side.DOUBLE)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobOwnership:
-    business: str
+    biz_code: str
     source_key: str
     job_code: str
     trigger_id: int | None
@@ -55,7 +55,7 @@ class JobOwnership:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "business": self.business,
+            "business": self.biz_code,
             "source_key": self.source_key,
             "job_code": self.job_code,
             "trigger_id": self.trigger_id,
@@ -71,7 +71,7 @@ class JobOwnership:
 
 @dataclass
 class BusinessOwnership:
-    business: str
+    biz_code: str
     source_system: str
     state: B
     shadow: bool
@@ -122,7 +122,7 @@ def ownership(
     store: SqlTriggerStore,
     own: MigratorStore,
     legacy_live: LegacyLive | None = None,
-    businesses: Sequence[str] | None = None,
+    biz_codes: Sequence[str] | None = None,
 ) -> list[BusinessOwnership]:
     """Per business and job, which side fires it. `legacy_live` reads the legacy switches
     (the legacy database); without it, legacy is inferred from the store: a job the
@@ -132,7 +132,7 @@ def ownership(
     holds = LegacyHolds(own)
     out: list[BusinessOwnership] = []
     for rec in registry.all():
-        if businesses and rec.biz_code not in businesses:
+        if biz_codes and rec.biz_code not in biz_codes:
             continue
         bo = BusinessOwnership(rec.biz_code, rec.source_system, rec.state, rec.shadow)
         links = links_of(store, own, rec.biz_code)
@@ -149,7 +149,7 @@ def ownership(
             new_live = t.state in (S.WAITING, S.ACQUIRED) and not rec.shadow
             bo.jobs.append(
                 JobOwnership(
-                    business=rec.biz_code,
+                    biz_code=rec.biz_code,
                     source_key=ln.source_key,
                     job_code=ln.job_code,
                     trigger_id=t.id,

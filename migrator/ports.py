@@ -24,7 +24,7 @@ class GateDecision:
 
 class CutoverGate(Protocol):
     @abstractmethod
-    def decision(self, business: str) -> GateDecision | None:
+    def decision(self, biz_code: str) -> GateDecision | None:
         """The latest stored verdict for the business, or None when there is none."""
 
 
@@ -76,11 +76,11 @@ class FencePort(Protocol):
     default). Implemented in `scheduler_core.fence`, joined in `switchyard.wiring`."""
 
     @abstractmethod
-    def raise_fence(self, business: str, at: datetime) -> int:
+    def raise_fence(self, biz_code: str, at: datetime) -> int:
         """From `at` on, no command of the business is invoked; already published ones at
         or after `at` are recorded as skipped by the rollback. Returns the fired records
         so marked."""
 
     @abstractmethod
-    def lift_fence(self, business: str, at: datetime) -> None:
+    def lift_fence(self, biz_code: str, at: datetime) -> None:
         """Commands scheduled at or after `at` run again (the fence becomes [from, at))."""

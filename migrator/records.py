@@ -31,21 +31,21 @@ class MigratorRecords:
     def businesses(self) -> list[tuple[str, str, str, bool]]:
         return [_row(rec) for rec in self._registry.all()]
 
-    def job_codes(self, source: str, business: str) -> dict[str, str]:
+    def job_codes(self, source: str, biz_code: str) -> dict[str, str]:
         lg = self.own.t.ledger
         stmt = select(lg.c.source_key, lg.c.target_job_code).where(
-            lg.c.source_system == source, lg.c.business == business, lg.c.target_job_code.is_not(None)
+            lg.c.source_system == source, lg.c.business == biz_code, lg.c.target_job_code.is_not(None)
         )
         with self.own.engine.connect() as conn:
             return {k: c for k, c in conn.execute(stmt).all()}
 
-    def quarantined(self, source: str, business: str) -> list[tuple[str, str | None, str | None]]:
+    def quarantined(self, source: str, biz_code: str) -> list[tuple[str, str | None, str | None]]:
         lg = self.own.t.ledger
         stmt = (
             select(lg.c.source_key, lg.c.field, lg.c.reason)
             .where(
                 lg.c.source_system == source,
-                lg.c.business == business,
+                lg.c.business == biz_code,
                 lg.c.status == LedgerStatus.QUARANTINED.value,
             )
             .order_by(lg.c.source_key)
@@ -53,22 +53,22 @@ class MigratorRecords:
         with self.own.engine.connect() as conn:
             return [(k, f, r) for k, f, r in conn.execute(stmt).all()]
 
-    def switches(self, business: str) -> list[tuple[int, str, str]]:
+    def switches(self, biz_code: str) -> list[tuple[int, str, str]]:
         a = self.own.t.audit
         stmt = (
             select(a.c.at, a.c.from_state, a.c.to_state)
-            .where(a.c.biz_code == business, a.c.from_state != a.c.to_state)
+            .where(a.c.biz_code == biz_code, a.c.from_state != a.c.to_state)
             .order_by(a.c.at, a.c.id)
         )
         with self.own.engine.connect() as conn:
             return [(int(at), f, t) for at, f, t in conn.execute(stmt).all()]
 
-    def last_cutover(self, business: str) -> tuple[int, str | None] | None:
+    def last_cutover(self, biz_code: str) -> tuple[int, str | None] | None:
         a = self.own.t.audit
         cut = BusinessState.CUTOVER.value
         stmt = (
             select(a.c.at, a.c.detail)
-            .where(a.c.biz_code == business, a.c.to_state == cut, a.c.from_state != cut)
+            .where(a.c.biz_code == biz_code, a.c.to_state == cut, a.c.from_state != cut)
             .order_by(a.c.at.desc(), a.c.id.desc())
             .limit(1)
         )

@@ -28,7 +28,7 @@ MAX_OCCURRENCES = 20_000
 @dataclass(frozen=True, slots=True)
 class ScheduleEdit:
     trigger_id: int
-    business: str
+    biz_code: str
     effective_ms: int
     new_times: tuple[int, ...]
 

@@ -77,7 +77,7 @@ class StreamMigrator:
     writer: TargetWriter
     migrator: Migrator
     stream_id: str
-    businesses: Collection[str] | None = None
+    biz_codes: Collection[str] | None = None
     after_commit: AfterCommit | None = None
     stats: StreamStats = field(default_factory=StreamStats)
     _legacy_businesses: dict[str, LegacyBusiness] | None = field(default=None, repr=False)
@@ -93,7 +93,7 @@ class StreamMigrator:
         """A full migration through a reader bound to the snapshot transaction, then the
         position. A crash before the position is written redoes the snapshot: idempotent."""
         snap = Migrator(snapshot_reader, self.writer, self.migrator.clock, self.migrator.options, self.migrator.chunk)
-        summary = snap.run(self.businesses, after_commit=self.after_commit)
+        summary = snap.run(self.biz_codes, after_commit=self.after_commit)
         self.stats.snapshot_rows = sum(summary.counts.values())
         self.writer.apply([], checkpoint=(self.stream_id, position))
         self.stats.position = position
@@ -217,10 +217,10 @@ class StreamMigrator:
             found += [by_key[k] for k in reread if k in by_key]
             gone += [k for k in reread if k not in by_key]
         legacy_biz = self._businesses() if found else {}
-        writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.business)]
+        writes = [w for w in self.migrator.decide(found, legacy_biz, conn, self._states) if self._wanted(w.biz_code)]
         ledger = self.writer.ledger(source, gone, conn)
         writes += [
-            Write(action=Action.DELETE, source=source, source_key=k, business=_biz_of_code(entry.job_code))
+            Write(action=Action.DELETE, source=source, source_key=k, biz_code=_biz_of_code(entry.job_code))
             for k, entry in ledger.items()
             if entry.status is LedgerStatus.MIGRATED and self._wanted(_biz_of_code(entry.job_code))
         ]
@@ -261,9 +261,9 @@ class StreamMigrator:
                 == context_digest(
                     cd.digest,
                     source,
-                    cd.business,
+                    cd.biz_code,
                     cd.time_zone,
-                    legacy_biz.get(cd.business),
+                    legacy_biz.get(cd.biz_code),
                     options,
                     broadcast=cd.broadcast,
                     cron_dialect=dialect_context(cd.cron_dialect, cd.cron_dialect_fallback),
@@ -321,13 +321,13 @@ class StreamMigrator:
         done = {w.source_key for w in already}
         defs = [
             d
-            for d in self.reader.definitions(list(self.businesses) if self.businesses else None)
+            for d in self.reader.definitions(list(self.biz_codes) if self.biz_codes else None)
             if d.source_key not in done
         ]
         return [
             w
             for w in self.migrator.decide(defs, self._businesses(), conn, self._states)
-            if not w.noop and self._wanted(w.business)
+            if not w.noop and self._wanted(w.biz_code)
         ]
 
     def _businesses(self) -> dict[str, LegacyBusiness]:
@@ -336,14 +336,14 @@ class StreamMigrator:
             self._legacy_businesses = {b.biz_code: b for b in self.reader.businesses()}
         return self._legacy_businesses
 
-    def _wanted(self, business: str) -> bool:
-        if self.businesses is not None and business not in self.businesses:
+    def _wanted(self, biz_code: str) -> bool:
+        if self.biz_codes is not None and biz_code not in self.biz_codes:
             return False
         # A business cut over still takes definition edits made in the legacy admin (a
         # cron, a parameter), as `migrate run` does; TargetWriter never changes its
         # triggers' states, and the switch's own stops are held (migrator.holds). The
         # states are read once per applied group, in its transaction.
-        if self._states.get(business, BusinessState.LEGACY) is BusinessState.CUTOVER:
+        if self._states.get(biz_code, BusinessState.LEGACY) is BusinessState.CUTOVER:
             self.stats.cut_over_edits += 1
         return True
 

@@ -68,7 +68,7 @@ class Write:
     action: Action
     source: str
     source_key: str
-    business: str
+    biz_code: str
     mapped: Mapped | None = None
     field: str | None = None
     reason: str | None = None
@@ -359,7 +359,7 @@ class TargetWriter:
                 continue
             if states is None:
                 states = self.business_states(conn)
-            cut_over = states.get(w.business) is BusinessState.CUTOVER
+            cut_over = states.get(w.biz_code) is BusinessState.CUTOVER
             for tid, state, kept_schedule in there:
                 if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
                     edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, cut_over)})
@@ -379,7 +379,7 @@ class TargetWriter:
         defs.update_triggers(conn, edits)
         for plan in schedule_edits:  # after the trigger rows, in the same transaction
             SqlSupersedes(self.store).record_edit(
-                conn, plan.trigger_id, plan.business, plan.effective_ms, plan.new_times, now
+                conn, plan.trigger_id, plan.biz_code, plan.effective_ms, plan.new_times, now
             )
         ledger += [w for w in writes if w.source_key not in held]
         return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
@@ -467,15 +467,15 @@ class TargetWriter:
             ).first()
         return None if row is None else StreamPosition(row[0], int(row[1]), row[2])
 
-    def quarantined(self, business: str | None = None) -> list[dict[str, Any]]:
+    def quarantined(self, biz_code: str | None = None) -> list[dict[str, Any]]:
         lg = self.own.t.ledger
         stmt = (
             select(lg)
             .where(lg.c.status == LedgerStatus.QUARANTINED.value)
             .order_by(lg.c.source_system, lg.c.source_key)
         )
-        if business:
-            stmt = stmt.where(lg.c.business == business)
+        if biz_code:
+            stmt = stmt.where(lg.c.business == biz_code)
         with self.own.engine.connect() as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
@@ -545,7 +545,7 @@ def _ledger_values(w: Write, status: LedgerStatus, content_hash: str, code: str 
     return {
         "source_system": w.source,
         "source_key": w.source_key,
-        "business": w.business,
+        "business": w.biz_code,
         "status": status.value,
         "content_hash": content_hash,
         "target_job_code": code,

@@ -25,7 +25,7 @@ class LegacyReader(Protocol):
         """Every business (xxl-job executor group, batch-center `bc_biz` row)."""
 
     @abstractmethod
-    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+    def definitions(self, biz_codes: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
         """Definitions of these businesses (all when None), in source-key order."""
 
     @abstractmethod
@@ -38,7 +38,7 @@ class LegacyReader(Protocol):
         the change stream asks for every key a binlog transaction touched)."""
 
     @abstractmethod
-    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+    def executions(self, biz_code: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         """Execution attempts of one business whose time falls in [since, until) (aware
         datetimes), ordered by that time: xxl-job by `trigger_time` (it stores no fire
         time), batch center by `scheduled_time`."""

@@ -65,7 +65,7 @@ class LegacyDefinition:
 
     source: SourceSystem
     source_key: str  # unique within the source system: xxl-job job id, batch center task id
-    business: str  # biz_code
+    biz_code: str  # biz_code
     name: str
     schedule: ScheduleKind
     cron: str | None = None  # Quartz syntax
@@ -116,7 +116,7 @@ class ContentDigest:
     """A definition's `digest` as the legacy server computed it, without the row."""
 
     source_key: str
-    business: str  # the legacy business code (as LegacyDefinition.business)
+    biz_code: str  # the legacy business code (as LegacyDefinition.biz_code)
     digest: str
     time_zone: str
     broadcast: bool = False  # as LegacyDefinition.broadcast: its digest counts the executor addresses
@@ -130,7 +130,7 @@ class LegacyExecution:
     """One legacy execution attempt (xxl_job_log row, bc_task_exec_log row)."""
 
     source: SourceSystem
-    business: str
+    biz_code: str
     source_key: str  # the definition's key
     log_id: int
     scheduled_at: datetime | None  # batch center stores it; xxl-job does not (None)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scheduler_core.times import require_aware
+
 DEFAULT_ZONE = "Asia/Shanghai"
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(2101, 1, 1, tzinfo=timezone.utc)  # exclusive: "after 2100" is out of range
@@ -55,12 +57,6 @@ def parse_wall(value: datetime | str | bytes) -> datetime:
         return datetime.fromisoformat(text.strip())
     except ValueError:
         raise LegacyTimeError(f"not a date-time: {text[:40]!r}") from None
-
-
-def require_aware(at: datetime, name: str) -> datetime:
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError(f"{name} must be an aware datetime, got naive {at.isoformat()}")
-    return at
 
 
 def _check_range(at: datetime, shown: str) -> datetime:

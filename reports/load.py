@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,37 +13,38 @@ from dualrun.model import iso
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import history, latest, latest_by_business, load_comparison
 from reports.model import BusinessReport, HistoryPoint, OverviewReport, OverviewRow
+from scheduler_core.times import from_ms
 
 
 def load_report(
-    own: DualRunStore, business: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
+    own: DualRunStore, biz_code: str, *, now: datetime, comparison_id: int | None = None, history_limit: int = 200
 ) -> BusinessReport:
     """The report of one business: its latest (or a given) comparison and the stored series."""
     if comparison_id is None:
-        found = latest(own, business)
+        found = latest(own, biz_code)
         if found is None:
-            raise NoComparison(business)
+            raise NoComparison(biz_code)
         comparison_id = found.comparison_id
     comparison = load_comparison(own, comparison_id)
-    if comparison is None or comparison.business != business:
-        raise NoComparison(business)
-    series = history(own, business, limit=history_limit)
-    state = next((b.state for b in fetch_businesses(own) if b.biz_code == business), None)
+    if comparison is None or comparison.biz_code != biz_code:
+        raise NoComparison(biz_code)
+    series = history(own, biz_code, limit=history_limit)
+    state = next((b.state for b in fetch_businesses(own) if b.biz_code == biz_code), None)
     return BusinessReport(
-        business=business,
+        biz_code=biz_code,
         generated_at=now,
         comparison=comparison,
         comparison_id=comparison_id,
         state=state,
         history=tuple(HistoryPoint.of(c) for c in series),
-        gate_stream=gate_stream(own, business),
+        gate_stream=gate_stream(own, biz_code),
     )
 
 
-def gate_stream(own: DualRunStore, business: str) -> dict[str, Any] | None:
+def gate_stream(own: DualRunStore, biz_code: str) -> dict[str, Any] | None:
     """The change stream's catch-up state the cutover gate found at the business's latest
     cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
-    found = own.migration.last_cutover(business)
+    found = own.migration.last_cutover(biz_code)
     if found is None:
         return None
     at, detail = found
@@ -53,7 +54,7 @@ def gate_stream(own: DualRunStore, business: str) -> dict[str, Any] | None:
         return None
     if not isinstance(stream, dict):
         return None
-    return {**stream, "at": iso(datetime.fromtimestamp(at / 1000, tz=timezone.utc))}
+    return {**stream, "at": iso(from_ms(int(at)))}
 
 
 def load_overview(
@@ -69,7 +70,7 @@ def load_overview(
         link = f"{code}{link_suffix}"
         rows.append(
             OverviewRow(
-                business=code,
+                biz_code=code,
                 source=info.source_system if info else None,
                 state=info.state if info else None,
                 shadow=bool(info and info.shadow),

@@ -118,7 +118,7 @@ class HistoryPoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BusinessReport:
-    business: str
+    biz_code: str
     generated_at: datetime
     comparison: Comparison
     comparison_id: int | None = None
@@ -150,7 +150,7 @@ class BusinessReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OverviewRow:
-    business: str
+    biz_code: str
     source: str | None
     state: str | None
     shadow: bool
@@ -163,7 +163,7 @@ class OverviewRow:
     def as_dict(self, now: datetime) -> dict[str, Any]:
         age = None if self.computed_at is None else now - self.computed_at
         return {
-            "business": self.business,
+            "business": self.biz_code,
             "source": self.source,
             "state": self.state,
             "shadow": self.shadow,

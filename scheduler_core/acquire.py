@@ -6,7 +6,7 @@ partition's loop while its owner holds it (`PartitionLoop`).
 
 A tick: window = [misfire floor, now + lookahead]; select `waiting` rows in the window
 ordered by next_fire_at (priority breaks ties only), limit = min(batch, free pool
-capacity), leaving out domains whose pool budget is spent; CAS waiting -> acquired with
+capacity), leaving out businesses whose pool budget is spent; CAS waiting -> acquired with
 the epoch and a deadline; hand chunks to the fire pool, retrying; release what the pool
 keeps refusing. Nothing is lost: a row is either waiting, or acquired by an epoch that
 fires it or lets a newer epoch reclaim it after its deadline.
@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
-from scheduler_core.firepool import FirePool, group_by_domain
+from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState
@@ -72,6 +73,12 @@ class TickResult:
 FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None", Mapping[JobCode, Job]], object]
 
 
+class OnSubmitted(Protocol):
+    """Told of each chunk handed to the pool (`queued`) or refused by it (released to waiting)."""
+
+    def __call__(self, chunk: Sequence[Trigger], *, queued: bool) -> None: ...
+
+
 def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
     return [triggers[i : i + size] for i in range(0, len(triggers), size)]
 
@@ -79,6 +86,7 @@ def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
 class PartitionAcquirer:
     def __init__(
         self,
+        *,
         partition: Partition,
         store: TriggerStore,
         pool: FirePool,
@@ -88,7 +96,7 @@ class PartitionAcquirer:
         metrics: SchedulerMetrics,
         epoch: Epoch,
         rng: random.Random | None = None,
-        on_submitted: Callable[[Sequence[Trigger], bool], None] | None = None,
+        on_submitted: OnSubmitted | None = None,
         fence: str | None = None,
     ) -> None:
         self.partition = partition
@@ -127,7 +135,7 @@ class PartitionAcquirer:
         limit = min(s.batch_size, self.pool.free())
         if limit <= 0:
             return TickResult(wait=s.busy_wait)
-        due = self.store.select_due(self.partition, window.start, window.end, limit, self.pool.saturated_domains())
+        due = self.store.select_due(self.partition, window.start, window.end, limit, self.pool.saturated_biz_codes())
         if not due:
             return TickResult(wait=s.idle_wait + timedelta(seconds=self.rng.uniform(0, s.jitter.total_seconds())))
         newest = max(t.next_fire_at for t in due)
@@ -172,20 +180,20 @@ class PartitionAcquirer:
         )
 
     def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
-        """Chunks per domain to the pool, with retries; release what keeps being refused.
+        """Chunks per business to the pool, with retries; release what keeps being refused.
         The job definitions are read once here for every chunk, not once per chunk."""
         s = self.settings
         jobs = self.store.get_jobs(list(dict.fromkeys(t.job_code for t in won))) if won else {}
         submitted = 0
         refused: list[TriggerId] = []
-        for domain, triggers in group_by_domain(won).items():
+        for biz_code, triggers in group_by_biz_code(won).items():
             for chunk in chunked(triggers, s.chunk_size):
                 ok = False
                 if self.on_submitted is not None:
-                    self.on_submitted(chunk, True)
+                    self.on_submitted(chunk, queued=True)
                 for attempt in range(s.submit_retries + 1):
                     fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
-                    if self.pool.try_submit(domain, len(chunk), fire):
+                    if self.pool.try_submit(biz_code, len(chunk), fire):
                         ok = True
                         break
                     if attempt < s.submit_retries:
@@ -194,7 +202,7 @@ class PartitionAcquirer:
                     submitted += len(chunk)
                 else:
                     if self.on_submitted is not None:
-                        self.on_submitted(chunk, False)  # refused: released to waiting below
+                        self.on_submitted(chunk, queued=False)  # refused: released to waiting below
                     refused += [t.id for t in chunk if t.id is not None]
         released = 0
         if refused:
@@ -229,7 +237,7 @@ def _bind(
 class Admission:
     """One admission at a time across the partition loops of a scheduler.
 
-    A tick reads the pool's free capacity and domain budgets before its SELECT and spends
+    A tick reads the pool's free capacity and business budgets before its SELECT and spends
     them at submit, so loops ticking side by side each saw the same headroom and acquired
     what the pool then refused (released, selected and acquired again: 1.5x the
     acquisitions for the same fires, and twice the ticks, in bench/admission). The loops

@@ -58,9 +58,9 @@ class ResultConsumer:
         # label lookups once per batch, not per item (tens of thousands per poll)
         for state, n in Counter(u.state.value for u in updates).items():
             self.metrics.results.labels(state=state).inc(n)
-        domain = ""  # the result carries no domain; lag per domain comes from fired records
-        received = self.metrics.fire_lag.labels(domain=domain, stage="received")
-        started = self.metrics.fire_lag.labels(domain=domain, stage="started")
+        biz_code = ""  # the result carries no biz_code; lag per business comes from fired records
+        received = self.metrics.fire_lag.labels(biz_code=biz_code, stage="received")
+        started = self.metrics.fire_lag.labels(biz_code=biz_code, stage="started")
         for u in updates:
             if u.message != RECEIPT_MESSAGE:  # a receipt stamp: the run's result observes its lag, once
                 self._observe_lag(u, received, started)

@@ -38,7 +38,7 @@ class CodecError(ValueError):
 
 
 def command_topic(biz_code: str) -> str:
-    """The logical topic of a business domain's commands."""
+    """The logical topic of a business's commands."""
     return f"cmd.{biz_code}"
 
 

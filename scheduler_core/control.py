@@ -104,11 +104,11 @@ class ControlBroadcasts:
     def carried(self, key: Hashable, epoch: int) -> bool:
         return self._carried.get(key, -1) >= epoch
 
-    def send(self, business: str, key: Hashable, epoch: int, payload: Callable[[], bytes]) -> bool:
+    def send(self, biz_code: str, key: Hashable, epoch: int, payload: Callable[[], bytes]) -> bool:
         """True when broadcast now; False when this epoch was carried already."""
         if self.carried(key, epoch):
             return False
-        self.bus.publish_control(business, payload())
+        self.bus.publish_control(biz_code, payload())
         self._carried[key] = epoch
         return True
 

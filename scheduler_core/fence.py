@@ -61,7 +61,7 @@ class Fence:
     """The commands of `business` scheduled in [from_ms, until_ms) are skipped
     (until_ms None: open-ended). Times are epoch ms, as the commands carry them."""
 
-    business: str
+    biz_code: str
     from_ms: int
     until_ms: int | None
     epoch: int
@@ -85,11 +85,11 @@ class Fence:
 
     def __str__(self) -> str:
         until = "open" if self.until_ms is None else self.until_at.isoformat()  # type: ignore[union-attr]
-        return f"fence of {self.business} [{self.from_at.isoformat()}, {until}) epoch {self.epoch}"
+        return f"fence of {self.biz_code} [{self.from_at.isoformat()}, {until}) epoch {self.epoch}"
 
 
 def encode_fence(fence: Fence) -> bytes:
-    return encode_control(KIND, {"b": fence.business, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch})
+    return encode_control(KIND, {"b": fence.biz_code, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch})
 
 
 def decode_fence(payload: bytes) -> Fence | None:
@@ -101,7 +101,7 @@ def decode_fence(payload: bytes) -> Fence | None:
     try:
         until = body.get("u")
         return Fence(
-            business=str(body["b"]),
+            biz_code=str(body["b"]),
             from_ms=int(body["f"]),
             until_ms=None if until is None else int(until),
             epoch=int(body["e"]),
@@ -120,31 +120,31 @@ class FenceService:
         self.store = store
         self.bus = bus
 
-    def raise_fence(self, business: str, at: datetime) -> int:
+    def raise_fence(self, biz_code: str, at: datetime) -> int:
         """From `at` on, no command of the business is invoked; fired records at or after
         `at` not final yet are marked skipped. Returns how many records were marked."""
-        fence, marked = self.store.raise_business_fence(business, to_ms(at), skip_message(to_ms(at)))
+        fence, marked = self.store.raise_business_fence(biz_code, to_ms(at), skip_message(to_ms(at)))
         self._broadcast(fence)
         log.info(
             "raised the %s; %d fired record(s) marked skipped",
             fence,
             marked,
-            extra=log_fields(business=business, epoch=fence.epoch),
+            extra=log_fields(biz_code=biz_code, epoch=fence.epoch),
         )
         return marked
 
-    def lift_fence(self, business: str, at: datetime) -> None:
+    def lift_fence(self, biz_code: str, at: datetime) -> None:
         """Commands scheduled at or after `at` run again (the fence becomes [from, at));
         records at or after `at` still only provisionally skipped go back to waiting for
         their executor's result."""
-        fence = self.store.lift_business_fence(business, to_ms(at))
+        fence = self.store.lift_business_fence(biz_code, to_ms(at))
         if fence is None:
             return  # never fenced: nothing to lift
         self._broadcast(fence)
-        log.info("lifted to the %s", fence, extra=log_fields(business=business, epoch=fence.epoch))
+        log.info("lifted to the %s", fence, extra=log_fields(biz_code=biz_code, epoch=fence.epoch))
 
-    def fence_of(self, business: str) -> Fence | None:
-        return self.store.business_fence(business)
+    def fence_of(self, biz_code: str) -> Fence | None:
+        return self.store.business_fence(biz_code)
 
     def rebroadcast(self) -> int:
         """Publish every stored fence again (e.g. after the broker lost its data); the
@@ -155,7 +155,7 @@ class FenceService:
         return len(fences)
 
     def _broadcast(self, fence: Fence) -> None:
-        self.bus.publish_control(fence.business, encode_fence(fence))
+        self.bus.publish_control(fence.biz_code, encode_fence(fence))
 
 
 class FenceRelay:
@@ -178,7 +178,7 @@ class FenceRelay:
             return 0
         sent = 0
         for fence in self.store.business_fences():
-            if self.broadcasts.send(fence.business, fence.business, fence.epoch, partial(encode_fence, fence)):
+            if self.broadcasts.send(fence.biz_code, fence.biz_code, fence.epoch, partial(encode_fence, fence)):
                 sent += 1
         return sent
 

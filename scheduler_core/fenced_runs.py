@@ -74,9 +74,9 @@ def skip_fenced(
     log.info(
         "%d held run(s) of %s not published: the %s covers them (legacy takes them)",
         len(won),
-        fence.business,
+        fence.biz_code,
         fence,
-        extra=log_fields(business=fence.business, epoch=epoch),
+        extra=log_fields(biz_code=fence.biz_code, epoch=epoch),
     )
     return won
 

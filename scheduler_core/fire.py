@@ -36,6 +36,7 @@ from scheduler_core.model import (
     MisfirePolicy,
     Trigger,
     TriggerId,
+    TriggerKind,
     TriggerState,
     command_id,
 )
@@ -177,9 +178,9 @@ class FirePipeline:
             return out
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
-        # one counter update per domain, not per message
-        for domain, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
-            self.metrics.published.labels(domain=domain).inc(n)
+        # one counter update per business, not per message
+        for biz_code, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
+            self.metrics.published.labels(biz_code=biz_code).inc(n)
         # 3. the outcome, fenced by the epoch: recorded only now, after the broker's ack, it
         # is what says the chunk's records were published (no stamp on them: FiredState)
         self._record_outcome(plans, epoch, now, out, fence)
@@ -236,7 +237,7 @@ class FirePipeline:
             )
         # A misfire follows the trigger's policy and is recorded, never silently dropped.
         nxt = self._next(trigger, now)
-        missed = count_between(trigger, t, now) if trigger.kind.value != "once" else 0
+        missed = count_between(trigger, t, now) if trigger.kind is not TriggerKind.ONCE else 0
         if trigger.misfire_policy is MisfirePolicy.SKIP:
             note = f"misfire: skipped (late {late}); {missed} later occurrence(s) also passed"
             return _Plan(

@@ -30,7 +30,7 @@ from scheduler_core.ports import Clock
 
 log = logging.getLogger(__name__)
 
-# hands one held chunk to the fire pool: (domain, triggers, work) -> accepted
+# hands one held chunk to the fire pool: (biz_code, triggers, work) -> accepted
 Submit = Callable[[str, int, Callable[[], object]], bool]
 RETRY_S = 0.01  # a held chunk the pool refused at T is offered again this soon
 
@@ -39,7 +39,7 @@ RETRY_S = 0.01  # a held chunk the pool refused at T is offered again this soon
 class _Held:
     due_ms: int
     seq: int
-    domain: str = field(compare=False)
+    biz_code: str = field(compare=False)
     size: int = field(compare=False)
     work: Callable[[], object] = field(compare=False)
     bucket: int = field(compare=False)
@@ -62,7 +62,7 @@ class HeldChunks:
         self._thread = threading.Thread(target=self._run, name="held-chunks", daemon=True)
         self._thread.start()
 
-    def hold(self, due_ms: int, domain: str, size: int, work: Callable[[], object]) -> bool:
+    def hold(self, due_ms: int, biz_code: str, size: int, work: Callable[[], object]) -> bool:
         """Keep `work` until `due_ms` when it is due within the hold and the hold of its
         broker tick has room; False: fire it now."""
         ahead = due_ms - self.clock.now_ms()
@@ -73,7 +73,7 @@ class HeldChunks:
             if self._stopped or self._by_bucket[bucket] + size > self.per_window:
                 return False
             self._by_bucket[bucket] += size
-            heapq.heappush(self._heap, _Held(due_ms, next(self._seq), domain, size, work, bucket))
+            heapq.heappush(self._heap, _Held(due_ms, next(self._seq), biz_code, size, work, bucket))
             self.held += size
             self._lock.notify_all()
         return True
@@ -107,7 +107,7 @@ class HeldChunks:
 
     def _offer(self, h: _Held) -> bool:
         try:
-            return self.submit(h.domain, h.size, h.work)
+            return self.submit(h.biz_code, h.size, h.work)
         except RuntimeError as exc:  # the pool is shutting down: the rows are reclaimed
             log.warning("a held chunk of %d trigger(s) not fired (%s); reclaimed after its deadline", h.size, exc)
             return True

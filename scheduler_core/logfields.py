@@ -10,7 +10,7 @@ from __future__ import annotations
 
 def log_fields(
     *,
-    business: str | None = None,
+    biz_code: str | None = None,
     partition: int | None = None,
     epoch: int | None = None,
     fence: str | None = None,
@@ -20,7 +20,7 @@ def log_fields(
 ) -> dict[str, object]:
     """The given fields (None: not about that), as `extra=` for a logging call."""
     given = {
-        "business": business,
+        "business": biz_code,
         "partition": partition,
         "epoch": epoch,
         "fence": fence,

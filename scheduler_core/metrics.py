@@ -43,7 +43,9 @@ class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.published = Counter("switchyard_commands_published", "Command messages published", ["domain"], registry=r)
+        self.published = Counter(
+            "switchyard_commands_published", "Command messages published", ["biz_code"], registry=r
+        )
         self.publish_failures = Counter(
             "switchyard_publish_failures", "Messages the bus did not acknowledge", registry=r
         )
@@ -73,7 +75,7 @@ class SchedulerMetrics:
         self.fire_lag = Histogram(
             "switchyard_fire_lag_seconds",
             "Executor receipt or handler start minus T",
-            ["domain", "stage"],
+            ["biz_code", "stage"],
             registry=r,
             buckets=LAG_BUCKETS,
         )

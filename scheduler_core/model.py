@@ -103,7 +103,7 @@ class Job:
     """A registered business definition."""
 
     job_code: JobCode
-    biz_code: str  # the business domain: it owns a command topic and a fire-pool budget
+    biz_code: str  # the business: it owns a command topic and a fire-pool budget
     handler: str
     params: str = ""
     shard_total: int = 1

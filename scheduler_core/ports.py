@@ -162,10 +162,10 @@ class TriggerStore(Protocol):
         start: datetime,
         end: datetime,
         limit: int,
-        exclude_domains: Collection[str] = (),
+        exclude_biz_codes: Collection[str] = (),
     ) -> list[Trigger]:
         """`waiting` triggers of one partition with start <= next_fire_at <= end, ordered by
-        next_fire_at then priority, leaving out the given business domains."""
+        next_fire_at then priority, leaving out the given businesses (biz_codes)."""
 
     @abstractmethod
     def select_expired(
@@ -255,20 +255,20 @@ class FenceStore(Protocol):
     its epoch grown by every change."""
 
     @abstractmethod
-    def raise_business_fence(self, business: str, from_ms: int, message: str) -> tuple[Fence, int]:
+    def raise_business_fence(self, biz_code: str, from_ms: int, message: str) -> tuple[Fence, int]:
         """In one transaction: the fence becomes [from_ms, open) with the next epoch, and
         the business's fired records scheduled at or after from_ms that are not final are
         marked skipped (provisionally: a final result still moves them) with `message`.
         Returns the fence and how many records were marked."""
 
     @abstractmethod
-    def lift_business_fence(self, business: str, until_ms: int) -> Fence | None:
+    def lift_business_fence(self, biz_code: str, until_ms: int) -> Fence | None:
         """The fence becomes [from, until_ms) with the next epoch; records at or after
         until_ms only provisionally skipped wait for their result again. None: the
         business was never fenced."""
 
     @abstractmethod
-    def business_fence(self, business: str) -> Fence | None: ...
+    def business_fence(self, biz_code: str) -> Fence | None: ...
 
     @abstractmethod
     def business_fences(self) -> list[Fence]: ...

@@ -134,16 +134,16 @@ class SchedulerCore:
 
     def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
         return PartitionAcquirer(
-            partition,
-            self.store,
-            self.pool,
-            self._fire_chunk,
-            self.clock,
-            self.settings,
-            self.metrics,
-            epoch,
+            partition=partition,
+            store=self.store,
+            pool=self.pool,
+            fire_chunk=self._fire_chunk,
+            clock=self.clock,
+            settings=self.settings,
+            metrics=self.metrics,
+            epoch=epoch,
             fence=fence,
-            on_submitted=lambda chunk, queued: self._queued(chunk, queued, fence),
+            on_submitted=lambda chunk, *, queued: self._queued(chunk, queued=queued, fence=fence),
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
@@ -178,7 +178,7 @@ class SchedulerCore:
         with self._lock:
             return trigger_id in self._in_flight
 
-    def _queued(self, chunk: Sequence[Trigger], queued: bool, fence: str | None) -> None:
+    def _queued(self, chunk: Sequence[Trigger], *, queued: bool, fence: str | None) -> None:
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             if queued:

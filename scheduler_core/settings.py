@@ -20,10 +20,10 @@ class SchedulerSettings:
     # triggers in the fire pool at once (admitted, not yet recorded), and worker threads
     fire_pool_capacity: int = 6000
     fire_workers: int = 8
-    # the largest share of the pool one business domain may hold, unless domain_budgets
-    # names it: a burst in one domain cannot starve another (the hot-minute incident)
-    domain_share: float = 0.5
-    domain_budgets: Mapping[str, int] = field(default_factory=dict)
+    # the largest share of the pool one business may hold, unless biz_budgets
+    # names it: a burst in one business cannot starve another (the hot-minute incident)
+    biz_share: float = 0.5
+    biz_budgets: Mapping[str, int] = field(default_factory=dict)
     # an acquisition is the owner's for this long; after it, a newer epoch may reclaim it
     acquire_deadline: timedelta = timedelta(seconds=60)
     reclaim_interval: timedelta = timedelta(seconds=10)
@@ -61,10 +61,10 @@ class SchedulerSettings:
         for name in ("batch_size", "chunk_size", "sharding_page", "fire_pool_capacity", "fire_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if not 0 < self.domain_share <= 1:
-            raise ValueError("domain_share must be in (0, 1]")
+        if not 0 < self.biz_share <= 1:
+            raise ValueError("biz_share must be in (0, 1]")
 
-    def budget_of(self, domain: str) -> int:
-        if domain in self.domain_budgets:
-            return max(1, self.domain_budgets[domain])
-        return max(1, int(self.fire_pool_capacity * self.domain_share))
+    def budget_of(self, biz_code: str) -> int:
+        if biz_code in self.biz_budgets:
+            return max(1, self.biz_budgets[biz_code])
+        return max(1, int(self.fire_pool_capacity * self.biz_share))

@@ -21,8 +21,8 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 
 
 @dataclass
-class DomainStats:
-    domain: str
+class BusinessStats:
+    biz_code: str
     commands: int = 0
     states: Counter[str] = field(default_factory=Counter)
     received_lag_s: dict[str, float | None] = field(default_factory=dict)
@@ -31,7 +31,7 @@ class DomainStats:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "domain": self.domain,
+            "biz_code": self.biz_code,
             "commands": self.commands,
             "states": dict(self.states),
             "received_lag_s": self.received_lag_s,
@@ -40,12 +40,12 @@ class DomainStats:
         }
 
 
-def lag_stats(records: Sequence[FiredRecord]) -> dict[str, DomainStats]:
-    by_domain: dict[str, DomainStats] = {}
+def lag_stats(records: Sequence[FiredRecord]) -> dict[str, BusinessStats]:
+    by_biz_code: dict[str, BusinessStats] = {}
     received: dict[str, list[float]] = defaultdict(list)
     started: dict[str, list[float]] = defaultdict(list)
     for r in records:
-        d = by_domain.setdefault(r.biz_code, DomainStats(r.biz_code))
+        d = by_biz_code.setdefault(r.biz_code, BusinessStats(r.biz_code))
         d.commands += 1
         d.states[r.state.value] += 1
         d.misfired += int(r.misfired)
@@ -53,9 +53,9 @@ def lag_stats(records: Sequence[FiredRecord]) -> dict[str, DomainStats]:
             received[r.biz_code].append((r.received_at - r.scheduled_at).total_seconds())
         if r.started_at is not None:
             started[r.biz_code].append((r.started_at - r.scheduled_at).total_seconds())
-    for domain, d in by_domain.items():
-        for target, values in ((d.received_lag_s, received[domain]), (d.started_lag_s, started[domain])):
+    for biz_code, d in by_biz_code.items():
+        for target, values in ((d.received_lag_s, received[biz_code]), (d.started_lag_s, started[biz_code])):
             values.sort()
             for name, q in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100)):
                 target[name] = percentile(values, q)
-    return by_domain
+    return by_biz_code

@@ -71,7 +71,7 @@ class Supersede:
     new schedule's times `pending_ms` wait for their publication. Times are epoch ms."""
 
     trigger_id: int
-    business: str
+    biz_code: str
     effective_ms: int
     skipped_ms: frozenset[int]
     pending_ms: tuple[int, ...]
@@ -86,7 +86,7 @@ class Supersede:
 
     def __str__(self) -> str:
         return (
-            f"schedule edit of trigger {self.trigger_id} ({self.business}) effective "
+            f"schedule edit of trigger {self.trigger_id} ({self.biz_code}) effective "
             f"{from_ms(self.effective_ms).isoformat()}: {len(self.skipped_ms)} superseded, "
             f"{len(self.pending_ms)} pending, epoch {self.epoch}"
         )
@@ -94,7 +94,7 @@ class Supersede:
 
 def encode_supersede(s: Supersede) -> bytes:
     return encode_control(
-        KIND, {"b": s.business, "t": s.trigger_id, "f": s.effective_ms, "s": sorted(s.skipped_ms), "e": s.epoch}
+        KIND, {"b": s.biz_code, "t": s.trigger_id, "f": s.effective_ms, "s": sorted(s.skipped_ms), "e": s.epoch}
     )
 
 
@@ -107,7 +107,7 @@ def decode_supersede(payload: bytes) -> Supersede | None:
     try:
         return Supersede(
             trigger_id=int(body["t"]),
-            business=str(body["b"]),
+            biz_code=str(body["b"]),
             effective_ms=int(body["f"]),
             skipped_ms=frozenset(int(x) for x in body["s"]),
             pending_ms=(),
@@ -192,7 +192,7 @@ class SupersedeRelay:
                 continue  # another process relays this trigger
             if s.pending_ms:
                 self._publish_pending(s, owned)
-            if self.broadcasts.send(s.business, s.trigger_id, s.epoch, partial(encode_supersede, s)):
+            if self.broadcasts.send(s.biz_code, s.trigger_id, s.epoch, partial(encode_supersede, s)):
                 sent += 1
                 log.info("broadcast the %s", s)
         self._whole_read = generation  # only once a whole round went through

@@ -6,9 +6,10 @@ persisted; the model carries aware datetimes so that arithmetic stays honest.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 UTC = timezone.utc
+_MS = timedelta(milliseconds=1)
 
 
 def require_aware(value: datetime, name: str) -> datetime:
@@ -26,6 +27,11 @@ def to_ms(value: datetime) -> int:
 
 def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def duration_ms(value: timedelta) -> int:
+    """Whole milliseconds of a duration (floored on the timedelta itself: exact, no float)."""
+    return value // _MS
 
 
 def opt_to_ms(value: datetime | None) -> int | None:

@@ -78,7 +78,7 @@ REGRESSION_AT = timedelta(minutes=45)  # into dual-run
 
 @dataclass
 class BusinessLine:
-    business: str
+    biz_code: str
     source: str
     state: str = ""
     verdict: str = ""
@@ -324,7 +324,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     invoked: list[tuple[str, datetime, datetime]] = []  # (business, scheduled at, invoked at) of every new-side call
     executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
     for ex in executors:
-        ex.handler()(_handler(ex.domain, regressed, regression, invoked, clock))
+        ex.handler()(_handler(ex.biz_code, regressed, regression, invoked, clock))
     new_side = _inline_side(store, bus, clock, executors)
     _advance(clock, REGRESSION_AT, sims, new_side)
     regression["on"] = True
@@ -341,7 +341,7 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
             store,
             dual,
             reader,
-            CompareRequest(business=b.biz_code, window=window),
+            CompareRequest(biz_code=b.biz_code, window=window),
             settings=CompareSettings(window=VERDICT_WINDOW),
             now=clock.now(),
         )
@@ -356,10 +356,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
             new_fires=comparison.new.fires,
         )
         result.businesses.append(line)
-    say("compared: " + ", ".join(f"{ln.business} {ln.verdict}" for ln in result.businesses))
+    say("compared: " + ", ".join(f"{ln.biz_code} {ln.verdict}" for ln in result.businesses))
 
     # 5. cut over a ready business, roll the regressed one back
-    lines = {ln.business: ln for ln in result.businesses}
+    lines = {ln.biz_code: ln for ln in result.businesses}
     if lines[cut].verdict == "ready":
         rep = switches["xxl-job"].cutover(cut, actor="demo", reason="verdict ready")
     else:
@@ -435,16 +435,16 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
 
 
 def _handler(
-    domain: str,
+    biz_code: str,
     regressed: str,
     regression: dict[str, bool],
     invoked: list[tuple[str, datetime, datetime]],
     clock: ManualClock,
 ) -> Callable[[ExecutionContext], HandlerResult]:
     def handle(ctx: ExecutionContext) -> HandlerResult:
-        invoked.append((domain, ctx.scheduled_at, clock.now()))
+        invoked.append((biz_code, ctx.scheduled_at, clock.now()))
         # the business's work would run here (through its legacy bridge in production)
-        if domain == regressed and regression["on"] and ctx.item_index % 3 == 0:
+        if biz_code == regressed and regression["on"] and ctx.item_index % 3 == 0:
             return HandlerResult(ok=False, message="NullPointerException in the new handler (injected)")
         return HandlerResult(ok=True)
 

@@ -1,5 +1,5 @@
 """The whole center in one process on the embedded default (`switchyard serve`): the
-scheduler (local election), one executor per business domain, the result consumer and,
+scheduler (local election), one executor per business, the result consumer and,
 optionally, the console, on the in-process bus.
 
 They are the same parts as in the distributed mode (scheduler_core's Scheduler, Executor,
@@ -42,7 +42,7 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.reads import job_domains
+from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import supersede_relay
 from scheduler_core.supersede import SupersedeRelay
@@ -149,9 +149,9 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
     return len(messages)
 
 
-def store_domains(store: SqlTriggerStore) -> set[str]:
-    """Every business domain that has a job in the store."""
-    return job_domains(store)
+def store_biz_codes(store: SqlTriggerStore) -> set[str]:
+    """Every business (biz_code) that has a job in the store."""
+    return job_biz_codes(store)
 
 
 @dataclass
@@ -160,7 +160,7 @@ class EmbeddedCenter:
     settings: SchedulerSettings
     register: Callable[[Executor], None]  # puts the handlers on an executor
     name: str = "serve"
-    domains: Sequence[str] = ()  # empty: every domain in the store, looked for again every few seconds
+    biz_codes: Sequence[str] = ()  # empty: every business in the store, looked for again every few seconds
     concurrency: int = 16
     discover_every: float = 5.0
     fence_every: float = 0.25  # seconds between reads of the store's fences (see the module's docstring)
@@ -174,18 +174,18 @@ class EmbeddedCenter:
         self._exec_stop = threading.Event()
         self._results_stop = threading.Event()
 
-    def _add_executor(self, domain: str) -> None:
-        ex = Executor(self.bus, domain, concurrency=self.concurrency)
+    def _add_executor(self, biz_code: str) -> None:
+        ex = Executor(self.bus, biz_code, concurrency=self.concurrency)
         self.register(ex)
-        th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=f"executor-{domain}", daemon=True)
+        th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=f"executor-{biz_code}", daemon=True)
         th.start()
-        self.executors[domain] = (ex, th)
-        log.info("executor for %s running", domain)
+        self.executors[biz_code] = (ex, th)
+        log.info("executor for %s running", biz_code)
 
     def _discover(self) -> None:
-        wanted = set(self.domains) if self.domains else store_domains(self.store)
-        for domain in sorted(wanted - set(self.executors)):
-            self._add_executor(domain)
+        wanted = set(self.biz_codes) if self.biz_codes else store_biz_codes(self.store)
+        for biz_code in sorted(wanted - set(self.executors)):
+            self._add_executor(biz_code)
 
     def _consume(self, consumer: ResultConsumer) -> None:
         quiet = 0  # polls in a row that changed nothing, once stopping
@@ -239,7 +239,7 @@ class EmbeddedCenter:
             self.name,
             self.republished,
             fences,
-            ", ".join(sorted(self.executors)) or "no domain yet",
+            ", ".join(sorted(self.executors)) or "no business yet",
         )
         election = ContinuingElection(
             LocalElection(LocalElectionGroup(self.store.clock), self.name), int(self.store.current_epoch())
@@ -263,7 +263,7 @@ class EmbeddedCenter:
                 try:
                     self._discover()
                 except Exception as exc:  # a store hiccup: the next round looks again
-                    log.warning("looking for new domains failed: %s: %s", type(exc).__name__, exc)
+                    log.warning("looking for new businesses failed: %s: %s", type(exc).__name__, exc)
         finally:
             # 3. in order: no more fires; executors finish what they took; every result applied
             sched_stop.set()

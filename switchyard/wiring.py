@@ -9,6 +9,7 @@ from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.times import to_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -110,11 +111,11 @@ class DualRunGate:
     def __init__(self, own: DualRunStore) -> None:
         self.own = own
 
-    def decision(self, business: str) -> GateDecision | None:
+    def decision(self, biz_code: str) -> GateDecision | None:
         from dualrun.verdict_store import latest
         from migrator.ports import GateDecision
 
-        v = latest(self.own, business)
+        v = latest(self.own, biz_code)
         if v is None:
             return None
         return GateDecision(
@@ -326,7 +327,7 @@ class XxlCurrentRunFields:
         if glue_type != "BEAN":
             out["glue_source"] = txt(row["glue_source"]) or ""
             if row["glue_updatetime"] is not None:
-                out["glue_updatetime"] = int(self._zone.to_utc(row["glue_updatetime"]).timestamp() * 1000)  # type: ignore[arg-type]
+                out["glue_updatetime"] = to_ms(self._zone.to_utc(row["glue_updatetime"]))  # type: ignore[arg-type]
         return out
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ def compare_args(s: Scenario, tmp_path: Path, *extra: str) -> list[str]:
         "dualrun",
         "compare",
         "--business",
-        s.business,
+        s.biz_code,
         "--source",
         s.source.value,
         "--legacy-url",

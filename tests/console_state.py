@@ -71,7 +71,7 @@ def build_state(
                 env.store,
                 env.dual,
                 env.reader,
-                CompareRequest(business=code, window=window),
+                CompareRequest(biz_code=code, window=window),
                 settings=CompareSettings(),
                 now=clock.now(),
             ),

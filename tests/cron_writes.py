@@ -17,21 +17,21 @@ def cron_write(
     action: Action,
     first: datetime,
     *,
-    business: str = "biz-a",
+    biz_code: str = "biz-a",
     job_code: str = "j1",
     handler: str = "h",
     timeout: timedelta | None = None,
 ) -> Write:
     """`timeout` None: the Job's default."""
-    job = Job(job_code=JobCode(job_code), biz_code=business, handler=handler)
+    job = Job(job_code=JobCode(job_code), biz_code=biz_code, handler=handler)
     if timeout is not None:
         job = dataclasses.replace(job, timeout=timeout)
-    trig = Trigger(job_code=job.job_code, biz_code=business, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
+    trig = Trigger(job_code=job.job_code, biz_code=biz_code, kind=TriggerKind.CRON, cron=cron, next_fire_at=first)
     return Write(
         action=action,
         source="xxl-job",
         source_key="1",
-        business=business,
+        biz_code=biz_code,
         mapped=Mapped(job, trig, (), f"hash-{cron}"),
         content_hash=f"hash-{cron}",
     )

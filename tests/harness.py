@@ -33,14 +33,14 @@ class Harness:
         assert self.store.claim_epoch(Epoch(epoch)) or self.store.current_epoch() >= epoch
         return SchedulerCore(self.store, self.bus, self.clock, Epoch(epoch), settings, inline=True)
 
-    def listen(self, domain: str) -> Subscription:
-        if domain not in self.subs:
-            self.subs[domain] = self.bus.subscribe(command_topic(domain), "test-executor")
-        return self.subs[domain]
+    def listen(self, biz_code: str) -> Subscription:
+        if biz_code not in self.subs:
+            self.subs[biz_code] = self.bus.subscribe(command_topic(biz_code), "test-executor")
+        return self.subs[biz_code]
 
-    def delivered(self, domain: str) -> list[ExecutionCommand]:
-        """Commands of the domain deliverable now (acked)."""
-        sub = self.listen(domain)
+    def delivered(self, biz_code: str) -> list[ExecutionCommand]:
+        """Commands of the business deliverable now (acked)."""
+        sub = self.listen(biz_code)
         out: list[ExecutionCommand] = []
         while True:
             got = sub.receive(1000, timedelta(0))

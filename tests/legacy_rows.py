@@ -10,7 +10,7 @@ from readers.records import LegacyDefinition, ScheduleKind, SourceSystem
 _BEAN: dict[str, Any] = dict(
     source=SourceSystem.XXL_JOB,
     source_key="7",
-    business="billing",
+    biz_code="billing",
     name="nightly",
     schedule=ScheduleKind.CRON,
     handler="nightlyHandler",

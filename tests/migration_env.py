@@ -122,7 +122,7 @@ class FixedGate:
     def __init__(self, decision: GateDecision | None) -> None:
         self.value = decision
 
-    def decision(self, business: str) -> GateDecision | None:
+    def decision(self, biz_code: str) -> GateDecision | None:
         return self.value
 
 

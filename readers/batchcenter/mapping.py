@@ -218,7 +218,7 @@ def task_digest(row: Mapping[Any, Any], ctx: TaskContext) -> ContentDigest | Non
         return None
     return ContentDigest(
         source_key=str(v.get("id")),
-        business=v.get("biz_code") or "",
+        biz_code=v.get("biz_code") or "",
         digest=_digest(v, recurring=v.get("task_type") in RECURRING_TYPES, problems=False),
         time_zone=ctx.tz.name,
         flag_pending=v.get("migrated") != 1,
@@ -251,7 +251,7 @@ def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
     return LegacyDefinition(
         source=SourceSystem.BATCH_CENTER,
         source_key=str(task_id),
-        business=biz,
+        biz_code=biz,
         name=v.get("task_name") or v.get("task_key") or "",
         schedule=kind,
         cron=cron,
@@ -312,7 +312,7 @@ def map_exec(row: Mapping[Any, Any], tz: LegacyTimeZone, shard_totals: Mapping[i
         parts.insert(0, f"unknown status {plain(row.get('status'))!r}")
     return LegacyExecution(
         source=SourceSystem.BATCH_CENTER,
-        business=raw_text(row.get("biz_code"))[0] or "",
+        biz_code=raw_text(row.get("biz_code"))[0] or "",
         source_key=str(task_id),
         log_id=dec.integer("id", row.get("id")),
         scheduled_at=dec.wall_time("scheduled_time", row.get("scheduled_time")),

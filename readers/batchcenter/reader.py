@@ -120,10 +120,10 @@ class BatchCenterReader(LegacyReader):
             text_columns=self._shape(TASK)[1],
         )
 
-    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+    def definitions(self, biz_codes: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
         """Tasks of these businesses (all tasks, orphans included, when None), by id."""
         ctx = self._context()
-        codes = tuple(sorted(set(businesses))) if businesses is not None else None
+        codes = tuple(sorted(set(biz_codes))) if biz_codes is not None else None
         if codes is not None and not codes:
             return
         last = -1
@@ -175,7 +175,7 @@ class BatchCenterReader(LegacyReader):
                     out[d.source_key] = d
         return out
 
-    def content_digests(self, businesses: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
+    def content_digests(self, biz_codes: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
         """Each task's content digest computed by the server (as `definitions` would give
         it to a row without problems), in pages by id; None when the server cannot
         (SQLite): the caller then reads the rows."""
@@ -186,7 +186,7 @@ class BatchCenterReader(LegacyReader):
         digest = digest_sql(
             names, self._kinds[TASK], DIGEST_SKIP, {n: column("task_type").in_(RECURRING_TYPES) for n in DIGEST_MASKED}
         ).label("digest")
-        codes = tuple(sorted(set(businesses))) if businesses is not None else None
+        codes = tuple(sorted(set(biz_codes))) if biz_codes is not None else None
         return self._digest_pages(digest, codes)
 
     def _digest_pages(self, digest: Any, codes: tuple[str, ...] | None) -> Iterator[ContentDigest]:
@@ -236,23 +236,23 @@ class BatchCenterReader(LegacyReader):
 
     # -- executions -------------------------------------------------------------------
 
-    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+    def executions(self, biz_code: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         """Attempts of one business with `scheduled_time` in [since, until), by
         (scheduled_time, id)."""
         lo, hi = self._tz.to_wall(since), self._tz.to_wall(until)
         if lo >= hi:
             return
         totals: dict[int, int] = {}
-        for rows in pages(lambda cursor: self._exec_page(business, lo, hi, cursor), "scheduled_time", self._batch):
+        for rows in pages(lambda cursor: self._exec_page(biz_code, lo, hi, cursor), "scheduled_time", self._batch):
             self._load_shard_totals(rows, totals)
             for row in rows:
                 yield map_exec(row, self._tz, totals)
 
-    def _exec_page(self, business: str, lo: datetime, hi: datetime, cursor: Cursor | None) -> list[RowMapping]:
+    def _exec_page(self, biz_code: str, lo: datetime, hi: datetime, cursor: Cursor | None) -> list[RowMapping]:
         stmt = (
             select(*self._select_list(EXEC_LOG, _EXEC_COLUMNS))
             .select_from(table(EXEC_LOG))
-            .where(column("biz_code") == business)
+            .where(column("biz_code") == biz_code)
         )
         page = window_page(stmt, column("scheduled_time"), WallTime(3), lo, hi, cursor, self._batch)
         with self._connect("read_exec_log") as conn:

@@ -124,7 +124,7 @@ def map_log(row: Mapping[Any, Any], ctx: LogContext) -> LegacyExecution:
     configured = ctx.retry_counts.get(job_id)
     return LegacyExecution(
         source=SourceSystem.XXL_JOB,
-        business=ctx.groups.get(dec.integer("job_group", row.get("job_group")), ""),
+        biz_code=ctx.groups.get(dec.integer("job_group", row.get("job_group")), ""),
         source_key=str(job_id),
         log_id=dec.integer("id", row.get("id")),
         scheduled_at=None,

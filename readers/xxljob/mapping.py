@@ -219,7 +219,7 @@ def job_digest(row: Mapping[Any, Any], ctx: JobContext) -> ContentDigest | None:
         return None
     return ContentDigest(
         source_key=str(v["id"]),
-        business=ctx.groups[group],
+        biz_code=ctx.groups[group],
         digest=row_digest(v, VOLATILE_COLUMNS),
         time_zone=ctx.cron_zone_name,
         cron_dialect=ctx.cron_dialect,
@@ -250,7 +250,7 @@ def map_job(row: Mapping[Any, Any], ctx: JobContext) -> LegacyDefinition:
     return LegacyDefinition(
         source=SourceSystem.XXL_JOB,
         source_key=str(job_id),
-        business=ctx.groups.get(group_id, ""),
+        biz_code=ctx.groups.get(group_id, ""),
         name=v.get(ctx.job_name_column) or "",
         schedule=kind,
         cron=cron,

@@ -43,11 +43,12 @@ from readers.legacy_ddl.values import parse_int, raw_text
 from readers.log_pages import Cursor, pages, uncached, window_page
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
-from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
+from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall
 from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.xxljob.logs import LogContext, map_log
 from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
+from scheduler_core.times import require_aware
 
 T = TypeVar("T")
 
@@ -194,15 +195,15 @@ class XxlJobReader(LegacyReader):
 
     # -- definitions ------------------------------------------------------------------
 
-    def definitions(self, businesses: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
+    def definitions(self, biz_codes: Collection[str] | None = None) -> Iterator[LegacyDefinition]:
         """Jobs of these apps (all jobs, orphans included, when None), by job id."""
         schema = self.schema()
         with self._connect("read_groups") as conn:
             groups = self._group_names(conn)
         ctx = self._job_context(schema, groups)
         group_ids: tuple[int, ...] | None = None
-        if businesses is not None:
-            wanted = set(businesses)
+        if biz_codes is not None:
+            wanted = set(biz_codes)
             group_ids = tuple(gid for gid, app in groups.items() if app in wanted)
             if not group_ids:
                 return
@@ -294,7 +295,7 @@ class XxlJobReader(LegacyReader):
                     out[d.source_key] = d
         return out
 
-    def content_digests(self, businesses: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
+    def content_digests(self, biz_codes: Collection[str] | None = None) -> Iterator[ContentDigest] | None:
         """Each job's content digest computed by the server (as `definitions` would give
         it to a row without problems), in pages by id; None when the server cannot
         (SQLite): the caller then reads the rows."""
@@ -310,8 +311,8 @@ class XxlJobReader(LegacyReader):
             cast(column(route), LargeBinary) == literal(b"SHARDING_BROADCAST") if info.has(route) else literal(False)
         ).label("broadcast")
         group_ids = None
-        if businesses is not None:
-            wanted = set(businesses)
+        if biz_codes is not None:
+            wanted = set(biz_codes)
             group_ids = [gid for gid, app in groups.items() if app in wanted]
         return self._digest_pages(digest, broadcast, groups, group_ids)
 
@@ -421,7 +422,7 @@ class XxlJobReader(LegacyReader):
 
     # -- executions -------------------------------------------------------------------
 
-    def executions(self, business: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
+    def executions(self, biz_code: str, since: datetime, until: datetime) -> Iterator[LegacyExecution]:
         """Log rows of one app with `trigger_time` in [since, until), by (trigger_time, id)."""
         schema = self.schema()
         if schema.log is None:
@@ -429,7 +430,7 @@ class XxlJobReader(LegacyReader):
         lo, hi = self._tz.to_wall(since), self._tz.to_wall(until)
         with self._connect("read_groups") as conn:
             groups = self._group_names(conn)
-        group_ids = tuple(gid for gid, app in groups.items() if app == business)
+        group_ids = tuple(gid for gid, app in groups.items() if app == biz_code)
         if not group_ids or lo >= hi:
             return
         retry_counts: dict[int, int] = {}

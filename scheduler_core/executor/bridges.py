@@ -5,7 +5,7 @@ params are the JSON the migrator builds (migrator/mapping.py `_params`). A team 
 rewrites the handler natively registers it under the job code, which the executor
 looks up before the handler name, so the bridge stops being used for that job.
 
-    executor = Executor(bus, domain)
+    executor = Executor(bus, biz_code)
     register_batch_center_bridge(executor, token_provider)
     xxl = register_xxl_job_bridge(executor, XxlJobBridge(access_token=..., address_provider=...))
     ...

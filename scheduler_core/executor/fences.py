@@ -41,9 +41,9 @@ class FenceView:
     def wait_synced(self, timeout: timedelta) -> bool:
         return self._feed.wait_synced(timeout)
 
-    def covering(self, business: str, scheduled_ms: int) -> Fence | None:
+    def covering(self, biz_code: str, scheduled_ms: int) -> Fence | None:
         """The fence that skips a command of `business` due at `scheduled_ms`, if any."""
-        fence = self.by_business.get(business)
+        fence = self.by_business.get(biz_code)
         return fence if fence is not None and fence.covers(scheduled_ms) else None
 
     def superseding(self, trigger_id: int, scheduled_ms: int) -> Supersede | None:
@@ -64,13 +64,13 @@ class FenceView:
         if fence is None:
             return
         with self._lock:
-            known = self.by_business.get(fence.business)
+            known = self.by_business.get(fence.biz_code)
             if known is not None and known.epoch >= fence.epoch:
                 return  # an older (or repeated) change: the later one stands
             updated = dict(self.by_business)
-            updated[fence.business] = fence
+            updated[fence.biz_code] = fence
             self.by_business = updated  # one reference swap: readers see old or new, whole
-        log.info("now following the %s", fence, extra=log_fields(business=fence.business, epoch=fence.epoch))
+        log.info("now following the %s", fence, extra=log_fields(biz_code=fence.biz_code, epoch=fence.epoch))
 
     def _on_supersede(self, edit: Supersede) -> None:
         with self._lock:

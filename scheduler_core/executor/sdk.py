@@ -1,6 +1,6 @@
 """The executor SDK.
 
-    executor = Executor(bus, domain="reminder")
+    executor = Executor(bus, biz_code="reminder")
 
     @executor.handler("send-reminder")
     def send(ctx: ExecutionContext) -> None:
@@ -8,8 +8,8 @@
 
     executor.run(stop_event)
 
-Commands arrive on the domain's topic (Shared subscription, so executors scale out:
-run more processes with the same domain to use more cores); envelopes are unpacked
+Commands arrive on the business's topic (Shared subscription, so executors scale out:
+run more processes with the same biz_code to use more cores); envelopes are unpacked
 into items; each item runs with the job's timeout and retries with back-off; results
 stay per item (succeeded / failed / timed out, attempt, message) and go to the callback
 topic, one compact entry per envelope, batched by the outbox; a message is acked only
@@ -19,7 +19,7 @@ run that is still in work here (the broker redelivering a message it already han
 or a re-fire) waits for the first copy to finish, then is answered the same way: a
 handler is never called twice at once for one command in one process.
 
-Concurrency quota: at most `concurrency` messages of the domain are in work at once
+Concurrency quota: at most `concurrency` messages of the business are in work at once
 (one semaphore step per message, not per item or per run), on `concurrency` worker
 threads; the items of one envelope, and the runs of one packed message, run one after
 another on its worker.
@@ -112,7 +112,7 @@ class Executor:
     def __init__(
         self,
         bus: MessageBus,
-        domain: str,
+        biz_code: str,
         *,
         clock: Clock | None = None,
         concurrency: int = 16,
@@ -125,7 +125,7 @@ class Executor:
         receipt_after: timedelta | None = timedelta(seconds=1),
     ) -> None:
         self.bus = bus
-        self.domain = domain
+        self.biz_code = biz_code
         self.clock = clock or SystemClock()
         self.shadow = shadow
         self.retry_backoff = retry_backoff
@@ -137,13 +137,15 @@ class Executor:
         self._quota = threading.BoundedSemaphore(concurrency)  # per-business concurrency quota
         self._inbox: queue.SimpleQueue[PackRun | None] = queue.SimpleQueue()
         self._outbox: ResultOutbox | None = None
-        self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{domain}-watchdog")
+        self._watchdog = Watchdog(self._backoff, self._take_over, f"exec-{biz_code}-watchdog")
         # a run still going `receipt_after` after its receipt is stamped received at once
         # (receipts.py); None: the times travel with the result only
         self.receipts = (
             None
             if receipt_after is None
-            else ReceiptStamps(bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{domain}-receipts")
+            else ReceiptStamps(
+                bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{biz_code}-receipts"
+            )
         )
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
         self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
@@ -168,7 +170,7 @@ class Executor:
         self._own_fences = fences is None
         self.fences = fences if fences is not None else FenceView(bus)
         try:
-            self.sub = bus.subscribe(command_topic(domain), SUBSCRIPTION)
+            self.sub = bus.subscribe(command_topic(biz_code), SUBSCRIPTION)
         except BaseException:
             if self._own_fences:
                 self.fences.close()
@@ -185,7 +187,7 @@ class Executor:
     # -- registration ----------------------------------------------------------------
 
     def handler(self, name: str | None = None) -> Callable[[Handler], Handler]:
-        """Register for a job code, or a handler name; with no name, the domain default."""
+        """Register for a job code, or a handler name; with no name, the business's default."""
 
         def register(fn: Handler) -> Handler:
             if name is None:
@@ -211,10 +213,10 @@ class Executor:
             self.sub,
             compact=self.compact_results,
             capacity=max(OUTBOX_ENVELOPES, 4 * self.concurrency),
-            name=f"exec-{self.domain}-results",
+            name=f"exec-{self.biz_code}-results",
         )
         for i in range(self.concurrency):
-            self._spawn(self._serve, f"exec-{self.domain}-{i}")
+            self._spawn(self._serve, f"exec-{self.biz_code}-{i}")
         try:
             while not stop.is_set():
                 got = self.sub.receive(batch, timedelta(milliseconds=200))
@@ -256,7 +258,7 @@ class Executor:
             elif _watched(run):
                 # on a thread of its own, so that a timeout hands the rest to a successor
                 # and this call returns once the envelope is finished, not the handler
-                self._spawn(functools.partial(self._work, run), f"exec-{self.domain}-poll")
+                self._spawn(functools.partial(self._work, run), f"exec-{self.biz_code}-poll")
                 run.wait_done()
             else:
                 self._work(run)
@@ -533,7 +535,7 @@ class Executor:
             if run.serve_after:
                 self._serve()
 
-        self._spawn(carry_on, f"exec-{self.domain}-successor")
+        self._spawn(carry_on, f"exec-{self.biz_code}-successor")
 
     def _successor_slot(self, run: EnvelopeRun, gen: int) -> None:
         """Before generation `gen` of `run` calls a handler: a spare quota step, or the
@@ -569,14 +571,14 @@ class Executor:
         )
         with self._lock:
             self.fenced += letters.count(ItemState.SKIPPED)
-            first = (fence.business, fence.epoch) not in self._fences_logged
-            self._fences_logged.add((fence.business, fence.epoch))
+            first = (fence.biz_code, fence.epoch) not in self._fences_logged
+            self._fences_logged.add((fence.biz_code, fence.epoch))
         if first:
             log.info(
                 "skipping the commands of %s scheduled in the %s",
                 env.biz_code,
                 fence,
-                extra=log_fields(business=env.biz_code, epoch=fence.epoch),
+                extra=log_fields(biz_code=env.biz_code, epoch=fence.epoch),
             )
         self._finish(run, letters, fence.message, started=False)
 
@@ -584,9 +586,10 @@ class Executor:
         """Answer a run a schedule edit superseded: skipped, never invoked (an item that
         already succeeded here keeps its success)."""
         skip = run.skip
-        letters = "".join("S" if skip is not None and idx in skip else "K" for idx, _p in run.env.items)
+        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
+        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
         with self._lock:
-            self.superseded += letters.count("K")
+            self.superseded += letters.count(skipped)
         self._finish(run, letters, edit.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
@@ -606,8 +609,8 @@ class Executor:
                 "%d command message(s) of %s handed back for redelivery: the rollback fences are not "
                 "known yet (the control channel is not in sync)",
                 self._held_since_log,
-                self.domain,
-                extra=log_fields(business=self.domain),
+                self.biz_code,
+                extra=log_fields(biz_code=self.biz_code),
             )
             self._held_logged, self._held_since_log = now, 0
         self.fences.wait_synced(HOLD_WAIT)

@@ -84,8 +84,8 @@ def fired_states_of(store: SqlTriggerStore, trigger_id: int) -> list[str]:
         return [str(r[0]) for r in conn.execute(select(fr.c.state).where(fr.c.trigger_id == trigger_id))]
 
 
-def job_domains(store: SqlTriggerStore) -> set[str]:
-    """Every business domain that has a job in the store."""
+def job_biz_codes(store: SqlTriggerStore) -> set[str]:
+    """Every business (biz_code) that has a job in the store."""
     j = store.t.job
     with store.engine.connect() as conn:
         return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}

@@ -239,7 +239,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         start: datetime,
         end: datetime,
         limit: int,
-        exclude_domains: Collection[str] = (),
+        exclude_biz_codes: Collection[str] = (),
     ) -> list[Trigger]:
         tr = self.t.trigger
         # only the columns the model is built from, as plain tuples: this is the hot read
@@ -249,8 +249,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
             .limit(max(0, limit))
         )
-        if exclude_domains:
-            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_domains)))
+        if exclude_biz_codes:
+            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
         with self._reads().connect() as conn:
             rows = conn.execute(self._from_partition(stmt, partition)).all()
         return [trigger_from_tuple(r) for r in rows]
@@ -680,18 +680,18 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     # --- rollback fences (FenceStore) -----------------------------------------------------
 
-    def raise_business_fence(self, business: str, from_ms: int, message: str) -> tuple[Fence, int]:
+    def raise_business_fence(self, biz_code: str, from_ms: int, message: str) -> tuple[Fence, int]:
         fr = self.t.fired
         now = self.clock.now_ms()
         with self.engine.begin() as conn:
-            fence = _bump_fence(conn, self.t, business, {"from_at": from_ms, "until_at": None}, now, create=True)
+            fence = _bump_fence(conn, self.t, biz_code, {"from_at": from_ms, "until_at": None}, now, create=True)
             assert fence is not None
             # Not final yet (pending, published, received): marked skipped at the rank of
             # `received`, so that an executor's final result, skipped or what really ran
             # before the fence reached it, still moves the record (forward-only updates).
             marked = conn.execute(
                 update(fr)
-                .where(fr.c.biz_code == business, fr.c.scheduled_at >= from_ms, fr.c.state_rank < FINAL_RANK)
+                .where(fr.c.biz_code == biz_code, fr.c.scheduled_at >= from_ms, fr.c.state_rank < FINAL_RANK)
                 .values(
                     state=FiredState.SKIPPED.value,
                     state_rank=PROVISIONAL_SKIP_RANK,
@@ -701,10 +701,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             ).rowcount
         return fence, max(0, marked or 0)
 
-    def lift_business_fence(self, business: str, until_ms: int) -> Fence | None:
+    def lift_business_fence(self, biz_code: str, until_ms: int) -> Fence | None:
         fr = self.t.fired
         with self.engine.begin() as conn:
-            fence = _bump_fence(conn, self.t, business, {"until_at": until_ms}, self.clock.now_ms(), create=False)
+            fence = _bump_fence(conn, self.t, biz_code, {"until_at": until_ms}, self.clock.now_ms(), create=False)
             if fence is None:
                 return None
             # records at or after the new end that only the fence called skipped: their
@@ -712,7 +712,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             conn.execute(
                 update(fr)
                 .where(
-                    fr.c.biz_code == business,
+                    fr.c.biz_code == biz_code,
                     fr.c.scheduled_at >= until_ms,
                     fr.c.state == FiredState.SKIPPED.value,
                     fr.c.state_rank == PROVISIONAL_SKIP_RANK,
@@ -721,10 +721,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             )
         return fence
 
-    def business_fence(self, business: str) -> Fence | None:
+    def business_fence(self, biz_code: str) -> Fence | None:
         bf = self.t.business_fence
         with self.engine.connect() as conn:
-            row = conn.execute(select(bf).where(bf.c.biz_code == business)).first()
+            row = conn.execute(select(bf).where(bf.c.biz_code == biz_code)).first()
         return None if row is None else _fence_of(row)
 
     def business_fences(self) -> list[Fence]:
@@ -743,27 +743,27 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
 
 def _bump_fence(
-    conn: Connection, t: Tables, business: str, values: dict[str, Any], now_ms: int, create: bool
+    conn: Connection, t: Tables, biz_code: str, values: dict[str, Any], now_ms: int, create: bool
 ) -> Fence | None:
     """epoch + 1 and the new bounds on the business's fence row (inserted at epoch 1 when
     `create`); the row as it now is, read in the same transaction (the UPDATE holds its
     lock, so no concurrent change slips in between). None: no row and not `create`."""
     bf = t.business_fence
-    bump = update(bf).where(bf.c.biz_code == business).values(epoch=bf.c.epoch + 1, updated_at=now_ms, **values)
+    bump = update(bf).where(bf.c.biz_code == biz_code).values(epoch=bf.c.epoch + 1, updated_at=now_ms, **values)
     if not conn.execute(bump).rowcount:
         if not create:
             return None
         try:
             with conn.begin_nested():  # a concurrent first raise may insert it first
-                conn.execute(insert(bf).values(biz_code=business, epoch=1, updated_at=now_ms, **values))
+                conn.execute(insert(bf).values(biz_code=biz_code, epoch=1, updated_at=now_ms, **values))
         except IntegrityError:
             conn.execute(bump)
-    return _fence_of(conn.execute(select(bf).where(bf.c.biz_code == business)).one())
+    return _fence_of(conn.execute(select(bf).where(bf.c.biz_code == biz_code)).one())
 
 
 def _fence_of(row: Any) -> Fence:
     return Fence(
-        business=row.biz_code,
+        biz_code=row.biz_code,
         from_ms=int(row.from_at),
         until_ms=None if row.until_at is None else int(row.until_at),
         epoch=int(row.epoch),

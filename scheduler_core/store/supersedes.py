@@ -37,7 +37,7 @@ class SqlSupersedes:
     # -- the edit (in the transaction that changes the trigger) ----------------------------
 
     def record_edit(
-        self, conn: Connection, trigger_id: int, business: str, effective_ms: int, new_times: Iterable[int], now_ms: int
+        self, conn: Connection, trigger_id: int, biz_code: str, effective_ms: int, new_times: Iterable[int], now_ms: int
     ) -> Supersede:
         """The schedule of `trigger_id` changed, effective `effective_ms`; `new_times` are
         the new schedule's occurrences from then up to the trigger's (new) next_fire_at.
@@ -89,7 +89,7 @@ class SqlSupersedes:
                 .values(**unskipped_values(fr))
             )
         values: dict[str, Any] = {
-            "biz_code": business,
+            "biz_code": biz_code,
             "effective_at": effective_ms,
             "skipped": json.dumps(sorted(skipped)),
             "pending": json.dumps(pending),
@@ -101,7 +101,7 @@ class SqlSupersedes:
         else:
             epoch = int(prior.epoch) + 1
             conn.execute(update(ts).where(ts.c.trigger_id == trigger_id).values(epoch=epoch, **values))
-        return Supersede(trigger_id, business, effective_ms, frozenset(skipped), tuple(pending), epoch)
+        return Supersede(trigger_id, biz_code, effective_ms, frozenset(skipped), tuple(pending), epoch)
 
     # -- the relay (SupersedeStore) --------------------------------------------------------
 
@@ -157,7 +157,7 @@ class SqlSupersedes:
 def _supersede_of(row: Any) -> Supersede:
     return Supersede(
         trigger_id=int(row.trigger_id),
-        business=row.biz_code,
+        biz_code=row.biz_code,
         effective_ms=int(row.effective_at),
         skipped_ms=frozenset(int(t) for t in json.loads(row.skipped)),
         pending_ms=tuple(int(t) for t in json.loads(row.pending)),

@@ -135,7 +135,9 @@ def _bus_opts(fn):  # type: ignore[no-untyped-def]
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
     """What every switch command (cutover, rollback, dualrun start) is told first: the
     business, the store, its legacy database and zones, and who is switching."""
-    for opt in reversed((click.argument("business"), store_url, legacy_opt, legacy_zone_options, actor_opt)):
+    for opt in reversed(
+        (click.argument("biz_code", metavar="BUSINESS"), store_url, legacy_opt, legacy_zone_options, actor_opt)
+    ):
         fn = opt(fn)
     return fn
 
@@ -144,7 +146,7 @@ def _emit(report: SwitchReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), default=str))
         return
-    click.echo(f"{report.business}: {report.from_state} -> {report.to_state}" + (" (FORCED)" if report.forced else ""))
+    click.echo(f"{report.biz_code}: {report.from_state} -> {report.to_state}" + (" (FORCED)" if report.forced else ""))
     for k, v in (
         ("activated", report.activated),
         ("deactivated", report.deactivated),
@@ -194,7 +196,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
     help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
     "Without it the legacy side is inferred from the store.",
 )
-@click.option("--business", "businesses", multiple=True, help="Only these businesses (repeatable).")
+@click.option("--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable).")
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job and the side that fires it.")
 @click.option(
     "--check",
@@ -205,7 +207,7 @@ def _refused(fn):  # type: ignore[no-untyped-def]
 @json_opt
 @cli_errors
 def status(
-    url: str, legacy_urls: tuple[str, ...], businesses: tuple[str, ...], show_jobs: bool, check: bool, as_json: bool
+    url: str, legacy_urls: tuple[str, ...], biz_codes: tuple[str, ...], show_jobs: bool, check: bool, as_json: bool
 ) -> None:
     """Every business's state, its last verdict, and per job which side fires it."""
     from dualrun.verdict_store import latest_by_business
@@ -217,15 +219,15 @@ def status(
         records = {r.biz_code: r for r in BusinessRegistry(own).all()}
         verdicts = latest_by_business(dualrun_store(store))
         owned = ownership(
-            store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(businesses) or None
+            store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
         )
     finally:
         store.engine.dispose()
     rows = []
     problems = 0
     for bo in owned:
-        r = records[bo.business]
-        v = verdicts.get(bo.business)
+        r = records[bo.biz_code]
+        v = verdicts.get(bo.biz_code)
         problems += len(bo.problems)
         rows.append(
             {
@@ -291,7 +293,7 @@ def status(
 @cli_errors
 @_refused
 def cutover(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -307,14 +309,14 @@ def cutover(
     and the change stream following it is caught up)."""
     with _switch(
         url,
-        business,
+        biz_code,
         legacy_url,
         legacy_zones,
         max_verdict_age,
         stream_wait_s=stream_wait,
         stream_max_pending=stream_max_pending,
     ) as sw:
-        _emit(sw.cutover(business, actor=actor, reason=reason, force=force), as_json)
+        _emit(sw.cutover(biz_code, actor=actor, reason=reason, force=force), as_json)
 
 
 @click.command("rollback")
@@ -325,7 +327,7 @@ def cutover(
 @cli_errors
 @_refused
 def rollback(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -340,8 +342,8 @@ def rollback(
     every command of the business at or after F, and legacy fires from F on. Refused
     (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
     could not be handed back (each one named)."""
-    with bus_args.opened() as bus, _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
-        report = sw.rollback(business, actor=actor, reason=reason)
+    with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+        report = sw.rollback(biz_code, actor=actor, reason=reason)
     _emit(report, as_json)
     if not report.ok:
         # never a success on a hand-over that left jobs behind: each is named above
@@ -357,7 +359,7 @@ def rollback(
 @cli_errors
 @_refused
 def dualrun_start(
-    business: str,
+    biz_code: str,
     url: str,
     legacy_url: str,
     legacy_zones: LegacyZones,
@@ -369,5 +371,5 @@ def dualrun_start(
 ) -> None:
     """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
-    with bus_args.opened() as bus, _switch(url, business, legacy_url, legacy_zones, bus=bus) as sw:
-        _emit(sw.start_dual_run(business, shadow=shadow, actor=actor, reason=reason), as_json)
+    with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
+        _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)

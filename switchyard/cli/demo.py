@@ -62,7 +62,7 @@ def demo(workdir: Path, as_json: bool) -> None:
     for b in result.businesses:
         checked = b.switched != ""
         table.add_row(
-            b.business,
+            b.biz_code,
             b.source,
             b.state,
             b.verdict,
@@ -77,9 +77,9 @@ def demo(workdir: Path, as_json: bool) -> None:
     console.print(table)
     for b in result.businesses:
         if b.reasons:
-            console.print(f"[bold]{b.business}[/bold] {b.verdict}: " + "; ".join(b.reasons[:3]))
+            console.print(f"[bold]{b.biz_code}[/bold] {b.verdict}: " + "; ".join(b.reasons[:3]))
         for w in b.warnings:
-            console.print(f"[bold]{b.business}[/bold] warning: {w}")
+            console.print(f"[bold]{b.biz_code}[/bold] warning: {w}")
     rb = result.rollback
     if rb.fence_at:
         click.echo(

@@ -132,33 +132,33 @@ class Sources:
             self.readers[source] = open_reader(source, self.legacy_url, self.legacy_tz)
         return self.readers[source]
 
-    def settings_for(self, business: str) -> CompareSettings:
-        thresholds = override(thresholds_from_mapping(self.settings_file, business), self.overrides)
+    def settings_for(self, biz_code: str) -> CompareSettings:
+        thresholds = override(thresholds_from_mapping(self.settings_file, biz_code), self.overrides)
         return replace(self.base, thresholds=thresholds)
 
     def compare(
         self,
-        business: str,
+        biz_code: str,
         *,
         since: str | None = None,
         until: str | None = None,
-        legacy_business: str | None = None,
+        legacy_biz_code: str | None = None,
         shadow: bool | None = None,
     ) -> tuple[Comparison, int]:
         now = self.store.clock.now()
-        settings = self.settings_for(business)
+        settings = self.settings_for(biz_code)
         window = default_window(now, settings.window, parse_when(since, now), parse_when(until, now))
         request = CompareRequest(
-            business=business, window=window, source=self.source, legacy_business=legacy_business, shadow=shadow
+            biz_code=biz_code, window=window, source=self.source, legacy_biz_code=legacy_biz_code, shadow=shadow
         )
-        source = self.source or _stored_source(self.own, business)
+        source = self.source or _stored_source(self.own, biz_code)
         result = compare_business(
             self.store, self.own, self.reader(source), request, settings=settings, now=now, probe=self.probe
         )
-        result = replace(result, stream=self.stream_state(business, source, now))
+        result = replace(result, stream=self.stream_state(biz_code, source, now))
         return result, put_comparison(self.own, result)
 
-    def stream_state(self, business: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
+    def stream_state(self, biz_code: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
         """The business's change stream now (no waiting), as the cutover gate will judge it;
         None when no stream follows it or the legacy database has no binlog."""
         legacy = make_engine(self.legacy_url)
@@ -169,7 +169,7 @@ class Sources:
             if check is None:
                 return None
             check.wait = timedelta(0)
-            state = check.check(business, source.value)
+            state = check.check(biz_code, source.value)
         finally:
             legacy.dispose()
         return (
@@ -181,11 +181,11 @@ class Sources:
         )
 
 
-def _stored_source(own: DualRunStore, business: str) -> SourceSystem:
+def _stored_source(own: DualRunStore, biz_code: str) -> SourceSystem:
     for info in fetch_businesses(own):
-        if info.biz_code == business:
+        if info.biz_code == biz_code:
             return SourceSystem(info.source_system)
-    raise NoSourceSystem(business)
+    raise NoSourceSystem(biz_code)
 
 
 def _load_thresholds(path: str | None) -> dict[str, Any]:
@@ -319,7 +319,7 @@ def _sources(
 
 def render_text(c: Comparison, comparison_id: int) -> str:
     head = (
-        f"{c.business}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
+        f"{c.biz_code}: {'READY' if c.is_ready else 'NOT READY'} ({c.source}, {c.mode.value}, "
         f"{iso(c.window.start)} .. {iso(c.window.end)}; comparison #{comparison_id})"
     )
     lines = [head, *(f"  - {r}" for r in c.reasons), *(f"  ! {w}" for w in c.warnings)]
@@ -341,8 +341,13 @@ def dualrun() -> None:
 
 
 @dualrun.command("compare", epilog=EPILOG)
-@click.option("--business", required=True, help="Business code (the new side's biz_code).")
-@click.option("--legacy-business", default=None, help="The business's name on the legacy side, when it differs.")
+@click.option("--business", "biz_code", required=True, help="The business (its biz_code on the new side).")
+@click.option(
+    "--legacy-business",
+    "legacy_biz_code",
+    default=None,
+    help="The business's name on the legacy side, when it differs.",
+)
 @click.option("--since", default=None, help="Window start: ISO-8601 or a duration ago (2h). Default: --window ago.")
 @click.option("--until", default=None, help="Window end: ISO-8601 or a duration ago. Default: now.")
 @click.option("--shadow/--no-shadow", default=None, help="Override the business's shadow flag in the store.")
@@ -351,8 +356,8 @@ def dualrun() -> None:
 @cli_errors
 @domain_errors
 def compare_cmd(
-    business: str,
-    legacy_business: str | None,
+    biz_code: str,
+    legacy_biz_code: str | None,
     since: str | None,
     until: str | None,
     shadow: bool | None,
@@ -363,7 +368,7 @@ def compare_cmd(
     sources = _sources(**source_kw)
     try:
         result, cid = sources.compare(
-            business, since=since, until=until, legacy_business=legacy_business, shadow=shadow
+            biz_code, since=since, until=until, legacy_biz_code=legacy_biz_code, shadow=shadow
         )
     finally:
         sources.store.engine.dispose()
@@ -383,7 +388,7 @@ def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # 
     def add(fn):  # type: ignore[no-untyped-def]
         for opt in reversed(
             (
-                click.option("--business", "businesses", multiple=True, help=business_help),
+                click.option("--business", "biz_codes", multiple=True, help=business_help),
                 click.option("--every", default="1m", show_default=True, callback=_duration, help=every_help),
                 click.option("--max-runs", type=click.IntRange(1), default=None, help=max_runs_help),
             )
@@ -412,13 +417,13 @@ def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # 
 @cli_errors
 @domain_errors
 def watch_cmd(
-    businesses: Sequence[str], every: timedelta, max_runs: int | None, grace: timedelta, as_json: bool, **source_kw: Any
+    biz_codes: Sequence[str], every: timedelta, max_runs: int | None, grace: timedelta, as_json: bool, **source_kw: Any
 ) -> None:
     """Compare on a schedule and store the series, until SIGTERM (or --max-runs)."""
     from switchyard.cli.signals import stop_event
 
     sources = _sources(**source_kw)
-    names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
+    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
     # an unreachable legacy database is a one-line error at start (exit 3), not a series
@@ -449,15 +454,15 @@ def watch_cmd(
     sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
 
 
-def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
-    result, cid = sources.compare(business)
+def _watch_one(sources: Sources, biz_code: str, as_json: bool) -> Comparison:
+    result, cid = sources.compare(biz_code)
     if as_json:
         click.echo(
             redact(
                 json.dumps(
                     {
                         "comparison_id": cid,
-                        "business": business,
+                        "business": biz_code,
                         "verdict": result.verdict.value,
                         "computed_at": iso(result.computed_at),
                         "reasons": list(result.reasons),
@@ -470,7 +475,7 @@ def _watch_one(sources: Sources, business: str, as_json: bool) -> Comparison:
     else:
         click.echo(
             redact(
-                f"{iso(result.computed_at)} {business} {result.verdict.value} (comparison #{cid})"
+                f"{iso(result.computed_at)} {biz_code} {result.verdict.value} (comparison #{cid})"
                 + "".join(f"\n  - {r}" for r in result.reasons)
                 + "".join(f"\n  ! {w}" for w in result.warnings)
             )
@@ -523,7 +528,7 @@ failed); 2 bad arguments; 3 a database unreachable.""",
 @cli_errors
 @domain_errors
 def watch_cutover_cmd(
-    businesses: Sequence[str],
+    biz_codes: Sequence[str],
     every: timedelta,
     max_runs: int | None,
     lookback: timedelta | None,
@@ -557,7 +562,7 @@ def watch_cutover_cmd(
         readers={},
     )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
-    names = list(businesses) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
+    names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)
     for name in names:  # a business never cut over is a wrong argument, said before the watch starts

@@ -1,4 +1,4 @@
-"""`switchyard executor run --domain D (--handlers MODULE | --bridge xxl-job | --bridge batch-center)`.
+"""`switchyard executor run --business B (--handlers MODULE | --bridge xxl-job | --bridge batch-center)`.
 
 With `--bridge`, a migrated business dual-runs with no code of its own: its jobs' handler
 names (`xxl-job-bridge`, `batch-center-bridge`) are served by the legacy bridges, which
@@ -31,7 +31,7 @@ DEFAULT_XXL_LISTEN = "127.0.0.1:9300"
 
 @click.group()
 def executor() -> None:
-    """Run handlers for a business domain."""
+    """Run handlers for a business."""
 
 
 def _host_port(value: str, option: str) -> tuple[str, int]:
@@ -183,7 +183,7 @@ class Bridges:
     help="Python module with `register(executor)` or a `HANDLERS = {job_code: fn}` mapping.",
 )
 @bridge_choice
-@click.option("--domain", required=True, help="Business domain whose command topic to consume.")
+@click.option("--business", "biz_code", required=True, help="The biz_code whose command topic to consume.")
 @bus_url
 @pulsar_admin
 @pulsar_token
@@ -203,7 +203,7 @@ class Bridges:
 def run_cmd(
     module_name: str | None,
     bridges: tuple[str, ...],
-    domain: str,
+    biz_code: str,
     bus_url: str,
     pulsar_admin: str | None,
     pulsar_token_env: str,
@@ -230,7 +230,7 @@ def run_cmd(
             bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix
         )
         closers.append(bus.close)
-        ex = Executor(bus, domain, concurrency=concurrency, shadow=shadow)
+        ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow)
         legacy.register(ex)
         if module_name:
             try:
@@ -238,7 +238,9 @@ def run_cmd(
             except ValueError as exc:
                 raise CliFailure(str(exc), exitcodes.USAGE) from None
         stop = stop_event()
-        log.info("executor for %s running%s (concurrency %d)", domain, " in shadow mode" if shadow else "", concurrency)
+        log.info(
+            "executor for %s running%s (concurrency %d)", biz_code, " in shadow mode" if shadow else "", concurrency
+        )
         try:
             ex.run(stop)
         finally:

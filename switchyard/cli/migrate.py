@@ -37,7 +37,9 @@ legacy_url = click.option("--legacy-url", required=True, help="URL of the legacy
 target_url = click.option(
     "--target-url", default=default_store_url, show_default="$SWITCHYARD_URL", help="URL of the Switchyard store."
 )
-business_opt = click.option("--business", "businesses", multiple=True, help="Business code (repeatable; default all).")
+business_opt = click.option(
+    "--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable; default all)."
+)
 tz_opt = click.option(
     "--legacy-tz",
     default=None,
@@ -85,7 +87,7 @@ class DefinitionArgs:
     source: str
     legacy_url: str
     target_url: str
-    businesses: Sequence[str]
+    biz_codes: Sequence[str]
     zones: LegacyZones
     xxl_job_version: str | None
     bridge_glue: bool
@@ -152,7 +154,7 @@ def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> N
         click.echo(f"  note: {note}")
     for row in summary.rows:
         if row.action is Action.QUARANTINE:
-            click.echo(f"  quarantine {row.source}:{row.source_key} ({row.business}) field {row.field}: {row.reason}")
+            click.echo(f"  quarantine {row.source}:{row.source_key} ({row.biz_code}) field {row.field}: {row.reason}")
         elif row.action is not Action.UNCHANGED:
             click.echo(f"  {row.action.value:<9} {row.source}:{row.source_key} -> {row.job_code}")
 
@@ -170,7 +172,7 @@ def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
     three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
     nothing."""
-    businesses, zones = defs.businesses, defs.zones
+    businesses, zones = defs.biz_codes, defs.zones
     legacy = make_engine(defs.legacy_url)
     store = open_store(defs.target_url)
     try:
@@ -213,7 +215,7 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
     for p in previews:
         utc = ", ".join(f.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") for f in p.fires)
         local = ", ".join(f.strftime("%Y-%m-%d %H:%M:%S%z") for f in p.fires)
-        click.echo(f"  {p.source_key} ({p.business}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
+        click.echo(f"  {p.source_key} ({p.biz_code}) {p.cron!r}: UTC {utc or '(none)'} | {p.zone} {local or '(none)'}")
         if p.legacy_next_matches is False and p.legacy_next is not None:
             legacy = p.legacy_next.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
             click.echo(
@@ -228,7 +230,7 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
 @cli_errors
 def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
-    businesses = defs.businesses
+    businesses = defs.biz_codes
     legacy = make_engine(defs.legacy_url)
     store = open_store(defs.target_url)
     try:
@@ -275,12 +277,12 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
 @business_opt
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
-def quarantine_cmd(target_url: str, businesses: Sequence[str], as_json: bool) -> None:
+def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> None:
     """Rows that could not be migrated, with the field and the reason."""
     store = open_store(target_url)
     try:
         writer = target_writer(store)
-        wanted: list[str | None] = [*businesses] or [None]
+        wanted: list[str | None] = [*biz_codes] or [None]
         rows = [r for b in wanted for r in writer.quarantined(b)]
     finally:
         store.engine.dispose()
@@ -372,7 +374,7 @@ def stream_cmd(
     from switchyard.cli.signals import stop_event
 
     configure_logging(log_level, log_format)
-    source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.businesses, defs.zones
+    source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.biz_codes, defs.zones
     legacy = make_engine(legacy_url)
     store = open_store(defs.target_url)
     stop = stop_event()
@@ -388,7 +390,7 @@ def stream_cmd(
             writer=writer,
             migrator=Migrator(reader, writer, store.clock, defs.mapping_options()),
             stream_id=stream_id,
-            businesses=set(businesses) or None,
+            biz_codes=set(businesses) or None,
             after_commit=after,
         )
         system = SourceSystem(source)

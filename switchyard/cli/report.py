@@ -27,7 +27,7 @@ Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unre
 
 
 @click.command(epilog=EPILOG)
-@click.argument("business", required=False)
+@click.argument("biz_code", metavar="BUSINESS", required=False)
 @click.option("--overview", is_flag=True, help="Every business with its cutover state and latest verdict.")
 @click.option(
     "--format",
@@ -55,7 +55,7 @@ Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unre
 @store_url
 @cli_errors
 def report(
-    business: str | None,
+    biz_code: str | None,
     overview: bool,
     fmt: str | None,
     out: Path,
@@ -64,7 +64,7 @@ def report(
     url: str,
 ) -> None:
     """Write the dual-run report of BUSINESS, or the --overview page."""
-    if overview == (business is not None):
+    if overview == (biz_code is not None):
         raise click.UsageError("give either a BUSINESS or --overview")
     store = open_store(url)
     try:
@@ -73,7 +73,7 @@ def report(
         model = (
             load_overview(own, now=now, reports_dir=out.parent)
             if overview
-            else load_report(own, business or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
+            else load_report(own, biz_code or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
         )
         path = write_report(model.content(), format_for(out, fmt), out)
     except NoComparison as exc:

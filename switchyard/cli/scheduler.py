@@ -273,7 +273,7 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def stats_cmd(url: str, since: float, as_json: bool) -> None:
-    """Trigger states and per-domain fire-time lag percentiles from fired records."""
+    """Trigger states and per-business fire-time lag percentiles from fired records."""
     store = open_store(url)
     try:
         now = store.clock.now()
@@ -281,19 +281,19 @@ def stats_cmd(url: str, since: float, as_json: bool) -> None:
         states: dict[str, int] = {}
         for t in store.triggers_of():
             states[t.state.value] = states.get(t.state.value, 0) + 1
-        domains = lag_stats(records)
+        biz_codes = lag_stats(records)
         epoch = store.current_epoch()
     finally:
         store.engine.dispose()
-    body = {"epoch": epoch, "triggers": states, "domains": [d.as_dict() for d in domains.values()]}
+    body = {"epoch": epoch, "triggers": states, "businesses": [d.as_dict() for d in biz_codes.values()]}
     if as_json:
         click.echo(json.dumps(body))
         return
     click.echo(f"leader epoch {epoch}; triggers {states}")
-    for d in domains.values():
+    for d in biz_codes.values():
         lag = d.received_lag_s
         fmt = lambda v: "-" if v is None else f"{v:.3f}s"  # noqa: E731
         click.echo(
-            f"  {d.domain:<20} {d.commands:>8} cmds  lag p50 {fmt(lag.get('p50'))} p99 {fmt(lag.get('p99'))} "
+            f"  {d.biz_code:<20} {d.commands:>8} cmds  lag p50 {fmt(lag.get('p50'))} p99 {fmt(lag.get('p99'))} "
             f"max {fmt(lag.get('max'))}  {dict(d.states)}"
         )

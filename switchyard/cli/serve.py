@@ -38,14 +38,14 @@ log = logging.getLogger(__name__)
 @bridge_choice
 @bridge_options
 @click.option(
-    "--domain",
-    "domains",
+    "--business",
+    "biz_codes",
     multiple=True,
-    help="Run executors for these business domains only (repeatable); default: every domain in the "
+    help="Run executors for these businesses only (biz_code, repeatable); default: every business in the "
     "store, looked for again every few seconds.",
 )
 @click.option(
-    "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per domain."
+    "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per business."
 )
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
 @click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
@@ -66,7 +66,7 @@ def serve(
     url: str,
     modules: tuple[str, ...],
     bridges: tuple[str, ...],
-    domains: tuple[str, ...],
+    biz_codes: tuple[str, ...],
     concurrency: int,
     name: str,
     lookahead: float,
@@ -99,7 +99,7 @@ def serve(
             raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
     legacy = Bridges(bridges, bridge_settings)
     settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
-    center = EmbeddedCenter(store, settings, register, name=name, domains=domains, concurrency=concurrency)
+    center = EmbeddedCenter(store, settings, register, name=name, biz_codes=biz_codes, concurrency=concurrency)
     if metrics_port:
         center.metrics.serve(metrics_port)
     console_server = None

@@ -24,12 +24,12 @@ def trigger() -> None:
     """Pause, resume or cancel triggers (through the scheduler's own CAS)."""
 
 
-def _select(store: TriggerStore, ids: tuple[int, ...], job: str | None, business: str | None) -> list[TriggerId]:
+def _select(store: TriggerStore, ids: tuple[int, ...], job: str | None, biz_code: str | None) -> list[TriggerId]:
     chosen = [TriggerId(i) for i in ids]
-    if job or business:
+    if job or biz_code:
         chosen += [
             t.id
-            for t in store.triggers_of(biz_code=business, job_code=JobCode(job) if job else None)
+            for t in store.triggers_of(biz_code=biz_code, job_code=JobCode(job) if job else None)
             if t.id is not None
         ]
     if not chosen:
@@ -41,7 +41,7 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
     @click.command(action)
     @click.argument("ids", nargs=-1, type=int)
     @click.option("--job", default=None)
-    @click.option("--business", default=None)
+    @click.option("--business", "biz_code", default=None, help="Only this business (its biz_code).")
     @store_url
     @click.option(
         "--reason",
@@ -53,12 +53,12 @@ def _command(action: str, fn: Callable[[TriggerStore, list[TriggerId]], operatio
     @click.option("--json", "as_json", is_flag=True)
     @cli_errors
     def cmd(
-        ids: tuple[int, ...], job: str | None, business: str | None, url: str, reason: str, actor: str, as_json: bool
+        ids: tuple[int, ...], job: str | None, biz_code: str | None, url: str, reason: str, actor: str, as_json: bool
     ) -> None:
         store = open_store(url)
         try:
             own = migrator_store(store)
-            guard = guard_trigger_operation(store, own, action, _select(store, ids, job, business), reason)
+            guard = guard_trigger_operation(store, own, action, _select(store, ids, job, biz_code), reason)
             report = fn(store, guard.allowed) if guard.allowed else operations.OperationReport(action)
             registry = BusinessRegistry(own)
             for biz, tids in guard.audited.items():

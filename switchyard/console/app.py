@@ -62,7 +62,7 @@ def _failure(exc: BaseException) -> Failure:
         return exc
     exc = as_store_error(exc)  # a driver error from a read that is not behind the store's port yet
     if isinstance(exc, data.UnknownBusiness):
-        return Failure(404, "Unknown business", f"No business {exc.business!r} in the store.")
+        return Failure(404, "Unknown business", f"No business {exc.biz_code!r} in the store.")
     if isinstance(exc, NoComparison):
         return Failure(
             404,

@@ -34,9 +34,9 @@ from switchyard.wiring import dualrun_store, migrator_store
 
 
 class UnknownBusiness(LookupError):
-    def __init__(self, business: str) -> None:
-        super().__init__(f"no business {business!r} in the store")
-        self.business = business
+    def __init__(self, biz_code: str) -> None:
+        super().__init__(f"no business {biz_code!r} in the store")
+        self.biz_code = biz_code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +152,7 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
     verdicts = latest_by_business(src.dualrun)
     out = []
     for bo in ownership(src.store, src.migrator, src.legacy_live):
-        r = records[bo.business]
+        r = records[bo.biz_code]
         out.append(
             {
                 "business": r.biz_code,
@@ -262,14 +262,14 @@ def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
 
 
 def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
-    """Per-domain fire-time lag percentiles from the fired records of the last window."""
+    """Per-business fire-time lag percentiles from the fired records of the last window."""
     span = window or src.lag_window
     now = src.now()
     records = src.store.fired_between(None, now - span, now)
     return redact_tree(
         {
             "window_s": span.total_seconds(),
-            "domains": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.domain)],
+            "businesses": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.biz_code)],
         }
     )
 

@@ -51,7 +51,7 @@ def test_deliver_at_is_honoured(bus: MessageBus) -> None:
     assert received.message.properties.get("job_code") == "j1"
 
 
-def test_one_topic_per_domain_and_a_separate_callback_topic(bus: MessageBus) -> None:
+def test_one_topic_per_business_and_a_separate_callback_topic(bus: MessageBus) -> None:
     a = bus.subscribe(command_topic("biz-a"), "executor")
     b = bus.subscribe(command_topic("biz-b"), "executor")
     cb = bus.subscribe(CALLBACK_TOPIC, "scheduler")

@@ -70,7 +70,7 @@ def executor_args(biz: str, bus: str, prefix: str, concurrency: int, *more: str)
     return [
         "executor",
         "run",
-        "--domain",
+        "--business",
         biz,
         "--bus",
         bus,

@@ -83,7 +83,7 @@ def _assert_same(reader: LegacyReader, images: dict[str, dict[str, Any]]) -> lis
         via_sql, via_image = by_sql[key], decode(image)
         assert via_image == via_sql, key  # every field, raw row and problems included
         assert via_image.digest and via_image.digest == via_sql.digest
-        biz = businesses.get(via_sql.business)
+        biz = businesses.get(via_sql.biz_code)
         assert source_digest(via_image, biz, options) == source_digest(via_sql, biz, options)
         assert map_definition(via_image, biz, NOW, options) == map_definition(via_sql, biz, NOW, options)
     # the digest the server computes for an unchanged re-run is the same one (rows without
@@ -91,7 +91,7 @@ def _assert_same(reader: LegacyReader, images: dict[str, dict[str, Any]]) -> lis
     served = {d.source_key: d for d in reader.content_digests()}  # type: ignore[attr-defined]
     clean = [d for d in by_sql.values() if not d.problems]
     assert clean and all(served[d.source_key].digest == d.digest for d in clean)
-    assert all(served[d.source_key].business == d.business for d in by_sql.values())
+    assert all(served[d.source_key].biz_code == d.biz_code for d in by_sql.values())
     assert all(served[d.source_key].broadcast == d.broadcast for d in clean)  # its digest counts the executors
     # the stream's cheap digest of an image (no mapping) is the mapped definition's for every
     # row without problems (a row with problems is quarantined and digested over all its
@@ -99,10 +99,10 @@ def _assert_same(reader: LegacyReader, images: dict[str, dict[str, Any]]) -> lis
     digest_of = reader.image_digester()  # type: ignore[attr-defined]
     for d in clean:
         cd = digest_of(images[d.source_key])
-        assert cd is not None and (cd.source_key, cd.digest, cd.business, cd.broadcast) == (
+        assert cd is not None and (cd.source_key, cd.digest, cd.biz_code, cd.broadcast) == (
             d.source_key,
             d.digest,
-            d.business,
+            d.biz_code,
             d.broadcast,
         ), d.source_key
     return list(by_sql.values())

@@ -83,7 +83,7 @@ def _failover(st: SqlTriggerStore, url: str, tmp_path: Path, s1_published: bool)
     writer = TargetWriter(st, migrator_store(st))
 
     def write(cron: str, action: Action) -> None:
-        writer.apply([cron_write(cron, action, first, business=BIZ, job_code="quick", handler="quick")])
+        writer.apply([cron_write(cron, action, first, biz_code=BIZ, job_code="quick", handler="quick")])
 
     write("0/10 * * * * ?", Action.CREATE)
     (trig,) = st.triggers_of(biz_code=BIZ)

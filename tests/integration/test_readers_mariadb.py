@@ -61,11 +61,11 @@ def test_each_lineage_from_its_sql_file_is_detected_seeded_and_read(engine: Engi
     }
     # live executors come from the registry by the server's clock, never the dead ones
     businesses = reader.businesses()
-    assert [b.biz_code for b in businesses] == list(summary.businesses)
+    assert [b.biz_code for b in businesses] == list(summary.biz_codes)
     assert all(b.executor_addresses and not any("254.254" in a for a in b.executor_addresses) for b in businesses)
     assert all(bool(b.access_token) is (lineage == "master") for b in businesses)
     # and every log row of the window is read, per business
-    for biz in summary.businesses:
+    for biz in summary.biz_codes:
         runs = list(reader.executions(biz, *WINDOW))
         assert len(runs) == summary.executions_by_business.get(biz, 0)
         assert all(WINDOW[0] <= r.triggered_at < WINDOW[1] for r in runs)  # type: ignore[operator]
@@ -157,7 +157,7 @@ def test_batch_center_ddl_seed_read_and_flags_on_the_server(engine: Engine) -> N
     assert {d.source_key: [p.field for p in d.problems] for d in defs if d.problems} == {
         k: [f] for k, f in summary.bad_keys.items()
     }
-    for biz in summary.businesses:
+    for biz in summary.biz_codes:
         assert sum(1 for _ in reader.executions(biz, *WINDOW)) == summary.executions_by_business.get(biz, 0)
     # When the documented flags are used
     waiting = [d for d in defs if d.ok and d.status == "WAITING"][:3]
@@ -176,7 +176,7 @@ def test_batch_center_ddl_seed_read_and_flags_on_the_server(engine: Engine) -> N
         assert now is not None and now.migrated_flag and now.status == "WAITING" and now.next_fire_at == due
         assert now.version == (d.version or 0) + 3
         assert now.raw["update_time"] != "2000-01-01 00:00:00"
-    biz = summary.businesses[0]
+    biz = summary.biz_codes[0]
     assert set_business_enabled(engine, [biz], False) == (biz,)
     assert not {b.biz_code: b for b in reader.businesses()}[biz].enabled
 

@@ -43,7 +43,7 @@ _NOT_RUN_YET = (FiredState.PENDING, FiredState.PUBLISHED)
 
 
 def _write(cron: str, action: Action, first: datetime) -> Write:
-    return cron_write(cron, action, first, business=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
+    return cron_write(cron, action, first, biz_code=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
 
 
 def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:

@@ -151,7 +151,7 @@ def test_runs_of_one_job_due_together_travel_packed_and_each_gets_its_result(sta
 
     sched = _run_until(store, bus, etcd, [ex], lambda: len(ran) >= 60)
     assert ran == {t.id for t in triggers}
-    published = sched.metrics.published.labels(domain="hot")._value.get()  # type: ignore[attr-defined]
+    published = sched.metrics.published.labels(biz_code="hot")._value.get()  # type: ignore[attr-defined]
     assert published < 60, f"{published:.0f} messages for 60 one-item runs: nothing was packed"
     records = store.fired_between("hot", t0 - timedelta(seconds=1), t0 + timedelta(minutes=1))
     assert len(records) == 60 and all(r.state is FiredState.SUCCEEDED for r in records)

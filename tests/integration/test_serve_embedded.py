@@ -1,5 +1,5 @@
 """`switchyard serve` end to end, as an operator runs it: a subprocess on SQLite with the
-in-process bus. One-shot, cron and fan-out jobs run, results are recorded, a domain added
+in-process bus. One-shot, cron and fan-out jobs run, results are recorded, a business added
 while it runs gets an executor, the metrics and the console answer; SIGTERM and a start
 again lose nothing: a one-shot published ahead before the stop runs after the restart,
 the cron occurrences missed while it was down run, and no run happens twice."""
@@ -144,7 +144,7 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
         lambda: jobs()["once"] == 1 and jobs()["fan"] == 12 and jobs()["tick"] >= 3,
         proc,
     )
-    # a domain added while it runs gets its executor
+    # a business added while it runs gets its executor
     store.put_job(Job(job_code=JobCode("gamma-job"), biz_code="gamma", handler="h"))
     store.add_triggers(
         [
@@ -156,13 +156,13 @@ def test_serve_runs_everything_in_one_process_and_a_restart_loses_nothing(tmp_pa
             )
         ]
     )
-    _until("the new domain's job", lambda: jobs()["gamma-job"] == 1, proc)
+    _until("the new business's job", lambda: jobs()["gamma-job"] == 1, proc)
     # the same metrics as the distributed scheduler, and the console
     text = _get(f"http://127.0.0.1:{metrics}/")
-    assert "switchyard_is_leader 1.0" in text and 'switchyard_commands_published_total{domain="beta"}' in text
+    assert "switchyard_is_leader 1.0" in text and 'switchyard_commands_published_total{biz_code="beta"}' in text
     sched = json.loads(_get(f"http://127.0.0.1:{console}/api/scheduler"))
     assert sched["leader"] == "serve-test" and sched["members"][0]["reachable"]
-    lag = {d["domain"]: d for d in json.loads(_get(f"http://127.0.0.1:{console}/api/lag"))["domains"]}
+    lag = {d["biz_code"]: d for d in json.loads(_get(f"http://127.0.0.1:{console}/api/lag"))["businesses"]}
     assert lag["alpha"]["received_lag_s"]["p50"] is not None
     assert "later" not in jobs() and jobs()["fan"] == 12
     assert _stop(proc) == 0, out.read_text()[-3000:]

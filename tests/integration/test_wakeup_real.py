@@ -86,12 +86,12 @@ def _wait(cond: Callable[[], bool], bound_s: float = BOUND_S) -> bool:
 
 
 class Lags:
-    """An executor of the test's domain recording handler start minus T per trigger."""
+    """An executor of the test's business recording handler start minus T per trigger."""
 
-    def __init__(self, bus: PulsarBus, domain: str) -> None:
+    def __init__(self, bus: PulsarBus, biz_code: str) -> None:
         self.lags: dict[int, float] = {}
         self._lock = threading.Lock()
-        self.executor = Executor(bus, domain)
+        self.executor = Executor(bus, biz_code)
         self.stop = threading.Event()
 
         @self.executor.handler()

@@ -46,7 +46,7 @@ from switchyard.wiring import dualrun_store, migrator_store
 
 
 class AlwaysReady:
-    def decision(self, business: str):  # type: ignore[no-untyped-def]
+    def decision(self, biz_code: str):  # type: ignore[no-untyped-def]
         from migrator.ports import GateDecision
 
         return GateDecision(ready=True, comparison_id=1, computed_at=None)

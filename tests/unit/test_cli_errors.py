@@ -115,8 +115,8 @@ def _migrate(verb: str, source: str, legacy_url: str, target_url: str, *more: st
     return ["migrate", verb, "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
 
 
-def _dualrun(command: str, url: str, legacy_url: str, *more: str, business: str = BIZ) -> list[str]:
-    return ["dualrun", command, "--business", business, "--url", url, "--legacy-url", legacy_url, *more]
+def _dualrun(command: str, url: str, legacy_url: str, *more: str, biz_code: str = BIZ) -> list[str]:
+    return ["dualrun", command, "--business", biz_code, "--url", url, "--legacy-url", legacy_url, *more]
 
 
 IN_PROCESS: list[tuple[str, list[str], int]] = [
@@ -139,7 +139,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-stream-server-id-0", _migrate("stream", "batch-center", "{legacy}", "{ok}", "--server-id", "0"), USAGE),
     ("scheduler-run-ttl-too-small", ["scheduler", "run", "--url", "{ok}", "--lease-ttl", "1"], USAGE),
     ("scheduler-stats-negative-since", ["scheduler", "stats", "--url", "{ok}", "--since", "-1"], USAGE),
-    ("executor-run-missing-handlers", ["executor", "run", "--domain", "d"], USAGE),
+    ("executor-run-missing-handlers", ["executor", "run", "--business", "d"], USAGE),
     ("console-beyond-loopback-without-token", ["console", "--url", "{ok}", "--bind", "0.0.0.0"], USAGE),
     ("console-port-0", ["console", "--url", "{ok}", "--port", "0"], USAGE),
     ("serve-missing-handlers", ["serve", "--url", "{ok}"], USAGE),
@@ -155,7 +155,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("dualrun-compare-missing-business", ["dualrun", "compare", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
     ("dualrun-compare-bad-since", _dualrun("compare", "{ok}", "{legacy}", "--since", "notatime"), USAGE),
     ("dualrun-compare-bad-window", _dualrun("compare", "{ok}", "{legacy}", "--window", "-1h"), USAGE),
-    ("dualrun-compare-unknown-business", _dualrun("compare", "{ok}", "{legacy}", business="ghost"), USAGE),
+    ("dualrun-compare-unknown-business", _dualrun("compare", "{ok}", "{legacy}", biz_code="ghost"), USAGE),
     ("dualrun-watch-every-0", _dualrun("watch", "{ok}", "{legacy}", "--every", "0s"), USAGE),
     ("dualrun-start-missing-business", ["dualrun", "start", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
     ("dualrun-watch-cutover-every-0", _dualrun("watch-cutover", "{ok}", "{legacy}", "--every", "0s"), USAGE),
@@ -241,9 +241,9 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-run-bad-election", ["scheduler", "run", "--url", "{ok}", "--election", BAD], USAGE),
     ("scheduler-run-shards-local", ["scheduler", "run", "--url", "{ok}", "--shards", "--election", "local"], USAGE),
     ("scheduler-members-no-etcd", ["scheduler", "members", "--election", "local"], USAGE),
-    ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--domain", "d"], USAGE),
-    ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--domain", "d"], USAGE),
-    ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "notabus"], USAGE),
+    ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--business", "d"], USAGE),
+    ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--business", "d"], USAGE),
+    ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "notabus"], USAGE),
 ]
 
 
@@ -292,7 +292,7 @@ SUBPROCESS: list[tuple[str, list[str], int]] = [
     ),
     (
         "executor-run-unreachable-pulsar",
-        ["executor", "run", "--handlers", "json", "--domain", "d", "--bus", "pulsar://127.0.0.1:1"],
+        ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "pulsar://127.0.0.1:1"],
         DOWN,
     ),
     ("migrate-stream-unreachable-legacy", _migrate("stream", "batch-center", UNREACHABLE, "{ok}"), DOWN),

@@ -150,7 +150,7 @@ def test_bad_input_gets_a_clear_page_and_status(state: ConsoleState) -> None:
     assert c.get("/nothing-here").status_code == 404
 
 
-def test_lag_percentiles_per_domain(state: ConsoleState) -> None:
+def test_lag_percentiles_per_business(state: ConsoleState) -> None:
     store = state.env.store
     now = store.clock.now()
     t = store.triggers_of(biz_code=state.dual_run)[0]
@@ -169,10 +169,10 @@ def test_lag_percentiles_per_domain(state: ConsoleState) -> None:
     ]
     store.put_fired(recs)
     c = _client(state)
-    d = {x["domain"]: x for x in c.get("/api/lag").json()["domains"]}[state.dual_run]
+    d = {x["biz_code"]: x for x in c.get("/api/lag").json()["businesses"]}[state.dual_run]
     assert d["commands"] == 4  # the one 90 minutes back is outside the hour
     assert d["received_lag_s"]["p50"] == pytest.approx(0.02) and d["received_lag_s"]["max"] == pytest.approx(0.04)
-    wide = {x["domain"]: x for x in c.get("/api/lag", params={"window": "7200"}).json()["domains"]}[state.dual_run]
+    wide = {x["biz_code"]: x for x in c.get("/api/lag", params={"window": "7200"}).json()["businesses"]}[state.dual_run]
     assert wide["received_lag_s"]["max"] == pytest.approx(9.0)
     assert state.dual_run in c.get("/scheduler").text
 
@@ -272,7 +272,7 @@ def test_scheduler_members_leader_and_lookahead_lag(state: ConsoleState) -> None
     metrics = SchedulerMetrics()
     metrics.leader.set(1)
     metrics.lookahead_lag.set(-0.25)
-    metrics.published.labels(domain="x").inc(7)
+    metrics.published.labels(biz_code="x").inc(7)
     body = _client(state, members=registry_members("serve-1", metrics.registry)).get("/api/scheduler").json()
     assert body["leader"] == "serve-1" and body["members"][0]["lookahead_lag_s"] == pytest.approx(-0.25)
     assert body["members"][0]["commands_published"] == 7 and body["waiting_triggers"] > 0

@@ -80,7 +80,7 @@ class Check:
         return xxl_bean_row(
             expression,
             source_key="1",
-            business="cron-diff",
+            biz_code="cron-diff",
             name="diff",
             handler="h",
             time_zone=zone,

@@ -41,7 +41,7 @@ def _env(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_the_dual_run_gate_passes_the_verdict_warnings_on(tmp_path: Path) -> None:
     env, biz = _env(tmp_path)
     c = _quarantine_comparison(tmp_path)
-    cid = put_comparison(env.dual, replace(c, business=biz))
+    cid = put_comparison(env.dual, replace(c, biz_code=biz))
     d = DualRunGate(env.dual).decision(biz)
     assert d is not None and d.ready and d.comparison_id == cid
     assert d.warnings == c.warnings and d.warnings[0].startswith(SENTENCE)
@@ -52,7 +52,7 @@ def test_a_ready_cutover_reports_and_audits_the_warnings(tmp_path: Path) -> None
     env, biz = _env(tmp_path)
     clock = env.migrator.clock
     c = _quarantine_comparison(tmp_path)
-    put_comparison(env.dual, replace(c, business=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=clock.now()))
     sw = env.xxl_switch(DualRunGate(env.dual))
     sw.start_dual_run(biz, shadow=False, actor="ops")
     rep = sw.cutover(biz, actor="ops", reason="go")
@@ -109,7 +109,7 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
     )
     c = _quarantine_comparison(tmp_path)
     # the command runs on the system clock: the stored verdict is fresh now
-    put_comparison(env.dual, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
     args = ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go"]
     result = CliRunner().invoke(cli, args + (["--json"] if as_json else []))

@@ -11,7 +11,7 @@ from switchyard.demo import run_demo
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
     result = run_demo(tmp_path / "demo", say=lambda _m: None)
-    states = {b.business: b for b in result.businesses}
+    states = {b.biz_code: b for b in result.businesses}
     assert len(states) == 4
     cut = [b for b in result.businesses if b.state == "cutover"]
     back = [b for b in result.businesses if b.state == "legacy"]

@@ -36,7 +36,7 @@ def _cut_over(s: Scenario) -> datetime:
 def _check(s: Scenario):  # type: ignore[no-untyped-def]
     s.flush()
     return check_after_cutover(
-        s.store, dualrun_store(s.store), s.reader(), s.business, source=s.source, settings=CompareSettings(), now=s.now
+        s.store, dualrun_store(s.store), s.reader(), s.biz_code, source=s.source, settings=CompareSettings(), now=s.now
     )
 
 
@@ -62,7 +62,7 @@ def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> N
     s.new(d, [late], lag=timedelta(seconds=8))
     s.new(d, [running], state=FiredState.RECEIVED)  # stamped received, still executing: running
     # the same occurrence under a second trigger (a doubled trigger after a re-migration)
-    s.records.append(fired(s.code(d), s.business, 99, doubled))
+    s.records.append(fired(s.code(d), s.biz_code, 99, doubled))
     r = _check(s)
     assert (r.missing, r.doubled, r.late, r.running) == (1, 1, 1, 1), r.findings
     assert not r.ok
@@ -79,7 +79,7 @@ def test_missing_doubled_and_late_fires_are_found_and_named(tmp_path: Path) -> N
     gauges.record(r)
     text = generate_latest(gauges.registry).decode()
     for kind in ("missing", "doubled", "late"):
-        assert f'switchyard_after_cutover_fires{{business="reminder",kind="{kind}"}} 1.0' in text
+        assert f'switchyard_after_cutover_fires{{biz_code="reminder",kind="{kind}"}} 1.0' in text
 
 
 def test_a_business_never_cut_over_is_refused(tmp_path: Path) -> None:
@@ -147,6 +147,6 @@ def test_a_run_with_no_result_past_its_timeout_is_overdue_not_running(tmp_path: 
     gauges = AfterCutoverGauges()
     gauges.record(r)
     assert (
-        'switchyard_after_cutover_fires{business="reminder",kind="overdue"} 1.0'
+        'switchyard_after_cutover_fires{biz_code="reminder",kind="overdue"} 1.0'
         in generate_latest(gauges.registry).decode()
     )

@@ -26,14 +26,14 @@ def quarantine(
     """A legacy job the ledger says was not migrated (no target job), still firing on legacy."""
     from dualrun.testing import cron_definition
 
-    d = cron_definition(key, s.business, cron, source=s.source)
+    d = cron_definition(key, s.biz_code, cron, source=s.source)
     s.defs.append(d)
     with s.store.engine.begin() as conn:
         conn.execute(
             insert(migrator_tables().ledger).values(
                 source_system=s.source.value,
                 source_key=key,
-                business=s.business,
+                business=s.biz_code,
                 status=status,
                 content_hash="q",
                 target_job_code=None,

@@ -39,7 +39,7 @@ def _rolled_back(
     if skipped_by == "fence":
         s.new(d, after[ran_after_f:], state=FiredState.PUBLISHED)
         s.flush()
-        marked = FenceService(s.store, InProcessBus(s.store.clock)).raise_fence(s.business, f)
+        marked = FenceService(s.store, InProcessBus(s.store.clock)).raise_fence(s.biz_code, f)
         assert marked == len(after) - ran_after_f
     else:
         s.new(d, after[ran_after_f:], state=FiredState.SKIPPED)
@@ -81,8 +81,8 @@ def test_the_legacy_calls_of_fenced_occurrences_are_known_to_the_matching(tmp_pa
         dualrun_store(s.store),
         s.reader(),
         source=s.source,
-        business=s.business,
-        legacy_business=None,
+        biz_code=s.biz_code,
+        legacy_biz_code=None,
         settings=CompareSettings(),
     )
     inputs = col.inputs(s.current, mode=c.mode, probe=None)
@@ -117,7 +117,7 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
     switch = Switch(handover={d.source_key: f}, to_new=False, at=f)
-    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.business, [switch], window=window, now=s.now)
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert check.clean, [str(i) for i in check.issues]
 
     s2, d2, f2, after2 = _rolled_back(tmp_path / "ran", ran_after_f=2)
@@ -126,7 +126,7 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
         s2.store,
         dualrun_store(s2.store),
         s2.reader(),
-        s2.business,
+        s2.biz_code,
         [Switch(handover={d2.source_key: f2}, to_new=False, at=f2)],
         window=window,
         now=s2.now,

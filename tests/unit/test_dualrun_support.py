@@ -44,7 +44,7 @@ class Scenario:
     baseline window is the hour before that."""
 
     store: SqlTriggerStore
-    business: str = "reminder"
+    biz_code: str = "reminder"
     source: SourceSystem = SourceSystem.XXL_JOB
     now: datetime = NOW
     window: timedelta = timedelta(hours=1)
@@ -71,10 +71,10 @@ class Scenario:
         return self.current.shifted(self.window)
 
     def code(self, d: LegacyDefinition) -> str:
-        return f"{PREFIX[self.source]}:{self.business}:{d.source_key}"
+        return f"{PREFIX[self.source]}:{self.biz_code}:{d.source_key}"
 
     def job(self, key: str, cron: str, **kw: Any) -> LegacyDefinition:
-        d = cron_definition(key, self.business, cron, source=self.source, **kw)
+        d = cron_definition(key, self.biz_code, cron, source=self.source, **kw)
         self.defs.append(d)
         self._trigger_ids[key] = len(self._trigger_ids) + 1
         t = migrator_tables().ledger
@@ -83,7 +83,7 @@ class Scenario:
                 insert(t).values(
                     source_system=self.source.value,
                     source_key=key,
-                    business=self.business,
+                    business=self.biz_code,
                     status="migrated",
                     content_hash="h",
                     target_job_code=self.code(d),
@@ -96,7 +96,7 @@ class Scenario:
         with self.store.engine.begin() as conn:
             conn.execute(
                 insert(migrator_tables().business).values(
-                    biz_code=self.business,
+                    biz_code=self.biz_code,
                     source_system=self.source.value,
                     state=state,
                     shadow=int(shadow),
@@ -110,7 +110,7 @@ class Scenario:
         with self.store.engine.begin() as conn:
             conn.execute(
                 insert(migrator_tables().audit).values(
-                    biz_code=self.business,
+                    biz_code=self.biz_code,
                     from_state=from_state,
                     to_state=to_state,
                     at=round(at.timestamp() * 1000),
@@ -134,7 +134,7 @@ class Scenario:
     def new(self, d: LegacyDefinition, times: list[datetime] | None = None, **kw: object) -> None:
         tid = self._trigger_ids[d.source_key]
         for at in self.times(d) if times is None else times:
-            self.records.append(fired(self.code(d), self.business, tid, at, **kw))  # type: ignore[arg-type]
+            self.records.append(fired(self.code(d), self.biz_code, tid, at, **kw))  # type: ignore[arg-type]
 
     def reader(self) -> RecordReader:
         cls = RecordReader if self.source is SourceSystem.XXL_JOB else BatchRecordReader
@@ -148,7 +148,7 @@ class Scenario:
     def compare(self, settings: CompareSettings | None = None, **kw: Any) -> Comparison:
         self.flush()
         request = CompareRequest(
-            business=self.business, window=self.current, source=kw.pop("source", self.source), **kw
+            biz_code=self.biz_code, window=self.current, source=kw.pop("source", self.source), **kw
         )  # type: ignore[arg-type]
         return compare_business(
             self.store,

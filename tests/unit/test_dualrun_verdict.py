@@ -250,7 +250,7 @@ def test_doubled_trigger_on_new_side_is_extra(tmp_path: Path) -> None:
 
 
 def test_batch_center_uses_the_stored_scheduled_time(tmp_path: Path) -> None:
-    s = Scenario.create(tmp_path, source=SourceSystem.BATCH_CENTER, business="sop")
+    s = Scenario.create(tmp_path, source=SourceSystem.BATCH_CENTER, biz_code="sop")
     d = s.job("31", "0 0/5 * * * ?")
     s.legacy(d, lag=timedelta(seconds=20))  # dispatch 20 s late: far from any nominal time, still matched
     s.new(d)

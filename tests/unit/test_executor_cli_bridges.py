@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from switchyard import exitcodes
 from switchyard.cli import cli
 
-BASE = ["executor", "run", "--domain", "d", "--bus", "memory"]
+BASE = ["executor", "run", "--business", "d", "--bus", "memory"]
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,7 @@ def test_a_run_still_executing_is_stamped_received_and_then_finishes(tmp_path: P
     assert done.received_at == running.received_at and done.result_at is not None
     assert ex.receipts.stamped == 1  # once per run
     # the run's receipt lag is observed once, with its result, not again for its stamp
-    lag = metrics.registry.get_sample_value("switchyard_fire_lag_seconds_count", {"domain": "", "stage": "received"})
+    lag = metrics.registry.get_sample_value("switchyard_fire_lag_seconds_count", {"biz_code": "", "stage": "received"})
     assert lag == 1
 
 

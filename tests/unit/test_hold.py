@@ -37,8 +37,8 @@ def test_the_hold_takes_chunks_due_within_it_up_to_its_bound_per_broker_tick() -
     clock = ManualClock(T0)
     offered: list[str] = []
 
-    def offer(domain: str, n: int, fire: Callable[[], object]) -> bool:
-        offered.append(domain)
+    def offer(biz_code: str, n: int, fire: Callable[[], object]) -> bool:
+        offered.append(biz_code)
         return True
 
     held = HeldChunks(clock, offer, within_ms=2000, per_window=150, window_ms=100)
@@ -66,10 +66,10 @@ def test_a_refused_chunk_is_offered_again_and_a_stop_can_drop_or_hand_over() -> 
     answers = iter([False, False, True])
     offered: list[str] = []
 
-    def submit(domain: str, n: int, work: Callable[[], object]) -> bool:
+    def submit(biz_code: str, n: int, work: Callable[[], object]) -> bool:
         ok = next(answers, True)
         if ok:
-            offered.append(domain)
+            offered.append(biz_code)
         return ok
 
     held = HeldChunks(clock, submit, within_ms=2000, per_window=1000, window_ms=100)

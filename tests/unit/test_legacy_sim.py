@@ -581,12 +581,12 @@ def test_xxl_skipping_idle_scans_and_monitor_passes_changes_nothing() -> None:
 
 
 class Bc:
-    def __init__(self, businesses: tuple[str, ...] = ("reminder", "coupon")) -> None:
+    def __init__(self, biz_codes: tuple[str, ...] = ("reminder", "coupon")) -> None:
         self.engine = _engine()
         create_legacy_schema(self.engine, "batch-center")
         self.md = batch_center_metadata()
         with self.engine.begin() as conn:
-            for code in businesses:
+            for code in biz_codes:
                 conn.execute(self.md.tables["bc_biz"].insert().values(
                     biz_code=code, biz_name=code, callback_base_url=f"http://{code}/", enabled=1))  # fmt: skip
 
@@ -906,7 +906,7 @@ def test_xxl_sim_on_seeded_data_is_read_back_by_the_reader(lineage: str) -> None
     sim.step(BASE_TIME + timedelta(minutes=8))
     assert sim.fired
     reader = XxlJobReader(engine)
-    read = [e for app in summary.businesses for e in reader.executions(app, BASE_TIME, BASE_TIME + timedelta(hours=1))]
+    read = [e for app in summary.biz_codes for e in reader.executions(app, BASE_TIME, BASE_TIME + timedelta(hours=1))]
     assert sorted(e.log_id for e in read) == sorted(a.log_id for a in sim.attempts if a.job_id <= 24)
     by_id = {a.log_id: a for a in sim.attempts}
     for e in read:
@@ -926,7 +926,7 @@ def test_bc_sim_on_seeded_data_is_read_back_by_the_reader() -> None:
     assert len({f.task_id for f in sim.fired}) >= 5
     reader = BatchCenterReader(engine)
     window = (BASE_TIME - timedelta(days=1), BASE_TIME + timedelta(days=1))
-    read = [e for biz in summary.businesses for e in reader.executions(biz, *window)]
+    read = [e for biz in summary.biz_codes for e in reader.executions(biz, *window)]
     by_id = {a.log_id: a for a in sim.attempts}
     assert sorted(e.log_id for e in read) == sorted(by_id)
     for e in read:

@@ -56,13 +56,13 @@ def test_a_json_line_carries_the_message_and_every_extra_field_as_a_key() -> Non
 
 
 def test_an_exception_is_one_escaped_field_not_extra_lines() -> None:
-    line = JsonLines().format(_record("tick failed", exc=True, **log_fields(business="b1")))
+    line = JsonLines().format(_record("tick failed", exc=True, **log_fields(biz_code="b1")))
     got = json.loads(line)
     assert "\n" not in line and "RuntimeError: boom" in got["exception"] and got["business"] == "b1"
 
 
 def test_log_fields_keeps_only_the_fields_given() -> None:
-    assert log_fields(business="b", epoch=0, trigger_id=None) == {"business": "b", "epoch": 0}
+    assert log_fields(biz_code="b", epoch=0, trigger_id=None) == {"business": "b", "epoch": 0}
 
 
 def test_the_cores_fence_lines_carry_business_and_epoch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

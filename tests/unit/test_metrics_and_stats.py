@@ -1,4 +1,4 @@
-"""Prometheus exposition and `scheduler stats --json` (fire-time lag per domain)."""
+"""Prometheus exposition and `scheduler stats --json` (fire-time lag per business)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_metrics_are_exposed_and_stats_report_lag_per_domain(tmp_path: Path, clock: ManualClock) -> None:
+def test_metrics_are_exposed_and_stats_report_lag_per_business(tmp_path: Path, clock: ManualClock) -> None:
     h = make_harness(tmp_path, clock)
     for biz in ("sop", "reminder"):
         job = h.job(f"j-{biz}", biz=biz, shard_total=4)
@@ -40,13 +40,13 @@ def test_metrics_are_exposed_and_stats_report_lag_per_domain(tmp_path: Path, clo
     port = _free_port()
     core.metrics.serve(port)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'switchyard_commands_published_total{domain="sop"} 4.0' in body
+    assert 'switchyard_commands_published_total{biz_code="sop"} 4.0' in body
     assert "switchyard_fire_lag_seconds_bucket" in body and "switchyard_acquire_cycle_seconds" in body
 
     url = f"sqlite:///{tmp_path / 'sched.db'}"
     out = CliRunner().invoke(cli, ["scheduler", "stats", "--url", url, "--json", "--since", str(10**9)])
     assert out.exit_code == 0, out.output
-    stats = {d["domain"]: d for d in json.loads(out.output)["domains"]}
+    stats = {d["biz_code"]: d for d in json.loads(out.output)["businesses"]}
     assert set(stats) == {"sop", "reminder"}
     for d in stats.values():
         assert d["commands"] == 4 and d["states"] == {"succeeded": 4}

@@ -35,7 +35,7 @@ def test_xxljob_every_lineage_migrates_good_rows_and_quarantines_bad_ones(tmp_pa
     # quarantined rows are listed with field and reason, and wrote no target rows
     listed = {r["source_key"]: r for r in env.writer.quarantined()}
     assert set(listed) == set(quarantined)
-    assert all(env.store.get_job(f"xxl:{r.business}:{k}") is None for k, r in quarantined.items())  # type: ignore[arg-type]
+    assert all(env.store.get_job(f"xxl:{r.biz_code}:{k}") is None for k, r in quarantined.items())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("system", ["xxl-job", "batch-center"])

@@ -108,7 +108,7 @@ def test_an_old_single_hash_ledger_row_still_counts_as_unchanged(tmp_path: Path)
 
     full = {}
     for d in defs:
-        m = map_definition(d, biz.get(d.business), env.migrator.clock.now())
+        m = map_definition(d, biz.get(d.biz_code), env.migrator.clock.now())
         if isinstance(m, Mapped):
             full[d.source_key] = m.content_hash
     with env.store.engine.begin() as conn:

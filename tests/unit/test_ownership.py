@@ -77,12 +77,12 @@ class RecordingFences:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, datetime]] = []
 
-    def raise_fence(self, business: str, at: datetime) -> int:
-        self.calls.append(("raise", business, at))
+    def raise_fence(self, biz_code: str, at: datetime) -> int:
+        self.calls.append(("raise", biz_code, at))
         return 0
 
-    def lift_fence(self, business: str, at: datetime) -> None:
-        self.calls.append(("lift", business, at))
+    def lift_fence(self, biz_code: str, at: datetime) -> None:
+        self.calls.append(("lift", biz_code, at))
 
 
 def _switch(env: MigrationEnv, fences: RecordingFences | None = None) -> BusinessSwitch:
@@ -333,7 +333,7 @@ def test_batch_center_cancel_after_cutover_is_reported_not_applied(urls: tuple[s
 
 def test_the_orphan_check_with_only_the_store_infers_legacy(urls: tuple[str, str]) -> None:
     env, biz, _sw = _cut_over(urls)
-    owned = {bo.business: bo for bo in ownership(env.store, env.own)}[biz]
+    owned = {bo.biz_code: bo for bo in ownership(env.store, env.own)}[biz]
     assert not owned.problems and owned.counts()["new"] > 0
     assert to_ms(env.migrator.clock.now()) > 0
 

@@ -87,7 +87,7 @@ def test_the_reader_is_a_legacy_reader_and_needs_the_three_tables() -> None:
 def test_a_cron_task_reads_completely(engine: Engine) -> None:
     defn = _one(engine)
     assert defn.ok, defn.problems
-    assert (defn.source_key, defn.business, defn.name) == ("1", "sop", "nightly")
+    assert (defn.source_key, defn.biz_code, defn.name) == ("1", "sop", "nightly")
     assert (defn.schedule, defn.cron, defn.next_fire_at) == (ScheduleKind.CRON, "0 0 2 * * ?", T0)
     assert (defn.time_zone, defn.misfire, defn.enabled, defn.status) == (
         "Asia/Shanghai",
@@ -228,7 +228,7 @@ def test_definitions_filter_by_business_page_by_keyset_and_read_one(engine: Engi
     assert [d.source_key for d in reader.definitions(["sop"])] == [str(i) for i in range(1, 24, 2)]
     assert [p[0] for p in pages] == [-1, 7, 15, 23]  # keyset on id; the third page of 4 ends at 23
     assert len(list(reader.definitions())) == 23 and list(reader.definitions([])) == []
-    assert reader.definition("4").business == "bare"  # type: ignore[union-attr]
+    assert reader.definition("4").biz_code == "bare"  # type: ignore[union-attr]
     assert reader.definition("99") is None and reader.definition("x") is None
 
 
@@ -251,7 +251,7 @@ def test_an_exec_log_row_reads_with_millisecond_utc_times(engine: Engine) -> Non
         engine, "bc_task_exec_log", _exec(shard_index=2, attempt=1, start_time=datetime(2026, 12, 2, 8, 0, 0, 120_999))
     )
     (ex,) = BatchCenterReader(engine).executions("sop", *WINDOW_2)
-    assert (ex.source, ex.business, ex.source_key, ex.log_id) == (SourceSystem.BATCH_CENTER, "sop", "1", 1)
+    assert (ex.source, ex.biz_code, ex.source_key, ex.log_id) == (SourceSystem.BATCH_CENTER, "sop", "1", 1)
     assert ex.scheduled_at == T0
     assert ex.triggered_at == datetime(2026, 12, 2, 0, 0, 0, 120_000, tzinfo=UTC)  # DATETIME(3)
     assert ex.finished_at == datetime(2026, 12, 2, 0, 0, 1, 500_000, tzinfo=UTC)
@@ -309,8 +309,8 @@ def test_seeded_exec_logs_are_all_read_per_business() -> None:
     create_legacy_schema(engine, "batch-center")
     summary = seed_batchcenter(engine, businesses=3, tasks_per_business=10, log_window=WINDOW, fires_per_task=4)
     reader = BatchCenterReader(engine, batch_size=7)
-    counts = {b: sum(1 for _ in reader.executions(b, *WINDOW)) for b in summary.businesses}
-    assert counts == {b: summary.executions_by_business.get(b, 0) for b in summary.businesses}
+    counts = {b: sum(1 for _ in reader.executions(b, *WINDOW)) for b in summary.biz_codes}
+    assert counts == {b: summary.executions_by_business.get(b, 0) for b in summary.biz_codes}
     assert sum(counts.values()) == summary.executions > 0
 
 

@@ -109,7 +109,7 @@ def test_the_reader_is_a_legacy_reader() -> None:
 def test_a_cron_job_reads_completely_in_every_lineage(lineage: str) -> None:
     defn = _one(_engine(lineage), lineage)
     assert defn.ok, defn.problems
-    assert (defn.source, defn.source_key, defn.business, defn.name) == (
+    assert (defn.source, defn.source_key, defn.biz_code, defn.name) == (
         SourceSystem.XXL_JOB, "1", "sop-audience-executor", "daily report"
     )  # fmt: skip
     assert (defn.schedule, defn.cron, defn.interval_seconds) == (ScheduleKind.CRON, "0 0 8 * * ?", None)
@@ -219,7 +219,7 @@ def test_definitions_filter_by_business_and_definition_reads_one(engine: Engine)
     assert list(reader.definitions([])) == []
     assert reader.definition("7") == reminder[1]
     assert reader.definition("999") is None and reader.definition("seven") is None
-    assert summary.businesses[1] == "reminder-executor"
+    assert summary.biz_codes[1] == "reminder-executor"
 
 
 def test_definitions_page_by_keyset_in_bounded_batches(engine: Engine) -> None:
@@ -322,7 +322,7 @@ WINDOW_2 = (datetime(2026, 12, 1, 23, tzinfo=UTC), datetime(2026, 12, 2, 1, tzin
 
 def test_a_log_row_reads_times_in_utc_status_and_trigger_type(engine: Engine) -> None:
     (ex,) = _executions(engine, _log())
-    assert (ex.source, ex.business, ex.source_key, ex.log_id) == (SourceSystem.XXL_JOB, "sop-audience-executor", "1", 1)
+    assert (ex.source, ex.biz_code, ex.source_key, ex.log_id) == (SourceSystem.XXL_JOB, "sop-audience-executor", "1", 1)
     assert ex.scheduled_at is None  # xxl-job does not store the nominal fire time
     assert ex.triggered_at == datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
     assert ex.finished_at == datetime(2026, 12, 2, 0, 0, 3, tzinfo=UTC)
@@ -398,10 +398,10 @@ def test_seeded_log_rows_are_all_read_per_business() -> None:
     engine = _engine("2.4")
     summary = seed_xxljob(engine, "2.4", groups=3, jobs_per_group=8, log_window=WINDOW, fires_per_job=5)
     reader = XxlJobReader(engine, batch_size=10)
-    counts = {b: sum(1 for _ in reader.executions(b, *WINDOW)) for b in summary.businesses}
-    assert counts == {b: summary.executions_by_business.get(b, 0) for b in summary.businesses}
+    counts = {b: sum(1 for _ in reader.executions(b, *WINDOW)) for b in summary.biz_codes}
+    assert counts == {b: summary.executions_by_business.get(b, 0) for b in summary.biz_codes}
     assert sum(counts.values()) == summary.executions > 0
-    statuses = {e.status for b in summary.businesses for e in reader.executions(b, *WINDOW)}
+    statuses = {e.status for b in summary.biz_codes for e in reader.executions(b, *WINDOW)}
     assert {ExecStatus.SUCCESS, ExecStatus.FAIL} <= statuses
 
 

@@ -25,8 +25,8 @@ SPAN = "start clipped at the dual-run start 2026-12-02T07:20:00Z"
 PRECISION = "lag compared at 1 s precision, the coarser of legacy (xxl_job_log.trigger_time, DATETIME: 1 s)"
 
 
-def _forms(s: Scenario, business: str) -> dict[str, str]:
-    content = load_report(dualrun_store(s.store), business, now=s.now).content()
+def _forms(s: Scenario, biz_code: str) -> dict[str, str]:
+    content = load_report(dualrun_store(s.store), biz_code, now=s.now).content()
     return {fmt: render_report(content, fmt) for fmt in ("json", "md", "html")}
 
 
@@ -37,7 +37,7 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
     with s.store.engine.begin() as conn:
         conn.execute(
             insert(migrator_tables().audit).values(
-                biz_code=s.business,
+                biz_code=s.biz_code,
                 from_state="legacy",
                 to_state="dual_run",
                 at=round(began.timestamp() * 1000),
@@ -58,7 +58,7 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
         sentence="change stream xxl-job@db is behind: 3 pending change(s)",
     )
     put_comparison(dualrun_store(s.store), replace(c, stream=stream))
-    forms = _forms(s, s.business)
+    forms = _forms(s, s.biz_code)
     body = json.loads(forms["json"])
     assert body["span"]["clipped"] == [SPAN]
     assert body["lag_precision"]["ms"] == 1000 and body["stream"]["caught_up"] is False
@@ -77,7 +77,7 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
     clock = env.migrator.clock
 
     class CaughtUp:
-        def check(self, business: str, source: str) -> CatchupState:
+        def check(self, biz_code: str, source: str) -> CatchupState:
             return CatchupState(
                 stream_id="xxl-job@legacy",
                 caught_up=True,
@@ -92,11 +92,11 @@ def test_the_report_shows_the_stream_state_the_cutover_gate_found(tmp_path: Path
 
     sw = ready_switch(env, max_verdict_age=timedelta(days=9999), catchup=CaughtUp())
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    s = Scenario.create(tmp_path / "c", business=biz)
+    s = Scenario.create(tmp_path / "c", biz_code=biz)
     d = s.job("12", "0/10 * * * * ?")
     s.legacy(d)
     s.new(d)
-    put_comparison(env.dual, replace(s.compare(), business=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(s.compare(), biz_code=biz, computed_at=clock.now()))
     report = sw.cutover(biz, actor="ops")
     assert report.stream is not None and report.stream["caught_up"] is True
     content = load_report(env.dual, biz, now=clock.now()).content()

@@ -103,7 +103,7 @@ def test_redact_masks_url_passwords_and_tokens() -> None:
 
 def test_overview_lists_businesses_with_their_cutover_states(tmp_path: Path) -> None:
     s = _scenario(tmp_path)
-    other = Scenario(store=s.store, business="sop")
+    other = Scenario(store=s.store, biz_code="sop")
     other.business_row(state="cutover")
     write_report(
         load_report(dualrun_store(s.store), "reminder", now=s.now).content(), "html", tmp_path / "out" / "reminder.html"

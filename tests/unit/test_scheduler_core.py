@@ -189,7 +189,7 @@ def test_explicit_sharding_items_carry_their_params(h) -> None:  # type: ignore[
     ]
 
 
-def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: ManualClock) -> None:
+def test_a_burst_in_one_business_does_not_starve_another(tmp_path: Path, clock: ManualClock) -> None:
     import threading
 
     from scheduler_core.scheduler import SchedulerCore
@@ -202,7 +202,7 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
     late_small = h.once(small, 6)  # behind the whole burst in fire-time order
     settings = SchedulerSettings(
         fire_pool_capacity=100,
-        domain_share=0.5,
+        biz_share=0.5,
         chunk_size=10,
         batch_size=300,
         submit_retries=0,
@@ -226,14 +226,14 @@ def test_a_burst_in_one_domain_does_not_starve_another(tmp_path: Path, clock: Ma
         assert first.selected == 100, "limit = min(batch, free pool capacity)"
         assert core.pool.in_flight("sop") == 50, "the burst holds at most its budget"
         assert first.released == 50, "the rest of the burst goes back to waiting, not lost"
-        assert core.pool.saturated_domains() == {"sop"}
-        second = acq.tick()  # the saturated domain is left out: the small one is admitted
+        assert core.pool.saturated_biz_codes() == {"sop"}
+        second = acq.tick()  # the saturated business is left out: the small one is admitted
         assert second.selected == 1
         for _ in range(100):
             if state_of(h.store, late_small) is TriggerState.COMPLETED:
                 break
             threading.Event().wait(0.05)
-        assert state_of(h.store, late_small) is TriggerState.COMPLETED, "small domain fired past the burst"
+        assert state_of(h.store, late_small) is TriggerState.COMPLETED, "small business fired past the burst"
         assert core.pool.in_flight("sop") == 50, "while the burst is still publishing"
     finally:
         release.set()

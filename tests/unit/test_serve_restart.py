@@ -94,7 +94,7 @@ def test_published_ahead_is_published_again_and_a_fence_raised_while_down_holds(
         _until(lambda: len(runs.seen) == 1, "the command published again")
         assert center.republished == 1 and runs.seen[0][0] == "keep-job"
         executor = center.executors["fenced"][0]
-        _until(lambda: executor.fences.synced(), "the fenced domain's executor hears the fences")
+        _until(lambda: executor.fences.synced(), "the fenced business's executor hears the fences")
         # the fence was raised on another bus: only the rebroadcast at start told this one
         assert executor.fences.covering("fenced", int(due.timestamp() * 1000)) is not None
         assert center.executors["keep"][0].fences.covering("keep", int(due.timestamp() * 1000)) is None

@@ -86,7 +86,7 @@ def test_a_member_past_its_lease_admits_and_publishes_nothing_and_its_rows_are_r
     # a acquires its rows, then hangs before firing them (its chunks held back)
     held: list[object] = []
 
-    def hold(domain: str, size: int, work: Callable[[], object]) -> bool:
+    def hold(biz_code: str, size: int, work: Callable[[], object]) -> bool:
         held.append(work)
         return True
 

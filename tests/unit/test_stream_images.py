@@ -17,10 +17,10 @@ from scheduler_core.model import JobCode, TriggerState
 from tests.migration_env import MigrationEnv, make_env
 
 
-def _setup(tmp_path: Path, businesses: set[str] | None = None) -> tuple[MigrationEnv, StreamMigrator]:
+def _setup(tmp_path: Path, biz_codes: set[str] | None = None) -> tuple[MigrationEnv, StreamMigrator]:
     env = make_env(f"sqlite:///{tmp_path / 'l.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
     seed_batchcenter(env.legacy, businesses=2, tasks_per_business=6, bad_rows=0, malformed_crons=0, rng_seed=2)
-    sm = StreamMigrator(env.reader, env.writer, env.migrator, "s", businesses)
+    sm = StreamMigrator(env.reader, env.writer, env.migrator, "s", biz_codes)
     sm.snapshot(env.reader, StreamPosition("bin.000001", 4))
     return env, sm
 

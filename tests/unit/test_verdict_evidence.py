@@ -71,7 +71,7 @@ def _switch(tmp_path: Path, c: Comparison) -> tuple[BusinessSwitch, str]:
     clock = env.migrator.clock
     sw = env.xxl_switch(DualRunGate(env.dual))
     sw.start_dual_run(biz, shadow=False, actor="ops")
-    put_comparison(env.dual, replace(c, business=biz, computed_at=clock.now()))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=clock.now()))
     return sw, biz
 
 
@@ -263,7 +263,7 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock).start_dual_run(
         biz, shadow=True, actor="ops"
     )
-    put_comparison(env.dual, replace(c, business=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
+    put_comparison(env.dual, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,

@@ -222,7 +222,7 @@ START = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 
 
 class _Ready:
-    def decision(self, business: str) -> GateDecision:
+    def decision(self, biz_code: str) -> GateDecision:
         return GateDecision(ready=True, comparison_id=1, computed_at=None)
 
 
