@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from scheduler_core.times import require_aware
-
 DEFAULT_ZONE = "Asia/Shanghai"
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(2101, 1, 1, tzinfo=timezone.utc)  # exclusive: "after 2100" is out of range
@@ -57,6 +55,14 @@ def parse_wall(value: datetime | str | bytes) -> datetime:
         return datetime.fromisoformat(text.strip())
     except ValueError:
         raise LegacyTimeError(f"not a date-time: {text[:40]!r}") from None
+
+
+def require_aware(at: datetime, name: str) -> datetime:
+    # the readers' own copy of scheduler_core.times.require_aware (same message): readers
+    # import nothing of ours (../shared/DESIGN.md's dependency rule), so they cannot share it
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(f"{name} must be an aware datetime, got naive {at.isoformat()}")
+    return at
 
 
 def _check_range(at: datetime, shown: str) -> datetime:

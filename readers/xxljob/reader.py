@@ -43,12 +43,11 @@ from readers.legacy_ddl.values import parse_int, raw_text
 from readers.log_pages import Cursor, pages, uncached, window_page
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
 from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
-from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall
+from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
 from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.xxljob.logs import LogContext, map_log
 from readers.xxljob.mapping import SERVER_DIGEST, VOLATILE_COLUMNS, JobContext, job_digest, map_job
 from readers.xxljob.schema import GROUP, INFO, LOG, REGISTRY, XxlJobSchema, inspect_schema
-from scheduler_core.times import require_aware
 
 T = TypeVar("T")
 
