@@ -724,3 +724,13 @@ def test_a_writer_paused_after_its_fenced_insert_does_not_block_a_new_owners_cla
         release.set()
         event.remove(Engine, "after_cursor_execute", _pause_after_insert)
         writer.join(20)
+
+
+def test_warm_pools_leaves_open_connections_in_each_pool(store: SqlTriggerStore) -> None:
+    """A benchmark warms the pools before its clock starts: the connections are there after."""
+    store.warm_pools(3)
+    pools = [store.engine.pool]
+    if store.engine.dialect.name in ("mysql", "mariadb"):
+        pools.append(store._reads().pool)  # the AUTOCOMMIT twin of the hot reads
+    for pool in pools:
+        assert pool.checkedin() >= 3, pool.status()  # type: ignore[attr-defined]
