@@ -426,8 +426,10 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         inserted means duplicates (a re-fire of the same occurrence) or a moved fence; only
         then is the fence read, to tell which."""
         name = fence or FENCE_NAME
-        with self.engine.connect() as probe:
-            lock = self._lock_fence_reads(probe)
+        lock = self._shared_fence_read
+        if lock is None:  # once per store: the server's answer is kept
+            with self.engine.connect() as probe:
+                lock = self._lock_fence_reads(probe)
         rows = [fired_row(r) for r in records]
         if lock:
             # MariaDB/MySQL: each statement commits as it ends, so the shared lock on the
