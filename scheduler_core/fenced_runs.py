@@ -2,7 +2,8 @@
 (`scheduler_core.hold`) while the fence was raised. Published ahead (deliver-at = T), such
 a run would have been marked skipped by the fence and skipped by every executor; held, it
 is not published at all after the fence, and ends the same way in the store: its fired
-records say "skipped by the rollback fence" (final: no handler ran) and the one-shot is
+records (written pending when the chunk was admitted) say "skipped by the rollback
+fence" (final: no handler ran) and the one-shot is
 completed, which is what a rollback reads to hand the occurrence to legacy (a completed
 one-shot at or after the fence starts on legacy at its T). Every write is fenced by the
 chunk's epoch, as the fire pipeline's are.
@@ -23,7 +24,7 @@ from scheduler_core.fence import Fence
 from scheduler_core.fire import FirePipeline
 from scheduler_core.logfields import log_fields
 from scheduler_core.model import Epoch, FiredRecord, FiredState, Job, JobCode, Trigger, TriggerId, TriggerState
-from scheduler_core.ports import FenceStore, Transition, TriggerStore
+from scheduler_core.ports import FenceStore, FiredUpdate, Transition, TriggerStore
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,12 @@ def skip_fenced(
         ]
     if not store.put_fired_fenced(records, epoch, fence_name):
         return []
+    # a held chunk's records were written pending when it was admitted (and a fence
+    # raised since then marked them skipped only provisionally, undone if it is lifted):
+    # final now, as the records just written are, for no command of theirs was published
+    store.update_fired(
+        [FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=fence.message) for r in records]
+    )
     ids = [t.id for t in chunk if t.id is not None]
     # acquired by this epoch -> completed, fenced by it (a one-shot's outcome, as fire.py's)
     done = Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, fired_at_next=True)

@@ -13,6 +13,10 @@ Order of writes (two transactions per chunk), and what a crash at each point lea
      this outcome, written only after the broker's ack, is what says they were published
      (`FiredState`; `SqlTriggerStore.outcome_recorded`), one row write per trigger less.
 A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
+
+`fire` is `prepare` (step 1) then `deliver` (steps 2 and 3). A held chunk
+(`scheduler_core.hold`) is prepared when admitted and delivered at its T: between the two
+it is in the state a crash after step 1 leaves, and is reclaimed as such.
 """
 
 from __future__ import annotations
@@ -74,6 +78,28 @@ class _Plan:
     note: str = ""
 
 
+@dataclass(slots=True, kw_only=True)
+class Prepared:
+    """A chunk whose fired records are written (fenced) and whose messages are built, not
+    yet published: what a held chunk keeps until its T (`FirePipeline.deliver`)."""
+
+    plans: list[_Plan]
+    records: list[FiredRecord]
+    messages: list[BusMessage]
+
+    @property
+    def triggers(self) -> list[Trigger]:
+        return [p.trigger for p in self.plans]
+
+    @staticmethod
+    def merged(parts: Sequence[Prepared]) -> Prepared:
+        return Prepared(
+            plans=[p for part in parts for p in part.plans],
+            records=[r for part in parts for r in part.records],
+            messages=[m for part in parts for m in part.messages],
+        )
+
+
 class FirePipeline:
     def __init__(
         self,
@@ -104,6 +130,22 @@ class FirePipeline:
         it lost the partition (a pause past its lease) publishes nothing. `jobs`: the
         chunk's job definitions as read at admission (one read per tick, not per chunk);
         read here when not given."""
+        prepared = self.prepare(triggers, epoch, fence, jobs)
+        if isinstance(prepared, FireOutcome):
+            return prepared
+        return self.deliver(prepared, epoch, fence, may_publish)
+
+    def prepare(
+        self,
+        triggers: Sequence[Trigger],
+        epoch: Epoch,
+        fence: str | None = None,
+        jobs: Mapping[JobCode, Job] | None = None,
+    ) -> Prepared | FireOutcome:
+        """Step 1: the chunk's fired records written behind the fence, and its messages
+        built; nothing published. A FireOutcome (all lost) when the epoch is fenced. A
+        held chunk is prepared at admission and only delivered at T (`scheduler_core.hold`):
+        its records are in the store from admission on, as a chunk published ahead."""
         out = FireOutcome()
         if not triggers:
             return out
@@ -135,6 +177,20 @@ class FirePipeline:
             log.warning(
                 "epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost)
             )
+            return out
+        return Prepared(plans=plans, records=records, messages=messages)
+
+    def deliver(
+        self,
+        prepared: Prepared,
+        epoch: Epoch,
+        fence: str | None = None,
+        may_publish: Callable[[], bool] | None = None,
+    ) -> FireOutcome:
+        """Steps 2 and 3 of a prepared chunk: publish, then the outcome CAS."""
+        out = FireOutcome()
+        plans, records, messages = prepared.plans, prepared.records, prepared.messages
+        if not plans:
             return out
         if may_publish is not None and not may_publish():
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
@@ -183,7 +239,7 @@ class FirePipeline:
             self.metrics.published.labels(biz_code=biz_code).inc(n)
         # 3. the outcome, fenced by the epoch: recorded only now, after the broker's ack, it
         # is what says the chunk's records were published (no stamp on them: FiredState)
-        self._record_outcome(plans, epoch, now, out, fence)
+        self._record_outcome(plans, epoch, self.clock.now(), out, fence)
         return out
 
     def run_now(

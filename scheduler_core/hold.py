@@ -9,6 +9,13 @@ published at T is delivered at once. So a chunk admitted less than `hold_within`
 its T (a trigger created with a short delay, woken at once) is kept here, still acquired
 by this epoch, and handed to the fire pool at T; its lag is then the fire itself.
 
+A held chunk is prepared when it is admitted (`FirePipeline.prepare`: its fired records
+written behind the fence, its messages built), so at T only the publication and the
+outcome CAS are left. Chunks held for the same T by the same owner (one business, epoch
+and fence) are delivered as one at T: a business adding 20 jobs due together, spread
+over a tick's 16 partitions, is one publication and one outcome CAS at T, not eight
+parallel fires queueing for the pool and the GIL (p50 52 ms at 200/s before, measured).
+
 Nothing changes for crashes: a held chunk is an acquired chunk that has not fired yet,
 reclaimed after its deadline with the same command ids, as a queued one is. The hold is
 bounded per broker tick (`hold_per_window` triggers due in one `pack_window`): what a
@@ -23,15 +30,20 @@ import itertools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from scheduler_core.model import Trigger
 from scheduler_core.ports import Clock
+from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 
 # hands one held chunk to the fire pool: (biz_code, triggers, work) -> accepted
 Submit = Callable[[str, int, Callable[[], object]], bool]
+# fires at T the parts held for it under one key (each part as `hold` was given it)
+Fire = Callable[[list[Any]], None]
 RETRY_S = 0.01  # a held chunk the pool refused at T is offered again this soon
 
 
@@ -39,32 +51,71 @@ RETRY_S = 0.01  # a held chunk the pool refused at T is offered again this soon
 class _Held:
     due_ms: int
     seq: int
+    key: Hashable = field(compare=False)
     biz_code: str = field(compare=False)
     size: int = field(compare=False)
-    work: Callable[[], object] = field(compare=False)
+    parts: list[Any] = field(compare=False)
+    fire: Fire = field(compare=False)
     bucket: int = field(compare=False)
+
+    def work(self) -> None:
+        self.fire(self.parts)
+
+
+def by_due(chunk: Sequence[Trigger], spread_ms: int) -> list[tuple[int, list[Trigger]]]:
+    """`chunk` cut into groups of triggers due within `spread_ms` of the group's first T,
+    each with the T it is fired at: its last (held to it, no trigger of the group is
+    published before its T; the first is at most `spread_ms` late)."""
+    groups: list[tuple[int, list[Trigger]]] = []
+    first = 0
+    for t in sorted(chunk, key=lambda t: t.next_fire_at):
+        due = to_ms(t.next_fire_at)
+        if groups and due - first <= spread_ms:
+            groups[-1][1].append(t)
+            groups[-1] = (due, groups[-1][1])  # sorted: the group's last T so far
+        else:
+            first = due
+            groups.append((due, [t]))
+    return groups
 
 
 class HeldChunks:
-    def __init__(self, clock: Clock, submit: Submit, *, within_ms: int, per_window: int, window_ms: int) -> None:
+    def __init__(
+        self, clock: Clock, submit: Submit, *, within_ms: int, per_window: int, window_ms: int, merge_max: int = 300
+    ) -> None:
         self.clock = clock
         self.submit = submit
         self.within_ms = within_ms
         self.per_window = per_window
         self.window_ms = max(1, window_ms)
+        self.merge_max = max(1, merge_max)
         self._lock = threading.Condition()
         self._heap: list[_Held] = []
+        # held chunks still open to a merge, by (T, owner key): popped ones leave it
+        self._open: dict[tuple[int, Hashable], _Held] = {}
         self._by_bucket: Counter[int] = Counter()
         self._seq = itertools.count()
         self._stopped = False
         self._offering = 0  # popped, being handed to the pool
         self.held = 0  # triggers held so far (figures, tests)
+        self.merged = 0  # chunks merged into one held for the same T and owner
         self._thread = threading.Thread(target=self._run, name="held-chunks", daemon=True)
         self._thread.start()
 
-    def hold(self, due_ms: int, biz_code: str, size: int, work: Callable[[], object]) -> bool:
-        """Keep `work` until `due_ms` when it is due within the hold and the hold of its
-        broker tick has room; False: fire it now."""
+    def accepts(self, due_ms: int, size: int) -> bool:
+        """Whether `hold` would take `size` triggers due at `due_ms` now (asked before the
+        work of preparing them; `hold` may still refuse, when the tick filled meanwhile)."""
+        ahead = due_ms - self.clock.now_ms()
+        if ahead <= 0 or ahead > self.within_ms:
+            return False
+        with self._lock:
+            return not self._stopped and self._by_bucket[due_ms // self.window_ms] + size <= self.per_window
+
+    def hold(self, due_ms: int, key: Hashable, biz_code: str, size: int, part: Any, fire: Fire) -> bool:
+        """Keep `part` (`size` triggers of one business, owned under `key`) until `due_ms`
+        when it is due within the hold and the hold of its broker tick has room; False:
+        the caller fires it now. Parts held for the same T under the same key are fired
+        together, by the first one's `fire`: one key, one owner (epoch and fence)."""
         ahead = due_ms - self.clock.now_ms()
         if ahead <= 0 or ahead > self.within_ms:
             return False
@@ -73,8 +124,16 @@ class HeldChunks:
             if self._stopped or self._by_bucket[bucket] + size > self.per_window:
                 return False
             self._by_bucket[bucket] += size
-            heapq.heappush(self._heap, _Held(due_ms, next(self._seq), biz_code, size, work, bucket))
             self.held += size
+            into = self._open.get((due_ms, key))
+            if into is not None and into.size + size <= self.merge_max:
+                into.parts.append(part)
+                into.size += size
+                self.merged += 1
+                return True
+            h = _Held(due_ms, next(self._seq), key, biz_code, size, [part], fire, bucket)
+            self._open[(due_ms, key)] = h
+            heapq.heappush(self._heap, h)
             self._lock.notify_all()
         return True
 
@@ -93,6 +152,7 @@ class HeldChunks:
         with self._lock:
             self._stopped = True
             left, self._heap = self._heap, []
+            self._open.clear()
             self._by_bucket.clear()
             self._lock.notify_all()
         if cancel:
@@ -126,6 +186,8 @@ class HeldChunks:
                     self._lock.wait(min(left_ms / 1000, 0.25))
                     continue
                 h = heapq.heappop(self._heap)
+                if self._open.get((h.due_ms, h.key)) is h:
+                    del self._open[(h.due_ms, h.key)]  # closed to merges: it is being fired
                 self._by_bucket[h.bucket] -= h.size
                 if self._by_bucket[h.bucket] <= 0:
                     del self._by_bucket[h.bucket]
@@ -139,5 +201,8 @@ class HeldChunks:
                     heapq.heappush(self._heap, h)
                     self._lock.wait(RETRY_S)
                 elif not accepted:
-                    log.warning("a held chunk of %d trigger(s) not fired at stop; reclaimed after its deadline", h.size)
+                    log.warning(
+                        "a held chunk of %d trigger(s) not fired at stop; reclaimed after its deadline",
+                        h.size,
+                    )
                 self._lock.notify_all()

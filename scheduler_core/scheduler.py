@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
@@ -21,9 +22,9 @@ from scheduler_core.control import Owned, Relay, RelayScope, relay_round
 from scheduler_core.errors import BusError, StoreError
 from scheduler_core.fence import Fence
 from scheduler_core.fenced_runs import covered, skip_fenced
-from scheduler_core.fire import FireOutcome, FirePipeline
+from scheduler_core.fire import FireOutcome, FirePipeline, Prepared
 from scheduler_core.firepool import FirePool
-from scheduler_core.hold import HeldChunks
+from scheduler_core.hold import HeldChunks, by_due
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
@@ -39,10 +40,8 @@ from scheduler_core.ports import (
 )
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
-_Jobs = Mapping[JobCode, Job]  # a chunk's job definitions as read at admission
 
 
 @dataclass
@@ -126,6 +125,7 @@ class SchedulerCore:
                 within_ms=within_ms,
                 per_window=self.settings.hold_per_window,
                 window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)),
+                merge_max=self.settings.batch_size,
             )
         self.acquirers = [
             self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
@@ -200,57 +200,29 @@ class SchedulerCore:
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> None:
         if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
-            # a one-shot due shortly: keep it (still queued and in flight for the reclaimer
-            # and a handover) and fire it at T; a later tick's chunks never wait behind it.
-            # Recurring triggers are not held: held, a trigger firing every second would
-            # publish one occurrence per T instead of its lookahead's ahead of time, which
-            # rollback fences and a scheduler's downtime rely on (the broker holds them)
-            due_ms = min(to_ms(t.next_fire_at) for t in chunk)
-            if self.held.hold(
-                due_ms, chunk[0].biz_code, len(chunk), lambda: self._fire_held(chunk, epoch, fence, jobs)
-            ):
+            # a one-shot due shortly: prepared now (its fired records written), kept (still
+            # queued and in flight for the reclaimer and a handover) and delivered at T; a
+            # later tick's chunks never wait behind it. Recurring triggers are not held:
+            # held, a trigger firing every second would publish one occurrence per T instead
+            # of its lookahead's ahead of time, which rollback fences and a scheduler's
+            # downtime rely on (the broker holds them). Cut by T (no trigger published
+            # ahead of its T, to the broker's tick) and delivered with what this owner
+            # holds for the same T (one publication and one CAS at T for all)
+            rest: list[Trigger] = []
+            biz_code = chunk[0].biz_code
+            for due_ms, group in by_due(chunk, int(self.settings.hold_spread.total_seconds() * 1000)):
+                if not self.held.accepts(due_ms, len(group)):
+                    rest += group
+                    continue
+                prepared = self._guard(group, epoch, fence, partial(self.pipeline.prepare, group, epoch, fence, jobs))
+                if isinstance(prepared, Prepared) and not self.held.hold(
+                    due_ms, (biz_code, epoch, fence), biz_code, len(group), prepared, self._deliver_held(epoch, fence)
+                ):
+                    self._guard(group, epoch, fence, partial(self.pipeline.deliver, prepared, epoch, fence))
+            if not rest:
                 return
+            chunk = rest
         self._fire_now(chunk, epoch, fence, jobs)
-
-    def _fire_held(self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, jobs: _Jobs | None) -> None:
-        """A held chunk at its T: what a rollback fence raised while it was held covers is
-        not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest fires."""
-        if self.fences is None:
-            self._fire_now(chunk, epoch, fence, jobs)
-            return
-        try:
-            hit, rest, business_fence = covered(self.fences, chunk)
-        except Exception:  # the store briefly away: fire as before (the executors follow the fence)
-            log.exception("reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch))
-            hit, rest, business_fence = [], list(chunk), None
-        if hit and business_fence is not None:
-            self._skip_held(hit, business_fence, epoch, fence, jobs)
-        if rest:
-            self._fire_now(rest, epoch, fence, jobs)
-
-    def _skip_held(
-        self, chunk: Sequence[Trigger], business_fence: Fence, epoch: Epoch, fence: str | None, jobs: _Jobs | None
-    ) -> None:
-        ids = [t.id for t in chunk if t.id is not None]
-        try:
-            with self._lock:
-                if (fence, epoch) in self._revoked:
-                    return  # the new owner reclaims them
-            if jobs is None:
-                jobs = self.store.get_jobs([t.job_code for t in chunk])
-            done = skip_fenced(self.store, self.pipeline, business_fence, chunk, jobs, epoch, fence, self.clock.now())
-            with self._lock:
-                self.stats.skipped += len(done)
-        except Exception as exc:  # rows stay acquired by this epoch: reclaimed after their deadline
-            self.metrics.errors.labels(component="fire").inc()
-            with self._lock:
-                self.stats.fire_errors += 1
-                self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("recording %d fenced held run(s) failed", len(ids), extra=log_fields(epoch=epoch))
-        finally:
-            with self._lock:
-                self._in_flight.difference_update(ids)
-                self._done(fence, len(chunk))
 
     def _fire_now(
         self,
@@ -259,10 +231,29 @@ class SchedulerCore:
         fence: str | None = None,
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> None:
+        self._guard(
+            chunk,
+            epoch,
+            fence,
+            lambda: self.pipeline.fire(chunk, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs),
+        )
+
+    def _check(self, fence: str | None, epoch: Epoch) -> Callable[[], bool] | None:
+        """The owner's last look at its partition before publishing (registry members)."""
+        return None if fence is None else partial(self._may_publish, fence, epoch)
+
+    def _guard(
+        self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, step: Callable[[], FireOutcome | Prepared]
+    ) -> Prepared | None:
+        """One step of a chunk's fire on a pool thread: nothing for an owner whose fence
+        was revoked, an error counted and logged, never raised (the rows stay acquired by
+        this epoch: reclaimed after their deadline, same command ids). The chunk is done
+        (out of flight) after the step, unless the step prepared it for a later one."""
         ids = [t.id for t in chunk if t.id is not None]
         with self._lock:
             self._in_flight.update(ids)
             dropped = (fence, epoch) in self._revoked
+        result: FireOutcome | Prepared | None = None
         try:
             if dropped:
                 log.warning(
@@ -272,16 +263,13 @@ class SchedulerCore:
                     len(ids),
                     extra=log_fields(epoch=epoch, fence=fence),
                 )
-                return
-            if fence is None:
-                out = self.pipeline.fire(chunk, epoch, jobs=jobs)
-            else:
-                out = self.pipeline.fire(chunk, epoch, fence, lambda: self._may_publish(fence, epoch), jobs=jobs)
-            with self._lock:
-                self.stats.add(out)
+                return None
+            result = step()
+            if isinstance(result, FireOutcome):
+                with self._lock:
+                    self.stats.add(result)
+            return result if isinstance(result, Prepared) else None
         except Exception as exc:  # a chunk must never kill the pool thread
-            # The rows stay acquired by this epoch; after their deadline the reclaimer
-            # fires them again with the same command ids.
             self.metrics.errors.labels(component="fire").inc()
             with self._lock:
                 self.stats.fire_errors += 1
@@ -291,10 +279,49 @@ class SchedulerCore:
                 len(ids),
                 extra=log_fields(epoch=epoch, fence=fence),
             )
+            return None
         finally:
-            with self._lock:
-                self._in_flight.difference_update(ids)
-                self._done(fence, len(chunk))
+            if not isinstance(result, Prepared):
+                with self._lock:
+                    self._in_flight.difference_update(ids)
+                    self._done(fence, len(chunk))
+
+    def _deliver_held(self, epoch: Epoch, fence: str | None) -> Callable[[list[Prepared]], None]:
+        def deliver(parts: list[Prepared]) -> None:
+            prepared = Prepared.merged(parts)
+            self._guard(prepared.triggers, epoch, fence, partial(self._held_at_due, prepared, epoch, fence))
+
+        return deliver
+
+    def _held_at_due(self, prepared: Prepared, epoch: Epoch, fence: str | None) -> FireOutcome:
+        """Held chunks at their T: what a rollback fence raised while they were held covers
+        is not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest is
+        published, with the records written at admission."""
+        chunk = prepared.triggers
+        hit: list[Trigger] = []
+        business_fence: Fence | None = None
+        if self.fences is not None:
+            try:
+                hit, _rest, business_fence = covered(self.fences, chunk)
+            except Exception:  # the store briefly away: fire as before (the executors follow the fence)
+                log.exception(
+                    "reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch)
+                )
+        if not hit or business_fence is None:
+            return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
+        jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
+        done = skip_fenced(self.store, self.pipeline, business_fence, hit, jobs, epoch, fence, self.clock.now())
+        with self._lock:
+            self.stats.skipped += len(done)
+        skipped = {t.id for t in hit}
+        rest = [t for t in chunk if t.id not in skipped]
+        # a chunk the fence cut: the rest fired afresh (its records are there already: the
+        # same ids, written again as no-ops)
+        return (
+            self.pipeline.fire(rest, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs)
+            if rest
+            else FireOutcome()
+        )
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
         result = self.admission.tick(acquirer)
