@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 # hands one held chunk to the fire pool: (biz_code, triggers, work) -> accepted
 Submit = Callable[[str, int, Callable[[], object]], bool]
-# fires at T the parts held for it under one key (each part as `hold` was given it)
-Fire = Callable[[list[Any]], None]
+# fires the parts held for T under one key (each part as `hold` was given it): (T in ms,
+# parts); called up to `early_ms` before T, it publishes nothing before T
+Fire = Callable[[int, list[Any]], None]
 RETRY_S = 0.01  # a held chunk the pool refused at T is offered again this soon
 
 
@@ -59,7 +60,7 @@ class _Held:
     bucket: int = field(compare=False)
 
     def work(self) -> None:
-        self.fire(self.parts)
+        self.fire(self.due_ms, self.parts)
 
 
 def by_due(chunk: Sequence[Trigger], spread_ms: int) -> list[tuple[int, list[Trigger]]]:
@@ -81,7 +82,15 @@ def by_due(chunk: Sequence[Trigger], spread_ms: int) -> list[tuple[int, list[Tri
 
 class HeldChunks:
     def __init__(
-        self, clock: Clock, submit: Submit, *, within_ms: int, per_window: int, window_ms: int, merge_max: int = 300
+        self,
+        clock: Clock,
+        submit: Submit,
+        *,
+        within_ms: int,
+        per_window: int,
+        window_ms: int,
+        merge_max: int = 300,
+        early_ms: int = 0,
     ) -> None:
         self.clock = clock
         self.submit = submit
@@ -89,6 +98,9 @@ class HeldChunks:
         self.per_window = per_window
         self.window_ms = max(1, window_ms)
         self.merge_max = max(1, merge_max)
+        # handed to the pool this long before T: the pool's hand-over and what the fire
+        # reads before publishing are done by T, only the publication is left at T
+        self.early_ms = max(0, early_ms)
         self._lock = threading.Condition()
         self._heap: list[_Held] = []
         # held chunks still open to a merge, by (T, owner key): popped ones leave it
@@ -180,7 +192,7 @@ class HeldChunks:
                 if not self._heap:
                     self._lock.wait(1.0)
                     continue
-                left_ms = self._heap[0].due_ms - self.clock.now_ms()
+                left_ms = self._heap[0].due_ms - self.early_ms - self.clock.now_ms()
                 if left_ms > 0:
                     # real waits, re-reading the clock: a little early wake costs a loop
                     self._lock.wait(min(left_ms / 1000, 0.25))

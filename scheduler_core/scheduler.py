@@ -126,6 +126,7 @@ class SchedulerCore:
                 per_window=self.settings.hold_per_window,
                 window_ms=max(1, int(self.settings.pack_window.total_seconds() * 1000)),
                 merge_max=self.settings.batch_size,
+                early_ms=int(self.settings.hold_read_ahead.total_seconds() * 1000),
             )
         self.acquirers = [
             self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
@@ -286,14 +287,14 @@ class SchedulerCore:
                     self._in_flight.difference_update(ids)
                     self._done(fence, len(chunk))
 
-    def _deliver_held(self, epoch: Epoch, fence: str | None) -> Callable[[list[Prepared]], None]:
-        def deliver(parts: list[Prepared]) -> None:
+    def _deliver_held(self, epoch: Epoch, fence: str | None) -> Callable[[int, list[Prepared]], None]:
+        def deliver(due_ms: int, parts: list[Prepared]) -> None:
             prepared = Prepared.merged(parts)
-            self._guard(prepared.triggers, epoch, fence, partial(self._held_at_due, prepared, epoch, fence))
+            self._guard(prepared.triggers, epoch, fence, partial(self._held_at_due, prepared, epoch, fence, due_ms))
 
         return deliver
 
-    def _held_at_due(self, prepared: Prepared, epoch: Epoch, fence: str | None) -> FireOutcome:
+    def _held_at_due(self, prepared: Prepared, epoch: Epoch, fence: str | None, due_ms: int) -> FireOutcome:
         """Held chunks at their T: what a rollback fence raised while they were held covers
         is not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest is
         published, with the records written at admission."""
@@ -307,6 +308,8 @@ class SchedulerCore:
                 log.exception(
                     "reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch)
                 )
+        # handed over up to hold_read_ahead early: nothing is published before T
+        self.clock.sleep((due_ms - self.clock.now_ms()) / 1000)
         if not hit or business_fence is None:
             return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
         jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
