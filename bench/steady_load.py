@@ -44,7 +44,7 @@ GRACE_S = 30.0  # after the last due time, how long a side may take to catch up
 MAX_P99_S = 1.0  # a step is sustained when complete with p99 lag at most this
 PRODUCER_RATE = 2500.0  # jobs/s one producer process is asked for at most
 RATES = (250.0, 500.0, 1000.0, 2000.0, 3500.0, 5000.0, 7500.0)
-QUICK_RATES = (200.0, 500.0)
+QUICK_RATES = (250.0, 500.0, 1000.0, 2500.0)  # 5x of a peer that sustains 500 is on the list
 READY_S = 60.0
 
 _lock = threading.Lock()
