@@ -308,8 +308,11 @@ class SchedulerCore:
                 log.exception(
                     "reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch)
                 )
-        # handed over up to hold_read_ahead early: nothing is published before T
-        self.clock.sleep((due_ms - self.clock.now_ms()) / 1000)
+        # handed over up to hold_read_ahead early: nothing is published before T (a chunk
+        # handed over earlier, by a stop, goes out now with its deliver-at, as unheld ones)
+        ahead_s = (due_ms - self.clock.now_ms()) / 1000
+        if ahead_s <= self.settings.hold_read_ahead.total_seconds():
+            self.clock.sleep(ahead_s)
         if not hit or business_fence is None:
             return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
         jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
