@@ -19,20 +19,22 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState
+from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState, slot_replacer
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import UTC, from_ms, to_ms
 
 log = logging.getLogger(__name__)
 BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+# a winner as the acquire CAS left it: (trigger, state, owner_epoch, acquire_deadline, version)
+_as_acquired = slot_replacer(Trigger, "state", "owner_epoch", "acquire_deadline", "version")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +161,7 @@ class PartitionAcquirer:
         )
         # the winners as the UPDATE left them, without reading them back
         won = [
-            replace(
-                t, state=TriggerState.ACQUIRED, owner_epoch=self.epoch, acquire_deadline=deadline, version=t.version + 1
-            )
-            for t in due
-            if t.id in won_ids
+            _as_acquired(t, TriggerState.ACQUIRED, self.epoch, deadline, t.version + 1) for t in due if t.id in won_ids
         ]
         lost = len(due) - len(won)
         if lost:

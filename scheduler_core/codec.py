@@ -146,6 +146,53 @@ def _dump(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+# --- the fire path's encoding: the bytes of _dump(run_body(...)), without json.dumps per run ---
+# The fire pipeline encodes one body per run (a hot minute: one per trigger). json.dumps built
+# an encoder and walked the whole body for each (~5 us here); the header is the same for every
+# run of a job, so it is encoded once (`run_header_json`) and each body is formatted around it.
+# tests/unit/test_codec_fire_encoding.py holds these byte for byte to the json.dumps forms.
+
+_json_str = json.encoder.encode_basestring  # a str as _dump writes it (ensure_ascii=False)
+
+
+def run_header_json(header: dict[str, Any]) -> str:
+    """A run header (`run_header`) encoded once: its members as `_dump` writes them, without
+    the braces, for `encode_run` to splice into each body of the job."""
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False)[1:-1]
+
+
+def encode_run(
+    header_json: str,
+    trigger_id: int,
+    scheduled_ms: int,
+    items: Sequence[tuple[int, str]],
+    *,
+    page_record: bool = False,
+    shadow: bool = False,
+) -> bytes:
+    """The bytes of `_dump(run_body(header, trigger_id, scheduled_ms, items, ...))` for the
+    header `header_json` encodes (`run_header_json`): one envelope's body, ready to send."""
+    if not items:
+        raise ValueError("an envelope needs at least one item")
+    listed = ",".join(
+        f"[{int(i)},{_json_str(param) if type(param) is str else json.dumps(param, ensure_ascii=False)}]"
+        for i, param in items
+    )
+    tail = (',"pr":1' if page_record else "") + (',"sh":1' if shadow else "")
+    return (
+        f'{{"v":{WIRE_VERSION},"t":{int(trigger_id)},"T":{int(scheduled_ms)},{header_json},"i":[{listed}]{tail}}}'
+    ).encode()
+
+
+def pack_encoded(bodies: Sequence[bytes]) -> bytes:
+    """`encode_packed` of bodies already encoded (`encode_run`): the same bytes."""
+    if not bodies:
+        raise ValueError("a packed message needs at least one envelope")
+    if len(bodies) == 1:
+        return bodies[0]
+    return b'{"v":%d,"m":[' % WIRE_VERSION + b",".join(bodies) + b"]}"
+
+
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
 # building one per run (a packed hot minute builds 50K) cost as much as running the run.
 # Nobody mutates them; they are not hashed.

@@ -26,9 +26,15 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, run_body, run_header
+from scheduler_core.codec import (
+    EXECUTOR_SUBSCRIPTION,
+    command_topic,
+    encode_run,
+    pack_encoded,
+    run_header,
+    run_header_json,
+)
 from scheduler_core.errors import BusError, PublishError
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import (
@@ -43,6 +49,8 @@ from scheduler_core.model import (
     TriggerKind,
     TriggerState,
     command_id,
+    field_names,
+    slot_builder,
 )
 from scheduler_core.occurrences import count_between, next_after
 from scheduler_core.ports import BusMessage, Clock, MessageBus, Transition, TriggerStore
@@ -98,6 +106,10 @@ class Prepared:
             records=[r for part in parts for r in part.records],
             messages=[m for part in parts for m in part.messages],
         )
+
+
+# the one page of a run of one implicit item (most triggers): no generator per run
+_ONE_ITEM: tuple[tuple[tuple[int, str], ...]] = (((0, ""),),)
 
 
 class FirePipeline:
@@ -157,7 +169,7 @@ class FirePipeline:
         records: list[FiredRecord] = []
         messages: list[BusMessage] = []
         small: list[_Envelope] = []
-        headers: dict[str, dict[str, Any]] = {}  # per job: one header for every run of the chunk
+        headers: dict[str, str] = {}  # per job: one header for every run of the chunk
         for plan in plans:
             recs, envs = self._expand(plan, epoch, now, headers)
             records += recs
@@ -313,7 +325,7 @@ class FirePipeline:
             return None
 
     def _expand(
-        self, plan: _Plan, epoch: Epoch, now: datetime, headers: dict[str, dict[str, Any]] | None = None
+        self, plan: _Plan, epoch: Epoch, now: datetime, headers: dict[str, str] | None = None
     ) -> tuple[list[FiredRecord], list[_Envelope]]:
         trig, job = plan.trigger, plan.job
         assert trig.id is not None
@@ -335,24 +347,26 @@ class FirePipeline:
             "trigger_id": str(trig.id),
         }
         topic = command_topic(job.biz_code)
-        # the run's header: the job's fields, built once per job and chunk
+        # the run's header: the job's fields, built and encoded once per job and chunk
         header = headers.get(job.job_code) if headers is not None else None
         if header is None:
-            header = run_header(
-                job_code=job.job_code,
-                biz_code=job.biz_code,
-                handler=job.handler,
-                params=job.params,
-                item_total=job.shard_total,
-                timeout=job.timeout,
-                max_retry=job.max_retry,
-                epoch=epoch,
+            header = run_header_json(
+                run_header(
+                    job_code=job.job_code,
+                    biz_code=job.biz_code,
+                    handler=job.handler,
+                    params=job.params,
+                    item_total=job.shard_total,
+                    timeout=job.timeout,
+                    max_retry=job.max_retry,
+                    epoch=epoch,
+                )
             )
             if headers is not None:
                 headers[job.job_code] = header
         k = job.envelope_size
         paged = k > 1 and self.settings.page_records
-        for page in self._pages(job):
+        for page in _ONE_ITEM if job.shard_total == 1 and not job.explicit_items else self._pages(job):
             # per item only what must be per item: ids (and records when not paged); a
             # 100K fan-out never builds a command object per item
             if not paged:
@@ -366,7 +380,7 @@ class FirePipeline:
                 envelopes.append(
                     _Envelope(
                         topic,
-                        run_body(header, trig.id, occ_ms, group, page_record=paged, shadow=job.shadow),
+                        encode_run(header, trig.id, occ_ms, group, page_record=paged, shadow=job.shadow),
                         deliver_ms,
                         props,
                         head_id,
@@ -502,28 +516,66 @@ def _record(
     """One fired record of `plan`'s run (an item, a page of `item_count` items, or the
     run's single failed or skipped record); a final state is its own result, at `now`."""
     trig, job = plan.trigger, plan.job
-    return FiredRecord(
-        command_id=command_id(trigger_id, occ_ms, item_index),
-        trigger_id=trigger_id,
-        job_code=job.job_code if job is not None else trig.job_code,
-        biz_code=job.biz_code if job is not None else trig.biz_code,
-        scheduled_at=plan.occurrence,
-        item_index=item_index,
-        item_total=job.shard_total if job is not None else 1,
-        item_count=item_count,
-        state=state,
-        epoch=epoch,
-        fired_at=now,
-        result_at=now if state.is_final else None,
-        misfired=plan.misfired and job is not None,  # a fire of a deleted job fired nothing
-        message=plan.note if note is None else note,
+    # one per item fired: built through the slots (_RECORD_FIELDS order), not FiredRecord(...)
+    return _build_record(
+        (
+            command_id(trigger_id, occ_ms, item_index),
+            trigger_id,
+            job.job_code if job is not None else trig.job_code,
+            job.biz_code if job is not None else trig.biz_code,
+            plan.occurrence,  # scheduled_at
+            item_index,
+            job.shard_total if job is not None else 1,  # item_total
+            state,
+            epoch,
+            now,  # fired_at
+            None,  # published_at
+            None,  # received_at
+            None,  # started_at
+            now if state.is_final else None,  # result_at
+            0,  # attempt
+            plan.note if note is None else note,  # message
+            plan.misfired and job is not None,  # misfired: a fire of a deleted job fired nothing
+            item_count,
+            "",  # item_states
+            0,  # succeeded_items
+            0,  # failed_items
+        )
     )
+
+
+_RECORD_FIELDS = (
+    "command_id",
+    "trigger_id",
+    "job_code",
+    "biz_code",
+    "scheduled_at",
+    "item_index",
+    "item_total",
+    "state",
+    "epoch",
+    "fired_at",
+    "published_at",
+    "received_at",
+    "started_at",
+    "result_at",
+    "attempt",
+    "message",
+    "misfired",
+    "item_count",
+    "item_states",
+    "succeeded_items",
+    "failed_items",
+)
+if field_names(FiredRecord) != _RECORD_FIELDS:  # pragma: no cover - a model change not made in _record
+    raise RuntimeError(f"fire._record is out of step with FiredRecord's fields {field_names(FiredRecord)}")
+_build_record = slot_builder(FiredRecord)
 
 
 @dataclass
 class _Envelope:
     topic: str
-    body: dict[str, Any]
+    body: bytes  # the envelope's encoded body (codec.encode_run)
     deliver_ms: int
     props: dict[str, str]
     key: str
@@ -533,9 +585,7 @@ class _Envelope:
     packable: bool = False
 
     def message(self) -> BusMessage:
-        return BusMessage(
-            self.topic, encode_packed([self.body]), deliver_at_ms=self.deliver_ms, properties=self.props, key=self.key
-        )
+        return BusMessage(self.topic, self.body, deliver_at_ms=self.deliver_ms, properties=self.props, key=self.key)
 
 
 def _pack(envelopes: Sequence[_Envelope], window_ms: int = 0) -> list[BusMessage]:
@@ -572,7 +622,7 @@ def _packed_message(batch: Sequence[_Envelope]) -> BusMessage:
     props = head.props if len(batch) == 1 else {**head.props, "runs": str(len(batch))}
     return BusMessage(
         head.topic,
-        encode_packed([e.body for e in batch]),
+        pack_encoded([e.body for e in batch]),
         deliver_at_ms=last.deliver_ms,
         properties=props,
         key=head.key,

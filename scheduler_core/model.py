@@ -8,9 +8,11 @@ milliseconds exist only at the storage and wire boundaries.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import NewType
+from operator import attrgetter
+from typing import Any, NewType, TypeVar
 
 from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 from scheduler_core.times import require_aware, to_ms
@@ -231,3 +233,62 @@ class FiredRecord:
     item_states: str = ""
     succeeded_items: int = 0
     failed_items: int = 0
+
+
+# --- building the frozen records on the hot path -----------------------------------------
+
+_Frozen = TypeVar("_Frozen")
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """A model dataclass's fields, in declaration order (the order `slot_builder` takes)."""
+    return tuple(f.name for f in fields(cls))
+
+
+def slot_builder(cls: type[_Frozen]) -> Callable[[Sequence[Any]], _Frozen]:
+    """A builder of `cls` (a frozen, slotted dataclass of this module) from every field's
+    value in declaration order (`field_names`), with the same __post_init__ checks as its
+    constructor. The generated __init__ takes keyword arguments and sets each field through
+    object.__setattr__: for a Trigger that was half of building one from a row (~2.5 of
+    5.7 us), and the admission path builds one per due row, one per winner and a fired
+    record per item. Here each slot is set through its descriptor, in a function generated
+    once per class as dataclasses generates __init__ (unrolled: a loop over the slots cost
+    ~60% more). Every field must be given: a missing or extra value raises ValueError."""
+    names = field_names(cls)
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, "post_init": getattr(cls, "__post_init__", None)}
+    scope.update({f"set_{i}": cls.__dict__[name].__set__ for i, name in enumerate(names)})
+    values = ", ".join(f"v{i}" for i in range(len(names)))
+    source = "\n".join(
+        [
+            "def build(values):",
+            f"    ({values},) = values",
+            "    obj = new(cls)",
+            *(f"    set_{i}(obj, v{i})" for i in range(len(names))),
+            *(["    post_init(obj)"] if scope["post_init"] is not None else []),
+            "    return obj",
+        ]
+    )
+    exec(compile(source, f"<slot_builder {cls.__name__}>", "exec"), scope)
+    build: Callable[[Sequence[Any]], _Frozen] = scope["build"]
+    return build
+
+
+def slot_replacer(cls: type[_Frozen], *names: str) -> Callable[..., _Frozen]:
+    """`replace(obj, *values)`: dataclasses.replace(obj, **dict(zip(names, values))) for
+    `cls` (see `slot_builder`), at under half its cost: the fields are read in one C call
+    and the copy is built through the slots, with the same __post_init__ checks."""
+    all_names = field_names(cls)
+    unknown = [n for n in names if n not in all_names]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {unknown}")
+    build = slot_builder(cls)
+    read_all = attrgetter(*all_names)
+    at = tuple(all_names.index(n) for n in names)
+
+    def replace(obj: _Frozen, *values: Any) -> _Frozen:
+        current = list(read_all(obj))
+        for i, value in zip(at, values, strict=True):
+            current[i] = value
+        return build(current)
+
+    return replace

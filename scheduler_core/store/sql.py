@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -42,16 +43,18 @@ from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
     FIRED_RANK,
+    JOB_READ_COLUMNS,
     MESSAGE_MAX,
     PROVISIONAL_SKIP_RANK,
-    TRIGGER_READ_COLUMNS,
+    TRIGGER_KEY_COLUMNS,
+    TRIGGER_SHAPE_COLUMNS,
     fired_from_row,
-    fired_row,
+    fired_rows,
     job_from_row,
     job_values,
     trigger_from_row,
-    trigger_from_tuple,
     trigger_values,
+    triggers_from_packed,
 )
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
@@ -90,8 +93,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._fired_sql: str | None = None
         # the hot path's repeating statements, built once (SQLAlchemy then only looks up
         # their compiled form instead of building the expression tree per call)
-        j, fence = self.t.job, self.t.fence
-        self._jobs_by_code = select(j).where(j.c.job_code.in_(bindparam("codes", expanding=True)))
+        fence = self.t.fence
         self._fence_epoch = select(fence.c.epoch).where(fence.c.name == bindparam("fence_name"))
         # On MariaDB/MySQL the fired-record insert reads the fence (inside the INSERT, and
         # when it reads it on its own) with a shared lock (LOCK IN SHARE MODE): a claim
@@ -104,6 +106,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._autocommit: Engine | None = None  # see put_fired_fenced
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
+        self._due_sqls: dict[int, tuple[str, tuple[str, ...], dict[str, Any]]] = {}  # see _due_sql
+        self._jobs_sqls: dict[int, str] = {}  # get_jobs' read, by the number of codes
         # told of the partitions that got triggers due soon (`add_triggers`), so their
         # loops tick in time; in process by default, across processes when wired to etcd
         self.wakeups: Wakeups | None = LocalWakeups()
@@ -144,13 +148,26 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         return self.get_jobs([job_code]).get(job_code)
 
     def get_jobs(self, job_codes: Sequence[JobCode]) -> dict[JobCode, Job]:
+        # once per acquire tick (the definitions its winners fire with): driver SQL, as the
+        # due read; the expanding IN of a Core statement is rendered again on every call
         out: dict[JobCode, Job] = {}
         with self._reads().connect() as conn:
             for chunk in _chunks(list(dict.fromkeys(job_codes))):
-                for row in conn.execute(self._jobs_by_code, {"codes": list(chunk)}).mappings():
+                for row in conn.exec_driver_sql(self._jobs_sql(len(chunk), conn), tuple(chunk)).mappings():
                     job = job_from_row(row)
                     out[job.job_code] = job
         return out
+
+    def _jobs_sql(self, n: int, conn: Connection) -> str:
+        found = self._jobs_sqls.get(n)
+        if found is None:
+            q = conn.dialect.identifier_preparer.quote
+            found = (
+                f"SELECT {', '.join(q(c) for c in JOB_READ_COLUMNS)} FROM {q(self.t.job.name)}"
+                f" WHERE {q('job_code')} IN ({', '.join([self._mark()] * n)})"
+            )
+            self._jobs_sqls[n] = found
+        return found
 
     def put_sharding_items(self, job_code: JobCode, items: Sequence[ShardingItem]) -> None:
         j, si = self.t.job, self.t.sharding_item
@@ -241,19 +258,54 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         limit: int,
         exclude_biz_codes: Collection[str] = (),
     ) -> list[Trigger]:
-        tr = self.t.trigger
-        # only the columns the model is built from, as plain tuples: this is the hot read
-        stmt = (
-            select(*(tr.c[c] for c in TRIGGER_READ_COLUMNS))
-            .where(tr.c.state == S.WAITING.value, tr.c.next_fire_at.between(to_ms(start), to_ms(end)))
-            .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
-            .limit(max(0, limit))
-        )
-        if exclude_biz_codes:
-            stmt = stmt.where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
+        values = {
+            "due_state": S.WAITING.value,
+            "due_from": to_ms(start),
+            "due_to": to_ms(end),
+            "due_limit": max(0, limit),
+        }
         with self._reads().connect() as conn:
-            rows = conn.execute(self._from_partition(stmt, partition)).all()
-        return [trigger_from_tuple(r) for r in rows]
+            if exclude_biz_codes:  # a business's pool budget is spent: built per call (rare)
+                tr = self.t.trigger
+                stmt = self._due_select().where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
+                rows = conn.execute(self._from_partition(stmt, partition), values).all()
+            else:
+                sql, names, fixed = self._due_sql(partition, conn)
+                values.update(fixed)  # the partition's own (SQLite: its `part`)
+                # positional drivers (SQLite) take the values in the compiled order, named ones the dict
+                rows = conn.exec_driver_sql(sql, tuple(values[n] for n in names) if names else values).all()
+        return triggers_from_packed(rows)
+
+    def _due_select(self) -> Select[Any]:
+        """The hot read: only the columns the model is built from, those the due rows share
+        packed in one (rows.triggers_from_packed)."""
+        tr = self.t.trigger
+        return (
+            select(
+                *(tr.c[c] for c in TRIGGER_KEY_COLUMNS),
+                func.json_array(*(tr.c[c] for c in TRIGGER_SHAPE_COLUMNS)).label("shape"),
+            )
+            .where(
+                tr.c.state == bindparam("due_state"),
+                tr.c.next_fire_at.between(bindparam("due_from"), bindparam("due_to")),
+            )
+            .order_by(tr.c.next_fire_at, tr.c.priority, tr.c.id)
+            .limit(bindparam("due_limit"))
+        )
+
+    def _due_sql(self, partition: Partition, conn: Connection) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+        """The hot read of one partition compiled once: its SQL, its parameters' names in the
+        order a positional driver takes them (none for a driver that takes names) and the
+        values the statement fixes itself (the partition's). Sent as driver SQL: building the
+        statement and looking up its compiled form per tick cost more CPU than decoding its
+        rows."""
+        found = self._due_sqls.get(partition.index)
+        if found is None:
+            compiled = self._from_partition(self._due_select(), partition).compile(dialect=conn.dialect)
+            fixed = {k: v for k, v in compiled.params.items() if not k.startswith("due_")}
+            found = (compiled.string, tuple(compiled.positiontup or ()), fixed)
+            self._due_sqls[partition.index] = found
+        return found
 
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int
@@ -282,8 +334,25 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         return winners
 
     def cas_ids(self, change: Transition) -> list[TriggerId]:
-        with self.engine.begin() as conn:
+        with self._cas_connection([change]) as conn:
             return self._cas_winners(conn, change)
+
+    def _cas_connection(self, changes: Sequence[Transition]) -> AbstractContextManager[Connection]:
+        """Where the transitions' UPDATEs run. One UPDATE (a single transition of at most
+        _IN_CHUNK rows, as the acquire tick and a fired chunk's outcome are) on MariaDB/MySQL:
+        on the AUTOCOMMIT twin, where the statement commits as it ends, one round trip
+        instead of the UPDATE and a COMMIT (the CAS is its own transaction either way; its
+        fence is read inside the UPDATE). When the UPDATE matches fewer rows than asked, the
+        winners are read back by their token in a statement of their own: a winner changed
+        by someone else in between is not counted, as if the change had come just before
+        the UPDATE. Anything larger: one transaction on the store's pool, as before."""
+        if (
+            len(changes) == 1
+            and len(set(changes[0].ids)) <= _IN_CHUNK
+            and self.engine.dialect.name in ("mysql", "mariadb")
+        ):
+            return self._autocommit_engine().connect()
+        return self.engine.begin()
 
     def _cas_winners(self, conn: Connection, change: Transition) -> list[TriggerId]:
         tr = self.t.trigger
@@ -430,7 +499,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         if lock is None:  # once per store: the server's answer is kept
             with self.engine.connect() as probe:
                 lock = self._lock_fence_reads(probe)
-        rows = [fired_row(r) for r in records]
+        rows = fired_rows(records)
         if lock:
             # MariaDB/MySQL: each statement commits as it ends, so the shared lock on the
             # fence row lasts one statement on the server, never a client round trip. In one
@@ -489,7 +558,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     def _insert_fired_fenced(
         self, conn: Connection, rows: Sequence[tuple[Any, ...]], fence_name: str, epoch: Epoch, lock: bool
     ) -> int:
-        """INSERT-if-absent of `rows` (fired_row tuples) on the condition that the fence
+        """INSERT-if-absent of `rows` (rows.fired_row tuples) on the condition that the fence
         row `fence_name` holds `epoch`, read with a shared lock where the server has one
         (see _fence_holds). Columns whose value every row shares (the state, the epoch,
         the fire time, the empty result columns, most often the job and the run's size)
@@ -529,7 +598,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain
         # tuples: no compile and no per-row parameter processing, which cost more than the
         # statement itself for a chunk of a hundred records.
-        result = conn.exec_driver_sql(self._fired_insert_sql(), [fired_row(r) for r in records])
+        result = conn.exec_driver_sql(self._fired_insert_sql(), fired_rows(records))
         return max(0, result.rowcount or 0)
 
     def _fired_insert_sql(self) -> str:
@@ -545,11 +614,13 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         return self._fired_sql
 
     def finish_fire(self, changes: Sequence[Transition]) -> list[list[TriggerId]]:
-        # the chunk's outcome in one commit. No published stamp on the fired records: the
-        # outcome CAS is written only after the broker acked the chunk, so a trigger whose
-        # last_fired_at reached an occurrence has published it (see `outcome_recorded`); a
-        # crash before this commit leaves the triggers acquired, re-fired with the same ids
-        with self.engine.begin() as conn:
+        # the chunk's outcome in one commit (one UPDATE, committing as it ends, for a chunk
+        # whose triggers all reschedule or all complete: _cas_connection). No published stamp
+        # on the fired records: the outcome CAS is written only after the broker acked the
+        # chunk, so a trigger whose last_fired_at reached an occurrence has published it (see
+        # `outcome_recorded`); a crash before this commit leaves the triggers acquired,
+        # re-fired with the same ids
+        with self._cas_connection(changes) as conn:
             return [self._cas_winners(conn, change) for change in changes]
 
     def mark_published(self, command_ids: Sequence[CommandId], at: datetime) -> int:

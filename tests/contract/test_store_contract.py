@@ -20,6 +20,7 @@ from scheduler_core.model import (
     FiredState,
     Job,
     JobCode,
+    MisfirePolicy,
     ShardingItem,
     Trigger,
     TriggerId,
@@ -133,6 +134,63 @@ def test_select_due_window_order_limit_and_priority_ties(store: SqlTriggerStore,
         rows = store.select_due(p, t0 - timedelta(days=1), t0 + timedelta(days=1), 1)
         assert len(rows) <= 1
     assert len(made) == 6
+
+
+def test_select_due_reads_every_field_as_the_full_row_reads_it(store: SqlTriggerStore, clock: ManualClock) -> None:
+    # the due read packs what rows share into one json_array (rows.triggers_from_packed):
+    # every kind of value comes back as the full-row read (get_triggers) has it
+    odd = "q'\"\\ \n\t\x01 é中文 😀"
+    job = store.put_job(Job(job_code=JobCode(f"j{odd}"), biz_code=f"b{odd}", handler="h"))
+    t0 = clock.now()
+
+    def trig(**fields: Any) -> Trigger:
+        return Trigger(job_code=job.job_code, biz_code=job.biz_code, **fields)
+
+    added = store.add_triggers(
+        [
+            trig(kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(milliseconds=1)),
+            trig(kind=TriggerKind.ONCE, next_fire_at=t0 + timedelta(milliseconds=1)),
+            trig(
+                kind=TriggerKind.CRON,
+                cron="0/5 * * * * ?",
+                cron_dialect="2.3",
+                time_zone="Asia/Shanghai",
+                next_fire_at=t0 + timedelta(seconds=5),
+                end_at=t0 + timedelta(days=3, milliseconds=7),
+                misfire_policy=MisfirePolicy.SKIP,
+                priority=1,
+            ),
+            trig(
+                kind=TriggerKind.FIXED_RATE,
+                interval=timedelta(milliseconds=2**40 + 3),
+                next_fire_at=t0 + timedelta(seconds=9),
+                priority=9,
+            ),
+            trig(kind=TriggerKind.CRON, cron="0 0 3 * * ?", next_fire_at=t0 + timedelta(minutes=1)),
+        ]
+    )
+    ids = [stored_id(t) for t in added]
+    with store.engine.begin() as conn:
+        # a waiting row still carrying an owner (as a migrator may write one), and a cron
+        # written before triggers carried a dialect
+        conn.execute(
+            text("UPDATE dus_job_trigger SET owner_epoch = 7, acquire_deadline = :d, version = 4 WHERE id = :i"),
+            {"d": to_ms(t0) + 11, "i": ids[1]},
+        )
+        conn.execute(text("UPDATE dus_job_trigger SET cron_dialect = NULL WHERE id = :i"), {"i": ids[4]})
+    due = [
+        t
+        for p in store.partitions()
+        for t in store.select_due(p, t0 - timedelta(hours=1), t0 + timedelta(hours=1), 100)
+    ]
+    assert len(due) == 5
+    assert sorted(due, key=lambda t: stored_id(t)) == store.get_triggers(ids)
+    assert {t.cron_dialect for t in due} == {"2.3", "2.5"}
+    # the same read leaving out spent businesses (built per call)
+    for p in store.partitions():
+        window = (t0 - timedelta(hours=1), t0 + timedelta(hours=1), 100)
+        assert store.select_due(p, *window, exclude_biz_codes={"other"}) == store.select_due(p, *window)
+        assert store.select_due(p, *window, exclude_biz_codes={job.biz_code}) == []
 
 
 def test_cas_returns_winners_and_losing_is_not_an_error(store: SqlTriggerStore, clock: ManualClock) -> None:
