@@ -201,7 +201,9 @@ def legacy_instance(url: str, expected: int, limit_s: float, start: Any, q: Any)
                     # the burst is all taken (a dispatched task moves an hour ahead); xxl-job
                     # would sleep to the next second here and read again
                     break
-        q.put({"looped": True})  # the dispatch loop is over: the parent's CPU window ends here
+        # the dispatch loop is over: the parent's CPU window ends when every instance is
+        # here, with each instance's own CPU reading (one may have drained and exited by then)
+        q.put({"looped": True, "cpu_s": time.process_time()})
         pool.shutdown(wait=True, cancel_futures=False)
         conn.close()
         q.put({"dispatched": dispatched, "done": done, "cycles": cycles, "lock_wait_ms": lock_wait_ms})
@@ -241,15 +243,16 @@ def run_legacy(
         ).start()
         t0 = now_ms()
         start.set()
-        results, looped = [], 0
+        results, looped, loop_cpu = [], 0, 0.0
         while looped < len(procs):
             msg = q.get(timeout=limit_s + 120)
             if "looped" in msg:
                 looped += 1
+                loop_cpu += msg["cpu_s"]
                 continue
             results.append(msg)
             looped += "error" in msg  # a failed instance sends no "looped"
-        window.stop()
+        window.stop().fill_missing({LEGACY: loop_cpu}, replace=True)
         while len(results) < len(procs):
             results.append(q.get(timeout=limit_s + 120))
         for p in procs:
