@@ -28,7 +28,6 @@ profile can run one level under cProfile on the same set-up.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -39,7 +38,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
-from bench.harness import Goal, Row, StackEnv, fresh_database, percentile, stack_dir
+from bench.cpu import server_cpu_s
+from bench.harness import Goal, Row, StackEnv, fresh_database, percentile
 
 RATE_GOAL = Goal("value_min", 10_000, "/s")
 LAG_GOAL = Goal("value_max", 1.0, "s")
@@ -73,15 +73,9 @@ class Level:
 
 
 def _server_cpu_s() -> float | None:
-    """CPU seconds the stack's MariaDB has used (its pid file, /proc): what each applied
-    event costs the server beside our process. None when it cannot be read."""
-    try:
-        pid = int((stack_dir() / "mariadb" / "mariadb.pid").read_text().strip())
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    """CPU seconds the stack's MariaDB has used (bench/cpu.py): what each applied event
+    costs the server beside our process. None when it cannot be read."""
+    return server_cpu_s()
 
 
 class _Timer:

@@ -51,6 +51,9 @@ class BusinessFigures:
     start_lag_ms: list[float] = field(default_factory=list)  # handler start - T, one per item
     errors: int = 0
     cpu_s: float = 0.0  # the host process's CPU time from ready to done (it idles before the first receipt)
+    # the host process's CPU time since it started, at done (time.process_time(): /proc's
+    # utime + stime): the end of a bench/cpu.py window whose start the parent read from /proc
+    cpu_end_s: float = 0.0
 
 
 class _StampingSubscription:
@@ -161,12 +164,13 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
         while time.monotonic() < end:
             with lock:
                 mine = [sum(t.items for t in per_thread.get(d, ())) for d in cfg.biz_codes]
-            if counts is None:
-                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.biz_codes, mine, strict=True))
-            else:  # several processes: the sum over all of them, per business
+            if counts is not None:  # what the parent reads (ExecutorHost.handled)
                 width = len(cfg.biz_codes)
                 for k, n in enumerate(mine):
                     counts[slot * width + k] = n
+            if counts is None or cfg.processes <= 1:
+                done = all(n >= cfg.expected.get(d, 0) for d, n in zip(cfg.biz_codes, mine, strict=True))
+            else:  # several processes: the sum over all of them, per business
                 done = all(
                     sum(counts[p * width + k] for p in range(cfg.processes)) >= cfg.expected.get(d, 0)
                     for k, d in enumerate(cfg.biz_codes)
@@ -174,12 +178,14 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
             if done:
                 break
             time.sleep(0.01)
-        cpu = time.process_time() - cpu0
+        cpu_end = time.process_time()
+        cpu = cpu_end - cpu0
         stop.set()
         for t in threads:
             t.join(timeout=10)
         for d, f in figs.items():
             f.cpu_s = cpu  # the process's, shared by its businesses
+            f.cpu_end_s = cpu_end
             with lock:
                 tallies = list(per_thread.get(d, ()))
             for tally in tallies:
@@ -212,13 +218,33 @@ class ExecutorHost:
         ctx = mp.get_context("spawn")
         self.q = ctx.Queue()
         n = max(1, cfg.processes)
-        counts = ctx.Array("q", n * len(cfg.biz_codes), lock=False) if n > 1 else None
-        self.procs = [ctx.Process(target=host_main, args=(cfg, self.q, counts, i), daemon=True) for i in range(n)]
+        # items handled per process and business, written by each process every 10 ms: the
+        # processes' stop condition when there are several, and the parent's `handled`
+        self.counts = ctx.Array("q", n * len(cfg.biz_codes), lock=False)
+        self.procs = [ctx.Process(target=host_main, args=(cfg, self.q, self.counts, i), daemon=True) for i in range(n)]
         self.result: dict[str, Any] | None = None
 
     @property
     def proc(self) -> Any:
         return self.procs[0]
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def handled(self) -> int:
+        """Items handled so far by every process, all businesses (at most 10 ms old)."""
+        return sum(self.counts[:])
+
+    def wait_handled(self, expected: int, timeout: float, poll: float = 0.01) -> bool:
+        """Until `expected` items were handled (for a window that ends with the last one,
+        before the processes report and exit); False at the timeout."""
+        end = time.monotonic() + timeout
+        while self.handled() < expected:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(poll)
+        return True
 
     def __enter__(self) -> ExecutorHost:
         for p in self.procs:
@@ -265,4 +291,5 @@ def _merge(a: BusinessFigures, b: BusinessFigures) -> BusinessFigures:
         start_lag_ms=a.start_lag_ms + b.start_lag_ms,
         errors=a.errors + b.errors,
         cpu_s=a.cpu_s + b.cpu_s,
+        cpu_end_s=a.cpu_end_s + b.cpu_end_s,
     )

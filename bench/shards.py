@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 
 from bench.admission import PARTITIONS, _prepare, raw_ceiling
+from bench.cpu import busy_share, machine_busy, server_cpu_s
 from bench.harness import Deadline, Row, Section, StackEnv, fresh_database, median, pymysql_connect
 from bench.workload import (
     CountingBus,
@@ -48,35 +49,6 @@ def _prepare_at(url: str, n: int, due_ms: int) -> None:
 
 NAME = "shards"
 TITLE = "admission with 1/2/3 shard-registry members vs the raw SQL acquire cycle"
-
-
-def _server_cpu_s() -> float | None:
-    """CPU seconds (user + system) of the MariaDB server process(es) on this machine, from
-    /proc; None when there is none to read."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, found = 0.0, False
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() not in ("mariadbd", "mysqld"):
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            found = True
-        except OSError:
-            continue
-    return total if found else None
-
-
-def _machine_busy() -> tuple[int, int]:
-    """(all, idle) jiffies of the whole machine since boot, from /proc/stat: the busy
-    share of every core over a run, whoever used it (members, server, etcd, the others)."""
-    with open("/proc/stat") as f:
-        values = [int(x) for x in f.readline().split()[1:]]
-    return sum(values), values[3] + values[4]  # idle + iowait
 
 
 # InnoDB's own counters of row lock waits: whether writers serialize on a row (the
@@ -171,7 +143,7 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     try:
         with conn.cursor() as cur:
             time.sleep(wait_s)
-            locks0, machine0, server0 = _lock_status(cur), _machine_busy(), _server_cpu_s()
+            locks0, machine0, server0 = _lock_status(cur), machine_busy(), server_cpu_s()
             t0 = time.monotonic()
             dl = Deadline(limit_s)
             fired = 0
@@ -181,7 +153,7 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
                     break
                 time.sleep(0.02)
             seconds = time.monotonic() - t0
-            server1, machine1, locks1 = _server_cpu_s(), _machine_busy(), _lock_status(cur)
+            server1, machine1, locks1 = server_cpu_s(), machine_busy(), _lock_status(cur)
             cur.execute("SELECT COUNT(*) FROM dus_fired_record")
             records = int(cur.fetchone()[0])
     finally:
@@ -194,8 +166,7 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
     if errors:
         raise RuntimeError("; ".join(errors))
     server_cpu = None if server0 is None or server1 is None else server1 - server0
-    jiffies = machine1[0] - machine0[0]
-    busy = None if jiffies <= 0 else 1.0 - (machine1[1] - machine0[1]) / jiffies
+    busy = busy_share(machine0, machine1)
     member_cpu = sum(r["cpu_s"] for r in results)
     # CPU of the measured processes (members + server) per trigger, and what the machine's
     # cores would admit at that cost with nothing else running: the box's ceiling

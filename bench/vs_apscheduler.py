@@ -25,6 +25,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bench import cpu
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import (
     Deadline,
@@ -98,6 +99,9 @@ def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
         for i in range(n):
             sched.add_job(fired, "date", run_date=run_date, id=f"j{i}")
         add_s = time.perf_counter() - t_add
+        # CPU over the burst: APScheduler runs in this process (its scheduler thread, the
+        # 20 pool threads and the job function); the broker is idle and only watched
+        window = cpu.CpuWindow.pipeline(broker=False).start()
         t0 = time.perf_counter()
         sched.resume()
         dl = Deadline(limit_s)
@@ -106,6 +110,7 @@ def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
                 if _count["n"] >= n:
                     break
             time.sleep(0.01)
+        window.stop()
         with _lock:
             done, last, first = _count["n"], _count["last"], _count["first"]
     finally:
@@ -119,6 +124,7 @@ def run_apscheduler(url: str, n: int, limit_s: float) -> dict[str, Any]:
         "first_fire_after_s": (first - t0) if first else None,
         "complete": done >= n,
         "settings": settings,
+        "cpu": window.figures(int(done), unit="job"),
     }
 
 
@@ -133,10 +139,17 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_siz
         ) as host:
             load_triggers(url, job, n, first_ms=now_ms() - 1000, spread_ms=1000)
             ts = ThreadedScheduler(store, bus, SchedulerSettings())
+            # CPU from the scheduler's start until the executor ran the N-th command (read
+            # from its shared count, <= 20 ms late); the executor's own CPU reading when it
+            # saw its N-th replaces the stop's (it is shutting down by then, or gone)
+            window = cpu.CpuWindow.pipeline({cpu.EXECUTOR: host.pids}).start()
             t0 = time.time()
             ts.start()
             published = ts.wait_fired(n, Deadline(limit_s))
+            host.wait_handled(n, limit_s)
+            window.stop()
             fig = host.wait(limit_s)["aps"]
+            window.fill_missing({cpu.EXECUTOR: fig.cpu_end_s}, replace=True)
             ts.close()
     finally:
         bus.close()
@@ -149,7 +162,11 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_siz
         "seconds": secs,
         "rate": fig.items / secs if secs > 0 else 0.0,
         "published_seconds": published,
+        # where the window's time goes: until the first command ran (the scheduler's start,
+        # its first tick, the first publication and delivery), then the stream of them
+        "first_handled_after_s": (fig.first_handled - t0) if fig.first_handled else None,
         "complete": fig.items >= n,
+        "cpu": window.figures(fig.items, unit="trigger"),
     }
 
 
@@ -177,6 +194,12 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         "switchyard": "threaded Scheduler (16 partitions, defaults), PulsarBus, 1 executor process, "
         "no-op handler, job timeout 0",
         "burst_envelope_size": BURST_ENVELOPE,
+        "cpu_accounting": cpu.SETTINGS
+        | {
+            "burst_switchyard_roles": list(sy["cpu"]["pids"]),
+            "burst_apscheduler_roles": list(aps["cpu"]["pids"]),
+            "pids": sy["cpu"]["pids"],
+        },
         "steady": {
             "rates_per_s": list(rates),
             "seconds_per_step": window,
@@ -195,6 +218,9 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         "steady_switchyard": sy_steady,
     }
 
+    def first_s(side: dict[str, Any]) -> str:
+        return "-" if side.get("first_handled_after_s") is None else f"{side['first_handled_after_s']:.3f} s"
+
     def incomplete(side: dict[str, Any], label: str) -> str:
         return "" if side["complete"] else f"; {label} INCOMPLETE {side['fired']:,}/{n:,}"
 
@@ -205,7 +231,15 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             aps["rate"],
             "/s",
             GOAL,
-            note="peer: APScheduler" + incomplete(aps, "APScheduler") + incomplete(sy, "Switchyard"),
+            note="peer: APScheduler"
+            + incomplete(aps, "APScheduler")
+            + incomplete(sy, "Switchyard")
+            + f"; Switchyard's first command ran {first_s(sy)} after its start"
+            + f" (APScheduler's first job {aps['first_fire_after_s'] or 0:.3f} s after resume)"
+            + "; Switchyard "
+            + cpu.describe(sy["cpu"], aps["rate"], "APScheduler")
+            + "; APScheduler "
+            + cpu.describe(aps["cpu"]),
         ),
         Row(
             f"{n:,} one-shot jobs due now: fires/s, envelope_size {BURST_ENVELOPE}",
@@ -214,7 +248,10 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             "/s",
             ENVELOPE_GOAL,
             note="as the README advises for bursts; peer: APScheduler (the same run)"
-            + incomplete(sy_env, "Switchyard"),
+            + incomplete(sy_env, "Switchyard")
+            + f"; the first command ran {first_s(sy_env)} after the start"
+            + "; Switchyard "
+            + cpu.describe(sy_env["cpu"], aps["rate"], "APScheduler"),
         ),
         Row(
             f"{n:,} one-shot jobs due now: time until all fired, one message per run",
@@ -300,6 +337,12 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
     sec.notes.append(
         f"APScheduler: adding the {n:,} jobs took {aps['add_seconds']:.1f} s (not timed); first fire "
         f"{(aps['first_fire_after_s'] or 0):.2f} s after resume()."
+    )
+    sec.notes.append(
+        "CPU in the burst rows (bench/cpu.py): each process's CPU ms per trigger (per job for APScheduler) "
+        "over the measured window and the cores it used on average; the machine's busy share (both cores, "
+        "whoever used them) and the share outside the pipeline's processes (the rest); the box's ceiling = "
+        "cores x 1000 / total CPU ms per trigger, and its ratio to APScheduler's measured rate."
     )
     sec.notes.append(
         "steady load: bench/steady_load.py (each step: producer processes create jobs every 0.1 s, "

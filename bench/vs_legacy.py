@@ -30,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench import cpu
 from bench.executors import ExecutorHost, HostConfig
 from bench.harness import (
     Deadline,
@@ -53,6 +54,7 @@ TITLE = "versus the legacy execution model (lock row FOR UPDATE + bounded blocki
 GOAL = Goal("ratio_min", 6.0)  # issue 19: dispatch vs the legacy model at 200 ms
 POOL = 200
 PRE_READ = 6000
+LEGACY = "legacy instance process(es)"
 
 
 # --- the business endpoint ---------------------------------------------------------------------
@@ -96,6 +98,12 @@ class BusinessEndpoint:
         self.proc.start()
         self.port = int(q.get(timeout=30))
         return self
+
+    @property
+    def pid(self) -> int:
+        pid = self.proc.pid
+        assert pid is not None  # started in __enter__
+        return pid
 
     def url(self, ms: int) -> str:
         return f"http://127.0.0.1:{self.port}/task?ms={ms}"
@@ -193,6 +201,9 @@ def legacy_instance(url: str, expected: int, limit_s: float, start: Any, q: Any)
                     # the burst is all taken (a dispatched task moves an hour ahead); xxl-job
                     # would sleep to the next second here and read again
                     break
+        # the dispatch loop is over: the parent's CPU window ends when every instance is
+        # here, with each instance's own CPU reading (one may have drained and exited by then)
+        q.put({"looped": True, "cpu_s": time.process_time()})
         pool.shutdown(wait=True, cancel_futures=False)
         conn.close()
         q.put({"dispatched": dispatched, "done": done, "cycles": cycles, "lock_wait_ms": lock_wait_ms})
@@ -219,9 +230,31 @@ def run_legacy(
         with conn.cursor() as cur:  # all due at the gun
             cur.execute("UPDATE legacy_task SET next_fire_time = %s", (t_fire,))
         conn.close()
+        # CPU over the dispatch loops (until every instance has left its loop; the pool's
+        # calls still running then are not counted): the instances, the endpoint, the
+        # server; the broker and this process are idle here and only watched
+        window = cpu.CpuWindow(
+            {
+                LEGACY: [p.pid for p in procs if p.pid is not None],
+                cpu.ENDPOINT: [endpoint.pid],
+                cpu.MARIADB: cpu.mariadb_pids(),
+            },
+            watch={cpu.PULSAR: cpu.pulsar_pids()},
+        ).start()
         t0 = now_ms()
         start.set()
-        results = [q.get(timeout=limit_s + 120) for _ in procs]
+        results, looped, loop_cpu = [], 0, 0.0
+        while looped < len(procs):
+            msg = q.get(timeout=limit_s + 120)
+            if "looped" in msg:
+                looped += 1
+                loop_cpu += msg["cpu_s"]
+                continue
+            results.append(msg)
+            looped += "error" in msg  # a failed instance sends no "looped"
+        window.stop().fill_missing({LEGACY: loop_cpu}, replace=True)
+        while len(results) < len(procs):
+            results.append(q.get(timeout=limit_s + 120))
         for p in procs:
             p.join(timeout=30)
     errors = [r["error"] for r in results if "error" in r]
@@ -245,6 +278,7 @@ def run_legacy(
         "failed": sum(r["done"]["failed"] for r in results),
         "cycles": [r["cycles"] for r in results],
         "lock_wait_ms": [r["lock_wait_ms"] for r in results],
+        "cpu": window.figures(len(disp), unit="dispatch"),
     }
 
 
@@ -274,12 +308,18 @@ def run_switchyard(
                 t_fire = now_ms()
                 load_triggers(url, job, n, first_ms=t_fire)
                 ts = ThreadedScheduler(store, bus, SchedulerSettings())
+                # CPU over the dispatch window (the scheduler's start until the N-th command
+                # was published): this process, the executor making the HTTP calls, the
+                # endpoint answering them (own process), the server and the broker
+                window = cpu.CpuWindow.pipeline({cpu.EXECUTOR: host.pids, cpu.ENDPOINT: [endpoint.pid]}).start()
                 t0 = time.time()
                 ts.start()
                 published = ts.wait_fired(n, Deadline(limit_s))
+                window.stop()
                 fired = ts.fired()
                 ts.close()
                 fig = host.wait(limit_s)["legacy"]
+                window.fill_missing({cpu.EXECUTOR: fig.cpu_end_s})  # had it finished and exited
             conn = pymysql_connect(url, autocommit=True)
             with conn.cursor() as cur:
                 # fire lag: the fired record written - T. The fire path stamps no publication
@@ -305,6 +345,7 @@ def run_switchyard(
         "executor_items": fig.items,
         "executor_rate": (fig.items / handled_secs) if handled_secs else None,
         "executor_errors": fig.errors,
+        "cpu": window.figures(fired, unit="command"),
     }
 
 
@@ -334,6 +375,13 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         },
         "handler": "GET on a local ThreadingHTTPServer (own process) sleeping the latency; new connection per call",
         "latencies_ms": latencies,
+        "cpu_accounting": cpu.SETTINGS
+        | {
+            "switchyard_window": "the scheduler's start until the N-th command was published",
+            "legacy_window": "the gun until every instance left its dispatch loop",
+            "roles": "Switchyard: this process (the scheduler), the executor process, the HTTP endpoint "
+            "process, mariadbd, the Pulsar broker; legacy: its instance processes, the endpoint, mariadbd",
+        },
     }
     legacy: list[dict[str, Any]] = []
     sy: list[dict[str, Any]] = []
@@ -356,7 +404,10 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                     GOAL if lat == 200 else None,
                     note=f"legacy lag p50 {lg['lag_s']['p50'] or 0:.2f} s / p99 {lg['lag_s']['p99'] or 0:.2f} s, "
                     f"{lg['dispatched']:,}/{lg['tasks']:,} dispatched in {min(lg['seconds'], limit_s):.1f} s; "
-                    f"Switchyard fire lag (record written - T) p99 {s['fire_lag_s']['p99'] or 0:.2f} s",
+                    f"Switchyard fire lag (record written - T) p99 {s['fire_lag_s']['p99'] or 0:.2f} s; "
+                    f"Switchyard {cpu.describe(s['cpu'], lg['rate'], f'legacy x{inst}')}; "
+                    f"legacy x{inst} {cpu.describe(lg['cpu'])} (what bounds it: the instance holding the lock "
+                    f"dispatches through its pool, {POOL} workers / {lat} ms = {POOL * 1000 / lat:,.0f}/s)",
                 )
             )
     rates = [r["rate"] for r in sy]
