@@ -780,8 +780,10 @@ def test_a_writer_paused_after_its_fenced_insert_does_not_block_a_new_owners_cla
         assert claimed == 1, "the claim did not move the fence"
     finally:
         release.set()
-        event.remove(Engine, "after_cursor_execute", _pause_after_insert)
+        # the writer leaves the listener loop first: removed while it iterates the
+        # listeners, SQLAlchemy raised "deque mutated during iteration" in its thread
         writer.join(20)
+        event.remove(Engine, "after_cursor_execute", _pause_after_insert)
 
 
 def test_warm_pools_leaves_open_connections_in_each_pool(store: SqlTriggerStore) -> None:
