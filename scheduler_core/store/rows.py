@@ -174,46 +174,6 @@ _STATES = {s.value: s for s in TriggerState}
 _POLICIES = {p.value: p for p in MisfirePolicy}
 
 
-def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
-    """A trigger from its TRIGGER_READ_COLUMNS values."""
-    (
-        id_,
-        job_code,
-        biz_code,
-        kind,
-        cron,
-        interval_ms,
-        tz,
-        end_at,
-        next_fire_at,
-        state,
-        priority,
-        policy,
-        owner_epoch,
-        deadline,
-        version,
-        dialect,
-    ) = row
-    shape = _shape(
-        (
-            job_code,
-            biz_code,
-            kind,
-            cron,
-            interval_ms,
-            tz,
-            end_at,
-            state,
-            priority,
-            policy,
-            owner_epoch,
-            deadline,
-            dialect,
-        )
-    )
-    return _trigger(id_, next_fire_at, version, shape)
-
-
 # The hot read (select_due) takes as columns only what differs from one due row to the next
 # (TRIGGER_KEY_COLUMNS) and the rest, what the due rows of a job mostly share, as one JSON
 # array (the SQL function json_array, on MariaDB, MySQL, TiDB and SQLite alike), decoded once
@@ -222,6 +182,15 @@ def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
 TRIGGER_KEY_COLUMNS = ("id", "next_fire_at", "version")
 # in the order _shape takes them: TRIGGER_READ_COLUMNS without the key columns
 TRIGGER_SHAPE_COLUMNS = tuple(c for c in TRIGGER_READ_COLUMNS if c not in TRIGGER_KEY_COLUMNS)
+_KEY_AT = tuple(TRIGGER_READ_COLUMNS.index(c) for c in TRIGGER_KEY_COLUMNS)
+_SHAPE_AT = tuple(TRIGGER_READ_COLUMNS.index(c) for c in TRIGGER_SHAPE_COLUMNS)
+
+
+def trigger_from_tuple(row: Sequence[Any]) -> Trigger:
+    """A trigger from its TRIGGER_READ_COLUMNS values: the key columns and the shape's,
+    picked by position from the same column lists as the packed read (one order)."""
+    id_, next_fire_at, version = (row[i] for i in _KEY_AT)
+    return _trigger(id_, next_fire_at, version, _shape([row[i] for i in _SHAPE_AT]))
 
 
 def triggers_from_packed(rows: Iterable[Sequence[Any]]) -> list[Trigger]:
