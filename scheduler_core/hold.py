@@ -117,23 +117,26 @@ class HeldChunks:
     def accepts(self, due_ms: int, size: int) -> bool:
         """Whether `hold` would take `size` triggers due at `due_ms` now (asked before the
         work of preparing them; `hold` may still refuse, when the tick filled meanwhile)."""
-        ahead = due_ms - self.clock.now_ms()
-        if ahead <= 0 or ahead > self.within_ms:
-            return False
         with self._lock:
-            return not self._stopped and self._by_bucket[due_ms // self.window_ms] + size <= self.per_window
+            return self._takes(due_ms, size)
+
+    def _takes(self, due_ms: int, size: int) -> bool:
+        """Under the lock: due within the hold, and room in the hold of its broker tick."""
+        ahead = due_ms - self.clock.now_ms()
+        return (
+            0 < ahead <= self.within_ms
+            and not self._stopped
+            and self._by_bucket[due_ms // self.window_ms] + size <= self.per_window
+        )
 
     def hold(self, due_ms: int, key: Hashable, biz_code: str, size: int, part: Any, fire: Fire) -> bool:
         """Keep `part` (`size` triggers of one business, owned under `key`) until `due_ms`
         when it is due within the hold and the hold of its broker tick has room; False:
         the caller fires it now. Parts held for the same T under the same key are fired
         together, by the first one's `fire`: one key, one owner (epoch and fence)."""
-        ahead = due_ms - self.clock.now_ms()
-        if ahead <= 0 or ahead > self.within_ms:
-            return False
         bucket = due_ms // self.window_ms
         with self._lock:
-            if self._stopped or self._by_bucket[bucket] + size > self.per_window:
+            if not self._takes(due_ms, size):
                 return False
             self._by_bucket[bucket] += size
             self.held += size
