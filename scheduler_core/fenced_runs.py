@@ -5,8 +5,10 @@ is not published at all after the fence, and ends the same way in the store: its
 records (written pending when the chunk was admitted) say "skipped by the rollback
 fence" (final: no handler ran) and the one-shot is
 completed, which is what a rollback reads to hand the occurrence to legacy (a completed
-one-shot at or after the fence starts on legacy at its T). Every write is fenced by the
-chunk's epoch, as the fire pipeline's are.
+one-shot at or after the fence starts on legacy at its T). The completion is fenced by
+the chunk's epoch, as the fire pipeline's outcome is; the records are marked after a read
+of the epoch (a record a deposed owner marks skipped in between is one the fence covers:
+every executor skips its command when the new owner re-publishes it).
 
 A fence raised after `covered` read it, while the chunk is being fired, is the remaining
 window of a few ms: its run is published, and the executors skip it as they skip every
@@ -17,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from scheduler_core.fence import Fence
-from scheduler_core.fire import FirePipeline
 from scheduler_core.logfields import log_fields
-from scheduler_core.model import Epoch, FiredRecord, FiredState, Job, JobCode, Trigger, TriggerId, TriggerState
+from scheduler_core.model import Epoch, FiredRecord, FiredState, Trigger, TriggerId, TriggerState
 from scheduler_core.ports import FenceStore, FiredUpdate, Transition, TriggerStore
 from scheduler_core.times import to_ms
 
@@ -44,33 +45,27 @@ def covered(fences: FenceStore, chunk: Sequence[Trigger]) -> tuple[list[Trigger]
 
 def skip_fenced(
     store: TriggerStore,
-    pipeline: FirePipeline,
     fence: Fence,
     chunk: Sequence[Trigger],
-    jobs: Mapping[JobCode, Job],
+    records: Sequence[FiredRecord],
     epoch: Epoch,
     fence_name: str | None,
     now: datetime,
 ) -> list[TriggerId]:
-    """Record the chunk's runs skipped by `fence` and complete its one-shots, publishing
-    nothing; returns the triggers completed (none when the epoch is fenced: the rows stay
-    acquired, for the owner that fenced it to reclaim)."""
-    records: list[FiredRecord] = []
-    for t in chunk:
-        job = jobs.get(t.job_code)
-        if job is None:
-            continue  # deleted: no run to record; completed below like any other
-        recs, _messages = pipeline.run_now(t, job, t.next_fire_at, epoch)
-        records += [
-            dataclasses.replace(r, state=FiredState.SKIPPED, result_at=now, message=fence.message) for r in recs
-        ]
-    if not store.put_fired_fenced(records, epoch, fence_name):
+    """The chunk's runs skipped by `fence` and its one-shots completed, publishing nothing;
+    returns the triggers completed (none when the epoch is fenced: the rows stay acquired,
+    for the owner that fenced it to reclaim). `records`: the chunk's fired records as its
+    prepare wrote them (pending), when it was admitted."""
+    if store.current_epoch(fence_name) != epoch:
         return []
-    # a held chunk's records were written pending when it was admitted (and a fence
-    # raised since then marked them skipped only provisionally, undone if it is lifted):
-    # final now, as the records just written are, for no command of theirs was published
+    # pending since admission (or marked skipped only provisionally by a fence raised
+    # since, undone if it is lifted): final now, for no command of theirs was published
     store.update_fired(
-        [FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=fence.message) for r in records]
+        [
+            FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=fence.message)
+            for r in records
+            if r.state is FiredState.PENDING
+        ]
     )
     ids = [t.id for t in chunk if t.id is not None]
     # acquired by this epoch -> completed, fenced by it (a one-shot's outcome, as fire.py's)

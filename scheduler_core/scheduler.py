@@ -315,14 +315,16 @@ class SchedulerCore:
             self.clock.sleep(ahead_s)
         if not hit or business_fence is None:
             return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
-        jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
-        done = skip_fenced(self.store, self.pipeline, business_fence, hit, jobs, epoch, fence, self.clock.now())
+        skipped = {t.id for t in hit}
+        records = [r for r in prepared.records if r.trigger_id in skipped]
+        done = skip_fenced(self.store, business_fence, hit, records, epoch, fence, self.clock.now())
         with self._lock:
             self.stats.skipped += len(done)
-        skipped = {t.id for t in hit}
         rest = [t for t in chunk if t.id not in skipped]
-        # a chunk the fence cut: the rest fired afresh (its records are there already: the
-        # same ids, written again as no-ops)
+        # a chunk the fence cut (rare: the fence's `from` inside the chunk's few ms): the rest
+        # fired afresh, as unheld (its records are there already: the same ids, no-ops;
+        # its messages are rebuilt, a packed one may carry runs of both parts)
+        jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
         return (
             self.pipeline.fire(rest, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs)
             if rest
