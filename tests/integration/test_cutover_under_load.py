@@ -15,8 +15,9 @@ F, legacy again from F on. In a shadow dual-run the new side only records (the e
 does not invoke), so that holds across the whole window; in a live dual-run both sides
 fire the occurrences from the new side's first one D up to H, each exactly once (that
 double is the dual-run itself, by design). No gap and no double at either boundary; an
-occurrence the new side delivered more than once (at-least-once) must carry one command
-id.
+occurrence of the new side carries one command id, and the one executor invokes each
+command id once (delivery is at-least-once, but the executor answers a repeat from
+memory: a second invocation in one process is a bug).
 
 Bounded: about 45 s of real time per variant on an idle machine; every wait has a
 generous limit. The stress variant (`--long`) runs the same scenario again and again
@@ -483,6 +484,7 @@ class Verdict:
     doubled: list[tuple[Occurrence, str, int, dict[str, int]]] = field(default_factory=list)
     split_ids: list[tuple[Occurrence, dict[str, int]]] = field(default_factory=list)
     strays: list[Occurrence] = field(default_factory=list)
+    invoked_twice: list[tuple[Occurrence, dict[str, int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # missing: a side that owns the occurrence did not fire it; doubled: fired by a side
@@ -497,6 +499,10 @@ class Verdict:
                 self.doubled.append((occ, owner, n_legacy, dict(self.new_fires.get(occ, {}))))
             if on_new and len(self.new_fires[occ]) > 1:
                 self.split_ids.append((occ, dict(self.new_fires[occ])))
+        # one executor process: each command id is invoked once, whatever the broker redelivers
+        self.invoked_twice = sorted(
+            (occ, dict(cids)) for occ, cids in self.new_fires.items() if any(n > 1 for n in cids.values())
+        )
         self.strays = sorted({*self.legacy_fires, *self.new_fires} - set(self.expected))
 
     @property
@@ -546,7 +552,7 @@ class Verdict:
         b = self.business
         both = sum(1 for o in self.expected.values() if o == "both")
         new_owned = [o for o, side in self.expected.items() if side in ("new", "both")]
-        redelivered = sum(n - 1 for cids in self.new_fires.values() for n in cids.values())
+        twice = sum(n - 1 for cids in self.new_fires.values() for n in cids.values())
         lags = sorted(b.ran.lag_s[next(iter(self.new_fires[o]))] for o in new_owned if o in self.new_fires)
         modes = sorted({c.mode for c in self.cycles})
         cuts = [c.cut for c in self.cycles if c.cut is not None]
@@ -560,8 +566,8 @@ class Verdict:
             f"({(self.horizon - self.window_start).total_seconds():.0f} s), {len(self.cycles)} cycle(s), "
             f"{'/'.join(modes)} dual-run; {len(self.expected)} occurrences: legacy only "
             f"{len(self.expected) - len(new_owned)}, new only {len(new_owned) - both}, both (live dual-run) {both}; "
-            f"legacy fired {sum(self.legacy_fires.values())}, new invoked {len(self.new_fires)} (redelivered "
-            f"{redelivered}); missing {len(self.missing)}, doubled {len(self.doubled)}, "
+            f"legacy fired {sum(self.legacy_fires.values())}, new invoked {len(self.new_fires)} (invoked "
+            f"twice {twice}); missing {len(self.missing)}, doubled {len(self.doubled)}, "
             f"strays {len(self.strays)}, split command ids {len(self.split_ids)}; "
             f"new-side start lag p50 {lags[len(lags) // 2] if lags else float('nan'):.3f}s "
             f"max {lags[-1] if lags else float('nan'):.3f}s; "
@@ -608,7 +614,8 @@ class Verdict:
         explained = "\n".join(self.explain(o) for o in odd)
         return (
             f"\n{self.summary()}\n{self.table()}\nmissing {self.missing[:8]}\ndoubled {self.doubled[:8]}\n"
-            f"strays {self.strays[:8]}\nsplit command ids {self.split_ids[:8]}\n{explained}\nhandovers\n"
+            f"strays {self.strays[:8]}\nsplit command ids {self.split_ids[:8]}\n"
+            f"invoked twice {self.invoked_twice[:8]}\n{explained}\nhandovers\n"
             f"{handovers}\n--- scheduler log (tail)\n{proc.log_text()[-3000:] if proc else ''}"
         )
 
@@ -639,6 +646,10 @@ class Verdict:
         )
         assert not self.strays, f"{len(self.strays)} fire(s) off the schedule" + detail
         assert not self.split_ids, "an occurrence delivered under two command ids" + detail
+        assert not self.invoked_twice, (
+            f"{len(self.invoked_twice)} command id(s) invoked more than once by the one executor: "
+            f"{self.invoked_twice[:5]}" + detail
+        )
         # the store's view of the new side: one fired record per occurrence, each succeeded
         cids = {next(iter(self.new_fires[o])) for o, side in self.expected.items() if side in ("new", "both")}
         end = self.horizon + timedelta(seconds=5)

@@ -3,11 +3,12 @@ firing a business every 100 ms with a 10 s lookahead (so the broker already hold
 next ten seconds of commands), and a real executor process (`switchyard executor run`).
 
 Raised through `FenceService` (what a rollback does), the fence must stop the executor
-from invoking any handler for an occurrence at or after F within 5 s of `raise_fence`
-returning; every occurrence in a fence ends up recorded (skipped by the fence, or
-succeeded if and only if its handler really ran before the fence reached the executor),
-none is missing; a lift lets the later ones run again; an executor started after a fence
-was raised knows it before it runs anything."""
+at once: no handler is invoked for an occurrence at or after F once `raise_fence` has
+returned (the README's promise: none); every occurrence in a fence ends up recorded
+(skipped by the fence, or succeeded if and only if its handler really ran before the
+fence reached the executor), none is missing; a lift lets every later occurrence run
+again, each exactly once; an executor started after a fence was raised knows it before it
+runs anything."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from migrator.cutover import LIFT_MARGIN
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
@@ -49,8 +51,11 @@ HOLD_S = 1.0  # how long each fence stays open before it is lifted
 # every other raise puts F this far in the past: occurrences at or after F that already
 # ran, their results possibly still on the way, must end up succeeded, not skipped
 PAST_F = timedelta(milliseconds=300)
-GAP_S = 0.8  # between a lift and the next raise
-BOUND_S = 5.0  # the contract: no invocation at or after F later than this after raise_fence returned
+# A lift is put this far ahead, as the migrator's dual-run start puts it (LIFT_MARGIN): an
+# executor hears it within milliseconds, and a command due before it had heard would be
+# skipped. Every occurrence from the lift to the next raise must then run.
+LIFT_AHEAD = LIFT_MARGIN
+GAP_S = 0.8  # between a lift's instant and the next raise
 UTC = timezone.utc
 
 
@@ -201,7 +206,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
 
         assert _until(executor_answers, 30), f"the executor answered nothing:\n{executor.log_tail()}"
         time.sleep(0.5)
-        lift0 = _now()
+        lift0 = _now() + LIFT_AHEAD
         service.lift_fence(BIZ, lift0)
         first = Window(to_ms(f0), to_ms(lift0), to_ms(f0), to_ms(f0))
         assert _until(lambda: any(i.scheduled_ms >= first.lift_ms for i in executor.read()), 10), (
@@ -212,22 +217,25 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
         windows: list[Window] = []
         for n in range(RAISES):
             f = _now() - (PAST_F if n % 2 else timedelta(0))
-            called = time.time()
+            called_ms = time.time_ns() // 1_000_000
             service.raise_fence(BIZ, f)
-            returned = time.time()
+            returned_ms = time.time_ns() // 1_000_000
             epoch = service.fence_of(BIZ).epoch  # type: ignore[union-attr]
             time.sleep(HOLD_S)
-            lift = _now()
+            lift = _now() + LIFT_AHEAD
             service.lift_fence(BIZ, lift)
-            windows.append(Window(to_ms(f), to_ms(lift), int(called * 1000), int(returned * 1000), epoch))
-            time.sleep(GAP_S)
+            # wall ms, truncated like the handler's stamps: an invocation stamped after this
+            # began after raise_fence returned
+            windows.append(Window(to_ms(f), to_ms(lift), called_ms, returned_ms, epoch))
+            time.sleep(LIFT_AHEAD.total_seconds() + GAP_S)
 
-        # every occurrence of every fence answered, and every one well clear of a fence
-        # (a second after a lift, up to the next raise) run: their records final
+        # every occurrence of every fence answered, and every one between a lift and the
+        # next raise run: their records final. The sets are real (a few occurrences each):
+        # an empty one would make the check below pass whatever a lift did
         fenced = set().union(*(occurrences(w.f_ms, w.lift_ms) for w in [first, *windows]))
-        clear = set().union(
-            *(occurrences(w.lift_ms + 1000, n.f_ms) for w, n in zip([first, *windows], windows, strict=False))
-        )
+        gaps = [occurrences(w.lift_ms, n.f_ms) for w, n in zip([first, *windows], windows, strict=False)]
+        assert all(gaps), f"a gap between a lift and the next raise holds no occurrence: {[len(g) for g in gaps]}"
+        clear = set().union(*gaps)
         span = (first.f_ms, windows[-1].lift_ms + 1)
 
         def settled() -> bool:
@@ -251,13 +259,18 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
     # the executor started after the first fence: nothing of it ran
     assert not [i for i in invoked if first.f_ms <= i.scheduled_ms < first.lift_ms]
 
-    latencies, raise_ms = [], []
+    raise_ms, closest = [], []
     for w in windows:
-        late = [i for i in invoked if w.f_ms <= i.scheduled_ms < w.lift_ms]
-        latencies.append(max([0, *(i.at_ms - w.returned_ms for i in late)]) / 1000)
         raise_ms.append(w.returned_ms - w.called_ms)
-        too_late = [i for i in late if i.at_ms - w.returned_ms > BOUND_S * 1000]
-        assert not too_late, f"invoked more than {BOUND_S} s after raise_fence returned: {too_late}"
+        # the last invocation at or after F against the call's return (ms; negative: before)
+        closest += [i.at_ms - w.returned_ms for i in invoked if w.f_ms <= i.scheduled_ms < w.lift_ms]
+        # the promise: none at or after F once the fence call has returned (one started
+        # while the call ran may have begun before the executor heard it)
+        late = [i for i in invoked if w.f_ms <= i.scheduled_ms < w.lift_ms and i.at_ms > w.returned_ms]
+        assert not late, (
+            f"invoked for an occurrence at or after F after raise_fence returned ({w}): "
+            f"{[(i.command_id, i.scheduled_ms - w.f_ms, i.at_ms - w.returned_ms) for i in late]}"
+        )
 
     # every fenced occurrence: recorded, skipped by the fence, or succeeded iff it ran
     skipped = 0
@@ -271,22 +284,26 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
             skipped += 1
     assert skipped >= 0.6 * len(fenced), f"only {skipped} of {len(fenced)} fenced occurrences were skipped"
 
-    # a lift lets the later occurrences run: everything well clear of a fence ran
+    # a lift lets the later occurrences run: everything from a lift to the next raise ran,
+    # and nothing the fences did not cover was skipped
+    assert clear and not clear & fenced
     not_run = sorted(k for k in clear if recs.get(k) is None or recs[k].command_id not in by_id)
-    assert not not_run, f"{len(not_run)} occurrence(s) between fences did not run: {not_run[:5]}"
-    assert all(recs[k].state.value == "succeeded" for k in clear)
+    assert not not_run, f"{len(not_run)} of {len(clear)} occurrence(s) between fences did not run: {not_run[:5]}"
+    assert {recs[k].state.value for k in clear} == {"succeeded"}
 
     # how soon a follower (a client of its own, like an executor) heard each fence
     assert all(w.epoch in heard for w in windows), "a fence message never reached the follower"
     spread = [(heard[w.epoch] - w.called_ms) / 1000 for w in windows]
 
-    p50, worst = statistics.median(latencies), max(latencies)
     print(
-        f"\nrollback fence over {RAISES} raises: the last invocation at/after F came p50 {p50 * 1000:.0f} ms, "
-        f"max {worst * 1000:.0f} ms after raise_fence returned; a follower heard the fence p50 "
+        f"\nrollback fence over {RAISES} raises: no invocation at/after F after raise_fence returned; "
+        f"the last one came {max(closest, default=0)} ms after it returned; "
+        f"{len(clear)} occurrences between a lift and the next raise all ran; a follower heard the fence p50 "
         f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms after raise_fence was called "
         f"(which took p50 {statistics.median(raise_ms):.0f} ms, max {max(raise_ms)} ms); {skipped} of "
         f"{len(fenced)} fenced occurrences skipped, {len(fenced) - skipped} ran before the fence reached the "
         f"executor (every other F {PAST_F.total_seconds() * 1000:.0f} ms in the past)"
     )
-    assert worst < BOUND_S and max(spread) < BOUND_S
+    # hearing is not the promise (none after the call returned is); a follower that needs
+    # seconds to hear a fence is broken all the same
+    assert max(spread) < 5.0

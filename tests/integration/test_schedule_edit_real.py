@@ -2,9 +2,11 @@
 election; `switchyard scheduler run` (the leader relays the edit) and `switchyard executor
 run` as processes; the edit written by the migrator's target writer (what `migrate
 stream` does with an edited legacy row, without a bus), from every 10 s to every 7 s while
-the old schedule is published 60 s ahead. From E = edit + 5 s only the new schedule's
-occurrences run, each once; the superseded commands are never invoked and their records
-say why."""
+the old schedule is published 60 s ahead. Before E = edit + 5 s the old schedule's
+occurrences run and the new one's do not; from E on (inclusive: the writer's clock puts
+E on a whole second, and the new schedule's phase puts an occurrence exactly at E) only the
+new schedule's occurrences run, each once; the superseded commands are never invoked and
+their records say why."""
 
 from __future__ import annotations
 
@@ -42,14 +44,32 @@ UTC = timezone.utc
 _NOT_RUN_YET = (FiredState.PENDING, FiredState.PUBLISHED)
 
 
+class _WholeSeconds(SystemClock):
+    """The writer's clock (`migrate stream`'s, another process's) read to the whole second:
+    up to 1 s behind, like a host's skew, so that E = edit + 5 s lies on a whole second and
+    an occurrence can be due exactly at E."""
+
+    def now(self) -> datetime:
+        return super().now().replace(microsecond=0)
+
+    def now_ms(self) -> int:
+        return super().now_ms() // 1000 * 1000
+
+
+def _every_7s_through(at_ms: int) -> str:
+    """Every 7 s within the minute, phased so that second `at_ms` is one of its occurrences
+    (0/7 fires at :00, :07 .. :56; 3/7 at :03, :10 .. :59)."""
+    return f"{from_ms(at_ms).second % 7}/7 * * * * ?"
+
+
 def _write(cron: str, action: Action, first: datetime) -> Write:
     return cron_write(cron, action, first, biz_code=BIZ, job_code="quick", handler="quick", timeout=timedelta(0))
 
 
-def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int]) -> None:
-    """The old schedule's occurrences published ahead of E that the new one lacks (at
-    least three) were skipped as superseded by the edit."""
-    superseded = [t for t in old_ahead if from_ms(t).second % 7 != 0]
+def _assert_superseded(recs: dict[int, tuple[FiredState, str]], old_ahead: set[int], phase: int = 0) -> None:
+    """The old schedule's occurrences published ahead of E that the new one (every 7 s from
+    second `phase`) lacks, at least three, were skipped as superseded by the edit."""
+    superseded = [t for t in old_ahead if from_ms(t).second % 7 != phase]
     assert len(superseded) >= 3
     for t in superseded:
         state, message = recs[t]
@@ -102,7 +122,8 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     prefix = f"edit{uuid.uuid4().hex[:6]}"
     now = datetime.now(UTC)
     first = now.replace(microsecond=0) + timedelta(seconds=10 - now.second % 10)
-    writer = TargetWriter(st, migrator_store(st))
+    writer_store = SqlTriggerStore(st.engine, _WholeSeconds())
+    writer = TargetWriter(writer_store, migrator_store(writer_store))
     writer.apply([_write("0/10 * * * * ?", Action.CREATE, first)])
     invocations = tmp_path / "invocations.txt"
     invocations.touch()
@@ -148,17 +169,23 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
 
         assert _until(lambda: ahead() >= 5, 60), f"the old schedule was not published ahead:\n{sched_logs()}"
         (trig,) = st.triggers_of(biz_code=BIZ)
+        new_cron = ""
         for _ in range(100):
             # the operator's edit, read by the stream; a trigger being fired right now keeps
-            # its row and the ledger its old hash: the next run (here: the next apply) applies it
-            writer.apply([_write("0/7 * * * * ?", Action.UPDATE, first)])
-            if getattr(st.get_trigger(trig.id), "cron", None) == "0/7 * * * * ?":  # type: ignore[arg-type]
+            # its row and the ledger its old hash: the next run (here: the next apply) applies it.
+            # Phased to have an occurrence at E, the writer's whole second + the margin
+            new_cron = _every_7s_through(writer_store.clock.now_ms() + 5000)
+            writer.apply([_write(new_cron, Action.UPDATE, first)])
+            if getattr(st.get_trigger(trig.id), "cron", None) == new_cron:  # type: ignore[arg-type]
                 break
             time.sleep(0.05)
         edits = SqlSupersedes(st).supersedes()
-        # E as the edit stored it (none without the change: when it was applied, + the margin)
-        e_ms = edits[0].effective_ms if edits else to_ms(datetime.now(UTC)) + 5000
-        old_ahead = {t for t in records() if t >= e_ms + 1000}
+        assert len(edits) == 1, f"the edit stored no supersede: {edits}"
+        e_ms = edits[0].effective_ms
+        edit_ms = e_ms - 5000
+        phase = int(new_cron.split("/")[0])
+        assert e_ms % 1000 == 0 and from_ms(e_ms).second % 7 == phase, (new_cron, from_ms(e_ms))
+        old_ahead = {t for t in records() if t >= e_ms}
         end_ms = e_ms + 35_000
         _await_results(records, end_ms, lambda: f"{sched_logs()}\n{ex_log.read_text(errors='replace')[-3000:]}")
     finally:
@@ -169,17 +196,19 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     invoked = ran()
     counts = Counter(cid for cid, _t in invoked)
     assert all(n == 1 for n in counts.values()), f"a command invoked twice: {counts}"
-    after = sorted(t for _c, t in invoked if e_ms + 1000 <= t < end_ms)
-    assert after and all(from_ms(t).second % 7 == 0 for t in after), (
-        f"an old-schedule command ran after E: {[from_ms(t).isoformat() for t in after]}"
+    # [edit, E): the old schedule's occurrences (every 10 s) ran, the new one's did not
+    span = sorted(t for _c, t in invoked if edit_ms <= t < e_ms)
+    assert span == [t for t in range(edit_ms, e_ms, 1000) if from_ms(t).second % 10 == 0], (
+        f"[edit, E) ran {[from_ms(t).isoformat() for t in span]}, not the old schedule's"
     )
-    # from the first whole second at or after E + 1 s, the bound `after` uses: an occurrence
-    # in (E, E + 1 s) is left out of both (starting at floor(E) + 1 s counted it in `expected`
-    # only, and failed whenever that second was a multiple of 7)
-    start = -(-(e_ms + 1000) // 1000) * 1000
-    expected = [t for t in range(start, end_ms, 1000) if from_ms(t).second % 7 == 0]
-    assert after == expected, "an occurrence of the new schedule did not run"
-    _assert_superseded(records(), old_ahead)
+    # [E, end): the new schedule's, from E inclusive; the one exactly at E once
+    after = sorted(t for _c, t in invoked if e_ms <= t < end_ms)
+    expected = [t for t in range(e_ms, end_ms, 1000) if from_ms(t).second % 7 == phase]
+    assert after == expected, (
+        f"from E {from_ms(e_ms).isoformat()} ({new_cron}) ran {[from_ms(t).isoformat() for t in after]}"
+    )
+    assert Counter(t for _c, t in invoked)[e_ms] == 1, "the occurrence at E ran once"
+    _assert_superseded(records(), old_ahead, phase)
     relayed = [s.name for s in scheds if "broadcast the schedule edit" in s.log_text()]
     assert relayed, "no scheduler broadcast the edit"
 

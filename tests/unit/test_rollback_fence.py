@@ -307,6 +307,8 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
     j = h.job("j", **job)  # type: ignore[arg-type]
     before = [h.once(j, -5) for _ in range(20)]
     fenced = [h.once(j, -1) for _ in range(20)]
+    # due after the lift (created later than `fenced`, so at least 0.3 s past it): they run
+    after = [h.once(j, -0.2) for _ in range(20)]
     core = h.core()
     core.tick_all()
     consumer = h.results(core)
@@ -314,7 +316,9 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
     # the fence spans the fenced triggers' own fire times: taken from clock.now() here, after
     # the ticks above, it missed them whenever those took over a second on a loaded machine
     service.raise_fence("biz-a", min(t.next_fire_at for t in fenced) - timedelta(seconds=1))
-    service.lift_fence("biz-a", max(t.next_fire_at for t in fenced) + timedelta(milliseconds=500))
+    lift = max(t.next_fire_at for t in fenced) + timedelta(milliseconds=100)
+    assert min(t.next_fire_at for t in after) >= lift
+    service.lift_fence("biz-a", lift)
     ex = Executor(h.bus, "biz-a", clock=clock)
     ran: list[tuple[int, int]] = []
     lock = threading.Lock()
@@ -331,17 +335,19 @@ def test_the_threaded_path_skips_fenced_runs_of_every_kind(tmp_path: Path, job: 
         def settled() -> bool:
             consumer.poll(timeout=timedelta(milliseconds=20))
             recs = _records(h)
-            return len(recs) == 40 and all(r.state.is_final for r in recs.values())
+            return len(recs) == 60 and all(r.state.is_final for r in recs.values())
 
         assert _until(settled), "every record reached a final state"
     finally:
         stop.set()
         thread.join(10)
         ex.close()
-    assert sorted({t for t, _i in ran}) == sorted(stored_id(t) for t in before), "no fenced run was invoked"
-    assert len(ran) == 20 * items
+    # every run before the fence and after its lift, each item exactly once; none inside it
+    unfenced = [stored_id(t) for t in before + after]
+    assert len(unfenced) == 40
+    assert sorted(ran) == sorted((t, i) for t in unfenced for i in range(items)), "no fenced run was invoked"
     recs = _records(h)
-    assert {recs[t.id].state for t in before} == {FiredState.SUCCEEDED}  # type: ignore[index]
+    assert {recs[t].state for t in unfenced} == {FiredState.SUCCEEDED}
     for t in fenced:
         r = recs[t.id]  # type: ignore[index]
         assert r.state is FiredState.SKIPPED and is_fence_skip(r.state, r.message), r

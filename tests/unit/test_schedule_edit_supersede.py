@@ -257,3 +257,100 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
         recs[t].state is FiredState.SKIPPED and recs[t].message.startswith("superseded by a schedule edit at ")
         for t in superseded
     )
+
+
+# --- the edges: the span [edit, E) and an occurrence exactly at E ------------------------------
+
+EVERY_3S = "0/3 * * * * ?"
+
+
+def _edited_at(tmp_path: Path, clock: ManualClock, edit_s: int) -> tuple[Harness, _Run, datetime, datetime]:
+    """Every 10 s from 06:00:10, published 60 s ahead, run to 06:00:`edit_s`; then edited to
+    every 3 s. Returns the edit's instant and E (= edit + the writer's margin, 5 s)."""
+    h = make_harness(tmp_path, clock)
+    writer = TargetWriter(h.store, migrator_store(h.store))
+    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
+    run = _Run(h)
+    edited = clock.now().replace(second=edit_s)
+    run.step(edited)
+    assert clock.now() == edited
+    writer.apply([_write(h, EVERY_3S, Action.UPDATE)])
+    e = edited + writer.supersede_margin
+    (s,) = SqlSupersedes(h.store).supersedes()
+    assert from_ms(s.effective_ms) == e, "E is the edit's instant plus the margin, exactly"
+    return h, run, edited, e
+
+
+def _at(clock: ManualClock, second: int) -> datetime:
+    return datetime(2026, 12, 2, 6, 0, 0, tzinfo=clock.now().tzinfo) + timedelta(seconds=second)
+
+
+def _new_schedule_from(e: datetime, end: datetime) -> list[datetime]:
+    return [e + timedelta(seconds=k) for k in range(int((end - e).total_seconds())) if (e.second + k) % 3 == 0]
+
+
+def test_the_old_schedule_rules_strictly_before_e_and_the_new_from_e_on_an_occurrence_at_e_once(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Edit at 06:00:16, E = 06:00:21: in [edit, E) the old schedule's 06:00:20 fires and the
+    new schedule's 06:00:18 does not; the new schedule's 06:00:21, exactly at E (the old one
+    has no occurrence there), fires once; from E on only the new schedule fires, each once
+    (06:00:30, which both have, once)."""
+    h, run, edited, e = _edited_at(tmp_path, clock, 16)
+    assert e == _at(clock, 21)
+    end = _at(clock, 50)
+    run.step(end + timedelta(seconds=2))
+
+    counts = Counter(run.ran)
+    assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
+    assert run.ex.duplicates == 0
+    span = sorted(t for t in counts if edited <= t < e)
+    assert span == [_at(clock, 20)], f"[edit, E) must run the old schedule, only: {span}"
+    assert _at(clock, 18) not in counts, "a new-schedule occurrence before E ran"
+    assert counts[e] == 1, "the new schedule's occurrence exactly at E"
+    from_e = sorted(t for t in counts if e <= t < end)
+    assert from_e == _new_schedule_from(e, end), from_e
+    recs = _records(h)
+    assert recs[e][0] is FiredState.SUCCEEDED and recs[_at(clock, 20)][0] is FiredState.SUCCEEDED
+    assert _at(clock, 18) not in recs, "no record of the new schedule before E"
+    for t in (_at(clock, 40),):  # an old-only occurrence after E
+        state, message = recs[t]
+        assert state is FiredState.SKIPPED and message == f"superseded by a schedule edit at {e.isoformat()}"
+
+
+def test_an_old_schedule_occurrence_exactly_at_e_is_superseded(tmp_path: Path, clock: ManualClock) -> None:
+    """Edit at 06:00:15, E = 06:00:20: the old schedule's 06:00:20 lies at E, which the new
+    schedule (every 3 s) lacks: it is skipped, never invoked; 06:00:18 (new, before E) does
+    not run; 06:00:21 (new, after E) runs once."""
+    h, run, edited, e = _edited_at(tmp_path, clock, 15)
+    assert e == _at(clock, 20)
+    end = _at(clock, 40)
+    run.step(end + timedelta(seconds=2))
+
+    counts = Counter(run.ran)
+    assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
+    assert e not in counts, "the old schedule's occurrence at E ran"
+    assert not [t for t in counts if edited <= t < e], "nothing of either schedule is due in [edit, E) but 18"
+    assert sorted(t for t in counts if e <= t < end) == _new_schedule_from(e, end)
+    state, message = _records(h)[e]
+    assert state is FiredState.SKIPPED and message == f"superseded by a schedule edit at {e.isoformat()}"
+
+
+def test_an_occurrence_both_schedules_have_exactly_at_e_fires_once(tmp_path: Path, clock: ManualClock) -> None:
+    """Edit at 06:00:25, E = 06:00:30, an occurrence of both schedules: its published command
+    is kept and runs once; 06:00:27 (new, before E) does not run; 06:00:20 (old, before the
+    edit) ran."""
+    h, run, edited, e = _edited_at(tmp_path, clock, 25)
+    assert e == _at(clock, 30)
+    end = _at(clock, 50)
+    run.step(end + timedelta(seconds=2))
+
+    counts = Counter(run.ran)
+    assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
+    assert run.ex.duplicates == 0
+    assert counts[_at(clock, 20)] == 1 and counts[e] == 1
+    assert not [t for t in counts if edited <= t < e], "a run in [edit, E), where neither schedule's is due"
+    assert sorted(t for t in counts if e <= t < end) == _new_schedule_from(e, end)
+    (s,) = SqlSupersedes(h.store).supersedes()
+    assert to_ms(e) not in s.skipped_ms, "the kept command is not superseded"
+    assert _records(h)[e][0] is FiredState.SUCCEEDED
