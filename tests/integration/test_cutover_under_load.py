@@ -696,6 +696,31 @@ def test_cutover_then_rollback_under_steady_fires_fires_every_occurrence_once(tm
         verdict.check()
 
 
+def test_a_cutover_again_after_a_rollback_fires_every_occurrence_once(tmp_path: Path) -> None:
+    """The stress variant's heart in the default run: a business cut over and rolled back,
+    then dual-run again (the rollback's fence lifted), cut over again and rolled back again.
+    Every occurrence around the four handovers is fired exactly once by the side that owns
+    it (both sides during the live dual-run), each new-side command invoked once."""
+    with running_business(tmp_path) as b:
+        b.wait_until_ms(b.legacy_from_ms + int(LEGACY_ONLY_S * 1000), "the clock did not move")
+        first = b.cycle(shadow=True)
+        b.settle(first)
+        again = b.cycle(shadow=False)  # a live dual-run after the rollback, then the cutover again
+        b.settle(again)
+        verdict = b.verdict([first, again])
+        print(f"{verdict.summary()}\n{verdict.table()}")
+        assert [(s.direction, s.from_state) for s in verdict.switches] == [
+            ("cutover", "dual_run"),
+            ("rollback", "cutover"),
+            ("cutover", "dual_run"),
+            ("rollback", "cutover"),
+        ]
+        # each handover has owned occurrences on both of its sides within NEAR_S: the
+        # check below is about real occurrences around it, not an empty stretch
+        assert all(near >= 10 for near, _m, _d in verdict.per_switch().values()), verdict.table()
+        verdict.check()
+
+
 @pytest.mark.slow
 def test_fifty_switches_beside_cpu_hogs_fire_every_occurrence_once(tmp_path: Path) -> None:
     """The same scenario, switched again and again while two processes keep the CPUs busy:

@@ -6,14 +6,19 @@ falls on an occurrence then loses that occurrence (neither side fires it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from migrator.cutover import first_at_or_after
-from scheduler_core.fence import Fence
-from scheduler_core.model import JobCode, Trigger, TriggerKind
+from dualrun.testing import fired
+from migrator.cutover import BusinessSwitch, first_at_or_after
+from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.fence import Fence, FenceService
+from scheduler_core.model import JobCode, Trigger, TriggerKind, TriggerState
 from scheduler_core.supersede import Supersede
+from tests.migration_env import migrated_xxljob, ready_switch
 
 UTC = timezone.utc
 T0 = datetime(2026, 12, 2, 6, 0, 0, tzinfo=UTC)
@@ -31,13 +36,14 @@ def _cron(expr: str, next_fire_at: datetime, end_at: datetime | None = None) -> 
     )
 
 
-def _rate(interval_s: int, next_fire_at: datetime) -> Trigger:
+def _rate(interval_s: int, next_fire_at: datetime, end_at: datetime | None = None) -> Trigger:
     return Trigger(
         job_code=JobCode("j"),
         biz_code="b",
         kind=TriggerKind.FIXED_RATE,
         interval=timedelta(seconds=interval_s),
         next_fire_at=next_fire_at,
+        end_at=end_at,
     )
 
 
@@ -92,6 +98,10 @@ def test_no_occurrence_past_the_end_is_handed_over() -> None:
     ends = _cron("0/10 * * * * ?", T0 + 30 * S, end_at=T0 + 40 * S)
     assert first_at_or_after(ends, T0 + 40 * S) == T0 + 40 * S
     assert first_at_or_after(ends, T0 + 40 * S + MS) is None
+    # a fixed rate past its next_fire_at: its grid goes on only to its end
+    rate = _rate(15, T0 + 60 * S, end_at=T0 + 90 * S)
+    assert first_at_or_after(rate, T0 + 90 * S) == T0 + 90 * S
+    assert first_at_or_after(rate, T0 + 90 * S + MS) is None
 
 
 def test_a_fence_covers_from_its_instant_to_just_before_its_lift() -> None:
@@ -104,3 +114,62 @@ def test_a_fence_covers_from_its_instant_to_just_before_its_lift() -> None:
 def test_a_supersede_covers_exactly_its_listed_times() -> None:
     s = Supersede(7, "b", 5_000, frozenset({5_000, 15_000}), (), 1)
     assert [s.covers(ms) for ms in (4_999, 5_000, 5_001, 10_000, 15_000)] == [False, True, False, False, True]
+
+
+# --- the switch's own handover pieces (migrator.cutover.BusinessSwitch) -------------------------
+
+
+def _switch(tmp_path: Path, fenced: bool = True) -> BusinessSwitch:
+    env, _biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    clock = env.migrator.clock
+    return ready_switch(env, fences=FenceService(env.store, InProcessBus(clock)) if fenced else None)
+
+
+def _done(t: Trigger) -> Trigger:
+    return replace(t, state=TriggerState.COMPLETED)
+
+
+def test_a_one_shot_published_for_at_or_after_f_is_handed_to_legacy_at_its_due_time(tmp_path: Path) -> None:
+    """The fence skips a one-shot the new side published for F or later, so legacy fires
+    it; one due before F ran (or runs) on the new side; one not published yet is an
+    ordinary hand-back; without a fence nothing published is skipped."""
+    sw = _switch(tmp_path)
+    f = T0 + 60 * S
+    assert sw._once_fenced(_done(_once(f)), f) == f  # due exactly at F
+    assert sw._once_fenced(_done(_once(f + S)), f) == f + S
+    assert sw._once_fenced(_done(_once(f - MS)), f) is None
+    assert sw._once_fenced(_once(f + S), f) is None  # waiting: not published
+    assert sw._once_fenced(_done(_cron("0/10 * * * * ?", f + S)), f) is None
+    assert _switch(tmp_path / "unfenced", fenced=False)._once_fenced(_done(_once(f)), f) is None
+
+
+def test_legacy_takes_a_trigger_over_at_its_first_occurrence_at_or_after_f(tmp_path: Path) -> None:
+    """With a fence: the first occurrence at or after F (F itself when due there), never
+    later than what the new side published (next_fire_at); a one-shot due before F (not
+    published: a lookahead shorter than the margin) at its due time. Without one: where the
+    new side stopped publishing (next_fire_at)."""
+    sw = _switch(tmp_path)
+    f = T0 + 20 * S
+    published_to = T0 + 50 * S
+    assert sw._legacy_start(_cron("0/10 * * * * ?", published_to), f) == f
+    assert sw._legacy_start(_cron("0/10 * * * * ?", published_to), f + MS) == T0 + 30 * S
+    assert sw._legacy_start(_rate(15, published_to), f) == f  # 50 - 2 * 15: on its grid
+    assert sw._legacy_start(_rate(15, published_to), f + MS) == T0 + 35 * S
+    assert sw._legacy_start(_cron("0/10 * * * * ?", T0 + 10 * S), f) == T0 + 10 * S  # published less than F
+    assert sw._legacy_start(_once(f - S), f) == f - S
+    assert sw._legacy_start(_once(f + S), f) == f + S
+    unfenced = _switch(tmp_path / "unfenced", fenced=False)
+    assert unfenced._legacy_start(_cron("0/10 * * * * ?", published_to), f) == published_to
+    assert sw._handover_instant() == sw.clock.now() + sw.control.start_margin
+
+
+def test_published_after_reads_only_the_business_and_strictly_after(tmp_path: Path) -> None:
+    """What decides whether a dual-run start lifts the fence ahead (LIFT_MARGIN): a record of
+    the business due after `at`; another business's, or one due at `at`, does not count."""
+    sw = _switch(tmp_path)
+    at = T0 + 60 * S
+    assert not sw._published_after("biz-a", at)
+    sw.store.put_fired([fired("j", "biz-b", 1, at + S), fired("j", "biz-a", 2, at)])
+    assert not sw._published_after("biz-a", at)
+    sw.store.put_fired([fired("j", "biz-a", 2, at + MS)])
+    assert sw._published_after("biz-a", at)
