@@ -14,6 +14,7 @@ survivors again (the job then names them).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -67,6 +68,24 @@ def _matches(name: str, patterns: list[str]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
+def forget_survivors() -> int:
+    """Mark every mutant that was not killed as not checked, so that the next run tests it
+    again: mutmut keeps a result while the function's text is unchanged, and does not
+    always notice that a test was added since. Returns how many."""
+    forgotten = 0
+    for meta in (REPO / "mutants").rglob("*.py.meta"):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        codes = data.get("exit_code_by_key", {})
+        # mutmut's exit codes (mutmut.stats): 1 and 3 killed, None not checked, others alive
+        alive = [k for k, code in codes.items() if code is not None and code not in (1, 3)]
+        for k in alive:
+            codes[k] = None
+        if alive:
+            meta.write_text(json.dumps(data), encoding="utf-8")
+            forgotten += len(alive)
+    return forgotten
+
+
 def results(patterns: list[str]) -> dict[str, str]:
     """mutant name -> status (killed, survived, timeout, ...) of the last runs."""
     out = subprocess.run(
@@ -85,6 +104,9 @@ def run(groups: list[str], budget_s: float) -> int:
     number of survivors that docs/mutation.md does not argue equivalent."""
     started = time.monotonic()
     patterns = [p for g in groups for p in GROUPS[g]]
+    again = forget_survivors()
+    if again:
+        print(f"mutation: {again} mutant(s) not killed last time are tested again", flush=True)
     for g in groups:
         left = budget_s - (time.monotonic() - started)
         if left <= 0:

@@ -7,6 +7,7 @@ second fire (`dups > 1` for `dups > 0`) passed every other test."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dualrun.boundary import BoundaryCheck, Switch, check_boundary
 from dualrun.model import Window
 from dualrun.testing import fired
 from readers.records import LegacyDefinition
+from scheduler_core.model import FiredState
 from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
 
@@ -119,3 +121,162 @@ def test_a_fire_by_the_side_that_handed_over_is_a_double_or_a_stray(tmp_path: Pa
     check = _check(s, d, h, False)
     assert _issues(check) == [("doubled", after[1], "legacy")]
     assert timedelta(0) <= after[1] - h
+
+
+# --- what the checker reads and how it owns: each line of check_boundary held by a test ---------
+
+SHADOW_NOTE = "shadow: recorded, not invoked"  # what a shadow-mode executor records (Executor)
+
+
+def _marked(s: Scenario, at: datetime, **changes: object) -> None:
+    """The new side's record of `at` changed (state, message): a record that ran no handler."""
+    s.records = [replace(r, **changes) if r.scheduled_at == at else r for r in s.records]  # type: ignore[arg-type]
+
+
+def test_records_that_ran_no_handler_are_no_fires_and_one_running_is(tmp_path: Path) -> None:
+    # after a cutover: a pending record (never published) leaves its occurrence missing; a
+    # received one with no message (running: an executor stamped it) is a fire
+    s, d, h, after = _switched(tmp_path / "cut", to_new=True)
+    _marked(s, after[1], state=FiredState.PENDING, received_at=None, started_at=None, result_at=None)
+    _marked(s, after[2], state=FiredState.RECEIVED, message="", result_at=None)
+    check = _check(s, d, h, True)
+    assert _issues(check) == [("missing", after[1], "new")]
+    # after a rollback: the new side's shadow-only records past F are no fires (not doubled)
+    s2, d2, f, after2 = _switched(tmp_path / "back", to_new=False)
+    s2.new(d2, after2[:3])
+    for at in after2[:3]:
+        _marked(s2, at, state=FiredState.RECEIVED, message=SHADOW_NOTE, result_at=None)
+    check = _check(s2, d2, f, False)
+    assert check.clean, [str(i) for i in check.issues]
+
+
+def test_a_switched_off_legacy_definition_still_says_what_is_due(tmp_path: Path) -> None:
+    """A cutover switches the legacy job off: its schedule still tells what is due."""
+    s = Scenario.create(tmp_path)
+    s.business_row(state="cutover")
+    d = s.job("12", "0/10 * * * * ?", enabled=False)
+    times = s.times(d)
+    h = times[len(times) // 2]
+    s.legacy(d, [t for t in s.all_times(d) if t < h])
+    gone = times[len(times) // 2 + 4]
+    s.new(d, [t for t in times if t != gone])
+    assert _issues(_check(s, d, h, True)) == [("missing", gone, "new")]
+
+
+def test_handovers_given_as_report_text_and_issues_name_job_and_window(tmp_path: Path) -> None:
+    s, d, h, after = _switched(tmp_path, to_new=True)
+    s.records.append(fired(s.code(d), s.biz_code, OTHER_TRIGGER, after[0]))
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    switch = Switch(handover={d.source_key: h.isoformat()}, to_new=True, at=h)  # as SwitchReport.handover
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
+    assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [("doubled", s.code(d), after[0])]
+    assert check.window == window and check.owned == len(after)
+    # what the comparison would show after the switch: the double, and legacy (switched off) silent
+    assert check.mismatch_counts == {"extra_on_new": 1, "missing_on_legacy": len(after)}
+
+
+def test_a_switch_covers_from_when_it_began_not_only_from_its_handover(tmp_path: Path) -> None:
+    """Between the switch's start and its handover the old owner settles; an occurrence
+    there that neither side fired is missing all the same."""
+    s, d, h, _after = _switched(tmp_path, to_new=True)
+    gone = h - timedelta(seconds=20)
+    # an xxl-job log row has its trigger time only (to the second)
+    s.log.rows = [r for r in s.log.rows if r.triggered_at is None or abs(r.triggered_at - gone) >= timedelta(seconds=1)]
+    s.records = [r for r in s.records if r.scheduled_at != gone]
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    began = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=30))
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [began], window=window, now=s.now)
+    assert _issues(check) == [("missing", gone, "legacy")]
+    late = Switch(handover={d.source_key: h}, to_new=True, at=h)
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [late], window=window, now=s.now)
+    assert check.clean, "before the switch began, dual-run: not the checker's"
+
+
+def test_lateness_is_judged_at_now_not_at_the_window_end(tmp_path: Path) -> None:
+    """A command of the dual-run's last stretch (covered: the switch began before H) that is
+    published, not received yet, 1 s after its time is not late (late_after 5 s); judged at
+    the window's end it would be."""
+    s, d, h, _after = _switched(tmp_path, to_new=True)
+    last = h - timedelta(seconds=10)
+    _marked(s, last, state=FiredState.PUBLISHED, received_at=None, started_at=None, result_at=None)
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    switch = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
+    for now, late in ((last + timedelta(seconds=1), 0), (window.end, 1)):
+        check = check_boundary(
+            s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=now
+        )
+        assert check.mismatch_counts.get("late_on_new", 0) == late, (now, check.mismatch_counts)
+
+
+def test_every_job_is_owned_and_judged_on_its_own(tmp_path: Path) -> None:
+    """Two jobs handed over at H: the first clean, the second fired by both sides once and
+    by neither once; each job's occurrences count (owned), the second's issues name it."""
+    s = Scenario.create(tmp_path)
+    s.business_row(state="cutover")
+    one, two = s.job("12", "0/10 * * * * ?"), s.job("13", "5/10 * * * * ?")
+    times = s.times(one)
+    h = times[len(times) // 2]
+    for d in (one, two):
+        s.legacy(d, [t for t in s.all_times(d) if t < h])
+        s.new(d)
+    after_two = [t for t in s.times(two) if t >= h]
+    both, gone = after_two[2], after_two[6]
+    s.legacy(two, [both])
+    s.records = [r for r in s.records if not (r.job_code == s.code(two) and r.scheduled_at == gone)]
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    switch = Switch(handover={one.source_key: h, two.source_key: h}, to_new=True, at=h)
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
+    assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [
+        ("doubled", s.code(two), both),
+        ("missing", s.code(two), gone),
+    ]
+    assert check.owned == len([t for t in times if t >= h]) + len(after_two)
+
+
+def test_switches_apply_in_time_order_and_the_later_wins_at_the_same_instant(tmp_path: Path) -> None:
+    # a cutover at H and a rollback at F > H, given in any order: the new side owns [H, F)
+    s = Scenario.create(tmp_path)
+    s.business_row(state="legacy")
+    d = s.job("12", "0/10 * * * * ?")
+    times = s.times(d)
+    h, f = times[len(times) // 3], times[2 * len(times) // 3]
+    s.legacy(d, [t for t in s.all_times(d) if t < h or t >= f])
+    s.new(d, [t for t in times if h <= t < f])
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    cut = Switch(handover={d.source_key: h}, to_new=True, at=h)
+    back = Switch(handover={d.source_key: f}, to_new=False, at=f)
+    for order in ([cut, back], [back, cut]):
+        check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, order, window=window, now=s.now)
+        assert check.clean, [str(i) for i in check.issues[:3]]
+    # handed to the new side and back at one instant (a one-shot): the later switch, legacy, owns
+    s2 = Scenario.create(tmp_path / "same")
+    s2.business_row(state="legacy")
+    d2 = s2.job("12", "0/10 * * * * ?")
+    s2.legacy(d2)
+    s2.flush()
+    at = s2.times(d2)[len(s2.times(d2)) // 2]
+    pair = [Switch(handover={d2.source_key: at}, to_new=True, at=at), Switch({d2.source_key: at}, False, at)]
+    check = check_boundary(s2.store, dualrun_store(s2.store), s2.reader(), s2.biz_code, pair, window=window, now=s2.now)
+    assert check.clean, [str(i) for i in check.issues[:3]]
+
+
+def test_a_fire_no_occurrence_explains_by_the_side_that_handed_over_is_a_stray(tmp_path: Path) -> None:
+    """A job every 10 minutes: a fire 5 minutes off its schedule pairs with nothing."""
+    for to_new in (False, True):
+        s = Scenario.create(tmp_path / str(to_new))
+        s.business_row(state="cutover" if to_new else "legacy")
+        d = s.job("14", "0 0/10 * * * ?")
+        times = s.times(d)
+        h = times[len(times) // 2]
+        old, new = (s.legacy, s.new) if to_new else (s.new, s.legacy)
+        old(d, [t for t in (s.all_times(d) if to_new else times) if t < h])
+        new(d, [t for t in (times if to_new else s.all_times(d)) if t >= h or (to_new and t < h)])
+        off = h + timedelta(minutes=5)
+        old(d, [off])  # the side that handed the job over fires off the schedule
+        check = _check(s, d, h, to_new)
+        assert _issues(check) == [("stray", off, "new" if to_new else "legacy")], [str(i) for i in check.issues]
