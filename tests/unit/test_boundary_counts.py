@@ -11,11 +11,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from sqlalchemy import insert
+
 from dualrun.boundary import BoundaryCheck, Switch, check_boundary
 from dualrun.model import Window
-from dualrun.testing import fired
+from dualrun.testing import cron_definition, fired
+from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition
-from scheduler_core.model import FiredState
+from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.times import to_ms
 from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
 
@@ -280,3 +284,90 @@ def test_a_fire_no_occurrence_explains_by_the_side_that_handed_over_is_a_stray(t
         old(d, [off])  # the side that handed the job over fires off the schedule
         check = _check(s, d, h, to_new)
         assert _issues(check) == [("stray", off, "new" if to_new else "legacy")], [str(i) for i in check.issues]
+
+
+def test_a_job_with_nothing_in_the_window_does_not_hide_the_next_jobs_issues(tmp_path: Path) -> None:
+    """Handed over first: a daily job with no occurrence in the window (no fire, no
+    mismatch); then a job fired by both sides after H: still doubled. `now` left out: the
+    window's end."""
+    s = Scenario.create(tmp_path)
+    s.business_row(state="cutover")
+    daily, two = s.job("11", "0 0 3 * * ?"), s.job("13", "5/10 * * * * ?")
+    times = s.times(two)
+    h = times[len(times) // 2]
+    assert s.times(daily) == []
+    s.legacy(two, [t for t in s.all_times(two) if t < h])
+    s.new(two)
+    both = times[len(times) // 2 + 3]
+    s.legacy(two, [both])
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    switch = Switch(handover={daily.source_key: h, two.source_key: h}, to_new=True, at=h)
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window)
+    assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [("doubled", s.code(two), both)]
+
+
+def test_a_quarantined_job_beside_the_switch_is_not_the_checkers(tmp_path: Path) -> None:
+    """A legacy job the migrator quarantined is never handed over: its fires are legacy's
+    own, whatever the switch; the business's migrated job is checked as usual."""
+    s, d, h, after = _switched(tmp_path, to_new=True)
+    held = cron_definition("77", s.biz_code, "0/30 * * * * ?")
+    s.defs.append(held)
+    with s.store.engine.begin() as conn:
+        conn.execute(
+            insert(migrator_tables().ledger).values(
+                source_system=s.source.value,
+                source_key="77",
+                business=s.biz_code,
+                status="quarantined",
+                content_hash="h",
+                field="schedule_conf",
+                reason="a test's bad row",
+                updated_at=0,
+            )
+        )
+    s.legacy(held)
+    gone = after[2]
+    s.records = [r for r in s.records if r.scheduled_at != gone]
+    check = _check(s, d, h, True)
+    assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [("missing", s.code(d), gone)]
+
+
+def test_a_failure_in_the_covered_dual_run_stretch_is_counted(tmp_path: Path) -> None:
+    """Between the switch's start and H both sides fire (paired): a run that failed on the
+    new side where legacy's succeeded shows in the comparison's counts (not in shadow:
+    there the handler never ran)."""
+    s, d, h, _after = _switched(tmp_path, to_new=True)
+    failed = h - timedelta(seconds=20)
+    _marked(s, failed, state=FiredState.FAILED)
+    s.flush()
+    window = Window(start=s.current.start, end=s.current.end)
+    switch = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
+    check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
+    assert check.mismatch_counts.get("failed_on_new") == 1, check.mismatch_counts
+
+
+def test_a_follow_up_run_of_the_new_side_is_no_schedule_fire(tmp_path: Path) -> None:
+    """A child job run by its parent's success (a follow-up claim) is not an occurrence of
+    its schedule: after a rollback it is no stray of the new side."""
+    s, d, f, after = _switched(tmp_path, to_new=False)
+    code = s.code(d)
+    s.store.put_job(Job(job_code=JobCode(code), biz_code=s.biz_code, handler="h"))
+    (child,) = s.store.add_triggers(
+        [Trigger(job_code=JobCode(code), biz_code=s.biz_code, kind=TriggerKind.ONCE, next_fire_at=f)]
+    )
+    assert child.id is not None
+    at = after[3] + timedelta(seconds=4)  # off the schedule: the parent's success, not a cron time
+    run = fired(code, s.biz_code, int(child.id), at)
+    s.records.append(run)
+    with s.store.engine.begin() as conn:
+        conn.execute(
+            insert(s.store.t.followup_fired).values(
+                parent_command_id="parent-1",
+                child_trigger_id=int(child.id),
+                child_command_id=run.command_id,
+                at=to_ms(at),
+            )
+        )
+    check = _check(s, d, f, False)
+    assert check.clean, [str(i) for i in check.issues]
