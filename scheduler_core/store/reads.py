@@ -12,8 +12,8 @@ from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.fence import MESSAGE_PREFIX
-from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
 from scheduler_core.model import FiredState, TriggerState
+from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
 
