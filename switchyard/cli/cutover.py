@@ -19,6 +19,7 @@ from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.freezes import standing_freezes
 from switchyard.cli.options import legacy_zone_options, store_url
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
@@ -179,6 +180,7 @@ def status(
         owned = ownership(
             store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
         )
+        frozen = standing_freezes(store)
     finally:
         store.engine.dispose()
     rows = []
@@ -199,6 +201,7 @@ def status(
                 "reasons": list(v.reasons) if v else [],
                 "sides": bo.counts(),
                 "problems": [j.as_dict() for j in bo.problems],
+                "frozen": frozen.of(r.biz_code),
                 **({"jobs": [j.as_dict() for j in bo.jobs]} if show_jobs or as_json else {}),
             }
         )
@@ -214,6 +217,8 @@ def status(
                 f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
                 f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}"
             )
+            if row["frozen"]:
+                click.echo(f"     FROZEN (deliberate: nothing runs on the new side): {row['frozen']}")
             for j in bo.jobs if show_jobs else bo.problems:
                 flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(

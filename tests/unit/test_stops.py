@@ -341,3 +341,40 @@ def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_i
     stop = SqlStops(store).stop_of(Scope.TRIGGER, str(stored_id(t)))
     assert stop is not None and not stop.standing
     store.engine.dispose()
+
+
+def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
+    import json
+
+    from migrator.business import BusinessRegistry
+    from migrator.ports import GateDecision
+    from switchyard.cli import cli
+    from switchyard.wiring import migrator_store
+    from tests.migration_env import FixedGate, migrated_xxljob
+
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    clock = env.migrator.clock
+    sw = env.xxl_switch(
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+        max_verdict_age=timedelta(days=9999),
+    )
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops")
+    url = str(env.store.engine.url)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["freeze", "--business", biz, "--reason", "incident 7", "--actor", "ana", "--url", url])
+    assert res.exit_code == 0, res.output
+    assert f"froze business {biz}" in res.output
+    res = runner.invoke(cli, ["status", "--url", url, "--check"])
+    assert res.exit_code == 0, res.output  # deliberate: not orphaned
+    assert "FROZEN" in res.output and "incident 7" in res.output
+    (row,) = json.loads(runner.invoke(cli, ["status", "--url", url, "--json"]).output)
+    assert "freeze" in row["frozen"] and "by ana: incident 7" in row["frozen"]
+    notes = [n for n in BusinessRegistry(migrator_store(env.store)).audit(biz) if n.reason == "incident 7"]
+    assert notes, "the freeze is audited"
+    res = runner.invoke(cli, ["unfreeze", "--business", biz, "--url", url])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(runner.invoke(cli, ["status", "--url", url, "--json"]).output)
+    assert row["frozen"] is None
+    res = runner.invoke(cli, ["unfreeze", "--business", biz, "--url", url])
+    assert res.exit_code == 1 and "is not frozen" in res.output
