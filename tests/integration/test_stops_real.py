@@ -246,8 +246,8 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
         assert not late, f"invoked for an occurrence at or after S = {w.s_ms}: {late[:5]}"
     recs = _records(store, *span)
     for key in stopped:
-        r = recs[key]
-        assert is_stop_skip(r.state, r.message), f"{key} in a pause is {r.state.value} {r.message!r}"
+        rec = recs[key]
+        assert is_stop_skip(rec.state, rec.message), f"{key} in a pause is {rec.state.value} {rec.message!r}"
     not_run = sorted(k for k in clear if k not in ran)
     assert not not_run, f"{len(not_run)} occurrence(s) between pauses did not run: {not_run[:5]}"
     assert all(recs[k].state.value == "succeeded" for k in clear)
@@ -255,9 +255,9 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
     # how soon a follower heard each pause (the slowest of its ten triggers), from the return
     latencies = []
     for w in rounds[1:]:
-        got = [heard.get((key, epoch)) for key, epoch in w.epochs.items()]
-        assert all(g is not None for g in got), "a stop never reached the follower"
-        latencies.append(max(g for g in got if g is not None) - w.returned_ms)
+        heard_at = [heard.get((key, epoch)) for key, epoch in w.epochs.items()]
+        assert all(g is not None for g in heard_at), "a stop never reached the follower"
+        latencies.append(max(g for g in heard_at if g is not None) - w.returned_ms)
     print(
         f"\nstops under the single leader (relayed from the store): a follower heard each of {STOPS} pauses "
         f"p50 {statistics.median(latencies):.0f} ms, max {max(latencies)} ms after the call returned; "
