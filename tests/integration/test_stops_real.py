@@ -184,6 +184,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
     rounds: list[Round] = []
     try:
         start_ms = min(anchors.values())
+
         def ahead() -> int:
             now = to_ms(_now())
             return len(_records(store, now + 2000, now + 60_000))
