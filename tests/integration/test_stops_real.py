@@ -11,6 +11,7 @@ client of its own, as an executor is) takes to hear each stop, over 20 stops."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -183,7 +184,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
     executor: Invocations | None = None
     rounds: list[Round] = []
     try:
-        start_ms = min(anchors.values())
+        min(anchors.values())
 
         def ahead() -> int:
             now = to_ms(_now())
@@ -224,7 +225,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
             time.sleep(RESUME_LEAD.total_seconds() + 0.6)
 
         stopped = set().union(*(_occurrences(anchors, w.s_ms, w.r_ms) for w in rounds))
-        clear = set().union(*(_occurrences(anchors, w.r_ms, n.s_ms) for w, n in zip(rounds, rounds[1:], strict=False)))
+        clear = set().union(*(_occurrences(anchors, w.r_ms, n.s_ms) for w, n in itertools.pairwise(rounds)))
         span = (rounds[0].s_ms, rounds[-1].r_ms)
 
         def settled() -> bool:
