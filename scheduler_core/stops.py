@@ -45,9 +45,11 @@ from scheduler_core.times import from_ms, to_ms
 log = logging.getLogger(__name__)
 
 KIND = "stop"
-# Every fired record and result skipped by a stop carries a message starting with this:
-# dual-run and the post-cutover watch count such a record neither missing nor failed.
+# Every fired record and result skipped by an operator's stop carries a message starting
+# with this: dual-run and the post-cutover watch count such a record neither missing nor
+# failed. A rollback's window says ROLLBACK_PREFIX instead (its occurrences are legacy's).
 MESSAGE_PREFIX = "stopped: "
+ROLLBACK_PREFIX = "rollback fence"
 ALL_KEY = "*"
 # windows that ended this long ago are dropped from a scope's row (and its messages): no
 # command that old is still waiting in the bus of a healthy system
@@ -65,6 +67,9 @@ class Cause(enum.StrEnum):
     PAUSE = "pause"
     CANCEL = "cancel"
     FREEZE = "freeze"
+    # a rollback's fence (`scheduler_core.fence`): the business's occurrences from F on are
+    # legacy's; its windows say "rollback fence at F", which dual-run tells apart
+    ROLLBACK = "rollback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,8 @@ class Window:
     def message(self) -> str:
         """What a record or result skipped by this window says (one text per window: a
         lift revives only the records its own window marked)."""
+        if self.cause is Cause.ROLLBACK:
+            return rollback_message(self.from_ms)
         text = f"{MESSAGE_PREFIX}{self.cause.value} from {from_ms(self.from_ms).isoformat()}"
         if self.actor:
             text += f" by {self.actor}"
@@ -148,6 +155,10 @@ class Stop:
             for w in self.windows
         )
         return f"stop of {self.name} epoch {self.epoch}: {spans or 'no window'}"
+
+
+def rollback_message(from_ms_: int) -> str:
+    return f"{ROLLBACK_PREFIX} at {from_ms(from_ms_).isoformat()}"
 
 
 def scope_name(scope: Scope, key: str) -> str:
@@ -319,6 +330,7 @@ __all__ = [
     "KIND",
     "MESSAGE_PREFIX",
     "RETAIN",
+    "ROLLBACK_PREFIX",
     "Applied",
     "Cause",
     "Scope",
@@ -331,6 +343,7 @@ __all__ = [
     "decode_stop",
     "encode_stop",
     "is_stop_skip",
+    "rollback_message",
     "scope_name",
     "windows_from_text",
     "windows_to_text",
