@@ -51,6 +51,9 @@ KIND = "stop"
 MESSAGE_PREFIX = "stopped: "
 ROLLBACK_PREFIX = "rollback fence"
 ALL_KEY = "*"
+# after its first round a relay reads only the stops changed this recently (far more than
+# a round, to cover clocks apart between hosts)
+RECENT = timedelta(minutes=2)
 # windows that ended this long ago are dropped from a scope's row (and its messages): no
 # command that old is still waiting in the bus of a healthy system
 RETAIN = timedelta(days=1)
@@ -228,7 +231,9 @@ class StopStore(Protocol):
         such window stands."""
 
     @abstractmethod
-    def stops(self) -> list[Stop]: ...
+    def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+        """Every stop, or those changed within the last `changed_within` (by updated_at,
+        the writer's clock: the window must cover clock skew between hosts)."""
 
     @abstractmethod
     def stop_of(self, scope: Scope, key: str) -> Stop | None: ...
@@ -312,16 +317,25 @@ class StopRelay:
         self.scope = scope
         self.name = name
         self.broadcasts = ControlBroadcasts(bus)
+        self._whole_read: int | None = None  # the scope's generation at the last whole read
 
     def relay(self) -> int:
         if not self.scope.business_wide():
+            self._whole_read = None  # when this process relays again, it reads the store whole first
             return 0
+        # the first round (and the first after this process took the relaying over) reads
+        # every stop: what a previous relay or a broker that lost its data may not have
+        # carried; later rounds only the rows changed lately, so a store with many stopped
+        # triggers is not read whole every few hundred ms
+        generation = self.scope.generation()
+        whole = self._whole_read != generation
         sent = 0
-        for stop in self.store.stops():
+        for stop in self.store.stops(None if whole else RECENT):
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
                 sent += 1
                 if stop.relayed_epoch < stop.epoch:
                     self.store.mark_relayed(stop, self.name)
+        self._whole_read = generation
         return sent
 
 

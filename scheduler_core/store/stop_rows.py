@@ -83,9 +83,13 @@ def close_window(
     return Applied(stop, closed, changed=True, records=max(0, revived or 0))
 
 
-def read_stops(conn: Connection, t: Tables, scope: Scope | None = None, key: str | None = None) -> list[Stop]:
+def read_stops(
+    conn: Connection, t: Tables, scope: Scope | None = None, key: str | None = None, since_ms: int | None = None
+) -> list[Stop]:
     st = t.stop
     stmt = select(st).order_by(st.c.scope, st.c.scope_key)
+    if since_ms is not None:
+        stmt = stmt.where(st.c.updated_at >= since_ms)
     if scope is not None:
         stmt = stmt.where(st.c.scope == scope.value)
     if key is not None:

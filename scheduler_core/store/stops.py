@@ -4,6 +4,8 @@ reaching its engine and tables, as `scheduler_core.store.supersedes` does."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlalchemy import update
 
 from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
@@ -26,9 +28,12 @@ class SqlStops:
         with self.store.engine.begin() as conn:
             return stop_rows.close_window(conn, self.t, scope, key, until_ms, causes, self.store.clock.now_ms())
 
-    def stops(self) -> list[Stop]:
+    def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+        since = None
+        if changed_within is not None:
+            since = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
         with self.store.engine.connect() as conn:
-            return stop_rows.read_stops(conn, self.t)
+            return stop_rows.read_stops(conn, self.t, since_ms=since)
 
     def stop_of(self, scope: Scope, key: str) -> Stop | None:
         with self.store.engine.connect() as conn:

@@ -423,3 +423,25 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
         th.join(timeout=5)
     assert res.exit_code == 0, res.output
     assert "relayed by leader-7" in res.output, res.output
+
+
+def test_a_relay_reads_the_store_whole_once_then_only_what_changed_lately(tmp_path: Path, clock: ManualClock) -> None:
+    h = make_harness(tmp_path, clock)
+    stops = StopService(SqlStops(h.store))
+    for tid in range(1, 6):
+        stops.stop(Scope.TRIGGER, str(tid), clock.now(), Cause.PAUSE)
+    clock.advance(timedelta(minutes=10))
+    reads: list[timedelta | None] = []
+
+    class Counting(SqlStops):
+        def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+            reads.append(changed_within)
+            return super().stops(changed_within)
+
+    relay = StopRelay(Counting(h.store), h.bus, name="r")
+    assert relay.relay() == 5, "a new relay carries every stored stop"
+    stops.stop(Scope.TRIGGER, "9", clock.now(), Cause.PAUSE)
+    assert relay.relay() == 1, "then what changed lately"
+    assert reads[0] is None and reads[1] is not None
+    view = FenceView(h.bus)
+    assert len(view.stops.by_scope) == 6
