@@ -31,13 +31,14 @@ from typing import Protocol
 from scheduler_core.model import MisfirePolicy, Trigger, TriggerId, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Transition, TriggerStore
-from scheduler_core.stops import Cause, Scope, StopService
+from scheduler_core.stops import Cause, Scope, Stop, StopService
 from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 S = TriggerState
 # a trigger being fired (acquired) is paused once its fire ends: tried again this long
 ACQUIRED_WAIT = timedelta(seconds=3)
+
 ONE_MS = timedelta(milliseconds=1)
 
 
@@ -142,6 +143,32 @@ def _stop(
     return report
 
 
+def settle(store: TriggerStore, stops: Sequence[Stop]) -> list[Stop]:
+    """The trigger states a pause or a cancel could not set when it was given (the trigger
+    was being fired then, e.g. by a leader that died holding it: it waits again only once
+    reclaimed): each trigger whose open pause or cancel window stands while it waits is
+    moved to paused / cancelled now. Returns the stops whose trigger is still acquired, to
+    settle on a later round (`StopRelay` calls this each round)."""
+    wanted: dict[TriggerId, TriggerState] = {}
+    for stop in stops:
+        if stop.scope is not Scope.TRIGGER:
+            continue
+        w = stop.open_window((Cause.PAUSE, Cause.CANCEL))
+        if w is not None:
+            wanted[TriggerId(int(stop.key))] = S.CANCELLED if w.cause is Cause.CANCEL else S.PAUSED
+    if not wanted:
+        return []
+    later: set[TriggerId] = set()
+    for t in store.get_triggers(list(wanted)):
+        assert t.id is not None
+        to = wanted[t.id]
+        if t.state is S.ACQUIRED:
+            later.add(t.id)
+        elif t.state is S.WAITING and store.cas(Transition(ids=[t.id], from_state=S.WAITING, to_state=to)):
+            log.info("trigger %s: %s as its stop says (it was being fired when the stop came)", t.id, to.value)
+    return [s for s in stops if s.scope is Scope.TRIGGER and TriggerId(int(s.key)) in later]
+
+
 def resume(
     store: TriggerStore, stops: StopService, runs: ResumeRuns, ids: Sequence[TriggerId], at: datetime
 ) -> OperationReport:
@@ -163,12 +190,14 @@ def resume(
             t.next_fire_at < at
             or any(r.trigger_id == tid for r in store.fired_between(t.biz_code, from_ms(window.from_ms), at))
         )
-        if t.state is S.PAUSED and not _wake(store, t, at):
-            report.unchanged[tid] = "changed while resuming: run resume again"
-            continue
+        # the window ends first: a relay settling states (`settle`) must never see the
+        # trigger waiting while its pause still stands, or it would pause it again
         if window is not None:
             applied = stops.lift(Scope.TRIGGER, str(tid), at_ms, (Cause.PAUSE,))
             report.records += 0 if applied is None else applied.records
+        if t.state is S.PAUSED and not _wake(store, t, at):
+            report.unchanged[tid] = "changed while resuming: run resume again"
+            continue
         if missed and t.misfire_policy is MisfirePolicy.FIRE_ONCE_NOW:
             runs.add_pending(t, [at_ms])
             report.run_once.append(tid)
@@ -188,4 +217,4 @@ def _wake(store: TriggerStore, t: Trigger, at: datetime) -> bool:
     return bool(store.cas(Transition(ids=[t.id], from_state=S.PAUSED, to_state=S.WAITING, next_fire_at={t.id: nxt})))
 
 
-__all__ = ["ACQUIRED_WAIT", "OperationReport", "ResumeRuns", "cancel", "pause", "resume"]
+__all__ = ["ACQUIRED_WAIT", "OperationReport", "ResumeRuns", "cancel", "pause", "resume", "settle"]

@@ -32,6 +32,7 @@ import enum
 import json
 import logging
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -312,12 +313,24 @@ class StopRelay:
     bus, every RELAY_EVERY; `scope`: whether this process relays the business-wide
     control messages (`scheduler_core.control`)."""
 
-    def __init__(self, store: StopStore, bus: MessageBus, scope: RelayScope = EVERYTHING, name: str = "") -> None:
+    def __init__(
+        self,
+        store: StopStore,
+        bus: MessageBus,
+        scope: RelayScope = EVERYTHING,
+        name: str = "",
+        settle: Callable[[list[Stop]], list[Stop]] | None = None,
+    ) -> None:
         self.store = store
         self.scope = scope
         self.name = name
         self.broadcasts = ControlBroadcasts(bus)
         self._whole_read: int | None = None  # the scope's generation at the last whole read
+        # what brings the triggers' states in line with their stops (a pause given while a
+        # trigger was being fired: `scheduler_core.operations.settle`); its answer, the
+        # stops still unsettled, is tried again every round
+        self.settle = settle
+        self._unsettled: dict[tuple[Scope, str], Stop] = {}
 
     def relay(self) -> int:
         if not self.scope.business_wide():
@@ -330,12 +343,16 @@ class StopRelay:
         generation = self.scope.generation()
         whole = self._whole_read != generation
         sent = 0
-        for stop in self.store.stops(None if whole else RECENT):
+        read = self.store.stops(None if whole else RECENT)
+        for stop in read:
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
                 sent += 1
                 if stop.relayed_epoch < stop.epoch:
                     self.store.mark_relayed(stop, self.name)
         self._whole_read = generation
+        if self.settle is not None:
+            candidates = {(s.scope, s.key): s for s in (*self._unsettled.values(), *read)}
+            self._unsettled = {(s.scope, s.key): s for s in self.settle(list(candidates.values()))}
         return sent
 
 

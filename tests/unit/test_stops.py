@@ -445,3 +445,45 @@ def test_a_relay_reads_the_store_whole_once_then_only_what_changed_lately(tmp_pa
     assert reads[0] is None and reads[1] is not None
     view = FenceView(h.bus)
     assert len(view.stops.by_scope) == 6
+
+
+def test_a_pause_given_while_the_trigger_is_being_fired_is_settled_by_the_relay(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A leader died holding the trigger acquired when the pause came: the pause's state
+    change could not win; once the trigger waits again (reclaimed and fired), the relay
+    of whoever holds the bus pauses it, so it is not admitted again forever into skipped
+    records."""
+    from scheduler_core.model import Epoch as Ep
+    from scheduler_core.ports import Transition
+
+    h = make_harness(tmp_path, clock)
+    job = h.job("rate")
+    (t,) = h.store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, clock.now() + EVERY, interval=EVERY)])
+    tid = stored_id(t)
+    h.store.cas(
+        Transition(
+            ids=[tid],
+            from_state=TriggerState.WAITING,
+            to_state=TriggerState.ACQUIRED,
+            epoch=Ep(1),
+            deadline=clock.now(),
+        )
+    )
+    stops = StopService(SqlStops(h.store))
+    rep = operations.pause(h.store, stops, [tid], clock.now(), reason="x")
+    assert rep.still_acquired == [tid] and state_of(h.store, t) is TriggerState.ACQUIRED
+    relay = StopRelay(SqlStops(h.store), h.bus, name="r", settle=lambda s: operations.settle(h.store, s))
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.ACQUIRED, "still being fired: left alone"
+    # its fire ends (reclaimed by a new leader, fired, waiting again)
+    h.store.cas(
+        Transition(ids=[tid], from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, clear_epoch=True)
+    )
+    clock.advance(timedelta(minutes=5))  # long after the stop changed: the relay still remembers it
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.PAUSED
+    # and a resume is not undone by a later round
+    operations.resume(h.store, stops, SqlSupersedes(h.store), [tid], clock.now())
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.WAITING
