@@ -51,6 +51,7 @@ KIND = "stop"
 # failed. A rollback's window says ROLLBACK_PREFIX instead (its occurrences are legacy's).
 MESSAGE_PREFIX = "stopped: "
 ROLLBACK_PREFIX = "rollback fence"
+EDIT_PREFIX = "superseded by a schedule edit"
 ALL_KEY = "*"
 # after its first round a relay reads only the stops changed this recently (far more than
 # a round, to cover clocks apart between hosts)
@@ -74,6 +75,9 @@ class Cause(enum.StrEnum):
     # a rollback's fence (`scheduler_core.fence`): the business's occurrences from F on are
     # legacy's; its windows say "rollback fence at F", which dual-run tells apart
     ROLLBACK = "rollback"
+    # a schedule edit (`scheduler_core.supersede`): one window per superseded occurrence of
+    # the old schedule, [T, T + 1 ms), saying "superseded by a schedule edit at E"
+    EDIT = "edit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,7 @@ class Window:
     cause: Cause
     actor: str = ""
     reason: str = ""
+    effective_ms: int | None = None  # a schedule edit's E (its windows start at the occurrences)
 
     def covers(self, scheduled_ms: int) -> bool:
         return self.from_ms <= scheduled_ms and (self.until_ms is None or scheduled_ms < self.until_ms)
@@ -99,13 +104,19 @@ class Window:
         lift revives only the records its own window marked)."""
         if self.cause is Cause.ROLLBACK:
             return rollback_message(self.from_ms)
+        if self.cause is Cause.EDIT:
+            return edit_message(self.from_ms if self.effective_ms is None else self.effective_ms)
         text = f"{MESSAGE_PREFIX}{self.cause.value} from {from_ms(self.from_ms).isoformat()}"
         if self.actor:
             text += f" by {self.actor}"
         return f"{text}: {self.reason}" if self.reason else text
 
     def to_json(self) -> dict[str, object]:
-        return {"f": self.from_ms, "u": self.until_ms, "c": self.cause.value, "a": self.actor, "r": self.reason}
+        body: dict[str, object] = {"f": self.from_ms, "u": self.until_ms, "c": self.cause.value}
+        for name, value in (("a", self.actor), ("r", self.reason), ("e", self.effective_ms)):
+            if value:  # an edit's many point windows stay small on the wire
+                body[name] = value
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, object]) -> Window:
@@ -116,6 +127,7 @@ class Window:
             cause=Cause(str(body["c"])),
             actor=str(body.get("a") or ""),
             reason=str(body.get("r") or ""),
+            effective_ms=None if body.get("e") is None else int(body["e"]),  # type: ignore[call-overload]
         )
 
 
@@ -153,16 +165,26 @@ class Stop:
         return scope_name(self.scope, self.key)
 
     def __str__(self) -> str:
-        spans = ", ".join(
-            f"{w.cause.value} [{from_ms(w.from_ms).isoformat()}, "
-            f"{'open' if w.until_ms is None else from_ms(w.until_ms).isoformat()})"
-            for w in self.windows
-        )
+        if len(self.windows) > 3:  # a schedule edit's point windows: counted, not listed
+            counts: dict[str, int] = {}
+            for w in self.windows:
+                counts[w.cause.value] = counts.get(w.cause.value, 0) + 1
+            spans = ", ".join(f"{n} {cause} window(s)" for cause, n in counts.items())
+        else:
+            spans = ", ".join(
+                f"{w.cause.value} [{from_ms(w.from_ms).isoformat()}, "
+                f"{'open' if w.until_ms is None else from_ms(w.until_ms).isoformat()})"
+                for w in self.windows
+            )
         return f"stop of {self.name} epoch {self.epoch}: {spans or 'no window'}"
 
 
 def rollback_message(from_ms_: int) -> str:
     return f"{ROLLBACK_PREFIX} at {from_ms(from_ms_).isoformat()}"
+
+
+def edit_message(effective_ms: int) -> str:
+    return f"{EDIT_PREFIX} at {from_ms(effective_ms).isoformat()}"
 
 
 def scope_name(scope: Scope, key: str) -> str:
@@ -347,6 +369,7 @@ class StopRelay:
         for stop in read:
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
                 sent += 1
+                log.info("broadcast the %s", stop)
                 if stop.relayed_epoch < stop.epoch:
                     self.store.mark_relayed(stop, self.name)
         self._whole_read = generation
@@ -358,6 +381,7 @@ class StopRelay:
 
 __all__ = [
     "ALL_KEY",
+    "EDIT_PREFIX",
     "KIND",
     "MESSAGE_PREFIX",
     "RETAIN",
@@ -372,6 +396,7 @@ __all__ = [
     "StopStore",
     "Window",
     "decode_stop",
+    "edit_message",
     "encode_stop",
     "is_stop_skip",
     "rollback_message",

@@ -83,6 +83,23 @@ def close_window(
     return Applied(stop, closed, changed=True, records=max(0, revived or 0))
 
 
+def set_edit_windows(
+    conn: Connection, t: Tables, trigger_id: int, skipped: set[int], effective_ms: int, now: int
+) -> Stop:
+    """A schedule edit's windows of the trigger's stop: one [T, T + 1 ms) per occurrence of
+    the old schedule it supersedes (`skipped`: every one still ahead, this edit's and an
+    earlier edit's it keeps); an earlier edit's window of a time the schedule has again is
+    gone, one already behind stays (a command of it may still be delivered late). The
+    records are the edit's to mark (`SqlSupersedes.record_edit`), not this."""
+    row = _locked_row(conn, t.stop, Scope.TRIGGER, str(trigger_id), now)
+    windows = _kept(windows_from_text(row.windows), now)
+    had = {w.from_ms: w for w in windows if w.cause is Cause.EDIT}
+    edits = [w for at, w in had.items() if at in skipped or at < now]
+    edits += [Window(at, at + 1, Cause.EDIT, effective_ms=effective_ms) for at in sorted(skipped) if at not in had]
+    others = tuple(w for w in windows if w.cause is not Cause.EDIT)
+    return _write(conn, t.stop, row, (*others, *sorted(edits, key=lambda w: w.from_ms)), now)
+
+
 def read_stops(
     conn: Connection, t: Tables, scope: Scope | None = None, key: str | None = None, since_ms: int | None = None
 ) -> list[Stop]:
@@ -151,4 +168,4 @@ def stop_of_row(row: Any, windows: tuple[Window, ...]) -> Stop:
     )
 
 
-__all__ = ["close_window", "open_window", "read_stops", "stop_of_row"]
+__all__ = ["close_window", "open_window", "read_stops", "set_edit_windows", "stop_of_row"]
