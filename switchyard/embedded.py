@@ -10,13 +10,14 @@ from the store when the process starts:
 * every command the store has a fired record of that no executor took (the scheduler
   publishes up to its lookahead ahead, with deliver-at = T) is published again, same
   command ids, deliver-at T (a fired record is not stamped published: see FiredState);
-* every rollback fence is broadcast again on the control channel, so executors skip what
-  they must skip.
+* every stop (`scheduler_core.stops`: an operator's pause, cancel or freeze, a rollback's
+  fence) is broadcast again on the control channel, so executors skip what they must skip;
+  a command a standing stop covers is recorded skipped instead of published again.
 
-A rollback run beside it (`switchyard rollback --url` the same store) writes its fence to
-the store only: no other process reaches this bus. So the store's fences are read every
-`fence_every` (250 ms) and a new one is broadcast here (FenceRelay), well inside the
-rollback's start margin (2 s and more), before legacy starts firing again.
+A rollback or a `trigger pause` run beside it (`--url` the same store) writes its stop to
+the store only: no other process reaches this bus. So the store's stops are read every
+`fence_every` (250 ms) and a new one is broadcast here (StopRelay), well inside the
+stop's lead (1 s for an operator's stop, 2 s and more for a rollback).
 
 The shutdown is ordered so no result is lost either: the scheduler stops firing first,
 then the executors finish what they took and publish its results, then the consumer
@@ -30,20 +31,23 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
+from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
-from scheduler_core.fence import FenceRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
-from scheduler_core.ports import BusMessage, Election, MessageBus
+from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stops import StopIndex, StopRelay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import supersede_relay
 from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import to_ms
@@ -90,6 +94,26 @@ def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
     them may not have been published: published again here, and fired again by reclaim,
     both with the same command ids, which the executors take once."""
     return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD) if r.state in _UNTAKEN]
+
+
+def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple[list[FiredRecord], int]:
+    """The records no standing stop covers (to publish again), and how many it covers: those
+    are recorded skipped with the stop's message instead, so a restart never re-sends a
+    command an operator stopped (scheduler_core.stops)."""
+    index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
+    keep: list[FiredRecord] = []
+    skipped: list[FiredUpdate] = []
+    now = store.clock.now()
+    for r in records:
+        w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
+        if w is None:
+            keep.append(r)
+        else:
+            skipped.append(FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=w.message))
+    if skipped:
+        store.update_fired(skipped)
+        log.info("%d command(s) a standing stop covers recorded skipped, not published again", len(skipped))
+    return keep, len(skipped)
 
 
 def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
@@ -202,13 +226,13 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
-    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay) -> None:
+    def _relay_fences(self, edits: SupersedeRelay, stops: StopRelay) -> None:
         while not self._exec_stop.wait(self.fence_every):
             try:
-                relay.relay()
+                stops.relay()  # stops (pause, cancel, freeze, a rollback's fence) written beside it
             except Exception as exc:  # the store briefly locked or down: the next read tries again
                 self.metrics.errors.labels(component="fences").inc()
-                log.warning("reading the rollback fences failed (%s: %s); retrying", type(exc).__name__, exc)
+                log.warning("relaying the stops failed (%s: %s); retrying", type(exc).__name__, exc)
             try:
                 edits.relay()  # schedule edits a `migrate stream` beside it wrote (scheduler_core.supersede)
             except Exception as exc:
@@ -224,16 +248,19 @@ class EmbeddedCenter:
             name="results",
             daemon=True,
         )
-        relay = FenceRelay(self.store, self.bus)
-        fences = relay.relay()
+        stops = StopRelay(
+            SqlStops(self.store), self.bus, name=f"serve {self.name}", settle=partial(operations.settle, self.store)
+        )
+        fences = stops.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
         edits.relay()
-        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay", daemon=True)
+        relay_thread = threading.Thread(target=self._relay_fences, args=(edits, stops), name="fence-relay", daemon=True)
         relay_thread.start()
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
-        self.republished = republish(self.store, self.bus, untaken_commands(self.store))
+        untaken, _covered = without_stopped(self.store, untaken_commands(self.store))
+        self.republished = republish(self.store, self.bus, untaken)
         log.info(
             "serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
             self.name,

@@ -68,11 +68,11 @@ from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
-from scheduler_core.fence import Fence
 from scheduler_core.item_states import ItemState
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import Clock, MessageBus, Received
-from scheduler_core.supersede import Supersede
+from scheduler_core.stops import Cause, Window
+from scheduler_core.times import from_ms
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
@@ -179,6 +179,7 @@ class Executor:
         self.duplicates = 0
         self.fenced = 0  # runs answered skipped by a rollback fence
         self.superseded = 0  # runs answered skipped because a schedule edit superseded them
+        self.stopped = 0  # runs answered skipped because an operator stopped them (scheduler_core.stops)
         self.held = 0  # messages handed back while the fences were not known
         self._held_since_log = 0
         self._held_logged = float("-inf")
@@ -347,11 +348,10 @@ class Executor:
         judged and retried with back-off as there. True if it is done."""
         if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
             return False
-        fences = self.fences.by_business  # usually empty: one attribute read and a truth test
-        if fences and (f := fences.get(env.biz_code)) is not None and f.covers(env.scheduled_ms):
-            return False  # the ordinary path answers it skipped
-        edits = self.fences.superseded
-        if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
+        # usually empty: one attribute read and a truth test
+        if self.fences.stops.by_scope and self.fences.stopping(
+            env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms
+        ):
             return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
@@ -462,12 +462,9 @@ class Executor:
                 serve_after=serve_after,
             )
             run.pack = pack
-            fence = self.fences.covering(env.biz_code, env.scheduled_ms)
-            edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
-            if fence is not None:
-                self._skip_fenced(run, fence)
-            elif edit is not None:
-                self._skip_superseded(run, edit)
+            stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
+            if stopped is not None:
+                self._skip_stopped(run, stopped)
             elif shadow:
                 self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
             elif fn is None:
@@ -561,36 +558,36 @@ class Executor:
             self._quota.release()  # the spare step its successor took
         hand.event.set()
 
-    def _skip_fenced(self, run: EnvelopeRun, fence: Fence) -> None:
-        """Answer a run the fence covers: skipped, never invoked. An item that already
-        succeeded here (a redelivery) keeps its success: it did run."""
+    def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
+        """Answer a run a stop covers (a pause, cancel or freeze, or a rollback's fence):
+        skipped, never invoked. An item that already succeeded here (a redelivery) keeps
+        its success: it did run."""
         env = run.env
         skip = run.skip
-        letters = "".join(
-            ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED for idx, _p in env.items
-        )
+        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
+        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in env.items)
+        n = letters.count(skipped)
+        rollback = window.cause is Cause.ROLLBACK
         with self._lock:
-            self.fenced += letters.count(ItemState.SKIPPED)
-            first = (fence.biz_code, fence.epoch) not in self._fences_logged
-            self._fences_logged.add((fence.biz_code, fence.epoch))
+            if rollback:
+                self.fenced += n
+            elif window.cause is Cause.EDIT:
+                self.superseded += n
+            else:
+                self.stopped += n
+            # one line per window (an edit's point windows: one per edit)
+            mark = (env.biz_code, window.from_ms if window.effective_ms is None else window.effective_ms)
+            first = mark not in self._fences_logged
+            self._fences_logged.add(mark)
         if first:
             log.info(
-                "skipping the commands of %s scheduled in the %s",
+                "skipping the commands of %s scheduled from %s: %s",
                 env.biz_code,
-                fence,
-                extra=log_fields(biz_code=env.biz_code, epoch=fence.epoch),
+                from_ms(window.from_ms).isoformat(),
+                window.message,
+                extra=log_fields(biz_code=env.biz_code),
             )
-        self._finish(run, letters, fence.message, started=False)
-
-    def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
-        """Answer a run a schedule edit superseded: skipped, never invoked (an item that
-        already succeeded here keeps its success)."""
-        skip = run.skip
-        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
-        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
-        with self._lock:
-            self.superseded += letters.count(skipped)
-        self._finish(run, letters, edit.message, started=False)
+        self._finish(run, letters, window.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
         """The fences are not known (the control channel is not in sync): running these

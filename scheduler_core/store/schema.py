@@ -47,10 +47,10 @@ class Tables:
     sharding_item: Table
     trigger: Table
     fired: Table
-    business_fence: Table
     followup: Table
     followup_fired: Table
     trigger_supersede: Table
+    stop: Table
     partitions: int
     dialect: str
 
@@ -186,20 +186,6 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
     )
-    # The rollback fence per business (scheduler_core.fence): commands scheduled in
-    # [from_at, until_at) are skipped by executors; until_at NULL is open-ended. `epoch`
-    # grows with every raise and lift, so followers keep the latest whatever the order.
-    # A table of its own (not a column of dus_business): the scheduler core owns it,
-    # while dus_business is the migrator's.
-    business_fence = Table(
-        "dus_business_fence",
-        md,
-        Column("biz_code", String(64), primary_key=True),
-        Column("from_at", BigInteger, nullable=False),
-        Column("until_at", BigInteger),
-        Column("epoch", BigInteger, nullable=False),
-        Column("updated_at", BigInteger, nullable=False),
-    )
     # On-success follow-ups (scheduler_core.followups): after each successful run of
     # trigger_id (each item of it), each child trigger is fired once, at once.
     followup = Table(
@@ -238,6 +224,24 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("epoch", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
     )
+    # Stops (scheduler_core.stops): per scope (a trigger, a job, a business, everything)
+    # every window of "no command scheduled in [from, until) runs" it has had, as JSON;
+    # `epoch` grows with every change, so followers keep the latest whatever the order.
+    # `relayed_*`: the newest epoch a process holding the bus has broadcast, by whom and
+    # when (a command run without a bus waits for it and tells the operator).
+    stop = Table(
+        "dus_stop",
+        md,
+        Column("scope", String(16), nullable=False),
+        Column("scope_key", String(191), nullable=False),
+        Column("windows", LONG_TEXT, nullable=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        Column("relayed_epoch", BigInteger),
+        Column("relayed_by", String(128)),
+        Column("relayed_at", BigInteger),
+        PrimaryKeyConstraint("scope", "scope_key"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -246,10 +250,10 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         sharding_item=sharding_item,
         trigger=trigger,
         fired=fired,
-        business_fence=business_fence,
         followup=followup,
         followup_fired=followup_fired,
         trigger_supersede=trigger_supersede,
+        stop=stop,
         partitions=partitions,
         dialect=dialect,
     )

@@ -15,17 +15,19 @@ from sqlalchemy.engine import Connection
 from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, FiredRecord, FiredState
+from scheduler_core.model import CommandId, FiredRecord, FiredState, Trigger
 from scheduler_core.ports import MessageBus
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store import stop_rows
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
     MESSAGE_MAX,
     PROVISIONAL_SKIP_RANK,
     fired_row,
+    unskipped_values,
 )
-from scheduler_core.store.sql import SqlTriggerStore, unskipped_values
+from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.supersede import MESSAGE_PREFIX, Supersede, SupersedeRelay, skip_message
 
 
@@ -101,7 +103,41 @@ class SqlSupersedes:
         else:
             epoch = int(prior.epoch) + 1
             conn.execute(update(ts).where(ts.c.trigger_id == trigger_id).values(epoch=epoch, **values))
+        # the executors learn the superseded times as windows of the trigger's stop (the one
+        # mechanism of every stop: scheduler_core.stops), relayed by whoever holds the bus
+        stop_rows.set_edit_windows(conn, self.t, trigger_id, skipped, effective_ms, now_ms)
         return Supersede(trigger_id, biz_code, effective_ms, frozenset(skipped), tuple(pending), epoch)
+
+    # -- runs outside the schedule, published by the relay ---------------------------------
+
+    def add_pending(self, trigger: Trigger, times_ms: Sequence[int]) -> None:
+        """Runs of `trigger` at `times_ms` for whoever holds the bus to publish (as an
+        edit's pending runs: same relay, same claim, command ids of (trigger, time)): a
+        resume's one run at R under FIRE_ONCE_NOW (`scheduler_core.operations.resume`)."""
+        ts = self.t.trigger_supersede
+        assert trigger.id is not None
+        now = self.store.clock.now_ms()
+        with self.store.engine.begin() as conn:
+            prior = conn.execute(select(ts).where(ts.c.trigger_id == trigger.id).with_for_update()).first()
+            if prior is None:
+                conn.execute(
+                    insert(ts).values(
+                        trigger_id=trigger.id,
+                        biz_code=trigger.biz_code,
+                        effective_at=min(times_ms),
+                        skipped="[]",
+                        pending=json.dumps(sorted(set(times_ms))),
+                        epoch=1,
+                        updated_at=now,
+                    )
+                )
+                return
+            pending = sorted(set(json.loads(prior.pending)) | set(times_ms))
+            conn.execute(
+                update(ts)
+                .where(ts.c.trigger_id == trigger.id)
+                .values(pending=json.dumps(pending), epoch=int(prior.epoch) + 1, updated_at=now)
+            )
 
     # -- the relay (SupersedeStore) --------------------------------------------------------
 
@@ -181,7 +217,7 @@ def supersede_relay(
     `switchyard serve`, a shard registry member for its partitions' triggers): its
     pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)
-    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline, scope)
+    return SupersedeRelay(SqlSupersedes(store), store, pipeline, scope)
 
 
 __all__ = ["SqlSupersedes", "supersede_relay"]

@@ -1,0 +1,57 @@
+"""The store side of stops (`scheduler_core.stops`): `dus_stop` and the fired records a
+stop covers (`scheduler_core.store.stop_rows`). Beside `SqlTriggerStore` (not in it),
+reaching its engine and tables, as `scheduler_core.store.supersedes` does."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
+from scheduler_core.store import stop_rows
+from scheduler_core.store.sql import SqlTriggerStore
+
+
+class SqlStops:
+    """`scheduler_core.stops.StopStore` on the trigger store's database."""
+
+    def __init__(self, store: SqlTriggerStore) -> None:
+        self.store = store
+        self.t = store.t
+
+    def open_window(self, scope: Scope, key: str, window: Window) -> Applied:
+        with self.store.engine.begin() as conn:
+            return stop_rows.open_window(conn, self.t, scope, key, window, self.store.clock.now_ms())
+
+    def close_window(self, scope: Scope, key: str, until_ms: int, causes: tuple[Cause, ...]) -> Applied | None:
+        with self.store.engine.begin() as conn:
+            return stop_rows.close_window(conn, self.t, scope, key, until_ms, causes, self.store.clock.now_ms())
+
+    def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+        since = None
+        if changed_within is not None:
+            since = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
+        with self.store.engine.connect() as conn:
+            return stop_rows.read_stops(conn, self.t, since_ms=since)
+
+    def stop_of(self, scope: Scope, key: str) -> Stop | None:
+        with self.store.engine.connect() as conn:
+            found = stop_rows.read_stops(conn, self.t, scope, key)
+        return found[0] if found else None
+
+    def mark_relayed(self, stop: Stop, by: str) -> None:
+        st = self.t.stop
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                update(st)
+                .where(
+                    st.c.scope == stop.scope.value,
+                    st.c.scope_key == stop.key,
+                    (st.c.relayed_epoch.is_(None)) | (st.c.relayed_epoch < stop.epoch),
+                )
+                .values(relayed_epoch=stop.epoch, relayed_by=by[:128], relayed_at=self.store.clock.now_ms())
+            )
+
+
+__all__ = ["SqlStops"]
