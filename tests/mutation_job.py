@@ -104,6 +104,7 @@ def run(groups: list[str], budget_s: float) -> int:
     number of survivors that docs/mutation.md does not argue equivalent."""
     started = time.monotonic()
     patterns = [p for g in groups for p in GROUPS[g]]
+    over = False
     again = forget_survivors()
     if again:
         print(f"mutation: {again} mutant(s) not killed last time are tested again", flush=True)
@@ -111,19 +112,26 @@ def run(groups: list[str], budget_s: float) -> int:
         left = budget_s - (time.monotonic() - started)
         if left <= 0:
             print(f"mutation: over the budget of {budget_s:.0f} s before group {g}; not run", flush=True)
-            return -1
+            over = True
+            break
         if g in NEEDS and not NEEDS[g].exists():
             print(f"mutation: group {g}: {NEEDS[g].relative_to(REPO)} does not exist yet; skipped", flush=True)
             continue
         print(f"mutation: group {g}", flush=True)
-        # mutmut exits 0 whatever survived; a timeout or a crash of mutmut itself fails the job
-        subprocess.run(
-            [str(MUTMUT), "run", "--max-children", "1", *GROUPS[g]],
-            cwd=REPO,
-            check=True,
-            timeout=left,
-            stdout=subprocess.DEVNULL,
-        )
+        # mutmut exits 0 whatever survived; a crash of mutmut itself fails the job, and one
+        # past the budget ends it (what ran so far is reported, and the job fails)
+        try:
+            subprocess.run(
+                [str(MUTMUT), "run", "--max-children", "1", *GROUPS[g]],
+                cwd=REPO,
+                check=True,
+                timeout=left,
+                stdout=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            print(f"mutation: over the budget of {budget_s:.0f} s in group {g}; stopped", flush=True)
+            over = True
+            break
     found = results(patterns)
     listed = equivalent_mutants()
     by_status = Counter(found.values())
@@ -137,7 +145,7 @@ def run(groups: list[str], budget_s: float) -> int:
     )
     for n in unexplained:
         print(f"  not killed and not argued: {n} ({found[n]}); `mutmut show {n}`")
-    return len(unexplained)
+    return -1 if over else len(unexplained)
 
 
 def main(argv: list[str] | None = None) -> int:
