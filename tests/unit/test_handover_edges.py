@@ -6,6 +6,7 @@ falls on an occurrence then loses that occurrence (neither side fires it)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,9 +16,12 @@ import pytest
 from dualrun.testing import fired
 from migrator.cutover import BusinessSwitch, first_at_or_after
 from scheduler_core.bus.memory import InProcessBus
-from scheduler_core.fence import Fence, FenceService
-from scheduler_core.model import JobCode, Trigger, TriggerKind, TriggerState
+from scheduler_core.clock import ManualClock
+from scheduler_core.fence import Fence, FenceService, decode_fence, is_fence_skip
+from scheduler_core.model import FiredState, JobCode, Trigger, TriggerKind, TriggerState
 from scheduler_core.supersede import Supersede
+from scheduler_core.times import to_ms
+from tests.harness import make_harness
 from tests.migration_env import migrated_xxljob, ready_switch
 
 UTC = timezone.utc
@@ -173,3 +177,48 @@ def test_published_after_reads_only_the_business_and_strictly_after(tmp_path: Pa
     assert not sw._published_after("biz-a", at)
     sw.store.put_fired([fired("j", "biz-a", 2, at + MS)])
     assert sw._published_after("biz-a", at)
+
+
+# --- the fence's own words: what a record, a log line and a rebroadcast say -----------------------
+
+
+def test_only_a_skip_with_the_fences_message_is_a_fence_skip() -> None:
+    at = "rollback fence at 2026-12-02T06:00:00+00:00"
+    assert is_fence_skip("skipped", at) and is_fence_skip(FiredState.SKIPPED, at)
+    assert not is_fence_skip("skipped", "misfire: skipped to the next occurrence")
+    assert not is_fence_skip("skipped", None)
+    assert not is_fence_skip("succeeded", at)
+
+
+def test_raising_and_lifting_say_which_fence_and_how_many_records(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = make_harness(tmp_path, clock)
+    f = clock.now()
+    h.store.put_fired([fired("j", "biz-a", 1, f + S, state=FiredState.PUBLISHED)])
+    service = FenceService(h.store, h.bus)
+    with caplog.at_level(logging.INFO, logger="scheduler_core.fence"):
+        service.raise_fence("biz-a", f)
+        service.lift_fence("biz-a", f + 60 * S)
+    raised, lifted = (r for r in caplog.records if r.name == "scheduler_core.fence")
+    assert raised.getMessage() == (
+        f"raised the fence of biz-a [{f.isoformat()}, open) epoch 1; 1 fired record(s) marked skipped"
+    )
+    assert lifted.getMessage() == f"lifted to the fence of biz-a [{f.isoformat()}, {(f + 60 * S).isoformat()}) epoch 2"
+    assert [(r.business, r.epoch) for r in (raised, lifted)] == [("biz-a", 1), ("biz-a", 2)]  # type: ignore[attr-defined]
+
+
+def test_a_rebroadcast_publishes_every_stored_fence_again(tmp_path: Path, clock: ManualClock) -> None:
+    h = make_harness(tmp_path, clock)
+    service = FenceService(h.store, h.bus)
+    service.raise_fence("biz-a", clock.now())
+    service.raise_fence("biz-b", clock.now() + S)
+    heard: list[Fence] = []
+    again = InProcessBus(clock)  # a broker that lost its data: only what is published from now on
+    view = again.follow_control(lambda p: heard.extend(f for f in [decode_fence(p)] if f is not None))
+    assert FenceService(h.store, again).rebroadcast() == 2
+    view.close()
+    assert sorted((x.biz_code, x.from_ms) for x in heard) == [
+        ("biz-a", to_ms(clock.now())),
+        ("biz-b", to_ms(clock.now() + S)),
+    ]
