@@ -68,16 +68,16 @@ def _matches(name: str, patterns: list[str]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
-def forget_survivors() -> int:
-    """Mark every mutant that was not killed as not checked, so that the next run tests it
-    again: mutmut keeps a result while the function's text is unchanged, and does not
-    always notice that a test was added since. Returns how many."""
+def forget_survivors(patterns: list[str]) -> int:
+    """Mark every mutant of `patterns` that was not killed as not checked, so that this run
+    tests it again: mutmut keeps a result while the function's text is unchanged, and does
+    not always notice that a test was added since. Returns how many."""
     forgotten = 0
     for meta in (REPO / "mutants").rglob("*.py.meta"):
         data = json.loads(meta.read_text(encoding="utf-8"))
         codes = data.get("exit_code_by_key", {})
         # mutmut's exit codes (mutmut.stats): 1 and 3 killed, None not checked, others alive
-        alive = [k for k, code in codes.items() if code is not None and code not in (1, 3)]
+        alive = [k for k, code in codes.items() if code is not None and code not in (1, 3) and _matches(k, patterns)]
         for k in alive:
             codes[k] = None
         if alive:
@@ -105,7 +105,7 @@ def run(groups: list[str], budget_s: float) -> int:
     started = time.monotonic()
     patterns = [p for g in groups for p in GROUPS[g]]
     over = False
-    again = forget_survivors()
+    again = forget_survivors(patterns)
     if again:
         print(f"mutation: {again} mutant(s) not killed last time are tested again", flush=True)
     for g in groups:
