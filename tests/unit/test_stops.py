@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from migrator.cutover import BusinessSwitch
+from migrator.ports import GateDecision
 from scheduler_core import operations
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
@@ -46,6 +48,7 @@ from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
 from switchyard.embedded import without_stopped
 from tests.harness import Harness, make_harness, state_of, stored_id, trigger_of
+from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 
 EVERY = timedelta(seconds=10)
 
@@ -343,15 +346,8 @@ def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_i
     store.engine.dispose()
 
 
-def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
-    import json
-
-    from migrator.business import BusinessRegistry
-    from migrator.ports import GateDecision
-    from switchyard.cli import cli
-    from switchyard.wiring import migrator_store
-    from tests.migration_env import FixedGate, migrated_xxljob
-
+def _cut_over(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch]:
+    """A migrated xxl-job business of two jobs, dual-run then cut over by the real switch."""
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
     clock = env.migrator.clock
     sw = env.xxl_switch(
@@ -360,6 +356,17 @@ def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_pa
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
+    return env, biz, sw
+
+
+def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
+    import json
+
+    from migrator.business import BusinessRegistry
+    from switchyard.cli import cli
+    from switchyard.wiring import migrator_store
+
+    env, biz, _sw = _cut_over(tmp_path)
     url = str(env.store.engine.url)
     runner = CliRunner()
     res = runner.invoke(cli, ["freeze", "--business", biz, "--reason", "incident 7", "--actor", "ana", "--url", url])
@@ -386,18 +393,10 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
     relayed it, or names who did."""
     import threading
 
-    from migrator.ports import GateDecision
     from switchyard.cli import cli
-    from tests.migration_env import FixedGate, migrated_xxljob
 
-    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    env, biz, sw = _cut_over(tmp_path)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        max_verdict_age=timedelta(days=9999),
-    )
-    sw.start_dual_run(biz, shadow=False, actor="ops")
-    sw.cutover(biz, actor="ops")
     url, legacy = str(env.store.engine.url), str(env.legacy.url)
     res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"])
     assert res.exit_code == 0, res.output
