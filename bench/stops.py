@@ -8,7 +8,7 @@ pause call has returned; under the three ways the center runs.
    in-process bus, its executors in the process.
 
 Each mode runs the same workload: GROUPS jobs of one business, PER_GROUP fixed-rate (1 s)
-triggers each, anchored evenly over the second, so an occurrence falls due every ~60 ms;
+triggers each, anchored evenly over the second, so an occurrence falls due every 50 ms;
 lookahead 10 s, so every occurrence a pause covers was already published, with deliver-at
 = its time, when the pause was called. Then, every PERIOD_S, one job's triggers are paused
 (S = the call's start + 1 s, as `switchyard trigger pause` chooses) and the job paused
@@ -70,9 +70,9 @@ NAME = "stops"
 TITLE = "an operator's stop heard by the executors (relayed from the store) vs the raw control channel"
 
 BIZ = "benchstops"
-GROUPS = 4  # jobs taking turns: a job's next pause comes GROUPS rounds after its last
+GROUPS = 5  # jobs taking turns: a job's next pause comes GROUPS rounds after its last
 PER_GROUP = 4  # triggers per job: one pause call stops them all (`trigger pause --job`)
-PERIOD_S = 0.5  # between two rounds (a pause, the resume of the job paused before, a raw message)
+PERIOD_S = 0.4  # between two rounds (a pause, the resume of the job paused before, a raw message)
 LOOKAHEAD_S = 10  # every occurrence a pause covers is on the bus already
 PARTITIONS = 4
 SETTLE_MS = 500  # after the last R, before the records are read (then polled until all are final)
@@ -576,6 +576,7 @@ class ModeResult:
     phases_s: dict[str, float]  # ready, rounds, settle, teardown
     problems: list[str] = field(default_factory=list)
     logs: dict[str, dict[str, Any]] = field(default_factory=dict)  # process -> its warnings and errors
+    ready_at: dict[str, float] = field(default_factory=dict)
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode}
@@ -612,6 +613,7 @@ class ModeResult:
                 "load_before": self.load_before,
                 "load_after": self.load_after,
                 "phases_s": {k: round(v, 1) for k, v in self.phases_s.items()},
+                "ready_at_s": self.ready_at,
                 "problems": self.problems,
                 "logs": self.logs,
             }
@@ -635,6 +637,7 @@ def pulsar_mode(env: StackEnv, mode: str, members: int, pauses: int, limit_s: fl
     keys = f"/switchyard-bench/stops-{uuid.uuid4().hex[:8]}"
     problems: list[str] = []
     phases: dict[str, float] = {}
+    ready_at: dict[str, float] = {}  # s from the mode's start when each start-up condition held
     with fresh_database(env.mariadb_url, "bench_stop") as url, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         engine = make_engine(url)
@@ -677,7 +680,15 @@ def pulsar_mode(env: StackEnv, mode: str, members: int, pauses: int, limit_s: fl
                 while not dl.expired():
                     if any(p.poll() is not None for p in procs):
                         raise RuntimeError(f"{mode}: a process exited early:\n{_tails(tmp)}")
-                    if published_ahead(store, wl, 3.0) and inv_path.stat().st_size > 0 and probe.synced():
+                    state = {
+                        "published_ahead": published_ahead(store, wl, 3.0),
+                        "executor_ran": inv_path.stat().st_size > 0,
+                        "follower_synced": probe.synced(),
+                    }
+                    for what, done in state.items():  # when each came true (start-up under load)
+                        if done:
+                            ready_at.setdefault(what, round(time.monotonic() - t0, 1))
+                    if all(state.values()):
                         break
                     time.sleep(0.2)
                 else:
@@ -718,6 +729,7 @@ def pulsar_mode(env: StackEnv, mode: str, members: int, pauses: int, limit_s: fl
             phases,
             problems,
             logs,
+            ready_at,
         )
 
 
