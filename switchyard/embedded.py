@@ -34,6 +34,7 @@ from datetime import datetime, timedelta, timezone
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.fence import FenceRelay
@@ -42,6 +43,7 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store.kills import kill_relay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import supersede_relay
@@ -230,6 +232,8 @@ class EmbeddedCenter:
         edits.relay()
         relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay", daemon=True)
         relay_thread.start()
+        kills = threading.Thread(target=run_relays, args=([kill_relay(self.store, self.bus).relay], self._exec_stop, self.metrics.errors.labels(component="kills").inc), name="kill-relay", daemon=True)  # fmt: skip
+        kills.start()  # `run kill` requests written to the store beside it (scheduler_core.kills)
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
@@ -271,6 +275,7 @@ class EmbeddedCenter:
             election.close()
             self._exec_stop.set()
             relay_thread.join(timeout=10)
+            kills.join(timeout=10)
             for ex, th in self.executors.values():
                 th.join(timeout=60)
                 ex.close()

@@ -14,6 +14,7 @@ import logging
 import threading
 from datetime import timedelta
 
+from scheduler_core.executor.kills import KillListener, dispatch_kill
 from scheduler_core.fence import Fence, decode_fence
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import ControlFeed, MessageBus
@@ -31,6 +32,7 @@ class FenceView:
         # schedule edits (scheduler_core.supersede) per trigger id; swapped whole like by_business
         self.superseded: dict[int, Supersede] = {}
         self._lock = threading.Lock()
+        self.kill_listeners: list[KillListener] = []  # the executors following kills through this view
         self._feed: ControlFeed = bus.follow_control(self._on_message)
         if not self._feed.wait_synced(initial_sync):
             log.warning("the control channel is not in sync after %s; commands wait until it is", initial_sync)
@@ -52,6 +54,8 @@ class FenceView:
         return s if s is not None and s.covers(scheduled_ms) else None
 
     def _on_message(self, payload: bytes) -> None:
+        if dispatch_kill(payload, self.kill_listeners):  # a kill request (scheduler_core.executor.kills)
+            return
         try:
             fence = decode_fence(payload)
             edit = None if fence is not None else decode_supersede(payload)

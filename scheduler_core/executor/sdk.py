@@ -29,6 +29,12 @@ out at that moment (and retried if the job has retries left); its eventual retur
 ignored (a Python thread cannot be killed). One watchdog thread per executor enforces
 it (`runner`), instead of a thread per item.
 
+Kill requests (`scheduler_core.kills`, `run kill`): heard on the same control channel; the
+runs in work here that a request covers are cancelled cooperatively (`executor.kills`), and
+the executor answers on the control channel whether the handler returned (recorded killed)
+or is still running `KILL_GRACE` after (it ignores the kill; its job timeout still ends it,
+and a second answer says so).
+
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
 
@@ -45,7 +51,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -63,6 +71,7 @@ from scheduler_core.codec import (
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
+from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
@@ -70,7 +79,9 @@ from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatche
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.fence import Fence
 from scheduler_core.item_states import ItemState
+from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
+from scheduler_core.model import command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.supersede import Supersede
 
@@ -81,6 +92,12 @@ SUBSCRIPTION = EXECUTOR_SUBSCRIPTION
 OUTBOX_ENVELOPES = 1024
 HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one log line per this
 HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
+# after a kill, how long a handler has to return before the answer says it is still running
+KILL_GRACE = timedelta(seconds=2)
+# an ignored kill: how long past the job's timeout the executor waits to answer the outcome
+# (a job without a timeout: this long in all; then the first answer stands)
+KILL_FOLLOW_UP = timedelta(hours=1)
+REMEMBER_KILLS = 1024  # request ids acted on, so a relayed copy is not acted on twice
 _STOP = None
 
 
@@ -123,8 +140,10 @@ class Executor:
         compact_results: bool = True,
         fences: FenceView | None = None,
         receipt_after: timedelta | None = timedelta(seconds=1),
+        name: str | None = None,
     ) -> None:
         self.bus = bus
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{biz_code}"
         self.biz_code = biz_code
         self.clock = clock or SystemClock()
         self.shadow = shadow
@@ -183,6 +202,9 @@ class Executor:
         self._held_since_log = 0
         self._held_logged = float("-inf")
         self._fences_logged: set[tuple[str, int]] = set()
+        self.kills = Cancellations()  # run items an operator asked to kill (executor.kills)
+        self._kills_heard: OrderedDict[int, None] = OrderedDict()
+        self.fences.kill_listeners.append(self._on_kill)
 
     # -- registration ----------------------------------------------------------------
 
@@ -330,6 +352,8 @@ class Executor:
         return self._parked.pop(key, None) if self._parked else None
 
     def _land(self, env: Envelope) -> None:
+        if self.kills.watched():  # a kill or a handler's wait on one: drop what was kept for this run
+            self.kills.forget((env.trigger_id, env.scheduled_ms, idx) for idx, _p in env.items)
         key = _flight_key(env)
         with self._lock:
             parked = self._leave(key) if self._flights.get(key) is env else None
@@ -365,13 +389,14 @@ class Executor:
         receipts = self.receipts
         if receipts is not None:
             receipts.begin(env, received_ms)
+        kills = self.kills
         try:
-            value = fn(ExecutionContext.of(env, idx, param, 0))
+            value = fn(ExecutionContext.of(env, idx, param, 0, kills))
         except Exception:
             value = failed_now()
         if receipts is not None:
             receipts.end(env)
-        if value is not None and value is not True:
+        if (value is not None and value is not True) or kills.cancelled:
             # not a plain success: judged, retried with back-off, finished as usual
             run = EnvelopeRun(
                 env,
@@ -381,6 +406,7 @@ class Executor:
                 started_ms=received_ms,
                 skip=None,
                 serve_after=True,
+                kills=kills,
             )
             run.pack = pack
             run.starts.append(started)
@@ -460,6 +486,7 @@ class Executor:
                 started_ms=received_ms,
                 skip=skip,
                 serve_after=serve_after,
+                kills=self.kills,
             )
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
@@ -683,7 +710,80 @@ class Executor:
     def _spawn(self, target: Callable[[], object], name: str) -> None:
         threading.Thread(target=target, name=name, daemon=True).start()
 
+    # -- kill requests (scheduler_core.kills) ----------------------------------------
+
+    def _on_kill(self, kill: Kill) -> None:
+        """On the control follower's thread: cancel the covered runs in work here, then
+        answer for each on a thread of its own (the answer waits for the handler)."""
+        if kill.biz_code != self.biz_code or not kill.fresh(self.clock.now_ms()):
+            return
+        with self._lock:
+            if kill.request_id in self._kills_heard:
+                return
+            self._kills_heard[kill.request_id] = None
+            while len(self._kills_heard) > REMEMBER_KILLS:
+                self._kills_heard.popitem(last=False)
+        in_work = self._flights.copy()  # atomic under the GIL; claims go on meanwhile
+        keys = [
+            (env.trigger_id, env.scheduled_ms, idx)
+            for env in in_work.values()
+            for idx, _p in env.items
+            if kill.covers(env.job_code, env.trigger_id, env.scheduled_ms, idx)
+        ]
+        if not keys:
+            return
+        timeouts = {(env.trigger_id, env.scheduled_ms): env.timeout for env in in_work.values()}
+        for key in keys:
+            self.kills.cancel(key, kill.message)
+        log.info(
+            "%s: cancelling %d run item(s) in work here", kill, len(keys), extra=log_fields(biz_code=self.biz_code)
+        )
+        for key in keys:
+            self._spawn(
+                functools.partial(self._answer_kill, kill, key, timeouts.get(key[:2], timedelta(0))),
+                f"exec-{self.biz_code}-kill",
+            )
+
+    def _answer_kill(self, kill: Kill, key: tuple[int, int, int], timeout: timedelta) -> None:
+        try:
+            self._answer_outcome(kill, key, timeout)
+        finally:
+            self.kills.answered(key)
+
+    def _answer_outcome(self, kill: Kill, key: tuple[int, int, int], timeout: timedelta) -> None:
+        cid = command_id(*key)
+        state = self.kills.wait_landed(key, KILL_GRACE.total_seconds())
+        if state is None:
+            limit = f"its job timeout ({timeout.total_seconds():g}s) ends it" if timeout else "it has no job timeout"
+            self._send_answer(
+                kill,
+                cid,
+                Outcome.STILL_RUNNING,
+                f"the handler has not returned {KILL_GRACE.total_seconds():g}s after the kill; {limit}",
+            )
+            rest = (timeout + KILL_GRACE) if timeout else KILL_FOLLOW_UP
+            state = self.kills.wait_landed(key, min(rest, KILL_FOLLOW_UP).total_seconds())
+            if state is None:
+                return
+        if state == ItemState.TIMED_OUT:
+            self._send_answer(kill, cid, Outcome.TIMED_OUT, "the handler ignored the kill; timed out")
+        elif state == ItemState.KILLED:
+            self._send_answer(kill, cid, Outcome.KILLED, "the handler returned; recorded killed")
+        else:
+            self._send_answer(kill, cid, Outcome.NOT_STARTED, "killed before its handler started")
+
+    def _send_answer(self, kill: Kill, cid: str, outcome: Outcome, message: str) -> None:
+        answer = KillAnswer(kill.request_id, cid, outcome, message, self.name)
+        try:
+            self.bus.publish_control(self.biz_code, encode_answer(answer))
+        except Exception:  # the answer is a courtesy: the run's result is recorded anyway
+            log.warning("could not publish the answer to the %s: %s", kill, answer, exc_info=True)
+
     def close(self) -> None:
+        try:
+            self.fences.kill_listeners.remove(self._on_kill)
+        except ValueError:
+            pass
         self._watchdog.close()
         if self.receipts is not None:
             self.receipts.close()

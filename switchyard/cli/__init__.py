@@ -16,6 +16,7 @@ from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
+from switchyard.cli.run import run_group
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
@@ -58,6 +59,7 @@ cli.add_command(demo)
 cli.add_command(scheduler)
 cli.add_command(executor)
 cli.add_command(trigger)
+cli.add_command(run_group)
 cli.add_command(migrate)
 cli.add_command(dualrun)
 cli.add_command(report)

@@ -203,9 +203,14 @@ def _relays(
     store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics, scope: RelayScope
 ) -> list[Relay]:
     from scheduler_core.fence import FenceRelay
+    from scheduler_core.store.kills import kill_relay
     from scheduler_core.store.supersedes import supersede_relay
 
-    return [supersede_relay(store, bus, settings, metrics, scope).relay, FenceRelay(store, bus, scope).relay]
+    return [
+        supersede_relay(store, bus, settings, metrics, scope).relay,
+        FenceRelay(store, bus, scope).relay,
+        kill_relay(store, bus, scope).relay,  # `run kill` requests stored without a bus (scheduler_core.kills)
+    ]
 
 
 @scheduler.command("members")
