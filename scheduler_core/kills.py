@@ -120,6 +120,7 @@ class Outcome(enum.StrEnum):
     NOT_STARTED = "not_started"  # the item had not started: recorded killed, never invoked
     STILL_RUNNING = "still_running"  # told, but the handler has not returned (it ignores the kill)
     TIMED_OUT = "timed_out"  # it never returned: its job timeout ended it, recorded timed out
+    FINISHED = "finished"  # it ended on its own just before the kill reached it: recorded as it ended
 
 
 @dataclass(frozen=True, slots=True)

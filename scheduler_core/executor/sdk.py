@@ -94,11 +94,12 @@ HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one 
 HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
 # after a kill, how long a handler has to return before the answer says it is still running
 KILL_GRACE = timedelta(seconds=2)
-# an ignored kill: how long past the job's timeout the executor waits to answer the outcome
-# (a job without a timeout: this long in all; then the first answer stands)
+# an ignored kill: the longest the executor follows the run to answer how it ended (it stops
+# as soon as the run leaves work; past this, the "still running" answer stands)
 KILL_FOLLOW_UP = timedelta(hours=1)
 REMEMBER_KILLS = 1024  # request ids acted on, so a relayed copy is not acted on twice
 _STOP = None
+_GONE = "gone"  # a killed item's run left work without the kill being answered for it
 
 
 class _Handoff:
@@ -724,36 +725,35 @@ class Executor:
             while len(self._kills_heard) > REMEMBER_KILLS:
                 self._kills_heard.popitem(last=False)
         in_work = self._flights.copy()  # atomic under the GIL; claims go on meanwhile
-        keys = [
-            (env.trigger_id, env.scheduled_ms, idx)
-            for env in in_work.values()
+        covered = [
+            ((env.trigger_id, env.scheduled_ms, idx), fkey, env)
+            for fkey, env in in_work.items()
             for idx, _p in env.items
             if kill.covers(env.job_code, env.trigger_id, env.scheduled_ms, idx)
         ]
-        if not keys:
+        if not covered:
             return
-        timeouts = {(env.trigger_id, env.scheduled_ms): env.timeout for env in in_work.values()}
-        for key in keys:
+        for key, _f, _e in covered:
             self.kills.cancel(key, kill.message)
         log.info(
-            "%s: cancelling %d run item(s) in work here", kill, len(keys), extra=log_fields(biz_code=self.biz_code)
+            "%s: cancelling %d run item(s) in work here", kill, len(covered), extra=log_fields(biz_code=self.biz_code)
         )
-        for key in keys:
-            self._spawn(
-                functools.partial(self._answer_kill, kill, key, timeouts.get(key[:2], timedelta(0))),
-                f"exec-{self.biz_code}-kill",
-            )
+        for key, fkey, env in covered:
+            self._spawn(functools.partial(self._answer_kill, kill, key, fkey, env), f"exec-{self.biz_code}-kill")
 
-    def _answer_kill(self, kill: Kill, key: tuple[int, int, int], timeout: timedelta) -> None:
+    def _answer_kill(self, kill: Kill, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> None:
         try:
-            self._answer_outcome(kill, key, timeout)
+            self._answer_outcome(kill, key, fkey, env)
         finally:
             self.kills.answered(key)
 
-    def _answer_outcome(self, kill: Kill, key: tuple[int, int, int], timeout: timedelta) -> None:
+    def _answer_outcome(self, kill: Kill, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> None:
+        """Once the item has its result, or while it is still running `KILL_GRACE` after
+        the kill (then again when it ends, for as long as the run is in work here)."""
         cid = command_id(*key)
-        state = self.kills.wait_landed(key, KILL_GRACE.total_seconds())
+        state = self._landed_or_gone(key, fkey, env, KILL_GRACE.total_seconds())
         if state is None:
+            timeout = env.timeout
             limit = f"its job timeout ({timeout.total_seconds():g}s) ends it" if timeout else "it has no job timeout"
             self._send_answer(
                 kill,
@@ -761,16 +761,35 @@ class Executor:
                 Outcome.STILL_RUNNING,
                 f"the handler has not returned {KILL_GRACE.total_seconds():g}s after the kill; {limit}",
             )
-            rest = (timeout + KILL_GRACE) if timeout else KILL_FOLLOW_UP
-            state = self.kills.wait_landed(key, min(rest, KILL_FOLLOW_UP).total_seconds())
+            end = time.monotonic() + KILL_FOLLOW_UP.total_seconds()
+            while state is None and time.monotonic() < end:  # bounded; ends with the run
+                state = self._landed_or_gone(key, fkey, env, 1.0)
             if state is None:
                 return
-        if state == ItemState.TIMED_OUT:
+        if state == _GONE:
+            self.kills.forget([key])
+            self._send_answer(kill, cid, Outcome.FINISHED, "the run ended on its own before the kill reached it")
+        elif state == ItemState.TIMED_OUT:
             self._send_answer(kill, cid, Outcome.TIMED_OUT, "the handler ignored the kill; timed out")
         elif state == ItemState.KILLED:
             self._send_answer(kill, cid, Outcome.KILLED, "the handler returned; recorded killed")
         else:
             self._send_answer(kill, cid, Outcome.NOT_STARTED, "killed before its handler started")
+
+    def _landed_or_gone(
+        self, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope, wait: float
+    ) -> str | None:
+        """The state the cancelled item ended in; `_GONE` if its run is no longer in work
+        here without the item having been answered for the kill (it ended just before the
+        kill came); None while it is still running after `wait` s."""
+        state = self.kills.wait_landed(key, wait)
+        if state is not None:
+            return state
+        if self._flights.get(fkey) is not env:
+            # the result is recorded before the run leaves work: look once more
+            late = self.kills.wait_landed(key, 0)
+            return _GONE if late is None else late
+        return None
 
     def _send_answer(self, kill: Kill, cid: str, outcome: Outcome, message: str) -> None:
         answer = KillAnswer(kill.request_id, cid, outcome, message, self.name)

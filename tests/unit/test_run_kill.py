@@ -53,7 +53,7 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.kills import SqlKills, kill_relay
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.times import from_ms
+from scheduler_core.times import from_ms, to_ms
 from switchyard.cli import cli
 from switchyard.embedded import EmbeddedCenter
 from switchyard.schema import init_schema
@@ -333,13 +333,13 @@ def test_a_killed_result_is_final_on_an_item_record_and_names_the_page_record(tm
     item = FiredUpdate(command_id=command_id(1, now, 0), state=FiredState.KILLED, at=now, attempt=0, message="k")
     page = EnvelopeResult(
         trigger_id=2,
-        scheduled_ms=int(now.timestamp() * 1000),
+        scheduled_ms=to_ms(now),
         page_id=command_id(2, now, 0),
         indices=[0, 1, 2],
         letters="SXX",
-        received_ms=int(now.timestamp() * 1000),
+        received_ms=to_ms(now),
         started_ms=None,
-        finished_ms=int(now.timestamp() * 1000),
+        finished_ms=to_ms(now),
         message="killed by an operator",
     )
     store.update_fired([item, *page.updates()])
@@ -525,9 +525,38 @@ def test_a_result_consumer_counts_a_killed_result(tmp_path: Path) -> None:
     )
     from scheduler_core.codec import encode_envelope_results
 
-    ms = int(now.timestamp() * 1000)
+    ms = to_ms(now)
     result = EnvelopeResult(3, ms, None, [0], "X", ms, ms, ms, None, "killed by an operator")
     bus.publish([BusMessage(CALLBACK_TOPIC, encode_envelope_results([result]))])
-    assert consumer.poll(timeout=timedelta(0)) == 1
+    applied = 0
+    end = time.monotonic() + 10
+    while not applied and time.monotonic() < end:
+        applied = consumer.poll(timeout=timedelta(milliseconds=100))
+    assert applied == 1
     assert store.get_fired([command_id(3, now, 0)])[command_id(3, now, 0)].state is FiredState.KILLED
     consumer.close()
+
+
+# --- dual-run and the reports: a killed run is its own column ------------------------------------
+
+
+def test_dualrun_counts_killed_runs_in_their_own_column_neither_missing_nor_failed(tmp_path: Path) -> None:
+    from dualrun.model import Verdict
+    from reports.model import _ROWS
+    from tests.unit.test_dualrun_support import Scenario
+
+    s = Scenario.create(tmp_path)
+    d = s.job("12", "0/10 * * * * ?")
+    s.legacy(d)
+    times = s.times(d)
+    killed = times[::33]
+    s.new(d, [t for t in times if t not in killed])
+    s.new(d, killed, state=FiredState.KILLED)
+    c = s.compare()
+    assert c.new.killed == len(killed)
+    assert c.new.missing == 0 and c.new.failed == 0 and c.new.timed_out == 0
+    assert c.new.success_rate == 1.0  # over the runs that ran to their own end
+    assert c.mismatch_counts["failed_on_new"]["flagged"] == 0
+    assert c.verdict is Verdict.READY, c.reasons
+    row = dict((name, fmt) for name, fmt in _ROWS)["killed by an operator"]
+    assert row(c.new) == str(len(killed))
