@@ -112,7 +112,9 @@ class ExecutionContext:
     def on_cancel(self, fn: Callable[[], None]) -> None:
         """Call `fn` (on the thread that delivers the kill) when this run is killed; at
         once if it is already. For a handler blocked in a call it can abort from outside
-        (the xxl-job bridge's `/kill`)."""
+        (the xxl-job bridge's `/kill`). Keep `fn` quick: hand anything slow (a network
+        call) to a thread of its own, as the bridge does; the delivering thread follows
+        the control channel for every executor of the process."""
         kills = self._kills
         if kills is not None:
             kills.on_cancel(self._run_key(), fn)

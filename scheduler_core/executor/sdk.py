@@ -204,6 +204,9 @@ class Executor:
         self._held_logged = float("-inf")
         self._fences_logged: set[tuple[str, int]] = set()
         self.kills = Cancellations()  # run items an operator asked to kill (executor.kills)
+        # the runs of several items in work, by flight key: a kill of one of their items that
+        # already has its result is answered so, not cancelled (one-item runs need no entry)
+        self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
         self._kills_heard: OrderedDict[int, None] = OrderedDict()
         self.fences.kill_listeners.append(self._on_kill)
 
@@ -356,6 +359,8 @@ class Executor:
         if self.kills.watched():  # a kill or a handler's wait on one: drop what was kept for this run
             self.kills.forget((env.trigger_id, env.scheduled_ms, idx) for idx, _p in env.items)
         key = _flight_key(env)
+        if len(env.items) > 1 and (run := self._runs_in_work.get(key)) is not None and run.env is env:
+            del self._runs_in_work[key]
         with self._lock:
             parked = self._leave(key) if self._flights.get(key) is env else None
         self._unpark([parked])
@@ -490,6 +495,8 @@ class Executor:
                 kills=self.kills,
             )
             run.pack = pack
+            if len(env.items) > 1:
+                self._runs_in_work[_flight_key(env)] = run
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
             if fence is not None:
@@ -715,7 +722,9 @@ class Executor:
 
     def _on_kill(self, kill: Kill) -> None:
         """On the control follower's thread: cancel the covered runs in work here, then
-        answer for each on a thread of its own (the answer waits for the handler)."""
+        answer for each on a thread of its own (the answer waits for the handler, and an
+        in-process bus hands control messages to followers on the publisher's thread, so
+        an answer published from here would re-enter it)."""
         if kill.biz_code != self.biz_code or not kill.fresh(self.clock.now_ms()):
             return
         with self._lock:
@@ -731,6 +740,13 @@ class Executor:
             for idx, _p in env.items
             if kill.covers(env.job_code, env.trigger_id, env.scheduled_ms, idx)
         ]
+        done = [c for c in covered if self._recorded(*c)]
+        for key, _f, _e in done:  # answered on a thread of its own, as every answer: see _on_kill
+            finished = functools.partial(
+                self._send_answer, kill, command_id(*key), Outcome.FINISHED, "the item had its result before the kill"
+            )
+            self._spawn(finished, f"exec-{self.biz_code}-kill")
+        covered = [c for c in covered if c not in done]
         if not covered:
             return
         for key, _f, _e in covered:
@@ -740,6 +756,14 @@ class Executor:
         )
         for key, fkey, env in covered:
             self._spawn(functools.partial(self._answer_kill, kill, key, fkey, env), f"exec-{self.biz_code}-kill")
+
+    def _recorded(self, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> bool:
+        """An item of a run of several items in work here that already has its result."""
+        run = self._runs_in_work.get(fkey)
+        if run is None or run.env is not env:
+            return False
+        pos = next(p for p, (idx, _param) in enumerate(env.items) if idx == key[2])
+        return pos < len(run.letters)
 
     def _answer_kill(self, kill: Kill, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> None:
         try:

@@ -250,6 +250,37 @@ def test_a_kill_by_job_stops_the_running_item_and_the_items_not_started_are_neve
     assert [answers.outcomes(c) for c in cids] == [[Outcome.KILLED], [Outcome.NOT_STARTED], [Outcome.NOT_STARTED]]
 
 
+def test_a_kill_of_an_item_that_has_its_result_is_answered_finished_and_the_rest_killed() -> None:
+    clock = SystemClock()
+    bus = InProcessBus(clock)
+    results, answers = Results(bus), Answers(bus)
+    ex = Executor(bus, BIZ, clock=clock, concurrency=1)
+    second = threading.Event()
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> None:
+        if ctx.item_index == 1:
+            second.set()
+            ctx.cancel_event.wait(10)
+
+    first, last = _publish(bus, clock.now_ms(), items=2)
+    stop, th = _running(ex)
+    try:
+        assert second.wait(10)  # item 0 succeeded already; item 1 runs
+        _kill(bus, 11, cid=first, at_ms=clock.now_ms())
+        _until(lambda: answers.outcomes(first), "the answer for the finished item")
+        _kill(bus, 12, cid=last, at_ms=clock.now_ms())
+        got = results.wait([first, last])
+        _until(lambda: answers.outcomes(last), "the answer for the killed item")
+    finally:
+        stop.set()
+        th.join(10)
+        ex.close()
+    assert answers.outcomes(first) == [Outcome.FINISHED]
+    assert (got[first].state, got[last].state) == (FiredState.SUCCEEDED, FiredState.KILLED)
+    assert answers.outcomes(last) == [Outcome.KILLED]
+
+
 def test_a_kill_covers_only_its_run_and_a_stale_or_repeated_request_does_nothing() -> None:
     clock = SystemClock()
     bus = InProcessBus(clock)
