@@ -591,3 +591,34 @@ def test_dualrun_counts_killed_runs_in_their_own_column_neither_missing_nor_fail
     assert c.verdict is Verdict.READY, c.reasons
     row = dict((name, fmt) for name, fmt in _ROWS)["killed by an operator"]
     assert row(c.new) == str(len(killed))
+
+
+class _NotBusinessWide:
+    """A shard member that does not own the lowest partition."""
+
+    def owner(self, trigger_id: int) -> Any:
+        return None
+
+    def business_wide(self) -> bool:
+        return False
+
+    def generation(self) -> int:
+        return 0
+
+
+def test_the_scheduler_relays_stored_kills_as_leader_and_only_the_business_wide_member_does(tmp_path: Path) -> None:
+    from scheduler_core.control import EVERYTHING, relay_round
+    from switchyard.cli.scheduler import _relays
+
+    store = _store(tmp_path)
+    bus = InProcessBus(store.clock)
+    heard: list[Kill] = []
+    feed = bus.follow_control(lambda p: heard.append(k) if (k := decode_kill(p)) is not None else None)
+    kill = KillService(SqlKills(store), store.clock).request(BIZ, job_code="billing:reconcile", by="ops")
+    settings, metrics = SchedulerSettings(), SchedulerMetrics()
+    errors: list[int] = []
+    relay_round(_relays(store, bus, settings, metrics, _NotBusinessWide()), lambda: errors.append(1))
+    assert heard == []
+    relay_round(_relays(store, bus, settings, metrics, EVERYTHING), lambda: errors.append(1))
+    assert heard == [kill] and errors == []
+    feed.close()
