@@ -37,6 +37,7 @@ from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.metrics import SchedulerMetrics
@@ -45,6 +46,7 @@ from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import StopIndex, StopRelay
+from scheduler_core.store.kills import kill_relay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
@@ -256,6 +258,17 @@ class EmbeddedCenter:
         edits.relay()
         relay_thread = threading.Thread(target=self._relay_fences, args=(edits, stops), name="fence-relay", daemon=True)
         relay_thread.start()
+        kills = threading.Thread(
+            target=run_relays,
+            args=(
+                [kill_relay(self.store, self.bus).relay],
+                self._exec_stop,
+                self.metrics.errors.labels(component="kills").inc,
+            ),
+            name="kill-relay",
+            daemon=True,
+        )
+        kills.start()  # `run kill` requests written to the store beside it (scheduler_core.kills)
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
@@ -298,6 +311,7 @@ class EmbeddedCenter:
             election.close()
             self._exec_stop.set()
             relay_thread.join(timeout=10)
+            kills.join(timeout=10)
             for ex, th in self.executors.values():
                 th.join(timeout=60)
                 ex.close()

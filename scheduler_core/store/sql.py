@@ -669,10 +669,14 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             ok = states.count(ItemState.SUCCEEDED)
             failed = states.count(ItemState.FAILED) + states.count(ItemState.TIMED_OUT)
             skipped = states.count(ItemState.SKIPPED)  # by a rollback fence: final, never invoked
-            finals = ok + failed + skipped
+            killed = states.count(ItemState.KILLED)  # by an operator (run kill): final, not a failure
+            finals = ok + failed + skipped + killed
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
             if failed:
                 final_state, message = FiredState.FAILED, f"{failed} of {width} item(s) failed: {first_bad}"
+            elif killed:
+                why = next(u.message for u in group if u.state is FiredState.KILLED)
+                final_state, message = FiredState.KILLED, f"{killed} of {width} item(s) killed: {why}"
             elif skipped:
                 why = next(u.message for u in group if u.state is FiredState.SKIPPED)
                 final_state = FiredState.SUCCEEDED if ok else FiredState.SKIPPED
