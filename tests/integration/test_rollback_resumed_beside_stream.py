@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import timedelta, timezone
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 
 from legacy_sim.seed import seed_xxljob
 from migrator.business import BusinessRegistry
 from migrator.cutover import links_of
+from migrator.model import BusinessState
 from migrator.ownership import Side, ownership
 from migrator.stream import StreamMigrator
+from migrator.target import Write
+from readers.records import LegacyBusiness, LegacyDefinition
 from readers.streams import BinlogChangeStream, current_position
 from scheduler_core import operations
 from scheduler_core.model import TriggerState
@@ -73,13 +77,12 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
         binlog: BinlogChangeStream | None = None
         follower: threading.Thread | None = None
         errors: list[BaseException] = []
+        rolled_back = threading.Event()
         try:
             seed_xxljob(env.legacy, "3.4", groups=1, jobs_per_group=6, bad_rows=0, malformed_crons=0, rng_seed=5)
             with env.legacy.begin() as conn:
                 (stopped,) = conn.execute(
-                    text(
-                        "SELECT MIN(id) FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON'"
-                    )
+                    text("SELECT MIN(id) FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON'")
                 ).one()
                 # stopped in the admin before the migration
                 conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0 WHERE id = :i"), {"i": stopped})
@@ -89,12 +92,14 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             stream_id = f"xxl-job@{make_url(legacy_url).render_as_string(hide_password=True)}"
             sm = StreamMigrator(env.reader, env.migrator.writer, env.migrator, stream_id)
             sm.snapshot(env.reader, current_position(env.legacy))
+            checkpoint = sm.checkpoint()
+            assert checkpoint is not None
             binlog = BinlogChangeStream(
                 _settings(cdc),
                 server_id=new_server_id(),
                 schemas=[str(make_url(legacy_url).database)],
                 tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
-                start=sm.checkpoint(),
+                start=checkpoint,
                 heartbeat_s=1.0,
                 stall_timeout_s=30.0,
             )
@@ -105,17 +110,22 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
                 except BaseException as exc:  # reported by the test
                     errors.append(exc)
 
-            rolled_back = threading.Event()
             held_back: list[str] = []
             if order == "decided_before_written_after":
                 decide = env.migrator.decide
 
-                def decide_then_wait(defs, legacy_businesses, conn=None, states=None, recheck=None):  # type: ignore[no-untyped-def]
+                def decide_then_wait(
+                    defs: Sequence[LegacyDefinition],
+                    legacy_businesses: dict[str, LegacyBusiness],
+                    conn: Connection | None = None,
+                    states: Mapping[str, BusinessState] | None = None,
+                    recheck: Callable[[Collection[str]], Mapping[str, LegacyDefinition]] | None = None,
+                ) -> list[Write]:
                     out = decide(defs, legacy_businesses, conn, states, recheck)
-                    if any(d.source_key == key and d.enabled for d in defs) and (states or {}).get(biz) is not None:
-                        if states[biz].value == "cutover" and not rolled_back.is_set():  # type: ignore[index]
-                            held_back.append(key)
-                            rolled_back.wait(60)  # the rollback ends meanwhile
+                    started = any(d.source_key == key and d.enabled for d in defs)
+                    if started and (states or {}).get(biz) is BusinessState.CUTOVER and not rolled_back.is_set():
+                        held_back.append(key)
+                        rolled_back.wait(60)  # the rollback ends meanwhile
                     return out
 
                 env.migrator.decide = decide_then_wait  # type: ignore[method-assign]
@@ -124,13 +134,14 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             switch = ready_switch(env, max_verdict_age=timedelta(days=9999))
             switch.start_dual_run(biz, shadow=False, actor="ops")
             trig = {ln.source_key: ln.trigger for ln in links_of(env.store, env.own, biz)}
-            assert trig[key].state is TriggerState.PAUSED
+            tid = trig[key].id
+            assert tid is not None and trig[key].state is TriggerState.PAUSED
             switch.cutover(biz, actor="ops")
             _caught_up(sm, env.legacy)
-            t = env.store.get_trigger(trig[key].id)
+            t = env.store.get_trigger(tid)
             assert t is not None and t.state is TriggerState.PAUSED
             # the operator resumes it on the new side: live there only
-            assert operations.resume(env.store, [trig[key].id]).changed == [trig[key].id]
+            assert operations.resume(env.store, [tid]).changed == [tid]
             report = switch.rollback(biz, actor="ops", reason="drill")
             assert report.ok, report.not_handed_back
             assert key in report.handover
@@ -140,8 +151,9 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             assert not errors, errors
             if order == "decided_before_written_after":
                 assert held_back == [key], "the stream never decided on the rollback's start while cut over"
-            t = env.store.get_trigger(trig[key].id)
-            assert t is not None and t.state is TriggerState.CREATED, t.state
+            t = env.store.get_trigger(tid)
+            assert t is not None
+            assert t.state is TriggerState.CREATED, t.state
             owned = ownership(env.store, env.own, _legacy_live(env.legacy), [biz])[0]
             sides = {j.source_key: j.side for j in owned.jobs}
             assert sides[key] is Side.LEGACY, owned.jobs
