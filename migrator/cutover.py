@@ -359,7 +359,42 @@ class BusinessSwitch:
         self.registry.transition(
             current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False, detail=report.as_dict()
         )
+        self._hand_back_late(biz, source, fence_at, report, actor)
         return report
+
+    def _hand_back_late(self, biz: str, source: str, fence_at: datetime, report: SwitchReport, actor: str) -> None:
+        """Triggers admitted while the rollback ran (an operator's `trigger resume`, or the
+        legacy admin's start of a paused job mirrored by the change stream before the
+        transition) would fire on the new side of a business back on legacy: each is taken
+        off and started on legacy like the others. The business is legacy now and nothing
+        admits its triggers any more (a legacy row read back never does, and the writer
+        reads the business state share-locked: migrator.edited_state; `trigger resume`
+        refuses), so one pass after the transition finds them all."""
+        late = [ln for ln in self.links(biz) if ln.trigger.state in (S.WAITING, S.ACQUIRED)]
+        if not late:
+            return
+        off = self._deactivate(late)
+        keys = [ln.source_key for ln in late]
+        live = self.control.live(keys)
+        starts = {
+            ln.source_key: self._legacy_start(t, fence_at)
+            for ln in late
+            if ln.source_key not in live and (t := off.get(ln.trigger.id)) is not None  # type: ignore[arg-type]
+        }
+        started = set(self.control.start(starts))
+        for key in sorted(set(starts) - started - self.control.live(list(starts))):
+            report.not_handed_back[key] = (
+                "admitted on the new side while the rollback ran; the legacy job did not switch back on"
+            )
+        report.handover.update((k, at.isoformat()) for k, at in starts.items())
+        report.deactivated += len(off)
+        report.legacy_started += len(started)
+        self.holds.remove(source, [k for k in keys if k not in report.not_handed_back])
+        report.notes.append(
+            f"{len(late)} job(s) admitted on the new side while the rollback ran, taken off and handed back: "
+            + ", ".join(sorted(keys)[:20])
+        )
+        self.registry.note(biz, actor=actor, reason=report.notes[-1], detail=report.as_dict())
 
     # -- pieces -----------------------------------------------------------------------------
 
