@@ -194,6 +194,13 @@ class BusinessSwitch:
         stream = self.catchup.check(biz, current.source_system) if self.catchup is not None else None
         if stream is not None and not stream.caught_up:
             refusals.append(stream.sentence)
+        links = self.links(biz)
+        keys = [ln.source_key for ln in links]
+        # (a cutover run again after one stopped half-way: the jobs it held are its own)
+        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
+        dark = _left_dark(links, running)
+        if dark:
+            refusals.append(dark)
         warnings = list(decision.warnings) if decision is not None else []
         if refusals and not force:
             raise TransitionRefused(
@@ -213,16 +220,12 @@ class BusinessSwitch:
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
         report.notes += chains.notes
-        links = self.links(biz)
-        keys = [ln.source_key for ln in links]
         source = current.source_system
         # Only the jobs running on legacy now are switched off by this cutover; the others
         # were stopped by an operator and stay paused on both sides. The holds are
         # committed BEFORE the stop: a change stream or a `migrate run` that reads the
         # stopped rows meanwhile (the business is still dual_run until the end) must see
         # the switch's own stop, never an operator's.
-        # (a cutover run again after one stopped half-way: the jobs it held are its own)
-        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
         self.holds.add(source, biz, running)
         try:
             settled = self.control.stop(keys)
@@ -617,6 +620,22 @@ class BusinessSwitch:
         won = self.store.cas(Transition(ids=[t.id], from_state=src, to_state=dst))  # type: ignore[list-item]
         if not won:
             raise TransitionRefused(f"trigger {t.id} changed during the switch ({src.value} -> {dst.value}); retry")
+
+
+def _left_dark(links: Sequence[Link], running: set[str]) -> str:
+    """The refusal for jobs running on legacy whose new-side trigger is paused or cancelled
+    (an operator's action during the dual-run, while legacy still fired them): the cutover
+    stops them on legacy and nothing takes them over, so they would fire on neither side.
+    Forced, the reason is audited: off on both by a recorded decision. "" when none."""
+    off = [ln for ln in links if ln.source_key in running and ln.trigger.state in (S.PAUSED, S.CANCELLED)]
+    if not off:
+        return ""
+    return (
+        "job(s) running on legacy but paused or cancelled on the new side would fire on neither side: "
+        + ", ".join(f"{ln.source_key} ({ln.job_code}, {ln.trigger.state.value})" for ln in off[:20])
+        + (f" and {len(off) - 20} more" if len(off) > 20 else "")
+        + " (resume them with `switchyard trigger resume`, stop them in the legacy admin, or force with --reason)"
+    )
 
 
 def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:

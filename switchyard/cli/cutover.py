@@ -217,6 +217,16 @@ def status(
     try:
         own = migrator_store(store)
         records = {r.biz_code: r for r in BusinessRegistry(own).all()}
+        # a name that is no business is an error, never an empty answer: `status --check
+        # --business <typo>` in an alert would otherwise pass for ever
+        unknown = [b for b in dict.fromkeys(biz_codes) if b not in records]
+        if unknown:
+            raise CliFailure(
+                "no such business: "
+                + ", ".join(unknown)
+                + (f" (businesses: {', '.join(sorted(records)[:20])})" if records else " (none migrated yet)"),
+                exitcodes.USAGE,
+            )
         verdicts = latest_by_business(dualrun_store(store))
         owned = ownership(
             store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
