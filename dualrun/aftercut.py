@@ -26,6 +26,7 @@ from dualrun.errors import DualRunError
 from dualrun.model import Window, iso
 from dualrun.settings import CompareSettings
 from dualrun.span import fetch_switches
+from dualrun.stopped import stopped_occurrences
 from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
@@ -161,8 +162,12 @@ def check_after_cutover(
 
     # missing: a due occurrence with no record of the job at that time
     have = set(zip(fired["job"].tolist(), fired["scheduled_at"].astype(np.int64).tolist(), strict=True))
+    # an occurrence an operator stopped on purpose is no missing one (dualrun.stopped)
+    stopped = stopped_occurrences(store, biz_code)
     missing = [
-        (int(j), int(t)) for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True) if (j, t) not in have
+        (int(j), int(t))
+        for j, t in zip(due["job"].tolist(), due["sched"].tolist(), strict=True)
+        if (j, t) not in have and not stopped(collector.jobs.code(j), int(t))
     ]
     findings += [
         Finding(

@@ -19,10 +19,11 @@ TRANSITIONS: dict[tuple[S, S], str] = {
     (S.WAITING, S.PAUSED): "pause",
     (S.WAITING, S.WAITING): "re-align the next fire time (cutover hand-over), in one conditional update",
     (S.PAUSED, S.WAITING): "resume",
+    (S.PAUSED, S.COMPLETED): "resume of a one-shot whose time passed while it was paused",
     (S.CREATED, S.CANCELLED): "cancel",
     (S.WAITING, S.CANCELLED): "cancel",
     (S.PAUSED, S.CANCELLED): "cancel",
-    (S.ACQUIRED, S.CANCELLED): "cancel after admission: best-effort, commands may be in flight",
+    (S.ACQUIRED, S.CANCELLED): "cancel after admission: its stop (scheduler_core.stops) skips what was published",
     (S.COMPLETED, S.WAITING): "re-arm a one-shot at a shadow cutover: its fire was only recorded, never run",
 }
 

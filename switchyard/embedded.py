@@ -39,11 +39,13 @@ from scheduler_core.executor import Executor
 from scheduler_core.fence import FenceRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
-from scheduler_core.ports import BusMessage, Election, MessageBus
+from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stops import StopIndex, StopRelay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import supersede_relay
 from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import to_ms
@@ -90,6 +92,26 @@ def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
     them may not have been published: published again here, and fired again by reclaim,
     both with the same command ids, which the executors take once."""
     return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD) if r.state in _UNTAKEN]
+
+
+def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple[list[FiredRecord], int]:
+    """The records no standing stop covers (to publish again), and how many it covers: those
+    are recorded skipped with the stop's message instead, so a restart never re-sends a
+    command an operator stopped (scheduler_core.stops)."""
+    index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
+    keep: list[FiredRecord] = []
+    skipped: list[FiredUpdate] = []
+    now = store.clock.now()
+    for r in records:
+        w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
+        if w is None:
+            keep.append(r)
+        else:
+            skipped.append(FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=w.message))
+    if skipped:
+        store.update_fired(skipped)
+        log.info("%d command(s) a standing stop covers recorded skipped, not published again", len(skipped))
+    return keep, len(skipped)
 
 
 def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
@@ -202,8 +224,13 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
-    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay) -> None:
+    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay, stops: StopRelay) -> None:
         while not self._exec_stop.wait(self.fence_every):
+            try:
+                stops.relay()  # operators' stops (pause, cancel, freeze) run beside it: scheduler_core.stops
+            except Exception as exc:
+                self.metrics.errors.labels(component="fences").inc()
+                log.warning("relaying the stops failed (%s: %s); retrying", type(exc).__name__, exc)
             try:
                 relay.relay()
             except Exception as exc:  # the store briefly locked or down: the next read tries again
@@ -224,16 +251,21 @@ class EmbeddedCenter:
             name="results",
             daemon=True,
         )
+        stops = StopRelay(SqlStops(self.store), self.bus, name=f"serve {self.name}")
+        fences = stops.relay()
         relay = FenceRelay(self.store, self.bus)
-        fences = relay.relay()
+        fences += relay.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
         edits.relay()
-        relay_thread = threading.Thread(target=self._relay_fences, args=(relay, edits), name="fence-relay", daemon=True)
+        relay_thread = threading.Thread(
+            target=self._relay_fences, args=(relay, edits, stops), name="fence-relay", daemon=True
+        )
         relay_thread.start()
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
-        self.republished = republish(self.store, self.bus, untaken_commands(self.store))
+        untaken, _covered = without_stopped(self.store, untaken_commands(self.store))
+        self.republished = republish(self.store, self.bus, untaken)
         log.info(
             "serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
             self.name,

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from scheduler_core.fence import Fence, decode_fence
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import ControlFeed, MessageBus
+from scheduler_core.stops import Stop, StopIndex, Window, decode_stop
 from scheduler_core.supersede import Supersede, decode_supersede
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,11 @@ class FenceView:
         self.by_business: dict[str, Fence] = {}
         # schedule edits (scheduler_core.supersede) per trigger id; swapped whole like by_business
         self.superseded: dict[int, Supersede] = {}
+        # operators' stops (scheduler_core.stops): pause, cancel, freeze; swapped whole too
+        self.stops = StopIndex()
+        # (scope, key, epoch) -> when this follower heard it (ms, this host's clock): what
+        # the stop-latency figures measure
+        self.heard: dict[tuple[str, str, int], int] = {}
         self._lock = threading.Lock()
         self._feed: ControlFeed = bus.follow_control(self._on_message)
         if not self._feed.wait_synced(initial_sync):
@@ -51,12 +58,20 @@ class FenceView:
         s = self.superseded.get(trigger_id)
         return s if s is not None and s.covers(scheduled_ms) else None
 
+    def stopping(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
+        """The operator's stop window that skips this command, if any."""
+        return self.stops.covering(trigger_id, job_code, biz_code, scheduled_ms)
+
     def _on_message(self, payload: bytes) -> None:
         try:
             fence = decode_fence(payload)
             edit = None if fence is not None else decode_supersede(payload)
+            stop = None if fence is not None or edit is not None else decode_stop(payload)
         except ValueError as exc:
             log.error("ignoring a malformed control message: %s", exc)
+            return
+        if stop is not None:
+            self._on_stop(stop)
             return
         if edit is not None:
             self._on_supersede(edit)
@@ -81,6 +96,14 @@ class FenceView:
             updated[edit.trigger_id] = edit
             self.superseded = updated
         log.info("now following the %s", edit)
+
+    def _on_stop(self, stop: Stop) -> None:
+        with self._lock:
+            if not self.stops.newer(stop):
+                return  # an older (or repeated) change: the later one stands
+            self.stops = self.stops.with_stop(stop)
+            self.heard[(stop.scope.value, stop.key, stop.epoch)] = int(time.time() * 1000)
+        log.info("now following the %s", stop)
 
     def close(self) -> None:
         self._feed.close()

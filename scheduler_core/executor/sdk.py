@@ -72,6 +72,7 @@ from scheduler_core.fence import Fence
 from scheduler_core.item_states import ItemState
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import Clock, MessageBus, Received
+from scheduler_core.stops import Window
 from scheduler_core.supersede import Supersede
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -179,6 +180,7 @@ class Executor:
         self.duplicates = 0
         self.fenced = 0  # runs answered skipped by a rollback fence
         self.superseded = 0  # runs answered skipped because a schedule edit superseded them
+        self.stopped = 0  # runs answered skipped because an operator stopped them (scheduler_core.stops)
         self.held = 0  # messages handed back while the fences were not known
         self._held_since_log = 0
         self._held_logged = float("-inf")
@@ -353,6 +355,10 @@ class Executor:
         edits = self.fences.superseded
         if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
             return False  # the ordinary path answers it skipped
+        if self.fences.stops.by_scope and self.fences.stopping(
+            env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms
+        ):
+            return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
@@ -464,8 +470,11 @@ class Executor:
             run.pack = pack
             fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
+            stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
             if fence is not None:
                 self._skip_fenced(run, fence)
+            elif stopped is not None:
+                self._skip_stopped(run, stopped)
             elif edit is not None:
                 self._skip_superseded(run, edit)
             elif shadow:
@@ -581,6 +590,16 @@ class Executor:
                 extra=log_fields(biz_code=env.biz_code, epoch=fence.epoch),
             )
         self._finish(run, letters, fence.message, started=False)
+
+    def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
+        """Answer a run an operator's stop covers (pause, cancel, freeze): skipped, never
+        invoked (an item that already succeeded here keeps its success)."""
+        skip = run.skip
+        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
+        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
+        with self._lock:
+            self.stopped += letters.count(skipped)
+        self._finish(run, letters, window.message, started=False)
 
     def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
         """Answer a run a schedule edit superseded: skipped, never invoked (an item that

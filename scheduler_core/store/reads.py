@@ -13,6 +13,7 @@ from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.fence import MESSAGE_PREFIX
 from scheduler_core.model import FiredState, TriggerState
+from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
 
@@ -61,7 +62,10 @@ def _state(store: SqlTriggerStore, fenced_as: str | None) -> ColumnElement[Any]:
     fr = store.t.fired
     whens: list[tuple[ColumnElement[bool], str]] = [(published_by_outcome(store.t), FiredState.PUBLISHED.value)]
     if fenced_as is not None:
-        whens.append((and_(fr.c.state == FiredState.SKIPPED.value, fr.c.message.like(f"{MESSAGE_PREFIX}%")), fenced_as))
+        # a deliberate skip on the new side: a rollback's fence, or an operator's stop
+        # (pause, cancel, freeze); neither a missing run nor a failed one
+        deliberate = fr.c.message.like(f"{MESSAGE_PREFIX}%") | fr.c.message.like(f"{STOP_PREFIX}%")
+        whens.append((and_(fr.c.state == FiredState.SKIPPED.value, deliberate), fenced_as))
     return case(*whens, else_=fr.c.state).label("state")
 
 

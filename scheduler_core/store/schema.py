@@ -51,6 +51,7 @@ class Tables:
     followup: Table
     followup_fired: Table
     trigger_supersede: Table
+    stop: Table
     partitions: int
     dialect: str
 
@@ -238,6 +239,24 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("epoch", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
     )
+    # Stops (scheduler_core.stops): per scope (a trigger, a job, a business, everything)
+    # every window of "no command scheduled in [from, until) runs" it has had, as JSON;
+    # `epoch` grows with every change, so followers keep the latest whatever the order.
+    # `relayed_*`: the newest epoch a process holding the bus has broadcast, by whom and
+    # when (a command run without a bus waits for it and tells the operator).
+    stop = Table(
+        "dus_stop",
+        md,
+        Column("scope", String(16), nullable=False),
+        Column("scope_key", String(191), nullable=False),
+        Column("windows", LONG_TEXT, nullable=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        Column("relayed_epoch", BigInteger),
+        Column("relayed_by", String(128)),
+        Column("relayed_at", BigInteger),
+        PrimaryKeyConstraint("scope", "scope_key"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -250,6 +269,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         followup=followup,
         followup_fired=followup_fired,
         trigger_supersede=trigger_supersede,
+        stop=stop,
         partitions=partitions,
         dialect=dialect,
     )

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import CommandId, FiredRecord, FiredState
+from scheduler_core.model import CommandId, FiredRecord, FiredState, Trigger
 from scheduler_core.ports import MessageBus
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.rows import (
@@ -102,6 +102,37 @@ class SqlSupersedes:
             epoch = int(prior.epoch) + 1
             conn.execute(update(ts).where(ts.c.trigger_id == trigger_id).values(epoch=epoch, **values))
         return Supersede(trigger_id, biz_code, effective_ms, frozenset(skipped), tuple(pending), epoch)
+
+    # -- runs outside the schedule, published by the relay ---------------------------------
+
+    def add_pending(self, trigger: Trigger, times_ms: Sequence[int]) -> None:
+        """Runs of `trigger` at `times_ms` for whoever holds the bus to publish (as an
+        edit's pending runs: same relay, same claim, command ids of (trigger, time)): a
+        resume's one run at R under FIRE_ONCE_NOW (`scheduler_core.operations.resume`)."""
+        ts = self.t.trigger_supersede
+        assert trigger.id is not None
+        now = self.store.clock.now_ms()
+        with self.store.engine.begin() as conn:
+            prior = conn.execute(select(ts).where(ts.c.trigger_id == trigger.id).with_for_update()).first()
+            if prior is None:
+                conn.execute(
+                    insert(ts).values(
+                        trigger_id=trigger.id,
+                        biz_code=trigger.biz_code,
+                        effective_at=min(times_ms),
+                        skipped="[]",
+                        pending=json.dumps(sorted(set(times_ms))),
+                        epoch=1,
+                        updated_at=now,
+                    )
+                )
+                return
+            pending = sorted(set(json.loads(prior.pending)) | set(times_ms))
+            conn.execute(
+                update(ts)
+                .where(ts.c.trigger_id == trigger.id)
+                .values(pending=json.dumps(pending), epoch=int(prior.epoch) + 1, updated_at=now)
+            )
 
     # -- the relay (SupersedeStore) --------------------------------------------------------
 

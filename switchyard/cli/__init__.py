@@ -14,6 +14,7 @@ from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
+from switchyard.cli.freeze import freeze, unfreeze
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
 from switchyard.cli.scheduler import scheduler
@@ -58,6 +59,8 @@ cli.add_command(demo)
 cli.add_command(scheduler)
 cli.add_command(executor)
 cli.add_command(trigger)
+cli.add_command(freeze)
+cli.add_command(unfreeze)
 cli.add_command(migrate)
 cli.add_command(dualrun)
 cli.add_command(report)

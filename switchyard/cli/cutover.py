@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import getpass
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from datetime import timedelta
 
 import click
@@ -19,8 +16,11 @@ from migrator.ownership import PROBLEMS
 from readers.timezones import LegacyZones
 from scheduler_core.ports import MessageBus
 from switchyard import exitcodes
+from switchyard.cli.bus_args import BusArgs as _BusArgs
+from switchyard.cli.bus_args import bus_opts as _bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import bus_url, legacy_zone_options, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.cli.freezes import standing_freezes
+from switchyard.cli.options import legacy_zone_options, store_url
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
@@ -29,7 +29,6 @@ from switchyard.wiring import (
     legacy_control,
     legacy_switches,
     migrator_store,
-    open_bus,
     open_store,
     stream_catchup,
 )
@@ -90,46 +89,6 @@ def _switch(
             control.engine.dispose()  # type: ignore[attr-defined]
     finally:
         store.engine.dispose()
-
-
-@dataclass(frozen=True)
-class _BusArgs:
-    """The values of the bus options (_bus_opts)."""
-
-    bus_url: str
-    pulsar_admin: str | None
-    pulsar_token_env: str
-    topic_prefix: str
-
-    @contextmanager
-    def opened(self) -> Iterator[MessageBus]:
-        bus = open_bus(
-            self.bus_url,
-            admin_url=self.pulsar_admin,
-            token=os.environ.get(self.pulsar_token_env),
-            topic_prefix=self.topic_prefix,
-        )
-        try:
-            yield bus
-        finally:
-            bus.close()
-
-
-def _bus_opts(fn):  # type: ignore[no-untyped-def]
-    """The bus the executors follow: the rollback fence is broadcast on its control
-    channel (with 'memory', only the store has it: no executor in another process is on
-    an in-process bus; a `switchyard serve` on the same store reads it from there within
-    250 ms). The options reach the command as one `bus_args` (_BusArgs)."""
-
-    @functools.wraps(fn)
-    def with_bus_args(*args, **kwargs):  # type: ignore[no-untyped-def]
-        given = {f.name: kwargs.pop(f.name) for f in fields(_BusArgs)}
-        return fn(*args, bus_args=_BusArgs(**given), **kwargs)
-
-    out = with_bus_args
-    for opt in (topic_prefix, pulsar_token, pulsar_admin, bus_url):
-        out = opt(out)
-    return out
 
 
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
@@ -231,6 +190,7 @@ def status(
         owned = ownership(
             store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
         )
+        frozen = standing_freezes(store)
     finally:
         store.engine.dispose()
     rows = []
@@ -251,6 +211,7 @@ def status(
                 "reasons": list(v.reasons) if v else [],
                 "sides": bo.counts(),
                 "problems": [j.as_dict() for j in bo.problems],
+                "frozen": frozen.of(r.biz_code),
                 **({"jobs": [j.as_dict() for j in bo.jobs]} if show_jobs or as_json else {}),
             }
         )
@@ -266,6 +227,8 @@ def status(
                 f"{row['business']:<24} {row['source']:<13} {row['state']:<9}"
                 f"{' (shadow)' if row['shadow'] else '':<10} {verdict}  jobs: {sides or 'none'}"
             )
+            if row["frozen"]:
+                click.echo(f"     FROZEN (deliberate: nothing runs on the new side): {row['frozen']}")
             for j in bo.jobs if show_jobs else bo.problems:
                 flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(

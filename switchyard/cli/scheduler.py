@@ -158,7 +158,7 @@ def run_cmd(
             store.clock,
             settings=settings,
             metrics=metrics,
-            relays=lambda scope: _relays(store, bus, settings, metrics, scope),
+            relays=lambda scope: _relays(store, bus, settings, metrics, scope, name),
         )
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
@@ -186,7 +186,7 @@ def run_cmd(
         store.clock,
         settings=settings,
         metrics=metrics,
-        relays=lambda scope: _relays(store, bus, settings, metrics, scope),
+        relays=lambda scope: _relays(store, bus, settings, metrics, scope, name),
     )
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
@@ -200,12 +200,23 @@ def run_cmd(
 
 
 def _relays(
-    store: SqlTriggerStore, bus: MessageBus, settings: SchedulerSettings, metrics: SchedulerMetrics, scope: RelayScope
+    store: SqlTriggerStore,
+    bus: MessageBus,
+    settings: SchedulerSettings,
+    metrics: SchedulerMetrics,
+    scope: RelayScope,
+    name: str,
 ) -> list[Relay]:
     from scheduler_core.fence import FenceRelay
+    from scheduler_core.stops import StopRelay
+    from scheduler_core.store.stops import SqlStops
     from scheduler_core.store.supersedes import supersede_relay
 
-    return [supersede_relay(store, bus, settings, metrics, scope).relay, FenceRelay(store, bus, scope).relay]
+    return [
+        StopRelay(SqlStops(store), bus, scope, name).relay,
+        supersede_relay(store, bus, settings, metrics, scope).relay,
+        FenceRelay(store, bus, scope).relay,
+    ]
 
 
 @scheduler.command("members")

@@ -150,3 +150,25 @@ def test_a_run_with_no_result_past_its_timeout_is_overdue_not_running(tmp_path: 
         'switchyard_after_cutover_fires{biz_code="reminder",kind="overdue"} 1.0'
         in generate_latest(gauges.registry).decode()
     )
+
+
+def test_occurrences_an_operator_stopped_are_neither_missing_nor_failed(tmp_path: Path) -> None:
+    """Issue 27: a job paused after the cutover (its published runs recorded skipped by the
+    stop, the later ones never admitted) has nothing missing in the window of its pause;
+    the occurrences outside the pause still count."""
+    from scheduler_core.stops import Cause, Scope, StopService
+    from scheduler_core.store.stops import SqlStops
+
+    s = Scenario.create(tmp_path)
+    cut = _cut_over(s)
+    d = s.job("12", "0/10 * * * * ?")
+    times = [t for t in s.times(d) if t >= cut]
+    paused, resumed = times[50], times[100]
+    gone = times[120]  # after the resume: really missing
+    s.new(d, [t for t in times if t < paused or (t >= resumed and t != gone)])
+    s.new(d, times[50:60], state=FiredState.SKIPPED)  # published, then skipped by the stop
+    stops = StopService(SqlStops(s.store))
+    stops.stop(Scope.JOB, s.code(d), paused, Cause.PAUSE, "ops", "downstream down")
+    stops.lift(Scope.JOB, s.code(d), resumed, (Cause.PAUSE,))
+    r = _check(s)
+    assert [(f.kind, f.scheduled_at) for f in r.findings] == [("missing", gone)]

@@ -339,13 +339,18 @@ def test_results_are_idempotent_by_command_id(h) -> None:  # type: ignore[no-unt
 
 def test_operations_pause_resume_cancel(h) -> None:  # type: ignore[no-untyped-def]
     from scheduler_core import operations
+    from scheduler_core.stops import StopService
+    from scheduler_core.store.stops import SqlStops
+    from scheduler_core.store.supersedes import SqlSupersedes
 
+    stops = StopService(SqlStops(h.store))
+    now = h.clock.now()
     job = h.job("j")
     a, b = h.once(job, 3600), h.once(job, 3600)
-    rep = operations.pause(h.store, [a.id, b.id])
+    rep = operations.pause(h.store, stops, [a.id, b.id], now)
     assert sorted(rep.changed) == sorted([a.id, b.id])
-    assert operations.pause(h.store, [a.id]).unchanged == {a.id: "already paused"}
-    assert operations.resume(h.store, [a.id]).changed == [a.id]
+    assert operations.pause(h.store, stops, [a.id], now).unchanged == {a.id: "already paused"}
+    assert operations.resume(h.store, stops, SqlSupersedes(h.store), [a.id], now).changed == [a.id]
     h.store.cas(
         Transition(
             ids=[a.id],
@@ -355,9 +360,11 @@ def test_operations_pause_resume_cancel(h) -> None:  # type: ignore[no-untyped-d
             deadline=h.clock.now(),
         )
     )
-    rep = operations.cancel(h.store, [stored_id(a), stored_id(b), TriggerId(999)])
-    assert rep.best_effort == [a.id] and sorted(rep.changed) == sorted([a.id, b.id])
+    rep = operations.cancel(h.store, stops, [stored_id(a), stored_id(b), TriggerId(999)], now)
+    # an acquired trigger is cancelled too (its stop covers what its fire published)
+    assert sorted(rep.changed) == sorted([a.id, b.id]) and not rep.still_acquired
     assert rep.unchanged == {999: "no such trigger"}
+    assert state_of(h.store, a) is TriggerState.CANCELLED
 
 
 def test_commands_fired_before_any_executor_connects_wait_for_it(h) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,337 @@
+"""Stops: "the new side runs no command of X scheduled at or after S".
+
+X is a scope: one trigger, one job, one business, or everything. An operator's pause,
+cancel and freeze are stops; a resume or an unfreeze closes one at an instant R. The
+trigger store's admission is not the boundary: up to one lookahead of commands is
+already on the bus with deliver-at = their fire time, so a stop reaches them where they
+run, in the executors, as the rollback fence (`scheduler_core.fence`) and the schedule
+edit (`scheduler_core.supersede`) do:
+
+1. the stop is stored first (`StopStore`, one row per scope with every window it has had
+   and an epoch grown by each change), and the fired records it covers are marked
+   skipped in the same transaction, *provisionally* (a result of a run that had already
+   started still moves them, so a record never says "skipped" for a handler that ran);
+2. it is broadcast on the bus's control channel (kind "stop"): by the command itself when
+   it holds the bus, and always by whoever holds the bus (`StopRelay`: the scheduler
+   leader, the shard registry's member for business-wide messages, `switchyard serve`),
+   which reads the store every `RELAY_EVERY` and records that it carried each epoch, so
+   a command run without a bus can tell the operator when its stop went out;
+3. every executor follows the channel (`scheduler_core.executor.fences.FenceView`) and
+   answers each command a stop covers skipped, with the window's message, never
+   invoking its handler. An executor that starts reads the whole channel before it runs
+   anything, so it knows every standing stop.
+
+Epochs order the messages of one scope: a follower keeps the newest whatever order the
+bus hands them over in. A scope keeps all its windows (a pause, a resume, a second
+pause: two windows), not only the last one; windows that ended long ago are dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Protocol
+
+from scheduler_core.control import EVERYTHING, ControlBroadcasts, RelayScope, decode_control, encode_control
+from scheduler_core.model import FiredState
+from scheduler_core.ports import MessageBus
+from scheduler_core.times import from_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+KIND = "stop"
+# Every fired record and result skipped by a stop carries a message starting with this:
+# dual-run and the post-cutover watch count such a record neither missing nor failed.
+MESSAGE_PREFIX = "stopped: "
+ALL_KEY = "*"
+# windows that ended this long ago are dropped from a scope's row (and its messages): no
+# command that old is still waiting in the bus of a healthy system
+RETAIN = timedelta(days=1)
+
+
+class Scope(enum.StrEnum):
+    TRIGGER = "trigger"
+    JOB = "job"
+    BUSINESS = "business"
+    ALL = "all"
+
+
+class Cause(enum.StrEnum):
+    PAUSE = "pause"
+    CANCEL = "cancel"
+    FREEZE = "freeze"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Commands scheduled in [from_ms, until_ms) are skipped (until_ms None: open)."""
+
+    from_ms: int
+    until_ms: int | None
+    cause: Cause
+    actor: str = ""
+    reason: str = ""
+
+    def covers(self, scheduled_ms: int) -> bool:
+        return self.from_ms <= scheduled_ms and (self.until_ms is None or scheduled_ms < self.until_ms)
+
+    @property
+    def open(self) -> bool:
+        return self.until_ms is None
+
+    @property
+    def message(self) -> str:
+        """What a record or result skipped by this window says (one text per window: a
+        lift revives only the records its own window marked)."""
+        text = f"{MESSAGE_PREFIX}{self.cause.value} from {from_ms(self.from_ms).isoformat()}"
+        if self.actor:
+            text += f" by {self.actor}"
+        return f"{text}: {self.reason}" if self.reason else text
+
+    def to_json(self) -> dict[str, object]:
+        return {"f": self.from_ms, "u": self.until_ms, "c": self.cause.value, "a": self.actor, "r": self.reason}
+
+    @classmethod
+    def from_json(cls, body: dict[str, object]) -> Window:
+        until = body.get("u")
+        return cls(
+            from_ms=int(body["f"]),  # type: ignore[call-overload]
+            until_ms=None if until is None else int(until),  # type: ignore[call-overload]
+            cause=Cause(str(body["c"])),
+            actor=str(body.get("a") or ""),
+            reason=str(body.get("r") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Every window of one scope, at one epoch."""
+
+    scope: Scope
+    key: str
+    windows: tuple[Window, ...]
+    epoch: int
+    updated_ms: int = 0
+    relayed_epoch: int = 0
+    relayed_by: str = ""
+    relayed_ms: int | None = None
+
+    def covering(self, scheduled_ms: int) -> Window | None:
+        for w in self.windows:
+            if w.covers(scheduled_ms):
+                return w
+        return None
+
+    def open_window(self, causes: tuple[Cause, ...] | None = None) -> Window | None:
+        for w in self.windows:
+            if w.open and (causes is None or w.cause in causes):
+                return w
+        return None
+
+    @property
+    def standing(self) -> bool:
+        return any(w.open for w in self.windows)
+
+    @property
+    def name(self) -> str:
+        return scope_name(self.scope, self.key)
+
+    def __str__(self) -> str:
+        spans = ", ".join(
+            f"{w.cause.value} [{from_ms(w.from_ms).isoformat()}, "
+            f"{'open' if w.until_ms is None else from_ms(w.until_ms).isoformat()})"
+            for w in self.windows
+        )
+        return f"stop of {self.name} epoch {self.epoch}: {spans or 'no window'}"
+
+
+def scope_name(scope: Scope, key: str) -> str:
+    return "everything" if scope is Scope.ALL else f"{scope.value} {key}"
+
+
+def is_stop_skip(state: str | FiredState, message: str | None) -> bool:
+    """A fired record (or result) skipped by a stop (pause, cancel, freeze)."""
+    return str(state) == FiredState.SKIPPED.value and (message or "").startswith(MESSAGE_PREFIX)
+
+
+def encode_stop(stop: Stop) -> bytes:
+    return encode_control(
+        KIND, {"s": stop.scope.value, "x": stop.key, "w": [w.to_json() for w in stop.windows], "e": stop.epoch}
+    )
+
+
+def decode_stop(payload: bytes) -> Stop | None:
+    """The stop of a control message; None for one of another kind. Raises ValueError for
+    a malformed one."""
+    body = decode_control(payload, KIND)
+    if body is None:
+        return None
+    try:
+        return Stop(
+            scope=Scope(str(body["s"])),
+            key=str(body["x"]),
+            windows=tuple(Window.from_json(w) for w in body["w"]),
+            epoch=int(body["e"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed stop message: {exc}") from exc
+
+
+def windows_to_text(windows: tuple[Window, ...]) -> str:
+    return json.dumps([w.to_json() for w in windows], separators=(",", ":"))
+
+
+def windows_from_text(text: str) -> tuple[Window, ...]:
+    return tuple(Window.from_json(w) for w in json.loads(text or "[]"))
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one stop or lift did in the store."""
+
+    stop: Stop
+    window: Window
+    changed: bool  # False: the same window stood already (a repeated pause): nothing written
+    records: int = 0  # fired records marked skipped (a stop) or revived (a lift)
+
+
+class StopStore(Protocol):
+    """Where stops live (`scheduler_core.store.stops.SqlStops`)."""
+
+    @abstractmethod
+    def open_window(self, scope: Scope, key: str, window: Window) -> Applied:
+        """In one transaction: the window is added to the scope's row with the next epoch
+        (unless a window of the same cause is open already: `changed` False), and the
+        fired records of the scope at or after its start not final yet are marked skipped
+        provisionally with its message."""
+
+    @abstractmethod
+    def close_window(self, scope: Scope, key: str, until_ms: int, causes: tuple[Cause, ...]) -> Applied | None:
+        """The open window of one of `causes` ends at `until_ms` (next epoch); the records
+        it marked at or after `until_ms` wait for their executor's result again. None: no
+        such window stands."""
+
+    @abstractmethod
+    def stops(self) -> list[Stop]: ...
+
+    @abstractmethod
+    def stop_of(self, scope: Scope, key: str) -> Stop | None: ...
+
+    @abstractmethod
+    def mark_relayed(self, stop: Stop, by: str) -> None:
+        """This stop's epoch is on the bus (kept only if newer than what is recorded)."""
+
+
+@dataclass
+class StopIndex:
+    """The stops a follower knows, by scope; `covering` is on the executor's hot path, so
+    the dict is swapped whole on a change and read without a lock."""
+
+    by_scope: dict[tuple[Scope, str], Stop] = field(default_factory=dict)
+
+    def covering(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
+        stops = self.by_scope
+        if not stops:
+            return None
+        for scope, key in (
+            (Scope.TRIGGER, str(trigger_id)),
+            (Scope.JOB, job_code),
+            (Scope.BUSINESS, biz_code),
+            (Scope.ALL, ALL_KEY),
+        ):
+            s = stops.get((scope, key))
+            if s is not None and (w := s.covering(scheduled_ms)) is not None:
+                return w
+        return None
+
+    def newer(self, stop: Stop) -> bool:
+        known = self.by_scope.get((stop.scope, stop.key))
+        return known is None or known.epoch < stop.epoch
+
+    def with_stop(self, stop: Stop) -> StopIndex:
+        updated = dict(self.by_scope)
+        updated[(stop.scope, stop.key)] = stop
+        return StopIndex(updated)
+
+
+class StopService:
+    """Store a stop (or its lift), then broadcast it when this process holds a bus. The
+    store is always first: a relay carries whatever the broadcast here did not."""
+
+    def __init__(self, store: StopStore, bus: MessageBus | None = None) -> None:
+        self.store = store
+        self.bus = bus
+
+    def stop(
+        self, scope: Scope, key: str, at: datetime | int, cause: Cause, actor: str = "", reason: str = ""
+    ) -> Applied:
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied = self.store.open_window(scope, key, Window(at_ms, None, cause, actor, reason))
+        if applied.changed:
+            self._broadcast(applied.stop)
+            log.info("stored the %s; %d fired record(s) marked skipped", applied.stop, applied.records)
+        return applied
+
+    def lift(self, scope: Scope, key: str, at: datetime | int, causes: tuple[Cause, ...]) -> Applied | None:
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied = self.store.close_window(scope, key, at_ms, causes)
+        if applied is not None:
+            self._broadcast(applied.stop)
+            log.info("lifted to the %s; %d fired record(s) revived", applied.stop, applied.records)
+        return applied
+
+    def _broadcast(self, stop: Stop) -> None:
+        if self.bus is not None:
+            self.bus.publish_control(stop.key, encode_stop(stop))
+
+
+class StopRelay:
+    """Broadcasts the stored stops this bus has not carried yet, and records in the store
+    that it did (what a command run without a bus waits for). Run by whoever holds the
+    bus, every RELAY_EVERY; `scope`: whether this process relays the business-wide
+    control messages (`scheduler_core.control`)."""
+
+    def __init__(self, store: StopStore, bus: MessageBus, scope: RelayScope = EVERYTHING, name: str = "") -> None:
+        self.store = store
+        self.scope = scope
+        self.name = name
+        self.broadcasts = ControlBroadcasts(bus)
+
+    def relay(self) -> int:
+        if not self.scope.business_wide():
+            return 0
+        sent = 0
+        for stop in self.store.stops():
+            if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
+                sent += 1
+                if stop.relayed_epoch < stop.epoch:
+                    self.store.mark_relayed(stop, self.name)
+        return sent
+
+
+__all__ = [
+    "ALL_KEY",
+    "KIND",
+    "MESSAGE_PREFIX",
+    "RETAIN",
+    "Applied",
+    "Cause",
+    "Scope",
+    "Stop",
+    "StopIndex",
+    "StopRelay",
+    "StopService",
+    "StopStore",
+    "Window",
+    "decode_stop",
+    "encode_stop",
+    "is_stop_skip",
+    "scope_name",
+    "windows_from_text",
+    "windows_to_text",
+]
