@@ -25,11 +25,11 @@ from migrator.stream import StreamMigrator
 from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition
 from readers.streams import BinlogChangeStream, current_position
-from scheduler_core import operations
 from scheduler_core.model import TriggerState
 from tests.backends import mariadb_database
 from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env, ready_switch
+from tests.operator import resume
 from tests.servers import server_url
 
 pytestmark = pytest.mark.mariadb
@@ -141,7 +141,7 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             t = env.store.get_trigger(tid)
             assert t is not None and t.state is TriggerState.PAUSED
             # the operator resumes it on the new side: live there only
-            assert operations.resume(env.store, [tid]).changed == [tid]
+            assert resume(env.store, tid)
             report = switch.rollback(biz, actor="ops", reason="drill")
             assert report.ok, report.not_handed_back
             assert key in report.handover

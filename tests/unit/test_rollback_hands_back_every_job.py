@@ -24,9 +24,9 @@ from migrator.stream import KeyCompare, StreamMigrator, polling_batches
 from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition, SourceSystem
 from readers.streams.polling import PollingChangeStream
-from scheduler_core import operations
 from scheduler_core.model import TriggerId, TriggerState
 from tests.migration_env import MigrationEnv, make_env, ready_switch
+from tests.operator import resume
 
 S = TriggerState
 TEN_YEARS_S = 10 * 365 * 86400.0  # every row in the polling stream's overlap: a changed row is always seen
@@ -137,7 +137,7 @@ def test_the_polling_stream_never_admits_a_trigger_from_the_rollbacks_own_start(
         switch.start_dual_run(biz, shadow=False, actor="ops")
         switch.cutover(biz, actor="ops")
         assert _state(env, tid) is S.PAUSED
-        assert operations.resume(env.store, [tid]).changed == [tid]  # live on the new side only
+        assert resume(env.store, tid)  # live on the new side only
         report = switch.rollback(biz, actor="ops", reason="drill")
         assert report.ok, report.not_handed_back
         assert key in report.handover
@@ -159,14 +159,14 @@ class _ResumedWhileRollingBack(XxlJobControl):
     """The legacy side of a rollback during which an operator resumes a trigger on the new
     side: after the rollback took the triggers off, before it starts the legacy jobs."""
 
-    def __init__(self, env: MigrationEnv, resume: TriggerId) -> None:
+    def __init__(self, env: MigrationEnv, tid: TriggerId) -> None:
         super().__init__(env.legacy, env.migrator.clock)
-        self.env, self.resume, self.resumed = env, resume, False
+        self.env, self.tid, self.resumed = env, tid, False
 
     def start(self, next_due: Mapping[str, datetime]) -> list[str]:
         if not self.resumed:
             self.resumed = True
-            assert operations.resume(self.env.store, [self.resume]).changed == [self.resume]
+            assert resume(self.env.store, self.tid)
         return super().start(next_due)
 
 
