@@ -393,6 +393,8 @@ class BusinessSwitch:
         report.deactivated += len(off)
         report.legacy_started += len(started)
         self.holds.remove(source, [k for k in keys if k not in report.not_handed_back])
+        # what was said of these jobs before ("stays paused on both") is no longer true
+        report.notes = [n for n in report.notes if n.split(":", 1)[0] not in set(keys)]
         report.notes.append(
             f"{len(late)} job(s) admitted on the new side while the rollback ran, taken off and handed back: "
             + ", ".join(sorted(keys)[:20])

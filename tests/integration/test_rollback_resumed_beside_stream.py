@@ -85,7 +85,13 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
                     text("SELECT MIN(id) FROM xxl_job_info WHERE trigger_status = 1 AND schedule_type = 'CRON'")
                 ).one()
                 # stopped in the admin before the migration
-                conn.execute(text("UPDATE xxl_job_info SET trigger_status = 0 WHERE id = :i"), {"i": stopped})
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET trigger_status = 0, trigger_last_time = 0, trigger_next_time = 0"
+                        " WHERE id = :i"
+                    ),
+                    {"i": stopped},
+                )
             key = str(stopped)
             env.migrator.run()
             biz = BusinessRegistry(env.own).all()[0].biz_code

@@ -25,6 +25,7 @@ from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition, SourceSystem
 from readers.streams.polling import PollingChangeStream
 from scheduler_core.model import TriggerId, TriggerState
+from scheduler_core.times import to_ms
 from tests.migration_env import MigrationEnv, make_env, ready_switch
 from tests.operator import resume
 
@@ -181,8 +182,56 @@ def test_a_trigger_resumed_while_the_rollback_runs_is_handed_back_too(tmp_path: 
     report = racing.rollback(biz, actor="ops", reason="drill")
     assert report.ok, report.not_handed_back
     assert key in report.handover and any("while the rollback ran" in n for n in report.notes), report.notes
+    assert not any(n.startswith(f"{key}: ") for n in report.notes), report.notes  # nothing stale said of it
     assert _state(env, tid) is S.CREATED
     sides = _sides(env, biz)
     assert not set(sides.values()) & set(PROBLEMS), sides
     audit = BusinessRegistry(env.own).audit(biz)
     assert audit[-1].reason.startswith("1 job(s) admitted on the new side while the rollback ran"), audit[-1]
+
+
+class _StartedInTheAdminWhileRollingBack(XxlJobControl):
+    """The legacy side of a rollback during which an operator starts a stopped job in the
+    legacy admin and the change stream mirrors it before the rollback's transition (the
+    business still in dual-run: the new side admits it too)."""
+
+    def __init__(self, env: MigrationEnv, key: str, sm: StreamMigrator, poller: PollingChangeStream) -> None:
+        super().__init__(env.legacy, env.migrator.clock)
+        self.key, self.sm, self.poller, self.started = key, sm, poller, False
+
+    def start(self, next_due: Mapping[str, datetime]) -> list[str]:
+        if not self.started:
+            self.started = True
+            with self.engine.begin() as conn:  # `XxlJobServiceImpl.start`, as the admin writes it
+                conn.execute(
+                    text(
+                        "UPDATE xxl_job_info SET trigger_status = 1, trigger_last_time = 0, "
+                        "trigger_next_time = :n WHERE id = :i"
+                    ),
+                    {"i": int(self.key), "n": to_ms(self.clock.now()) + 60_000},
+                )
+            batches = self.poller.poll()
+            assert batches, "the polling stream saw no change"
+            self.sm.apply_group(batches)
+        return super().start(next_due)
+
+
+def test_a_job_started_in_the_legacy_admin_and_mirrored_while_the_rollback_runs_is_taken_off(tmp_path: Path) -> None:
+    env, biz, key, tid = _stopped_then_migrated(tmp_path)
+    switch = ready_switch(env)
+    switch.start_dual_run(biz, shadow=False, actor="ops")
+    assert _state(env, tid) is S.PAUSED  # stopped on legacy before the migration: off on both
+    sm = StreamMigrator(env.reader, env.writer, env.migrator, "xxl-job@test")
+    poller = PollingChangeStream(env.legacy, table="xxl_job_info", key_columns=("id",), overlap_s=TEN_YEARS_S)
+    sm.apply_group(poller.poll())  # the stream has read every row once
+    racing = BusinessSwitch(
+        env.store, env.own, _StartedInTheAdminWhileRollingBack(env, key, sm, poller), env.migrator.clock, switch.gate
+    )
+    report = racing.rollback(biz, actor="ops", reason="drill")
+    assert report.ok, report.not_handed_back
+    assert any("while the rollback ran" in n for n in report.notes), report.notes
+    # live on legacy (the operator's start), taken off the new side
+    assert _state(env, tid) is S.CREATED
+    sides = _sides(env, biz)
+    assert sides[key] is Side.LEGACY, sides
+    assert not set(sides.values()) & set(PROBLEMS), sides
