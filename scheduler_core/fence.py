@@ -1,12 +1,15 @@
 """The rollback fence (DESIGN "The rollback fence").
 
 A rollback hands a business back to legacy at a handover F, but the new side has already
-published up to one lookahead of commands with deliver-at = their fire time. Admission is
-the cancellation boundary for ordinary cancels; a rollback instead raises a fence:
-executors skip, with a record, every command of the business scheduled in [from, until).
+published up to one lookahead of commands with deliver-at = their fire time. A rollback
+raises a fence: executors skip, with a record, every command of the business scheduled
+in [from, until). A fence is a stop (`scheduler_core.stops`, the one mechanism of every
+stop): a window of cause "rollback" of the business's stop, stored in `dus_stop`, relayed
+by `StopRelay` and followed by the executors as every other stop; its windows add up
+(a rollback, a re-cutover, a second rollback: two windows).
 
-- `Fence` is one business's fence; `epoch` grows with every change, so a later message
-  wins over an earlier one whatever order the bus hands them over in.
+- `Fence` is one business's latest rollback window at its stop's epoch; the epoch grows
+  with every change, so a later message wins whatever order the bus hands them over in.
 - `FenceService` is the writing side (it implements `migrator.ports.FencePort`
   structurally; scheduler_core imports nothing of the migrator): it stores the fence,
   marks the fired records it covers as skipped, and broadcasts it on the bus's control
@@ -22,33 +25,33 @@ So a record never says "skipped" for a handler that ran.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 
-from scheduler_core.control import (
-    EVERYTHING,
-    WIRE_VERSION,
-    ControlBroadcasts,
-    RelayScope,
-    decode_control,
-    encode_control,
-)
 from scheduler_core.logfields import log_fields
 from scheduler_core.model import FiredState
 from scheduler_core.ports import FenceStore, MessageBus
+from scheduler_core.stops import (
+    ROLLBACK_PREFIX,
+    Cause,
+    Scope,
+    Stop,
+    Window,
+    decode_stop,
+    encode_stop,
+    rollback_message,
+)
 from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
 
-KIND = "fence"  # the control channel may carry other kinds later; followers ignore those
 # Every fired record and result skipped by a fence carries a message starting with this,
 # which is how dual-run tells a rollback's skip from a misfire policy's.
-MESSAGE_PREFIX = "rollback fence"
+MESSAGE_PREFIX = ROLLBACK_PREFIX
 
 
 def skip_message(from_ms_: int) -> str:
-    return f"{MESSAGE_PREFIX} at {from_ms(from_ms_).isoformat()}"
+    return rollback_message(from_ms_)
 
 
 def is_fence_skip(state: str | FiredState, message: str | None) -> bool:
@@ -59,12 +62,15 @@ def is_fence_skip(state: str | FiredState, message: str | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class Fence:
     """The commands of `business` scheduled in [from_ms, until_ms) are skipped
-    (until_ms None: open-ended). Times are epoch ms, as the commands carry them."""
+    (until_ms None: open-ended): the latest rollback window of the business's stop, at the
+    stop's epoch. Times are epoch ms, as the commands carry them. `stop`: the whole stop
+    it was read from (every window: what is broadcast), not part of its value."""
 
     biz_code: str
     from_ms: int
     until_ms: int | None
     epoch: int
+    stop: Stop | None = field(default=None, compare=False, repr=False)
 
     def covers(self, scheduled_ms: int) -> bool:
         until = self.until_ms
@@ -83,38 +89,47 @@ class Fence:
         """What a record or result skipped by this fence says."""
         return skip_message(self.from_ms)
 
+    def as_stop(self) -> Stop:
+        if self.stop is not None:
+            return self.stop
+        window = Window(self.from_ms, self.until_ms, Cause.ROLLBACK)
+        return Stop(Scope.BUSINESS, self.biz_code, (window,), self.epoch)
+
     def __str__(self) -> str:
         until = "open" if self.until_ms is None else self.until_at.isoformat()  # type: ignore[union-attr]
         return f"fence of {self.biz_code} [{self.from_at.isoformat()}, {until}) epoch {self.epoch}"
 
 
+def fence_of_stop(stop: Stop) -> Fence | None:
+    """The business's fence as its stop holds it: its latest rollback window; None for a
+    stop of another scope or with no rollback window."""
+    if stop.scope is not Scope.BUSINESS:
+        return None
+    rollbacks = [w for w in stop.windows if w.cause is Cause.ROLLBACK]
+    if not rollbacks:
+        return None
+    w = max(rollbacks, key=lambda x: x.from_ms)
+    return Fence(stop.key, w.from_ms, w.until_ms, stop.epoch, stop)
+
+
 def encode_fence(fence: Fence) -> bytes:
-    return encode_control(KIND, {"b": fence.biz_code, "f": fence.from_ms, "u": fence.until_ms, "e": fence.epoch})
+    """The control message of a fence: its business's stop (one kind of message for every
+    stop, `scheduler_core.stops`)."""
+    return encode_stop(fence.as_stop())
 
 
 def decode_fence(payload: bytes) -> Fence | None:
-    """The fence of a control message; None for a control message of another kind.
-    Raises ValueError for a malformed one."""
-    body = decode_control(payload, KIND)
-    if body is None:
-        return None
-    try:
-        until = body.get("u")
-        return Fence(
-            biz_code=str(body["b"]),
-            from_ms=int(body["f"]),
-            until_ms=None if until is None else int(until),
-            epoch=int(body["e"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed fence message: {exc}") from exc
+    """The fence a control message carries: None for a message of another kind or a stop
+    with no rollback window. Raises ValueError for a malformed one."""
+    stop = decode_stop(payload)
+    return None if stop is None else fence_of_stop(stop)
 
 
 class FenceService:
-    """Raise and lift a business's rollback fence: the store first (the fence and the
-    records it covers, in one transaction), then the broadcast. If the broadcast fails the
-    call raises after the store has the fence: run it again (raising or lifting at the
-    same instant is idempotent apart from the epoch), or `rebroadcast()`."""
+    """Raise and lift a business's rollback fence: a window of the business's stop
+    (`scheduler_core.stops`, cause rollback), stored first with the records it covers in
+    one transaction, then broadcast. If the broadcast fails the call raises after the
+    store has the fence: whoever holds the bus relays it (`StopRelay`), or `rebroadcast()`."""
 
     def __init__(self, store: FenceStore, bus: MessageBus) -> None:
         self.store = store
@@ -123,7 +138,7 @@ class FenceService:
     def raise_fence(self, biz_code: str, at: datetime) -> int:
         """From `at` on, no command of the business is invoked; fired records at or after
         `at` not final yet are marked skipped. Returns how many records were marked."""
-        fence, marked = self.store.raise_business_fence(biz_code, to_ms(at), skip_message(to_ms(at)))
+        fence, marked = self.store.raise_business_fence(biz_code, to_ms(at))
         self._broadcast(fence)
         log.info(
             "raised the %s; %d fired record(s) marked skipped",
@@ -158,39 +173,13 @@ class FenceService:
         self.bus.publish_control(fence.biz_code, encode_fence(fence))
 
 
-class FenceRelay:
-    """Broadcasts the fences the store has and this bus has not carried yet: for a bus that
-    another process's rollback cannot reach (the in-process bus of `switchyard serve`,
-    where `switchyard rollback` run beside it writes the fence to the store only), and for
-    a rollback whose own broadcast failed after the store had the fence. Read often
-    (`relay()` every few hundred ms): a rollback's fence lies `start_margin` (2 s and more)
-    ahead, and the executors must hear it before then. `scope`: whether this process is
-    the one that relays the fences (`scheduler_core.control`)."""
-
-    def __init__(self, store: FenceStore, bus: MessageBus, scope: RelayScope = EVERYTHING) -> None:
-        self.store = store
-        self.scope = scope
-        self.broadcasts = ControlBroadcasts(bus)
-
-    def relay(self) -> int:
-        """Broadcast each stored fence newer than the one last carried; returns how many."""
-        if not self.scope.business_wide():
-            return 0
-        sent = 0
-        for fence in self.store.business_fences():
-            if self.broadcasts.send(fence.biz_code, fence.biz_code, fence.epoch, partial(encode_fence, fence)):
-                sent += 1
-        return sent
-
-
 __all__ = [
     "MESSAGE_PREFIX",
-    "WIRE_VERSION",
     "Fence",
-    "FenceRelay",
     "FenceService",
     "decode_fence",
     "encode_fence",
+    "fence_of_stop",
     "is_fence_skip",
     "skip_message",
 ]

@@ -251,21 +251,22 @@ class TriggerStore(Protocol):
 
 @runtime_checkable
 class FenceStore(Protocol):
-    """Where the rollback fences live (`scheduler_core.fence`): one row per business,
-    its epoch grown by every change."""
+    """Where the rollback fences live (`scheduler_core.fence`): rollback windows of the
+    business's stop (`dus_stop`), its epoch grown by every change."""
 
     @abstractmethod
-    def raise_business_fence(self, biz_code: str, from_ms: int, message: str) -> tuple[Fence, int]:
-        """In one transaction: the fence becomes [from_ms, open) with the next epoch, and
-        the business's fired records scheduled at or after from_ms that are not final are
-        marked skipped (provisionally: a final result still moves them) with `message`.
-        Returns the fence and how many records were marked."""
+    def raise_business_fence(self, biz_code: str, from_ms: int) -> tuple[Fence, int]:
+        """In one transaction: a rollback window [from_ms, open) with the next epoch (an
+        open one ends where it starts), and the business's fired records scheduled at or
+        after from_ms that are not final marked skipped (provisionally: a final result
+        still moves them) with the fence's message. Returns the fence and how many
+        records were marked."""
 
     @abstractmethod
     def lift_business_fence(self, biz_code: str, until_ms: int) -> Fence | None:
-        """The fence becomes [from, until_ms) with the next epoch; records at or after
-        until_ms only provisionally skipped wait for their result again. None: the
-        business was never fenced."""
+        """The open rollback window becomes [from, until_ms) with the next epoch; the
+        records it marked at or after until_ms wait for their result again. None: no
+        fence stands."""
 
     @abstractmethod
     def business_fence(self, biz_code: str) -> Fence | None: ...

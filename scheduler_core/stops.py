@@ -45,10 +45,15 @@ from scheduler_core.times import from_ms, to_ms
 log = logging.getLogger(__name__)
 
 KIND = "stop"
-# Every fired record and result skipped by a stop carries a message starting with this:
-# dual-run and the post-cutover watch count such a record neither missing nor failed.
+# Every fired record and result skipped by an operator's stop carries a message starting
+# with this: dual-run and the post-cutover watch count such a record neither missing nor
+# failed. A rollback's window says ROLLBACK_PREFIX instead (its occurrences are legacy's).
 MESSAGE_PREFIX = "stopped: "
+ROLLBACK_PREFIX = "rollback fence"
 ALL_KEY = "*"
+# after its first round a relay reads only the stops changed this recently (far more than
+# a round, to cover clocks apart between hosts)
+RECENT = timedelta(minutes=2)
 # windows that ended this long ago are dropped from a scope's row (and its messages): no
 # command that old is still waiting in the bus of a healthy system
 RETAIN = timedelta(days=1)
@@ -65,6 +70,9 @@ class Cause(enum.StrEnum):
     PAUSE = "pause"
     CANCEL = "cancel"
     FREEZE = "freeze"
+    # a rollback's fence (`scheduler_core.fence`): the business's occurrences from F on are
+    # legacy's; its windows say "rollback fence at F", which dual-run tells apart
+    ROLLBACK = "rollback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,8 @@ class Window:
     def message(self) -> str:
         """What a record or result skipped by this window says (one text per window: a
         lift revives only the records its own window marked)."""
+        if self.cause is Cause.ROLLBACK:
+            return rollback_message(self.from_ms)
         text = f"{MESSAGE_PREFIX}{self.cause.value} from {from_ms(self.from_ms).isoformat()}"
         if self.actor:
             text += f" by {self.actor}"
@@ -148,6 +158,10 @@ class Stop:
             for w in self.windows
         )
         return f"stop of {self.name} epoch {self.epoch}: {spans or 'no window'}"
+
+
+def rollback_message(from_ms_: int) -> str:
+    return f"{ROLLBACK_PREFIX} at {from_ms(from_ms_).isoformat()}"
 
 
 def scope_name(scope: Scope, key: str) -> str:
@@ -217,7 +231,9 @@ class StopStore(Protocol):
         such window stands."""
 
     @abstractmethod
-    def stops(self) -> list[Stop]: ...
+    def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+        """Every stop, or those changed within the last `changed_within` (by updated_at,
+        the writer's clock: the window must cover clock skew between hosts)."""
 
     @abstractmethod
     def stop_of(self, scope: Scope, key: str) -> Stop | None: ...
@@ -301,16 +317,25 @@ class StopRelay:
         self.scope = scope
         self.name = name
         self.broadcasts = ControlBroadcasts(bus)
+        self._whole_read: int | None = None  # the scope's generation at the last whole read
 
     def relay(self) -> int:
         if not self.scope.business_wide():
+            self._whole_read = None  # when this process relays again, it reads the store whole first
             return 0
+        # the first round (and the first after this process took the relaying over) reads
+        # every stop: what a previous relay or a broker that lost its data may not have
+        # carried; later rounds only the rows changed lately, so a store with many stopped
+        # triggers is not read whole every few hundred ms
+        generation = self.scope.generation()
+        whole = self._whole_read != generation
         sent = 0
-        for stop in self.store.stops():
+        for stop in self.store.stops(None if whole else RECENT):
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
                 sent += 1
                 if stop.relayed_epoch < stop.epoch:
                     self.store.mark_relayed(stop, self.name)
+        self._whole_read = generation
         return sent
 
 
@@ -319,6 +344,7 @@ __all__ = [
     "KIND",
     "MESSAGE_PREFIX",
     "RETAIN",
+    "ROLLBACK_PREFIX",
     "Applied",
     "Cause",
     "Scope",
@@ -331,6 +357,7 @@ __all__ = [
     "decode_stop",
     "encode_stop",
     "is_stop_skip",
+    "rollback_message",
     "scope_name",
     "windows_from_text",
     "windows_to_text",

@@ -12,7 +12,9 @@ local election, and a compressed (driven) clock:
    Markdown, JSON, and an overview page);
 5. a ready business is cut over, the regressed one is rolled back, and the story runs
    on past the switch for longer than the scheduler's lookahead (what the new side had
-   published before a rollback runs out inside it);
+   published before a rollback runs out inside it); meanwhile an operator pauses a job
+   of a business still in dual-run and resumes it (`PauseEffect`: nothing of it runs in
+   the pause, each later occurrence runs once);
 6. the boundary is checked occurrence by occurrence: after each switch's handover every
    occurrence is fired by exactly one side (the side switched to), and the check counts
    the occurrences it covered, so an empty check cannot pass for a clean one.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -48,18 +51,22 @@ from readers.records import SourceSystem
 from readers.xxljob.reader import XxlJobReader
 from reports.load import load_overview, load_report
 from reports.write import write_report
+from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SteppingClock
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.fence import FenceService
-from scheduler_core.model import Epoch, FiredState, TriggerState, parse_command_id
+from scheduler_core.model import Epoch, FiredState, TriggerId, TriggerState, parse_command_id
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import MessageBus, TriggerStore
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stops import StopService, is_stop_skip
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
 from switchyard.wiring import DualRunGate, dualrun_store, migrator_store
@@ -72,6 +79,11 @@ DUAL_RUN = timedelta(hours=2)
 # side has not published, up to one lookahead ahead; the story runs 15 minutes past that,
 # so the boundary of either direction has occurrences to check
 AFTER_SWITCH = SchedulerSettings().lookahead + timedelta(minutes=15)
+# the operator's pause (PauseEffect): into the time after the switches, how long, and how
+# long the resumed job runs before the story goes on
+PAUSE_AFTER = timedelta(minutes=3)
+PAUSE_FOR = timedelta(minutes=10)
+PAUSE_TAIL = timedelta(minutes=5)
 VERDICT_WINDOW = timedelta(hours=1)  # the last hour of dual-run (less its last minute)
 REGRESSION_AT = timedelta(minutes=45)  # into dual-run
 
@@ -109,11 +121,29 @@ class RollbackEffect:
 
 
 @dataclass
+class PauseEffect:
+    """An operator's pause of one job of a business still in dual-run, then its resume
+    (`scheduler_core.stops`): nothing of it runs at or after S, whatever was published up
+    to the lookahead ahead; from R on it runs again, each occurrence once."""
+
+    biz_code: str = ""
+    job_code: str = ""
+    paused_from: str | None = None  # S
+    resumed_from: str | None = None  # R
+    published_ahead: int = 0  # commands already on the bus at the pause, recorded skipped
+    skipped: int = 0  # occurrences in [S, R) recorded skipped by the stop, never invoked
+    invoked_in_pause: int = 0  # handler invocations for an occurrence in [S, R): must be 0
+    ran_after_resume: int = 0  # occurrences from R on that ran
+    doubled_after_resume: int = 0  # items from R on that ran more than once: must be 0
+
+
+@dataclass
 class DemoResult:
     workdir: str
     overview: str
     businesses: list[BusinessLine] = field(default_factory=list)
     rollback: RollbackEffect = field(default_factory=RollbackEffect)
+    pause: PauseEffect = field(default_factory=PauseEffect)
     window: Window | None = None  # the verdicts' window: the table's fire counts are over it
     quarantined: int = 0
     migrated: int = 0
@@ -128,6 +158,7 @@ class DemoResult:
             "seconds": round(self.seconds, 1),
             "window": None if self.window is None else self.window.as_dict(),
             "rollback": dict(self.rollback.__dict__),
+            "pause": dict(self.pause.__dict__),
             "businesses": [
                 b.__dict__ | {"reasons": list(b.reasons), "warnings": list(b.warnings)} for b in self.businesses
             ],
@@ -322,9 +353,10 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     dual_start = clock.now()
     regression = {"on": False}
     invoked: list[tuple[str, datetime, datetime]] = []  # (business, scheduled at, invoked at) of every new-side call
+    calls: Counter[tuple[int, datetime, int]] = Counter()  # invocations per (trigger, scheduled at, item)
     executors = [Executor(bus, b.biz_code, clock=clock) for b in businesses]
     for ex in executors:
-        ex.handler()(_handler(ex.biz_code, regressed, regression, invoked, clock))
+        ex.handler()(_handler(ex.biz_code, regressed, regression, invoked, clock, calls))
     new_side = _inline_side(store, bus, clock, executors)
     _advance(clock, REGRESSION_AT, sims, new_side)
     regression["on"] = True
@@ -382,7 +414,18 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     )
     # the regression stays on: the fence, not the handler, is what stops the new side
     rolled_back_at = clock.now()
-    _advance(clock, AFTER_SWITCH, sims, new_side)
+    # meanwhile an operator pauses a job of a business still in dual-run, and resumes it
+    paused_biz = next(b.biz_code for b in businesses if b.biz_code not in (shadow_biz, regressed, cut))
+    _advance(clock, PAUSE_AFTER, sims, new_side)
+    result.pause = _pause_and_resume(store, bus, clock, sims, new_side, paused_biz, dual_start, calls)
+    say(
+        f"paused {result.pause.job_code} of {paused_biz} (in dual-run) from {result.pause.paused_from}: "
+        f"{result.pause.published_ahead} command(s) already published recorded skipped, {result.pause.skipped} "
+        "occurrence(s) of the pause skipped, "
+        f"{result.pause.invoked_in_pause} invocation(s) in the pause; resumed from {result.pause.resumed_from}: "
+        f"{result.pause.ran_after_resume} occurrence(s) ran since, {result.pause.doubled_after_resume} twice"
+    )
+    _advance(clock, AFTER_SWITCH - PAUSE_AFTER - PAUSE_FOR - PAUSE_TAIL, sims, new_side)
     after = [(at, when) for biz, at, when in invoked if biz == regressed and when >= rolled_back_at]
     fence_at = datetime.fromisoformat(back.fence_at) if back.fence_at else None
     result.rollback = RollbackEffect(
@@ -440,9 +483,11 @@ def _handler(
     regression: dict[str, bool],
     invoked: list[tuple[str, datetime, datetime]],
     clock: ManualClock,
+    calls: Counter[tuple[int, datetime, int]],
 ) -> Callable[[ExecutionContext], HandlerResult]:
     def handle(ctx: ExecutionContext) -> HandlerResult:
         invoked.append((biz_code, ctx.scheduled_at, clock.now()))
+        calls[(ctx.trigger_id, ctx.scheduled_at, ctx.item_index)] += 1
         # the business's work would run here (through its legacy bridge in production)
         if biz_code == regressed and regression["on"] and ctx.item_index % 3 == 0:
             return HandlerResult(ok=False, message="NullPointerException in the new handler (injected)")
@@ -491,6 +536,46 @@ def _advance(clock: ManualClock, span: timedelta, sims: Sequence[_Simulator], ne
                     pass
             while consumer.poll(timeout=timedelta(0)):
                 pass
+
+
+def _pause_and_resume(
+    store: SqlTriggerStore,
+    bus: MessageBus,
+    clock: ManualClock,
+    sims: Sequence[_Simulator],
+    new_side: NewSide,
+    biz_code: str,
+    since: datetime,
+    calls: Counter[tuple[int, datetime, int]],
+) -> PauseEffect:
+    """Pause the business's busiest job (stored, broadcast on the bus), run PAUSE_FOR,
+    resume it and run PAUSE_TAIL; what the records say of both."""
+    busiest = Counter(r.trigger_id for r in store.fired_between(biz_code, since, clock.now())).most_common(1)
+    tid = TriggerId(busiest[0][0])
+    trig = store.get_trigger(tid)
+    assert trig is not None
+    stops = StopService(SqlStops(store), bus)
+    s = clock.now() + timedelta(seconds=1)  # as `switchyard trigger pause` chooses S
+    paused = operations.pause(store, stops, [tid], s, actor="demo", reason="downstream maintenance")
+    _advance(clock, PAUSE_FOR, sims, new_side)
+    r = clock.now() + timedelta(seconds=2)
+    operations.resume(store, stops, SqlSupersedes(store), [tid], r)
+    _advance(clock, PAUSE_TAIL, sims, new_side)
+    recs = [x for x in store.fired_between(biz_code, s, clock.now()) if x.trigger_id == tid]
+    in_pause = [x for x in recs if x.scheduled_at < r]
+    mine = {(at, item): n for (t, at, item), n in calls.items() if t == tid and at >= s}
+    after = {(at, item): n for (at, item), n in mine.items() if at >= r}
+    return PauseEffect(
+        biz_code=biz_code,
+        job_code=trig.job_code,
+        paused_from=s.isoformat(),
+        resumed_from=r.isoformat(),
+        published_ahead=paused.records,
+        skipped=sum(1 for x in in_pause if is_stop_skip(x.state, x.message)),
+        invoked_in_pause=sum(n for (at, _i), n in mine.items() if at < r),
+        ran_after_resume=len({at for at, _i in after}),
+        doubled_after_resume=sum(1 for n in after.values() if n > 1),
+    )
 
 
 def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:

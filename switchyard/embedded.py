@@ -10,13 +10,14 @@ from the store when the process starts:
 * every command the store has a fired record of that no executor took (the scheduler
   publishes up to its lookahead ahead, with deliver-at = T) is published again, same
   command ids, deliver-at T (a fired record is not stamped published: see FiredState);
-* every rollback fence is broadcast again on the control channel, so executors skip what
-  they must skip.
+* every stop (`scheduler_core.stops`: an operator's pause, cancel or freeze, a rollback's
+  fence) is broadcast again on the control channel, so executors skip what they must skip;
+  a command a standing stop covers is recorded skipped instead of published again.
 
-A rollback run beside it (`switchyard rollback --url` the same store) writes its fence to
-the store only: no other process reaches this bus. So the store's fences are read every
-`fence_every` (250 ms) and a new one is broadcast here (FenceRelay), well inside the
-rollback's start margin (2 s and more), before legacy starts firing again.
+A rollback or a `trigger pause` run beside it (`--url` the same store) writes its stop to
+the store only: no other process reaches this bus. So the store's stops are read every
+`fence_every` (250 ms) and a new one is broadcast here (StopRelay), well inside the
+stop's lead (1 s for an operator's stop, 2 s and more for a rollback).
 
 The shutdown is ordered so no result is lost either: the scheduler stops firing first,
 then the executors finish what they took and publish its results, then the consumer
@@ -36,7 +37,6 @@ from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
-from scheduler_core.fence import FenceRelay
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
 from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
@@ -224,18 +224,13 @@ class EmbeddedCenter:
         finally:
             consumer.close()
 
-    def _relay_fences(self, relay: FenceRelay, edits: SupersedeRelay, stops: StopRelay) -> None:
+    def _relay_fences(self, edits: SupersedeRelay, stops: StopRelay) -> None:
         while not self._exec_stop.wait(self.fence_every):
             try:
-                stops.relay()  # operators' stops (pause, cancel, freeze) run beside it: scheduler_core.stops
-            except Exception as exc:
-                self.metrics.errors.labels(component="fences").inc()
-                log.warning("relaying the stops failed (%s: %s); retrying", type(exc).__name__, exc)
-            try:
-                relay.relay()
+                stops.relay()  # stops (pause, cancel, freeze, a rollback's fence) written beside it
             except Exception as exc:  # the store briefly locked or down: the next read tries again
                 self.metrics.errors.labels(component="fences").inc()
-                log.warning("reading the rollback fences failed (%s: %s); retrying", type(exc).__name__, exc)
+                log.warning("relaying the stops failed (%s: %s); retrying", type(exc).__name__, exc)
             try:
                 edits.relay()  # schedule edits a `migrate stream` beside it wrote (scheduler_core.supersede)
             except Exception as exc:
@@ -253,13 +248,9 @@ class EmbeddedCenter:
         )
         stops = StopRelay(SqlStops(self.store), self.bus, name=f"serve {self.name}")
         fences = stops.relay()
-        relay = FenceRelay(self.store, self.bus)
-        fences += relay.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
         edits.relay()
-        relay_thread = threading.Thread(
-            target=self._relay_fences, args=(relay, edits, stops), name="fence-relay", daemon=True
-        )
+        relay_thread = threading.Thread(target=self._relay_fences, args=(edits, stops), name="fence-relay", daemon=True)
         relay_thread.start()
         self._discover()
         consumer.start()

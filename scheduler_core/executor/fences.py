@@ -1,11 +1,13 @@
-"""What an executor knows of the rollback fences (`scheduler_core.fence`), learnt from
-the bus's control channel without reaching the store.
+"""What an executor knows of the stops (`scheduler_core.stops`: operators' pauses,
+cancels and freezes, and rollback fences, which are stops too) and of the schedule edits
+(`scheduler_core.supersede`), learnt from the bus's control channel without reaching the
+store.
 
 The executor asks two things: before taking messages, whether the view is in sync (if
-not, a fence may exist that it has not heard of: the messages go back to the bus); and
-per run, whether its business's fence covers its fire time. The second is on the hot
-path, so `by_business` is a plain dict that is never changed in place: an update builds
-a new dict and swaps it in, and a reader needs no lock, only `.get(biz)`.
+not, a stop may exist that it has not heard of: the messages go back to the bus); and
+per run, whether a stop or an edit covers its fire time. The second is on the hot path,
+so the indexes are plain dicts never changed in place: an update builds a new one and
+swaps it in, and a reader needs no lock.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ import threading
 import time
 from datetime import timedelta
 
-from scheduler_core.fence import Fence, decode_fence
-from scheduler_core.logfields import log_fields
+from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.ports import ControlFeed, MessageBus
-from scheduler_core.stops import Stop, StopIndex, Window, decode_stop
+from scheduler_core.stops import Cause, Scope, Stop, StopIndex, Window, decode_stop
 from scheduler_core.supersede import Supersede, decode_supersede
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,9 @@ INITIAL_SYNC = timedelta(seconds=10)
 
 class FenceView:
     def __init__(self, bus: MessageBus, *, initial_sync: timedelta = INITIAL_SYNC) -> None:
-        self.by_business: dict[str, Fence] = {}
-        # schedule edits (scheduler_core.supersede) per trigger id; swapped whole like by_business
+        # schedule edits (scheduler_core.supersede) per trigger id; swapped whole
         self.superseded: dict[int, Supersede] = {}
-        # operators' stops (scheduler_core.stops): pause, cancel, freeze; swapped whole too
+        # every stop by scope (pause, cancel, freeze, rollback); swapped whole too
         self.stops = StopIndex()
         # (scope, key, epoch) -> when this follower heard it (ms, this host's clock): what
         # the stop-latency figures measure
@@ -48,10 +48,24 @@ class FenceView:
     def wait_synced(self, timeout: timedelta) -> bool:
         return self._feed.wait_synced(timeout)
 
+    @property
+    def by_business(self) -> dict[str, Fence]:
+        """The rollback fence of each business known (its latest rollback window)."""
+        out: dict[str, Fence] = {}
+        for (scope, key), stop in self.stops.by_scope.items():
+            if scope is Scope.BUSINESS and (fence := fence_of_stop(stop)) is not None:
+                out[key] = fence
+        return out
+
     def covering(self, biz_code: str, scheduled_ms: int) -> Fence | None:
-        """The fence that skips a command of `business` due at `scheduled_ms`, if any."""
-        fence = self.by_business.get(biz_code)
-        return fence if fence is not None and fence.covers(scheduled_ms) else None
+        """The rollback window that skips a command of `business` due at `scheduled_ms`, if any."""
+        stop = self.stops.by_scope.get((Scope.BUSINESS, biz_code))
+        if stop is None:
+            return None
+        for w in stop.windows:
+            if w.cause is Cause.ROLLBACK and w.covers(scheduled_ms):
+                return Fence(biz_code, w.from_ms, w.until_ms, stop.epoch, stop)
+        return None
 
     def superseding(self, trigger_id: int, scheduled_ms: int) -> Supersede | None:
         """The schedule edit that skips a command of `trigger_id` due at `scheduled_ms`, if any."""
@@ -59,33 +73,28 @@ class FenceView:
         return s if s is not None and s.covers(scheduled_ms) else None
 
     def stopping(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
-        """The operator's stop window that skips this command, if any."""
+        """The stop window (an operator's or a rollback's) that skips this command, if any."""
         return self.stops.covering(trigger_id, job_code, biz_code, scheduled_ms)
 
     def _on_message(self, payload: bytes) -> None:
         try:
-            fence = decode_fence(payload)
-            edit = None if fence is not None else decode_supersede(payload)
-            stop = None if fence is not None or edit is not None else decode_stop(payload)
+            stop = decode_stop(payload)
+            edit = None if stop is not None else decode_supersede(payload)
         except ValueError as exc:
             log.error("ignoring a malformed control message: %s", exc)
             return
         if stop is not None:
             self._on_stop(stop)
-            return
-        if edit is not None:
+        elif edit is not None:
             self._on_supersede(edit)
-            return
-        if fence is None:
-            return
+
+    def _on_stop(self, stop: Stop) -> None:
         with self._lock:
-            known = self.by_business.get(fence.biz_code)
-            if known is not None and known.epoch >= fence.epoch:
+            if not self.stops.newer(stop):
                 return  # an older (or repeated) change: the later one stands
-            updated = dict(self.by_business)
-            updated[fence.biz_code] = fence
-            self.by_business = updated  # one reference swap: readers see old or new, whole
-        log.info("now following the %s", fence, extra=log_fields(biz_code=fence.biz_code, epoch=fence.epoch))
+            self.stops = self.stops.with_stop(stop)  # one reference swap: readers see old or new, whole
+            self.heard[(stop.scope.value, stop.key, stop.epoch)] = int(time.time() * 1000)
+        log.info("now following the %s", stop)
 
     def _on_supersede(self, edit: Supersede) -> None:
         with self._lock:
@@ -96,14 +105,6 @@ class FenceView:
             updated[edit.trigger_id] = edit
             self.superseded = updated
         log.info("now following the %s", edit)
-
-    def _on_stop(self, stop: Stop) -> None:
-        with self._lock:
-            if not self.stops.newer(stop):
-                return  # an older (or repeated) change: the later one stands
-            self.stops = self.stops.with_stop(stop)
-            self.heard[(stop.scope.value, stop.key, stop.epoch)] = int(time.time() * 1000)
-        log.info("now following the %s", stop)
 
     def close(self) -> None:
         self._feed.close()

@@ -68,12 +68,12 @@ from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
-from scheduler_core.fence import Fence
 from scheduler_core.item_states import ItemState
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import Clock, MessageBus, Received
-from scheduler_core.stops import Window
+from scheduler_core.stops import Cause, Window
 from scheduler_core.supersede import Supersede
+from scheduler_core.times import from_ms
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 
@@ -349,12 +349,10 @@ class Executor:
         judged and retried with back-off as there. True if it is done."""
         if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
             return False
-        fences = self.fences.by_business  # usually empty: one attribute read and a truth test
-        if fences and (f := fences.get(env.biz_code)) is not None and f.covers(env.scheduled_ms):
-            return False  # the ordinary path answers it skipped
         edits = self.fences.superseded
         if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
             return False  # the ordinary path answers it skipped
+        # usually empty: one attribute read and a truth test
         if self.fences.stops.by_scope and self.fences.stopping(
             env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms
         ):
@@ -468,12 +466,9 @@ class Executor:
                 serve_after=serve_after,
             )
             run.pack = pack
-            fence = self.fences.covering(env.biz_code, env.scheduled_ms)
             edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
             stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
-            if fence is not None:
-                self._skip_fenced(run, fence)
-            elif stopped is not None:
+            if stopped is not None:
                 self._skip_stopped(run, stopped)
             elif edit is not None:
                 self._skip_superseded(run, edit)
@@ -570,35 +565,31 @@ class Executor:
             self._quota.release()  # the spare step its successor took
         hand.event.set()
 
-    def _skip_fenced(self, run: EnvelopeRun, fence: Fence) -> None:
-        """Answer a run the fence covers: skipped, never invoked. An item that already
-        succeeded here (a redelivery) keeps its success: it did run."""
+    def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
+        """Answer a run a stop covers (a pause, cancel or freeze, or a rollback's fence):
+        skipped, never invoked. An item that already succeeded here (a redelivery) keeps
+        its success: it did run."""
         env = run.env
         skip = run.skip
-        letters = "".join(
-            ItemState.SUCCEEDED if skip is not None and idx in skip else ItemState.SKIPPED for idx, _p in env.items
-        )
+        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
+        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in env.items)
+        n = letters.count(skipped)
+        rollback = window.cause is Cause.ROLLBACK
         with self._lock:
-            self.fenced += letters.count(ItemState.SKIPPED)
-            first = (fence.biz_code, fence.epoch) not in self._fences_logged
-            self._fences_logged.add((fence.biz_code, fence.epoch))
+            if rollback:
+                self.fenced += n
+            else:
+                self.stopped += n
+            first = (env.biz_code, window.from_ms) not in self._fences_logged
+            self._fences_logged.add((env.biz_code, window.from_ms))
         if first:
             log.info(
-                "skipping the commands of %s scheduled in the %s",
+                "skipping the commands of %s scheduled from %s: %s",
                 env.biz_code,
-                fence,
-                extra=log_fields(biz_code=env.biz_code, epoch=fence.epoch),
+                from_ms(window.from_ms).isoformat(),
+                window.message,
+                extra=log_fields(biz_code=env.biz_code),
             )
-        self._finish(run, letters, fence.message, started=False)
-
-    def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
-        """Answer a run an operator's stop covers (pause, cancel, freeze): skipped, never
-        invoked (an item that already succeeded here keeps its success)."""
-        skip = run.skip
-        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
-        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
-        with self._lock:
-            self.stopped += letters.count(skipped)
         self._finish(run, letters, window.message, started=False)
 
     def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:

@@ -23,7 +23,7 @@ from scheduler_core.store.schema import (
     Tables,
     build_tables,
 )
-from scheduler_core.store.upgrade import add_missing_columns, missing_columns
+from scheduler_core.store.upgrade import add_missing_columns, carry_business_fences, missing_columns
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
 _PARTITION_NAME = re.compile(r"^p[0-9]{1,4}$")
@@ -129,6 +129,7 @@ def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[Me
         md.create_all(engine, checkfirst=True)
     created = sorted({name for name, _ in _all_tables(tables, also)} - before)
     upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
+    upgraded += carry_business_fences(engine, tables, before)
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
         for name, value in (("schema_version", str(SCHEMA_VERSION)), ("partitions", str(n))):

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import case
+
 from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
     CommandId,
@@ -361,3 +363,17 @@ def fired_from_row(row: Row) -> FiredRecord:
         succeeded_items=row["succeeded_items"],
         failed_items=row["failed_items"],
     )
+
+
+def unskipped_values(fr: Any) -> dict[str, Any]:
+    """What a record only provisionally skipped (a rollback fence, a schedule edit) goes
+    back to when the skip is lifted, waiting for its executor's result again: `published`
+    if it was stamped so (a run outside the schedule), else `pending` (a schedule fire,
+    whose publication its trigger tells: `SqlTriggerStore.outcome_recorded`)."""
+    unstamped = fr.c.published_at.is_(None)
+    return {
+        "state": case((unstamped, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
+        "state_rank": case((unstamped, FIRED_RANK[FiredState.PENDING]), else_=FIRED_RANK[FiredState.PUBLISHED]),
+        "message": "",
+        "result_at": None,
+    }

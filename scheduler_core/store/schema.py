@@ -47,7 +47,6 @@ class Tables:
     sharding_item: Table
     trigger: Table
     fired: Table
-    business_fence: Table
     followup: Table
     followup_fired: Table
     trigger_supersede: Table
@@ -187,20 +186,6 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
     )
-    # The rollback fence per business (scheduler_core.fence): commands scheduled in
-    # [from_at, until_at) are skipped by executors; until_at NULL is open-ended. `epoch`
-    # grows with every raise and lift, so followers keep the latest whatever the order.
-    # A table of its own (not a column of dus_business): the scheduler core owns it,
-    # while dus_business is the migrator's.
-    business_fence = Table(
-        "dus_business_fence",
-        md,
-        Column("biz_code", String(64), primary_key=True),
-        Column("from_at", BigInteger, nullable=False),
-        Column("until_at", BigInteger),
-        Column("epoch", BigInteger, nullable=False),
-        Column("updated_at", BigInteger, nullable=False),
-    )
     # On-success follow-ups (scheduler_core.followups): after each successful run of
     # trigger_id (each item of it), each child trigger is fired once, at once.
     followup = Table(
@@ -265,7 +250,6 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         sharding_item=sharding_item,
         trigger=trigger,
         fired=fired,
-        business_fence=business_fence,
         followup=followup,
         followup_fired=followup_fired,
         trigger_supersede=trigger_supersede,

@@ -17,7 +17,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
 from scheduler_core.errors import IllegalTransition
-from scheduler_core.fence import Fence
+from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.item_states import ItemState
 from scheduler_core.model import (
     CommandId,
@@ -34,7 +34,8 @@ from scheduler_core.model import (
 from scheduler_core.model import TriggerState as S
 from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Transition, TriggerStore, Wakeups
 from scheduler_core.states import check_transition
-from scheduler_core.store import result_joins
+from scheduler_core.stops import Cause, Scope, Window
+from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
 from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.engine import autocommit_twin
@@ -45,7 +46,6 @@ from scheduler_core.store.rows import (
     FIRED_RANK,
     JOB_READ_COLUMNS,
     MESSAGE_MAX,
-    PROVISIONAL_SKIP_RANK,
     TRIGGER_KEY_COLUMNS,
     TRIGGER_SHAPE_COLUMNS,
     fired_from_row,
@@ -761,59 +761,32 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 out.update(CommandId(c) for c in conn.execute(stmt).scalars())
         return out
 
-    # --- rollback fences (FenceStore) -----------------------------------------------------
+    # --- rollback fences (FenceStore): rollback windows of dus_stop --------------------
 
-    def raise_business_fence(self, biz_code: str, from_ms: int, message: str) -> tuple[Fence, int]:
-        fr = self.t.fired
-        now = self.clock.now_ms()
+    def raise_business_fence(self, biz_code: str, from_ms: int) -> tuple[Fence, int]:
+        window = Window(from_ms, None, Cause.ROLLBACK)
         with self.engine.begin() as conn:
-            fence = _bump_fence(conn, self.t, biz_code, {"from_at": from_ms, "until_at": None}, now, create=True)
-            assert fence is not None
-            # Not final yet (pending, published, received): marked skipped at the rank of
-            # `received`, so that an executor's final result, skipped or what really ran
-            # before the fence reached it, still moves the record (forward-only updates).
-            marked = conn.execute(
-                update(fr)
-                .where(fr.c.biz_code == biz_code, fr.c.scheduled_at >= from_ms, fr.c.state_rank < FINAL_RANK)
-                .values(
-                    state=FiredState.SKIPPED.value,
-                    state_rank=PROVISIONAL_SKIP_RANK,
-                    message=message[:MESSAGE_MAX],
-                    result_at=now,
-                )
-            ).rowcount
-        return fence, max(0, marked or 0)
+            applied = stop_rows.open_window(conn, self.t, Scope.BUSINESS, biz_code, window, self.clock.now_ms())
+        fence = fence_of_stop(applied.stop)
+        assert fence is not None
+        return fence, applied.records
 
     def lift_business_fence(self, biz_code: str, until_ms: int) -> Fence | None:
-        fr = self.t.fired
         with self.engine.begin() as conn:
-            fence = _bump_fence(conn, self.t, biz_code, {"until_at": until_ms}, self.clock.now_ms(), create=False)
-            if fence is None:
-                return None
-            # records at or after the new end that only the fence called skipped: their
-            # commands run again, so they wait for their executor's result again
-            conn.execute(
-                update(fr)
-                .where(
-                    fr.c.biz_code == biz_code,
-                    fr.c.scheduled_at >= until_ms,
-                    fr.c.state == FiredState.SKIPPED.value,
-                    fr.c.state_rank == PROVISIONAL_SKIP_RANK,
-                )
-                .values(**unskipped_values(fr))
+            applied = stop_rows.close_window(
+                conn, self.t, Scope.BUSINESS, biz_code, until_ms, (Cause.ROLLBACK,), self.clock.now_ms()
             )
-        return fence
+        return None if applied is None else fence_of_stop(applied.stop)
 
     def business_fence(self, biz_code: str) -> Fence | None:
-        bf = self.t.business_fence
         with self.engine.connect() as conn:
-            row = conn.execute(select(bf).where(bf.c.biz_code == biz_code)).first()
-        return None if row is None else _fence_of(row)
+            stops = stop_rows.read_stops(conn, self.t, Scope.BUSINESS, biz_code)
+        return fence_of_stop(stops[0]) if stops else None
 
     def business_fences(self) -> list[Fence]:
-        bf = self.t.business_fence
         with self.engine.connect() as conn:
-            return [_fence_of(r) for r in conn.execute(select(bf).order_by(bf.c.biz_code))]
+            stops = stop_rows.read_stops(conn, self.t, Scope.BUSINESS)
+        return [f for f in map(fence_of_stop, stops) if f is not None]
 
     def fired_between(self, biz_code: str | None, start: datetime, end: datetime) -> list[FiredRecord]:
         fr = self.t.fired
@@ -823,34 +796,6 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         stmt = stmt.order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
         with self.engine.connect() as conn:
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
-
-
-def _bump_fence(
-    conn: Connection, t: Tables, biz_code: str, values: dict[str, Any], now_ms: int, create: bool
-) -> Fence | None:
-    """epoch + 1 and the new bounds on the business's fence row (inserted at epoch 1 when
-    `create`); the row as it now is, read in the same transaction (the UPDATE holds its
-    lock, so no concurrent change slips in between). None: no row and not `create`."""
-    bf = t.business_fence
-    bump = update(bf).where(bf.c.biz_code == biz_code).values(epoch=bf.c.epoch + 1, updated_at=now_ms, **values)
-    if not conn.execute(bump).rowcount:
-        if not create:
-            return None
-        try:
-            with conn.begin_nested():  # a concurrent first raise may insert it first
-                conn.execute(insert(bf).values(biz_code=biz_code, epoch=1, updated_at=now_ms, **values))
-        except IntegrityError:
-            conn.execute(bump)
-    return _fence_of(conn.execute(select(bf).where(bf.c.biz_code == biz_code)).one())
-
-
-def _fence_of(row: Any) -> Fence:
-    return Fence(
-        biz_code=row.biz_code,
-        from_ms=int(row.from_at),
-        until_ms=None if row.until_at is None else int(row.until_at),
-        epoch=int(row.epoch),
-    )
 
 
 def _page_update_statement(fr: Any) -> Any:
@@ -905,20 +850,6 @@ def _item_update_statement(fr: Any) -> Any:
 def _unprefixed(params: dict[str, Any]) -> dict[str, Any]:
     """`p_x` / `u_x` -> `x`: the joined form's column names (result_joins)."""
     return {k[2:]: v for k, v in params.items()}
-
-
-def unskipped_values(fr: Any) -> dict[str, Any]:
-    """What a record only provisionally skipped (a rollback fence, a schedule edit) goes
-    back to when the skip is lifted, waiting for its executor's result again: `published`
-    if it was stamped so (a run outside the schedule), else `pending` (a schedule fire,
-    whose publication its trigger tells: `SqlTriggerStore.outcome_recorded`)."""
-    unstamped = fr.c.published_at.is_(None)
-    return {
-        "state": case((unstamped, FiredState.PENDING.value), else_=FiredState.PUBLISHED.value),
-        "state_rank": case((unstamped, FIRED_RANK[FiredState.PENDING]), else_=FIRED_RANK[FiredState.PUBLISHED]),
-        "message": "",
-        "result_at": None,
-    }
 
 
 def published_by_outcome(t: Tables) -> ColumnElement[bool]:

@@ -24,8 +24,9 @@ from scheduler_core.store.rows import (
     MESSAGE_MAX,
     PROVISIONAL_SKIP_RANK,
     fired_row,
+    unskipped_values,
 )
-from scheduler_core.store.sql import SqlTriggerStore, unskipped_values
+from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.supersede import MESSAGE_PREFIX, Supersede, SupersedeRelay, skip_message
 
 

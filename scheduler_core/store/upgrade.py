@@ -9,10 +9,11 @@ added that way is refused with the table and column named, never guessed at.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Table, inspect
+from sqlalchemy import Column, MetaData, Table, insert, inspect, select
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
+from scheduler_core.stops import Cause, Window, windows_to_text
 from scheduler_core.store.schema import Tables
 
 
@@ -47,3 +48,37 @@ def add_missing_columns(engine: Engine, tables: Tables) -> list[str]:
             conn.exec_driver_sql(f"ALTER TABLE {q(table.name)} ADD COLUMN {q(col.name)} {kind} NULL")
             added.append(f"{table.name}.{col.name}")
     return added
+
+
+OLD_FENCE_TABLE = "dus_business_fence"
+
+
+def carry_business_fences(engine: Engine, tables: Tables, present: set[str]) -> list[str]:
+    """A store of before the stops (`scheduler_core.stops`) kept each business's rollback
+    fence in a table of its own; its fences become rollback windows of the business's stop
+    (a business that has a stop row already keeps it: it was written by this version).
+    The old table is left in place, unread. Returns "dus_business_fence -> dus_stop" when
+    rows were carried."""
+    if OLD_FENCE_TABLE not in present:
+        return []
+    old = Table(OLD_FENCE_TABLE, MetaData(), autoload_with=engine)
+    st = tables.stop
+    carried = 0
+    with engine.begin() as conn:
+        have = {k for (k,) in conn.execute(select(st.c.scope_key).where(st.c.scope == "business"))}
+        for row in conn.execute(select(old)).all():
+            if row.biz_code in have:
+                continue
+            until = None if row.until_at is None else int(row.until_at)
+            window = Window(int(row.from_at), until, Cause.ROLLBACK)
+            conn.execute(
+                insert(st).values(
+                    scope="business",
+                    scope_key=row.biz_code,
+                    windows=windows_to_text((window,)),
+                    epoch=int(row.epoch),
+                    updated_at=int(row.updated_at),
+                )
+            )
+            carried += 1
+    return [f"{OLD_FENCE_TABLE} -> dus_stop ({carried} fence(s))"] if carried else []

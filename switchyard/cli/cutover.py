@@ -15,6 +15,8 @@ from migrator.cutover import BusinessSwitch, SwitchReport
 from migrator.ownership import PROBLEMS
 from readers.timezones import LegacyZones
 from scheduler_core.ports import MessageBus
+from scheduler_core.stops import Scope
+from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
@@ -22,6 +24,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.freezes import standing_freezes
 from switchyard.cli.names import known_business
 from switchyard.cli.options import legacy_zone_options, store_url
+from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
@@ -320,9 +323,24 @@ def rollback(
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
         report = sw.rollback(biz_code, actor=actor, reason=reason)
     _emit(report, as_json)
+    if report.fence_at and not as_json:
+        _tell_fence_reach(url, biz_code, bus_args)
     if not report.ok:
         # never a success on a hand-over that left jobs behind: each is named above
         raise SystemExit(exitcodes.FAILED)
+
+
+def _tell_fence_reach(url: str, biz_code: str, bus_args: _BusArgs) -> None:
+    """How the rollback's fence reaches the executors: broadcast here with a bus, and
+    relayed from the store by whoever holds the bus; a warning when neither happened."""
+    store = open_store(url)
+    try:
+        stops = SqlStops(store)
+        stop = stops.stop_of(Scope.BUSINESS, biz_code)
+        reach = await_relay(stops, [stop] if stop is not None else [], bus_args.reaches_executors)
+    finally:
+        store.engine.dispose()
+    tell(reach)
 
 
 @click.command("start")

@@ -88,4 +88,11 @@ def demo(workdir: Path, as_json: bool) -> None:
             f"{rb.invoked_at_or_after_fence} at or after the fence; {rb.fenced} published command(s) "
             "recorded as skipped"
         )
+    pz = result.pause
+    if pz.paused_from:
+        click.echo(
+            f"pause of {pz.job_code} ({pz.biz_code}, in dual-run) from {pz.paused_from}: {pz.published_ahead} "
+            f"published command(s) recorded skipped, {pz.invoked_in_pause} invocation(s) in the pause; resumed "
+            f"from {pz.resumed_from}: {pz.ran_after_resume} occurrence(s) ran, {pz.doubled_after_resume} twice"
+        )
     click.echo(f"overview report: {result.overview}")

@@ -207,7 +207,6 @@ def _relays(
     scope: RelayScope,
     name: str,
 ) -> list[Relay]:
-    from scheduler_core.fence import FenceRelay
     from scheduler_core.stops import StopRelay
     from scheduler_core.store.stops import SqlStops
     from scheduler_core.store.supersedes import supersede_relay
@@ -215,7 +214,6 @@ def _relays(
     return [
         StopRelay(SqlStops(store), bus, scope, name).relay,
         supersede_relay(store, bus, settings, metrics, scope).relay,
-        FenceRelay(store, bus, scope).relay,
     ]
 
 

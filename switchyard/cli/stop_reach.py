@@ -37,8 +37,7 @@ def await_relay(store: StopStore, stops: Sequence[Stop], broadcast: bool, wait: 
         return Reach(broadcast, "", None)
     deadline = time.monotonic() + wait.total_seconds()
     while True:
-        now = {(s.scope, s.key): s for s in store.stops()}
-        seen = [now.get((s.scope, s.key)) for s in stops]
+        seen = [store.stop_of(s.scope, s.key) for s in stops]
         done = [s for s, want in zip(seen, stops, strict=True) if s is not None and s.relayed_epoch >= want.epoch]
         if len(done) == len(stops):
             last = max(done, key=lambda s: s.relayed_ms or 0)

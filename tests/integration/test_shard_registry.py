@@ -29,7 +29,7 @@ from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.election.registry import EtcdRegistry
 from scheduler_core.errors import ElectionError
-from scheduler_core.fence import Fence, decode_fence, skip_message
+from scheduler_core.fence import Fence, decode_fence
 from scheduler_core.model import Job, JobCode
 from scheduler_core.ports import Partition, partition_fence
 from scheduler_core.store.engine import make_engine
@@ -279,7 +279,7 @@ def test_members_cli_shows_partitions_and_epochs(tmp_path: Path) -> None:
             assert fences() == shown
             # a fence in the store only (a rollback whose broadcast failed): relayed once
             at_ms = int(time.time() * 1000) + 60_000
-            fence, _ = store.raise_business_fence("relayed", at_ms, skip_message(at_ms))
+            fence, _ = store.raise_business_fence("relayed", at_ms)
             assert until(lambda: fence in heard, 30), f"no member relayed the stored fence: {heard}"
             time.sleep(2)  # ten relay rounds of each member
             assert heard.count(fence) == 1, f"the fence was relayed more than once: {heard}"

@@ -11,6 +11,7 @@ client of its own, as an executor is) takes to hear each stop, over 20 stops."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -183,7 +184,8 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
     executor: Invocations | None = None
     rounds: list[Round] = []
     try:
-        start_ms = min(anchors.values())
+        min(anchors.values())
+
         def ahead() -> int:
             now = to_ms(_now())
             return len(_records(store, now + 2000, now + 60_000))
@@ -223,7 +225,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
             time.sleep(RESUME_LEAD.total_seconds() + 0.6)
 
         stopped = set().union(*(_occurrences(anchors, w.s_ms, w.r_ms) for w in rounds))
-        clear = set().union(*(_occurrences(anchors, w.r_ms, n.s_ms) for w, n in zip(rounds, rounds[1:], strict=False)))
+        clear = set().union(*(_occurrences(anchors, w.r_ms, n.s_ms) for w, n in itertools.pairwise(rounds)))
         span = (rounds[0].s_ms, rounds[-1].r_ms)
 
         def settled() -> bool:
@@ -246,8 +248,8 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
         assert not late, f"invoked for an occurrence at or after S = {w.s_ms}: {late[:5]}"
     recs = _records(store, *span)
     for key in stopped:
-        r = recs[key]
-        assert is_stop_skip(r.state, r.message), f"{key} in a pause is {r.state.value} {r.message!r}"
+        rec = recs[key]
+        assert is_stop_skip(rec.state, rec.message), f"{key} in a pause is {rec.state.value} {rec.message!r}"
     not_run = sorted(k for k in clear if k not in ran)
     assert not not_run, f"{len(not_run)} occurrence(s) between pauses did not run: {not_run[:5]}"
     assert all(recs[k].state.value == "succeeded" for k in clear)
@@ -255,9 +257,9 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
     # how soon a follower heard each pause (the slowest of its ten triggers), from the return
     latencies = []
     for w in rounds[1:]:
-        got = [heard.get((key, epoch)) for key, epoch in w.epochs.items()]
-        assert all(g is not None for g in got), "a stop never reached the follower"
-        latencies.append(max(g for g in got if g is not None) - w.returned_ms)
+        heard_at = [heard.get((key, epoch)) for key, epoch in w.epochs.items()]
+        assert all(g is not None for g in heard_at), "a stop never reached the follower"
+        latencies.append(max(g for g in heard_at if g is not None) - w.returned_ms)
     print(
         f"\nstops under the single leader (relayed from the store): a follower heard each of {STOPS} pauses "
         f"p50 {statistics.median(latencies):.0f} ms, max {max(latencies)} ms after the call returned; "

@@ -46,6 +46,13 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert rb.invoked_at_or_after_fence == 0, rb
     assert rb.last_invocation_s <= 10, rb
     assert as_json["rollback"]["invoked_at_or_after_fence"] == 0
+    # an operator's pause of a job of a business in dual-run stops it at once, whatever was
+    # published a lookahead ahead, and its resume runs each later occurrence once (issue 27)
+    pz = result.pause
+    assert pz.job_code and pz.paused_from and pz.resumed_from, pz
+    assert pz.published_ahead > 0 and pz.skipped > 0, pz
+    assert pz.invoked_in_pause == 0 and as_json["pause"]["invoked_in_pause"] == 0, pz
+    assert pz.ran_after_resume > 0 and pz.doubled_after_resume == 0, pz
     assert result.quarantined > 0 and result.migrated > 0
     overview = Path(result.overview)
     assert overview.exists() and "<html" in overview.read_text().lower()

@@ -19,11 +19,13 @@ from migrator.target import TargetWriter
 from scheduler_core.clock import ManualClock
 from scheduler_core.control import Relay, RelayScope
 from scheduler_core.errors import BusError
-from scheduler_core.fence import FenceRelay, decode_fence, skip_message
+from scheduler_core.fence import decode_fence
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Election
 from scheduler_core.scheduler import Scheduler
+from scheduler_core.stops import StopRelay
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import RECENT, Supersede, decode_supersede
 from scheduler_core.times import to_ms
@@ -88,7 +90,7 @@ class _Process:
         def relays(scope: RelayScope) -> Sequence[Relay]:
             return [
                 supersede_relay(h.store, h.bus, h.settings, SchedulerMetrics(), scope).relay,
-                FenceRelay(h.store, h.bus, scope).relay,
+                StopRelay(SqlStops(h.store), h.bus, scope).relay,
                 counted,  # last: a round counted here has run the relays before it
             ]
 
@@ -154,7 +156,7 @@ def test_a_leader_again_relays_what_was_stored_while_it_followed(h: Harness, b: 
     (edit,) = SqlSupersedes(h.store).supersedes()
     assert edit.pending_ms and edit.skipped_ms
     at = h.clock.now() + timedelta(minutes=5)
-    fence, _marked = h.store.raise_business_fence("biz-f", to_ms(at), skip_message(to_ms(at)))  # its broadcast failed
+    fence, _marked = h.store.raise_business_fence("biz-f", to_ms(at))  # its broadcast failed
     if a_published:
         # A's relay published the new schedule's runs, then its broadcast failed
         mine = supersede_relay(h.store, control_away(h.bus), h.settings, SchedulerMetrics())

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
@@ -26,6 +26,7 @@ from scheduler_core.fence import Fence, FenceService, decode_fence, encode_fence
 from scheduler_core.model import CommandId, Epoch, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import ControlFeed, FiredUpdate
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
 from tests.harness import Harness, make_harness, stored_id
@@ -124,9 +125,13 @@ def test_lifting_closes_the_fence_and_records_after_it_wait_for_their_result_aga
     assert got[CommandId("after-pending")].state is FiredState.PENDING
     service.lift_fence("never-fenced", lift)  # nothing to lift: no row, no message
     assert service.fence_of("never-fenced") is None
-    # raising again opens it from the new F, with a later epoch
-    service.raise_fence("biz-a", lift)
-    assert service.fence_of("biz-a") == Fence("biz-a", to_ms(lift), None, 3)
+    # raising again opens it from the new F, with a later epoch; the first window stands
+    # beside it (a fence is a stop: its windows add up, none replaces another)
+    view = FenceView(h.bus)
+    service.raise_fence("biz-a", lift + timedelta(seconds=60))
+    assert service.fence_of("biz-a") == Fence("biz-a", to_ms(lift + timedelta(seconds=60)), None, 3)
+    assert view.covering("biz-a", to_ms(f + timedelta(seconds=10))) is not None, "the first window still holds"
+    assert view.covering("biz-a", to_ms(lift + timedelta(seconds=10))) is None, "between the windows: runs"
 
 
 def test_a_provisional_skip_gives_way_to_what_really_ran_but_a_final_skip_stays(
@@ -156,14 +161,27 @@ def test_a_provisional_skip_gives_way_to_what_really_ran_but_a_final_skip_stays(
     assert got[CommandId(command_id(2, at, 0))].state is FiredState.SKIPPED
 
 
-def test_an_existing_database_gains_the_fence_table_at_init(tmp_path: Path) -> None:
+def test_a_store_from_before_the_stops_gains_dus_stop_and_keeps_its_fences(tmp_path: Path) -> None:
+    """A store of the previous version kept each business's fence in dus_business_fence;
+    `db init` creates dus_stop and carries every fence over as a rollback window."""
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
     init_schema(engine, 4)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE dus_business_fence"))  # a store from before the fence
+        conn.execute(text("DROP TABLE dus_stop"))  # a store from before the stops
+        conn.execute(
+            text(
+                "CREATE TABLE dus_business_fence (biz_code VARCHAR(64) PRIMARY KEY, from_at BIGINT NOT NULL, "
+                "until_at BIGINT, epoch BIGINT NOT NULL, updated_at BIGINT NOT NULL)"
+            )
+        )
+        conn.execute(text("INSERT INTO dus_business_fence VALUES ('biz-a', 1000, NULL, 4, 5), ('biz-b', 10, 20, 2, 5)"))
     report = init_schema(engine)
-    assert report.created == ["dus_business_fence"] and report.ok
-    assert "dus_business_fence" in inspect(engine).get_table_names()
+    assert report.created == ["dus_stop"] and report.ok
+    assert report.upgraded == ["dus_business_fence -> dus_stop (2 fence(s))"]
+    store = SqlTriggerStore(engine, SystemClock())
+    assert store.business_fence("biz-a") == Fence("biz-a", 1000, None, 4)
+    assert store.business_fence("biz-b") == Fence("biz-b", 10, 20, 2)
+    assert init_schema(engine).upgraded == [], "carried once"
 
 
 def test_fence_messages_round_trip_and_a_later_epoch_wins(clock: ManualClock) -> None:

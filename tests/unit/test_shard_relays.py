@@ -20,10 +20,11 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.control import RelayScope, relay_round
 from scheduler_core.election.local_registry import LocalRegistry, LocalRegistryGroup
 from scheduler_core.executor.fences import FenceView
-from scheduler_core.fence import FenceRelay, skip_message
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.ports import partition_fence, partition_of
 from scheduler_core.shards import ShardedScheduler
+from scheduler_core.stops import StopRelay
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
 from switchyard.wiring import migrator_store
@@ -45,7 +46,7 @@ def _member(h: Harness, group: LocalRegistryGroup, name: str) -> ShardedSchedule
     def relays(scope: RelayScope) -> list[object]:
         return [
             supersede_relay(h.store, h.bus, h.settings, SchedulerMetrics(), scope).relay,
-            FenceRelay(h.store, h.bus, scope).relay,
+            StopRelay(SqlStops(h.store), h.bus, scope).relay,
         ]
 
     m = ShardedScheduler(
@@ -166,7 +167,7 @@ def test_the_stored_fences_are_relayed_by_the_owner_of_the_lowest_partition_only
     h.bus.follow_control(heard.append)
     view = FenceView(h.bus)
     at = h.clock.now() + timedelta(seconds=5)
-    fence, _marked = h.store.raise_business_fence("biz-a", to_ms(at), skip_message(to_ms(at)))  # no broadcast
+    fence, _marked = h.store.raise_business_fence("biz-a", to_ms(at))  # no broadcast
     _relay(a, b)
     _relay(a, b)
     assert view.by_business.get("biz-a") == fence, "a member relayed the stored fence"

@@ -378,3 +378,70 @@ def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_pa
     assert row["frozen"] is None
     res = runner.invoke(cli, ["unfreeze", "--business", biz, "--url", url])
     assert res.exit_code == 1 and "is not frozen" in res.output
+
+
+def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_path: Path) -> None:
+    """Issue 27: a rollback run without --bus raised its fence in the store only and said
+    nothing; it now waits for a relay's record and warns when nobody holding the bus
+    relayed it, or names who did."""
+    import threading
+
+    from migrator.ports import GateDecision
+    from switchyard.cli import cli
+    from tests.migration_env import FixedGate, migrated_xxljob
+
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    clock = env.migrator.clock
+    sw = env.xxl_switch(
+        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
+        max_verdict_age=timedelta(days=9999),
+    )
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops")
+    url, legacy = str(env.store.engine.url), str(env.legacy.url)
+    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"])
+    assert res.exit_code == 0, res.output
+    assert "no process holding the bus" in res.output, res.output
+    # with a process relaying (a scheduler leader or serve on the same store): named
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops")
+    from scheduler_core.bus.memory import InProcessBus
+
+    relay = StopRelay(SqlStops(env.store), InProcessBus(clock), name="leader-7")
+    done = threading.Event()
+
+    def relaying() -> None:
+        while not done.wait(0.1):
+            relay.relay()
+
+    th = threading.Thread(target=relaying, daemon=True)
+    th.start()
+    try:
+        res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "y"])
+    finally:
+        done.set()
+        th.join(timeout=5)
+    assert res.exit_code == 0, res.output
+    assert "relayed by leader-7" in res.output, res.output
+
+
+def test_a_relay_reads_the_store_whole_once_then_only_what_changed_lately(tmp_path: Path, clock: ManualClock) -> None:
+    h = make_harness(tmp_path, clock)
+    stops = StopService(SqlStops(h.store))
+    for tid in range(1, 6):
+        stops.stop(Scope.TRIGGER, str(tid), clock.now(), Cause.PAUSE)
+    clock.advance(timedelta(minutes=10))
+    reads: list[timedelta | None] = []
+
+    class Counting(SqlStops):
+        def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
+            reads.append(changed_within)
+            return super().stops(changed_within)
+
+    relay = StopRelay(Counting(h.store), h.bus, name="r")
+    assert relay.relay() == 5, "a new relay carries every stored stop"
+    stops.stop(Scope.TRIGGER, "9", clock.now(), Cause.PAUSE)
+    assert relay.relay() == 1, "then what changed lately"
+    assert reads[0] is None and reads[1] is not None
+    view = FenceView(h.bus)
+    assert len(view.stops.by_scope) == 6

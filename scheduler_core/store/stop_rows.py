@@ -1,0 +1,154 @@
+"""The writes of `dus_stop` inside a caller's transaction: one window opened or closed, and
+the fired records it covers marked skipped or revived in the same transaction. Shared by
+`SqlStops` (operators' stops) and `SqlTriggerStore`'s rollback fences, which are windows
+of the same rows (`scheduler_core.stops`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import insert, select, true, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import ColumnElement
+
+from scheduler_core.model import FiredState
+from scheduler_core.stops import RETAIN, Applied, Cause, Scope, Stop, Window, windows_from_text, windows_to_text
+from scheduler_core.store.rows import FINAL_RANK, MESSAGE_MAX, PROVISIONAL_SKIP_RANK, unskipped_values
+from scheduler_core.store.schema import Tables
+
+
+def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: Window, now: int) -> Applied:
+    """The window added to the scope's row with the next epoch, and the scope's fired
+    records at or after its start not final yet marked skipped provisionally (at the rank
+    of `received`: an executor's final result, skipped or what really ran before the stop
+    reached it, still moves them). A window of the same cause already open: an operator's
+    stop stands as it is (`changed` False); a rollback's fence moves to the new start."""
+    row = _locked_row(conn, t.stop, scope, key, now)
+    windows = _kept(windows_from_text(row.windows), now)
+    standing = next((w for w in windows if w.open and w.cause is window.cause), None)
+    if standing is not None:
+        if window.cause is not Cause.ROLLBACK:
+            return Applied(stop_of_row(row, windows), standing, changed=False)
+        # raised again: the earlier window ends where the new one starts (gone if empty)
+        ended = dataclasses.replace(standing, until_ms=window.from_ms)
+        windows = tuple(
+            ended if w is standing else w for w in windows if w is not standing or window.from_ms > standing.from_ms
+        )
+    stop = _write(conn, t.stop, row, (*windows, window), now)
+    fr = t.fired
+    marked = conn.execute(
+        update(fr)
+        .where(_in_scope(fr, scope, key), fr.c.scheduled_at >= window.from_ms, fr.c.state_rank < FINAL_RANK)
+        .values(
+            state=FiredState.SKIPPED.value,
+            state_rank=PROVISIONAL_SKIP_RANK,
+            message=window.message[:MESSAGE_MAX],
+            result_at=now,
+        )
+    ).rowcount
+    return Applied(stop, window, changed=True, records=max(0, marked or 0))
+
+
+def close_window(
+    conn: Connection, t: Tables, scope: Scope, key: str, until_ms: int, causes: tuple[Cause, ...], now: int
+) -> Applied | None:
+    """The open window of one of `causes` ends at `until_ms` (next epoch); the records it
+    marked at or after `until_ms` wait for their executor's result again (a record another
+    window marked keeps that mark). None: no such window stands."""
+    st = t.stop
+    # the UPDATE first: it holds the row's lock until the end of the transaction
+    if not conn.execute(_touch(st, scope, key, now)).rowcount:
+        return None
+    row = conn.execute(select(st).where(st.c.scope == scope.value, st.c.scope_key == key)).one()
+    windows = windows_from_text(row.windows)
+    open_ = next((w for w in windows if w.open and w.cause in causes), None)
+    if open_ is None:
+        return None
+    closed = dataclasses.replace(open_, until_ms=max(open_.from_ms, until_ms))
+    stop = _write(conn, st, row, _kept(tuple(closed if w is open_ else w for w in windows), now), now)
+    fr = t.fired
+    revived = conn.execute(
+        update(fr)
+        .where(
+            _in_scope(fr, scope, key),
+            fr.c.scheduled_at >= closed.until_ms,
+            fr.c.state == FiredState.SKIPPED.value,
+            fr.c.state_rank == PROVISIONAL_SKIP_RANK,
+            fr.c.message == open_.message[:MESSAGE_MAX],
+        )
+        .values(**unskipped_values(fr))
+    ).rowcount
+    return Applied(stop, closed, changed=True, records=max(0, revived or 0))
+
+
+def read_stops(
+    conn: Connection, t: Tables, scope: Scope | None = None, key: str | None = None, since_ms: int | None = None
+) -> list[Stop]:
+    st = t.stop
+    stmt = select(st).order_by(st.c.scope, st.c.scope_key)
+    if since_ms is not None:
+        stmt = stmt.where(st.c.updated_at >= since_ms)
+    if scope is not None:
+        stmt = stmt.where(st.c.scope == scope.value)
+    if key is not None:
+        stmt = stmt.where(st.c.scope_key == key)
+    return [stop_of_row(r, windows_from_text(r.windows)) for r in conn.execute(stmt).all()]
+
+
+def _touch(st: Any, scope: Scope, key: str, now: int) -> Any:
+    return update(st).where(st.c.scope == scope.value, st.c.scope_key == key).values(updated_at=now)
+
+
+def _locked_row(conn: Connection, st: Any, scope: Scope, key: str, now: int) -> Any:
+    """The scope's row, locked for this transaction (inserted empty at epoch 0 if absent)."""
+    if not conn.execute(_touch(st, scope, key, now)).rowcount:
+        try:
+            with conn.begin_nested():  # a concurrent first stop of the scope may insert it first
+                conn.execute(insert(st).values(scope=scope.value, scope_key=key, windows="[]", epoch=0, updated_at=now))
+        except IntegrityError:
+            conn.execute(_touch(st, scope, key, now))
+    return conn.execute(select(st).where(st.c.scope == scope.value, st.c.scope_key == key)).one()
+
+
+def _write(conn: Connection, st: Any, row: Any, windows: tuple[Window, ...], now: int) -> Stop:
+    epoch = int(row.epoch) + 1
+    conn.execute(
+        update(st)
+        .where(st.c.scope == row.scope, st.c.scope_key == row.scope_key)
+        .values(windows=windows_to_text(windows), epoch=epoch, updated_at=now)
+    )
+    return dataclasses.replace(stop_of_row(row, windows), epoch=epoch, updated_ms=now)
+
+
+def _kept(windows: tuple[Window, ...], now: int) -> tuple[Window, ...]:
+    """Without the windows that ended more than RETAIN ago (or never began: empty)."""
+    horizon = now - int(RETAIN.total_seconds() * 1000)
+    return tuple(w for w in windows if w.until_ms is None or (w.until_ms >= horizon and w.until_ms > w.from_ms))
+
+
+def _in_scope(fr: Any, scope: Scope, key: str) -> ColumnElement[bool]:
+    if scope is Scope.TRIGGER:
+        return fr.c.trigger_id == int(key)  # type: ignore[no-any-return]
+    if scope is Scope.JOB:
+        return fr.c.job_code == key  # type: ignore[no-any-return]
+    if scope is Scope.BUSINESS:
+        return fr.c.biz_code == key  # type: ignore[no-any-return]
+    return true()
+
+
+def stop_of_row(row: Any, windows: tuple[Window, ...]) -> Stop:
+    return Stop(
+        scope=Scope(row.scope),
+        key=row.scope_key,
+        windows=windows,
+        epoch=int(row.epoch),
+        updated_ms=int(row.updated_at),
+        relayed_epoch=int(row.relayed_epoch or 0),
+        relayed_by=row.relayed_by or "",
+        relayed_ms=None if row.relayed_at is None else int(row.relayed_at),
+    )
+
+
+__all__ = ["close_window", "open_window", "read_stops", "stop_of_row"]
