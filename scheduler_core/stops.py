@@ -32,6 +32,7 @@ import enum
 import json
 import logging
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -50,6 +51,7 @@ KIND = "stop"
 # failed. A rollback's window says ROLLBACK_PREFIX instead (its occurrences are legacy's).
 MESSAGE_PREFIX = "stopped: "
 ROLLBACK_PREFIX = "rollback fence"
+EDIT_PREFIX = "superseded by a schedule edit"
 ALL_KEY = "*"
 # after its first round a relay reads only the stops changed this recently (far more than
 # a round, to cover clocks apart between hosts)
@@ -73,6 +75,9 @@ class Cause(enum.StrEnum):
     # a rollback's fence (`scheduler_core.fence`): the business's occurrences from F on are
     # legacy's; its windows say "rollback fence at F", which dual-run tells apart
     ROLLBACK = "rollback"
+    # a schedule edit (`scheduler_core.supersede`): one window per superseded occurrence of
+    # the old schedule, [T, T + 1 ms), saying "superseded by a schedule edit at E"
+    EDIT = "edit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class Window:
     cause: Cause
     actor: str = ""
     reason: str = ""
+    effective_ms: int | None = None  # a schedule edit's E (its windows start at the occurrences)
 
     def covers(self, scheduled_ms: int) -> bool:
         return self.from_ms <= scheduled_ms and (self.until_ms is None or scheduled_ms < self.until_ms)
@@ -98,13 +104,19 @@ class Window:
         lift revives only the records its own window marked)."""
         if self.cause is Cause.ROLLBACK:
             return rollback_message(self.from_ms)
+        if self.cause is Cause.EDIT:
+            return edit_message(self.from_ms if self.effective_ms is None else self.effective_ms)
         text = f"{MESSAGE_PREFIX}{self.cause.value} from {from_ms(self.from_ms).isoformat()}"
         if self.actor:
             text += f" by {self.actor}"
         return f"{text}: {self.reason}" if self.reason else text
 
     def to_json(self) -> dict[str, object]:
-        return {"f": self.from_ms, "u": self.until_ms, "c": self.cause.value, "a": self.actor, "r": self.reason}
+        body: dict[str, object] = {"f": self.from_ms, "u": self.until_ms, "c": self.cause.value}
+        for name, value in (("a", self.actor), ("r", self.reason), ("e", self.effective_ms)):
+            if value:  # an edit's many point windows stay small on the wire
+                body[name] = value
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, object]) -> Window:
@@ -115,6 +127,7 @@ class Window:
             cause=Cause(str(body["c"])),
             actor=str(body.get("a") or ""),
             reason=str(body.get("r") or ""),
+            effective_ms=None if body.get("e") is None else int(body["e"]),  # type: ignore[call-overload]
         )
 
 
@@ -152,16 +165,26 @@ class Stop:
         return scope_name(self.scope, self.key)
 
     def __str__(self) -> str:
-        spans = ", ".join(
-            f"{w.cause.value} [{from_ms(w.from_ms).isoformat()}, "
-            f"{'open' if w.until_ms is None else from_ms(w.until_ms).isoformat()})"
-            for w in self.windows
-        )
+        if len(self.windows) > 3:  # a schedule edit's point windows: counted, not listed
+            counts: dict[str, int] = {}
+            for w in self.windows:
+                counts[w.cause.value] = counts.get(w.cause.value, 0) + 1
+            spans = ", ".join(f"{n} {cause} window(s)" for cause, n in counts.items())
+        else:
+            spans = ", ".join(
+                f"{w.cause.value} [{from_ms(w.from_ms).isoformat()}, "
+                f"{'open' if w.until_ms is None else from_ms(w.until_ms).isoformat()})"
+                for w in self.windows
+            )
         return f"stop of {self.name} epoch {self.epoch}: {spans or 'no window'}"
 
 
 def rollback_message(from_ms_: int) -> str:
     return f"{ROLLBACK_PREFIX} at {from_ms(from_ms_).isoformat()}"
+
+
+def edit_message(effective_ms: int) -> str:
+    return f"{EDIT_PREFIX} at {from_ms(effective_ms).isoformat()}"
 
 
 def scope_name(scope: Scope, key: str) -> str:
@@ -239,8 +262,24 @@ class StopStore(Protocol):
     def stop_of(self, scope: Scope, key: str) -> Stop | None: ...
 
     @abstractmethod
-    def mark_relayed(self, stop: Stop, by: str) -> None:
-        """This stop's epoch is on the bus (kept only if newer than what is recorded)."""
+    def stops_of(self, scope: Scope, keys: list[str]) -> list[Stop]:
+        """The stops of these keys of one scope (those that exist)."""
+
+    @abstractmethod
+    def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
+        """`open_window` for many keys of one scope in one transaction; with the records
+        marked in all."""
+
+    @abstractmethod
+    def close_windows(
+        self, scope: Scope, keys: list[str], until_ms: int, causes: tuple[Cause, ...]
+    ) -> tuple[list[Applied], int]:
+        """`close_window` for many keys in one transaction (those with no such window left
+        out); with the records revived in all."""
+
+    @abstractmethod
+    def mark_relayed(self, stops: list[Stop], by: str) -> None:
+        """These stops' epochs are on the bus (each kept only if newer than recorded)."""
 
 
 @dataclass
@@ -293,6 +332,28 @@ class StopService:
             log.info("stored the %s; %d fired record(s) marked skipped", applied.stop, applied.records)
         return applied
 
+    def stop_many(
+        self, scope: Scope, keys: list[str], at: datetime | int, cause: Cause, actor: str = "", reason: str = ""
+    ) -> tuple[list[Applied], int]:
+        """`stop` of many keys of one scope in one transaction (a pause of every trigger of
+        a job); with the records marked in all."""
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied, marked = self.store.open_windows(scope, keys, Window(at_ms, None, cause, actor, reason))
+        for a in applied:
+            if a.changed:
+                self._broadcast(a.stop)
+        log.info("stored %d %s stop(s) from %s; %d fired record(s) marked skipped", len(keys), cause, at_ms, marked)
+        return applied, marked
+
+    def lift_many(
+        self, scope: Scope, keys: list[str], at: datetime | int, causes: tuple[Cause, ...]
+    ) -> tuple[list[Applied], int]:
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied, revived = self.store.close_windows(scope, keys, at_ms, causes)
+        for a in applied:
+            self._broadcast(a.stop)
+        return applied, revived
+
     def lift(self, scope: Scope, key: str, at: datetime | int, causes: tuple[Cause, ...]) -> Applied | None:
         at_ms = at if isinstance(at, int) else to_ms(at)
         applied = self.store.close_window(scope, key, at_ms, causes)
@@ -312,12 +373,24 @@ class StopRelay:
     bus, every RELAY_EVERY; `scope`: whether this process relays the business-wide
     control messages (`scheduler_core.control`)."""
 
-    def __init__(self, store: StopStore, bus: MessageBus, scope: RelayScope = EVERYTHING, name: str = "") -> None:
+    def __init__(
+        self,
+        store: StopStore,
+        bus: MessageBus,
+        scope: RelayScope = EVERYTHING,
+        name: str = "",
+        settle: Callable[[list[Stop]], list[Stop]] | None = None,
+    ) -> None:
         self.store = store
         self.scope = scope
         self.name = name
         self.broadcasts = ControlBroadcasts(bus)
         self._whole_read: int | None = None  # the scope's generation at the last whole read
+        # what brings the triggers' states in line with their stops (a pause given while a
+        # trigger was being fired: `scheduler_core.operations.settle`); its answer, the
+        # stops still unsettled, is tried again every round
+        self.settle = settle
+        self._unsettled: dict[tuple[Scope, str], Stop] = {}
 
     def relay(self) -> int:
         if not self.scope.business_wide():
@@ -329,18 +402,25 @@ class StopRelay:
         # triggers is not read whole every few hundred ms
         generation = self.scope.generation()
         whole = self._whole_read != generation
-        sent = 0
-        for stop in self.store.stops(None if whole else RECENT):
+        sent: list[Stop] = []
+        read = self.store.stops(None if whole else RECENT)
+        for stop in read:
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
-                sent += 1
-                if stop.relayed_epoch < stop.epoch:
-                    self.store.mark_relayed(stop, self.name)
+                sent.append(stop)
+                log.info("broadcast the %s", stop)
+        unrecorded = [s for s in sent if s.relayed_epoch < s.epoch]
+        if unrecorded:
+            self.store.mark_relayed(unrecorded, self.name)
         self._whole_read = generation
-        return sent
+        if self.settle is not None:
+            candidates = {(s.scope, s.key): s for s in (*self._unsettled.values(), *read)}
+            self._unsettled = {(s.scope, s.key): s for s in self.settle(list(candidates.values()))}
+        return len(sent)
 
 
 __all__ = [
     "ALL_KEY",
+    "EDIT_PREFIX",
     "KIND",
     "MESSAGE_PREFIX",
     "RETAIN",
@@ -355,6 +435,7 @@ __all__ = [
     "StopStore",
     "Window",
     "decode_stop",
+    "edit_message",
     "encode_stop",
     "is_stop_skip",
     "rollback_message",

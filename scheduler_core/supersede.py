@@ -14,15 +14,15 @@ from about now + 5 s; the new side applies it from E = now + a margin the same w
   already published command and is published no second time.
 
 The edit writes both lists to the store (`dus_trigger_supersede`, one row per trigger,
-its epoch grown by every edit) in the transaction of the edit itself. Executors learn of
-superseded commands only through the bus's control channel, as they learn of rollback
-fences (`scheduler_core.fence`): a second kind of control message, per trigger, listing
-the superseded scheduled times (every item of such a time is superseded). The process
-with the bus (`SupersedeRelay`: the scheduler leader, `switchyard serve`, or under the
-shard registry the owner of the trigger's partition, see `scheduler_core.control`) reads the
-store every few hundred ms, publishes what is pending and broadcasts what is new, well
-inside the margin. Store first, then the bus: a crash between the steps loses nothing,
-the next relay round does it again with the same ids.
+its epoch grown by every edit) in the transaction of the edit itself. The superseded
+times are a stop (`scheduler_core.stops`, the one mechanism of every stop): windows
+[T, T + 1 ms) of cause "edit" of the trigger's stop, written in the same transaction,
+which the executors learn on the bus's control channel as every other stop (`StopRelay`).
+The pending runs are published by the process with the bus (`SupersedeRelay`: the
+scheduler leader, `switchyard serve`, or under the shard registry the owner of the
+trigger's partition, see `scheduler_core.control`), which reads the store every few
+hundred ms, well inside the margin. Store first, then the bus: a crash between the
+steps loses nothing, the next relay round does it again with the same ids.
 """
 
 from __future__ import annotations
@@ -31,28 +31,19 @@ import logging
 from abc import abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Protocol
 
-from scheduler_core.control import (
-    EVERYTHING,
-    RELAY_EVERY,
-    ControlBroadcasts,
-    Owned,
-    RelayScope,
-    decode_control,
-    encode_control,
-)
+from scheduler_core.control import EVERYTHING, RELAY_EVERY, Owned, RelayScope
 from scheduler_core.model import CommandId, Epoch, FiredRecord, Job, JobCode, Trigger, TriggerId
-from scheduler_core.ports import BusMessage, MessageBus
+from scheduler_core.ports import BusMessage
+from scheduler_core.stops import EDIT_PREFIX, edit_message
 from scheduler_core.times import from_ms
 
 log = logging.getLogger(__name__)
 
-KIND = "supersede"
 # Every fired record and result skipped by a schedule edit carries a message starting with
 # this (dual-run tells it from a misfire policy's skip by it).
-MESSAGE_PREFIX = "superseded by a schedule edit"
+MESSAGE_PREFIX = EDIT_PREFIX
 # E = now + MARGIN: like the legacy admin's pre-read (5 s), and long enough for the relay
 # (every control.RELAY_EVERY) and the executors to hear of it before E.
 MARGIN = timedelta(seconds=5)
@@ -62,7 +53,7 @@ RECENT = timedelta(minutes=2)
 
 
 def skip_message(effective_ms: int) -> str:
-    return f"{MESSAGE_PREFIX} at {from_ms(effective_ms).isoformat()}"
+    return edit_message(effective_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,31 +81,6 @@ class Supersede:
             f"{from_ms(self.effective_ms).isoformat()}: {len(self.skipped_ms)} superseded, "
             f"{len(self.pending_ms)} pending, epoch {self.epoch}"
         )
-
-
-def encode_supersede(s: Supersede) -> bytes:
-    return encode_control(
-        KIND, {"b": s.biz_code, "t": s.trigger_id, "f": s.effective_ms, "s": sorted(s.skipped_ms), "e": s.epoch}
-    )
-
-
-def decode_supersede(payload: bytes) -> Supersede | None:
-    """The supersede of a control message; None for a control message of another kind.
-    Raises ValueError for a malformed one."""
-    body = decode_control(payload, KIND)
-    if body is None:
-        return None
-    try:
-        return Supersede(
-            trigger_id=int(body["t"]),
-            biz_code=str(body["b"]),
-            effective_ms=int(body["f"]),
-            skipped_ms=frozenset(int(x) for x in body["s"]),
-            pending_ms=(),
-            epoch=int(body["e"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed supersede message: {exc}") from exc
 
 
 class SupersedeStore(Protocol):
@@ -157,15 +123,15 @@ class PendingRuns(Protocol):
 
 
 class SupersedeRelay:
-    """Publishes the pending runs of the stored supersedes and broadcasts those this bus
-    has not carried yet. Call `relay()` every RELAY_EVERY. `scope`: the triggers this
-    process relays, and under which ownership (`scheduler_core.control`)."""
+    """Publishes the pending runs of the stored supersedes (their superseded times reach
+    the executors as the trigger's stop, through `StopRelay`). Call `relay()` every
+    RELAY_EVERY. `scope`: the triggers this process relays, and under which ownership
+    (`scheduler_core.control`)."""
 
     def __init__(
         self,
         supersedes: SupersedeStore,
         triggers: TriggersAndJobs,
-        bus: MessageBus,
         runs: PendingRuns,
         scope: RelayScope = EVERYTHING,
     ) -> None:
@@ -173,16 +139,14 @@ class SupersedeRelay:
         self.triggers = triggers
         self.runs = runs
         self.scope = scope
-        self.broadcasts = ControlBroadcasts(bus)
         self._whole_read: int | None = None  # the scope's generation at the last whole read
 
     def relay(self) -> int:
-        """One round; returns how many supersedes were broadcast."""
-        sent = 0
+        """One round; returns how many supersedes had pending runs to publish."""
+        published = 0
         # the first round (and the first after this process took over more triggers) reads
-        # every row: a new relay broadcasts them all again (a broker that lost its data, a
-        # bus this relay never carried them on, a previous owner that died before its
-        # broadcast); later rounds only the rows changed lately, so a store with many
+        # every row: a previous owner may have died before publishing; later rounds only
+        # the rows changed lately and those with runs still pending, so a store with many
         # edited triggers is not read whole every few hundred ms
         generation = self.scope.generation()
         whole = self._whole_read != generation
@@ -192,11 +156,9 @@ class SupersedeRelay:
                 continue  # another process relays this trigger
             if s.pending_ms:
                 self._publish_pending(s, owned)
-            if self.broadcasts.send(s.biz_code, s.trigger_id, s.epoch, partial(encode_supersede, s)):
-                sent += 1
-                log.info("broadcast the %s", s)
+                published += 1
         self._whole_read = generation  # only once a whole round went through
-        return sent
+        return published
 
     def _publish_pending(self, s: Supersede, owned: Owned) -> None:
         trigger = self.triggers.get_trigger(TriggerId(s.trigger_id))
@@ -227,14 +189,11 @@ def _scheduled_of(m: BusMessage) -> int | None:
 
 
 __all__ = [
-    "KIND",
     "MARGIN",
     "MESSAGE_PREFIX",
     "RELAY_EVERY",
     "Supersede",
     "SupersedeRelay",
     "SupersedeStore",
-    "decode_supersede",
-    "encode_supersede",
     "skip_message",
 ]

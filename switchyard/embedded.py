@@ -31,7 +31,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
+from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
@@ -246,7 +248,9 @@ class EmbeddedCenter:
             name="results",
             daemon=True,
         )
-        stops = StopRelay(SqlStops(self.store), self.bus, name=f"serve {self.name}")
+        stops = StopRelay(
+            SqlStops(self.store), self.bus, name=f"serve {self.name}", settle=partial(operations.settle, self.store)
+        )
         fences = stops.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
         edits.relay()

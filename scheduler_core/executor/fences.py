@@ -1,11 +1,10 @@
 """What an executor knows of the stops (`scheduler_core.stops`: operators' pauses,
-cancels and freezes, and rollback fences, which are stops too) and of the schedule edits
-(`scheduler_core.supersede`), learnt from the bus's control channel without reaching the
-store.
+cancels and freezes, rollback fences and the times schedule edits superseded, which are
+all stops), learnt from the bus's control channel without reaching the store.
 
 The executor asks two things: before taking messages, whether the view is in sync (if
 not, a stop may exist that it has not heard of: the messages go back to the bus); and
-per run, whether a stop or an edit covers its fire time. The second is on the hot path,
+per run, whether a stop covers its fire time. The second is on the hot path,
 so the indexes are plain dicts never changed in place: an update builds a new one and
 swaps it in, and a reader needs no lock.
 """
@@ -20,7 +19,6 @@ from datetime import timedelta
 from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.ports import ControlFeed, MessageBus
 from scheduler_core.stops import Cause, Scope, Stop, StopIndex, Window, decode_stop
-from scheduler_core.supersede import Supersede, decode_supersede
 
 log = logging.getLogger(__name__)
 # How long a new executor waits for its first catch-up before it starts anyway (holding
@@ -30,9 +28,8 @@ INITIAL_SYNC = timedelta(seconds=10)
 
 class FenceView:
     def __init__(self, bus: MessageBus, *, initial_sync: timedelta = INITIAL_SYNC) -> None:
-        # schedule edits (scheduler_core.supersede) per trigger id; swapped whole
-        self.superseded: dict[int, Supersede] = {}
-        # every stop by scope (pause, cancel, freeze, rollback); swapped whole too
+        # every stop by scope (pause, cancel, freeze, rollback, a schedule edit's superseded
+        # times); swapped whole on a change
         self.stops = StopIndex()
         # (scope, key, epoch) -> when this follower heard it (ms, this host's clock): what
         # the stop-latency figures measure
@@ -67,10 +64,17 @@ class FenceView:
                 return Fence(biz_code, w.from_ms, w.until_ms, stop.epoch, stop)
         return None
 
-    def superseding(self, trigger_id: int, scheduled_ms: int) -> Supersede | None:
-        """The schedule edit that skips a command of `trigger_id` due at `scheduled_ms`, if any."""
-        s = self.superseded.get(trigger_id)
-        return s if s is not None and s.covers(scheduled_ms) else None
+    def superseding(self, trigger_id: int, scheduled_ms: int) -> Window | None:
+        """The schedule edit's window that skips a command of `trigger_id` due at
+        `scheduled_ms`, if any."""
+        stop = self.stops.by_scope.get((Scope.TRIGGER, str(trigger_id)))
+        w = None if stop is None else stop.covering(scheduled_ms)
+        return w if w is not None and w.cause is Cause.EDIT else None
+
+    def superseded_ms(self, trigger_id: int) -> set[int]:
+        """Every occurrence of the trigger a schedule edit superseded, as this follower knows."""
+        stop = self.stops.by_scope.get((Scope.TRIGGER, str(trigger_id)))
+        return set() if stop is None else {w.from_ms for w in stop.windows if w.cause is Cause.EDIT}
 
     def stopping(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
         """The stop window (an operator's or a rollback's) that skips this command, if any."""
@@ -79,14 +83,11 @@ class FenceView:
     def _on_message(self, payload: bytes) -> None:
         try:
             stop = decode_stop(payload)
-            edit = None if stop is not None else decode_supersede(payload)
         except ValueError as exc:
             log.error("ignoring a malformed control message: %s", exc)
             return
         if stop is not None:
             self._on_stop(stop)
-        elif edit is not None:
-            self._on_supersede(edit)
 
     def _on_stop(self, stop: Stop) -> None:
         with self._lock:
@@ -95,16 +96,6 @@ class FenceView:
             self.stops = self.stops.with_stop(stop)  # one reference swap: readers see old or new, whole
             self.heard[(stop.scope.value, stop.key, stop.epoch)] = int(time.time() * 1000)
         log.info("now following the %s", stop)
-
-    def _on_supersede(self, edit: Supersede) -> None:
-        with self._lock:
-            known = self.superseded.get(edit.trigger_id)
-            if known is not None and known.epoch >= edit.epoch:
-                return
-            updated = dict(self.superseded)
-            updated[edit.trigger_id] = edit
-            self.superseded = updated
-        log.info("now following the %s", edit)
 
     def close(self) -> None:
         self._feed.close()

@@ -72,7 +72,6 @@ from scheduler_core.item_states import ItemState
 from scheduler_core.logfields import log_fields
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
-from scheduler_core.supersede import Supersede
 from scheduler_core.times import from_ms
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -349,9 +348,6 @@ class Executor:
         judged and retried with back-off as there. True if it is done."""
         if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
             return False
-        edits = self.fences.superseded
-        if edits and (e := edits.get(env.trigger_id)) is not None and e.covers(env.scheduled_ms):
-            return False  # the ordinary path answers it skipped
         # usually empty: one attribute read and a truth test
         if self.fences.stops.by_scope and self.fences.stopping(
             env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms
@@ -466,12 +462,9 @@ class Executor:
                 serve_after=serve_after,
             )
             run.pack = pack
-            edit = self.fences.superseding(env.trigger_id, env.scheduled_ms)
             stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
             if stopped is not None:
                 self._skip_stopped(run, stopped)
-            elif edit is not None:
-                self._skip_superseded(run, edit)
             elif shadow:
                 self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
             elif fn is None:
@@ -578,10 +571,14 @@ class Executor:
         with self._lock:
             if rollback:
                 self.fenced += n
+            elif window.cause is Cause.EDIT:
+                self.superseded += n
             else:
                 self.stopped += n
-            first = (env.biz_code, window.from_ms) not in self._fences_logged
-            self._fences_logged.add((env.biz_code, window.from_ms))
+            # one line per window (an edit's point windows: one per edit)
+            mark = (env.biz_code, window.from_ms if window.effective_ms is None else window.effective_ms)
+            first = mark not in self._fences_logged
+            self._fences_logged.add(mark)
         if first:
             log.info(
                 "skipping the commands of %s scheduled from %s: %s",
@@ -591,16 +588,6 @@ class Executor:
                 extra=log_fields(biz_code=env.biz_code),
             )
         self._finish(run, letters, window.message, started=False)
-
-    def _skip_superseded(self, run: EnvelopeRun, edit: Supersede) -> None:
-        """Answer a run a schedule edit superseded: skipped, never invoked (an item that
-        already succeeded here keeps its success)."""
-        skip = run.skip
-        ok, skipped = ItemState.SUCCEEDED, ItemState.SKIPPED
-        letters = "".join(ok if skip is not None and idx in skip else skipped for idx, _p in run.env.items)
-        with self._lock:
-            self.superseded += letters.count(skipped)
-        self._finish(run, letters, edit.message, started=False)
 
     def _hold(self, got: list[Received]) -> None:
         """The fences are not known (the control channel is not in sync): running these

@@ -18,6 +18,7 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import CommandId, FiredRecord, FiredState, Trigger
 from scheduler_core.ports import MessageBus
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.store import stop_rows
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
@@ -102,6 +103,9 @@ class SqlSupersedes:
         else:
             epoch = int(prior.epoch) + 1
             conn.execute(update(ts).where(ts.c.trigger_id == trigger_id).values(epoch=epoch, **values))
+        # the executors learn the superseded times as windows of the trigger's stop (the one
+        # mechanism of every stop: scheduler_core.stops), relayed by whoever holds the bus
+        stop_rows.set_edit_windows(conn, self.t, trigger_id, skipped, effective_ms, now_ms)
         return Supersede(trigger_id, biz_code, effective_ms, frozenset(skipped), tuple(pending), epoch)
 
     # -- runs outside the schedule, published by the relay ---------------------------------
@@ -213,7 +217,7 @@ def supersede_relay(
     `switchyard serve`, a shard registry member for its partitions' triggers): its
     pending runs built and published as the fire pipeline does."""
     pipeline = FirePipeline(store, bus, store.clock, settings, metrics)
-    return SupersedeRelay(SqlSupersedes(store), store, bus, pipeline, scope)
+    return SupersedeRelay(SqlSupersedes(store), store, pipeline, scope)
 
 
 __all__ = ["SqlSupersedes", "supersede_relay"]

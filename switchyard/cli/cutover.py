@@ -21,10 +21,10 @@ from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.freezes import standing_freezes
 from switchyard.cli.names import known_business
 from switchyard.cli.options import legacy_zone_options, store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.freezes import standing_freezes
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,

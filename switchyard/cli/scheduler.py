@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from datetime import timedelta
+from functools import partial
 
 import click
 
@@ -207,12 +208,13 @@ def _relays(
     scope: RelayScope,
     name: str,
 ) -> list[Relay]:
+    from scheduler_core import operations
     from scheduler_core.stops import StopRelay
     from scheduler_core.store.stops import SqlStops
     from scheduler_core.store.supersedes import supersede_relay
 
     return [
-        StopRelay(SqlStops(store), bus, scope, name).relay,
+        StopRelay(SqlStops(store), bus, scope, name, settle=partial(operations.settle, store)).relay,
         supersede_relay(store, bus, settings, metrics, scope).relay,
     ]
 

@@ -4,8 +4,9 @@
 S (pause, cancel) is the command's start + STOP_LEAD (1 s): no handler is invoked for an
 occurrence at or after S once the command has returned, since every executor hears the
 stop before S (broadcast here with `--bus`, relayed from the store by whoever holds the
-bus within a few hundred ms otherwise). R (resume) is the start + RESUME_LEAD (2 s): the
-executors must hear the lift before R, or they would skip what should run again.
+bus within a few hundred ms otherwise). R (resume) is RESUME_LEAD (2 s) after the lift is
+written: the executors must hear the lift before R, or they would skip what should run
+again. A call of many triggers writes every stop (every lift) in one transaction.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import click
 
@@ -69,19 +70,19 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
     return list(dict.fromkeys(chosen))
 
 
-Apply = Callable[[SqlTriggerStore, StopService, list[TriggerId], str, str], operations.OperationReport]
+Apply = Callable[[SqlTriggerStore, StopService, list[TriggerId], str, str, datetime], operations.OperationReport]
 
 
 def _apply(action: str) -> Apply:
     def run(
-        store: SqlTriggerStore, stops: StopService, ids: list[TriggerId], actor: str, reason: str
+        store: SqlTriggerStore, stops: StopService, ids: list[TriggerId], actor: str, reason: str, started: datetime
     ) -> operations.OperationReport:
-        now = store.clock.now()
-        if action == "pause":
-            return operations.pause(store, stops, ids, now + STOP_LEAD, actor, reason)
+        if action == "pause":  # S: the command's start + 1 s, whatever the reads took
+            return operations.pause(store, stops, ids, started + STOP_LEAD, actor, reason)
         if action == "cancel":
-            return operations.cancel(store, stops, ids, now + STOP_LEAD, actor, reason)
-        return operations.resume(store, stops, SqlSupersedes(store), ids, now + RESUME_LEAD)
+            return operations.cancel(store, stops, ids, started + STOP_LEAD, actor, reason)
+        # R: 2 s after the lift is written (not after the start): every executor hears it first
+        return operations.resume(store, stops, SqlSupersedes(store), ids, store.clock.now() + RESUME_LEAD)
 
     return run
 
@@ -115,6 +116,7 @@ def _command(action: str) -> click.Command:
         as_json: bool,
     ) -> None:
         store = open_store(url)
+        started = store.clock.now()
         try:
             own = migrator_store(store)
             chosen = _select(store, ids, job, biz_code)
@@ -122,9 +124,9 @@ def _command(action: str) -> click.Command:
             stop_store = SqlStops(store)
             if bus_args.reaches_executors:
                 with bus_args.opened() as bus:
-                    report = apply(store, StopService(stop_store, bus), guard.allowed, actor, reason)
+                    report = apply(store, StopService(stop_store, bus), guard.allowed, actor, reason, started)
             else:
-                report = apply(store, StopService(stop_store), guard.allowed, actor, reason)
+                report = apply(store, StopService(stop_store), guard.allowed, actor, reason, started)
             changed = set(report.changed)
             touched = [s for tid in report.changed if (s := stop_store.stop_of(Scope.TRIGGER, str(tid))) is not None]
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)

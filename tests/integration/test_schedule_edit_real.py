@@ -180,7 +180,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     expected = [t for t in range(start, end_ms, 1000) if from_ms(t).second % 7 == 0]
     assert after == expected, "an occurrence of the new schedule did not run"
     _assert_superseded(records(), old_ahead)
-    relayed = [s.name for s in scheds if "broadcast the schedule edit" in s.log_text()]
+    relayed = [s.name for s in scheds if "broadcast the stop of trigger" in s.log_text()]
     assert relayed, "no scheduler broadcast the edit"
 
 

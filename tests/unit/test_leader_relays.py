@@ -24,10 +24,10 @@ from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch
 from scheduler_core.ports import Election
 from scheduler_core.scheduler import Scheduler
-from scheduler_core.stops import StopRelay
+from scheduler_core.stops import Scope, Stop, StopRelay, decode_stop
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
-from scheduler_core.supersede import RECENT, Supersede, decode_supersede
+from scheduler_core.supersede import RECENT
 from scheduler_core.times import to_ms
 from switchyard.wiring import migrator_store
 from tests.control_away import control_away
@@ -135,8 +135,9 @@ def _heard(h: Harness) -> list[bytes]:
     return heard
 
 
-def _edits(heard: list[bytes]) -> list[Supersede]:
-    return [s for s in map(decode_supersede, list(heard)) if s is not None]
+def _edits(heard: list[bytes]) -> list[Stop]:
+    """The triggers' stops heard (a schedule edit's superseded times are its trigger's stop)."""
+    return [s for s in map(decode_stop, list(heard)) if s is not None and s.scope is Scope.TRIGGER]
 
 
 @pytest.mark.parametrize("a_published", [True, False], ids=["a-published-runs-not-broadcast", "a-relayed-nothing"])
@@ -158,17 +159,19 @@ def test_a_leader_again_relays_what_was_stored_while_it_followed(h: Harness, b: 
     at = h.clock.now() + timedelta(minutes=5)
     fence, _marked = h.store.raise_business_fence("biz-f", to_ms(at))  # its broadcast failed
     if a_published:
-        # A's relay published the new schedule's runs, then its broadcast failed
-        mine = supersede_relay(h.store, control_away(h.bus), h.settings, SchedulerMetrics())
+        # A's relay published the new schedule's runs, then its broadcast of the stops failed
+        supersede_relay(h.store, h.bus, h.settings, SchedulerMetrics()).relay()
         with pytest.raises(BusError):
-            mine.relay()
+            StopRelay(SqlStops(h.store), control_away(h.bus)).relay()
         assert SqlSupersedes(h.store).supersedes()[0].pending_ms == ()
     # A dies; no leader for a while (the store's clock moves on)
     h.clock.advance(AWAY)
     heard = _heard(h)
     assert _edits(heard) == [], "nobody has broadcast the edit yet"
     b.lead(3)
-    assert [s.epoch for s in _edits(heard)] == [edit.epoch], "B, leading again, broadcast the edit once"
+    stored = SqlStops(h.store).stop_of(Scope.TRIGGER, str(edit.trigger_id))
+    assert stored is not None and {w.from_ms for w in stored.windows} == set(edit.skipped_ms)
+    assert [s.epoch for s in _edits(heard)] == [stored.epoch], "B, leading again, broadcast the edit once"
     assert [f for f in map(decode_fence, list(heard)) if f is not None] == [fence], "B relayed the stored fence"
     assert SqlSupersedes(h.store).supersedes()[0].pending_ms == (), "the new schedule's runs are published"
     recs = {

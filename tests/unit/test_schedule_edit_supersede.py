@@ -15,8 +15,10 @@ from scheduler_core.executor.fences import FenceView
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import FiredState
 from scheduler_core.scheduler import SchedulerCore
+from scheduler_core.stops import Cause, Scope, Stop, StopRelay, Window, decode_stop, encode_stop
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
-from scheduler_core.supersede import Supersede, SupersedeRelay, decode_supersede, encode_supersede
+from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import from_ms, to_ms
 from switchyard.wiring import migrator_store
 from tests.cron_writes import cron_write
@@ -42,6 +44,8 @@ class _Run:
         self.ran: list[datetime] = []
         self.ex.handler("j1")(lambda ctx: self.ran.append(ctx.scheduled_at))
         self.relay: SupersedeRelay = supersede_relay(h.store, h.bus, self.core.settings, SchedulerMetrics())
+        # the superseded times reach the executor as the trigger's stop (scheduler_core.stops)
+        self.stops = StopRelay(SqlStops(h.store), h.bus)
 
     def step(self, until: datetime, relay: bool = True) -> None:
         """Second by second to `until`: the relay, the scheduler, the executor, the results."""
@@ -49,6 +53,7 @@ class _Run:
             self.h.clock.advance(timedelta(seconds=1))
             if relay:
                 self.relay.relay()
+                self.stops.relay()
             for _ in range(100):
                 if not any(r.acquired for r in self.core.tick_all()):
                     break
@@ -134,11 +139,12 @@ def test_a_relay_that_died_before_broadcasting_is_made_good_by_the_next(tmp_path
     (stored,) = SqlSupersedes(h.store).supersedes()
     assert stored.trigger_id == tid and stored.pending_ms and stored.skipped_ms
     fresh = FenceView(h.bus)
-    assert fresh.superseded == {}, "nothing broadcast before a relay ran"
+    assert fresh.superseded_ms(tid) == set(), "nothing broadcast before a relay ran"
     run.step(e - timedelta(seconds=2), relay=False)
     run.relay = supersede_relay(h.store, h.bus, run.core.settings, SchedulerMetrics())  # the next leader
+    run.stops = StopRelay(SqlStops(h.store), h.bus)
     run.step(clock.now() + timedelta(minutes=2))
-    assert fresh.superseded[tid].skipped_ms == stored.skipped_ms
+    assert fresh.superseded_ms(tid) == stored.skipped_ms
     assert all(t.second % 7 == 0 for t in run.ran if t >= e)
     assert SqlSupersedes(h.store).supersedes()[0].pending_ms == ()
     late = FenceView(h.bus)  # started after the broadcast: reads the channel's history
@@ -162,16 +168,21 @@ def test_an_edit_back_revives_what_the_first_edit_superseded(tmp_path: Path, clo
     assert all(recs[t] is FiredState.SKIPPED for t in recs if t.second % 10 != 0)
 
 
-def test_supersede_messages_round_trip_and_a_later_epoch_wins(tmp_path: Path, clock: ManualClock) -> None:
+def test_an_edits_windows_reach_followers_as_the_triggers_stop_and_a_later_epoch_wins(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     h = make_harness(tmp_path, clock)
     view = FenceView(h.bus)
-    one = Supersede(7, "biz-a", to_ms(clock.now()), frozenset({1000, 2000}), (), 2)
-    assert decode_supersede(encode_supersede(one)) == one
-    h.bus.publish_control("biz-a", encode_supersede(one))
-    h.bus.publish_control("biz-a", encode_supersede(Supersede(7, "biz-a", 0, frozenset({3000}), (), 1)))
+    e = to_ms(clock.now())
+    one = Stop(Scope.TRIGGER, "7", tuple(Window(t, t + 1, Cause.EDIT, effective_ms=e) for t in (1000, 2000)), 2)
+    assert decode_stop(encode_stop(one)) == one
+    h.bus.publish_control("biz-a", encode_stop(one))
+    h.bus.publish_control("biz-a", encode_stop(Stop(Scope.TRIGGER, "7", (Window(3000, 3001, Cause.EDIT),), 1)))
     assert view.superseding(7, 1000) is not None and view.superseding(7, 3000) is None
+    assert view.superseding(7, 1001) is None, "a point window: that occurrence only"
     assert view.superseding(8, 1000) is None
-    assert from_ms(one.effective_ms) == clock.now()
+    w = view.superseding(7, 2000)
+    assert w is not None and w.message == f"superseded by a schedule edit at {from_ms(e).isoformat()}"
 
 
 def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:

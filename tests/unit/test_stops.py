@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from migrator.cutover import BusinessSwitch
+from migrator.ports import GateDecision
 from scheduler_core import operations
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
@@ -46,6 +48,7 @@ from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
 from switchyard.embedded import without_stopped
 from tests.harness import Harness, make_harness, state_of, stored_id, trigger_of
+from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 
 EVERY = timedelta(seconds=10)
 
@@ -343,15 +346,8 @@ def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_i
     store.engine.dispose()
 
 
-def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
-    import json
-
-    from migrator.business import BusinessRegistry
-    from migrator.ports import GateDecision
-    from switchyard.cli import cli
-    from switchyard.wiring import migrator_store
-    from tests.migration_env import FixedGate, migrated_xxljob
-
+def _cut_over(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch]:
+    """A migrated xxl-job business of two jobs, dual-run then cut over by the real switch."""
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
     clock = env.migrator.clock
     sw = env.xxl_switch(
@@ -360,6 +356,17 @@ def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_pa
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
+    return env, biz, sw
+
+
+def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
+    import json
+
+    from migrator.business import BusinessRegistry
+    from switchyard.cli import cli
+    from switchyard.wiring import migrator_store
+
+    env, biz, _sw = _cut_over(tmp_path)
     url = str(env.store.engine.url)
     runner = CliRunner()
     res = runner.invoke(cli, ["freeze", "--business", biz, "--reason", "incident 7", "--actor", "ana", "--url", url])
@@ -386,18 +393,10 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
     relayed it, or names who did."""
     import threading
 
-    from migrator.ports import GateDecision
     from switchyard.cli import cli
-    from tests.migration_env import FixedGate, migrated_xxljob
 
-    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    env, biz, sw = _cut_over(tmp_path)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        max_verdict_age=timedelta(days=9999),
-    )
-    sw.start_dual_run(biz, shadow=False, actor="ops")
-    sw.cutover(biz, actor="ops")
     url, legacy = str(env.store.engine.url), str(env.legacy.url)
     res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"])
     assert res.exit_code == 0, res.output
@@ -445,3 +444,45 @@ def test_a_relay_reads_the_store_whole_once_then_only_what_changed_lately(tmp_pa
     assert reads[0] is None and reads[1] is not None
     view = FenceView(h.bus)
     assert len(view.stops.by_scope) == 6
+
+
+def test_a_pause_given_while_the_trigger_is_being_fired_is_settled_by_the_relay(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A leader died holding the trigger acquired when the pause came: the pause's state
+    change could not win; once the trigger waits again (reclaimed and fired), the relay
+    of whoever holds the bus pauses it, so it is not admitted again forever into skipped
+    records."""
+    from scheduler_core.model import Epoch as Ep
+    from scheduler_core.ports import Transition
+
+    h = make_harness(tmp_path, clock)
+    job = h.job("rate")
+    (t,) = h.store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, clock.now() + EVERY, interval=EVERY)])
+    tid = stored_id(t)
+    h.store.cas(
+        Transition(
+            ids=[tid],
+            from_state=TriggerState.WAITING,
+            to_state=TriggerState.ACQUIRED,
+            epoch=Ep(1),
+            deadline=clock.now(),
+        )
+    )
+    stops = StopService(SqlStops(h.store))
+    rep = operations.pause(h.store, stops, [tid], clock.now(), reason="x")
+    assert rep.still_acquired == [tid] and state_of(h.store, t) is TriggerState.ACQUIRED
+    relay = StopRelay(SqlStops(h.store), h.bus, name="r", settle=lambda s: operations.settle(h.store, s))
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.ACQUIRED, "still being fired: left alone"
+    # its fire ends (reclaimed by a new leader, fired, waiting again)
+    h.store.cas(
+        Transition(ids=[tid], from_state=TriggerState.ACQUIRED, to_state=TriggerState.WAITING, clear_epoch=True)
+    )
+    clock.advance(timedelta(minutes=5))  # long after the stop changed: the relay still remembers it
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.PAUSED
+    # and a resume is not undone by a later round
+    operations.resume(h.store, stops, SqlSupersedes(h.store), [tid], clock.now())
+    relay.relay()
+    assert state_of(h.store, t) is TriggerState.WAITING
