@@ -780,7 +780,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             applied = stop_rows.close_window(
                 conn, self.t, Scope.BUSINESS, biz_code, until_ms, (Cause.ROLLBACK,), self.clock.now_ms()
             )
-        return None if applied is None else fence_of_stop(applied.stop)
+        if applied is None:
+            return None
+        # the closed window itself (a window that ended long ago is pruned from the row: the
+        # stop, broadcast all the same, then holds it no more)
+        w = applied.window
+        return Fence(biz_code, w.from_ms, w.until_ms, applied.stop.epoch, applied.stop)
 
     def business_fence(self, biz_code: str) -> Fence | None:
         with self.engine.connect() as conn:
