@@ -93,7 +93,7 @@ _HEARD_LINE = re.compile(r"^now following the stop of (trigger|job|business) (\S
 
 def _leads() -> tuple[timedelta, timedelta]:
     """S and R as `switchyard trigger pause|resume` choose them (the call's start + 1 s / + 2 s)."""
-    from switchyard.cli.trigger import RESUME_LEAD, STOP_LEAD
+    from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
 
     return STOP_LEAD, RESUME_LEAD
 

@@ -23,7 +23,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
-from switchyard.cli.trigger import RESUME_LEAD, STOP_LEAD
+from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
 from switchyard.wiring import migrator_store, open_store
 
 
