@@ -45,7 +45,8 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.stops import StopIndex, StopRelay
+from scheduler_core.stops import Cause, StopIndex, StopRelay
+from switchyard.trigger_actions import RESUME_LEAD
 from scheduler_core.store.kills import kill_relay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
@@ -99,16 +100,23 @@ def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
 
 
 def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple[list[FiredRecord], int]:
-    """The records no standing stop covers (to publish again), and how many it covers: those
-    are recorded skipped with the stop's message instead, so a restart never re-sends a
-    command an operator stopped (scheduler_core.stops)."""
+    """The records to publish again, and how many a standing stop withholds: those are
+    recorded skipped with the stop's message instead, so a restart does not re-send a
+    command an operator stopped (scheduler_core.stops). Withheld only where no lift can
+    bring it back: a cancel (never lifted), or a run due before any lift written from now
+    on could take effect (a lift's R is RESUME_LEAD after it is written). A paused or
+    frozen run further ahead is published again and skipped by every executor while the
+    stop stands: withheld, a resume before its time would lose it (a lift revives what
+    was published, and nothing would publish it)."""
     index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
     keep: list[FiredRecord] = []
     skipped: list[FiredUpdate] = []
     now = store.clock.now()
+    horizon = to_ms(now + RESUME_LEAD)
     for r in records:
-        w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
-        if w is None:
+        at = to_ms(r.scheduled_at)
+        w = index.covering(r.trigger_id, r.job_code, r.biz_code, at)
+        if w is None or (w.cause is not Cause.CANCEL and at >= horizon):
             keep.append(r)
         else:
             skipped.append(FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=w.message))

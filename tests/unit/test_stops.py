@@ -28,6 +28,7 @@ from scheduler_core.model import (
     Job,
     JobCode,
     MisfirePolicy,
+    TriggerId,
     TriggerKind,
     TriggerState,
 )
@@ -253,32 +254,45 @@ def test_a_stop_written_without_a_bus_reaches_executors_through_the_relay(tmp_pa
     assert not rig.ran or max(rig.ran) < s
 
 
-def test_a_restart_never_publishes_again_a_command_a_standing_stop_covers(tmp_path: Path, clock: ManualClock) -> None:
+def test_a_restart_withholds_a_cancelled_command_and_one_due_before_any_lift(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """What a restarted serve publishes again: a cancelled run never (recorded skipped), a
+    paused run due before any resume written from now on could take effect neither; a
+    paused run further ahead is published again (the executors skip it while the pause
+    stands; withheld, a resume before its time would lose it)."""
     h = make_harness(tmp_path, clock)
-    a, b = h.job("a"), h.job("b")
-    ta, tb = h.once(a, 60), h.once(b, 60)
-    h.core().tick_all()
-    # a freeze raised after admission: records written pending before it are covered too
-    pending = [r for r in h.store.fired_between("biz-a", clock.now(), clock.now() + timedelta(hours=1))]
-    assert len(pending) == 2
-    StopService(SqlStops(h.store)).stop(Scope.JOB, "a", clock.now(), Cause.PAUSE)
-    # what a restarted serve would publish again: the record of `a` the pause marked is not
-    # untaken any more; one written pending after the pause (admitted since) is filtered here
-    untaken = [r for r in h.store.fired_between(None, clock.now(), clock.now() + timedelta(hours=1))]
-    untaken = [r for r in untaken if r.state in (FiredState.PENDING, FiredState.PUBLISHED)]
-    extra = FiredRecord(
-        command_id=CommandId("late-a"),
-        trigger_id=stored_id(ta),
-        job_code=JobCode("a"),
-        biz_code="biz-a",
-        scheduled_at=clock.now() + timedelta(seconds=90),
-        state=FiredState.PENDING,
-        epoch=Epoch(1),
-    )
-    h.store.put_fired([extra])
-    keep, covered = without_stopped(h.store, [*untaken, extra])
-    assert [r.trigger_id for r in keep] == [stored_id(tb)] and covered == 1
-    assert h.store.get_fired([CommandId("late-a")])[CommandId("late-a")].state is FiredState.SKIPPED
+    a, b, c = h.job("a"), h.job("b"), h.job("c")
+    ta, tb, tc = h.once(a, 60), h.once(b, 60), h.once(c, 60)
+    stops = StopService(SqlStops(h.store))
+    stops.stop(Scope.JOB, "a", clock.now(), Cause.CANCEL)
+    stops.stop(Scope.JOB, "c", clock.now(), Cause.PAUSE)
+
+    def pending(cid: str, t: TriggerId, job: str, in_s: float) -> FiredRecord:
+        return FiredRecord(
+            command_id=CommandId(cid),
+            trigger_id=t,
+            job_code=JobCode(job),
+            biz_code="biz-a",
+            scheduled_at=clock.now() + timedelta(seconds=in_s),
+            state=FiredState.PENDING,
+            epoch=Epoch(1),
+        )
+
+    # records written pending after the stops (admitted since): what a restart finds untaken
+    recs = [
+        pending("a-far", stored_id(ta), "a", 90),
+        pending("b-far", stored_id(tb), "b", 90),
+        pending("c-soon", stored_id(tc), "c", 1),
+        pending("c-far", stored_id(tc), "c", 90),
+    ]
+    h.store.put_fired(recs)
+    keep, covered = without_stopped(h.store, recs)
+    assert sorted(r.command_id for r in keep) == ["b-far", "c-far"] and covered == 2
+    got = h.store.get_fired([CommandId("a-far"), CommandId("c-soon"), CommandId("c-far")])
+    assert got[CommandId("a-far")].state is FiredState.SKIPPED and "cancel" in got[CommandId("a-far")].message
+    assert got[CommandId("c-soon")].state is FiredState.SKIPPED
+    assert got[CommandId("c-far")].state is FiredState.PENDING
 
 
 def test_windows_add_up_and_a_later_epoch_wins_in_any_order(tmp_path: Path, clock: ManualClock) -> None:
