@@ -46,7 +46,6 @@ from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import Cause, StopIndex, StopRelay
-from switchyard.trigger_actions import RESUME_LEAD
 from scheduler_core.store.kills import kill_relay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
@@ -54,6 +53,7 @@ from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import supersede_relay
 from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import to_ms
+from switchyard.trigger_actions import RESUME_LEAD
 
 log = logging.getLogger(__name__)
 EPOCH_START = datetime(1970, 1, 2, tzinfo=timezone.utc)
