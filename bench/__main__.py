@@ -32,6 +32,7 @@ SECTIONS = (
     "scale",
     "migration",
     "compare",
+    "stops",
 )
 
 

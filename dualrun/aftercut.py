@@ -213,7 +213,7 @@ def check_after_cutover(
             Finding(kind="late", job_code=str(r.job_code), scheduled_at=from_ms(int(r.scheduled_at)), detail=what)
         )
     unresolved = got & ~fired["state"].isin(
-        [FiredState.SUCCEEDED.value, FiredState.FAILED.value, FiredState.TIMED_OUT.value]
+        [FiredState.SUCCEEDED.value, FiredState.FAILED.value, FiredState.TIMED_OUT.value, FiredState.KILLED.value]
     )
     # running within its job's timeout is fine; past it (plus the grace the executor's own
     # timeout result needs) the run hung or its result was lost: a finding

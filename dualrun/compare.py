@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dualrun import verdict as rules
-from dualrun.frames import FAIL, NONE, SUCCESS, TIMEOUT, UNFINISHED, JobIndex, JobInfo
+from dualrun.frames import FAIL, KILLED, NONE, SUCCESS, TIMEOUT, UNFINISHED, JobIndex, JobInfo
 from dualrun.match import (
     KINDS,
     LABEL_CODE,
@@ -142,6 +142,7 @@ def side_measures(
         succeeded=int((status == SUCCESS).sum()),
         failed=int((status == FAIL).sum()),
         timed_out=int((status == TIMEOUT).sum()) + int(overdue.sum()),
+        killed=int((status == KILLED).sum()),
         unfinished=int(unfinished.sum()),
         running=int((unfinished & (items["dispatch"] != NONE)).sum()),
         late=int(late.sum()),

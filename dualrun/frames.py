@@ -29,6 +29,10 @@ SUCCESS, UNFINISHED, TIMEOUT, FAIL, SKIPPED = 0, 1, 2, 3, 4
 # a new-side record a rollback fence skipped (scheduler_core.fence): never invoked, the
 # legacy side's to fire, so never missing, extra or failed on the new side
 FENCED = 5
+# a new-side run an operator killed (`run kill`, scheduler_core.kills): it fired (never
+# missing) and did not run to its own end, so it is neither a success nor a failure of the
+# handler; counted in its own column and left out of the success rate
+KILLED = 6
 
 # legacy row kinds (from the trigger type xxl-job writes into trigger_msg)
 SCHEDULE, RETRY, MANUAL, MISFIRE = 0, 1, 2, 3
@@ -49,6 +53,7 @@ FIRED_STATUS = {
     FiredState.FAILED.value: FAIL,
     FiredState.TIMED_OUT.value: TIMEOUT,
     FiredState.SKIPPED.value: SKIPPED,
+    FiredState.KILLED.value: KILLED,
     # not run (yet): a schedule fire's record stays pending until its executor reports,
     # published or not (FiredState; read as published once its trigger recorded it)
     FiredState.PENDING.value: UNFINISHED,

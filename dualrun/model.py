@@ -265,6 +265,7 @@ class SideMeasures:
     succeeded: int = 0
     failed: int = 0
     timed_out: int = 0
+    killed: int = 0  # stopped by an operator's `run kill`: fired, not missing, not in the success rate
     unfinished: int = 0
     running: int = 0  # received or started by an executor, no result yet, within the job's timeout
     late: int = 0  # fires later than late_after
@@ -455,6 +456,7 @@ def _side(m: SideMeasures) -> dict[str, Any]:
             "succeeded",
             "failed",
             "timed_out",
+            "killed",
             "unfinished",
             "running",
             "late",

@@ -16,6 +16,11 @@ address, job id), as `ExecutorBizImpl.trigger` and `JobThread` keep them.
 - `executor_timeout` bounds the run on its thread (`FutureTask.get(timeout)` starts when
   the thread takes the run), never the time it waited in the queue.
 - An address in `down` answers neither a beat nor a run (remoting error).
+- `kill` (the admin's "terminate", `ExecutorBizImpl.kill`): the job's thread is removed
+  and stopped ("scheduling center kill job.": its running run calls back 500 "... [job
+  running, killed]", its queued runs "... [job not executed, in the job queue,
+  killed.]"); answered code 200, also when there is no thread (msg "job thread already
+  killed.").
 
 Pure state, no I/O: the simulator asks what happens and schedules the callbacks.
 """
@@ -31,6 +36,8 @@ CHANGE_BEAN = "change jobhandler or glue type, and terminate the old job thread.
 CHANGE_GLUE = "change job source or glue type, and terminate the old job thread."
 DISCARD_LATER_MSG = "block strategy effect：Discard Later"
 COVER_EARLY_REASON = "block strategy effect：Cover Early"
+KILL_REASON = "scheduling center kill job."
+ALREADY_KILLED = "job thread already killed."
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,13 @@ class XxlExecutors:
         thread.running = thread.queue.popleft() if thread.queue else None
         thread.started = at
         return True, thread.running
+
+    def kill(self, address: str, job_id: int, t: int) -> tuple[int, str | None, tuple[Finish, ...]]:
+        """`kill` at `t`: (code, msg, the callbacks of the runs it killed)."""
+        thread = self._threads.pop((address, job_id), None)
+        if thread is None:
+            return 200, ALREADY_KILLED, ()
+        return 200, None, self._kill(thread, KILL_REASON, t)
 
     @staticmethod
     def _kill(thread: _Thread, reason: str, t: int) -> tuple[Finish, ...]:

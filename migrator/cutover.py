@@ -194,6 +194,13 @@ class BusinessSwitch:
         stream = self.catchup.check(biz, current.source_system) if self.catchup is not None else None
         if stream is not None and not stream.caught_up:
             refusals.append(stream.sentence)
+        links = self.links(biz)
+        keys = [ln.source_key for ln in links]
+        # (a cutover run again after one stopped half-way: the jobs it held are its own)
+        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
+        dark = _left_dark(links, running)
+        if dark:
+            refusals.append(dark)
         warnings = list(decision.warnings) if decision is not None else []
         if refusals and not force:
             raise TransitionRefused(
@@ -213,16 +220,12 @@ class BusinessSwitch:
         if refusals:
             report.notes.append("forced past: " + "; ".join(refusals))
         report.notes += chains.notes
-        links = self.links(biz)
-        keys = [ln.source_key for ln in links]
         source = current.source_system
         # Only the jobs running on legacy now are switched off by this cutover; the others
         # were stopped by an operator and stay paused on both sides. The holds are
         # committed BEFORE the stop: a change stream or a `migrate run` that reads the
         # stopped rows meanwhile (the business is still dual_run until the end) must see
         # the switch's own stop, never an operator's.
-        # (a cutover run again after one stopped half-way: the jobs it held are its own)
-        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
         self.holds.add(source, biz, running)
         try:
             settled = self.control.stop(keys)
@@ -359,7 +362,44 @@ class BusinessSwitch:
         self.registry.transition(
             current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False, detail=report.as_dict()
         )
+        self._hand_back_late(biz, source, fence_at, report, actor)
         return report
+
+    def _hand_back_late(self, biz: str, source: str, fence_at: datetime, report: SwitchReport, actor: str) -> None:
+        """Triggers admitted while the rollback ran (an operator's `trigger resume`, or the
+        legacy admin's start of a paused job mirrored by the change stream before the
+        transition) would fire on the new side of a business back on legacy: each is taken
+        off and started on legacy like the others. The business is legacy now and nothing
+        admits its triggers any more (a legacy row read back never does, and the writer
+        reads the business state share-locked: migrator.edited_state; `trigger resume`
+        refuses), so one pass after the transition finds them all."""
+        late = [ln for ln in self.links(biz) if ln.trigger.state in (S.WAITING, S.ACQUIRED)]
+        if not late:
+            return
+        off = self._deactivate(late)
+        keys = [ln.source_key for ln in late]
+        live = self.control.live(keys)
+        starts = {
+            ln.source_key: self._legacy_start(t, fence_at)
+            for ln in late
+            if ln.source_key not in live and (t := off.get(ln.trigger.id)) is not None  # type: ignore[arg-type]
+        }
+        started = set(self.control.start(starts))
+        for key in sorted(set(starts) - started - self.control.live(list(starts))):
+            report.not_handed_back[key] = (
+                "admitted on the new side while the rollback ran; the legacy job did not switch back on"
+            )
+        report.handover.update((k, at.isoformat()) for k, at in starts.items())
+        report.deactivated += len(off)
+        report.legacy_started += len(started)
+        self.holds.remove(source, [k for k in keys if k not in report.not_handed_back])
+        # what was said of these jobs before ("stays paused on both") is no longer true
+        report.notes = [n for n in report.notes if n.split(":", 1)[0] not in set(keys)]
+        report.notes.append(
+            f"{len(late)} job(s) admitted on the new side while the rollback ran, taken off and handed back: "
+            + ", ".join(sorted(keys)[:20])
+        )
+        self.registry.note(biz, actor=actor, reason=report.notes[-1], detail=report.as_dict())
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -582,6 +622,22 @@ class BusinessSwitch:
         won = self.store.cas(Transition(ids=[t.id], from_state=src, to_state=dst))  # type: ignore[list-item]
         if not won:
             raise TransitionRefused(f"trigger {t.id} changed during the switch ({src.value} -> {dst.value}); retry")
+
+
+def _left_dark(links: Sequence[Link], running: set[str]) -> str:
+    """The refusal for jobs running on legacy whose new-side trigger is paused or cancelled
+    (an operator's action during the dual-run, while legacy still fired them): the cutover
+    stops them on legacy and nothing takes them over, so they would fire on neither side.
+    Forced, the reason is audited: off on both by a recorded decision. "" when none."""
+    off = [ln for ln in links if ln.source_key in running and ln.trigger.state in (S.PAUSED, S.CANCELLED)]
+    if not off:
+        return ""
+    return (
+        "job(s) running on legacy but paused or cancelled on the new side would fire on neither side: "
+        + ", ".join(f"{ln.source_key} ({ln.job_code}, {ln.trigger.state.value})" for ln in off[:20])
+        + (f" and {len(off) - 20} more" if len(off) > 20 else "")
+        + " (resume them with `switchyard trigger resume`, stop them in the legacy admin, or force with --reason)"
+    )
 
 
 def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:

@@ -5,7 +5,7 @@ same transaction (so a restart neither loses nor doubles a change)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from migrator.edited_state import edited_state
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
 from migrator.model import Action, BusinessState, LedgerStatus
@@ -197,6 +198,18 @@ class TargetWriter:
         b = self.own.t.business
         return {code: BusinessState(state) for code, state in conn.execute(select(b.c.biz_code, b.c.state))}
 
+    def _locked_states(self, conn: Connection, biz_codes: Collection[str]) -> dict[str, BusinessState]:
+        """These businesses' states, share-locked until the caller's transaction ends
+        (absent: legacy; SQLite takes no row locks, its one writer serializes instead)."""
+        b = self.own.t.business
+        codes = sorted(biz_codes)
+        return {
+            code: BusinessState(state)
+            for code, state in conn.execute(
+                select(b.c.biz_code, b.c.state).where(b.c.biz_code.in_(codes)).with_for_update(read=True)
+            )
+        }
+
     def apply(
         self,
         writes: Sequence[Write],
@@ -358,11 +371,14 @@ class TargetWriter:
                 fresh.append(values)
                 continue
             if states is None:
-                states = self.business_states(conn)
-            cut_over = states.get(w.biz_code) is BusinessState.CUTOVER
+                # read after the triggers are locked, and share-locked: a switch's transition
+                # of these businesses waits for this commit (or this read for the transition),
+                # so the state an edit admits a trigger in is the business's as it is written
+                states = self._locked_states(conn, {x.biz_code for x in writes})
+            business = states.get(w.biz_code, BusinessState.LEGACY)
             for tid, state, kept_schedule in there:
                 if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
-                    edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, cut_over)})
+                    edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, business)})
                     plan = plan_edit(
                         m.trigger, tid, state, kept_schedule, edits[-1]["next_fire_at"], now, self.supersede_margin
                     )
@@ -480,21 +496,21 @@ class TargetWriter:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
-def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], cut_over: bool) -> dict[str, Any]:
+def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], business: BusinessState) -> dict[str, Any]:
     """What an edit of a live trigger keeps of the row it updates.
 
-    - A business cut over owns its triggers on the new side: a legacy row read back (the
-      cutover's own stop, an operator's stop or cancel in the admin) never pauses,
-      cancels or resumes them; an edit changes the definition only (the state stays).
+    - Its state follows migrator.edited_state: a legacy row read back never admits or
+      withdraws a trigger (the switch's and the operator's), it carries the operator's
+      stop and start in the legacy admin; a business cut over owns its triggers' states.
     - A live trigger (waiting, paused) has published its occurrences up to next_fire_at:
       with the same schedule that stays; with a new one it moves to the new schedule's
       first occurrence at or after it, never back over what was published (same command
       ids fired twice) and never into the past.
     """
-    out: dict[str, Any] = {}
     old_next, kind, cron, interval_ms, tz, dialect = schedule
-    if cut_over and kind != _NONE:  # a job that had no schedule starts its new one as mapped
-        out["state"] = state
+    out: dict[str, Any] = {
+        "state": edited_state(TriggerState(state), new.state, business, had_schedule=kind != _NONE).value
+    }
     if state == TriggerState.CREATED.value or new.kind is TriggerKind.ONCE or old_next is None:
         return out  # not admitted yet (a dual-run start recomputes it), or a one-shot's own time
     interval = new.interval.total_seconds() * 1000 if new.interval else None

@@ -46,6 +46,7 @@ _ROWS: tuple[tuple[str, Any], ...] = (
     ("succeeded", lambda m: _int(m.succeeded)),
     ("failed", lambda m: _int(m.failed)),
     ("timed out", lambda m: _int(m.timed_out)),
+    ("killed by an operator", lambda m: _int(m.killed)),
     ("unfinished", lambda m: _int(m.unfinished)),
     ("running (received, no result yet)", lambda m: _int(m.running)),
     ("success rate", lambda m: _pct(m.success_rate)),

@@ -20,6 +20,9 @@ class ItemState(enum.StrEnum):
     # skipped by a rollback fence, never invoked; newer than the result form: a scheduler
     # that does not know it drops such a result message as malformed
     SKIPPED = "K"
+    # killed by an operator (`run kill`): the handler was told and returned; newer than
+    # "K", with the same upgrade order (the scheduler's callback consumer before executors)
+    KILLED = "X"
     # FiredState.PUBLISHED's letter, so every fired state has one; no page record's item is
     # ever written with it (no result carries it, and a fire stamps no publication)
     PUBLISHED = "P"
@@ -41,4 +44,5 @@ RESULT_STATES: tuple[ItemState, ...] = (
     ItemState.TIMED_OUT,
     ItemState.RECEIVED,
     ItemState.SKIPPED,
+    ItemState.KILLED,
 )

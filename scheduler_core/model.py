@@ -73,13 +73,18 @@ class FiredState(enum.StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     SKIPPED = "skipped"  # misfire policy SKIP: recorded, never silently dropped
+    # an operator's `run kill` reached the handler and it returned (scheduler_core.kills):
+    # final, neither a success nor a missing run
+    KILLED = "killed"
 
     @property
     def is_final(self) -> bool:
         return self in _FINAL_FIRED
 
 
-_FINAL_FIRED = frozenset({FiredState.SUCCEEDED, FiredState.FAILED, FiredState.TIMED_OUT, FiredState.SKIPPED})
+_FINAL_FIRED = frozenset(
+    {FiredState.SUCCEEDED, FiredState.FAILED, FiredState.TIMED_OUT, FiredState.SKIPPED, FiredState.KILLED}
+)
 
 
 def command_id(trigger_id: int, scheduled_at: datetime | int, item_index: int) -> CommandId:

@@ -31,7 +31,7 @@ from typing import Protocol
 from scheduler_core.model import MisfirePolicy, Trigger, TriggerId, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Transition, TriggerStore
-from scheduler_core.stops import Cause, Scope, Stop, StopService
+from scheduler_core.stops import Cause, Scope, Stop, StopService, Window
 from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -120,10 +120,10 @@ def _stop(
             report.unchanged[tid] = f"is {t.state.value}: cannot {action}"
         else:
             live.append(tid)
-    # the stop first: from S on nothing runs, whatever the state change below finds
-    for tid in live:
-        applied = stops.stop(Scope.TRIGGER, str(tid), at, cause, actor, reason)
-        report.records += applied.records
+    # the stop first, every trigger's in one transaction: from S on nothing runs,
+    # whatever the state change below finds
+    if live:
+        _applied, report.records = stops.stop_many(Scope.TRIGGER, [str(tid) for tid in live], at, cause, actor, reason)
     report.changed = live
     pending = [tid for tid in live if tid not in published_only]
     deadline = time.monotonic() + ACQUIRED_WAIT.total_seconds()
@@ -172,36 +172,55 @@ def settle(store: TriggerStore, stops: Sequence[Stop]) -> list[Stop]:
 def resume(
     store: TriggerStore, stops: StopService, runs: ResumeRuns, ids: Sequence[TriggerId], at: datetime
 ) -> OperationReport:
+    """R = `at`: the caller chooses it far enough ahead (the CLI: its start + 2 s) that every
+    executor hears the lift before R; the reads and the lift are batched, so a resume of
+    many triggers takes about as long as one."""
     report = OperationReport("resume", at=at)
-    at_ms = to_ms(at)
-    for tid in dict.fromkeys(ids):
-        t = store.get_trigger(tid)
+    wanted = list(dict.fromkeys(ids))
+    current = {t.id: t for t in store.get_triggers(wanted)}
+    windows: dict[TriggerId, Window] = {}
+    for stop in stops.store.stops_of(Scope.TRIGGER, [str(tid) for tid in wanted]):
+        w = stop.open_window((Cause.PAUSE,))
+        if w is not None:
+            windows[TriggerId(int(stop.key))] = w
+    todo: list[Trigger] = []
+    for tid in wanted:
+        t = current.get(tid)
         if t is None:
             report.unchanged[tid] = "no such trigger"
-            continue
-        stop = stops.store.stop_of(Scope.TRIGGER, str(tid))
-        window = None if stop is None else stop.open_window((Cause.PAUSE,))
-        if t.state is not S.PAUSED and window is None:
+        elif t.state is not S.PAUSED and tid not in windows:
             report.unchanged[tid] = f"is {t.state.value}: not paused"
-            continue
-        # an occurrence fell in the pause: one published and skipped, or one never admitted
-        # (only a pause's window counts: a trigger migrated paused has no window to catch up)
+        else:
+            todo.append(t)
+    if not todo:
+        return report
+    # an occurrence fell in the pause: one published and skipped, or one never admitted
+    # (only a pause's window counts: a trigger migrated paused has no window to catch up);
+    # the records read once for every trigger of the call
+    since = min((w.from_ms for w in windows.values()), default=to_ms(at))
+    fired_in_pause = {
+        (r.trigger_id, to_ms(r.scheduled_at))
+        for biz in {t.biz_code for t in todo if t.id in windows}
+        for r in store.fired_between(biz, from_ms(since), at)
+    }
+    # the windows end first, all in one transaction: a relay settling states (`settle`)
+    # must never see a trigger waiting while its pause still stands, or it would pause it again
+    keys = [str(t.id) for t in todo if t.id in windows]
+    if keys:
+        _applied, report.records = stops.lift_many(Scope.TRIGGER, keys, at, (Cause.PAUSE,))
+    for t in todo:
+        assert t.id is not None
+        window = windows.get(t.id)
         missed = window is not None and (
-            t.next_fire_at < at
-            or any(r.trigger_id == tid for r in store.fired_between(t.biz_code, from_ms(window.from_ms), at))
+            t.next_fire_at < at or any(tid == t.id and window.from_ms <= ms for tid, ms in fired_in_pause)
         )
-        # the window ends first: a relay settling states (`settle`) must never see the
-        # trigger waiting while its pause still stands, or it would pause it again
-        if window is not None:
-            applied = stops.lift(Scope.TRIGGER, str(tid), at_ms, (Cause.PAUSE,))
-            report.records += 0 if applied is None else applied.records
         if t.state is S.PAUSED and not _wake(store, t, at):
-            report.unchanged[tid] = "changed while resuming: run resume again"
+            report.unchanged[t.id] = "changed while resuming: run resume again"
             continue
         if missed and t.misfire_policy is MisfirePolicy.FIRE_ONCE_NOW:
-            runs.add_pending(t, [at_ms])
-            report.run_once.append(tid)
-        report.changed.append(tid)
+            runs.add_pending(t, [to_ms(at)])
+            report.run_once.append(t.id)
+        report.changed.append(t.id)
     return report
 
 

@@ -262,8 +262,24 @@ class StopStore(Protocol):
     def stop_of(self, scope: Scope, key: str) -> Stop | None: ...
 
     @abstractmethod
-    def mark_relayed(self, stop: Stop, by: str) -> None:
-        """This stop's epoch is on the bus (kept only if newer than what is recorded)."""
+    def stops_of(self, scope: Scope, keys: list[str]) -> list[Stop]:
+        """The stops of these keys of one scope (those that exist)."""
+
+    @abstractmethod
+    def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
+        """`open_window` for many keys of one scope in one transaction; with the records
+        marked in all."""
+
+    @abstractmethod
+    def close_windows(
+        self, scope: Scope, keys: list[str], until_ms: int, causes: tuple[Cause, ...]
+    ) -> tuple[list[Applied], int]:
+        """`close_window` for many keys in one transaction (those with no such window left
+        out); with the records revived in all."""
+
+    @abstractmethod
+    def mark_relayed(self, stops: list[Stop], by: str) -> None:
+        """These stops' epochs are on the bus (each kept only if newer than recorded)."""
 
 
 @dataclass
@@ -316,6 +332,28 @@ class StopService:
             log.info("stored the %s; %d fired record(s) marked skipped", applied.stop, applied.records)
         return applied
 
+    def stop_many(
+        self, scope: Scope, keys: list[str], at: datetime | int, cause: Cause, actor: str = "", reason: str = ""
+    ) -> tuple[list[Applied], int]:
+        """`stop` of many keys of one scope in one transaction (a pause of every trigger of
+        a job); with the records marked in all."""
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied, marked = self.store.open_windows(scope, keys, Window(at_ms, None, cause, actor, reason))
+        for a in applied:
+            if a.changed:
+                self._broadcast(a.stop)
+        log.info("stored %d %s stop(s) from %s; %d fired record(s) marked skipped", len(keys), cause, at_ms, marked)
+        return applied, marked
+
+    def lift_many(
+        self, scope: Scope, keys: list[str], at: datetime | int, causes: tuple[Cause, ...]
+    ) -> tuple[list[Applied], int]:
+        at_ms = at if isinstance(at, int) else to_ms(at)
+        applied, revived = self.store.close_windows(scope, keys, at_ms, causes)
+        for a in applied:
+            self._broadcast(a.stop)
+        return applied, revived
+
     def lift(self, scope: Scope, key: str, at: datetime | int, causes: tuple[Cause, ...]) -> Applied | None:
         at_ms = at if isinstance(at, int) else to_ms(at)
         applied = self.store.close_window(scope, key, at_ms, causes)
@@ -364,19 +402,20 @@ class StopRelay:
         # triggers is not read whole every few hundred ms
         generation = self.scope.generation()
         whole = self._whole_read != generation
-        sent = 0
+        sent: list[Stop] = []
         read = self.store.stops(None if whole else RECENT)
         for stop in read:
             if self.broadcasts.send(stop.key, (stop.scope, stop.key), stop.epoch, partial(encode_stop, stop)):
-                sent += 1
+                sent.append(stop)
                 log.info("broadcast the %s", stop)
-                if stop.relayed_epoch < stop.epoch:
-                    self.store.mark_relayed(stop, self.name)
+        unrecorded = [s for s in sent if s.relayed_epoch < s.epoch]
+        if unrecorded:
+            self.store.mark_relayed(unrecorded, self.name)
         self._whole_read = generation
         if self.settle is not None:
             candidates = {(s.scope, s.key): s for s in (*self._unsettled.values(), *read)}
             self._unsettled = {(s.scope, s.key): s for s in self.settle(list(candidates.values()))}
-        return sent
+        return len(sent)
 
 
 __all__ = [

@@ -37,6 +37,7 @@ from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
+from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.metrics import SchedulerMetrics
@@ -44,13 +45,15 @@ from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredStat
 from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.stops import StopIndex, StopRelay
+from scheduler_core.stops import Cause, StopIndex, StopRelay
+from scheduler_core.store.kills import kill_relay
 from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import supersede_relay
 from scheduler_core.supersede import SupersedeRelay
 from scheduler_core.times import to_ms
+from switchyard.trigger_actions import RESUME_LEAD
 
 log = logging.getLogger(__name__)
 EPOCH_START = datetime(1970, 1, 2, tzinfo=timezone.utc)
@@ -97,16 +100,23 @@ def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
 
 
 def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple[list[FiredRecord], int]:
-    """The records no standing stop covers (to publish again), and how many it covers: those
-    are recorded skipped with the stop's message instead, so a restart never re-sends a
-    command an operator stopped (scheduler_core.stops)."""
+    """The records to publish again, and how many a standing stop withholds: those are
+    recorded skipped with the stop's message instead, so a restart does not re-send a
+    command an operator stopped (scheduler_core.stops). Withheld only where no lift can
+    bring it back: a cancel (never lifted), or a run due before any lift written from now
+    on could take effect (a lift's R is RESUME_LEAD after it is written). A paused or
+    frozen run further ahead is published again and skipped by every executor while the
+    stop stands: withheld, a resume before its time would lose it (a lift revives what
+    was published, and nothing would publish it)."""
     index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
     keep: list[FiredRecord] = []
     skipped: list[FiredUpdate] = []
     now = store.clock.now()
+    horizon = to_ms(now + RESUME_LEAD)
     for r in records:
-        w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
-        if w is None:
+        at = to_ms(r.scheduled_at)
+        w = index.covering(r.trigger_id, r.job_code, r.biz_code, at)
+        if w is None or (w.cause is not Cause.CANCEL and at >= horizon):
             keep.append(r)
         else:
             skipped.append(FiredUpdate(command_id=r.command_id, state=FiredState.SKIPPED, at=now, message=w.message))
@@ -256,6 +266,17 @@ class EmbeddedCenter:
         edits.relay()
         relay_thread = threading.Thread(target=self._relay_fences, args=(edits, stops), name="fence-relay", daemon=True)
         relay_thread.start()
+        kills = threading.Thread(
+            target=run_relays,
+            args=(
+                [kill_relay(self.store, self.bus).relay],
+                self._exec_stop,
+                self.metrics.errors.labels(component="kills").inc,
+            ),
+            name="kill-relay",
+            daemon=True,
+        )
+        kills.start()  # `run kill` requests written to the store beside it (scheduler_core.kills)
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
@@ -298,6 +319,7 @@ class EmbeddedCenter:
             election.close()
             self._exec_stop.set()
             relay_thread.join(timeout=10)
+            kills.join(timeout=10)
             for ex, th in self.executors.values():
                 th.join(timeout=60)
                 ex.close()

@@ -30,7 +30,15 @@ One handler call:
    `beat` answers and `idleBeat` says the job thread runs or queues, so a wait in the
    SERIAL_EXECUTION queue never counts as run time; it gives up when the executor stops
    answering (lost), when the job thread is idle a beat interval with no result, or
-   after `max_wait_s` (24 h).
+   after `max_wait_s` (24 h);
+5. on a kill of the run (`switchyard run kill`, `ExecutionContext.on_cancel`), does what
+   the admin's "terminate" does: `POST <address>kill` with `{"jobId": <the bridge's job
+   id>}` and the access token header. The executor removes the job's thread, interrupts
+   it and calls the run back 500 "scheduling center kill job. [job running, killed]" (a
+   queued run: "... [job not executed, in the job queue, killed.]"); it answers code 200,
+   also when no thread runs the job (msg "job thread already killed."). The run is then
+   recorded killed. Like the admin's, the kill is per job thread: a run queued behind it
+   (SERIAL_EXECUTION) is called back killed too.
 
 The job id on the executor: the executor keeps one job thread per job id, and a request
 with another GLUE version or handler kills the running thread (block strategies queue,
@@ -402,6 +410,7 @@ class XxlJobBridge:
                 log_id,
                 address,
             )
+            ctx.on_cancel(lambda: self._kill_soon(address, run_job_id, log_id))
             return self._wait(pending, log_id, address, run_job_id)
         except (_RunRefused, _Unreachable) as exc:
             return HandlerResult(ok=False, message=_one_line(str(exc)))
@@ -523,6 +532,31 @@ class XxlJobBridge:
                     f"but no result for logId {log_id} reached the bridge (is the "
                     "bridge first in the executor's admin addresses?)",
                 )
+
+    def _kill_soon(self, address: str, job_id: int, log_id: int) -> None:
+        """On the thread delivering the kill (the executor's control follower, which must
+        not wait on a legacy executor): the `kill` call on a thread of its own."""
+        threading.Thread(
+            target=self._kill, args=(address, job_id, log_id), name=f"xxl-bridge-kill-{job_id}", daemon=True
+        ).start()
+
+    def _kill(self, address: str, job_id: int, log_id: int) -> None:
+        """`POST <address>kill {"jobId"}` as the admin's JobLogController.logKill: its answer
+        is logged; the run's own result still comes by the callback."""
+        try:
+            answer = self._post(address, "kill", {"jobId": job_id})
+        except (_RunRefused, _Unreachable) as exc:
+            log.warning("xxl-job kill of job %d (logId %d) at %s failed: %s", job_id, log_id, address, exc)
+            return
+        ok, msg = _answer_ok(answer)
+        log.info(
+            "xxl-job kill of job %d (logId %d) at %s: %s%s",
+            job_id,
+            log_id,
+            address,
+            "accepted" if ok else "refused",
+            f" ({msg})" if msg else "",
+        )
 
     def _beat(self, address: str) -> bool:
         return self._probe_beat(address)[0]

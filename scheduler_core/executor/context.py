@@ -6,28 +6,36 @@ context holds a reference to it plus the item's own three fields, and derives th
 command id only when a handler asks for it. A frozen dataclass of eleven fields cost
 about 1.5 us per item, more than a no-op handler. The public fields are read-only
 properties, as they were on the frozen dataclass.
+
+Cancellation (`run kill`, `scheduler_core.executor.kills`) is cooperative: a handler that
+can stop early checks `ctx.cancelled`, waits on `ctx.cancel_event`, or registers
+`ctx.on_cancel(fn)`, and returns; its run is then recorded killed. The context holds a
+reference to its executor's `Cancellations` and asks it only when the handler does.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_core.codec import Envelope
+from scheduler_core.executor.kills import Cancellations
 from scheduler_core.model import CommandId, Epoch, JobCode, TriggerId, command_id
 from scheduler_core.times import to_ms
 
 
 class ExecutionContext:
-    __slots__ = ("_env", "_index", "_param", "_attempt", "_cid")
+    __slots__ = ("_env", "_index", "_param", "_attempt", "_cid", "_kills")
 
     _env: Envelope
     _index: int
     _param: str
     _attempt: int
     _cid: CommandId | None  # set only by the public constructor; otherwise derived
+    _kills: Cancellations | None  # the executor's kill requests; None: never cancelled
 
     def __init__(
         self,
@@ -68,17 +76,48 @@ class ExecutionContext:
         self._index = item_index
         self._param = item_param
         self._attempt = attempt
+        self._kills = None
 
     @classmethod
-    def of(cls, env: Envelope, item_index: int, item_param: str, attempt: int) -> ExecutionContext:
-        """The executor's path: four slot stores, no validation (the codec did it)."""
+    def of(
+        cls, env: Envelope, item_index: int, item_param: str, attempt: int, kills: Cancellations | None = None
+    ) -> ExecutionContext:
+        """The executor's path: a few slot stores, no validation (the codec did it)."""
         ctx = cls.__new__(cls)
         ctx._env = env
         ctx._index = item_index
         ctx._param = item_param
         ctx._attempt = attempt
         ctx._cid = None
+        ctx._kills = kills
         return ctx
+
+    # -- cancellation (run kill) ------------------------------------------------------
+
+    def _run_key(self) -> tuple[int, int, int]:
+        return (self._env.trigger_id, self._env.scheduled_ms, self._index)
+
+    @property
+    def cancelled(self) -> bool:
+        """An operator asked to kill this run: stop, and return (the run is recorded killed)."""
+        kills = self._kills
+        return kills is not None and kills.is_cancelled(self._run_key())
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set when this run is killed: wait on it instead of sleeping (`ev.wait(5)`)."""
+        kills = self._kills
+        return threading.Event() if kills is None else kills.event(self._run_key())
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """Call `fn` (on the thread that delivers the kill) when this run is killed; at
+        once if it is already. For a handler blocked in a call it can abort from outside
+        (the xxl-job bridge's `/kill`). Keep `fn` quick: hand anything slow (a network
+        call) to a thread of its own, as the bridge does; the delivering thread follows
+        the control channel for every executor of the process."""
+        kills = self._kills
+        if kills is not None:
+            kills.on_cancel(self._run_key(), fn)
 
     @property
     def command_id(self) -> CommandId:

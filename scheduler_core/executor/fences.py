@@ -16,6 +16,7 @@ import threading
 import time
 from datetime import timedelta
 
+from scheduler_core.executor.kills import KillListener, dispatch_kill
 from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.ports import ControlFeed, MessageBus
 from scheduler_core.stops import Cause, Scope, Stop, StopIndex, Window, decode_stop
@@ -35,6 +36,7 @@ class FenceView:
         # the stop-latency figures measure
         self.heard: dict[tuple[str, str, int], int] = {}
         self._lock = threading.Lock()
+        self.kill_listeners: list[KillListener] = []  # the executors following kills through this view
         self._feed: ControlFeed = bus.follow_control(self._on_message)
         if not self._feed.wait_synced(initial_sync):
             log.warning("the control channel is not in sync after %s; commands wait until it is", initial_sync)
@@ -81,6 +83,8 @@ class FenceView:
         return self.stops.covering(trigger_id, job_code, biz_code, scheduled_ms)
 
     def _on_message(self, payload: bytes) -> None:
+        if dispatch_kill(payload, self.kill_listeners):  # a kill request (scheduler_core.executor.kills)
+            return
         try:
             stop = decode_stop(payload)
         except ValueError as exc:

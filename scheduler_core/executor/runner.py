@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from scheduler_core.codec import Envelope
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
+from scheduler_core.executor.kills import Cancellations
 from scheduler_core.item_states import ItemState
 
 INF = float("inf")
@@ -57,6 +58,7 @@ class EnvelopeRun:
         "serve_after",
         "result",
         "pack",
+        "kills",
     )
 
     def __init__(
@@ -69,6 +71,7 @@ class EnvelopeRun:
         started_ms: int,
         skip: dict[int, int] | None,
         serve_after: bool,
+        kills: Cancellations | None = None,
     ) -> None:
         self.env = env
         self.fn = fn
@@ -92,6 +95,7 @@ class EnvelopeRun:
         self.serve_after = serve_after  # the thread that finishes it then serves the inbox
         self.result: object = None
         self.pack: object = None  # the packed message this run is one of (sdk.PackRun), if any
+        self.kills = kills  # the executor's kill requests (executor.kills), None: none can come
 
     def mark_done(self) -> None:
         with self.lock:
@@ -121,6 +125,21 @@ class EnvelopeRun:
         if attempt or outcome.message:
             self.extras.append((pos, attempt, outcome.message))
 
+    def killed(self, pos: int, idx: int, attempt: int, outcome: HandlerResult | None = None) -> bool:
+        """If an operator killed item `idx` (at `pos`), record it killed and say so: once
+        its handler returned (`outcome`, what it returned), or before it started (None).
+        Called only when `kills.cancelled` is not empty."""
+        kills = self.kills
+        key = (self.env.trigger_id, self.env.scheduled_ms, idx)
+        if kills is None or not kills.is_cancelled(key):
+            return False
+        said = f": {outcome.message}" if outcome is not None and outcome.message else ""
+        how = "" if outcome is not None else " before it started"
+        self.letters.append(ItemState.KILLED)
+        self.extras.append((pos, attempt, f"{kills.message(key)}{how}{said}"))
+        kills.landed(key, ItemState.KILLED if outcome is not None else "")
+        return True
+
     def start_offsets_ms(self) -> list[int]:
         s0 = self.starts[0] if self.starts else 0.0
         return [int((s - s0) * 1000) for s in self.starts]
@@ -139,7 +158,8 @@ def attempt_once(fn: Handler, ctx: ExecutionContext) -> HandlerResult | None:
 
 def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
     """Every item, no timeout: nothing can take the run away from this thread."""
-    env, fn, letters, starts, skip = run.env, run.fn, run.letters, run.starts, run.skip
+    env, fn, letters, starts, skip, kills = run.env, run.fn, run.letters, run.starts, run.skip, run.kills
+    cancelled = kills.cancelled if kills is not None else ()  # live: empty unless a kill is in progress
     make = ExecutionContext.of
     mono = time.monotonic
     for pos, (idx, param) in enumerate(env.items):
@@ -148,11 +168,15 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
             run.duplicates += 1
             run.record(pos, None, skip[idx])
             continue
+        if cancelled and run.killed(pos, idx, 0):
+            continue
         # inlined attempt_once for the common case: a call and a None check
         try:
-            value = fn(make(env, idx, param, 0))
+            value = fn(make(env, idx, param, 0, kills))
         except Exception:
             value = failed_now()
+        if cancelled and run.killed(pos, idx, 0, _judge(value) or HandlerResult()):
+            continue
         if value is None or value is True:
             letters.append(ItemState.SUCCEEDED)
             continue
@@ -179,20 +203,25 @@ def _judge(value: object) -> HandlerResult | None:
 
 def settle(run: EnvelopeRun, pos: int, idx: int, param: str, value: object, backoff: Backoff) -> None:
     """An item whose first attempt did not simply succeed: judge it, retry with back-off."""
-    env, fn = run.env, run.fn
+    env, fn, kills = run.env, run.fn, run.kills
     outcome = _judge(value)
     attempt = 0
     while outcome is not None and not outcome.ok and attempt < env.max_retry:
+        if kills is not None and kills.cancelled and run.killed(pos, idx, attempt, outcome):
+            return  # killed: not retried
         attempt += 1
         time.sleep(backoff(attempt))
-        outcome = attempt_once(fn, ExecutionContext.of(env, idx, param, attempt))
+        outcome = attempt_once(fn, ExecutionContext.of(env, idx, param, attempt, kills))
+    if kills is not None and kills.cancelled and run.killed(pos, idx, attempt, outcome or HandlerResult()):
+        return
     run.record(pos, outcome, attempt)
 
 
 def run_watched(run: EnvelopeRun, gen: int, backoff: Backoff) -> bool:
     """The rest of the run under a job timeout, as generation `gen`. True when this thread
     ran it to the end; False when the watchdog took it over (the caller must stop)."""
-    env, fn, items, lock = run.env, run.fn, run.env.items, run.lock
+    env, fn, items, lock, kills = run.env, run.fn, run.env.items, run.lock, run.kills
+    cancelled = kills.cancelled if kills is not None else ()
     n = len(items)
     timeout = env.timeout.total_seconds()
     mono = time.monotonic
@@ -213,14 +242,19 @@ def run_watched(run: EnvelopeRun, gen: int, backoff: Backoff) -> bool:
                     run.record(pos, None, run.skip[idx])
                     run.pos = pos + 1
                     continue
+            if cancelled and run.killed(pos, idx, attempt):
+                run.pos, run.attempt = pos + 1, 0
+                continue
             run.deadline = mono() + timeout
-        outcome = attempt_once(fn, make(env, idx, param, attempt))
+        outcome = attempt_once(fn, make(env, idx, param, attempt, kills))
         wait = 0.0
         with lock:
             if run.gen != gen:
                 return False  # reported timed out meanwhile; this late return is ignored
             run.deadline = INF
-            if outcome is None or outcome.ok or attempt >= env.max_retry:
+            if cancelled and run.killed(pos, idx, attempt, outcome or HandlerResult()):
+                run.pos, run.attempt = pos + 1, 0  # killed: not retried
+            elif outcome is None or outcome.ok or attempt >= env.max_retry:
                 run.record(pos, outcome, attempt)
                 run.pos = pos + 1
                 run.attempt = 0
@@ -241,11 +275,19 @@ def expire(run: EnvelopeRun, now: float, backoff: Backoff) -> tuple[int, float] 
         run.gen += 1
         run.deadline = INF
         attempt = run.attempt
-        if attempt >= run.env.max_retry:
+        kills = run.kills
+        key = (run.env.trigger_id, run.env.scheduled_ms, run.env.items[run.pos][0])
+        killed = kills is not None and kills.is_cancelled(key)
+        if attempt >= run.env.max_retry or killed:  # a killed item that overran is not retried
             timeout = run.env.timeout.total_seconds()
+            why = f" (it ignored the {kills.message(key)})" if killed and kills is not None else ""
             run.record(
-                run.pos, HandlerResult(ok=False, message=f"timed out after {timeout:g}s", timed_out=True), attempt
+                run.pos,
+                HandlerResult(ok=False, message=f"timed out after {timeout:g}s{why}", timed_out=True),
+                attempt,
             )
+            if killed and kills is not None:
+                kills.landed(key, ItemState.TIMED_OUT)
             run.pos += 1
             run.attempt = 0
             return run.gen, 0.0

@@ -29,6 +29,12 @@ out at that moment (and retried if the job has retries left); its eventual retur
 ignored (a Python thread cannot be killed). One watchdog thread per executor enforces
 it (`runner`), instead of a thread per item.
 
+Kill requests (`scheduler_core.kills`, `run kill`): heard on the same control channel; the
+runs in work here that a request covers are cancelled cooperatively (`executor.kills`), and
+the executor answers on the control channel whether the handler returned (recorded killed)
+or is still running `KILL_GRACE` after (it ignores the kill; its job timeout still ends it,
+and a second answer says so).
+
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
 
@@ -45,7 +51,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -63,13 +71,16 @@ from scheduler_core.codec import (
 )
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
+from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
+from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
+from scheduler_core.model import command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
 from scheduler_core.times import from_ms
@@ -81,7 +92,14 @@ SUBSCRIPTION = EXECUTOR_SUBSCRIPTION
 OUTBOX_ENVELOPES = 1024
 HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one log line per this
 HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
+# after a kill, how long a handler has to return before the answer says it is still running
+KILL_GRACE = timedelta(seconds=2)
+# an ignored kill: the longest the executor follows the run to answer how it ended (it stops
+# as soon as the run leaves work; past this, the "still running" answer stands)
+KILL_FOLLOW_UP = timedelta(hours=1)
+REMEMBER_KILLS = 1024  # request ids acted on, so a relayed copy is not acted on twice
 _STOP = None
+_GONE = "gone"  # a killed item's run left work without the kill being answered for it
 
 
 class _Handoff:
@@ -123,8 +141,10 @@ class Executor:
         compact_results: bool = True,
         fences: FenceView | None = None,
         receipt_after: timedelta | None = timedelta(seconds=1),
+        name: str | None = None,
     ) -> None:
         self.bus = bus
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{biz_code}"
         self.biz_code = biz_code
         self.clock = clock or SystemClock()
         self.shadow = shadow
@@ -184,6 +204,12 @@ class Executor:
         self._held_since_log = 0
         self._held_logged = float("-inf")
         self._fences_logged: set[tuple[str, int]] = set()
+        self.kills = Cancellations()  # run items an operator asked to kill (executor.kills)
+        # the runs of several items in work, by flight key: a kill of one of their items that
+        # already has its result is answered so, not cancelled (one-item runs need no entry)
+        self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
+        self._kills_heard: OrderedDict[int, None] = OrderedDict()
+        self.fences.kill_listeners.append(self._on_kill)
 
     # -- registration ----------------------------------------------------------------
 
@@ -331,7 +357,11 @@ class Executor:
         return self._parked.pop(key, None) if self._parked else None
 
     def _land(self, env: Envelope) -> None:
+        if self.kills.watched():  # a kill or a handler's wait on one: drop what was kept for this run
+            self.kills.forget((env.trigger_id, env.scheduled_ms, idx) for idx, _p in env.items)
         key = _flight_key(env)
+        if len(env.items) > 1 and (run := self._runs_in_work.get(key)) is not None and run.env is env:
+            del self._runs_in_work[key]
         with self._lock:
             parked = self._leave(key) if self._flights.get(key) is env else None
         self._unpark([parked])
@@ -365,13 +395,14 @@ class Executor:
         receipts = self.receipts
         if receipts is not None:
             receipts.begin(env, received_ms)
+        kills = self.kills
         try:
-            value = fn(ExecutionContext.of(env, idx, param, 0))
+            value = fn(ExecutionContext.of(env, idx, param, 0, kills))
         except Exception:
             value = failed_now()
         if receipts is not None:
             receipts.end(env)
-        if value is not None and value is not True:
+        if (value is not None and value is not True) or kills.cancelled:
             # not a plain success: judged, retried with back-off, finished as usual
             run = EnvelopeRun(
                 env,
@@ -381,6 +412,7 @@ class Executor:
                 started_ms=received_ms,
                 skip=None,
                 serve_after=True,
+                kills=kills,
             )
             run.pack = pack
             run.starts.append(started)
@@ -460,8 +492,11 @@ class Executor:
                 started_ms=received_ms,
                 skip=skip,
                 serve_after=serve_after,
+                kills=self.kills,
             )
             run.pack = pack
+            if len(env.items) > 1:
+                self._runs_in_work[_flight_key(env)] = run
             stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
             if stopped is not None:
                 self._skip_stopped(run, stopped)
@@ -680,7 +715,115 @@ class Executor:
     def _spawn(self, target: Callable[[], object], name: str) -> None:
         threading.Thread(target=target, name=name, daemon=True).start()
 
+    # -- kill requests (scheduler_core.kills) ----------------------------------------
+
+    def _on_kill(self, kill: Kill) -> None:
+        """On the control follower's thread: cancel the covered runs in work here, then
+        answer for each on a thread of its own (the answer waits for the handler, and an
+        in-process bus hands control messages to followers on the publisher's thread, so
+        an answer published from here would re-enter it)."""
+        if kill.biz_code != self.biz_code or not kill.fresh(self.clock.now_ms()):
+            return
+        with self._lock:
+            if kill.request_id in self._kills_heard:
+                return
+            self._kills_heard[kill.request_id] = None
+            while len(self._kills_heard) > REMEMBER_KILLS:
+                self._kills_heard.popitem(last=False)
+        in_work = self._flights.copy()  # atomic under the GIL; claims go on meanwhile
+        covered = [
+            ((env.trigger_id, env.scheduled_ms, idx), fkey, env)
+            for fkey, env in in_work.items()
+            for idx, _p in env.items
+            if kill.covers(env.job_code, env.trigger_id, env.scheduled_ms, idx)
+        ]
+        done = [c for c in covered if self._recorded(*c)]
+        for key, _f, _e in done:  # answered on a thread of its own, as every answer: see _on_kill
+            finished = functools.partial(
+                self._send_answer, kill, command_id(*key), Outcome.FINISHED, "the item had its result before the kill"
+            )
+            self._spawn(finished, f"exec-{self.biz_code}-kill")
+        covered = [c for c in covered if c not in done]
+        if not covered:
+            return
+        for key, _f, _e in covered:
+            self.kills.cancel(key, kill.message)
+        log.info(
+            "%s: cancelling %d run item(s) in work here", kill, len(covered), extra=log_fields(biz_code=self.biz_code)
+        )
+        for key, fkey, env in covered:
+            self._spawn(functools.partial(self._answer_kill, kill, key, fkey, env), f"exec-{self.biz_code}-kill")
+
+    def _recorded(self, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> bool:
+        """An item of a run of several items in work here that already has its result."""
+        run = self._runs_in_work.get(fkey)
+        if run is None or run.env is not env:
+            return False
+        pos = next(p for p, (idx, _param) in enumerate(env.items) if idx == key[2])
+        return pos < len(run.letters)
+
+    def _answer_kill(self, kill: Kill, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> None:
+        try:
+            self._answer_outcome(kill, key, fkey, env)
+        finally:
+            self.kills.answered(key)
+
+    def _answer_outcome(self, kill: Kill, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope) -> None:
+        """Once the item has its result, or while it is still running `KILL_GRACE` after
+        the kill (then again when it ends, for as long as the run is in work here)."""
+        cid = command_id(*key)
+        state = self._landed_or_gone(key, fkey, env, KILL_GRACE.total_seconds())
+        if state is None:
+            timeout = env.timeout
+            limit = f"its job timeout ({timeout.total_seconds():g}s) ends it" if timeout else "it has no job timeout"
+            self._send_answer(
+                kill,
+                cid,
+                Outcome.STILL_RUNNING,
+                f"the handler has not returned {KILL_GRACE.total_seconds():g}s after the kill; {limit}",
+            )
+            end = time.monotonic() + KILL_FOLLOW_UP.total_seconds()
+            while state is None and time.monotonic() < end:  # bounded; ends with the run
+                state = self._landed_or_gone(key, fkey, env, 1.0)
+            if state is None:
+                return
+        if state == _GONE:
+            self.kills.forget([key])
+            self._send_answer(kill, cid, Outcome.FINISHED, "the run ended on its own before the kill reached it")
+        elif state == ItemState.TIMED_OUT:
+            self._send_answer(kill, cid, Outcome.TIMED_OUT, "the handler ignored the kill; timed out")
+        elif state == ItemState.KILLED:
+            self._send_answer(kill, cid, Outcome.KILLED, "the handler returned; recorded killed")
+        else:
+            self._send_answer(kill, cid, Outcome.NOT_STARTED, "killed before its handler started")
+
+    def _landed_or_gone(
+        self, key: tuple[int, int, int], fkey: tuple[int, int, int], env: Envelope, wait: float
+    ) -> str | None:
+        """The state the cancelled item ended in; `_GONE` if its run is no longer in work
+        here without the item having been answered for the kill (it ended just before the
+        kill came); None while it is still running after `wait` s."""
+        state = self.kills.wait_landed(key, wait)
+        if state is not None:
+            return state
+        if self._flights.get(fkey) is not env:
+            # the result is recorded before the run leaves work: look once more
+            late = self.kills.wait_landed(key, 0)
+            return _GONE if late is None else late
+        return None
+
+    def _send_answer(self, kill: Kill, cid: str, outcome: Outcome, message: str) -> None:
+        answer = KillAnswer(kill.request_id, cid, outcome, message, self.name)
+        try:
+            self.bus.publish_control(self.biz_code, encode_answer(answer))
+        except Exception:  # the answer is a courtesy: the run's result is recorded anyway
+            log.warning("could not publish the answer to the %s: %s", kill, answer, exc_info=True)
+
     def close(self) -> None:
+        try:
+            self.fences.kill_listeners.remove(self._on_kill)
+        except ValueError:
+            pass
         self._watchdog.close()
         if self.receipts is not None:
             self.receipts.close()

@@ -39,6 +39,7 @@ FIRED_RANK: dict[FiredState, int] = {
     FiredState.FAILED: 3,
     FiredState.TIMED_OUT: 3,
     FiredState.SKIPPED: 3,
+    FiredState.KILLED: 3,
 }
 FINAL_RANK = 3
 # A rollback fence marks records not final yet as skipped at this rank, below final: the

@@ -51,6 +51,7 @@ class Tables:
     followup_fired: Table
     trigger_supersede: Table
     stop: Table
+    kill_request: Table
     partitions: int
     dialect: str
 
@@ -242,6 +243,20 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("relayed_at", BigInteger),
         PrimaryKeyConstraint("scope", "scope_key"),
     )
+    # An operator's request to kill running runs (scheduler_core.kills): one command, or the
+    # running runs of a job. Written by `run kill`, relayed on the control channel by
+    # whoever holds the bus while fresh (by requested_at). The core's own table.
+    kill_request = Table(
+        "dus_kill_request",
+        md,
+        Column("id", ID_TYPE, primary_key=True, autoincrement=True),
+        Column("biz_code", String(64), nullable=False),
+        Column("command_id", String(96)),
+        Column("job_code", String(191)),
+        Column("requested_at", BigInteger, nullable=False),
+        Column("requested_by", String(191), nullable=False, default=""),
+        Index("idx_kill_requested", "requested_at"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -254,6 +269,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         followup_fired=followup_fired,
         trigger_supersede=trigger_supersede,
         stop=stop,
+        kill_request=kill_request,
         partitions=partitions,
         dialect=dialect,
     )

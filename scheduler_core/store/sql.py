@@ -669,10 +669,14 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             ok = states.count(ItemState.SUCCEEDED)
             failed = states.count(ItemState.FAILED) + states.count(ItemState.TIMED_OUT)
             skipped = states.count(ItemState.SKIPPED)  # by a rollback fence: final, never invoked
-            finals = ok + failed + skipped
+            killed = states.count(ItemState.KILLED)  # by an operator (run kill): final, not a failure
+            finals = ok + failed + skipped + killed
             first_bad = next((u.message for u in group if u.state in (FiredState.FAILED, FiredState.TIMED_OUT)), "")
             if failed:
                 final_state, message = FiredState.FAILED, f"{failed} of {width} item(s) failed: {first_bad}"
+            elif killed:
+                why = next(u.message for u in group if u.state is FiredState.KILLED)
+                final_state, message = FiredState.KILLED, f"{killed} of {width} item(s) killed: {why}"
             elif skipped:
                 why = next(u.message for u in group if u.state is FiredState.SKIPPED)
                 final_state = FiredState.SUCCEEDED if ok else FiredState.SKIPPED
@@ -776,7 +780,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             applied = stop_rows.close_window(
                 conn, self.t, Scope.BUSINESS, biz_code, until_ms, (Cause.ROLLBACK,), self.clock.now_ms()
             )
-        return None if applied is None else fence_of_stop(applied.stop)
+        if applied is None:
+            return None
+        # the closed window itself (a window that ended long ago is pruned from the row: the
+        # stop, broadcast all the same, then holds it no more)
+        w = applied.window
+        return Fence(biz_code, w.from_ms, w.until_ms, applied.stop.epoch, applied.stop)
 
     def business_fence(self, biz_code: str) -> Fence | None:
         with self.engine.connect() as conn:

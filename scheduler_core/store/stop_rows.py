@@ -51,6 +51,67 @@ def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: Win
     return Applied(stop, window, changed=True, records=max(0, marked or 0))
 
 
+def open_windows(
+    conn: Connection, t: Tables, scope: Scope, keys: list[str], window: Window, now: int
+) -> tuple[list[Applied], int]:
+    """`open_window` for many keys of one scope in the caller's transaction (a pause of
+    every trigger of a job): the rows one by one, the fired records in one statement per
+    500 keys. Returns each key's result and how many records were marked in all."""
+    out: list[Applied] = []
+    changed: list[str] = []
+    for key in keys:
+        row = _locked_row(conn, t.stop, scope, key, now)
+        windows = _kept(windows_from_text(row.windows), now)
+        standing = next((w for w in windows if w.open and w.cause is window.cause), None)
+        if standing is not None and window.cause is not Cause.ROLLBACK:
+            out.append(Applied(stop_of_row(row, windows), standing, changed=False))
+            continue
+        if standing is not None:  # a rollback raised again: see open_window
+            ended = dataclasses.replace(standing, until_ms=window.from_ms)
+            windows = tuple(
+                ended if w is standing else w for w in windows if w is not standing or window.from_ms > standing.from_ms
+            )
+        out.append(Applied(_write(conn, t.stop, row, (*windows, window), now), window, changed=True))
+        changed.append(key)
+    marked = 0
+    fr = t.fired
+    for i in range(0, len(changed), 500):
+        marked += max(
+            0,
+            conn.execute(
+                update(fr)
+                .where(
+                    _in_scope_any(fr, scope, changed[i : i + 500]),
+                    fr.c.scheduled_at >= window.from_ms,
+                    fr.c.state_rank < FINAL_RANK,
+                )
+                .values(
+                    state=FiredState.SKIPPED.value,
+                    state_rank=PROVISIONAL_SKIP_RANK,
+                    message=window.message[:MESSAGE_MAX],
+                    result_at=now,
+                )
+            ).rowcount
+            or 0,
+        )
+    return out, marked
+
+
+def close_windows(
+    conn: Connection, t: Tables, scope: Scope, keys: list[str], until_ms: int, causes: tuple[Cause, ...], now: int
+) -> tuple[list[Applied], int]:
+    """`close_window` for many keys in the caller's transaction; the keys with no such
+    window are left out. Returns each closed key's result and the records revived in all."""
+    out: list[Applied] = []
+    revived = 0
+    for key in keys:
+        applied = close_window(conn, t, scope, key, until_ms, causes, now)
+        if applied is not None:
+            out.append(applied)
+            revived += applied.records
+    return out, revived
+
+
 def close_window(
     conn: Connection, t: Tables, scope: Scope, key: str, until_ms: int, causes: tuple[Cause, ...], now: int
 ) -> Applied | None:
@@ -101,10 +162,17 @@ def set_edit_windows(
 
 
 def read_stops(
-    conn: Connection, t: Tables, scope: Scope | None = None, key: str | None = None, since_ms: int | None = None
+    conn: Connection,
+    t: Tables,
+    scope: Scope | None = None,
+    key: str | None = None,
+    since_ms: int | None = None,
+    keys: list[str] | None = None,
 ) -> list[Stop]:
     st = t.stop
     stmt = select(st).order_by(st.c.scope, st.c.scope_key)
+    if keys is not None:
+        stmt = stmt.where(st.c.scope_key.in_(keys))
     if since_ms is not None:
         stmt = stmt.where(st.c.updated_at >= since_ms)
     if scope is not None:
@@ -145,6 +213,16 @@ def _kept(windows: tuple[Window, ...], now: int) -> tuple[Window, ...]:
     return tuple(w for w in windows if w.until_ms is None or (w.until_ms >= horizon and w.until_ms > w.from_ms))
 
 
+def _in_scope_any(fr: Any, scope: Scope, keys: list[str]) -> ColumnElement[bool]:
+    if scope is Scope.TRIGGER:
+        return fr.c.trigger_id.in_([int(k) for k in keys])  # type: ignore[no-any-return]
+    if scope is Scope.JOB:
+        return fr.c.job_code.in_(keys)  # type: ignore[no-any-return]
+    if scope is Scope.BUSINESS:
+        return fr.c.biz_code.in_(keys)  # type: ignore[no-any-return]
+    return true()
+
+
 def _in_scope(fr: Any, scope: Scope, key: str) -> ColumnElement[bool]:
     if scope is Scope.TRIGGER:
         return fr.c.trigger_id == int(key)  # type: ignore[no-any-return]
@@ -168,4 +246,12 @@ def stop_of_row(row: Any, windows: tuple[Window, ...]) -> Stop:
     )
 
 
-__all__ = ["close_window", "open_window", "read_stops", "set_edit_windows", "stop_of_row"]
+__all__ = [
+    "close_window",
+    "close_windows",
+    "open_window",
+    "open_windows",
+    "read_stops",
+    "set_edit_windows",
+    "stop_of_row",
+]

@@ -28,6 +28,16 @@ class SqlStops:
         with self.store.engine.begin() as conn:
             return stop_rows.close_window(conn, self.t, scope, key, until_ms, causes, self.store.clock.now_ms())
 
+    def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
+        with self.store.engine.begin() as conn:
+            return stop_rows.open_windows(conn, self.t, scope, keys, window, self.store.clock.now_ms())
+
+    def close_windows(
+        self, scope: Scope, keys: list[str], until_ms: int, causes: tuple[Cause, ...]
+    ) -> tuple[list[Applied], int]:
+        with self.store.engine.begin() as conn:
+            return stop_rows.close_windows(conn, self.t, scope, keys, until_ms, causes, self.store.clock.now_ms())
+
     def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
         since = None
         if changed_within is not None:
@@ -40,18 +50,27 @@ class SqlStops:
             found = stop_rows.read_stops(conn, self.t, scope, key)
         return found[0] if found else None
 
-    def mark_relayed(self, stop: Stop, by: str) -> None:
+    def stops_of(self, scope: Scope, keys: list[str]) -> list[Stop]:
+        out: list[Stop] = []
+        with self.store.engine.connect() as conn:
+            for i in range(0, len(keys), 500):
+                out += stop_rows.read_stops(conn, self.t, scope, keys=keys[i : i + 500])
+        return out
+
+    def mark_relayed(self, stops: list[Stop], by: str) -> None:
         st = self.t.stop
-        with self.store.engine.begin() as conn:
-            conn.execute(
-                update(st)
-                .where(
-                    st.c.scope == stop.scope.value,
-                    st.c.scope_key == stop.key,
-                    (st.c.relayed_epoch.is_(None)) | (st.c.relayed_epoch < stop.epoch),
+        now = self.store.clock.now_ms()
+        with self.store.engine.begin() as conn:  # one transaction for a round's stops
+            for stop in stops:
+                conn.execute(
+                    update(st)
+                    .where(
+                        st.c.scope == stop.scope.value,
+                        st.c.scope_key == stop.key,
+                        (st.c.relayed_epoch.is_(None)) | (st.c.relayed_epoch < stop.epoch),
+                    )
+                    .values(relayed_epoch=stop.epoch, relayed_by=by[:128], relayed_at=now)
                 )
-                .values(relayed_epoch=stop.epoch, relayed_by=by[:128], relayed_at=self.store.clock.now_ms())
-            )
 
 
 __all__ = ["SqlStops"]

@@ -17,6 +17,7 @@ from switchyard.cli.executor import executor
 from switchyard.cli.freeze import freeze, unfreeze
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
+from switchyard.cli.run import run_group
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
@@ -61,6 +62,7 @@ cli.add_command(executor)
 cli.add_command(trigger)
 cli.add_command(freeze)
 cli.add_command(unfreeze)
+cli.add_command(run_group)
 cli.add_command(migrate)
 cli.add_command(dualrun)
 cli.add_command(report)

@@ -21,9 +21,10 @@ from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.freezes import standing_freezes
+from switchyard.cli.names import known_business
 from switchyard.cli.options import legacy_zone_options, store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.freezes import standing_freezes
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
     DualRunGate,
@@ -179,6 +180,17 @@ def status(
     try:
         own = migrator_store(store)
         records = {r.biz_code: r for r in BusinessRegistry(own).all()}
+        # a name that is no business is an error, never an empty answer: `status --check
+        # --business <typo>` in an alert would otherwise pass for ever (a native business,
+        # never migrated, is known: it has nothing on a legacy side to check)
+        unknown = [b for b in dict.fromkeys(biz_codes) if b not in records and not known_business(store, own, b)]
+        if unknown:
+            raise CliFailure(
+                "no such business: "
+                + ", ".join(unknown)
+                + (f" (businesses: {', '.join(sorted(records)[:20])})" if records else " (none migrated yet)"),
+                exitcodes.USAGE,
+            )
         verdicts = latest_by_business(dualrun_store(store))
         owned = ownership(
             store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None

@@ -23,7 +23,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
-from switchyard.cli.trigger import RESUME_LEAD, STOP_LEAD
+from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
 from switchyard.wiring import migrator_store, open_store
 
 
@@ -103,14 +103,25 @@ def _switch(
     tell(reach)
 
 
+def _options(fn):  # type: ignore[no-untyped-def]
+    """The options freeze and unfreeze share."""
+    for opt in reversed(
+        (
+            click.option("--business", "biz_code", default=None, help="One business (its biz_code)."),
+            click.option("--all", "everything", is_flag=True, help="Every business."),
+            click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited)."),
+            store_url,
+            bus_opts,
+            click.option("--json", "as_json", is_flag=True),
+        )
+    ):
+        fn = opt(fn)
+    return fn
+
+
 @click.command("freeze")
-@click.option("--business", "biz_code", default=None, help="Freeze this business (its biz_code).")
-@click.option("--all", "everything", is_flag=True, help="Freeze every business.")
+@_options
 @click.option("--reason", required=True, help="Why (audited, and in the skipped runs' records).")
-@click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
-@store_url
-@bus_opts
-@click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def freeze(
     biz_code: str | None, everything: bool, reason: str, actor: str, url: str, bus_args: BusArgs, as_json: bool
@@ -120,13 +131,8 @@ def freeze(
 
 
 @click.command("unfreeze")
-@click.option("--business", "biz_code", default=None, help="Unfreeze this business.")
-@click.option("--all", "everything", is_flag=True, help="Lift the freeze of everything.")
+@_options
 @click.option("--reason", default="", help="Why (audited).")
-@click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
-@store_url
-@bus_opts
-@click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def unfreeze(
     biz_code: str | None, everything: bool, reason: str, actor: str, url: str, bus_args: BusArgs, as_json: bool

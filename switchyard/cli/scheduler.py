@@ -210,12 +210,14 @@ def _relays(
 ) -> list[Relay]:
     from scheduler_core import operations
     from scheduler_core.stops import StopRelay
+    from scheduler_core.store.kills import kill_relay
     from scheduler_core.store.stops import SqlStops
     from scheduler_core.store.supersedes import supersede_relay
 
     return [
         StopRelay(SqlStops(store), bus, scope, name, settle=partial(operations.settle, store)).relay,
         supersede_relay(store, bus, settings, metrics, scope).relay,
+        kill_relay(store, bus, scope).relay,  # `run kill` requests stored without a bus (scheduler_core.kills)
     ]
 
 

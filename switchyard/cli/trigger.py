@@ -4,37 +4,32 @@
 S (pause, cancel) is the command's start + STOP_LEAD (1 s): no handler is invoked for an
 occurrence at or after S once the command has returned, since every executor hears the
 stop before S (broadcast here with `--bus`, relayed from the store by whoever holds the
-bus within a few hundred ms otherwise). R (resume) is the start + RESUME_LEAD (2 s): the
-executors must hear the lift before R, or they would skip what should run again.
+bus within a few hundred ms otherwise). R (resume) is RESUME_LEAD (2 s) after the lift is
+written: the executors must hear the lift before R, or they would skip what should run
+again. A call of many triggers writes every stop (every lift) in one transaction.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Callable
-from datetime import timedelta
+from contextlib import nullcontext
 
 import click
 
-from migrator.business import BusinessRegistry
-from migrator.ownership import guard_trigger_operation
 from scheduler_core import operations
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.stops import Scope, StopService
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
-from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store, open_store
-
-STOP_LEAD = timedelta(seconds=1)
-RESUME_LEAD = timedelta(seconds=2)
 
 
 @click.group()
@@ -69,25 +64,7 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
     return list(dict.fromkeys(chosen))
 
 
-Apply = Callable[[SqlTriggerStore, StopService, list[TriggerId], str, str], operations.OperationReport]
-
-
-def _apply(action: str) -> Apply:
-    def run(
-        store: SqlTriggerStore, stops: StopService, ids: list[TriggerId], actor: str, reason: str
-    ) -> operations.OperationReport:
-        now = store.clock.now()
-        if action == "pause":
-            return operations.pause(store, stops, ids, now + STOP_LEAD, actor, reason)
-        if action == "cancel":
-            return operations.cancel(store, stops, ids, now + STOP_LEAD, actor, reason)
-        return operations.resume(store, stops, SqlSupersedes(store), ids, now + RESUME_LEAD)
-
-    return run
-
-
 def _command(action: str) -> click.Command:
-    apply = _apply(action)
 
     @click.command(action)
     @click.argument("ids", nargs=-1, type=int)
@@ -115,29 +92,16 @@ def _command(action: str) -> click.Command:
         as_json: bool,
     ) -> None:
         store = open_store(url)
+        started = store.clock.now()
         try:
             own = migrator_store(store)
             chosen = _select(store, ids, job, biz_code)
-            guard = guard_trigger_operation(store, own, action, chosen, reason)
             stop_store = SqlStops(store)
-            if bus_args.reaches_executors:
-                with bus_args.opened() as bus:
-                    report = apply(store, StopService(stop_store, bus), guard.allowed, actor, reason)
-            else:
-                report = apply(store, StopService(stop_store), guard.allowed, actor, reason)
-            changed = set(report.changed)
+            with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
+                stops = StopService(stop_store, bus)
+                report, guard = act(store, own, stops, action, chosen, actor=actor, reason=reason, started=started)
             touched = [s for tid in report.changed if (s := stop_store.stop_of(Scope.TRIGGER, str(tid))) is not None]
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)
-            registry = BusinessRegistry(own)
-            for biz, tids in guard.audited.items():
-                done = [t for t in tids if t in changed]
-                if done:
-                    registry.note(
-                        biz,
-                        actor=actor,
-                        reason=reason or f"trigger {action}",
-                        detail={"action": f"trigger {action}", "triggers": done, "at": str(report.at)},
-                    )
         finally:
             store.engine.dispose()
         _report(action, report, guard.refused, reach.as_json() if touched else None, as_json)

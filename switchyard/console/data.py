@@ -30,6 +30,7 @@ from scheduler_core.stats import lag_stats
 from scheduler_core.store.reads import waiting_summary
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
+from switchyard.freezes import standing_freezes
 from switchyard.wiring import dualrun_store, migrator_store
 
 
@@ -150,6 +151,7 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
     now = src.now()
     records = {r.biz_code: r for r in BusinessRegistry(src.migrator).all()}
     verdicts = latest_by_business(src.dualrun)
+    frozen = standing_freezes(src.store)
     out = []
     for bo in ownership(src.store, src.migrator, src.legacy_live):
         r = records[bo.biz_code]
@@ -159,6 +161,7 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
                 "source": r.source_system,
                 "state": r.state.value,
                 "shadow": r.shadow,
+                "frozen": frozen.of(r.biz_code),
                 "since": _iso(r.updated_at),
                 "verdict": _verdict(verdicts.get(r.biz_code), now),
                 "jobs": len(bo.jobs),
@@ -221,6 +224,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
             "source": record.source_system,
             "state": record.state.value,
             "shadow": record.shadow,
+            "frozen": standing_freezes(src.store).of(code),
             "since": _iso(record.updated_at),
             "verdict": _verdict(verdict, now),
             "legacy_read": src.legacy_live is not None,

@@ -209,7 +209,7 @@ def test_an_edit_on_the_real_servers_runs_only_the_new_schedule_from_e(
     )
     assert Counter(t for _c, t in invoked)[e_ms] == 1, "the occurrence at E ran once"
     _assert_superseded(records(), old_ahead, phase)
-    relayed = [s.name for s in scheds if "broadcast the schedule edit" in s.log_text()]
+    relayed = [s.name for s in scheds if "broadcast the stop of trigger" in s.log_text()]
     assert relayed, "no scheduler broadcast the edit"
 
 

@@ -29,7 +29,7 @@ from scheduler_core import operations
 from scheduler_core.bus.pulsar import PulsarBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.model import FiredRecord, Job, JobCode, MisfirePolicy, Trigger, TriggerId, TriggerKind
-from scheduler_core.stops import ALL_KEY, Scope, StopService, decode_stop, is_stop_skip
+from scheduler_core.stops import ALL_KEY, Cause, Scope, StopService, decode_stop, is_stop_skip
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
@@ -320,3 +320,57 @@ def _cli(stack: Stack, *args: str) -> str:
         assert proc.wait(timeout=60) == 0, log.read_text()
     text = log.read_text()
     return next(line for line in text.splitlines() if line.startswith("{"))
+
+
+def test_cancel_a_business_freeze_and_a_pause_across_a_leader_restart(stack: Stack) -> None:
+    """A one-shot published ahead is cancelled before its T and never runs; a business
+    freeze stops that business only; a pause stands across a kill -9 of the leader and its
+    restart, which publishes nothing the pause covers."""
+    store = stack.store
+    anchors = _triggers(store)
+    ids = list(anchors)
+    store.put_job(Job(job_code=JobCode("other"), biz_code="other-biz", handler="quick", timeout=timedelta(0)))
+    (one,) = store.add_triggers(
+        [
+            Trigger(
+                job_code=JobCode("quick"),
+                biz_code=BIZ,
+                kind=TriggerKind.ONCE,
+                next_fire_at=_now() + timedelta(seconds=8),
+            )
+        ]
+    )
+    leader = stack.start_leader("cancel-leader")
+    executor = Invocations(stack)
+    stops = StopService(SqlStops(store))
+    try:
+        start_ms = min(anchors.values())
+        assert until(lambda: any(s >= start_ms for _c, s, _w in executor.read()), 30), executor.tail()
+        one_ms = to_ms(one.next_fire_at)
+        assert until(lambda: (stored_id(one), one_ms) in _records(store, one_ms, one_ms + 1), 10), "not published"
+        rep = operations.cancel(store, stops, [stored_id(one)], _now() + LEAD, actor="ops", reason="wrong amount")
+        assert rep.changed == [stored_id(one)]
+        # a freeze of another business leaves this one running
+        other = stops.stop(Scope.BUSINESS, "other-biz", _now() + LEAD, Cause.FREEZE, "ops", "incident")
+        assert other.changed
+        time.sleep(2.5)  # this business keeps running meanwhile
+        # a pause, then the leader dies and comes back
+        s = _now() + LEAD
+        operations.pause(store, stops, ids, s, actor="ops", reason="before restart")
+        time.sleep(1.5)
+        leader.kill9()
+        stack.start_leader("cancel-leader-2")
+        time.sleep(8)
+        invoked = executor.read()
+        assert not [x for x in invoked if x[1] >= to_ms(s)], "ran after the pause, across the restart"
+        assert [x for x in invoked if other.window.from_ms <= x[1] < to_ms(s)], "another business's freeze stopped it"
+        assert not [x for x in invoked if x[1] == one_ms and x[0].startswith(f"{stored_id(one)}-")], "cancelled ran"
+        rec = _records(store, one_ms, one_ms + 1)[(stored_id(one), one_ms)]
+        assert is_stop_skip(rec.state, rec.message) and "wrong amount" in rec.message
+        r = _now() + RESUME_LEAD
+        operations.resume(store, stops, SqlSupersedes(store), ids, r)
+        assert until(lambda: sum(1 for x in executor.read() if x[1] >= to_ms(r)) >= TRIGGERS, 20), executor.tail()
+        count = Counter(c for c, _s, _w in executor.read())
+        assert not [c for c, n in count.items() if n > 1], "a command was invoked twice"
+    finally:
+        executor.stop()

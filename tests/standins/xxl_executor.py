@@ -10,10 +10,16 @@ talks to, behaving like xxl-job-core's EmbedServer + ExecutorBizImpl + JobThread
   job thread."). Then the block strategy while the thread runs or has a queue:
   DISCARD_LATER refuses the request (code 500 "block strategy effect：Discard Later"),
   COVER_EARLY replaces the thread, anything else (SERIAL_EXECUTION, null, unknown)
-  queues it. A replaced thread's running trigger is called back 500 "<reason> [job
-  running, killed]" (when its handler returns: a Python thread cannot be interrupted)
-  and each queued one "<reason> [job not executed, in the job queue, killed.]". A
-  repeated logId in a thread's queue is refused ("repeat trigger job, logId:..").
+  queues it. A replaced thread is told to stop and interrupted: its running trigger is
+  called back 500 "<reason> [job running, killed]" at once (the handler is taken as
+  blocked in a call the interrupt ends, as a sleeping or waiting Java handler is; a
+  Python thread cannot be stopped, so the handler itself runs on, unheard) and each
+  queued one "<reason> [job not executed, in the job queue, killed.]". A repeated logId
+  in a thread's queue is refused ("repeat trigger job, logId:..").
+* `POST /kill {"jobId"}` (ExecutorBizImpl.kill, what the admin's "terminate" calls): the
+  job's thread is removed, told to stop with "scheduling center kill job." and
+  interrupted as above; code 200. With no thread for the job: code 200 with msg "job
+  thread already killed." (a success code, as in xxl-job-core 2.x and 3.x).
 * the job thread runs its queue one trigger at a time; `executorTimeout` (s) counts
   from the trigger's start on the thread, not from its arrival: past it the result is
   502 "job execute timeout " and the thread moves on to the next trigger.
@@ -68,6 +74,7 @@ class _JobThread:
     queued: set[int] = field(default_factory=set)  # logIds waiting
     running: bool = False
     stop_reason: str | None = None
+    interrupted: threading.Event = field(default_factory=threading.Event)
 
 
 class XxlExecutorStandIn:
@@ -89,7 +96,8 @@ class XxlExecutorStandIn:
         self.callbacks: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = []  # (admin, body, answer)
         self.results: dict[int, tuple[int, str]] = {}  # logId -> (handleCode, handleMsg) as called back
         self.started: dict[int, float] = {}  # logId -> monotonic start on its job thread
-        self.kills: list[tuple[int, str]] = []  # (jobId, reason) of each replaced job thread
+        self.kills: list[tuple[int, str]] = []  # (jobId, reason) of each replaced or killed job thread
+        self.kill_requests: list[int] = []  # jobIds of each POST /kill
         self.beats = 0
         self.idle_beats: list[int] = []  # jobIds asked about
         self.send_callbacks = True
@@ -150,6 +158,8 @@ class XxlExecutorStandIn:
             return {"code": 500, "msg": "job thread is running or has trigger queue."} if busy else {"code": 200}
         if uri == "/run":
             return self._run(self.triggers[-1])
+        if uri == "/kill":
+            return self._kill(int(json.loads(raw.decode("utf-8") or "{}").get("jobId", 0)))
         return {"code": 500, "msg": f"invalid request, uri-mapping({uri}) not found."}
 
     def _busy(self, job_id: int) -> bool:
@@ -197,21 +207,37 @@ class XxlExecutorStandIn:
             thread.queue.put(trigger)
         return {"code": 200, "msg": None}
 
+    def _kill(self, job_id: int) -> dict[str, Any]:
+        """ExecutorBizImpl.kill: XxlJobExecutor.removeJobThread, or "already killed"."""
+        with self._lock:
+            self.kill_requests.append(job_id)
+            old = self._threads.pop(job_id, None)
+            if old is None:
+                return {"code": 200, "msg": "job thread already killed."}
+            self._stop(old, "scheduling center kill job.")
+        return {"code": 200, "msg": None}
+
+    def _stop(self, old: _JobThread, reason: str) -> None:
+        """JobThread.toStop(reason) + interrupt(): its queue is called back killed, its
+        running trigger when the job thread sees the interrupt (_job_thread)."""
+        old.stop_reason = reason
+        self.kills.append((old.job_id, reason))
+        old.interrupted.set()
+        while True:
+            try:
+                t = old.queue.get_nowait()
+            except queue.Empty:
+                break
+            old.queued.discard(int(t["logId"]))
+            self._report(t, 500, f"{reason} [job not executed, in the job queue, killed.]")
+
     def _replace(self, job_id: int, identity: tuple[str, object], reason: str | None) -> _JobThread:
         """XxlJobExecutor.registJobThread: the old thread (if any) is told to stop."""
         old = self._threads.get(job_id)
         new = _JobThread(job_id, identity)
         self._threads[job_id] = new
         if old is not None:
-            old.stop_reason = reason or "replaced"
-            self.kills.append((job_id, old.stop_reason))
-            while True:  # its queue is called back killed
-                try:
-                    t = old.queue.get_nowait()
-                except queue.Empty:
-                    break
-                old.queued.discard(int(t["logId"]))
-                self._report(t, 500, f"{old.stop_reason} [job not executed, in the job queue, killed.]")
+            self._stop(old, reason or "replaced")
         threading.Thread(target=self._job_thread, args=(new,), daemon=True, name=f"xxl-standin-job-{job_id}").start()
         return new
 
@@ -229,7 +255,7 @@ class XxlExecutorStandIn:
                 jt.running = True
                 self.started[int(trigger["logId"])] = time.monotonic()
                 self._done.notify_all()
-            code, msg = self._execute(trigger)
+            code, msg = self._execute(trigger, jt.interrupted)
             with self._lock:
                 jt.running = False
                 if jt.stop_reason is not None:
@@ -237,7 +263,7 @@ class XxlExecutorStandIn:
                 self._done.notify_all()
             self._report(trigger, code, msg)
 
-    def _execute(self, trigger: dict[str, Any]) -> tuple[int, str]:
+    def _execute(self, trigger: dict[str, Any], interrupted: threading.Event) -> tuple[int, str]:
         box: list[tuple[int, str]] = []
 
         def run() -> None:
@@ -248,13 +274,21 @@ class XxlExecutorStandIn:
                 box.append((500, f"{type(exc).__name__}: {exc}"))
 
         timeout = int(trigger.get("executorTimeout") or 0)
-        if timeout <= 0:
-            run()
-            return box[0]
         worker = threading.Thread(target=run, daemon=True)
         worker.start()
-        worker.join(timeout)  # counted from the start on the job thread, as FutureTask.get
-        return box[0] if box else (502, "job execute timeout ")
+        # counted from the start on the job thread, as FutureTask.get; an interrupt (a kill)
+        # ends the wait as it ends a blocked Java handler
+        deadline = None if timeout <= 0 else time.monotonic() + timeout
+        while worker.is_alive() and not interrupted.is_set():
+            left = IDLE_POLL_S if deadline is None else min(IDLE_POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                break
+            worker.join(left)
+        if box:
+            return box[0]
+        if interrupted.is_set():
+            return 500, "java.lang.InterruptedException"  # replaced by the kill's message
+        return 502, "job execute timeout "
 
     def _report(self, trigger: dict[str, Any], code: int, msg: str) -> None:
         """Recorded at once; called back on a thread of its own (TriggerCallbackThread's

@@ -157,6 +157,11 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("freeze-no-reason", ["freeze", "--all", "--url", "{ok}"], USAGE),
     ("freeze-unknown-business", ["freeze", "--business", "nosuch", "--reason", "x", "--url", "{ok}"], USAGE),
     ("unfreeze-both-named", ["unfreeze", "--business", "b", "--all", "--url", "{ok}"], USAGE),
+    ("run-kill-nothing-named", ["run", "kill", "--url", "{ok}"], USAGE),
+    ("run-kill-both-named", ["run", "kill", "1-2-0", "--job", "j", "--url", "{ok}"], USAGE),
+    ("run-kill-no-such-run", ["run", "kill", "1-2-0", "--url", "{ok}"], USAGE),
+    ("run-kill-not-a-command-id", ["run", "kill", "abc", "--url", "{ok}"], USAGE),
+    ("run-kill-no-such-job", ["run", "kill", "--job", "nosuch:job", "--url", "{ok}"], USAGE),
     ("dualrun-compare-missing-business", ["dualrun", "compare", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
     ("dualrun-compare-bad-since", _dualrun("compare", "{ok}", "{legacy}", "--since", "notatime"), USAGE),
     ("dualrun-compare-bad-window", _dualrun("compare", "{ok}", "{legacy}", "--window", "-1h"), USAGE),
@@ -191,6 +196,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("trigger-resume-bad-url", ["trigger", "resume", "1", "--url", BAD], USAGE),
     ("trigger-cancel-bad-url", ["trigger", "cancel", "1", "--url", BAD], USAGE),
     ("freeze-bad-url", ["freeze", "--all", "--reason", "x", "--url", BAD], USAGE),
+    ("run-kill-bad-url", ["run", "kill", "1-2-0", "--url", BAD], USAGE),
     ("dualrun-compare-bad-url", _dualrun("compare", BAD, "{legacy}"), USAGE),
     ("dualrun-compare-bad-legacy-url", _dualrun("compare", "{ok}", BAD), USAGE),
     ("dualrun-watch-bad-url", _dualrun("watch", BAD, "{legacy}", "--max-runs", "1"), USAGE),
@@ -212,6 +218,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("trigger-cancel-unreachable", ["trigger", "cancel", "1", "--url", UNREACHABLE], DOWN),
     ("freeze-unreachable", ["freeze", "--all", "--reason", "x", "--url", UNREACHABLE], DOWN),
     ("unfreeze-unreachable", ["unfreeze", "--all", "--url", UNREACHABLE], DOWN),
+    ("run-kill-unreachable", ["run", "kill", "1-2-0", "--url", UNREACHABLE], DOWN),
     ("dualrun-compare-unreachable-store", _dualrun("compare", UNREACHABLE, "{legacy}"), DOWN),
     ("dualrun-compare-unreachable-legacy", _dualrun("compare", "{ok}", UNREACHABLE), DOWN),
     ("dualrun-start-unreachable", ["dualrun", "start", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
@@ -236,6 +243,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-stats-no-schema", ["scheduler", "stats", "--url", "{empty}"], SCHEMA),
     ("trigger-pause-no-schema", ["trigger", "pause", "1", "--url", "{empty}"], SCHEMA),
     ("freeze-no-schema", ["freeze", "--all", "--reason", "x", "--url", "{empty}"], SCHEMA),
+    ("run-kill-no-schema", ["run", "kill", "1-2-0", "--url", "{empty}"], SCHEMA),
     ("dualrun-compare-no-schema", _dualrun("compare", "{empty}", "{legacy}", "--source", "batch-center"), SCHEMA),
     ("dualrun-compare-no-legacy-tables", _dualrun("compare", "{ok}", "{no_legacy}"), SCHEMA),
     ("dualrun-start-no-schema", ["dualrun", "start", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
@@ -282,7 +290,7 @@ def test_every_command_and_subcommand_is_covered() -> None:
     assert names - covered == set(), f"commands without error cases: {sorted(names - covered)}"
 
 
-_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "dualrun"}
+_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun"}
 
 
 # -- long-running commands, as subprocesses ----------------------------------------------------

@@ -300,3 +300,21 @@ def test_a_hostile_business_code_is_shown_as_data(state: ConsoleState) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
     index = c.get("/").text
     assert "<script>" not in index and 'href="/business/' + quote(hostile, safe="") + '"' in index
+
+
+def test_a_frozen_business_is_shown_frozen_with_who_and_why(state: ConsoleState) -> None:
+    """Issue 27: a freeze (its own, or of everything) shows on the list, the business page
+    and its API."""
+    from scheduler_core.stops import ALL_KEY, Cause, Scope, StopService
+    from scheduler_core.store.stops import SqlStops
+
+    stops = StopService(SqlStops(state.env.store))
+    stops.stop(Scope.BUSINESS, state.cutover, state.env.store.clock.now(), Cause.FREEZE, "ana", "incident 12")
+    c = _client(state)
+    rows = {r["business"]: r for r in c.get("/api/businesses").json()}
+    assert "by ana: incident 12" in rows[state.cutover]["frozen"]
+    assert rows[state.legacy]["frozen"] is None
+    assert "frozen" in c.get(f"/business/{state.cutover}").text
+    stops.stop(Scope.ALL, ALL_KEY, state.env.store.clock.now(), Cause.FREEZE, "ana", "everything")
+    rows = {r["business"]: r for r in c.get("/api/businesses").json()}
+    assert rows[state.legacy]["frozen"].startswith("everything frozen")

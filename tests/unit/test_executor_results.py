@@ -110,7 +110,7 @@ def test_one_message_mixes_both_forms_and_several_envelopes() -> None:
     "payload",
     [
         b'{"v":1}',
-        b'{"v":1,"e":[{"t":1,"T":2,"s":"SX","i0":0,"rc":1,"at":2}]}',  # an unknown state letter
+        b'{"v":1,"e":[{"t":1,"T":2,"s":"SZ","i0":0,"rc":1,"at":2}]}',  # an unknown state letter
         b'{"v":1,"e":[{"t":1,"T":2,"s":"SS","i0":0,"rc":1,"at":2,"so":[0]}]}',  # offsets do not match
         b'{"v":1,"e":[{"t":1,"T":2,"s":"S","rc":1,"at":2}]}',  # no indices
     ],

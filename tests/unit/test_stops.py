@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from migrator.cutover import BusinessSwitch
+from migrator.ports import GateDecision
 from scheduler_core import operations
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock
@@ -26,6 +28,7 @@ from scheduler_core.model import (
     Job,
     JobCode,
     MisfirePolicy,
+    TriggerId,
     TriggerKind,
     TriggerState,
 )
@@ -46,6 +49,7 @@ from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.times import to_ms
 from switchyard.embedded import without_stopped
 from tests.harness import Harness, make_harness, state_of, stored_id, trigger_of
+from tests.migration_env import FixedGate, MigrationEnv, migrated_xxljob
 
 EVERY = timedelta(seconds=10)
 
@@ -250,32 +254,45 @@ def test_a_stop_written_without_a_bus_reaches_executors_through_the_relay(tmp_pa
     assert not rig.ran or max(rig.ran) < s
 
 
-def test_a_restart_never_publishes_again_a_command_a_standing_stop_covers(tmp_path: Path, clock: ManualClock) -> None:
+def test_a_restart_withholds_a_cancelled_command_and_one_due_before_any_lift(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """What a restarted serve publishes again: a cancelled run never (recorded skipped), a
+    paused run due before any resume written from now on could take effect neither; a
+    paused run further ahead is published again (the executors skip it while the pause
+    stands; withheld, a resume before its time would lose it)."""
     h = make_harness(tmp_path, clock)
-    a, b = h.job("a"), h.job("b")
-    ta, tb = h.once(a, 60), h.once(b, 60)
-    h.core().tick_all()
-    # a freeze raised after admission: records written pending before it are covered too
-    pending = [r for r in h.store.fired_between("biz-a", clock.now(), clock.now() + timedelta(hours=1))]
-    assert len(pending) == 2
-    StopService(SqlStops(h.store)).stop(Scope.JOB, "a", clock.now(), Cause.PAUSE)
-    # what a restarted serve would publish again: the record of `a` the pause marked is not
-    # untaken any more; one written pending after the pause (admitted since) is filtered here
-    untaken = [r for r in h.store.fired_between(None, clock.now(), clock.now() + timedelta(hours=1))]
-    untaken = [r for r in untaken if r.state in (FiredState.PENDING, FiredState.PUBLISHED)]
-    extra = FiredRecord(
-        command_id=CommandId("late-a"),
-        trigger_id=stored_id(ta),
-        job_code=JobCode("a"),
-        biz_code="biz-a",
-        scheduled_at=clock.now() + timedelta(seconds=90),
-        state=FiredState.PENDING,
-        epoch=Epoch(1),
-    )
-    h.store.put_fired([extra])
-    keep, covered = without_stopped(h.store, [*untaken, extra])
-    assert [r.trigger_id for r in keep] == [stored_id(tb)] and covered == 1
-    assert h.store.get_fired([CommandId("late-a")])[CommandId("late-a")].state is FiredState.SKIPPED
+    a, b, c = h.job("a"), h.job("b"), h.job("c")
+    ta, tb, tc = h.once(a, 60), h.once(b, 60), h.once(c, 60)
+    stops = StopService(SqlStops(h.store))
+    stops.stop(Scope.JOB, "a", clock.now(), Cause.CANCEL)
+    stops.stop(Scope.JOB, "c", clock.now(), Cause.PAUSE)
+
+    def pending(cid: str, t: TriggerId, job: str, in_s: float) -> FiredRecord:
+        return FiredRecord(
+            command_id=CommandId(cid),
+            trigger_id=t,
+            job_code=JobCode(job),
+            biz_code="biz-a",
+            scheduled_at=clock.now() + timedelta(seconds=in_s),
+            state=FiredState.PENDING,
+            epoch=Epoch(1),
+        )
+
+    # records written pending after the stops (admitted since): what a restart finds untaken
+    recs = [
+        pending("a-far", stored_id(ta), "a", 90),
+        pending("b-far", stored_id(tb), "b", 90),
+        pending("c-soon", stored_id(tc), "c", 1),
+        pending("c-far", stored_id(tc), "c", 90),
+    ]
+    h.store.put_fired(recs)
+    keep, covered = without_stopped(h.store, recs)
+    assert sorted(r.command_id for r in keep) == ["b-far", "c-far"] and covered == 2
+    got = h.store.get_fired([CommandId("a-far"), CommandId("c-soon"), CommandId("c-far")])
+    assert got[CommandId("a-far")].state is FiredState.SKIPPED and "cancel" in got[CommandId("a-far")].message
+    assert got[CommandId("c-soon")].state is FiredState.SKIPPED
+    assert got[CommandId("c-far")].state is FiredState.PENDING
 
 
 def test_windows_add_up_and_a_later_epoch_wins_in_any_order(tmp_path: Path, clock: ManualClock) -> None:
@@ -343,15 +360,8 @@ def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_i
     store.engine.dispose()
 
 
-def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
-    import json
-
-    from migrator.business import BusinessRegistry
-    from migrator.ports import GateDecision
-    from switchyard.cli import cli
-    from switchyard.wiring import migrator_store
-    from tests.migration_env import FixedGate, migrated_xxljob
-
+def _cut_over(tmp_path: Path) -> tuple[MigrationEnv, str, BusinessSwitch]:
+    """A migrated xxl-job business of two jobs, dual-run then cut over by the real switch."""
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
     clock = env.migrator.clock
     sw = env.xxl_switch(
@@ -360,6 +370,17 @@ def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_pa
     )
     sw.start_dual_run(biz, shadow=False, actor="ops")
     sw.cutover(biz, actor="ops")
+    return env, biz, sw
+
+
+def test_a_freeze_is_audited_shown_by_status_and_deliberate_for_its_check(tmp_path: Path) -> None:
+    import json
+
+    from migrator.business import BusinessRegistry
+    from switchyard.cli import cli
+    from switchyard.wiring import migrator_store
+
+    env, biz, _sw = _cut_over(tmp_path)
     url = str(env.store.engine.url)
     runner = CliRunner()
     res = runner.invoke(cli, ["freeze", "--business", biz, "--reason", "incident 7", "--actor", "ana", "--url", url])
@@ -386,18 +407,10 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
     relayed it, or names who did."""
     import threading
 
-    from migrator.ports import GateDecision
     from switchyard.cli import cli
-    from tests.migration_env import FixedGate, migrated_xxljob
 
-    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    env, biz, sw = _cut_over(tmp_path)
     clock = env.migrator.clock
-    sw = env.xxl_switch(
-        FixedGate(GateDecision(ready=True, comparison_id=1, computed_at=clock.now())),
-        max_verdict_age=timedelta(days=9999),
-    )
-    sw.start_dual_run(biz, shadow=False, actor="ops")
-    sw.cutover(biz, actor="ops")
     url, legacy = str(env.store.engine.url), str(env.legacy.url)
     res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"])
     assert res.exit_code == 0, res.output

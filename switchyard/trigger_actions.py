@@ -1,0 +1,56 @@
+"""An operator's pause, resume or cancel of triggers as `switchyard trigger` does it, for
+the command and for whatever else acts as an operator (tests): the ownership guard
+(`migrator.ownership`), the stop or its lift (`scheduler_core.operations`) with S the
+start + STOP_LEAD and R the lift + RESUME_LEAD, and the audit note of each business in
+dual-run or cut over."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from migrator.business import BusinessRegistry
+from migrator.ownership import GuardOutcome, guard_trigger_operation
+from migrator.store import MigratorStore
+from scheduler_core import operations
+from scheduler_core.model import TriggerId
+from scheduler_core.stops import StopService
+from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
+
+STOP_LEAD = timedelta(seconds=1)
+RESUME_LEAD = timedelta(seconds=2)
+
+
+def act(
+    store: SqlTriggerStore,
+    own: MigratorStore,
+    stops: StopService,
+    action: str,
+    ids: list[TriggerId],
+    *,
+    actor: str,
+    reason: str,
+    started: datetime,
+) -> tuple[operations.OperationReport, GuardOutcome]:
+    guard = guard_trigger_operation(store, own, action, ids, reason)
+    allowed = guard.allowed
+    if action == "pause":  # S: the command's start + 1 s, whatever the reads took
+        report = operations.pause(store, stops, allowed, started + STOP_LEAD, actor, reason)
+    elif action == "cancel":
+        report = operations.cancel(store, stops, allowed, started + STOP_LEAD, actor, reason)
+    else:  # R: 2 s after the lift is written (not after the start): every executor hears it first
+        report = operations.resume(store, stops, SqlSupersedes(store), allowed, store.clock.now() + RESUME_LEAD)
+    changed = set(report.changed)
+    registry = BusinessRegistry(own)
+    for biz, tids in guard.audited.items():
+        if done := [t for t in tids if t in changed]:
+            registry.note(
+                biz,
+                actor=actor,
+                reason=reason or f"trigger {action}",
+                detail={"action": f"trigger {action}", "triggers": done, "at": str(report.at)},
+            )
+    return report, guard
+
+
+__all__ = ["RESUME_LEAD", "STOP_LEAD", "act"]
