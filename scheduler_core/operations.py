@@ -31,7 +31,7 @@ from typing import Protocol
 from scheduler_core.model import MisfirePolicy, Trigger, TriggerId, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Transition, TriggerStore
-from scheduler_core.stops import Cause, Scope, Stop, StopService, Window
+from scheduler_core.stops import Cause, Scope, Stop, StopService, StopStore, Window
 from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -143,12 +143,14 @@ def _stop(
     return report
 
 
-def settle(store: TriggerStore, stops: Sequence[Stop]) -> list[Stop]:
+def settle(store: TriggerStore, stop_store: StopStore, stops: Sequence[Stop]) -> list[Stop]:
     """The trigger states a pause or a cancel could not set when it was given (the trigger
     was being fired then, e.g. by a leader that died holding it: it waits again only once
     reclaimed): each trigger whose open pause or cancel window stands while it waits is
-    moved to paused / cancelled now. Returns the stops whose trigger is still acquired, to
-    settle on a later round (`StopRelay` calls this each round)."""
+    moved to paused / cancelled now, under the stop row's lock (`StopStore.settle_trigger`:
+    a resume lifting the window meanwhile wins, never a stale read of it). Returns the stops
+    whose trigger is still acquired, to settle on a later round (`StopRelay` calls this
+    each round)."""
     wanted: dict[TriggerId, TriggerState] = {}
     for stop in stops:
         if stop.scope is not Scope.TRIGGER:
@@ -159,12 +161,12 @@ def settle(store: TriggerStore, stops: Sequence[Stop]) -> list[Stop]:
     if not wanted:
         return []
     later: set[TriggerId] = set()
-    for t in store.get_triggers(list(wanted)):
+    for t in store.get_triggers(list(wanted)):  # one read: most are paused already, nothing to do
         assert t.id is not None
         to = wanted[t.id]
         if t.state is S.ACQUIRED:
             later.add(t.id)
-        elif t.state is S.WAITING and store.cas(Transition(ids=[t.id], from_state=S.WAITING, to_state=to)):
+        elif t.state is S.WAITING and stop_store.settle_trigger(t.id, to):
             log.info("trigger %s: %s as its stop says (it was being fired when the stop came)", t.id, to.value)
     return [s for s in stops if s.scope is Scope.TRIGGER and TriggerId(int(s.key)) in later]
 

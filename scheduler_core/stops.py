@@ -39,7 +39,7 @@ from functools import partial
 from typing import Protocol
 
 from scheduler_core.control import EVERYTHING, ControlBroadcasts, RelayScope, decode_control, encode_control
-from scheduler_core.model import FiredState
+from scheduler_core.model import FiredState, TriggerState
 from scheduler_core.ports import MessageBus
 from scheduler_core.times import from_ms, to_ms
 
@@ -276,6 +276,12 @@ class StopStore(Protocol):
     ) -> tuple[list[Applied], int]:
         """`close_window` for many keys in one transaction (those with no such window left
         out); with the records revived in all."""
+
+    @abstractmethod
+    def settle_trigger(self, trigger_id: int, to: TriggerState) -> bool:
+        """In one transaction holding the trigger's stop row: if its pause (cancel) window
+        still stands and the trigger waits, move it to `to`. False when the window was
+        lifted meanwhile or the trigger does not wait."""
 
     @abstractmethod
     def mark_relayed(self, stops: list[Stop], by: str) -> None:

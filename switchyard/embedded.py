@@ -259,7 +259,10 @@ class EmbeddedCenter:
             daemon=True,
         )
         stops = StopRelay(
-            SqlStops(self.store), self.bus, name=f"serve {self.name}", settle=partial(operations.settle, self.store)
+            SqlStops(self.store),
+            self.bus,
+            name=f"serve {self.name}",
+            settle=partial(operations.settle, self.store, SqlStops(self.store)),
         )
         fences = stops.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)

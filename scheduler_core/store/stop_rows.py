@@ -161,6 +161,16 @@ def set_edit_windows(
     return _write(conn, t.stop, row, (*others, *sorted(edits, key=lambda w: w.from_ms)), now)
 
 
+def locked_stop(conn: Connection, t: Tables, scope: Scope, key: str, now: int) -> Stop | None:
+    """The scope's stop, its row locked for the rest of the caller's transaction (None: no
+    row)."""
+    st = t.stop
+    if not conn.execute(_touch(st, scope, key, now)).rowcount:
+        return None
+    row = conn.execute(select(st).where(st.c.scope == scope.value, st.c.scope_key == key)).one()
+    return stop_of_row(row, windows_from_text(row.windows))
+
+
 def read_stops(
     conn: Connection,
     t: Tables,
@@ -249,6 +259,7 @@ def stop_of_row(row: Any, windows: tuple[Window, ...]) -> Stop:
 __all__ = [
     "close_window",
     "close_windows",
+    "locked_stop",
     "open_window",
     "open_windows",
     "read_stops",

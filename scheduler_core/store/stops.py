@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
+from scheduler_core.model import TriggerId, TriggerState
+from scheduler_core.ports import Transition
 from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
 from scheduler_core.store import stop_rows
 from scheduler_core.store.sql import SqlTriggerStore
@@ -56,6 +58,21 @@ class SqlStops:
             for i in range(0, len(keys), 500):
                 out += stop_rows.read_stops(conn, self.t, scope, keys=keys[i : i + 500])
         return out
+
+    def settle_trigger(self, trigger_id: int, to: TriggerState) -> bool:
+        tr = self.t.trigger
+        with self.store.engine.begin() as conn:
+            # the stop row's lock first: a resume's lift waits for this, or this sees it
+            stop = stop_rows.locked_stop(conn, self.t, Scope.TRIGGER, str(trigger_id), self.store.clock.now_ms())
+            cause = Cause.CANCEL if to is TriggerState.CANCELLED else Cause.PAUSE
+            if stop is None or stop.open_window((cause,)) is None:
+                return False
+            state = conn.execute(select(tr.c.state).where(tr.c.id == trigger_id)).scalar()
+            if state != TriggerState.WAITING.value:
+                return False
+            transition = Transition(ids=[TriggerId(trigger_id)], from_state=TriggerState.WAITING, to_state=to)
+            _ids, _token, matched = self.store._cas_update(conn, transition)
+            return matched > 0
 
     def mark_relayed(self, stops: list[Stop], by: str) -> None:
         st = self.t.stop

@@ -215,7 +215,7 @@ def _relays(
     from scheduler_core.store.supersedes import supersede_relay
 
     return [
-        StopRelay(SqlStops(store), bus, scope, name, settle=partial(operations.settle, store)).relay,
+        StopRelay(SqlStops(store), bus, scope, name, settle=partial(operations.settle, store, SqlStops(store))).relay,
         supersede_relay(store, bus, settings, metrics, scope).relay,
         kill_relay(store, bus, scope).relay,  # `run kill` requests stored without a bus (scheduler_core.kills)
     ]

@@ -486,7 +486,9 @@ def test_a_pause_given_while_the_trigger_is_being_fired_is_settled_by_the_relay(
     stops = StopService(SqlStops(h.store))
     rep = operations.pause(h.store, stops, [tid], clock.now(), reason="x")
     assert rep.still_acquired == [tid] and state_of(h.store, t) is TriggerState.ACQUIRED
-    relay = StopRelay(SqlStops(h.store), h.bus, name="r", settle=lambda s: operations.settle(h.store, s))
+    relay = StopRelay(
+        SqlStops(h.store), h.bus, name="r", settle=lambda s: operations.settle(h.store, SqlStops(h.store), s)
+    )
     relay.relay()
     assert state_of(h.store, t) is TriggerState.ACQUIRED, "still being fired: left alone"
     # its fire ends (reclaimed by a new leader, fired, waiting again)
@@ -500,3 +502,23 @@ def test_a_pause_given_while_the_trigger_is_being_fired_is_settled_by_the_relay(
     operations.resume(h.store, stops, SqlSupersedes(h.store), [tid], clock.now())
     relay.relay()
     assert state_of(h.store, t) is TriggerState.WAITING
+
+
+def test_a_settling_round_with_a_stale_read_never_pauses_a_resumed_trigger_again(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The relay read the stops while the pause stood; a resume then lifted it and woke the
+    trigger; the round's settle, working from that read, must leave the trigger waiting
+    (found by the CI run: the next round's pause said "already paused")."""
+    h = make_harness(tmp_path, clock)
+    job = h.job("rate")
+    (t,) = h.store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, clock.now() + EVERY, interval=EVERY)])
+    tid = stored_id(t)
+    stop_store = SqlStops(h.store)
+    stops = StopService(stop_store)
+    operations.pause(h.store, stops, [tid], clock.now())
+    stale = stop_store.stops()  # what the relay's round read
+    operations.resume(h.store, stops, SqlSupersedes(h.store), [tid], clock.now() + timedelta(seconds=2))
+    assert state_of(h.store, t) is TriggerState.WAITING
+    assert operations.settle(h.store, stop_store, stale) == []
+    assert state_of(h.store, t) is TriggerState.WAITING, "re-paused from a stale read of its stop"
