@@ -37,7 +37,12 @@ def await_relay(store: StopStore, stops: Sequence[Stop], broadcast: bool, wait: 
         return Reach(broadcast, "", None)
     deadline = time.monotonic() + wait.total_seconds()
     while True:
-        seen = [store.stop_of(s.scope, s.key) for s in stops]
+        # one read per scope, however many stops the command wrote (a job of 300 triggers)
+        now: dict[tuple[object, str], Stop] = {}
+        for scope in {s.scope for s in stops}:
+            keys = [s.key for s in stops if s.scope is scope]
+            now.update({(x.scope, x.key): x for x in store.stops_of(scope, keys)})
+        seen = [now.get((s.scope, s.key)) for s in stops]
         done = [s for s, want in zip(seen, stops, strict=True) if s is not None and s.relayed_epoch >= want.epoch]
         if len(done) == len(stops):
             last = max(done, key=lambda s: s.relayed_ms or 0)

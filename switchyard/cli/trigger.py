@@ -100,7 +100,7 @@ def _command(action: str) -> click.Command:
             with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
                 stops = StopService(stop_store, bus)
                 report, guard = act(store, own, stops, action, chosen, actor=actor, reason=reason, started=started)
-            touched = [s for tid in report.changed if (s := stop_store.stop_of(Scope.TRIGGER, str(tid))) is not None]
+            touched = stop_store.stops_of(Scope.TRIGGER, [str(tid) for tid in report.changed])
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)
         finally:
             store.engine.dispose()
