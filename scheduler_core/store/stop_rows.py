@@ -25,30 +25,8 @@ def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: Win
     of `received`: an executor's final result, skipped or what really ran before the stop
     reached it, still moves them). A window of the same cause already open: an operator's
     stop stands as it is (`changed` False); a rollback's fence moves to the new start."""
-    row = _locked_row(conn, t.stop, scope, key, now)
-    windows = _kept(windows_from_text(row.windows), now)
-    standing = next((w for w in windows if w.open and w.cause is window.cause), None)
-    if standing is not None:
-        if window.cause is not Cause.ROLLBACK:
-            return Applied(stop_of_row(row, windows), standing, changed=False)
-        # raised again: the earlier window ends where the new one starts (gone if empty)
-        ended = dataclasses.replace(standing, until_ms=window.from_ms)
-        windows = tuple(
-            ended if w is standing else w for w in windows if w is not standing or window.from_ms > standing.from_ms
-        )
-    stop = _write(conn, t.stop, row, (*windows, window), now)
-    fr = t.fired
-    marked = conn.execute(
-        update(fr)
-        .where(_in_scope(fr, scope, key), fr.c.scheduled_at >= window.from_ms, fr.c.state_rank < FINAL_RANK)
-        .values(
-            state=FiredState.SKIPPED.value,
-            state_rank=PROVISIONAL_SKIP_RANK,
-            message=window.message[:MESSAGE_MAX],
-            result_at=now,
-        )
-    ).rowcount
-    return Applied(stop, window, changed=True, records=max(0, marked or 0))
+    (applied,), marked = open_windows(conn, t, scope, [key], window, now)
+    return dataclasses.replace(applied, records=marked)
 
 
 def open_windows(
