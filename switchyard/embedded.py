@@ -126,6 +126,23 @@ def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple
     return keep, len(skipped)
 
 
+def marked_liftable(store: SqlTriggerStore) -> list[FiredRecord]:
+    """The records a standing pause, freeze or rollback fence marked skipped, due after
+    any lift written from now on could take effect, that no executor has answered: the
+    lift revives them in the store, and only a publication puts them back on the bus.
+    The last process published them and its in-process bus is gone, so they are published
+    again (every executor skips them while the stop stands). A cancel's, an edit's or a
+    lifted window's marks are final: left as they are."""
+    stops = SqlStops(store)
+    index = StopIndex({(s.scope, s.key): s for s in stops.stops()})
+    out: list[FiredRecord] = []
+    for r in stops.marked_from(to_ms(store.clock.now() + RESUME_LEAD)):
+        w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
+        if w is not None and w.open and w.cause not in (Cause.CANCEL, Cause.EDIT):
+            out.append(r)
+    return out
+
+
 def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
     if not job.explicit_items:
         return [(i, "") for i in range(first, first + count)]
@@ -284,7 +301,7 @@ class EmbeddedCenter:
         consumer.start()
         # 2. what the last process published and nobody took
         untaken, _covered = without_stopped(self.store, untaken_commands(self.store))
-        self.republished = republish(self.store, self.bus, untaken)
+        self.republished = republish(self.store, self.bus, untaken + marked_liftable(self.store))
         log.info(
             "serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
             self.name,

@@ -8,10 +8,11 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
-from scheduler_core.model import TriggerId, TriggerState
+from scheduler_core.model import FiredRecord, FiredState, TriggerId, TriggerState
 from scheduler_core.ports import Transition
 from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
 from scheduler_core.store import stop_rows
+from scheduler_core.store.rows import PROVISIONAL_SKIP_RANK, fired_from_row
 from scheduler_core.store.sql import SqlTriggerStore
 
 
@@ -73,6 +74,23 @@ class SqlStops:
             transition = Transition(ids=[TriggerId(trigger_id)], from_state=TriggerState.WAITING, to_state=to)
             _ids, _token, matched = self.store._cas_update(conn, transition)
             return matched > 0
+
+    def marked_from(self, from_ms: int) -> list[FiredRecord]:
+        """The fired records at or after `from_ms` a stop or an edit marked skipped and no
+        executor has answered (their provisional mark): a lift revives them, so a process
+        whose bus lost their messages (`serve` restarting) must publish them again."""
+        fr = self.t.fired
+        stmt = (
+            select(fr)
+            .where(
+                fr.c.scheduled_at >= from_ms,
+                fr.c.state == FiredState.SKIPPED.value,
+                fr.c.state_rank == PROVISIONAL_SKIP_RANK,
+            )
+            .order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
+        )
+        with self.store.engine.connect() as conn:
+            return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
 
     def mark_relayed(self, stops: list[Stop], by: str) -> None:
         st = self.t.stop

@@ -295,6 +295,47 @@ def test_a_restart_withholds_a_cancelled_command_and_one_due_before_any_lift(
     assert got[CommandId("c-far")].state is FiredState.PENDING
 
 
+def test_a_restart_publishes_again_what_a_standing_pause_marked_ahead_and_nothing_final(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A pause marks the records published ahead skipped; a resume revives those at or
+    after R. Under serve, a restart between the two lost their messages with its in-process
+    bus: the restarted process publishes again what a standing pause or freeze marked due
+    past the resume lead (a resume then revives them and they run), never what a cancel, an
+    edit or a lifted window marked, nor what is due before a lift could take effect."""
+    from switchyard.embedded import marked_liftable
+
+    h = make_harness(tmp_path, clock)
+    jobs = {code: h.job(code) for code in ("paused", "cancelled", "lifted", "free")}
+    trig = {code: h.once(job, 60) for code, job in jobs.items()}
+
+    def pending(code: str, in_s: float) -> FiredRecord:
+        return FiredRecord(
+            command_id=CommandId(f"{code}-{in_s}"),
+            trigger_id=stored_id(trig[code]),
+            job_code=JobCode(code),
+            biz_code="biz-a",
+            scheduled_at=clock.now() + timedelta(seconds=in_s),
+            state=FiredState.PENDING,
+            epoch=Epoch(1),
+        )
+
+    # published ahead before the stops (the pause marks them)
+    h.store.put_fired([pending(code, s) for code in jobs for s in (1, 30, 90)])
+    stops = StopService(SqlStops(h.store))
+    stops.stop(Scope.JOB, "paused", clock.now(), Cause.PAUSE)
+    stops.stop(Scope.JOB, "cancelled", clock.now(), Cause.CANCEL)
+    stops.stop(Scope.JOB, "lifted", clock.now(), Cause.PAUSE)
+    stops.lift(Scope.JOB, "lifted", clock.now() + timedelta(seconds=60), (Cause.PAUSE,))
+    again = sorted(r.command_id for r in marked_liftable(h.store))
+    assert again == ["paused-30", "paused-90"]
+    # a resume now revives them: with their messages on the bus again, they run
+    _applied, revived = SqlStops(h.store).close_windows(
+        Scope.JOB, ["paused"], to_ms(clock.now() + timedelta(seconds=10)), (Cause.PAUSE,)
+    )
+    assert revived == 2 and marked_liftable(h.store) == []
+
+
 def test_windows_add_up_and_a_later_epoch_wins_in_any_order(tmp_path: Path, clock: ManualClock) -> None:
     h = make_harness(tmp_path, clock)
     stops = StopService(SqlStops(h.store), h.bus)
