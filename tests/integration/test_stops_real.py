@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -65,7 +65,7 @@ class Stack:
     prefix: str
     tmp: Path
     leader: SchedulerProc | None = None
-    executor: object | None = None
+    members: list[SchedulerProc] = field(default_factory=list)
 
     def start_leader(self, name: str) -> SchedulerProc:
         self.leader = start_scheduler(
@@ -79,6 +79,32 @@ class Stack:
             extra=["--lookahead", "10"],
         )
         return self.leader
+
+    def start_members(self, n: int) -> None:
+        """One elected leader (n = 1), or n members of the shard registry
+        (`scheduler run --shards`): the owner of the lowest partition relays the stops."""
+        if n == 1:
+            self.members = [self.start_leader("stop-leader")]
+            return
+        shards = ["--shards", "--registry-prefix", f"/switchyard-test/{self.prefix}/shards"]
+        self.members = [
+            start_scheduler(
+                f"stop-member-{i}",
+                self.tmp,
+                url=self.url,
+                bus=self.pulsar,
+                etcd=self.etcd,
+                key=f"/switchyard-test/{self.prefix}/leader",
+                prefix=self.prefix,
+                # a lease that outlives a starved process on a loaded box: not about expiry here
+                extra=["--lookahead", "10", *shards, "--lease-ttl", "10"],
+            )
+            for i in range(n)
+        ]
+
+    def logs(self) -> str:
+        procs = [*self.members, *([self.leader] if self.leader and self.leader not in self.members else [])]
+        return "\n".join(f"--- {p.name}\n{p.log_text()[-2000:]}" for p in procs)
 
 
 class Invocations:
@@ -119,8 +145,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         try:
             yield s
         finally:
-            if s.leader is not None:
-                s.leader.stop()
+            for p in {id(p): p for p in [*s.members, *([s.leader] if s.leader else [])]}.values():
+                p.stop()
             engine.dispose()
 
 
@@ -166,11 +192,16 @@ class Round:
     epochs: dict[str, int]  # trigger key -> the pause's epoch
 
 
-def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack: Stack) -> None:
+@pytest.mark.parametrize("members", [1, 2], ids=["leader", "shard-registry"])
+def test_pause_and_resume_take_effect_in_seconds_through_the_relay(stack: Stack, members: int) -> None:
+    """`members` 1: the elected leader relays the stops; 2: two members of the shard
+    registry, where the owner of the lowest partition does (20 pauses, 8 under the
+    registry: its latency is the bench's to measure, this checks the promise)."""
     store = stack.store
     anchors = _triggers(store)
     ids = list(anchors)
-    stack.start_leader("stop-leader")
+    rounds_wanted = STOPS if members == 1 else 8
+    stack.start_members(members)
     stops = StopService(SqlStops(store))  # no bus: as `switchyard trigger pause` without --bus
     probe_bus = PulsarBus(stack.pulsar, topic_prefix=stack.prefix)
     heard: dict[tuple[str, int], int] = {}
@@ -190,9 +221,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
             now = to_ms(_now())
             return len(_records(store, now + 2000, now + 60_000))
 
-        assert until(lambda: ahead() >= 5 * TRIGGERS, 30), (
-            f"the leader did not publish its lookahead:\n{stack.leader.log_text()[-2000:]}"  # type: ignore[union-attr]
-        )
+        assert until(lambda: ahead() >= 5 * TRIGGERS, 30), f"the lookahead was not published:\n{stack.logs()}"
         # 1. a pause before any executor exists: the executor must know it before it runs anything
         first_s = _now() + LEAD
         rep = operations.pause(store, stops, ids, first_s, actor="ops", reason="late joiner")
@@ -207,7 +236,7 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
         assert until(lambda: any(s >= to_ms(first_r) for _c, s, _w in executor.read()), 15), executor.tail()
 
         # 2. pauses while the executor runs
-        for n in range(STOPS):
+        for n in range(rounds_wanted):
             s = _now() + LEAD
             rep = operations.pause(store, stops, ids, s, actor="ops", reason=f"round {n}")
             returned = time.time_ns() // 1_000_000
@@ -261,7 +290,8 @@ def test_pause_and_resume_take_effect_in_seconds_through_the_leaders_relay(stack
         assert all(g is not None for g in heard_at), "a stop never reached the follower"
         latencies.append(max(g for g in heard_at if g is not None) - w.returned_ms)
     print(
-        f"\nstops under the single leader (relayed from the store): a follower heard each of {STOPS} pauses "
+        f"\nstops under {'the single leader' if members == 1 else f'{members} shard members'} (relayed from the "
+        f"store): a follower heard each of {rounds_wanted} pauses "
         f"p50 {statistics.median(latencies):.0f} ms, max {max(latencies)} ms after the call returned; "
         f"{len(stopped)} occurrences stopped, none invoked; {len(clear)} between pauses, each run once"
     )
