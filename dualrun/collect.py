@@ -27,6 +27,7 @@ from dualrun.frames import (
     FIRED_STATUS,
     NEW_COLUMNS,
     NONE,
+    STOPPED,
     UNFINISHED,
     JobIndex,
     JobInfo,
@@ -107,14 +108,23 @@ def fetch_quarantined(own: DualRunStore, source: SourceSystem, biz_code: str) ->
 _FIRED = ("job_code", "item_index", "item_total", "state", "scheduled_at", "received_at", "misfired", "attempt")
 # a record a rollback fence skipped, as `read_state` names it (not a stored state)
 FENCED_STATE = "fenced"
-_READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED}
+# a record an operator's stop skipped, as `read_state` names it
+STOPPED_STATE = "stopped"
+_READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED, STOPPED_STATE: STOPPED}
 
 
 def fetch_new(store: SqlTriggerStore, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
     rows = fired_rows(
-        store, biz_code, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+        store,
+        biz_code,
+        to_ms(window.start),
+        to_ms(window.end),
+        _FIRED,
+        fenced_as=FENCED_STATE,
+        stopped_as=STOPPED_STATE,
+        by_time=True,
     )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     # child-job runs after a parent's success: no schedule explains them (as legacy's PARENT runs)

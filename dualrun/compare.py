@@ -349,6 +349,7 @@ def detail(kind: MismatchKind, a: int, b: int) -> str:
         + {
             1: ", its misfire policy skipped it",
             2: ", a rollback fence skipped it there (the legacy side's to fire)",
+            3: ", an operator's stop skipped it there (pause, cancel or freeze)",
         }.get(b, ""),
         MismatchKind.EXTRA_ON_NEW: (
             f"fired {b + 1} times on the new side (a doubled trigger)"

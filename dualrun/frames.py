@@ -33,6 +33,10 @@ FENCED = 5
 # missing) and did not run to its own end, so it is neither a success nor a failure of the
 # handler; counted in its own column and left out of the success rate
 KILLED = 6
+# a new-side record an operator's stop skipped (pause, cancel, freeze: scheduler_core.stops):
+# deliberate, never invoked; legacy may fire it (a stop on the new side only), which is no
+# mismatch against the new side, and it is told apart from a rollback's fence in the report
+STOPPED = 7
 
 # legacy row kinds (from the trigger type xxl-job writes into trigger_msg)
 SCHEDULE, RETRY, MANUAL, MISFIRE = 0, 1, 2, 3

@@ -35,6 +35,7 @@ from dualrun.frames import (
     RETRY,
     SCHEDULE,
     SKIPPED,
+    STOPPED,
     SUCCESS,
     TIMEOUT,
     UNFINISHED,
@@ -51,7 +52,7 @@ LABEL_CODE = {lab: i for i, lab in enumerate(Label)}
 LABELS = list(Label)
 NO_LABEL = -1
 # `b` of a missing_on_new: 1 the new side's misfire policy skipped it, 2 a rollback fence did
-B_MISFIRE_SKIP, B_FENCED = 1, 2
+B_MISFIRE_SKIP, B_FENCED, B_STOPPED = 1, 2, 3
 _I64 = np.int64
 _NO_KEYS = np.zeros(0, dtype=_I64)
 
@@ -541,10 +542,12 @@ def classify(
     ctx: ClassifyContext,
     keys: Keys,
     fenced_fk: np.ndarray | None = None,
+    stopped_fk: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, int, int]:
     """(mismatch frame, paired fires, reference occurrences). `fenced_fk`: occurrences the
-    new side skipped by a rollback fence; the legacy side fires them, which is no mismatch
-    against the new side (labelled rollback_fence, out of the rates' reference)."""
+    new side skipped deliberately, by a rollback fence or an operator's stop (`stopped_fk`,
+    a subset); the legacy side fires them, which is no mismatch against the new side
+    (labelled rollback_fence or operator_stop, out of the rates' reference)."""
     lf, nf = legacy.fires, new.fires
     li, ni = pair(lf, nf, duration_ms(ctx.settings.pair_tolerance))
     cols = ("job", "sched", "dispatch", "status", "items", "attempts")
@@ -554,8 +557,12 @@ def classify(
     # the new side (labelled; b carries its calls instead of the misfire-skip flag)
     held = ctx.flags.quarantined[lo["job"]]
     fenced = ~held & member(_NO_KEYS if fenced_fk is None else fenced_fk, lo["fk"])
-    label = np.where(held, LABEL_CODE[Label.NOT_MIGRATED], np.where(fenced, LABEL_CODE[Label.ROLLBACK_FENCE], NO_LABEL))
-    why = np.where(fenced, B_FENCED, member(skipped_fk, lo["fk"]).astype(_I64) * B_MISFIRE_SKIP)
+    stopped = fenced & member(_NO_KEYS if stopped_fk is None else stopped_fk, lo["fk"])
+    deliberate = np.where(stopped, LABEL_CODE[Label.OPERATOR_STOP], LABEL_CODE[Label.ROLLBACK_FENCE])
+    label = np.where(held, LABEL_CODE[Label.NOT_MIGRATED], np.where(fenced, deliberate, NO_LABEL))
+    why = np.where(
+        stopped, B_STOPPED, np.where(fenced, B_FENCED, member(skipped_fk, lo["fk"]).astype(_I64) * B_MISFIRE_SKIP)
+    )
     pieces.append(
         _piece(
             MismatchKind.MISSING_ON_NEW,
@@ -633,17 +640,23 @@ def prepare_legacy(
     return SideFires(items, fires_of(items, keys)), unscheduled_rows(leg, sched, start, end)
 
 
-def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires, np.ndarray, np.ndarray]:
-    """The new side of one window: fires, and the keys of fires skipped by misfire policy
-    and by a rollback fence (neither ran a handler: not fires of the new side)."""
+def prepare_new(new: Table, start: int, end: int, keys: Keys) -> tuple[SideFires, np.ndarray, np.ndarray, np.ndarray]:
+    """The new side of one window: fires, and the keys of fires skipped by misfire policy,
+    deliberately (a rollback fence or an operator's stop), and by an operator's stop alone
+    (none of them ran a handler: not fires of the new side)."""
     sched, status = new["sched"], new["status"]
     inside = (sched >= start) & (sched < end)
     skipped = np.flatnonzero(inside & (status == SKIPPED))
-    fenced = np.flatnonzero(inside & (status == FENCED))
-    items = new_items(new, np.flatnonzero(inside & (status != SKIPPED) & (status != FENCED)), keys)
+    stop_skip = inside & (status == STOPPED)
+    fenced = np.flatnonzero((inside & (status == FENCED)) | stop_skip)
+    stopped = np.flatnonzero(stop_skip)
+    items = new_items(
+        new, np.flatnonzero(inside & (status != SKIPPED) & (status != FENCED) & (status != STOPPED)), keys
+    )
     skipped_fk = sorted_unique(keys.fire(new["job"][skipped], sched[skipped]))
     fenced_fk = sorted_unique(keys.fire(new["job"][fenced], sched[fenced]))
-    return SideFires(items, fires_of(items, keys)), skipped_fk, fenced_fk
+    stopped_fk = sorted_unique(keys.fire(new["job"][stopped], sched[stopped]))
+    return SideFires(items, fires_of(items, keys)), skipped_fk, fenced_fk, stopped_fk
 
 
 def match(
@@ -652,9 +665,9 @@ def match(
     """The whole matching for one window [start, end) in epoch ms."""
     keys = Keys(origin=start, job_bits=_bits(n_jobs))
     legacy, unsched = prepare_legacy(leg, exp, start, end, ctx.settings, keys)
-    newf, skipped_fk, fenced_fk = prepare_new(new, start, end, keys)
+    newf, skipped_fk, fenced_fk, stopped_fk = prepare_new(new, start, end, keys)
     exp_fk = expected_keys(exp, start, end, keys)
-    frame, paired, reference = classify(legacy, newf, unsched, exp_fk, skipped_fk, ctx, keys, fenced_fk)
+    frame, paired, reference = classify(legacy, newf, unsched, exp_fk, skipped_fk, ctx, keys, fenced_fk, stopped_fk)
     return MatchResult(
         legacy=legacy,
         new=newf,

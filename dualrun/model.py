@@ -81,6 +81,7 @@ class Label(enum.StrEnum):
     LEGACY_MISSED = "legacy_missed"
     NOT_MIGRATED = "not_migrated"  # the legacy job is quarantined in the migration ledger
     ROLLBACK_FENCE = "rollback_fence"  # the new side skipped it by a rollback's fence: legacy's to fire
+    OPERATOR_STOP = "operator_stop"  # an operator stopped it on the new side (pause, cancel, freeze)
 
 
 LABEL_TEXT: dict[Label, str] = {
@@ -97,6 +98,8 @@ LABEL_TEXT: dict[Label, str] = {
     "listed) and still runs only on legacy; the new side was never given it",
     Label.ROLLBACK_FENCE: "a rollback handed the occurrence back to legacy: the new side had published it and "
     "its executor skipped it, with a record, by the rollback's fence",
+    Label.OPERATOR_STOP: "an operator stopped it on the new side (trigger pause or cancel, freeze): skipped "
+    "there with a record naming who and why; the legacy side fired it",
 }
 
 

@@ -220,7 +220,7 @@ def _volume_check(ev: Evidence) -> Check:
     if ev.fenced_legacy_calls:
         sentence += (
             f", not counting {ev.fenced_legacy_calls:,} legacy call(s) of occurrences a rollback fence "
-            "took from the new side"
+            "or an operator's stop took from the new side"
         )
     return Check(code="volume", passed=not failed, sentence=sentence, new=float(n), legacy=float(leg), noise=noise)
 

@@ -25,15 +25,17 @@ def fired_rows(
     columns: Sequence[str],
     *,
     fenced_as: str | None = None,
+    stopped_as: str | None = None,
     by_time: bool = False,
 ) -> list[tuple[Any, ...]]:
     """The `columns` of a business's fired records scheduled in [start_ms, end_ms); the
     "state" column as read by `_state` (published derived from the trigger's outcome).
     `fenced_as`: the "state" column names a rollback fence's skip so (told from a misfire
     policy's skip by the message the fence writes, in the query: the message itself is
-    never fetched unless asked for). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
+    never fetched unless asked for); `stopped_as`: an operator's stop's skip (pause, cancel,
+    freeze) so, else as `fenced_as` (both deliberate). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
     fr = store.t.fired
-    stmt = select(*(_state(store, fenced_as) if c == "state" else fr.c[c] for c in columns)).where(
+    stmt = select(*(_state(store, fenced_as, stopped_as) if c == "state" else fr.c[c] for c in columns)).where(
         fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms
     )
     if by_time:
@@ -55,17 +57,18 @@ def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_m
         return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
 
 
-def _state(store: SqlTriggerStore, fenced_as: str | None) -> ColumnElement[Any]:
+def _state(store: SqlTriggerStore, fenced_as: str | None, stopped_as: str | None = None) -> ColumnElement[Any]:
     """The "state" column as read: `published` for a pending record whose trigger recorded
-    its occurrence's outcome (the fire path stamps none: FiredState), and a fence's skip
-    as `fenced_as` when given."""
+    its occurrence's outcome (the fire path stamps none: FiredState), a fence's skip as
+    `fenced_as` and an operator's stop's as `stopped_as` (else `fenced_as`) when given."""
     fr = store.t.fired
     whens: list[tuple[ColumnElement[bool], str]] = [(published_by_outcome(store.t), FiredState.PUBLISHED.value)]
     if fenced_as is not None:
         # a deliberate skip on the new side: a rollback's fence, or an operator's stop
         # (pause, cancel, freeze); neither a missing run nor a failed one
-        deliberate = fr.c.message.like(f"{MESSAGE_PREFIX}%") | fr.c.message.like(f"{STOP_PREFIX}%")
-        whens.append((and_(fr.c.state == FiredState.SKIPPED.value, deliberate), fenced_as))
+        skipped = fr.c.state == FiredState.SKIPPED.value
+        whens.append((and_(skipped, fr.c.message.like(f"{MESSAGE_PREFIX}%")), fenced_as))
+        whens.append((and_(skipped, fr.c.message.like(f"{STOP_PREFIX}%")), stopped_as or fenced_as))
     return case(*whens, else_=fr.c.state).label("state")
 
 

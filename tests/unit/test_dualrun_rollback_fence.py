@@ -135,3 +135,31 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
     c = s2.compare()
     assert c.mismatch_counts[MismatchKind.MISSING_ON_NEW.value]["labelled"] == len(after2) - 2
     assert c.new.missing == 0
+
+
+def test_an_operators_stop_on_the_new_side_is_labelled_so_not_as_a_rollback_fence(tmp_path: Path) -> None:
+    """A pause (or cancel, freeze) of a dual-running trigger on the new side: legacy fires
+    what the new side skipped. Deliberate, so neither missing nor failed, and the report
+    says an operator stopped it, not that a rollback handed it back."""
+    from scheduler_core.stops import Cause, Scope, StopService
+    from scheduler_core.store.stops import SqlStops
+
+    s = Scenario.create(tmp_path)
+    s.business_row(state="dual_run")
+    d = s.job("12", "0/10 * * * * ?")
+    s.legacy(d)
+    times = s.times(d)
+    at = times[len(times) // 2]
+    after = [t for t in times if t >= at]
+    s.new(d, [t for t in times if t < at])
+    s.new(d, after, state=FiredState.PUBLISHED)
+    s.flush()
+    applied = StopService(SqlStops(s.store)).stop(Scope.BUSINESS, s.biz_code, at, Cause.FREEZE, "ana", "incident 4")
+    assert applied.records == len(after)
+    c = s.compare()
+    stopped = [m for m in c.mismatches if m.kind is MismatchKind.MISSING_ON_NEW]
+    assert len(stopped) == len(after) and c.new.missing == 0 and c.new.failed == 0
+    assert all(m.label is Label.OPERATOR_STOP and not m.flagged for m in stopped)
+    assert all("an operator's stop skipped it" in m.detail for m in stopped)
+    checks = {ch.code: ch for ch in c.checks}
+    assert all(checks[k].passed for k in ("missing", "extra", "success_rate")), c.reasons
