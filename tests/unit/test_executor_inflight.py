@@ -61,7 +61,10 @@ def test_a_second_copy_of_a_message_in_work_never_invokes_a_handler_twice(timeou
         time.sleep(0.2)  # anything more that would come (a third answer, a late call)
         got += _results(results, 1, within_s=0.2)
     assert sorted(calls) == sorted(ids), "a handler was called twice for one command"
-    assert ex.waited == 1  # the second copy waited, at the first of its runs still in work
+    # the second copy waited at least once, at the first of its runs still in work; taken by
+    # a second worker while the first copy was still at an earlier run of a pack, it waits
+    # again at each later run still in work (seen: 2 of 3 in one run of the unit suite)
+    assert 1 <= ex.waited <= runs
     assert len(got) == 2 * runs  # both copies answered...
     assert all(u.state is FiredState.SUCCEEDED for u in got)  # ...with what the first copy did
     assert sorted(u.command_id for u in got) == sorted(ids * 2)
