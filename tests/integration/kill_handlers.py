@@ -13,7 +13,7 @@ from scheduler_core.executor import ExecutionContext, HandlerResult
 
 _lock = threading.Lock()
 _out = open(os.environ["KILL_EVENTS"], "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - process-long
-IGNORE_S = 20.0  # the stubborn handler's run: past its job's timeout
+IGNORE_S = 35.0  # the stubborn handler's run: past its job's timeout (25 s)
 
 
 def _note(ctx: ExecutionContext, event: str) -> None:

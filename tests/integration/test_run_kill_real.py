@@ -121,7 +121,10 @@ def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Center]:
         init_schema(engine, 4)
         store = SqlTriggerStore(engine, SystemClock())
         store.put_job(Job(job_code=JobCode("kill:cooperating"), biz_code=BIZ, handler="h"))
-        store.put_job(Job(job_code=JobCode("kill:stubborn"), biz_code=BIZ, handler="h", timeout=timedelta(seconds=10)))
+        # the kill must reach the run before its timeout: `run kill` is a process of its own
+        # (the CLI's imports, a Pulsar connection), which took over 10 s with the suite's
+        # workers sharing 2 cores; 25 s leaves it room
+        store.put_job(Job(job_code=JobCode("kill:stubborn"), biz_code=BIZ, handler="h", timeout=timedelta(seconds=25)))
         prefix = f"kill{uuid.uuid4().hex[:6]}"
         events = tmp / "events.txt"
         events.touch()
@@ -174,7 +177,7 @@ def test_a_kill_with_the_bus_answers_still_running_for_a_handler_that_ignores_it
     assert done.returncode == 0, done.stdout + done.stderr + center.logs()
     assert "published on the bus" in done.stdout
     assert f"{cid}: still_running: the handler has not returned" in done.stdout, done.stdout + center.logs()
-    assert "job timeout (10s)" in done.stdout
+    assert "job timeout (25s)" in done.stdout
     assert until(lambda: center.state(cid).state.is_final, 30), center.logs()
     rec = center.state(cid)
     assert rec.state is FiredState.TIMED_OUT and "ignored the killed by an operator" in rec.message, rec
