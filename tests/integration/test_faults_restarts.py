@@ -46,7 +46,9 @@ from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, start_scheduler
 from tests.servers import REPO, server_url
 
-pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd]
+# exclusive: the shared servers restart under these tests, so they run alone, after the
+# parallel run (scripts/test)
+pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar, pytest.mark.etcd, pytest.mark.exclusive]
 STACK = REPO / "scripts" / "stack"
 BIZ = "restart"
 
