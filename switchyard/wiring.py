@@ -27,7 +27,15 @@ if TYPE_CHECKING:
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
+    """The store at `url`; a SQLite file is created if missing (`db init`, `serve`, `demo`)."""
     return SqlTriggerStore(make_engine(url), clock or SystemClock())
+
+
+def open_existing_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
+    """The store at `url`, which must exist: every command but the ones that create a store
+    opens it so, and a typo'd SQLite path is an error naming it (BadStoreUrl), not a new
+    empty file."""
+    return SqlTriggerStore(make_engine(url, must_exist=True), clock or SystemClock())
 
 
 def migrator_store(store: SqlTriggerStore) -> MigratorStore:
@@ -143,7 +151,7 @@ def stream_catchup(
 def legacy_control(source: str, legacy_url: str, clock: Clock, tz: str = "Asia/Shanghai") -> LegacyControl:
     from migrator.legacy_control import BatchCenterControl, XxlJobControl
 
-    engine = make_engine(legacy_url)
+    engine = make_engine(legacy_url, must_exist=True)
     if source == "xxl-job":
         return XxlJobControl(engine, clock)
     if source == "batch-center":
@@ -181,7 +189,7 @@ def legacy_switches(urls: Sequence[str], clock: Clock) -> Callable[[str, Sequenc
 
     controls: dict[str, LegacyControl] = {}
     for url in urls:
-        names = set(inspect(make_engine(url)).get_table_names())
+        names = set(inspect(make_engine(url, must_exist=True)).get_table_names())
         source = "xxl-job" if "xxl_job_info" in names else "batch-center" if "bc_task" in names else None
         if source is None:
             raise ValueError(f"{url!r} holds neither xxl_job_info nor bc_task: not a legacy database")

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import DisconnectionError
 
+from scheduler_core.errors import BadStoreUrl
 from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import MYSQL_DIALECTS
 
@@ -36,9 +37,41 @@ def safe_url(url: str | URL) -> str:
         return "<unparsable url>"
 
 
+def missing_sqlite_file(url: str | URL) -> Path | None:
+    """The file a SQLite URL names when it does not exist; None for any other URL (a
+    server's, an in-memory or a "file:" URI database, or one that cannot be parsed)."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return None  # make_engine reports the bad URL in its own words
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") and parsed.query.get("uri") == "true":
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
+
+
 @translated  # a bad URL or a missing driver: BadStoreUrl
-def make_engine(url: str, *, pool_size: int = 8) -> Engine:
+def make_engine(url: str, *, pool_size: int = 8, must_exist: bool = False) -> Engine:
+    """An engine for `url`. SQLite creates a missing file (and its directory) on connect:
+    `must_exist` refuses one instead (BadStoreUrl naming it), for the callers that only
+    read or change a store `db init` made, so a typo'd path leaves nothing behind."""
     parsed = make_url(url)
+    if must_exist and (missing := missing_sqlite_file(parsed)) is not None:
+        raise BadStoreUrl(f"no store at {missing}", "the file does not exist (`switchyard db init` creates one)")
+    try:
+        return _engine(parsed, pool_size)
+    except ModuleNotFoundError as exc:
+        # SQLAlchemy's default MySQL driver is mysqlclient (MySQLdb), which is not a dependency
+        if parsed.get_backend_name() in MYSQL_DIALECTS and parsed.get_driver_name() == "mysqldb":
+            hint = f"use {parsed.get_backend_name()}+pymysql:// (the driver installed)"
+            raise BadStoreUrl(f"no driver for {safe_url(parsed)}", hint) from None
+        raise BadStoreUrl(f"no driver for {safe_url(parsed)}", str(exc)) from None
+
+
+def _engine(parsed: URL, pool_size: int) -> Engine:
     kwargs: dict[str, Any] = {"future": True}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""

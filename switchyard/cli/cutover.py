@@ -33,7 +33,7 @@ from switchyard.wiring import (
     legacy_control,
     legacy_switches,
     migrator_store,
-    open_store,
+    open_existing_store,
     stream_catchup,
 )
 
@@ -60,7 +60,7 @@ def _switch(
     Of the zones it needs the database's, the one legacy DATETIME columns are in (a switch
     evaluates no legacy cron: the triggers carry their own zone, xxl-job's
     trigger_next_time is epoch ms)."""
-    store = open_store(url)
+    store = open_existing_store(url)
     own = migrator_store(store)
     try:
         rec = BusinessRegistry(own).get(biz)
@@ -176,7 +176,7 @@ def status(
     from dualrun.verdict_store import latest_by_business
     from migrator.ownership import ownership
 
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         own = migrator_store(store)
         records = {r.biz_code: r for r in BusinessRegistry(own).all()}
@@ -333,7 +333,7 @@ def rollback(
 def _tell_fence_reach(url: str, biz_code: str, bus_args: _BusArgs) -> None:
     """How the rollback's fence reaches the executors: broadcast here with a bus, and
     relayed from the store by whoever holds the bus; a warning when neither happened."""
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         stops = SqlStops(store)
         stop = stops.stop_of(Scope.BUSINESS, biz_code)

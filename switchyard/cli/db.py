@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
-from sqlalchemy.engine import make_url
 
-from scheduler_core.store.engine import make_engine, safe_url
+from scheduler_core.store.engine import make_engine, missing_sqlite_file, safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.schema import check_schema, init_schema
@@ -70,7 +68,7 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
 @cli_errors
 def check_cmd(url: str, as_json: bool) -> None:
     """Report what the store holds; exit 4 if the schema is missing or incomplete."""
-    missing_file = _missing_sqlite_file(url)
+    missing_file = missing_sqlite_file(url)
     if missing_file is not None:
         # opening it would create an empty database: a check must not leave one behind
         raise CliFailure(f"no store at {missing_file}: run `switchyard db init`", exitcodes.SCHEMA)
@@ -102,14 +100,3 @@ def check_cmd(url: str, as_json: bool) -> None:
         click.echo(f"trigger partitions: {len(report.partitions)}")
     if not report.ok:
         raise CliFailure("the schema is missing or incomplete: run `switchyard db init`", exitcodes.SCHEMA)
-
-
-def _missing_sqlite_file(url: str) -> Path | None:
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return None  # make_engine reports the bad URL in its own words
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    path = Path(parsed.database).expanduser()
-    return None if path.exists() else path

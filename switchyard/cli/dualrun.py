@@ -43,7 +43,14 @@ from switchyard.cli.options import (
 )
 from switchyard.logs import configure_logging
 from switchyard.settings import parse_zones
-from switchyard.wiring import dualrun_store, legacy_reader, migrator_store, open_bus, open_store, stream_catchup
+from switchyard.wiring import (
+    dualrun_store,
+    legacy_reader,
+    migrator_store,
+    open_bus,
+    open_existing_store,
+    stream_catchup,
+)
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,7 +68,7 @@ unreachable, 4 schema missing."""
 
 def open_reader(source: SourceSystem, legacy_url: str, tz: str | LegacyZones) -> LegacyReader:
     """The legacy reader of a source system (the readers package's adapters)."""
-    return legacy_reader(source.value, make_engine(legacy_url), tz)
+    return legacy_reader(source.value, make_engine(legacy_url, must_exist=True), tz)
 
 
 def domain_errors(fn: F) -> F:
@@ -161,7 +168,7 @@ class Sources:
     def stream_state(self, biz_code: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
         """The business's change stream now (no waiting), as the cutover gate will judge it;
         None when no stream follows it or the legacy database has no binlog."""
-        legacy = make_engine(self.legacy_url)
+        legacy = make_engine(self.legacy_url, must_exist=True)
         try:
             check = stream_catchup(
                 migrator_store(self.store), legacy, self.legacy_tz.db
@@ -304,7 +311,7 @@ def _sources(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     return Sources(
-        store=(store := open_store(url)),
+        store=(store := open_existing_store(url)),
         own=dualrun_store(store),
         legacy_url=legacy_url,
         legacy_tz=zones,
@@ -551,7 +558,7 @@ def watch_cutover_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = Sources(
-        store=(store := open_store(url)),
+        store=(store := open_existing_store(url)),
         own=dualrun_store(store),
         legacy_url=legacy_url,
         legacy_tz=legacy_zones,

@@ -24,7 +24,7 @@ from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
-from switchyard.wiring import migrator_store, open_store
+from switchyard.wiring import migrator_store, open_existing_store
 
 
 def _scope(biz_code: str | None, everything: bool) -> tuple[Scope, str]:
@@ -44,7 +44,7 @@ def _switch(
     as_json: bool,
 ) -> None:
     scope, key = _scope(biz_code, everything)
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         own = migrator_store(store)
         if biz_code is not None and not known_business(store, own, biz_code):

@@ -28,7 +28,7 @@ from switchyard.cli.errors import cli_errors
 from switchyard.cli.options import log_format, log_level
 from switchyard.logs import configure_logging
 from switchyard.settings import default_store_url, legacy_zones
-from switchyard.wiring import legacy_reader, open_store, target_writer
+from switchyard.wiring import legacy_reader, open_existing_store, target_writer
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     three fire times (UTC and the cron zone) to compare with the legacy admin's. Writes
     nothing."""
     businesses, zones = defs.biz_codes, defs.zones
-    legacy = make_engine(defs.legacy_url)
-    store = open_store(defs.target_url)
+    legacy = make_engine(defs.legacy_url, must_exist=True)
+    store = open_existing_store(defs.target_url)
     try:
         reader = defs.reader(legacy)
         m = Migrator(reader, target_writer(store), store.clock, defs.mapping_options())
@@ -231,8 +231,8 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
 def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
     businesses = defs.biz_codes
-    legacy = make_engine(defs.legacy_url)
-    store = open_store(defs.target_url)
+    legacy = make_engine(defs.legacy_url, must_exist=True)
+    store = open_existing_store(defs.target_url)
     try:
         reader = defs.reader(legacy)
         after = _mark_migrated(legacy) if defs.source == SourceSystem.BATCH_CENTER.value else None
@@ -279,7 +279,7 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
 @cli_errors
 def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> None:
     """Rows that could not be migrated, with the field and the reason."""
-    store = open_store(target_url)
+    store = open_existing_store(target_url)
     try:
         writer = target_writer(store)
         wanted: list[str | None] = [*biz_codes] or [None]
@@ -375,8 +375,8 @@ def stream_cmd(
 
     configure_logging(log_level, log_format)
     source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.biz_codes, defs.zones
-    legacy = make_engine(legacy_url)
-    store = open_store(defs.target_url)
+    legacy = make_engine(legacy_url, must_exist=True)
+    store = open_existing_store(defs.target_url)
     stop = stop_event()
     try:
         reader = defs.reader(legacy)

@@ -14,7 +14,7 @@ from reports.write import FORMATS, format_for, write_report
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
-from switchyard.wiring import dualrun_store, open_store
+from switchyard.wiring import dualrun_store, open_existing_store
 
 EPILOG = """\b
 Examples:
@@ -66,7 +66,7 @@ def report(
     """Write the dual-run report of BUSINESS, or the --overview page."""
     if overview == (biz_code is not None):
         raise click.UsageError("give either a BUSINESS or --overview")
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         now = store.clock.now()
         own = dualrun_store(store)

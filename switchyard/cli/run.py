@@ -33,7 +33,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import bus_url, pulsar_token, store_url, topic_prefix
-from switchyard.wiring import open_bus, open_store
+from switchyard.wiring import open_bus, open_existing_store
 
 POLL_S = 0.1
 RELAYED_BY = "the process holding the bus (the scheduler leader, or `switchyard serve`) relays it within about a second"
@@ -112,7 +112,7 @@ def kill_cmd(
     handler; the run is recorded killed once the handler returns."""
     if (command_id is None) == (job_code is None):
         raise CliFailure("name one run (COMMAND_ID) or --job JOB_CODE", exitcodes.USAGE)
-    store = open_store(url)
+    store = open_existing_store(url)
     bus: MessageBus | None = None
     feed: ControlFeed | None = None
     try:

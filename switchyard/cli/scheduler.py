@@ -22,7 +22,7 @@ from switchyard.cli.errors import cli_errors
 from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
 from switchyard.cli.signals import stop_event
 from switchyard.logs import configure_logging
-from switchyard.wiring import open_bus, open_election, open_store, open_wakeups
+from switchyard.wiring import open_bus, open_election, open_existing_store, open_wakeups
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def run_cmd(
         raise click.BadParameter(
             "--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)", param_hint="--election"
         )
-    store = open_store(url)
+    store = open_existing_store(url)
     # a trigger added due soon, by this process or (through etcd) another, wakes its
     # partition's loop here when this process runs it
     store.wakeups = wakeups = open_wakeups(election_url, key=wake_key)
@@ -287,7 +287,7 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
 @cli_errors
 def stats_cmd(url: str, since: float, as_json: bool) -> None:
     """Trigger states and per-business fire-time lag percentiles from fired records."""
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         now = store.clock.now()
         records = store.fired_between(None, now - timedelta(seconds=since), now + timedelta(days=1))

@@ -29,7 +29,7 @@ from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.trigger_actions import act
-from switchyard.wiring import migrator_store, open_store
+from switchyard.wiring import migrator_store, open_existing_store
 
 
 @click.group()
@@ -91,7 +91,7 @@ def _command(action: str) -> click.Command:
         actor: str,
         as_json: bool,
     ) -> None:
-        store = open_store(url)
+        store = open_existing_store(url)
         started = store.clock.now()
         try:
             own = migrator_store(store)

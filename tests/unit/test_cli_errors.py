@@ -71,6 +71,11 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     seed_batchcenter(leg, businesses=2, tasks_per_business=3, bad_rows=0, malformed_crons=0)
     leg.dispose()
     (d / "a-file").write_text("x")
+    # databases that exist without any tables (a missing file is a bad URL: tests/unit/test_bad_input.py)
+    for name in ("empty.db", "none.db"):
+        blank = make_engine(f"sqlite:///{d / name}")
+        blank.connect().close()
+        blank.dispose()
     p = Paths(
         ok=ok,
         empty=f"sqlite:///{d / 'empty.db'}",

@@ -1,0 +1,80 @@
+"""Bad input never surprises (issue 32): a command given a typo'd store, a URL without its
+driver, or a name that does not exist says so in one line naming it, exits 2 (bad input),
+and leaves nothing behind: no file, no directory, no stored row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from scheduler_core.store.engine import make_engine
+from switchyard import exitcodes
+from switchyard.cli import cli
+from switchyard.schema import init_schema
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = make_engine(url)
+    init_schema(engine, 2)
+    engine.dispose()
+    return url
+
+
+# -- read-only commands never create a store ----------------------------------------------
+
+READ_ONLY = [
+    pytest.param(["status", "--url", "{url}"], id="status"),
+    pytest.param(["status", "--check", "--url", "{url}"], id="status-check"),
+    pytest.param(["report", "--overview", "--out", "{out}", "--url", "{url}"], id="report-overview"),
+    pytest.param(["migrate", "quarantine", "--target-url", "{url}"], id="migrate-quarantine"),
+    pytest.param(["scheduler", "stats", "--url", "{url}"], id="scheduler-stats"),
+    pytest.param(["console", "--url", "{url}", "--port", "1"], id="console"),
+    pytest.param(["trigger", "pause", "1", "--url", "{url}"], id="trigger-pause"),
+    pytest.param(["run", "kill", "1-2-0", "--url", "{url}"], id="run-kill"),
+    pytest.param(["freeze", "--all", "--reason", "x", "--url", "{url}"], id="freeze"),
+]
+
+
+@pytest.mark.parametrize("args", READ_ONLY)
+def test_a_missing_sqlite_store_is_an_error_naming_it_and_nothing_is_created(tmp_path: Path, args: list[str]) -> None:
+    typo = tmp_path / "typo" / "x.db"
+    fill = {"{url}": f"sqlite:///{typo}", "{out}": str(tmp_path / "out.html")}
+    result = CliRunner().invoke(cli, [fill.get(a, a) for a in args])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert f"no store at {typo}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not typo.parent.exists()
+
+
+def test_a_missing_legacy_database_is_an_error_naming_it_and_nothing_is_created(tmp_path: Path, store_url: str) -> None:
+    typo = tmp_path / "typo" / "legacy.db"
+    argv = ["migrate", "plan", "--source", "batch-center", "--legacy-url", f"sqlite:///{typo}"]
+    result = CliRunner().invoke(cli, [*argv, "--target-url", store_url])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert f"no store at {typo}" in result.stderr
+    assert not typo.parent.exists()
+
+
+def test_db_init_still_creates_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "x.db"
+    result = CliRunner().invoke(cli, ["db", "init", "--url", f"sqlite:///{path}"])
+    assert result.exit_code == 0, result.output
+    assert path.exists()
+
+
+# -- a MySQL URL without a driver ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["mysql://u:secret@127.0.0.1:1/x", "mariadb://u@127.0.0.1:1/x"])
+def test_a_mysql_url_without_driver_hints_at_pymysql(url: str) -> None:
+    result = CliRunner().invoke(cli, ["status", "--url", url])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    backend = url.split(":", 1)[0]
+    assert f"{backend}+pymysql://" in result.stderr
+    assert "MySQLdb" not in result.stderr
+    assert "secret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
