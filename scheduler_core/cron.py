@@ -78,6 +78,30 @@ class CronSyntaxError(ValueError):
         self.reason = reason
 
 
+def _unix_cron_hint(expression: str, dialect: Dialect, last_year: int) -> str:
+    """For a 5-field (Unix) cron, the hint Quartz's own message lacks: it reads the first
+    field as seconds, and then runs out of fields. A suggestion is shown only when Quartz
+    accepts it and it means what the Unix cron meant (a Unix day-of-week number is one
+    less than Quartz's, so one with a number gets no suggestion)."""
+    fields = expression.split()
+    if len(fields) != 5:
+        return ""
+    minute, hour, dom, month, dow = fields
+    hint = "; Quartz cron has 6 or 7 fields, seconds first"
+    if any(c.isdigit() for c in dow):
+        return f"{hint}, and numbers day-of-week from Sunday = 1 (Unix: 0)"
+    if dow == "*":
+        dow = "?"
+    elif dom == "*":
+        dom = "?"
+    guess = " ".join(("0", minute, hour, dom, month, dow))
+    try:
+        qp.parse(guess, dialect, last_year)
+    except qp.QuartzParseError:
+        return hint
+    return f"{hint}: did you mean {guess!r}?"
+
+
 def _next_table(values: set[int], size: int) -> tuple[int, ...]:
     """Table t where t[i] is the smallest allowed value >= i, or -1.
 
@@ -127,7 +151,9 @@ class _Spec:
             f = qp.parse(expression, dialect, last_year)
         except qp.QuartzParseError as exc:
             name = "expression" if exc.field_index is None else qp.FIELD_NAMES[exc.field_index]
-            raise CronSyntaxError(name, f"{exc.message} (in {expression!r})") from None
+            raise CronSyntaxError(
+                name, f"{exc.message} (in {expression!r}){_unix_cron_hint(expression, dialect, last_year)}"
+            ) from None
         self.fields = f
         for index in (qp.SECOND, qp.MINUTE, qp.HOUR):
             if not _real(f.sets[index]):
