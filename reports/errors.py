@@ -13,6 +13,6 @@ class ReportError(Exception):
 class UnknownFormat(ReportError, ValueError):
     """A report format other than html, md and json."""
 
-    def __init__(self, fmt: str) -> None:
-        super().__init__(f"unknown report format {fmt!r}: use html, md or json")
+    def __init__(self, fmt: str, message: str | None = None) -> None:
+        super().__init__(message or f"unknown report format {fmt!r}: use html, md or json")
         self.format = fmt

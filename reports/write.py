@@ -13,11 +13,21 @@ from reports.render_md import render_md
 FORMATS = {"html": render_html, "md": render_md, "json": render_json}
 
 
+SUFFIXES = {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}
+
+
 def format_for(path: Path, fmt: str | None) -> str:
+    """The form to write: `fmt` if given, else the one the file's suffix names (html when it
+    has none). A suffix of no form is refused (UnknownFormat), not written as HTML: a
+    `report.pdf` holding HTML would surprise whoever opens it."""
     if fmt:
         return fmt
     suffix = path.suffix.lower().lstrip(".")
-    return {"htm": "html", "markdown": "md"}.get(suffix, suffix) if suffix in (*FORMATS, "htm", "markdown") else "html"
+    if not suffix:
+        return "html"
+    if suffix not in SUFFIXES:
+        raise UnknownFormat(suffix, f"unknown report suffix .{suffix}: use {', '.join('.' + s for s in SUFFIXES)}")
+    return SUFFIXES[suffix]
 
 
 def render_report(content: dict[str, Any], fmt: str) -> str:

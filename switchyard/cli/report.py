@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from dualrun.errors import NoComparison
-from reports.errors import ReportError
+from reports.errors import ReportError, UnknownFormat
 from reports.load import load_overview, load_report
-from reports.write import FORMATS, format_for, write_report
+from reports.write import FORMATS, format_for, render_report, write_report
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
@@ -21,6 +21,7 @@ Examples:
   switchyard report reminder --format html --out reports/reminder.html
   switchyard report reminder --format md --out reports/reminder.md
   switchyard report --overview --out reports/index.html
+  switchyard report reminder --format json --out - | jq .verdict
 
 Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unreachable,
 4 schema missing."""
@@ -36,7 +37,12 @@ Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unre
     default=None,
     help="Output form (default: from the --out suffix, else html).",
 )
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="File to write.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="File to write (.html, .md or .json), or - for stdout.",
+)
 @click.option(
     "--comparison",
     "comparison_id",
@@ -66,6 +72,11 @@ def report(
     """Write the dual-run report of BUSINESS, or the --overview page."""
     if overview == (biz_code is not None):
         raise click.UsageError("give either a BUSINESS or --overview")
+    to_stdout = str(out) == "-"
+    try:
+        form = (fmt or "html") if to_stdout else format_for(out, fmt)
+    except UnknownFormat as exc:
+        raise click.BadParameter(str(exc), param_hint="--out") from None
     store = open_existing_store(url)
     try:
         now = store.clock.now()
@@ -75,7 +86,11 @@ def report(
             if overview
             else load_report(own, biz_code or "", now=now, comparison_id=comparison_id, history_limit=history_limit)
         )
-        path = write_report(model.content(), format_for(out, fmt), out)
+        if to_stdout:
+            text = render_report(model.content(), form)
+            click.echo(text, nl=not text.endswith("\n"))
+            return
+        path = write_report(model.content(), form, out)
     except NoComparison as exc:
         raise CliFailure(str(exc), exitcodes.FAILED) from None
     except ReportError as exc:

@@ -4,6 +4,7 @@ and leaves nothing behind: no file, no directory, no stored row."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,27 @@ def test_a_mysql_url_without_driver_hints_at_pymysql(url: str) -> None:
     assert "MySQLdb" not in result.stderr
     assert "secret" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# -- report --out ---------------------------------------------------------------------------
+
+
+def test_report_out_dash_writes_to_stdout_and_no_file(tmp_path: Path, store_url: str) -> None:
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
+        result = runner.invoke(cli, ["report", "--overview", "--format", "json", "--out", "-", "--url", store_url])
+        assert result.exit_code == 0, result.output
+        assert isinstance(json.loads(result.stdout), dict)
+        assert not (Path(cwd) / "-").exists()
+        html = runner.invoke(cli, ["report", "--overview", "--out", "-", "--url", store_url])
+        assert html.exit_code == 0, html.output
+        assert html.stdout.lstrip().lower().startswith("<!doctype html")
+
+
+def test_report_out_with_an_unknown_suffix_is_refused_naming_the_supported_ones(tmp_path: Path, store_url: str) -> None:
+    out = tmp_path / "report.pdf"
+    result = CliRunner().invoke(cli, ["report", "--overview", "--out", str(out), "--url", store_url])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert "--out" in result.stderr and ".pdf" in result.stderr
+    assert all(s in result.stderr for s in (".html", ".md", ".json"))
+    assert not out.exists()

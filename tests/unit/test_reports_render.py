@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dualrun.verdict_store import put_comparison
+from reports.errors import UnknownFormat
 from reports.load import load_overview, load_report
 from reports.redact import redact
 from reports.write import format_for, render_report, write_report
@@ -123,7 +124,9 @@ def test_format_follows_the_suffix() -> None:
     assert format_for(Path("a.md"), None) == "md"
     assert format_for(Path("a.json"), None) == "json"
     assert format_for(Path("a.htm"), None) == "html"
-    assert format_for(Path("a.txt"), None) == "html"
+    assert format_for(Path("a"), None) == "html"
+    with pytest.raises(UnknownFormat):
+        format_for(Path("a.txt"), None)  # issue 32: a suffix of no form is refused, not written as HTML
     assert format_for(Path("a.md"), "json") == "json"
 
 
