@@ -98,6 +98,13 @@ def job_biz_codes(store: SqlTriggerStore) -> set[str]:
         return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
 
 
+def has_fired_records(store: SqlTriggerStore, biz_code: str) -> bool:
+    """Whether any fired record belongs to the business (one row on idx_fired_biz_time)."""
+    fr = store.t.fired
+    with store.engine.connect() as conn:
+        return conn.execute(select(fr.c.biz_code).where(fr.c.biz_code == biz_code).limit(1)).first() is not None
+
+
 def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
     """How many triggers wait, and the earliest next fire time among them (epoch ms):
     one aggregate on the (state, next_fire_at) index."""

@@ -32,6 +32,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors, redact
+from switchyard.cli.names import known_business
 from switchyard.cli.options import (
     legacy_zone_options,
     log_format,
@@ -374,6 +375,9 @@ def compare_cmd(
     """Compute, store and print the verdict of one business (exit 0 ready, 1 not ready)."""
     sources = _sources(**source_kw)
     try:
+        # a typo'd business would be compared against nothing and the verdict stored for it
+        if not known_business(sources.store, migrator_store(sources.store), biz_code):
+            raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         result, cid = sources.compare(
             biz_code, since=since, until=until, legacy_biz_code=legacy_biz_code, shadow=shadow
         )

@@ -24,7 +24,9 @@ from readers.timezones import LegacyZones
 from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
-from switchyard.cli.errors import cli_errors
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.names import known_business
 from switchyard.cli.options import log_format, log_level
 from switchyard.logs import configure_logging
 from switchyard.settings import default_store_url, legacy_zones
@@ -284,6 +286,11 @@ def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> 
         writer = target_writer(store)
         wanted: list[str | None] = [*biz_codes] or [None]
         rows = [r for b in wanted for r in writer.quarantined(b)]
+        # a business whose every row was quarantined is known by those rows alone
+        held = {r["business"] for r in rows}
+        unknown = [b for b in biz_codes if b not in held and not known_business(store, writer.own, b)]
+        if unknown:
+            raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
     finally:
         store.engine.dispose()
     if as_json:

@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dualrun.verdict_store import latest
+from legacy_sim.seed import seed_batchcenter
+from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
 from switchyard.schema import init_schema
+from switchyard.wiring import dualrun_store, open_store
 
 
 @pytest.fixture
@@ -103,3 +107,46 @@ def test_report_out_with_an_unknown_suffix_is_refused_naming_the_supported_ones(
     assert "--out" in result.stderr and ".pdf" in result.stderr
     assert all(s in result.stderr for s in (".html", ".md", ".json"))
     assert not out.exists()
+
+
+# -- an unknown business ---------------------------------------------------------------------
+
+BIZ = "sop-audience"  # a business of the seeded batch center
+
+
+@pytest.fixture
+def migrated(tmp_path: Path, store_url: str) -> tuple[str, str]:
+    """(store URL, legacy URL): a seeded batch center migrated into the store."""
+    legacy = f"sqlite:///{tmp_path / 'legacy.db'}"
+    engine = make_engine(legacy)
+    create_legacy_schema(engine, "batch-center")
+    seed_batchcenter(engine, businesses=2, tasks_per_business=3, bad_rows=0, malformed_crons=0)
+    engine.dispose()
+    argv = ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", store_url]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    return store_url, legacy
+
+
+def test_migrate_quarantine_of_an_unknown_business_exits_2_naming_it(migrated: tuple[str, str]) -> None:
+    url, _ = migrated
+    result = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", "nosuch", "--target-url", url])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert "no such business: nosuch" in result.stderr
+    known = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", BIZ, "--target-url", url])
+    assert known.exit_code == 0, known.output
+
+
+def test_dualrun_compare_of_an_unknown_business_exits_2_and_stores_nothing(migrated: tuple[str, str]) -> None:
+    url, legacy = migrated
+    argv = ["dualrun", "compare", "--url", url, "--legacy-url", legacy, "--source", "batch-center"]
+    result = CliRunner().invoke(cli, [*argv, "--business", "nosuch"])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert "no such business: nosuch" in result.stderr
+    store = open_store(url)
+    try:
+        assert latest(dualrun_store(store), "nosuch") is None
+    finally:
+        store.engine.dispose()
+    known = CliRunner().invoke(cli, [*argv, "--business", BIZ])
+    assert known.exit_code in (exitcodes.OK, exitcodes.FAILED), known.output  # a verdict, ready or not

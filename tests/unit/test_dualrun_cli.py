@@ -103,6 +103,7 @@ def test_compare_without_source_or_business_row_is_a_usage_error(tmp_path: Path,
 
 
 def test_compare_on_an_uninitialised_store_is_a_schema_error(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()  # a store without tables (a missing file is a bad URL, exit 2)
     result = CliRunner().invoke(
         cli,
         [
