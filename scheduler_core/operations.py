@@ -55,6 +55,10 @@ class OperationReport:
     at: datetime | None = None  # S (pause, cancel) or R (resume)
     changed: list[TriggerId] = field(default_factory=list)
     unchanged: dict[TriggerId, str] = field(default_factory=dict)  # id -> why
+    # the unchanged ones that failed (they should have changed and did not), as opposed to
+    # those with nothing to do (already paused, finished): only these make the call fail,
+    # so an operation run twice, or on a business with finished one-shots, succeeds
+    failed: set[TriggerId] = field(default_factory=set)
     records: int = 0  # fired records marked skipped (pause, cancel) or revived (resume)
     run_once: list[TriggerId] = field(default_factory=list)  # resumed with one run at R (FIRE_ONCE_NOW)
     # stopped, but its state could not follow yet (still being fired): the stop covers it
@@ -62,7 +66,11 @@ class OperationReport:
 
     @property
     def ok(self) -> bool:
-        return not self.unchanged
+        return not self.failed
+
+    def fail(self, tid: TriggerId, why: str) -> None:
+        self.unchanged[tid] = why
+        self.failed.add(tid)
 
 
 def pause(
@@ -108,7 +116,7 @@ def _stop(
     for tid in wanted:
         t = current.get(tid)
         if t is None:
-            report.unchanged[tid] = "no such trigger"
+            report.fail(tid, "no such trigger")
         elif t.state is to:
             report.unchanged[tid] = f"already {to.value}"
         elif t.state is S.COMPLETED and t.next_fire_at >= at:
@@ -189,7 +197,7 @@ def resume(
     for tid in wanted:
         t = current.get(tid)
         if t is None:
-            report.unchanged[tid] = "no such trigger"
+            report.fail(tid, "no such trigger")
         elif t.state is not S.PAUSED and tid not in windows:
             report.unchanged[tid] = f"is {t.state.value}: not paused"
         else:
@@ -217,7 +225,7 @@ def resume(
             t.next_fire_at < at or any(tid == t.id and window.from_ms <= ms for tid, ms in fired_in_pause)
         )
         if t.state is S.PAUSED and not _wake(store, t, at):
-            report.unchanged[t.id] = "changed while resuming: run resume again"
+            report.fail(t.id, "changed while resuming: run resume again")
             continue
         if missed and t.misfire_policy is MisfirePolicy.FIRE_ONCE_NOW:
             runs.add_pending(t, [to_ms(at)])

@@ -112,7 +112,10 @@ def _command(action: str) -> click.Command:
         if not report.ok:
             raise SystemExit(exitcodes.FAILED)
 
-    cmd.__doc__ = f"{action.capitalize()} triggers by id, job or business."
+    cmd.__doc__ = (
+        f"{action.capitalize()} triggers by id, job or business. Exit 0 also when a trigger had nothing "
+        "to do (already so, finished: its reason is printed); 1 when one should have changed and did not."
+    )
     return cmd
 
 
@@ -135,6 +138,7 @@ def _report(
                     "run_once": report.run_once,
                     "still_acquired": report.still_acquired,
                     "unchanged": {str(k): v for k, v in report.unchanged.items()},
+                    "failed": sorted(report.failed),
                     "refused": {str(k): v for k, v in refused.items()},
                     "reach": reach,
                 }
