@@ -41,6 +41,7 @@ from sqlalchemy.engine import make_url
 
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.apply import Migrator
+from migrator.business import BusinessRegistry
 from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
@@ -428,6 +429,13 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
     """Wrong credentials against the real MariaDB, for every command that opens a database."""
     _seed(flow)
     flow.ok("db init", "db", "init", "--url", flow.target, "--partitions", "4")
+    # the business the comparison and the switch name exists in the target (as after a
+    # migration): a wrong legacy password must be the one error, not an unknown name (exit 2)
+    known = open_store(flow.target)
+    try:
+        BusinessRegistry(migrator_store(known)).ensure("reminder", "batch-center")
+    finally:
+        known.engine.dispose()
     wrong_t = _with_db(flow.target, make_url(flow.target).database or "", WRONG_PASSWORD)
     wrong_l = _with_db(flow.legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD)
     ok_t, ok_l = flow.target, flow.legacy
