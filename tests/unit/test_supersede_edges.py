@@ -263,3 +263,14 @@ def test_a_schedule_denser_than_the_guard_is_cut_and_said(
     monkeypatch.setattr(schedule_edits, "MAX_OCCURRENCES", 11)
     plan = _plan(_cron("0/5 * * * * ?"))  # exactly as many as the guard: all, nothing said
     assert plan is not None and len(plan.new_times) == 11
+
+
+def test_an_occurrence_a_millisecond_before_e_is_the_old_schedules() -> None:
+    """A fixed rate anchored 1 ms before E: that occurrence lies before E, so the plan's
+    first run is the next one, a whole interval later."""
+    old = (to_ms(NOW) + 60_000, "fixed_rate", None, 10_000, "UTC")
+    rate = trigger_of(
+        JOB, TriggerKind.FIXED_RATE, NOW + MARGIN - timedelta(milliseconds=1), interval=timedelta(seconds=7)
+    )
+    plan = _plan(rate, old)
+    assert plan is not None and plan.new_times[0] == to_ms(NOW) + 5000 - 1 + 7000
