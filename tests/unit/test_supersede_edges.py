@@ -191,10 +191,11 @@ def test_a_claim_lost_to_a_later_edit_publishes_nothing_and_leaves_the_list() ->
 
 def test_a_relay_reads_every_row_once_then_only_what_changed_lately_and_counts_only_pending_ones() -> None:
     done = Supersede(9, "biz-a", E, frozenset({E}), (), 2)  # published already: nothing to do
-    store, runs = _Store([done, _supersede()]), _Runs()
+    gone = Supersede(8, "biz-a", E, frozenset(), (E,), 1)  # its trigger deleted since: dropped
+    store, runs = _Store([done, gone, _supersede()]), _Runs()
     relay = _relay(store, runs)
-    assert relay.relay() == 1
-    assert relay.relay() == 1  # the fake still has it pending
+    assert relay.relay() == 2
+    assert relay.relay() == 2  # the fake still has them pending
     assert store.reads == [None, timedelta(minutes=2)]
 
 
