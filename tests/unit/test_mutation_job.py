@@ -20,6 +20,6 @@ def test_the_note_lists_its_equivalent_mutants_by_their_mutmut_names() -> None:
 @pytest.mark.slow
 def test_every_mutant_of_the_deciding_lines_is_killed_or_argued_equivalent() -> None:
     """Tens of minutes on the 2-core box with one worker (docs/mutation.md has the figures
-    of each group; stops and supersede were not timed yet)."""
+    of each group)."""
     unexplained = mutation_job.run(mutation_job.DEFAULT_GROUPS, budget_s=3600)
     assert unexplained == 0, "mutants neither killed nor argued equivalent: see the lines above"
