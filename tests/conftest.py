@@ -21,9 +21,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--long"):
-        return
     skip_slow = pytest.mark.skip(reason="long variant: run with --long")
+    if config.getoption("--long"):
+        for item in items:  # the long variants outlast the default per-test bound (pyproject)
+            if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(3600))
+        return
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
