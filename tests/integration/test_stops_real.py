@@ -67,8 +67,8 @@ class Stack:
     leader: SchedulerProc | None = None
     members: list[SchedulerProc] = field(default_factory=list)
 
-    def start_leader(self, name: str) -> SchedulerProc:
-        self.leader = start_scheduler(
+    def _start(self, name: str, extra: list[str]) -> SchedulerProc:
+        return start_scheduler(
             name,
             self.tmp,
             url=self.url,
@@ -76,8 +76,11 @@ class Stack:
             etcd=self.etcd,
             key=f"/switchyard-test/{self.prefix}/leader",
             prefix=self.prefix,
-            extra=["--lookahead", "10"],
+            extra=["--lookahead", "10", *extra],
         )
+
+    def start_leader(self, name: str) -> SchedulerProc:
+        self.leader = self._start(name, [])
         return self.leader
 
     def start_members(self, n: int) -> None:
@@ -87,20 +90,8 @@ class Stack:
             self.members = [self.start_leader("stop-leader")]
             return
         shards = ["--shards", "--registry-prefix", f"/switchyard-test/{self.prefix}/shards"]
-        self.members = [
-            start_scheduler(
-                f"stop-member-{i}",
-                self.tmp,
-                url=self.url,
-                bus=self.pulsar,
-                etcd=self.etcd,
-                key=f"/switchyard-test/{self.prefix}/leader",
-                prefix=self.prefix,
-                # a lease that outlives a starved process on a loaded box: not about expiry here
-                extra=["--lookahead", "10", *shards, "--lease-ttl", "10"],
-            )
-            for i in range(n)
-        ]
+        # a lease that outlives a starved process on a loaded box: not about expiry here
+        self.members = [self._start(f"stop-member-{i}", [*shards, "--lease-ttl", "10"]) for i in range(n)]
 
     def logs(self) -> str:
         procs = [*self.members, *([self.leader] if self.leader and self.leader not in self.members else [])]
