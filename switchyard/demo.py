@@ -284,10 +284,41 @@ def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
                 )
 
 
+# written into the scratch directory the demo creates: only such a directory is wiped again
+DEMO_MARK = ".switchyard-demo"
+
+
+class WorkdirNotOurs(ValueError):
+    """The scratch directory holds files the demo did not put there."""
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """An empty scratch directory: a second run wipes the first run's directory (it carries
+    the demo's mark), an empty or missing one is used as is, and anything else is refused
+    (a `--workdir` typo must never delete someone's files)."""
+    if workdir.exists():
+        if not workdir.is_dir():
+            raise WorkdirNotOurs(f"{workdir} is not a directory")
+        if (workdir / DEMO_MARK).is_file() or _made_before_the_mark(workdir):
+            shutil.rmtree(workdir)  # a second run starts clean
+        elif any(workdir.iterdir()):
+            raise WorkdirNotOurs(
+                f"{workdir} is not empty and was not made by the demo (no {DEMO_MARK} in it): "
+                "name a new or empty directory"
+            )
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARK).write_text("a scratch directory of `switchyard demo`: wiped at its next run\n")
+
+
+def _made_before_the_mark(workdir: Path) -> bool:
+    """A scratch directory of a demo older than its mark: its three databases and reports."""
+    made = ("switchyard.db", "legacy-xxljob.db", "legacy-batchcenter.db")
+    return all((workdir / name).is_file() for name in made) and (workdir / "reports").is_dir()
+
+
 def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
     started = time.perf_counter()
-    if workdir.exists():
-        shutil.rmtree(workdir)  # a second run starts clean
+    prepare_workdir(workdir)
     (workdir / "reports").mkdir(parents=True)
     clock = ManualClock(START)
     legacies = [

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from switchyard.cli.errors import cli_errors
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure, cli_errors
 
 
 @click.command()
@@ -16,15 +17,19 @@ from switchyard.cli.errors import cli_errors
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".demo"),
     show_default=True,
-    help="Scratch directory (wiped at start).",
+    help="Scratch directory: created, or the demo's own from an earlier run (wiped at start); "
+    "a non-empty directory the demo did not make is refused (exit 2).",
 )
 @click.option("--json", "as_json", is_flag=True)
 @cli_errors
 def demo(workdir: Path, as_json: bool) -> None:
     """Run the whole migration story on SQLite + in-process bus + local election."""
-    from switchyard.demo import run_demo
+    from switchyard.demo import WorkdirNotOurs, run_demo
 
-    result = run_demo(workdir, say=(lambda _m: None) if as_json else click.echo)
+    try:
+        result = run_demo(workdir, say=(lambda _m: None) if as_json else click.echo)
+    except WorkdirNotOurs as exc:
+        raise CliFailure(f"--workdir: {exc}", exitcodes.USAGE) from None
     if as_json:
         click.echo(json.dumps(result.as_dict()))
         return

@@ -150,3 +150,35 @@ def test_dualrun_compare_of_an_unknown_business_exits_2_and_stores_nothing(migra
         store.engine.dispose()
     known = CliRunner().invoke(cli, [*argv, "--business", BIZ])
     assert known.exit_code in (exitcodes.OK, exitcodes.FAILED), known.output  # a verdict, ready or not
+
+
+def test_demo_refuses_a_non_empty_workdir_it_did_not_make_and_wipes_only_its_own(tmp_path: Path) -> None:
+    """`demo --workdir` wiped whatever directory it was given: a typo deleted someone's files."""
+    from switchyard.cli import cli
+    from switchyard.demo import DEMO_MARK, prepare_workdir
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("keep me")
+    res = CliRunner().invoke(cli, ["demo", "--workdir", str(theirs)])
+    assert res.exit_code == 2, res.output
+    assert "--workdir" in res.output and str(theirs) in res.output and "not empty" in res.output
+    assert (theirs / "notes.txt").read_text() == "keep me"
+    # the demo's own directory from an earlier run is wiped; a missing or empty one is used
+    ours = tmp_path / "ours"
+    prepare_workdir(ours)
+    assert (ours / DEMO_MARK).is_file()
+    (ours / "old.db").write_text("x")
+    prepare_workdir(ours)
+    assert sorted(p.name for p in ours.iterdir()) == [DEMO_MARK]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepare_workdir(empty)
+    assert (empty / DEMO_MARK).is_file()
+    # a demo's directory from before the mark (its databases and reports) is the demo's too
+    older = tmp_path / "older"
+    (older / "reports").mkdir(parents=True)
+    for name in ("switchyard.db", "legacy-xxljob.db", "legacy-batchcenter.db"):
+        (older / name).write_text("x")
+    prepare_workdir(older)
+    assert sorted(p.name for p in older.iterdir()) == [DEMO_MARK]
