@@ -17,6 +17,7 @@ from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import log_format, log_level, store_url
+from switchyard.cli.ports import ensure_free
 from switchyard.console.data import Sources, scraped_members
 from switchyard.logs import configure_logging
 from switchyard.wiring import legacy_switches, open_existing_store
@@ -125,6 +126,7 @@ def console(
     """Read-only console: businesses, verdicts, jobs by live side, lag, scheduler, audit, quarantine."""
     configure_logging(log_level, log_format)
     token = console_token(bind, token_env)
+    ensure_free("--port", port, bind)
     store = open_existing_store(url)
     store.current_epoch()  # a store that cannot be read is a clear error now (exit 3/4), not at the first page
     src = Sources(

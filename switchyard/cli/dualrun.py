@@ -559,8 +559,10 @@ def watch_cutover_cmd(
     configure_logging(log_level, log_format)
     from dualrun.aftercut import AfterCutoverGauges, NotCutOver, check_after_cutover, cutover_time
     from dualrun.settings import MatchSettings
+    from switchyard.cli.ports import ensure_free
     from switchyard.cli.signals import stop_event
 
+    ensure_free("--metrics-port", metrics_port)
     sources = Sources(
         store=(store := open_existing_store(url)),
         own=dualrun_store(store),

@@ -20,6 +20,7 @@ from scheduler_core.stats import lag_stats
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.cli.errors import cli_errors
 from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.logs import configure_logging
 from switchyard.wiring import open_bus, open_election, open_existing_store, open_wakeups
@@ -115,6 +116,7 @@ def run_cmd(
         raise click.BadParameter(
             "--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)", param_hint="--election"
         )
+    ensure_free("--metrics-port", metrics_port)
     store = open_existing_store(url)
     # a trigger added due soon, by this process or (through etcd) another, wakes its
     # partition's loop here when this process runs it

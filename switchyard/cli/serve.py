@@ -18,6 +18,7 @@ from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
 from switchyard.cli.options import log_format, log_level, store_url
+from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
@@ -84,6 +85,9 @@ def serve(
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    ensure_free("--metrics-port", metrics_port)
+    if with_console:
+        ensure_free("--console-port", console_port, console_bind)
     store = open_store(url)
     store.current_epoch()  # a store without the schema is a clear error now (`switchyard db init`)
 

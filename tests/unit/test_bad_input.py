@@ -182,3 +182,40 @@ def test_demo_refuses_a_non_empty_workdir_it_did_not_make_and_wipes_only_its_own
         (older / name).write_text("x")
     prepare_workdir(older)
     assert sorted(p.name for p in older.iterdir()) == [DEMO_MARK]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["console", "--port", "{port}"], "--port"),
+        (["serve", "--handlers", "tests.serve_handlers", "--console", "--console-port", "{port}"], "--console-port"),
+        (["serve", "--handlers", "tests.serve_handlers", "--metrics-port", "{port}"], "--metrics-port"),
+        (["scheduler", "run", "--election", "local", "--metrics-port", "{port}"], "--metrics-port"),
+        (
+            ["dualrun", "watch-cutover", "--max-runs", "1", "--legacy-url", "{url}", "--metrics-port", "{port}"],
+            "--metrics-port",
+        ),
+    ],
+    ids=["console", "serve-console", "serve-metrics", "scheduler-metrics", "watch-metrics"],
+)
+def test_a_busy_port_is_one_line_naming_its_option_before_anything_starts(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    """A port in use: `console` logged its URL then exited 3, `serve --console` ran on
+    without its console, `--metrics-port` said "unexpected error (OSError)"."""
+    import socket
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    assert CliRunner().invoke(cli, ["db", "init", "--url", url]).exit_code == 0
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        filled = [a.replace("{port}", str(port)).replace("{url}", url) for a in args]
+        res = CliRunner().invoke(cli, [*filled, "--url", url])
+    finally:
+        holder.close()
+    assert res.exit_code == exitcodes.USAGE, res.output
+    assert f"{option} {port}" in res.output and "cannot listen" in res.output, res.output
+    assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
