@@ -99,7 +99,14 @@ def untaken_commands(store: SqlTriggerStore) -> list[FiredRecord]:
     return [r for r in store.fired_between(None, EPOCH_START, store.clock.now() + FAR_AHEAD) if r.state in _UNTAKEN]
 
 
-def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple[list[FiredRecord], int]:
+def standing_stops(store: SqlTriggerStore) -> StopIndex:
+    """Every stop the store holds, indexed as the executors index them."""
+    return StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
+
+
+def without_stopped(
+    store: SqlTriggerStore, records: list[FiredRecord], index: StopIndex | None = None
+) -> tuple[list[FiredRecord], int]:
     """The records to publish again, and how many a standing stop withholds: those are
     recorded skipped with the stop's message instead, so a restart does not re-send a
     command an operator stopped (scheduler_core.stops). Withheld only where no lift can
@@ -108,7 +115,7 @@ def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple
     frozen run further ahead is published again and skipped by every executor while the
     stop stands: withheld, a resume before its time would lose it (a lift revives what
     was published, and nothing would publish it)."""
-    index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
+    index = standing_stops(store) if index is None else index
     keep: list[FiredRecord] = []
     skipped: list[FiredUpdate] = []
     now = store.clock.now()
@@ -126,17 +133,16 @@ def without_stopped(store: SqlTriggerStore, records: list[FiredRecord]) -> tuple
     return keep, len(skipped)
 
 
-def marked_liftable(store: SqlTriggerStore) -> list[FiredRecord]:
+def marked_liftable(store: SqlTriggerStore, index: StopIndex | None = None) -> list[FiredRecord]:
     """The records a standing pause, freeze or rollback fence marked skipped, due after
     any lift written from now on could take effect, that no executor has answered: the
     lift revives them in the store, and only a publication puts them back on the bus.
     The last process published them and its in-process bus is gone, so they are published
     again (every executor skips them while the stop stands). A cancel's, an edit's or a
     lifted window's marks are final: left as they are."""
-    stops = SqlStops(store)
-    index = StopIndex({(s.scope, s.key): s for s in stops.stops()})
+    index = standing_stops(store) if index is None else index
     out: list[FiredRecord] = []
-    for r in stops.marked_from(to_ms(store.clock.now() + RESUME_LEAD)):
+    for r in SqlStops(store).marked_from(to_ms(store.clock.now() + RESUME_LEAD)):
         w = index.covering(r.trigger_id, r.job_code, r.biz_code, to_ms(r.scheduled_at))
         if w is not None and w.open and w.cause not in (Cause.CANCEL, Cause.EDIT):
             out.append(r)
@@ -275,11 +281,9 @@ class EmbeddedCenter:
             name="results",
             daemon=True,
         )
+        stop_store = SqlStops(self.store)
         stops = StopRelay(
-            SqlStops(self.store),
-            self.bus,
-            name=f"serve {self.name}",
-            settle=partial(operations.settle, self.store, SqlStops(self.store)),
+            stop_store, self.bus, name=f"serve {self.name}", settle=partial(operations.settle, self.store, stop_store)
         )
         fences = stops.relay()
         edits = supersede_relay(self.store, self.bus, self.settings, self.metrics)
@@ -300,8 +304,10 @@ class EmbeddedCenter:
         self._discover()
         consumer.start()
         # 2. what the last process published and nobody took
-        untaken, _covered = without_stopped(self.store, untaken_commands(self.store))
-        self.republished = republish(self.store, self.bus, untaken + marked_liftable(self.store))
+        # one read of the stops for both: what nobody took, and what a liftable stop marked
+        index = standing_stops(self.store)
+        untaken, _covered = without_stopped(self.store, untaken_commands(self.store), index)
+        self.republished = republish(self.store, self.bus, untaken + marked_liftable(self.store, index))
         log.info(
             "serve %s: %d command(s) published again from the store, %d fence(s) broadcast, executors for %s",
             self.name,

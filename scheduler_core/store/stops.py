@@ -61,16 +61,13 @@ class SqlStops:
         return out
 
     def settle_trigger(self, trigger_id: int, to: TriggerState) -> bool:
-        tr = self.t.trigger
         with self.store.engine.begin() as conn:
             # the stop row's lock first: a resume's lift waits for this, or this sees it
             stop = stop_rows.locked_stop(conn, self.t, Scope.TRIGGER, str(trigger_id), self.store.clock.now_ms())
             cause = Cause.CANCEL if to is TriggerState.CANCELLED else Cause.PAUSE
             if stop is None or stop.open_window((cause,)) is None:
                 return False
-            state = conn.execute(select(tr.c.state).where(tr.c.id == trigger_id)).scalar()
-            if state != TriggerState.WAITING.value:
-                return False
+            # the CAS itself checks the trigger waits (from_state)
             transition = Transition(ids=[TriggerId(trigger_id)], from_state=TriggerState.WAITING, to_state=to)
             _ids, _token, matched = self.store._cas_update(conn, transition)
             return matched > 0
