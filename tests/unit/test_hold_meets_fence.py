@@ -34,7 +34,13 @@ from scheduler_core.times import to_ms
 from switchyard.wiring import migrator_store
 from tests.waiting import until
 
-LEAD = timedelta(seconds=3)  # the triggers are due this long after they are added: held at once
+LEAD = timedelta(seconds=6)  # the triggers are due this long after they are added: held at once
+# admitted (and held) at the latest this long before T whatever the partition loop's ticks,
+# so the fence below is raised seconds before the held chunk's hand-over at T minus
+# hold_read_ahead, not in a race with it: with a 3 s lead and the default 500 ms wake lead
+# a loaded CI machine once raised it after the hand-over (a fence that late is the
+# executors' to meet; the chunk is published), and the test failed 1 run in many
+WAKE_LEAD = timedelta(seconds=5)
 
 
 def _wait(cond: Callable[[], bool], bound_s: float = 30.0) -> bool:
@@ -52,7 +58,7 @@ class _Center:
             self.bus,
             LocalElection(LocalElectionGroup(self.store.clock)),
             self.store.clock,
-            SchedulerSettings(hold_within=timedelta(seconds=10)),
+            SchedulerSettings(hold_within=timedelta(seconds=10), wake_lead=WAKE_LEAD),
             consume_results=False,
         )
         self.subs: dict[str, Subscription] = {}
@@ -104,6 +110,10 @@ def test_a_held_chunk_due_at_or_after_a_fence_raised_meanwhile_is_not_published(
     due = fenced[0].next_fire_at
     # the rollback's fence, raised while the chunk is held; its `from` is before T
     FenceService(c.store, c.bus).raise_fence("biz-r", due - timedelta(milliseconds=500))
+    raised_ahead = due - c.store.clock.now()
+    assert raised_ahead > c.sched.settings.hold_read_ahead, (
+        f"precondition: the fence is raised before the chunk's hand-over ({raised_ahead} before T)"
+    )
     ids = [t.id for t in fenced + other if t.id is not None]
     assert _wait(lambda: {t.state for t in c.store.get_triggers(ids)} == {TriggerState.COMPLETED}, 30)
     time.sleep(0.2)
