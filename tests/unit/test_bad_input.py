@@ -88,16 +88,20 @@ def test_a_mysql_url_without_driver_hints_at_pymysql(url: str) -> None:
 # -- report --out ---------------------------------------------------------------------------
 
 
-def test_report_out_dash_writes_to_stdout_and_no_file(tmp_path: Path, store_url: str) -> None:
+def test_report_out_dash_writes_to_stdout_and_no_file(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # where a file named "-" would land
     runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
-        result = runner.invoke(cli, ["report", "--overview", "--format", "json", "--out", "-", "--url", store_url])
-        assert result.exit_code == 0, result.output
-        assert isinstance(json.loads(result.stdout), dict)
-        assert not (Path(cwd) / "-").exists()
-        html = runner.invoke(cli, ["report", "--overview", "--out", "-", "--url", store_url])
-        assert html.exit_code == 0, html.output
-        assert html.stdout.lstrip().lower().startswith("<!doctype html")
+    result = runner.invoke(cli, ["report", "--overview", "--format", "json", "--out", "-", "--url", store_url])
+    assert result.exit_code == 0, result.output
+    assert isinstance(json.loads(result.stdout), dict)
+    assert not (cwd / "-").exists()
+    html = runner.invoke(cli, ["report", "--overview", "--out", "-", "--url", store_url])
+    assert html.exit_code == 0, html.output
+    assert html.stdout.lstrip().lower().startswith("<!doctype html")
 
 
 def test_report_out_with_an_unknown_suffix_is_refused_naming_the_supported_ones(tmp_path: Path, store_url: str) -> None:
