@@ -192,7 +192,7 @@ def members_run(url: str, etcd: str, n: int, members: int, limit_s: float) -> di
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
     quick = profile["quick"]
-    n = 10_000 if quick else 30_000
+    n = 5_000 if quick else 30_000
     reps = 1 if quick else 2
     limit_s = 90.0 if quick else 180.0
     sec = Section(NAME, TITLE)

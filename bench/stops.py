@@ -1020,7 +1020,7 @@ def rows_of_big(res: ModeResult) -> list[Row]:
 
 def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Section:
     quick = profile["quick"]
-    pauses = 20 if quick else 40
+    pauses = 10 if quick else 40
     limit_s = 45.0 if quick else 90.0  # per mode
     sec = Section(NAME, TITLE)
     sec.settings = {

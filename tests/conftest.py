@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +21,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="run the long fault variants (marked slow)")
 
 
+DURATIONS = Path(__file__).with_name("durations.txt")
+_DURATION_LINE = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+(\S+)")
+
+
+def recorded_file_seconds(text: str) -> dict[str, float]:
+    """Seconds per test file from pytest's --durations lines (setup, call and teardown
+    of every listed test summed per file)."""
+    per_file: defaultdict[str, float] = defaultdict(float)
+    for line in text.splitlines():
+        if m := _DURATION_LINE.match(line):
+            per_file[m.group(2).split("::", 1)[0]] += float(m.group(1))
+    return dict(per_file)
+
+
+def slowest_files_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
+    """The items grouped by file, the files by their recorded seconds, longest first
+    (ties and unrecorded files in collection order), tests in a file in their own order.
+    Under `--dist loadfile --no-loadscope-reorder` a worker takes one file at a time in
+    this order: the long files start at once instead of ending the run on one worker
+    while the others idle (largest first is the classic bound for that tail)."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = sorted(files, key=lambda f: -seconds.get(f, 0.0))  # stable: ties keep their order
+    return [item for f in order for item in files[f]]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if DURATIONS.exists():
+        items[:] = slowest_files_first(items, recorded_file_seconds(DURATIONS.read_text()))
     skip_slow = pytest.mark.skip(reason="long variant: run with --long")
     if config.getoption("--long"):
         for item in items:  # the long variants outlast the default per-test bound (pyproject)

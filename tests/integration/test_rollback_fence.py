@@ -47,7 +47,8 @@ pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
 
 BIZ = "fenced"
 TRIGGERS = 10  # fixed rate 1 s, anchored 100 ms apart: an occurrence every 100 ms
-RAISES = 20
+RAISES = 8  # fence raises and lifts per run; 20 under --long
+RAISES_LONG = 20
 HOLD_S = 1.0  # how long each fence stays open before it is lifted
 # every other raise puts F this far in the past: occurrences at or after F that already
 # ran, their results possibly still on the way, must end up succeeded, not skipped
@@ -138,10 +139,11 @@ def _records(store: SqlTriggerStore, start_ms: int, end_ms: int) -> dict[tuple[i
 
 
 def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occurrence(
-    stack: tuple[SqlTriggerStore, PulsarBus, str], tmp_path: Path
+    stack: tuple[SqlTriggerStore, PulsarBus, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     store, bus, prefix = stack
     clock = store.clock
+    raises = RAISES_LONG if request.config.getoption("--long") else RAISES
     store.put_job(Job(job_code=JobCode("quick"), biz_code=BIZ, handler="quick", timeout=timedelta(0)))
     store.put_job(Job(job_code=JobCode("watched"), biz_code=BIZ, handler="watched", timeout=timedelta(seconds=10)))
     t0 = (_now() + timedelta(seconds=2)).replace(microsecond=0)
@@ -220,7 +222,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
 
         # 2. raises while the executor runs: measure how soon no handler runs for >= F
         windows: list[Window] = []
-        for n in range(RAISES):
+        for n in range(raises):
             # every other F in the past (what ran before the fence reached the executor must
             # end up succeeded, not skipped); the others ahead, as a rollback's F is (its start
             # margin): for those the promise is that nothing at or after F runs at all
@@ -311,7 +313,7 @@ def test_a_fence_stops_invocations_within_seconds_and_records_every_fenced_occur
     spread = [(heard[w.epoch] - w.called_ms) / 1000 for w in windows]
 
     print(
-        f"\nrollback fence over {RAISES} raises: no invocation at/after F after raise_fence returned; "
+        f"\nrollback fence over {raises} raises: no invocation at/after F after raise_fence returned; "
         f"the last one came {max(closest, default=0)} ms after it returned; "
         f"{len(clear)} occurrences between a lift and the next raise all ran; a follower heard the fence p50 "
         f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms after raise_fence was called "
