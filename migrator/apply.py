@@ -33,7 +33,7 @@ from migrator.ledger_hash import (
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.prefetch import prefetch
-from migrator.refused_rows import Refused, write_or_quarantine
+from migrator.refused_rows import Refused, in_place, write_or_quarantine
 from migrator.target import Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
@@ -241,8 +241,7 @@ class Migrator:
                     summary.rows_written += written
                     if refused_here:
                         refused += refused_here
-                        instead = {x.write.source_key: x.quarantine for x in refused_here}
-                        writes = [instead.get(w.source_key, w) for w in writes]
+                        writes = in_place(writes, refused_here)
                 # after the commit: what changed, and unchanged rows whose legacy flag an
                 # earlier run failed to set after its commit
                 done = [w for w in writes if not w.noop or w.flag_pending]

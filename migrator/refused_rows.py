@@ -24,7 +24,7 @@ from migrator.ledger_hash import combined
 from migrator.model import Action
 from migrator.target import Rendered, Write
 from scheduler_core.errors import StoreValueRefused
-from scheduler_core.store.driver_errors import store_errors
+from scheduler_core.store.driver_errors import as_store_error
 
 # MySQL/MariaDB name the column: "... for column `db`.`table`.`col` at row 2" (MariaDB),
 # "... for column 'col' at row 2" (MySQL, TiDB); "Data too long for column 'col' at row 1"
@@ -42,16 +42,25 @@ class Refused:
     quarantine: Write
 
 
+def value_refused(exc: BaseException) -> StoreValueRefused | None:
+    """`exc` as the store's refusal of a value, or None for any other error (which the
+    caller raises as it is: the callers of the migrator decide on those)."""
+    err = as_store_error(exc)
+    return err if isinstance(err, StoreValueRefused) else None
+
+
 def write_or_quarantine(apply: Apply, writes: Sequence[Write], rendered: Rendered | None) -> tuple[int, list[Refused]]:
-    """`apply(writes, rendered)` (one transaction); when the store refuses a value, the
-    writes in halves, each its own transaction, and a write refused alone quarantined.
-    Returns the rows written and the refused writes. A refused write that is not a
-    mapped create or update (a ledger-only write, a delete) is not a legacy row's value:
-    its error is raised."""
+    """`apply(writes, rendered)` (one transaction, or one savepoint); when the store
+    refuses a value, the writes in halves, each its own, and a write refused alone
+    quarantined. Returns the rows written and the refused writes. A refused write that is
+    not a mapped create or update (a ledger-only write, a delete) is not a legacy row's
+    value: its error is raised, as is any other error."""
     try:
-        with store_errors():
-            return apply(writes, rendered), []
-    except StoreValueRefused as exc:
+        return apply(writes, rendered), []
+    except Exception as exc:
+        refusal = value_refused(exc)
+        if refusal is None:
+            raise
         if len(writes) > 1:
             half = len(writes) // 2
             # the chunk's rendered rows serve only the whole chunk: halves render their own
@@ -61,16 +70,22 @@ def write_or_quarantine(apply: Apply, writes: Sequence[Write], rendered: Rendere
         (w,) = writes
         if w.mapped is None or w.action not in (Action.CREATE, Action.UPDATE):
             raise
-        quarantine = quarantine_of(w, exc)
+        quarantine = quarantine_of(w, refusal)
         try:
-            with store_errors():
-                return apply([quarantine], None), [Refused(w, quarantine)]
-        except StoreValueRefused:
+            return apply([quarantine], None), [Refused(w, quarantine)]
+        except Exception as again:
+            if value_refused(again) is None:
+                raise
             # the ledger cannot hold the row's excerpt either (a ledger column left latin1):
             # the row, its field and the reason still are recorded
             quarantine = replace(quarantine, raw=None)
-            with store_errors():
-                return apply([quarantine], None), [Refused(w, quarantine)]
+            return apply([quarantine], None), [Refused(w, quarantine)]
+
+
+def in_place(writes: Sequence[Write], refused: Sequence[Refused]) -> list[Write]:
+    """`writes` with each refused write's quarantine in its place."""
+    instead = {x.write.source_key: x.quarantine for x in refused}
+    return [instead.get(w.source_key, w) for w in writes]
 
 
 def quarantine_of(w: Write, exc: StoreValueRefused) -> Write:

@@ -2,19 +2,24 @@
 a server whose default is latin1 holds Chinese and emoji parameters of xxl-job rows;
 `db check` names a table or column that is not utf8mb4 with its fix and `db init`
 converts it keeping its rows; a row the store still cannot hold (a column an operator
-left latin1) is quarantined with its field and reason while the rest of the run lands."""
+left latin1) is quarantined with its field and reason while the rest of the run lands,
+and the change stream's group with it commits with its checkpoint."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import Engine, text
 
-from legacy_sim.seed import seed_xxljob
+from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.model import Action
+from migrator.stream import StreamMigrator
+from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from tests.backends import mariadb_database
@@ -195,3 +200,39 @@ def test_a_row_the_store_cannot_hold_is_quarantined_and_the_others_land(legacy_u
                 env.store.engine.dispose()
         finally:
             engine.dispose()
+
+
+def test_the_change_stream_quarantines_a_row_the_store_cannot_hold_and_goes_on(tmp_path: Path) -> None:
+    with mariadb_database("css") as url:
+        env = make_env(f"sqlite:///{tmp_path / 'l.db'}", url, "batch-center")
+        try:
+            seed_batchcenter(env.legacy, businesses=1, tasks_per_business=3, bad_rows=0, malformed_crons=0, rng_seed=2)
+            sm = StreamMigrator(env.reader, env.writer, env.migrator, "s")
+            sm.snapshot(env.reader, StreamPosition("bin.000001", 4))
+            # Given the job parameters' column left latin1 by an operator
+            with env.store.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE dus_job MODIFY params MEDIUMTEXT CHARACTER SET latin1 NOT NULL"))
+            with env.legacy.connect() as conn:
+                a, b = (dict(r) for r in conn.execute(text("SELECT * FROM bc_task ORDER BY id LIMIT 2")).mappings())
+
+            def up(before: dict[str, Any], **after: Any) -> RowChange:
+                return RowChange(
+                    op=ChangeOp.UPDATE, schema="l", table="bc_task", before=before, after={**before, **after}
+                )
+
+            # When a group changes one task's payload to an emoji and another's retries
+            at = StreamPosition("bin.000001", 100)
+            sm.apply_group([ChangeBatch(changes=(up(a, payload='{"p": "🚀"}'), up(b, max_retry=7)), position=at)])
+            # Then the first is quarantined with its field, the second applied, and the
+            # checkpoint moved past the group
+            assert sm.checkpoint() == at
+            ledger = _ledger(env.store.engine)
+            assert ledger[str(a["id"])][0] == "quarantined" and ledger[str(a["id"])][2] == "params"
+            with env.store.engine.connect() as conn:
+                retries = conn.execute(
+                    text("SELECT max_retry FROM dus_job WHERE job_code = :c"), {"c": ledger[str(b["id"])][1]}
+                ).scalar_one()
+            assert (ledger[str(b["id"])][0], retries) == ("migrated", 7)
+        finally:
+            env.legacy.dispose()
+            env.store.engine.dispose()
