@@ -15,6 +15,7 @@ mapping quarantine, which the same content would repeat.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from collections.abc import Callable, Sequence
@@ -95,7 +96,7 @@ def quarantine_of(w: Write, exc: StoreValueRefused) -> Write:
     column = (m.group("col") or m.group("plain")) if m else None
     where = f"{table}.{column}" if table and column else (column or "the row")
     reason = (
-        f"the store cannot hold this value in {where} ({exc.detail}); "
+        f"the store cannot hold this value in {where} ({_server_said(exc.detail)}); "
         "`switchyard db check` names a table or column that is not utf8mb4 and `db init` converts it"
     )
     digest = hashlib.sha256(f"{w.source}\0{w.source_key}\0{reason}".encode()).hexdigest()
@@ -109,3 +110,13 @@ def quarantine_of(w: Write, exc: StoreValueRefused) -> Write:
         noop=False,
         flag_pending=False,
     )
+
+
+def _server_said(detail: str) -> str:
+    """What the server said, as it said it: "Incorrect string value: '\\xF0...' for
+    column ... (error 1366)" rather than the driver's tuple with its escapes doubled."""
+    try:  # PyMySQL's error as text is the repr of its args: (1366, "Incorrect string value: ...")
+        code, said = ast.literal_eval(detail)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return detail
+    return f"{said} (error {code})" if isinstance(code, int) and isinstance(said, str) else detail
