@@ -33,6 +33,7 @@ from migrator.ledger_hash import (
 from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.prefetch import prefetch
+from migrator.refused_rows import Refused, in_place, write_or_quarantine
 from migrator.target import Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
@@ -170,7 +171,8 @@ class Migrator:
                 else _cutover_note(d, biz, states[biz], Action.CREATE if fresh else Action.UPDATE, result)
             )
             if fresh:
-                out.append(row_write(action=Action.CREATE, mapped=result, content_hash=h, note=note))
+                # raw: the excerpt of the quarantine the row becomes if the store refuses it (migrator.refused_rows)
+                out.append(row_write(action=Action.CREATE, mapped=result, content_hash=h, note=note, raw=d.raw))
                 continue
             assert entry is not None  # not fresh: a migrated ledger row
             if _same(entry.content_hash, result.content_hash):
@@ -192,7 +194,7 @@ class Migrator:
                     )
                 )
             else:
-                out.append(row_write(action=Action.UPDATE, mapped=result, content_hash=h, note=note))
+                out.append(row_write(action=Action.UPDATE, mapped=result, content_hash=h, note=note, raw=d.raw))
         return out
 
     def _go(
@@ -226,16 +228,26 @@ class Migrator:
                 changing = [w for w in writes if not w.noop]
                 yield writes, changing, self.writer.render(changing) if write and changing else None
 
+        # rows the store refused to hold, quarantined in their place: the summary takes them
+        # once the loop is over (the summary is the deciding thread's while it runs)
+        refused: list[Refused] = []
         # a run prepares the next chunk while the current one is written (see prefetch)
         for writes, changing, rendered in prefetch(decided()) if write else decided():
             if write:
                 if changing:
-                    summary.rows_written += self.writer.apply(changing, rendered=rendered)
+                    written, refused_here = write_or_quarantine(
+                        lambda ws, r: self.writer.apply(ws, rendered=r), changing, rendered
+                    )
+                    summary.rows_written += written
+                    if refused_here:
+                        refused += refused_here
+                        writes = in_place(writes, refused_here)
                 # after the commit: what changed, and unchanged rows whose legacy flag an
                 # earlier run failed to set after its commit
                 done = [w for w in writes if not w.noop or w.flag_pending]
                 if done and after_commit is not None:
                     after_commit(done)
+        _quarantined_instead(summary, refused)
         # a full pass: ledger rows whose source row is gone become deletes
         deletes = self._deleted(source, wanted, seen)
         self._record(summary, deletes, keep_rows)
@@ -388,6 +400,28 @@ class Migrator:
             else:
                 # a row the summary only counts (what `add` does with it): no PlannedRow
                 counts[action.value] += 1
+
+
+def _quarantined_instead(summary: MigrationSummary, refused: Sequence[Refused]) -> None:
+    """The summary's counts and rows with each refused write a quarantine instead."""
+    if not refused:
+        return
+    keys = {x.write.source_key for x in refused}
+    summary.rows = [r for r in summary.rows if r.source_key not in keys or r.action is Action.QUARANTINE]
+    for x in refused:
+        summary.counts[x.write.action.value] -= 1
+        q = x.quarantine
+        summary.add(
+            PlannedRow(
+                source=q.source,
+                source_key=q.source_key,
+                biz_code=q.biz_code,
+                action=Action.QUARANTINE,
+                field=q.field,
+                reason=q.reason,
+            ),
+            keep=True,
+        )
 
 
 _QUARANTINE_JSON = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False)'s text

@@ -36,6 +36,7 @@ from sqlalchemy.engine import Connection
 from migrator.apply import AfterCommit, Migrator
 from migrator.ledger_hash import context_digest, dialect_context, source_half
 from migrator.model import Action, BusinessState, LedgerStatus
+from migrator.refused_rows import in_place, value_refused, write_or_quarantine
 from migrator.target import TargetWriter, Write
 from readers.images import ImageShapeChanged
 from readers.ports import ImageDecoder, ImageDigester, ImageDigestReader, LegacyReader, RowImageReader
@@ -172,15 +173,19 @@ class StreamMigrator:
             if after is not None:
                 latest.pop(after, None)
                 latest[after] = ch
-        # one target transaction for the whole group: its reads (ledger, business states)
-        # and its writes see one state, and the checkpoint commits with them
-        with self.writer.own.engine.begin() as conn:
-            self._states = self.writer.business_states(conn)
-            writes = self._writes(latest, conn)
-            if refresh:
-                self.stats.business_refreshes += 1
-                writes += self._refresh_businesses(writes, conn)
-            self.writer.apply(writes, checkpoint=(self.stream_id, batch.position), conn=conn)
+        unchanged = self.stats.unchanged
+        try:
+            writes = self._apply_in_one(latest, refresh, batch.position, whole=True)
+        except Exception as exc:
+            if value_refused(exc) is None:
+                raise
+            # a row of the group the store cannot hold (migrator.refused_rows): the group
+            # again, still in one transaction, its writes behind savepoints, so the row is
+            # quarantined and the stream goes on instead of stalling on it for ever
+            self.stats.unchanged = unchanged  # counted again by the second pass
+            writes = self._apply_in_one(latest, refresh, batch.position, whole=False)
+        if refresh:
+            self.stats.business_refreshes += 1
         for w in writes:
             if w.note is not None:  # e.g. an operator's action on legacy after cutover: reported, not applied
                 log.warning("change stream: %s", w.note)
@@ -192,6 +197,31 @@ class StreamMigrator:
         self.stats.changes += len(changes)
         self.stats.applied += sum(1 for w in writes if w.action is not Action.UNCHANGED)
         self.stats.position = batch.position
+
+    def _apply_in_one(
+        self, latest: dict[str, RowChange | None], refresh: bool, position: StreamPosition, *, whole: bool
+    ) -> list[Write]:
+        """One target transaction for the whole group: its reads (ledger, business states)
+        and its writes see one state, and the checkpoint commits with them. `whole`: the
+        writes in one piece; else each piece behind a savepoint, a refused row quarantined.
+        Returns the writes as applied."""
+        checkpoint = (self.stream_id, position)
+        with self.writer.own.engine.begin() as conn:
+            self._states = self.writer.business_states(conn)
+            writes = self._writes(latest, conn)
+            if refresh:
+                writes += self._refresh_businesses(writes, conn)
+            if whole:
+                self.writer.apply(writes, checkpoint=checkpoint, conn=conn)
+                return writes
+
+            def in_savepoint(piece: Sequence[Write], _rendered: object) -> int:
+                with conn.begin_nested():  # a refused piece rolls back alone
+                    return self.writer.apply(piece, conn=conn)
+
+            _, refused = write_or_quarantine(in_savepoint, writes, None)
+            self.writer.write_checkpoint(conn, *checkpoint, len(writes))
+            return in_place(writes, refused)
 
     def _writes(self, latest: dict[str, RowChange | None], conn: Connection) -> list[Write]:
         if not latest:

@@ -450,6 +450,11 @@ class TargetWriter:
         )
         return 1
 
+    def write_checkpoint(self, conn: Connection, stream_id: str, pos: StreamPosition, writes: int) -> None:
+        """A stream's checkpoint alone, in the caller's transaction (`writes`: how many the
+        group applied), for a group whose writes were applied piece by piece before it."""
+        self._checkpoint(conn, stream_id, pos, self.store.clock.now_ms(), writes)
+
     def _checkpoint(self, conn: Connection, stream_id: str, pos: StreamPosition, now: int, n: int) -> None:
         ck = self.own.t.checkpoint
         res = conn.execute(

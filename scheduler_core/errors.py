@@ -45,6 +45,12 @@ class StoreRefused(StoreError):
     """The database would not run a statement (neither unavailable nor a conflict)."""
 
 
+class StoreValueRefused(StoreRefused):
+    """The database cannot hold a value of the row written (a character its column's
+    character set lacks, a value too long or out of range): the row is wrong for this
+    store, not the statement, so the same statement without that row goes through."""
+
+
 class BadStoreUrl(StoreError, ValueError):
     """The store URL cannot be parsed, or names a dialect or driver that is not installed."""
 

@@ -21,13 +21,25 @@ from tests.servers import server_url
 
 
 @contextmanager
-def mariadb_database(prefix: str = "sy") -> Iterator[str]:
-    """A fresh database on the real MariaDB; yields its URL (app user), drops it after."""
+def mariadb_database(prefix: str = "sy", *, server_default: str | None = None) -> Iterator[str]:
+    """A fresh database on the real MariaDB; yields its URL (app user), drops it after.
+
+    `server_default` (e.g. "latin1"): the database is made as on a server started with
+    that default character set: CREATE DATABASE without a character set, on a session
+    whose `character_set_server` is it (the server's global setting is the session's
+    default, and the shared server must not change for the other tests). A table made
+    without a character set of its own inherits the database's, so this is the same
+    inheritance a latin1 server gives."""
     base = server_url("mariadb")
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = make_engine(base)
     with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+        if server_default is None:
+            conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+        else:
+            conn.execute(text("SET SESSION character_set_server = :c"), {"c": server_default})
+            conn.execute(text(f"CREATE DATABASE `{name}`"))
+            conn.execute(text("SET SESSION character_set_server = DEFAULT"))  # the pooled connection is reused
     url = make_url(base).set(database=name).render_as_string(hide_password=False)
     try:
         yield url

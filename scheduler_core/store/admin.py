@@ -15,6 +15,8 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
+from scheduler_core.store import charset
+from scheduler_core.store.charset import NotUtf8mb4
 from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import (
     DEFAULT_PARTITIONS,
@@ -37,11 +39,13 @@ class SchemaReport:
     partitions: list[str] = field(default_factory=list)
     schema_version: int | None = None
     created: list[str] = field(default_factory=list)
-    upgraded: list[str] = field(default_factory=list)  # "table.column" added to an existing table
+    # what init changed in existing tables: "table.column" added, "table: latin1 -> utf8mb4" converted
+    upgraded: list[str] = field(default_factory=list)
+    not_utf8mb4: list[NotUtf8mb4] = field(default_factory=list)  # tables that cannot hold every character
 
     @property
     def ok(self) -> bool:
-        return not self.missing and self.schema_version == SCHEMA_VERSION
+        return not self.missing and not self.not_utf8mb4 and self.schema_version == SCHEMA_VERSION
 
 
 @translated
@@ -111,6 +115,13 @@ def _all_tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str,
         yield from md.tables.items()
 
 
+def creatable(tables: Tables, also: Sequence[MetaData] = ()) -> tuple[MetaData, ...]:
+    """Every MetaData `db init` creates: the core's and `also`, each table declaring the
+    store's character set (store/charset.py). The one way init creates tables, so a table
+    added to any package gets it without anyone remembering."""
+    return tuple(charset.declare_utf8mb4(md) for md in (tables.metadata, *also))
+
+
 @translated
 def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[MetaData] = ()) -> SchemaReport:
     """Create the core's tables and those of `also` (the other packages' tables, which the
@@ -124,11 +135,14 @@ def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[Me
     tables = build_tables(engine.dialect.name, n)
     insp = inspect(engine)
     before = set(insp.get_table_names())
-    tables.metadata.create_all(engine, checkfirst=True)
-    for md in also:
+    for md in creatable(tables, also):
         md.create_all(engine, checkfirst=True)
-    created = sorted({name for name, _ in _all_tables(tables, also)} - before)
-    upgraded = add_missing_columns(engine, tables)  # a store of an older schema version
+    ours = {name for name, _ in _all_tables(tables, also)}
+    created = sorted(ours - before)
+    # a table an older init made in the database's default (latin1): converted before any
+    # column is added to it, so the added column inherits utf8mb4 too
+    upgraded = charset.convert(engine, ours & before)
+    upgraded += add_missing_columns(engine, tables)  # a store of an older schema version
     upgraded += carry_business_fences(engine, tables, before)
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
@@ -167,6 +181,7 @@ def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
             ).scalar_one_or_none()
             report.schema_version = None if version is None else int(version)
     report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables)]
+    report.not_utf8mb4 = charset.not_utf8mb4(engine, [name for name, _ in _all_tables(tables, also)])
     if tables.trigger.name in present:
         if dialect in MYSQL_DIALECTS:
             report.partitions = [p.name for p in discover_partitions(engine, tables)]

@@ -7,8 +7,9 @@ caller catches `StoreError` (or one of its kinds) and never imports `sqlalchemy.
 The kinds are what a caller decides on: unavailable (retry later: the server is down,
 the connection was cut, a lock timed out), access denied (fix the credentials or the
 grants), conflict (a uniqueness or foreign-key rule refused the write), schema (a table
-or column is missing: `db init`), bad URL, and refused (any other statement the database
-would not run: a bug).
+or column is missing: `db init`), bad URL, a value refused (the row holds a value its
+column cannot: that row is the problem, not the statement), and refused (any other
+statement the database would not run: a bug).
 The driver's own first line stays in the message (password masked), so an operator sees
 what the server said without a stack trace.
 """
@@ -22,8 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
+import pymysql
 from sqlalchemy.exc import (
     ArgumentError,
+    DataError,
     DBAPIError,
     DisconnectionError,
     IntegrityError,
@@ -41,6 +44,7 @@ from scheduler_core.errors import (
     StoreError,
     StoreRefused,
     StoreUnavailable,
+    StoreValueRefused,
 )
 
 P = ParamSpec("P")
@@ -86,6 +90,8 @@ def translate(exc: SQLAlchemyError) -> StoreError:
         return BadStoreUrl("bad URL", detail)
     if isinstance(exc, IntegrityError):
         return StoreConflict("the database refused the write", detail)
+    if isinstance(exc, DataError):  # MySQL 1366 (a character the column cannot hold), 1406, 1264, ...
+        return StoreValueRefused("the database cannot hold a value of the row", detail)
     if not isinstance(exc, DBAPIError):
         return _not_from_the_driver(exc, detail)
     code, lite = _driver_code(exc), _sqlite_code(exc)
@@ -106,9 +112,17 @@ def _not_from_the_driver(exc: SQLAlchemyError, detail: str) -> StoreError:
     return StoreRefused("database error", detail)
 
 
+def _wrapped(exc: pymysql.err.Error) -> SQLAlchemyError:
+    """A driver error raised past SQLAlchemy (the fast path's own cursor: store/fastpath.py)
+    as SQLAlchemy wraps one: the same class by the driver's (DataError for DataError)."""
+    return DBAPIError.instance(None, None, exc, pymysql.err.Error)
+
+
 def as_store_error(exc: BaseException) -> BaseException:
     """`exc` translated if it is a driver error, else itself (for callers that handle
     errors from code not yet behind a port, such as the CLI's last line of defence)."""
+    if isinstance(exc, pymysql.err.Error):
+        return translate(_wrapped(exc))
     return translate(exc) if isinstance(exc, SQLAlchemyError) else exc
 
 
@@ -119,6 +133,8 @@ def store_errors() -> Iterator[None]:
         yield
     except SQLAlchemyError as exc:
         raise translate(exc) from exc
+    except pymysql.err.Error as exc:
+        raise translate(_wrapped(exc)) from exc
 
 
 def translated(fn: Callable[P, R]) -> Callable[P, R]:
@@ -132,6 +148,8 @@ def translated(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
+        except pymysql.err.Error as exc:
+            raise translate(_wrapped(exc)) from exc
 
     return wrapper
 

@@ -58,7 +58,7 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     click.echo(f"store {safe_url(url)} ({report.dialect}), schema version {report.schema_version}")
     click.echo(f"created: {', '.join(report.created) if report.created else 'nothing (already initialised)'}")
     if report.upgraded:
-        click.echo(f"added to existing tables: {', '.join(report.upgraded)}")
+        click.echo(f"upgraded existing tables: {', '.join(report.upgraded)}")
     click.echo(f"trigger partitions: {len(report.partitions)}")
 
 
@@ -88,6 +88,7 @@ def check_cmd(url: str, as_json: bool) -> None:
                     "tables": report.tables,
                     "missing": report.missing,
                     "partitions": report.partitions,
+                    "not_utf8mb4": [str(f) for f in report.not_utf8mb4],
                 }
             )
         )
@@ -97,6 +98,8 @@ def check_cmd(url: str, as_json: bool) -> None:
             click.echo(f"  {name:<24} {rows:>10} rows")
         for name in report.missing:
             click.echo(f"  {name:<24}    MISSING")
+        for finding in report.not_utf8mb4:
+            click.echo(f"  {finding}")
         click.echo(f"trigger partitions: {len(report.partitions)}")
     if not report.ok:
         raise CliFailure("the schema is missing or incomplete: run `switchyard db init`", exitcodes.SCHEMA)
