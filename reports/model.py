@@ -185,9 +185,7 @@ _BEFORE_CUTOVER = "; fix them before cutover"
 def after_cutover(warning: str) -> str:
     """A verdict's warning, said of a business already cut over: "fix them before cutover"
     is advice it can no longer take."""
-    if warning.endswith(_BEFORE_CUTOVER):
-        return warning.removesuffix(_BEFORE_CUTOVER) + "; they keep firing there until fixed and migrated"
-    return warning
+    return warning.replace(_BEFORE_CUTOVER, "; they keep firing there until fixed and migrated")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

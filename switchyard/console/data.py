@@ -24,10 +24,12 @@ from dualrun.store import DualRunStore
 from dualrun.verdict_store import latest_by_business, verdicts_of
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
+from migrator.model import BusinessState
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
 from migrator.ports import VERDICT_MAX_AGE
 from migrator.store import MigratorStore
 from migrator.target import TargetWriter
+from reports.model import after_cutover
 from reports.redact import redact, redact_tree
 from scheduler_core.model import Trigger, TriggerId
 from scheduler_core.stats import lag_stats
@@ -147,10 +149,11 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
+def _verdict(v: Any, now: datetime, state: BusinessState) -> dict[str, Any] | None:
     if v is None:
         return None
     age = now - v.computed_at
+    warnings = [after_cutover(w) for w in v.warnings] if state is BusinessState.CUTOVER else list(v.warnings)
     return {
         "verdict": v.verdict.value,
         "comparison_id": v.comparison_id,
@@ -161,7 +164,7 @@ def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
         "max_age_s": VERDICT_MAX_AGE.total_seconds(),
         "mode": v.mode.value,
         "reasons": list(v.reasons),
-        "warnings": list(v.warnings),
+        "warnings": warnings,
         "window": {"start": _iso(v.window.start), "end": _iso(v.window.end)},
     }
 
@@ -185,7 +188,7 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
                 "shadow": r.shadow,
                 "frozen": frozen.of(r.biz_code),
                 "since": _iso(r.updated_at),
-                "verdict": _verdict(verdicts.get(r.biz_code), now),
+                "verdict": _verdict(verdicts.get(r.biz_code), now, r.state),
                 "jobs": len(bo.jobs) + held.get(r.biz_code, 0),
                 "sides": bo.counts(),
                 "quarantined": held.get(r.biz_code, 0),
@@ -268,7 +271,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
             "shadow": record.shadow,
             "frozen": standing_freezes(src.store).of(code),
             "since": _iso(record.updated_at),
-            "verdict": _verdict(verdict, now),
+            "verdict": _verdict(verdict, now, record.state),
             "legacy_read": src.legacy_live is not None,
             "jobs": jobs,
             "sides": sides,
@@ -350,8 +353,8 @@ def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
     return redact_tree(
         {
             "window_s": span.total_seconds(),
-            "start": _iso(start),
-            "end": _iso(now),
+            "start": start.isoformat(timespec="seconds"),
+            "end": now.isoformat(timespec="seconds"),
             "fired": len(records),
             "per_bucket": fired_per_bucket([r.scheduled_at for r in records], start, span),
             "businesses": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.biz_code)],
