@@ -243,3 +243,45 @@ def test_a_long_mismatch_list_is_collapsed_with_its_count(tmp_path: Path) -> Non
     put_comparison(dualrun_store(s.store), c)
     html = render_report(load_report(dualrun_store(s.store), s.biz_code, now=s.now).content(), "html")
     assert f'<details id="mismatches-list"><summary>{n} mismatches</summary>' in html
+
+
+def test_a_cutovers_boundary_is_checked_from_its_audit_and_kept_for_the_report(tmp_path: Path) -> None:
+    """record_cutover_boundary: the handover times the cutover's audit row keeps, the
+    comparator's own matching, the tally stored and shown by the report."""
+    from sqlalchemy import insert
+
+    from dualrun.boundary_store import record_cutover_boundary
+    from dualrun.testing import fired
+    from migrator.tables import migrator_tables
+
+    s = Scenario.create(tmp_path)
+    s.business_row(state="cutover")
+    d = s.job("12", "0/10 * * * * ?")
+    times = s.times(d)
+    h = times[len(times) // 2]
+    s.legacy(d, [t for t in s.all_times(d) if t < h])
+    s.new(d)
+    s.records.append(fired(s.code(d), s.biz_code, 99, times[-30]))  # a second trigger fired one occurrence again
+    s.flush()
+    own = dualrun_store(s.store)
+    put_comparison(own, s.compare())  # the report's comparison, made before the cutover
+    assert record_cutover_boundary(s.store, own, s.reader(), s.biz_code, now=s.now) is None  # never cut over
+    with s.store.engine.begin() as conn:
+        conn.execute(
+            insert(migrator_tables().audit).values(
+                biz_code=s.biz_code,
+                from_state="dual_run",
+                to_state="cutover",
+                at=round(h.timestamp() * 1000),
+                actor="ops",
+                reason="verdict ready",
+                forced=0,
+                detail=json.dumps({"handover": {d.source_key: h.isoformat()}}),
+            )
+        )
+    tally = record_cutover_boundary(s.store, own, s.reader(), s.biz_code, now=s.now)
+    assert tally is not None
+    owned = [t for t in times if h <= t < s.now - timedelta(minutes=1)]
+    assert (tally.checked, tally.missing, tally.doubled) == (len(owned), 0, 1)
+    shown = load_report(own, s.biz_code, now=s.now).content()["boundary"]
+    assert [(b["switch"], b["checked"], b["doubled"]) for b in shown] == [("cutover", len(owned), 1)]
