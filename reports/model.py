@@ -298,6 +298,7 @@ class OverviewReport:
                 "generated_at": iso(self.generated_at),
                 "rows": rows,
                 "state_counts": counts,
+                "state_label_counts": {state_label(k if k != "unknown" else None): n for k, n in counts.items()},
                 "ready": sum(1 for r in rows if r["verdict"] == "ready" and not r["stale"]),
                 "stale": sum(1 for r in rows if r["stale"]),
                 "not_ready": sum(1 for r in self.rows if r.verdict == "not_ready"),
