@@ -8,6 +8,7 @@ The legacy side is `readers.ports.LegacyReader`; the new side is the trigger sto
 from __future__ import annotations
 
 from abc import abstractmethod
+from datetime import timedelta
 from typing import Protocol
 
 
@@ -46,5 +47,11 @@ class MigrationRecords(Protocol):
         (audit notes that changed nothing are not among them)."""
 
     @abstractmethod
-    def last_cutover(self, biz_code: str) -> tuple[int, str | None] | None:
-        """(at epoch ms, detail JSON) of the business's latest switch to cutover; None: never."""
+    def last_cutover(self, biz_code: str) -> tuple[int, str, str, bool, int | None, str | None] | None:
+        """(at epoch ms, actor, reason, forced, comparison id, detail JSON) of the business's
+        latest switch to cutover, as audited; None: never cut over."""
+
+    @abstractmethod
+    def verdict_max_age(self) -> timedelta:
+        """The cutover gate's freshness bound: a verdict older than this does not pass the
+        gate, and is shown as stale wherever it is shown."""

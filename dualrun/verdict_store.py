@@ -4,6 +4,7 @@ body = the full JSON). `latest(own, business)` is what the cutover gate reads.""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -101,3 +102,13 @@ def latest_by_business(own: DualRunStore) -> dict[str, StoredVerdict]:
 
 
 __all__ = ["history", "latest", "latest_by_business", "load_comparison", "put_comparison"]
+
+
+def verdicts_of(own: DualRunStore, comparison_ids: Sequence[int]) -> dict[int, str]:
+    """comparison id -> its verdict (ready | not_ready), without reading the stored bodies."""
+    ids = sorted(set(comparison_ids))
+    if not ids:
+        return {}
+    t = own.t.comparison
+    with own.engine.connect() as conn:
+        return {int(i): str(v) for i, v in conn.execute(select(t.c.id, t.c.verdict).where(t.c.id.in_(ids)))}

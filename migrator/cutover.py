@@ -30,7 +30,7 @@ from migrator.child_jobs import ChildChains, child_chains
 from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
-from migrator.ports import CutoverGate, FencePort, LegacyControl
+from migrator.ports import VERDICT_MAX_AGE, CutoverGate, FencePort, LegacyControl
 from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
@@ -69,6 +69,10 @@ class SwitchReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the gate's: to fix before cutover, not refusals
     stream: dict[str, object] | None = None  # cutover: the change stream's catch-up state at the gate
+    # a forced cutover: the gate's refusals it went past, and the verdict the gate read
+    # (ready | not_ready | None: none stored), kept with the audit row for the reports
+    overrode: list[str] = field(default_factory=list)
+    gate_verdict: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,7 +98,7 @@ class BusinessSwitch:
         clock: Clock,
         gate: CutoverGate | None = None,
         *,
-        max_verdict_age: timedelta = timedelta(hours=1),
+        max_verdict_age: timedelta = VERDICT_MAX_AGE,
         acquired_patience: timedelta = timedelta(seconds=120),
         fences: FencePort | None = None,
         catchup: StreamCatchup | None = None,
@@ -217,7 +221,9 @@ class BusinessSwitch:
             warnings=warnings,
         )
         report.stream = None if stream is None else stream.as_dict()
+        report.gate_verdict = None if decision is None else ("ready" if decision.ready else "not_ready")
         if refusals:
+            report.overrode = list(refusals)
             report.notes.append("forced past: " + "; ".join(refusals))
         report.notes += chains.notes
         source = current.source_system

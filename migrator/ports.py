@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+# The cutover gate passes only a verdict younger than this (`BusinessSwitch.max_verdict_age`
+# by default); wherever a verdict is shown, an older one is flagged stale by this same bound
+# (the reports read it through dual-run's MigrationRecords port, the console from here).
+VERDICT_MAX_AGE = timedelta(hours=1)
+
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:

@@ -1,5 +1,6 @@
 """The migrator's records as dual-run and the reports read them: the business states, the
-ledger's job codes and quarantined rows, and the cutover audit's state changes.
+ledger's job codes and quarantined rows, the cutover audit's state changes, and the cutover
+gate's freshness bound.
 
 The tables are the migrator's (migrator.tables); dual-run may not import the migrator, so
 it names what it reads as a port (dualrun.ports.MigrationRecords) and the composition root
@@ -8,10 +9,13 @@ packages share no types. Read-only."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlalchemy import select
 
 from migrator.business import BusinessRecord, BusinessRegistry
 from migrator.model import BusinessState, LedgerStatus
+from migrator.ports import VERDICT_MAX_AGE
 from migrator.store import MigratorStore
 
 
@@ -63,15 +67,21 @@ class MigratorRecords:
         with self.own.engine.connect() as conn:
             return [(int(at), f, t) for at, f, t in conn.execute(stmt).all()]
 
-    def last_cutover(self, biz_code: str) -> tuple[int, str | None] | None:
+    def last_cutover(self, biz_code: str) -> tuple[int, str, str, bool, int | None, str | None] | None:
         a = self.own.t.audit
         cut = BusinessState.CUTOVER.value
         stmt = (
-            select(a.c.at, a.c.detail)
+            select(a.c.at, a.c.actor, a.c.reason, a.c.forced, a.c.comparison_id, a.c.detail)
             .where(a.c.biz_code == biz_code, a.c.to_state == cut, a.c.from_state != cut)
             .order_by(a.c.at.desc(), a.c.id.desc())
             .limit(1)
         )
         with self.own.engine.connect() as conn:
             row = conn.execute(stmt).first()
-        return None if row is None else (int(row.at), row.detail)
+        if row is None:
+            return None
+        cid = None if row.comparison_id is None else int(row.comparison_id)
+        return int(row.at), row.actor or "", row.reason or "", bool(row.forced), cid, row.detail
+
+    def verdict_max_age(self) -> timedelta:
+        return VERDICT_MAX_AGE

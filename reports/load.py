@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dualrun.boundary_store import boundary_tallies
 from dualrun.collect import fetch_businesses
 from dualrun.errors import NoComparison
 from dualrun.model import iso
@@ -30,6 +31,7 @@ def load_report(
         raise NoComparison(biz_code)
     series = history(own, biz_code, limit=history_limit)
     state = next((b.state for b in fetch_businesses(own) if b.biz_code == biz_code), None)
+    cut = last_cutover(own, biz_code)
     return BusinessReport(
         biz_code=biz_code,
         generated_at=now,
@@ -37,24 +39,45 @@ def load_report(
         comparison_id=comparison_id,
         state=state,
         history=tuple(HistoryPoint.of(c) for c in series),
-        gate_stream=gate_stream(own, biz_code),
+        gate_stream=None if cut is None else cut["stream"],
+        cutover=cut,
+        verdict_max_age=own.migration.verdict_max_age(),
+        boundary=tuple(t.as_dict() for t in boundary_tallies(own, biz_code).get(biz_code, [])),
     )
 
 
-def gate_stream(own: DualRunStore, biz_code: str) -> dict[str, Any] | None:
-    """The change stream's catch-up state the cutover gate found at the business's latest
-    cutover (stored with its audit row), or None (never cut over, or no stream checked)."""
+def last_cutover(own: DualRunStore, biz_code: str) -> dict[str, Any] | None:
+    """The business's latest cutover as audited: when, who, why, whether it was forced and
+    past what (the gate's refusals and the verdict it read), and the change stream's
+    catch-up state the gate found (None: not checked). None: never cut over."""
     found = own.migration.last_cutover(biz_code)
     if found is None:
         return None
-    at, detail = found
+    at, actor, reason, forced, comparison_id, detail = found
     try:
-        stream = json.loads(detail or "{}").get("stream")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(stream, dict):
-        return None
-    return {**stream, "at": iso(from_ms(int(at)))}
+        body = json.loads(detail or "{}")
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    stream = body.get("stream")
+    at_iso = iso(from_ms(int(at)))
+    overrode = body.get("overrode")
+    if not isinstance(overrode, list):  # audit rows from before `overrode` was kept: the note
+        overrode = [
+            n.removeprefix("forced past: ") for n in body.get("notes", []) if str(n).startswith("forced past: ")
+        ]
+    return {
+        "at": at_iso,
+        "actor": actor,
+        "reason": reason,
+        "forced": forced,
+        "comparison_id": comparison_id,
+        "gate_verdict": body.get("gate_verdict"),
+        "overrode": [str(x) for x in overrode],
+        "warnings": [str(w) for w in body.get("warnings", [])],
+        "stream": {**stream, "at": at_iso} if isinstance(stream, dict) else None,
+    }
 
 
 def load_overview(
@@ -64,6 +87,8 @@ def load_overview(
     reports that exist next to the overview (`<business><suffix>`)."""
     infos = {b.biz_code: b for b in fetch_businesses(own)}
     verdicts = latest_by_business(own)
+    tallies = boundary_tallies(own)
+    max_age = own.migration.verdict_max_age()
     rows = []
     for code in sorted(set(infos) | set(verdicts)):
         info, v = infos.get(code), verdicts.get(code)
@@ -79,6 +104,9 @@ def load_overview(
                 reasons=v.reasons if v else (),
                 warnings=v.warnings if v else (),
                 link=link if reports_dir is not None and (reports_dir / link).exists() else None,
+                stale_after=max_age,
+                quarantined=len(own.migration.quarantined(info.source_system, code)) if info else 0,
+                boundary=tuple(t.as_dict() for t in tallies.get(code, [])),
             )
         )
     return OverviewReport(generated_at=now, rows=tuple(rows))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from dualrun.model import Comparison, SideMeasures, as_dict, iso
+from dualrun.model import Comparison, Mode, SideMeasures, as_dict, iso
 from reports.redact import redact_tree
 
 REPORT_VERSION = 1
@@ -64,8 +64,38 @@ _NOISE_NAMES = {
 }
 
 
-def measure_rows(legacy: SideMeasures, new: SideMeasures, baseline: SideMeasures) -> list[dict[str, str]]:
-    return [{"measure": name, "legacy": fmt(legacy), "new": fmt(new), "baseline": fmt(baseline)} for name, fmt in _ROWS]
+# what a handler's run decides: in shadow mode the new side records each command without
+# invoking its handler, so these measures of the new side say nothing (a 0 % success rate
+# or commands "timed out" beside a READY verdict would be read as a failure)
+_INVOKED_ONLY = frozenset(
+    {
+        "attempts (with retries)",
+        "retries",
+        "succeeded",
+        "failed",
+        "timed out",
+        "killed by an operator",
+        "unfinished",
+        "running (received, no result yet)",
+        "success rate",
+        "timeout rate",
+    }
+)
+NOT_INVOKED = "not compared (shadow: not invoked)"
+
+
+def measure_rows(
+    legacy: SideMeasures, new: SideMeasures, baseline: SideMeasures, *, shadow: bool = False
+) -> list[dict[str, str]]:
+    return [
+        {
+            "measure": name,
+            "legacy": fmt(legacy),
+            "new": NOT_INVOKED if shadow and name in _INVOKED_ONLY else fmt(new),
+            "baseline": fmt(baseline),
+        }
+        for name, fmt in _ROWS
+    ]
 
 
 def noise_rows(noise: dict[str, float]) -> list[dict[str, str]]:
@@ -117,6 +147,47 @@ class HistoryPoint:
         }
 
 
+STATE_LABELS = {"legacy": "on legacy", "dual_run": "in dual-run", "cutover": "cut over"}
+
+
+def state_label(state: str | None, shadow: bool = False) -> str:
+    """A cutover state as a sentence reads it ("cut over", not "cutover state cutover")."""
+    if state is None:
+        return "unknown"
+    return STATE_LABELS.get(state, state) + (" (shadow)" if shadow and state == "dual_run" else "")
+
+
+def staleness(computed_at: datetime | None, now: datetime, max_age: timedelta) -> dict[str, Any]:
+    """How old a verdict is, and whether the cutover gate would still take it (`max_age`:
+    the gate's own bound): a verdict shown without this reads as current when it is not."""
+    if computed_at is None:
+        return {"stale": False, "age": _age(None), "age_seconds": None, "max_age": _span(max_age)}
+    age = now - computed_at
+    return {
+        "stale": age > max_age,
+        "age": _age(age),
+        "age_seconds": round(age.total_seconds()),
+        "max_age": _span(max_age),
+    }
+
+
+def _span(d: timedelta) -> str:
+    s = int(d.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size} {unit}"
+    return f"{s} s"
+
+
+_BEFORE_CUTOVER = "; fix them before cutover"
+
+
+def after_cutover(warning: str) -> str:
+    """A verdict's warning, said of a business already cut over: "fix them before cutover"
+    is advice it can no longer take."""
+    return warning.replace(_BEFORE_CUTOVER, "; they keep firing there until fixed and migrated")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BusinessReport:
     biz_code: str
@@ -126,10 +197,17 @@ class BusinessReport:
     state: str | None = None  # cutover state from dus_business
     history: tuple[HistoryPoint, ...] = ()
     gate_stream: dict[str, Any] | None = None  # the change stream at the latest cutover's gate
+    cutover: dict[str, Any] | None = None  # the latest cutover as audited (reports.load.last_cutover)
+    verdict_max_age: timedelta  # the cutover gate's bound (MigrationRecords.verdict_max_age)
+    boundary: tuple[dict[str, Any], ...] = ()  # the switches' boundary checks (BoundaryTally.as_dict)
 
     def content(self) -> dict[str, Any]:
         c = self.comparison
         body = as_dict(c)
+        cut_over = self.state == "cutover"
+        if cut_over:  # the verdict's advice "before cutover" comes too late: said as it stands
+            body["checks"] = [{**ch, "sentence": after_cutover(ch["sentence"])} for ch in body["checks"]]
+            body["warnings"] = [after_cutover(w) for w in body.get("warnings", [])]
         body.update(
             {
                 "kind": "business_report",
@@ -138,10 +216,16 @@ class BusinessReport:
                 "comparison_id": self.comparison_id,
                 "state": self.state,
                 "ready": c.is_ready,
-                "measure_rows": measure_rows(c.legacy, c.new, c.baseline),
+                "measure_rows": measure_rows(c.legacy, c.new, c.baseline, shadow=c.mode is Mode.SHADOW),
                 "noise_rows": noise_rows(c.noise),
                 "history": [h.as_dict() for h in self.history],
                 "gate_stream": self.gate_stream,
+                "state_label": state_label(self.state, c.mode is Mode.SHADOW),
+                "cut_over": cut_over,
+                "cutover": self.cutover,
+                "freshness": staleness(c.computed_at, self.generated_at, self.verdict_max_age),
+                "verdict_warnings": [after_cutover(w) for w in c.warnings] if cut_over else list(c.warnings),
+                "boundary": list(self.boundary),
                 "flagged_total": sum(v.get("flagged", 0) for v in c.mismatch_counts.values()),
                 "labelled_total": sum(v.get("labelled", 0) for v in c.mismatch_counts.values()),
             }
@@ -160,20 +244,29 @@ class OverviewRow:
     reasons: tuple[str, ...] = ()
     link: str | None = None
     warnings: tuple[str, ...] = ()  # e.g. quarantined jobs still running only on legacy
+    stale_after: timedelta  # the cutover gate's bound (MigrationRecords.verdict_max_age)
+    quarantined: int = 0  # jobs the migrator quarantined: they still fire on legacy
+    boundary: tuple[dict[str, Any], ...] = ()  # the switches' boundary checks
 
     def as_dict(self, now: datetime) -> dict[str, Any]:
-        age = None if self.computed_at is None else now - self.computed_at
+        fresh = staleness(self.computed_at, now, self.stale_after)
+        cut_over = self.state == "cutover"
         return {
             "business": self.biz_code,
             "source": self.source,
             "state": self.state,
+            "state_label": state_label(self.state, self.shadow),
             "shadow": self.shadow,
             "verdict": self.verdict,
             "computed_at": None if self.computed_at is None else iso(self.computed_at),
-            "age": _age(age),
-            "age_seconds": None if age is None else round(age.total_seconds()),
+            "age": fresh["age"],
+            "age_seconds": fresh["age_seconds"],
+            "stale": self.verdict is not None and fresh["stale"],
+            "max_age": fresh["max_age"],
             "reasons": list(self.reasons),
-            "warnings": list(self.warnings),
+            "warnings": [after_cutover(w) for w in self.warnings] if cut_over else list(self.warnings),
+            "quarantined": self.quarantined,
+            "boundary": list(self.boundary),
             "link": self.link,
         }
 
@@ -205,7 +298,9 @@ class OverviewReport:
                 "generated_at": iso(self.generated_at),
                 "rows": rows,
                 "state_counts": counts,
-                "ready": sum(1 for r in self.rows if r.verdict == "ready"),
+                "state_label_counts": {state_label(k if k != "unknown" else None): n for k, n in counts.items()},
+                "ready": sum(1 for r in rows if r["verdict"] == "ready" and not r["stale"]),
+                "stale": sum(1 for r in rows if r["stale"]),
                 "not_ready": sum(1 for r in self.rows if r.verdict == "not_ready"),
             }
         )

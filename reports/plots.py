@@ -28,6 +28,24 @@ def _figure(width: float = 7.6, height: float = 2.9) -> tuple[Figure, Any]:
     return fig, ax
 
 
+def _legend_below(fig: Figure, ax: Any) -> None:
+    """The legend under the plot, outside its axes: inside them it covered bars and lines
+    wherever matplotlib found the least data, which is still data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=7, frameon=False)
+
+
+def fitted_range(values: Sequence[float], *, floor: float, ceil: float, pad: float = 5.0) -> tuple[float, float]:
+    """Axis limits that hold every finite value (padded, clipped to [floor, ceil]): a
+    regression far below the usual band must be on its chart, not under its bottom edge."""
+    finite = [v for v in values if v == v]
+    if not finite:
+        return floor, ceil
+    lo, hi = min(finite), max(finite)
+    return max(floor, lo - pad), min(ceil, hi + pad)
+
+
 def _data_uri(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -48,7 +66,7 @@ def _dates(ax: Any) -> None:
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))
 
 
-def lag_plot(series: Sequence[dict[str, Any]]) -> str:
+def lag_figure(series: Sequence[dict[str, Any]]) -> Figure:
     fig, ax = _figure()
     t = _times(series, "start")
     for side, color in (("legacy", LEGACY), ("new", NEW)):
@@ -65,12 +83,12 @@ def lag_plot(series: Sequence[dict[str, Any]]) -> str:
             )
     ax.set_ylabel("fire-time lag (s)")
     ax.set_title("Fire-time lag percentiles per interval", loc="left", fontsize=10)
-    ax.legend(ncol=2, fontsize=7, frameon=False, loc="best")
+    _legend_below(fig, ax)
     _dates(ax)
-    return _data_uri(fig)
+    return fig
 
 
-def volume_plot(series: Sequence[dict[str, Any]]) -> str:
+def volume_figure(series: Sequence[dict[str, Any]]) -> Figure:
     fig, ax = _figure()
     t = mdates.date2num(_times(series, "start"))
     width = (t[1] - t[0]) * 0.4 if len(t) > 1 else 0.01
@@ -79,12 +97,12 @@ def volume_plot(series: Sequence[dict[str, Any]]) -> str:
     ax.xaxis_date()
     ax.set_ylabel("fires")
     ax.set_title("Call volume per interval", loc="left", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    _legend_below(fig, ax)
     _dates(ax)
-    return _data_uri(fig)
+    return fig
 
 
-def success_plot(series: Sequence[dict[str, Any]], shadow: bool) -> str:
+def success_figure(series: Sequence[dict[str, Any]], shadow: bool) -> Figure:
     fig, ax = _figure()
     t = _times(series, "start")
     ax.plot(t, _values(series, "legacy_success", 100), "-o", color=LEGACY, markersize=3, label="legacy")
@@ -102,16 +120,16 @@ def success_plot(series: Sequence[dict[str, Any]], shadow: bool) -> str:
             color="#6b7280",
         )
     ax.set_ylabel("success rate (%)")
-    ax.set_ylim(
-        bottom=max(0.0, min([v for v in _values(series, "legacy_success", 100) if v == v] + [90.0]) - 5), top=100.5
-    )
+    shown = _values(series, "legacy_success", 100) + ([] if shadow else _values(series, "new_success", 100))
+    lo, hi = fitted_range(shown, floor=0.0, ceil=100.5)
+    ax.set_ylim(bottom=min(lo, 90.0), top=max(hi, 100.5))  # a healthy 99.9 % still reads as near the top
     ax.set_title("Success rate per interval", loc="left", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    _legend_below(fig, ax)
     _dates(ax)
-    return _data_uri(fig)
+    return fig
 
 
-def history_plot(history: Sequence[dict[str, Any]]) -> str:
+def history_figure(history: Sequence[dict[str, Any]]) -> Figure:
     fig, ax = _figure()
     t = _times(history, "computed_at")
     ax.plot(t, _values(history, "legacy_p99"), "-o", color=LEGACY, markersize=3, label="legacy p99")
@@ -121,9 +139,9 @@ def history_plot(history: Sequence[dict[str, Any]]) -> str:
         ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", color="#c53030", zorder=3, label="not ready")
     ax.set_ylabel("p99 lag (s)")
     ax.set_title("Stored comparisons over time (watch series)", loc="left", fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    _legend_below(fig, ax)
     _dates(ax)
-    return _data_uri(fig)
+    return fig
 
 
 def report_plots(content: dict[str, Any]) -> dict[str, str]:
@@ -131,9 +149,9 @@ def report_plots(content: dict[str, Any]) -> dict[str, str]:
     series = content.get("series") or []
     plots: dict[str, str] = {}
     if series:
-        plots["lag"] = lag_plot(series)
-        plots["volume"] = volume_plot(series)
-        plots["success"] = success_plot(series, content.get("mode") == "shadow")
+        plots["lag"] = _data_uri(lag_figure(series))
+        plots["volume"] = _data_uri(volume_figure(series))
+        plots["success"] = _data_uri(success_figure(series, content.get("mode") == "shadow"))
     if len(content.get("history") or []) >= 2:
-        plots["history"] = history_plot(content["history"])
+        plots["history"] = _data_uri(history_figure(content["history"]))
     return plots

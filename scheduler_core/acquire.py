@@ -138,9 +138,13 @@ class PartitionAcquirer:
         if limit <= 0:
             return TickResult(wait=s.busy_wait)
         due = self.store.select_due(self.partition, window.start, window.end, limit, self.pool.saturated_biz_codes())
+        admission_lag = self.metrics.admission_lag.labels(partition=self.partition.name)
         if not due:
+            admission_lag.set(float("nan"))  # idle: no lag to speak of
             return TickResult(wait=s.idle_wait + timedelta(seconds=self.rng.uniform(0, s.jitter.total_seconds())))
         newest = max(t.next_fire_at for t in due)
+        # a full batch leaves more due behind it: admission has reached `newest`, not the window's end
+        admission_lag.set(max(0.0, (window.end - newest).total_seconds()) if len(due) >= limit else 0.0)
         self.last_seen = newest if self.last_seen is None else max(self.last_seen, newest)
         deadline = from_ms(to_ms(now + s.acquire_deadline))  # as stored: whole milliseconds
         won_ids = set(

@@ -72,6 +72,16 @@ class SchedulerMetrics:
             "now - T of the oldest occurrence last fired (negative: ahead)",
             registry=r,
         )
+        # what an operator wants from the lookahead gauge above (which reads about -lookahead
+        # whenever all is well, since the scheduler fires that far ahead): how far admission
+        # is behind the window it must have admitted, now + lookahead
+        self.admission_lag = Gauge(
+            "switchyard_admission_lag_seconds",
+            "now + lookahead minus the newest next_fire_at the last tick admitted when that tick hit "
+            "its batch limit (more may be due); 0 when it admitted all that was due; NaN when nothing was due",
+            ["partition"],
+            registry=r,
+        )
         self.fire_lag = Histogram(
             "switchyard_fire_lag_seconds",
             "Executor receipt or handler start minus T",

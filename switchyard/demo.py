@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from dualrun.boundary_store import BoundaryTally, put_boundary_tally
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
 from dualrun.settings import CompareSettings
@@ -172,6 +173,7 @@ class Handover:
 
     to_new: bool
     first: dict[str, datetime]
+    at: datetime | None = None  # when the switch was made
 
 
 class _Legacy:
@@ -431,10 +433,14 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
         rep = switches["xxl-job"].cutover(
             cut, actor="demo", force=True, reason="demo: cut over despite " + "; ".join(lines[cut].reasons)
         )
-    handovers = {cut: Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})}
+    handovers = {
+        cut: Handover(
+            to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()}, at=clock.now()
+        )
+    }
     say(f"cut over {cut} (handover of {len(rep.handover)} jobs{', forced' if rep.forced else ''})")
     back = switches["xxl-job"].rollback(regressed, actor="demo", reason="injected regression: failures on the new path")
-    handovers[regressed] = _rollback_handover(back, switches["xxl-job"].links(regressed))
+    handovers[regressed] = _rollback_handover(back, switches["xxl-job"].links(regressed), clock.now())
     first = min(handovers[regressed].first.values(), default=None)
     say(
         f"rolled {regressed} back to legacy: legacy alone fires its {len(handovers[regressed].first)} jobs from "
@@ -484,12 +490,27 @@ def run_demo(workdir: Path, say: Callable[[str], None] = print) -> DemoResult:
             legacy_fires, new_fires = _fires_after(store, own, lg, b.biz_code, dual_start)
             switch = handovers[b.biz_code]
             line.switched = "cutover" if switch.to_new else "rollback"
+            horizon = clock.now() - timedelta(minutes=1)
             line.boundary_checked, line.boundary_missing, line.boundary_doubled = _boundary(
                 switch,
                 legacy_fires,
                 new_fires,
-                horizon=clock.now() - timedelta(minutes=1),
+                horizon=horizon,
                 triggers={ln.source_key: ln.trigger for ln in switches[b.source_system].links(b.biz_code)},
+            )
+            # kept in the store: the reports, the overview and the console show it too
+            put_boundary_tally(
+                dual,
+                BoundaryTally(
+                    biz_code=b.biz_code,
+                    switch=line.switched,
+                    switched_at=switch.at or clock.now(),
+                    checked_at=clock.now(),
+                    horizon=horizon,
+                    checked=line.boundary_checked,
+                    missing=line.boundary_missing,
+                    doubled=line.boundary_doubled,
+                ),
             )
         out = workdir / "reports" / f"{b.biz_code}.html"
         model = load_report(dual, b.biz_code, now=clock.now())
@@ -611,7 +632,7 @@ def _pause_and_resume(
     )
 
 
-def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
+def _rollback_handover(report: SwitchReport, links: list[Link], at: datetime | None = None) -> Handover:
     """Per job, the first occurrence legacy owns after a rollback. A job legacy was started
     for has it in the report; a job legacy kept firing through the dual-run has none there,
     and legacy owns what the new side does not invoke: from the rollback's fence when one
@@ -626,7 +647,7 @@ def _rollback_handover(report: SwitchReport, links: list[Link]) -> Handover:
         at = trig.next_fire_at if fence is None else first_at_or_after(trig, fence)
         if at is not None:
             first[ln.source_key] = min(at, trig.next_fire_at)
-    return Handover(to_new=False, first=first)
+    return Handover(to_new=False, first=first, at=at)
 
 
 def _fires_after(

@@ -91,12 +91,9 @@ def _window(request: Request) -> timedelta | None:
     if raw is None:
         return None
     try:
-        seconds = float(raw)
-    except ValueError:
-        raise BadInput(f"window: {raw!r} is not a number of seconds") from None
-    if not 0 < seconds <= 30 * 86400:
-        raise BadInput(f"window: {raw!r} must be between 0 and 30 days (in seconds)")
-    return timedelta(seconds=seconds)
+        return data.parse_window(raw)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def make_app(src: data.Sources, token: str | None = None) -> Starlette:
@@ -149,9 +146,16 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         return await answer(request, work, "report")
 
     async def scheduler_page(request: Request) -> Response:
-        return await answer(
-            request, lambda: {"s": data.scheduler(src), "lag": data.lag(src, _window(request))}, "scheduler.html.j2"
-        )
+        def work() -> dict[str, Any]:
+            window = _window(request)
+            return {
+                "s": data.scheduler(src),
+                "lag": data.lag(src, window),
+                "windows": data.WINDOWS,
+                "window": request.query_params.get("window") if window is not None else None,
+            }
+
+        return await answer(request, work, "scheduler.html.j2")
 
     async def audit_page(request: Request) -> Response:
         return await answer(

@@ -7,6 +7,7 @@ into a reason, an audit detail or an error never reaches a page, the API or a lo
 
 from __future__ import annotations
 
+import math
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -17,13 +18,18 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dualrun.boundary_store import boundary_tallies
+from dualrun.settings import parse_duration
 from dualrun.store import DualRunStore
-from dualrun.verdict_store import latest_by_business
+from dualrun.verdict_store import latest_by_business, verdicts_of
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
+from migrator.model import BusinessState
 from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
+from migrator.ports import VERDICT_MAX_AGE
 from migrator.store import MigratorStore
 from migrator.target import TargetWriter
+from reports.model import after_cutover
 from reports.redact import redact, redact_tree
 from scheduler_core.model import Trigger, TriggerId
 from scheduler_core.stats import lag_stats
@@ -48,6 +54,10 @@ class Member:
     reachable: bool
     leader: bool | None = None
     lookahead_lag_s: float | None = None
+    # how far admission is behind now + lookahead (the worst partition); None with
+    # admission_idle: nothing was due at the last tick of any partition
+    admission_lag_s: float | None = None
+    admission_idle: bool = False
     published: float | None = None
     error: str = ""
 
@@ -57,6 +67,8 @@ class Member:
             "reachable": self.reachable,
             "leader": self.leader,
             "lookahead_lag_s": self.lookahead_lag_s,
+            "admission_lag_s": self.admission_lag_s,
+            "admission_idle": self.admission_idle,
             "commands_published": self.published,
             "error": self.error,
         }
@@ -69,6 +81,7 @@ def member_from_text(name: str, text: str) -> Member:
     """A scheduler's figures from its Prometheus exposition (scheduler_core.metrics)."""
     leader: float | None = None
     lag: float | None = None
+    admission: list[float] = []
     published = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -76,13 +89,18 @@ def member_from_text(name: str, text: str) -> Member:
                 leader = sample.value
             elif sample.name == "switchyard_lookahead_lag_seconds":
                 lag = sample.value
+            elif sample.name == "switchyard_admission_lag_seconds":
+                admission.append(sample.value)
             elif sample.name == "switchyard_commands_published_total":
                 published += sample.value
+    behind = [v for v in admission if not math.isnan(v)]
     return Member(
         name=name,
         reachable=True,
         leader=None if leader is None else leader >= 1,
         lookahead_lag_s=lag,
+        admission_lag_s=max(behind) if behind else None,
+        admission_idle=bool(admission) and not behind,
         published=published,
     )
 
@@ -131,17 +149,22 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def _verdict(v: Any, now: datetime) -> dict[str, Any] | None:
+def _verdict(v: Any, now: datetime, state: BusinessState) -> dict[str, Any] | None:
     if v is None:
         return None
+    age = now - v.computed_at
+    warnings = [after_cutover(w) for w in v.warnings] if state is BusinessState.CUTOVER else list(v.warnings)
     return {
         "verdict": v.verdict.value,
         "comparison_id": v.comparison_id,
         "computed_at": _iso(v.computed_at),
-        "age_s": round((now - v.computed_at).total_seconds(), 1),
+        "age_s": round(age.total_seconds(), 1),
+        # the cutover gate's own bound: an older verdict would not pass it, so it is not shown as current
+        "stale": age > VERDICT_MAX_AGE,
+        "max_age_s": VERDICT_MAX_AGE.total_seconds(),
         "mode": v.mode.value,
         "reasons": list(v.reasons),
-        "warnings": list(v.warnings),
+        "warnings": warnings,
         "window": {"start": _iso(v.window.start), "end": _iso(v.window.end)},
     }
 
@@ -152,6 +175,8 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
     records = {r.biz_code: r for r in BusinessRegistry(src.migrator).all()}
     verdicts = latest_by_business(src.dualrun)
     frozen = standing_freezes(src.store)
+    held = _quarantined_on_legacy(src)
+    tallies = boundary_tallies(src.dualrun)
     out = []
     for bo in ownership(src.store, src.migrator, src.legacy_live):
         r = records[bo.biz_code]
@@ -163,14 +188,31 @@ def businesses(src: Sources) -> list[dict[str, Any]]:
                 "shadow": r.shadow,
                 "frozen": frozen.of(r.biz_code),
                 "since": _iso(r.updated_at),
-                "verdict": _verdict(verdicts.get(r.biz_code), now),
-                "jobs": len(bo.jobs),
+                "verdict": _verdict(verdicts.get(r.biz_code), now, r.state),
+                "jobs": len(bo.jobs) + held.get(r.biz_code, 0),
                 "sides": bo.counts(),
+                "quarantined": held.get(r.biz_code, 0),
                 "problems": len(bo.problems),
+                "boundary": [t.as_dict() for t in tallies.get(r.biz_code, [])],
                 "legacy_read": src.legacy_live is not None,
             }
         )
     return redact_tree(out)
+
+
+def _quarantined_on_legacy(src: Sources, code: str | None = None) -> dict[str, int]:
+    """Per business, its quarantined jobs (never migrated) that still fire on legacy: read
+    from the legacy switches when the console can, else all of them (nothing of ours ever
+    stopped one). They are jobs of the business like the migrated ones, and left out of a
+    count by live side they would vanish from view."""
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for row in TargetWriter(src.store, src.migrator).quarantined(code):
+        by_key.setdefault((row["business"], row["source_system"]), []).append(row["source_key"])
+    out: dict[str, int] = {}
+    for (biz, source), keys in by_key.items():
+        live = src.legacy_live(source, keys) if src.legacy_live is not None else None
+        out[biz] = out.get(biz, 0) + (len(keys) if live is None else len(set(keys) & live))
+    return out
 
 
 def _schedule(t: Trigger | None) -> str:
@@ -218,6 +260,9 @@ def business(src: Sources, code: str) -> dict[str, Any]:
             )
     jobs.sort(key=lambda j: (not j["problem"], j["source_key"]))
     verdict = latest_by_business(src.dualrun).get(code)
+    sides: dict[str, int] = {}
+    for row in jobs:
+        sides[row["side"]] = sides.get(row["side"], 0) + 1
     return redact_tree(
         {
             "business": code,
@@ -226,9 +271,12 @@ def business(src: Sources, code: str) -> dict[str, Any]:
             "shadow": record.shadow,
             "frozen": standing_freezes(src.store).of(code),
             "since": _iso(record.updated_at),
-            "verdict": _verdict(verdict, now),
+            "verdict": _verdict(verdict, now, record.state),
             "legacy_read": src.legacy_live is not None,
             "jobs": jobs,
+            "sides": sides,
+            "quarantined": _quarantined_on_legacy(src, code).get(code, 0),
+            "boundary": [t.as_dict() for t in boundary_tallies(src.dualrun, code).get(code, [])],
             "problems": sum(1 for j in jobs if j["problem"]),
             "audit": audit(src, code),
             "quarantine": quarantine(src, code),
@@ -239,6 +287,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
 def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
     """The cutover/rollback audit log, newest first."""
     entries = BusinessRegistry(src.migrator).audit(code)[-limit:]
+    verdicts = verdicts_of(src.dualrun, [e.comparison_id for e in entries if e.comparison_id is not None])
     return redact_tree(
         [
             {
@@ -248,6 +297,8 @@ def audit(src: Sources, code: str | None = None, limit: int = 200) -> list[dict[
                 "at": _iso(e.at),
                 "actor": e.actor,
                 "reason": e.reason,
+                # the verdict the switch read at the gate, and which comparison it was
+                "verdict": None if e.comparison_id is None else verdicts.get(e.comparison_id),
                 "comparison_id": e.comparison_id,
                 "forced": e.forced,
                 "detail": e.detail,
@@ -265,14 +316,47 @@ def quarantine(src: Sources, code: str | None = None) -> list[dict[str, Any]]:
     )
 
 
+WINDOWS = ("15m", "1h", "24h")  # the scheduler page's choices; the API takes any duration
+CHART_BUCKETS = 48
+
+
+def parse_window(raw: str) -> timedelta:
+    """A window as the scheduler page and the API take it: 15m, 1h, 24h, 90s, or a bare
+    number of seconds; up to 30 days."""
+    try:
+        span = parse_duration(raw)
+    except ValueError:
+        raise ValueError(f"window: {raw!r} is not a duration (e.g. {', '.join(WINDOWS)}, or seconds)") from None
+    if not timedelta(0) < span <= timedelta(days=30):
+        raise ValueError(f"window: {raw!r} must be more than 0 and at most 30 days")
+    return span
+
+
+def fired_per_bucket(scheduled: Sequence[datetime], start: datetime, span: timedelta) -> list[int]:
+    """Fired records per equal slice of [start, start + span), by their scheduled time."""
+    counts = [0] * CHART_BUCKETS
+    width = span / CHART_BUCKETS
+    for at in scheduled:
+        i = int((at - start) / width)
+        if 0 <= i < CHART_BUCKETS:
+            counts[i] += 1
+    return counts
+
+
 def lag(src: Sources, window: timedelta | None = None) -> dict[str, Any]:
-    """Per-business fire-time lag percentiles from the fired records of the last window."""
+    """Per-business fire-time lag percentiles from the fired records of the last window,
+    and the fired records per slice of it (the page's chart)."""
     span = window or src.lag_window
     now = src.now()
-    records = src.store.fired_between(None, now - span, now)
+    start = now - span
+    records = src.store.fired_between(None, start, now)
     return redact_tree(
         {
             "window_s": span.total_seconds(),
+            "start": start.isoformat(timespec="seconds"),
+            "end": now.isoformat(timespec="seconds"),
+            "fired": len(records),
+            "per_bucket": fired_per_bucket([r.scheduled_at for r in records], start, span),
             "businesses": [d.as_dict() for d in sorted(lag_stats(records).values(), key=lambda d: d.biz_code)],
         }
     )

@@ -60,6 +60,13 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         report = Path(b.report)
         assert report.exists() and report.with_suffix(".md").exists()
         assert json.loads(report.with_suffix(".json").read_text())
+    # the boundary of each switch is in its business's report, not only in the terminal
+    for b in (*cut, *back):
+        shown = json.loads(Path(b.report).with_suffix(".json").read_text())["boundary"]
+        assert [(x["switch"], x["checked"], x["missing"], x["doubled"]) for x in shown] == [
+            (b.switched, b.boundary_checked, 0, 0)
+        ]
+    assert f"{cut[0].switched}: {cut[0].boundary_checked} / " in overview.read_text()
     # a second run starts clean
     again = run_demo(tmp_path / "demo", say=lambda _m: None)
     assert [b.state for b in again.businesses] == [b.state for b in result.businesses]

@@ -117,7 +117,7 @@ def test_overview_lists_businesses_with_their_cutover_states(tmp_path: Path) -> 
     html = render_report(content, "html")
     assert '<a href="reminder.html">reminder</a>' in html and "never compared" in html
     assert not any(secret in html for secret in SECRETS)
-    assert "| sop | xxl-job | cutover | none |" in render_report(content, "md")
+    assert "| sop | xxl-job | cut over | none |" in render_report(content, "md")
 
 
 def test_format_follows_the_suffix() -> None:
