@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from migrator.business import BusinessRegistry
+from migrator.model import BusinessState
 from migrator.ownership import GuardOutcome, guard_trigger_operation
 from migrator.store import MigratorStore
 from scheduler_core import operations
@@ -40,6 +41,7 @@ def act(
         report = operations.cancel(store, stops, allowed, started + STOP_LEAD, actor, reason)
     else:  # R: 2 s after the lift is written (not after the start): every executor hears it first
         report = operations.resume(store, stops, SqlSupersedes(store), allowed, store.clock.now() + RESUME_LEAD)
+        _undo_rolled_back_meanwhile(store, own, stops, report, guard, actor)
     changed = set(report.changed)
     registry = BusinessRegistry(own)
     for biz, tids in guard.audited.items():
@@ -51,6 +53,43 @@ def act(
                 detail={"action": f"trigger {action}", "triggers": done, "at": str(report.at)},
             )
     return report, guard
+
+
+def _undo_rolled_back_meanwhile(
+    store: SqlTriggerStore,
+    own: MigratorStore,
+    stops: StopService,
+    report: operations.OperationReport,
+    guard: GuardOutcome,
+    actor: str,
+) -> None:
+    """A resume whose guard read its business before a rollback's transition and whose
+    write landed after the rollback's last look for late admissions (`BusinessSwitch.
+    _hand_back_late`) would leave the job live on the new side of a business back on
+    legacy, beside its legacy job. Read after the write, the state is the rollback's: such
+    a trigger is paused again at once and the resume reported refused. (Until then its
+    runs are skipped by the rollback's fence, which stands from before the transition.)"""
+    if not report.changed:
+        return
+    states = {r.biz_code: r.state for r in BusinessRegistry(own).all()}
+    triggers = {t.id: t for t in store.get_triggers(report.changed) if t.id is not None}
+    late = [
+        tid
+        for tid in report.changed
+        if (t := triggers.get(tid)) is not None and states.get(t.biz_code) is BusinessState.LEGACY
+    ]
+    if not late:
+        return
+    why = (
+        "its business was rolled back to legacy while it was being resumed: paused again here "
+        "(the legacy job is the one to start)"
+    )
+    operations.pause(store, stops, late, store.clock.now(), actor, why)
+    gone = set(late)
+    report.changed = [tid for tid in report.changed if tid not in gone]
+    report.run_once = [tid for tid in report.run_once if tid not in gone]
+    for tid in late:
+        guard.refused[tid] = f"{triggers[tid].job_code}: {why}"
 
 
 __all__ = ["RESUME_LEAD", "STOP_LEAD", "act"]

@@ -10,7 +10,9 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -19,13 +21,16 @@ from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch, links_of
 from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
-from migrator.ownership import PROBLEMS, Side, ownership
+from migrator.ownership import PROBLEMS, GuardOutcome, Side, ownership
 from migrator.stream import KeyCompare, StreamMigrator, polling_batches
 from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition, SourceSystem
 from readers.streams.polling import PollingChangeStream
 from scheduler_core.model import TriggerId, TriggerState
+from scheduler_core.stops import StopService
+from scheduler_core.store.stops import SqlStops
 from scheduler_core.times import to_ms
+from switchyard import trigger_actions
 from tests.migration_env import MigrationEnv, make_env, ready_switch
 from tests.operator import resume
 
@@ -235,3 +240,37 @@ def test_a_job_started_in_the_legacy_admin_and_mirrored_while_the_rollback_runs_
     sides = _sides(env, biz)
     assert sides[key] is Side.LEGACY, sides
     assert not set(sides.values()) & set(PROBLEMS), sides
+
+
+def test_a_resume_whose_guard_read_before_a_rollback_and_wrote_after_it_is_paused_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window `_hand_back_late` cannot see: `trigger resume` reads the business cut
+    over (allowed), the whole rollback runs, then the resume writes. Read again after its
+    write, the business is on legacy: the trigger is paused again at once and the resume
+    reported refused, never left live on the new side of a business back on legacy."""
+    env, biz, key, tid = _stopped_then_migrated(tmp_path)
+    switch = ready_switch(env)
+    switch.start_dual_run(biz, shadow=False, actor="ops")
+    switch.cutover(biz, actor="ops")
+    assert _state(env, tid) is S.PAUSED
+    real_guard = trigger_actions.guard_trigger_operation
+    rolled_back: list[bool] = []
+
+    def guard_then_rollback(*args: Any, **kwargs: Any) -> GuardOutcome:
+        outcome = real_guard(*args, **kwargs)
+        assert tid in outcome.allowed, "the business is cut over when the guard reads it"
+        switch.rollback(biz, actor="ops", reason="drill")  # the whole rollback, between read and write
+        rolled_back.append(True)
+        return outcome
+
+    monkeypatch.setattr(trigger_actions, "guard_trigger_operation", guard_then_rollback)
+    stops = StopService(SqlStops(env.store))
+    report, guard = trigger_actions.act(
+        env.store, env.own, stops, "resume", [tid], actor="ops", reason="", started=env.store.clock.now()
+    )
+    assert rolled_back
+    assert tid not in report.changed and "rolled back to legacy while it was being resumed" in guard.refused[tid]
+    assert _state(env, tid) is S.PAUSED
+    sides = _sides(env, biz)
+    assert sides[key] is Side.PAUSED and not set(sides.values()) & set(PROBLEMS), sides
