@@ -147,23 +147,6 @@ def legacy_frame(rows: Iterable[LegacyExecution], job_of: Callable[[str], str], 
     return _typed(cols, LEGACY_COLUMNS)
 
 
-def new_frame(rows: Iterable[Mapping[str, object]], jobs: JobIndex) -> pd.DataFrame:
-    """New-side items from fired-record rows (store columns: job_code, item_index,
-    item_total, state, scheduled_at, received_at, misfired, attempt; times in epoch ms)."""
-    cols: dict[str, list[int]] = {c: [] for c in NEW_COLUMNS}
-    for r in rows:
-        cols["job"].append(jobs.id(str(r["job_code"])))
-        cols["item"].append(int(r["item_index"]))  # type: ignore[call-overload]
-        cols["total"].append(int(r["item_total"]))  # type: ignore[call-overload]
-        cols["status"].append(FIRED_STATUS.get(str(r["state"]), UNFINISHED))
-        cols["sched"].append(int(r["scheduled_at"]))  # type: ignore[call-overload]
-        recv = r["received_at"]
-        cols["recv"].append(NONE if recv is None else int(recv))  # type: ignore[call-overload]
-        cols["misfired"].append(int(bool(r["misfired"])))
-        cols["attempt"].append(int(r.get("attempt") or 0))  # type: ignore[call-overload]
-    return _typed(cols, NEW_COLUMNS)
-
-
 def _typed(cols: Mapping[str, list[int]], names: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(copy=False, data={c: np.asarray(cols[c], dtype=np.int64) for c in names})
 

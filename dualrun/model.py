@@ -442,10 +442,6 @@ class Comparison:
 # --- JSON form ------------------------------------------------------------------------------
 
 
-def _opt_iso(at: datetime | None) -> str | None:
-    return None if at is None else iso(at)
-
-
 def _side(m: SideMeasures) -> dict[str, Any]:
     d = {
         k: getattr(m, k)

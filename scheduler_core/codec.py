@@ -362,12 +362,7 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
 # page records use too). "K" (skipped by a rollback fence, never invoked) is newer than
 # the form: a scheduler that does not know it drops such a result message as malformed,
 # so upgrade the scheduler (callback consumer) before executors, as for the "e" form.
-_STATE_LETTER: dict[FiredState, ItemState] = {s.fired_state: s for s in RESULT_STATES}
 _LETTER_STATE: dict[str, FiredState] = {s.value: s.fired_state for s in RESULT_STATES}
-
-
-def state_letter(state: FiredState) -> str:
-    return _STATE_LETTER[state]
 
 
 @dataclass(slots=True)  # not frozen, for the same reason as Envelope

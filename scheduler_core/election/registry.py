@@ -117,10 +117,6 @@ class EtcdRegistry(Registry):
                 return False
             return self._clock.monotonic() - self._confirmed_at < self._lease_ttl
 
-    def lost_reason(self) -> str | None:
-        with self._lock:
-            return self._lost
-
     def view(self) -> RegistryView:
         return self._call(self._view())  # type: ignore[no-any-return]
 

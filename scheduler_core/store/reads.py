@@ -84,13 +84,6 @@ def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
         )
 
 
-def fired_states_of(store: SqlTriggerStore, trigger_id: int) -> list[str]:
-    """The states of a trigger's fired records."""
-    fr = store.t.fired
-    with store.engine.connect() as conn:
-        return [str(r[0]) for r in conn.execute(select(fr.c.state).where(fr.c.trigger_id == trigger_id))]
-
-
 def job_biz_codes(store: SqlTriggerStore) -> set[str]:
     """Every business (biz_code) that has a job in the store."""
     j = store.t.job
