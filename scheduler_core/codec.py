@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler_core.item_states import RESULT_STATES, ItemState
+from scheduler_core.item_states import RESULT_STATES
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
