@@ -11,13 +11,17 @@ import click
 
 from scheduler_core.cron import CronExpression, CronSyntaxError
 from switchyard import exitcodes
+from switchyard.cli.exits import exits
+from switchyard.exitcodes import OK, USAGE
 
 
+@exits(OK, USAGE)
 @click.group()
 def cron() -> None:
     """Quartz cron tools."""
 
 
+@exits(OK, USAGE)
 @cron.command("next")
 @click.argument("expr")
 @click.option("--tz", "tz_name", default="UTC", show_default=True, help="IANA time zone the expression runs in.")

@@ -9,8 +9,11 @@ import click
 
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import exits
+from switchyard.exitcodes import FAILED, OK, USAGE
 
 
+@exits(OK, FAILED, USAGE)
 @click.command()
 @click.option(
     "--workdir",

@@ -20,9 +20,11 @@ from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.exitcodes import FAILED
 from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
 from switchyard.wiring import migrator_store, open_existing_store
 
@@ -119,6 +121,7 @@ def _options(fn):  # type: ignore[no-untyped-def]
     return fn
 
 
+@exits(*STORE)
 @click.command("freeze")
 @_options
 @click.option("--reason", required=True, help="Why (audited, and in the skipped runs' records).")
@@ -130,6 +133,7 @@ def freeze(
     _switch("freeze", biz_code, everything, url, bus_args, actor, reason, as_json)
 
 
+@exits_as({**dict.fromkeys(STORE), FAILED: "it was not frozen"})
 @click.command("unfreeze")
 @_options
 @click.option("--reason", default="", help="Why (audited).")

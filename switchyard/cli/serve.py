@@ -15,19 +15,23 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
+from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
+from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
 from switchyard.wiring import load_handlers, open_store
 
 log = logging.getLogger(__name__)
 
 
+@exits_as({**dict.fromkeys(STORE), OK: "stopped by SIGTERM or SIGINT"})
 @click.command("serve")
 @store_url
 @click.option(
@@ -49,8 +53,20 @@ log = logging.getLogger(__name__)
     "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per business."
 )
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
-@click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
-@click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--lookahead",
+    type=seconds(0),
+    default="30m",
+    show_default=True,
+    help="How far ahead commands are published to the bus.",
+)
+@click.option(
+    "--idle-wait",
+    type=seconds(0),
+    default="30s",
+    show_default=True,
+    help="The longest sleep of a partition's loop with nothing due.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
 @click.option(
@@ -70,8 +86,8 @@ def serve(
     biz_codes: tuple[str, ...],
     concurrency: int,
     name: str,
-    lookahead: float,
-    idle_wait: float,
+    lookahead: timedelta,
+    idle_wait: timedelta,
     metrics_port: int,
     with_console: bool,
     console_bind: str,
@@ -102,7 +118,7 @@ def serve(
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
     legacy = Bridges(bridges, bridge_settings)
-    settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
+    settings = SchedulerSettings(lookahead=lookahead, idle_wait=idle_wait)
     center = EmbeddedCenter(store, settings, register, name=name, biz_codes=biz_codes, concurrency=concurrency)
     if metrics_port:
         center.metrics.serve(metrics_port)

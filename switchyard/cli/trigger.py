@@ -25,13 +25,16 @@ from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.exitcodes import FAILED, OK, REFUSED
 from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store, open_existing_store
 
 
+@exits(*STORE, FAILED, REFUSED)
 @click.group()
 def trigger() -> None:
     """Pause, resume or cancel triggers: effective in seconds, whatever the lookahead."""
@@ -66,6 +69,14 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
 
 def _command(action: str) -> click.Command:
 
+    @exits_as(
+        {
+            **dict.fromkeys(STORE),
+            OK: "done, or nothing to do (already so, finished: the reason is printed)",
+            FAILED: "a trigger should have changed and did not",
+            REFUSED: "refused: a job live only on the new side would fire nowhere (give --reason)",
+        }
+    )
     @click.command(action)
     @click.argument("ids", nargs=-1, type=int)
     @click.option("--job", default=None)
