@@ -98,7 +98,7 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
     show_default=True,
     help=f"Address to listen on; anything but loopback needs ${TOKEN_ENV}.",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True, help="The port to listen on.")
 @click.option(
     "--token-env",
     default=TOKEN_ENV,

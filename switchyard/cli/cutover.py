@@ -45,7 +45,7 @@ legacy_opt = legacy_url_option("URL of the business's legacy database.")
 actor_opt = click.option(
     "--actor", default=getpass.getuser, show_default="the current user", help="Who is switching (audited)."
 )
-json_opt = click.option("--json", "as_json", is_flag=True)
+json_opt = click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 
 
 @contextmanager
@@ -236,6 +236,8 @@ def status(
     else:
         if not rows:
             click.echo("no businesses yet: run `switchyard migrate run`")
+        else:
+            click.echo(f"{'BUSINESS':<24} {'SOURCE':<13} {'STATE':<9}{'':<10} VERDICT  JOBS BY SIDE")
         for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
@@ -245,11 +247,15 @@ def status(
             )
             if row["frozen"]:
                 click.echo(f"     FROZEN (deliberate: nothing runs on the new side): {row['frozen']}")
-            for j in bo.jobs if show_jobs else bo.problems:
+            listed = bo.jobs if show_jobs else bo.problems
+            if listed:
+                # the columns named once per business: `!!` marks a job firing on neither side or on both
+                click.echo(f"     {'LEGACY KEY':<12} {'JOB':<40} {'FIRES ON':<9} {'NEW SIDE':<9} LEGACY SIDE")
+            for j in listed:
                 flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(
                     f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
-                    f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
+                    f"{j.trigger_state:<9} {'on' if j.legacy_live else 'off'}"
                     f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
                     f"{'  ' + j.why if j.why else ''}"
                 )
@@ -331,7 +337,7 @@ def cutover(
         USAGE: None,
         UNREACHABLE: None,
         SCHEMA: None,
-        REFUSED: "refused: a job would be left firing nowhere; nothing changed",
+        REFUSED: "refused, nothing changed: a job would be left firing nowhere",
     }
 )
 @click.command("rollback")

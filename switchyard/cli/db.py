@@ -32,7 +32,7 @@ def db() -> None:
     default=None,
     help="Partitions of the trigger table (first init only; default 16).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     """Create the schema (idempotent: a second run changes nothing)."""
@@ -64,7 +64,7 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
 @exits_as({**dict.fromkeys(STORE), SCHEMA: "the schema is missing or incomplete"})
 @db.command("check")
 @_url
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def check_cmd(url: str, as_json: bool) -> None:
     """Report what the store holds; exit 4 if the schema is missing or incomplete."""

@@ -434,6 +434,7 @@ def watch_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = _sources(**source_kw)
+    _known(sources.store, biz_codes)
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
@@ -463,6 +464,14 @@ def watch_cmd(
         os._exit(exitcodes.FAILED)
     sources.store.engine.dispose()
     sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
+
+
+def _known(store: SqlTriggerStore, biz_codes: Sequence[str]) -> None:
+    """Every business named exists (else exit 2 naming each one that does not)."""
+    own = migrator_store(store)
+    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
+    if unknown:
+        raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
 
 def _watch_one(sources: Sources, biz_code: str, as_json: bool) -> Comparison:
@@ -577,6 +586,11 @@ def watch_cutover_cmd(
         readers={},
     )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
+    try:
+        _known(sources.store, biz_codes)
+    except CliFailure:
+        sources.store.engine.dispose()
+        raise
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)

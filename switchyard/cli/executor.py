@@ -226,6 +226,8 @@ def run_cmd(
     log_level: str,
     log_format: str,
 ) -> None:
+    """Consume the business's commands and run its handlers (a --handlers module's, or the
+    legacy bridges'), until SIGTERM; the results go back to the scheduler on the bus."""
     configure_logging(log_level, log_format)
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)

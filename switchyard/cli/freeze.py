@@ -114,7 +114,7 @@ def _options(fn):  # type: ignore[no-untyped-def]
             click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited)."),
             store_url,
             bus_opts,
-            click.option("--json", "as_json", is_flag=True),
+            click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text."),
         )
     ):
         fn = opt(fn)

@@ -37,7 +37,12 @@ from switchyard.wiring import legacy_reader, open_existing_store, target_writer
 
 log = logging.getLogger(__name__)
 
-source_opt = click.option("--source", type=click.Choice([s.value for s in SourceSystem]), required=True)
+source_opt = click.option(
+    "--source",
+    type=click.Choice([s.value for s in SourceSystem]),
+    required=True,
+    help="The legacy system --legacy-url is a database of.",
+)
 legacy_url = legacy_url_option("URL of the legacy database (read only).")
 # `--target-url` was migrate's own name for the store: still read, hidden from --help
 target_url = store_url_option("--target-url")
@@ -101,7 +106,19 @@ class DefinitionArgs:
         return MappingOptions(api_only_businesses=tuple(self.api_only), bridge_glue=self.bridge_glue)
 
     def reader(self, legacy: Engine | Connection) -> LegacyReader:
-        return open_reader(self.source, legacy, self.zones, self.xxl_job_version)
+        """The legacy reader; a --business the legacy database does not have is an error
+        naming it (exit 2), never a plan or a run of nothing that exits 0."""
+        reader = open_reader(self.source, legacy, self.zones, self.xxl_job_version)
+        if self.biz_codes:
+            there = {b.biz_code for b in reader.businesses()}
+            unknown = [b for b in dict.fromkeys(self.biz_codes) if b not in there]
+            if unknown:
+                raise CliFailure(
+                    f"no such business in the {self.source} database: {', '.join(unknown)}"
+                    + (f" (businesses: {', '.join(sorted(there)[:20])})" if there else ""),
+                    exitcodes.USAGE,
+                )
+        return reader
 
 
 def definition_options(fn):  # type: ignore[no-untyped-def]
@@ -172,7 +189,7 @@ def migrate() -> None:
 @exits(*STORE)
 @migrate.command("plan")
 @definition_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
@@ -233,7 +250,7 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
 @exits(*STORE, FAILED)
 @migrate.command("run")
 @definition_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
@@ -283,7 +300,7 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
 @migrate.command("quarantine")
 @target_url
 @business_opt
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def quarantine_cmd(url: str, biz_codes: Sequence[str], as_json: bool) -> None:
     """Rows that could not be migrated, with the field and the reason."""

@@ -66,7 +66,6 @@ def legacy_url_option(
         dest,
         required=required,
         multiple=multiple,
-        default=None,
         envvar=LEGACY_URL_ENV,
         show_envvar=True,
         help=help + " (config file: legacy_url)",

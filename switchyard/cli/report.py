@@ -15,9 +15,10 @@ from switchyard import exitcodes
 from switchyard.cli.business import one_business
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits_as
+from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.exitcodes import FAILED, OK
-from switchyard.wiring import dualrun_store, open_existing_store
+from switchyard.wiring import dualrun_store, migrator_store, open_existing_store
 
 EPILOG = """\b
 Examples:
@@ -80,6 +81,9 @@ def report(
         raise click.BadParameter(str(exc), param_hint="--out") from None
     store = open_existing_store(url)
     try:
+        # a typo'd business is a wrong argument (2), not "no comparison stored yet" (1)
+        if biz_code is not None and not known_business(store, migrator_store(store), biz_code):
+            raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         now = store.clock.now()
         own = dualrun_store(store)
         model = (

@@ -107,7 +107,7 @@ class _Answers:
     help="How long to wait for the executors' answers (with --bus) or the run's record (without).",
 )
 @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (recorded).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def kill_cmd(
     command_id: str | None,

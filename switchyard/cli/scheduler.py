@@ -63,7 +63,12 @@ def scheduler() -> None:
     show_default=True,
     help="'local' (this process only) or an etcd URL http://HOST:PORT (config file: election).",
 )
-@click.option("--election-key", default="/switchyard/scheduler/leader", show_default=True)
+@click.option(
+    "--election-key",
+    default="/switchyard/scheduler/leader",
+    show_default=True,
+    help="The etcd key the candidates campaign on (one per scheduler cluster).",
+)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This candidate's name.")
 @click.option(
     "--lease-ttl",
@@ -114,8 +119,16 @@ def scheduler() -> None:
     show_default=True,
     help="How often triggers acquired past the deadline are looked for.",
 )
-@click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
-@click.option("--fire-workers", type=click.IntRange(1), default=8, show_default=True)
+@click.option(
+    "--batch", type=click.IntRange(1), default=300, show_default=True, help="Triggers acquired per partition tick."
+)
+@click.option(
+    "--fire-workers",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Threads that fire acquired triggers (publish their commands).",
+)
 @click.option(
     "--shards",
     is_flag=True,
@@ -281,8 +294,13 @@ def _relays(
     default="",
     help="The etcd URL http://HOST:PORT of the shard registry (config file: election).",
 )
-@click.option("--registry-prefix", default="/switchyard/shards", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--registry-prefix",
+    default="/switchyard/shards",
+    show_default=True,
+    help="The shard registry's etcd key prefix.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
     """The shard registry's live members, the partitions each owns (with their epochs), and
@@ -336,7 +354,7 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
     show_default=True,
     help="How far back from now (by scheduled time).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def stats_cmd(url: str, since: timedelta, as_json: bool) -> None:
     """Trigger states and per-business fire-time lag percentiles from fired records."""

@@ -75,7 +75,13 @@ log = logging.getLogger(__name__)
     show_default=True,
     help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.",
 )
-@click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option(
+    "--console-port",
+    type=click.IntRange(1, 65535),
+    default=8470,
+    show_default=True,
+    help="The console's port (with --console).",
+)
 @log_level
 @log_format
 @cli_errors

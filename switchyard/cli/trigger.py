@@ -45,8 +45,12 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
     own = migrator_store(store)
     if biz_code is not None and not known_business(store, own, biz_code):
         raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
-    if job is not None and store.get_job(JobCode(job)) is None:
+    found_job = store.get_job(JobCode(job)) if job is not None else None
+    if job is not None and found_job is None:
         raise CliFailure(f"no such job: {job}", exitcodes.USAGE)
+    if found_job is not None and biz_code is not None and found_job.biz_code != biz_code:
+        # both named, and they disagree: a typo in one of them, never "no trigger"
+        raise CliFailure(f"job {job} is of business {found_job.biz_code}, not {biz_code}", exitcodes.USAGE)
     chosen = [TriggerId(i) for i in ids]
     found = {t.id for t in store.get_triggers(chosen)}
     unknown = [str(i) for i in chosen if i not in found]
@@ -77,10 +81,14 @@ def _command(action: str) -> click.Command:
             REFUSED: "refused: a job live only on the new side would fire nowhere (give --reason)",
         }
     )
-    @click.command(action)
+    @click.command(
+        action,
+        help=f"{action.capitalize()} triggers by id, job or business. Exit 0 also when a trigger had nothing "
+        "to do (already so, finished: its reason is printed); 1 when one should have changed and did not.",
+    )
     @click.argument("ids", nargs=-1, type=int)
-    @click.option("--job", default=None)
-    @click.option("--business", "biz_code", default=None, help="Only this business (its biz_code).")
+    @click.option("--job", default=None, help="Every trigger of this job (its job code).")
+    @click.option("--business", "biz_code", default=None, help="Every trigger of this business (its biz_code).")
     @store_url
     @bus_opts
     @click.option(
@@ -90,7 +98,7 @@ def _command(action: str) -> click.Command:
         "only on the new side (a business cut over): it then fires nowhere.",
     )
     @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
     @cli_errors
     def cmd(
         ids: tuple[int, ...],
@@ -123,10 +131,6 @@ def _command(action: str) -> click.Command:
         if not report.ok:
             raise SystemExit(exitcodes.FAILED)
 
-    cmd.__doc__ = (
-        f"{action.capitalize()} triggers by id, job or business. Exit 0 also when a trigger had nothing "
-        "to do (already so, finished: its reason is printed); 1 when one should have changed and did not."
-    )
     return cmd
 
 
