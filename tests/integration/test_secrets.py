@@ -457,7 +457,7 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
             _with_db(flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD),
         ],
         "scheduler stats": ["scheduler", "stats", "--url", wrong_t],
-        "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local"],
+        "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local", "--bus", "memory"],
         "trigger pause": ["trigger", "pause", "1", "--url", wrong_t],
         "status": ["status", "--url", wrong_t],
         "dualrun compare (store)": [

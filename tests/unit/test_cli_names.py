@@ -9,6 +9,9 @@ on the in-process bus without being told, and an unknown name is exit 2 naming i
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from switchyard.wiring import dualrun_store, open_store
 
 BIZ = "sop-audience"  # a business of the seeded batch center
 REPO = Path(__file__).resolve().parents[2]
+REFUSAL_TIMEOUT_S = 60.0  # the refusal comes before anything starts: seconds on a loaded machine
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -311,10 +315,23 @@ def test_a_separate_process_refuses_the_in_process_bus_unless_told(
 ) -> None:
     url = _store(tmp_path / "s.db")
     argv = [url if a == "{url}" else a for a in args]
-    res = _run(*argv)
-    assert res.exit_code == exitcodes.USAGE, res.output
-    assert "--bus pulsar://" in res.stderr and "SWITCHYARD_BUS" in res.stderr, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # a process of its own, bounded: one that runs on the in-process bus runs until it is stopped
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "switchyard", *argv],
+            capture_output=True,
+            text=True,
+            timeout=REFUSAL_TIMEOUT_S,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`switchyard {' '.join(args)}` ran on the in-process bus nobody chose (still running)")
+    assert proc.returncode == exitcodes.USAGE, proc.stderr
+    assert "--bus pulsar://" in proc.stderr and "SWITCHYARD_BUS" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     # told on purpose (on the command line, in the variable, in the config file): it runs on, with a warning.
     # A bad --url stops it right after that choice, before it runs for ever
     config = tmp_path / "c.toml"

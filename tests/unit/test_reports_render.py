@@ -151,7 +151,8 @@ def test_report_cli_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     runner = CliRunner()
     missing = runner.invoke(cli, ["report", "--business", "nobody", "--out", str(tmp_path / "x.html"), "--url", url])
-    assert missing.exit_code == 1 and "no comparison stored for business 'nobody'" in missing.output
+    # a business that does not exist is a wrong argument naming it (issue 32), not "no comparison yet"
+    assert missing.exit_code == 2 and "no such business: nobody" in missing.output, missing.output
     both = runner.invoke(
         cli, ["report", "--business", "reminder", "--overview", "--out", str(tmp_path / "x.html"), "--url", url]
     )
