@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from scheduler_core.store.engine import DEFAULT_SQLITE_URL
 from switchyard.logs import FORMATS
@@ -23,34 +23,43 @@ ETCD_ENV = "SWITCHYARD_ETCD_URL"
 IN_PROCESS_BUS = "memory"
 
 
-class HiddenAliases(click.Option):
-    """An option whose old names still parse but are left out of --help (a rename that
-    breaks no script)."""
-
-    def __init__(self, *args: Any, hidden_aliases: Sequence[str] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.hidden_aliases = tuple(hidden_aliases)
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        shown = copy.copy(self)
-        shown.opts = [o for o in self.opts if o not in self.hidden_aliases]
-        return click.Option.get_help_record(shown, ctx)
-
-
 def store_url_option(*aliases: str) -> Callable[[Any], Any]:
-    """`--url`, the Switchyard store, with the old names it had in some commands."""
-    return click.option(
+    """`--url`, the Switchyard store, with the old names it had in some commands: each a
+    hidden option of its own (left out of --help and of shell completion) whose value, when
+    given, is the store's."""
+    url = click.option(
         "--url",
-        *aliases,
         "url",
-        cls=HiddenAliases,
-        hidden_aliases=aliases,
         envvar=STORE_URL_ENV,
         show_envvar=True,
         default=DEFAULT_SQLITE_URL,
         show_default=True,
         help="The Switchyard store: sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB (config file: url).",
     )
+    if not aliases:
+        return url
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        dests = {alias: "old_" + alias.lstrip("-").replace("-", "_") for alias in aliases}
+
+        @functools.wraps(fn)
+        def merged(*args: Any, url: str, **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            for alias, dest in dests.items():
+                old = kwargs.pop(dest)
+                if old is None:
+                    continue
+                if ctx.get_parameter_source("url") is ParameterSource.COMMANDLINE and old != url:
+                    raise click.UsageError(f"the store is named twice: --url {url} and {alias} {old}", ctx)
+                url = old
+            return fn(*args, url=url, **kwargs)
+
+        out = url(merged)
+        for alias, dest in dests.items():
+            out = click.option(alias, dest, hidden=True, default=None, help="The old name of --url.")(out)
+        return out
+
+    return add
 
 
 store_url = store_url_option()

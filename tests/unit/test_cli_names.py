@@ -86,6 +86,11 @@ def test_migrate_takes_url_and_the_old_target_url_as_a_hidden_alias(migrated: tu
         assert json.loads(res.stdout) == []
     shown = _run("migrate", "quarantine", "--help").output
     assert "--url" in shown and "--target-url" not in shown
+    # the old name wins over the variable (it was given), and two different stores given are refused
+    env = {"SWITCHYARD_URL": "sqlite:///nowhere/x.db"}
+    assert _run("migrate", "quarantine", "--target-url", url, env=env).exit_code == 0
+    twice = _run("migrate", "quarantine", "--url", url, "--target-url", url + "x")
+    assert twice.exit_code == exitcodes.USAGE and "named twice" in twice.stderr, twice.output
 
 
 def test_every_command_that_names_the_store_calls_it_url() -> None:
@@ -272,6 +277,20 @@ def test_every_command_and_option_has_help_and_the_command_lists_its_exit_codes(
     assert set(listed) <= {str(c) for c in exitcodes.MEANING} and "2" in listed, text
 
 
+def test_shell_completion_completes_commands_and_the_unified_options() -> None:
+    """What the README's `_SWITCHYARD_COMPLETE=bash_source switchyard` line installs answers."""
+
+    def complete(words: str) -> list[str]:
+        env = {"_SWITCHYARD_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        res = CliRunner().invoke(cli, [], prog_name="switchyard", env=env)
+        assert res.exit_code == 0, res.output
+        return [line.split(",", 1)[1] for line in res.stdout.splitlines()]
+
+    assert complete("switchyard cut") == ["cutover"]
+    assert complete("switchyard cutover --bu") == ["--business"]
+    assert "--target-url" not in complete("switchyard migrate run --")  # the hidden alias is not offered
+
+
 def test_the_readme_documents_shell_completion_and_the_unified_names() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "_SWITCHYARD_COMPLETE=bash_source switchyard" in readme
@@ -336,12 +355,17 @@ def test_a_separate_process_refuses_the_in_process_bus_unless_told(
     # A bad --url stops it right after that choice, before it runs for ever
     config = tmp_path / "c.toml"
     config.write_text('bus = "memory"\n')
-    for extra, env in ((["--bus", "memory"], None), ([], {"SWITCHYARD_BUS": "memory"}), ([], None)):
+    chosen: list[tuple[list[str], list[str], dict[str, str] | None]] = [
+        ([], ["--bus", "memory"], None),  # (before the command, after it, environment)
+        ([], [], {"SWITCHYARD_BUS": "memory"}),
+        (["--config", str(config)], [], None),
+    ]
+    for top, extra, variables in chosen:
         caplog.clear()
-        top = ["--config", str(config)] if not extra and env is None else []
-        told = _run(*top, *argv, *extra, "--url", "notaurl", env=env) if "--url" in argv else None
-        if told is None:  # executor run takes no store: its handlers module without handlers stops it
-            told = _run(*top, *[a if a != "tests.serve_handlers" else "json" for a in argv], *extra, env=env)
+        if "--url" in argv:
+            told = _run(*top, *argv, *extra, "--url", "notaurl", env=variables)
+        else:  # executor run takes no store: its handlers module without handlers stops it
+            told = _run(*top, *[a if a != "tests.serve_handlers" else "json" for a in argv], *extra, env=variables)
         assert told.exit_code == exitcodes.USAGE, told.output
         assert "no bus given" not in told.stderr, told.stderr
         warned = [r.getMessage() for r in caplog.records if "in-process bus" in r.getMessage()]
