@@ -19,6 +19,7 @@ from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
 from switchyard.cli.exits import STORE, exits_as
+from switchyard.cli.names import known_business
 from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
@@ -26,7 +27,7 @@ from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
 from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
-from switchyard.wiring import load_handlers, open_store
+from switchyard.wiring import load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,12 @@ def serve(
         ensure_free("--console-port", console_port, console_bind)
     store = open_store(url)
     store.current_epoch()  # a store without the schema is a clear error now (`switchyard db init`)
+    # a typo'd --business would start executors for nothing and wait silently for ever
+    own = migrator_store(store)
+    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
+    if unknown:
+        store.engine.dispose()
+        raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
     def register(ex: Executor) -> None:
         legacy.register(ex)  # the handlers modules' own registrations (below) take precedence

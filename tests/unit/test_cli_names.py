@@ -392,6 +392,7 @@ def test_serve_and_demo_keep_the_in_process_bus_by_default() -> None:
         ["cutover", "--business", "nosuch", "--legacy-url", "{legacy}"],
         ["freeze", "--business", "nosuch", "--reason", "x"],
         ["trigger", "pause", "--business", "nosuch"],
+        ["serve", "--handlers", "tests.serve_handlers", "--business", "nosuch"],
     ],
     ids=lambda a: "-".join(a[:2]),
 )
