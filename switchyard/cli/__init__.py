@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from switchyard import exitcodes
+from switchyard.cli.config import config_option
 from switchyard.cli.console import console
 from switchyard.cli.cron import cron
 from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
@@ -14,6 +16,7 @@ from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
+from switchyard.cli.exits import exits_as
 from switchyard.cli.freeze import freeze, unfreeze
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
@@ -44,13 +47,17 @@ class OneLineErrors(click.Group):
             sys.exit(130)
 
 
+@exits_as(dict.fromkeys(exitcodes.MEANING))
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="switchyard")
+@config_option
 def cli() -> None:
     """Move delayed and recurring jobs off xxl-job and the batch center, one business at a time.
 
-    Exit codes: 0 ok, 1 failed check, 2 bad arguments or input, 3 server unreachable or
-    credentials refused, 4 schema missing or different, 5 refused by a rule.
+    Settings shared by every command (the store, the legacy databases, the bus) come from
+    the command line, else their environment variables (SWITCHYARD_URL,
+    SWITCHYARD_LEGACY_URL, SWITCHYARD_BUS, ...), else the --config file, else the built-in
+    defaults. Shell completion: eval "$(_SWITCHYARD_COMPLETE=bash_source switchyard)".
     """
 
 

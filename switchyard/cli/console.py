@@ -15,8 +15,10 @@ import click
 
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import log_format, log_level, store_url
+from switchyard.cli.exits import STORE, exits
+from switchyard.cli.options import legacy_url_option, log_format, log_level, store_url
 from switchyard.cli.ports import ensure_free
 from switchyard.console.data import Sources, scraped_members
 from switchyard.logs import configure_logging
@@ -75,13 +77,14 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
     return Server(config)
 
 
+@exits(*STORE)
 @click.command("console")
 @store_url
-@click.option(
-    "--legacy-url",
-    "legacy_urls",
+@legacy_url_option(
+    "A legacy database to read the legacy switches from (repeatable); else inferred from the store.",
+    required=False,
     multiple=True,
-    help="A legacy database to read the legacy switches from (repeatable); else inferred from the store.",
+    dest="legacy_urls",
 )
 @click.option(
     "--scheduler-metrics",
@@ -95,7 +98,7 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
     show_default=True,
     help=f"Address to listen on; anything but loopback needs ${TOKEN_ENV}.",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8470, show_default=True, help="The port to listen on.")
 @click.option(
     "--token-env",
     default=TOKEN_ENV,
@@ -104,10 +107,10 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
 )
 @click.option(
     "--lag-window",
-    type=click.FloatRange(1),
-    default=3600.0,
+    type=seconds(1),
+    default="1h",
     show_default=True,
-    help="Seconds of fired records the lag percentiles cover.",
+    help="How far back the fired records the lag percentiles cover go.",
 )
 @log_level
 @log_format
@@ -119,7 +122,7 @@ def console(
     bind: str,
     port: int,
     token_env: str,
-    lag_window: float,
+    lag_window: timedelta,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -133,7 +136,7 @@ def console(
         store,
         legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
         scraped_members(metrics_urls) if metrics_urls else None,
-        timedelta(seconds=lag_window),
+        lag_window,
     )
     log.info("console of %s on http://%s:%d/%s", safe_url(url), bind, port, " (bearer token required)" if token else "")
     try:

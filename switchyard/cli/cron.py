@@ -11,19 +11,25 @@ import click
 
 from scheduler_core.cron import CronExpression, CronSyntaxError
 from switchyard import exitcodes
+from switchyard.cli.exits import exits
+from switchyard.exitcodes import OK, USAGE
 
 
+@exits(OK, USAGE)
 @click.group()
 def cron() -> None:
     """Quartz cron tools."""
 
 
+@exits(OK, USAGE)
 @cron.command("next")
 @click.argument("expr")
 @click.option("--tz", "tz_name", default="UTC", show_default=True, help="IANA time zone the expression runs in.")
 @click.option("--after", "after", default=None, help="ISO 8601 instant (default: now); naive means --tz local time.")
-@click.option("--count", type=click.IntRange(1, 10000), default=5, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--count", type=click.IntRange(1, 10000), default=5, show_default=True, help="How many fire times to print."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 def next_cmd(expr: str, tz_name: str, after: str | None, count: int, as_json: bool) -> None:
     """Print the next COUNT fire times of EXPR strictly after --after."""
     try:

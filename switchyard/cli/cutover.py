@@ -20,10 +20,14 @@ from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
+from switchyard.cli.business import one_business
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
-from switchyard.cli.options import legacy_zone_options, store_url
+from switchyard.cli.options import legacy_url_option, legacy_zone_options, store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.exitcodes import FAILED, OK, REFUSED, SCHEMA, UNREACHABLE, USAGE
 from switchyard.freezes import standing_freezes
 from switchyard.settings import zones_for_source
 from switchyard.wiring import (
@@ -37,11 +41,11 @@ from switchyard.wiring import (
     stream_catchup,
 )
 
-legacy_opt = click.option("--legacy-url", required=True, help="URL of the business's legacy database.")
+legacy_opt = legacy_url_option("URL of the business's legacy database.")
 actor_opt = click.option(
     "--actor", default=getpass.getuser, show_default="the current user", help="Who is switching (audited)."
 )
-json_opt = click.option("--json", "as_json", is_flag=True)
+json_opt = click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 
 
 @contextmanager
@@ -98,9 +102,7 @@ def _switch(
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
     """What every switch command (cutover, rollback, dualrun start) is told first: the
     business, the store, its legacy database and zones, and who is switching."""
-    for opt in reversed(
-        (click.argument("biz_code", metavar="BUSINESS"), store_url, legacy_opt, legacy_zone_options, actor_opt)
-    ):
+    for opt in reversed((one_business(), store_url, legacy_opt, legacy_zone_options, actor_opt)):
         fn = opt(fn)
     return fn
 
@@ -150,14 +152,23 @@ def _refused(fn):  # type: ignore[no-untyped-def]
     return run
 
 
+@exits_as(
+    {
+        OK: None,
+        FAILED: "--check found a job firing on neither side or on both",
+        USAGE: None,
+        UNREACHABLE: None,
+        SCHEMA: None,
+    }
+)
 @click.command("status")
 @store_url
-@click.option(
-    "--legacy-url",
-    "legacy_urls",
+@legacy_url_option(
+    "A legacy database to read the legacy switches from (repeatable: one per legacy system); "
+    "without it the legacy side is inferred from the store.",
+    required=False,
     multiple=True,
-    help="A legacy database to read the legacy switches from (repeatable: one per legacy system). "
-    "Without it the legacy side is inferred from the store.",
+    dest="legacy_urls",
 )
 @click.option("--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable).")
 @click.option("--jobs", "show_jobs", is_flag=True, help="List every job and the side that fires it.")
@@ -225,6 +236,8 @@ def status(
     else:
         if not rows:
             click.echo("no businesses yet: run `switchyard migrate run`")
+        else:
+            click.echo(f"{'BUSINESS':<24} {'SOURCE':<13} {'STATE':<9}{'':<10} VERDICT  JOBS BY SIDE")
         for row, bo in zip(rows, owned, strict=True):
             verdict = f"{row['verdict']} at {row['verdict_at']}" if row["verdict"] else "no verdict"
             sides = ", ".join(f"{k} {n}" for k, n in row["sides"].items() if n)  # type: ignore[union-attr]
@@ -234,11 +247,15 @@ def status(
             )
             if row["frozen"]:
                 click.echo(f"     FROZEN (deliberate: nothing runs on the new side): {row['frozen']}")
-            for j in bo.jobs if show_jobs else bo.problems:
+            listed = bo.jobs if show_jobs else bo.problems
+            if listed:
+                # the columns named once per business: `!!` marks a job firing on neither side or on both
+                click.echo(f"     {'LEGACY KEY':<12} {'JOB':<40} {'FIRES ON':<9} {'NEW SIDE':<9} LEGACY SIDE")
+            for j in listed:
                 flag = "  !! " if j.side in PROBLEMS else "     "
                 click.echo(
                     f"{flag}{j.source_key:<12} {j.job_code:<40} {j.side.value:<9} "
-                    f"new: {j.trigger_state:<9} legacy: {'on' if j.legacy_live else 'off'}"
+                    f"{j.trigger_state:<9} {'on' if j.legacy_live else 'off'}"
                     f"{'' if j.legacy_known else ' (inferred)'}{' (held by the switch)' if j.held else ''}"
                     f"{'  ' + j.why if j.why else ''}"
                 )
@@ -248,17 +265,33 @@ def status(
         raise SystemExit(exitcodes.FAILED)
 
 
+@exits_as(
+    {
+        OK: "switched",
+        FAILED: None,
+        USAGE: None,
+        UNREACHABLE: None,
+        SCHEMA: None,
+        REFUSED: "refused by the gate (the verdict, the stream, a job left firing nowhere): nothing changed",
+    }
+)
 @click.command("cutover")
 @_switch_opts
 @click.option("--force", is_flag=True, help="Override the verdict gate (needs --reason; audited).")
 @click.option("--reason", default="", help="Why (audited).")
-@click.option("--max-verdict-age", type=click.FloatRange(1), default=3600.0, show_default=True, help="Seconds.")
+@click.option(
+    "--max-verdict-age",
+    type=seconds(1),
+    default="1h",
+    show_default=True,
+    help="The oldest verdict the gate accepts.",
+)
 @click.option(
     "--stream-wait",
-    type=click.FloatRange(0),
-    default=5.0,
+    type=seconds(0),
+    default="5s",
     show_default=True,
-    help="Seconds to wait for the change stream to apply what is pending before refusing.",
+    help="How long to wait for the change stream to apply what is pending before refusing.",
 )
 @click.option(
     "--stream-max-pending",
@@ -278,25 +311,35 @@ def cutover(
     actor: str,
     force: bool,
     reason: str,
-    max_verdict_age: float,
-    stream_wait: float,
+    max_verdict_age: timedelta,
+    stream_wait: timedelta,
     stream_max_pending: int,
     as_json: bool,
 ) -> None:
-    """Switch BUSINESS to the new path (refused unless its latest verdict is ready and fresh,
+    """Switch the business to the new path (refused unless its latest verdict is ready and fresh,
     and the change stream following it is caught up)."""
     with _switch(
         url,
         biz_code,
         legacy_url,
         legacy_zones,
-        max_verdict_age,
-        stream_wait_s=stream_wait,
+        max_verdict_age.total_seconds(),
+        stream_wait_s=stream_wait.total_seconds(),
         stream_max_pending=stream_max_pending,
     ) as sw:
         _emit(sw.cutover(biz_code, actor=actor, reason=reason, force=force), as_json)
 
 
+@exits_as(
+    {
+        OK: "handed back",
+        FAILED: "a job could not be handed back (each named)",
+        USAGE: None,
+        UNREACHABLE: None,
+        SCHEMA: None,
+        REFUSED: "refused, nothing changed: a job would be left firing nowhere",
+    }
+)
 @click.command("rollback")
 @_switch_opts
 @click.option("--reason", default="", help="Why (audited).")
@@ -314,7 +357,7 @@ def rollback(
     bus_args: _BusArgs,
     as_json: bool,
 ) -> None:
-    """Send BUSINESS back to its legacy scheduler in seconds, exactly at the boundary.
+    """Send the business back to its legacy scheduler in seconds, exactly at the boundary.
 
     The handover F is now + the legacy side's start margin: executors skip (and record)
     every command of the business at or after F, and legacy fires from F on. Refused
@@ -343,6 +386,7 @@ def _tell_fence_reach(url: str, biz_code: str, bus_args: _BusArgs) -> None:
     tell(reach)
 
 
+@exits_as({**dict.fromkeys(STORE), REFUSED: "refused by the business's state: nothing changed"})
 @click.command("start")
 @_switch_opts
 @click.option("--shadow", is_flag=True, help="The new path records without invoking handlers.")
@@ -362,7 +406,7 @@ def dualrun_start(
     bus_args: _BusArgs,
     as_json: bool,
 ) -> None:
-    """Move a migrated BUSINESS into dual-run (both paths fire, or the new one in shadow).
+    """Move a migrated business into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
         _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)

@@ -9,22 +9,21 @@ import click
 from scheduler_core.store.engine import make_engine, missing_sqlite_file, safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
+from switchyard.cli.options import store_url
+from switchyard.exitcodes import SCHEMA
 from switchyard.schema import check_schema, init_schema
-from switchyard.settings import default_store_url
 
-_url = click.option(
-    "--url",
-    default=default_store_url,
-    show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
-    help="Store URL (sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB).",
-)
+_url = store_url
 
 
+@exits(*STORE)
 @click.group()
 def db() -> None:
     """Create and inspect the trigger store."""
 
 
+@exits(*STORE)
 @db.command("init")
 @_url
 @click.option(
@@ -33,7 +32,7 @@ def db() -> None:
     default=None,
     help="Partitions of the trigger table (first init only; default 16).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     """Create the schema (idempotent: a second run changes nothing)."""
@@ -62,9 +61,10 @@ def init_cmd(url: str, partitions: int | None, as_json: bool) -> None:
     click.echo(f"trigger partitions: {len(report.partitions)}")
 
 
+@exits_as({**dict.fromkeys(STORE), SCHEMA: "the schema is missing or incomplete"})
 @db.command("check")
 @_url
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def check_cmd(url: str, as_json: bool) -> None:
     """Report what the store holds; exit 4 if the schema is missing or incomplete."""

@@ -9,8 +9,11 @@ import click
 
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import exits
+from switchyard.exitcodes import FAILED, OK, USAGE
 
 
+@exits(OK, FAILED, USAGE)
 @click.command()
 @click.option(
     "--workdir",
@@ -20,7 +23,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
     help="Scratch directory: created, or the demo's own from an earlier run (wiped at start); "
     "a non-empty directory the demo did not make is refused (exit 2).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def demo(workdir: Path, as_json: bool) -> None:
     """Run the whole migration story on SQLite + in-process bus + local election."""

@@ -20,7 +20,7 @@ from dualrun.collect import CompareRequest, compare_business, default_window, fe
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamCatchup, as_dict, iso
 from dualrun.ports import BacklogProbe
-from dualrun.settings import CompareSettings, Thresholds, override, parse_duration, thresholds_from_mapping
+from dualrun.settings import CompareSettings, Thresholds, override, thresholds_from_mapping
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
@@ -31,9 +31,13 @@ from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
+from switchyard.cli.durations import POSITIVE, parse_duration
 from switchyard.cli.errors import CliFailure, cli_errors, redact
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import (
+    BUS_ENV,
+    legacy_url_option,
     legacy_zone_options,
     log_format,
     log_level,
@@ -42,6 +46,7 @@ from switchyard.cli.options import (
     store_url,
     topic_prefix,
 )
+from switchyard.exitcodes import FAILED, OK
 from switchyard.logs import configure_logging
 from switchyard.settings import parse_zones
 from switchyard.wiring import (
@@ -61,10 +66,7 @@ Examples:
   switchyard dualrun compare --business reminder --source xxl-job \\
       --legacy-url mysql+pymysql://ro@db/xxl_job --since 2h
   switchyard dualrun compare --business sop --legacy-url sqlite:///bc.db --json > verdict.json
-  switchyard dualrun watch --business reminder --business sop --every 1m --legacy-url ...
-
-Exit codes: 0 ready, 1 not ready (or failed), 2 bad arguments, 3 a database
-unreachable, 4 schema missing."""
+  switchyard dualrun watch --business reminder --business sop --every 1m --legacy-url ..."""
 
 
 def open_reader(source: SourceSystem, legacy_url: str, tz: str | LegacyZones) -> LegacyReader:
@@ -104,20 +106,8 @@ def parse_when(text: str | None, now: datetime) -> datetime | None:
     try:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is neither an ISO-8601 time nor a duration like 2h") from None
+        raise click.BadParameter(f"{text!r} is neither an ISO-8601 time nor a duration like 2h or 1h30m") from None
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-
-
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> timedelta | None:
-    if value is None:
-        return None
-    try:
-        d = parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if d <= timedelta(0):
-        raise click.BadParameter("must be positive")
-    return d
 
 
 @dataclass(frozen=True)
@@ -221,7 +211,7 @@ def _minutes(d: timedelta) -> str:
 def sources_options(fn: F) -> F:
     opts = [
         store_url,
-        click.option("--legacy-url", required=True, help="URL of the legacy database (read only)."),
+        legacy_url_option("URL of the legacy database (read only)."),
         click.option(
             "--source",
             type=click.Choice([s.value for s in SourceSystem]),
@@ -247,13 +237,13 @@ def sources_options(fn: F) -> F:
             "window",
             default="1h",
             show_default=True,
-            callback=_duration,
+            type=POSITIVE,
             help="Length of the compared window when --since is not given.",
         ),
         click.option(
             "--baseline-offset",
             default=None,
-            callback=_duration,
+            type=POSITIVE,
             help="How far back the A/A baseline window lies (default: one window length).",
         ),
         click.option(
@@ -266,7 +256,7 @@ def sources_options(fn: F) -> F:
         click.option(
             "--min-window",
             default=None,
-            callback=_duration,
+            type=POSITIVE,
             help="Shortest window a verdict may be ready on (overrides the thresholds file; "
             f"default {_minutes(_DEFAULT.min_window)}).",
         ),
@@ -277,7 +267,14 @@ def sources_options(fn: F) -> F:
             help="Expected fires in the window every recurring job needs for a ready verdict (overrides "
             f"the thresholds file; default {_DEFAULT.min_fires_per_job}).",
         ),
-        click.option("--bus", "bus_url", default=None, help="pulsar://HOST:PORT, for consumer lag."),
+        click.option(
+            "--bus",
+            "bus_url",
+            envvar=BUS_ENV,
+            show_envvar=True,
+            default=None,
+            help="pulsar://HOST:PORT, for consumer lag (with --pulsar-admin; config file: bus).",
+        ),
         pulsar_admin,
         pulsar_token,
         topic_prefix,
@@ -343,11 +340,13 @@ def render_text(c: Comparison, comparison_id: int) -> str:
     return "\n".join(lines)
 
 
+@exits(*STORE, FAILED)
 @click.group(epilog=EPILOG)
 def dualrun() -> None:
     """Compare the legacy and the new path per business, and store the verdicts."""
 
 
+@exits_as({**dict.fromkeys(STORE), OK: "ready", FAILED: "not ready (or the comparison failed)"})
 @dualrun.command("compare", epilog=EPILOG)
 @click.option("--business", "biz_code", required=True, help="The business (its biz_code on the new side).")
 @click.option(
@@ -400,7 +399,7 @@ def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # 
         for opt in reversed(
             (
                 click.option("--business", "biz_codes", multiple=True, help=business_help),
-                click.option("--every", default="1m", show_default=True, callback=_duration, help=every_help),
+                click.option("--every", default="1m", show_default=True, type=POSITIVE, help=every_help),
                 click.option("--max-runs", type=click.IntRange(1), default=None, help=max_runs_help),
             )
         ):
@@ -410,6 +409,7 @@ def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # 
     return add
 
 
+@exits_as({**dict.fromkeys(STORE), FAILED: "every comparison failed"})
 @dualrun.command("watch", epilog=EPILOG)
 @_watch_options(
     "Business to watch (repeatable; default: every business in dual_run).",
@@ -420,7 +420,7 @@ def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # 
     "--grace",
     default="30s",
     show_default=True,
-    callback=_duration,
+    type=POSITIVE,
     help="On SIGTERM, how long running comparisons may take to finish.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per comparison.")
@@ -434,6 +434,7 @@ def watch_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = _sources(**source_kw)
+    _known(sources.store, biz_codes)
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
@@ -465,6 +466,14 @@ def watch_cmd(
     sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
 
 
+def _known(store: SqlTriggerStore, biz_codes: Sequence[str]) -> None:
+    """Every business named exists (else exit 2 naming each one that does not)."""
+    own = migrator_store(store)
+    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
+    if unknown:
+        raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
+
+
 def _watch_one(sources: Sources, biz_code: str, as_json: bool) -> Comparison:
     result, cid = sources.compare(biz_code)
     if as_json:
@@ -494,15 +503,19 @@ def _watch_one(sources: Sources, biz_code: str, as_json: bool) -> Comparison:
     return result
 
 
+@exits_as(
+    {
+        **dict.fromkeys(STORE),
+        OK: "nothing missing, doubled or late in any check",
+        FAILED: "some were (or a check failed)",
+    }
+)
 @dualrun.command(
     "watch-cutover",
     epilog="""\b
 Example:
   switchyard dualrun watch-cutover --business reminder --legacy-url mysql+pymysql://ro@db/xxl_job \\
-      --every 1m --metrics-port 9464
-
-Exit codes: 0 nothing missing, doubled or late in any check; 1 some were (or a check
-failed); 2 bad arguments; 3 a database unreachable.""",
+      --every 1m --metrics-port 9464""",
 )
 @_watch_options(
     "Cut-over business to watch (repeatable; default: every business in cutover).",
@@ -512,12 +525,10 @@ failed); 2 bad arguments; 3 a database unreachable.""",
 @click.option(
     "--lookback",
     default=None,
-    callback=_duration,
+    type=POSITIVE,
     help="Check at most this far back (default: everything since the cutover).",
 )
-@click.option(
-    "--late-after", default=None, callback=_duration, help="A fire received later than this is late (default 5s)."
-)
+@click.option("--late-after", default=None, type=POSITIVE, help="A fire received later than this is late (default 5s).")
 @click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
@@ -526,7 +537,7 @@ failed); 2 bad arguments; 3 a database unreachable.""",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per check.")
 @store_url
-@click.option("--legacy-url", required=True, help="URL of the legacy database: the migrated definitions' schedules.")
+@legacy_url_option("URL of the legacy database: the migrated definitions' schedules.")
 @click.option(
     "--source",
     type=click.Choice([s.value for s in SourceSystem]),
@@ -575,6 +586,11 @@ def watch_cutover_cmd(
         readers={},
     )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
+    try:
+        _known(sources.store, biz_codes)
+    except CliFailure:
+        sources.store.engine.dispose()
+        raise
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is cut over", exitcodes.USAGE)

@@ -19,9 +19,20 @@ import click
 
 from scheduler_core.executor import Executor
 from switchyard import exitcodes
+from switchyard.cli.bus_reach import require_shared_bus
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, topic_prefix
+from switchyard.cli.exits import exits, exits_as
+from switchyard.cli.options import (
+    bus_url,
+    legacy_url_option,
+    log_format,
+    log_level,
+    pulsar_admin,
+    pulsar_token,
+    topic_prefix,
+)
 from switchyard.cli.signals import stop_event
+from switchyard.exitcodes import OK, UNREACHABLE, USAGE
 from switchyard.logs import configure_logging
 from switchyard.wiring import load_handlers, open_bus
 
@@ -29,6 +40,7 @@ log = logging.getLogger(__name__)
 DEFAULT_XXL_LISTEN = "127.0.0.1:9300"
 
 
+@exits(OK, USAGE, UNREACHABLE)
 @click.group()
 def executor() -> None:
     """Run handlers for a business."""
@@ -53,10 +65,9 @@ def _secret(env_name: str | None, option: str) -> str | None:
 
 
 _BRIDGE_OPTIONS = (
-    click.option(
-        "--legacy-url",
-        default=None,
-        help="Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center tokens.",
+    legacy_url_option(
+        "Legacy database: xxl-job executor addresses (live xxl_job_registry rows), batch-center tokens.",
+        required=False,
     ),
     click.option(
         "--legacy-db-tz",
@@ -175,6 +186,7 @@ class Bridges:
             self.xxl.close()
 
 
+@exits_as({OK: "stopped by SIGTERM or SIGINT", USAGE: None, UNREACHABLE: None})
 @executor.command("run")
 @click.option(
     "--handlers",
@@ -214,6 +226,8 @@ def run_cmd(
     log_level: str,
     log_format: str,
 ) -> None:
+    """Consume the business's commands and run its handlers (a --handlers module's, or the
+    legacy bridges'), until SIGTERM; the results go back to the scheduler on the bus."""
     configure_logging(log_level, log_format)
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
@@ -222,6 +236,7 @@ def run_cmd(
             importlib.import_module(module_name)  # before the bus: a typo is an error, not a connection
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
+    require_shared_bus(bus_url, "scheduler")
     # the bridges first: a usage error (an unset token variable, a port in use) before any connection
     legacy = Bridges(bridges, bridge_settings)
     closers = [legacy.close]

@@ -20,9 +20,11 @@ from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.exitcodes import FAILED
 from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
 from switchyard.wiring import migrator_store, open_existing_store
 
@@ -112,13 +114,14 @@ def _options(fn):  # type: ignore[no-untyped-def]
             click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited)."),
             store_url,
             bus_opts,
-            click.option("--json", "as_json", is_flag=True),
+            click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text."),
         )
     ):
         fn = opt(fn)
     return fn
 
 
+@exits(*STORE)
 @click.command("freeze")
 @_options
 @click.option("--reason", required=True, help="Why (audited, and in the skipped runs' records).")
@@ -130,6 +133,7 @@ def freeze(
     _switch("freeze", biz_code, everything, url, bus_args, actor, reason, as_json)
 
 
+@exits_as({**dict.fromkeys(STORE), FAILED: "it was not frozen"})
 @click.command("unfreeze")
 @_options
 @click.option("--reason", default="", help="Why (audited).")

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from datetime import timezone
+from datetime import timedelta, timezone
 
 import click
 from sqlalchemy.engine import Connection, Engine
@@ -25,20 +25,27 @@ from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
 from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
-from switchyard.cli.options import log_format, log_level
+from switchyard.cli.options import legacy_url_option, log_format, log_level, store_url_option
+from switchyard.exitcodes import FAILED, OK, UNREACHABLE
 from switchyard.logs import configure_logging
-from switchyard.settings import default_store_url, legacy_zones
+from switchyard.settings import legacy_zones
 from switchyard.wiring import legacy_reader, open_existing_store, target_writer
 
 log = logging.getLogger(__name__)
 
-source_opt = click.option("--source", type=click.Choice([s.value for s in SourceSystem]), required=True)
-legacy_url = click.option("--legacy-url", required=True, help="URL of the legacy database (read only).")
-target_url = click.option(
-    "--target-url", default=default_store_url, show_default="$SWITCHYARD_URL", help="URL of the Switchyard store."
+source_opt = click.option(
+    "--source",
+    type=click.Choice([s.value for s in SourceSystem]),
+    required=True,
+    help="The legacy system --legacy-url is a database of.",
 )
+legacy_url = legacy_url_option("URL of the legacy database (read only).")
+# `--target-url` was migrate's own name for the store: still read, hidden from --help
+target_url = store_url_option("--target-url")
 business_opt = click.option(
     "--business", "biz_codes", multiple=True, help="Only these businesses (biz_code, repeatable; default all)."
 )
@@ -88,7 +95,7 @@ class DefinitionArgs:
 
     source: str
     legacy_url: str
-    target_url: str
+    url: str
     biz_codes: Sequence[str]
     zones: LegacyZones
     xxl_job_version: str | None
@@ -99,7 +106,19 @@ class DefinitionArgs:
         return MappingOptions(api_only_businesses=tuple(self.api_only), bridge_glue=self.bridge_glue)
 
     def reader(self, legacy: Engine | Connection) -> LegacyReader:
-        return open_reader(self.source, legacy, self.zones, self.xxl_job_version)
+        """The legacy reader; a --business the legacy database does not have is an error
+        naming it (exit 2), never a plan or a run of nothing that exits 0."""
+        reader = open_reader(self.source, legacy, self.zones, self.xxl_job_version)
+        if self.biz_codes:
+            there = {b.biz_code for b in reader.businesses()}
+            unknown = [b for b in dict.fromkeys(self.biz_codes) if b not in there]
+            if unknown:
+                raise CliFailure(
+                    f"no such business in the {self.source} database: {', '.join(unknown)}"
+                    + (f" (businesses: {', '.join(sorted(there)[:20])})" if there else ""),
+                    exitcodes.USAGE,
+                )
+        return reader
 
 
 def definition_options(fn):  # type: ignore[no-untyped-def]
@@ -161,14 +180,16 @@ def _print_summary(summary: MigrationSummary, *, as_json: bool, title: str) -> N
             click.echo(f"  {row.action.value:<9} {row.source}:{row.source_key} -> {row.job_code}")
 
 
+@exits(*STORE, FAILED)
 @click.group()
 def migrate() -> None:
     """Migrate legacy definitions onto the trigger model, per business."""
 
 
+@exits(*STORE)
 @migrate.command("plan")
 @definition_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """What a run would create, update, leave and quarantine, and each cron job's next
@@ -176,7 +197,7 @@ def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     nothing."""
     businesses, zones = defs.biz_codes, defs.zones
     legacy = make_engine(defs.legacy_url, must_exist=True)
-    store = open_existing_store(defs.target_url)
+    store = open_existing_store(defs.url)
     try:
         reader = defs.reader(legacy)
         m = Migrator(reader, target_writer(store), store.clock, defs.mapping_options())
@@ -226,15 +247,16 @@ def _print_previews(previews: Sequence[FirePreview], zones: LegacyZones) -> None
             )
 
 
+@exits(*STORE, FAILED)
 @migrate.command("run")
 @definition_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
     """Migrate: idempotent (an unchanged re-run writes nothing); bad rows are quarantined."""
     businesses = defs.biz_codes
     legacy = make_engine(defs.legacy_url, must_exist=True)
-    store = open_existing_store(defs.target_url)
+    store = open_existing_store(defs.url)
     try:
         reader = defs.reader(legacy)
         after = _mark_migrated(legacy) if defs.source == SourceSystem.BATCH_CENTER.value else None
@@ -274,14 +296,15 @@ def _with_progress(run, quiet: bool) -> MigrationSummary:  # type: ignore[no-unt
         return run(lambda n: bar.advance(task, n))
 
 
+@exits(*STORE)
 @migrate.command("quarantine")
 @target_url
 @business_opt
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
-def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> None:
+def quarantine_cmd(url: str, biz_codes: Sequence[str], as_json: bool) -> None:
     """Rows that could not be migrated, with the field and the reason."""
-    store = open_existing_store(target_url)
+    store = open_existing_store(url)
     try:
         writer = target_writer(store)
         wanted: list[str | None] = [*biz_codes] or [None]
@@ -310,6 +333,14 @@ def quarantine_cmd(target_url: str, biz_codes: Sequence[str], as_json: bool) -> 
 POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and --poll was not given
 
 
+@exits_as(
+    {
+        **dict.fromkeys(STORE),
+        OK: "stopped by SIGTERM or SIGINT",
+        FAILED: None,
+        UNREACHABLE: "a database unreachable, or the change stream stalled",
+    }
+)
 @migrate.command("stream")
 @definition_options
 @click.option(
@@ -325,19 +356,19 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 )
 @click.option(
     "--poll",
-    "poll_s",
-    type=click.FloatRange(0.1),
+    "poll",
+    type=seconds(0.1),
     default=None,
-    help="No binlog: poll update_time every N seconds. Chosen by itself (every "
+    help="No binlog: poll update_time at this interval (e.g. 2s). Chosen by itself (every "
     f"{POLL_FALLBACK_S:g} s) when the binlog user lacks the REPLICATION grants.",
 )
 @click.option(
     "--key-compare-every",
-    "compare_every_s",
-    type=click.FloatRange(0.1),
-    default=10.0,
+    "compare_every",
+    type=seconds(0.1),
+    default="10s",
     show_default=True,
-    help="Polling: seconds between key compares (how deletes are found).",
+    help="Polling: the interval between key compares (how deletes are found).",
 )
 @click.option(
     "--key-compare-batch",
@@ -347,7 +378,13 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
     show_default=True,
     help="Polling: keys compared per pass (the work of one pass is bounded by it).",
 )
-@click.option("--stall-timeout", type=click.FloatRange(1), default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--stall-timeout",
+    type=seconds(1),
+    default="30s",
+    show_default=True,
+    help="A change stream silent this long while the legacy database moves on is stalled (exit 3).",
+)
 @log_level
 @log_format
 @cli_errors
@@ -355,10 +392,10 @@ def stream_cmd(
     defs: DefinitionArgs,
     binlog_url: str | None,
     server_id: int | None,
-    poll_s: float | None,
-    compare_every_s: float,
+    poll: timedelta | None,
+    compare_every: timedelta,
     compare_batch: int,
-    stall_timeout: float,
+    stall_timeout: timedelta,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -366,6 +403,9 @@ def stream_cmd(
     not yet cut over. Restart-safe: the checkpoint is written with each change. Without
     the binlog grants it polls instead (a one-line notice says so)."""
     import zlib
+
+    poll_s = None if poll is None else poll.total_seconds()
+    compare_every_s = compare_every.total_seconds()
 
     from sqlalchemy.engine import make_url
 
@@ -383,7 +423,7 @@ def stream_cmd(
     configure_logging(log_level, log_format)
     source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.biz_codes, defs.zones
     legacy = make_engine(legacy_url, must_exist=True)
-    store = open_existing_store(defs.target_url)
+    store = open_existing_store(defs.url)
     stop = stop_event()
     try:
         reader = defs.reader(legacy)
@@ -458,7 +498,7 @@ def stream_cmd(
                 schemas=[schema] if schema else [],
                 tables=[DEFINITION_TABLE[system], "xxl_job_group", "bc_biz"],
                 start=position,
-                stall_timeout_s=stall_timeout,
+                stall_timeout_s=stall_timeout.total_seconds(),
             )
             batches = binlog.batches(stop)
         try:

@@ -3,44 +3,114 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
+from scheduler_core.store.engine import DEFAULT_SQLITE_URL
 from switchyard.logs import FORMATS
-from switchyard.settings import default_store_url, parse_zones
+from switchyard.settings import parse_zones
 
-store_url = click.option(
-    "--url",
-    default=default_store_url,
-    show_default="$SWITCHYARD_URL or sqlite:///switchyard.db",
-    help="Trigger store URL.",
-)
+# The environment variables of the settings every command shares; a config file's keys
+# (switchyard.cli.config) name the same settings, and the precedence is click's own: the
+# command line, then the variable, then the file (a default_map), then the built-in default.
+STORE_URL_ENV = "SWITCHYARD_URL"
+LEGACY_URL_ENV = "SWITCHYARD_LEGACY_URL"
+BUS_ENV = "SWITCHYARD_BUS"
+ETCD_ENV = "SWITCHYARD_ETCD_URL"
+IN_PROCESS_BUS = "memory"
+
+
+def store_url_option(*aliases: str) -> Callable[[Any], Any]:
+    """`--url`, the Switchyard store, with the old names it had in some commands: each a
+    hidden option of its own (left out of --help and of shell completion) whose value, when
+    given, is the store's."""
+    url = click.option(
+        "--url",
+        "url",
+        envvar=STORE_URL_ENV,
+        show_envvar=True,
+        default=DEFAULT_SQLITE_URL,
+        show_default=True,
+        help="The Switchyard store: sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB (config file: url).",
+    )
+    if not aliases:
+        return url
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        dests = {alias: "old_" + alias.lstrip("-").replace("-", "_") for alias in aliases}
+
+        @functools.wraps(fn)
+        def merged(*args: Any, url: str, **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            for alias, dest in dests.items():
+                old = kwargs.pop(dest)
+                if old is None:
+                    continue
+                if ctx.get_parameter_source("url") is ParameterSource.COMMANDLINE and old != url:
+                    raise click.UsageError(f"the store is named twice: --url {url} and {alias} {old}", ctx)
+                url = old
+            return fn(*args, url=url, **kwargs)
+
+        out = url(merged)
+        for alias, dest in dests.items():
+            out = click.option(alias, dest, hidden=True, default=None, help="The old name of --url.")(out)
+        return out
+
+    return add
+
+
+store_url = store_url_option()
+
+
+def legacy_url_option(
+    help: str, *, required: bool = True, multiple: bool = False, dest: str = "legacy_url"
+) -> Callable[[Any], Any]:
+    """`--legacy-url`, a legacy database; several (whitespace-separated in the variable, an
+    array in the config file) where a command reads one per legacy system."""
+    return click.option(
+        "--legacy-url",
+        dest,
+        required=required,
+        multiple=multiple,
+        envvar=LEGACY_URL_ENV,
+        show_envvar=True,
+        help=help + " (config file: legacy_url)",
+    )
+
+
 bus_url = click.option(
     "--bus",
     "bus_url",
-    default=lambda: os.environ.get("SWITCHYARD_BUS", "memory"),
-    show_default="$SWITCHYARD_BUS or memory",
-    help="'memory' or pulsar://HOST:PORT.",
+    envvar=BUS_ENV,
+    show_envvar=True,
+    default=IN_PROCESS_BUS,
+    show_default=True,
+    help="'memory' (this process only) or pulsar://HOST:PORT (config file: bus).",
 )
 pulsar_admin = click.option(
     "--pulsar-admin",
-    default=lambda: os.environ.get("SWITCHYARD_PULSAR_ADMIN_URL"),
-    help="Pulsar admin REST URL (consumer lag).",
+    envvar="SWITCHYARD_PULSAR_ADMIN_URL",
+    show_envvar=True,
+    default=None,
+    help="Pulsar admin REST URL, for consumer lag (config file: pulsar_admin).",
 )
 pulsar_token = click.option(
     "--pulsar-token-env",
     default="SWITCHYARD_PULSAR_TOKEN",
     show_default=True,
-    help="Environment variable holding a Pulsar token (never pass secrets as arguments).",
+    help="Environment variable holding a Pulsar token; never pass secrets as arguments "
+    "(config file: pulsar_token_env).",
 )
 topic_prefix = click.option(
     "--topic-prefix",
-    default=lambda: os.environ.get("SWITCHYARD_TOPIC_PREFIX", "switchyard"),
-    show_default="$SWITCHYARD_TOPIC_PREFIX or switchyard",
-    help="Prefix of the Pulsar topic names (one namespace, several installations).",
+    envvar="SWITCHYARD_TOPIC_PREFIX",
+    show_envvar=True,
+    default="switchyard",
+    show_default=True,
+    help="Prefix of the Pulsar topic names: one namespace, several installations (config file: topic_prefix).",
 )
 
 
@@ -81,7 +151,12 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return resolved
 
 
-log_level = click.option("--log-level", default="INFO", show_default=True)
+log_level = click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    help="The lowest level of the log lines written to stderr (DEBUG, INFO, WARNING, ERROR).",
+)
 log_format = click.option(
     "--log-format",
     type=click.Choice(FORMATS),

@@ -12,23 +12,25 @@ from reports.errors import ReportError, UnknownFormat
 from reports.load import load_overview, load_report
 from reports.write import FORMATS, format_for, render_report, write_report
 from switchyard import exitcodes
+from switchyard.cli.business import one_business
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits_as
+from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
-from switchyard.wiring import dualrun_store, open_existing_store
+from switchyard.exitcodes import FAILED, OK
+from switchyard.wiring import dualrun_store, migrator_store, open_existing_store
 
 EPILOG = """\b
 Examples:
-  switchyard report reminder --format html --out reports/reminder.html
-  switchyard report reminder --format md --out reports/reminder.md
+  switchyard report --business reminder --format html --out reports/reminder.html
+  switchyard report --business reminder --format md --out reports/reminder.md
   switchyard report --overview --out reports/index.html
-  switchyard report reminder --format json --out - | jq .verdict
-
-Exit codes: 0 written, 1 no comparison stored yet, 2 bad arguments, 3 store unreachable,
-4 schema missing."""
+  switchyard report --business reminder --format json --out - | jq .verdict"""
 
 
+@exits_as({**dict.fromkeys(STORE), OK: "written", FAILED: "no comparison stored yet"})
 @click.command(epilog=EPILOG)
-@click.argument("biz_code", metavar="BUSINESS", required=False)
+@one_business(required=False, help="The business whose report to write (or --overview).")
 @click.option("--overview", is_flag=True, help="Every business with its cutover state and latest verdict.")
 @click.option(
     "--format",
@@ -69,9 +71,9 @@ def report(
     history_limit: int,
     url: str,
 ) -> None:
-    """Write the dual-run report of BUSINESS, or the --overview page."""
+    """Write the dual-run report of a business, or the --overview page."""
     if overview == (biz_code is not None):
-        raise click.UsageError("give either a BUSINESS or --overview")
+        raise click.UsageError("give either --business or --overview")
     to_stdout = str(out) == "-"
     try:
         form = (fmt or "html") if to_stdout else format_for(out, fmt)
@@ -79,6 +81,9 @@ def report(
         raise click.BadParameter(str(exc), param_hint="--out") from None
     store = open_existing_store(url)
     try:
+        # a typo'd business is a wrong argument (2), not "no comparison stored yet" (1)
+        if biz_code is not None and not known_business(store, migrator_store(store), biz_code):
+            raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         now = store.clock.now()
         own = dualrun_store(store)
         model = (

@@ -21,6 +21,7 @@ import json
 import os
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -31,14 +32,18 @@ from scheduler_core.ports import ControlFeed, MessageBus
 from scheduler_core.store.kills import RunItem, SqlKills
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.options import bus_url, pulsar_token, store_url, topic_prefix
+from switchyard.exitcodes import OK, USAGE
 from switchyard.wiring import open_bus, open_existing_store
 
 POLL_S = 0.1
 RELAYED_BY = "the process holding the bus (the scheduler leader, or `switchyard serve`) relays it within about a second"
 
 
+@exits(*STORE)
 @click.group("run")
 def run_group() -> None:
     """Act on runs in work (a run: one command, `TRIGGER-T_MS-ITEM`)."""
@@ -80,6 +85,13 @@ class _Answers:
             self.changed.set()
 
 
+@exits_as(
+    {
+        **dict.fromkeys(STORE),
+        OK: "the request was stored (or the run had already finished)",
+        USAGE: "an unknown command id or job, or neither or both given",
+    }
+)
 @run_group.command("kill")
 @click.argument("command_id", required=False)
 @click.option("--job", "job_code", default=None, help="Every run of this job in work now.")
@@ -89,13 +101,13 @@ class _Answers:
 @topic_prefix
 @click.option(
     "--wait",
-    type=click.FloatRange(0, 60),
-    default=5.0,
+    type=seconds(0, 60),
+    default="5s",
     show_default=True,
-    help="Seconds to wait for the executors' answers (with --bus) or the run's record (without).",
+    help="How long to wait for the executors' answers (with --bus) or the run's record (without).",
 )
 @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (recorded).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def kill_cmd(
     command_id: str | None,
@@ -104,7 +116,7 @@ def kill_cmd(
     bus_url: str,
     pulsar_token_env: str,
     topic_prefix: str,
-    wait: float,
+    wait: timedelta,
     actor: str,
     as_json: bool,
 ) -> None:
@@ -117,6 +129,7 @@ def kill_cmd(
     feed: ControlFeed | None = None
     try:
         kills = SqlKills(store)
+        wait_s = wait.total_seconds()
         targets, biz_code = _targets(store, kills, command_id, job_code)
         running = [t for t in targets if not t.state.is_final]
         if not running:
@@ -132,8 +145,8 @@ def kill_cmd(
         answers.expect(kill.request_id)
         wanted = {t.command_id for t in running}
         if bus is not None:
-            _wait_answers(answers, wanted if command_id else set(), wait)
-        states = _wait_records(kills, running, wait if bus is None else min(2.0, wait))
+            _wait_answers(answers, wanted if command_id else set(), wait_s)
+        states = _wait_records(kills, running, wait_s if bus is None else min(2.0, wait_s))
         _report(kill, running, states, answers.by_command, bus is not None, as_json)
     finally:
         if feed is not None:

@@ -18,21 +18,36 @@ from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
 from scheduler_core.store.sql import SqlTriggerStore
+from switchyard.cli.bus_reach import require_shared_bus
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import cli_errors
-from switchyard.cli.options import bus_url, log_format, log_level, pulsar_admin, pulsar_token, store_url, topic_prefix
+from switchyard.cli.exits import STORE, exits, exits_as
+from switchyard.cli.options import (
+    ETCD_ENV,
+    bus_url,
+    log_format,
+    log_level,
+    pulsar_admin,
+    pulsar_token,
+    store_url,
+    topic_prefix,
+)
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
+from switchyard.exitcodes import OK, UNREACHABLE, USAGE
 from switchyard.logs import configure_logging
 from switchyard.wiring import open_bus, open_election, open_existing_store, open_wakeups
 
 log = logging.getLogger(__name__)
 
 
+@exits(*STORE)
 @click.group()
 def scheduler() -> None:
     """Run the scheduler (leader or follower) and read its figures."""
 
 
+@exits_as({**dict.fromkeys(STORE), OK: "stopped by SIGTERM or SIGINT"})
 @scheduler.command("run")
 @store_url
 @bus_url
@@ -42,21 +57,46 @@ def scheduler() -> None:
 @click.option(
     "--election",
     "election_url",
-    default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", "local"),
-    show_default="$SWITCHYARD_ETCD_URL or local",
-    help="'local' or an etcd URL http://HOST:PORT.",
+    envvar=ETCD_ENV,
+    show_envvar=True,
+    default="local",
+    show_default=True,
+    help="'local' (this process only) or an etcd URL http://HOST:PORT (config file: election).",
 )
-@click.option("--election-key", default="/switchyard/scheduler/leader", show_default=True)
+@click.option(
+    "--election-key",
+    default="/switchyard/scheduler/leader",
+    show_default=True,
+    help="The etcd key the candidates campaign on (one per scheduler cluster).",
+)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This candidate's name.")
-@click.option("--lease-ttl", type=click.FloatRange(2, 600), default=10.0, show_default=True, help="Seconds.")
-@click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
-@click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--lease-ttl",
+    type=seconds(2, 600),
+    default="10s",
+    show_default=True,
+    help="How long a leadership (a shard membership) outlives its holder's silence.",
+)
+@click.option(
+    "--lookahead",
+    type=seconds(0),
+    default="30m",
+    show_default=True,
+    help="How far ahead commands are published to the bus.",
+)
+@click.option(
+    "--idle-wait",
+    type=seconds(0),
+    default="30s",
+    show_default=True,
+    help="The longest sleep of a partition's loop with nothing due.",
+)
 @click.option(
     "--max-wait",
-    type=click.FloatRange(0.05),
-    default=1.0,
+    type=seconds(0.05),
+    default="1s",
     show_default=True,
-    help="Seconds: the longest wait between two ticks of a partition (a trigger added due soon wakes "
+    help="The longest wait between two ticks of a partition (a trigger added due soon wakes "
     "its partition's loop at once).",
 )
 @click.option(
@@ -65,10 +105,30 @@ def scheduler() -> None:
     show_default=True,
     help="The etcd key wake-ups for short delays travel on (with an etcd --election).",
 )
-@click.option("--acquire-deadline", type=click.FloatRange(1), default=60.0, show_default=True, help="Seconds.")
-@click.option("--reclaim-interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds.")
-@click.option("--batch", type=click.IntRange(1), default=300, show_default=True)
-@click.option("--fire-workers", type=click.IntRange(1), default=8, show_default=True)
+@click.option(
+    "--acquire-deadline",
+    type=seconds(1),
+    default="1m",
+    show_default=True,
+    help="How long an acquisition is its owner's; after it a newer leader epoch may reclaim it.",
+)
+@click.option(
+    "--reclaim-interval",
+    type=seconds(0.1),
+    default="10s",
+    show_default=True,
+    help="How often triggers acquired past the deadline are looked for.",
+)
+@click.option(
+    "--batch", type=click.IntRange(1), default=300, show_default=True, help="Triggers acquired per partition tick."
+)
+@click.option(
+    "--fire-workers",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Threads that fire acquired triggers (publish their commands).",
+)
 @click.option(
     "--shards",
     is_flag=True,
@@ -94,13 +154,13 @@ def run_cmd(
     election_url: str,
     election_key: str,
     name: str,
-    lease_ttl: float,
-    lookahead: float,
-    idle_wait: float,
-    max_wait: float,
+    lease_ttl: timedelta,
+    lookahead: timedelta,
+    idle_wait: timedelta,
+    max_wait: timedelta,
     wake_key: str,
-    acquire_deadline: float,
-    reclaim_interval: float,
+    acquire_deadline: timedelta,
+    reclaim_interval: timedelta,
     batch: int,
     fire_workers: int,
     shards: bool,
@@ -117,17 +177,18 @@ def run_cmd(
             "--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)", param_hint="--election"
         )
     ensure_free("--metrics-port", metrics_port)
+    require_shared_bus(bus_url, "executor")
     store = open_existing_store(url)
     # a trigger added due soon, by this process or (through etcd) another, wakes its
     # partition's loop here when this process runs it
     store.wakeups = wakeups = open_wakeups(election_url, key=wake_key)
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix)
     settings = SchedulerSettings(
-        lookahead=timedelta(seconds=lookahead),
-        idle_wait=timedelta(seconds=idle_wait),
-        max_wait=timedelta(seconds=max_wait),
-        acquire_deadline=timedelta(seconds=acquire_deadline),
-        reclaim_interval=timedelta(seconds=reclaim_interval),
+        lookahead=lookahead,
+        idle_wait=idle_wait,
+        max_wait=max_wait,
+        acquire_deadline=acquire_deadline,
+        reclaim_interval=reclaim_interval,
         batch_size=batch,
         fire_workers=fire_workers,
     )
@@ -147,7 +208,7 @@ def run_cmd(
         registry = EtcdRegistry(
             election_url,
             member=name,
-            ttl=timedelta(seconds=lease_ttl),
+            ttl=lease_ttl,
             prefix=registry_prefix,
             info={"pid": os.getpid(), "host": socket.gethostname()},
         )
@@ -178,7 +239,7 @@ def run_cmd(
             member.status.rebalances,
         )
         return
-    election = open_election(election_url, name, timedelta(seconds=lease_ttl), key=election_key)
+    election = open_election(election_url, name, lease_ttl, key=election_key)
     # the leader relays the schedule edits `migrate stream`/`run` wrote to the store (no bus
     # there), and the stored rollback fences (a rollback whose own broadcast failed); each
     # leadership won reads them whole again (what a dead leader did not relay)
@@ -223,16 +284,23 @@ def _relays(
     ]
 
 
+@exits(OK, USAGE, UNREACHABLE)
 @scheduler.command("members")
 @click.option(
     "--election",
     "election_url",
-    default=lambda: os.environ.get("SWITCHYARD_ETCD_URL", ""),
-    show_default="$SWITCHYARD_ETCD_URL",
-    help="The etcd URL http://HOST:PORT of the shard registry.",
+    envvar=ETCD_ENV,
+    show_envvar=True,
+    default="",
+    help="The etcd URL http://HOST:PORT of the shard registry (config file: election).",
 )
-@click.option("--registry-prefix", default="/switchyard/shards", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--registry-prefix",
+    default="/switchyard/shards",
+    show_default=True,
+    help="The shard registry's etcd key prefix.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
 def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
     """The shard registry's live members, the partitions each owns (with their epochs), and
@@ -276,23 +344,24 @@ def members_cmd(election_url: str, registry_prefix: str, as_json: bool) -> None:
         click.echo(f"  partition {p}: still held by {o['member']} (epoch {o['epoch']}), not a live member")
 
 
+@exits(*STORE)
 @scheduler.command("stats")
 @store_url
 @click.option(
     "--since",
-    type=click.FloatRange(0),
-    default=3600.0,
+    type=seconds(0),
+    default="1h",
     show_default=True,
-    help="Seconds back from now (by scheduled time).",
+    help="How far back from now (by scheduled time).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
 @cli_errors
-def stats_cmd(url: str, since: float, as_json: bool) -> None:
+def stats_cmd(url: str, since: timedelta, as_json: bool) -> None:
     """Trigger states and per-business fire-time lag percentiles from fired records."""
     store = open_existing_store(url)
     try:
         now = store.clock.now()
-        records = store.fired_between(None, now - timedelta(seconds=since), now + timedelta(days=1))
+        records = store.fired_between(None, now - since, now + timedelta(days=1))
         states: dict[str, int] = {}
         for t in store.triggers_of():
             states[t.state.value] = states.get(t.state.value, 0) + 1

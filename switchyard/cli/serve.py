@@ -15,19 +15,24 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
+from switchyard.cli.exits import STORE, exits_as
+from switchyard.cli.names import known_business
 from switchyard.cli.options import log_format, log_level, store_url
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
+from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
-from switchyard.wiring import load_handlers, open_store
+from switchyard.wiring import load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
 
 
+@exits_as({**dict.fromkeys(STORE), OK: "stopped by SIGTERM or SIGINT"})
 @click.command("serve")
 @store_url
 @click.option(
@@ -49,8 +54,20 @@ log = logging.getLogger(__name__)
     "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per business."
 )
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
-@click.option("--lookahead", type=click.FloatRange(0), default=1800.0, show_default=True, help="Seconds.")
-@click.option("--idle-wait", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--lookahead",
+    type=seconds(0),
+    default="30m",
+    show_default=True,
+    help="How far ahead commands are published to the bus.",
+)
+@click.option(
+    "--idle-wait",
+    type=seconds(0),
+    default="30s",
+    show_default=True,
+    help="The longest sleep of a partition's loop with nothing due.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
 @click.option(
@@ -59,7 +76,13 @@ log = logging.getLogger(__name__)
     show_default=True,
     help=f"The console's address; anything but loopback needs ${TOKEN_ENV}.",
 )
-@click.option("--console-port", type=click.IntRange(1, 65535), default=8470, show_default=True)
+@click.option(
+    "--console-port",
+    type=click.IntRange(1, 65535),
+    default=8470,
+    show_default=True,
+    help="The console's port (with --console).",
+)
 @log_level
 @log_format
 @cli_errors
@@ -70,8 +93,8 @@ def serve(
     biz_codes: tuple[str, ...],
     concurrency: int,
     name: str,
-    lookahead: float,
-    idle_wait: float,
+    lookahead: timedelta,
+    idle_wait: timedelta,
     metrics_port: int,
     with_console: bool,
     console_bind: str,
@@ -90,6 +113,12 @@ def serve(
         ensure_free("--console-port", console_port, console_bind)
     store = open_store(url)
     store.current_epoch()  # a store without the schema is a clear error now (`switchyard db init`)
+    # a typo'd --business would start executors for nothing and wait silently for ever
+    own = migrator_store(store)
+    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
+    if unknown:
+        store.engine.dispose()
+        raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
     def register(ex: Executor) -> None:
         legacy.register(ex)  # the handlers modules' own registrations (below) take precedence
@@ -102,7 +131,7 @@ def serve(
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module!r}: {exc}", exitcodes.USAGE) from None
     legacy = Bridges(bridges, bridge_settings)
-    settings = SchedulerSettings(lookahead=timedelta(seconds=lookahead), idle_wait=timedelta(seconds=idle_wait))
+    settings = SchedulerSettings(lookahead=lookahead, idle_wait=idle_wait)
     center = EmbeddedCenter(store, settings, register, name=name, biz_codes=biz_codes, concurrency=concurrency)
     if metrics_port:
         center.metrics.serve(metrics_port)

@@ -25,13 +25,16 @@ from scheduler_core.store.stops import SqlStops
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
+from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
+from switchyard.exitcodes import FAILED, OK, REFUSED
 from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store, open_existing_store
 
 
+@exits(*STORE, FAILED, REFUSED)
 @click.group()
 def trigger() -> None:
     """Pause, resume or cancel triggers: effective in seconds, whatever the lookahead."""
@@ -42,8 +45,12 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
     own = migrator_store(store)
     if biz_code is not None and not known_business(store, own, biz_code):
         raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
-    if job is not None and store.get_job(JobCode(job)) is None:
+    found_job = store.get_job(JobCode(job)) if job is not None else None
+    if job is not None and found_job is None:
         raise CliFailure(f"no such job: {job}", exitcodes.USAGE)
+    if found_job is not None and biz_code is not None and found_job.biz_code != biz_code:
+        # both named, and they disagree: a typo in one of them, never "no trigger"
+        raise CliFailure(f"job {job} is of business {found_job.biz_code}, not {biz_code}", exitcodes.USAGE)
     chosen = [TriggerId(i) for i in ids]
     found = {t.id for t in store.get_triggers(chosen)}
     unknown = [str(i) for i in chosen if i not in found]
@@ -66,10 +73,22 @@ def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_c
 
 def _command(action: str) -> click.Command:
 
-    @click.command(action)
+    @exits_as(
+        {
+            **dict.fromkeys(STORE),
+            OK: "done, or nothing to do (already so, finished: the reason is printed)",
+            FAILED: "a trigger should have changed and did not",
+            REFUSED: "refused: a job live only on the new side would fire nowhere (give --reason)",
+        }
+    )
+    @click.command(
+        action,
+        help=f"{action.capitalize()} triggers by id, job or business. Exit 0 also when a trigger had nothing "
+        "to do (already so, finished: its reason is printed); 1 when one should have changed and did not.",
+    )
     @click.argument("ids", nargs=-1, type=int)
-    @click.option("--job", default=None)
-    @click.option("--business", "biz_code", default=None, help="Only this business (its biz_code).")
+    @click.option("--job", default=None, help="Every trigger of this job (its job code).")
+    @click.option("--business", "biz_code", default=None, help="Every trigger of this business (its biz_code).")
     @store_url
     @bus_opts
     @click.option(
@@ -79,7 +98,7 @@ def _command(action: str) -> click.Command:
         "only on the new side (a business cut over): it then fires nowhere.",
     )
     @click.option("--actor", default=getpass.getuser, show_default="the current user", help="Who (audited).")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
     @cli_errors
     def cmd(
         ids: tuple[int, ...],
@@ -112,10 +131,6 @@ def _command(action: str) -> click.Command:
         if not report.ok:
             raise SystemExit(exitcodes.FAILED)
 
-    cmd.__doc__ = (
-        f"{action.capitalize()} triggers by id, job or business. Exit 0 also when a trigger had nothing "
-        "to do (already so, finished: its reason is printed); 1 when one should have changed and did not."
-    )
     return cmd
 
 

@@ -61,7 +61,7 @@ def start_cli(args: list[str], out: IO[bytes], **popen: Any) -> subprocess.Popen
 
 def stream_args(source: str, legacy_url: str, target_url: str, *more: str) -> list[str]:
     """The arguments of `switchyard migrate stream` from `source`'s legacy database."""
-    return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
+    return ["migrate", "stream", "--source", source, "--legacy-url", legacy_url, "--url", target_url, *more]
 
 
 def executor_args(biz: str, bus: str, prefix: str, concurrency: int, *more: str) -> list[str]:
@@ -87,6 +87,7 @@ def forced_cutover_args(biz: str, target_url: str, legacy_url: str, reason: str,
     answering in JSON."""
     return [
         "cutover",
+        "--business",
         biz,
         "--url",
         target_url,

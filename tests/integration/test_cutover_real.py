@@ -39,21 +39,21 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
                 conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
         target = make_engine(target_url)
         init_schema(target, 4)
-        code, out = _run("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url)
+        code, out = _run("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--url", target_url)
         assert code == 0, out
         code, out = _run("status", "--url", target_url, "--json")
         businesses = json.loads(out)
         biz = businesses[0]["business"]
         assert businesses[0]["state"] == "legacy"
 
-        code, out = _run("dualrun", "start", biz, "--url", target_url, "--legacy-url", legacy_url)
+        code, out = _run("dualrun", "start", "--business", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == 0, out
         # the new side has fired nothing yet: the comparison cannot say ready
         code, out = _run(
             "dualrun", "compare", "--business", biz, "--url", target_url, "--legacy-url", legacy_url, "--since", "2h"
         )
         assert code == exitcodes.FAILED, out
-        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
+        code, out = _run("cutover", "--business", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == exitcodes.REFUSED and "refused" in out, out
         # a verdict over a window shorter than the minimum (30 min) is no evidence: not
         # ready, and the gate says why
@@ -72,9 +72,9 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         )
         assert code == exitcodes.FAILED, out
         assert any("shorter than the minimum" in r for r in json.loads(out)["reasons"]), out
-        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url)
+        code, out = _run("cutover", "--business", biz, "--url", target_url, "--legacy-url", legacy_url)
         assert code == exitcodes.REFUSED and "shorter than the minimum" in out, out
-        code, out = _run("cutover", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
+        code, out = _run("cutover", "--business", biz, "--url", target_url, "--legacy-url", legacy_url, "--force")
         assert code == exitcodes.REFUSED and "--reason" in out, out
         code, out = _run(*forced_cutover_args(biz, target_url, legacy_url, "tested in staging"))
         assert code == 0, out
@@ -96,7 +96,16 @@ def test_refused_forced_cutover_and_rollback(source: str) -> None:
         assert on == 0, "every legacy job of the business switched off"
 
         code, out = _run(
-            "rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill", "--json"
+            "rollback",
+            "--business",
+            biz,
+            "--url",
+            target_url,
+            "--legacy-url",
+            legacy_url,
+            "--reason",
+            "drill",
+            "--json",
         )
         assert code == 0, out
         back = json.loads(out)

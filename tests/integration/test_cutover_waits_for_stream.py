@@ -150,7 +150,8 @@ def test_the_cli_bounds_how_far_behind_the_stream_may_be() -> None:
             assert first["stream"]["caught_up"] is False and first["stream"]["pending"] == 1
             assert any("change stream" in n and "1 pending change(s)" in n for n in first["notes"]), first["notes"]
             assert runner.invoke(
-                cli, ["rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill"]
+                cli,
+                ["rollback", "--business", biz, "--url", target_url, "--legacy-url", legacy_url, "--reason", "drill"],
             ).exit_code in (0, 1)
             BusinessSwitch(env.store, env.own, XxlJobControl(env.legacy, clock), clock, None).start_dual_run(
                 biz, shadow=False, actor="ops"

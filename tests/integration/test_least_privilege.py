@@ -170,7 +170,7 @@ def test_binlog_stream_runs_as_the_cdc_user(tmp_path: Path) -> None:
                     cdc,
                     "--binlog-url",
                     cdc,
-                    "--target-url",
+                    "--url",
                     as_user(target_url, "SWITCHYARD_MARIADB_SCHED_URL"),
                     "--server-id",
                     str(7700 + os.getpid() % 1000),

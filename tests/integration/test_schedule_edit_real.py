@@ -250,14 +250,13 @@ def test_an_admin_edit_read_by_migrate_stream_runs_only_the_new_schedule_from_e(
                 ),
                 {"i": job_id, "n": int(time.time() * 1000) + 10_000},
             )
-        code, out = _cli(
-            "migrate", "run", "--source", "xxl-job", "--legacy-url", legacy_url, "--target-url", target_url
-        )
+        code, out = _cli("migrate", "run", "--source", "xxl-job", "--legacy-url", legacy_url, "--url", target_url)
         assert code == 0, out
         biz = json.loads(_cli("status", "--url", target_url, "--json")[1])[0]["business"]
         code, out = _cli(
             "dualrun",
             "start",
+            "--business",
             biz,
             "--url",
             target_url,

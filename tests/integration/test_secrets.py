@@ -238,8 +238,8 @@ def _leaks(texts: dict[str, str], secrets: dict[str, str]) -> list[str]:
 
 
 def _source(legacy_url: str, target_url: str, source: str = "batch-center") -> list[str]:
-    """The `--source`, `--legacy-url` and `--target-url` arguments of the migrate commands."""
-    return ["--source", source, "--legacy-url", legacy_url, "--target-url", target_url]
+    """The `--source`, `--legacy-url` and `--url` arguments of the migrate commands."""
+    return ["--source", source, "--legacy-url", legacy_url, "--url", target_url]
 
 
 def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Popen[bytes], float, Path]:
@@ -269,7 +269,7 @@ def _read_and_fail(flow: Flow, src: list[str], wrong_target: str, wrong_legacy: 
     does not exist, a wrong binlog password), all at once."""
     done = flow.run_many(
         {
-            "migrate quarantine --json": ["migrate", "quarantine", "--target-url", flow.target, "--json"],
+            "migrate quarantine --json": ["migrate", "quarantine", "--url", flow.target, "--json"],
             "dualrun compare --json": [
                 "dualrun",
                 "compare",
@@ -294,7 +294,7 @@ def _read_and_fail(flow: Flow, src: list[str], wrong_target: str, wrong_legacy: 
                 *src[:2],
                 "--legacy-url",
                 wrong_legacy,
-                "--target-url",
+                "--url",
                 flow.target,
                 "--json",
             ],
@@ -332,7 +332,9 @@ def test_no_secret_in_any_output_log_json_exception_or_table(flow: Flow, caplog:
     json.loads(flow.ok("migrate run --json", "migrate", "run", *src, "--json"))
     xsrc = _source(flow.xxl, flow.target, "xxl-job")
     json.loads(flow.ok("migrate run xxl --json", "migrate", "run", *xsrc, "--json"))
-    flow.ok("dualrun start", "dualrun", "start", "reminder", "--url", flow.target, "--legacy-url", flow.legacy)
+    flow.ok(
+        "dualrun start", "dualrun", "start", "--business", "reminder", "--url", flow.target, "--legacy-url", flow.legacy
+    )
     wrong_target = _with_db(flow.target, make_url(flow.target).database or "", WRONG_PASSWORD)
     wrong_legacy = _with_db(flow.legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD)
     sched_args = [
@@ -445,7 +447,7 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
         "migrate plan (target)": ["migrate", "plan", *_source(ok_l, wrong_t)],
         "migrate plan (legacy)": ["migrate", "plan", *_source(wrong_l, ok_t)],
         "migrate run (legacy)": ["migrate", "run", *_source(wrong_l, ok_t)],
-        "migrate quarantine": ["migrate", "quarantine", "--target-url", wrong_t],
+        "migrate quarantine": ["migrate", "quarantine", "--url", wrong_t],
         "migrate stream (legacy)": ["migrate", "stream", *_source(wrong_l, ok_t)],
         "migrate stream (binlog user)": [
             "migrate",
@@ -455,7 +457,7 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
             _with_db(flow.cdc_legacy, make_url(flow.legacy).database or "", WRONG_PASSWORD),
         ],
         "scheduler stats": ["scheduler", "stats", "--url", wrong_t],
-        "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local"],
+        "scheduler run": ["scheduler", "run", "--url", wrong_t, "--election", "local", "--bus", "memory"],
         "trigger pause": ["trigger", "pause", "1", "--url", wrong_t],
         "status": ["status", "--url", wrong_t],
         "dualrun compare (store)": [
@@ -480,8 +482,8 @@ def test_wrong_credentials_give_one_line_and_exit_3(flow: Flow) -> None:
             "--legacy-url",
             wrong_l,
         ],
-        "cutover": ["cutover", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
-        "rollback": ["rollback", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
+        "cutover": ["cutover", "--business", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
+        "rollback": ["rollback", "--business", "reminder", "--url", wrong_t, "--legacy-url", ok_l],
     }
     failures = []
     for name, r in flow.run_many(cases, timeout=90).items():

@@ -287,7 +287,7 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
                     "xxl-job",
                     "--legacy-url",
                     as_sched(legacy_url),
-                    "--target-url",
+                    "--url",
                     target_url,
                     "--server-id",
                     str(7800 + os.getpid() % 1000),

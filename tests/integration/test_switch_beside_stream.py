@@ -100,7 +100,7 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
             seed_batchcenter(env.legacy, businesses=1, tasks_per_business=10, bad_rows=0, malformed_crons=0, rng_seed=3)
             with env.legacy.begin() as conn:  # a running task is the center's until its callback returns
                 conn.execute(text("UPDATE bc_task SET status = 0 WHERE status = 1"))
-        code, out = _cli("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--target-url", target_url)
+        code, out = _cli("migrate", "run", "--source", source, "--legacy-url", legacy_url, "--url", target_url)
         assert code == 0, out
         biz = json.loads(_cli("status", "--url", target_url, "--json")[1])[0]["business"]
         cdc_url = make_url(cdc).set(database=make_url(legacy_url).database).render_as_string(hide_password=False)
@@ -126,7 +126,7 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
         watcher = threading.Thread(target=_watch_states, args=(target_url, biz, stop, seen), daemon=True)
         remigrate = threading.Thread(target=_remigrate, args=(source, legacy_url, target_url, stop, runs), daemon=True)
         try:
-            code, out = _cli("dualrun", "start", biz, "--url", target_url, "--legacy-url", legacy_url)
+            code, out = _cli("dualrun", "start", "--business", biz, "--url", target_url, "--legacy-url", legacy_url)
             assert code == 0, out
             _caught_up(env, stream_id)
             live_before = {c for c, s in _states(target_url, biz).items() if s == "waiting"}
@@ -145,7 +145,7 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
             code, out = _cli("status", "--url", target_url, "--check", "--legacy-url", legacy_url)
             assert code == 0, out
 
-            code, out = _cli("rollback", biz, "--url", target_url, "--legacy-url", legacy_url, "--json")
+            code, out = _cli("rollback", "--business", biz, "--url", target_url, "--legacy-url", legacy_url, "--json")
             assert code == 0, out
             back = json.loads(out.strip().splitlines()[-1])
             assert back["ok"] and len(back["handover"]) == len(live_before) and not back["not_handed_back"]

@@ -35,7 +35,7 @@ READ_ONLY = [
     pytest.param(["status", "--url", "{url}"], id="status"),
     pytest.param(["status", "--check", "--url", "{url}"], id="status-check"),
     pytest.param(["report", "--overview", "--out", "{out}", "--url", "{url}"], id="report-overview"),
-    pytest.param(["migrate", "quarantine", "--target-url", "{url}"], id="migrate-quarantine"),
+    pytest.param(["migrate", "quarantine", "--url", "{url}"], id="migrate-quarantine"),
     pytest.param(["scheduler", "stats", "--url", "{url}"], id="scheduler-stats"),
     pytest.param(["console", "--url", "{url}", "--port", "1"], id="console"),
     pytest.param(["trigger", "pause", "1", "--url", "{url}"], id="trigger-pause"),
@@ -58,7 +58,7 @@ def test_a_missing_sqlite_store_is_an_error_naming_it_and_nothing_is_created(tmp
 def test_a_missing_legacy_database_is_an_error_naming_it_and_nothing_is_created(tmp_path: Path, store_url: str) -> None:
     typo = tmp_path / "typo" / "legacy.db"
     argv = ["migrate", "plan", "--source", "batch-center", "--legacy-url", f"sqlite:///{typo}"]
-    result = CliRunner().invoke(cli, [*argv, "--target-url", store_url])
+    result = CliRunner().invoke(cli, [*argv, "--url", store_url])
     assert result.exit_code == exitcodes.USAGE, result.output
     assert f"no store at {typo}" in result.stderr
     assert not typo.parent.exists()
@@ -126,7 +126,7 @@ def migrated(tmp_path: Path, store_url: str) -> tuple[str, str]:
     create_legacy_schema(engine, "batch-center")
     seed_batchcenter(engine, businesses=2, tasks_per_business=3, bad_rows=0, malformed_crons=0)
     engine.dispose()
-    argv = ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", store_url]
+    argv = ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--url", store_url]
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     return store_url, legacy
@@ -134,10 +134,10 @@ def migrated(tmp_path: Path, store_url: str) -> tuple[str, str]:
 
 def test_migrate_quarantine_of_an_unknown_business_exits_2_naming_it(migrated: tuple[str, str]) -> None:
     url, _ = migrated
-    result = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", "nosuch", "--target-url", url])
+    result = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", "nosuch", "--url", url])
     assert result.exit_code == exitcodes.USAGE, result.output
     assert "no such business: nosuch" in result.stderr
-    known = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", BIZ, "--target-url", url])
+    known = CliRunner().invoke(cli, ["migrate", "quarantine", "--business", BIZ, "--url", url])
     assert known.exit_code == 0, known.output
 
 

@@ -85,12 +85,12 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     )
     result = CliRunner().invoke(
         cli,
-        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", ok],
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--url", ok],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(
-        cli, ["dualrun", "start", BIZ, "--url", ok, "--legacy-url", legacy], catch_exceptions=False
+        cli, ["dualrun", "start", "--business", BIZ, "--url", ok, "--legacy-url", legacy], catch_exceptions=False
     )
     assert result.exit_code == 0, result.output
     return p
@@ -117,7 +117,7 @@ def check_output(args: list[str], code: int, want: int, out: str, err: str) -> N
 
 
 def _migrate(verb: str, source: str, legacy_url: str, target_url: str, *more: str) -> list[str]:
-    return ["migrate", verb, "--source", source, "--legacy-url", legacy_url, "--target-url", target_url, *more]
+    return ["migrate", verb, "--source", source, "--legacy-url", legacy_url, "--url", target_url, *more]
 
 
 def _dualrun(command: str, url: str, legacy_url: str, *more: str, biz_code: str = BIZ) -> list[str]:
@@ -139,7 +139,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("demo-workdir-is-a-file", ["demo", "--workdir", "{file}"], USAGE),
     ("migrate-plan-missing-source", ["migrate", "plan", "--legacy-url", "{legacy}"], USAGE),
     ("migrate-plan-unknown-source", ["migrate", "plan", "--source", "foo", "--legacy-url", "{legacy}"], USAGE),
-    ("migrate-run-missing-legacy", ["migrate", "run", "--source", "xxl-job", "--target-url", "{ok}"], USAGE),
+    ("migrate-run-missing-legacy", ["migrate", "run", "--source", "xxl-job", "--url", "{ok}"], USAGE),
     ("migrate-quarantine-unknown-option", ["migrate", "quarantine", "--bogus"], USAGE),
     ("migrate-stream-server-id-0", _migrate("stream", "batch-center", "{legacy}", "{ok}", "--server-id", "0"), USAGE),
     ("scheduler-run-ttl-too-small", ["scheduler", "run", "--url", "{ok}", "--lease-ttl", "1"], USAGE),
@@ -185,8 +185,12 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("report-unknown-option", ["report", "--bogus"], USAGE),
     ("status-unknown-option", ["status", "--bogus"], USAGE),
     ("cutover-missing-business", ["cutover", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    ("cutover-unknown-business", ["cutover", "ghost", "--url", "{ok}", "--legacy-url", "{legacy}"], USAGE),
-    ("rollback-missing-legacy-url", ["rollback", BIZ, "--url", "{ok}"], USAGE),
+    (
+        "cutover-unknown-business",
+        ["cutover", "--business", "ghost", "--url", "{ok}", "--legacy-url", "{legacy}"],
+        USAGE,
+    ),
+    ("rollback-missing-legacy-url", ["rollback", "--business", BIZ, "--url", "{ok}"], USAGE),
     # a bad URL
     ("db-init-bad-url", ["db", "init", "--url", BAD], USAGE),
     ("db-check-bad-url", ["db", "check", "--url", BAD], USAGE),
@@ -195,7 +199,7 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-plan-bad-legacy-url", _migrate("plan", "xxl-job", BAD, "{ok}"), USAGE),
     ("migrate-plan-bad-target-url", _migrate("plan", "xxl-job", "{legacy}", BAD), USAGE),
     ("migrate-run-bad-legacy-url", _migrate("run", "batch-center", BAD, "{ok}"), USAGE),
-    ("migrate-quarantine-bad-url", ["migrate", "quarantine", "--target-url", BAD], USAGE),
+    ("migrate-quarantine-bad-url", ["migrate", "quarantine", "--url", BAD], USAGE),
     ("scheduler-stats-bad-url", ["scheduler", "stats", "--url", BAD], USAGE),
     ("trigger-pause-bad-url", ["trigger", "pause", "1", "--url", BAD], USAGE),
     ("trigger-resume-bad-url", ["trigger", "resume", "1", "--url", BAD], USAGE),
@@ -205,18 +209,18 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("dualrun-compare-bad-url", _dualrun("compare", BAD, "{legacy}"), USAGE),
     ("dualrun-compare-bad-legacy-url", _dualrun("compare", "{ok}", BAD), USAGE),
     ("dualrun-watch-bad-url", _dualrun("watch", BAD, "{legacy}", "--max-runs", "1"), USAGE),
-    ("dualrun-start-bad-url", ["dualrun", "start", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
+    ("dualrun-start-bad-url", ["dualrun", "start", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
     ("status-bad-url", ["status", "--url", BAD], USAGE),
-    ("cutover-bad-url", ["cutover", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
-    ("rollback-bad-url", ["rollback", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
-    ("rollback-bad-legacy-url", ["rollback", BIZ, "--url", "{ok}", "--legacy-url", BAD], USAGE),
+    ("cutover-bad-url", ["cutover", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
+    ("rollback-bad-url", ["rollback", "--business", BIZ, "--url", BAD, "--legacy-url", "{legacy}"], USAGE),
+    ("rollback-bad-legacy-url", ["rollback", "--business", BIZ, "--url", "{ok}", "--legacy-url", BAD], USAGE),
     # a server that cannot be reached
     ("db-init-unreachable", ["db", "init", "--url", UNREACHABLE], DOWN),
     ("db-check-unreachable", ["db", "check", "--url", UNREACHABLE], DOWN),
     ("migrate-plan-unreachable-target", _migrate("plan", "batch-center", "{legacy}", UNREACHABLE), DOWN),
     ("migrate-plan-unreachable-legacy", _migrate("plan", "batch-center", UNREACHABLE, "{ok}"), DOWN),
     ("migrate-run-unreachable-legacy", _migrate("run", "xxl-job", UNREACHABLE, "{ok}"), DOWN),
-    ("migrate-quarantine-unreachable", ["migrate", "quarantine", "--target-url", UNREACHABLE], DOWN),
+    ("migrate-quarantine-unreachable", ["migrate", "quarantine", "--url", UNREACHABLE], DOWN),
     ("scheduler-stats-unreachable", ["scheduler", "stats", "--url", UNREACHABLE], DOWN),
     ("trigger-pause-unreachable", ["trigger", "pause", "1", "--url", UNREACHABLE], DOWN),
     ("trigger-resume-unreachable", ["trigger", "resume", "1", "--url", UNREACHABLE], DOWN),
@@ -226,16 +230,32 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("run-kill-unreachable", ["run", "kill", "1-2-0", "--url", UNREACHABLE], DOWN),
     ("dualrun-compare-unreachable-store", _dualrun("compare", UNREACHABLE, "{legacy}"), DOWN),
     ("dualrun-compare-unreachable-legacy", _dualrun("compare", "{ok}", UNREACHABLE), DOWN),
-    ("dualrun-start-unreachable", ["dualrun", "start", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
-    ("status-unreachable", ["status", "--url", UNREACHABLE], DOWN),
-    ("cutover-unreachable-store", ["cutover", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
     (
-        "cutover-forced-unreachable-legacy",
-        ["cutover", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--force", "--reason", "test"],
+        "dualrun-start-unreachable",
+        ["dualrun", "start", "--business", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"],
         DOWN,
     ),
-    ("rollback-unreachable-store", ["rollback", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"], DOWN),
-    ("rollback-unreachable-legacy", ["rollback", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE], DOWN),
+    ("status-unreachable", ["status", "--url", UNREACHABLE], DOWN),
+    (
+        "cutover-unreachable-store",
+        ["cutover", "--business", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"],
+        DOWN,
+    ),
+    (
+        "cutover-forced-unreachable-legacy",
+        ["cutover", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE, "--force", "--reason", "test"],
+        DOWN,
+    ),
+    (
+        "rollback-unreachable-store",
+        ["rollback", "--business", BIZ, "--url", UNREACHABLE, "--legacy-url", "{legacy}"],
+        DOWN,
+    ),
+    (
+        "rollback-unreachable-legacy",
+        ["rollback", "--business", BIZ, "--url", "{ok}", "--legacy-url", UNREACHABLE],
+        DOWN,
+    ),
     # a store (or a legacy database) without its schema
     ("db-check-no-schema", ["db", "check", "--url", "{empty}"], SCHEMA),
     ("console-no-schema", ["console", "--url", "{empty}"], SCHEMA),
@@ -244,27 +264,43 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("migrate-run-no-schema", _migrate("run", "batch-center", "{legacy}", "{empty}"), SCHEMA),
     ("migrate-plan-no-legacy-tables", _migrate("plan", "batch-center", "{no_legacy}", "{ok}"), SCHEMA),
     ("migrate-run-no-legacy-tables", _migrate("run", "xxl-job", "{no_legacy}", "{ok}"), SCHEMA),
-    ("migrate-quarantine-no-schema", ["migrate", "quarantine", "--target-url", "{empty}"], SCHEMA),
+    ("migrate-quarantine-no-schema", ["migrate", "quarantine", "--url", "{empty}"], SCHEMA),
     ("scheduler-stats-no-schema", ["scheduler", "stats", "--url", "{empty}"], SCHEMA),
     ("trigger-pause-no-schema", ["trigger", "pause", "1", "--url", "{empty}"], SCHEMA),
     ("freeze-no-schema", ["freeze", "--all", "--reason", "x", "--url", "{empty}"], SCHEMA),
     ("run-kill-no-schema", ["run", "kill", "1-2-0", "--url", "{empty}"], SCHEMA),
     ("dualrun-compare-no-schema", _dualrun("compare", "{empty}", "{legacy}", "--source", "batch-center"), SCHEMA),
     ("dualrun-compare-no-legacy-tables", _dualrun("compare", "{ok}", "{no_legacy}"), SCHEMA),
-    ("dualrun-start-no-schema", ["dualrun", "start", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
+    (
+        "dualrun-start-no-schema",
+        ["dualrun", "start", "--business", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"],
+        SCHEMA,
+    ),
     ("status-no-schema", ["status", "--url", "{empty}"], SCHEMA),
-    ("cutover-no-schema", ["cutover", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
-    ("rollback-no-schema", ["rollback", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
+    ("cutover-no-schema", ["cutover", "--business", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
+    ("rollback-no-schema", ["rollback", "--business", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
     # long-running commands that fail before they start running (no signal handler is installed yet)
-    ("scheduler-run-unreachable-store", ["scheduler", "run", "--url", UNREACHABLE, "--election", "local"], DOWN),
-    ("scheduler-run-bad-url", ["scheduler", "run", "--url", BAD, "--election", "local"], USAGE),
-    ("scheduler-run-no-schema", ["scheduler", "run", "--url", "{empty}", "--election", "local"], SCHEMA),
+    (
+        "scheduler-run-unreachable-store",
+        ["scheduler", "run", "--url", UNREACHABLE, "--election", "local", "--bus", "memory"],
+        DOWN,
+    ),
+    ("scheduler-run-bad-url", ["scheduler", "run", "--url", BAD, "--election", "local", "--bus", "memory"], USAGE),
+    (
+        "scheduler-run-no-schema",
+        ["scheduler", "run", "--url", "{empty}", "--election", "local", "--bus", "memory"],
+        SCHEMA,
+    ),
     ("scheduler-run-bad-bus", ["scheduler", "run", "--url", "{ok}", "--bus", "notabus", "--election", "local"], USAGE),
-    ("scheduler-run-bad-election", ["scheduler", "run", "--url", "{ok}", "--election", BAD], USAGE),
+    ("scheduler-run-bad-election", ["scheduler", "run", "--url", "{ok}", "--election", BAD, "--bus", "memory"], USAGE),
     ("scheduler-run-shards-local", ["scheduler", "run", "--url", "{ok}", "--shards", "--election", "local"], USAGE),
     ("scheduler-members-no-etcd", ["scheduler", "members", "--election", "local"], USAGE),
     ("executor-run-no-such-module", ["executor", "run", "--handlers", "nosuchmodule_xyz", "--business", "d"], USAGE),
-    ("executor-run-module-without-handlers", ["executor", "run", "--handlers", "json", "--business", "d"], USAGE),
+    (
+        "executor-run-module-without-handlers",
+        ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "memory"],
+        USAGE,
+    ),
     ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "notabus"], USAGE),
 ]
 
@@ -304,7 +340,18 @@ SUBPROCESS: list[tuple[str, list[str], int]] = [
     ("scheduler-members-unreachable-etcd", ["scheduler", "members", "--election", "http://127.0.0.1:1"], DOWN),
     (
         "scheduler-run-unreachable-etcd",
-        ["scheduler", "run", "--url", "{ok}", "--election", "http://127.0.0.1:1", "--lease-ttl", "2"],
+        [
+            "scheduler",
+            "run",
+            "--url",
+            "{ok}",
+            "--election",
+            "http://127.0.0.1:1",
+            "--lease-ttl",
+            "2",
+            "--bus",
+            "memory",
+        ],
         DOWN,
     ),
     (

@@ -20,7 +20,7 @@ from switchyard.schema import init_schema
 def _migrate(legacy: str, target: str) -> dict[str, object]:
     result = CliRunner().invoke(
         cli,
-        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--target-url", target, "--json"],
+        ["migrate", "run", "--source", "batch-center", "--legacy-url", legacy, "--url", target, "--json"],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output

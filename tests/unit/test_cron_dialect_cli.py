@@ -50,12 +50,12 @@ def _run(*args: str) -> tuple[int, str]:
 def test_the_version_picks_the_dialect_and_the_plan_says_which(tmp_path: Path) -> None:
     legacy, job = _legacy(tmp_path)
     base = ["--source", "xxl-job", "--legacy-url", legacy, "--legacy-tz", "UTC"]
-    code, out = _run("migrate", "plan", *base, "--target-url", _target(tmp_path, "a.db"))
+    code, out = _run("migrate", "plan", *base, "--url", _target(tmp_path, "a.db"))
     assert code == 0, out
     assert "crons follow Quartz 2.3 (the 2.4 schema without xxl_job_user.token" in out
     assert f"quarantine xxl-job:{job} " not in out
     code, out = _run(
-        "migrate", "plan", *base, "--target-url", _target(tmp_path, "b.db"), "--xxl-job-version", "3.1.0", "--json"
+        "migrate", "plan", *base, "--url", _target(tmp_path, "b.db"), "--xxl-job-version", "3.1.0", "--json"
     )
     assert code == 0, out
     plan = json.loads(out.strip().splitlines()[-1])
@@ -74,7 +74,7 @@ def test_a_version_the_reader_cannot_use_is_a_usage_error(tmp_path: Path) -> Non
         "xxl-job",
         "--legacy-url",
         legacy,
-        "--target-url",
+        "--url",
         target,
         "--xxl-job-version",
         "2.0.1",
@@ -87,7 +87,7 @@ def test_a_version_the_reader_cannot_use_is_a_usage_error(tmp_path: Path) -> Non
         "batch-center",
         "--legacy-url",
         legacy,
-        "--target-url",
+        "--url",
         target,
         "--xxl-job-version",
         "2.4.2",

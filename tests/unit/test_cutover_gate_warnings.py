@@ -111,7 +111,7 @@ def test_the_cutover_command_prints_the_warning(tmp_path: Path, as_json: bool, m
     # the command runs on the system clock: the stored verdict is fresh now
     put_comparison(env.dual, replace(c, biz_code=biz, computed_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
     env.store.engine.dispose()
-    args = ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go"]
+    args = ["cutover", "--business", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go"]
     result = CliRunner().invoke(cli, args + (["--json"] if as_json else []))
     assert result.exit_code == 0, result.output
     if as_json:

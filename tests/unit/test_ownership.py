@@ -228,7 +228,9 @@ def test_rollback_of_paused_jobs_is_not_a_success_and_says_so_per_job(urls: tupl
     with env.store.engine.begin() as conn:
         conn.execute(text("UPDATE dus_job_trigger SET state = 'paused' WHERE state = 'waiting'"))
     url = _url(env.store.engine)
-    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", _url(env.legacy), "--json"])
+    res = CliRunner().invoke(
+        cli, ["rollback", "--business", biz, "--url", url, "--legacy-url", _url(env.legacy), "--json"]
+    )
     assert res.exit_code == 1, res.output
     body = json.loads(res.output.strip().splitlines()[-1])
     assert body["ok"] is False and body["not_handed_back"]

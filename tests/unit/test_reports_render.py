@@ -136,7 +136,9 @@ def test_report_cli_writes_every_format_and_the_overview(tmp_path: Path) -> None
     runner = CliRunner()
     for fmt in ("html", "md", "json"):
         out = tmp_path / "out" / f"reminder.{fmt}"
-        result = runner.invoke(cli, ["report", "reminder", "--format", fmt, "--out", str(out), "--url", url])
+        result = runner.invoke(
+            cli, ["report", "--business", "reminder", "--format", fmt, "--out", str(out), "--url", url]
+        )
         assert result.exit_code == 0, result.output
         assert out.stat().st_size > 500
     result = runner.invoke(cli, ["report", "--overview", "--out", str(tmp_path / "out" / "index.html"), "--url", url])
@@ -148,9 +150,12 @@ def test_report_cli_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
     _scenario(tmp_path)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     runner = CliRunner()
-    missing = runner.invoke(cli, ["report", "nobody", "--out", str(tmp_path / "x.html"), "--url", url])
-    assert missing.exit_code == 1 and "no comparison stored for business 'nobody'" in missing.output
-    both = runner.invoke(cli, ["report", "reminder", "--overview", "--out", str(tmp_path / "x.html"), "--url", url])
+    missing = runner.invoke(cli, ["report", "--business", "nobody", "--out", str(tmp_path / "x.html"), "--url", url])
+    # a business that does not exist is a wrong argument naming it (issue 32), not "no comparison yet"
+    assert missing.exit_code == 2 and "no such business: nobody" in missing.output, missing.output
+    both = runner.invoke(
+        cli, ["report", "--business", "reminder", "--overview", "--out", str(tmp_path / "x.html"), "--url", url]
+    )
     assert both.exit_code == 2
     neither = runner.invoke(cli, ["report", "--out", str(tmp_path / "x.html"), "--url", url])
     assert neither.exit_code == 2

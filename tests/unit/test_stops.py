@@ -453,7 +453,9 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
     env, biz, sw = _cut_over(tmp_path)
     clock = env.migrator.clock
     url, legacy = str(env.store.engine.url), str(env.legacy.url)
-    res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"])
+    res = CliRunner().invoke(
+        cli, ["rollback", "--business", biz, "--url", url, "--legacy-url", legacy, "--reason", "x"]
+    )
     assert res.exit_code == 0, res.output
     assert "no process holding the bus" in res.output, res.output
     # with a process relaying (a scheduler leader or serve on the same store): named
@@ -471,7 +473,9 @@ def test_a_rollback_without_a_bus_says_how_its_fence_reaches_the_executors(tmp_p
     th = threading.Thread(target=relaying, daemon=True)
     th.start()
     try:
-        res = CliRunner().invoke(cli, ["rollback", biz, "--url", url, "--legacy-url", legacy, "--reason", "y"])
+        res = CliRunner().invoke(
+            cli, ["rollback", "--business", biz, "--url", url, "--legacy-url", legacy, "--reason", "y"]
+        )
     finally:
         done.set()
         th.join(timeout=5)

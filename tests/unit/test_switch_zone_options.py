@@ -29,10 +29,12 @@ def test_a_split_pair_is_taken_for_an_xxl_job_business(tmp_path: Path) -> None:
     env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     legacy = str(env.legacy.url)
     store = str(env.store.engine.url)
-    r = CliRunner().invoke(cli, ["dualrun", "start", biz, "--url", store, "--legacy-url", legacy, "--shadow", *SPLIT])
+    r = CliRunner().invoke(
+        cli, ["dualrun", "start", "--business", biz, "--url", store, "--legacy-url", legacy, "--shadow", *SPLIT]
+    )
     assert r.exit_code == 0, r.output
     assert BusinessRegistry(env.own).get(biz).state.value == "dual_run"  # type: ignore[union-attr]
-    r = CliRunner().invoke(cli, ["rollback", biz, "--url", store, "--legacy-url", legacy, *SPLIT])
+    r = CliRunner().invoke(cli, ["rollback", "--business", biz, "--url", store, "--legacy-url", legacy, *SPLIT])
     assert r.exit_code == 0, r.output
 
 
@@ -42,6 +44,7 @@ def test_an_unknown_zone_names_the_option(tmp_path: Path) -> None:
         cli,
         [
             "rollback",
+            "--business",
             biz,
             "--url",
             str(env.store.engine.url),
@@ -59,7 +62,17 @@ def test_a_split_pair_is_refused_for_a_batch_center_business(tmp_path: Path) -> 
     env, _biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
     BusinessRegistry(env.own).ensure("bc-biz", "batch-center")
     r = CliRunner().invoke(
-        cli, ["cutover", "bc-biz", "--url", str(env.store.engine.url), "--legacy-url", str(env.legacy.url), *SPLIT]
+        cli,
+        [
+            "cutover",
+            "--business",
+            "bc-biz",
+            "--url",
+            str(env.store.engine.url),
+            "--legacy-url",
+            str(env.legacy.url),
+            *SPLIT,
+        ],
     )
     assert r.exit_code == exitcodes.USAGE
     assert "one zone" in r.output and "--legacy-tz" in r.output

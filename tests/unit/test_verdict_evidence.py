@@ -267,7 +267,7 @@ def test_cutover_json_carries_the_shadow_warning(tmp_path: Path, monkeypatch: py
     env.store.engine.dispose()
     result = CliRunner().invoke(
         cli,
-        ["cutover", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go", "--json"],
+        ["cutover", "--business", biz, *migrated_xxljob_urls(tmp_path), "--actor", "ops", "--reason", "go", "--json"],
     )
     assert result.exit_code == 0, result.output
     body = json.loads(result.output.strip().splitlines()[-1])

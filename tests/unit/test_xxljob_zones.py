@@ -217,7 +217,7 @@ def _plan(legacy_url: str, target_url: str, *zone_args: str, as_json: bool) -> A
         "xxl-job",
         "--legacy-url",
         legacy_url,
-        "--target-url",
+        "--url",
         target_url,
         *zone_args,
     ] + (["--json"] if as_json else [])
@@ -282,7 +282,7 @@ def test_split_zones_are_refused_for_the_batch_center_on_the_command_line(tmp_pa
             "batch-center",
             "--legacy-url",
             f"sqlite:///{tmp_path / 'bc.db'}",
-            "--target-url",
+            "--url",
             f"sqlite:///{tmp_path / 't.db'}",
             "--legacy-db-tz",
             "Asia/Shanghai",
