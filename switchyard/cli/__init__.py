@@ -15,9 +15,11 @@ from switchyard.cli.demo import demo
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
 from switchyard.cli.freeze import freeze, unfreeze
+from switchyard.cli.job import job
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
 from switchyard.cli.run import run_group
+from switchyard.cli.runs import runs
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
@@ -71,6 +73,8 @@ cli.add_command(cutover)
 cli.add_command(rollback)
 cli.add_command(console)
 cli.add_command(serve)
+cli.add_command(job)
+cli.add_command(runs)
 dualrun.add_command(dualrun_start)
 
 
