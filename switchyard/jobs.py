@@ -272,9 +272,7 @@ class Jobs:
         now = self.store.clock.now()
         once = Schedule(kind=TriggerKind.ONCE, at=now).trigger(job, now)
         (added,) = self.store.add_triggers([once])
-        self._audit(
-            job.biz_code, "job run", reason, before=None, after={"job": job.job_code, "trigger_id": added.id}
-        )
+        self._audit(job.biz_code, "job run", reason, before=None, after={"job": job.job_code, "trigger_id": added.id})
         return added
 
     # -- helpers ---------------------------------------------------------------------

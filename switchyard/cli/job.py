@@ -51,7 +51,9 @@ def _opened(url: str, actor: str, bus_args: BusArgs | None = None) -> Iterator[_
     try:
         with bus_args.opened() if bus_args is not None and bus_args.reaches_executors else nullcontext() as bus:
             stop_store = SqlStops(store)
-            yield _Session(Jobs(store, migrator_store(store), StopService(stop_store, bus), actor), stop_store, bus_args)
+            yield _Session(
+                Jobs(store, migrator_store(store), StopService(stop_store, bus), actor), stop_store, bus_args
+            )
     except UnknownName as exc:
         raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
     except JobInputError as exc:
@@ -141,7 +143,11 @@ def _duration(name: str, text: str) -> timedelta:
 def _schedule(given: dict[str, Any], base: Schedule | None) -> Schedule | None:
     """The schedule the options give, over `base` (an edit keeps what is not given); None:
     no schedule option given."""
-    kinds = [k for k, v in zip(KINDS, (given["cron"], given["every"], given["once_at"], given["no_schedule"]), strict=True) if v]
+    kinds = [
+        k
+        for k, v in zip(KINDS, (given["cron"], given["every"], given["once_at"], given["no_schedule"]), strict=True)
+        if v
+    ]
     if len(kinds) > 1:
         raise JobInputError("schedule", f"give one of --cron, --every, --at, --no-schedule (got {', '.join(kinds)})")
     shaping = any(given[k] is not None for k in ("zone", "dialect", "end_at", "misfire"))
@@ -150,12 +156,16 @@ def _schedule(given: dict[str, Any], base: Schedule | None) -> Schedule | None:
     if not kinds and base is None:
         raise JobInputError("schedule", "give one of --cron, --every, --at, --no-schedule")
     b = base or Schedule(kind=TriggerKind.NONE)
-    kind = {
-        "cron": TriggerKind.CRON,
-        "every": TriggerKind.FIXED_RATE,
-        "once": TriggerKind.ONCE,
-        "none": TriggerKind.NONE,
-    }[kinds[0]] if kinds else b.kind
+    kind = (
+        {
+            "cron": TriggerKind.CRON,
+            "every": TriggerKind.FIXED_RATE,
+            "once": TriggerKind.ONCE,
+            "none": TriggerKind.NONE,
+        }[kinds[0]]
+        if kinds
+        else b.kind
+    )
     same = kind is b.kind
     return Schedule(
         kind=kind,
@@ -226,9 +236,7 @@ def _emit(view: JobView, as_json: bool, note: str = "") -> None:
 
 @job.command("list")
 @business_opt
-@click.option(
-    "--state", "states", multiple=True, help="Only jobs in this state: running, stopped, child (repeatable)."
-)
+@click.option("--state", "states", multiple=True, help="Only jobs in this state: running, stopped, child (repeatable).")
 @click.option("--handler", default=None, help="Only jobs of this handler.")
 @store_url
 @json_opt
@@ -248,7 +256,9 @@ def list_jobs(biz_code: str | None, states: tuple[str, ...], handler: str | None
         click.echo("no jobs" + (f" in business {biz_code}" if biz_code else ""))
     for v in views:
         d = v.as_dict()
-        click.echo(f"{d['business']}:{d['job']:<40} {d['state']:<12} {d['handler']:<24} next {d['next_fire_at'] or '-'}")
+        click.echo(
+            f"{d['business']}:{d['job']:<40} {d['state']:<12} {d['handler']:<24} next {d['next_fire_at'] or '-'}"
+        )
 
 
 @job.command("show")
@@ -274,7 +284,9 @@ def show(name: str, biz_code: str | None, url: str, as_json: bool) -> None:
 @actor_opt
 @json_opt
 @cli_errors
-def add(name: str, biz_code: str | None, stopped: bool, url: str, reason: str, actor: str, as_json: bool, **given: Any) -> None:
+def add(
+    name: str, biz_code: str | None, stopped: bool, url: str, reason: str, actor: str, as_json: bool, **given: Any
+) -> None:
     """Create a job and its trigger; its first fire time is computed from the schedule.
     A business first named here is created (native: it fires on the new center only)."""
     if biz_code is None and ":" in name:
@@ -343,7 +355,9 @@ def _stop_like(action: str, doc: str) -> click.Command:
     @actor_opt
     @json_opt
     @cli_errors
-    def cmd(name: str, biz_code: str | None, url: str, bus_args: BusArgs, reason: str, actor: str, as_json: bool) -> None:
+    def cmd(
+        name: str, biz_code: str | None, url: str, bus_args: BusArgs, reason: str, actor: str, as_json: bool
+    ) -> None:
         with _opened(url, actor, bus_args) as s:
             found = s.jobs.resolve(name, biz_code)
             trigger_ids = [t.id for t in s.jobs.triggers(found.job_code) if t.id is not None]
@@ -415,7 +429,12 @@ def run_once(name: str, biz_code: str | None, url: str, reason: str, actor: str,
     with _opened(url, actor) as s:
         found = s.jobs.resolve(name, biz_code)
         added = s.jobs.run(found, reason=reason)
-    out = {"job": found.job_code, "business": found.biz_code, "trigger_id": added.id, "at": added.next_fire_at.isoformat()}
+    out = {
+        "job": found.job_code,
+        "business": found.biz_code,
+        "trigger_id": added.id,
+        "at": added.next_fire_at.isoformat(),
+    }
     if as_json:
         click.echo(json.dumps(out))
     else:

@@ -35,7 +35,9 @@ _TIMES = ("scheduled_at", "fired_at", "published_at", "received_at", "started_at
     type=click.Choice(STATES),
     help="Only runs in this state (repeatable): pending is handed out, no result yet.",
 )
-@click.option("--since", default="2h", show_default=True, help="Only runs scheduled this long ago or later (e.g. 30m, 2h, 7d).")
+@click.option(
+    "--since", default="2h", show_default=True, help="Only runs scheduled this long ago or later (e.g. 30m, 2h, 7d)."
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many rows.")
 @store_url
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
@@ -89,7 +91,9 @@ def runs(
 
 
 def _iso(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000).astimezone().isoformat(timespec="milliseconds")
+    return (
+        None if ms is None else datetime.fromtimestamp(int(ms) / 1000).astimezone().isoformat(timespec="milliseconds")
+    )
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:

@@ -148,7 +148,9 @@ def test_select_due_reads_every_field_as_the_full_row_reads_it(store: SqlTrigger
     def trig(**fields: Any) -> Trigger:
         made = Trigger(job_code=job.job_code, biz_code=job.biz_code, **fields)
         if made.kind is TriggerKind.CRON:  # a cron waits for a time it produces (add_triggers refuses others)
-            made = replace(made, next_fire_at=next_after(made, t0))
+            first = next_after(made, t0)
+            assert first is not None
+            made = replace(made, next_fire_at=first)
         return made
 
     added = store.add_triggers(

@@ -149,11 +149,15 @@ def test_the_scheduler_reschedules_each_trigger_in_its_own_dialect(
     # every minute on the 1st (and its W day): a fire at 12:00:30 on May 1st, then the next
     cron = "30 0 12 1W * ?"
     probe = trigger_of(job, TriggerKind.CRON, start, cron=cron, cron_dialect=dialect, time_zone=ZONE)
-    (t,) = h.store.add_triggers([replace(probe, next_fire_at=next_after(probe, start))])
+    first = next_after(probe, start)
+    assert first is not None
+    (t,) = h.store.add_triggers([replace(probe, next_fire_at=first)])
     # May 1st is no fire time of either dialect's 1W: the row a migration wrote from the
     # legacy's own next time (add_triggers refuses it, issue 28), so written as the migrator does
     with h.store.engine.begin() as conn:
-        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = :at WHERE id = :i"), {"at": to_ms(start), "i": t.id})
+        conn.execute(
+            text("UPDATE dus_job_trigger SET next_fire_at = :at WHERE id = :i"), {"at": to_ms(start), "i": t.id}
+        )
     h.listen("biz-a")
     core = h.core()
     clock.set(start)

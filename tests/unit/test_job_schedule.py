@@ -90,9 +90,11 @@ def test_the_first_fire_is_computed_from_the_schedule(tmp_path: Path) -> None:
         )
     )
     assert every.trigger is not None and every.trigger.next_fire_at == START + timedelta(minutes=1)
-    child = c.jobs.add(JobSpec(job_code="child", biz_code="biz-a", handler="h", schedule=Schedule(kind=TriggerKind.NONE)))
+    child = c.jobs.add(
+        JobSpec(job_code="child", biz_code="biz-a", handler="h", schedule=Schedule(kind=TriggerKind.NONE))
+    )
     assert child.trigger is not None and child.trigger.state is TriggerState.COMPLETED  # never due by itself
-    with pytest.raises(JobInputError, match="^at: .* is in the past"):
+    with pytest.raises(JobInputError, match=r"^at: .* is in the past"):
         c.jobs.add(
             JobSpec(
                 job_code="late",
@@ -114,7 +116,9 @@ def test_add_triggers_refuses_a_cron_trigger_at_a_time_its_cron_never_produces(t
         cron="0 0 * * * ?",  # on the hour
         next_fire_at=START + timedelta(seconds=3),
     )
-    with pytest.raises(ValueError, match="is no fire time of cron '0 0 \\* \\* \\* \\?'.*its next one is 2026-12-02T07:00"):
+    with pytest.raises(
+        ValueError, match=r"is no fire time of cron '0 0 \* \* \* \?'.*its next one is 2026-12-02T07:00"
+    ):
         c.h.store.add_triggers([off_grid])
     assert c.h.store.triggers_of(job_code=JobCode("j1")) == []
     c.step(10)
