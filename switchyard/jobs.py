@@ -22,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from migrator.business import BusinessRegistry
+from migrator.cutover import migrated_job_codes
+from migrator.model import BusinessState
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
@@ -196,6 +198,7 @@ class Jobs:
     def edit(self, job: Job, changes: Mapping[str, Any], *, reason: str = "") -> tuple[JobView, str]:
         """`changes`: JobSpec fields, `schedule` a whole Schedule. Returns the job after and
         what the schedule change did."""
+        self._refuse_legacy_owned(job, "edit")
         before = self.view(job)
         spec = before.spec().with_changes(**dict(changes))
         if spec.job_code != job.job_code or spec.biz_code != job.biz_code:
@@ -246,6 +249,7 @@ class Jobs:
     def delete(self, job: Job, *, reason: str = "") -> operations.OperationReport | None:
         """The job's live triggers are cancelled first (a stop at S = now + 1 s: nothing
         runs at or after it, published or not), then its definition goes."""
+        self._refuse_legacy_owned(job, "delete")
         before = self.view(job)
         report = None
         live = [t.id for t in self.triggers(job.job_code) if t.id is not None and _live(t, self.store.clock.now())]
@@ -276,6 +280,20 @@ class Jobs:
         return added
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _refuse_legacy_owned(self, job: Job, action: str) -> None:
+        """A migrated job whose business is not cut over is the legacy admin's: the
+        migration carries the legacy definition over again and would undo an edit made
+        here (and a delete here would leave the legacy job firing on alone)."""
+        rec = self.registry.get(job.biz_code)
+        if rec is None or rec.state is BusinessState.CUTOVER:
+            return
+        if job.job_code in migrated_job_codes(self.own, job.biz_code):
+            raise PermissionError(
+                f"job {job.job_code} is migrated from {rec.source_system} and business {job.biz_code} is "
+                f"{rec.state.value}: {action} it in the legacy admin (the migration carries it over), "
+                "or after the cutover here"
+            )
 
     def _start_stop(self, job: Job, action: str, reason: str) -> operations.OperationReport:
         t = self._schedule_trigger(job.job_code)

@@ -152,7 +152,7 @@ class SqlJobAdmin:
     def runs(
         self,
         *,
-        trigger_ids: Sequence[int] | None = None,
+        job_code: JobCode | None = None,
         biz_code: str | None = None,
         states: Sequence[str] = (),
         since: datetime | None = None,
@@ -164,10 +164,9 @@ class SqlJobAdmin:
         fr = self.t.fired
         state = case((published_by_outcome(self.t), "published"), else_=fr.c.state).label("state")
         stmt = select(*(state if c == "state" else fr.c[c] for c in RUN_COLUMNS))
-        if trigger_ids is not None:
-            if not trigger_ids:
-                return []
-            stmt = stmt.where(fr.c.trigger_id.in_(sorted({int(i) for i in trigger_ids})[:1000]))
+        if job_code is not None:
+            # with its business (the caller's): the (biz_code, scheduled_at) index serves both
+            stmt = stmt.where(fr.c.job_code == job_code)
         if biz_code is not None:
             stmt = stmt.where(fr.c.biz_code == biz_code)
         if since is not None:

@@ -59,18 +59,18 @@ def runs(
     store = open_existing_store(url)
     try:
         jobs = Jobs(store, migrator_store(store), StopService(SqlStops(store)), "")  # reads only
-        trigger_ids = None
+        job_code: JobCode | None = None
         try:
             if biz_code is not None:
                 jobs.check_business(biz_code)
             if job_name is not None:
                 found = jobs.resolve(job_name, biz_code)
-                trigger_ids = [t.id for t in store.triggers_of(job_code=JobCode(found.job_code)) if t.id is not None]
+                job_code, biz_code = found.job_code, found.biz_code
         except UnknownName as exc:
             raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
         now = store.clock.now()
         rows = SqlJobAdmin(store).runs(
-            trigger_ids=trigger_ids, biz_code=biz_code, states=states, since=now - window, limit=limit
+            job_code=job_code, biz_code=biz_code, states=states, since=now - window, limit=limit
         )
     finally:
         store.engine.dispose()

@@ -256,3 +256,26 @@ def test_every_job_option_has_help(url: str) -> None:
             if p.param_type_name == "option" and not getattr(p, "help", None):
                 missing.append(f"{cmd.name} {p.opts}")
     assert not missing, missing
+
+
+def test_a_migrated_job_is_listed_and_the_legacy_admin_keeps_it_until_the_cutover(tmp_path: Path) -> None:
+    from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
+
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=3)
+    env.legacy.dispose()
+    env.store.engine.dispose()
+    store_url = migrated_xxljob_urls(tmp_path)[1]
+    listed = sy_json("job", "list", "--url", store_url, "--business", biz)
+    assert listed and all(j["business"] == biz for j in listed)
+    code_ = listed[0]["job"]  # a migrated code has colons of its own (xxl:<biz>:<key>)
+    assert sy_json("job", "show", code_, "--url", store_url)["job"] == code_
+    for args in (("edit", code_, "--retries", "1"), ("delete", code_)):
+        code, out = sy("job", *args, "--url", store_url)
+        assert code == exitcodes.REFUSED and "legacy admin" in out, out
+    # a job created here beside it is the new center's own
+    added = sy_json("job", "add", "native1", "--business", biz, "--handler", "h", "--every", "1m", "--url", store_url)
+    assert added["state"] == "running"
+    edited = sy_json("job", "edit", "native1", "--retries", "3", "--url", store_url)
+    assert edited["retries"] == 3
+    rows = sy_json("status", "--jobs", "--url", store_url, "--business", biz)
+    assert "native1" in [j["job_code"] for j in rows[0]["jobs"]]
