@@ -28,6 +28,8 @@ from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
 from scheduler_core.model import Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.ports import MessageBus
+from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
 from scheduler_core.store.job_admin import SqlJobAdmin
 from scheduler_core.store.reads import has_fired_records, job_biz_codes
@@ -270,13 +272,21 @@ class Jobs:
     def stop(self, job: Job, *, reason: str = "") -> operations.OperationReport:
         return self._start_stop(job, "pause", reason)
 
-    def run(self, job: Job, *, reason: str = "") -> Trigger:
-        """One run now, outside the schedule: a one-shot trigger due now (the scheduler
-        fires it on its next tick, as any one-shot; the schedule is not moved)."""
+    def run(self, job: Job, *, params: str | None = None, bus: MessageBus | None = None, reason: str = "") -> Trigger:
+        """One run now, outside the schedule (the schedule is not moved): a one-shot
+        trigger due now, which the scheduler fires on its next tick as any one-shot; with
+        `params` (the run's own parameter), published here on `bus` with it
+        (`scheduler_core.run_now`)."""
         now = self.store.clock.now()
-        once = Schedule(kind=TriggerKind.ONCE, at=now).trigger(job, now)
+        if params is not None and bus is None:
+            raise JobInputError("param", "a run with its own parameter is published by this command: give --bus")
+        state = S.WAITING if params is None else S.COMPLETED  # completed: the scheduler never fires it
+        once = Schedule(kind=TriggerKind.ONCE, at=now).trigger(job, now, state)
         (added,) = self.store.add_triggers([once])
-        self._audit(job.biz_code, "job run", reason, before=None, after={"job": job.job_code, "trigger_id": added.id})
+        if params is not None and bus is not None:
+            publish_run(self.store, bus, added, job, params)
+        after = {"job": job.job_code, "trigger_id": added.id, "params": job.params if params is None else params}
+        self._audit(job.biz_code, "job run", reason, before=None, after=after)
         return added
 
     # -- helpers ---------------------------------------------------------------------

@@ -418,22 +418,41 @@ _stop_like(
 @job.command("run")
 @name_arg
 @business_opt
+@click.option(
+    "--param",
+    "params",
+    default=None,
+    help="This run's own parameter instead of the job's (the command publishes the run itself: needs --bus).",
+)
 @store_url
+@bus_opts
 @reason_opt
 @actor_opt
 @json_opt
 @cli_errors
-def run_once(name: str, biz_code: str | None, url: str, reason: str, actor: str, as_json: bool) -> None:
+def run_once(
+    name: str,
+    biz_code: str | None,
+    params: str | None,
+    url: str,
+    bus_args: BusArgs,
+    reason: str,
+    actor: str,
+    as_json: bool,
+) -> None:
     """Run a job once now, outside its schedule (a one-shot trigger due now; the scheduler
-    fires it on its next tick). `switchyard runs --job JOB` shows the run."""
-    with _opened(url, actor) as s:
+    fires it on its next tick; with --param this command publishes it). `switchyard runs
+    --job JOB` shows the run."""
+    with _opened(url, actor, bus_args) as s:
         found = s.jobs.resolve(name, biz_code)
-        added = s.jobs.run(found, reason=reason)
+        added = s.jobs.run(found, params=params, bus=s.jobs.stops.bus, reason=reason)
     out = {
         "job": found.job_code,
         "business": found.biz_code,
         "trigger_id": added.id,
         "at": added.next_fire_at.isoformat(),
+        "params": found.params if params is None else params,
+        "published_by": "scheduler" if params is None else "this command",
     }
     if as_json:
         click.echo(json.dumps(out))

@@ -1,7 +1,8 @@
 """Issue 28 on the real servers (MariaDB store, Pulsar bus): a job added by
 `switchyard job add` fires under a real `switchyard scheduler run` and a real executor
 process, `switchyard runs` shows its runs, and after `switchyard job stop` nothing runs
-at or after the stop, including the runs already published a lookahead ahead.
+at or after the stop, including the runs already published a lookahead ahead; `job run
+--param` runs it once now with a parameter of its own.
 
 The store URL reaches every process through SWITCHYARD_URL, never its arguments."""
 
@@ -93,6 +94,13 @@ def test_a_job_added_by_the_cli_fires_shows_in_runs_and_stops(tmp_path: Path) ->
             assert run["lag_ms"] is not None and run["lag_ms"] < 5000, run
             ran_ms = {int(datetime.fromisoformat(r["scheduled_at"]).timestamp() * 1000) for r in runs}
             assert ran_ms <= set(_ran(events)), "runs shows the runs the handler saw"
+
+            # run once now with a parameter of its own: this command publishes it
+            ran = _json(
+                url, "job", "run", f"{BIZ}:tick", "--param", "once-now", "--bus", pulsar, "--topic-prefix", prefix
+            )
+            assert ran["published_by"] == "this command", ran
+            assert until(lambda: "once-now" in events.read_text(), 30), logs()
 
             stopped = _json(url, "job", "stop", f"{BIZ}:tick")
             stop_ms = int(datetime.fromisoformat(stopped["at"]).timestamp() * 1000)

@@ -146,6 +146,7 @@ def test_unknown_names_and_duplicates_are_exit_2_naming_them(url: str) -> None:
         (("runs", "--job", "nosuch"), "no such job: nosuch"),
         (("job", "add", "billing:invoice", "--handler", "h", "--every", "1m"), "job: invoice exists already"),
         (("job", "edit", "invoice"), "nothing to change"),
+        (("job", "run", "invoice", "--param", "x"), "param: a run with its own parameter is published by this command"),
         (("job", "add", "bad code", "--business", "b", "--handler", "h", "--every", "1m"), "job: 'bad code'"),
     ]:
         code, out = sy(*args)

@@ -210,3 +210,19 @@ def test_a_child_runs_after_its_parent(tmp_path: Path) -> None:
     assert c.jobs.add(spec).children == ("child",)
     c.step(12)
     assert c.runs_of("parent") and len(c.runs_of("child")) == len(c.runs_of("parent"))
+
+
+def test_run_now_with_its_own_parameter_is_published_with_it(tmp_path: Path) -> None:
+    c = _center(tmp_path)
+    c.jobs.add(_cron_job("j1", "0 0 0 * * ?").with_changes(params="the job's"))
+    seen: list[str] = []
+    c.ex.handler("h")(lambda ctx: seen.append(ctx.params))
+    with pytest.raises(JobInputError, match=r"^param: .*give --bus"):
+        c.jobs.run(_job(c, "j1"), params="x")  # nobody here to publish it
+    added = c.jobs.run(_job(c, "j1"), params="this run's", bus=c.h.bus)
+    assert added.state is TriggerState.COMPLETED  # the scheduler never fires it again
+    c.step(3)
+    assert seen == ["this run's"]
+    c.jobs.run(_job(c, "j1"))  # without one: the job's, fired by the scheduler
+    c.step(3)
+    assert seen == ["this run's", "the job's"]
