@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from migrator.business import BusinessRegistry
 from migrator.cutover import migrated_job_codes
@@ -28,6 +29,7 @@ from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
 from scheduler_core.model import Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.occurrences import next_after
 from scheduler_core.ports import MessageBus
 from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
@@ -97,6 +99,25 @@ class JobView:
             "schedule": None if t is None else _schedule_dict(t),
             "next_fire_at": None if t is None or t.state not in (S.WAITING, S.ACQUIRED) else t.next_fire_at.isoformat(),
         }
+
+
+def preview(t: Trigger | None, now: datetime, n: int = 5) -> list[str]:
+    """The next `n` fire times of a job's schedule, in its zone (as its cron reads them):
+    from its stored next fire time when it is running, else from now."""
+    if t is None or t.kind is TriggerKind.NONE:
+        return []
+    if t.state in (S.WAITING, S.ACQUIRED):
+        at: datetime | None = t.next_fire_at
+    elif t.kind is TriggerKind.ONCE:
+        at = t.next_fire_at if t.next_fire_at >= now and t.state is not S.COMPLETED else None
+    else:
+        at = next_after(t, now)
+    zone = ZoneInfo(t.time_zone)
+    out: list[str] = []
+    while at is not None and len(out) < n:
+        out.append(at.astimezone(zone).isoformat())
+        at = next_after(t, at)
+    return out
 
 
 def _schedule_dict(t: Trigger) -> dict[str, Any]:

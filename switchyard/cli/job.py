@@ -26,7 +26,7 @@ from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
-from switchyard.jobs import Jobs, JobView, UnknownName
+from switchyard.jobs import Jobs, JobView, UnknownName, preview
 from switchyard.wiring import migrator_store, open_existing_store
 
 KINDS = ("cron", "every", "once", "none")
@@ -268,10 +268,16 @@ def list_jobs(biz_code: str | None, states: tuple[str, ...], handler: str | None
 @json_opt
 @cli_errors
 def show(name: str, biz_code: str | None, url: str, as_json: bool) -> None:
-    """One job: its definition, schedule, next fire time and children."""
+    """One job: its definition, schedule, its next 5 fire times (in the job's zone) and children."""
     with _opened(url, "") as s:
         view = s.jobs.view(s.jobs.resolve(name, biz_code))
+        coming = preview(view.trigger, s.jobs.store.clock.now())
+    if as_json:
+        click.echo(json.dumps({**view.as_dict(), "next_fires": coming}))
+        return
     _emit(view, as_json)
+    if coming:
+        click.echo(f"  next {len(coming)}:    {', '.join(coming)}")
 
 
 @job.command("add")

@@ -66,6 +66,10 @@ def test_add_list_show_a_cron_job_with_its_first_fire_computed(url: str) -> None
     shown = sy_json("job", "show", "billing:reports")
     assert shown["shards"] == 2 and shown["items"] == ["a", "b"] and shown["timeout_s"] == 120
     assert shown["schedule"]["every_s"] == 90
+    # the next 5 fire times previewed in the job's zone
+    assert sy_json("job", "show", "invoice")["next_fires"] == [
+        (expected + timedelta(minutes=5 * i)).isoformat() for i in range(5)
+    ]
     code, out = sy("job", "show", "invoice")
     assert code == 0 and "billing:invoice  running" in out and "cron 0 0/5 * * * ? (Asia/Shanghai" in out
 
