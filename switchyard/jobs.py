@@ -39,6 +39,8 @@ from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.trigger_actions import STOP_LEAD, act
 
 S = TriggerState
+# sharding items' parameters shown (list, show, the audit): a job may have 100,000 of them
+SHOWN_ITEMS = 20
 
 
 class UnknownName(LookupError):
@@ -52,7 +54,8 @@ class JobView:
     job: Job
     trigger: Trigger | None  # the schedule (oldest trigger not cancelled); None: none left
     children: tuple[str, ...]
-    items: tuple[str, ...]
+    items: tuple[str, ...]  # every item's parameter, or the first SHOWN_ITEMS (items_complete)
+    items_complete: bool = True
 
     @property
     def state(self) -> str:
@@ -66,6 +69,9 @@ class JobView:
         return {S.PAUSED: "stopped", S.CREATED: "not admitted"}.get(t.state, t.state.value)
 
     def spec(self) -> JobSpec:
+        """The job as a JobSpec (needs every item: `Jobs.view(job, all_items=True)`)."""
+        if not self.items_complete:
+            raise RuntimeError("JobView.spec needs the view with every sharding item")
         j, t = self.job, self.trigger
         return JobSpec(
             job_code=j.job_code,
@@ -89,7 +95,8 @@ class JobView:
             "handler": j.handler,
             "params": j.params,
             "shards": j.shard_total,
-            "items": list(self.items),
+            "items": list(self.items[:SHOWN_ITEMS]),
+            "items_total": j.shard_total if j.explicit_items else 0,
             "timeout_s": j.timeout.total_seconds(),
             "retries": j.max_retry,
             "priority": j.priority,
@@ -172,7 +179,7 @@ class Jobs:
         if not known:
             raise UnknownName(f"no such business: {biz_code}")
 
-    def view(self, job: Job) -> JobView:
+    def view(self, job: Job, *, all_items: bool = False) -> JobView:
         trigger = self._schedule_trigger(job.job_code)
         children: tuple[str, ...] = ()
         if trigger is not None and trigger.id is not None:
@@ -180,9 +187,10 @@ class Jobs:
             by_id = {t.id: t.job_code for t in self.store.get_triggers(child_ids)}
             children = tuple(by_id[c] for c in child_ids if c in by_id)
         items: tuple[str, ...] = ()
+        wanted = job.shard_total if all_items else min(job.shard_total, SHOWN_ITEMS)
         if job.explicit_items:
-            items = tuple(i.param for i in self.store.sharding_page(job.job_code, 0, job.shard_total))
-        return JobView(job, trigger, children, items)
+            items = tuple(i.param for i in self.store.sharding_page(job.job_code, 0, wanted))
+        return JobView(job, trigger, children, items, items_complete=wanted == job.shard_total)
 
     def all(self, biz_code: str | None = None) -> list[JobView]:
         if biz_code is not None:
@@ -222,7 +230,7 @@ class Jobs:
         """`changes`: JobSpec fields, `schedule` a whole Schedule. Returns the job after and
         what the schedule change did."""
         self._refuse_legacy_owned(job, "edit")
-        before = self.view(job)
+        before = self.view(job, all_items=True)
         spec = before.spec().with_changes(**dict(changes))
         if spec.job_code != job.job_code or spec.biz_code != job.biz_code:
             raise JobInputError("job", "the code and business of a job do not change (copy it instead)")
@@ -235,7 +243,9 @@ class Jobs:
             new_sched = spec.schedule.trigger(new_job, self.store.clock.now())  # checks it, first fire computed
         elif t is not None and spec.schedule.misfire_policy is not t.misfire_policy:
             new_sched = replace(t, misfire_policy=spec.schedule.misfire_policy)
-        saved = self.store.put_job(replace(new_job, id=job.id))
+        # what the operator cannot set here stays as it was (a migrated job's envelope, a
+        # dual-run's shadow)
+        saved = self.store.put_job(replace(new_job, id=job.id, envelope_size=job.envelope_size, shadow=job.shadow))
         if "items" in changes or (spec.items and spec.shard_total != job.shard_total):
             self._put_items(saved, spec.items)
         if new_sched is not None and t is not None and t.id is not None:
@@ -262,7 +272,7 @@ class Jobs:
         """A new job with the definition and schedule of `job`, created stopped (as the
         xxl-job admin's copy: two jobs firing the same work from the moment of a copy is
         never what was meant); `job start` starts it."""
-        spec = self.view(job).spec()
+        spec = self.view(job, all_items=True).spec()
         sched = spec.schedule
         if sched.kind is TriggerKind.ONCE and sched.at is not None and sched.at < self.store.clock.now():
             raise JobInputError("at", f"the one-shot time of {job.job_code} ({sched.at.isoformat()}) is past")

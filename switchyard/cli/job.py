@@ -325,7 +325,7 @@ def edit(name: str, biz_code: str | None, url: str, reason: str, actor: str, as_
     schedule's are published; nothing is rewritten under the scheduler."""
     with _opened(url, actor) as s:
         found = s.jobs.resolve(name, biz_code)
-        changes = _changes(given, s.jobs.view(found).spec())
+        changes = _changes(given, s.jobs.view(found, all_items=True).spec())
         if not changes:
             raise JobInputError("edit", "nothing to change: give at least one option")
         view, note = s.jobs.edit(found, changes, reason=reason)

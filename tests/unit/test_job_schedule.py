@@ -226,3 +226,18 @@ def test_run_now_with_its_own_parameter_is_published_with_it(tmp_path: Path) -> 
     c.jobs.run(_job(c, "j1"))  # without one: the job's, fired by the scheduler
     c.step(3)
     assert seen == ["this run's", "the job's"]
+
+
+def test_an_edit_keeps_what_it_does_not_set(tmp_path: Path) -> None:
+    """An envelope size (a migrated fan-out's) and the shadow flag (a dual-run's) are no
+    options of an edit: an edit of another field keeps them."""
+    from dataclasses import replace
+
+    c = _center(tmp_path)
+    c.jobs.add(_cron_job("j1").with_changes(shard_total=30, items=tuple(f"p{i}" for i in range(30))))
+    c.h.store.put_job(replace(_job(c, "j1"), envelope_size=4, shadow=True))
+    view, _note = c.jobs.edit(_job(c, "j1"), {"max_retry": 2})
+    after = _job(c, "j1")
+    assert (after.max_retry, after.envelope_size, after.shadow, after.explicit_items) == (2, 4, True, True)
+    assert len(view.as_dict()["items"]) == 20 and view.as_dict()["items_total"] == 30  # shown, not all
+    assert [i.param for i in c.h.store.sharding_page(JobCode("j1"), 0, 100)] == [f"p{i}" for i in range(30)]
