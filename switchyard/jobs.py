@@ -16,6 +16,7 @@ edits, copies, deletes, starts, stops and runs a job and its trigger, for the CL
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -108,6 +109,11 @@ class JobView:
         }
 
 
+def natural_key(code: str) -> tuple[tuple[int, int | str], ...]:
+    """A job code's sort key with its numbers as numbers: xxl:billing:9 before xxl:billing:10."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", code) if part)
+
+
 def preview(t: Trigger | None, now: datetime, n: int = 5) -> list[str]:
     """The next `n` fire times of a job's schedule, in its zone (as its cron reads them):
     from its stored next fire time when it is running, else from now."""
@@ -195,7 +201,8 @@ class Jobs:
     def all(self, biz_code: str | None = None) -> list[JobView]:
         if biz_code is not None:
             self.check_business(biz_code)
-        return [self.view(j) for j in self.admin.jobs(biz_code)]
+        jobs = sorted(self.admin.jobs(biz_code), key=lambda j: (j.biz_code, natural_key(j.job_code)))
+        return [self.view(j) for j in jobs]
 
     def triggers(self, code: JobCode) -> list[Trigger]:
         return [t for t in self.store.triggers_of(job_code=code) if t.state is not S.CANCELLED]

@@ -156,6 +156,7 @@ class SqlJobAdmin:
         biz_code: str | None = None,
         states: Sequence[str] = (),
         since: datetime | None = None,
+        before: datetime | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """The run log: one row per fired record (a fire and sharding item), newest
@@ -171,6 +172,8 @@ class SqlJobAdmin:
             stmt = stmt.where(fr.c.biz_code == biz_code)
         if since is not None:
             stmt = stmt.where(fr.c.scheduled_at >= to_ms(since))
+        if before is not None:  # the next page: scheduled before the last row seen (keyset, no OFFSET)
+            stmt = stmt.where(fr.c.scheduled_at < to_ms(before))
         if states:
             stmt = stmt.where(state.in_(list(states)))
         stmt = stmt.order_by(fr.c.scheduled_at.desc(), fr.c.trigger_id, fr.c.item_index).limit(max(1, limit))

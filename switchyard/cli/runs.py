@@ -38,6 +38,11 @@ _TIMES = ("scheduled_at", "fired_at", "published_at", "received_at", "started_at
 @click.option(
     "--since", default="2h", show_default=True, help="Only runs scheduled this long ago or later (e.g. 30m, 2h, 7d)."
 )
+@click.option(
+    "--before",
+    default=None,
+    help="Only runs scheduled before this ISO time with offset: the next page is --before the last row's scheduled_at.",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True, help="At most this many rows.")
 @store_url
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")
@@ -47,6 +52,7 @@ def runs(
     biz_code: str | None,
     states: tuple[str, ...],
     since: str,
+    before: str | None,
     limit: int,
     url: str,
     as_json: bool,
@@ -56,6 +62,14 @@ def runs(
         window = parse_duration(since)
     except ValueError as exc:
         raise CliFailure(f"bad input: since: {exc}", exitcodes.USAGE) from None
+    until = None
+    if before is not None:
+        try:
+            until = datetime.fromisoformat(before)
+        except ValueError:
+            raise CliFailure(f"bad input: before: not an ISO time: {before!r}", exitcodes.USAGE) from None
+        if until.tzinfo is None:
+            raise CliFailure(f"bad input: before: {before!r} needs a zone offset", exitcodes.USAGE)
     store = open_existing_store(url)
     try:
         jobs = Jobs(store, migrator_store(store), StopService(SqlStops(store)), "")  # reads only
@@ -70,7 +84,7 @@ def runs(
             raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
         now = store.clock.now()
         rows = SqlJobAdmin(store).runs(
-            job_code=job_code, biz_code=biz_code, states=states, since=now - window, limit=limit
+            job_code=job_code, biz_code=biz_code, states=states, since=now - window, before=until, limit=limit
         )
     finally:
         store.engine.dispose()

@@ -63,6 +63,10 @@ def test_add_list_show_a_cron_job_with_its_first_fire_computed(url: str) -> None
     _add("reports", "--business", "billing", "--every", "90s", "--item", "a", "--item", "b", "--timeout", "2m")
     listed = sy_json("job", "list")
     assert [(j["business"], j["job"]) for j in listed] == [("billing", "invoice"), ("billing", "reports")]
+    for n in (10, 9, 100):
+        _add(f"billing:k{n}", "--every", "1m")
+    numbered = [j["job"] for j in sy_json("job", "list") if j["job"].startswith("k")]
+    assert numbered == ["k9", "k10", "k100"]  # numbers sorted as numbers
     shown = sy_json("job", "show", "billing:reports")
     assert shown["shards"] == 2 and shown["items"] == ["a", "b"] and shown["timeout_s"] == 120
     assert shown["schedule"]["every_s"] == 90
@@ -244,6 +248,10 @@ def test_runs_lists_the_fired_records_newest_first_with_lag_and_filters(url: str
     assert len(sy_json("runs", "--business", "billing", "--since", "6h")) == 4
     assert [r["job"] for r in sy_json("runs", "--state", "failed")] == ["invoice"]
     assert len(sy_json("runs", "--limit", "1")) == 1
+    # paging: the next page is before the last row's time
+    page1 = sy_json("runs", "--since", "6h", "--limit", "2")
+    page2 = sy_json("runs", "--since", "6h", "--limit", "2", "--before", page1[-1]["scheduled_at"])
+    assert [r["command_id"] for r in page1 + page2] == [r["command_id"] for r in sy_json("runs", "--since", "6h")]
     code, out = sy("runs", "--job", "invoice")
     assert code == 0 and "billing:invoice" in out and "failed" in out and "boom" in out
     code, out = sy("runs", "--since", "soon")
