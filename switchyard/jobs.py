@@ -17,9 +17,10 @@ edits, copies, deletes, starts, stops and runs a job and its trigger, for the CL
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -34,12 +35,14 @@ from scheduler_core.occurrences import next_after
 from scheduler_core.ports import MessageBus
 from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
-from scheduler_core.store.job_admin import SqlJobAdmin
+from scheduler_core.store.job_admin import Rescheduled, SqlJobAdmin, TriggerBusy
 from scheduler_core.store.reads import has_fired_records, job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.trigger_actions import STOP_LEAD, act
 
 S = TriggerState
+# how long an edit tries again while the job's trigger is being fired
+BUSY_WAIT = timedelta(seconds=3)
 # sharding items' parameters shown (list, show, the audit): a job may have 100,000 of them
 SHOWN_ITEMS = 20
 
@@ -250,13 +253,9 @@ class Jobs:
             new_sched = spec.schedule.trigger(new_job, self.store.clock.now())  # checks it, first fire computed
         elif t is not None and spec.schedule.misfire_policy is not t.misfire_policy:
             new_sched = replace(t, misfire_policy=spec.schedule.misfire_policy)
-        # what the operator cannot set here stays as it was (a migrated job's envelope, a
-        # dual-run's shadow)
-        saved = self.store.put_job(replace(new_job, id=job.id, envelope_size=job.envelope_size, shadow=job.shadow))
-        if "items" in changes or (spec.items and spec.shard_total != job.shard_total):
-            self._put_items(saved, spec.items)
         if new_sched is not None and t is not None and t.id is not None:
-            done = self.admin.reschedule(t.id, new_sched)
+            # first, so a trigger still being fired after a few tries leaves nothing written
+            done = self._reschedule(t.id, new_sched)
             s = done.supersede
             note = (
                 f"schedule changed; next fire {done.trigger.next_fire_at.isoformat()}"
@@ -269,6 +268,11 @@ class Jobs:
                     f" ({len(s.skipped_ms)} published run(s) superseded, {len(s.pending_ms)} of the new schedule"
                     " to publish)"
                 )
+        # what the operator cannot set here stays as it was (a migrated job's envelope, a
+        # dual-run's shadow)
+        saved = self.store.put_job(replace(new_job, id=job.id, envelope_size=job.envelope_size, shadow=job.shadow))
+        if "items" in changes or (spec.items and spec.shard_total != job.shard_total):
+            self._put_items(saved, spec.items)
         if child_triggers is not None and t is not None and t.id is not None:
             self.store.set_followups({t.id: child_triggers}, self.store.clock.now_ms())
         after = self.view(saved)
@@ -296,9 +300,10 @@ class Jobs:
         if live:
             report, guard = self._act("cancel", live, reason or "job delete")
             if guard or not report.ok or report.still_acquired:
-                raise RuntimeError(
-                    f"job {job.job_code}: its triggers could not all be stopped "
-                    f"({guard or report.unchanged or report.still_acquired}); nothing deleted"
+                raise TriggerBusy(
+                    f"job {job.job_code}: its triggers could not all be stopped yet "
+                    f"({guard or report.unchanged or report.still_acquired}); the definition is kept: "
+                    "run the delete again"
                 )
         self.admin.delete_job(job.job_code)
         self._audit(job.biz_code, "job delete", reason, before=before.as_dict(), after=None)
@@ -328,6 +333,18 @@ class Jobs:
         return added
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _reschedule(self, trigger_id: TriggerId, new: Trigger) -> Rescheduled:
+        """`SqlJobAdmin.reschedule`, tried again while the trigger is being fired (its fire
+        ends in milliseconds; a leader that died holding it is reclaimed in seconds)."""
+        deadline = time.monotonic() + BUSY_WAIT.total_seconds()
+        while True:
+            try:
+                return self.admin.reschedule(trigger_id, new)
+            except TriggerBusy:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _refuse_legacy_owned(self, job: Job, action: str) -> None:
         """A migrated job whose business is not cut over is the legacy admin's: the

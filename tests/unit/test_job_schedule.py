@@ -241,3 +241,30 @@ def test_an_edit_keeps_what_it_does_not_set(tmp_path: Path) -> None:
     assert (after.max_retry, after.envelope_size, after.shadow, after.explicit_items) == (2, 4, True, True)
     assert len(view.as_dict()["items"]) == 20 and view.as_dict()["items_total"] == 30  # shown, not all
     assert [i.param for i in c.h.store.sharding_page(JobCode("j1"), 0, 100)] == [f"p{i}" for i in range(30)]
+
+
+def test_an_edit_of_a_trigger_being_fired_tries_again_then_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler_core.model import Epoch
+    from scheduler_core.ports import Transition
+    from scheduler_core.store.job_admin import TriggerBusy
+    from switchyard import jobs as jobs_module
+
+    monkeypatch.setattr(jobs_module, "BUSY_WAIT", timedelta(milliseconds=200))
+    c = _center(tmp_path)
+    view = c.jobs.add(_cron_job("j1", EVERY_10S))
+    assert view.trigger is not None and view.trigger.id is not None
+    c.h.store.cas(
+        Transition(
+            ids=[view.trigger.id],
+            from_state=TriggerState.WAITING,
+            to_state=TriggerState.ACQUIRED,
+            epoch=Epoch(1),
+            deadline=START + timedelta(minutes=1),
+        )
+    )
+    with pytest.raises(TriggerBusy, match="being fired"):
+        c.jobs.edit(_job(c, "j1"), {"schedule": Schedule(kind=TriggerKind.CRON, cron=EVERY_7S), "max_retry": 4})
+    assert _job(c, "j1").max_retry == 0  # nothing written
+    assert c.h.store.triggers_of(job_code=JobCode("j1"))[0].cron == EVERY_10S
