@@ -18,20 +18,28 @@ from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+# one number and its unit; `ms` before `m` so that 500ms is not read as 500 minutes and an `s`
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_BARE = re.compile(r"\d+(?:\.\d+)?")
+DURATION_EXAMPLES = "e.g. 500ms, 30s, 5m, 2h, 1h30m; a bare number is seconds"
 
 
 def parse_duration(text: str | float | int | timedelta) -> timedelta:
-    """'500ms', '5s', '1m', '2h', '7d' (a bare number is seconds) -> timedelta."""
+    """The one way a duration is written, in settings files and on every command:
+    `500ms`, `30s`, `5m`, `2h`, `7d`, `1w`, or units run together (`1h30m`); a bare
+    number is seconds. ValueError naming the forms accepted."""
     if isinstance(text, timedelta):
         return text
-    if isinstance(text, (int, float)):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         return timedelta(seconds=float(text))
-    m = _DURATION.match(text)
-    if m is None:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 5s, 1m, 2h, 7d)")
-    return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2) or "s"])
+    s = str(text).strip().lower()
+    if _BARE.fullmatch(s):
+        return timedelta(seconds=float(s))
+    parts = _PART.findall(s)
+    if not s or not parts or "".join(n + u for n, u in parts) != s:
+        raise ValueError(f"not a duration: {text!r} ({DURATION_EXAMPLES})")
+    return timedelta(seconds=sum(float(n) * _UNIT_S[u] for n, u in parts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,10 @@ ALLOWED: dict[tuple[B, B], str] = {
 }
 
 
+# the source system of a business created in the new center (issue 28), never migrated
+NATIVE = "native"
+
+
 class TransitionRefused(Exception):
     """A business transition the state machine or the gate does not allow."""
 
@@ -85,6 +89,45 @@ class BusinessRegistry:
                             updated_at=self.own.clock.now_ms(),
                         )
                     )
+        got = self.get(biz_code)
+        assert got is not None
+        return got
+
+    def register_native(self, biz_code: str, *, actor: str, reason: str = "") -> BusinessRecord:
+        """A business created in the new center (issue 28), never migrated: registered cut
+        over, since the new side is the only one that fires it, so `status`, `status
+        --check` and the console list it beside the migrated ones. Audited; a business the
+        registry has already is returned as it is."""
+        found = self.get(biz_code)
+        if found is not None:
+            return found
+        b, a = self.t.business, self.t.audit
+        now = self.own.clock.now_ms()
+        with self.own.engine.begin() as conn:
+            if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
+                conn.execute(
+                    insert(b).values(
+                        biz_code=biz_code,
+                        source_system=NATIVE,
+                        state=B.CUTOVER.value,
+                        shadow=0,
+                        version=0,
+                        updated_at=now,
+                    )
+                )
+                conn.execute(
+                    insert(a).values(
+                        biz_code=biz_code,
+                        from_state=B.CUTOVER.value,
+                        to_state=B.CUTOVER.value,
+                        at=now,
+                        actor=actor[:128],
+                        reason=(reason or "created in the new center")[:1024],
+                        comparison_id=None,
+                        forced=0,
+                        detail=json.dumps({"action": "business created (native)"}),
+                    )
+                )
         got = self.get(biz_code)
         assert got is not None
         return got

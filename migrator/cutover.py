@@ -87,6 +87,7 @@ class Link:
     source_key: str
     job_code: str
     trigger: Trigger
+    native: bool = False  # a job created in the new center: no legacy key, no legacy side
 
 
 class BusinessSwitch:
@@ -657,6 +658,29 @@ def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]
         ).all()
     by_code = {t.job_code: t for t in store.triggers_of(biz_code=biz)}
     return [Link(k, c, by_code[c]) for k, c in rows if c in by_code]
+
+
+def migrated_job_codes(own: MigratorStore, biz: str) -> set[str]:
+    """Every job code the migration ever wrote for the business (any ledger status)."""
+    lg = own.t.ledger
+    with own.engine.connect() as conn:
+        return {
+            str(c) for (c,) in conn.execute(select(lg.c.target_job_code).where(lg.c.business == biz)) if c is not None
+        }
+
+
+def native_links(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:
+    """The business's jobs created in the new center (issue 28): jobs of the store the
+    migration never wrote (no ledger row names them), each with its schedule: its oldest
+    trigger that is not cancelled (a run-now adds one-shots after it; a deleted job's
+    cancelled triggers are history, not a job). Keyed by job code: they have no legacy key."""
+    migrated = migrated_job_codes(own, biz)
+    schedules: dict[str, Trigger] = {}
+    for t in store.triggers_of(biz_code=biz):  # in id order: the first one kept is the oldest
+        if t.job_code not in migrated and t.state is not TriggerState.CANCELLED:
+            schedules.setdefault(t.job_code, t)
+    jobs = store.get_jobs([JobCode(c) for c in schedules])
+    return [Link(code, code, t, native=True) for code, t in schedules.items() if code in jobs]
 
 
 def first_at_or_after(t: Trigger, at: datetime) -> datetime | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migrator.business import BusinessRegistry
-from migrator.cutover import links_of
+from migrator.cutover import links_of, native_links
 from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
 from migrator.store import MigratorStore
@@ -137,11 +137,15 @@ def ownership(
         bo = BusinessOwnership(rec.biz_code, rec.source_system, rec.state, rec.shadow)
         links = links_of(store, own, rec.biz_code)
         keys = [ln.source_key for ln in links]
+        # jobs created in the new center (never migrated): no legacy side to fire them
+        links += native_links(store, own, rec.biz_code)
         held = holds.of_business(rec.biz_code)
         live = legacy_live(rec.source_system, keys) if legacy_live is not None and keys else None
         for ln in links:
             t = ln.trigger
-            if live is not None:
+            if ln.native:
+                leg = False
+            elif live is not None:
                 leg = ln.source_key in live
             else:
                 leg = ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE

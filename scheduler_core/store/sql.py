@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, bindparam, case, func, insert, select, update
@@ -29,9 +29,11 @@ from scheduler_core.model import (
     ShardingItem,
     Trigger,
     TriggerId,
+    TriggerKind,
     parse_command_id,
 )
 from scheduler_core.model import TriggerState as S
+from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Transition, TriggerStore, Wakeups
 from scheduler_core.states import check_transition
 from scheduler_core.stops import Cause, Scope, Window
@@ -66,12 +68,27 @@ _IN_CHUNK = 500  # ids per IN (...) list: keeps statements small on every server
 # 100K-item fan-out: 2.9 s at 2,000, 3.1 s at 200, 9.4 s as the plain executemany here)
 _FENCED_ROWS = 1000
 _FENCED_ROWS_SQLITE = 200
+_ONE_MS = timedelta(milliseconds=1)
 _LETTER = {s.fired_state: s for s in ItemState}  # a page record's items, one letter each
 
 
 def _chunks(seq: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
+
+
+def _check_first_fire(trig: Trigger) -> None:
+    """A cron trigger waits for a time its cron produces (issue 28): one stored with any
+    other next_fire_at was fired at that time all the same, a run nobody scheduled."""
+    if trig.kind is not TriggerKind.CRON or trig.state not in (S.WAITING, S.CREATED, S.PAUSED):
+        return
+    produced = next_after(trig, trig.next_fire_at - _ONE_MS)
+    if produced != trig.next_fire_at:
+        raise ValueError(
+            f"trigger of {trig.job_code}: next_fire_at {trig.next_fire_at.isoformat()} is no fire time of "
+            f"cron {trig.cron!r} ({trig.time_zone}); its next one is "
+            f"{produced.isoformat() if produced else 'none'} (scheduler_core.jobspec computes it)"
+        )
 
 
 def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
@@ -207,6 +224,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             job = jobs.get(trig.job_code)
             if job is None or job.id is None:
                 raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
+            _check_first_fire(trig)
             rows.append(trigger_values(trig, job.id, now))
         if len(rows) > 1 and self.engine.dialect.insert_executemany_returning_sort_by_parameter_order:
             # one statement (multi-row INSERT ... RETURNING, in the order given) instead of

@@ -18,9 +18,11 @@ from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
 from switchyard.cli.exits import exits_as
 from switchyard.cli.freeze import freeze, unfreeze
+from switchyard.cli.job import job
 from switchyard.cli.migrate import migrate
 from switchyard.cli.report import report
 from switchyard.cli.run import run_group
+from switchyard.cli.runs import runs
 from switchyard.cli.scheduler import scheduler
 from switchyard.cli.serve import serve
 from switchyard.cli.trigger import trigger
@@ -78,6 +80,8 @@ cli.add_command(cutover)
 cli.add_command(rollback)
 cli.add_command(console)
 cli.add_command(serve)
+cli.add_command(job)
+cli.add_command(runs)
 dualrun.add_command(dualrun_start)
 
 

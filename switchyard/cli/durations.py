@@ -5,27 +5,13 @@ same today."""
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 import click
 
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-# one number and its unit; `ms` before `m` so that 500ms is not read as 500 minutes and an `s`
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_BARE = re.compile(r"\d+(?:\.\d+)?")
-EXAMPLES = "e.g. 500ms, 30s, 5m, 2h, 1h30m; a bare number is seconds"
+from dualrun.settings import DURATION_EXAMPLES, parse_duration
 
-
-def parse_duration(text: str) -> timedelta:
-    """`text` as a timedelta; ValueError naming the forms accepted."""
-    s = text.strip().lower()
-    if _BARE.fullmatch(s):
-        return timedelta(seconds=float(s))
-    parts = _PART.findall(s)
-    if not s or not parts or "".join(n + u for n, u in parts) != s:
-        raise ValueError(f"not a duration: {text!r} ({EXAMPLES})")
-    return timedelta(seconds=sum(float(n) * _UNIT_S[u] for n, u in parts))
+EXAMPLES = DURATION_EXAMPLES
 
 
 def format_duration(d: timedelta) -> str:

@@ -279,6 +279,20 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("status-no-schema", ["status", "--url", "{empty}"], SCHEMA),
     ("cutover-no-schema", ["cutover", "--business", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
     ("rollback-no-schema", ["rollback", "--business", BIZ, "--url", "{empty}", "--legacy-url", "{legacy}"], SCHEMA),
+    # jobs and the run log (issue 28): an unknown job, bad input, no schema
+    ("job-list-no-schema", ["job", "list", "--url", "{empty}"], SCHEMA),
+    ("job-list-unknown-business", ["job", "list", "--business", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-show-unknown", ["job", "show", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-add-bad-cron", ["job", "add", "b:j", "--handler", "h", "--cron", "not a cron", "--url", "{ok}"], USAGE),
+    ("job-add-no-schedule", ["job", "add", "b:j", "--handler", "h", "--url", "{ok}"], USAGE),
+    ("job-edit-unknown", ["job", "edit", "nosuch", "--retries", "1", "--url", "{ok}"], USAGE),
+    ("job-copy-unknown", ["job", "copy", "nosuch", "other", "--url", "{ok}"], USAGE),
+    ("job-delete-unknown", ["job", "delete", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-run-unknown", ["job", "run", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-start-unknown", ["job", "start", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-stop-unknown", ["job", "stop", "nosuch", "--url", "{ok}"], USAGE),
+    ("runs-bad-since", ["runs", "--since", "soon", "--url", "{ok}"], USAGE),
+    ("runs-no-schema", ["runs", "--url", "{empty}"], SCHEMA),
     # long-running commands that fail before they start running (no signal handler is installed yet)
     (
         "scheduler-run-unreachable-store",
@@ -331,7 +345,7 @@ def test_every_command_and_subcommand_is_covered() -> None:
     assert names - covered == set(), f"commands without error cases: {sorted(names - covered)}"
 
 
-_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun"}
+_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun", "job"}
 
 
 # -- long-running commands, as subprocesses ----------------------------------------------------
