@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 from scheduler_core.store.engine import DEFAULT_SQLITE_URL
+from switchyard.cli.durations import seconds
 from switchyard.logs import FORMATS
 from switchyard.settings import parse_zones
 
@@ -151,6 +152,21 @@ def legacy_zone_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return resolved
 
 
+# the scheduler's two loop settings, the same for `scheduler run` and `serve`
+lookahead = click.option(
+    "--lookahead",
+    type=seconds(0),
+    default="30m",
+    show_default=True,
+    help="How far ahead commands are published to the bus.",
+)
+idle_wait = click.option(
+    "--idle-wait",
+    type=seconds(0),
+    default="30s",
+    show_default=True,
+    help="The longest sleep of a partition's loop with nothing due.",
+)
 log_level = click.option(
     "--log-level",
     default="INFO",

@@ -25,8 +25,10 @@ from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.options import (
     ETCD_ENV,
     bus_url,
+    idle_wait,
     log_format,
     log_level,
+    lookahead,
     pulsar_admin,
     pulsar_token,
     store_url,
@@ -77,20 +79,8 @@ def scheduler() -> None:
     show_default=True,
     help="How long a leadership (a shard membership) outlives its holder's silence.",
 )
-@click.option(
-    "--lookahead",
-    type=seconds(0),
-    default="30m",
-    show_default=True,
-    help="How far ahead commands are published to the bus.",
-)
-@click.option(
-    "--idle-wait",
-    type=seconds(0),
-    default="30s",
-    show_default=True,
-    help="The longest sleep of a partition's loop with nothing due.",
-)
+@lookahead
+@idle_wait
 @click.option(
     "--max-wait",
     type=seconds(0.05),

@@ -15,12 +15,11 @@ from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
-from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
-from switchyard.cli.options import log_format, log_level, store_url
+from switchyard.cli.options import idle_wait, log_format, log_level, lookahead, store_url
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.console.data import Sources, registry_members
@@ -54,20 +53,8 @@ log = logging.getLogger(__name__)
     "--concurrency", type=click.IntRange(1, 10000), default=16, show_default=True, help="Handler threads per business."
 )
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
-@click.option(
-    "--lookahead",
-    type=seconds(0),
-    default="30m",
-    show_default=True,
-    help="How far ahead commands are published to the bus.",
-)
-@click.option(
-    "--idle-wait",
-    type=seconds(0),
-    default="30s",
-    show_default=True,
-    help="The longest sleep of a partition's loop with nothing due.",
-)
+@lookahead
+@idle_wait
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
 @click.option(
