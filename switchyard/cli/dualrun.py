@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dualrun.boundary_store import record_cutover_boundary
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamCatchup, as_dict, iso
@@ -390,6 +391,51 @@ def compare_cmd(
         )
     )
     sys.exit(exitcodes.OK if result.is_ready else exitcodes.FAILED)
+
+
+@exits_as(
+    {
+        **dict.fromkeys(STORE),
+        OK: "clean: every occurrence checked fired on the side that owns it, once",
+        FAILED: "occurrences missing or doubled, none due yet to check, or never cut over",
+    }
+)
+@dualrun.command("check-boundary", epilog=EPILOG)
+@click.option("--business", "biz_code", required=True, help="The business whose latest cutover is checked.")
+@click.option(
+    "--settle",
+    default="1m",
+    show_default=True,
+    type=POSITIVE,
+    help="Occurrences due within this of now are left out (their runs may not have reached an executor yet).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the tally as JSON.")
+@sources_options
+@cli_errors
+@domain_errors
+def check_boundary_cmd(biz_code: str, settle: timedelta, as_json: bool, **source_kw: Any) -> None:
+    """Check the boundary of the business's latest cutover: from the switch until now, every
+    occurrence fired exactly once, by the side that owned it at its time (legacy before its
+    job's handover, the new side from it on); store the tally, which the report, the
+    overview and the console show beside the switch. Run it some minutes after a cutover,
+    and again later: each run replaces the last tally of that switch."""
+    sources = _sources(**source_kw)
+    try:
+        if not known_business(sources.store, migrator_store(sources.store), biz_code):
+            raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
+        source = sources.source or _stored_source(sources.own, biz_code)
+        tally = record_cutover_boundary(
+            sources.store, sources.own, sources.reader(source), biz_code, now=sources.store.clock.now(), settle=settle
+        )
+    finally:
+        sources.store.engine.dispose()
+    if tally is None:
+        raise CliFailure(
+            f"{biz_code} was never cut over, or its cutover kept no handover times: no boundary to check",
+            exitcodes.FAILED,
+        )
+    click.echo(json.dumps(tally.as_dict(), ensure_ascii=False) if as_json else f"{biz_code}: {tally.sentence}")
+    sys.exit(exitcodes.OK if tally.clean else exitcodes.FAILED)
 
 
 def _watch_options(business_help: str, every_help: str, max_runs_help: str):  # type: ignore[no-untyped-def]
