@@ -13,6 +13,7 @@ import click
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
 from migrator.ownership import PROBLEMS
+from migrator.ports import VERDICT_MAX_AGE
 from readers.timezones import LegacyZones
 from scheduler_core.ports import MessageBus
 from scheduler_core.stops import Scope
@@ -21,7 +22,7 @@ from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs as _BusArgs
 from switchyard.cli.bus_args import bus_opts as _bus_opts
 from switchyard.cli.business import one_business
-from switchyard.cli.durations import seconds
+from switchyard.cli.durations import format_duration, seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
@@ -282,7 +283,7 @@ def status(
 @click.option(
     "--max-verdict-age",
     type=seconds(1),
-    default="1h",
+    default=format_duration(VERDICT_MAX_AGE),  # the one bound the reports flag a stale verdict by
     show_default=True,
     help="The oldest verdict the gate accepts.",
 )
