@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from migrator.business import BusinessRegistry
-from migrator.cutover import links_of, native_links
+from migrator.cutover import links_of, migrated_job_codes, native_links
 from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
 from migrator.store import MigratorStore
@@ -177,6 +177,13 @@ class GuardOutcome:
     audited: dict[str, list[TriggerId]] = field(default_factory=dict)  # business -> ids to audit
 
 
+def is_migrated(own: MigratorStore, t: Trigger) -> bool:
+    """Whether the trigger's job came from a legacy row (a ledger row names it): only such a
+    job has a legacy twin that a new-side trigger could fire beside. A job created in the
+    new center (issue 28) is the new side's alone, whatever its business's state."""
+    return t.job_code in migrated_job_codes(own, t.biz_code)
+
+
 def guard_trigger_operation(
     store: SqlTriggerStore, own: MigratorStore, action: str, ids: Sequence[TriggerId], reason: str = ""
 ) -> GuardOutcome:
@@ -197,7 +204,7 @@ def guard_trigger_operation(
             out.allowed.append(tid)  # reported as "no such trigger" by the operation
             continue
         state = states.get(t.biz_code, B.LEGACY)
-        if action == "resume" and state is B.LEGACY and t.biz_code in states:
+        if action == "resume" and state is B.LEGACY and t.biz_code in states and is_migrated(own, t):
             out.refused[tid] = (
                 f"{t.job_code}: business {t.biz_code} is on legacy, where this job runs; resumed "
                 "here it would fire on both sides. Start it in the legacy admin (the next migrate "

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from migrator.business import BusinessRegistry
 from migrator.model import BusinessState
-from migrator.ownership import GuardOutcome, guard_trigger_operation
+from migrator.ownership import GuardOutcome, guard_trigger_operation, is_migrated
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.model import TriggerId
@@ -76,7 +76,9 @@ def _undo_rolled_back_meanwhile(
     late = [
         tid
         for tid in report.changed
-        if (t := triggers.get(tid)) is not None and states.get(t.biz_code) is BusinessState.LEGACY
+        if (t := triggers.get(tid)) is not None
+        and states.get(t.biz_code) is BusinessState.LEGACY
+        and is_migrated(own, t)  # a job created here has no legacy twin to fire beside
     ]
     if not late:
         return

@@ -292,3 +292,11 @@ def test_a_migrated_job_is_listed_and_the_legacy_admin_keeps_it_until_the_cutove
     assert edited["retries"] == 3
     rows = sy_json("status", "--jobs", "--url", store_url, "--business", biz)
     assert "native1" in [j["job_code"] for j in rows[0]["jobs"]]
+    # stopped and started again in a business still on legacy: it has no legacy twin to fire
+    # beside, so the resume guard (which refuses a migrated job's resume here) lets it run
+    assert sy_json("job", "stop", "native1", "--url", store_url)["changed"]
+    assert sy_json("job", "show", "native1", "--url", store_url)["state"] == "stopped"
+    assert sy_json("job", "start", "native1", "--url", store_url)["changed"]
+    assert sy_json("job", "show", "native1", "--url", store_url)["state"] == "running"
+    code, out = sy("job", "start", code_, "--url", store_url)
+    assert code == exitcodes.REFUSED and "on legacy" in out, out  # a migrated job's resume here stays refused
