@@ -270,6 +270,13 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("freeze-no-schema", ["freeze", "--all", "--reason", "x", "--url", "{empty}"], SCHEMA),
     ("run-kill-no-schema", ["run", "kill", "1-2-0", "--url", "{empty}"], SCHEMA),
     ("dualrun-compare-no-schema", _dualrun("compare", "{empty}", "{legacy}", "--source", "batch-center"), SCHEMA),
+    ("dualrun-check-boundary-settle-0", _dualrun("check-boundary", "{ok}", "{legacy}", "--settle", "0s"), USAGE),
+    ("dualrun-check-boundary-bad-url", _dualrun("check-boundary", BAD, "{legacy}"), USAGE),
+    (
+        "dualrun-check-boundary-no-schema",
+        _dualrun("check-boundary", "{empty}", "{legacy}", "--source", "batch-center"),
+        SCHEMA,
+    ),
     ("dualrun-compare-no-legacy-tables", _dualrun("compare", "{ok}", "{no_legacy}"), SCHEMA),
     (
         "dualrun-start-no-schema",
