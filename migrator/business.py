@@ -75,59 +75,57 @@ class BusinessRegistry:
             return [_record(r) for r in conn.execute(select(b).order_by(b.c.biz_code)).mappings()]
 
     def ensure(self, biz_code: str, source_system: str) -> BusinessRecord:
-        if self.get(biz_code) is None:
-            b = self.t.business
-            with self.own.engine.begin() as conn:
-                if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
-                    conn.execute(
-                        insert(b).values(
-                            biz_code=biz_code,
-                            source_system=source_system,
-                            state=B.LEGACY.value,
-                            shadow=0,
-                            version=0,
-                            updated_at=self.own.clock.now_ms(),
-                        )
-                    )
-        got = self.get(biz_code)
-        assert got is not None
-        return got
+        return self._ensure(biz_code, source_system, B.LEGACY)
 
     def register_native(self, biz_code: str, *, actor: str, reason: str = "") -> BusinessRecord:
         """A business created in the new center (issue 28), never migrated: registered cut
         over, since the new side is the only one that fires it, so `status`, `status
         --check` and the console list it beside the migrated ones. Audited; a business the
         registry has already is returned as it is."""
-        found = self.get(biz_code)
-        if found is not None:
-            return found
-        b, a = self.t.business, self.t.audit
-        now = self.own.clock.now_ms()
-        with self.own.engine.begin() as conn:
-            if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
-                conn.execute(
-                    insert(b).values(
-                        biz_code=biz_code,
-                        source_system=NATIVE,
-                        state=B.CUTOVER.value,
-                        shadow=0,
-                        version=0,
-                        updated_at=now,
+        return self._ensure(
+            biz_code,
+            NATIVE,
+            B.CUTOVER,
+            audit={
+                "actor": actor[:128],
+                "reason": (reason or "created in the new center")[:1024],
+                "detail": json.dumps({"action": "business created (native)"}),
+            },
+        )
+
+    def _ensure(
+        self, biz_code: str, source_system: str, state: B, audit: dict[str, str] | None = None
+    ) -> BusinessRecord:
+        """The business's record, inserted in `state` when the registry has none (checked
+        again in the inserting transaction: two writers insert it once); `audit`: the audit
+        row of its creation."""
+        if self.get(biz_code) is None:
+            b, a = self.t.business, self.t.audit
+            now = self.own.clock.now_ms()
+            with self.own.engine.begin() as conn:
+                if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
+                    conn.execute(
+                        insert(b).values(
+                            biz_code=biz_code,
+                            source_system=source_system,
+                            state=state.value,
+                            shadow=0,
+                            version=0,
+                            updated_at=now,
+                        )
                     )
-                )
-                conn.execute(
-                    insert(a).values(
-                        biz_code=biz_code,
-                        from_state=B.CUTOVER.value,
-                        to_state=B.CUTOVER.value,
-                        at=now,
-                        actor=actor[:128],
-                        reason=(reason or "created in the new center")[:1024],
-                        comparison_id=None,
-                        forced=0,
-                        detail=json.dumps({"action": "business created (native)"}),
-                    )
-                )
+                    if audit is not None:
+                        conn.execute(
+                            insert(a).values(
+                                biz_code=biz_code,
+                                from_state=state.value,
+                                to_state=state.value,
+                                at=now,
+                                comparison_id=None,
+                                forced=0,
+                                **audit,
+                            )
+                        )
         got = self.get(biz_code)
         assert got is not None
         return got

@@ -177,11 +177,21 @@ class GuardOutcome:
     audited: dict[str, list[TriggerId]] = field(default_factory=dict)  # business -> ids to audit
 
 
-def is_migrated(own: MigratorStore, t: Trigger) -> bool:
-    """Whether the trigger's job came from a legacy row (a ledger row names it): only such a
+class MigratedJobs:
+    """Whether a trigger's job came from a legacy row (a ledger row names it): only such a
     job has a legacy twin that a new-side trigger could fire beside. A job created in the
-    new center (issue 28) is the new side's alone, whatever its business's state."""
-    return t.job_code in migrated_job_codes(own, t.biz_code)
+    new center (issue 28) is the new side's alone, whatever its business's state. The
+    ledger is read once per business per call (an operation over a business's thousands
+    of triggers asks for every one)."""
+
+    def __init__(self, own: MigratorStore) -> None:
+        self.own = own
+        self._codes: dict[str, set[str]] = {}
+
+    def __call__(self, t: Trigger) -> bool:
+        if t.biz_code not in self._codes:
+            self._codes[t.biz_code] = migrated_job_codes(self.own, t.biz_code)
+        return t.job_code in self._codes[t.biz_code]
 
 
 def guard_trigger_operation(
@@ -196,6 +206,7 @@ def guard_trigger_operation(
       job would fire nowhere; allowed only as an explicit decision (a reason), audited.
     Every operation on a business in dual-run or cut over is audited."""
     states: Mapping[str, B] = {r.biz_code: r.state for r in BusinessRegistry(own).all()}
+    is_migrated = MigratedJobs(own)
     out = GuardOutcome()
     triggers: dict[TriggerId, Trigger] = {t.id: t for t in store.get_triggers(list(ids)) if t.id is not None}
     for tid in ids:
@@ -204,7 +215,7 @@ def guard_trigger_operation(
             out.allowed.append(tid)  # reported as "no such trigger" by the operation
             continue
         state = states.get(t.biz_code, B.LEGACY)
-        if action == "resume" and state is B.LEGACY and t.biz_code in states and is_migrated(own, t):
+        if action == "resume" and state is B.LEGACY and t.biz_code in states and is_migrated(t):
             out.refused[tid] = (
                 f"{t.job_code}: business {t.biz_code} is on legacy, where this job runs; resumed "
                 "here it would fire on both sides. Start it in the legacy admin (the next migrate "

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from migrator.business import BusinessRegistry
 from migrator.model import BusinessState
-from migrator.ownership import GuardOutcome, guard_trigger_operation, is_migrated
+from migrator.ownership import GuardOutcome, MigratedJobs, guard_trigger_operation
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.model import TriggerId
@@ -73,12 +73,13 @@ def _undo_rolled_back_meanwhile(
         return
     states = {r.biz_code: r.state for r in BusinessRegistry(own).all()}
     triggers = {t.id: t for t in store.get_triggers(report.changed) if t.id is not None}
+    is_migrated = MigratedJobs(own)
     late = [
         tid
         for tid in report.changed
         if (t := triggers.get(tid)) is not None
         and states.get(t.biz_code) is BusinessState.LEGACY
-        and is_migrated(own, t)  # a job created here has no legacy twin to fire beside
+        and is_migrated(t)  # a job created here has no legacy twin to fire beside
     ]
     if not late:
         return
