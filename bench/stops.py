@@ -71,6 +71,7 @@ from scheduler_core.model import Job, JobCode, MisfirePolicy, Trigger, TriggerId
 from scheduler_core.stops import Scope, Stop, StopService, decode_stop, encode_stop, is_stop_skip
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from tests.argv_urls import urls_in_env
 
 NAME = "stops"
 TITLE = "an operator's stop heard by the executors (relayed from the store) vs the raw control channel"
@@ -487,15 +488,17 @@ def read_invocations(path: Path) -> list[Invocation]:
 
 
 def start_cli(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`python -m switchyard ARGS` from the repository root, both streams to `log`."""
+    """`python -m switchyard ARGS` from the repository root, both streams to `log`; a URL
+    carrying a password in its environment variable, not in the process list."""
+    argv, environ = urls_in_env(args, env)
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "switchyard", *args],
+            [sys.executable, "-m", "switchyard", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=REPO,
-            env=env,
+            env=environ,
         )
 
 

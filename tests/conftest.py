@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tests.servers  # noqa: F401  (loads the stack's env file)
 from scheduler_core.clock import ManualClock
+from tests.argv_urls import password_leaks, stack_passwords
 
 SERVER_MARKERS = ("mariadb", "pulsar", "etcd")
 _outcomes: dict[str, Counter[str]] = {m: Counter() for m in (*SERVER_MARKERS, "unit")}
@@ -86,3 +89,27 @@ def clock() -> ManualClock:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_password_in_any_process_arguments() -> Iterator[None]:
+    """Every process a test starts (subprocess.Popen, which subprocess.run and asyncio use
+    too) is refused when its arguments carry a URL with a password or one of the stack's
+    passwords: every user of the host reads them (`ps`). Pass the URL in its environment
+    variable (tests.argv_urls.urls_in_env does it) or a password file."""
+    passwords = stack_passwords()
+    original = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[Any], args: Any, *more: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, (str, bytes)) else list(args)
+        leaks = password_leaks([a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in argv], passwords)
+        if leaks:
+            raise AssertionError(f"a password in the arguments of a process the test starts: {', '.join(leaks)}")
+        original(self, args, *more, **kwargs)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(subprocess.Popen, "__init__", guarded)
+    try:
+        yield
+    finally:
+        patch.undo()

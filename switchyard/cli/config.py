@@ -2,8 +2,10 @@
 command would otherwise be told again and again, the store's URL, the legacy databases'
 and the bus's.
 
-    url = "mysql+pymysql://switchyard:...@db:3306/switchyard"
-    legacy_url = "mysql+pymysql://ro:...@legacy:3306/xxl_job"  # or an array, one per legacy system
+    url = "mysql+pymysql://switchyard@db:3306/switchyard"
+    password_file = "/etc/switchyard/store.password"  # first line: the password of `switchyard`
+    legacy_url = "mysql+pymysql://ro@legacy:3306/xxl_job"  # or an array, one per legacy system
+    legacy_password_file = "/etc/switchyard/legacy.password"
     bus = "pulsar://pulsar:6650"
     topic_prefix = "switchyard"
     pulsar_admin = "http://pulsar:8080"
@@ -15,7 +17,9 @@ every command that has it, through click's own default_map: the command line win
 the option's environment variable, then the file, then the built-in default. A file that
 does not parse, a key it does not know or a value of the wrong type is a usage error
 (exit 2) naming the file, the key and the reason: a typo'd key silently ignored would
-leave a command on its built-in default (a SQLite file, the in-process bus).
+leave a command on its built-in default (a SQLite file, the in-process bus). A URL may
+carry its password here (keep the file unreadable by others), or take it from a password
+file (switchyard.cli.passwords).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ CONFIG_ENV = "SWITCHYARD_CONFIG"
 # key -> the option it is the default of
 OPTION_OF: Mapping[str, str] = {
     "url": "--url",
+    "password_file": "--password-file",
     "legacy_url": "--legacy-url",
+    "legacy_password_file": "--legacy-password-file",
+    "binlog_url": "--binlog-url",
     "bus": "--bus",
     "topic_prefix": "--topic-prefix",
     "pulsar_admin": "--pulsar-admin",
@@ -118,8 +125,9 @@ config_option = click.option(
     is_eager=True,
     expose_value=False,
     callback=apply_config,
-    help="TOML file of shared settings (url, legacy_url, bus, topic_prefix, pulsar_admin, "
-    "pulsar_token_env, election); an option given or its environment variable wins over it.",
+    help="TOML file of shared settings (url, password_file, legacy_url, legacy_password_file, "
+    "binlog_url, bus, topic_prefix, pulsar_admin, pulsar_token_env, election); an option given "
+    "or its environment variable wins over it.",
 )
 
 __all__ = ["CONFIG_ENV", "OPTION_OF", "ConfigError", "config_option", "default_map", "load"]

@@ -29,7 +29,8 @@ from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
-from switchyard.cli.options import legacy_url_option, log_format, log_level, store_url_option
+from switchyard.cli.options import BINLOG_URL_ENV, legacy_url_option, log_format, log_level, store_url_option
+from switchyard.cli.passwords import warn_if_typed
 from switchyard.exitcodes import FAILED, OK, UNREACHABLE
 from switchyard.logs import configure_logging
 from switchyard.settings import legacy_zones
@@ -345,8 +346,12 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
 @definition_options
 @click.option(
     "--binlog-url",
+    envvar=BINLOG_URL_ENV,
+    show_envvar=True,
     default=None,
-    help="URL of a user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT (default: --legacy-url).",
+    callback=warn_if_typed,
+    help="URL of a user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT (default: --legacy-url; "
+    "config file: binlog_url).",
 )
 @click.option(
     "--server-id",

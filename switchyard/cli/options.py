@@ -9,8 +9,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from scheduler_core.store.engine import DEFAULT_SQLITE_URL
+from scheduler_core.store.engine import DEFAULT_SQLITE_URL, safe_url
 from switchyard.cli.durations import seconds
+from switchyard.cli.passwords import LEGACY_PASSWORD_FILE_ENV, PASSWORD_FILE_ENV, password_file_option, warn_if_typed
 from switchyard.logs import FORMATS
 from switchyard.settings import parse_zones
 
@@ -19,15 +20,16 @@ from switchyard.settings import parse_zones
 # command line, then the variable, then the file (a default_map), then the built-in default.
 STORE_URL_ENV = "SWITCHYARD_URL"
 LEGACY_URL_ENV = "SWITCHYARD_LEGACY_URL"
+BINLOG_URL_ENV = "SWITCHYARD_BINLOG_URL"
 BUS_ENV = "SWITCHYARD_BUS"
 ETCD_ENV = "SWITCHYARD_ETCD_URL"
 IN_PROCESS_BUS = "memory"
 
 
 def store_url_option(*aliases: str) -> Callable[[Any], Any]:
-    """`--url`, the Switchyard store, with the old names it had in some commands: each a
-    hidden option of its own (left out of --help and of shell completion) whose value, when
-    given, is the store's."""
+    """`--url`, the Switchyard store, with `--password-file` and the old names it had in
+    some commands: each a hidden option of its own (left out of --help and of shell
+    completion) whose value, when given, is the store's."""
     url = click.option(
         "--url",
         "url",
@@ -35,15 +37,17 @@ def store_url_option(*aliases: str) -> Callable[[Any], Any]:
         show_envvar=True,
         default=DEFAULT_SQLITE_URL,
         show_default=True,
-        help="The Switchyard store: sqlite:///FILE or mysql+pymysql://USER:PW@HOST:PORT/DB (config file: url).",
+        callback=warn_if_typed,
+        help="The Switchyard store: sqlite:///FILE or mysql+pymysql://USER@HOST:PORT/DB, its password "
+        "from --password-file or in the variable, never typed here (config file: url).",
     )
-    if not aliases:
-        return url
+    password_file = password_file_option("url", "--url", "--password-file", PASSWORD_FILE_ENV)
 
     def add(fn: Callable[..., Any]) -> Callable[..., Any]:
         dests = {alias: "old_" + alias.lstrip("-").replace("-", "_") for alias in aliases}
+        filled = password_file(fn)  # after the old names are merged: it fills the store's URL
 
-        @functools.wraps(fn)
+        @functools.wraps(filled)
         def merged(*args: Any, url: str, **kwargs: Any) -> Any:
             ctx = click.get_current_context()
             for alias, dest in dests.items():
@@ -51,13 +55,17 @@ def store_url_option(*aliases: str) -> Callable[[Any], Any]:
                 if old is None:
                     continue
                 if ctx.get_parameter_source("url") is ParameterSource.COMMANDLINE and old != url:
-                    raise click.UsageError(f"the store is named twice: --url {url} and {alias} {old}", ctx)
+                    raise click.UsageError(
+                        f"the store is named twice: --url {safe_url(url)} and {alias} {safe_url(old)}", ctx
+                    )
                 url = old
-            return fn(*args, url=url, **kwargs)
+            return filled(*args, url=url, **kwargs)
 
         out = url(merged)
         for alias, dest in dests.items():
-            out = click.option(alias, dest, hidden=True, default=None, help="The old name of --url.")(out)
+            out = click.option(
+                alias, dest, hidden=True, default=None, callback=warn_if_typed, help="The old name of --url."
+            )(out)
         return out
 
     return add
@@ -69,17 +77,25 @@ store_url = store_url_option()
 def legacy_url_option(
     help: str, *, required: bool = True, multiple: bool = False, dest: str = "legacy_url"
 ) -> Callable[[Any], Any]:
-    """`--legacy-url`, a legacy database; several (whitespace-separated in the variable, an
-    array in the config file) where a command reads one per legacy system."""
-    return click.option(
+    """`--legacy-url`, a legacy database, with `--legacy-password-file`; several
+    (whitespace-separated in the variable, an array in the config file) where a command
+    reads one per legacy system."""
+    url = click.option(
         "--legacy-url",
         dest,
         required=required,
         multiple=multiple,
         envvar=LEGACY_URL_ENV,
         show_envvar=True,
-        help=help + " (config file: legacy_url)",
+        callback=warn_if_typed,
+        help=help + " Its password from --legacy-password-file or in the variable (config file: legacy_url).",
     )
+    password_file = password_file_option(dest, "--legacy-url", "--legacy-password-file", LEGACY_PASSWORD_FILE_ENV)
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return url(password_file(fn))  # type: ignore[no-any-return]
+
+    return add
 
 
 bus_url = click.option(
@@ -96,6 +112,7 @@ pulsar_admin = click.option(
     envvar="SWITCHYARD_PULSAR_ADMIN_URL",
     show_envvar=True,
     default=None,
+    callback=warn_if_typed,  # http://USER:PW@HOST would put the password in the process list
     help="Pulsar admin REST URL, for consumer lag (config file: pulsar_admin).",
 )
 pulsar_token = click.option(

@@ -34,6 +34,7 @@ from switchyard.cli.options import (
     store_url,
     topic_prefix,
 )
+from switchyard.cli.passwords import warn_if_typed
 from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.exitcodes import OK, UNREACHABLE, USAGE
@@ -61,6 +62,7 @@ def scheduler() -> None:
     "election_url",
     envvar=ETCD_ENV,
     show_envvar=True,
+    callback=warn_if_typed,
     default="local",
     show_default=True,
     help="'local' (this process only) or an etcd URL http://HOST:PORT (config file: election).",
@@ -281,6 +283,7 @@ def _relays(
     "election_url",
     envvar=ETCD_ENV,
     show_envvar=True,
+    callback=warn_if_typed,
     default="",
     help="The etcd URL http://HOST:PORT of the shard registry (config file: election).",
 )

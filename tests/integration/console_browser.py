@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.argv_urls import urls_in_env
+
 REPO = Path(__file__).resolve().parents[2]
 CONSOLE_LINE = re.compile(r":CONSOLE[:(]\d*\)?\]\s*(.*)")
 
@@ -34,10 +36,11 @@ def free_port() -> int:
 def console_process(url: str, legacy_urls: Sequence[str], log: Path) -> Iterator[str]:
     """`switchyard console` on a free loopback port; yields its base URL; SIGTERM after."""
     port = free_port()
-    args = [sys.executable, "-m", "switchyard", "console", "--url", url, "--port", str(port)]
+    args = ["console", "--url", url, "--port", str(port)]
     for legacy in legacy_urls:
         args += ["--legacy-url", legacy]
-    env = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_CONSOLE_TOKEN"}
+    args, env = urls_in_env(args, {k: v for k, v in os.environ.items() if k != "SWITCHYARD_CONSOLE_TOKEN"})
+    args = [sys.executable, "-m", "switchyard", *args]
     with log.open("w") as out:
         proc = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO), env=env

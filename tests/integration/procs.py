@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tests.argv_urls import urls_in_env
+
 
 @dataclass
 class SchedulerProc:
@@ -49,7 +51,9 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
 
 def start_cli(args: list[str], out: IO[bytes], **popen: Any) -> subprocess.Popen[bytes]:
     """`python -m switchyard ARGS` as a subprocess of the test, both output streams to
-    `out`, no stdin; `popen`: more of Popen's arguments (cwd, env)."""
+    `out`, no stdin; `popen`: more of Popen's arguments (cwd, env). A URL carrying a
+    password goes in its environment variable, not the arguments (tests.argv_urls)."""
+    args, popen["env"] = urls_in_env(args, popen.get("env"))
     return subprocess.Popen(
         [sys.executable, "-m", "switchyard", *args],
         stdout=out,

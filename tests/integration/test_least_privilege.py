@@ -32,6 +32,7 @@ from scheduler_core.model import FiredState, Job, JobCode, TriggerState
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.counting import CountingExecutor, one_shot_burst
 from tests.integration.procs import start_cli, start_scheduler, stop_process
@@ -82,8 +83,10 @@ def test_sched_user_has_no_ddl_rights_and_cdc_user_cannot_write(tmp_path: Path) 
             app.dispose()
     # `db init` as sched on an empty database: refused with one clear line, no traceback
     with mariadb_database("lpempty") as url:
+        argv, env = urls_in_env(["db", "init", "--url", as_user(url, "SWITCHYARD_MARIADB_SCHED_URL")])
         r = subprocess.run(
-            [sys.executable, "-m", "switchyard", "db", "init", "--url", as_user(url, "SWITCHYARD_MARIADB_SCHED_URL")],
+            [sys.executable, "-m", "switchyard", *argv],
+            env=env,
             capture_output=True,
             text=True,
             timeout=120,

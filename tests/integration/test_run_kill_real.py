@@ -51,6 +51,7 @@ from scheduler_core.store.kills import SqlKills
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 from switchyard.schema import init_schema
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.procs import SchedulerProc, executor_args, start_cli, start_scheduler, stop_process
 from tests.servers import REPO, server_url
@@ -143,13 +144,14 @@ def center(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Center]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    argv, env = urls_in_env(args, {**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_BUS": "memory"})
     return subprocess.run(
-        [sys.executable, "-m", "switchyard", *args],
+        [sys.executable, "-m", "switchyard", *argv],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_BUS": "memory"},
+        env=env,
         stdin=subprocess.DEVNULL,
     )
 

@@ -49,6 +49,7 @@ from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine, safe_url
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.wiring import migrator_store, open_bus, open_store
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.procs import stop_process
 from tests.servers import server_url
@@ -89,16 +90,17 @@ class Flow:
     outputs: dict[str, str] = field(default_factory=dict)
 
     def run(self, name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        argv, env = urls_in_env(args, self.env)
         r = subprocess.run(
-            [sys.executable, "-m", "switchyard", *args],
+            [sys.executable, "-m", "switchyard", *argv],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=self.env,
+            env=env,
             cwd=self.tmp,
             stdin=subprocess.DEVNULL,
         )
-        # the command line itself carries the passwords: only what the command printed is scanned
+        # the passwords travel in the environment: what the command printed is scanned
         self.outputs[name] = f"--- stdout\n{r.stdout}\n--- stderr (exit {r.returncode})\n{r.stderr}"
         return r
 
@@ -106,17 +108,18 @@ class Flow:
         self, cases: dict[str, list[str]], timeout: float = 120
     ) -> dict[str, subprocess.CompletedProcess[str]]:
         """Independent commands at once (each ended by its PID if it overstays)."""
+        started = {n: urls_in_env(a, self.env) for n, a in cases.items()}
         procs = {
             n: subprocess.Popen(
-                [sys.executable, "-m", "switchyard", *a],
+                [sys.executable, "-m", "switchyard", *argv],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=self.env,
+                env=env,
                 cwd=self.tmp,
                 stdin=subprocess.DEVNULL,
             )
-            for n, a in cases.items()
+            for n, (argv, env) in started.items()
         }
         done = {}
         for n, proc in procs.items():
@@ -244,13 +247,14 @@ def _source(legacy_url: str, target_url: str, source: str = "batch-center") -> l
 
 def _start(flow: Flow, name: str, args: list[str]) -> tuple[str, subprocess.Popen[bytes], float, Path]:
     log = flow.tmp / f"{name.split()[0]}-{len(flow.outputs)}-{uuid.uuid4().hex[:4]}.log"
+    argv, env = urls_in_env(args, flow.env)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "switchyard", *args],
+            [sys.executable, "-m", "switchyard", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=flow.env,
+            env=env,
             cwd=flow.tmp,
         )
     return name, proc, time.monotonic(), log

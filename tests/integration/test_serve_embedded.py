@@ -22,6 +22,7 @@ from typing import Any
 
 from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
 from switchyard.wiring import open_store
+from tests.argv_urls import urls_in_env
 from tests.integration.procs import start_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,8 +94,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 def _db_init(url: str) -> None:
     """`switchyard db init` of the store, as an operator runs it before `serve`."""
+    argv, env = urls_in_env(["db", "init", "--url", url])
     init = subprocess.run(
-        [sys.executable, "-m", "switchyard", "db", "init", "--url", url],
+        [sys.executable, "-m", "switchyard", *argv],
+        env=env,
         capture_output=True,
         text=True,
         cwd=str(REPO),

@@ -30,6 +30,7 @@ from legacy_sim.seed import seed_xxljob
 from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.procs import start_cli, stop_process, stream_args
 from tests.servers import server_url
@@ -276,11 +277,8 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
         init_schema(target, 4)
         log = tmp_path / "late.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
+            argv, env = urls_in_env(
                 [
-                    sys.executable,
-                    "-c",
-                    preflight_off,
                     "migrate",
                     "stream",
                     "--source",
@@ -293,10 +291,14 @@ def test_a_grant_missing_past_the_preflight_falls_back_when_the_binlog_refuses(t
                     str(7800 + os.getpid() % 1000),
                     "--log-level",
                     "INFO",
-                ],
+                ]
+            )
+            proc = subprocess.Popen(
+                [sys.executable, "-c", preflight_off, *argv],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=env,
                 cwd=tmp_path,
             )
         try:
