@@ -102,7 +102,9 @@ def no_password_in_any_process_arguments() -> Iterator[None]:
 
     def guarded(self: subprocess.Popen[Any], args: Any, *more: Any, **kwargs: Any) -> None:
         argv = [args] if isinstance(args, (str, bytes)) else list(args)
-        leaks = password_leaks([a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in argv], passwords)
+        leaks = password_leaks(
+            [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in argv], passwords
+        )
         if leaks:
             raise AssertionError(f"a password in the arguments of a process the test starts: {', '.join(leaks)}")
         original(self, args, *more, **kwargs)

@@ -39,6 +39,7 @@ OPTION_OF: Mapping[str, str] = {
     "legacy_url": "--legacy-url",
     "legacy_password_file": "--legacy-password-file",
     "binlog_url": "--binlog-url",
+    "binlog_password_file": "--binlog-password-file",
     "bus": "--bus",
     "topic_prefix": "--topic-prefix",
     "pulsar_admin": "--pulsar-admin",
@@ -126,7 +127,7 @@ config_option = click.option(
     expose_value=False,
     callback=apply_config,
     help="TOML file of shared settings (url, password_file, legacy_url, legacy_password_file, "
-    "binlog_url, bus, topic_prefix, pulsar_admin, pulsar_token_env, election); an option given "
+    "binlog_url, binlog_password_file, bus, topic_prefix, pulsar_admin, pulsar_token_env, election); an option given "
     "or its environment variable wins over it.",
 )
 

@@ -30,7 +30,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import BINLOG_URL_ENV, legacy_url_option, log_format, log_level, store_url_option
-from switchyard.cli.passwords import warn_if_typed
+from switchyard.cli.passwords import BINLOG_PASSWORD_FILE_ENV, password_file_option, warn_if_typed
 from switchyard.exitcodes import FAILED, OK, UNREACHABLE
 from switchyard.logs import configure_logging
 from switchyard.settings import legacy_zones
@@ -390,6 +390,7 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
     show_default=True,
     help="A change stream silent this long while the legacy database moves on is stalled (exit 3).",
 )
+@password_file_option("binlog_url", "--binlog-url", "--binlog-password-file", BINLOG_PASSWORD_FILE_ENV)
 @log_level
 @log_format
 @cli_errors

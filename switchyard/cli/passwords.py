@@ -4,7 +4,7 @@ A process's arguments are readable by every user of the host (`ps`, /proc/PID/cm
 its environment and its files are not. So a URL option also reads its environment
 variable and the config file, and a password file fills the password into a URL given
 without one (`--password-file` for the store, `--legacy-password-file` for the legacy
-databases). A URL typed on the command line with a password in it still works, with one
+databases, `--binlog-password-file` for `migrate stream`'s binlog user). A URL typed on the command line with a password in it still works, with one
 warning on stderr naming the option and the way around it.
 """
 
@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 PASSWORD_FILE_ENV = "SWITCHYARD_PASSWORD_FILE"
 LEGACY_PASSWORD_FILE_ENV = "SWITCHYARD_LEGACY_PASSWORD_FILE"
+BINLOG_PASSWORD_FILE_ENV = "SWITCHYARD_BINLOG_PASSWORD_FILE"
 
 
 def has_password(url: str) -> bool:
@@ -92,9 +93,7 @@ def with_password(url: str, password: str, url_option: str, file_option: str) ->
     except Exception:
         raise click.BadParameter(f"{file_option} needs a URL in {url_option}; got an unparsable one") from None
     if parsed.password:
-        raise click.UsageError(
-            f"{url_option} carries a password and {file_option} gives one too: drop one of them"
-        )
+        raise click.UsageError(f"{url_option} carries a password and {file_option} gives one too: drop one of them")
     if not parsed.username:
         raise click.UsageError(
             f"{file_option} fills the password of the user {url_option} names, and it names none "
@@ -126,6 +125,8 @@ def password_file_option(
                     kwargs[url_param] = tuple(fill(u) for u in urls)
                 elif urls:
                     kwargs[url_param] = fill(urls)
+                else:
+                    raise click.UsageError(f"{file_option} needs {url_option}: the password of which user?")
             return fn(*args, **kwargs)
 
         return click.option(
@@ -143,9 +144,15 @@ def password_file_option(
 
 
 # the URL option -> the option of its password file, for the warning's advice
-_FILE_OPTION_OF = {"--url": "--password-file", "--target-url": "--password-file", "--legacy-url": "--legacy-password-file"}
+_FILE_OPTION_OF = {
+    "--url": "--password-file",
+    "--target-url": "--password-file",
+    "--legacy-url": "--legacy-password-file",
+    "--binlog-url": "--binlog-password-file",
+}
 
 __all__ = [
+    "BINLOG_PASSWORD_FILE_ENV",
     "LEGACY_PASSWORD_FILE_ENV",
     "PASSWORD_FILE_ENV",
     "has_password",

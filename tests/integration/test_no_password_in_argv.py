@@ -129,17 +129,34 @@ def test_the_long_running_processes_carry_no_password_in_their_arguments(tmp_pat
             with logs["executor"].open("wb") as out:
                 procs["executor run"] = start_cli(
                     executor_args(
-                        "argv", pulsar, prefix, 2, "--handlers", "tests.serve_handlers", "--bridge", "batch-center"
-                    )
-                    + ["--legacy-url", legacy_url],
+                        "argv",
+                        pulsar,
+                        prefix,
+                        2,
+                        "--handlers",
+                        "tests.serve_handlers",
+                        "--bridge",
+                        "batch-center",
+                        "--legacy-url",
+                        legacy_url,
+                    ),
                     out,
                     cwd=REPO,
                     env={**os.environ, "PYTHONPATH": str(REPO)},
                 )
             with logs["console"].open("wb") as out:  # the store's password from a file, as an operator would
                 procs["console"] = start_cli(
-                    ["console", "--url", bare, "--password-file", str(password_file), "--port", str(port)]
-                    + ["--legacy-url", _as(legacy_url, "SWITCHYARD_MARIADB_CDC_URL")],
+                    [
+                        "console",
+                        "--url",
+                        bare,
+                        "--password-file",
+                        str(password_file),
+                        "--port",
+                        str(port),
+                        "--legacy-url",
+                        _as(legacy_url, "SWITCHYARD_MARIADB_CDC_URL"),
+                    ],
                     out,
                     cwd=REPO,
                 )

@@ -19,7 +19,7 @@ from switchyard import exitcodes
 from switchyard.cli import cli
 from switchyard.cli.config import config_option
 from switchyard.cli.options import legacy_url_option, pulsar_admin, store_url, store_url_option
-from switchyard.cli.passwords import has_password, read_password_file, with_password
+from switchyard.cli.passwords import has_password, password_file_option, read_password_file, with_password
 from tests.argv_urls import password_leaks, stack_passwords, urls_in_env
 
 SECRET = "s3cr-et"
@@ -41,6 +41,13 @@ def probe() -> None:
 @pulsar_admin
 def show(url: str, legacy_urls: tuple[str, ...], pulsar_admin: str | None) -> None:
     click.echo(json.dumps({"url": url, "legacy": list(legacy_urls), "admin": pulsar_admin}))
+
+
+@probe.command("binlog")
+@click.option("--binlog-url", default=None)
+@password_file_option("binlog_url", "--binlog-url", "--binlog-password-file", "SWITCHYARD_TEST_BINLOG_PW")
+def binlog(binlog_url: str | None) -> None:
+    click.echo(json.dumps({"url": binlog_url}))
 
 
 @probe.command("old")
@@ -132,6 +139,18 @@ def test_the_password_file_fills_the_url_given_without_one(tmp_path: Path) -> No
     assert body["url"] != BARE or "p%40" not in str(body["url"])  # one file per database: the store's untouched
 
 
+def test_an_optional_url_takes_its_password_file_only_when_given(tmp_path: Path) -> None:
+    f = _password_file(tmp_path, "cdcpw")
+    code, body, _ = _probe(
+        "binlog", "--binlog-url", "mysql+pymysql://cdc@127.0.0.1:1/", "--binlog-password-file", str(f)
+    )
+    assert code == 0 and body["url"] == "mysql+pymysql://cdc:cdcpw@127.0.0.1:1/"
+    code, body, _ = _probe("binlog")
+    assert code == 0 and body["url"] is None
+    res = CliRunner().invoke(probe, ["binlog", "--binlog-password-file", str(f)])
+    assert res.exit_code == 2 and "--binlog-password-file needs --binlog-url" in res.stderr, res.output
+
+
 def test_the_config_file_names_the_password_files(tmp_path: Path) -> None:
     store_pw = _password_file(tmp_path, "storepw")
     legacy_pw = tmp_path / "legacy.pw"
@@ -162,7 +181,9 @@ def test_a_password_file_that_cannot_be_used_is_a_usage_error(
     tmp_path: Path, text: str, mode: int, url: str, says: str
 ) -> None:
     f = _password_file(tmp_path, text, mode)
-    res = CliRunner().invoke(cli, ["db", "check", "--url", url, "--password-file", str(f)], env={"SWITCHYARD_URL": None})
+    res = CliRunner().invoke(
+        cli, ["db", "check", "--url", url, "--password-file", str(f)], env={"SWITCHYARD_URL": None}
+    )
     assert res.exit_code == exitcodes.USAGE, res.output
     assert says in " ".join(res.stderr.split()), res.stderr
     assert "Traceback" not in res.output and "pw" not in res.stdout
