@@ -15,6 +15,7 @@ from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli import cli
 from switchyard.schema import init_schema
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.procs import forced_cutover_args
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.mariadb
 
 
 def _run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    argv, env = urls_in_env(args, {})  # as an operator runs them: the passwords in the environment
+    result = CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
     return result.exit_code, result.output
 
 

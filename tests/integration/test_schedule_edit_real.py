@@ -31,6 +31,7 @@ from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import from_ms, to_ms
 from switchyard.schema import init_schema
 from switchyard.wiring import migrator_store
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.cron_writes import cron_write
 from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process, stream_args
@@ -218,7 +219,8 @@ def _cli(*args: str) -> tuple[int, str]:
 
     from switchyard.cli import cli
 
-    res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    argv, env = urls_in_env(args, {})  # as an operator runs them: the passwords in the environment
+    res = CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
     return res.exit_code, res.output
 
 

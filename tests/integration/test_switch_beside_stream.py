@@ -24,6 +24,7 @@ from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.streams import current_position
 from switchyard.cli import cli
 from switchyard.wiring import migrator_store
+from tests.argv_urls import urls_in_env
 from tests.backends import mariadb_database
 from tests.integration.procs import forced_cutover_args, start_cli, stream_args
 from tests.integration.test_binlog_stream import new_server_id
@@ -34,7 +35,8 @@ pytestmark = pytest.mark.mariadb
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    argv, env = urls_in_env(args, {})  # as an operator runs them: the passwords in the environment
+    res = CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
     return res.exit_code, res.output
 
 

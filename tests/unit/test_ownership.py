@@ -261,14 +261,14 @@ def test_status_check_finds_orphans_and_doubles(urls: tuple[str, str]) -> None:
         conn.execute(text("UPDATE dus_job_trigger SET state = 'created' WHERE id = :i"), {"i": link.trigger.id})
     res = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--json"])
     assert res.exit_code == 1
-    rows = {r["business"]: r for r in json.loads(res.output)}
+    rows = {r["business"]: r for r in json.loads(res.stdout)}
     assert [(p["source_key"], p["side"]) for p in rows[biz]["problems"]] == [(link.source_key, "orphaned")]
     # an operator switches another job back on in the legacy admin: it fires on both sides
     other = next(ln for ln in sw.links(biz) if env.store.get_trigger(ln.trigger.id).state is S.WAITING)  # type: ignore[arg-type, union-attr]
     with env.legacy.begin() as conn:
         conn.execute(text("UPDATE xxl_job_info SET trigger_status = 1 WHERE id = :i"), {"i": int(other.source_key)})
     res = CliRunner().invoke(cli, ["status", "--url", url, "--check", "--json", "--legacy-url", legacy_url])
-    sides = {p["source_key"]: p["side"] for p in json.loads(res.output)[0]["problems"]}
+    sides = {p["source_key"]: p["side"] for p in json.loads(res.stdout)[0]["problems"]}
     assert res.exit_code == 1 and sides == {link.source_key: "orphaned", other.source_key: "double"}
 
 
