@@ -125,7 +125,9 @@ def password_file_option(
                     kwargs[url_param] = tuple(fill(u) for u in urls)
                 elif urls:
                     kwargs[url_param] = fill(urls)
-                else:
+                elif click.get_current_context().get_parameter_source(dest) is ParameterSource.COMMANDLINE:
+                    # (from the variable or the config file, shared by every command, it is
+                    # simply not needed by a command run without this URL)
                     raise click.UsageError(f"{file_option} needs {url_option}: the password of which user?")
             return fn(*args, **kwargs)
 

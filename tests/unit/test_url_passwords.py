@@ -57,7 +57,8 @@ def old(url: str) -> None:
 
 
 def _probe(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, object], str]:
-    res = CliRunner().invoke(probe, list(args), env={"SWITCHYARD_URL": None, **(env or {})})  # type: ignore[dict-item]
+    clean = {"SWITCHYARD_URL": None, "SWITCHYARD_LEGACY_URL": None, "SWITCHYARD_PULSAR_ADMIN_URL": None}
+    res = CliRunner().invoke(probe, list(args), env={**clean, **(env or {})})  # type: ignore[dict-item]
     body = json.loads(res.stdout) if res.exit_code == 0 else {}
     return res.exit_code, body, res.stderr
 
@@ -149,6 +150,8 @@ def test_an_optional_url_takes_its_password_file_only_when_given(tmp_path: Path)
     assert code == 0 and body["url"] is None
     res = CliRunner().invoke(probe, ["binlog", "--binlog-password-file", str(f)])
     assert res.exit_code == 2 and "--binlog-password-file needs --binlog-url" in res.stderr, res.output
+    code, body, _ = _probe("binlog", env={"SWITCHYARD_TEST_BINLOG_PW": str(f)})  # shared setting: not needed here
+    assert code == 0 and body["url"] is None
 
 
 def test_the_config_file_names_the_password_files(tmp_path: Path) -> None:
