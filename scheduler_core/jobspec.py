@@ -17,6 +17,7 @@ from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
     Job,
     JobCode,
+    Lane,
     MisfirePolicy,
     Trigger,
     TriggerKind,
@@ -137,6 +138,7 @@ class Schedule:
             end_at=self.end_at,
             misfire_policy=self.misfire_policy,
             priority=job.priority,
+            lane=job.lane,
         )
 
     def _probe(self, anchor: datetime) -> Trigger:
@@ -192,6 +194,8 @@ class JobSpec:
     timeout: timedelta = timedelta(seconds=30)
     max_retry: int = 0
     priority: int = 5
+    # the job's lane; None: its business's default (`switchyard.jobs` resolves it)
+    lane: Lane | None = None
     children: tuple[str, ...] = field(default_factory=tuple)
 
     def check(self) -> None:
@@ -227,10 +231,19 @@ class JobSpec:
             max_retry=self.max_retry,
             priority=self.priority,
             explicit_items=bool(self.items),
+            lane=self.lane or Lane.DEFAULT,
         )
 
     def with_changes(self, **changes: object) -> JobSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def parse_lane(value: str, field_name: str = "lane") -> Lane:
+    """A lane by its name, or a JobInputError naming the lanes there are."""
+    try:
+        return Lane(value.strip().lower())
+    except ValueError:
+        raise JobInputError(field_name, f"unknown lane {value!r} (one of {', '.join(Lane)})") from None
 
 
 def _code(name: str, value: str, longest: int) -> None:
@@ -242,4 +255,4 @@ def _code(name: str, value: str, longest: int) -> None:
         raise JobInputError(name, f"longer than {longest} characters")
 
 
-__all__ = ["JobInputError", "JobSpec", "Schedule"]
+__all__ = ["JobInputError", "JobSpec", "Schedule", "parse_lane"]

@@ -109,7 +109,11 @@ class SchedulerCore:
         # under the registry: the member's lease is known alive (asked before publishing)
         self.ownership_alive: Callable[[], bool] = lambda: True
         self.pool = FirePool(
-            self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of, inline=inline
+            self.settings.fire_pool_capacity,
+            self.settings.fire_workers,
+            self.settings.budget_of,
+            inline=inline,
+            lane_budget_of=self.settings.lane_pool_budget,
         )
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
         # the rollback fences, read for a held chunk at its T (the SQL store keeps them)

@@ -6,6 +6,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from scheduler_core.model import Lane
+
+
+@dataclass(frozen=True, slots=True)
+class LaneBudget:
+    """What one lane may take (issue 29): at most `tick_share` of a tick's batch is admitted
+    from it (the rest of the tick goes to the other lanes' due triggers), and at most
+    `pool_share` of the fire pool's capacity is its in flight."""
+
+    tick_share: float
+    pool_share: float
+
+    def __post_init__(self) -> None:
+        for name in ("tick_share", "pool_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"lane budget {name} must be in (0, 1], got {getattr(self, name)}")
+
+
+# `default` may take the whole tick and pool, as every trigger did before lanes: a store
+# with one lane admits exactly as then. `burst` is held to half, so an on-the-hour fan-out
+# always leaves the other half of each tick to the rest; `bulk` to a quarter.
+DEFAULT_LANE_BUDGETS: Mapping[Lane, LaneBudget] = {
+    Lane.BURST: LaneBudget(tick_share=0.5, pool_share=0.5),
+    Lane.DEFAULT: LaneBudget(tick_share=1.0, pool_share=1.0),
+    Lane.BULK: LaneBudget(tick_share=0.25, pool_share=0.25),
+}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerSettings:
@@ -24,6 +51,8 @@ class SchedulerSettings:
     # names it: a burst in one business cannot starve another (the hot-minute incident)
     biz_share: float = 0.5
     biz_budgets: Mapping[str, int] = field(default_factory=dict)
+    # per lane: its share of a tick's batch and of the pool (a lane not named: the default's)
+    lane_budgets: Mapping[Lane, LaneBudget] = field(default_factory=lambda: dict(DEFAULT_LANE_BUDGETS))
     # an acquisition is the owner's for this long; after it, a newer epoch may reclaim it
     acquire_deadline: timedelta = timedelta(seconds=60)
     reclaim_interval: timedelta = timedelta(seconds=10)
@@ -73,6 +102,17 @@ class SchedulerSettings:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.biz_share <= 1:
             raise ValueError("biz_share must be in (0, 1]")
+
+    def lane_budget(self, lane: Lane) -> LaneBudget:
+        return self.lane_budgets.get(lane) or DEFAULT_LANE_BUDGETS[lane]
+
+    def lane_tick_budget(self, lane: Lane) -> int:
+        """The triggers of `lane` one tick admits at most."""
+        return max(1, int(self.batch_size * self.lane_budget(lane).tick_share))
+
+    def lane_pool_budget(self, lane: Lane) -> int:
+        """The triggers of `lane` the fire pool holds at most."""
+        return max(1, int(self.fire_pool_capacity * self.lane_budget(lane).pool_share))
 
     def budget_of(self, biz_code: str) -> int:
         if biz_code in self.biz_budgets:

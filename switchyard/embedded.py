@@ -192,7 +192,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
         }
         messages.append(
             BusMessage(
-                command_topic(job.biz_code),
+                command_topic(job.biz_code, job.lane),
                 encode_packed([body]),
                 deliver_at_ms=to_ms(r.scheduled_at),
                 properties=props,

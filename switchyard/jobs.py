@@ -30,7 +30,7 @@ from migrator.model import BusinessState
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
-from scheduler_core.model import Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import MessageBus
 from scheduler_core.run_now import publish_run
@@ -87,6 +87,7 @@ class JobView:
             timeout=j.timeout,
             max_retry=j.max_retry,
             priority=j.priority,
+            lane=j.lane,
             children=self.children,
             schedule=Schedule.of(t) if t is not None else Schedule(kind=TriggerKind.NONE),
         )
@@ -104,6 +105,7 @@ class JobView:
             "timeout_s": j.timeout.total_seconds(),
             "retries": j.max_retry,
             "priority": j.priority,
+            "lane": j.lane.value,
             "children": list(self.children),
             "state": self.state,
             "trigger_id": None if t is None else t.id,
@@ -222,8 +224,11 @@ class Jobs:
             raise JobInputError("job", f"{job.job_code} exists already (edit it, or copy it to a new code)")
         child_triggers = self._child_triggers(spec.children)
         now = self.store.clock.now()
+        business = self.registry.get(spec.biz_code)
+        if spec.lane is None:  # the business's default (a business new here: `default`)
+            job = replace(job, lane=business.default_lane if business is not None else Lane.DEFAULT)
         trigger = spec.schedule.trigger(job, now, S.PAUSED if stopped else S.WAITING)  # first fire computed
-        if self.registry.get(spec.biz_code) is None:
+        if business is None:
             self.registry.register_native(spec.biz_code, actor=self.actor, reason=reason)
         saved = self.store.put_job(job)
         if spec.items:
@@ -273,11 +278,25 @@ class Jobs:
         saved = self.store.put_job(replace(new_job, id=job.id, envelope_size=job.envelope_size, shadow=job.shadow))
         if "items" in changes or (spec.items and spec.shard_total != job.shard_total):
             self._put_items(saved, spec.items)
+        if new_job.lane is not job.lane:
+            self.admin.set_lane(job.job_code, new_job.lane)
         if child_triggers is not None and t is not None and t.id is not None:
             self.store.set_followups({t.id: child_triggers}, self.store.clock.now_ms())
         after = self.view(saved)
         self._audit(job.biz_code, "job edit", reason, before=before.as_dict(), after=after.as_dict())
         return after, note
+
+    def default_lane(self, biz_code: str, lane: Lane | None = None, *, reason: str = "") -> Lane:
+        """The business's default lane (the lane its jobs get when they name none); with
+        `lane`, set it first (jobs added or migrated from now on; a job keeps its lane)."""
+        self.check_business(biz_code)
+        business = self.registry.get(biz_code)
+        if lane is None:
+            return business.default_lane if business is not None else Lane.DEFAULT
+        if business is None:
+            # known by its jobs or runs only: registering it here would guess its cutover state
+            raise UnknownName(f"business {biz_code} is not registered (migrate it, or add a job of it here first)")
+        return self.registry.set_default_lane(biz_code, lane, actor=self.actor, reason=reason).default_lane
 
     def copy(self, job: Job, new_code: str, *, biz_code: str | None = None, reason: str = "") -> JobView:
         """A new job with the definition and schedule of `job`, created stopped (as the

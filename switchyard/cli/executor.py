@@ -12,12 +12,14 @@ import functools
 import importlib
 import logging
 import os
+import threading
 from dataclasses import dataclass, fields
 from typing import Any
 
 import click
 
 from scheduler_core.executor import Executor
+from scheduler_core.model import Lane
 from switchyard import exitcodes
 from switchyard.cli.bus_reach import require_shared_bus
 from switchyard.cli.errors import CliFailure, cli_errors
@@ -208,6 +210,14 @@ class Bridges:
     help="At most this many handlers of the business run at once.",
 )
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
+@click.option(
+    "--lane",
+    "lanes",
+    multiple=True,
+    type=click.Choice([lane.value for lane in Lane]),
+    help="A lane whose command topic to consume (repeatable; each lane gets its own consumer and "
+    "--concurrency, so a backlog in one never holds another back). [default: default]",
+)
 @bridge_options
 @log_level
 @log_format
@@ -222,6 +232,7 @@ def run_cmd(
     topic_prefix: str,
     concurrency: int,
     shadow: bool,
+    lanes: tuple[str, ...],
     bridge_settings: BridgeSettings,
     log_level: str,
     log_format: str,
@@ -245,21 +256,38 @@ def run_cmd(
             bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix
         )
         closers.append(bus.close)
-        ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow)
-        legacy.register(ex)
-        if module_name:
-            try:
-                load_handlers(ex, module_name)
-            except ValueError as exc:
-                raise CliFailure(str(exc), exitcodes.USAGE) from None
+        executors: list[Executor] = []
+        for lane in dict.fromkeys(lanes or (Lane.DEFAULT.value,)):
+            ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow, lane=Lane(lane))
+            closers.append(ex.close)
+            executors.append(ex)
+            legacy.register(ex)
+            if module_name:
+                try:
+                    load_handlers(ex, module_name)
+                except ValueError as exc:
+                    raise CliFailure(str(exc), exitcodes.USAGE) from None
         stop = stop_event()
         log.info(
-            "executor for %s running%s (concurrency %d)", biz_code, " in shadow mode" if shadow else "", concurrency
+            "executor for %s running%s (lanes %s, concurrency %d each)",
+            biz_code,
+            " in shadow mode" if shadow else "",
+            ", ".join(ex.lane.value for ex in executors),
+            concurrency,
         )
+        # one receive loop per lane: the first on this thread, the others beside it
+        others = [
+            threading.Thread(target=ex.run, args=(stop,), name=f"executor-{ex.lane.value}", daemon=True)
+            for ex in executors[1:]
+        ]
+        for t in others:
+            t.start()
         try:
-            ex.run(stop)
+            executors[0].run(stop)
         finally:
-            ex.close()
+            stop.set()
+            for t in others:
+                t.join(timeout=30)
     finally:
         for close in reversed(closers):
             close()
