@@ -28,6 +28,7 @@ from typing import Protocol
 
 from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
+from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Lane, Trigger, TriggerId, TriggerState, slot_replacer
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
@@ -103,8 +104,11 @@ class PartitionAcquirer:
         rng: random.Random | None = None,
         on_submitted: OnSubmitted | None = None,
         fence: str | None = None,
+        lookahead: AdaptiveLookahead | None = None,
     ) -> None:
         self.partition = partition
+        # each lane's own window (settings.adaptive_lookahead); None: `settings.lookahead` for all
+        self.lookahead = lookahead
         self.store = store
         self.pool = pool
         self.fire_chunk = fire_chunk
@@ -140,7 +144,11 @@ class PartitionAcquirer:
         limit = min(s.batch_size, self.pool.free())
         if limit <= 0:
             return TickResult(wait=s.busy_wait)
-        due, more = self.select_within_lanes(window, limit)
+        ends = None
+        if self.lookahead is not None:
+            ends = self.lookahead.windows(now)
+            window = Window(window.start, max(ends.values()))
+        due, more = self.select_within_lanes(window, limit, ends)
         admission_lag = self.metrics.admission_lag.labels(partition=self.partition.name)
         if not due:
             if more:  # every lane with due rows is at its pool share: look again soon
@@ -176,6 +184,8 @@ class PartitionAcquirer:
         if lost:
             self.metrics.cas_losses.labels(stage="acquire").inc(lost)
         self.metrics.acquired.labels(partition=self.partition.name).inc(len(won))
+        if self.lookahead is not None:
+            self._observe_lanes(now, won, more)
         submitted, released = self.submit(won)
         return TickResult(
             selected=len(due),
@@ -186,20 +196,34 @@ class PartitionAcquirer:
             wait=timedelta(0) if more else s.busy_wait,
         )
 
-    def select_within_lanes(self, window: Window, limit: int) -> tuple[list[Trigger], bool]:
+    def _observe_lanes(self, now: datetime, won: Sequence[Trigger], more: bool) -> None:
+        assert self.lookahead is not None
+        self.lookahead.admitted(won)
+        newest: dict[Lane, datetime] = {}
+        for t in won:
+            if t.lane not in newest or t.next_fire_at > newest[t.lane]:
+                newest[t.lane] = t.next_fire_at
+        for lane, frontier in newest.items():
+            self.lookahead.observe(lane, now, frontier, more)
+
+    def select_within_lanes(
+        self, window: Window, limit: int, ends: Mapping[Lane, datetime] | None = None
+    ) -> tuple[list[Trigger], bool]:
         """The tick's due rows, each lane within its budgets; and whether more are due
         behind them (a read came back full, or a lane was held to its budget).
 
-        One read as before lanes while no lane is over its tick budget and none has spent
-        its pool share (a store of one lane always). Else the lanes still under budget are
-        read one by one (`lane = ?`, the lane trailing the due index: the other lanes'
-        entries are skipped in the index, no row lookups), each up to its budget: a lane at
-        its budget waits, the others' due rows are admitted in the same tick."""
+        One read as before lanes while no lane is over its tick budget, none has spent its
+        pool share and the lanes share one window end (a store of one lane always). Else
+        the lanes still under budget are read one by one (`lane = ?`, the lane trailing the
+        due index: the other lanes' entries are skipped in the index, no row lookups), each
+        up to its budget and its own window end (`ends`, the adaptive lookahead's): a lane
+        at its budget waits, the others' due rows are admitted in the same tick."""
         s = self.settings
         exclude = self.pool.saturated_biz_codes()
         spent = self.pool.saturated_lanes()
         start, end = window.start, window.end
-        if not spent:
+        one_end = ends is None or len(set(ends.values())) == 1
+        if not spent and one_end:
             due = self.store.select_due(self.partition, start, end, limit, exclude)
             full = len(due) >= limit
             counts = Counter(t.lane for t in due)
@@ -214,18 +238,21 @@ class PartitionAcquirer:
                     taken[t.lane] += 1
             if not full:  # the read had every due row: the other lanes' are all in it
                 return kept, True
+            more = True  # the capped lanes have more due
         else:
-            capped, kept, taken = spent, [], Counter()
+            capped, kept, taken, more = spent, [], Counter(), False
         seen = {t.id for t in kept}
         for lane in Lane:
             room = min(limit - len(kept), s.lane_tick_budget(lane) - taken[lane])
             if lane in capped or room <= 0:
                 continue
             # the lane's rows of the first read are the head of its own read (one order)
-            got = self.store.select_due(self.partition, start, end, taken[lane] + room, exclude, lane)
+            lane_end = end if ends is None else ends.get(lane, end)
+            got = self.store.select_due(self.partition, start, lane_end, taken[lane] + room, exclude, lane)
             kept += [t for t in got if t.id not in seen]
+            more = more or len(got) >= taken[lane] + room
         kept.sort(key=_due_order)
-        return kept, True
+        return kept, more
 
     def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
         """Chunks per business to the pool, with retries; release what keeps being refused.

@@ -170,6 +170,11 @@ class TriggerStore(Protocol):
         next_fire_at then priority, leaving out the given businesses (biz_codes); with
         `lane`, only that lane's."""
 
+    def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+        """(business, lane, bucket start ms, waiting triggers due in it) per `bucket_ms` from
+        `start_ms` to `end_ms` (the adaptive lookahead's forecast); none by default."""
+        return []
+
     @abstractmethod
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int

@@ -26,6 +26,7 @@ from scheduler_core.fire import FireOutcome, FirePipeline, Prepared
 from scheduler_core.firepool import FirePool
 from scheduler_core.hold import HeldChunks, by_due
 from scheduler_core.logfields import log_fields
+from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
 from scheduler_core.ports import (
@@ -132,6 +133,10 @@ class SchedulerCore:
                 merge_max=self.settings.batch_size,
                 early_ms=int(self.settings.hold_read_ahead.total_seconds() * 1000),
             )
+        # each lane's window from the forecast (issue 29); None: the one fixed lookahead
+        self.lookahead = (
+            AdaptiveLookahead(store, clock, self.settings, self.metrics) if self.settings.adaptive_lookahead else None
+        )
         self.acquirers = [
             self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
         ]
@@ -149,6 +154,7 @@ class SchedulerCore:
             epoch=epoch,
             fence=fence,
             on_submitted=lambda chunk, *, queued: self._queued(chunk, queued=queued, fence=fence),
+            lookahead=self.lookahead,
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:

@@ -349,6 +349,22 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             self._due_sqls[key] = found
         return found
 
+    def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+        """(business, lane, bucket start ms, waiting triggers due in it) for the buckets of
+        `bucket_ms` from `start_ms` (a multiple of it) to `end_ms`: one grouped count over
+        the due index's range of every partition (the adaptive lookahead's forecast). Reads
+        a row per trigger in the range (the business is not in the index)."""
+        tr = self.t.trigger
+        offset = tr.c.next_fire_at - start_ms
+        bucket = (offset - offset % bucket_ms).label("bucket")
+        stmt = (
+            select(tr.c.biz_code, tr.c.lane, bucket, func.count())
+            .where(tr.c.state == S.WAITING.value, tr.c.next_fire_at.between(start_ms, end_ms))
+            .group_by(tr.c.biz_code, tr.c.lane, bucket)
+        )
+        with self._reads().connect() as conn:
+            return [(b, Lane.of(lane), start_ms + int(k), int(n)) for b, lane, k, n in conn.execute(stmt)]
+
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int
     ) -> list[Trigger]:

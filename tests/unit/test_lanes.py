@@ -20,6 +20,7 @@ from scheduler_core.clock import ManualClock
 from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.errors import SchemaError
 from scheduler_core.firepool import FirePool
+from scheduler_core.lookahead import lane_window
 from scheduler_core.model import ExecutionCommand, Job, JobCode, Lane, TriggerKind, TriggerState
 from scheduler_core.settings import LaneBudget
 from scheduler_core.store.admin import tables_for
@@ -337,3 +338,73 @@ def upgrade_lands_every_trigger_in_default(url: str, clock: ManualClock) -> None
 
 def test_db_init_upgrades_a_lane_less_store_on_sqlite(tmp_path: Path, clock: ManualClock) -> None:
     upgrade_lands_every_trigger_in_default(f"sqlite:///{tmp_path / 'v2.db'}", clock)
+
+
+# --- the adaptive lookahead -----------------------------------------------------------
+
+
+def test_a_quiet_lane_keeps_its_minimum_window_and_a_burst_reaches_it_early_enough() -> None:
+    lo, hi = 120_000, 1_800_000
+    assert lane_window({}, 0, lo, hi, 10.0, 1.0) == lo
+    assert lane_window({60_000 * k: 5 for k in range(30)}, 0, lo, hi, 10.0, 1.0) == lo  # a steady trickle
+    burst = {600_000: 3_000}  # minute 10: 3,000 triggers, 5 minutes of admission at 10/s
+    assert lane_window(burst, 0, lo, hi, 10.0, 1.0) == lo  # 11 min - 5 min > 2 min: not yet
+    assert lane_window(burst, 240_000, lo, hi, 10.0, 1.0) == 420_000  # from 4 min on: up to its minute's end
+    assert lane_window({1_200_000: 10**6}, 0, lo, hi, 10.0, 1.0) == 1_260_000
+    assert lane_window({3_600_000: 10**9}, 0, lo, hi, 10.0, 1.0) == lo  # past lookahead_max: not in reach
+
+
+def _run_to(h: Harness, core: Any, until: Any, step: timedelta = timedelta(seconds=1)) -> None:
+    """One tick per simulated second (what the loop's max_wait allows) up to `until`."""
+    while h.clock.now() < until:
+        h.clock.advance(step)
+        core.tick_all()
+        core.drain()
+
+
+def _burst_ten_minutes_out(tmp_path: Path, clock: ManualClock, adaptive: bool) -> tuple[int, Any]:
+    """3,000 `burst` one-shots due 10 minutes out, admitted 10 per tick (burst's half of a
+    batch of 20) at one tick a simulated second: 5 minutes of admission. Returns how many
+    were fired by T, and the scheduler core."""
+    h = make_harness(
+        tmp_path,
+        clock,
+        partitions=1,
+        batch_size=20,
+        hold_within=timedelta(0),
+        lookahead=timedelta(minutes=2),  # the fixed window, when not adaptive
+        adaptive_lookahead=adaptive,
+        admit_rate=10.0,
+    )
+    sop = h.job("sop-fanout", biz="sop", lane=Lane.BURST)
+    t_burst = clock.now() + timedelta(minutes=10)
+    h.store.add_triggers([trigger_of(sop, TriggerKind.ONCE, t_burst, lane=Lane.BURST) for _ in range(3_000)])
+    core = h.core()
+    _run_to(h, core, t_burst - timedelta(seconds=1))
+    engine = h.store.engine
+    with engine.connect() as conn:
+        fired = conn.execute(text("SELECT COUNT(*) FROM dus_job_trigger WHERE state = 'completed'")).scalar_one()
+    return int(fired), core
+
+
+def test_a_burst_ten_minutes_out_is_admitted_by_its_minute_with_a_two_minute_quiet_window(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    fired, core = _burst_ten_minutes_out(tmp_path, clock, adaptive=True)
+    assert fired == 3_000, f"{fired} of 3,000 admitted before their T"
+    la = core.lookahead
+    assert la is not None and la.window_of(Lane.DEFAULT) == timedelta(minutes=2)  # quiet: its minimum
+    lag = core.metrics.registry.get_sample_value("switchyard_lane_lookahead_lag_seconds", {"lane": "burst"})
+    assert lag is not None and lag >= 0, f"lookahead lag {lag}"
+    ahead = core.metrics.registry.get_sample_value(
+        "switchyard_lane_published_not_due", {"lane": "burst", "biz_code": "sop"}
+    )
+    assert ahead is not None and ahead > 0  # published, T still ahead
+    core.shutdown()
+
+
+def test_with_the_fixed_two_minute_window_the_same_burst_is_late(tmp_path: Path, clock: ManualClock) -> None:
+    """The control of the test above: 2 minutes of admission at 10 a second is 1,200."""
+    fired, core = _burst_ten_minutes_out(tmp_path, clock, adaptive=False)
+    assert fired < 1_500, fired
+    core.shutdown()
