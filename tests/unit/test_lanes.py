@@ -15,6 +15,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 
+from legacy_sim.seed import seed_batchcenter
+from migrator.business import BusinessRegistry
 from migrator.mapping import Mapped, with_lane
 from scheduler_core.clock import ManualClock
 from scheduler_core.codec import command_topic, decode_commands
@@ -25,12 +27,15 @@ from scheduler_core.model import ExecutionCommand, Job, JobCode, Lane, TriggerKi
 from scheduler_core.settings import LaneBudget
 from scheduler_core.store.admin import tables_for
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.job_admin import SqlJobAdmin
 from scheduler_core.store.schema import SCHEMA_VERSION
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.cli import cli
 from switchyard.schema import check_schema, init_schema
+from switchyard.wiring import migrator_store
 from tests.harness import Harness, harness_on, make_harness, state_of, trigger_of
+from tests.migration_env import make_env
 
 W, A, C = TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.COMPLETED
 
@@ -408,3 +413,19 @@ def test_with_the_fixed_two_minute_window_the_same_burst_is_late(tmp_path: Path,
     fired, core = _burst_ten_minutes_out(tmp_path, clock, adaptive=False)
     assert fired < 1_500, fired
     core.shutdown()
+
+
+def test_a_migration_puts_a_businesss_jobs_in_its_default_lane(tmp_path: Path) -> None:
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=3, tasks_per_business=15, rng_seed=9)
+    sop = "sop-audience"  # a business of this seed with good rows
+    registry = BusinessRegistry(migrator_store(env.store))
+    registry.ensure(sop, "batch-center")
+    registry.set_default_lane(sop, Lane.BURST, actor="test", reason="on-the-hour SOP")
+    env.migrator.run()
+    jobs = SqlJobAdmin(env.store).jobs()
+    assert {j.biz_code for j in jobs} > {sop}, "jobs of other businesses too"
+    assert all(j.lane is (Lane.BURST if j.biz_code == sop else Lane.DEFAULT) for j in jobs)
+    triggers = env.store.triggers_of()
+    assert any(t.biz_code == sop for t in triggers)
+    assert all(t.lane is (Lane.BURST if t.biz_code == sop else Lane.DEFAULT) for t in triggers)
