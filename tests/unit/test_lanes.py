@@ -18,13 +18,14 @@ from sqlalchemy import inspect, text
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry
 from migrator.mapping import Mapped, with_lane
-from scheduler_core.clock import ManualClock
+from scheduler_core.clock import ManualClock, SystemClock
 from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.errors import SchemaError
+from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.firepool import FirePool
 from scheduler_core.lookahead import lane_window
 from scheduler_core.model import ExecutionCommand, Job, JobCode, Lane, TriggerKind, TriggerState
-from scheduler_core.settings import LaneBudget
+from scheduler_core.settings import LaneBudget, SchedulerSettings
 from scheduler_core.store.admin import tables_for
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.job_admin import SqlJobAdmin
@@ -32,10 +33,12 @@ from scheduler_core.store.schema import SCHEMA_VERSION
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.cli import cli
+from switchyard.embedded import EmbeddedCenter
 from switchyard.schema import check_schema, init_schema
 from switchyard.wiring import migrator_store
 from tests.harness import Harness, harness_on, make_harness, state_of, trigger_of
 from tests.migration_env import make_env
+from tests.waiting import until
 
 W, A, C = TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.COMPLETED
 
@@ -429,3 +432,36 @@ def test_a_migration_puts_a_businesss_jobs_in_its_default_lane(tmp_path: Path) -
     triggers = env.store.triggers_of()
     assert any(t.biz_code == sop for t in triggers)
     assert all(t.lane is (Lane.BURST if t.biz_code == sop else Lane.DEFAULT) for t in triggers)
+
+
+def test_the_embedded_center_runs_every_lane_of_a_business(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'serve.db'}")
+    init_schema(engine, 2)
+    store = SqlTriggerStore(engine, SystemClock())
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def register(ex: Executor) -> None:
+        @ex.handler()
+        def run(ctx: ExecutionContext) -> None:
+            with lock:
+                seen.append(ctx.job_code)
+
+    jobs = {
+        lane: store.put_job(Job(job_code=JobCode(f"j-{lane.value}"), biz_code="b", handler="h", lane=lane))
+        for lane in Lane
+    }
+    due = store.clock.now() + timedelta(seconds=1)
+    store.add_triggers([trigger_of(j, TriggerKind.ONCE, due, lane=lane) for lane, j in jobs.items()])
+    settings = SchedulerSettings(lookahead=timedelta(seconds=60), idle_wait=timedelta(milliseconds=300))
+    center = EmbeddedCenter(store, settings, register, name="t", discover_every=0.2)
+    stop = threading.Event()
+    th = threading.Thread(target=center.run, args=(stop,), daemon=True)
+    th.start()
+    try:
+        assert until(lambda: len(seen) >= 3, 20), seen
+        assert sorted(seen) == sorted(f"j-{lane.value}" for lane in Lane)
+    finally:
+        stop.set()
+        th.join(timeout=60)
+        engine.dispose()
