@@ -137,6 +137,7 @@ def console(
         legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
         scraped_members(metrics_urls) if metrics_urls else None,
         lag_window,
+        legacy_urls=legacy_urls,
     )
     log.info("console of %s on http://%s:%d/%s", safe_url(url), bind, port, " (bearer token required)" if token else "")
     try:
