@@ -52,7 +52,7 @@ def test_serve_heartbeats_one_row_for_its_businesses_and_stops_cleanly(tmp_path:
 
         def serving_both() -> bool:
             rows[:] = _executors(url)
-            return len(rows) == 1 and rows[0]["businesses"] == ["alpha", "beta"]
+            return len(rows) == 1 and rows[0]["businesses"] == ["alpha", "beta"] and rows[0]["state"] == "live"
 
         assert until(serving_both, 90, 0.5), (rows, log.read_text(errors="replace")[-3000:])
         (row,) = rows
