@@ -134,7 +134,13 @@ def serve(
     console_server = None
     console_thread = None
     if with_console:
-        src = Sources(store, members=registry_members(name, center.metrics.registry))
+        src = Sources(
+            store,
+            members=registry_members(name, center.metrics.registry),
+            # the executors page lists the xxl-job admin's registrations beside this process
+            legacy_urls=(bridge_settings.legacy_url,) if bridge_settings.legacy_url else (),
+            legacy_db_tz=bridge_settings.legacy_db_tz,
+        )
         console_server = serve_console(src, console_bind, console_port, token)
         console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
 
