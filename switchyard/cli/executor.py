@@ -301,6 +301,8 @@ def run_cmd(
             "executor for %s running%s (concurrency %d)", biz_code, " in shadow mode" if shadow else "", concurrency
         )
         beat = None if registry is None else start_heartbeat(registry, lambda: [ex], ex.name, heartbeat_interval)
+        if beat is None:
+            log.info("no store given (--url, SWITCHYARD_URL): this process is not in the executor registry")
         try:
             ex.run(stop)
         finally:
