@@ -26,7 +26,7 @@ from scheduler_core.store.stops import SqlStops
 from scheduler_core.times import to_ms
 from switchyard import exitcodes
 from switchyard.alerts.detect import scan_runs, scan_triggers
-from switchyard.alerts.loop import AlertSettings, Alerter
+from switchyard.alerts.loop import Alerter, AlertSettings
 from switchyard.alerts.send import Sender, SmtpSettings
 from switchyard.alerts.store import recent_alerts
 from switchyard.cli import cli
@@ -280,8 +280,10 @@ def test_failures_are_grouped_into_one_message_with_their_count(center: _Center,
     assert [c["status"] for c in calls] == ["firing", "firing", "resolved"]
     assert calls[2]["count"] == 16
     rows = recent_alerts(alert_store(center.h.store), job_code="pay")
-    assert [(r["status"], r["outcome"]) for r in rows] == [("resolved", "delivered"), ("firing", "delivered")] + [
-        ("firing", "delivered")
+    assert [(r["status"], r["outcome"]) for r in rows] == [
+        ("resolved", "delivered"),
+        ("firing", "delivered"),
+        ("firing", "delivered"),
     ]
     # a later failure opens a new incident, counted from one
     center.failing = True
@@ -358,7 +360,11 @@ def test_mail_goes_through_a_real_smtp_server(center: _Center) -> None:
             )
         )  # fmt: skip
         smtp = SmtpSettings.from_env(
-            {"SWITCHYARD_SMTP_HOST": box.host, "SWITCHYARD_SMTP_PORT": str(box.port), "SWITCHYARD_SMTP_FROM": "sy@x.org"}
+            {
+                "SWITCHYARD_SMTP_HOST": box.host,
+                "SWITCHYARD_SMTP_PORT": str(box.port),
+                "SWITCHYARD_SMTP_FROM": "sy@x.org",
+            }
         )
         alerter = Alerter(center.h.store, alert_store(center.h.store), Sender(smtp, sleep=lambda s: None), SETTINGS)
         center.step(12)

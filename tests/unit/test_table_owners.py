@@ -121,7 +121,13 @@ def test_the_migrators_and_dual_runs_tables_are_theirs_and_not_the_cores() -> No
     }
     assert dual == {"dus_comparison", "dus_boundary_check"}
     alerts = set(alert_tables().metadata.tables)
-    assert alerts == {"dus_job_alert", "dus_alert_incident", "dus_alert_event", "dus_alert_sent", "dus_alert_checkpoint"}
+    assert alerts == {
+        "dus_job_alert",
+        "dus_alert_incident",
+        "dus_alert_event",
+        "dus_alert_sent",
+        "dus_alert_checkpoint",
+    }
     assert not core & mine and not core & dual and not mine & dual and not (core | mine | dual) & alerts
     assert {t for md in package_metadata() for t in md.tables} == mine | dual | alerts
 
