@@ -5,7 +5,9 @@ add|edit --alert ... --alert-on ...`."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +43,7 @@ def _job(store: SqlTriggerStore, name: str, biz_code: str | None) -> tuple[str, 
     return found.job_code, found.biz_code
 
 
-def _smtp() -> SmtpSettings | None:
+def smtp_settings() -> SmtpSettings | None:
     try:
         return SmtpSettings.from_env()
     except ValueError as exc:
@@ -85,10 +87,6 @@ def alerts(ctx: click.Context, job_name: str | None, biz_code: str | None, limit
         click.echo(f"{r['at']}  {r['business']}:{r['job']}  {told:<22} to {r['target']}  {outcome}")
 
 
-def _duration_opt(name: str, default: str, what: str) -> Any:
-    return click.option(f"--{name}", default=default, show_default=True, help=what)
-
-
 def _dur(name: str, text: str) -> timedelta:
     try:
         return parse_duration(text)
@@ -96,15 +94,47 @@ def _dur(name: str, text: str) -> timedelta:
         raise CliFailure(f"bad input: {name}: {exc}", exitcodes.USAGE) from None
 
 
+def alert_options(prefix: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The alerter's settings as options (`--grace`, ...; in `serve`, `--alert-grace`, ...),
+    handed to the command as one `alert_settings` (an AlertSettings)."""
+    d = AlertSettings()
+    opts = (
+        ("interval", "5s", "How often the alerter looks."),
+        ("grace", "60s", "A run not started this long after its time is a missed fire."),
+        ("group-wait", "30s", "An incident's first message waits this long, grouping what follows."),
+        ("group-interval", "5m", "Later events of an open incident are told at most this often."),
+        ("lookback", "24h", "How far back runs are scanned; an incident quiet this long is closed."),
+    )
+    assert d.interval == _dur("", opts[0][1]) and d.group_interval == _dur("", opts[3][1])  # one set of defaults
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kw: Any) -> Any:
+            vals = {name: _dur(f"{prefix}{name}", kw.pop(f"{prefix}{name}".replace("-", "_"))) for name, _, _ in opts}
+            kw["alert_settings"] = AlertSettings(
+                interval=vals["interval"],
+                grace=vals["grace"],
+                group_wait=vals["group-wait"],
+                group_interval=vals["group-interval"],
+                lookback=vals["lookback"],
+                send_resolved=not kw.pop(f"{prefix}no-resolved".replace("-", "_")),
+            )
+            return fn(*args, **kw)
+
+        out: Callable[..., Any] = click.option(
+            f"--{prefix}no-resolved", is_flag=True, help="Send no message when a job recovers."
+        )(wrapped)
+        for name, default, what in reversed(opts):
+            out = click.option(f"--{prefix}{name}", default=default, show_default=True, help=what)(out)
+        return out
+
+    return deco
+
+
 @exits_as({**dict.fromkeys(STORE), exitcodes.OK: "stopped by SIGTERM or SIGINT (or one pass done, --once)"})
 @alerts.command("run")
 @store_url
-@_duration_opt("interval", "5s", "How often the alerter looks.")
-@_duration_opt("grace", "60s", "A run not started this long after its time is a missed fire.")
-@_duration_opt("group-wait", "30s", "An incident's first message waits this long, grouping what follows.")
-@_duration_opt("group-interval", "5m", "Later events of an open incident are told at most this often.")
-@_duration_opt("lookback", "24h", "How far back runs are scanned; an incident quiet this long is closed.")
-@click.option("--no-resolved", is_flag=True, help="Send no message when a job recovers.")
+@alert_options()
 @click.option("--once", is_flag=True, help="One pass, then exit (from cron, or to test).")
 @json_opt
 @log_level
@@ -112,12 +142,7 @@ def _dur(name: str, text: str) -> timedelta:
 @cli_errors
 def run_alerter(
     url: str,
-    interval: str,
-    grace: str,
-    group_wait: str,
-    group_interval: str,
-    lookback: str,
-    no_resolved: bool,
+    alert_settings: AlertSettings,
     once: bool,
     as_json: bool,
     log_level: str,
@@ -126,19 +151,11 @@ def run_alerter(
     """The alerter: looks at the runs of every job with an alert target and sends what is
     due (mail through SWITCHYARD_SMTP_HOST, _PORT, _FROM, _USER, _PASSWORD, _STARTTLS)."""
     configure_logging(log_level, log_format)
-    settings = AlertSettings(
-        interval=_dur("interval", interval),
-        grace=_dur("grace", grace),
-        group_wait=_dur("group-wait", group_wait),
-        group_interval=_dur("group-interval", group_interval),
-        lookback=_dur("lookback", lookback),
-        send_resolved=not no_resolved,
-    )
-    smtp = _smtp()
+    smtp = smtp_settings()
     store = open_existing_store(url)
     try:
         store.current_epoch()  # a store without the schema is a clear error now
-        alerter = Alerter(store, alert_store(store), Sender(smtp), settings)
+        alerter = Alerter(store, alert_store(store), Sender(smtp), alert_settings)
         if once:
             r = alerter.tick()
             if as_json:
@@ -160,7 +177,7 @@ def run_alerter(
 @cli_errors
 def test_alert(job_name: str, biz_code: str | None, url: str, as_json: bool) -> None:
     """Send a test alert to every target of a job (recorded as any alert)."""
-    smtp = _smtp()
+    smtp = smtp_settings()
     store = open_existing_store(url)
     try:
         job_code, biz = _job(store, job_name, biz_code)
@@ -183,4 +200,4 @@ def test_alert(job_name: str, biz_code: str | None, url: str, as_json: bool) -> 
         raise SystemExit(exitcodes.FAILED)
 
 
-__all__ = ["alerts"]
+__all__ = ["alert_options", "alerts", "smtp_settings"]
