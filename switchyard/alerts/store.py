@@ -113,10 +113,15 @@ class AlertStore:
             return {r.job_code: (r.biz_code, _rule(r)) for r in conn.execute(select(ja).order_by(ja.c.job_code))}
 
     def set_rule(self, job_code: str, biz_code: str, rule: AlertRule) -> None:
-        """Store a job's rule (checked by the caller: JobSpec.check); no target deletes it."""
-        ja = self.t.job_alert
+        """Store a job's rule (checked by the caller: JobSpec.check); no target deletes it.
+        A job's first rule starts its scan now: runs that failed before anyone asked for
+        alerts are not told."""
+        ja, cp = self.t.job_alert, self.t.checkpoint
+        now = self.clock.now_ms()
         with self.engine.begin() as c:
             c.execute(delete(ja).where(ja.c.job_code == job_code))
+            if rule.targets and c.execute(select(cp.c.job_code).where(cp.c.job_code == job_code)).first() is None:
+                c.execute(insert(cp).values(job_code=job_code, scan_from=now, updated_at=now))
             if rule.targets:
                 c.execute(
                     insert(ja).values(
@@ -124,7 +129,7 @@ class AlertStore:
                         biz_code=biz_code,
                         targets=json.dumps(list(rule.targets)),
                         kinds=",".join(rule.kinds),
-                        updated_at=self.clock.now_ms(),
+                        updated_at=now,
                     )
                 )
 

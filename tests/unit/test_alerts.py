@@ -386,3 +386,19 @@ def test_smtp_settings_from_the_environment() -> None:
         SmtpSettings.from_env({"SWITCHYARD_SMTP_HOST": "h", "SWITCHYARD_SMTP_PORT": "x"})
     s = SmtpSettings.from_env({"SWITCHYARD_SMTP_HOST": "h", "SWITCHYARD_SMTP_STARTTLS": "1"})
     assert s is not None and s.port == 25 and s.starttls
+
+
+def test_runs_before_a_jobs_first_alert_target_are_not_told(center: _Center, hook: Webhook) -> None:
+    center.jobs.add(
+        JobSpec(
+            job_code="pay", biz_code="biz-a", handler="h",
+            schedule=Schedule(kind=TriggerKind.FIXED_RATE, interval=timedelta(seconds=10)),
+        )
+    )  # fmt: skip
+    center.step(35)  # three failures nobody asked to hear of
+    job = center.jobs.resolve("pay")
+    center.jobs.edit(job, {"alerts": AlertRule(targets=(f"webhook:{hook.url}",))})
+    alerter = _alerter(center)
+    assert alerter.tick().events == 0
+    center.step(10)
+    assert alerter.tick().events == 1
