@@ -35,8 +35,6 @@ json_opt = click.option("--json", "as_json", is_flag=True, help="Print the answe
 def _job(store: SqlTriggerStore, name: str, biz_code: str | None) -> tuple[str, str]:
     jobs = Jobs(store, migrator_store(store), StopService(SqlStops(store)), "")  # reads only
     try:
-        if biz_code is not None and name is None:
-            jobs.check_business(biz_code)
         found = jobs.resolve(name, biz_code)
     except UnknownName as exc:
         raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None

@@ -31,7 +31,7 @@ from switchyard.alerts.send import Sender, SmtpSettings
 from switchyard.alerts.store import recent_alerts
 from switchyard.cli import cli
 from switchyard.jobs import Jobs
-from switchyard.wiring import alert_store, migrator_store
+from switchyard.wiring import alert_store, migrator_store, open_existing_store
 from tests.harness import Harness, make_harness
 from tests.receivers import Webhook, smtp_server, webhook
 
@@ -126,6 +126,14 @@ def test_the_cli_sets_shows_edits_and_removes_a_jobs_alerts(tmp_path: Path, monk
     assert json.loads(sy("job", "edit", "b:j", "--no-alert", "--json")[1])["alerts"] == {"targets": [], "on": []}
     code, out = sy("alerts", "test", "--job", "b:j")
     assert code == exitcodes.USAGE and "has no alert target" in out
+    # a deleted job's alerts go with it
+    code, out = sy("job", "delete", "b:j2")
+    assert code == 0, out
+    store = open_existing_store(url)
+    try:
+        assert alert_store(store).rules() == {}
+    finally:
+        store.engine.dispose()
 
 
 # -- detection ---------------------------------------------------------------------------
