@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 # a job's scan reads at most this many pages a tick; the rest on the next
 MAX_PAGES = 50
+# how often the events no scan reads again are forgotten
+PRUNE_EVERY_MS = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class AlertSettings:
 class TickReport:
     events: int = 0
     resolved: int = 0
+    pruned: int = 0
     sent: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -74,6 +77,7 @@ class Alerter:
         self.alerts = alerts
         self.sender = sender
         self.settings = settings
+        self._pruned_at = 0
 
     # -- one pass ------------------------------------------------------------------------
 
@@ -86,6 +90,11 @@ class Alerter:
             except Exception:  # noqa: BLE001 - one job's trouble must not stop the others' alerts
                 log.exception("alerts: scanning job %s failed", job_code)
         self._tell(rules, report)
+        now = self.store.clock.now_ms()
+        if now - self._pruned_at >= PRUNE_EVERY_MS:
+            # a scan never reads before now - lookback: twice that is kept, with room to spare
+            report.pruned = self.alerts.prune_events(now - 2 * _ms(self.settings.lookback))
+            self._pruned_at = now
         return report
 
     def _scan(self, job_code: str, biz_code: str, rule: AlertRule, report: TickReport) -> None:

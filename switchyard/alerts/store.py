@@ -258,6 +258,17 @@ class AlertStore:
         ).first()
         return None if row is None else _incident(row)
 
+    def prune_events(self, scheduled_before_ms: int) -> int:
+        """Forget the events of runs scheduled before `scheduled_before_ms` (older than any
+        scan reads again, so no longer needed to count them once), seen before it too;
+        their incidents and the messages sent stay."""
+        ev = self.t.event
+        with self.engine.begin() as conn:
+            # and seen as long ago: a trigger still not fired (its event re-seen each scan) is
+            # counted again at most once per period, a reminder, never once per tick
+            old = and_(ev.c.scheduled_at < scheduled_before_ms, ev.c.seen_at < scheduled_before_ms)
+            return int(conn.execute(delete(ev).where(old)).rowcount or 0)
+
     def open_incident(self, job_code: str, kind: str) -> Incident | None:
         with self.engine.connect() as conn:
             return self._open(conn, job_code, kind)

@@ -8,7 +8,8 @@ every scheduler reads.
 - `dus_alert_incident`: one per (job, kind) while it lasts: events counted, how many were
   told, when, resolved or not;
 - `dus_alert_event`: each event counted once (a failed run's command id; a missed
-  occurrence's trigger and time): the de-duplication key, written with its incident's count;
+  occurrence's trigger and time): the de-duplication key, written with its incident's count,
+  kept while a scan can read its run again (twice the alerter's lookback);
 - `dus_alert_sent`: every message to every target: what, when, to whom, the outcome. A row
   is written `sending` with the incident's count before the send (a restart never sends
   it again), then `delivered` or `error`;
@@ -78,6 +79,7 @@ def alert_tables(md: MetaData | None = None) -> AlertTables:
         Column("seen_at", BigInteger, nullable=False),
         PrimaryKeyConstraint("event_key", "kind"),
         Index("idx_alert_event_incident", "incident_id"),
+        Index("idx_alert_event_time", "scheduled_at"),
     )
     sent = Table(
         "dus_alert_sent",

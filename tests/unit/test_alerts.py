@@ -410,3 +410,23 @@ def test_runs_before_a_jobs_first_alert_target_are_not_told(center: _Center, hoo
     assert alerter.tick().events == 0
     center.step(10)
     assert alerter.tick().events == 1
+
+
+def test_events_older_than_any_scan_are_forgotten_and_not_counted_again(center: _Center, hook: Webhook) -> None:
+    _add(center, hook.url, kinds=("failure",))
+    settings = AlertSettings(
+        group_wait=timedelta(0), group_interval=timedelta(seconds=120), lookback=timedelta(minutes=1)
+    )  # fmt: skip
+    alerter = _alerter(center, settings)
+    center.step(12)
+    assert alerter.tick().events == 1
+    store = alert_store(center.h.store)
+    (told,) = hook.calls()
+    assert store.event_ids(told["incident"]) != []
+    center.failing = False
+    center.step(20)
+    assert alerter.tick().pruned == 0
+    center.h.clock.advance(timedelta(seconds=600))  # past twice the lookback and the prune interval
+    r = alerter.tick()
+    assert r.pruned == 1 and store.event_ids(told["incident"]) == []
+    assert alerter.tick().events == 0, "a pruned event's run is older than any scan: not counted again"
