@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from switchyard import exitcodes
+from switchyard.cli.alerts import alerts
 from switchyard.cli.config import config_option
 from switchyard.cli.console import console
 from switchyard.cli.cron import cron
@@ -84,6 +85,7 @@ cli.add_command(serve)
 cli.add_command(job)
 cli.add_command(runs)
 cli.add_command(executors)
+cli.add_command(alerts)
 dualrun.add_command(dualrun_start)
 
 

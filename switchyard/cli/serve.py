@@ -14,6 +14,9 @@ from scheduler_core.executor import Executor
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
+from switchyard.alerts.loop import Alerter, AlertSettings
+from switchyard.alerts.send import Sender
+from switchyard.cli.alerts import alert_options, smtp_settings
 from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import (
@@ -33,7 +36,7 @@ from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
 from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
-from switchyard.wiring import load_handlers, migrator_store, open_store
+from switchyard.wiring import alert_store, load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,12 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="The console's port (with --console).",
 )
+@click.option(
+    "--no-alerts",
+    is_flag=True,
+    help="Run no alerter here (one runs elsewhere: `switchyard alerts run`). [default: alerts sent from here]",
+)
+@alert_options("alert-")
 @log_level
 @log_format
 @cli_errors
@@ -98,12 +107,16 @@ def serve(
     log_level: str,
     log_format: str,
     bridge_settings: BridgeSettings,
+    no_alerts: bool,
+    alert_settings: AlertSettings,
 ) -> None:
-    """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
+    """Scheduler, executors, result consumer, the alerter (and console) in one process,
+    in-process bus. Alert mail goes through SWITCHYARD_SMTP_HOST, _PORT, _FROM."""
     configure_logging(log_level, log_format)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    smtp = None if no_alerts else smtp_settings()
     ensure_free("--metrics-port", metrics_port)
     if with_console:
         ensure_free("--console-port", console_port, console_bind)
@@ -144,9 +157,18 @@ def serve(
         console_server = serve_console(src, console_bind, console_port, token)
         console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
 
+    # the alerter on a thread of its own: a slow receiver holds its sends, never a fire
+    alert_stop = threading.Event()
+    alert_thread = None
+    if not no_alerts:
+        alerter = Alerter(store, alert_store(store), Sender(smtp), alert_settings)
+        alert_thread = threading.Thread(target=alerter.run, args=(alert_stop,), name="alerter", daemon=True)
+
     def started() -> None:
         if console_thread is not None:
             console_thread.start()
+        if alert_thread is not None:
+            alert_thread.start()
         log.info(
             "serve %s running on %s%s",
             name,
@@ -163,6 +185,9 @@ def serve(
         center.run(stop, on_started=started)
     finally:
         beat.close()
+        alert_stop.set()
+        if alert_thread is not None and alert_thread.is_alive():
+            alert_thread.join(timeout=10)
         if console_server is not None and console_thread is not None:
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)
