@@ -152,7 +152,7 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
                 require(request, Role.ADMIN)
                 return page(request, "job_new.html.j2", form=dict(job_data.BLANK_FORM), error=None, coming=None)
             given = form_of(request)
-            form = job_data.as_form(given)
+            form = {**job_data.as_form(given), "stopped": given.get("stopped", "")}
             action = given.get("action", "save")
             require(request, ACTION_ROLE.get(action, Role.ADMIN))
             jobs = jobs_of(request)
