@@ -206,7 +206,7 @@ def console(
     )
     mode = "writes served" if writes else "read-only"
     if tokens or token:
-        mode += f", {len(tokens) + (1 if token else 0)} token(s)"
+        mode += f", bearer token required ({len(tokens) + (1 if token else 0)} token(s))"
     log.info("console of %s on http://%s:%d/ (%s)", safe_url(url), bind, port, mode)
     try:
         with bus_args.opened() if writes and bus_args.reaches_executors else nullcontext() as bus:
