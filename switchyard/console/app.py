@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reports.load import load_report
@@ -204,7 +204,7 @@ def make_app(
             request,
         )
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", index),
         Route("/login", login_page, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -228,10 +228,10 @@ def make_app(
     return app
 
 
-def _login(request: Request, authority: Authority) -> Response:
+def _login(request: Request, authority: Authority, back_to: str | None = None) -> Response:
     """GET: the form. POST: the token checked, a session cookie set (HttpOnly,
     SameSite=Strict: never sent with another site's request), back to where it came from."""
-    nxt = request.query_params.get("next", "/")
+    nxt = back_to or request.query_params.get("next", "/")
     if not nxt.startswith("/") or nxt.startswith("//"):
         nxt = "/"  # only a page of this console: never an open redirect
     ctx = {"now": None, "next": nxt, "required": authority.required, **page_context(request)}
@@ -311,7 +311,8 @@ class Gate:
             if api or method not in SAFE:
                 await refuse(Failure(401, "Unauthorized", "This console needs a token (Authorization: Bearer ...)."))
                 return
-            response = _login(Request(scope), self.authority)
+            query = scope.get("query_string", b"").decode("latin-1")
+            response = _login(Request(scope), self.authority, path + ("?" + query if query else ""))
             response.status_code = 401
             response.headers["WWW-Authenticate"] = 'Bearer realm="switchyard console"'
             await response(scope, receive, send)

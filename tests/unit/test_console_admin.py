@@ -147,7 +147,10 @@ def test_a_session_cookie_is_signed_bound_to_its_token_and_expires() -> None:
     assert Authority(TOKENS).session(cookie) is None  # another process's key
     # the token changed: its sessions end
     assert Authority([Token("alice", Role.ADMIN, b"another-token-0123456789")], key=auth.key).session(cookie) is None
-    assert Authority(TOKENS, key=auth.key, ttl_s=-1).session(Authority(TOKENS, key=auth.key, ttl_s=-1).session_cookie(me)) is None
+    assert (
+        Authority(TOKENS, key=auth.key, ttl_s=-1).session(Authority(TOKENS, key=auth.key, ttl_s=-1).session_cookie(me))
+        is None
+    )
     assert auth.csrf(back) and auth.csrf_ok(back, auth.csrf(back)) and not auth.csrf_ok(back, "x" + auth.csrf(back))
 
 
@@ -363,8 +366,12 @@ def test_the_api_mirrors_the_forms(src: Sources) -> None:
     assert r.status_code == 200 and r.json()["schedule"]["cron"] == "0 0 12 * * ?" and "next fire" in r.json()["note"]
     shown = c.get("/api/jobs/sync", headers=h).json()
     assert len(shown["next_fires"]) == 5 and all("T12:00:00+00:00" in t for t in shown["next_fires"])
-    pv = c.get("/api/jobs/preview", params={"kind": "cron", "cron": "0 30 9 ? * MON", "zone": "Europe/Berlin"}, headers=h)
-    assert pv.status_code == 200 and all("T09:30:00+01:00" in t or "T09:30:00+02:00" in t for t in pv.json()["next_fires"])
+    pv = c.get(
+        "/api/jobs/preview", params={"kind": "cron", "cron": "0 30 9 ? * MON", "zone": "Europe/Berlin"}, headers=h
+    )
+    assert pv.status_code == 200 and all(
+        "T09:30:00+01:00" in t or "T09:30:00+02:00" in t for t in pv.json()["next_fires"]
+    )
     bad = c.get("/api/jobs/preview", params={"kind": "cron", "cron": "nope"}, headers=h)
     assert bad.status_code == 400 and bad.json()["message"].startswith("cron:")
     assert c.post("/api/jobs/sync/stop", headers=h).json()["action"] == "stop"
@@ -380,7 +387,10 @@ def test_the_list_filters_searches_pages_and_sorts_numbers_as_numbers(src: Sourc
     h = bearer(ADMIN)
     for n in (10, 9, 100, 1):
         assert c.post("/api/jobs", json={**FORM, "job": f"k{n}", "handler": f"h{n % 2}"}, headers=h).status_code == 201
-    assert c.post("/api/jobs", json={**FORM, "business": "ads", "job": "a1", "params": "needle"}, headers=h).status_code == 201
+    assert (
+        c.post("/api/jobs", json={**FORM, "business": "ads", "job": "a1", "params": "needle"}, headers=h).status_code
+        == 201
+    )
     c.post("/api/jobs/k9/stop", headers=h)
     every = c.get("/api/jobs", headers=h).json()
     assert [j["job"] for j in every["jobs"]] == ["a1", "k1", "k9", "k10", "k100"] and every["total"] == 5
