@@ -38,7 +38,7 @@ class Page:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        self.proc = subprocess.Popen(  # noqa: S603 (the test's own browser)
+        self.proc = subprocess.Popen(
             [
                 found,
                 "--headless",
@@ -55,7 +55,7 @@ class Page:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=fds,  # noqa: PLW1509 (only dup2 in the child, before exec)
+            preexec_fn=fds,  # only dup2 in the child, before exec
             close_fds=False,
         )
         os.close(to_chrome_r)
