@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -14,7 +15,7 @@ from scheduler_core.executor import Executor
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
-from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.cli.console import TOKEN_ENV, TOKENS_ENV, console_token, console_tokens, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
 from switchyard.cli.exits import STORE, exits_as
@@ -70,6 +71,17 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="The console's port (with --console).",
 )
+@click.option(
+    "--console-tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"The console's role tokens, one `name role token` a line (chmod 600); or ${TOKENS_ENV}.",
+)
+@click.option(
+    "--console-writes",
+    is_flag=True,
+    help="The console serves the job admin's writes (needs role tokens); else it is read-only.",
+)
 @log_level
 @log_format
 @cli_errors
@@ -86,6 +98,8 @@ def serve(
     with_console: bool,
     console_bind: str,
     console_port: int,
+    console_tokens_file: Path | None,
+    console_writes: bool,
     log_level: str,
     log_format: str,
     bridge_settings: BridgeSettings,
@@ -94,7 +108,16 @@ def serve(
     configure_logging(log_level, log_format)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
-    token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    tokens = console_tokens(TOKENS_ENV, console_tokens_file) if with_console else []
+    token = (
+        (os.environ.get(TOKEN_ENV) or None if tokens else console_token(console_bind, TOKEN_ENV))
+        if with_console
+        else None
+    )
+    if console_writes and not tokens:
+        raise CliFailure(
+            f"--console-writes needs role tokens: put them in ${TOKENS_ENV} or --console-tokens-file", exitcodes.USAGE
+        )
     ensure_free("--metrics-port", metrics_port)
     if with_console:
         ensure_free("--console-port", console_port, console_bind)
@@ -126,7 +149,9 @@ def serve(
     console_thread = None
     if with_console:
         src = Sources(store, members=registry_members(name, center.metrics.registry))
-        console_server = serve_console(src, console_bind, console_port, token)
+        console_server = serve_console(
+            src, console_bind, console_port, token, tokens=tokens, writes=console_writes, bus=center.bus
+        )
         console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
 
     def started() -> None:
