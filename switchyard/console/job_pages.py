@@ -31,6 +31,7 @@ from switchyard.console import job_data
 from switchyard.console.auth import Role
 from switchyard.console.data import Sources
 from switchyard.console.responses import (
+    BODY,
     HEADERS,
     BadInput,
     Failure,
@@ -286,7 +287,7 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
         async def endpoint(request: Request) -> Response:
             def work() -> Response:
                 require(request, ACTION_ROLE[action])
-                given = body_of(request) if request.scope.get("switchyard.body") else {}
+                given = body_of(request) if request.scope.get(BODY) else {}
                 jobs = jobs_of(request)
                 job = jobs.resolve(code_of(request))
                 reason = str(given.get("reason", ""))
@@ -329,7 +330,7 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
 
 
 def form_of_json(request: Request) -> Any:
-    body = request.scope.get("switchyard.body", b"")
+    body = request.scope.get(BODY, b"")
     if not body:
         return {}
     try:
