@@ -210,7 +210,8 @@ def test_a_request_without_the_bearer_token_gets_401(state: ConsoleState) -> Non
     for path in ("/", "/api/businesses", f"/business/{state.cutover}", "/nothing-here"):
         r = c.get(path)
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), path
-        assert state.cutover not in r.text
+        # nothing of the store: the page is the login form, which only names the page asked for (to go back)
+        assert state.cutover not in r.text.replace(f"next={path}", "")
     assert c.get("/api/businesses", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert c.get("/api/businesses", headers={"Authorization": SECRET_TOKEN}).status_code == 401
     ok = c.get("/api/businesses", headers={"Authorization": f"Bearer {SECRET_TOKEN}"})
