@@ -215,6 +215,8 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
                 copied = jobs.copy(job, new_code, biz_code=given.get("to_business", "").strip() or None, reason=reason)
                 return RedirectResponse(job_url(copied.job.job_code) + "?done=copied", 303, headers=HEADERS)
             if action == "delete":
+                if given.get("confirm") != "1":  # a button next to Run now: one stray click deletes nothing
+                    raise JobInputError("confirm", "tick the box beside Delete to delete the job")
                 jobs.delete(job, reason=reason)
                 return RedirectResponse("/jobs", 303, headers=HEADERS)
             if action == "start":

@@ -342,7 +342,10 @@ def test_edit_copy_start_stop_run_and_delete_through_the_forms(src: Sources) -> 
     dup = c.post("/jobs/invoice", data={"action": "copy", "new_job": "invoice-2", "csrf": csrf})
     assert dup.status_code == 400 and "exists already" in dup.text
     # delete: gone from the list, its live triggers cancelled, audited with what it was
-    d = c.post("/jobs/invoice-2", data={"action": "delete", "csrf": csrf}, follow_redirects=False)
+    unsure = c.post("/jobs/invoice-2", data={"action": "delete", "csrf": csrf})
+    assert unsure.status_code == 400 and "tick the box" in unsure.text
+    assert src.store.get_job(JobCode("invoice-2")) is not None
+    d = c.post("/jobs/invoice-2", data={"action": "delete", "confirm": "1", "csrf": csrf}, follow_redirects=False)
     assert d.status_code == 303 and d.headers["location"] == "/jobs"
     assert src.store.get_job(JobCode("invoice-2")) is None
     assert audit_rows(src, "job delete")[0].detail["before"]["job"] == "invoice-2"
