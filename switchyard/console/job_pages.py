@@ -27,7 +27,7 @@ from scheduler_core.ports import MessageBus
 from scheduler_core.stops import StopService
 from scheduler_core.store.job_admin import TriggerBusy
 from scheduler_core.store.stops import SqlStops
-from switchyard.console import job_data
+from switchyard.console import data, job_data
 from switchyard.console.auth import Role
 from switchyard.console.data import Sources
 from switchyard.console.responses import (
@@ -122,6 +122,7 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
             "form": form or job_data.form_of_view(view),
             "coming": preview(view.trigger, src.now()),
             "audit_q": urlencode({"business": job.biz_code}),
+            "history": _history(src, job),
         }
 
     # -- pages -------------------------------------------------------------------------
@@ -329,6 +330,19 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
         ),
         Route("/api/jobs/{code:path}", api_job, methods=["GET", "POST", "DELETE"]),
     ]
+
+
+def _history(src: Sources, job: Job, limit: int = 20) -> list[dict[str, Any]]:
+    """The audited writes of this job, newest first (its business's audit log, this job's rows)."""
+    out = []
+    for a in data.audit(src, job.biz_code, limit=2000):
+        d = a.get("detail") if isinstance(a.get("detail"), dict) else {}
+        named = [x.get("job") for x in (d.get("before"), d.get("after")) if isinstance(x, dict)]
+        if job.job_code in named:
+            out.append(a)
+            if len(out) == limit:
+                break
+    return out
 
 
 def form_of_json(request: Request) -> Any:

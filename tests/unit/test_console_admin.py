@@ -324,9 +324,12 @@ def test_edit_copy_start_stop_run_and_delete_through_the_forms(src: Sources) -> 
     # stop and start (the stop of "A stop is a stop": the trigger paused from the stop time)
     assert "Stopped" in c.post("/jobs/invoice", data={"action": "stop", "csrf": csrf}).text
     assert c.get("/api/jobs/invoice").json()["state"] == "stopped"
-    assert audit_rows(src, "job stop")[0].detail["before"] == {"state": "waiting"}
+    assert audit_rows(src, "job stop")[0].detail["before"] == {"job": "invoice", "state": "waiting"}
     assert "Started." in c.post("/jobs/invoice", data={"action": "start", "csrf": csrf}).text
     assert c.get("/api/jobs/invoice").json()["state"] == "running"
+    history = c.get("/jobs/invoice").text.split("Its audit log")[1]
+    for what in ("job add", "job edit", "job stop", "job start"):
+        assert f'<td class="what">{what}</td>' in history, what
     # run once now: a one-shot due now, the schedule unmoved
     assert "Runs once now." in c.post("/jobs/invoice", data={"action": "run", "csrf": csrf}).text
     once = [t for t in src.store.triggers_of(job_code=JobCode("invoice")) if t.kind is TriggerKind.ONCE]
