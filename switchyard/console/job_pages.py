@@ -336,7 +336,8 @@ def _history(src: Sources, job: Job, limit: int = 20) -> list[dict[str, Any]]:
     """The audited writes of this job, newest first (its business's audit log, this job's rows)."""
     out = []
     for a in data.audit(src, job.biz_code, limit=2000):
-        d = a.get("detail") if isinstance(a.get("detail"), dict) else {}
+        detail = a.get("detail")
+        d: dict[str, Any] = detail if isinstance(detail, dict) else {}
         named = [x.get("job") for x in (d.get("before"), d.get("after")) if isinstance(x, dict)]
         if job.job_code in named:
             out.append(a)
