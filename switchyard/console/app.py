@@ -237,11 +237,19 @@ def _login(request: Request, authority: Authority, back_to: str | None = None) -
     ctx = {"now": None, "next": nxt, "required": authority.required, **page_context(request)}
     if request.method != "POST":
         return HTMLResponse(render("login.html.j2", error="", **ctx), headers=HEADERS)
+    client = request.client.host if request.client else "?"
+    if authority.throttle.blocked(client):
+        return HTMLResponse(
+            render("login.html.j2", error="Too many wrong tokens from here: wait a minute.", **ctx),
+            429,
+            headers={**HEADERS, "Retry-After": str(int(authority.throttle.window_s))},
+        )
     body = request.scope.get(BODY, b"")
     form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
     who = authority.bearer(form.get("token", "").strip().encode("utf-8"))
     if who is None:
-        log.warning("console login refused from %s", request.client.host if request.client else "?")
+        authority.throttle.failed(client)
+        log.warning("console login refused from %s", client)
         return HTMLResponse(
             render("login.html.j2", error="That token is not one of this console's.", **ctx), 401, headers=HEADERS
         )
@@ -259,7 +267,7 @@ def _login(request: Request, authority: Authority, back_to: str | None = None) -
     return response
 
 
-MAXBODY = 1 << 20  # a job's form is a few kB; a sharding item list of thousands still fits
+MAX_BODY = 1 << 20  # a job's form is a few kB; a sharding item list of thousands still fits
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -322,7 +330,7 @@ class Gate:
             return
         body = await _read_body(receive)
         if body is None:
-            await refuse(Failure(413, "Too large", f"A request body is at most {MAXBODY} bytes here."))
+            await refuse(Failure(413, "Too large", f"A request body is at most {MAX_BODY} bytes here."))
             return
         scope[BODY] = body
         if path != "/login":
@@ -368,7 +376,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAXBODY:
+        if size > MAX_BODY:
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,7 @@ class Authority:
         # a key of this process: sessions end with it (a restart asks for the token again)
         self.key = key or secrets.token_bytes(32)
         self.ttl_s = ttl_s
+        self.throttle = LoginThrottle()
 
     @property
     def required(self) -> bool:
@@ -212,6 +214,35 @@ class Authority:
         return bool(want) and hmac.compare_digest(want.encode("ascii"), given.encode("ascii", "replace"))
 
 
+class LoginThrottle:
+    """At most `attempts` wrong tokens per client address in `window_s`: a login form is
+    no oracle to try tokens against (the tokens are long enough that guessing is hopeless
+    anyway; this keeps the log and the store quiet too)."""
+
+    def __init__(self, attempts: int = 10, window_s: float = 60.0) -> None:
+        self.attempts = attempts
+        self.window_s = window_s
+        self._failed: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str, now: float) -> list[float]:
+        kept = [t for t in self._failed.get(client, []) if now - t < self.window_s]
+        if kept:
+            self._failed[client] = kept
+        else:
+            self._failed.pop(client, None)
+        return kept
+
+    def blocked(self, client: str) -> bool:
+        with self._lock:
+            return len(self._recent(client, time.monotonic())) >= self.attempts
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._failed[client] = [*self._recent(client, now), now]
+
+
 def tokens_from_env(var: str = "SWITCHYARD_CONSOLE_TOKENS") -> list[Token]:
     text = os.environ.get(var, "")
     return parse_tokens(text, var) if text.strip() else []
@@ -223,6 +254,7 @@ __all__ = [
     "CSRF_FIELD",
     "CSRF_HEADER",
     "Authority",
+    "LoginThrottle",
     "Principal",
     "Role",
     "Token",

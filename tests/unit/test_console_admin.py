@@ -171,6 +171,16 @@ def test_without_credentials_401_and_the_login_form(src: Sources) -> None:
     assert c.get("/api/jobs", headers=bearer(VIEW)).status_code == 200
 
 
+def test_wrong_tokens_at_the_login_form_are_throttled(src: Sources) -> None:
+    c = client(src)
+    for _ in range(10):
+        assert c.post("/login", data={"token": "wrong-token-0123456789"}).status_code == 401
+    # the eleventh try within the minute is refused before its token is even compared
+    r = c.post("/login", data={"token": ADMIN}, follow_redirects=False)
+    assert r.status_code == 429 and "Too many" in r.text and COOKIE not in r.headers.get("set-cookie", "")
+    assert c.get("/api/jobs", headers=bearer(ADMIN)).status_code == 200  # a script's bearer is not a login
+
+
 def test_a_viewer_reads_and_an_operator_cannot_edit(src: Sources) -> None:
     c = client(src)
     assert c.post("/api/jobs", json=FORM, headers=bearer(ADMIN)).status_code == 201
