@@ -16,6 +16,7 @@ from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
+from switchyard.cli.executors import executors
 from switchyard.cli.exits import exits_as
 from switchyard.cli.freeze import freeze, unfreeze
 from switchyard.cli.job import job
@@ -82,6 +83,7 @@ cli.add_command(console)
 cli.add_command(serve)
 cli.add_command(job)
 cli.add_command(runs)
+cli.add_command(executors)
 dualrun.add_command(dualrun_start)
 
 

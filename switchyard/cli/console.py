@@ -203,6 +203,7 @@ def console(
         legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
         scraped_members(metrics_urls) if metrics_urls else None,
         lag_window,
+        legacy_urls=legacy_urls,
     )
     mode = "writes served" if writes else "read-only"
     if tokens or token:

@@ -17,7 +17,14 @@ from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.console import TOKEN_ENV, TOKENS_ENV, console_token, console_tokens, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
+from switchyard.cli.executor import (
+    Bridges,
+    BridgeSettings,
+    bridge_choice,
+    bridge_options,
+    heartbeat_interval,
+    start_heartbeat,
+)
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import idle_wait, log_format, log_level, lookahead, store_url
@@ -56,6 +63,7 @@ log = logging.getLogger(__name__)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
 @lookahead
 @idle_wait
+@heartbeat_interval
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
 @click.option(
@@ -94,6 +102,7 @@ def serve(
     name: str,
     lookahead: timedelta,
     idle_wait: timedelta,
+    heartbeat_interval: timedelta,
     metrics_port: int,
     with_console: bool,
     console_bind: str,
@@ -148,7 +157,13 @@ def serve(
     console_server = None
     console_thread = None
     if with_console:
-        src = Sources(store, members=registry_members(name, center.metrics.registry))
+        src = Sources(
+            store,
+            members=registry_members(name, center.metrics.registry),
+            # the executors page lists the xxl-job admin's registrations beside this process
+            legacy_urls=(bridge_settings.legacy_url,) if bridge_settings.legacy_url else (),
+            legacy_db_tz=bridge_settings.legacy_db_tz,
+        )
         console_server = serve_console(
             src, console_bind, console_port, token, tokens=tokens, writes=console_writes, bus=center.bus
         )
@@ -165,9 +180,14 @@ def serve(
         )
 
     stop = stop_event()
+    # one row in the executor registry for the process, whatever businesses it finds
+    beat = start_heartbeat(
+        store.engine, lambda: [ex for ex, _th in list(center.executors.values())], name, heartbeat_interval
+    )
     try:
         center.run(stop, on_started=started)
     finally:
+        beat.close()
         if console_server is not None and console_thread is not None:
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)

@@ -300,6 +300,9 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("job-stop-unknown", ["job", "stop", "nosuch", "--url", "{ok}"], USAGE),
     ("runs-bad-since", ["runs", "--since", "soon", "--url", "{ok}"], USAGE),
     ("runs-no-schema", ["runs", "--url", "{empty}"], SCHEMA),
+    # the executor registry (issue 28)
+    ("executors-no-schema", ["executors", "--url", "{empty}"], SCHEMA),
+    ("executors-legacy-not-xxl-job", ["executors", "--url", "{ok}", "--legacy-url", "{no_legacy}"], SCHEMA),
     # long-running commands that fail before they start running (no signal handler is installed yet)
     (
         "scheduler-run-unreachable-store",
@@ -323,6 +326,11 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
         USAGE,
     ),
     ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "notabus"], USAGE),
+    (
+        "executor-run-bad-heartbeat-interval",
+        ["executor", "run", "--handlers", "json", "--business", "d", "--heartbeat-interval", "0s"],
+        USAGE,
+    ),
 ]
 
 
