@@ -391,7 +391,13 @@ class Jobs:
         report, refused = self._act(action, [t.id], reason or word)
         if refused:
             raise PermissionError(f"job {job.job_code}: {refused}")
-        self._audit(job.biz_code, word, reason, before={"state": t.state.value}, after={"at": str(report.at)})
+        self._audit(
+            job.biz_code,
+            word,
+            reason,
+            before={"job": job.job_code, "state": t.state.value},
+            after={"job": job.job_code, "at": str(report.at)},
+        )
         return report
 
     def _act(self, action: str, ids: list[TriggerId], reason: str) -> tuple[operations.OperationReport, str]:

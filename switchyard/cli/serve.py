@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -17,7 +18,7 @@ from switchyard import exitcodes
 from switchyard.alerts.loop import Alerter, AlertSettings
 from switchyard.alerts.send import Sender
 from switchyard.cli.alerts import alert_options, smtp_settings
-from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.cli.console import TOKEN_ENV, TOKENS_ENV, console_token, console_tokens, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.executor import (
     Bridges,
@@ -87,6 +88,17 @@ log = logging.getLogger(__name__)
     help="Run no alerter here (one runs elsewhere: `switchyard alerts run`). [default: alerts sent from here]",
 )
 @alert_options("alert-")
+@click.option(
+    "--console-tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"The console's role tokens, one `name role token` a line (chmod 600); or ${TOKENS_ENV}.",
+)
+@click.option(
+    "--console-writes",
+    is_flag=True,
+    help="The console serves the job admin's writes (needs role tokens); else it is read-only.",
+)
 @log_level
 @log_format
 @cli_errors
@@ -104,6 +116,8 @@ def serve(
     with_console: bool,
     console_bind: str,
     console_port: int,
+    console_tokens_file: Path | None,
+    console_writes: bool,
     log_level: str,
     log_format: str,
     bridge_settings: BridgeSettings,
@@ -115,7 +129,16 @@ def serve(
     configure_logging(log_level, log_format)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
-    token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    tokens = console_tokens(TOKENS_ENV, console_tokens_file) if with_console else []
+    token = (
+        (os.environ.get(TOKEN_ENV) or None if tokens else console_token(console_bind, TOKEN_ENV))
+        if with_console
+        else None
+    )
+    if console_writes and not tokens:
+        raise CliFailure(
+            f"--console-writes needs role tokens: put them in ${TOKENS_ENV} or --console-tokens-file", exitcodes.USAGE
+        )
     smtp = None if no_alerts else smtp_settings()
     ensure_free("--metrics-port", metrics_port)
     if with_console:
@@ -154,7 +177,9 @@ def serve(
             legacy_urls=(bridge_settings.legacy_url,) if bridge_settings.legacy_url else (),
             legacy_db_tz=bridge_settings.legacy_db_tz,
         )
-        console_server = serve_console(src, console_bind, console_port, token)
+        console_server = serve_console(
+            src, console_bind, console_port, token, tokens=tokens, writes=console_writes, bus=center.bus
+        )
         console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
 
     # the alerter on a thread of its own: a slow receiver holds its sends, never a fire
