@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scheduler_core.alert_rule import AlertRule
 from scheduler_core.cron import CronExpression
 from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 from scheduler_core.model import (
@@ -181,8 +182,8 @@ class Schedule:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """Everything an operator sets on a job: the Job's fields, its schedule, its sharding
-    items' parameters (explicit items; none: items 0..shards-1) and its child jobs (run
-    once after each successful run)."""
+    items' parameters (explicit items; none: items 0..shards-1), its child jobs (run
+    once after each successful run) and its alert targets."""
 
     job_code: str
     biz_code: str
@@ -197,6 +198,7 @@ class JobSpec:
     # the job's lane; None: its business's default (`switchyard.jobs` resolves it)
     lane: Lane | None = None
     children: tuple[str, ...] = field(default_factory=tuple)
+    alerts: AlertRule = field(default_factory=AlertRule)  # stored beside the job by switchyard.alerts, not in Job
 
     def check(self) -> None:
         _code("job", self.job_code, JOB_CODE_MAX)
@@ -217,6 +219,10 @@ class JobSpec:
             raise JobInputError("priority", f"must be 1..9, got {self.priority}")
         if self.job_code in self.children:
             raise JobInputError("child", "a job cannot be its own child")
+        try:
+            self.alerts.check()
+        except ValueError as exc:
+            raise JobInputError("alert", str(exc)) from None
         self.schedule.check()
 
     def job(self) -> Job:

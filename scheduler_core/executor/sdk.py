@@ -229,6 +229,12 @@ class Executor:
 
         return register
 
+    def in_flight(self) -> int:
+        """Runs in work here now (taken, result not landed yet): the executor registry's
+        gauge (executor.heartbeat), read on the heartbeat's thread without the lock: a
+        moment's count, nothing decided on it."""
+        return len(self._flights)
+
     def _lookup(self, env: Envelope) -> Handler | None:
         return self._handlers.get(env.job_code) or self._handlers.get(env.handler) or self._default
 

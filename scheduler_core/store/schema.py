@@ -60,6 +60,7 @@ class Tables:
     trigger_supersede: Table
     stop: Table
     kill_request: Table
+    executor: Table
     partitions: int
     dialect: str
 
@@ -273,6 +274,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("requested_by", String(191), nullable=False, default=""),
         Index("idx_kill_requested", "requested_at"),
     )
+    executor = executor_table(md)
     return Tables(
         metadata=md,
         meta=meta,
@@ -286,6 +288,33 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         trigger_supersede=trigger_supersede,
         stop=stop,
         kill_request=kill_request,
+        executor=executor,
         partitions=partitions,
         dialect=dialect,
+    )
+
+
+def executor_table(md: MetaData) -> Table:
+    """The executor registry (scheduler_core.store.executors): one row per executor process,
+    upserted by its heartbeat (scheduler_core.executor.heartbeat). `last_seen_at` is the
+    database's clock at the last beat, so live or lost is judged on one clock whatever the
+    hosts' clocks say; `interval_ms` is the process's own beat interval (lost after a few of
+    them without a beat); `stopped_at` is set by a clean stop. Independent of the partition
+    count: the heartbeat builds it alone, before it knows the store's partitions."""
+    return Table(
+        "dus_executor",
+        md,
+        Column("instance_id", String(64), primary_key=True),
+        Column("name", String(191), nullable=False),
+        Column("biz_codes", String(2048), nullable=False),  # the businesses it serves, comma-separated
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", String(64), nullable=False),
+        Column("concurrency", Integer, nullable=False),
+        Column("in_flight", Integer, nullable=False),
+        Column("interval_ms", BigInteger, nullable=False),
+        Column("started_at", BigInteger, nullable=False),
+        Column("last_seen_at", BigInteger, nullable=False),
+        Column("stopped_at", BigInteger),
+        Index("idx_executor_seen", "last_seen_at"),
     )

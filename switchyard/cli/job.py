@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 from scheduler_core import operations
+from scheduler_core.alert_rule import KINDS as ALERT_KINDS
+from scheduler_core.alert_rule import AlertRule, parse_kinds
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_lane
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, TriggerKind
 from scheduler_core.stops import Scope, StopService
@@ -124,6 +126,19 @@ def _definition_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--child", "children", multiple=True, help="A child job run after each successful run (repeatable)."
             ),
+            click.option(
+                "--alert",
+                "alert_targets",
+                multiple=True,
+                help="Where the job's alerts go: webhook:URL or mail:ADDRESS (repeatable; an edit's replace the job's).",
+            ),
+            click.option(
+                "--alert-on",
+                "alert_on",
+                default=None,
+                help=f"What alerts, comma-separated: {','.join(ALERT_KINDS)}. [default: all three]",
+            ),
+            click.option("--no-alert", "no_alert", is_flag=True, help="Remove every alert target of the job."),
         )
     ):
         fn = opt(fn)
@@ -210,10 +225,34 @@ def _changes(given: dict[str, Any], base: JobSpec | None) -> dict[str, Any]:
         out["items"] = ()
     if given["children"]:
         out["children"] = tuple(c for c in given["children"] if c)
+    alerts = _alerts(given, base.alerts if base is not None else AlertRule())
+    if alerts is not None:
+        out["alerts"] = alerts
     schedule = _schedule(given, base.schedule if base is not None else None)
     if schedule is not None:
         out["schedule"] = schedule
     return out
+
+
+def _alerts(given: dict[str, Any], base: AlertRule) -> AlertRule | None:
+    """The alert rule the options give over `base`; None: no alert option given."""
+    targets, on = tuple(given["alert_targets"]), given["alert_on"]
+    if given["no_alert"]:
+        if targets or on is not None:
+            raise JobInputError("alert", "--no-alert with --alert or --alert-on")
+        return AlertRule()
+    if not targets and on is None:
+        return None
+    try:
+        kinds = parse_kinds(on) if on is not None else base.kinds
+    except ValueError as exc:
+        raise JobInputError("alert-on", str(exc)) from None
+    if on is not None and not kinds:
+        raise JobInputError("alert-on", f"name at least one of {', '.join(ALERT_KINDS)}")
+    targets = targets or base.targets
+    if not targets:
+        raise JobInputError("alert-on", "the job has no alert target: give --alert webhook:URL or mail:ADDRESS")
+    return AlertRule(targets=targets, kinds=kinds)
 
 
 def _emit(view: JobView, as_json: bool, note: str = "") -> None:
@@ -241,6 +280,8 @@ def _emit(view: JobView, as_json: bool, note: str = "") -> None:
     )
     if d["children"]:
         click.echo(f"  children:  {', '.join(d['children'])}")
+    if d["alerts"]["targets"]:
+        click.echo(f"  alerts:    on {','.join(d['alerts']['on'])} to {', '.join(d['alerts']['targets'])}")
     if note:
         click.echo(f"  {note}")
 
