@@ -28,7 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
-SCHEMA_VERSION = 2
+# 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
+SCHEMA_VERSION = 3
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -36,6 +37,13 @@ MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 # other packages' tables use these too: migrator.tables, dualrun.tables)
 ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 LONG_TEXT = Text().with_variant(mysql.MEDIUMTEXT(), "mysql").with_variant(mysql.MEDIUMTEXT(), "mariadb")
+
+
+# index of an older schema -> the one that serves its reads now: `db init` creates the new
+# one and then drops the old (store/upgrade.py)
+REPLACED_INDEXES = {
+    "dus_job_trigger": {"idx_state_fire": "idx_state_fire_lane", "idx_part_state_fire": "idx_part_state_fire_lane"}
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Tables:
     trigger_supersede: Table
     stop: Table
     kill_request: Table
+    executor: Table
     partitions: int
     dialect: str
 
@@ -95,6 +104,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("envelope_size", Integer, nullable=False, default=1),
         Column("explicit_items", SmallInteger, nullable=False, default=0),
         Column("shadow", SmallInteger, nullable=False, default=0),
+        # model.Lane; NULL (a store of before lanes, until `db init` fills it): default
+        Column("lane", String(16)),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         UniqueConstraint("job_code", name="uk_job_code"),
@@ -125,6 +136,9 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("state", String(16), nullable=False),
         Column("priority", SmallInteger, nullable=False),
         Column("misfire_policy", String(16), nullable=False),
+        # the job's lane (model.Lane), copied here so admission budgets per lane on the due
+        # read alone; NULL as on dus_job
+        Column("lane", String(16)),
         Column("owner_epoch", BigInteger),
         Column("acquire_deadline", BigInteger),
         Column("last_fired_at", BigInteger),
@@ -139,9 +153,12 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     table_kw: dict[str, str] = {}
     if dialect in MYSQL_DIALECTS:
         # local per-partition index: serves state='waiting' AND next_fire_at BETWEEN ? AND ?
-        # ORDER BY next_fire_at LIMIT ? inside one partition, with no filesort
+        # ORDER BY next_fire_at LIMIT ? inside one partition, with no filesort. The lane
+        # trails it: a read of one lane (a lane at its budget, acquire.py) skips the other
+        # lanes' entries in the index, without a row lookup each, and no second index on
+        # the state has to be kept up to date by every CAS (REPLACED_INDEXES)
         trigger_args += [
-            Index("idx_state_fire", "state", "next_fire_at", "priority"),
+            Index("idx_state_fire_lane", "state", "next_fire_at", "priority", "lane"),
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
@@ -153,7 +170,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     else:
         trigger_cols.append(Column("part", Integer, Computed(f"id % {partitions}", persisted=False)))
         trigger_args += [
-            Index("idx_part_state_fire", "part", "state", "next_fire_at", "priority"),
+            Index("idx_part_state_fire_lane", "part", "state", "next_fire_at", "priority", "lane"),
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
@@ -257,6 +274,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("requested_by", String(191), nullable=False, default=""),
         Index("idx_kill_requested", "requested_at"),
     )
+    executor = executor_table(md)
     return Tables(
         metadata=md,
         meta=meta,
@@ -270,6 +288,33 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         trigger_supersede=trigger_supersede,
         stop=stop,
         kill_request=kill_request,
+        executor=executor,
         partitions=partitions,
         dialect=dialect,
+    )
+
+
+def executor_table(md: MetaData) -> Table:
+    """The executor registry (scheduler_core.store.executors): one row per executor process,
+    upserted by its heartbeat (scheduler_core.executor.heartbeat). `last_seen_at` is the
+    database's clock at the last beat, so live or lost is judged on one clock whatever the
+    hosts' clocks say; `interval_ms` is the process's own beat interval (lost after a few of
+    them without a beat); `stopped_at` is set by a clean stop. Independent of the partition
+    count: the heartbeat builds it alone, before it knows the store's partitions."""
+    return Table(
+        "dus_executor",
+        md,
+        Column("instance_id", String(64), primary_key=True),
+        Column("name", String(191), nullable=False),
+        Column("biz_codes", String(2048), nullable=False),  # the businesses it serves, comma-separated
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", String(64), nullable=False),
+        Column("concurrency", Integer, nullable=False),
+        Column("in_flight", Integer, nullable=False),
+        Column("interval_ms", BigInteger, nullable=False),
+        Column("started_at", BigInteger, nullable=False),
+        Column("last_seen_at", BigInteger, nullable=False),
+        Column("stopped_at", BigInteger),
+        Index("idx_executor_seen", "last_seen_at"),
     )
