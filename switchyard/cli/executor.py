@@ -40,6 +40,7 @@ from switchyard.cli.options import (
     pulsar_token,
     topic_prefix,
 )
+from switchyard.cli.passwords import PASSWORD_FILE_ENV, password_file_option, warn_if_typed
 from switchyard.cli.signals import stop_event
 from switchyard.exitcodes import OK, UNREACHABLE, USAGE
 from switchyard.logs import configure_logging
@@ -120,15 +121,24 @@ _BRIDGE_OPTIONS = (
 
 
 # the executor registry (`switchyard executors`): where the heartbeat goes, and how often
-registry_url = click.option(
+_registry_url = click.option(
     "--url",
     "url",
     envvar=STORE_URL_ENV,
     show_envvar=True,
     default=None,
+    callback=warn_if_typed,
     help="The Switchyard store this process heartbeats into (the executor registry, `switchyard executors`); "
     "without it the process is not listed there (config file: url).",
 )
+_registry_password = password_file_option("url", "--url", "--password-file", PASSWORD_FILE_ENV)
+
+
+def registry_url(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--url` of the executor registry, with `--password-file` (switchyard.cli.passwords)."""
+    return _registry_url(_registry_password(fn))  # type: ignore[no-any-return]
+
+
 heartbeat_interval = click.option(
     "--heartbeat-interval",
     type=seconds(0.05, 3600),
