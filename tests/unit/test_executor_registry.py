@@ -297,7 +297,7 @@ def test_executors_text_table_shows_each_state_and_legacy_rows_marked(registry_s
         cli, ["executors", "--url", url, "--legacy-url", legacy, "--legacy-db-tz", "UTC", "--business", "billing"]
     )
     assert res.exit_code == 0, res.output
-    lines = res.output.splitlines()
+    lines = res.stdout.splitlines()
     assert lines[0].split() == [
         "BUSINESS",
         "HOST",
@@ -324,7 +324,7 @@ def test_executors_json_with_all_includes_the_stopped(registry_store: tuple[str,
     url, _legacy = registry_store
     res = CliRunner().invoke(cli, ["executors", "--url", url, "--all", "--json"])
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.output)
+    rows = json.loads(res.stdout)
     assert [(r["host"], r["state"], r["legacy"]) for r in rows] == [
         ("h-live", "live", False),
         ("h-lost", "lost", False),
