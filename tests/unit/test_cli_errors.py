@@ -305,6 +305,9 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("job-run-unknown", ["job", "run", "nosuch", "--url", "{ok}"], USAGE),
     ("job-start-unknown", ["job", "start", "nosuch", "--url", "{ok}"], USAGE),
     ("job-stop-unknown", ["job", "stop", "nosuch", "--url", "{ok}"], USAGE),
+    ("job-default-lane-no-schema", ["job", "default-lane", "b", "--url", "{empty}"], SCHEMA),
+    ("job-default-lane-unregistered", ["job", "default-lane", "nosuch", "burst", "--url", "{ok}"], USAGE),
+    ("job-default-lane-bad-lane", ["job", "default-lane", "b", "fast", "--url", "{ok}"], USAGE),
     ("runs-bad-since", ["runs", "--since", "soon", "--url", "{ok}"], USAGE),
     ("runs-no-schema", ["runs", "--url", "{empty}"], SCHEMA),
     # the executor registry (issue 28)
