@@ -19,8 +19,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from dualrun.settings import parse_duration
 from migrator.ownership import ownership
 from reports.redact import redact_tree
-from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
-from scheduler_core.model import DEFAULT_CRON_DIALECT, MisfirePolicy, Trigger, TriggerKind, TriggerState
+from scheduler_core.alert_rule import KINDS as ALERT_KINDS
+from scheduler_core.alert_rule import AlertRule, parse_kinds
+from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_lane
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
 from scheduler_core.store.job_admin import SqlJobAdmin
 from switchyard.console.data import Sources
 from switchyard.jobs import JobView, natural_key
@@ -31,7 +33,7 @@ STATES = ("running", "stopped", "child", "not admitted", "completed", "deleted")
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 # JobInputError's field names that are named otherwise on the form
-FORM_FIELD = {"item": "items", "child": "children", "schedule": "kind", "edit": "job"}
+FORM_FIELD = {"item": "items", "child": "children", "schedule": "kind", "edit": "job", "alert": "alerts"}
 PREVIEW_N = 5
 
 
@@ -178,10 +180,13 @@ def form_of_view(view: JobView) -> dict[str, str]:
         "retries": str(spec.max_retry),
         "priority": str(spec.priority),
         "children": ", ".join(spec.children),
+        "lane": (spec.lane or Lane.DEFAULT).value,
+        "alerts": "\n".join(spec.alerts.targets),
+        "alert_on": ", ".join(spec.alerts.kinds) if spec.alerts.targets else ", ".join(ALERT_KINDS),
     }
 
 
-# the form's fields (alert targets, issue 28's alerts, add theirs here, in as_form and spec_of)
+# the form's fields (a field added here is also read in spec_of and filled in form_of_view)
 BLANK_FORM = {
     "business": "",
     "job": "",
@@ -201,6 +206,10 @@ BLANK_FORM = {
     "retries": "0",
     "priority": "5",
     "children": "",
+    # empty: the business's default lane (switchyard.jobs resolves it)
+    "lane": "",
+    "alerts": "",
+    "alert_on": ", ".join(ALERT_KINDS),
 }
 
 
@@ -213,7 +222,7 @@ def as_form(given: Mapping[str, Any], base: Mapping[str, str] = BLANK_FORM) -> d
             continue
         value = given[key]
         if isinstance(value, (list, tuple)):
-            value = ("\n" if key == "items" else ", ").join(str(v) for v in value)
+            value = ("\n" if key in ("items", "alerts") else ", ").join(str(v) for v in value)
         elif isinstance(value, bool):
             raise JobInputError(key, "is not a string or a number")
         out[key] = str(value)
@@ -277,6 +286,18 @@ def schedule_of(form: Mapping[str, str]) -> Schedule:
     )
 
 
+def _alerts_of(form: Mapping[str, str]) -> AlertRule:
+    """The alert targets (one a line: webhook:URL or mail:ADDRESS) and the kinds they alert on."""
+    targets = tuple(line.strip() for line in form.get("alerts", "").splitlines() if line.strip())
+    try:
+        kinds = parse_kinds(form.get("alert_on", "") or ",".join(ALERT_KINDS))
+        rule = AlertRule(targets=targets, kinds=kinds)
+        rule.check()
+    except ValueError as exc:
+        raise JobInputError("alerts", str(exc)) from None
+    return rule
+
+
 def spec_of(form: Mapping[str, str]) -> JobSpec:
     """The JobSpec of a form, every field checked (JobInputError naming the first bad one)."""
     items = tuple(line.strip() for line in form.get("items", "").splitlines() if line.strip())
@@ -294,6 +315,8 @@ def spec_of(form: Mapping[str, str]) -> JobSpec:
         max_retry=_int("retries", form.get("retries", "") or "0"),
         priority=_int("priority", form.get("priority", "") or "5"),
         children=tuple(c for c in re.split(r"[\s,]+", form.get("children", "")) if c),
+        lane=parse_lane(form["lane"].strip()) if form.get("lane", "").strip() else None,
+        alerts=_alerts_of(form),
     )
     spec.check()
     return spec
@@ -313,13 +336,21 @@ FORM_SPEC_FIELDS = (
     "max_retry",
     "priority",
     "children",
+    "lane",
+    "alerts",
 )
 
 
 def changes_of(before: JobSpec, after: JobSpec) -> dict[str, Any]:
     """What an edit changes: the form's JobSpec fields that differ (Jobs.edit rewrites
     only those)."""
-    return {name: getattr(after, name) for name in FORM_SPEC_FIELDS if getattr(after, name) != getattr(before, name)}
+    return {
+        name: getattr(after, name)
+        for name in FORM_SPEC_FIELDS
+        if getattr(after, name) != getattr(before, name)
+        # a lane left empty keeps the job's own (it is the business's default only at the add)
+        and not (name == "lane" and after.lane is None)
+    }
 
 
 def preview(form: Mapping[str, str], now: datetime, n: int = PREVIEW_N) -> list[str]:

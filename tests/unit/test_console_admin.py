@@ -284,6 +284,9 @@ def test_create_a_job_by_the_form_with_its_cron_previewed_and_audited(src: Sourc
         ({"timeout": "-5s"}, "timeout", "timeout"),
         ({"children": "nosuchjob"}, "children", "no such job"),
         ({"shards": "3", "items": "a\nb"}, "items", "2 item parameters for 3 shards"),
+        ({"lane": "fast"}, "lane", "unknown lane"),
+        ({"alerts": "webhook:ftp://x"}, "alerts", "http:// or https://"),
+        ({"alerts": "mail:ops@example.com", "alert_on": "failure, lateness"}, "alerts", "unknown alert kind"),
     ],
 )
 def test_a_bad_field_is_named_on_the_form_and_nothing_is_written(
@@ -301,6 +304,33 @@ def test_a_bad_field_is_named_on_the_form_and_nothing_is_written(
     # the API names the field too
     api = c.post("/api/jobs", json={**FORM, **changes}, headers=bearer(ADMIN))
     assert api.status_code == 400 and text in api.json()["message"]
+
+
+def test_the_form_sets_a_jobs_lane_and_alerts_and_an_edit_keeps_what_it_leaves(src: Sources) -> None:
+    c = client(src)
+    csrf = login(c, ADMIN)
+    form = {**FORM, "lane": "burst", "alerts": "webhook:http://127.0.0.1:9/hook\nmail:ops@example.com"}
+    form["alert_on"] = "failure, missed"
+    r = c.post("/jobs/new", data={**form, "action": "save", "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    shown = c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()
+    assert shown["lane"] == "burst"
+    assert shown["alerts"] == {
+        "targets": ["webhook:http://127.0.0.1:9/hook", "mail:ops@example.com"],
+        "on": ["failure", "missed"],
+    }
+    page = c.get("/jobs/invoice").text
+    assert "<option selected>burst</option>" in page and "mail:ops@example.com" in page
+    # an edit of another field, the lane left on "(business default)", keeps the job's lane and alerts
+    edit = {**form, "lane": "", "retries": "2", "action": "save", "csrf": csrf}
+    assert c.post("/jobs/invoice", data=edit, follow_redirects=False).status_code == 303
+    shown = c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()
+    assert shown["lane"] == "burst" and shown["alerts"]["on"] == ["failure", "missed"]
+    # the lane and the targets edited; no target: no alert
+    edit = {**form, "lane": "bulk", "alerts": "", "action": "save", "csrf": csrf}
+    assert c.post("/jobs/invoice", data=edit, follow_redirects=False).status_code == 303
+    shown = c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()
+    assert shown["lane"] == "bulk" and shown["alerts"] == {"targets": [], "on": []}
 
 
 def SqlJobs(src: Sources) -> list[str]:  # noqa: N802 (reads as the check it is)
