@@ -75,6 +75,7 @@ from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
+from scheduler_core.executor import run_logs
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
@@ -210,6 +211,7 @@ class Executor:
         self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
         self._kills_heard: OrderedDict[int, None] = OrderedDict()
         self.fences.kill_listeners.append(self._on_kill)
+        run_logs.install()  # the handlers' own log lines go with their results
 
     # -- registration ----------------------------------------------------------------
 
@@ -434,6 +436,7 @@ class Executor:
                     start_offsets_ms=[0],
                     message="",
                     exceptions=[],
+                    logs=run_logs.take(env),
                 ),
             )
         )
@@ -670,6 +673,7 @@ class Executor:
             start_offsets_ms=run.start_offsets_ms() if started else None,
             message=message,
             exceptions=run.extras,
+            logs=run_logs.take(env),
         )
         if letter is None:
             self._remember_successes(run, indices, letters)

@@ -52,6 +52,7 @@ class Tables:
     trigger_supersede: Table
     stop: Table
     kill_request: Table
+    run_log: Table
     partitions: int
     dialect: str
 
@@ -186,6 +187,10 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("failed_items", Integer, nullable=False, default=0),
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
+        # the run log across businesses, newest first, and the purge's oldest-first scan
+        # (scheduler_core.store.run_log, .purge); a store of before them gets them from `db init`
+        Index("idx_fired_time", "scheduled_at"),
+        Index("idx_fired_job_time", "job_code", "scheduled_at"),
     )
     # On-success follow-ups (scheduler_core.followups): after each successful run of
     # trigger_id (each item of it), each child trigger is fired once, at once.
@@ -257,6 +262,23 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("requested_by", String(191), nullable=False, default=""),
         Index("idx_kill_requested", "requested_at"),
     )
+    # A run's own log lines (scheduler_core.executor.run_logs): what the handler logged
+    # during one attempt of one item, capped (the SDK truncates with a marker), carried with
+    # the run's result and written beside it. `fired_id`: the fired record it belongs to
+    # (the item's own command id, or its envelope's page record), which the purge follows.
+    run_log = Table(
+        "dus_run_log",
+        md,
+        Column("command_id", String(96), nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("fired_id", String(96), nullable=False),
+        Column("item_index", Integer, nullable=False),
+        Column("logged_at", BigInteger, nullable=False),
+        Column("truncated", SmallInteger, nullable=False, default=0),
+        Column("lines", LONG_TEXT, nullable=False),
+        PrimaryKeyConstraint("command_id", "attempt"),
+        Index("idx_run_log_fired", "fired_id", "item_index"),
+    )
     return Tables(
         metadata=md,
         meta=meta,
@@ -270,6 +292,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         trigger_supersede=trigger_supersede,
         stop=stop,
         kill_request=kill_request,
+        run_log=run_log,
         partitions=partitions,
         dialect=dialect,
     )

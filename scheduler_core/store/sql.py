@@ -42,6 +42,7 @@ from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_f
 from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.engine import autocommit_twin
 from scheduler_core.store.followups import FollowupRows
+from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
@@ -670,7 +671,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         pages = [u for u in updates if u.page_id is not None]
         items = [u for u in updates if u.page_id is None]
         changed = self._update_pages(pages) if pages else 0
-        return changed + (self._update_items(items) if items else 0)
+        changed += self._update_items(items) if items else 0
+        write_logs(self.engine, self.t, updates)  # the handlers' log lines that came with them
+        return changed
 
     def _update_pages(self, updates: Sequence[FiredUpdate]) -> int:
         """Per-item results of envelopes folded into their page records: one UPDATE per

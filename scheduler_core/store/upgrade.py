@@ -9,7 +9,7 @@ added that way is refused with the table and column named, never guessed at.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, MetaData, Table, insert, inspect, select
+from sqlalchemy import Column, Index, MetaData, Table, insert, inspect, select
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
@@ -47,6 +47,29 @@ def add_missing_columns(engine: Engine, tables: Tables) -> list[str]:
             kind = col.type.compile(dialect=engine.dialect)
             conn.exec_driver_sql(f"ALTER TABLE {q(table.name)} ADD COLUMN {q(col.name)} {kind} NULL")
             added.append(f"{table.name}.{col.name}")
+    return added
+
+
+def missing_indexes(engine: Engine, tables: Tables) -> list[Index]:
+    """Each index of the current schema an existing table lacks (by name)."""
+    insp = inspect(engine)
+    present = set(insp.get_table_names())
+    out: list[Index] = []
+    for name, table in tables.metadata.tables.items():
+        if name not in present:
+            continue
+        have = {str(i["name"]) for i in insp.get_indexes(name)}
+        out += [ix for ix in sorted(table.indexes, key=lambda i: str(i.name)) if str(ix.name) not in have]
+    return out
+
+
+def add_missing_indexes(engine: Engine, tables: Tables) -> list[str]:
+    """Create every missing index (the run log's and the purge's on an older store); on a
+    big fired-record table this takes a while, once, at `db init`. Returns "table.index"."""
+    added: list[str] = []
+    for ix in missing_indexes(engine, tables):
+        ix.create(engine)
+        added.append(f"{ix.table.name}.{ix.name}")  # type: ignore[union-attr]
     return added
 
 
