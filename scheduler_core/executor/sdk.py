@@ -69,13 +69,13 @@ from scheduler_core.codec import (
     command_topic,
     decode_message,
 )
+from scheduler_core.executor import run_logs
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
-from scheduler_core.executor import run_logs
 from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState

@@ -20,7 +20,7 @@ kept, not-final rows are read past once, not again per batch).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Table, and_, delete, func, or_, select
@@ -158,7 +158,7 @@ class SqlPurge:
         return max(0, conn.execute(delete(table).where(where)).rowcount or 0)
 
 
-def _chunks(items: list[str]) -> list[list[str]]:
+def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
     return [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 

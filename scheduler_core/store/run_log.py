@@ -81,10 +81,8 @@ def page(
     if f.states:
         wanted = list(f.states)
         derived = {FiredState.PENDING.value, FiredState.PUBLISHED.value}
-        if derived.isdisjoint(wanted):
-            stmt = stmt.where(fr.c.state.in_(wanted))  # the stored state says it: no subquery per row
-        else:
-            stmt = stmt.where(state.in_(wanted))
+        # the stored state says it unless pending/published are asked: no subquery per row
+        stmt = stmt.where((fr.c.state if derived.isdisjoint(wanted) else state).in_(wanted))
     stmt = stmt.order_by(fr.c.scheduled_at.desc(), fr.c.command_id.desc()).limit(limit + 1)
     with engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(stmt).mappings()]

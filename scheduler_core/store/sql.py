@@ -42,7 +42,6 @@ from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_f
 from scheduler_core.store.driver_errors import translated_methods
 from scheduler_core.store.engine import autocommit_twin
 from scheduler_core.store.followups import FollowupRows
-from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.rows import (
     FINAL_RANK,
     FIRED_COLUMNS,
@@ -59,6 +58,7 @@ from scheduler_core.store.rows import (
     trigger_values,
     triggers_from_packed,
 )
+from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added
