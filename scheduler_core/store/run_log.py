@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, case, func, literal, or_, select
-from sqlalchemy.engine import Engine
 
 from scheduler_core.model import FiredState
-from scheduler_core.store.schema import Tables
-from scheduler_core.store.sql import published_by_outcome
+from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
 DAY_MS = 86_400_000
 MAX_PAGE = 500
@@ -57,12 +55,13 @@ class RunFilter:
 
 
 def page(
-    engine: Engine, t: Tables, f: RunFilter, *, before: tuple[int, str] | None = None, limit: int = 50
+    store: SqlTriggerStore, f: RunFilter, *, before: tuple[int, str] | None = None, limit: int = 50
 ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
     """One page of runs, newest scheduled first, strictly after the keyset position
     `before` ((scheduled_at, command_id) of the last row of the previous page). Returns the
     rows and the position of the next page (None: this was the last). Served by
     idx_fired_job_time, idx_fired_biz_time or idx_fired_time, whichever the filter names."""
+    t = store.t
     fr = t.fired
     limit = max(1, min(limit, MAX_PAGE))
     state = case((published_by_outcome(t), FiredState.PUBLISHED.value), else_=fr.c.state).label("state")
@@ -84,7 +83,7 @@ def page(
         # the stored state says it unless pending/published are asked: no subquery per row
         stmt = stmt.where((fr.c.state if derived.isdisjoint(wanted) else state).in_(wanted))
     stmt = stmt.order_by(fr.c.scheduled_at.desc(), fr.c.command_id.desc()).limit(limit + 1)
-    with engine.connect() as conn:
+    with store.engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(stmt).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
@@ -92,36 +91,38 @@ def page(
     return rows, nxt
 
 
-def one(engine: Engine, t: Tables, fired_id: str) -> dict[str, Any] | None:
+def one(store: SqlTriggerStore, fired_id: str) -> dict[str, Any] | None:
+    t = store.t
     fr = t.fired
     state = case((published_by_outcome(t), FiredState.PUBLISHED.value), else_=fr.c.state).label("state")
     stmt = select(*(state if c == "state" else fr.c[c] for c in PAGE_COLUMNS), fr.c.item_states).where(
         fr.c.command_id == fired_id
     )
-    with engine.connect() as conn:
+    with store.engine.connect() as conn:
         row = conn.execute(stmt).mappings().first()
     return None if row is None else dict(row)
 
 
-def logs(engine: Engine, t: Tables, fired_id: str, item: int | None = None) -> list[dict[str, Any]]:
+def logs(store: SqlTriggerStore, fired_id: str, item: int | None = None) -> list[dict[str, Any]]:
     """The log lines kept for the fired record's runs (each item and attempt), in item
     and attempt order."""
-    rl = t.run_log
+    rl = store.t.run_log
     stmt = select(rl.c.command_id, rl.c.item_index, rl.c.attempt, rl.c.logged_at, rl.c.truncated, rl.c.lines).where(
         rl.c.fired_id == fired_id
     )
     if item is not None:
         stmt = stmt.where(rl.c.item_index == item)
-    with engine.connect() as conn:
+    with store.engine.connect() as conn:
         rows = conn.execute(stmt.order_by(rl.c.item_index, rl.c.attempt)).mappings().all()
     return [{**dict(r), "truncated": bool(r["truncated"])} for r in rows]
 
 
-def daily(engine: Engine, t: Tables, biz_code: str, since_ms: int, until_ms: int) -> list[dict[str, Any]]:
+def daily(store: SqlTriggerStore, biz_code: str, since_ms: int, until_ms: int) -> list[dict[str, Any]]:
     """Per UTC day of [since_ms, until_ms): the business's runs by result and the fire-time
     lag (start, else receipt, after the scheduled time) p50/p95/p99 in ms, from one
     aggregate over idx_fired_biz_time (percentiles read from a histogram: each is the
     upper bound of its bucket in LAG_BOUNDS_MS)."""
+    t = store.t
     fr = t.fired
     day = (fr.c.scheduled_at - fr.c.scheduled_at % DAY_MS).label("day")
     began = func.coalesce(fr.c.started_at, fr.c.received_at)
@@ -134,7 +135,7 @@ def daily(engine: Engine, t: Tables, biz_code: str, since_ms: int, until_ms: int
         .group_by(day, fr.c.state, bucket)
     )
     days: dict[int, dict[str, Any]] = {}
-    with engine.connect() as conn:
+    with store.engine.connect() as conn:
         for d, state, b, n in conn.execute(stmt).all():
             entry = days.setdefault(int(d), {"by_result": {}, "hist": [0] * (len(LAG_BOUNDS_MS) + 1)})
             entry["by_result"][str(state)] = entry["by_result"].get(str(state), 0) + int(n)

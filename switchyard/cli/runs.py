@@ -160,10 +160,10 @@ def log_lines(fired_id: str, item: int | None, url: str, as_json: bool) -> None:
     shows it), per sharding item and attempt, as the SDK kept them (64 KiB per run)."""
     store = open_existing_store(url)
     try:
-        record = run_log.one(store.engine, store.t, fired_id)
+        record = run_log.one(store, fired_id)
         if record is None:
             raise CliFailure(f"bad input: fired id: no fired record {fired_id!r}", exitcodes.USAGE)
-        lines = run_log.logs(store.engine, store.t, fired_id, item)
+        lines = run_log.logs(store, fired_id, item)
     finally:
         store.engine.dispose()
     out = [{**r, "logged_at": _iso(r["logged_at"])} for r in lines]

@@ -77,9 +77,7 @@ def _fill(store: SqlTriggerStore) -> tuple[set[str], set[str]]:
     store.put_fired(gone + stay)
     fr = store.t.fired
     with store.engine.begin() as conn:
-        conn.execute(
-            update(fr).where(fr.c.command_id == stay[3].command_id).values(state_rank=PROVISIONAL_SKIP_RANK)
-        )
+        conn.execute(update(fr).where(fr.c.command_id == stay[3].command_id).values(state_rank=PROVISIONAL_SKIP_RANK))
         for r in gone[:4] + stay[:2]:
             conn.execute(
                 insert(store.t.followup_fired).values(
@@ -88,7 +86,10 @@ def _fill(store: SqlTriggerStore) -> tuple[set[str], set[str]]:
             )
         conn.execute(  # a page's item (not its first) names the parent of a follow-up
             insert(store.t.followup_fired).values(
-                parent_command_id=command_id(200, page.scheduled_at, 2), child_trigger_id=9, child_command_id="9-2-0", at=1
+                parent_command_id=command_id(200, page.scheduled_at, 2),
+                child_trigger_id=9,
+                child_command_id="9-2-0",
+                at=1,
             )
         )
         for r in (gone[0], stay[0]):
@@ -133,7 +134,10 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
             to_ms(CUTOFF), batch=4, pause_s=0.25, sleep=pauses.append, on_batch=lambda p: seen.append(p.fired)
         )
         assert _ids(store) == stay
-        assert done.as_dict() | {"slowest_batch_ms": None} == dry.as_dict() | {"dry_run": False, "slowest_batch_ms": None}
+        assert done.as_dict() | {"slowest_batch_ms": None} == dry.as_dict() | {
+            "dry_run": False,
+            "slowest_batch_ms": None,
+        }
         # 20 old rows (16 final, 4 kept) at 4 a batch: every batch at most 4 deleted, a pause after each full one
         assert len(seen) >= 4 and all(b - a <= 4 for a, b in zip([0, *seen], seen, strict=False))
         assert pauses and set(pauses) == {0.25}
@@ -170,7 +174,7 @@ def test_run_log_pages_by_keyset_newest_first_with_filters(kind: str, tmp_path: 
         got: list[str] = []
         before = None
         for _ in range(10):  # bounded: 23 rows at 5 a page
-            rows, before = run_log.page(store.engine, store.t, flt, before=before, limit=5)
+            rows, before = run_log.page(store, flt, before=before, limit=5)
             got += [r["command_id"] for r in rows]
             if before is None:
                 break
@@ -178,19 +182,17 @@ def test_run_log_pages_by_keyset_newest_first_with_filters(kind: str, tmp_path: 
         want = sorted(recs, key=lambda r: (to_ms(r.scheduled_at), r.command_id), reverse=True)
         assert got == [r.command_id for r in want]
 
-        rows, _ = run_log.page(
-            store.engine, store.t, run_log.RunFilter(biz_code="a", states=("failed",)), limit=100
-        )
+        rows, _ = run_log.page(store, run_log.RunFilter(biz_code="a", states=("failed",)), limit=100)
         assert {r["command_id"] for r in rows} == {
             r.command_id for r in recs if r.biz_code == "a" and r.state is FiredState.FAILED
         }
-        rows, _ = run_log.page(store.engine, store.t, run_log.RunFilter(job_code="b-job10"), limit=100)
+        rows, _ = run_log.page(store, run_log.RunFilter(job_code="b-job10"), limit=100)
         assert [r["command_id"] for r in rows] == [recs[0].command_id]
         since = to_ms(base + timedelta(seconds=6))
-        rows, _ = run_log.page(store.engine, store.t, run_log.RunFilter(since_ms=since), limit=100)
+        rows, _ = run_log.page(store, run_log.RunFilter(since_ms=since), limit=100)
         assert {r["command_id"] for r in rows} == {r.command_id for r in recs if to_ms(r.scheduled_at) >= since}
 
-        days = run_log.daily(store.engine, store.t, "a", to_ms(NOW - timedelta(days=1)), to_ms(NOW))
+        days = run_log.daily(store, "a", to_ms(NOW - timedelta(days=1)), to_ms(NOW))
         runs_a = [r for r in recs if r.biz_code == "a"]
         assert sum(d["runs"] for d in days) == len(runs_a)
         assert sum(d["by_result"].get("failed", 0) for d in days) == sum(
@@ -211,10 +213,10 @@ def test_log_lines_are_kept_once_per_item_and_attempt(kind: str, tmp_path: Path)
         u = FiredUpdate(cid, FiredState.SUCCEEDED, NOW, logs=((0, "first", False), (1, "second\nline", True)))
         store.update_fired([u])
         store.update_fired([u])  # a redelivered result: nothing twice
-        lines = run_log.logs(store.engine, store.t, cid)
+        lines = run_log.logs(store, cid)
         assert [(r["attempt"], r["lines"], r["truncated"]) for r in lines] == [
             (0, "first", False),
             (1, "second\nline", True),
         ]
-        assert run_log.logs(store.engine, store.t, cid, item=1) == []
+        assert run_log.logs(store, cid, item=1) == []
         assert store.get_fired([cid])[cid].state is FiredState.SUCCEEDED
