@@ -27,7 +27,7 @@ from reports.redact import redact
 from reports.render_html import render_html
 from scheduler_core.errors import StoreError
 from scheduler_core.store.driver_errors import as_store_error, driver_message
-from switchyard.console import data
+from switchyard.console import data, runs
 from switchyard.console.templating import render
 
 log = logging.getLogger(__name__)
@@ -219,6 +219,7 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         Route("/api/lag", api_lag),
         Route("/api/audit", api_audit),
         Route("/api/quarantine", api_quarantine),
+        *runs.routes(src),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
     if token:
