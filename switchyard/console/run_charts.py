@@ -35,6 +35,7 @@ def _figure() -> tuple[Figure, Any]:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.grid(True, color="#e5e7eb", linewidth=0.8)
+    ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
     return fig, ax
 
