@@ -1,8 +1,7 @@
 """The run log as the console and `switchyard runs` read it: fired records a page at a
 time (keyset, newest first, never OFFSET), the handler's own log lines of a run
 (`dus_run_log`), and per business and per day the runs by result and the fire-time lag
-percentiles. Also the write of the log lines that come with results (`SqlTriggerStore.
-update_fired` calls `write_logs` with the same batch)."""
+percentiles. (The log lines are written with the results: `run_log_writes`.)"""
 
 from __future__ import annotations
 
@@ -107,7 +106,7 @@ def logs(store: SqlTriggerStore, fired_id: str, item: int | None = None) -> list
     """The log lines kept for the fired record's runs (each item and attempt), in item
     and attempt order."""
     rl = store.t.run_log
-    stmt = select(rl.c.command_id, rl.c.item_index, rl.c.attempt, rl.c.logged_at, rl.c.truncated, rl.c.lines).where(
+    stmt = select(rl.c.command_id, rl.c.item_index, rl.c.attempt, rl.c.logged_at, rl.c.truncated, rl.c.log_text.label("lines")).where(
         rl.c.fired_id == fired_id
     )
     if item is not None:

@@ -34,7 +34,7 @@ def write_logs(engine: Engine, t: Tables, updates: Sequence[FiredUpdate]) -> int
                     "item_index": idx,
                     "logged_at": at,
                     "truncated": int(truncated),
-                    "lines": text,
+                    "log_text": text,
                 }
             )
     if not rows:

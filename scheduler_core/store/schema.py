@@ -275,7 +275,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("item_index", Integer, nullable=False),
         Column("logged_at", BigInteger, nullable=False),
         Column("truncated", SmallInteger, nullable=False, default=0),
-        Column("lines", LONG_TEXT, nullable=False),
+        Column("log_text", LONG_TEXT, nullable=False),
         PrimaryKeyConstraint("command_id", "attempt"),
         Index("idx_run_log_fired", "fired_id", "item_index"),
     )
