@@ -106,9 +106,9 @@ def logs(store: SqlTriggerStore, fired_id: str, item: int | None = None) -> list
     """The log lines kept for the fired record's runs (each item and attempt), in item
     and attempt order."""
     rl = store.t.run_log
-    stmt = select(rl.c.command_id, rl.c.item_index, rl.c.attempt, rl.c.logged_at, rl.c.truncated, rl.c.log_text.label("lines")).where(
-        rl.c.fired_id == fired_id
-    )
+    stmt = select(
+        rl.c.command_id, rl.c.item_index, rl.c.attempt, rl.c.logged_at, rl.c.truncated, rl.c.log_text.label("lines")
+    ).where(rl.c.fired_id == fired_id)
     if item is not None:
         stmt = stmt.where(rl.c.item_index == item)
     with store.engine.connect() as conn:

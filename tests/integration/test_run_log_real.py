@@ -86,7 +86,7 @@ def test_a_handlers_log_lines_reach_the_run_log_per_item_capped(tmp_path: Path) 
             assert [(x["item_index"], x["attempt"], x["truncated"]) for x in lines] == [(item, 0, False)]
             text = lines[0]["lines"]
             assert f"item {item} of 2 starts" in text and "INFO handler.sharded" in text, text
-            assert f"WARNING billing.report" in text and f"own logger of item {item}" in text, text
+            assert "WARNING billing.report" in text and f"own logger of item {item}" in text, text
             assert "scheduler_core" not in text  # the SDK's own lines are not the handler's
             only = _json(url, "runs", "log", run["command_id"], "--item", str(item + 1))
             assert only["logs"] == []
