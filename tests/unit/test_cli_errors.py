@@ -300,6 +300,15 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("job-stop-unknown", ["job", "stop", "nosuch", "--url", "{ok}"], USAGE),
     ("runs-bad-since", ["runs", "--since", "soon", "--url", "{ok}"], USAGE),
     ("runs-no-schema", ["runs", "--url", "{empty}"], SCHEMA),
+    ("runs-log-unknown", ["runs", "log", "1-2-3", "--url", "{ok}"], USAGE),
+    ("runs-log-no-schema", ["runs", "log", "1-2-3", "--url", "{empty}"], SCHEMA),
+    ("runs-purge-too-recent", ["runs", "purge", "--older-than", "10m", "--url", "{ok}"], USAGE),
+    (
+        "runs-purge-unknown-business",
+        ["runs", "purge", "--older-than", "30d", "--business", "nosuch", "--url", "{ok}"],
+        USAGE,
+    ),
+    ("runs-purge-no-schema", ["runs", "purge", "--older-than", "30d", "--url", "{empty}"], SCHEMA),
     # long-running commands that fail before they start running (no signal handler is installed yet)
     (
         "scheduler-run-unreachable-store",
