@@ -28,7 +28,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
-SCHEMA_VERSION = 2
+# 3: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
+#    idx_fired_job_time); the result consumer writes log lines, so an older store is refused
+SCHEMA_VERSION = 3
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 

@@ -28,6 +28,7 @@ from scheduler_core.model import Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.admin import tables_for
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.schema import SCHEMA_VERSION
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.schema import check_schema, init_schema
@@ -207,7 +208,11 @@ def upgrade_keeps_old_triggers_as_they_were(url: str) -> None:
         before = check_schema(engine)
         assert not before.ok and "dus_job_trigger.cron_dialect" in before.missing
         report = init_schema(engine)
-        assert report.upgraded == ["dus_job_trigger.cron_dialect"] and report.ok and report.schema_version == 2
+        assert (
+            report.upgraded == ["dus_job_trigger.cron_dialect"]
+            and report.ok
+            and report.schema_version == SCHEMA_VERSION
+        )
         assert init_schema(engine).upgraded == []  # idempotent
         store = SqlTriggerStore(engine, ManualClock(W_FROM))
         (old,) = store.triggers_of(biz_code="biz-a")

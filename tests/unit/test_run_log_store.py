@@ -10,17 +10,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 
 from scheduler_core.clock import ManualClock
+from scheduler_core.errors import SchemaError
 from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.store import run_log
+from scheduler_core.store.admin import tables_for
 from scheduler_core.store.purge import SqlPurge
 from scheduler_core.store.rows import PROVISIONAL_SKIP_RANK
 from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from switchyard.schema import check_schema, init_schema
 from tests.backends import sql_store
 
 KINDS = [pytest.param("sqlite"), pytest.param("mariadb", marks=pytest.mark.mariadb)]
@@ -220,3 +223,29 @@ def test_log_lines_are_kept_once_per_item_and_attempt(kind: str, tmp_path: Path)
         ]
         assert run_log.logs(store, cid, item=1) == []
         assert store.get_fired([cid])[cid].state is FiredState.SUCCEEDED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_db_init_brings_a_version_2_store_up_to_the_run_log(kind: str, tmp_path: Path) -> None:
+    """A store of before the run log (no dus_run_log, no run-log indexes, version 2) is
+    refused until `db init`, which adds the table and the indexes and keeps every row."""
+    with sql_store(kind, tmp_path, ManualClock(NOW)) as store:
+        store.put_fired([_rec(1, OLD, FiredState.SUCCEEDED)])
+        engine = store.engine
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE dus_run_log"))
+            for ix in ("idx_fired_time", "idx_fired_job_time"):
+                conn.execute(text(f"DROP INDEX {ix} ON dus_fired_record" if kind == "mariadb" else f"DROP INDEX {ix}"))
+            conn.execute(text("UPDATE dus_meta SET value = '2' WHERE name = 'schema_version'"))
+        with pytest.raises(SchemaError, match=r"version 2.*db init"):
+            tables_for(engine)
+        before = check_schema(engine)
+        assert not before.ok
+        assert {"dus_run_log", "dus_fired_record.idx_fired_time", "dus_fired_record.idx_fired_job_time"} <= set(
+            before.missing
+        )
+        report = init_schema(engine)
+        assert report.ok and report.created == ["dus_run_log"], report
+        assert sorted(report.upgraded) == ["dus_fired_record.idx_fired_job_time", "dus_fired_record.idx_fired_time"]
+        assert init_schema(engine).upgraded == []  # idempotent
+        assert _ids(store) == {command_id(1, OLD, 0)}
