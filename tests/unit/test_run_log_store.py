@@ -249,3 +249,35 @@ def test_db_init_brings_a_version_2_store_up_to_the_run_log(kind: str, tmp_path:
         assert sorted(report.upgraded) == ["dus_fired_record.idx_fired_job_time", "dus_fired_record.idx_fired_time"]
         assert init_schema(engine).upgraded == []  # idempotent
         assert _ids(store) == {command_id(1, OLD, 0)}
+
+
+def test_the_cli_purges_and_shows_a_runs_log_lines(tmp_path: Path) -> None:
+    """`switchyard runs purge` (dry run, then for real, with its progress on stderr) and
+    `switchyard runs log` over a SQLite store, as an operator runs them."""
+    import json
+
+    from click.testing import CliRunner
+
+    from switchyard.cli import cli
+
+    with sql_store("sqlite", tmp_path, ManualClock(NOW)) as store:
+        gone, stay = _fill(store)
+        url = str(store.engine.url)
+    # the CLI's clock is the real one, months after NOW: the records final at NOW go too
+    gone |= {c for c in stay if c.startswith(("304-", "305-"))}
+    stay -= gone
+    runner = CliRunner()
+    kept = sorted(stay)[0]
+    shown = runner.invoke(cli, ["runs", "log", kept, "--url", url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert [x["lines"] for x in json.loads(shown.stdout)["logs"]] == [f"line of {kept}"]
+    dry = runner.invoke(
+        cli, ["runs", "purge", "--older-than", "30d", "--dry-run", "--batch", "4", "--url", url, "--json"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["fired_records"] == len(gone)
+    done = runner.invoke(cli, ["runs", "purge", "--older-than", "30d", "--batch", "4", "--pause", "0s", "--url", url])
+    assert done.exit_code == 0, done.output
+    assert f"deleted {len(gone)} fired record(s)" in done.stdout and "batch 1:" in done.stderr
+    with sql_store("sqlite", tmp_path, ManualClock(NOW)) as store:
+        assert _ids(store) == stay
