@@ -9,12 +9,13 @@ forward, so a record found final stays final while its batch is deleted.
 
 Each batch is found by keyset on (scheduled_at, command_id), oldest first (the
 `idx_fired_time` index, or `idx_fired_biz_time` for one business), and deleted by
-primary key in short statements, its dependents first, in one short transaction:
-the run's log lines (`dus_run_log`, by fired id), its follow-up claims
-(`dus_followup_fired`, by the parent's item command ids) and kill requests naming it.
-Between batches the caller pauses, so the scheduler's own transactions get the locks
-and the I/O in between; the keyset makes every batch start after the last one (the
-kept, not-final rows are read past once, not again per batch).
+primary key, 500 records to a short transaction, their dependents with them: the
+run's log lines (`dus_run_log`, by fired id), its follow-up claims (`dus_followup_fired`,
+by the parent's item command ids) and kill requests naming it. Between batches it pauses
+at least as long as the batch took, so the scheduler's own transactions get the locks,
+the binlog and the I/O in between however slow the server is; the keyset makes every
+batch start after the last one (the kept, not-final rows are read past once, not again
+per batch).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from scheduler_core.store.sql import SqlTriggerStore
 # rows per IN list: far below every driver's parameter limit, short statements
 CHUNK = 500
 MAX_BATCH = 50_000
+# the pause after a batch, at least: this many times what the batch took
+YIELD_RATIO = 1.0
 
 
 @dataclass
@@ -79,30 +82,38 @@ class SqlPurge:
         biz_code: str | None = None,
         dry_run: bool = False,
         pause_s: float = 0.05,
+        yield_ratio: float = YIELD_RATIO,
         on_batch: Callable[[PurgeProgress], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> PurgeProgress:
         """Purge every final record scheduled before `cutoff_ms` (of `biz_code` if given),
-        `batch` at a time, pausing `pause_s` between batches; `on_batch` after each."""
+        `batch` at a time; between batches a pause of `pause_s`, or `yield_ratio` times
+        what the batch took if longer (so the purge takes at most about 1 / (1 + ratio)
+        of the server's time however loaded it is); `on_batch` after each."""
         if not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"batch must be 1..{MAX_BATCH}, got {batch}")
         progress = PurgeProgress(cutoff_ms=cutoff_ms, dry_run=dry_run)
         after: tuple[int, str] | None = None
         while True:  # ends: each batch starts past the last one's keyset position
             started = time.perf_counter()
-            with self.store.engine.begin() as conn:
+            with self.store.engine.connect() as conn:
                 found, after = self._next_batch(conn, cutoff_ms, biz_code, batch, after)
-                if found:
-                    self._delete(conn, found, progress, dry_run)
+            # a short transaction per CHUNK of records (their dependents with them): the
+            # scheduler's commits never queue behind one big delete (its binlog event, its
+            # locks, its undo)
+            for i in range(0, len(found), CHUNK):
+                with self.store.engine.begin() as conn:
+                    self._delete(conn, found[i : i + CHUNK], progress, dry_run)
+            took = time.perf_counter() - started
             if found:
                 progress.batches += 1
-                progress.batch_ms.append((time.perf_counter() - started) * 1000)
+                progress.batch_ms.append(took * 1000)
                 if on_batch is not None:
                     on_batch(progress)
             if after is None:
                 return progress
-            if not dry_run and pause_s > 0:
-                sleep(pause_s)
+            if not dry_run:
+                sleep(max(pause_s, took * yield_ratio))
 
     def _next_batch(
         self, conn: Connection, cutoff_ms: int, biz_code: str | None, batch: int, after: tuple[int, str] | None

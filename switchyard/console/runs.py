@@ -3,7 +3,7 @@ fire and sharding item) newest first, filtered by business, job, state and time 
 a page at a time by keyset (`before`: the last row's "scheduled ms:command id"; never
 OFFSET, so the 1000th page costs what the first does); `/runs/{id}` shows one run with
 its handler's log lines; with a business chosen, per day its runs by result and its
-fire-time lag percentiles, as charts (`/api/runs/daily` as JSON)."""
+fire-time lag percentiles, as charts (`/api/runs/daily` as JSON; both kept a minute)."""
 
 from __future__ import annotations
 
@@ -142,26 +142,33 @@ def daily(src: Sources, business: str, days: int = CHART_DAYS) -> list[dict[str,
 
 
 class _Charts:
-    """Rendered charts per (business, days), kept CHART_TTL_S."""
+    """Per (business, days): the daily figures and their rendered charts, kept CHART_TTL_S
+    (an aggregate over the business's runs of those days, and two figures drawn)."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, int], tuple[float, dict[str, str]]] = {}
+        self._kept: dict[tuple[str, str, int], tuple[float, Any]] = {}
 
-    def get(self, src: Sources, business: str, days: int = CHART_DAYS) -> dict[str, Any]:
-        key = (business, days)
+    def _cached(self, key: tuple[str, str, int], make: Any) -> Any:
         hit = self._kept.get(key)
         if hit is not None and time.monotonic() - hit[0] < CHART_TTL_S:
             return hit[1]
-        data = daily(src, business, days)
-        charts = (
-            {"results": run_charts.results_chart(data), "lag": run_charts.lag_chart(data), "days": len(data)}
-            if data
-            else {"days": 0}
-        )
-        if len(self._kept) > 256:
+        value = make()
+        if len(self._kept) > 512:
             self._kept.clear()
-        self._kept[key] = (time.monotonic(), charts)  # type: ignore[assignment]
-        return charts
+        self._kept[key] = (time.monotonic(), value)
+        return value
+
+    def daily(self, src: Sources, business: str, days: int = CHART_DAYS) -> list[dict[str, Any]]:
+        return list(self._cached(("daily", business, days), lambda: daily(src, business, days)))
+
+    def get(self, src: Sources, business: str, days: int = CHART_DAYS) -> dict[str, Any]:
+        def draw() -> dict[str, Any]:
+            data = self.daily(src, business, days)
+            if not data:
+                return {"days": 0}
+            return {"results": run_charts.results_chart(data), "lag": run_charts.lag_chart(data), "days": len(data)}
+
+        return dict(self._cached(("charts", business, days), draw))
 
 
 def _page_url(shown: dict[str, Any], before: str) -> str:
@@ -225,7 +232,7 @@ def routes(src: Sources) -> list[Route]:
             raw = request.query_params.get("days", str(CHART_DAYS))
             if not raw.isdigit() or not 1 <= int(raw) <= 400:
                 raise BadRunQuery(f"days: {raw!r} must be 1..400")
-            return daily(src, biz, int(raw))
+            return charts.daily(src, biz, int(raw))
 
         return await answer(request, work)
 

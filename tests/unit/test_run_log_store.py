@@ -143,7 +143,7 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
         }
         # 20 old rows (16 final, 4 kept) at 4 a batch: every batch at most 4 deleted, a pause after each full one
         assert len(seen) >= 4 and all(b - a <= 4 for a, b in zip([0, *seen], seen, strict=False))
-        assert pauses and set(pauses) == {0.25}
+        assert len(pauses) >= 4 and min(pauses) >= 0.25  # or longer: as long as the batch took
         assert _count(store, t.run_log) == len(stay)  # the kept records' lines stay
         assert _count(store, t.followup_fired) == 2
         assert _count(store, t.kill_request) == 1
