@@ -33,6 +33,7 @@ SECTIONS = (
     "migration",
     "compare",
     "stops",
+    "lanes",
     "admin",
 )
 

@@ -37,6 +37,8 @@ class HostConfig:
     # executor processes on one Shared subscription, as a business scales its executors
     # out; each reports its count into a shared slot and all stop when the sum is reached
     processes: int = 1
+    # biz_code -> the lane whose command topic its executor takes (scheduler_core.model.Lane)
+    lanes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,6 +107,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
     from scheduler_core.bus.pulsar import PulsarBus
     from scheduler_core.executor import ExecutionContext, Executor
     from scheduler_core.executor.sdk import HandlerResult
+    from scheduler_core.model import Lane
 
     figs = {d: BusinessFigures() for d in cfg.biz_codes}
     lock = threading.Lock()
@@ -114,7 +117,7 @@ def host_main(cfg: HostConfig, out: Any, counts: Any = None, slot: int = 0) -> N
     http_url = cfg.handler[len("http:") :] if cfg.handler.startswith("http:") else None
     try:
         for d in cfg.biz_codes:
-            ex = Executor(bus, d, concurrency=cfg.concurrency)
+            ex = Executor(bus, d, concurrency=cfg.concurrency, lane=Lane(cfg.lanes.get(d, Lane.DEFAULT.value)))
             ex.sub = _StampingSubscription(ex.sub, figs[d], lock, cfg.keep_lags)  # type: ignore[assignment]
 
             tallies = per_thread[d] = []

@@ -74,9 +74,11 @@ def load_triggers(
     spread_ms: int = 0,
     state: str = "waiting",
     chunk: int = LOAD_CHUNK,
+    step_ms: int = 1,
 ) -> float:
-    """Bulk-load `count` one-shot triggers of `job` with INSERT ... SELECT FROM the
-    SEQUENCE engine; next_fire_at = first_ms + (i mod spread_ms). Returns rows/s.
+    """Bulk-load `count` one-shot triggers of `job` (in the job's lane) with INSERT ...
+    SELECT FROM the SEQUENCE engine; next_fire_at = first_ms + (i mod spread_ms) * step_ms.
+    Returns rows/s.
     The load itself is kept out of the binlog when the grant allows (it is set-up, not
     a measurement, and spares the binlog readers of other tests)."""
     assert job.id is not None
@@ -91,11 +93,11 @@ def load_triggers(
                 spread = f"MOD({done} + seq - 1, {spread_ms})" if spread_ms > 0 else "0"
                 cur.execute(
                     "INSERT INTO dus_job_trigger (job_id, job_code, biz_code, kind, cron_expr, interval_ms, time_zone,"
-                    " end_at, next_fire_at, state, priority, misfire_policy, owner_epoch, acquire_deadline,"
+                    " end_at, next_fire_at, state, priority, misfire_policy, lane, owner_epoch, acquire_deadline,"
                     " last_fired_at, cas_token, version, created_at, updated_at)"
-                    f" SELECT %s, %s, %s, 'once', NULL, NULL, 'UTC', NULL, %s + {spread}, %s, 5, 'fire_once_now',"
-                    f" NULL, NULL, NULL, NULL, 0, %s, %s FROM seq_1_to_{n}",
-                    (job.id, job.job_code, job.biz_code, first_ms, state, first_ms, first_ms),
+                    f" SELECT %s, %s, %s, 'once', NULL, NULL, 'UTC', NULL, %s + {spread} * {step_ms}, %s, 5,"
+                    f" 'fire_once_now', %s, NULL, NULL, NULL, NULL, 0, %s, %s FROM seq_1_to_{n}",
+                    (job.id, job.job_code, job.biz_code, first_ms, state, job.lane.value, first_ms, first_ms),
                 )
                 conn.commit()
                 done += n

@@ -30,14 +30,14 @@ from migrator.ledger_hash import (
     source_digest,
     source_half,
 )
-from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition
+from migrator.mapping import Mapped, MappingOptions, Rejection, business_of, map_definition, with_lane
 from migrator.model import Action, BusinessState, LedgerStatus, MigrationSummary, PlannedRow
 from migrator.prefetch import prefetch
 from migrator.refused_rows import Refused, in_place, write_or_quarantine
 from migrator.target import Rendered, TargetWriter, Write
 from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
-from scheduler_core.model import TriggerState
+from scheduler_core.model import Lane, TriggerState
 from scheduler_core.ports import Clock
 from scheduler_core.store import fastpath
 from scheduler_core.store.fastpath import driver_rows
@@ -116,6 +116,7 @@ class Migrator:
             if suspects:
                 held |= {k for k, now in recheck(suspects).items() if now.enabled}
         out: list[Write] = []
+        lanes: dict[str, Lane] = {}
         for d in defs:
             biz = business_of(d, self.options)
             # every write of this row names the same row: only its decision differs
@@ -146,6 +147,12 @@ class Migrator:
                 self.options,
                 active=active,
             )
+            if isinstance(result, Mapped):
+                # the business's default lane: a target-side choice, not legacy content (not
+                # in the content hash: a business's new default changes no migrated job)
+                if biz not in lanes:
+                    lanes[biz] = self.writer.default_lane(biz, conn)
+                result = with_lane(result, lanes[biz])
             if isinstance(result, Rejection):
                 qhash = quarantine_hash(result, d)
                 same = (

@@ -17,6 +17,7 @@ from sqlalchemy import insert, select, update
 
 from migrator.model import BusinessState as B
 from migrator.store import MigratorStore
+from scheduler_core.model import Lane
 from scheduler_core.times import from_ms
 
 ALLOWED: dict[tuple[B, B], str] = {
@@ -43,6 +44,7 @@ class BusinessRecord:
     shadow: bool
     version: int
     updated_at: datetime
+    default_lane: Lane = Lane.DEFAULT  # the lane of its jobs that name none (issue 29)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +94,35 @@ class BusinessRegistry:
                 "detail": json.dumps({"action": "business created (native)"}),
             },
         )
+
+    def set_default_lane(self, biz_code: str, lane: Lane, *, actor: str, reason: str = "") -> BusinessRecord:
+        """The lane the business's jobs get from now on when they name none (jobs added or
+        migrated after it; a job keeps the lane it has). Audited, with the lane before."""
+        got = self.get(biz_code)
+        if got is None:
+            raise LookupError(f"no such business: {biz_code}")
+        b, a = self.t.business, self.t.audit
+        now = self.own.clock.now_ms()
+        with self.own.engine.begin() as conn:
+            conn.execute(update(b).where(b.c.biz_code == biz_code).values(default_lane=lane.value, updated_at=now))
+            conn.execute(
+                insert(a).values(
+                    biz_code=biz_code,
+                    from_state=got.state.value,
+                    to_state=got.state.value,
+                    at=now,
+                    comparison_id=None,
+                    forced=0,
+                    actor=actor[:128],
+                    reason=(reason or "default lane")[:1024],
+                    detail=json.dumps(
+                        {"action": "default lane", "before": got.default_lane.value, "after": lane.value}
+                    ),
+                )
+            )
+        out = self.get(biz_code)
+        assert out is not None
+        return out
 
     def _ensure(
         self, biz_code: str, source_system: str, state: B, audit: dict[str, str] | None = None
@@ -233,4 +264,5 @@ def _record(row: Any) -> BusinessRecord:
         bool(row["shadow"]),
         int(row["version"]),
         from_ms(row["updated_at"]),
+        Lane.of(row["default_lane"]),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -21,6 +21,7 @@ from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
     Job,
     JobCode,
+    Lane,
     MisfirePolicy,
     ShardingItem,
     Trigger,
@@ -128,6 +129,14 @@ def map_definition(
         return trigger
     job_items = tuple(ShardingItem(job_code=code, index=i, param=p) for i, p in enumerate(items)) if explicit else ()
     return Mapped(job, trigger, job_items, _hash(job, trigger, job_items))
+
+
+def with_lane(mapped: Mapped, lane: Lane) -> Mapped:
+    """The mapping with its job and trigger in `lane` (the business's default lane)."""
+    if mapped.job.lane is lane:
+        return mapped
+    trigger = None if mapped.trigger is None else replace(mapped.trigger, lane=lane)
+    return replace(mapped, job=replace(mapped.job, lane=lane), trigger=trigger)
 
 
 def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) -> str:

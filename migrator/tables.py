@@ -65,6 +65,8 @@ def migrator_tables(md: MetaData | None = None) -> MigratorTables:
         Column("shadow", SmallInteger, nullable=False, default=0),
         Column("version", BigInteger, nullable=False, default=0),
         Column("updated_at", BigInteger, nullable=False),
+        # the lane its jobs get unless one names its own (scheduler_core.model.Lane); NULL: default
+        Column("default_lane", String(16)),
     )
     audit = Table(
         "dus_cutover_audit",

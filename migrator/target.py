@@ -20,7 +20,7 @@ from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.store import MigratorStore
 from readers.records import StreamPosition
-from scheduler_core.model import DEFAULT_CRON_DIALECT, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store import fastpath
 from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
@@ -192,6 +192,18 @@ class TargetWriter:
         else:
             state = conn.execute(stmt).scalar_one_or_none()
         return BusinessState(state) if state else BusinessState.LEGACY
+
+    def default_lane(self, biz_code: str, conn: Connection | None = None) -> Lane:
+        """The lane a migrated job of the business gets (the business's default; none
+        registered yet: `default`)."""
+        b = self.own.t.business
+        stmt = select(b.c.default_lane).where(b.c.biz_code == biz_code)
+        if conn is None:
+            with self.own.engine.connect() as c:
+                lane = c.execute(stmt).scalar_one_or_none()
+        else:
+            lane = conn.execute(stmt).scalar_one_or_none()
+        return Lane.of(lane)
 
     def business_states(self, conn: Connection) -> dict[str, BusinessState]:
         """Every business's state in one read (absent: legacy)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -57,6 +57,19 @@ class LegacyBusiness:
     access_token: str | None = field(default=None, repr=False)  # a secret: never in repr or logs
     executor_addresses: tuple[str, ...] = ()  # xxl-job: live executors (registry, or the group's list)
     source_id: int | None = None  # xxl-job group id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisteredExecutor:
+    """xxl-job: one executor's row of the admin's registry (`xxl_job_registry`, group
+    EXECUTOR), judged by the admin's own rule: alive while its last registration is within
+    90 s of the database's clock (the admin deletes it a while after)."""
+
+    app: str  # registry_key: the executor app (the business's biz_code)
+    address: str  # registry_value: the executor's base URL
+    updated_at: datetime | None  # the last registration, aware UTC (NULL: never)
+    age: timedelta | None  # how long before the database's "now" that was
+    alive: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

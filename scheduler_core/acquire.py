@@ -6,7 +6,9 @@ partition's loop while its owner holds it (`PartitionLoop`).
 
 A tick: window = [misfire floor, now + lookahead]; select `waiting` rows in the window
 ordered by next_fire_at (priority breaks ties only), limit = min(batch, free pool
-capacity), leaving out businesses whose pool budget is spent; CAS waiting -> acquired with
+capacity), leaving out businesses whose pool budget is spent; per lane (issue 29) at most
+its tick budget, the rest of the tick going to the other lanes' due rows, and none of a
+lane whose pool share is spent (`select_within_lanes`); CAS waiting -> acquired with
 the epoch and a deadline; hand chunks to the fire pool, retrying; release what the pool
 keeps refusing. Nothing is lost: a row is either waiting, or acquired by an epoch that
 fires it or lets a newer epoch reclaim it after its deadline.
@@ -18,6 +20,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,8 +28,9 @@ from typing import Protocol
 
 from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
+from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerState, slot_replacer
+from scheduler_core.model import Epoch, Job, JobCode, Lane, Trigger, TriggerId, TriggerState, slot_replacer
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import UTC, from_ms, to_ms
@@ -100,8 +104,11 @@ class PartitionAcquirer:
         rng: random.Random | None = None,
         on_submitted: OnSubmitted | None = None,
         fence: str | None = None,
+        lookahead: AdaptiveLookahead | None = None,
     ) -> None:
         self.partition = partition
+        # each lane's own window (settings.adaptive_lookahead); None: `settings.lookahead` for all
+        self.lookahead = lookahead
         self.store = store
         self.pool = pool
         self.fire_chunk = fire_chunk
@@ -137,14 +144,20 @@ class PartitionAcquirer:
         limit = min(s.batch_size, self.pool.free())
         if limit <= 0:
             return TickResult(wait=s.busy_wait)
-        due = self.store.select_due(self.partition, window.start, window.end, limit, self.pool.saturated_biz_codes())
+        ends = None
+        if self.lookahead is not None:
+            ends = self.lookahead.windows(now)
+            window = Window(window.start, max(ends.values()))
+        due, more = self.select_within_lanes(window, limit, ends)
         admission_lag = self.metrics.admission_lag.labels(partition=self.partition.name)
         if not due:
+            if more:  # every lane with due rows is at its pool share: look again soon
+                return TickResult(wait=s.busy_wait)
             admission_lag.set(float("nan"))  # idle: no lag to speak of
             return TickResult(wait=s.idle_wait + timedelta(seconds=self.rng.uniform(0, s.jitter.total_seconds())))
         newest = max(t.next_fire_at for t in due)
         # a full batch leaves more due behind it: admission has reached `newest`, not the window's end
-        admission_lag.set(max(0.0, (window.end - newest).total_seconds()) if len(due) >= limit else 0.0)
+        admission_lag.set(max(0.0, (window.end - newest).total_seconds()) if more else 0.0)
         self.last_seen = newest if self.last_seen is None else max(self.last_seen, newest)
         deadline = from_ms(to_ms(now + s.acquire_deadline))  # as stored: whole milliseconds
         won_ids = set(
@@ -171,6 +184,8 @@ class PartitionAcquirer:
         if lost:
             self.metrics.cas_losses.labels(stage="acquire").inc(lost)
         self.metrics.acquired.labels(partition=self.partition.name).inc(len(won))
+        if self.lookahead is not None:
+            self._observe_lanes(now, won, more)
         submitted, released = self.submit(won)
         return TickResult(
             selected=len(due),
@@ -178,8 +193,66 @@ class PartitionAcquirer:
             lost=lost,
             submitted=submitted,
             released=released,
-            wait=timedelta(0) if len(due) >= limit else s.busy_wait,
+            wait=timedelta(0) if more else s.busy_wait,
         )
+
+    def _observe_lanes(self, now: datetime, won: Sequence[Trigger], more: bool) -> None:
+        assert self.lookahead is not None
+        self.lookahead.admitted(won)
+        newest: dict[Lane, datetime] = {}
+        for t in won:
+            if t.lane not in newest or t.next_fire_at > newest[t.lane]:
+                newest[t.lane] = t.next_fire_at
+        for lane, frontier in newest.items():
+            self.lookahead.observe(lane, now, frontier, more)
+
+    def select_within_lanes(
+        self, window: Window, limit: int, ends: Mapping[Lane, datetime] | None = None
+    ) -> tuple[list[Trigger], bool]:
+        """The tick's due rows, each lane within its budgets; and whether more are due
+        behind them (a read came back full, or a lane was held to its budget).
+
+        One read as before lanes while no lane is over its tick budget, none has spent its
+        pool share and the lanes share one window end (a store of one lane always). Else
+        the lanes still under budget are read one by one (`lane = ?`, the lane trailing the
+        due index: the other lanes' entries are skipped in the index, no row lookups), each
+        up to its budget and its own window end (`ends`, the adaptive lookahead's): a lane
+        at its budget waits, the others' due rows are admitted in the same tick."""
+        s = self.settings
+        exclude = self.pool.saturated_biz_codes()
+        spent = self.pool.saturated_lanes()
+        start, end = window.start, window.end
+        one_end = ends is None or len(set(ends.values())) == 1
+        if not spent and one_end:
+            due = self.store.select_due(self.partition, start, end, limit, exclude)
+            full = len(due) >= limit
+            counts = Counter(t.lane for t in due)
+            capped = {lane for lane, n in counts.items() if n > s.lane_tick_budget(lane)}
+            if not capped:
+                return due, full
+            kept: list[Trigger] = []
+            taken: Counter[Lane] = Counter()
+            for t in due:  # in due order: each capped lane keeps its earliest rows
+                if t.lane not in capped or taken[t.lane] < s.lane_tick_budget(t.lane):
+                    kept.append(t)
+                    taken[t.lane] += 1
+            if not full:  # the read had every due row: the other lanes' are all in it
+                return kept, True
+            more = True  # the capped lanes have more due
+        else:
+            capped, kept, taken, more = spent, [], Counter(), False
+        seen = {t.id for t in kept}
+        for lane in Lane:
+            room = min(limit - len(kept), s.lane_tick_budget(lane) - taken[lane])
+            if lane in capped or room <= 0:
+                continue
+            # the lane's rows of the first read are the head of its own read (one order)
+            lane_end = end if ends is None else ends.get(lane, end)
+            got = self.store.select_due(self.partition, start, lane_end, taken[lane] + room, exclude, lane)
+            kept += [t for t in got if t.id not in seen]
+            more = more or len(got) >= taken[lane] + room
+        kept.sort(key=_due_order)
+        return kept, more
 
     def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
         """Chunks per business to the pool, with retries; release what keeps being refused.
@@ -188,14 +261,14 @@ class PartitionAcquirer:
         jobs = self.store.get_jobs(list(dict.fromkeys(t.job_code for t in won))) if won else {}
         submitted = 0
         refused: list[TriggerId] = []
-        for biz_code, triggers in group_by_biz_code(won).items():
+        for (biz_code, lane), triggers in group_by_biz_code(won).items():
             for chunk in chunked(triggers, s.chunk_size):
                 ok = False
                 if self.on_submitted is not None:
                     self.on_submitted(chunk, queued=True)
                 for attempt in range(s.submit_retries + 1):
                     fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
-                    if self.pool.try_submit(biz_code, len(chunk), fire):
+                    if self.pool.try_submit(biz_code, len(chunk), fire, lane):
                         ok = True
                         break
                     if attempt < s.submit_retries:
@@ -228,6 +301,10 @@ class PartitionAcquirer:
                 extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence),
             )
         return submitted, released
+
+
+def _due_order(t: Trigger) -> tuple[datetime, int, int]:
+    return (t.next_fire_at, t.priority, t.id or 0)
 
 
 def _bind(

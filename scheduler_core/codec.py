@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_core.item_states import RESULT_STATES
-from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
+from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, Lane, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
 
@@ -37,9 +37,12 @@ class CodecError(ValueError):
     """A payload that is not a Switchyard message of a version we read."""
 
 
-def command_topic(biz_code: str) -> str:
-    """The logical topic of a business's commands."""
-    return f"cmd.{biz_code}"
+def command_topic(biz_code: str, lane: Lane = Lane.DEFAULT) -> str:
+    """The logical topic of a business's commands in a lane: a backlog in one lane's topic
+    never holds another's back (each has its own subscription and consumers). The default
+    lane keeps the name it had before lanes, so executors of then keep receiving; the
+    others add `:lane` (a business code has no ':', jobspec)."""
+    return f"cmd.{biz_code}" if lane is Lane.DEFAULT else f"cmd.{biz_code}:{lane.value}"
 
 
 CALLBACK_TOPIC = "callback"

@@ -346,7 +346,8 @@ class FirePipeline:
             "scheduled_at": str(occ_ms),
             "trigger_id": str(trig.id),
         }
-        topic = command_topic(job.biz_code)
+        # the trigger's lane, as admission budgeted it (a lane edit takes the next admission)
+        topic = command_topic(job.biz_code, trig.lane)
         # the run's header: the job's fields, built and encoded once per job and chunk
         header = headers.get(job.job_code) if headers is not None else None
         if header is None:

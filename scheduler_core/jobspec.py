@@ -11,12 +11,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scheduler_core.alert_rule import AlertRule
 from scheduler_core.cron import CronExpression
 from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
     Job,
     JobCode,
+    Lane,
     MisfirePolicy,
     Trigger,
     TriggerKind,
@@ -137,6 +139,7 @@ class Schedule:
             end_at=self.end_at,
             misfire_policy=self.misfire_policy,
             priority=job.priority,
+            lane=job.lane,
         )
 
     def _probe(self, anchor: datetime) -> Trigger:
@@ -179,8 +182,8 @@ class Schedule:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """Everything an operator sets on a job: the Job's fields, its schedule, its sharding
-    items' parameters (explicit items; none: items 0..shards-1) and its child jobs (run
-    once after each successful run)."""
+    items' parameters (explicit items; none: items 0..shards-1), its child jobs (run
+    once after each successful run) and its alert targets."""
 
     job_code: str
     biz_code: str
@@ -192,7 +195,10 @@ class JobSpec:
     timeout: timedelta = timedelta(seconds=30)
     max_retry: int = 0
     priority: int = 5
+    # the job's lane; None: its business's default (`switchyard.jobs` resolves it)
+    lane: Lane | None = None
     children: tuple[str, ...] = field(default_factory=tuple)
+    alerts: AlertRule = field(default_factory=AlertRule)  # stored beside the job by switchyard.alerts, not in Job
 
     def check(self) -> None:
         _code("job", self.job_code, JOB_CODE_MAX)
@@ -213,6 +219,10 @@ class JobSpec:
             raise JobInputError("priority", f"must be 1..9, got {self.priority}")
         if self.job_code in self.children:
             raise JobInputError("child", "a job cannot be its own child")
+        try:
+            self.alerts.check()
+        except ValueError as exc:
+            raise JobInputError("alert", str(exc)) from None
         self.schedule.check()
 
     def job(self) -> Job:
@@ -227,10 +237,19 @@ class JobSpec:
             max_retry=self.max_retry,
             priority=self.priority,
             explicit_items=bool(self.items),
+            lane=self.lane or Lane.DEFAULT,
         )
 
     def with_changes(self, **changes: object) -> JobSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def parse_lane(value: str, field_name: str = "lane") -> Lane:
+    """A lane by its name, or a JobInputError naming the lanes there are."""
+    try:
+        return Lane(value.strip().lower())
+    except ValueError:
+        raise JobInputError(field_name, f"unknown lane {value!r} (one of {', '.join(Lane)})") from None
 
 
 def _code(name: str, value: str, longest: int) -> None:
@@ -242,4 +261,4 @@ def _code(name: str, value: str, longest: int) -> None:
         raise JobInputError(name, f"longer than {longest} characters")
 
 
-__all__ = ["JobInputError", "JobSpec", "Schedule"]
+__all__ = ["JobInputError", "JobSpec", "Schedule", "parse_lane"]

@@ -82,6 +82,32 @@ class SchedulerMetrics:
             ["partition"],
             registry=r,
         )
+        # the lanes and the adaptive lookahead (scheduler_core.lookahead), per lane and business
+        self.lane_lookahead = Gauge(
+            "switchyard_lane_lookahead_seconds",
+            "The lookahead window in use by the business's lane (the lane's, set at each forecast)",
+            ["lane", "biz_code"],
+            registry=r,
+        )
+        self.lane_forecast = Gauge(
+            "switchyard_lane_forecast_triggers",
+            "Waiting triggers of the business's lane due within the lane's lookahead_max (the forecast)",
+            ["lane", "biz_code"],
+            registry=r,
+        )
+        self.lane_backlog = Gauge(
+            "switchyard_lane_published_not_due",
+            "Triggers of the business's lane admitted (published) whose fire time is still ahead",
+            ["lane", "biz_code"],
+            registry=r,
+        )
+        self.lane_lookahead_lag = Gauge(
+            "switchyard_lane_lookahead_lag_seconds",
+            "How far ahead of now the lane's admission has reached (its window when it took all that was "
+            "due); negative: admission is behind now (alert)",
+            ["lane"],
+            registry=r,
+        )
         self.fire_lag = Histogram(
             "switchyard_fire_lag_seconds",
             "Executor receipt or handler start minus T",

@@ -46,11 +46,30 @@ class TriggerKind(enum.StrEnum):
     NONE = "none"
 
 
+class Lane(enum.StrEnum):
+    """Where a job's triggers are admitted and published (issue 29). Each lane has its own
+    admission budget per tick, fire-pool share and command topics (settings.LaneBudget,
+    codec.command_topic), so an on-the-hour burst never holds another lane's due triggers
+    back. Values are what the job and trigger tables store (NULL: `default`)."""
+
+    BURST = "burst"  # on-the-hour SOP and fan-out
+    DEFAULT = "default"  # everything that names no lane: today's behaviour
+    BULK = "bulk"  # low priority
+
+    @staticmethod
+    def of(value: str | None) -> Lane:
+        """The stored value's lane: NULL (a row written before lanes) is `default`."""
+        return (_LANES.get(value) or Lane(value)) if value else Lane.DEFAULT
+
+
 class MisfirePolicy(enum.StrEnum):
     """What a trigger does when its fire time is older than the misfire threshold."""
 
     FIRE_ONCE_NOW = "fire_once_now"
     SKIP = "skip"
+
+
+_LANES = {lane.value: lane for lane in Lane}
 
 
 class FiredState(enum.StrEnum):
@@ -122,6 +141,7 @@ class Job:
     # shadow: executors receive and record its commands without invoking the handler
     # (dual-run of a business whose handlers are not idempotent)
     shadow: bool = False
+    lane: Lane = Lane.DEFAULT  # its triggers' lane (Trigger.lane carries a copy for admission)
     id: int | None = None
 
     def __post_init__(self) -> None:
@@ -154,6 +174,8 @@ class Trigger:
     end_at: datetime | None = None
     misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE_NOW
     priority: int = 5
+    # the job's lane, kept on the trigger so admission budgets per lane without a join
+    lane: Lane = Lane.DEFAULT
     owner_epoch: Epoch | None = None
     acquire_deadline: datetime | None = None
     version: int = 0

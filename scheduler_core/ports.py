@@ -21,6 +21,7 @@ from scheduler_core.model import (
     FiredState,
     Job,
     JobCode,
+    Lane,
     ShardingItem,
     Trigger,
     TriggerId,
@@ -166,9 +167,16 @@ class TriggerStore(Protocol):
         end: datetime,
         limit: int,
         exclude_biz_codes: Collection[str] = (),
+        lane: Lane | None = None,
     ) -> list[Trigger]:
         """`waiting` triggers of one partition with start <= next_fire_at <= end, ordered by
-        next_fire_at then priority, leaving out the given businesses (biz_codes)."""
+        next_fire_at then priority, leaving out the given businesses (biz_codes); with
+        `lane`, only that lane's."""
+
+    def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+        """(business, lane, bucket start ms, waiting triggers due in it) per `bucket_ms` from
+        `start_ms` to `end_ms` (the adaptive lookahead's forecast); none by default."""
+        return []
 
     @abstractmethod
     def select_expired(

@@ -26,6 +26,7 @@ from scheduler_core.fire import FireOutcome, FirePipeline, Prepared
 from scheduler_core.firepool import FirePool
 from scheduler_core.hold import HeldChunks, by_due
 from scheduler_core.logfields import log_fields
+from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
 from scheduler_core.ports import (
@@ -109,7 +110,11 @@ class SchedulerCore:
         # under the registry: the member's lease is known alive (asked before publishing)
         self.ownership_alive: Callable[[], bool] = lambda: True
         self.pool = FirePool(
-            self.settings.fire_pool_capacity, self.settings.fire_workers, self.settings.budget_of, inline=inline
+            self.settings.fire_pool_capacity,
+            self.settings.fire_workers,
+            self.settings.budget_of,
+            inline=inline,
+            lane_budget_of=self.settings.lane_pool_budget,
         )
         self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
         # the rollback fences, read for a held chunk at its T (the SQL store keeps them)
@@ -128,6 +133,10 @@ class SchedulerCore:
                 merge_max=self.settings.batch_size,
                 early_ms=int(self.settings.hold_read_ahead.total_seconds() * 1000),
             )
+        # each lane's window from the forecast (issue 29); None: the one fixed lookahead
+        self.lookahead = (
+            AdaptiveLookahead(store, clock, self.settings, self.metrics) if self.settings.adaptive_lookahead else None
+        )
         self.acquirers = [
             self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
         ]
@@ -145,6 +154,7 @@ class SchedulerCore:
             epoch=epoch,
             fence=fence,
             on_submitted=lambda chunk, *, queued: self._queued(chunk, queued=queued, fence=fence),
+            lookahead=self.lookahead,
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:

@@ -6,6 +6,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from scheduler_core.model import Lane
+
+
+@dataclass(frozen=True, slots=True)
+class LaneBudget:
+    """What one lane may take (issue 29): at most `tick_share` of a tick's batch is admitted
+    from it (the rest of the tick goes to the other lanes' due triggers), and at most
+    `pool_share` of the fire pool's capacity is its in flight. With the adaptive lookahead
+    (`SchedulerSettings.adaptive_lookahead`) its window stays within [lookahead_min,
+    lookahead_max]: how much a stop may have to skip is what it published ahead, at most
+    lookahead_max of its triggers."""
+
+    tick_share: float
+    pool_share: float
+    lookahead_min: timedelta = timedelta(minutes=2)
+    lookahead_max: timedelta = timedelta(minutes=30)
+
+    def __post_init__(self) -> None:
+        for name in ("tick_share", "pool_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"lane budget {name} must be in (0, 1], got {getattr(self, name)}")
+        if not timedelta(0) < self.lookahead_min <= self.lookahead_max:
+            raise ValueError("lane lookahead bounds: 0 < lookahead_min <= lookahead_max")
+
+
+# `default` may take the whole tick and pool, as every trigger did before lanes: a store
+# with one lane admits exactly as then. `burst` is held to half, so an on-the-hour fan-out
+# always leaves the other half of each tick to the rest; `bulk` to a quarter.
+DEFAULT_LANE_BUDGETS: Mapping[Lane, LaneBudget] = {
+    Lane.BURST: LaneBudget(tick_share=0.5, pool_share=0.5),
+    Lane.DEFAULT: LaneBudget(tick_share=1.0, pool_share=1.0),
+    Lane.BULK: LaneBudget(tick_share=0.25, pool_share=0.25),
+}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerSettings:
@@ -24,6 +58,18 @@ class SchedulerSettings:
     # names it: a burst in one business cannot starve another (the hot-minute incident)
     biz_share: float = 0.5
     biz_budgets: Mapping[str, int] = field(default_factory=dict)
+    # per lane: its share of a tick's batch and of the pool (a lane not named: the default's)
+    lane_budgets: Mapping[Lane, LaneBudget] = field(default_factory=lambda: dict(DEFAULT_LANE_BUDGETS))
+    # the adaptive lookahead (scheduler_core.lookahead): each lane's window is its
+    # lookahead_min when quiet and reaches out to admit a forecast burst by its minute;
+    # off: one fixed `lookahead` for every lane, as before
+    adaptive_lookahead: bool = False
+    # how often the forecast (due triggers per business, lane and minute) is read again
+    forecast_every: timedelta = timedelta(seconds=10)
+    # the triggers per second one lane's admission sustains, which the forecast plans
+    # with (bench/admission measures 2-9K/s on MariaDB); `lead_margin` over it
+    admit_rate: float = 2000.0
+    lead_margin: float = 1.5
     # an acquisition is the owner's for this long; after it, a newer epoch may reclaim it
     acquire_deadline: timedelta = timedelta(seconds=60)
     reclaim_interval: timedelta = timedelta(seconds=10)
@@ -73,6 +119,17 @@ class SchedulerSettings:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 < self.biz_share <= 1:
             raise ValueError("biz_share must be in (0, 1]")
+
+    def lane_budget(self, lane: Lane) -> LaneBudget:
+        return self.lane_budgets.get(lane) or DEFAULT_LANE_BUDGETS[lane]
+
+    def lane_tick_budget(self, lane: Lane) -> int:
+        """The triggers of `lane` one tick admits at most."""
+        return max(1, int(self.batch_size * self.lane_budget(lane).tick_share))
+
+    def lane_pool_budget(self, lane: Lane) -> int:
+        """The triggers of `lane` the fire pool holds at most."""
+        return max(1, int(self.fire_pool_capacity * self.lane_budget(lane).pool_share))
 
     def budget_of(self, biz_code: str) -> int:
         if biz_code in self.biz_budgets:

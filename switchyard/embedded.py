@@ -41,7 +41,7 @@ from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job
+from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job, Lane
 from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
@@ -192,7 +192,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
         }
         messages.append(
             BusMessage(
-                command_topic(job.biz_code),
+                command_topic(job.biz_code, job.lane),
                 encode_packed([body]),
                 deliver_at_ms=to_ms(r.scheduled_at),
                 properties=props,
@@ -224,6 +224,8 @@ class EmbeddedCenter:
     metrics: SchedulerMetrics = field(default_factory=SchedulerMetrics)
     bus: InProcessBus = field(init=False)
     executors: dict[str, tuple[Executor, threading.Thread]] = field(default_factory=dict, init=False)
+    # the business's other lanes (issue 29): an executor each, on the lane's own topic
+    lane_executors: dict[tuple[str, Lane], tuple[Executor, threading.Thread]] = field(default_factory=dict, init=False)
     republished: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -232,12 +234,17 @@ class EmbeddedCenter:
         self._results_stop = threading.Event()
 
     def _add_executor(self, biz_code: str) -> None:
-        ex = Executor(self.bus, biz_code, concurrency=self.concurrency)
-        self.register(ex)
-        th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=f"executor-{biz_code}", daemon=True)
-        th.start()
-        self.executors[biz_code] = (ex, th)
-        log.info("executor for %s running", biz_code)
+        for lane in Lane:
+            ex = Executor(self.bus, biz_code, concurrency=self.concurrency, lane=lane)
+            self.register(ex)
+            name = f"executor-{biz_code}" if lane is Lane.DEFAULT else f"executor-{biz_code}-{lane.value}"
+            th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=name, daemon=True)
+            th.start()
+            if lane is Lane.DEFAULT:
+                self.executors[biz_code] = (ex, th)
+            else:
+                self.lane_executors[biz_code, lane] = (ex, th)
+        log.info("executor for %s running (lanes %s)", biz_code, ", ".join(Lane))
 
     def _discover(self) -> None:
         wanted = set(self.biz_codes) if self.biz_codes else store_biz_codes(self.store)
@@ -346,7 +353,7 @@ class EmbeddedCenter:
             self._exec_stop.set()
             relay_thread.join(timeout=10)
             kills.join(timeout=10)
-            for ex, th in self.executors.values():
+            for ex, th in [*self.executors.values(), *self.lane_executors.values()]:
                 th.join(timeout=60)
                 ex.close()
             self._results_stop.set()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -29,8 +29,9 @@ from migrator.cutover import migrated_job_codes
 from migrator.model import BusinessState
 from migrator.store import MigratorStore
 from scheduler_core import operations
+from scheduler_core.alert_rule import AlertRule
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
-from scheduler_core.model import Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import MessageBus
 from scheduler_core.run_now import publish_run
@@ -39,6 +40,7 @@ from scheduler_core.store.job_admin import Rescheduled, SqlJobAdmin, TriggerBusy
 from scheduler_core.store.reads import has_fired_records, job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.trigger_actions import STOP_LEAD, act
+from switchyard.wiring import alert_store
 
 S = TriggerState
 # how long an edit tries again while the job's trigger is being fired
@@ -60,6 +62,7 @@ class JobView:
     children: tuple[str, ...]
     items: tuple[str, ...]  # every item's parameter, or the first SHOWN_ITEMS (items_complete)
     items_complete: bool = True
+    alerts: AlertRule = field(default_factory=AlertRule)
 
     @property
     def state(self) -> str:
@@ -87,7 +90,9 @@ class JobView:
             timeout=j.timeout,
             max_retry=j.max_retry,
             priority=j.priority,
+            lane=j.lane,
             children=self.children,
+            alerts=self.alerts,
             schedule=Schedule.of(t) if t is not None else Schedule(kind=TriggerKind.NONE),
         )
 
@@ -104,7 +109,12 @@ class JobView:
             "timeout_s": j.timeout.total_seconds(),
             "retries": j.max_retry,
             "priority": j.priority,
+            "lane": j.lane.value,
             "children": list(self.children),
+            "alerts": {
+                "targets": list(self.alerts.targets),
+                "on": list(self.alerts.kinds) if self.alerts.targets else [],
+            },
             "state": self.state,
             "trigger_id": None if t is None else t.id,
             "schedule": None if t is None else _schedule_dict(t),
@@ -157,6 +167,7 @@ class Jobs:
         self.actor = actor
         self.admin = SqlJobAdmin(store)
         self.registry = BusinessRegistry(own)
+        self.alerts = alert_store(store)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -199,7 +210,14 @@ class Jobs:
         wanted = job.shard_total if all_items else min(job.shard_total, SHOWN_ITEMS)
         if job.explicit_items:
             items = tuple(i.param for i in self.store.sharding_page(job.job_code, 0, wanted))
-        return JobView(job, trigger, children, items, items_complete=wanted == job.shard_total)
+        return JobView(
+            job,
+            trigger,
+            children,
+            items,
+            items_complete=wanted == job.shard_total,
+            alerts=self.alerts.rule(job.job_code),
+        )
 
     def all(self, biz_code: str | None = None) -> list[JobView]:
         if biz_code is not None:
@@ -222,8 +240,11 @@ class Jobs:
             raise JobInputError("job", f"{job.job_code} exists already (edit it, or copy it to a new code)")
         child_triggers = self._child_triggers(spec.children)
         now = self.store.clock.now()
+        business = self.registry.get(spec.biz_code)
+        if spec.lane is None:  # the business's default (a business new here: `default`)
+            job = replace(job, lane=business.default_lane if business is not None else Lane.DEFAULT)
         trigger = spec.schedule.trigger(job, now, S.PAUSED if stopped else S.WAITING)  # first fire computed
-        if self.registry.get(spec.biz_code) is None:
+        if business is None:
             self.registry.register_native(spec.biz_code, actor=self.actor, reason=reason)
         saved = self.store.put_job(job)
         if spec.items:
@@ -232,6 +253,8 @@ class Jobs:
         assert added.id is not None
         if child_triggers:
             self.store.set_followups({added.id: child_triggers}, self.store.clock.now_ms())
+        if spec.alerts.targets:
+            self.alerts.set_rule(saved.job_code, saved.biz_code, spec.alerts)
         out = self.view(saved)
         self._audit(saved.biz_code, "job add", reason, before=None, after=out.as_dict())
         return out
@@ -273,11 +296,27 @@ class Jobs:
         saved = self.store.put_job(replace(new_job, id=job.id, envelope_size=job.envelope_size, shadow=job.shadow))
         if "items" in changes or (spec.items and spec.shard_total != job.shard_total):
             self._put_items(saved, spec.items)
+        if new_job.lane is not job.lane:
+            self.admin.set_lane(job.job_code, new_job.lane)
         if child_triggers is not None and t is not None and t.id is not None:
             self.store.set_followups({t.id: child_triggers}, self.store.clock.now_ms())
+        if "alerts" in changes:
+            self.alerts.set_rule(saved.job_code, saved.biz_code, spec.alerts)
         after = self.view(saved)
         self._audit(job.biz_code, "job edit", reason, before=before.as_dict(), after=after.as_dict())
         return after, note
+
+    def default_lane(self, biz_code: str, lane: Lane | None = None, *, reason: str = "") -> Lane:
+        """The business's default lane (the lane its jobs get when they name none); with
+        `lane`, set it first (jobs added or migrated from now on; a job keeps its lane)."""
+        self.check_business(biz_code)
+        business = self.registry.get(biz_code)
+        if lane is None:
+            return business.default_lane if business is not None else Lane.DEFAULT
+        if business is None:
+            # known by its jobs or runs only: registering it here would guess its cutover state
+            raise UnknownName(f"business {biz_code} is not registered (migrate it, or add a job of it here first)")
+        return self.registry.set_default_lane(biz_code, lane, actor=self.actor, reason=reason).default_lane
 
     def copy(self, job: Job, new_code: str, *, biz_code: str | None = None, reason: str = "") -> JobView:
         """A new job with the definition and schedule of `job`, created stopped (as the
@@ -306,6 +345,7 @@ class Jobs:
                     "run the delete again"
                 )
         self.admin.delete_job(job.job_code)
+        self.alerts.set_rule(job.job_code, job.biz_code, AlertRule())  # a job's alerts go with it
         self._audit(job.biz_code, "job delete", reason, before=before.as_dict(), after=None)
         return report
 
@@ -370,7 +410,13 @@ class Jobs:
         report, refused = self._act(action, [t.id], reason or word)
         if refused:
             raise PermissionError(f"job {job.job_code}: {refused}")
-        self._audit(job.biz_code, word, reason, before={"state": t.state.value}, after={"at": str(report.at)})
+        self._audit(
+            job.biz_code,
+            word,
+            reason,
+            before={"job": job.job_code, "state": t.state.value},
+            after={"job": job.job_code, "at": str(report.at)},
+        )
         return report
 
     def _act(self, action: str, ids: list[TriggerId], reason: str) -> tuple[operations.OperationReport, str]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
     from scheduler_core.executor import Executor
+    from switchyard.alerts.store import AlertStore
 
 
 def open_store(url: str, clock: Clock | None = None) -> SqlTriggerStore:
@@ -358,3 +359,10 @@ def batch_center_tokens(legacy_url: str) -> Callable[[str], str | None]:
         return None if row is None or not row[0] else str(row[0])
 
     return lookup
+
+
+def alert_store(store: SqlTriggerStore) -> AlertStore:
+    """The alerts' own store (switchyard.alerts.tables) in the trigger store's database."""
+    from switchyard.alerts.store import AlertStore
+
+    return AlertStore(store.engine, store.clock)

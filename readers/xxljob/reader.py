@@ -42,7 +42,14 @@ from readers.legacy_ddl.tables import WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
 from readers.log_pages import Cursor, pages, uncached, window_page
 from readers.ports import ImageDecoder, ImageDigester, LegacyReader
-from readers.records import ContentDigest, LegacyBusiness, LegacyDefinition, LegacyExecution, SourceSystem
+from readers.records import (
+    ContentDigest,
+    LegacyBusiness,
+    LegacyDefinition,
+    LegacyExecution,
+    RegisteredExecutor,
+    SourceSystem,
+)
 from readers.timezones import LegacyTimeZone, LegacyZones, parse_wall, require_aware
 from readers.xxljob.cron_lineage import CronLineage, cron_lineage, parse_version
 from readers.xxljob.logs import LogContext, map_log
@@ -191,6 +198,40 @@ class XxlJobReader(LegacyReader):
             if value:
                 live.setdefault(key, set()).add(value)  # pre-2.5 registries hold duplicate rows
         return {k: sorted(v) for k, v in live.items()}  # the admin sorts addresses as strings
+
+    def registered_executors(self, *, as_of: datetime | None = None) -> list[RegisteredExecutor]:
+        """Every EXECUTOR row of the admin's registry, alive or not by the admin's rule
+        (registered within DEAD_TIMEOUT of the database's clock, or `as_of`), by app then
+        address; a pre-2.5 registry's duplicate rows count once (the newest). Empty without
+        a registry table."""
+        shape = self.schema().registry
+        if shape is None:
+            return []
+        stmt = (
+            select(*shape.select_list(("registry_key", "registry_value")), column("update_time"))
+            .select_from(table(REGISTRY))
+            .where(column("registry_group") == "EXECUTOR")
+        )
+        with self._connect("read_registry") as conn:
+            now = require_aware(as_of, "as_of") if as_of is not None else db_utc_now(conn)
+            rows = list(conn.execute(stmt).mappings())
+        newest: dict[tuple[str, str], datetime | None] = {}
+        for r in rows:
+            key = (raw_text(r["registry_key"])[0] or "", (raw_text(r["registry_value"])[0] or "").strip())
+            at = None if r["update_time"] is None else self._tz.to_utc(r["update_time"])
+            seen = newest.get(key)
+            if key not in newest or (at is not None and (seen is None or at > seen)):
+                newest[key] = at
+        return [
+            RegisteredExecutor(
+                app=app,
+                address=address,
+                updated_at=at,
+                age=None if at is None else now - at,
+                alive=at is not None and now - at < DEAD_TIMEOUT,
+            )
+            for (app, address), at in sorted(newest.items())
+        ]
 
     # -- definitions ------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
-from scheduler_core.model import command_id
+from scheduler_core.model import Lane, command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
 from scheduler_core.times import from_ms
@@ -143,8 +143,12 @@ class Executor:
         fences: FenceView | None = None,
         receipt_after: timedelta | None = timedelta(seconds=1),
         name: str | None = None,
+        lane: Lane = Lane.DEFAULT,
     ) -> None:
         self.bus = bus
+        # the lane whose command topic it takes (codec.command_topic): one executor per lane,
+        # so a stalled lane's backlog never holds this one's receive loop or quota
+        self.lane = lane
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{biz_code}"
         self.biz_code = biz_code
         self.clock = clock or SystemClock()
@@ -191,7 +195,7 @@ class Executor:
         self._own_fences = fences is None
         self.fences = fences if fences is not None else FenceView(bus)
         try:
-            self.sub = bus.subscribe(command_topic(biz_code), SUBSCRIPTION)
+            self.sub = bus.subscribe(command_topic(biz_code, lane), SUBSCRIPTION)
         except BaseException:
             if self._own_fences:
                 self.fences.close()
@@ -226,6 +230,12 @@ class Executor:
             return fn
 
         return register
+
+    def in_flight(self) -> int:
+        """Runs in work here now (taken, result not landed yet): the executor registry's
+        gauge (executor.heartbeat), read on the heartbeat's thread without the lock: a
+        moment's count, nothing decided on it."""
+        return len(self._flights)
 
     def _lookup(self, env: Envelope) -> Handler | None:
         return self._handlers.get(env.job_code) or self._handlers.get(env.handler) or self._default

@@ -27,10 +27,11 @@ from scheduler_core.store.schema import (
 )
 from scheduler_core.store.upgrade import (
     add_missing_columns,
-    add_missing_indexes,
     carry_business_fences,
+    fill_lanes,
     missing_columns,
     missing_indexes,
+    replace_indexes,
 )
 
 FENCE_NAME = LEADER_FENCE  # the single leader's fence row (partitions have their own: ports.partition_fence)
@@ -148,8 +149,9 @@ def init_schema(engine: Engine, partitions: int | None = None, also: Sequence[Me
     # a table an older init made in the database's default (latin1): converted before any
     # column is added to it, so the added column inherits utf8mb4 too
     upgraded = charset.convert(engine, ours & before)
-    upgraded += add_missing_columns(engine, tables)  # a store of an older schema version
-    upgraded += add_missing_indexes(engine, tables)
+    upgraded += add_missing_columns(engine, tables, also)  # a store of an older schema version
+    upgraded += fill_lanes(engine, tables)
+    upgraded += replace_indexes(engine, tables)
     upgraded += carry_business_fences(engine, tables, before)
     with engine.begin() as conn:
         have = dict(conn.execute(select(tables.meta.c.name, tables.meta.c.value)).all())
@@ -187,7 +189,7 @@ def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
                 select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
             ).scalar_one_or_none()
             report.schema_version = None if version is None else int(version)
-    report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables)]
+    report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables, also)]
     report.missing += [f"{ix.table.name}.{ix.name}" for ix in missing_indexes(engine, tables)]  # type: ignore[union-attr]
     report.not_utf8mb4 = charset.not_utf8mb4(engine, [name for name, _ in _all_tables(tables, also)])
     if tables.trigger.name in present:

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, or_, select, update
 
-from scheduler_core.model import Job, JobCode, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
 from scheduler_core.store.rows import job_from_row, trigger_from_row
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
@@ -133,6 +133,20 @@ class SqlJobAdmin:
                 )
             after = trigger_from_row(conn.execute(select(tr).where(tr.c.id == trigger_id)).mappings().one())
         return Rescheduled(after, supersede)
+
+    def set_lane(self, job_code: JobCode, lane: Lane) -> int:
+        """The job and each of its triggers move to `lane` (one transaction); returns the
+        triggers moved. Their version is left alone: a fire under way completes as it was
+        admitted (on the old lane's topic), and the next admission is the new lane's."""
+        j, tr = self.t.job, self.t.trigger
+        now = self.store.clock.now_ms()
+        with self.store.engine.begin() as conn:
+            conn.execute(update(j).where(j.c.job_code == job_code).values(lane=lane.value, updated_at=now))
+            return int(
+                conn.execute(
+                    update(tr).where(tr.c.job_code == job_code).values(lane=lane.value, updated_at=now)
+                ).rowcount
+            )
 
     def delete_job(self, job_code: JobCode) -> None:
         """The job's definition, sharding items and follow-up links go; its triggers stay

@@ -114,3 +114,42 @@ def set_shadow(store: SqlTriggerStore, biz_code: str, shadow: bool) -> None:
     j = store.t.job
     with store.engine.begin() as conn:
         conn.execute(update(j).where(j.c.biz_code == biz_code).values(shadow=int(shadow)))
+
+
+# the columns `runs_oldest_first` reads (what an alert's detection needs of a run)
+RUN_OUTCOME_COLUMNS = (
+    "command_id",
+    "trigger_id",
+    "scheduled_at",
+    "state",
+    "received_at",
+    "started_at",
+    "result_at",
+    "misfired",
+    "message",
+)
+
+
+def runs_oldest_first(
+    store: SqlTriggerStore,
+    *,
+    biz_code: str,
+    job_code: str,
+    since_ms: int,
+    after: tuple[int, str] | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """A job's fired records scheduled at or after `since_ms`, oldest first, paged by
+    (scheduled_at, command_id) after `after` (the last row of the page before): the
+    alerter's scan (switchyard.alerts). By business first, so the (biz_code, scheduled_at)
+    index serves it."""
+    fr = store.t.fired
+    stmt = select(*(fr.c[c] for c in RUN_OUTCOME_COLUMNS)).where(
+        and_(fr.c.biz_code == biz_code, fr.c.job_code == job_code, fr.c.scheduled_at >= since_ms)
+    )
+    if after is not None:
+        at, cid = after
+        stmt = stmt.where((fr.c.scheduled_at > at) | and_(fr.c.scheduled_at == at, fr.c.command_id > cid))
+    stmt = stmt.order_by(fr.c.scheduled_at, fr.c.command_id).limit(max(1, limit))
+    with store.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]

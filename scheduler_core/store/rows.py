@@ -17,6 +17,7 @@ from scheduler_core.model import (
     FiredState,
     Job,
     JobCode,
+    Lane,
     MisfirePolicy,
     Trigger,
     TriggerId,
@@ -61,6 +62,7 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
         "envelope_size": job.envelope_size,
         "explicit_items": 1 if job.explicit_items else 0,
         "shadow": 1 if job.shadow else 0,
+        "lane": job.lane.value,
         "updated_at": now_ms,
     }
 
@@ -79,6 +81,7 @@ JOB_READ_COLUMNS = (
     "envelope_size",
     "explicit_items",
     "shadow",
+    "lane",
 )
 
 
@@ -96,6 +99,7 @@ def job_from_row(row: Row) -> Job:
         envelope_size=row["envelope_size"],
         explicit_items=bool(row["explicit_items"]),
         shadow=bool(row["shadow"]),
+        lane=Lane.of(row["lane"]),
     )
 
 
@@ -114,6 +118,7 @@ def trigger_values(trigger: Trigger, job_id: int, now_ms: int) -> dict[str, Any]
         "state": trigger.state.value,
         "priority": trigger.priority,
         "misfire_policy": trigger.misfire_policy.value,
+        "lane": trigger.lane.value,
         "owner_epoch": trigger.owner_epoch,
         "acquire_deadline": opt_to_ms(trigger.acquire_deadline),
         "version": trigger.version,
@@ -144,6 +149,7 @@ TRIGGER_READ_COLUMNS = (
     "acquire_deadline",
     "version",
     "cron_dialect",
+    "lane",
 )
 
 
@@ -162,6 +168,7 @@ _TRIGGER_FIELDS = (
     "end_at",
     "misfire_policy",
     "priority",
+    "lane",
     "owner_epoch",
     "acquire_deadline",
     "version",
@@ -213,9 +220,22 @@ def triggers_from_packed(rows: Iterable[Sequence[Any]]) -> list[Trigger]:
 def _shape(values: Sequence[Any]) -> tuple[Any, ...]:
     """The TRIGGER_SHAPE_COLUMNS values, converted to the model's types, in the order
     _trigger takes them."""
-    job_code, biz_code, kind, cron, interval_ms, tz, end_at, state, priority, policy, owner_epoch, deadline, dialect = (
-        values
-    )
+    (
+        job_code,
+        biz_code,
+        kind,
+        cron,
+        interval_ms,
+        tz,
+        end_at,
+        state,
+        priority,
+        policy,
+        owner_epoch,
+        deadline,
+        dialect,
+        lane,
+    ) = values
     return (
         job_code,
         biz_code,
@@ -229,6 +249,7 @@ def _shape(values: Sequence[Any]) -> tuple[Any, ...]:
         None if end_at is None else from_ms(end_at),
         _POLICIES.get(policy) or MisfirePolicy(policy),
         priority,
+        Lane.of(lane),
         owner_epoch,
         None if deadline is None else from_ms(deadline),
     )
@@ -237,9 +258,22 @@ def _shape(values: Sequence[Any]) -> tuple[Any, ...]:
 def _trigger(id_: int, next_fire_at: int, version: int, shape: tuple[Any, ...]) -> Trigger:
     # the fields in _TRIGGER_FIELDS order, the same checks as Trigger(...) (TriggerId,
     # JobCode and Epoch are the plain values at run time)
-    job_code, biz_code, kind, state, cron, dialect, interval, tz, end_at, policy, priority, owner_epoch, deadline = (
-        shape
-    )
+    (
+        job_code,
+        biz_code,
+        kind,
+        state,
+        cron,
+        dialect,
+        interval,
+        tz,
+        end_at,
+        policy,
+        priority,
+        lane,
+        owner_epoch,
+        deadline,
+    ) = shape
     return _build_trigger(
         (
             job_code,
@@ -254,6 +288,7 @@ def _trigger(id_: int, next_fire_at: int, version: int, shape: tuple[Any, ...]) 
             end_at,
             policy,
             priority,
+            lane,
             owner_epoch,
             deadline,
             version,

@@ -28,9 +28,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
-# 3: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
+# 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
+# 4: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
 #    idx_fired_job_time); the result consumer writes log lines, so an older store is refused
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -38,6 +39,13 @@ MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 # other packages' tables use these too: migrator.tables, dualrun.tables)
 ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 LONG_TEXT = Text().with_variant(mysql.MEDIUMTEXT(), "mysql").with_variant(mysql.MEDIUMTEXT(), "mariadb")
+
+
+# index of an older schema -> the one that serves its reads now: `db init` creates the new
+# one and then drops the old (store/upgrade.py)
+REPLACED_INDEXES = {
+    "dus_job_trigger": {"idx_state_fire": "idx_state_fire_lane", "idx_part_state_fire": "idx_part_state_fire_lane"}
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class Tables:
     trigger_supersede: Table
     stop: Table
     kill_request: Table
+    executor: Table
     run_log: Table
     partitions: int
     dialect: str
@@ -98,6 +107,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("envelope_size", Integer, nullable=False, default=1),
         Column("explicit_items", SmallInteger, nullable=False, default=0),
         Column("shadow", SmallInteger, nullable=False, default=0),
+        # model.Lane; NULL (a store of before lanes, until `db init` fills it): default
+        Column("lane", String(16)),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         UniqueConstraint("job_code", name="uk_job_code"),
@@ -128,6 +139,9 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("state", String(16), nullable=False),
         Column("priority", SmallInteger, nullable=False),
         Column("misfire_policy", String(16), nullable=False),
+        # the job's lane (model.Lane), copied here so admission budgets per lane on the due
+        # read alone; NULL as on dus_job
+        Column("lane", String(16)),
         Column("owner_epoch", BigInteger),
         Column("acquire_deadline", BigInteger),
         Column("last_fired_at", BigInteger),
@@ -142,9 +156,12 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     table_kw: dict[str, str] = {}
     if dialect in MYSQL_DIALECTS:
         # local per-partition index: serves state='waiting' AND next_fire_at BETWEEN ? AND ?
-        # ORDER BY next_fire_at LIMIT ? inside one partition, with no filesort
+        # ORDER BY next_fire_at LIMIT ? inside one partition, with no filesort. The lane
+        # trails it: a read of one lane (a lane at its budget, acquire.py) skips the other
+        # lanes' entries in the index, without a row lookup each, and no second index on
+        # the state has to be kept up to date by every CAS (REPLACED_INDEXES)
         trigger_args += [
-            Index("idx_state_fire", "state", "next_fire_at", "priority"),
+            Index("idx_state_fire_lane", "state", "next_fire_at", "priority", "lane"),
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
@@ -156,7 +173,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     else:
         trigger_cols.append(Column("part", Integer, Computed(f"id % {partitions}", persisted=False)))
         trigger_args += [
-            Index("idx_part_state_fire", "part", "state", "next_fire_at", "priority"),
+            Index("idx_part_state_fire_lane", "part", "state", "next_fire_at", "priority", "lane"),
             Index("idx_trigger_job", "job_code"),
             Index("idx_trigger_biz", "biz_code", "state"),
         ]
@@ -281,6 +298,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         PrimaryKeyConstraint("command_id", "attempt"),
         Index("idx_run_log_fired", "fired_id", "item_index"),
     )
+    executor = executor_table(md)
     return Tables(
         metadata=md,
         meta=meta,
@@ -295,6 +313,33 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         stop=stop,
         kill_request=kill_request,
         run_log=run_log,
+        executor=executor,
         partitions=partitions,
         dialect=dialect,
+    )
+
+
+def executor_table(md: MetaData) -> Table:
+    """The executor registry (scheduler_core.store.executors): one row per executor process,
+    upserted by its heartbeat (scheduler_core.executor.heartbeat). `last_seen_at` is the
+    database's clock at the last beat, so live or lost is judged on one clock whatever the
+    hosts' clocks say; `interval_ms` is the process's own beat interval (lost after a few of
+    them without a beat); `stopped_at` is set by a clean stop. Independent of the partition
+    count: the heartbeat builds it alone, before it knows the store's partitions."""
+    return Table(
+        "dus_executor",
+        md,
+        Column("instance_id", String(64), primary_key=True),
+        Column("name", String(191), nullable=False),
+        Column("biz_codes", String(2048), nullable=False),  # the businesses it serves, comma-separated
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", String(64), nullable=False),
+        Column("concurrency", Integer, nullable=False),
+        Column("in_flight", Integer, nullable=False),
+        Column("interval_ms", BigInteger, nullable=False),
+        Column("started_at", BigInteger, nullable=False),
+        Column("last_seen_at", BigInteger, nullable=False),
+        Column("stopped_at", BigInteger),
+        Index("idx_executor_seen", "last_seen_at"),
     )

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, insert, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
@@ -26,6 +26,7 @@ from scheduler_core.model import (
     FiredState,
     Job,
     JobCode,
+    Lane,
     ShardingItem,
     Trigger,
     TriggerId,
@@ -128,7 +129,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         self._autocommit: Engine | None = None  # see put_fired_fenced
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
-        self._due_sqls: dict[int, tuple[str, tuple[str, ...], dict[str, Any]]] = {}  # see _due_sql
+        # see _due_sql, by (partition index, lane or None)
+        self._due_sqls: dict[tuple[int, Lane | None], tuple[str, tuple[str, ...], dict[str, Any]]] = {}
         self._jobs_sqls: dict[int, str] = {}  # get_jobs' read, by the number of codes
         # told of the partitions that got triggers due soon (`add_triggers`), so their
         # loops tick in time; in process by default, across processes when wired to etcd
@@ -280,6 +282,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         end: datetime,
         limit: int,
         exclude_biz_codes: Collection[str] = (),
+        lane: Lane | None = None,
     ) -> list[Trigger]:
         values = {
             "due_state": S.WAITING.value,
@@ -291,9 +294,11 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             if exclude_biz_codes:  # a business's pool budget is spent: built per call (rare)
                 tr = self.t.trigger
                 stmt = self._due_select().where(tr.c.biz_code.not_in(sorted(exclude_biz_codes)))
+                if lane is not None:
+                    stmt = stmt.where(self._lane_is(lane))
                 rows = conn.execute(self._from_partition(stmt, partition), values).all()
             else:
-                sql, names, fixed = self._due_sql(partition, conn)
+                sql, names, fixed = self._due_sql(partition, conn, lane)
                 values.update(fixed)  # the partition's own (SQLite: its `part`)
                 # positional drivers (SQLite) take the values in the compiled order, named ones the dict
                 rows = conn.exec_driver_sql(sql, tuple(values[n] for n in names) if names else values).all()
@@ -316,19 +321,50 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             .limit(bindparam("due_limit"))
         )
 
-    def _due_sql(self, partition: Partition, conn: Connection) -> tuple[str, tuple[str, ...], dict[str, Any]]:
-        """The hot read of one partition compiled once: its SQL, its parameters' names in the
-        order a positional driver takes them (none for a driver that takes names) and the
-        values the statement fixes itself (the partition's). Sent as driver SQL: building the
-        statement and looking up its compiled form per tick cost more CPU than decoding its
-        rows."""
-        found = self._due_sqls.get(partition.index)
+    def _lane_is(self, lane: Lane) -> ColumnElement[bool]:
+        """The lane's rows. The lane trails the due index (schema.py): the index range of
+        the window is read as without it, the other lanes' entries skipped in the index.
+        NULL is `default` (a row written by a version of before lanes during an upgrade)."""
+        tr = self.t.trigger
+        if lane is Lane.DEFAULT:
+            return or_(tr.c.lane == lane.value, tr.c.lane.is_(None))
+        return tr.c.lane == lane.value
+
+    def _due_sql(
+        self, partition: Partition, conn: Connection, lane: Lane | None = None
+    ) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+        """The hot read of one partition (of one lane, when given) compiled once: its SQL,
+        its parameters' names in the order a positional driver takes them (none for a
+        driver that takes names) and the values the statement fixes itself (the
+        partition's, the lane's). Sent as driver SQL: building the statement and looking up
+        its compiled form per tick cost more CPU than decoding its rows."""
+        key = (partition.index, lane)
+        found = self._due_sqls.get(key)
         if found is None:
-            compiled = self._from_partition(self._due_select(), partition).compile(dialect=conn.dialect)
+            stmt = self._due_select()
+            if lane is not None:
+                stmt = stmt.where(self._lane_is(lane))
+            compiled = self._from_partition(stmt, partition).compile(dialect=conn.dialect)
             fixed = {k: v for k, v in compiled.params.items() if not k.startswith("due_")}
             found = (compiled.string, tuple(compiled.positiontup or ()), fixed)
-            self._due_sqls[partition.index] = found
+            self._due_sqls[key] = found
         return found
+
+    def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+        """(business, lane, bucket start ms, waiting triggers due in it) for the buckets of
+        `bucket_ms` from `start_ms` (a multiple of it) to `end_ms`: one grouped count over
+        the due index's range of every partition (the adaptive lookahead's forecast). Reads
+        a row per trigger in the range (the business is not in the index)."""
+        tr = self.t.trigger
+        offset = tr.c.next_fire_at - start_ms
+        bucket = (offset - offset % bucket_ms).label("bucket")
+        stmt = (
+            select(tr.c.biz_code, tr.c.lane, bucket, func.count())
+            .where(tr.c.state == S.WAITING.value, tr.c.next_fire_at.between(start_ms, end_ms))
+            .group_by(tr.c.biz_code, tr.c.lane, bucket)
+        )
+        with self._reads().connect() as conn:
+            return [(b, Lane.of(lane), start_ms + int(k), int(n)) for b, lane, k, n in conn.execute(stmt)]
 
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int

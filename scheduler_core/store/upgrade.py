@@ -5,25 +5,41 @@ with `ALTER TABLE ... ADD COLUMN`, nullable and without a default, so every row 
 there reads as it did before (NULL is each such column's "as before": for
 `dus_job_trigger.cron_dialect`, the default dialect). A missing column that could not be
 added that way is refused with the table and column named, never guessed at.
+
+Lanes (issue 29): the lane columns added so are then filled with `default` (NULL reads as
+`default` too, but a read of one lane matches the stored value), and an index an older
+schema had is replaced by the one that serves its reads now (schema.REPLACED_INDEXES).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, MetaData, Table, insert, inspect, select
+from collections.abc import Iterator, Sequence
+
+from sqlalchemy import Column, Index, MetaData, Table, func, insert, inspect, select, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
+from scheduler_core.model import Lane
 from scheduler_core.stops import Cause, Window, windows_to_text
-from scheduler_core.store.schema import Tables
+from scheduler_core.store.schema import REPLACED_INDEXES, Tables
+
+# rows per UPDATE filling the lane columns: a store of millions of triggers is filled in
+# transactions of this many ids, never one statement holding every row's lock
+FILL_STEP = 20_000
 
 
-def missing_columns(engine: Engine, tables: Tables) -> list[tuple[Table, Column]]:  # type: ignore[type-arg]
+def _tables(tables: Tables, also: Sequence[MetaData]) -> Iterator[tuple[str, Table]]:
+    for md in (tables.metadata, *also):
+        yield from md.tables.items()
+
+
+def missing_columns(engine: Engine, tables: Tables, also: Sequence[MetaData] = ()) -> list[tuple[Table, Column]]:  # type: ignore[type-arg]
     """(table, column) for each column of the current schema an existing table lacks
-    (tables that do not exist at all are `create_all`'s)."""
+    (tables that do not exist at all are `create_all`'s); `also`: the other packages'."""
     insp = inspect(engine)
     present = set(insp.get_table_names())
     out: list[tuple[Table, Column]] = []  # type: ignore[type-arg]
-    for name, table in tables.metadata.tables.items():
+    for name, table in _tables(tables, also):
         if name not in present:
             continue
         have = {str(c["name"]) for c in insp.get_columns(name)}
@@ -31,9 +47,9 @@ def missing_columns(engine: Engine, tables: Tables) -> list[tuple[Table, Column]
     return out
 
 
-def add_missing_columns(engine: Engine, tables: Tables) -> list[str]:
+def add_missing_columns(engine: Engine, tables: Tables, also: Sequence[MetaData] = ()) -> list[str]:
     """Add every missing column (see the module doc); returns them as "table.column"."""
-    todo = missing_columns(engine, tables)
+    todo = missing_columns(engine, tables, also)
     for table, col in todo:
         if not col.nullable or col.server_default is not None or col.primary_key:
             raise SchemaError(
@@ -50,8 +66,30 @@ def add_missing_columns(engine: Engine, tables: Tables) -> list[str]:
     return added
 
 
+def fill_lanes(engine: Engine, tables: Tables) -> list[str]:
+    """Every job and trigger without a lane lands in `default` (today's behaviour), in
+    steps of FILL_STEP ids. Returns "table.lane (n rows)" for each table it filled."""
+    out: list[str] = []
+    for table in (tables.job, tables.trigger):
+        with engine.connect() as conn:
+            if conn.execute(select(table.c.id).where(table.c.lane.is_(None)).limit(1)).first() is None:
+                continue
+            low, high = conn.execute(select(func.min(table.c.id), func.max(table.c.id))).one()
+        filled = 0
+        for start in range(int(low), int(high) + 1, FILL_STEP):
+            with engine.begin() as conn:
+                filled += conn.execute(
+                    update(table)
+                    .where(table.c.lane.is_(None), table.c.id.between(start, start + FILL_STEP - 1))
+                    .values(lane=Lane.DEFAULT.value)
+                ).rowcount
+        out.append(f"{table.name}.lane ({filled} row(s) -> {Lane.DEFAULT.value})")
+    return out
+
+
 def missing_indexes(engine: Engine, tables: Tables) -> list[Index]:
-    """Each index of the current schema an existing table lacks (by name)."""
+    """Each index of the core's tables an existing table lacks, by name (`db check` names
+    them; `replace_indexes` creates them)."""
     insp = inspect(engine)
     present = set(insp.get_table_names())
     out: list[Index] = []
@@ -63,14 +101,30 @@ def missing_indexes(engine: Engine, tables: Tables) -> list[Index]:
     return out
 
 
-def add_missing_indexes(engine: Engine, tables: Tables) -> list[str]:
-    """Create every missing index (the run log's and the purge's on an older store); on a
-    big fired-record table this takes a while, once, at `db init`. Returns "table.index"."""
-    added: list[str] = []
-    for ix in missing_indexes(engine, tables):
-        ix.create(engine)
-        added.append(f"{ix.table.name}.{ix.name}")  # type: ignore[union-attr]
-    return added
+def replace_indexes(engine: Engine, tables: Tables) -> list[str]:
+    """Create each index of the core's tables an existing table lacks, then drop the old
+    index it replaces (schema.REPLACED_INDEXES): created first, so the reads it serves
+    always have one. Returns "table.index" for each created, "-table.index" dropped."""
+    insp = inspect(engine)
+    present = set(insp.get_table_names())
+    out: list[str] = []
+    for name, table in tables.metadata.tables.items():
+        if name not in present:
+            continue
+        have = {str(i["name"]) for i in insp.get_indexes(name)}
+        for index in table.indexes:
+            if index.name not in have:
+                index.create(engine)
+                out.append(f"{name}.{index.name}")
+        q = engine.dialect.identifier_preparer.quote
+        wanted = {i.name for i in table.indexes}
+        for old, new in REPLACED_INDEXES.get(name, {}).items():
+            if old in have and new in wanted:
+                on = f" ON {q(name)}" if engine.dialect.name in ("mysql", "mariadb") else ""
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(f"DROP INDEX {q(old)}{on}")
+                out.append(f"-{name}.{old}")
+    return out
 
 
 OLD_FENCE_TABLE = "dus_business_fence"

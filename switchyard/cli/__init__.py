@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from switchyard import exitcodes
+from switchyard.cli.alerts import alerts
 from switchyard.cli.config import config_option
 from switchyard.cli.console import console
 from switchyard.cli.cron import cron
@@ -16,6 +17,7 @@ from switchyard.cli.db import db
 from switchyard.cli.demo import demo
 from switchyard.cli.dualrun import dualrun
 from switchyard.cli.executor import executor
+from switchyard.cli.executors import executors
 from switchyard.cli.exits import exits_as
 from switchyard.cli.freeze import freeze, unfreeze
 from switchyard.cli.job import job
@@ -82,6 +84,8 @@ cli.add_command(console)
 cli.add_command(serve)
 cli.add_command(job)
 cli.add_command(runs)
+cli.add_command(executors)
+cli.add_command(alerts)
 dualrun.add_command(dualrun_start)
 
 

@@ -1,4 +1,5 @@
-"""`switchyard console`: the read-only operator console in the browser."""
+"""`switchyard console`: the operator console in the browser; read-only unless started
+with --writes and tokens that carry a role (viewer, operator, admin)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,29 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from contextlib import nullcontext
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
+from scheduler_core.ports import MessageBus
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
+from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits
 from switchyard.cli.options import legacy_url_option, log_format, log_level, store_url
 from switchyard.cli.ports import ensure_free
+from switchyard.console.auth import Token, TokenError, tokens_from_env, tokens_from_file
 from switchyard.console.data import Sources, scraped_members
 from switchyard.logs import configure_logging
 from switchyard.wiring import legacy_switches, open_existing_store
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "SWITCHYARD_CONSOLE_TOKEN"
+TOKENS_ENV = "SWITCHYARD_CONSOLE_TOKENS"
 
 
 def is_loopback(bind: str) -> bool:
@@ -48,7 +55,31 @@ def console_token(bind: str, token_env: str) -> str | None:
     return token
 
 
-def serve_console(src: Sources, bind: str, port: int, token: str | None) -> object:
+def console_tokens(tokens_env: str, tokens_file: Path | None) -> list[Token]:
+    """The role tokens: from the environment (`name:role:token,...`) and/or a file (one
+    `name role token` a line, readable by its owner only). Never from the command line."""
+    try:
+        found = tokens_from_env(tokens_env)
+        if tokens_file is not None:
+            found += tokens_from_file(tokens_file)
+    except TokenError as exc:
+        raise CliFailure(f"console tokens: {exc}", exitcodes.USAGE) from None
+    names = [t.name for t in found]
+    if len(set(names)) != len(names):
+        raise CliFailure(f"console tokens: a name is given both in ${tokens_env} and the file", exitcodes.USAGE)
+    return found
+
+
+def serve_console(
+    src: Sources,
+    bind: str,
+    port: int,
+    token: str | None,
+    *,
+    tokens: list[Token] | None = None,
+    writes: bool = False,
+    bus: MessageBus | None = None,
+) -> object:
     """A uvicorn server for the console (not started): `.run()` here, or in a thread."""
     import uvicorn
 
@@ -72,7 +103,12 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
                     signal.signal(s, handler)
 
     config = uvicorn.Config(
-        make_app(src, token), host=bind, port=port, log_config=None, server_header=False, lifespan="off"
+        make_app(src, token, tokens=tokens, writes=writes, bus=bus),
+        host=bind,
+        port=port,
+        log_config=None,
+        server_header=False,
+        lifespan="off",
     )
     return Server(config)
 
@@ -106,6 +142,25 @@ def serve_console(src: Sources, bind: str, port: int, token: str | None) -> obje
     help="Environment variable holding the bearer token (never pass secrets as arguments).",
 )
 @click.option(
+    "--tokens-env",
+    default=TOKENS_ENV,
+    show_default=True,
+    help="Environment variable holding role tokens: name:role:token,... (roles: viewer, operator, admin).",
+)
+@click.option(
+    "--tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file of role tokens, one `name role token` a line, readable by its owner only (chmod 600).",
+)
+@click.option(
+    "--writes",
+    is_flag=True,
+    help="Serve the writes (job create/edit/copy/delete, start/stop, run now): needs role tokens; "
+    "without it the console is read-only whatever the tokens.",
+)
+@bus_opts
+@click.option(
     "--lag-window",
     type=seconds(1),
     default="1h",
@@ -122,13 +177,24 @@ def console(
     bind: str,
     port: int,
     token_env: str,
+    tokens_env: str,
+    tokens_file: Path | None,
+    writes: bool,
+    bus_args: BusArgs,
     lag_window: timedelta,
     log_level: str,
     log_format: str,
 ) -> None:
-    """Read-only console: businesses, verdicts, jobs by live side, lag, scheduler, audit, quarantine."""
+    """The console: businesses, verdicts, jobs by live side, lag, scheduler, audit,
+    quarantine; with --writes and role tokens also the job admin (every write audited)."""
     configure_logging(log_level, log_format)
-    token = console_token(bind, token_env)
+    tokens = console_tokens(tokens_env, tokens_file)
+    token = os.environ.get(token_env) or None if tokens else console_token(bind, token_env)
+    if writes and not tokens:
+        raise CliFailure(
+            f"--writes needs role tokens: put them in ${tokens_env} or --tokens-file (never on the command line)",
+            exitcodes.USAGE,
+        )
     ensure_free("--port", port, bind)
     store = open_existing_store(url)
     store.current_epoch()  # a store that cannot be read is a clear error now (exit 3/4), not at the first page
@@ -137,9 +203,15 @@ def console(
         legacy_switches(legacy_urls, store.clock) if legacy_urls else None,
         scraped_members(metrics_urls) if metrics_urls else None,
         lag_window,
+        legacy_urls=legacy_urls,
     )
-    log.info("console of %s on http://%s:%d/%s", safe_url(url), bind, port, " (bearer token required)" if token else "")
+    mode = "writes served" if writes else "read-only"
+    if tokens or token:
+        mode += f", bearer token required ({len(tokens) + (1 if token else 0)} token(s))"
+    log.info("console of %s on http://%s:%d/ (%s)", safe_url(url), bind, port, mode)
     try:
-        serve_console(src, bind, port, token).run()  # type: ignore[attr-defined]
+        with bus_args.opened() if writes and bus_args.reaches_executors else nullcontext() as bus:
+            server = serve_console(src, bind, port, token, tokens=tokens, writes=writes, bus=bus)
+            server.run()  # type: ignore[attr-defined]
     finally:
         store.engine.dispose()

@@ -12,17 +12,26 @@ import functools
 import importlib
 import logging
 import os
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any
 
 import click
+from sqlalchemy.engine import Engine
 
 from scheduler_core.executor import Executor
+from scheduler_core.executor.heartbeat import Heartbeat
+from scheduler_core.model import Lane
+from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli.bus_reach import require_shared_bus
+from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import exits, exits_as
 from switchyard.cli.options import (
+    STORE_URL_ENV,
     bus_url,
     legacy_url_option,
     log_format,
@@ -108,6 +117,37 @@ _BRIDGE_OPTIONS = (
         help="batch-center: environment variable holding the X-BC-Token (else bc_biz.access_token from --legacy-url).",
     ),
 )
+
+
+# the executor registry (`switchyard executors`): where the heartbeat goes, and how often
+registry_url = click.option(
+    "--url",
+    "url",
+    envvar=STORE_URL_ENV,
+    show_envvar=True,
+    default=None,
+    help="The Switchyard store this process heartbeats into (the executor registry, `switchyard executors`); "
+    "without it the process is not listed there (config file: url).",
+)
+heartbeat_interval = click.option(
+    "--heartbeat-interval",
+    type=seconds(0.05, 3600),
+    envvar="SWITCHYARD_HEARTBEAT_INTERVAL",
+    show_envvar=True,
+    default="5s",
+    show_default=True,
+    help="Time between two heartbeats into the executor registry; lost after 3 missed.",
+)
+
+
+def start_heartbeat(
+    engine: Engine, executors: Callable[[], Sequence[Executor]], name: str, interval: timedelta
+) -> Heartbeat:
+    """The process's heartbeat into the registry of the store at `engine` (its own thread;
+    a failed beat is a warning, never the executor's end)."""
+    from scheduler_core.store.executors import SqlExecutorRegistry
+
+    return Heartbeat(SqlExecutorRegistry(engine), executors, name=name, interval=interval).start()
 
 
 # which bridges a process serves (`executor run` and `serve` share it)
@@ -208,7 +248,17 @@ class Bridges:
     help="At most this many handlers of the business run at once.",
 )
 @click.option("--shadow", is_flag=True, help="Receive and record commands without invoking handlers.")
+@click.option(
+    "--lane",
+    "lanes",
+    multiple=True,
+    type=click.Choice([lane.value for lane in Lane]),
+    help="A lane whose command topic to consume (repeatable; each lane gets its own consumer and "
+    "--concurrency, so a backlog in one never holds another back). [default: default]",
+)
 @bridge_options
+@registry_url
+@heartbeat_interval
 @log_level
 @log_format
 @cli_errors
@@ -222,7 +272,10 @@ def run_cmd(
     topic_prefix: str,
     concurrency: int,
     shadow: bool,
+    lanes: tuple[str, ...],
     bridge_settings: BridgeSettings,
+    url: str | None,
+    heartbeat_interval: timedelta,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -237,6 +290,8 @@ def run_cmd(
         except ImportError as exc:
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     require_shared_bus(bus_url, "scheduler")
+    # a typo'd store path is an error now; an unreachable store only costs the heartbeat
+    registry = None if url is None else make_engine(url, pool_size=2, must_exist=True)
     # the bridges first: a usage error (an unset token variable, a port in use) before any connection
     legacy = Bridges(bridges, bridge_settings)
     closers = [legacy.close]
@@ -245,22 +300,53 @@ def run_cmd(
             bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix
         )
         closers.append(bus.close)
-        ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow)
-        legacy.register(ex)
-        if module_name:
-            try:
-                load_handlers(ex, module_name)
-            except ValueError as exc:
-                raise CliFailure(str(exc), exitcodes.USAGE) from None
+        executors: list[Executor] = []
+        for lane in dict.fromkeys(lanes or (Lane.DEFAULT.value,)):
+            ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow, lane=Lane(lane))
+            closers.append(ex.close)
+            executors.append(ex)
+            legacy.register(ex)
+            if module_name:
+                try:
+                    load_handlers(ex, module_name)
+                except ValueError as exc:
+                    raise CliFailure(str(exc), exitcodes.USAGE) from None
         stop = stop_event()
         log.info(
-            "executor for %s running%s (concurrency %d)", biz_code, " in shadow mode" if shadow else "", concurrency
+            "executor for %s running%s (lanes %s, concurrency %d each)",
+            biz_code,
+            " in shadow mode" if shadow else "",
+            ", ".join(ex.lane.value for ex in executors),
+            concurrency,
         )
+        beat = (
+            None
+            if registry is None
+            else start_heartbeat(registry, lambda: executors, executors[0].name, heartbeat_interval)
+        )
+        if beat is None:
+            log.info("no store given (--url, SWITCHYARD_URL): this process is not in the executor registry")
+        # one receive loop per lane: the first on this thread, the others beside it
+        others = [
+            threading.Thread(target=ex.run, args=(stop,), name=f"executor-{ex.lane.value}", daemon=True)
+            for ex in executors[1:]
+        ]
+        for t in others:
+            t.start()
         try:
-            ex.run(stop)
+            executors[0].run(stop)
         finally:
-            ex.close()
+            stop.set()
+            for t in others:
+                t.join(timeout=30)
+            for ex in executors:
+                closers.remove(ex.close)
+                ex.close()
+            if beat is not None:
+                beat.close()  # after the runs in work finished: the row says stopped
     finally:
+        if registry is not None:
+            registry.dispose()
         for close in reversed(closers):
             close()
 

@@ -1,4 +1,4 @@
-"""`switchyard job list|show|add|edit|copy|delete|run|start|stop` (issue 28): the new
+"""`switchyard job list|show|add|edit|copy|delete|run|start|stop|default-lane` (issues 28, 29): the new
 center's jobs, migrated or created here, through the one validated path
 (`switchyard.jobs`). A job is named by its code or as `business:job`."""
 
@@ -15,8 +15,10 @@ from typing import Any
 import click
 
 from scheduler_core import operations
-from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
-from scheduler_core.model import DEFAULT_CRON_DIALECT, MisfirePolicy, TriggerKind
+from scheduler_core.alert_rule import KINDS as ALERT_KINDS
+from scheduler_core.alert_rule import AlertRule, parse_kinds
+from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_lane
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, TriggerKind
 from scheduler_core.stops import Scope, StopService
 from scheduler_core.store.job_admin import TriggerBusy
 from scheduler_core.store.stops import SqlStops
@@ -115,8 +117,28 @@ def _definition_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--retries", type=int, default=None, help="Retries of a failed run. [default: 0]"),
             click.option("--priority", type=int, default=None, help="1 highest .. 9 (ties of equal fire times)."),
             click.option(
+                "--lane",
+                type=click.Choice([lane.value for lane in Lane]),
+                default=None,
+                help="Where its triggers are admitted and published: burst (on-the-hour fan-out), default, bulk "
+                "(low priority). [default: the business's default lane]",
+            ),
+            click.option(
                 "--child", "children", multiple=True, help="A child job run after each successful run (repeatable)."
             ),
+            click.option(
+                "--alert",
+                "alert_targets",
+                multiple=True,
+                help="Where the job's alerts go: webhook:URL or mail:ADDRESS (repeatable; an edit's replace the job's).",
+            ),
+            click.option(
+                "--alert-on",
+                "alert_on",
+                default=None,
+                help=f"What alerts, comma-separated: {','.join(ALERT_KINDS)}. [default: all three]",
+            ),
+            click.option("--no-alert", "no_alert", is_flag=True, help="Remove every alert target of the job."),
         )
     ):
         fn = opt(fn)
@@ -189,6 +211,8 @@ def _changes(given: dict[str, Any], base: JobSpec | None) -> dict[str, Any]:
             out[field_name] = given[opt_name]
     if given["priority"] is not None:
         out["priority"] = given["priority"]
+    if given["lane"] is not None:
+        out["lane"] = parse_lane(given["lane"])
     if given["timeout"] is not None:
         out["timeout"] = _duration("timeout", given["timeout"])
     if given["items"]:
@@ -201,10 +225,34 @@ def _changes(given: dict[str, Any], base: JobSpec | None) -> dict[str, Any]:
         out["items"] = ()
     if given["children"]:
         out["children"] = tuple(c for c in given["children"] if c)
+    alerts = _alerts(given, base.alerts if base is not None else AlertRule())
+    if alerts is not None:
+        out["alerts"] = alerts
     schedule = _schedule(given, base.schedule if base is not None else None)
     if schedule is not None:
         out["schedule"] = schedule
     return out
+
+
+def _alerts(given: dict[str, Any], base: AlertRule) -> AlertRule | None:
+    """The alert rule the options give over `base`; None: no alert option given."""
+    targets, on = tuple(given["alert_targets"]), given["alert_on"]
+    if given["no_alert"]:
+        if targets or on is not None:
+            raise JobInputError("alert", "--no-alert with --alert or --alert-on")
+        return AlertRule()
+    if not targets and on is None:
+        return None
+    try:
+        kinds = parse_kinds(on) if on is not None else base.kinds
+    except ValueError as exc:
+        raise JobInputError("alert-on", str(exc)) from None
+    if on is not None and not kinds:
+        raise JobInputError("alert-on", f"name at least one of {', '.join(ALERT_KINDS)}")
+    targets = targets or base.targets
+    if not targets:
+        raise JobInputError("alert-on", "the job has no alert target: give --alert webhook:URL or mail:ADDRESS")
+    return AlertRule(targets=targets, kinds=kinds)
 
 
 def _emit(view: JobView, as_json: bool, note: str = "") -> None:
@@ -228,10 +276,12 @@ def _emit(view: JobView, as_json: bool, note: str = "") -> None:
     click.echo(f"  handler:   {d['handler']}  param: {d['params']!r}")
     click.echo(
         f"  shards:    {d['shards']}{' items ' + repr(d['items']) if d['items'] else ''}  timeout {d['timeout_s']:g} s"
-        f"  retries {d['retries']}  priority {d['priority']}"
+        f"  retries {d['retries']}  priority {d['priority']}  lane {d['lane']}"
     )
     if d["children"]:
         click.echo(f"  children:  {', '.join(d['children'])}")
+    if d["alerts"]["targets"]:
+        click.echo(f"  alerts:    on {','.join(d['alerts']['on'])} to {', '.join(d['alerts']['targets'])}")
     if note:
         click.echo(f"  {note}")
 
@@ -260,7 +310,8 @@ def list_jobs(biz_code: str | None, states: tuple[str, ...], handler: str | None
     for v in views:
         d = v.as_dict()
         click.echo(
-            f"{d['business']}:{d['job']:<40} {d['state']:<12} {d['handler']:<24} next {d['next_fire_at'] or '-'}"
+            f"{d['business']}:{d['job']:<40} {d['state']:<12} {d['lane']:<8} {d['handler']:<24} "
+            f"next {d['next_fire_at'] or '-'}"
         )
 
 
@@ -374,6 +425,26 @@ def copy(
     with _opened(url, actor) as s:
         view = s.jobs.copy(s.jobs.resolve(name, biz_code), new_name, biz_code=to_biz, reason=reason)
     _emit(view, as_json, "created stopped: `switchyard job start` starts it")
+
+
+@exits(*STORE)
+@job.command("default-lane")
+@click.argument("biz_code", metavar="BUSINESS")
+@click.argument("lane", required=False, type=click.Choice([lane.value for lane in Lane]))
+@store_url
+@reason_opt
+@actor_opt
+@json_opt
+@cli_errors
+def default_lane(biz_code: str, lane: str | None, url: str, reason: str, actor: str, as_json: bool) -> None:
+    """Show a business's default lane (the lane its jobs get when `--lane` names none),
+    or set it to LANE: for jobs added or migrated from now on; a job keeps its lane."""
+    with _opened(url, actor) as s:
+        got = s.jobs.default_lane(biz_code, None if lane is None else parse_lane(lane), reason=reason)
+    if as_json:
+        click.echo(json.dumps({"business": biz_code, "default_lane": got.value}))
+    else:
+        click.echo(f"{biz_code}: default lane {got.value}")
 
 
 def _stop_like(action: str, doc: str) -> click.Command:

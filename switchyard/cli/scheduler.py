@@ -80,6 +80,12 @@ def scheduler() -> None:
     help="How long a leadership (a shard membership) outlives its holder's silence.",
 )
 @lookahead
+@click.option(
+    "--adaptive-lookahead",
+    is_flag=True,
+    help="Each lane's lookahead adapts (issue 29): short when quiet, reaching out before a forecast "
+    "burst; --lookahead is then unused.",
+)
 @idle_wait
 @click.option(
     "--max-wait",
@@ -146,6 +152,7 @@ def run_cmd(
     name: str,
     lease_ttl: timedelta,
     lookahead: timedelta,
+    adaptive_lookahead: bool,
     idle_wait: timedelta,
     max_wait: timedelta,
     wake_key: str,
@@ -175,6 +182,7 @@ def run_cmd(
     bus = open_bus(bus_url, admin_url=pulsar_admin, token=os.environ.get(pulsar_token_env), topic_prefix=topic_prefix)
     settings = SchedulerSettings(
         lookahead=lookahead,
+        adaptive_lookahead=adaptive_lookahead,
         idle_wait=idle_wait,
         max_wait=max_wait,
         acquire_deadline=acquire_deadline,

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -14,9 +15,19 @@ from scheduler_core.executor import Executor
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
-from switchyard.cli.console import TOKEN_ENV, console_token, serve_console
+from switchyard.alerts.loop import Alerter, AlertSettings
+from switchyard.alerts.send import Sender
+from switchyard.cli.alerts import alert_options, smtp_settings
+from switchyard.cli.console import TOKEN_ENV, TOKENS_ENV, console_token, console_tokens, serve_console
 from switchyard.cli.errors import CliFailure, cli_errors
-from switchyard.cli.executor import Bridges, BridgeSettings, bridge_choice, bridge_options
+from switchyard.cli.executor import (
+    Bridges,
+    BridgeSettings,
+    bridge_choice,
+    bridge_options,
+    heartbeat_interval,
+    start_heartbeat,
+)
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import idle_wait, log_format, log_level, lookahead, store_url
@@ -26,7 +37,7 @@ from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
 from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
-from switchyard.wiring import load_handlers, migrator_store, open_store
+from switchyard.wiring import alert_store, load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +66,7 @@ log = logging.getLogger(__name__)
 @click.option("--name", default=lambda: f"{socket.gethostname()}-{os.getpid()}", help="This process's name.")
 @lookahead
 @idle_wait
+@heartbeat_interval
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Prometheus port on 127.0.0.1 (0: off).")
 @click.option("--console", "with_console", is_flag=True, help="Serve the console too.")
 @click.option(
@@ -70,6 +82,23 @@ log = logging.getLogger(__name__)
     show_default=True,
     help="The console's port (with --console).",
 )
+@click.option(
+    "--no-alerts",
+    is_flag=True,
+    help="Run no alerter here (one runs elsewhere: `switchyard alerts run`). [default: alerts sent from here]",
+)
+@alert_options("alert-")
+@click.option(
+    "--console-tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"The console's role tokens, one `name role token` a line (chmod 600); or ${TOKENS_ENV}.",
+)
+@click.option(
+    "--console-writes",
+    is_flag=True,
+    help="The console serves the job admin's writes (needs role tokens); else it is read-only.",
+)
 @log_level
 @log_format
 @cli_errors
@@ -82,19 +111,35 @@ def serve(
     name: str,
     lookahead: timedelta,
     idle_wait: timedelta,
+    heartbeat_interval: timedelta,
     metrics_port: int,
     with_console: bool,
     console_bind: str,
     console_port: int,
+    console_tokens_file: Path | None,
+    console_writes: bool,
     log_level: str,
     log_format: str,
     bridge_settings: BridgeSettings,
+    no_alerts: bool,
+    alert_settings: AlertSettings,
 ) -> None:
-    """Scheduler, executors, result consumer (and console) in one process, in-process bus."""
+    """Scheduler, executors, result consumer, the alerter (and console) in one process,
+    in-process bus. Alert mail goes through SWITCHYARD_SMTP_HOST, _PORT, _FROM."""
     configure_logging(log_level, log_format)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
-    token = console_token(console_bind, TOKEN_ENV) if with_console else None
+    tokens = console_tokens(TOKENS_ENV, console_tokens_file) if with_console else []
+    token = (
+        (os.environ.get(TOKEN_ENV) or None if tokens else console_token(console_bind, TOKEN_ENV))
+        if with_console
+        else None
+    )
+    if console_writes and not tokens:
+        raise CliFailure(
+            f"--console-writes needs role tokens: put them in ${TOKENS_ENV} or --console-tokens-file", exitcodes.USAGE
+        )
+    smtp = None if no_alerts else smtp_settings()
     ensure_free("--metrics-port", metrics_port)
     if with_console:
         ensure_free("--console-port", console_port, console_bind)
@@ -125,13 +170,30 @@ def serve(
     console_server = None
     console_thread = None
     if with_console:
-        src = Sources(store, members=registry_members(name, center.metrics.registry))
-        console_server = serve_console(src, console_bind, console_port, token)
+        src = Sources(
+            store,
+            members=registry_members(name, center.metrics.registry),
+            # the executors page lists the xxl-job admin's registrations beside this process
+            legacy_urls=(bridge_settings.legacy_url,) if bridge_settings.legacy_url else (),
+            legacy_db_tz=bridge_settings.legacy_db_tz,
+        )
+        console_server = serve_console(
+            src, console_bind, console_port, token, tokens=tokens, writes=console_writes, bus=center.bus
+        )
         console_thread = threading.Thread(target=console_server.run, name="console", daemon=True)  # type: ignore[attr-defined]
+
+    # the alerter on a thread of its own: a slow receiver holds its sends, never a fire
+    alert_stop = threading.Event()
+    alert_thread = None
+    if not no_alerts:
+        alerter = Alerter(store, alert_store(store), Sender(smtp), alert_settings)
+        alert_thread = threading.Thread(target=alerter.run, args=(alert_stop,), name="alerter", daemon=True)
 
     def started() -> None:
         if console_thread is not None:
             console_thread.start()
+        if alert_thread is not None:
+            alert_thread.start()
         log.info(
             "serve %s running on %s%s",
             name,
@@ -140,9 +202,17 @@ def serve(
         )
 
     stop = stop_event()
+    # one row in the executor registry for the process, whatever businesses it finds
+    beat = start_heartbeat(
+        store.engine, lambda: [ex for ex, _th in list(center.executors.values())], name, heartbeat_interval
+    )
     try:
         center.run(stop, on_started=started)
     finally:
+        beat.close()
+        alert_stop.set()
+        if alert_thread is not None and alert_thread.is_alive():
+            alert_thread.join(timeout=10)
         if console_server is not None and console_thread is not None:
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)

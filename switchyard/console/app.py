@@ -7,83 +7,48 @@ a token every request needs `Authorization: Bearer <token>` (401 without it).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dualrun.errors import NoComparison
 from reports.load import load_report
-from reports.redact import redact
 from reports.render_html import render_html
-from scheduler_core.errors import StoreError
-from scheduler_core.store.driver_errors import as_store_error, driver_message
-from switchyard.console import data, runs
+from scheduler_core.ports import MessageBus
+from switchyard.console import data, executors, job_pages, runs
+from switchyard.console.auth import ANONYMOUS, COOKIE, CSRF_FIELD, CSRF_HEADER, Authority, Role, Token
+from switchyard.console.responses import (
+    AUTHORITY,
+    BODY,
+    HEADERS,
+    PRINCIPAL,
+    WRITES,
+    BadInput,
+    Failure,
+    error_response,
+    failure,
+    first_line,
+    page_context,
+)
 from switchyard.console.templating import render
 
 log = logging.getLogger(__name__)
 
-# pages load nothing from anywhere: inline CSS, images only as data URIs (the report's plots)
-HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
+# kept under their old names for whoever imported them from here
+_failure, _first_line = failure, first_line
 
 
-class BadInput(ValueError):
-    pass
-
-
-class Failure(Exception):
-    def __init__(self, status: int, title: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.title, self.message = status, title, message
-
-
-def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, StoreError) and exc.detail:
-        return redact(exc.detail)[:300]
-    return redact(driver_message(exc))[:300]
-
-
-def _failure(exc: BaseException) -> Failure:
-    if isinstance(exc, Failure):
-        return exc
-    exc = as_store_error(exc)  # a driver error from a read that is not behind the store's port yet
-    if isinstance(exc, data.UnknownBusiness):
-        return Failure(404, "Unknown business", f"No business {exc.biz_code!r} in the store.")
-    if isinstance(exc, NoComparison):
-        return Failure(
-            404,
-            "No comparison",
-            "No comparison is stored for this business yet: run `switchyard dualrun compare` first.",
-        )
-    if isinstance(exc, BadInput):
-        return Failure(400, "Bad request", str(exc))
-    if isinstance(exc, (StoreError, OSError)):
-        log.warning("the store cannot be read: %s", _first_line(exc))
-        return Failure(503, "Store unavailable", f"The store cannot be read: {_first_line(exc)}")
-    log.error("console request failed: %s: %s", type(exc).__name__, redact(str(exc))[:300])
-    return Failure(500, "Internal error", f"The console could not answer ({type(exc).__name__}); see its log.")
-
-
-def _error_response(f: Failure, api: bool) -> Response:
-    if api:
-        return JSONResponse({"error": f.title, "message": f.message, "status": f.status}, f.status, headers=HEADERS)
-    return HTMLResponse(
-        render("error.html.j2", now=None, status=f.status, title=f.title, message=f.message), f.status, headers=HEADERS
-    )
+def _error_response(f: Failure, api: bool, request: Request | None = None) -> Response:
+    return error_response(f, api, request)
 
 
 def _window(request: Request) -> timedelta | None:
@@ -96,8 +61,27 @@ def _window(request: Request) -> timedelta | None:
         raise BadInput(str(exc)) from None
 
 
-def make_app(src: data.Sources, token: str | None = None) -> Starlette:
-    """The console over these sources; with `token`, every request must bear it."""
+def make_app(
+    src: data.Sources,
+    token: str | None = None,
+    *,
+    tokens: list[Token] | None = None,
+    writes: bool = False,
+    bus: MessageBus | None = None,
+    authority: Authority | None = None,
+) -> Starlette:
+    """The console over these sources. With `tokens` (or the one read-only `token` of old,
+    a viewer), every request needs one: a bearer or the session a login made. Writes are
+    served only with `writes` (and tokens: a write needs a role); `bus` is what run-now
+    with a parameter publishes on and a stop is broadcast on (None: the store only, the
+    scheduler relays)."""
+    if authority is None:
+        given = list(tokens or [])
+        if token:
+            given.append(Token("console", Role.VIEWER, token.encode("utf-8")))
+        authority = Authority(given)
+    if writes and not authority.required:
+        raise ValueError("a console serving writes needs tokens (a write needs a role)")
 
     async def answer(
         request: Request,
@@ -115,14 +99,19 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
                 return HTMLResponse(body, headers=HEADERS)
             assert page is not None
             return HTMLResponse(
-                render(page, now=src.now().isoformat(timespec="seconds"), **(wrap(body) if wrap else body)),
+                render(
+                    page,
+                    now=src.now().isoformat(timespec="seconds"),
+                    **page_context(request),
+                    **(wrap(body) if wrap else body),
+                ),
                 headers=HEADERS,
             )
 
         try:
             return await run_in_threadpool(respond)
         except Exception as exc:  # every failure is a page or JSON with its status, never a traceback
-            return _error_response(_failure(exc), api)
+            return _error_response(_failure(exc), api, request)
 
     def code_of(request: Request) -> str:
         return str(request.path_params["code"])
@@ -197,16 +186,28 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
     async def api_quarantine(request: Request) -> Response:
         return await answer(request, lambda: data.quarantine(src, request.query_params.get("business")))
 
+    async def login_page(request: Request) -> Response:
+        return _login(request, authority)
+
+    async def logout(request: Request) -> Response:
+        # the gate checked the session's CSRF token: no other site can log one out
+        response = RedirectResponse("/login", 303, headers=HEADERS)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         title = "Not found" if status == 404 else "Method not allowed" if status == 405 else "Error"
         return _error_response(
             Failure(status, title, f"No page at {request.url.path}." if status == 404 else title),
             request.url.path.startswith("/api/"),
+            request,
         )
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", index),
+        Route("/login", login_page, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/business/{code:path}", business_page),
         Route("/report/{code:path}", report_page),
         Route("/scheduler", scheduler_page),
@@ -219,32 +220,166 @@ def make_app(src: data.Sources, token: str | None = None) -> Starlette:
         Route("/api/lag", api_lag),
         Route("/api/audit", api_audit),
         Route("/api/quarantine", api_quarantine),
+        *executors.routes(src),
         *runs.routes(src),
     ]
+    # each page family's own module adds its routes here (its writes behind the gate below)
+    routes += job_pages.routes(src, bus)
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
-    if token:
-        app.add_middleware(BearerToken, token=token)
+    app.add_middleware(Gate, authority=authority, writes=writes)
     return app
 
 
-class BearerToken:
-    """Every request needs `Authorization: Bearer <token>`; else 401 (nothing else is said)."""
+def _login(request: Request, authority: Authority, back_to: str | None = None) -> Response:
+    """GET: the form. POST: the token checked, a session cookie set (HttpOnly,
+    SameSite=Strict: never sent with another site's request), back to where it came from."""
+    nxt = back_to or request.query_params.get("next", "/")
+    if not nxt.startswith("/") or nxt.startswith("//"):
+        nxt = "/"  # only a page of this console: never an open redirect
+    ctx = {"now": None, "next": nxt, "required": authority.required, **page_context(request)}
+    if request.method != "POST":
+        return HTMLResponse(render("login.html.j2", error="", **ctx), headers=HEADERS)
+    client = request.client.host if request.client else "?"
+    if authority.throttle.blocked(client):
+        return HTMLResponse(
+            render("login.html.j2", error="Too many wrong tokens from here: wait a minute.", **ctx),
+            429,
+            headers={**HEADERS, "Retry-After": str(int(authority.throttle.window_s))},
+        )
+    body = request.scope.get(BODY, b"")
+    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    who = authority.bearer(form.get("token", "").strip().encode("utf-8"))
+    if who is None:
+        authority.throttle.failed(client)
+        log.warning("console login refused from %s", client)
+        return HTMLResponse(
+            render("login.html.j2", error="That token is not one of this console's.", **ctx), 401, headers=HEADERS
+        )
+    log.info("console login: %s (%s)", who.name, who.role.label)
+    response = RedirectResponse(nxt, 303, headers=HEADERS)
+    response.set_cookie(
+        COOKIE,
+        authority.session_cookie(who),
+        max_age=authority.ttl_s,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+
+MAX_BODY = 1 << 20  # a job's form is a few kB; a sharding item list of thousands still fits
+SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Gate:
+    """Who the request is, before any route: a bearer token, else the session cookie. With
+    tokens configured, nothing but the login page answers without one (401). A write (any
+    method but GET/HEAD/OPTIONS) is refused 403 on a read-only console, to a viewer, and,
+    when it came with the cookie, without the session's CSRF token (form field `csrf` or
+    header X-CSRF-Token). The body is read here (bounded) to find the field, and handed on."""
+
+    def __init__(self, app: ASGIApp, authority: Authority, writes: bool) -> None:
         self.app = app
-        self.token = token.encode("utf-8")
+        self.authority = authority
+        self.writes = writes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        auth = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, given = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
+        path = str(scope.get("path", ""))
+        method = str(scope.get("method", "GET")).upper()
+        api = path.startswith("/api/")
+        headers = {k.lower(): v for k, v in scope["headers"]}
+        scope[AUTHORITY] = self.authority
+        scope[WRITES] = self.writes
+
+        async def refuse(f: Failure) -> None:
+            response = _error_response(f, api, Request(scope))
+            if f.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="switchyard console"'
+            await response(scope, receive, send)
+
+        who = None
+        auth = headers.get(b"authorization", b"")
+        if auth:
+            scheme, _, given = auth.partition(b" ")
+            who = self.authority.bearer(given.strip()) if scheme.lower() == b"bearer" else None
+            if who is None:
+                await refuse(Failure(401, "Unauthorized", "That bearer token is not one of this console's."))
+                return
+        else:
+            cookie = Request(scope).cookies.get(COOKIE)
+            who = self.authority.session(cookie) if cookie else None
+        if who is None and not self.authority.required:
+            who = ANONYMOUS
+        if who is not None:
+            scope[PRINCIPAL] = who
+        elif path != "/login":
+            if api or method not in SAFE:
+                await refuse(Failure(401, "Unauthorized", "This console needs a token (Authorization: Bearer ...)."))
+                return
+            query = scope.get("query_string", b"").decode("latin-1")
+            response = _login(Request(scope), self.authority, path + ("?" + query if query else ""))
+            response.status_code = 401
+            response.headers["WWW-Authenticate"] = 'Bearer realm="switchyard console"'
+            await response(scope, receive, send)
+            return
+        if method in SAFE:
             await self.app(scope, receive, send)
             return
-        api = str(scope.get("path", "")).startswith("/api/")
-        f = Failure(401, "Unauthorized", "This console needs a bearer token (Authorization: Bearer ...).")
-        response = _error_response(f, api)
-        response.headers["WWW-Authenticate"] = 'Bearer realm="switchyard console"'
-        await response(scope, receive, send)
+        body = await _read_body(receive)
+        if body is None:
+            await refuse(Failure(413, "Too large", f"A request body is at most {MAX_BODY} bytes here."))
+            return
+        scope[BODY] = body
+        if path != "/login":
+            assert who is not None
+            if path != "/logout":
+                if not self.writes:
+                    await refuse(
+                        Failure(403, "Read-only console", "This console serves no writes: start it with --writes.")
+                    )
+                    return
+                if not who.may(Role.OPERATOR):
+                    await refuse(Failure(403, "Forbidden", f"{who.name} is {who.role.label}: a viewer only reads."))
+                    return
+            if who.via != "bearer":
+                given = headers.get(CSRF_HEADER.encode("ascii"), b"").decode("ascii", "replace")
+                if not given and b"x-www-form-urlencoded" in headers.get(b"content-type", b""):
+                    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+                    given = form.get(CSRF_FIELD, "")
+                if not self.authority.csrf_ok(who, given):
+                    log.warning("console write refused: no or a wrong CSRF token (%s %s, %s)", method, path, who.name)
+                    await refuse(
+                        Failure(403, "CSRF check failed", "This form is stale or not this console's: reload the page.")
+                    )
+                    return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)

@@ -133,6 +133,9 @@ class Sources:
     legacy_live: LegacyLive | None = None
     members: Members | None = None
     lag_window: timedelta = timedelta(hours=1)
+    # the legacy databases the executor registry page reads the xxl-job registrations from
+    legacy_urls: tuple[str, ...] = ()
+    legacy_db_tz: str = "Asia/Shanghai"
     # the migrator's and dual-run's stores beside the trigger store, built once (the wiring's)
     migrator: MigratorStore = field(init=False)
     dualrun: DualRunStore = field(init=False)

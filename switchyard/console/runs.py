@@ -23,6 +23,7 @@ from scheduler_core.model import FiredState
 from scheduler_core.store import run_log
 from switchyard.console import run_charts
 from switchyard.console.data import Sources
+from switchyard.console.responses import HEADERS, BadInput, Failure, error_response, failure, page_context
 from switchyard.console.templating import render
 
 STATES = tuple(s.value for s in FiredState)
@@ -178,30 +179,28 @@ def _page_url(shown: dict[str, Any], before: str) -> str:
 
 
 def routes(src: Sources) -> list[Route]:
-    """The run log's pages and API, for `make_app` (its error pages and headers)."""
-    from switchyard.console import app as console  # the app module includes these routes
-
+    """The run log's pages and API, for `make_app`."""
     charts = _Charts()
 
     async def answer(request: Request, work: Any, page: str | None = None) -> Response:
         def respond() -> Response:
             body = work()
             if page is None:
-                return JSONResponse(body, headers=console.HEADERS)
+                return JSONResponse(body, headers=HEADERS)
             now = src.now().isoformat(timespec="seconds")
-            return HTMLResponse(render(page, now=now, **body), headers=console.HEADERS)
+            return HTMLResponse(render(page, now=now, **page_context(request), **body), headers=HEADERS)
 
         try:
             return await run_in_threadpool(respond)
         except Exception as exc:  # every failure is a page or JSON with its status
             if isinstance(exc, BadRunQuery):
-                exc = console.BadInput(str(exc))
-            return console._error_response(console._failure(exc), page is None)
+                exc = BadInput(str(exc))
+            return error_response(failure(exc), page is None, request)
 
     def detail_or_404(fired_id: str) -> dict[str, Any]:
         found = run_detail(src, fired_id)
         if found is None:
-            raise console.Failure(404, "Unknown run", f"No fired record {fired_id!r} in the store.")
+            raise Failure(404, "Unknown run", f"No fired record {fired_id!r} in the store.")
         return found
 
     async def runs_html(request: Request) -> Response:

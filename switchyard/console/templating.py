@@ -3,6 +3,7 @@ found through importlib.resources, so they load from a wheel as from the work tr
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from importlib import resources
 from urllib.parse import quote
@@ -37,6 +38,14 @@ def business_url(code: str) -> str:
     return "/business/" + quote(code, safe="")
 
 
+def job_url(code: str) -> str:
+    return "/jobs/" + quote(code, safe=":")
+
+
+def _as_json(value: object) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+
 def report_url(code: str) -> str:
     return "/report/" + quote(code, safe="")
 
@@ -44,7 +53,9 @@ def report_url(code: str) -> str:
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = packaged_environment(_load, autoescape=True)
-    env.filters.update(when=_when, age=_age, secs=secs, biz_url=business_url, report_url=report_url)
+    env.filters.update(
+        when=_when, age=_age, secs=secs, biz_url=business_url, report_url=report_url, job_url=job_url, as_json=_as_json
+    )
     return env
 
 

@@ -450,7 +450,7 @@ def test_mariadb_trigger_table_is_hash_partitioned(tmp_path: Path, clock: Manual
                 .one()
             )
         assert "PARTITION BY HASH (`id`)" in ddl and "PARTITIONS 8" in ddl
-        assert plan["key"] == "idx_state_fire"
+        assert plan["key"] == "idx_state_fire_lane"
         assert "filesort" not in (plan["Extra"] or "")
         assert [p.name for p in s.partitions()] == [f"p{i}" for i in range(8)]
 

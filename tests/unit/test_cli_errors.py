@@ -309,6 +309,15 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
         USAGE,
     ),
     ("runs-purge-no-schema", ["runs", "purge", "--older-than", "30d", "--url", "{empty}"], SCHEMA),
+    # the executor registry (issue 28)
+    ("executors-no-schema", ["executors", "--url", "{empty}"], SCHEMA),
+    ("executors-legacy-not-xxl-job", ["executors", "--url", "{ok}", "--legacy-url", "{no_legacy}"], SCHEMA),
+    ("alerts-unknown-job", ["alerts", "--job", "nosuch", "--url", "{ok}"], USAGE),
+    ("alerts-no-schema", ["alerts", "--url", "{empty}"], SCHEMA),
+    ("alerts-run-bad-grace", ["alerts", "run", "--once", "--grace", "soon", "--url", "{ok}"], USAGE),
+    ("alerts-run-no-schema", ["alerts", "run", "--once", "--url", "{empty}"], SCHEMA),
+    ("alerts-test-unknown-job", ["alerts", "test", "--job", "nosuch", "--url", "{ok}"], USAGE),
+    ("alerts-test-no-job", ["alerts", "test", "--url", "{ok}"], USAGE),
     # long-running commands that fail before they start running (no signal handler is installed yet)
     (
         "scheduler-run-unreachable-store",
@@ -332,6 +341,11 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
         USAGE,
     ),
     ("executor-run-bad-bus", ["executor", "run", "--handlers", "json", "--business", "d", "--bus", "notabus"], USAGE),
+    (
+        "executor-run-bad-heartbeat-interval",
+        ["executor", "run", "--handlers", "json", "--business", "d", "--heartbeat-interval", "0s"],
+        USAGE,
+    ),
 ]
 
 
@@ -361,7 +375,7 @@ def test_every_command_and_subcommand_is_covered() -> None:
     assert names - covered == set(), f"commands without error cases: {sorted(names - covered)}"
 
 
-_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun", "job"}
+_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun", "job", "alerts"}
 
 
 # -- long-running commands, as subprocesses ----------------------------------------------------

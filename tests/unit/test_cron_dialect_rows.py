@@ -208,11 +208,9 @@ def upgrade_keeps_old_triggers_as_they_were(url: str) -> None:
         before = check_schema(engine)
         assert not before.ok and "dus_job_trigger.cron_dialect" in before.missing
         report = init_schema(engine)
-        assert (
-            report.upgraded == ["dus_job_trigger.cron_dialect"]
-            and report.ok
-            and report.schema_version == SCHEMA_VERSION
-        )
+        # (the lanes of issue 29 fill the lane of its rows too: tests/unit/test_lanes.py)
+        assert report.upgraded[0] == "dus_job_trigger.cron_dialect" and report.ok
+        assert report.schema_version == SCHEMA_VERSION
         assert init_schema(engine).upgraded == []  # idempotent
         store = SqlTriggerStore(engine, ManualClock(W_FROM))
         (old,) = store.triggers_of(biz_code="biz-a")

@@ -226,8 +226,8 @@ def test_log_lines_are_kept_once_per_item_and_attempt(kind: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_db_init_brings_a_version_2_store_up_to_the_run_log(kind: str, tmp_path: Path) -> None:
-    """A store of before the run log (no dus_run_log, no run-log indexes, version 2) is
+def test_db_init_brings_a_version_3_store_up_to_the_run_log(kind: str, tmp_path: Path) -> None:
+    """A store of before the run log (no dus_run_log, no run-log indexes, version 3) is
     refused until `db init`, which adds the table and the indexes and keeps every row."""
     with sql_store(kind, tmp_path, ManualClock(NOW)) as store:
         store.put_fired([_rec(1, OLD, FiredState.SUCCEEDED)])
@@ -236,8 +236,8 @@ def test_db_init_brings_a_version_2_store_up_to_the_run_log(kind: str, tmp_path:
             conn.execute(text("DROP TABLE dus_run_log"))
             for ix in ("idx_fired_time", "idx_fired_job_time"):
                 conn.execute(text(f"DROP INDEX {ix} ON dus_fired_record" if kind == "mariadb" else f"DROP INDEX {ix}"))
-            conn.execute(text("UPDATE dus_meta SET value = '2' WHERE name = 'schema_version'"))
-        with pytest.raises(SchemaError, match=r"version 2.*db init"):
+            conn.execute(text("UPDATE dus_meta SET value = '3' WHERE name = 'schema_version'"))
+        with pytest.raises(SchemaError, match=r"version 3.*db init"):
             tables_for(engine)
         before = check_schema(engine)
         assert not before.ok

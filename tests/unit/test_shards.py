@@ -12,7 +12,7 @@ import pytest
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.election.local_registry import LocalRegistry, LocalRegistryGroup
-from scheduler_core.model import TriggerState, command_id
+from scheduler_core.model import Lane, TriggerState, command_id
 from scheduler_core.ports import partition_fence
 from scheduler_core.shards import ShardedScheduler
 from tests.harness import Harness, make_harness
@@ -86,7 +86,7 @@ def test_a_member_past_its_lease_admits_and_publishes_nothing_and_its_rows_are_r
     # a acquires its rows, then hangs before firing them (its chunks held back)
     held: list[object] = []
 
-    def hold(biz_code: str, size: int, work: Callable[[], object]) -> bool:
+    def hold(biz_code: str, size: int, work: Callable[[], object], lane: Lane = Lane.DEFAULT) -> bool:
         held.append(work)
         return True
 

@@ -20,6 +20,7 @@ from dualrun.tables import DualRunTables, dualrun_tables
 from migrator.records import MigratorRecords
 from migrator.tables import MigratorTables, migrator_tables
 from scheduler_core.store.schema import Tables, build_tables
+from switchyard.alerts.tables import AlertTables, alert_tables
 from switchyard.schema import check_schema, init_schema, package_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,7 @@ OWNED = {
     "scheduler_core": (build_tables("sqlite").metadata, {f.name for f in fields(Tables)}),
     "migrator": (migrator_tables().metadata, {f.name for f in fields(MigratorTables)}),
     "dualrun": (dualrun_tables().metadata, {f.name for f in fields(DualRunTables)}),
+    "switchyard": (alert_tables().metadata, {f.name for f in fields(AlertTables)}),
 }
 NOT_TABLES = {"metadata", "partitions", "dialect"}
 # `db init` gathers every package's table definitions (switchyard.schema); nothing else
@@ -118,8 +120,16 @@ def test_the_migrators_and_dual_runs_tables_are_theirs_and_not_the_cores() -> No
         "dus_legacy_hold",
     }
     assert dual == {"dus_comparison", "dus_boundary_check"}
-    assert not core & mine and not core & dual and not mine & dual
-    assert {t for md in package_metadata() for t in md.tables} == mine | dual
+    alerts = set(alert_tables().metadata.tables)
+    assert alerts == {
+        "dus_job_alert",
+        "dus_alert_incident",
+        "dus_alert_event",
+        "dus_alert_sent",
+        "dus_alert_checkpoint",
+    }
+    assert not core & mine and not core & dual and not mine & dual and not (core | mine | dual) & alerts
+    assert {t for md in package_metadata() for t in md.tables} == mine | dual | alerts
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

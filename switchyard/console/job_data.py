@@ -1,0 +1,348 @@
+"""The console's jobs (issue 28): the list across businesses with its filters and pages,
+and a job's form read into the JobSpec that `switchyard.jobs.Jobs` writes (the CLI's one
+validated path: nothing here writes to the store). No HTTP here.
+
+A form's fields are plain strings, the same names in the JSON API:
+business, job, handler, params, kind (cron | every | once | none), cron, zone, dialect,
+every, at, end, misfire, shards, items (one parameter a line), timeout, retries, priority,
+children (codes separated by commas or white space)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dualrun.settings import parse_duration
+from migrator.ownership import ownership
+from reports.redact import redact_tree
+from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
+from scheduler_core.model import DEFAULT_CRON_DIALECT, MisfirePolicy, Trigger, TriggerKind, TriggerState
+from scheduler_core.store.job_admin import SqlJobAdmin
+from switchyard.console.data import Sources
+from switchyard.jobs import JobView, natural_key
+
+KINDS = {"cron": TriggerKind.CRON, "every": TriggerKind.FIXED_RATE, "once": TriggerKind.ONCE, "none": TriggerKind.NONE}
+KIND_OF = {v: k for k, v in KINDS.items()}
+STATES = ("running", "stopped", "child", "not admitted", "completed", "deleted")
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+# JobInputError's field names that are named otherwise on the form
+FORM_FIELD = {"item": "items", "child": "children", "schedule": "kind", "edit": "job"}
+PREVIEW_N = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    q: str = ""  # in the code, the handler or the parameter
+    business: str = ""
+    state: str = ""
+    handler: str = ""
+    name: str = ""  # in the code
+    side: str = ""  # the live side (new, legacy, both, paused, ended, orphaned, double)
+    page: int = 1
+    size: int = PAGE_SIZE
+
+    @staticmethod
+    def of(query: Mapping[str, str]) -> Filters:
+        def number(key: str, default: int, top: int) -> int:
+            raw = (query.get(key) or "").strip()
+            if not raw:
+                return default
+            if not raw.isdigit() or not 1 <= int(raw) <= top:
+                raise ValueError(f"{key}: {raw!r} must be a whole number from 1 to {top}")
+            return int(raw)
+
+        state = (query.get("state") or "").strip()
+        if state and state not in STATES:
+            raise ValueError(f"state: {state!r} is not one of {', '.join(STATES)}")
+        return Filters(
+            q=(query.get("q") or "").strip(),
+            business=(query.get("business") or "").strip(),
+            state=state,
+            handler=(query.get("handler") or "").strip(),
+            name=(query.get("name") or "").strip(),
+            side=(query.get("side") or "").strip(),
+            page=number("page", 1, 1_000_000),
+            size=number("size", PAGE_SIZE, MAX_PAGE_SIZE),
+        )
+
+    def query(self, **changes: object) -> dict[str, str]:
+        """The filters as query parameters (the pager's links), without the defaults."""
+        out = {}
+        for f in fields(self):
+            value = changes.get(f.name, getattr(self, f.name))
+            default = (f.name == "page" and value == 1) or (f.name == "size" and value == PAGE_SIZE)
+            if value not in ("", None) and not default:
+                out[f.name] = str(value)
+        return out
+
+
+def _schedule_text(t: Trigger | None) -> str:
+    if t is None:
+        return ""
+    if t.kind is TriggerKind.CRON:
+        return f"cron {t.cron} ({t.time_zone})"
+    if t.kind is TriggerKind.FIXED_RATE and t.interval is not None:
+        return f"every {t.interval.total_seconds():g} s"
+    if t.kind is TriggerKind.ONCE:
+        return f"once at {t.next_fire_at.isoformat()}"
+    return "none (after its parent)"
+
+
+def job_list(src: Sources, f: Filters) -> dict[str, Any]:
+    """Every job matching the filters, by business then code with numbers as numbers
+    (xxl:billing:9 before xxl:billing:10), one page of them with each one's state, live
+    side, schedule and next fire time. One read of the jobs, one of their triggers, one of
+    the sides: however many jobs, three queries."""
+    biz = f.business or None
+    jobs = SqlJobAdmin(src.store).jobs(biz)
+    first: dict[str, Trigger] = {}
+    for t in src.store.triggers_of(biz_code=biz):  # by id: the oldest live one is the schedule
+        if t.state is not TriggerState.CANCELLED:
+            first.setdefault(t.job_code, t)
+    sides = {
+        j.job_code: j.side.value
+        for bo in ownership(src.store, src.migrator, src.legacy_live, [biz] if biz else None)
+        for j in bo.jobs
+    }
+    q = f.q.lower()
+    rows = []
+    for j in jobs:
+        view = JobView(j, first.get(j.job_code), (), ())
+        side = sides.get(j.job_code, "")
+        if (
+            (f.state and view.state != f.state)
+            or (f.handler and j.handler != f.handler)
+            or (f.name and f.name.lower() not in j.job_code.lower())
+            or (f.side and side != f.side)
+            or (q and not any(q in s.lower() for s in (j.job_code, j.handler, j.params)))
+        ):
+            continue
+        rows.append((j, view, side))
+    rows.sort(key=lambda r: (r[0].biz_code, natural_key(r[0].job_code)))
+    total = len(rows)
+    pages = max(1, -(-total // f.size))
+    page = min(f.page, pages)
+    shown = rows[(page - 1) * f.size : page * f.size]
+    t_next = (TriggerState.WAITING, TriggerState.ACQUIRED)
+    return redact_tree(
+        {
+            "total": total,
+            "page": page,
+            "pages": pages,
+            "size": f.size,
+            "businesses": sorted({j.biz_code for j in jobs}) if biz is None else [biz],
+            "jobs": [
+                {
+                    "job": j.job_code,
+                    "business": j.biz_code,
+                    "handler": j.handler,
+                    "params": j.params,
+                    "state": v.state,
+                    "side": side,
+                    "schedule": _schedule_text(v.trigger),
+                    "next_fire_at": None
+                    if v.trigger is None or v.trigger.state not in t_next
+                    else v.trigger.next_fire_at.isoformat(),
+                }
+                for j, v, side in shown
+            ],
+        }
+    )
+
+
+def form_of_view(view: JobView) -> dict[str, str]:
+    """A job's form filled with what it is now (the edit form)."""
+    spec = view.spec()
+    s = spec.schedule
+    return {
+        "business": spec.biz_code,
+        "job": spec.job_code,
+        "handler": spec.handler,
+        "params": spec.params,
+        "kind": KIND_OF[s.kind],
+        "cron": s.cron or "",
+        "zone": s.time_zone,
+        "dialect": s.dialect,
+        "every": "" if s.interval is None else f"{s.interval.total_seconds():g}s",
+        "at": "" if s.at is None else s.at.isoformat(),
+        "end": "" if s.end_at is None else s.end_at.isoformat(),
+        "misfire": s.misfire_policy.value,
+        "shards": str(spec.shard_total),
+        "items": "\n".join(spec.items),
+        "timeout": f"{spec.timeout.total_seconds():g}s",
+        "retries": str(spec.max_retry),
+        "priority": str(spec.priority),
+        "children": ", ".join(spec.children),
+    }
+
+
+# the form's fields (alert targets, issue 28's alerts, add theirs here, in as_form and spec_of)
+BLANK_FORM = {
+    "business": "",
+    "job": "",
+    "handler": "",
+    "params": "",
+    "kind": "cron",
+    "cron": "",
+    "zone": "UTC",
+    "dialect": DEFAULT_CRON_DIALECT,
+    "every": "",
+    "at": "",
+    "end": "",
+    "misfire": MisfirePolicy.FIRE_ONCE_NOW.value,
+    "shards": "1",
+    "items": "",
+    "timeout": "30s",
+    "retries": "0",
+    "priority": "5",
+    "children": "",
+}
+
+
+def as_form(given: Mapping[str, Any], base: Mapping[str, str] = BLANK_FORM) -> dict[str, str]:
+    """A form's (or the API's JSON) values as the form's strings over `base`: what is not
+    given keeps its value (an API edit names only what changes)."""
+    out = dict(base)
+    for key in BLANK_FORM:
+        if key not in given or given[key] is None:
+            continue
+        value = given[key]
+        if isinstance(value, (list, tuple)):
+            value = ("\n" if key == "items" else ", ").join(str(v) for v in value)
+        elif isinstance(value, bool):
+            raise JobInputError(key, "is not a string or a number")
+        out[key] = str(value)
+    return out
+
+
+def _int(name: str, text: str) -> int:
+    if not re.fullmatch(r"-?\d+", text.strip()):
+        raise JobInputError(name, f"{text!r} is not a whole number")
+    return int(text)
+
+
+def _duration(name: str, text: str) -> timedelta:
+    try:
+        return parse_duration(text.strip())
+    except ValueError as exc:
+        raise JobInputError(name, str(exc)) from None
+
+
+def _zone(text: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(text.strip() or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        raise JobInputError("zone", f"unknown time zone {text!r}") from None
+
+
+def _when(name: str, text: str, zone: ZoneInfo) -> datetime | None:
+    """An ISO time; without an offset it is read in the job's zone (a form's datetime)."""
+    if not text.strip():
+        return None
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JobInputError(name, f"not an ISO time: {text!r} (e.g. 2026-12-24T08:00:00+01:00)") from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=zone)
+
+
+def schedule_of(form: Mapping[str, str]) -> Schedule:
+    kind_text = form.get("kind", "").strip()
+    if kind_text not in KINDS:
+        raise JobInputError("schedule", f"{kind_text!r} is not one of {', '.join(KINDS)}")
+    kind = KINDS[kind_text]
+    zone = _zone(form.get("zone", ""))
+    misfire = form.get("misfire", "").strip() or MisfirePolicy.FIRE_ONCE_NOW.value
+    try:
+        policy = MisfirePolicy(misfire)
+    except ValueError:
+        raise JobInputError(
+            "misfire", f"{misfire!r} is not one of {', '.join(p.value for p in MisfirePolicy)}"
+        ) from None
+    return Schedule(
+        kind=kind,
+        # the fields of the other kinds stay on the form unused: only this kind's are read
+        cron=form.get("cron", "").strip() or None if kind is TriggerKind.CRON else None,
+        dialect=form.get("dialect", "").strip() or DEFAULT_CRON_DIALECT,  # type: ignore[arg-type]
+        time_zone=zone.key,
+        interval=_duration("every", form.get("every", "")) if kind is TriggerKind.FIXED_RATE else None,
+        at=_when("at", form.get("at", ""), zone) if kind is TriggerKind.ONCE else None,
+        misfire_policy=policy,
+        end_at=_when("end", form.get("end", ""), zone),
+    )
+
+
+def spec_of(form: Mapping[str, str]) -> JobSpec:
+    """The JobSpec of a form, every field checked (JobInputError naming the first bad one)."""
+    items = tuple(line.strip() for line in form.get("items", "").splitlines() if line.strip())
+    shards_text = form.get("shards", "").strip()
+    shards = _int("shards", shards_text) if shards_text else max(1, len(items))
+    spec = JobSpec(
+        job_code=form.get("job", "").strip(),
+        biz_code=form.get("business", "").strip(),
+        handler=form.get("handler", "").strip(),
+        params=form.get("params", ""),
+        schedule=schedule_of(form),
+        shard_total=shards,
+        items=items,
+        timeout=_duration("timeout", form.get("timeout", "") or "30s"),
+        max_retry=_int("retries", form.get("retries", "") or "0"),
+        priority=_int("priority", form.get("priority", "") or "5"),
+        children=tuple(c for c in re.split(r"[\s,]+", form.get("children", "")) if c),
+    )
+    spec.check()
+    return spec
+
+
+# the JobSpec fields the form sets: a field it does not show (one added to JobSpec for
+# another page or command) is never changed by saving the form
+FORM_SPEC_FIELDS = (
+    "job_code",
+    "biz_code",
+    "handler",
+    "params",
+    "schedule",
+    "shard_total",
+    "items",
+    "timeout",
+    "max_retry",
+    "priority",
+    "children",
+)
+
+
+def changes_of(before: JobSpec, after: JobSpec) -> dict[str, Any]:
+    """What an edit changes: the form's JobSpec fields that differ (Jobs.edit rewrites
+    only those)."""
+    return {name: getattr(after, name) for name in FORM_SPEC_FIELDS if getattr(after, name) != getattr(before, name)}
+
+
+def preview(form: Mapping[str, str], now: datetime, n: int = PREVIEW_N) -> list[str]:
+    """The next `n` fire times of the form's schedule, in its zone and Quartz dialect."""
+    s = schedule_of(form)
+    zone = ZoneInfo(s.time_zone)
+    return [t.astimezone(zone).isoformat() for t in s.next_times(now, n)]
+
+
+def field_of(exc: JobInputError) -> str:
+    return FORM_FIELD.get(exc.field, exc.field)
+
+
+__all__ = [
+    "BLANK_FORM",
+    "STATES",
+    "Filters",
+    "as_form",
+    "changes_of",
+    "field_of",
+    "form_of_view",
+    "job_list",
+    "preview",
+    "schedule_of",
+    "spec_of",
+]
