@@ -19,7 +19,7 @@ once due, so its publication time minus its T is the fire lag the store's conten
 show; with a lookahead the runs are published ahead and wait on the broker) fires STEADY
 fixed-rate 1 s triggers on a bus that records that lag per message. p99 over BEFORE_S
 seconds alone (the peer), then while `runs purge --older-than 30d` (SqlPurge, batches
-of 5,000, 500 to a transaction, a pause as long as each batch took) deletes the old final
+of 5,000, 250 to a transaction, a pause twice as long as each batch took) deletes the old final
 rows; ratio during / before (goal: within 1.5x, the noise on this shared box).
 """
 
@@ -261,7 +261,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         "repeat": repeat,
         "client": "httpx TestClient against the Starlette app in this process (no network)",
         "steady_load": f"{STEADY} fixed-rate 1 s triggers, lookahead 0, a bus that records publish - T",
-        "purge": "older than 30 days, batch 5,000 (500 per transaction), pause >= the batch's time",
+        "purge": "older than 30 days, batch 5,000 (250 per transaction), pause >= twice the batch's time",
     }
     with fresh_database(env.mariadb_url, "bench_admin") as url:
         store = make_store(url, 8)

@@ -9,10 +9,10 @@ forward, so a record found final stays final while its batch is deleted.
 
 Each batch is found by keyset on (scheduled_at, command_id), oldest first (the
 `idx_fired_time` index, or `idx_fired_biz_time` for one business), and deleted by
-primary key, 500 records to a short transaction, their dependents with them: the
+primary key, 250 records to a short transaction, their dependents with them: the
 run's log lines (`dus_run_log`, by fired id), its follow-up claims (`dus_followup_fired`,
 by the parent's item command ids) and kill requests naming it. Between batches it pauses
-at least as long as the batch took, so the scheduler's own transactions get the locks,
+at least twice as long as the batch took, so the scheduler's own transactions get the locks,
 the binlog and the I/O in between however slow the server is; the keyset makes every
 batch start after the last one (the kept, not-final rows are read past once, not again
 per batch).
@@ -33,10 +33,10 @@ from scheduler_core.store.rows import FINAL_RANK
 from scheduler_core.store.sql import SqlTriggerStore
 
 # rows per IN list: far below every driver's parameter limit, short statements
-CHUNK = 500
+CHUNK = 250
 MAX_BATCH = 50_000
 # the pause after a batch, at least: this many times what the batch took
-YIELD_RATIO = 1.0
+YIELD_RATIO = 2.0
 
 
 @dataclass
