@@ -69,6 +69,7 @@ from scheduler_core.codec import (
     command_topic,
     decode_message,
 )
+from scheduler_core.executor import run_logs
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.kills import Cancellations
@@ -214,6 +215,7 @@ class Executor:
         self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
         self._kills_heard: OrderedDict[int, None] = OrderedDict()
         self.fences.kill_listeners.append(self._on_kill)
+        run_logs.install()  # the handlers' own log lines go with their results
 
     # -- registration ----------------------------------------------------------------
 
@@ -444,6 +446,7 @@ class Executor:
                     start_offsets_ms=[0],
                     message="",
                     exceptions=[],
+                    logs=run_logs.take(env),
                 ),
             )
         )
@@ -680,6 +683,7 @@ class Executor:
             start_offsets_ms=run.start_offsets_ms() if started else None,
             message=message,
             exceptions=run.extras,
+            logs=run_logs.take(env),
         )
         if letter is None:
             self._remember_successes(run, indices, letters)
