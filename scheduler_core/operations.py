@@ -224,7 +224,7 @@ def resume(
         missed = window is not None and (
             t.next_fire_at < at or any(tid == t.id and window.from_ms <= ms for tid, ms in fired_in_pause)
         )
-        if t.state is S.PAUSED and not _wake(store, t, at):
+        if t.state is S.PAUSED and not _wake(store, t, at, window):
             report.fail(t.id, "changed while resuming: run resume again")
             continue
         if missed and t.misfire_policy is MisfirePolicy.FIRE_ONCE_NOW:
@@ -234,11 +234,14 @@ def resume(
     return report
 
 
-def _wake(store: TriggerStore, t: Trigger, at: datetime) -> bool:
+def _wake(store: TriggerStore, t: Trigger, at: datetime, window: Window | None = None) -> bool:
     """PAUSED -> WAITING at its first occurrence at or after `at` (the ones before fell in
-    the pause), or -> COMPLETED when it has none left."""
+    the pause), or -> COMPLETED when it has none left. A trigger the scheduler was still
+    behind on when the pause came (its next occurrence before the pause's S: a leader
+    failing over) keeps that occurrence: the ones before S were never stopped, and those
+    in [S, R) it fires next are skipped by the executors, the stop's window standing."""
     assert t.id is not None
-    if t.next_fire_at >= at:
+    if t.next_fire_at >= at or (window is not None and to_ms(t.next_fire_at) < window.from_ms):
         return bool(store.cas(Transition(ids=[t.id], from_state=S.PAUSED, to_state=S.WAITING)))
     nxt = next_after(t, at - ONE_MS)
     if nxt is None:
