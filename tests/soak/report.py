@@ -31,6 +31,7 @@ class Report:
     occurrences_checked: int
     both_in_dual_run: int
     stopped_occurrences: int
+    paired_across: int
     missing: list[str]
     doubled: list[str]
     stray: list[str]
@@ -52,6 +53,7 @@ class Report:
     crashes: list[str]
     legacy_errors: list[str]
     not_run: list[str] = field(default_factory=list)
+    databases: dict[str, str] = field(default_factory=dict)  # --keep: where to look afterwards
     self_test: dict[str, int] = field(default_factory=dict)  # the checker shown able to fail (run.self_test)
 
     @property
@@ -101,6 +103,7 @@ class Report:
             ("occurrences checked", str(self.occurrences_checked)),
             ("  fired by both in a live dual-run", str(self.both_in_dual_run)),
             ("  stopped on purpose", str(self.stopped_occurrences)),
+            ("  two fires paired across a handover", str(self.paired_across)),
             ("missing", str(len(self.missing))),
             ("doubled", str(len(self.doubled))),
             ("stray", str(len(self.stray))),
@@ -207,6 +210,7 @@ def build_report(
         occurrences_checked=sum(b.owned for b in businesses),
         both_in_dual_run=sum(b.both for b in businesses),
         stopped_occurrences=sum(b.stopped for b in businesses),
+        paired_across=sum(b.across for b in businesses),
         missing=[f"{b.biz_code} {i}" for b in businesses for i in b.missing],
         doubled=[f"{b.biz_code} {i}" for b in businesses for i in b.doubled],
         stray=[f"{b.biz_code} {i}" for b in businesses for i in b.stray],

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
@@ -38,6 +39,7 @@ from scheduler_core.clock import SystemClock
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
+from switchyard.cli import cli
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
 from tests.integration.procs import executor_args, stream_args
@@ -50,6 +52,7 @@ XXL, BC = "xxl-job", "batch-center"
 XXL_SCHEDULES = [("CRON", "* * * * * ?"), ("CRON", "0/2 * * * * ?"), ("FIX_RATE", "1"), ("CRON", "0/3 * * * * ?")]
 BC_CRONS = ["* * * * * ?", "0/2 * * * * ?", "0/3 * * * * ?", "* * * * * ?"]
 BC_CRON_TYPE, BC_WAITING = 2, 0
+CLI_LOCK = threading.Lock()  # one in-process command at a time (the status sampler's too)
 
 
 class LegacyLoop:
@@ -122,6 +125,7 @@ class Business:
     biz: str
     source: str
     legacy_url: str
+    rng: random.Random
     phase: str = "legacy"  # legacy | dual | new
     phase_until: float = 0.0
     shadow: bool = False
@@ -142,14 +146,14 @@ class Action:
 class Workload:
     """Everything the soak runs (servers excepted); `operate` is one operator step."""
 
-    def __init__(self, workdir: Path, seed: int, shards: bool, stack: ExitStack) -> None:
+    def __init__(self, workdir: Path, seed: int, shards: bool, stack: ExitStack, *, keep: bool = False) -> None:
         self.workdir, self.shards = workdir, shards
-        self.rng = random.Random(seed * 7919 + 1)
+        self.seed, self.keep = seed, keep
         self.clock = SystemClock()
         self.t0 = time.monotonic()
-        self.target_url = stack.enter_context(_database("soakt"))
-        self.xxl_url = stack.enter_context(_database("soakx"))
-        self.bc_url = stack.enter_context(_database("soakb"))
+        self.target_url = stack.enter_context(_database("soakt", keep))
+        self.xxl_url = stack.enter_context(_database("soakx", keep))
+        self.bc_url = stack.enter_context(_database("soakb", keep))
         self.pulsar, self.etcd = server_url("pulsar"), server_url("etcd")
         self.cdc = server_url("mariadb", "SWITCHYARD_MARIADB_CDC_URL")
         self.prefix = f"soak{uuid.uuid4().hex[:6]}"
@@ -160,6 +164,7 @@ class Workload:
             "SWITCHYARD_BUS": self.pulsar,
             "SWITCHYARD_TOPIC_PREFIX": self.prefix,
         }
+        self.cli_env = {k: self.env[k] for k in ("SWITCHYARD_URL", "SWITCHYARD_BUS", "SWITCHYARD_TOPIC_PREFIX")}
         self.target = make_engine(self.target_url)
         init_schema(self.target, 4)
         self.store = SqlTriggerStore(self.target, self.clock)
@@ -182,7 +187,8 @@ class Workload:
         with self.target.connect() as conn:
             rows = conn.execute(text("SELECT biz_code, source_system FROM dus_business ORDER BY biz_code")).all()
         for biz, source in rows:
-            self.businesses.append(Business(str(biz), str(source), self.xxl_url if source == XXL else self.bc_url))
+            rng = random.Random(self.seed * 7919 + len(self.businesses))  # each business's own plan
+            self.businesses.append(Business(str(biz), str(source), self.xxl_url if source == XXL else self.bc_url, rng))
         assert len(self.businesses) == 3, rows
 
     def start(self) -> None:
@@ -205,7 +211,7 @@ class Workload:
             self._add("executor", f"executor-{b.biz}", argv, env)
         self.t0 = time.monotonic()  # the soak starts now: the setup is not part of its minutes
         for b in self.businesses:
-            b.phase_until = self.rng.uniform(8, 20)
+            b.phase_until = b.rng.uniform(8, 20)
 
     def _scheduler_args(self, name: str, key: str, registry: str) -> list[str]:
         args = ["scheduler", "run", "--url", self.target_url, "--bus", self.pulsar, "--election", self.etcd]
@@ -237,20 +243,20 @@ class Workload:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def cli(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "switchyard", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`switchyard ARGS` as an operator types it, run in this process (a new Python per
+        command took 8-90 s on the loaded 2-core machine, and the businesses sat idle);
+        one at a time: the runner swaps the process's stdout and environment."""
+        with CLI_LOCK:
+            res = CliRunner().invoke(cli, list(args), env=self.cli_env, catch_exceptions=True)
+        out = res.output
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            out += "".join(traceback.format_exception(res.exception))
+        return subprocess.CompletedProcess(list(args), res.exit_code, out, "")
 
     def _do(self, b: Business, what: str, *args: str) -> int:
         done = self.cli(*args)
-        self.actions.append(Action(self.elapsed(), b.biz, what, done.returncode, (done.stdout + done.stderr)[-600:]))
+        self.actions.append(Action(self.elapsed(), b.biz, what, done.returncode, (done.stdout + done.stderr)[-4000:]))
         return done.returncode
 
     def job_codes(self, b: Business) -> list[str]:
@@ -264,13 +270,13 @@ class Workload:
             return
         biz, url = ["--business", b.biz], ["--legacy-url", b.legacy_url]
         if b.phase == "legacy":
-            b.shadow = self.rng.random() < 0.35
+            b.shadow = b.rng.random() < 0.35
             if self._do(b, "dualrun start" + (" (shadow)" if b.shadow else ""), "dualrun", "start", *biz, *url,
                         *(["--shadow"] if b.shadow else [])) == 0:  # fmt: skip
                 b.phase = "dual"
         elif b.phase == "dual":
             self._lift_all(b)
-            if self.rng.random() < 0.8:
+            if b.rng.random() < 0.8:
                 reason = ["--force", "--reason", "soak"]
                 if self._do(b, "cutover", "cutover", *biz, *url, *reason, "--stream-wait", "15s") == 0:
                     b.phase = "new"
@@ -280,7 +286,7 @@ class Workload:
             self._lift_all(b)
             if self._rollback(b):
                 self._edit(b)
-        b.phase_until = self.elapsed() + self.rng.uniform(12, 30)
+        b.phase_until = self.elapsed() + b.rng.uniform(12, 30)
 
     def _rollback(self, b: Business) -> bool:
         if self._do(b, "rollback", "rollback", "--business", b.biz, "--legacy-url", b.legacy_url, "--reason", "soak"):
@@ -291,12 +297,12 @@ class Workload:
     def _stops(self, b: Business) -> None:
         """In a dual-run or on the new side, now and then: pause or resume a job, freeze or
         unfreeze the business, kill a running run of a slow job."""
-        if b.phase not in ("dual", "new") or self.rng.random() > 0.25:
+        if b.phase not in ("dual", "new") or b.rng.random() > 0.25:
             return
         codes = self.job_codes(b)
-        pick = self.rng.random()
+        pick = b.rng.random()
         if pick < 0.35 and codes:
-            code = self.rng.choice(codes)
+            code = b.rng.choice(codes)
             if code in b.paused:
                 if self._do(b, "resume", "trigger", "resume", "--job", code) == 0:
                     b.paused.discard(code)
@@ -310,7 +316,7 @@ class Workload:
         elif b.phase == "new":
             slow = [c for c in codes if is_slow(c)]
             if slow:
-                self._do(b, "run kill", "run", "kill", "--job", self.rng.choice(slow), "--wait", "5s")
+                self._do(b, "run kill", "run", "kill", "--job", b.rng.choice(slow), "--wait", "5s")
 
     def _lift_all(self, b: Business) -> None:
         """Before a switch: what the operator stopped is resumed (a switch refuses to leave a
@@ -350,6 +356,16 @@ class Workload:
 
 
 @contextmanager
-def _database(prefix: str) -> Iterator[str]:
-    with mariadb_database(prefix) as url:
-        yield url
+def _database(prefix: str, keep: bool) -> Iterator[str]:
+    """A fresh database (tests.backends.mariadb_database); with `keep`, left for a look
+    after the run (its URL is in the report)."""
+    if not keep:
+        with mariadb_database(prefix) as url:
+            yield url
+        return
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(server_url("mariadb"))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    admin.dispose()
+    yield make_url(server_url("mariadb")).set(database=name).render_as_string(hide_password=False)
