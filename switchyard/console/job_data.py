@@ -99,37 +99,45 @@ def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     """Every job matching the filters, by business then code with numbers as numbers
     (xxl:billing:9 before xxl:billing:10), one page of them with each one's state, live
     side, schedule and next fire time. One read of the jobs, one of their triggers, one of
-    the sides: however many jobs, three queries."""
+    the sides (of the page's businesses; of every business only under a side filter)."""
     biz = f.business or None
     jobs = SqlJobAdmin(src.store).jobs(biz)
     first: dict[str, Trigger] = {}
     for t in src.store.triggers_of(biz_code=biz):  # by id: the oldest live one is the schedule
         if t.state is not TriggerState.CANCELLED:
             first.setdefault(t.job_code, t)
-    sides = {
-        j.job_code: j.side.value
-        for bo in ownership(src.store, src.migrator, src.legacy_live, [biz] if biz else None)
-        for j in bo.jobs
-    }
+
+    def sides_of(biz_codes: list[str] | None) -> dict[str, str]:
+        return {
+            j.job_code: j.side.value
+            for bo in ownership(src.store, src.migrator, src.legacy_live, biz_codes)
+            for j in bo.jobs
+        }
+
+    # the live side reads the ledger and the legacy tables of a business: for every
+    # business only when the list is filtered by it, else for the page's businesses only
+    sides = sides_of([biz] if biz else None) if f.side else {}
     q = f.q.lower()
     rows = []
     for j in jobs:
         view = JobView(j, first.get(j.job_code), (), ())
-        side = sides.get(j.job_code, "")
         if (
             (f.state and view.state != f.state)
             or (f.handler and j.handler != f.handler)
             or (f.name and f.name.lower() not in j.job_code.lower())
-            or (f.side and side != f.side)
+            or (f.side and sides.get(j.job_code, "") != f.side)
             or (q and not any(q in s.lower() for s in (j.job_code, j.handler, j.params)))
         ):
             continue
-        rows.append((j, view, side))
+        rows.append((j, view))
     rows.sort(key=lambda r: (r[0].biz_code, natural_key(r[0].job_code)))
     total = len(rows)
     pages = max(1, -(-total // f.size))
     page = min(f.page, pages)
-    shown = rows[(page - 1) * f.size : page * f.size]
+    page_rows = rows[(page - 1) * f.size : page * f.size]
+    if not f.side and page_rows:
+        sides = sides_of(sorted({j.biz_code for j, _v in page_rows}))
+    shown = [(j, v, sides.get(j.job_code, "")) for j, v in page_rows]
     t_next = (TriggerState.WAITING, TriggerState.ACQUIRED)
     return redact_tree(
         {
