@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -66,7 +67,8 @@ class Samplers:
             with CLI_LOCK:
                 res = runner.invoke(cli, args, catch_exceptions=True)
             if res.exit_code == 0:
-                self.status.append(StatusSample(at, problems_of(res.output)))
+                # stdout only: a warning (a URL typed with its password) goes to stderr
+                self.status.append(StatusSample(at, problems_of(res.stdout)))
             else:
                 self.status.append(StatusSample(at, (), f"exit {res.exit_code}: {res.output[-300:]}"))
             t = self.w.elapsed()
@@ -242,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=None, help="Where the logs and report.json go.")
     args = ap.parse_args(argv)
+    # SIGTERM (a `timeout`, an operator's kill) unwinds like an error: the processes the
+    # soak started are stopped by its ExitStack, not left running orphaned
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     out = args.out or Path("test-artifacts") / f"soak-{seed}"
     report = run_soak(args.minutes, seed, out, shards=args.shards, keep=args.keep)

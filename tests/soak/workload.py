@@ -249,10 +249,10 @@ class Workload:
         one at a time: the runner swaps the process's stdout and environment."""
         with CLI_LOCK:
             res = CliRunner().invoke(cli, list(args), env=self.cli_env, catch_exceptions=True)
-        out = res.output
+        err = res.stderr  # apart: the answers on stdout are parsed (JSON), warnings go here
         if res.exception is not None and not isinstance(res.exception, SystemExit):
-            out += "".join(traceback.format_exception(res.exception))
-        return subprocess.CompletedProcess(list(args), res.exit_code, out, "")
+            err += "".join(traceback.format_exception(res.exception))
+        return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, err)
 
     def _do(self, b: Business, what: str, *args: str) -> int:
         done = self.cli(*args)
