@@ -29,7 +29,8 @@ from sqlalchemy.dialects import mysql
 
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
 # 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
-SCHEMA_VERSION = 3
+# 4: dus_job.block, the job's block strategy (issue 28; NULL: concurrent)
+SCHEMA_VERSION = 4
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -106,6 +107,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("shadow", SmallInteger, nullable=False, default=0),
         # model.Lane; NULL (a store of before lanes, until `db init` fills it): default
         Column("lane", String(16)),
+        # model.Block; NULL (every row of before block strategies, and the default): concurrent
+        Column("block", String(16)),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         UniqueConstraint("job_code", name="uk_job_code"),
