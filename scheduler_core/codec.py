@@ -26,7 +26,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_core.item_states import RESULT_STATES
-from scheduler_core.model import Block, CommandId, Epoch, ExecutionCommand, FiredState, JobCode, Lane, TriggerId, command_id
+from scheduler_core.model import (
+    Block,
+    CommandId,
+    Epoch,
+    ExecutionCommand,
+    FiredState,
+    JobCode,
+    Lane,
+    TriggerId,
+    command_id,
+)
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
 

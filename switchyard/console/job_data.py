@@ -22,7 +22,7 @@ from reports.redact import redact_tree
 from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
-from scheduler_core.model import Block, DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Block, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
 from scheduler_core.store.job_admin import SqlJobAdmin
 from switchyard.console.data import Sources
 from switchyard.jobs import JobView, natural_key

@@ -6,6 +6,7 @@ killed and recorded covered (cover_early). Also: how the envelope carries it."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -171,13 +172,9 @@ def test_the_envelope_carries_the_strategy_only_when_not_concurrent() -> None:
     assert b'"bk"' not in plain  # what an older scheduler sent, byte for byte
     assert decode_message(plain)[0].block is Block.CONCURRENT
     for block in (Block.DISCARD_LATER, Block.COVER_EARLY):
-        body = envelope_body(ExecutionCommand(**{**_fields(run), "block": block}), [(0, "")])
+        body = envelope_body(replace(run, block=block), [(0, "")])
         assert decode_message(encode_packed([body]))[0].block is block
     # a strategy this executor does not know (a newer sender's): concurrent, not dropped
     odd = envelope_body(run, [(0, "")])
     odd["bk"] = "serial_someday"
     assert decode_message(encode_packed([odd]))[0].block is Block.CONCURRENT
-
-
-def _fields(run: ExecutionCommand) -> dict[str, object]:
-    return {name: getattr(run, name) for name in run.__slots__}
