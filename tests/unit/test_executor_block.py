@@ -8,16 +8,33 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.clock import SystemClock
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_message, encode_packed, envelope_body
+from scheduler_core.errors import SchemaError
 from scheduler_core.executor import ExecutionContext, Executor
-from scheduler_core.model import Block, CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
+from scheduler_core.model import (
+    Block,
+    CommandId,
+    Epoch,
+    ExecutionCommand,
+    FiredState,
+    Job,
+    JobCode,
+    TriggerId,
+    command_id,
+)
 from scheduler_core.ports import BusMessage
+from scheduler_core.store.admin import tables_for
+from scheduler_core.store.engine import make_engine
+from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
+from switchyard.schema import init_schema
 from tests.unit.test_executor_packs import _collect, _Running
 
 T1 = 1_700_000_000_000
@@ -178,3 +195,31 @@ def test_the_envelope_carries_the_strategy_only_when_not_concurrent() -> None:
     odd = envelope_body(run, [(0, "")])
     odd["bk"] = "serial_someday"
     assert decode_message(encode_packed([odd]))[0].block is Block.CONCURRENT
+
+
+def test_db_init_adds_the_block_column_and_a_job_keeps_its_strategy(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = make_engine(url)
+    init_schema(engine, 1)
+    with engine.begin() as conn:  # a store as schema version 3 left it, one job in it
+        conn.execute(text("ALTER TABLE dus_job DROP COLUMN block"))
+        conn.execute(text("UPDATE dus_meta SET value = '3' WHERE name = 'schema_version'"))
+        conn.execute(
+            text(
+                "INSERT INTO dus_job (job_code, biz_code, handler, params, shard_total, timeout_ms, max_retry,"
+                " priority, envelope_size, explicit_items, shadow, lane, created_at, updated_at)"
+                " VALUES ('old', 'b', 'h', '', 1, 30000, 0, 5, 1, 0, 0, 'default', 0, 0)"
+            )
+        )
+    with pytest.raises(SchemaError, match=r"version 3.*db init"):
+        tables_for(engine)
+    assert "dus_job.block" in init_schema(engine).upgraded
+    store = SqlTriggerStore(engine, SystemClock())
+    old = store.get_job(JobCode("old"))
+    assert old is not None and old.block is Block.CONCURRENT
+    saved = store.put_job(Job(job_code=JobCode("new"), biz_code="b", handler="h", block=Block.COVER_EARLY))
+    assert saved.block is Block.COVER_EARLY
+    assert store.put_job(replace(saved, block=Block.CONCURRENT)).block is Block.CONCURRENT
+    with engine.connect() as conn:  # the default is stored as every row of before the column
+        assert conn.execute(text("SELECT block FROM dus_job WHERE job_code = 'new'")).scalar() is None
+    engine.dispose()
