@@ -12,6 +12,7 @@ The store URL reaches every process through SWITCHYARD_URL, never its arguments.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -142,7 +143,7 @@ def test_discard_later_and_cover_early_through_the_cli_on_real_servers(tmp_path:
             spans = sorted(
                 s for s in _spans(events) if events.read_text().splitlines()[s[0]].split(" ", 1)[0] in discard_ids
             )
-            assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+            assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
         finally:
             stop_process(executor)
             scheduler.stop()
