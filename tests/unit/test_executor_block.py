@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from scheduler_core.bus.memory import InProcessBus
-from scheduler_core.clock import SystemClock
+from scheduler_core.clock import ManualClock, SystemClock
 from scheduler_core.codec import CALLBACK_TOPIC, command_topic, decode_message, encode_packed, envelope_body
 from scheduler_core.errors import SchemaError
 from scheduler_core.executor import ExecutionContext, Executor
@@ -35,6 +35,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 from switchyard.schema import init_schema
+from tests.harness import make_harness
 from tests.unit.test_executor_packs import _collect, _Running
 
 T1 = 1_700_000_000_000
@@ -223,3 +224,16 @@ def test_db_init_adds_the_block_column_and_a_job_keeps_its_strategy(tmp_path: Pa
     with engine.connect() as conn:  # the default is stored as every row of before the column
         assert conn.execute(text("SELECT block FROM dus_job WHERE job_code = 'new'")).scalar() is None
     engine.dispose()
+
+
+def test_the_fire_path_carries_each_jobs_strategy(tmp_path: Path, clock: ManualClock) -> None:
+    h = make_harness(tmp_path, clock, partitions=1, hold_within=timedelta(0))
+    for code, block in (("plain", Block.CONCURRENT), ("drop", Block.DISCARD_LATER), ("cover", Block.COVER_EARLY)):
+        h.once(h.job(code, biz="d", block=block), 1)
+    sub = h.bus.subscribe(command_topic("d"), "test-executor")
+    core = h.core()
+    core.tick_all()
+    core.drain()
+    clock.set(clock.now() + timedelta(seconds=2))
+    got = {env.job_code: env.block for r in sub.receive(100, timedelta(0)) for env in decode_message(r.message.payload)}
+    assert got == {"plain": Block.CONCURRENT, "drop": Block.DISCARD_LATER, "cover": Block.COVER_EARLY}
