@@ -34,6 +34,7 @@ SECTIONS = (
     "compare",
     "stops",
     "lanes",
+    "admin",
 )
 
 

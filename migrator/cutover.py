@@ -35,9 +35,11 @@ from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
+from scheduler_core.operations import BACKLOG_CAP
 from scheduler_core.ports import Clock, Transition
 from scheduler_core.store.reads import published_after, set_shadow
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -353,6 +355,7 @@ class BusinessSwitch:
                         f"{key}: stopped on legacy by an operator and paused on the new side: stays paused on both"
                     )
                 continue
+            self._run_before_fence(t, fence_at)
             starts[key] = self._legacy_start(t, fence_at)
         for key, start in starts.items():
             report.handover[key] = start.isoformat()
@@ -391,6 +394,9 @@ class BusinessSwitch:
             for ln in late
             if ln.source_key not in live and (t := off.get(ln.trigger.id)) is not None  # type: ignore[arg-type]
         }
+        for ln in late:
+            if ln.source_key in starts and (t := off.get(ln.trigger.id)) is not None:  # type: ignore[arg-type]
+                self._run_before_fence(t, fence_at)
         started = set(self.control.start(starts))
         for key in sorted(set(starts) - started - self.control.live(list(starts))):
             report.not_handed_back[key] = (
@@ -561,12 +567,31 @@ class BusinessSwitch:
     def _legacy_start(self, t: Trigger, fence_at: datetime) -> datetime:
         """Where legacy takes over a trigger taken off the scheduler (next_fire_at = the
         first occurrence it has not published): with a fence, its first occurrence at or
-        after the fence (what was published from there on is skipped), but never after
-        what the new side published (a lookahead shorter than the margin)."""
+        after the fence (what was published from there on is skipped). The occurrences
+        before the fence the new side has not published (it was behind: a trigger just
+        resumed, a leader failing over; or a lookahead shorter than the margin) are the
+        new side's to run (`_run_before_fence`): handed to legacy they would be due less
+        than its start margin ahead, which the xxl-job admin loses (the chaos soak found
+        occurrences fired by neither side so)."""
         if self.fences is None:
             return t.next_fire_at
         first = self._first_at_or_after(t, fence_at)
-        return t.next_fire_at if first is None else min(first, t.next_fire_at)
+        return t.next_fire_at if first is None else first
+
+    def _run_before_fence(self, t: Trigger, fence_at: datetime) -> None:
+        """The occurrences of `t` from its first unpublished one up to the fence, published
+        as runs by whoever holds the bus (the relay of pending runs, as a resume's backlog:
+        command ids of (trigger, time), so a repeat is a redelivery). Only when legacy
+        starts at the fence (`_legacy_start`); bounded."""
+        if self.fences is None or self._first_at_or_after(t, fence_at) is None:
+            return
+        times: list[int] = []
+        at: datetime | None = t.next_fire_at
+        while at is not None and at < fence_at and len(times) < BACKLOG_CAP:
+            times.append(to_ms(at))
+            at = next_after(t, at)
+        if times:
+            SqlSupersedes(self.store).add_pending(t, times)
 
     def _once_fenced(self, t: Trigger, fence_at: datetime) -> datetime | None:
         """A one-shot the new side published for at or after the fence: it will be skipped,

@@ -349,6 +349,7 @@ def encode_results(updates: Sequence[FiredUpdate]) -> bytes:
                 "rc": opt_to_ms(u.received_at),
                 "st": opt_to_ms(u.started_at),
                 **({"pg": u.page_id} if u.page_id else {}),
+                **({"lg": [list(x) for x in u.logs]} if u.logs else {}),
             }
             for u in updates
         ],
@@ -369,6 +370,7 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
                 received_at=opt_from_ms(r.get("rc")),
                 started_at=opt_from_ms(r.get("st")),
                 page_id=CommandId(r["pg"]) if r.get("pg") else None,
+                logs=tuple((int(a), str(x), bool(c)) for a, x, c in r.get("lg", ())),
             )
             for r in body.get("r", ())
         ]
@@ -410,6 +412,8 @@ class EnvelopeResult:
     start_offsets_ms: Sequence[int] | None = None
     message: str = ""
     exceptions: Sequence[tuple[int, int, str]] = field(default_factory=tuple)
+    # the handlers' own log lines: (item index, attempt, text, truncated), few or none
+    logs: Sequence[tuple[int, int, str, bool]] = field(default_factory=tuple)
 
     def updates(self) -> list[FiredUpdate]:
         n = len(self.indices)
@@ -430,6 +434,9 @@ class EnvelopeResult:
         else:
             starts = [from_ms(st + o) for o in offsets]
         tid, ms, default = self.trigger_id, self.scheduled_ms, self.message
+        logs: dict[int, list[tuple[int, str, bool]]] = {}
+        for i, att, text, cut in self.logs:
+            logs.setdefault(int(i), []).append((int(att), str(text), bool(cut)))
         out: list[FiredUpdate] = []
         for k, idx in enumerate(self.indices):
             attempt, message = extra.get(k, (0, default))
@@ -444,6 +451,7 @@ class EnvelopeResult:
                     received_at=received,
                     started_at=starts[k],
                     page_id=self.page_id,
+                    logs=tuple(logs.get(idx, ())),
                 )
             )
         return out
@@ -482,6 +490,8 @@ def _envelope_result_to_wire(r: EnvelopeResult) -> dict[str, Any]:
         body["m"] = r.message
     if r.exceptions:
         body["x"] = [list(x) for x in r.exceptions]
+    if r.logs:  # an older scheduler ignores the key: the results apply, the lines are lost
+        body["lg"] = [list(x) for x in r.logs]
     return body
 
 
@@ -503,6 +513,7 @@ def _envelope_result_from_wire(e: dict[str, Any]) -> EnvelopeResult:
         start_offsets_ms=[int(o) for o in so] if so is not None else None,
         message=str(e.get("m", "")),
         exceptions=[(int(p), int(a), str(m)) for p, a, m in e.get("x", ())],
+        logs=[(int(i), int(a), str(x), bool(c)) for i, a, x, c in e.get("lg", ())],
     )
 
 

@@ -224,14 +224,35 @@ def resume(
         missed = window is not None and (
             t.next_fire_at < at or any(tid == t.id and window.from_ms <= ms for tid, ms in fired_in_pause)
         )
+        behind = _behind(t, window) if t.state is S.PAUSED else []
         if t.state is S.PAUSED and not _wake(store, t, at):
             report.fail(t.id, "changed while resuming: run resume again")
             continue
+        if behind:  # due before S, never stopped: published as runs, as an edit's pending ones
+            runs.add_pending(t, behind)
         if missed and t.misfire_policy is MisfirePolicy.FIRE_ONCE_NOW:
             runs.add_pending(t, [to_ms(at)])
             report.run_once.append(t.id)
         report.changed.append(t.id)
     return report
+
+
+BACKLOG_CAP = 1000  # occurrences before S a resume publishes at most (a trigger days behind: the first ones)
+
+
+def _behind(t: Trigger, window: Window | None) -> list[int]:
+    """The occurrences of a paused trigger due before its pause's S that it never fired:
+    the scheduler was behind on it when the pause came (a leader failing over). The pause
+    stops only what is at or after S, so these still run; `_wake` moves the trigger past
+    the pause, so the resume publishes them as runs (command ids of their own times)."""
+    if window is None:
+        return []
+    out: list[int] = []
+    at: datetime | None = t.next_fire_at
+    while at is not None and to_ms(at) < window.from_ms and len(out) < BACKLOG_CAP:
+        out.append(to_ms(at))
+        at = next_after(t, at)
+    return out
 
 
 def _wake(store: TriggerStore, t: Trigger, at: datetime) -> bool:

@@ -119,6 +119,9 @@ class FiredUpdate:
     started_at: datetime | None = None
     # set when the item's fired record is an envelope's page record (one row per message)
     page_id: CommandId | None = None
+    # the handler's own log lines of this item, per attempt: (attempt, text, truncated)
+    # (scheduler_core.executor.run_logs); kept in dus_run_log
+    logs: tuple[tuple[int, str, bool], ...] = ()
 
 
 class TriggerStore(Protocol):

@@ -76,8 +76,10 @@ def legacy_row(r: RegisteredExecutor) -> dict[str, Any]:
     }
 
 
-def native_executors(engine: Engine, *, biz_code: str | None, include_stopped: bool) -> list[dict[str, Any]]:
-    entries = SqlExecutorRegistry(engine).entries(biz_code=biz_code, include_stopped=include_stopped)
+def native_executors(
+    registry: SqlExecutorRegistry, *, biz_code: str | None, include_stopped: bool
+) -> list[dict[str, Any]]:
+    entries = registry.entries(biz_code=biz_code, include_stopped=include_stopped)
     return [native_row(e) for e in entries]
 
 

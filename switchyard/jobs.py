@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,8 @@ from migrator.model import BusinessState
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.alert_rule import AlertRule
+from scheduler_core.executor.bridge_xxljob import run_once_params
+from scheduler_core.executor.bridges import XXL_JOB_HANDLER
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
 from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
@@ -357,20 +359,51 @@ class Jobs:
     def stop(self, job: Job, *, reason: str = "") -> operations.OperationReport:
         return self._start_stop(job, "pause", reason)
 
-    def run(self, job: Job, *, params: str | None = None, bus: MessageBus | None = None, reason: str = "") -> Trigger:
+    def run(
+        self,
+        job: Job,
+        *,
+        params: str | None = None,
+        addresses: Sequence[str] = (),
+        bus: MessageBus | None = None,
+        reason: str = "",
+    ) -> Trigger:
         """One run now, outside the schedule (the schedule is not moved): a one-shot
         trigger due now, which the scheduler fires on its next tick as any one-shot; with
         `params` (the run's own parameter), published here on `bus` with it
-        (`scheduler_core.run_now`)."""
+        (`scheduler_core.run_now`). A bridged xxl-job job's parameter goes into its bridge
+        params as the admin's executor parameter, and `addresses` (its executors' addresses,
+        the admin's "run once" address list) replace the app's registered executors for
+        this run; other jobs run on their business's executors, so they take none."""
+        bridged = job.handler == XXL_JOB_HANDLER
+        if addresses and not bridged:
+            raise JobInputError(
+                "address",
+                f"job {job.job_code} runs on its business's executors (handler {job.handler}): "
+                "only a bridged xxl-job job runs on chosen executor addresses",
+            )
+        own = params
+        if bridged and (params is not None or addresses):
+            try:
+                own = run_once_params(job.params, params, addresses)
+            except ValueError as exc:
+                raise JobInputError("address" if addresses else "param", str(exc)) from None
         now = self.store.clock.now()
-        if params is not None and bus is None:
-            raise JobInputError("param", "a run with its own parameter is published by this command: give --bus")
-        state = S.WAITING if params is None else S.COMPLETED  # completed: the scheduler never fires it
+        if own is not None and bus is None:
+            what = "its own parameter" if params is not None else "chosen executor addresses"
+            raise JobInputError("param", f"a run with {what} is published by this command: give --bus")
+        state = S.WAITING if own is None else S.COMPLETED  # completed: the scheduler never fires it
         once = Schedule(kind=TriggerKind.ONCE, at=now).trigger(job, now, state)
         (added,) = self.store.add_triggers([once])
-        if params is not None and bus is not None:
-            publish_run(self.store, bus, added, job, params)
-        after = {"job": job.job_code, "trigger_id": added.id, "params": job.params if params is None else params}
+        if own is not None and bus is not None:
+            publish_run(self.store, bus, added, job, own)
+        after: dict[str, Any] = {
+            "job": job.job_code,
+            "trigger_id": added.id,
+            "params": job.params if own is None else own,
+        }
+        if addresses:
+            after["addresses"] = list(addresses)
         self._audit(job.biz_code, "job run", reason, before=None, after=after)
         return added
 

@@ -1,7 +1,7 @@
 """An operator's pause, resume or cancel of triggers as `switchyard trigger` does it, for
 the command and for whatever else acts as an operator (tests): the ownership guard
 (`migrator.ownership`), the stop or its lift (`scheduler_core.operations`) with S the
-start + STOP_LEAD and R the lift + RESUME_LEAD, and the audit note of each business in
+start (or the write, when later) + STOP_LEAD and R the lift + RESUME_LEAD, and the audit note of each business in
 dual-run or cut over."""
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ STOP_LEAD = timedelta(seconds=1)
 RESUME_LEAD = timedelta(seconds=2)
 
 
+def stop_instant(started: datetime, writing: datetime) -> datetime:
+    """S of a stop: STOP_LEAD after the command's start, or after the stop is written when
+    the command's reads (the store, the guard, opening the bus) took longer than that. The
+    lead is the time every executor has to hear the stop before S: counted from the start
+    alone, a command slowed past it (a loaded machine) wrote a stop already due and an
+    occurrence at or after S ran (the soak found one: docs/soak.md)."""
+    return max(started, writing) + STOP_LEAD
+
+
 def act(
     store: SqlTriggerStore,
     own: MigratorStore,
@@ -35,10 +44,9 @@ def act(
 ) -> tuple[operations.OperationReport, GuardOutcome]:
     guard = guard_trigger_operation(store, own, action, ids, reason)
     allowed = guard.allowed
-    if action == "pause":  # S: the command's start + 1 s, whatever the reads took
-        report = operations.pause(store, stops, allowed, started + STOP_LEAD, actor, reason)
-    elif action == "cancel":
-        report = operations.cancel(store, stops, allowed, started + STOP_LEAD, actor, reason)
+    if action in ("pause", "cancel"):
+        stop = operations.pause if action == "pause" else operations.cancel
+        report = stop(store, stops, allowed, stop_instant(started, store.clock.now()), actor, reason)
     else:  # R: 2 s after the lift is written (not after the start): every executor hears it first
         report = operations.resume(store, stops, SqlSupersedes(store), allowed, store.clock.now() + RESUME_LEAD)
         _undo_rolled_back_meanwhile(store, own, stops, report, guard, actor)
@@ -95,4 +103,4 @@ def _undo_rolled_back_meanwhile(
         guard.refused[tid] = f"{triggers[tid].job_code}: {why}"
 
 
-__all__ = ["RESUME_LEAD", "STOP_LEAD", "act"]
+__all__ = ["RESUME_LEAD", "STOP_LEAD", "act", "stop_instant"]

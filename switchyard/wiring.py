@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from readers.ports import LegacyReader
     from readers.timezones import LegacyZones
     from scheduler_core.executor import Executor
+    from scheduler_core.store.executors import SqlExecutorRegistry
     from switchyard.alerts.store import AlertStore
 
 
@@ -359,6 +360,13 @@ def batch_center_tokens(legacy_url: str) -> Callable[[str], str | None]:
         return None if row is None or not row[0] else str(row[0])
 
     return lookup
+
+
+def executor_registry(store: SqlTriggerStore) -> SqlExecutorRegistry:
+    """The executor registry (dus_executor) in the trigger store's database."""
+    from scheduler_core.store.executors import SqlExecutorRegistry
+
+    return SqlExecutorRegistry(store.engine)
 
 
 def alert_store(store: SqlTriggerStore) -> AlertStore:

@@ -127,6 +127,8 @@ RUN_FIELDS = (
     "glue_source",
     "glue_updatetime",
 )
+# a run-once command's overrides in a bridged job's params: {"executor_param": ..., "addresses": [...]}
+RUN_ONCE = "run_once"
 MAX_WAIT_S = 24 * 3600.0  # a run that never reports is given up after this, as the migrator's NO_TIMEOUT
 
 
@@ -182,6 +184,28 @@ def _answer_ok(answer: Any) -> tuple[bool, str]:
     if isinstance(answer, dict):
         return answer.get("code") == SUCCESS_CODE, str(answer.get("msg") or "")
     return False, _one_line(str(answer), 200)
+
+
+def run_once_params(job_params: str, executor_param: str | None, addresses: Sequence[str]) -> str:
+    """A bridged job's params for one run now: its own, with the run's executor parameter
+    and chosen executor addresses (the admin's "run once" dialog) laid over them. A
+    parameter replaces the job's JSON for a native job; here the JSON is the bridge's,
+    so the parameter goes inside it. ValueError on an address that is not one."""
+    try:
+        params = json.loads(job_params) if job_params else {}
+    except ValueError as exc:
+        raise ValueError(f"the job's bridge params are not JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise ValueError("the job's bridge params are not a JSON object")
+    bad = [a for a in addresses if not looks_like_address(a)]
+    if bad:
+        raise ValueError(f"not an executor address: {bad[0]!r} (e.g. http://10.0.0.7:9999/)")
+    once: dict[str, Any] = {}
+    if executor_param is not None:
+        once["executor_param"] = executor_param
+    if addresses:
+        once["addresses"] = [_base(a) for a in addresses]
+    return json.dumps({**params, RUN_ONCE: once}, ensure_ascii=False)
 
 
 def looks_like_address(value: str) -> bool:
@@ -338,6 +362,17 @@ class XxlJobBridge:
         if not 0 < job_id <= JAVA_INT_MAX:
             return HandlerResult(ok=False, message=f"xxl-job bridge: job_id {job_id} is outside the Java int range")
         params = self._current(job_id, params)
+        # an operator's "run once" (the admin's executorParam and addressList): laid over
+        # the current row, since the run's own parameter is what was asked for
+        once = params.get(RUN_ONCE)
+        if once is not None and not isinstance(once, dict):
+            return HandlerResult(ok=False, message=f"xxl-job bridge: {RUN_ONCE} is not a JSON object")
+        once = once or {}
+        if "executor_param" in once:
+            params = {**params, "executor_param": once["executor_param"]}
+        chosen = once.get("addresses") or []
+        if not isinstance(chosen, list) or not all(isinstance(a, str) and looks_like_address(a) for a in chosen):
+            return HandlerResult(ok=False, message=f"xxl-job bridge: {RUN_ONCE}.addresses is not a list of addresses")
         glue_type = str(params.get("glue_type") or "BEAN").upper()
         glue_source = params.get("glue_source")
         if glue_type != "BEAN" and not glue_source:
@@ -354,7 +389,9 @@ class XxlJobBridge:
             return HandlerResult(ok=False, message=f"xxl-job bridge: {exc}")
         app = str(params.get("app_name") or "")
         strategy = params.get("route_strategy") or "FIRST"
-        addresses = self._addresses(app)
+        # chosen addresses replace the app's registered ones; the route strategy picks
+        # among them, as the admin's trigger with an addressList does
+        addresses = [a.strip() for a in chosen] if chosen else self._addresses(app)
         if strategy == "SHARDING_BROADCAST" or looks_like_address(ctx.item_param):
             # item i goes to the i-th live executor (list[0] past the end), as the admin's
             # broadcast; the address the migrator stored is used when none is known

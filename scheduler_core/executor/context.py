@@ -11,10 +11,14 @@ Cancellation (`run kill`, `scheduler_core.executor.kills`) is cooperative: a han
 can stop early checks `ctx.cancelled`, waits on `ctx.cancel_event`, or registers
 `ctx.on_cancel(fn)`, and returns; its run is then recorded killed. The context holds a
 reference to its executor's `Cancellations` and asks it only when the handler does.
+
+Log lines: `ctx.log` (or any logger reaching the root logger) during the run are kept
+with it (`executor.run_logs`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_core.codec import Envelope
+from scheduler_core.executor import run_logs
 from scheduler_core.executor.kills import Cancellations
 from scheduler_core.model import CommandId, Epoch, JobCode, TriggerId, command_id
 from scheduler_core.times import to_ms
@@ -90,7 +95,14 @@ class ExecutionContext:
         ctx._attempt = attempt
         ctx._cid = None
         ctx._kills = kills
+        run_logs.current.ctx = ctx  # the run in work on this thread, for its log lines
         return ctx
+
+    @property
+    def log(self) -> logging.Logger:
+        """The handler's logger (`handler.<job code>`, INFO and above): its lines are kept
+        with this run and shown in the run log (`switchyard runs log`, the console)."""
+        return logging.getLogger(f"{run_logs.HANDLER_LOGGER}.{self._env.job_code}")
 
     # -- cancellation (run kill) ------------------------------------------------------
 

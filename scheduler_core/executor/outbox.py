@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # Items per result message: ~2-3 bytes per item plus the exceptions, far below Pulsar's
 # 5 MB default, and small enough that one slow store batch stays small.
 MAX_ITEMS_PER_MESSAGE = 20_000
+# the handlers' log lines a message may carry before the next envelope goes in another
+# (each envelope's are capped at 1 MiB: executor.run_logs), well below Pulsar's 5 MB
+MAX_LOG_BYTES_PER_MESSAGE = 2 * 1024 * 1024
 _STOP = object()
 # what put_many queues: a message's runs with their results
 _Done = list[tuple[Received | PackShare, EnvelopeResult]]
@@ -39,13 +42,15 @@ def result_messages(results: Sequence[EnvelopeResult], compact: bool) -> list[Bu
         return [BusMessage(CALLBACK_TOPIC, encode_results(r.updates()), key=_key(r)) for r in results]
     out: list[BusMessage] = []
     group: list[EnvelopeResult] = []
-    items = 0
+    items = logged = 0
     for r in results:
-        if group and items + len(r.indices) > MAX_ITEMS_PER_MESSAGE:
+        size = sum(len(text) for _i, _a, text, _c in r.logs) if r.logs else 0
+        if group and (items + len(r.indices) > MAX_ITEMS_PER_MESSAGE or logged + size > MAX_LOG_BYTES_PER_MESSAGE):
             out.append(BusMessage(CALLBACK_TOPIC, encode_envelope_results(group), key=_key(group[0])))
-            group, items = [], 0
+            group, items, logged = [], 0, 0
         group.append(r)
         items += len(r.indices)
+        logged += size
     if group:
         out.append(BusMessage(CALLBACK_TOPIC, encode_envelope_results(group), key=_key(group[0])))
     return out

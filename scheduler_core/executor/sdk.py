@@ -78,6 +78,7 @@ from scheduler_core.codec import (
     command_topic,
     decode_message,
 )
+from scheduler_core.executor import run_logs
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
 from scheduler_core.executor.kills import Cancellations
@@ -229,6 +230,7 @@ class Executor:
         self._job_runs: dict[str, dict[tuple[int, int], list[Envelope]]] = {}
         self.discarded = 0  # runs not run: an earlier run of their job was in work (discard_later)
         self.covered = 0  # runs killed by a later run of their job (cover_early)
+        run_logs.install()  # the handlers' own log lines go with their results
 
     # -- registration ----------------------------------------------------------------
 
@@ -518,6 +520,7 @@ class Executor:
                     start_offsets_ms=[0],
                     message="",
                     exceptions=[],
+                    logs=run_logs.take(env),
                 ),
             )
         )
@@ -756,6 +759,7 @@ class Executor:
             start_offsets_ms=run.start_offsets_ms() if started else None,
             message=message,
             exceptions=run.extras,
+            logs=run_logs.take(env),
         )
         if letter is None:
             self._remember_successes(run, indices, letters)

@@ -30,6 +30,7 @@ from scheduler_core.store.upgrade import (
     carry_business_fences,
     fill_lanes,
     missing_columns,
+    missing_indexes,
     replace_indexes,
 )
 
@@ -189,6 +190,7 @@ def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
             ).scalar_one_or_none()
             report.schema_version = None if version is None else int(version)
     report.missing += [f"{t.name}.{c.name}" for t, c in missing_columns(engine, tables, also)]
+    report.missing += [f"{ix.table.name}.{ix.name}" for ix in missing_indexes(engine, tables)]  # type: ignore[union-attr]
     report.not_utf8mb4 = charset.not_utf8mb4(engine, [name for name, _ in _all_tables(tables, also)])
     if tables.trigger.name in present:
         if dialect in MYSQL_DIALECTS:

@@ -29,8 +29,10 @@ from sqlalchemy.dialects import mysql
 
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
 # 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
-# 4: dus_job.block, the job's block strategy (issue 28; NULL: concurrent)
-SCHEMA_VERSION = 4
+# 4: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
+#    idx_fired_job_time); the result consumer writes log lines, so an older store is refused
+# 5: dus_job.block, the job's block strategy (issue 28; NULL: concurrent)
+SCHEMA_VERSION = 5
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -62,6 +64,7 @@ class Tables:
     stop: Table
     kill_request: Table
     executor: Table
+    run_log: Table
     partitions: int
     dialect: str
 
@@ -206,6 +209,10 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("failed_items", Integer, nullable=False, default=0),
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
+        # the run log across businesses, newest first, and the purge's oldest-first scan
+        # (scheduler_core.store.run_log, .purge); a store of before them gets them from `db init`
+        Index("idx_fired_time", "scheduled_at"),
+        Index("idx_fired_job_time", "job_code", "scheduled_at"),
     )
     # On-success follow-ups (scheduler_core.followups): after each successful run of
     # trigger_id (each item of it), each child trigger is fired once, at once.
@@ -277,6 +284,23 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("requested_by", String(191), nullable=False, default=""),
         Index("idx_kill_requested", "requested_at"),
     )
+    # A run's own log lines (scheduler_core.executor.run_logs): what the handler logged
+    # during one attempt of one item, capped (the SDK truncates with a marker), carried with
+    # the run's result and written beside it. `fired_id`: the fired record it belongs to
+    # (the item's own command id, or its envelope's page record), which the purge follows.
+    run_log = Table(
+        "dus_run_log",
+        md,
+        Column("command_id", String(96), nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("fired_id", String(96), nullable=False),
+        Column("item_index", Integer, nullable=False),
+        Column("logged_at", BigInteger, nullable=False),
+        Column("truncated", SmallInteger, nullable=False, default=0),
+        Column("log_text", LONG_TEXT, nullable=False),
+        PrimaryKeyConstraint("command_id", "attempt"),
+        Index("idx_run_log_fired", "fired_id", "item_index"),
+    )
     executor = executor_table(md)
     return Tables(
         metadata=md,
@@ -291,6 +315,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         trigger_supersede=trigger_supersede,
         stop=stop,
         kill_request=kill_request,
+        run_log=run_log,
         executor=executor,
         partitions=partitions,
         dialect=dialect,

@@ -59,6 +59,7 @@ from scheduler_core.store.rows import (
     trigger_values,
     triggers_from_packed,
 )
+from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added
@@ -706,7 +707,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         pages = [u for u in updates if u.page_id is not None]
         items = [u for u in updates if u.page_id is None]
         changed = self._update_pages(pages) if pages else 0
-        return changed + (self._update_items(items) if items else 0)
+        changed += self._update_items(items) if items else 0
+        write_logs(self.engine, self.t, updates)  # the handlers' log lines that came with them
+        return changed
 
     def _update_pages(self, updates: Sequence[FiredUpdate]) -> int:
         """Per-item results of envelopes folded into their page records: one UPDATE per

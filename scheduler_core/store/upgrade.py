@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from sqlalchemy import Column, MetaData, Table, func, insert, inspect, select, update
+from sqlalchemy import Column, Index, MetaData, Table, func, insert, inspect, select, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchemaError
@@ -85,6 +85,20 @@ def fill_lanes(engine: Engine, tables: Tables) -> list[str]:
                     .values(lane=Lane.DEFAULT.value)
                 ).rowcount
         out.append(f"{table.name}.lane ({filled} row(s) -> {Lane.DEFAULT.value})")
+    return out
+
+
+def missing_indexes(engine: Engine, tables: Tables) -> list[Index]:
+    """Each index of the core's tables an existing table lacks, by name (`db check` names
+    them; `replace_indexes` creates them)."""
+    insp = inspect(engine)
+    present = set(insp.get_table_names())
+    out: list[Index] = []
+    for name, table in tables.metadata.tables.items():
+        if name not in present:
+            continue
+        have = {str(i["name"]) for i in insp.get_indexes(name)}
+        out += [ix for ix in sorted(table.indexes, key=lambda i: str(i.name)) if str(ix.name) not in have]
     return out
 
 

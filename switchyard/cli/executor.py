@@ -19,12 +19,12 @@ from datetime import timedelta
 from typing import Any
 
 import click
-from sqlalchemy.engine import Engine
 
 from scheduler_core.executor import Executor
 from scheduler_core.executor.heartbeat import Heartbeat
 from scheduler_core.model import Lane
 from scheduler_core.store.engine import make_engine
+from scheduler_core.store.executors import SqlExecutorRegistry
 from switchyard import exitcodes
 from switchyard.cli.bus_reach import require_shared_bus
 from switchyard.cli.durations import seconds
@@ -151,13 +151,12 @@ heartbeat_interval = click.option(
 
 
 def start_heartbeat(
-    engine: Engine, executors: Callable[[], Sequence[Executor]], name: str, interval: timedelta
+    registry: SqlExecutorRegistry, executors: Callable[[], Sequence[Executor]], name: str, interval: timedelta
 ) -> Heartbeat:
-    """The process's heartbeat into the registry of the store at `engine` (its own thread;
+    """The process's heartbeat into `registry` (its own thread;
     a failed beat is a warning, never the executor's end)."""
-    from scheduler_core.store.executors import SqlExecutorRegistry
 
-    return Heartbeat(SqlExecutorRegistry(engine), executors, name=name, interval=interval).start()
+    return Heartbeat(registry, executors, name=name, interval=interval).start()
 
 
 # which bridges a process serves (`executor run` and `serve` share it)
@@ -301,7 +300,7 @@ def run_cmd(
             raise CliFailure(f"cannot import handlers module {module_name!r}: {exc}", exitcodes.USAGE) from None
     require_shared_bus(bus_url, "scheduler")
     # a typo'd store path is an error now; an unreachable store only costs the heartbeat
-    registry = None if url is None else make_engine(url, pool_size=2, must_exist=True)
+    engine = None if url is None else make_engine(url, pool_size=2, must_exist=True)
     # the bridges first: a usage error (an unset token variable, a port in use) before any connection
     legacy = Bridges(bridges, bridge_settings)
     closers = [legacy.close]
@@ -331,8 +330,8 @@ def run_cmd(
         )
         beat = (
             None
-            if registry is None
-            else start_heartbeat(registry, lambda: executors, executors[0].name, heartbeat_interval)
+            if engine is None
+            else start_heartbeat(SqlExecutorRegistry(engine), lambda: executors, executors[0].name, heartbeat_interval)
         )
         if beat is None:
             log.info("no store given (--url, SWITCHYARD_URL): this process is not in the executor registry")
@@ -355,8 +354,8 @@ def run_cmd(
             if beat is not None:
                 beat.close()  # after the runs in work finished: the row says stopped
     finally:
-        if registry is not None:
-            registry.dispose()
+        if engine is not None:
+            engine.dispose()
         for close in reversed(closers):
             close()
 

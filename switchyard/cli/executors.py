@@ -15,7 +15,7 @@ from switchyard.cli.errors import cli_errors
 from switchyard.cli.exits import STORE, exits
 from switchyard.cli.options import legacy_url_option, store_url
 from switchyard.executors import dash, format_age, legacy_executors, native_executors, sorted_rows
-from switchyard.wiring import open_existing_store
+from switchyard.wiring import executor_registry, open_existing_store
 
 _COLUMNS = ("BUSINESS", "HOST", "PID", "VERSION", "CONCURRENCY", "IN FLIGHT", "LAST SEEN", "STATE")
 
@@ -51,7 +51,7 @@ def executors(
     runs in flight, last heartbeat and state."""
     store = open_existing_store(url)
     try:
-        rows = native_executors(store.engine, biz_code=biz_code, include_stopped=include_stopped)
+        rows = native_executors(executor_registry(store), biz_code=biz_code, include_stopped=include_stopped)
     finally:
         store.engine.dispose()
     for legacy in legacy_urls:

@@ -25,7 +25,7 @@ from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED
-from switchyard.trigger_actions import RESUME_LEAD, STOP_LEAD
+from switchyard.trigger_actions import RESUME_LEAD, stop_instant
 from switchyard.wiring import migrator_store, open_existing_store
 
 
@@ -57,7 +57,7 @@ def _switch(
             stops = StopService(stop_store, bus)
             applied: Applied | None
             if action == "freeze":
-                at = now + STOP_LEAD
+                at = stop_instant(now, store.clock.now())
                 applied = stops.stop(scope, key, at, Cause.FREEZE, actor, reason)
             else:
                 at = now + RESUME_LEAD

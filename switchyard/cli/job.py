@@ -549,6 +549,13 @@ _stop_like(
     default=None,
     help="This run's own parameter instead of the job's (the command publishes the run itself: needs --bus).",
 )
+@click.option(
+    "--address",
+    "addresses",
+    multiple=True,
+    help="A bridged xxl-job job only: run on this executor address (repeatable; the job's route "
+    "strategy picks among them) instead of its app's registered executors. Needs --bus.",
+)
 @store_url
 @bus_opts
 @reason_opt
@@ -559,6 +566,7 @@ def run_once(
     name: str,
     biz_code: str | None,
     params: str | None,
+    addresses: tuple[str, ...],
     url: str,
     bus_args: BusArgs,
     reason: str,
@@ -570,14 +578,16 @@ def run_once(
     --job JOB` shows the run."""
     with _opened(url, actor, bus_args) as s:
         found = s.jobs.resolve(name, biz_code)
-        added = s.jobs.run(found, params=params, bus=s.jobs.stops.bus, reason=reason)
+        added = s.jobs.run(found, params=params, addresses=addresses, bus=s.jobs.stops.bus, reason=reason)
+    published_here = params is not None or bool(addresses)
     out = {
         "job": found.job_code,
         "business": found.biz_code,
         "trigger_id": added.id,
         "at": added.next_fire_at.isoformat(),
         "params": found.params if params is None else params,
-        "published_by": "scheduler" if params is None else "this command",
+        "addresses": list(addresses),
+        "published_by": "this command" if published_here else "scheduler",
     }
     if as_json:
         click.echo(json.dumps(out))

@@ -37,7 +37,7 @@ from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
 from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
-from switchyard.wiring import alert_store, load_handlers, migrator_store, open_store
+from switchyard.wiring import alert_store, executor_registry, load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def serve(
     stop = stop_event()
     # one row in the executor registry for the process, whatever businesses it finds
     beat = start_heartbeat(
-        store.engine, lambda: [ex for ex, _th in list(center.executors.values())], name, heartbeat_interval
+        executor_registry(store), lambda: [ex for ex, _th in list(center.executors.values())], name, heartbeat_interval
     )
     try:
         center.run(stop, on_started=started)

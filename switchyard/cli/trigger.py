@@ -1,7 +1,8 @@
 """`switchyard trigger pause|resume|cancel`: operators' stops of triggers
 (`scheduler_core.operations`, `scheduler_core.stops`).
 
-S (pause, cancel) is the command's start + STOP_LEAD (1 s): no handler is invoked for an
+S (pause, cancel) is the command's start + STOP_LEAD (1 s), or the stop's write + STOP_LEAD
+when the command's reads took longer than that (a loaded machine): no handler is invoked for an
 occurrence at or after S once the command has returned, since every executor hears the
 stop before S (broadcast here with `--bus`, relayed from the store by whoever holds the
 bus within a few hundred ms otherwise). R (resume) is RESUME_LEAD (2 s) after the lift is

@@ -30,6 +30,7 @@ from switchyard.executors import (
     sorted_rows,
     xxl_admin_urls,
 )
+from switchyard.wiring import executor_registry
 
 log = logging.getLogger(__name__)
 # the console's own headers (app.HEADERS): pages load nothing from anywhere
@@ -44,7 +45,7 @@ HEADERS = {
 def executors(src: Sources, *, biz_code: str | None, include_stopped: bool) -> dict[str, Any]:
     """What the page and the API show: the rows (switchyard.executors) and the notes on
     legacy databases that could not be read."""
-    rows = native_executors(src.store.engine, biz_code=biz_code, include_stopped=include_stopped)
+    rows = native_executors(executor_registry(src.store), biz_code=biz_code, include_stopped=include_stopped)
     notes: list[str] = []
     for url in src.legacy_urls:
         try:

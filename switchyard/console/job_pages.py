@@ -12,6 +12,7 @@ without a role or a CSRF token)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -227,7 +228,8 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
                 jobs.stop(job, reason=reason)
                 return RedirectResponse(here + "?done=stopped", 303, headers=HEADERS)
             params = given.get("run_params") if given.get("with_param") == "1" else None
-            jobs.run(job, params=params, bus=bus, reason=reason)
+            addresses = tuple(a for a in re.split(r"[\s,]+", given.get("run_addresses", "")) if a)
+            jobs.run(job, params=params, addresses=addresses, bus=bus, reason=reason)
             return RedirectResponse(here + "?done=ran", 303, headers=HEADERS)
 
         return await run(request, False, work)
@@ -296,7 +298,16 @@ def routes(src: Sources, bus: MessageBus | None = None) -> list[BaseRoute]:
                 reason = str(given.get("reason", ""))
                 if action == "run":
                     params = given.get("params")
-                    t = jobs.run(job, params=None if params is None else str(params), bus=bus, reason=reason)
+                    addresses = given.get("addresses") or []
+                    if not isinstance(addresses, list):
+                        raise JobInputError("address", "addresses is a list of executor addresses")
+                    t = jobs.run(
+                        job,
+                        params=None if params is None else str(params),
+                        addresses=tuple(str(a) for a in addresses),
+                        bus=bus,
+                        reason=reason,
+                    )
                     return answer({"job": job.job_code, "trigger_id": t.id, "at": t.next_fire_at.isoformat()})
                 if action == "copy":
                     to = str(given.get("business") or "") or None

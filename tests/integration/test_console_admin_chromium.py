@@ -4,7 +4,9 @@ Chromium, driven over its DevTools pipe, logs in with an admin token, creates a 
 form after previewing its cron's next 5 fire times in the job's zone, sees it fire, runs
 it once now with a parameter of its own (the executor's handler receives it), stops it
 (nothing runs at or after the stop), and edits its cron with the preview of the new
-times. Every write is on the audit page under the token's name.
+times; a failing job created with a webhook alert target reaches a real HTTP receiver;
+the executor in the registry page goes from live to lost when its process is killed -9.
+Every write is on the audit page under the token's name.
 
 The tokens and the store URL reach the console through its environment, never its
 arguments."""
@@ -14,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +36,7 @@ from tests.backends import mariadb_database
 from tests.integration.cdp import Page
 from tests.integration.console_browser import chromium, free_port
 from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process
+from tests.receivers import Webhook, webhook
 from tests.servers import REPO, missing, server_url
 from tests.waiting import until
 
@@ -95,9 +99,24 @@ def _console(url: str, pulsar: str, prefix: str, log: Path) -> tuple[subprocess.
     return proc, base
 
 
-def daily_loop(page: Page, base: str, events: Path, logs: Callable[[], str]) -> None:
+def _executor_states(page: Page, base: str) -> list[str]:
+    """The states of the registry's rows of BIZ on the executors page, read afresh."""
+    page.goto(f"{base}/executors?business={BIZ}")
+    return list(page.js("[...document.querySelectorAll('#executors tr.executor')].map(r => r.dataset.state)") or [])
+
+
+def daily_loop(
+    page: Page,
+    base: str,
+    events: Path,
+    logs: Callable[[], str],
+    hook: Webhook,
+    kill_executor: Callable[[], None] | None = None,
+) -> None:
     """Log in, create a job (its cron previewed), see it fire, run it once with a parameter
-    of its own, stop it (nothing runs at or after the stop), edit its cron (previewed)."""
+    of its own, stop it (nothing runs at or after the stop), edit its cron (previewed); a
+    failing job's alert reaches a webhook; the executor in the registry goes from live to
+    lost when its process is killed (`kill_executor`)."""
 
     def on_fail() -> str:
         return f"{logs()}\n--- page {page.url}\n{page.body()[:2000]}"
@@ -160,6 +179,36 @@ def daily_loop(page: Page, base: str, events: Path, logs: Callable[[], str]) -> 
     assert len(shown) == 5 and all("T03:30:00+08:00" in t for t in shown), on_fail()
     assert page.attr("#job-state", "data-state") == "stopped"  # an edit does not start it
 
+    # a job that fails, with a webhook among its alert targets: the alert reaches it
+    page.goto(base + "/jobs/new")
+    for field, value in {
+        "#f-business": BIZ,
+        "#f-job": "breaks",
+        "#f-handler": "fail",
+        "#f-cron": "0/2 * * * * ?",
+        "#f-zone": ZONE,
+        "#f-alerts": f"webhook:{hook.url}",
+        "#f-alert_on": "failure",
+    }.items():
+        page.fill(field, value)
+    page.click("#save")
+    assert page.url.startswith(base + "/jobs/breaks"), on_fail()
+
+    def alerted() -> bool:
+        return any(c["job"] == "breaks" and c["kind"] == "failure" for c in hook.calls())
+
+    assert until(alerted, 90, 0.5), f"no alert at the webhook: {hook.calls()}\n{on_fail()}"
+    (first,) = [c for c in hook.calls() if c["job"] == "breaks"][:1]
+    assert first["business"] == BIZ and first["status"] == "firing" and "ledger refused" in first["message"]
+    page.click("#stop")
+    assert page.attr("#job-state", "data-state") == "stopped", on_fail()
+
+    # the executor in the registry: live, then lost once its process is killed
+    if kill_executor is not None:
+        assert until(lambda: "live" in _executor_states(page, base), 30, 0.5), on_fail()
+        kill_executor()
+        assert until(lambda: _executor_states(page, base) == ["lost"], 30, 0.5), on_fail()
+
     # every write audited under the token's name, with what it was and became
     page.goto(base + "/audit")
     whats = page.texts("#audit td.what")
@@ -185,26 +234,39 @@ def test_the_daily_loop_on_mariadb_and_pulsar(tmp_path: Path, page: Page) -> Non
         scheduler = start_scheduler("s0", tmp_path, url=url, bus=pulsar, etcd="local", key="/k", prefix=prefix)
         exec_log = tmp_path / "executor.log"
         with exec_log.open("wb") as out:
+            # the store from SWITCHYARD_URL: it heartbeats into the registry, every second
             executor = start_cli(
-                executor_args(BIZ, pulsar, prefix, 2, "--handlers", "tests.integration.job_handlers"),
+                executor_args(
+                    BIZ, pulsar, prefix, 2, "--handlers", "tests.integration.job_handlers", "--heartbeat-interval", "1"
+                ),
                 out,
                 cwd=REPO,
                 env=env,
             )
+        alerts_log = tmp_path / "alerts.log"
+        with alerts_log.open("wb") as out:
+            alerter = start_cli(["alerts", "run", "--interval", "1s", "--group-wait", "1s"], out, cwd=REPO, env=env)
         console_log = tmp_path / "console.log"
         console, base = _console(url, pulsar, prefix, console_log)
 
         def logs() -> str:
             return (
                 f"--- scheduler\n{scheduler.log_text()[-2000:]}\n--- executor\n"
-                f"{exec_log.read_text(errors='replace')[-2000:]}\n--- console\n"
+                f"{exec_log.read_text(errors='replace')[-2000:]}\n--- alerts\n"
+                f"{alerts_log.read_text(errors='replace')[-1500:]}\n--- console\n"
                 f"{console_log.read_text(errors='replace')[-3000:]}"
             )
 
+        def kill_executor() -> None:
+            executor.send_signal(signal.SIGKILL)
+            executor.wait(timeout=30)
+
         try:
-            daily_loop(page, base, events, logs)
+            with webhook() as hook:
+                daily_loop(page, base, events, logs, hook, kill_executor)
         finally:
             stop_process(console)
+            stop_process(alerter)
             stop_process(executor)
             scheduler.stop()
         text = console_log.read_text(errors="replace")
@@ -236,6 +298,7 @@ def test_the_daily_loop_on_serve_with_sqlite(tmp_path: Path, page: Page) -> None
     port = free_port()
     log = tmp_path / "serve.log"
     args = ["serve", "--handlers", "tests.integration.job_handlers", "--console", "--console-port", str(port)]
+    args += ["--alert-interval", "1s", "--alert-group-wait", "1s"]
     with log.open("wb") as out:
         proc = start_cli([*args, "--console-writes"], out, cwd=REPO, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -252,7 +315,9 @@ def test_the_daily_loop_on_serve_with_sqlite(tmp_path: Path, page: Page) -> None
 
     try:
         assert until(up, 60, 0.2), log.read_text()[-3000:]
-        daily_loop(page, base, events, lambda: "--- serve\n" + log.read_text(errors="replace")[-4000:])
+        # the registry's live-to-lost is the MariaDB loop's: here the executor is the console's own process
+        with webhook() as hook:
+            daily_loop(page, base, events, lambda: "--- serve\n" + log.read_text(errors="replace")[-4000:], hook)
     finally:
         stop_process(proc)
     text = log.read_text(errors="replace")

@@ -315,6 +315,15 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("job-default-lane-bad-lane", ["job", "default-lane", "b", "fast", "--url", "{ok}"], USAGE),
     ("runs-bad-since", ["runs", "--since", "soon", "--url", "{ok}"], USAGE),
     ("runs-no-schema", ["runs", "--url", "{empty}"], SCHEMA),
+    ("runs-log-unknown", ["runs", "log", "1-2-3", "--url", "{ok}"], USAGE),
+    ("runs-log-no-schema", ["runs", "log", "1-2-3", "--url", "{empty}"], SCHEMA),
+    ("runs-purge-too-recent", ["runs", "purge", "--older-than", "10m", "--url", "{ok}"], USAGE),
+    (
+        "runs-purge-unknown-business",
+        ["runs", "purge", "--older-than", "30d", "--business", "nosuch", "--url", "{ok}"],
+        USAGE,
+    ),
+    ("runs-purge-no-schema", ["runs", "purge", "--older-than", "30d", "--url", "{empty}"], SCHEMA),
     # the executor registry (issue 28)
     ("executors-no-schema", ["executors", "--url", "{empty}"], SCHEMA),
     ("executors-legacy-not-xxl-job", ["executors", "--url", "{ok}", "--legacy-url", "{no_legacy}"], SCHEMA),

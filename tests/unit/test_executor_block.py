@@ -202,9 +202,9 @@ def test_db_init_adds_the_block_column_and_a_job_keeps_its_strategy(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'store.db'}"
     engine = make_engine(url)
     init_schema(engine, 1)
-    with engine.begin() as conn:  # a store as schema version 3 left it, one job in it
+    with engine.begin() as conn:  # a store as schema version 4 left it, one job in it
         conn.execute(text("ALTER TABLE dus_job DROP COLUMN block"))
-        conn.execute(text("UPDATE dus_meta SET value = '3' WHERE name = 'schema_version'"))
+        conn.execute(text("UPDATE dus_meta SET value = '4' WHERE name = 'schema_version'"))
         conn.execute(
             text(
                 "INSERT INTO dus_job (job_code, biz_code, handler, params, shard_total, timeout_ms, max_retry,"
@@ -212,7 +212,7 @@ def test_db_init_adds_the_block_column_and_a_job_keeps_its_strategy(tmp_path: Pa
                 " VALUES ('old', 'b', 'h', '', 1, 30000, 0, 5, 1, 0, 0, 'default', 0, 0)"
             )
         )
-    with pytest.raises(SchemaError, match=r"version 3.*db init"):
+    with pytest.raises(SchemaError, match=r"version 4.*db init"):
         tables_for(engine)
     assert "dus_job.block" in init_schema(engine).upgraded
     store = SqlTriggerStore(engine, SystemClock())

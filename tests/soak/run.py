@@ -1,0 +1,254 @@
+"""One soak: `python -m tests.soak.run --minutes N --seed S [--shards] [--out DIR]`
+(`scripts/soak` runs it). Sets the workload going, lets the nemesis loose, samples
+`status --json` and every process's memory, then checks and reports. Exit 0: every check
+passed; 1: a check failed (the report says which)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from dualrun.model import Window
+from readers.batchcenter.reader import BatchCenterReader
+from readers.timezones import LegacyTimeZone
+from readers.xxljob.reader import XxlJobReader
+from switchyard.cli import cli
+from tests.soak.checker import (
+    Invocation,
+    MemorySeries,
+    StatusSample,
+    check_business,
+    check_duplicates,
+    problems_of,
+    read_invocations,
+)
+from tests.soak.nemesis import Nemesis, Recovery
+from tests.soak.processes import rss_kib
+from tests.soak.report import Report, build_report
+from tests.soak.workload import CLI_LOCK, XXL, Business, Workload
+
+SAMPLE_EVERY_S = 5.0
+SETTLE_S = 20.0  # after the last fault and operator step: runs under way finish, records land
+EDGE = timedelta(seconds=3)  # occurrences this close to the window's ends are not judged
+
+
+@dataclass
+class Samplers:
+    """`status --json` and the RSS of every process, every SAMPLE_EVERY_S, on a thread."""
+
+    w: Workload
+    legacy_urls: list[str]
+    status: list[StatusSample] = field(default_factory=list)
+    memory: dict[tuple[str, int], list[tuple[float, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="samplers", daemon=True)
+
+    def _run(self) -> None:
+        runner = CliRunner()
+        args = ["status", "--url", self.w.target_url, "--json"]
+        for u in self.legacy_urls:
+            args += ["--legacy-url", u]
+        while not self.stop.wait(SAMPLE_EVERY_S):
+            at = self.w.clock.now()
+            with CLI_LOCK:
+                res = runner.invoke(cli, args, catch_exceptions=True)
+            if res.exit_code == 0:
+                self.status.append(StatusSample(at, problems_of(res.output)))
+            else:
+                self.status.append(StatusSample(at, (), f"exit {res.exit_code}: {res.output[-300:]}"))
+            t = self.w.elapsed()
+            for p in [*self.w.procs, None]:
+                role, pid = ("driver", os.getpid()) if p is None else (p.name, p.pid)
+                kb = rss_kib(pid) if pid is not None else None
+                if kb is not None:
+                    self.memory.setdefault((role, pid), []).append((t, kb))  # type: ignore[arg-type]
+
+    def series(self) -> list[MemorySeries]:
+        return [MemorySeries(role, pid, tuple(s)) for (role, pid), s in self.memory.items()]
+
+
+def recovery_checks(w: Workload) -> Recovery:
+    def fires_after(wall: float) -> bool:
+        """A fired record persisted after `wall`; or, when no trigger is live on the new
+        side, a leader holding the store's epoch (nothing to fire is no failure to fire)."""
+        with w.target.connect() as conn:
+            live = conn.execute(text("SELECT COUNT(*) FROM dus_job_trigger WHERE state = 'waiting'")).scalar()
+            if not live:
+                return True
+            return bool(
+                conn.execute(
+                    text("SELECT 1 FROM dus_fired_record WHERE fired_at > :w LIMIT 1"), {"w": int(wall * 1000)}
+                ).first()
+            )
+
+    def executor_ran(biz: str, wall: float) -> bool:
+        """The business's executor took a command (received_at, shadow ones too) after
+        `wall`; or none of its triggers is live on the new side (nothing to take)."""
+        with w.target.connect() as conn:
+            live = conn.execute(
+                text("SELECT COUNT(*) FROM dus_job_trigger WHERE biz_code = :b AND state = 'waiting'"), {"b": biz}
+            ).scalar()
+            if not live:
+                return True
+            return bool(
+                conn.execute(
+                    text("SELECT 1 FROM dus_fired_record WHERE biz_code = :b AND received_at > :w LIMIT 1"),
+                    {"b": biz, "w": int(wall * 1000)},
+                ).first()
+            )
+
+    def stream_checkpoint(source: str) -> object:
+        with w.target.connect() as conn:
+            return conn.execute(
+                text("SELECT log_file, log_pos FROM dus_stream_checkpoint WHERE stream_id LIKE :s"),
+                {"s": f"{source}@%"},
+            ).first()
+
+    def stream_moved(source: str, before: object) -> bool:
+        now = stream_checkpoint(source)
+        return now is not None and now != before
+
+    return Recovery(fires_after, executor_ran, stream_moved, stream_checkpoint)
+
+
+def self_test(w: Workload, window: Window, invocations: list[Invocation], end: datetime) -> dict[str, int]:
+    """The checker must be able to fail, on this run's own data: legacy fires deleted from
+    an xxl-job business's log (a stretch before any switch, legacy's alone) must come back
+    missing, and an invocation repeated in its process must come back invoked twice."""
+    b = next(b for b in w.businesses if b.source == XXL)
+    zone = LegacyTimeZone("Asia/Shanghai")
+    lo, hi = zone.to_wall(window.start + timedelta(seconds=1)), zone.to_wall(window.start + timedelta(seconds=3))
+    with w.xxl.begin() as conn:
+        deleted = conn.execute(
+            text(
+                "DELETE FROM xxl_job_log WHERE trigger_time >= :lo AND trigger_time < :hi AND job_group = "
+                "(SELECT id FROM xxl_job_group WHERE app_name = :b)"
+            ),
+            {"lo": lo, "hi": hi, "b": b.biz},
+        ).rowcount
+    found = check_business(w.store, XxlJobReader(w.xxl), b.biz, window, invocations, now=end)
+    base = list(invocations) or [Invocation(1, "1-1000-0", 1000, 1000, "planted")]  # a run with no handler run
+    twice = check_duplicates([*base, base[0]]).twice_in_one_process
+    return {"legacy_fires_deleted": deleted, "found_missing": len(found.missing), "found_invoked_twice": len(twice)}
+
+
+def _operator(w: Workload, b: Business, deadline: float) -> None:
+    """One operator per business, each on its own thread (a command takes seconds on a
+    loaded machine: one operator for all would leave the businesses mostly idle)."""
+    while time.monotonic() < deadline:
+        w.operate(b)
+        time.sleep(1.0)
+
+
+def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = None, keep: bool = False) -> Report:
+    """The soak, its checks and its report (written to workdir/report.json)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    shards = bool(seed % 2) if shards is None else shards
+    private = os.environ.get("SWITCHYARD_SOAK_STACK_DIR")
+    with ExitStack() as stack:
+        w = Workload(workdir, seed, shards, stack, keep=keep)
+        stack.callback(w.dispose)
+        w.migrate()
+        w.start()
+        stack.callback(w.stop)
+        samplers = Samplers(w, [w.xxl_url, w.bc_url])
+        samplers.thread.start()
+        nemesis = Nemesis(seed, w.procs, recovery_checks(w), Path(private) if private else None, t0=w.t0)
+        nem = threading.Thread(target=nemesis.run, name="nemesis", daemon=True)
+        window_start = w.clock.now() + timedelta(seconds=5)
+        nem.start()
+        deadline = w.t0 + minutes * 60 - SETTLE_S
+        crashes: list[str] = []
+        operators = [
+            threading.Thread(target=_operator, args=(w, b, deadline), name=f"operator-{b.biz}", daemon=True)
+            for b in w.businesses
+        ]
+        for t in operators:
+            t.start()
+        while time.monotonic() < deadline:
+            for p in w.procs:  # a process that died on its own (not by the nemesis) is a finding
+                if not p.in_fault and p.proc is not None and p.proc.poll() is not None:
+                    crashes.append(f"{p.name} exited {p.proc.returncode} at {w.elapsed():.0f}s")
+                    p.ensure_running()
+            time.sleep(1.0)
+        for t in operators:
+            t.join(timeout=300)
+        nemesis.finish()
+        nem.join(timeout=120)
+        w.settle()
+        window_end = w.clock.now()
+        time.sleep(SETTLE_S)
+        end = w.clock.now() + timedelta(seconds=1)
+        status_end = w.cli("status", "--check", "--legacy-url", w.xxl_url, "--legacy-url", w.bc_url)
+        samplers.stop.set()
+        samplers.thread.join(timeout=60)
+        w.stop()
+        invocations = read_invocations(sorted(workdir.glob("invocations-*.log")))
+        window = Window(start=window_start + EDGE, end=window_end - EDGE)
+        checks = []
+        for b in w.businesses:
+            reader = XxlJobReader(w.xxl) if b.source == XXL else BatchCenterReader(w.bc)
+            checks.append(check_business(w.store, reader, b.biz, window, invocations, now=end))
+        report = build_report(
+            seed=seed,
+            minutes=minutes,
+            shards=shards,
+            window=window,
+            businesses=checks,
+            duplicates=check_duplicates(invocations),
+            faults=nemesis.faults,
+            actions=w.actions,
+            status=samplers.status,
+            status_end=(status_end.returncode, (status_end.stdout + status_end.stderr)[-2000:]),
+            memory=samplers.series(),
+            crashes=crashes,
+            legacy_errors=[e for loop in w.legacy_loops for e in loop.errors],
+            private_stack=private is not None,
+        )
+        if keep:
+            report.databases = {"target": w.target_url, "xxl-job": w.xxl_url, "batch-center": w.bc_url}
+        report.self_test = self_test(w, window, invocations, end)
+        (workdir / "report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str))
+        (workdir / "timeline.json").write_text(
+            json.dumps(
+                {"faults": [asdict(f) for f in nemesis.faults], "actions": [asdict(a) for a in w.actions]}, indent=1
+            )
+        )
+        return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/soak", description=__doc__)
+    ap.add_argument("--minutes", type=float, default=3.0)
+    ap.add_argument("--seed", type=int, default=None, help="Replays the nemesis's schedule (default: from the time).")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--shards", dest="shards", action="store_true", default=None, help="Two --shards members.")
+    mode.add_argument("--single", dest="shards", action="store_false", help="A single leader and a standby.")
+    ap.add_argument(
+        "--keep", action="store_true", help="Keep the databases for a look afterwards (URLs in the report)."
+    )
+    ap.add_argument("--out", type=Path, default=None, help="Where the logs and report.json go.")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else int(time.time()) % 100_000
+    out = args.out or Path("test-artifacts") / f"soak-{seed}"
+    report = run_soak(args.minutes, seed, out, shards=args.shards, keep=args.keep)
+    print(report.table())
+    print(f"report: {out / 'report.json'} (seed {seed})")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""A rollback of a trigger the new side is behind on (just resumed, or a leader failing
+over: its next occurrence not published yet, and already due) must not hand legacy an
+occurrence legacy can no longer pick up. The chaos soak (docs/soak.md, seeds 5 and 7)
+found three occurrences fired by neither side: each was F of a job in a rollback that
+came within a second of a resume, and F was 1.5-2 s before the rollback's fence.
+The new side now publishes its unpublished occurrences before the fence as runs, and
+legacy starts at the fence (`BusinessSwitch._run_before_fence`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import text
+
+from migrator.cutover import BusinessSwitch
+from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.fence import FenceService
+from scheduler_core.store.supersedes import SqlSupersedes
+from scheduler_core.times import to_ms
+from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
+from tests.unit.test_handover_edges import S, _cron, _switch
+
+
+def _switch_of(env: MigrationEnv) -> BusinessSwitch:
+    return ready_switch(env, fences=FenceService(env.store, InProcessBus(env.migrator.clock)))
+
+
+def test_legacy_is_never_handed_an_occurrence_already_due(tmp_path: Path) -> None:
+    sw = _switch(tmp_path)
+    now = sw.clock.now()
+    fence_at = sw._handover_instant()  # now + the legacy side's start margin
+    behind = _cron("* * * * * ?", now - S)  # due a second ago, never published by the new side
+    assert sw._legacy_start(behind, fence_at) >= fence_at
+
+
+def test_a_rollback_runs_the_occurrences_the_new_side_is_behind_on_and_legacy_starts_at_the_fence(
+    tmp_path: Path,
+) -> None:
+    """End to end through BusinessSwitch.rollback on a cut-over xxl-job business whose
+    every-second job the new side is 3 s behind on: legacy starts at the fence (never a
+    time it would lose), and the occurrences from the one behind up to the fence are the
+    new side's pending runs (the relay that publishes a resume's backlog publishes them)."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops", reason="go")
+    (ln, *_) = sw.links(biz)
+    now = sw.clock.now()
+    behind_at = now.replace(microsecond=0) - 3 * S
+    with env.store.engine.begin() as conn:  # every second, first unpublished occurrence 3 s ago
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(behind_at), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    fence_at = datetime.fromisoformat(rep.fence_at)  # type: ignore[arg-type]
+    with env.legacy.connect() as conn:
+        status, next_ms = conn.execute(
+            text("SELECT trigger_status, trigger_next_time FROM xxl_job_info WHERE id = :id"),
+            {"id": int(ln.source_key)},
+        ).one()
+    assert status == 1 and next_ms >= to_ms(fence_at), (next_ms, rep.fence_at)
+    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == ln.trigger.id]
+    want, at = [], behind_at
+    while at < fence_at:
+        want.append(to_ms(at))
+        at += S
+    assert list(pending.pending_ms) == want
+    # every occurrence accounted for: the new side's runs up to the fence, legacy's from it
+    assert want[-1] + 1000 == next_ms

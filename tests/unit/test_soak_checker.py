@@ -1,0 +1,77 @@
+"""The soak checker's own arithmetic (tests/soak/checker.py), each part able to fail: the
+ownership it reads from the audit, duplicates, memory growth."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from tests.soak.checker import (
+    DUAL_RUN_LEAD,
+    AuditedSwitch,
+    Invocation,
+    MemorySeries,
+    check_duplicates,
+    memory_growth,
+    owner_at,
+    plan_switches,
+    problems_of,
+)
+
+T0 = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
+
+
+def _at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def test_ownership_follows_live_dual_run_cutover_and_rollback() -> None:
+    audit = [
+        AuditedSwitch(_at(10), "legacy", "dual_run", False, {}),
+        AuditedSwitch(_at(20), "dual_run", "cutover", False, {"1": _at(22).isoformat()}),
+        AuditedSwitch(_at(40), "cutover", "legacy", False, {"1": _at(46).isoformat()}),
+    ]
+    planned, spans = plan_switches(audit, ["1"], T0, _at(60))
+    assert owner_at(planned, "1", _at(5)) is False  # legacy from the start
+    assert owner_at(planned, "1", _at(10) + DUAL_RUN_LEAD) is True  # held to every fire in the dual-run
+    assert owner_at(planned, "1", _at(30)) is True
+    assert owner_at(planned, "1", _at(45)) is True  # before F
+    assert owner_at(planned, "1", _at(46)) is False
+    assert [(s.start, s.end) for s in spans] == [(_at(10) - DUAL_RUN_LEAD, _at(22))]
+
+
+def test_a_shadow_dual_run_leaves_legacy_the_owner() -> None:
+    audit = [AuditedSwitch(_at(10), "legacy", "dual_run", True, {})]
+    planned, spans = plan_switches(audit, ["1"], T0, _at(60))
+    assert owner_at(planned, "1", _at(30)) is False and spans == []
+
+
+def test_a_rollback_from_a_dual_run_hands_back_the_jobs_it_left_out_at_its_instant() -> None:
+    audit = [
+        AuditedSwitch(_at(10), "legacy", "dual_run", False, {}),
+        AuditedSwitch(_at(30), "dual_run", "legacy", False, {}),
+    ]
+    planned, _ = plan_switches(audit, ["1"], T0, _at(60))
+    assert owner_at(planned, "1", _at(29)) is True and owner_at(planned, "1", _at(30)) is False
+
+
+def _inv(pid: int, cid: str) -> Invocation:
+    return Invocation(pid, cid, 1000, 1000, "job")
+
+
+def test_a_repeat_in_another_process_is_a_redelivery_in_the_same_one_a_defect() -> None:
+    d = check_duplicates([_inv(1, "7-1000-0"), _inv(2, "7-1000-0")])
+    assert d.redelivered == 1 and not d.twice_in_one_process and not d.split_ids
+    d = check_duplicates([_inv(1, "7-1000-0"), _inv(1, "7-1000-0")])
+    assert d.twice_in_one_process == ["7-1000-0 pid 1 x2"]
+
+
+def test_memory_growth_is_measured_after_warm_up_and_only_for_long_lives() -> None:
+    grew = MemorySeries("x", 1, tuple((t, 100 if t < 60 else 100 + t) for t in range(0, 200, 5)))
+    g = memory_growth(grew, 60, 90)
+    assert g is not None and g > 0.2
+    assert memory_growth(MemorySeries("x", 1, ((0, 1), (5, 1))), 60, 90) is None
+
+
+def test_status_problems_are_named_per_job() -> None:
+    out = '[{"business": "b", "problems": [{"job_code": "j", "side": "orphaned", "why": "w"}]}]'
+    assert problems_of(out) == ("b j orphaned w",)
