@@ -26,7 +26,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_core.item_states import RESULT_STATES
-from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, Lane, TriggerId, command_id
+from scheduler_core.model import (
+    Block,
+    CommandId,
+    Epoch,
+    ExecutionCommand,
+    FiredState,
+    JobCode,
+    Lane,
+    TriggerId,
+    command_id,
+)
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
 
@@ -79,6 +89,7 @@ def envelope_body(
         max_retry=run.max_retry,
         epoch=run.epoch,
         attempt=run.attempt,
+        block=run.block,
     )
     return run_body(header, run.trigger_id, to_ms(run.scheduled_at), items, page_record=page_record, shadow=run.shadow)
 
@@ -94,10 +105,13 @@ def run_header(
     max_retry: int,
     epoch: int,
     attempt: int = 0,
+    block: Block = Block.CONCURRENT,
 ) -> dict[str, Any]:
     """The fields every run of a job fired by one epoch shares: the fire pipeline's
-    fan-out path builds them once per job and chunk, not once per run."""
-    return {
+    fan-out path builds them once per job and chunk, not once per run. The block strategy
+    travels only when it is not `concurrent`: an envelope without it (an older scheduler's,
+    or most) means concurrent, and an older executor ignores the member."""
+    header: dict[str, Any] = {
         "j": job_code,
         "b": biz_code,
         "h": handler,
@@ -108,6 +122,9 @@ def run_header(
         "r": max_retry,
         "e": epoch,
     }
+    if block is not Block.CONCURRENT:
+        header["bk"] = block.value
+    return header
 
 
 def run_body(
@@ -220,6 +237,7 @@ class Envelope:
     page_id: CommandId | None
     shadow: bool
     items: list[tuple[int, str]]
+    block: Block = Block.CONCURRENT  # the job's block strategy (model.Block), applied per executor
 
     def command_id(self, item_index: int) -> CommandId:
         return command_id(self.trigger_id, self.scheduled_ms, item_index)
@@ -243,6 +261,7 @@ class Envelope:
                 epoch=self.epoch,
                 page_id=self.page_id,
                 shadow=self.shadow,
+                block=self.block,
             )
             for idx, param in self.items
         ]
@@ -307,6 +326,7 @@ def _envelope_from_body(
             page_id=command_id(trigger_id, ms, items[0][0]) if body.get("pr") else None,
             shadow=bool(body.get("sh")),
             items=items,
+            block=Block.of(body.get("bk")) if "bk" in body else Block.CONCURRENT,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CodecError(f"malformed command envelope: {exc}") from exc

@@ -361,6 +361,7 @@ class FirePipeline:
                     timeout=job.timeout,
                     max_retry=job.max_retry,
                     epoch=epoch,
+                    block=job.block,
                 )
             )
             if headers is not None:

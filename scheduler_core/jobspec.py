@@ -16,6 +16,7 @@ from scheduler_core.cron import CronExpression
 from scheduler_core.cron_quartz_parser import DIALECTS, Dialect
 from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
+    Block,
     Job,
     JobCode,
     Lane,
@@ -197,6 +198,8 @@ class JobSpec:
     priority: int = 5
     # the job's lane; None: its business's default (`switchyard.jobs` resolves it)
     lane: Lane | None = None
+    # what a later run does while an earlier one of the job is in work in an executor process
+    block: Block = Block.CONCURRENT
     children: tuple[str, ...] = field(default_factory=tuple)
     alerts: AlertRule = field(default_factory=AlertRule)  # stored beside the job by switchyard.alerts, not in Job
 
@@ -238,6 +241,7 @@ class JobSpec:
             priority=self.priority,
             explicit_items=bool(self.items),
             lane=self.lane or Lane.DEFAULT,
+            block=self.block,
         )
 
     def with_changes(self, **changes: object) -> JobSpec:
@@ -252,6 +256,14 @@ def parse_lane(value: str, field_name: str = "lane") -> Lane:
         raise JobInputError(field_name, f"unknown lane {value!r} (one of {', '.join(Lane)})") from None
 
 
+def parse_block(value: str, field_name: str = "block") -> Block:
+    """A block strategy by its name, or a JobInputError naming the strategies there are."""
+    try:
+        return Block(value.strip().lower())
+    except ValueError:
+        raise JobInputError(field_name, f"unknown block strategy {value!r} (one of {', '.join(Block)})") from None
+
+
 def _code(name: str, value: str, longest: int) -> None:
     if not value or not value.strip():
         raise JobInputError(name, "must not be empty")
@@ -261,4 +273,4 @@ def _code(name: str, value: str, longest: int) -> None:
         raise JobInputError(name, f"longer than {longest} characters")
 
 
-__all__ = ["JobInputError", "JobSpec", "Schedule", "parse_lane"]
+__all__ = ["JobInputError", "JobSpec", "Schedule", "parse_block", "parse_lane"]

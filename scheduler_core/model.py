@@ -62,6 +62,30 @@ class Lane(enum.StrEnum):
         return (_LANES.get(value) or Lane(value)) if value else Lane.DEFAULT
 
 
+class Block(enum.StrEnum):
+    """What an executor process does with a run of a job while an earlier run of the same
+    job is still in work in that process (xxl-job's block strategy, which is also per
+    executor). Held per executor process: two processes of the business can run the job
+    at once, as two xxl-job executors can. Values are what the job table stores (NULL:
+    `concurrent`)."""
+
+    # today's behaviour: the later run starts on the next free worker of the business's
+    # quota, beside the earlier one (xxl-job's CONCURRENT_EXECUTION, which its admin hides)
+    CONCURRENT = "concurrent"
+    # the later run is not run: it is recorded failed, naming the strategy (xxl-job fails
+    # the later trigger with "block strategy effect：Discard Later")
+    DISCARD_LATER = "discard_later"
+    # the earlier run is killed (cooperatively, as `run kill` does; recorded killed, covered)
+    # and the later one runs
+    COVER_EARLY = "cover_early"
+
+    @staticmethod
+    def of(value: str | None) -> Block:
+        """The stored or carried value's strategy: NULL, absent or unknown (a newer
+        sender's) is `concurrent`, what every executor did before strategies."""
+        return _BLOCKS.get(value or "", Block.CONCURRENT)
+
+
 class MisfirePolicy(enum.StrEnum):
     """What a trigger does when its fire time is older than the misfire threshold."""
 
@@ -70,6 +94,7 @@ class MisfirePolicy(enum.StrEnum):
 
 
 _LANES = {lane.value: lane for lane in Lane}
+_BLOCKS = {block.value: block for block in Block}
 
 
 class FiredState(enum.StrEnum):
@@ -142,6 +167,7 @@ class Job:
     # (dual-run of a business whose handlers are not idempotent)
     shadow: bool = False
     lane: Lane = Lane.DEFAULT  # its triggers' lane (Trigger.lane carries a copy for admission)
+    block: Block = Block.CONCURRENT  # a later run's fate while an earlier one is in work (per executor)
     id: int | None = None
 
     def __post_init__(self) -> None:
@@ -227,6 +253,7 @@ class ExecutionCommand:
     epoch: Epoch = Epoch(0)
     page_id: CommandId | None = None  # the envelope's page record, when it has one
     shadow: bool = False  # published in shadow mode: record, never invoke
+    block: Block = Block.CONCURRENT  # the job's block strategy, as the executor applies it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

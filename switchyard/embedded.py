@@ -179,6 +179,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
             max_retry=job.max_retry,
             epoch=r.epoch,
             shadow=job.shadow,
+            block=job.block,
         )
         items = _items(store, job, r.item_index, r.item_count)
         if not items:

@@ -93,6 +93,7 @@ class JobView:
             max_retry=j.max_retry,
             priority=j.priority,
             lane=j.lane,
+            block=j.block,
             children=self.children,
             alerts=self.alerts,
             schedule=Schedule.of(t) if t is not None else Schedule(kind=TriggerKind.NONE),
@@ -112,6 +113,7 @@ class JobView:
             "retries": j.max_retry,
             "priority": j.priority,
             "lane": j.lane.value,
+            "block": j.block.value,
             "children": list(self.children),
             "alerts": {
                 "targets": list(self.alerts.targets),

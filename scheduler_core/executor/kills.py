@@ -38,14 +38,17 @@ class Cancellations:
         self._landed: dict[RunKey, tuple[threading.Event, list[str]]] = {}
         self._lock = threading.Lock()
 
-    def cancel(self, key: RunKey, message: str) -> None:
+    def cancel(self, key: RunKey, message: str, *, answered: bool = True) -> None:
         """Ask the handler of `key` to stop: its event is set and its callbacks run (here,
-        on the caller's thread: a callback that fails is logged, the others still run)."""
+        on the caller's thread: a callback that fails is logged, the others still run).
+        `answered=False`: nobody waits to hear how it ended (a block strategy's cover, not
+        an operator's kill), so nothing is kept for `wait_landed`."""
         with self._lock:
             if key in self.cancelled:
                 return
             self._messages[key] = message
-            self._landed.setdefault(key, (threading.Event(), []))
+            if answered:
+                self._landed.setdefault(key, (threading.Event(), []))
             self.cancelled.add(key)
             event = self._events.get(key)
             callbacks = self._callbacks.pop(key, [])

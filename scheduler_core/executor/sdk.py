@@ -35,6 +35,15 @@ the executor answers on the control channel whether the handler returned (record
 or is still running `KILL_GRACE` after (it ignores the kill; its job timeout still ends it,
 and a second answer says so).
 
+Block strategy (`model.Block`, carried in the envelope; absent means concurrent): by
+default a later run of a job starts beside an earlier one still in work (different fire
+times take different workers, up to the quota); only a second copy of the same run waits.
+A job set to discard_later has a later run answered failed, never invoked, while an earlier
+run of it is in work in this process; cover_early cancels the earlier run's items (the kill
+mechanism: recorded killed, "covered by ...") and runs the later one. Pages of one run do
+not block each other. It holds per executor process, as xxl-job's per executor: two
+processes of the business may each run the job at once.
+
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
 
@@ -81,7 +90,7 @@ from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
-from scheduler_core.model import Lane, command_id
+from scheduler_core.model import Block, Lane, command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
 from scheduler_core.times import from_ms
@@ -100,6 +109,7 @@ KILL_GRACE = timedelta(seconds=2)
 KILL_FOLLOW_UP = timedelta(hours=1)
 REMEMBER_KILLS = 1024  # request ids acted on, so a relayed copy is not acted on twice
 _STOP = None
+_CONCURRENT = Block.CONCURRENT
 _GONE = "gone"  # a killed item's run left work without the kill being answered for it
 
 
@@ -215,6 +225,11 @@ class Executor:
         self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
         self._kills_heard: OrderedDict[int, None] = OrderedDict()
         self.fences.kill_listeners.append(self._on_kill)
+        # the runs in work here of jobs with a block strategy other than concurrent (model.Block):
+        # job code -> (trigger id, T ms) -> its envelopes in work (pages of a fan-out share a run)
+        self._job_runs: dict[str, dict[tuple[int, int], list[Envelope]]] = {}
+        self.discarded = 0  # runs not run: an earlier run of their job was in work (discard_later)
+        self.covered = 0  # runs killed by a later run of their job (cover_early)
         run_logs.install()  # the handlers' own log lines go with their results
 
     # -- registration ----------------------------------------------------------------
@@ -368,7 +383,66 @@ class Executor:
         self._flights.pop(key, None)
         return self._parked.pop(key, None) if self._parked else None
 
+    def _block(self, run: EnvelopeRun) -> None:
+        """The job's block strategy, before its run starts: with an earlier run of the job
+        in work here, discard_later answers this one failed (never invoked), cover_early
+        cancels the earlier one's items (as a kill does) and lets this one run."""
+        env = run.env
+        key = (env.trigger_id, env.scheduled_ms)
+        with self._lock:
+            runs = self._job_runs.setdefault(env.job_code, {})
+            earlier = [e for k, envs in runs.items() if k != key for e in envs]
+            discard = bool(earlier) and env.block is Block.DISCARD_LATER
+            if discard:
+                self.discarded += 1
+            else:
+                runs.setdefault(key, []).append(env)
+                if earlier:
+                    self.covered += len(earlier)
+        if not earlier:
+            return
+        first = min(earlier, key=lambda e: e.scheduled_ms)
+        if discard:
+            self._finish(
+                run,
+                ItemState.FAILED,
+                f"block strategy discard_later: not run, the run of {env.job_code} at "
+                f"{first.scheduled_at.isoformat()} is still in work in executor {self.name}",
+                started=False,
+            )
+            return
+        why = (
+            f"covered by the run of {env.job_code} at {env.scheduled_at.isoformat()} "
+            f"(block strategy cover_early, executor {self.name})"
+        )
+        for e in earlier:
+            for idx, _p in e.items:
+                self.kills.cancel((e.trigger_id, e.scheduled_ms, idx), why, answered=False)
+        log.info(
+            "%s at %s covers %d earlier run(s) in work here (block strategy cover_early)",
+            env.job_code,
+            env.scheduled_at.isoformat(),
+            len(earlier),
+            extra=log_fields(biz_code=env.biz_code),
+        )
+
+    def _unblock(self, env: Envelope) -> None:
+        """A run of a job with a block strategy leaves work."""
+        key = (env.trigger_id, env.scheduled_ms)
+        with self._lock:
+            runs = self._job_runs.get(env.job_code)
+            envs = runs.get(key) if runs is not None else None
+            if envs is None or not any(e is env for e in envs):
+                return  # discarded, or never started
+            envs[:] = [e for e in envs if e is not env]
+            if not envs:
+                del runs[key]  # type: ignore[union-attr]
+                if not runs:
+                    del self._job_runs[env.job_code]
+
     def _land(self, env: Envelope) -> None:
+        if env.block is not _CONCURRENT:
+            self._unblock(env)
         if self.kills.watched():  # a kill or a handler's wait on one: drop what was kept for this run
             self.kills.forget((env.trigger_id, env.scheduled_ms, idx) for idx, _p in env.items)
         key = _flight_key(env)
@@ -388,7 +462,7 @@ class Executor:
         before, a handler, and a first attempt that succeeds (a hot minute is 50K of these
         due in one second). Anything else goes the ordinary way; a failure found here is
         judged and retried with back-off as there. True if it is done."""
-        if len(env.items) != 1 or env.timeout or env.shadow or self.shadow:
+        if len(env.items) != 1 or env.timeout or env.shadow or self.shadow or env.block is not _CONCURRENT:
             return False
         # usually empty: one attribute read and a truth test
         if self.fences.stops.by_scope and self.fences.stopping(
@@ -522,6 +596,8 @@ class Executor:
                     f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
                     started=False,
                 )
+            elif env.block is not _CONCURRENT:
+                self._block(run)
             return run
         except Exception:
             self._failed(r)

@@ -11,6 +11,7 @@ from sqlalchemy import case
 
 from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
+    Block,
     CommandId,
     Epoch,
     FiredRecord,
@@ -63,6 +64,8 @@ def job_values(job: Job, now_ms: int) -> dict[str, Any]:
         "explicit_items": 1 if job.explicit_items else 0,
         "shadow": 1 if job.shadow else 0,
         "lane": job.lane.value,
+        # NULL for the default: a row reads as every row of before block strategies
+        "block": None if job.block is Block.CONCURRENT else job.block.value,
         "updated_at": now_ms,
     }
 
@@ -82,6 +85,7 @@ JOB_READ_COLUMNS = (
     "explicit_items",
     "shadow",
     "lane",
+    "block",
 )
 
 
@@ -100,6 +104,7 @@ def job_from_row(row: Row) -> Job:
         explicit_items=bool(row["explicit_items"]),
         shadow=bool(row["shadow"]),
         lane=Lane.of(row["lane"]),
+        block=Block.of(row["block"]),
     )
 
 

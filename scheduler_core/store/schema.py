@@ -31,7 +31,8 @@ from sqlalchemy.dialects import mysql
 # 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
 # 4: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
 #    idx_fired_job_time); the result consumer writes log lines, so an older store is refused
-SCHEMA_VERSION = 4
+# 5: dus_job.block, the job's block strategy (issue 28; NULL: concurrent)
+SCHEMA_VERSION = 5
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -109,6 +110,8 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("shadow", SmallInteger, nullable=False, default=0),
         # model.Lane; NULL (a store of before lanes, until `db init` fills it): default
         Column("lane", String(16)),
+        # model.Block; NULL (every row of before block strategies, and the default): concurrent
+        Column("block", String(16)),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         UniqueConstraint("job_code", name="uk_job_code"),

@@ -3,7 +3,8 @@
 Additive only: a column the current schema has and a table of the store lacks is added
 with `ALTER TABLE ... ADD COLUMN`, nullable and without a default, so every row already
 there reads as it did before (NULL is each such column's "as before": for
-`dus_job_trigger.cron_dialect`, the default dialect). A missing column that could not be
+`dus_job_trigger.cron_dialect`, the default dialect; for `dus_job.block`, concurrent, which
+stays NULL: the default block strategy is stored so). A missing column that could not be
 added that way is refused with the table and column named, never guessed at.
 
 Lanes (issue 29): the lane columns added so are then filled with `default` (NULL reads as

@@ -17,7 +17,7 @@ import click
 from scheduler_core import operations
 from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
-from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_lane
+from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, TriggerKind
 from scheduler_core.stops import Scope, StopService
 from scheduler_core.store.job_admin import TriggerBusy
@@ -124,6 +124,13 @@ def _definition_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
                 "(low priority). [default: the business's default lane]",
             ),
             click.option(
+                "--block",
+                default=None,
+                help="A later run while an earlier one of the job is still in work in an executor process: "
+                "concurrent (runs beside it), discard_later (not run, recorded failed), cover_early (the earlier "
+                "one is killed, recorded killed). Per executor process. [default: concurrent]",
+            ),
+            click.option(
                 "--child", "children", multiple=True, help="A child job run after each successful run (repeatable)."
             ),
             click.option(
@@ -213,6 +220,8 @@ def _changes(given: dict[str, Any], base: JobSpec | None) -> dict[str, Any]:
         out["priority"] = given["priority"]
     if given["lane"] is not None:
         out["lane"] = parse_lane(given["lane"])
+    if given["block"] is not None:
+        out["block"] = parse_block(given["block"])
     if given["timeout"] is not None:
         out["timeout"] = _duration("timeout", given["timeout"])
     if given["items"]:
@@ -276,7 +285,7 @@ def _emit(view: JobView, as_json: bool, note: str = "") -> None:
     click.echo(f"  handler:   {d['handler']}  param: {d['params']!r}")
     click.echo(
         f"  shards:    {d['shards']}{' items ' + repr(d['items']) if d['items'] else ''}  timeout {d['timeout_s']:g} s"
-        f"  retries {d['retries']}  priority {d['priority']}  lane {d['lane']}"
+        f"  retries {d['retries']}  priority {d['priority']}  lane {d['lane']}  block {d['block']}"
     )
     if d["children"]:
         click.echo(f"  children:  {', '.join(d['children'])}")

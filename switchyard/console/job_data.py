@@ -21,8 +21,8 @@ from migrator.ownership import ownership
 from reports.redact import redact_tree
 from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
-from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_lane
-from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
+from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
+from scheduler_core.model import DEFAULT_CRON_DIALECT, Block, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
 from scheduler_core.store.job_admin import SqlJobAdmin
 from switchyard.console.data import Sources
 from switchyard.jobs import JobView, natural_key
@@ -189,6 +189,7 @@ def form_of_view(view: JobView) -> dict[str, str]:
         "priority": str(spec.priority),
         "children": ", ".join(spec.children),
         "lane": (spec.lane or Lane.DEFAULT).value,
+        "block": spec.block.value,
         "alerts": "\n".join(spec.alerts.targets),
         "alert_on": ", ".join(spec.alerts.kinds) if spec.alerts.targets else ", ".join(ALERT_KINDS),
     }
@@ -216,6 +217,7 @@ BLANK_FORM = {
     "children": "",
     # empty: the business's default lane (switchyard.jobs resolves it)
     "lane": "",
+    "block": Block.CONCURRENT.value,
     "alerts": "",
     "alert_on": ", ".join(ALERT_KINDS),
 }
@@ -324,6 +326,7 @@ def spec_of(form: Mapping[str, str]) -> JobSpec:
         priority=_int("priority", form.get("priority", "") or "5"),
         children=tuple(c for c in re.split(r"[\s,]+", form.get("children", "")) if c),
         lane=parse_lane(form["lane"].strip()) if form.get("lane", "").strip() else None,
+        block=parse_block(form.get("block", "").strip() or Block.CONCURRENT.value),
         alerts=_alerts_of(form),
     )
     spec.check()
@@ -345,6 +348,7 @@ FORM_SPEC_FIELDS = (
     "priority",
     "children",
     "lane",
+    "block",
     "alerts",
 )
 

@@ -299,6 +299,11 @@ IN_PROCESS: list[tuple[str, list[str], int]] = [
     ("job-show-unknown", ["job", "show", "nosuch", "--url", "{ok}"], USAGE),
     ("job-add-bad-cron", ["job", "add", "b:j", "--handler", "h", "--cron", "not a cron", "--url", "{ok}"], USAGE),
     ("job-add-no-schedule", ["job", "add", "b:j", "--handler", "h", "--url", "{ok}"], USAGE),
+    (
+        "job-add-bad-block",
+        ["job", "add", "b:j", "--handler", "h", "--every", "1m", "--block", "serial_execution", "--url", "{ok}"],
+        USAGE,
+    ),
     ("job-edit-unknown", ["job", "edit", "nosuch", "--retries", "1", "--url", "{ok}"], USAGE),
     ("job-copy-unknown", ["job", "copy", "nosuch", "other", "--url", "{ok}"], USAGE),
     ("job-delete-unknown", ["job", "delete", "nosuch", "--url", "{ok}"], USAGE),

@@ -285,6 +285,7 @@ def test_create_a_job_by_the_form_with_its_cron_previewed_and_audited(src: Sourc
         ({"children": "nosuchjob"}, "children", "no such job"),
         ({"shards": "3", "items": "a\nb"}, "items", "2 item parameters for 3 shards"),
         ({"lane": "fast"}, "lane", "unknown lane"),
+        ({"block": "serial"}, "block", "unknown block strategy"),
         ({"alerts": "webhook:ftp://x"}, "alerts", "http:// or https://"),
         ({"alerts": "mail:ops@example.com", "alert_on": "failure, lateness"}, "alerts", "unknown alert kind"),
     ],
@@ -331,6 +332,24 @@ def test_the_form_sets_a_jobs_lane_and_alerts_and_an_edit_keeps_what_it_leaves(s
     assert c.post("/jobs/invoice", data=edit, follow_redirects=False).status_code == 303
     shown = c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()
     assert shown["lane"] == "bulk" and shown["alerts"] == {"targets": [], "on": []}
+
+
+def test_the_form_sets_a_jobs_block_strategy_and_an_edit_of_another_field_keeps_it(src: Sources) -> None:
+    c = client(src)
+    csrf = login(c, ADMIN)
+    assert 'id="f-block"' in c.get("/jobs/new").text
+    form = {**FORM, "block": "discard_later"}
+    r = c.post("/jobs/new", data={**form, "action": "save", "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    assert c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()["block"] == "discard_later"
+    assert '<option value="discard_later" selected>' in c.get("/jobs/invoice").text
+    edit = {**form, "retries": "2", "action": "save", "csrf": csrf}
+    assert c.post("/jobs/invoice", data=edit, follow_redirects=False).status_code == 303
+    assert c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()["block"] == "discard_later"
+    # the API edits it by name
+    api = c.post("/api/jobs/invoice", json={"block": "cover_early"}, headers=bearer(ADMIN))
+    assert api.status_code == 200, api.text
+    assert c.get("/api/jobs/invoice", headers=bearer(ADMIN)).json()["block"] == "cover_early"
 
 
 def SqlJobs(src: Sources) -> list[str]:  # noqa: N802 (reads as the check it is)
