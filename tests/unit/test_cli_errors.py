@@ -390,7 +390,7 @@ def test_every_command_and_subcommand_is_covered() -> None:
     assert names - covered == set(), f"commands without error cases: {sorted(names - covered)}"
 
 
-_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "dualrun", "job", "alerts"}
+_GROUPS = {"db", "cron", "migrate", "scheduler", "executor", "trigger", "run", "runs", "dualrun", "job", "alerts"}
 
 
 # -- long-running commands, as subprocesses ----------------------------------------------------
