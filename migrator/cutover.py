@@ -333,6 +333,9 @@ class BusinessSwitch:
                 # stops at the fence, which is this job's handover
                 t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
                 if t is not None and self.fences is not None:
+                    # both sides fire up to the fence: what the new side was behind on is its
+                    # runs too (the soak saw a live dual-run's new side stop 2 s short)
+                    self._run_before_fence(t, fence_at)
                     report.handover[key] = self._legacy_start(t, fence_at).isoformat()
                 continue
             t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]

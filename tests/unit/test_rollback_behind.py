@@ -69,3 +69,29 @@ def test_a_rollback_runs_the_occurrences_the_new_side_is_behind_on_and_legacy_st
     assert list(pending.pending_ms) == want
     # every occurrence accounted for: the new side's runs up to the fence, legacy's from it
     assert want[-1] + 1000 == next_ms
+
+
+def test_a_rollback_from_a_live_dual_run_runs_what_the_new_side_is_behind_on_up_to_the_fence(
+    tmp_path: Path,
+) -> None:
+    """In a live dual-run both sides fire up to the fence: a rollback right after a resume
+    (the new side 3 s behind) left the new side's last occurrences before the fence unrun
+    while legacy fired them (chaos soak, seed 7: 6 occurrences). They are its pending runs."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    (ln, *_) = sw.links(biz)
+    behind_at = sw.clock.now().replace(microsecond=0) - 3 * S
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(behind_at), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    fence_at = datetime.fromisoformat(rep.fence_at)  # type: ignore[arg-type]
+    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == ln.trigger.id]
+    want, at = [], behind_at
+    while at < fence_at:
+        want.append(to_ms(at))
+        at += S
+    assert list(pending.pending_ms) == want
