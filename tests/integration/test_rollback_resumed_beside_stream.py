@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta, timezone
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -117,6 +118,7 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
                     errors.append(exc)
 
             held_back: list[str] = []
+            decided = threading.Event()
             if order == "decided_before_written_after":
                 decide = env.migrator.decide
 
@@ -131,6 +133,7 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
                     started = any(d.source_key == key and d.enabled for d in defs)
                     if started and (states or {}).get(biz) is BusinessState.CUTOVER and not rolled_back.is_set():
                         held_back.append(key)
+                        decided.set()
                         rolled_back.wait(60)  # the rollback ends meanwhile
                     return out
 
@@ -148,6 +151,17 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             assert t is not None and t.state is TriggerState.PAUSED
             # the operator resumes it on the new side: live there only
             assert resume(env.store, tid)
+            if order == "decided_before_written_after":
+                # the rollback's transition to legacy waits until the stream has decided on its
+                # legacy start (bounded): the interleaving is forced, not left to the binlog's
+                # pace on a loaded machine (it once came after the transition in CI)
+                transition = switch.registry.transition
+
+                def transition_once_decided(*args: Any, **kw: Any) -> Any:
+                    decided.wait(60)
+                    return transition(*args, **kw)
+
+                switch.registry.transition = transition_once_decided  # type: ignore[method-assign]
             report = switch.rollback(biz, actor="ops", reason="drill")
             assert report.ok, report.not_handed_back
             assert key in report.handover
