@@ -34,7 +34,7 @@ from migrator.ports import VERDICT_MAX_AGE, CutoverGate, FencePort, LegacyContro
 from migrator.store import MigratorStore
 from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_HANDLER
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
-from scheduler_core.occurrences import next_after
+from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.operations import BACKLOG_CAP
 from scheduler_core.ports import Clock, Transition
 from scheduler_core.store.reads import published_after, set_shadow
@@ -588,11 +588,7 @@ class BusinessSwitch:
         starts at the fence (`_legacy_start`); bounded."""
         if self.fences is None or self._first_at_or_after(t, fence_at) is None:
             return
-        times: list[int] = []
-        at: datetime | None = t.next_fire_at
-        while at is not None and at < fence_at and len(times) < BACKLOG_CAP:
-            times.append(to_ms(at))
-            at = next_after(t, at)
+        times = times_until(t, t.next_fire_at, fence_at, BACKLOG_CAP)
         if times:
             SqlSupersedes(self.store).add_pending(t, times)
 

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from scheduler_core.cron import CronExpression, Dialect
 from scheduler_core.model import Trigger, TriggerKind
+from scheduler_core.times import to_ms
 
 
 @lru_cache(maxsize=4096)
@@ -53,6 +54,17 @@ def count_between(trigger: Trigger, start: datetime, end: datetime, cap: int = 1
         n += 1
         cursor = nxt
     return n
+
+
+def times_until(trigger: Trigger, first: datetime | None, end: datetime, cap: int) -> list[int]:
+    """`first` (an occurrence of `trigger`) and the occurrences after it, before `end`, in
+    epoch ms, at most `cap`: the runs a resume, a rollback or an edit publishes itself."""
+    out: list[int] = []
+    at = first
+    while at is not None and at < end and len(out) < cap:
+        out.append(to_ms(at))
+        at = next_after(trigger, at)
+    return out
 
 
 def validate_schedule(trigger: Trigger) -> None:

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from scheduler_core.model import MisfirePolicy, Trigger, TriggerId, TriggerState
-from scheduler_core.occurrences import next_after
+from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.ports import Transition, TriggerStore
 from scheduler_core.stops import Cause, Scope, Stop, StopService, StopStore, Window
 from scheduler_core.times import from_ms, to_ms
@@ -247,12 +247,7 @@ def _behind(t: Trigger, window: Window | None) -> list[int]:
     the pause, so the resume publishes them as runs (command ids of their own times)."""
     if window is None:
         return []
-    out: list[int] = []
-    at: datetime | None = t.next_fire_at
-    while at is not None and to_ms(at) < window.from_ms and len(out) < BACKLOG_CAP:
-        out.append(to_ms(at))
-        at = next_after(t, at)
-    return out
+    return times_until(t, t.next_fire_at, from_ms(window.from_ms), BACKLOG_CAP)
 
 
 def _wake(store: TriggerStore, t: Trigger, at: datetime) -> bool:

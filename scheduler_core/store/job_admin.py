@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import case, delete, or_, select, update
 
 from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
-from scheduler_core.occurrences import next_after
+from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.store.rows import job_from_row, trigger_from_row
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -197,12 +197,7 @@ class SqlJobAdmin:
 
 def _times_between(new: Trigger, start_ms: int, end_ms: int) -> list[int]:
     """The new schedule's occurrences in [start_ms, end_ms)."""
-    out: list[int] = []
-    at = next_after(new, from_ms(start_ms) - _ONE_MS)
-    while at is not None and to_ms(at) < end_ms and len(out) < _MAX_PENDING:
-        out.append(to_ms(at))
-        at = next_after(new, at)
-    return out
+    return times_until(new, next_after(new, from_ms(start_ms) - _ONE_MS), from_ms(end_ms), _MAX_PENDING)
 
 
 __all__ = ["RUN_COLUMNS", "Rescheduled", "SqlJobAdmin", "TriggerBusy"]
