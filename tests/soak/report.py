@@ -74,6 +74,9 @@ class Report:
         ):
             if getattr(self, name):
                 out.append(f"{name}: {len(getattr(self, name))}")
+        unrecovered = {k: r["unrecovered"] for k, r in self.recovery_s.items() if r["unrecovered"]}
+        if unrecovered:
+            out.append(f"components not working again within the bound after a fault: {unrecovered}")
         if self.status_check_end != 0:
             out.append(f"status --check at the end exited {self.status_check_end}")
         st = self.self_test
