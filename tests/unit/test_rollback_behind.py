@@ -141,8 +141,8 @@ def test_a_rollback_of_a_trigger_whose_last_occurrences_fall_before_the_fence_ru
         want.append(to_ms(at))
         at += S
     assert list(pending.pending_ms) == want
+    control = XxlJobControl(env.legacy, env.migrator.clock)
     for step in ("rollback", "read-back"):
-        control = XxlJobControl(env.legacy, env.migrator.clock)
         owned = ownership(env.store, env.own, lambda _source, keys: control.live(keys), [biz])[0]
         sides = {j.source_key: j.side for j in owned.jobs}
         assert sides[ln.source_key] is Side.ENDED, (step, sides)
