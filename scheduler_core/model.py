@@ -97,6 +97,11 @@ _LANES = {lane.value: lane for lane in Lane}
 _BLOCKS = {block.value: block for block in Block}
 
 
+# what a shadow-mode executor records for a run it took and did not invoke: its last word
+# (the record stays `received`), so the run log's retention purges it as if final
+SHADOW_NOTE = "shadow: recorded, not invoked"
+
+
 class FiredState(enum.StrEnum):
     """The life of one command: persisted before publication, then its result.
 

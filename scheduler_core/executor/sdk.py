@@ -90,7 +90,7 @@ from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
-from scheduler_core.model import Block, Lane, command_id
+from scheduler_core.model import SHADOW_NOTE, Block, Lane, command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
 from scheduler_core.times import from_ms
@@ -588,7 +588,7 @@ class Executor:
             if stopped is not None:
                 self._skip_stopped(run, stopped)
             elif shadow:
-                self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
+                self._finish(run, ItemState.RECEIVED, SHADOW_NOTE, started=False)
             elif fn is None:
                 self._finish(
                     run,
