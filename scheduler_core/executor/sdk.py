@@ -472,6 +472,8 @@ class Executor:
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
+        if self.kills.ended and (*key, env.items[0][0]) in self.kills.ended:
+            return False  # killed here before: the ordinary path answers it killed
         fn = self._lookup(env)
         if fn is None:
             return False

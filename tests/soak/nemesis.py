@@ -175,6 +175,18 @@ class Nemesis:
 
     _restart_mariadb = _restart_pulsar = _restart_etcd = _restart_server
 
+    def server_down_lately(self, within_s: float = 60.0) -> str | None:
+        """The server restart under way, or recovered less than `within_s` ago, if any: a
+        process that exits "unreachable" (3) meanwhile was refused by the restarted server
+        at its start (the nemesis's doing, restarted like a kill), not a crash of its own."""
+        now = self._elapsed()
+        for f in self.faults:
+            if f.kind.startswith("restart-"):
+                took = f.recovery_s if f.recovery_s is not None else RECOVERY_BOUND_S
+                if f.at <= now <= f.at + took + within_s:
+                    return f.target
+        return None
+
     def _measure(self, fault: Fault, check: Callable[[], bool]) -> None:
         """The time from the fault to its component working again (bounded)."""
         if wait_for(check, RECOVERY_BOUND_S, 0.25) is None:

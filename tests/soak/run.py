@@ -24,6 +24,7 @@ from dualrun.model import Window
 from readers.batchcenter.reader import BatchCenterReader
 from readers.timezones import LegacyTimeZone
 from readers.xxljob.reader import XxlJobReader
+from switchyard import exitcodes
 from switchyard.cli import cli
 from switchyard.wiring import dualrun_store
 from tests.soak.checker import (
@@ -200,6 +201,7 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         nem.start()
         deadline = w.t0 + minutes * 60 - SETTLE_S
         crashes: list[str] = []
+        refused: list[str] = []  # exits "unreachable" while the nemesis restarted a server
         operators = [
             threading.Thread(target=_operator, args=(w, b, deadline), name=f"operator-{b.biz}", daemon=True)
             for b in w.businesses
@@ -209,7 +211,11 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         while time.monotonic() < deadline:
             for p in w.procs:  # a process that died on its own (not by the nemesis) is a finding
                 if not p.in_fault and p.proc is not None and p.proc.poll() is not None:
-                    crashes.append(f"{p.name} exited {p.proc.returncode} at {w.elapsed():.0f}s")
+                    down = nemesis.server_down_lately()
+                    if p.proc.returncode == exitcodes.UNREACHABLE and down is not None:
+                        refused.append(f"{p.name} exited 3 at {w.elapsed():.0f}s ({down} restarting)")
+                    else:
+                        crashes.append(f"{p.name} exited {p.proc.returncode} at {w.elapsed():.0f}s")
                     p.ensure_running()
             time.sleep(1.0)
         for t in operators:
@@ -243,6 +249,7 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
             status_end=(status_end.returncode, (status_end.stdout + status_end.stderr)[-2000:]),
             memory=samplers.series(),
             crashes=crashes,
+            refused_at_start=refused,
             legacy_errors=[e for loop in w.legacy_loops for e in loop.errors],
             private_stack=private is not None,
         )
