@@ -100,6 +100,25 @@ def test_a_rollback_from_a_live_dual_run_runs_what_the_new_side_is_behind_on_up_
     assert list(pending.pending_ms) == want
 
 
+def test_a_rollback_from_a_shadow_dual_run_never_runs_what_the_new_side_was_behind_on(tmp_path: Path) -> None:
+    """In a shadow dual-run the new side invokes nothing: legacy fired every occurrence.
+    The chaos soak (seed 11) saw a rollback publish the 98 occurrences the new side was
+    behind on as real runs (each ran a second time, at the rollback's instant)."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    (ln, *_) = sw.links(biz)
+    behind_at = sw.clock.now().replace(microsecond=0) - 3 * S
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(behind_at), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    assert rep.fence_at is not None
+    assert [s for s in SqlSupersedes(env.store).supersedes() if s.pending_ms] == []
+
+
 def test_a_rollback_of_a_trigger_whose_last_occurrences_fall_before_the_fence_runs_them_and_ends_it(
     tmp_path: Path,
 ) -> None:
