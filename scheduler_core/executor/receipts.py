@@ -35,8 +35,18 @@ FORGET_AFTER_MS = 24 * 3600 * 1000  # a run open this long was lost (e.g. its th
 
 
 class ReceiptStamps:
-    def __init__(self, bus: MessageBus, clock: Clock, after: timedelta, *, compact: bool, name: str) -> None:
+    def __init__(
+        self,
+        bus: MessageBus,
+        clock: Clock,
+        after: timedelta,
+        *,
+        compact: bool,
+        name: str,
+        executor: str | None = None,
+    ) -> None:
         self._bus, self._clock, self._compact = bus, clock, compact
+        self._executor = executor  # the executor's instance id, named in each stamp
         self._after_ms = max(0, int(after.total_seconds() * 1000))
         self._tick = max(MIN_TICK_S, after.total_seconds() / 2)
         # id(envelope) -> (envelope, received ms): set and popped by the worker threads
@@ -99,6 +109,7 @@ class ReceiptStamps:
                     started_ms=received_ms if len(indices) == 1 else None,
                     finished_ms=now,
                     message=RECEIPT_MESSAGE,
+                    executor=self._executor,
                 )
             )
         if due:

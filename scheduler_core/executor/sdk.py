@@ -81,6 +81,7 @@ from scheduler_core.codec import (
 from scheduler_core.executor import run_logs
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
+from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
@@ -154,12 +155,17 @@ class Executor:
         receipt_after: timedelta | None = timedelta(seconds=1),
         name: str | None = None,
         lane: Lane = Lane.DEFAULT,
+        instance_id: str | None = None,
     ) -> None:
         self.bus = bus
         # the lane whose command topic it takes (codec.command_topic): one executor per lane,
         # so a stalled lane's backlog never holds this one's receive loop or quota
         self.lane = lane
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{biz_code}"
+        # who ran a run, as its result says (the run log's executor): the instance id this
+        # process heartbeats with into the executor registry (give the heartbeat's, or the
+        # heartbeat this one: `Heartbeat(..., instance_id=executor.instance_id)`)
+        self.instance_id = instance_id or new_instance_id()
         self.biz_code = biz_code
         self.clock = clock or SystemClock()
         self.shadow = shadow
@@ -179,7 +185,12 @@ class Executor:
             None
             if receipt_after is None
             else ReceiptStamps(
-                bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{biz_code}-receipts"
+                bus,
+                self.clock,
+                receipt_after,
+                compact=compact_results,
+                name=f"exec-{biz_code}-receipts",
+                executor=self.instance_id,
             )
         )
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
@@ -521,6 +532,7 @@ class Executor:
                     message="",
                     exceptions=[],
                     logs=run_logs.take(env),
+                    executor=self.instance_id,
                 ),
             )
         )
@@ -760,6 +772,7 @@ class Executor:
             message=message,
             exceptions=run.extras,
             logs=run_logs.take(env),
+            executor=self.instance_id,
         )
         if letter is None:
             self._remember_successes(run, indices, letters)
