@@ -27,13 +27,13 @@ from tests.integration.test_block_strategy_real import _events, _json, _spans
 from tests.servers import REPO, server_url
 from tests.waiting import until
 
-pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
-
 BIZ = "serialreal"
 PERIOD_MS = 2000
 HOLD_S = "3"  # each run holds 3 s, every 2 s: the runs queue up behind each other
 
 
+@pytest.mark.mariadb
+@pytest.mark.pulsar
 def test_a_serial_job_slower_than_its_period_runs_one_at_a_time_none_lost(tmp_path: Path) -> None:
     pulsar = server_url("pulsar")
     with mariadb_database() as url:
@@ -124,3 +124,32 @@ def test_a_serial_job_slower_than_its_period_runs_one_at_a_time_none_lost(tmp_pa
         (ours,) = [e for e in registry if not e["legacy"]]
         assert {r["executor"] for r in done} == {ours["instance_id"]}, (done, registry)
         assert {r["executor_name"] for r in done} == {ours["name"]}
+
+
+def test_on_serve_a_run_log_row_names_the_process_that_ran_it(tmp_path: Path) -> None:
+    """The embedded default: `switchyard serve` (SQLite, in-process bus) runs a serial job
+    and its rows name the executor process, the one `switchyard executors` lists."""
+    url = f"sqlite:///{tmp_path / 'center.db'}"
+    engine = make_engine(url)
+    init_schema(engine, 2)
+    engine.dispose()
+    added = _json(url, "job", "add", "alpha:tick", "--handler", "h", "--every", "1s", "--block", "serial")
+    assert added["block"] == "serial"
+    env = {**os.environ, "SERVE_RUN_LOG": str(tmp_path / "runs.jsonl"), "PYTHONPATH": str(REPO)}
+    args = ["serve", "--url", url, "--handlers", "tests.serve_handlers", "--name", "exec-serve"]
+    args += ["--heartbeat-interval", "0.3s", "--idle-wait", "0.5"]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = start_cli(args, out, cwd=REPO, env=env)
+    try:
+        done: list[dict[str, Any]] = []
+
+        def ran() -> bool:
+            done[:] = [r for r in _json(url, "runs", "--job", "alpha:tick") if r["result"] == "succeeded"]
+            return len(done) >= 2
+
+        assert until(ran, 90, 0.5), log.read_text(errors="replace")[-3000:]
+        (row,) = _json(url, "executors")
+    finally:
+        stop_process(proc)
+    assert {(r["executor"], r["executor_name"]) for r in done} == {(row["instance_id"], "exec-serve")}, (done, row)
