@@ -99,7 +99,7 @@ class _Job:
 def _executor(**kw: object) -> tuple[InProcessBus, Executor, object]:
     bus = InProcessBus(SystemClock())
     results = bus.subscribe(CALLBACK_TOPIC, "t")
-    ex = Executor(bus, "d", concurrency=2, receipt_after=None, **kw)  # type: ignore[arg-type]
+    ex = Executor(bus, "d", concurrency=2, **{"receipt_after": None, **kw})  # type: ignore[arg-type]
     return bus, ex, results
 
 
@@ -292,3 +292,61 @@ def test_job_add_and_edit_take_serial_and_name_the_field_on_a_bad_one(tmp_path: 
     assert "serial" in out.split("one of", 1)[1]
     code, out = sy("job", "show", "billing:slow")
     assert json.loads(out)["block"] == "cover_early"  # nothing half-written
+
+
+def test_a_handler_past_its_timeout_holds_the_next_run_until_it_returns() -> None:
+    """The overrunning run is recorded timed out at its timeout; the job's next run still
+    waits for its handler to return (it cannot be stopped), never two at once."""
+    bus, ex, results = _executor()
+    returned = threading.Event()
+    let_go = threading.Event()
+    started: list[int] = []
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> None:
+        started.append(int(ctx.scheduled_at.timestamp() * 1000))
+        if len(started) == 1:
+            let_go.wait(WAIT_S)  # ignores its timeout
+            returned.set()
+
+    for ms in (T1, T1 + STEP):
+        t = from_ms(ms)
+        run = ExecutionCommand(
+            command_id=command_id(1, t, 0),
+            trigger_id=TriggerId(1),
+            job_code=JobCode("j"),
+            biz_code="d",
+            handler="h",
+            scheduled_at=t,
+            epoch=Epoch(1),
+            timeout=timedelta(milliseconds=200),
+            block=Block.SERIAL,
+        )
+        bus.publish([BusMessage(command_topic("d"), encode_packed([envelope_body(run, [(0, "")])]), key=str(ms))])
+    a, b = command_id(1, from_ms(T1), 0), command_id(1, from_ms(T1 + STEP), 0)
+    with _Running(ex):
+        got_a = _collect(results, 1)
+        assert got_a[a].state is FiredState.TIMED_OUT
+        assert not _collect(results, 1, within_s=0.5)  # b waits for a's handler
+        assert started == [T1]
+        let_go.set()
+        got_b = _collect(results, 1)
+    ex.close()
+    assert returned.is_set() and started == [T1, T1 + STEP]
+    assert got_b[b].state is FiredState.SUCCEEDED
+
+
+def test_a_queued_run_is_stamped_received_not_started() -> None:
+    bus, ex, results = _executor(receipt_after=timedelta(milliseconds=100))
+    job = _Job(ex)
+    with _Running(ex):
+        _publish(bus, T1)
+        assert job.first_in.wait(WAIT_S)
+        (b,) = _publish(bus, T1 + STEP)
+        stamp = _collect(results, 2)  # both stamped: the first started, the queued one not
+        job.release.set()
+        done = _collect(results, 2)
+    ex.close()
+    assert stamp[b].state is FiredState.RECEIVED and stamp[b].received_at is not None
+    assert stamp[b].started_at is None
+    assert done[b].state is FiredState.SUCCEEDED and done[b].started_at is not None
