@@ -254,3 +254,38 @@ def test_runs_shows_the_executor_with_its_registry_name(tmp_path: Path) -> None:
     assert (
         "run by executor host-1-billing" in runner.invoke(cli, ["runs", "log", named.command_id, "--url", url]).stdout
     )
+
+
+def test_the_consoles_runs_page_and_api_show_the_executor(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from scheduler_core.store.executors import ExecutorBeat
+    from switchyard.console.app import make_app
+    from switchyard.console.data import Sources
+
+    with sql_store("sqlite", tmp_path, ManualClock(NOW)) as store:
+        named, bare = _record(1), _record(2)
+        store.put_fired([named, bare])
+        store.update_fired(
+            [
+                FiredUpdate(named.command_id, FiredState.SUCCEEDED, NOW, received_at=NOW, executor="c" * 32),
+                FiredUpdate(bare.command_id, FiredState.SUCCEEDED, NOW, received_at=NOW),
+            ]
+        )
+        beat = dict(biz_codes=("billing",), host="h", pid=1, version="1", concurrency=1, in_flight=0)
+        SqlExecutorRegistry(store.engine).beat(
+            ExecutorBeat(instance_id="c" * 32, name="box-7-billing", interval=timedelta(seconds=5), **beat)  # type: ignore[arg-type]
+        )
+        client = TestClient(make_app(Sources(store)))
+        api = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+        assert (api[named.command_id]["executor"], api[named.command_id]["executor_name"]) == (
+            "c" * 32,
+            "box-7-billing",
+        )
+        assert (api[bare.command_id]["executor"], api[bare.command_id]["executor_name"]) == (None, None)
+        page = client.get("/runs").text
+        assert "<th>executor</th>" in page
+        assert f'data-instance="{"c" * 32}">box-7-billing</td>' in page
+        detail = client.get(f"/api/runs/{named.command_id}").json()["run"]
+        assert detail["executor_name"] == "box-7-billing"
+        assert "box-7-billing" in client.get(f"/runs/{named.command_id}").text
