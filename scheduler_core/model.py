@@ -78,6 +78,10 @@ class Block(enum.StrEnum):
     # the earlier run is killed (cooperatively, as `run kill` does; recorded killed, covered)
     # and the later one runs
     COVER_EARLY = "cover_early"
+    # the later run waits in the executor's queue and runs after the earlier one, in
+    # arrival order, per job and sharding item (xxl-job's SERIAL_EXECUTION, its default);
+    # a stop still skips a queued run, and a full queue answers the run failed
+    SERIAL = "serial"
 
     @staticmethod
     def of(value: str | None) -> Block:

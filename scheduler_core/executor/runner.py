@@ -59,6 +59,7 @@ class EnvelopeRun:
         "result",
         "pack",
         "kills",
+        "queued",
     )
 
     def __init__(
@@ -96,6 +97,7 @@ class EnvelopeRun:
         self.result: object = None
         self.pack: object = None  # the packed message this run is one of (sdk.PackRun), if any
         self.kills = kills  # the executor's kill requests (executor.kills), None: none can come
+        self.queued = False  # it waited in a serial job's queue (sdk: block strategy serial)
 
     def mark_done(self) -> None:
         with self.lock:
