@@ -155,6 +155,57 @@ def job_briefs(store: SqlTriggerStore, biz_code: str | None = None) -> list[JobB
         ]
 
 
+# a run published (or persisted to be) whose executor has not reported its end: still to
+# come while its fire time is ahead (skipped ones are stopped, not a backlog)
+_NOT_DONE = (FiredState.PENDING.value, FiredState.PUBLISHED.value, FiredState.RECEIVED.value)
+
+
+def receipt_lags_by_lane(store: SqlTriggerStore, start_ms: int, end_ms: int) -> list[tuple[str, Lane, int, int | None]]:
+    """(business, lane, scheduled_at, received_at - scheduled_at or None) of the fired
+    records scheduled in [start_ms, end_ms), not skipped: the fire-time lag per lane. The
+    lane is the record's trigger's (a job moved to another lane counts there, history too)."""
+    fr, tr = store.t.fired, store.t.trigger
+    stmt = (
+        select(fr.c.biz_code, tr.c.lane, fr.c.scheduled_at, fr.c.received_at - fr.c.scheduled_at)
+        .select_from(fr.join(tr, tr.c.id == fr.c.trigger_id))
+        .where(
+            fr.c.scheduled_at >= start_ms,
+            fr.c.scheduled_at < end_ms,
+            fr.c.state != FiredState.SKIPPED.value,
+        )
+    )
+    with store.engine.connect() as conn:
+        return [
+            (str(biz), Lane.of(lane), int(at), None if lag is None else int(lag))
+            for biz, lane, at, lag in conn.execute(stmt).all()
+        ]
+
+
+def published_ahead(store: SqlTriggerStore, now_ms: int) -> dict[tuple[str, Lane], int]:
+    """Per business and lane, the runs published (fired records written) whose fire time
+    is still ahead of `now_ms` and that no executor finished or a stop skipped: the
+    published-not-yet-due backlog as the store holds it (what a stop now would skip).
+    Counted per trigger first, on the scheduled_at index, then its lane."""
+    fr, tr = store.t.fired, store.t.trigger
+    per_trigger = (
+        select(fr.c.trigger_id, fr.c.biz_code, func.count().label("n"))
+        .where(fr.c.scheduled_at > now_ms, fr.c.state.in_(_NOT_DONE))
+        .group_by(fr.c.trigger_id, fr.c.biz_code)
+        .subquery()
+    )
+    stmt = (
+        select(per_trigger.c.biz_code, tr.c.lane, func.sum(per_trigger.c.n))
+        .select_from(per_trigger.join(tr, tr.c.id == per_trigger.c.trigger_id))
+        .group_by(per_trigger.c.biz_code, tr.c.lane)
+    )
+    out: dict[tuple[str, Lane], int] = {}
+    with store.engine.connect() as conn:
+        for biz, lane, n in conn.execute(stmt).all():
+            key = (str(biz), Lane.of(lane))
+            out[key] = out.get(key, 0) + int(n)
+    return out
+
+
 def has_fired_records(store: SqlTriggerStore, biz_code: str) -> bool:
     """Whether any fired record belongs to the business (one row on idx_fired_biz_time)."""
     fr = store.t.fired

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reports.load import load_report
 from reports.render_html import render_html
 from scheduler_core.ports import MessageBus
-from switchyard.console import data, executors, job_pages, runs
+from switchyard.console import data, executors, job_pages, lanes, runs
 from switchyard.console.auth import (
     ANONYMOUS,
     COOKIE,
@@ -233,6 +233,7 @@ def make_app(
         Route("/api/quarantine", api_quarantine),
         *executors.routes(src),
         *runs.routes(src),
+        *lanes.routes(src),
     ]
     # each page family's own module adds its routes here (its writes behind the gate below)
     routes += job_pages.routes(src, bus)
