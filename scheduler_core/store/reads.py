@@ -13,8 +13,9 @@ from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.fence import MESSAGE_PREFIX
-from scheduler_core.model import FiredState, JobCode, Lane, TriggerId, TriggerKind, TriggerState
+from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
+from scheduler_core.store.rows import trigger_from_row
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
 
@@ -127,6 +128,22 @@ def trigger_briefs(store: SqlTriggerStore, biz_codes: Collection[str] | None = N
             TriggerBrief(TriggerId(i), code, biz, _KIND[kind], _STATE[state], bool(has_job))
             for i, code, biz, kind, state, has_job in conn.execute(stmt).all()
         ]
+
+
+def job_schedules(store: SqlTriggerStore, job_codes: Collection[str]) -> dict[str, Trigger]:
+    """Each of these jobs' schedule: its oldest trigger not cancelled (full rows; a page's
+    few jobs, one query)."""
+    tr = store.t.trigger
+    codes = sorted(set(job_codes))
+    out: dict[str, Trigger] = {}
+    if not codes:
+        return out
+    stmt = select(tr).where(tr.c.job_code.in_(codes), tr.c.state != TriggerState.CANCELLED.value).order_by(tr.c.id)
+    with store.engine.connect() as conn:
+        for row in conn.execute(stmt).mappings():
+            t = trigger_from_row(row)
+            out.setdefault(t.job_code, t)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

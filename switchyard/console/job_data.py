@@ -23,7 +23,7 @@ from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Block, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
-from scheduler_core.store.reads import TriggerBrief, job_briefs, trigger_briefs
+from scheduler_core.store.reads import TriggerBrief, job_briefs, job_schedules, trigger_briefs
 from switchyard.console.data import Sources
 from switchyard.jobs import JobView, job_state, natural_key
 
@@ -98,15 +98,20 @@ def _schedule_text(t: Trigger | None) -> str:
 def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     """Every job matching the filters, by business then code with numbers as numbers
     (xxl:billing:9 before xxl:billing:10), one page of them with each one's state, lane,
-    live side, schedule and next fire time. Narrow reads of every job and trigger (what
-    the filters and the order need), then for the page alone: its triggers' full rows, and
-    the sides (of the page's businesses; of every business only under a side filter)."""
+    live side, schedule and next fire time. A narrow read of every job (what the filters
+    and the order need; every trigger's state too only under a state filter), then for
+    the page alone: its schedules' full rows, and the sides (of the page's businesses; of
+    every business only under a side filter)."""
     biz = f.business or None
     jobs = job_briefs(src.store, biz)
-    first: dict[str, TriggerBrief] = {}
-    for b in trigger_briefs(src.store, None if biz is None else [biz]):  # by id: the oldest live one is the schedule
-        if b.state is not TriggerState.CANCELLED:
-            first.setdefault(b.job_code, b)
+    # every job's state only to filter by it; else the page's jobs' own (their schedules, read below)
+    states: dict[str, str] = {}
+    if f.state:
+        first: dict[str, TriggerBrief] = {}
+        for b in trigger_briefs(src.store, None if biz is None else [biz]):  # by id: the oldest live one
+            if b.state is not TriggerState.CANCELLED:
+                first.setdefault(b.job_code, b)
+        states = {code: job_state(b.kind, b.state) for code, b in first.items()}
 
     def sides_of(biz_codes: list[str] | None) -> dict[str, str]:
         return {
@@ -121,28 +126,23 @@ def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     q = f.q.lower()
     rows = []
     for j in jobs:
-        t = first.get(j.job_code)
-        state = job_state(None if t is None else t.kind, None if t is None else t.state)
         if (
-            (f.state and state != f.state)
+            (f.state and states.get(j.job_code, "deleted") != f.state)
             or (f.handler and j.handler != f.handler)
             or (f.name and f.name.lower() not in j.job_code.lower())
             or (f.side and sides.get(j.job_code, "") != f.side)
             or (q and not any(q in s.lower() for s in (j.job_code, j.handler, j.params)))
         ):
             continue
-        rows.append((j, state))
-    rows.sort(key=lambda r: (r[0].biz_code, natural_key(r[0].job_code)))
+        rows.append(j)
+    rows.sort(key=lambda j: (j.biz_code, natural_key(j.job_code)))
     total = len(rows)
     pages = max(1, -(-total // f.size))
     page = min(f.page, pages)
     page_rows = rows[(page - 1) * f.size : page * f.size]
     if not f.side and page_rows:
-        sides = sides_of(sorted({j.biz_code for j, _s in page_rows}))
-    triggers = {
-        t.job_code: t
-        for t in src.store.get_triggers([first[j.job_code].id for j, _s in page_rows if j.job_code in first])
-    }
+        sides = sides_of(sorted({j.biz_code for j in page_rows}))
+    triggers = job_schedules(src.store, [j.job_code for j in page_rows])
     t_next = (TriggerState.WAITING, TriggerState.ACQUIRED)
 
     return redact_tree(
@@ -159,12 +159,12 @@ def job_list(src: Sources, f: Filters) -> dict[str, Any]:
                     "handler": j.handler,
                     "params": j.params,
                     "lane": j.lane.value,
-                    "state": state,
+                    "state": job_state(None if t is None else t.kind, None if t is None else t.state),
                     "side": sides.get(j.job_code, ""),
                     "schedule": _schedule_text(t),
                     "next_fire_at": None if t is None or t.state not in t_next else t.next_fire_at.isoformat(),
                 }
-                for j, state in page_rows
+                for j in page_rows
                 for t in (triggers.get(j.job_code),)
             ],
         }
