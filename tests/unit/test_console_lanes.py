@@ -86,8 +86,8 @@ def test_lanes_per_lane_and_business(h: Harness) -> None:
     core.metrics.lane_lookahead_lag.labels(lane="bulk").set(-3.5)
     body = c.get("/api/lanes").json()
     assert {x["lane"]: x["behind"] for x in body["lanes"]} == {"burst": False, "default": False, "bulk": True}
-    page = c.get("/lanes").text
-    assert '<tr id="lane-bulk" class="problem">' in page and '<span class="flag">-3.500 s</span>' in page
+    html = c.get("/lanes").text
+    assert '<tr id="lane-bulk" class="problem">' in html and '<span class="flag">-3.500 s</span>' in html
 
 
 def test_lanes_without_scheduler_metrics_say_so(h: Harness) -> None:
