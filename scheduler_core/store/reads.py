@@ -157,19 +157,34 @@ class JobBrief:
     lane: Lane
 
 
-def job_briefs(store: SqlTriggerStore, biz_code: str | None = None) -> list[JobBrief]:
-    """Every job of the business (None: all), by business and code. (Its schedule's
-    state comes from `trigger_briefs`: joined here through a MIN(id) per job, the read
-    took longer than both.)"""
+def job_briefs(
+    store: SqlTriggerStore, biz_code: str | None = None, job_codes: Collection[str] | None = None
+) -> list[JobBrief]:
+    """Every job of the business (None: all), or these jobs, by business and code."""
     j = store.t.job
     stmt = select(j.c.job_code, j.c.biz_code, j.c.handler, j.c.params, j.c.lane).order_by(j.c.biz_code, j.c.job_code)
     if biz_code is not None:
         stmt = stmt.where(j.c.biz_code == biz_code)
+    if job_codes is not None:
+        if not job_codes:
+            return []
+        stmt = stmt.where(j.c.job_code.in_(sorted(set(job_codes))))
     with store.engine.connect() as conn:
         return [
             JobBrief(JobCode(str(code)), str(biz), str(handler), str(params), Lane.of(lane))
             for code, biz, handler, params, lane in conn.execute(stmt).all()
         ]
+
+
+def job_keys(store: SqlTriggerStore, biz_code: str | None = None) -> list[tuple[str, str]]:
+    """(job code, business) of every job of the business (None: all): what a list that
+    filters by neither handler nor parameter needs of every job to order and page them."""
+    j = store.t.job
+    stmt = select(j.c.job_code, j.c.biz_code)
+    if biz_code is not None:
+        stmt = stmt.where(j.c.biz_code == biz_code)
+    with store.engine.connect() as conn:
+        return [(str(code), str(biz)) for code, biz in conn.execute(stmt).all()]
 
 
 # a run published (or persisted to be) whose executor has not reported its end: still to
