@@ -310,7 +310,7 @@ def test_create_a_job_by_the_form_with_its_cron_previewed_and_audited(src: Sourc
         ({"children": "nosuchjob"}, "children", "no such job"),
         ({"shards": "3", "items": "a\nb"}, "items", "2 item parameters for 3 shards"),
         ({"lane": "fast"}, "lane", "unknown lane"),
-        ({"block": "serial"}, "block", "unknown block strategy"),
+        ({"block": "serial_execution"}, "block", "unknown block strategy"),
         ({"alerts": "webhook:ftp://x"}, "alerts", "http:// or https://"),
         ({"alerts": "mail:ops@example.com", "alert_on": "failure, lateness"}, "alerts", "unknown alert kind"),
     ],
