@@ -1,6 +1,6 @@
 """Chunks of one-shot triggers admitted shortly before their fire time, held by the
 scheduler and fired at T (recurring triggers keep publishing their lookahead ahead: see
-`SchedulerCore._fire_chunk`).
+`scheduler_core.firepath`, which decides what is held).
 
 A command published ahead of T waits at the broker for its deliver-at, and the broker's
 delayed delivery runs on a tick: Pulsar hands it over up to a tick late (100 ms here,
@@ -32,6 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from scheduler_core.model import Trigger
@@ -58,9 +59,6 @@ class _Held:
     parts: list[Any] = field(compare=False)
     fire: Fire = field(compare=False)
     bucket: int = field(compare=False)
-
-    def work(self) -> None:
-        self.fire(self.due_ms, self.parts)
 
 
 def by_due(chunk: Sequence[Trigger], spread_ms: int) -> list[tuple[int, list[Trigger]]]:
@@ -182,7 +180,8 @@ class HeldChunks:
 
     def _offer(self, h: _Held) -> bool:
         try:
-            return self.submit(h.biz_code, h.size, h.work)
+            # the pool runs the owner's delivery itself: no hop back through this module
+            return self.submit(h.biz_code, h.size, partial(h.fire, h.due_ms, h.parts))
         except RuntimeError as exc:  # the pool is shutting down: the rows are reclaimed
             log.warning("a held chunk of %d trigger(s) not fired (%s); reclaimed after its deadline", h.size, exc)
             return True

@@ -82,9 +82,16 @@ class ShardedScheduler:
         self.partitions = {p.index: p for p in store.partitions()}
         self.run_loops = run_loops
         self.core = SchedulerCore(
-            store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[], inline=inline
+            store,
+            bus,
+            clock,
+            Epoch(0),
+            self.settings,
+            self.metrics,
+            partitions=[],
+            inline=inline,
+            ownership_alive=registry.alive,
         )
-        self.core.ownership_alive = registry.alive
         self.status = MemberStatus(member=registry.member, stats=self.core.stats)
         self._owned: dict[int, _Owned] = {}
         self._wanted_since: dict[int, float] = {}
@@ -258,7 +265,9 @@ class ShardedScheduler:
             self.registry.release(index, epoch)
             return
         acq = self.core.own(partition, epoch)
-        loop = PartitionLoop(acq, self.core.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics)
+        loop = PartitionLoop(
+            acq, self.core.admission.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics
+        )
         self._owned[index] = _Owned(acq, loop)
         self._takes += 1  # the relays read the store whole once: the previous owner's may not have carried all
         if self.run_loops:
