@@ -91,7 +91,7 @@ class PartitionAcquirer:
         metrics: SchedulerMetrics,
         epoch: Epoch,
         rng: random.Random | None = None,
-        fence: str | None = None,
+        ownership: str | None = None,
         lookahead: AdaptiveLookahead | None = None,
     ) -> None:
         self.partition = partition
@@ -106,9 +106,9 @@ class PartitionAcquirer:
         self.settings = settings
         self.metrics = metrics
         self.epoch = epoch
-        # the fence row the epoch is checked against: the leader's (None), or this
+        # the ownership the epoch is checked against: the leader's (None), or this
         # partition's own when the shard registry gives partitions owners of their own
-        self.fence = fence
+        self.ownership = ownership
         self.last_seen: datetime | None = None
         self.ticks = 0
         self.rng = rng or random.Random()
@@ -156,7 +156,7 @@ class PartitionAcquirer:
                     epoch=self.epoch,
                     deadline=deadline,
                     fence_epoch=self.epoch,
-                    fence=self.fence,
+                    fence=self.ownership,
                     # the rows just read are fired as read: one rewritten since (a migration,
                     # a cutover) loses here and is read again on the next tick
                     expected_version={t.id: t.version for t in due if t.id is not None},
@@ -251,7 +251,7 @@ class PartitionAcquirer:
         for (biz_code, lane), triggers in group_by_biz_code(won).items():
             for chunk in chunked(triggers, self.settings.chunk_size):
                 if self.path.hand_over(
-                    chunk, biz_code=biz_code, lane=lane, epoch=self.epoch, fence=self.fence, jobs=jobs
+                    chunk, biz_code=biz_code, lane=lane, epoch=self.epoch, ownership=self.ownership, jobs=jobs
                 ):
                     submitted += len(chunk)
                 else:
@@ -266,7 +266,7 @@ class PartitionAcquirer:
                     expected_epoch=self.epoch,
                     clear_epoch=True,
                     fence_epoch=self.epoch,
-                    fence=self.fence,
+                    fence=self.ownership,
                 )
             )
             released = len(back)
@@ -275,7 +275,7 @@ class PartitionAcquirer:
                 "partition %s: fire pool refused %d trigger(s); released to waiting",
                 self.partition.name,
                 released,
-                extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence),
+                extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.ownership),
             )
         return submitted, released
 
@@ -376,7 +376,9 @@ class PartitionLoop:
                 log.exception(
                     "partition %s: tick failed; retrying",
                     self.acq.partition.name,
-                    extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch, fence=self.acq.fence),
+                    extra=log_fields(
+                        partition=self.acq.partition.index, epoch=self.acq.epoch, fence=self.acq.ownership
+                    ),
                 )
                 wait = 1.0
             # at most max_wait between ticks (1 s, as before); real time, whatever the clock,

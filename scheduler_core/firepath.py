@@ -13,7 +13,8 @@ The path of a held one-shot (a chunk due within `hold_within`, threaded pool), i
   fire-N thread (the pool)
    3. `FirePath.fire_chunk` decides hold or fire now: a chunk of one-shots, with a hold
       queue, is cut by T (`hold.by_due`); each group the hold accepts is prepared
-      (`FirePipeline.prepare`: its fired records written behind the epoch fence) and
+      (`FirePipeline.prepare`: its fired records written while the epoch holds the
+      ownership) and
       held (`HeldChunks.hold`, delivered by `FirePath.deliver_held`); the rest, and every
       recurring chunk, is fired now (`FirePipeline.fire`: prepare, publish, outcome).
   held-chunks thread (`scheduler_core.hold`)
@@ -27,7 +28,16 @@ The path of a held one-shot (a chunk due within `hold_within`, threaded pool), i
 Every step of 3 and 5 runs through `FirePath._step`: nothing for an ownership that was
 revoked, an error counted and logged, never raised (the rows stay acquired by the epoch,
 reclaimed after their deadline with the same command ids), and the chunk out of flight
-once done, unless the step prepared it for a later one. The path calls nothing of the
+once done, unless the step prepared it for a later one.
+
+Words: an ownership is the right to fire a set of triggers: the single leader's (None)
+or one partition's under the shard registry (`ports.partition_fence`). The store keeps
+the epoch that holds each ownership (its ownership epoch), and every write of the path
+(the fired records, the release, the outcome CAS) holds only while the chunk's epoch is
+still it, so a deposed owner's writes are refused. "Fence" means only the rollback
+fence of a business (`scheduler_core.fence`); the store port still spells the ownership
+and its epoch `fence` and `fence_epoch` (`Transition`, `claim_epoch`, `put_fired_fenced`,
+the `dus_fence` table), and the log field is `fence`. The path calls nothing of the
 scheduler that owns it: what it needs (the store, the bus, the clock, the settings, the
 metrics, the pool, the hold queue, the in-flight book and the figures) is given to it.
 """
@@ -110,8 +120,8 @@ class CoreStats:
 
 
 class InFlight:
-    """The triggers this scheduler has queued or firing, per fence (the leader's: None, or
-    a partition's), and the ownerships it lost.
+    """The triggers this scheduler has queued or firing, per ownership (the leader's: None,
+    or a partition's), and the ownerships it lost.
 
     A queued or firing trigger is live work: never reclaimable (the reclaimer asks). A
     partition handed over on purpose is released only once its own chunks are done
@@ -127,51 +137,51 @@ class InFlight:
         # under the registry: the member's lease is known alive (asked before publishing)
         self._alive = alive if alive is not None else _always
 
-    def queued(self, chunk: Sequence[Trigger], fence: str | None) -> None:
+    def queued(self, chunk: Sequence[Trigger], ownership: str | None) -> None:
         with self._lock:
             self._ids.update(_ids(chunk))
-            self._pending[fence] += len(chunk)
+            self._pending[ownership] += len(chunk)
 
-    def refused(self, chunk: Sequence[Trigger], fence: str | None) -> None:
+    def refused(self, chunk: Sequence[Trigger], ownership: str | None) -> None:
         with self._lock:
             self._ids.difference_update(_ids(chunk))
-            self._finished(fence, len(chunk))
+            self._finished(ownership, len(chunk))
 
-    def started(self, ids: Sequence[TriggerId], fence: str | None, epoch: Epoch) -> bool:
+    def started(self, ids: Sequence[TriggerId], ownership: str | None, epoch: Epoch) -> bool:
         """Mark `ids` firing; False when the ownership was revoked (drop them)."""
         with self._lock:
             self._ids.update(ids)
-            return (fence, epoch) not in self._revoked
+            return (ownership, epoch) not in self._revoked
 
-    def done(self, ids: Sequence[TriggerId], fence: str | None, n: int) -> None:
+    def done(self, ids: Sequence[TriggerId], ownership: str | None, n: int) -> None:
         with self._lock:
             self._ids.difference_update(ids)
-            self._finished(fence, n)
+            self._finished(ownership, n)
 
-    def _finished(self, fence: str | None, n: int) -> None:
-        self._pending[fence] = max(0, self._pending[fence] - n)
+    def _finished(self, ownership: str | None, n: int) -> None:
+        self._pending[ownership] = max(0, self._pending[ownership] - n)
         self._idle.notify_all()
 
     def contains(self, trigger_id: TriggerId) -> bool:
         with self._lock:
             return trigger_id in self._ids
 
-    def revoke(self, fence: str | None, epoch: Epoch) -> None:
+    def revoke(self, ownership: str | None, epoch: Epoch) -> None:
         with self._lock:
-            self._revoked.add((fence, epoch))
+            self._revoked.add((ownership, epoch))
 
-    def restore(self, fence: str | None, epoch: Epoch) -> None:
+    def restore(self, ownership: str | None, epoch: Epoch) -> None:
         with self._lock:
-            self._revoked.discard((fence, epoch))
+            self._revoked.discard((ownership, epoch))
 
-    def wait_done(self, fence: str | None, timeout: float) -> bool:
+    def wait_done(self, ownership: str | None, timeout: float) -> bool:
         with self._lock:
-            return self._idle.wait_for(lambda: self._pending[fence] <= 0, timeout)
+            return self._idle.wait_for(lambda: self._pending[ownership] <= 0, timeout)
 
-    def may_publish(self, fence: str, epoch: Epoch) -> bool:
+    def may_publish(self, ownership: str, epoch: Epoch) -> bool:
         """The owner's last look at its partition before publishing (registry members)."""
         with self._lock:
-            if (fence, epoch) in self._revoked:
+            if (ownership, epoch) in self._revoked:
                 return False
         return self._alive()
 
@@ -214,21 +224,21 @@ class FirePath:
         biz_code: str,
         lane: Lane,
         epoch: Epoch,
-        fence: str | None,
+        ownership: str | None,
         jobs: Mapping[JobCode, Job],
     ) -> bool:
         """Queue an acquired chunk (one business and lane) on the fire pool, retrying while
         it is full; False: refused, the caller releases it to waiting. A queued chunk is
         in flight from before it is offered: it must never look reclaimable."""
         s = self.settings
-        self.in_flight.queued(chunk, fence)
-        work = partial(self.fire_chunk, chunk, epoch, fence, jobs)
+        self.in_flight.queued(chunk, ownership)
+        work = partial(self.fire_chunk, chunk, epoch, ownership, jobs)
         for attempt in range(s.submit_retries + 1):
             if self.pool.try_submit(biz_code, len(chunk), work, lane):
                 return True
             if attempt < s.submit_retries:
                 self.clock.sleep(s.submit_retry_wait.total_seconds())
-        self.in_flight.refused(chunk, fence)
+        self.in_flight.refused(chunk, ownership)
         return False
 
     # -- 3. hold it or fire it now (a pool thread) -------------------------------------
@@ -237,7 +247,7 @@ class FirePath:
         self,
         chunk: Sequence[Trigger],
         epoch: Epoch,
-        fence: str | None = None,
+        ownership: str | None = None,
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> None:
         """Fire a chunk acquired by `epoch`, or hold the part of it due shortly.
@@ -251,17 +261,17 @@ class FirePath:
         published ahead of its T, to the broker's tick) and delivered with what this owner
         holds for the same T (one publication and one CAS at T for all)."""
         if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
-            chunk = self._hold(self.held, chunk, epoch, fence, jobs)
+            chunk = self._hold(self.held, chunk, epoch, ownership, jobs)
             if not chunk:
                 return
-        self._fire_now(chunk, epoch, fence, jobs)
+        self._fire_now(chunk, epoch, ownership, jobs)
 
     def _hold(
         self,
         held: HeldChunks,
         chunk: Sequence[Trigger],
         epoch: Epoch,
-        fence: str | None,
+        ownership: str | None,
         jobs: Mapping[JobCode, Job] | None,
     ) -> list[Trigger]:
         """Hold what the hold takes of a chunk of one-shots; returns the rest (fired now)."""
@@ -271,37 +281,41 @@ class FirePath:
             if not held.accepts(due_ms, len(group)):
                 rest += group
                 continue
-            prepared = self._step(group, epoch, fence, partial(self.pipeline.prepare, group, epoch, fence, jobs))
+            prepared = self._step(
+                group, epoch, ownership, partial(self.pipeline.prepare, group, epoch, ownership, jobs)
+            )
             if prepared is None:
                 continue
-            deliver = partial(self.deliver_held, epoch, fence)
-            if not held.hold(due_ms, (biz_code, epoch, fence), biz_code, len(group), prepared, deliver):
+            deliver = partial(self.deliver_held, epoch, ownership)
+            if not held.hold(due_ms, (biz_code, epoch, ownership), biz_code, len(group), prepared, deliver):
                 # the hold of its broker tick filled meanwhile: delivered now, deliver-at = T
-                self._step(group, epoch, fence, partial(self.pipeline.deliver, prepared, epoch, fence))
+                self._step(group, epoch, ownership, partial(self.pipeline.deliver, prepared, epoch, ownership))
         return rest
 
     def _fire_now(
         self,
         chunk: Sequence[Trigger],
         epoch: Epoch,
-        fence: str | None = None,
+        ownership: str | None = None,
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> None:
         self._step(
             chunk,
             epoch,
-            fence,
-            lambda: self.pipeline.fire(chunk, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs),
+            ownership,
+            lambda: self.pipeline.fire(
+                chunk, epoch, ownership=ownership, may_publish=self._check(ownership, epoch), jobs=jobs
+            ),
         )
 
     # -- 5. a held chunk at its T (a pool thread) --------------------------------------
 
-    def deliver_held(self, epoch: Epoch, fence: str | None, due_ms: int, parts: list[Prepared]) -> None:
+    def deliver_held(self, epoch: Epoch, ownership: str | None, due_ms: int, parts: list[Prepared]) -> None:
         """The parts held for T `due_ms` under one owner, delivered as one."""
         prepared = Prepared.merged(parts)
-        self._step(prepared.triggers, epoch, fence, partial(self._held_at_due, prepared, epoch, fence, due_ms))
+        self._step(prepared.triggers, epoch, ownership, partial(self._held_at_due, prepared, epoch, ownership, due_ms))
 
-    def _held_at_due(self, prepared: Prepared, epoch: Epoch, fence: str | None, due_ms: int) -> FireOutcome:
+    def _held_at_due(self, prepared: Prepared, epoch: Epoch, ownership: str | None, due_ms: int) -> FireOutcome:
         """Held chunks at their T: what a rollback fence raised while they were held covers
         is not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest is
         published, with the records written at admission."""
@@ -321,10 +335,10 @@ class FirePath:
         if ahead_s <= self.settings.hold_read_ahead.total_seconds():
             self.clock.sleep(ahead_s)
         if not hit or business_fence is None:
-            return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
+            return self.pipeline.deliver(prepared, epoch, ownership, self._check(ownership, epoch))
         skipped = {t.id for t in hit}
         records = [r for r in prepared.records if r.trigger_id in skipped]
-        done = skip_fenced(self.store, business_fence, hit, records, epoch, fence, self.clock.now())
+        done = skip_fenced(self.store, business_fence, hit, records, epoch, ownership, self.clock.now())
         self.stats.add_skipped(len(done))
         rest = [t for t in chunk if t.id not in skipped]
         # a chunk the fence cut (rare: the fence's `from` inside the chunk's few ms): the rest
@@ -332,34 +346,34 @@ class FirePath:
         # its messages are rebuilt, a packed one may carry runs of both parts)
         jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
         return (
-            self.pipeline.fire(rest, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs)
+            self.pipeline.fire(rest, epoch, ownership=ownership, may_publish=self._check(ownership, epoch), jobs=jobs)
             if rest
             else FireOutcome()
         )
 
     # -- every step ----------------------------------------------------------------------
 
-    def _check(self, fence: str | None, epoch: Epoch) -> Callable[[], bool] | None:
+    def _check(self, ownership: str | None, epoch: Epoch) -> Callable[[], bool] | None:
         """The owner's last look at its partition before publishing (registry members)."""
-        return None if fence is None else partial(self.in_flight.may_publish, fence, epoch)
+        return None if ownership is None else partial(self.in_flight.may_publish, ownership, epoch)
 
     def _step(
-        self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, step: Callable[[], FireOutcome | Prepared]
+        self, chunk: Sequence[Trigger], epoch: Epoch, ownership: str | None, step: Callable[[], FireOutcome | Prepared]
     ) -> Prepared | None:
-        """One step of a chunk's fire on a pool thread: nothing for an owner whose fence
+        """One step of a chunk's fire on a pool thread: nothing for an owner whose ownership
         was revoked, an error counted and logged, never raised (the rows stay acquired by
         this epoch: reclaimed after their deadline, same command ids). The chunk is done
         (out of flight) after the step, unless the step prepared it for a later one."""
         ids = _ids(chunk)
         result: FireOutcome | Prepared | None = None
         try:
-            if not self.in_flight.started(ids, fence, epoch):
+            if not self.in_flight.started(ids, ownership, epoch):
                 log.warning(
-                    "partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the new owner",
-                    fence,
+                    "ownership %s of epoch %s lost; %d queued trigger(s) left to the new owner",
+                    ownership,
                     epoch,
                     len(ids),
-                    extra=log_fields(epoch=epoch, fence=fence),
+                    extra=log_fields(epoch=epoch, fence=ownership),
                 )
                 return None
             result = step()
@@ -372,12 +386,12 @@ class FirePath:
             log.exception(
                 "fire of %d trigger(s) failed; they will be reclaimed after their deadline",
                 len(ids),
-                extra=log_fields(epoch=epoch, fence=fence),
+                extra=log_fields(epoch=epoch, fence=ownership),
             )
             return None
         finally:
             if not isinstance(result, Prepared):
-                self.in_flight.done(ids, fence, len(chunk))
+                self.in_flight.done(ids, ownership, len(chunk))
 
 
 def _ids(chunk: Sequence[Trigger]) -> list[TriggerId]:

@@ -10,9 +10,9 @@ its T (a trigger created with a short delay, woken at once) is kept here, still 
 by this epoch, and handed to the fire pool at T; its lag is then the fire itself.
 
 A held chunk is prepared when it is admitted (`FirePipeline.prepare`: its fired records
-written behind the fence, its messages built), so at T only the publication and the
+written while the epoch holds its ownership, its messages built), so at T only the publication and the
 outcome CAS are left. Chunks held for the same T by the same owner (one business, epoch
-and fence) are delivered as one at T: a business adding 20 jobs due together, spread
+and ownership) are delivered as one at T: a business adding 20 jobs due together, spread
 over a tick's 16 partitions, is one publication and one outcome CAS at T, not eight
 parallel fires queueing for the pool and the GIL (p50 52 ms at 200/s before, measured).
 
@@ -131,7 +131,7 @@ class HeldChunks:
         """Keep `part` (`size` triggers of one business, owned under `key`) until `due_ms`
         when it is due within the hold and the hold of its broker tick has room; False:
         the caller fires it now. Parts held for the same T under the same key are fired
-        together, by the first one's `fire`: one key, one owner (epoch and fence)."""
+        together, by the first one's `fire`: one key, one owner (epoch and ownership)."""
         bucket = due_ms // self.window_ms
         with self._lock:
             if not self._takes(due_ms, size):

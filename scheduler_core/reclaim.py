@@ -46,7 +46,7 @@ class Reclaimer:
         return self.reclaim(acquirers)
 
     def reclaim(self, acquirers: Sequence[PartitionAcquirer]) -> int:
-        """Each partition's expired acquisitions, under its owner's epoch and fence."""
+        """Each partition's expired acquisitions, under its owner's epoch and ownership."""
         now = self.clock.now()
         total = 0
         for acq in acquirers:
@@ -71,7 +71,7 @@ class Reclaimer:
                     epoch=acq.epoch,
                     deadline=now + self.settings.acquire_deadline,
                     fence_epoch=acq.epoch,
-                    fence=acq.fence,
+                    fence=acq.ownership,
                 )
             )
             if won:
@@ -80,7 +80,7 @@ class Reclaimer:
                     acq.partition.name,
                     len(won),
                     old_epoch,
-                    extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.fence),
+                    extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.ownership),
                 )
                 self.metrics.reclaimed.inc(len(won))
                 acq.submit(won)

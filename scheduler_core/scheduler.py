@@ -1,4 +1,4 @@
-"""The scheduler: campaigns for leadership, fences the store with its epoch, runs one
+"""The scheduler: campaigns for leadership, claims the store's ownership with its epoch, runs one
 acquire loop per partition and the reclaimer while it leads, and applies results from
 the callback topic whether it leads or not.
 
@@ -43,10 +43,11 @@ __all__ = ["CoreStats", "Scheduler", "SchedulerCore", "SchedulerStatus", "consum
 
 
 class SchedulerCore:
-    """The leader's work for one epoch: every partition, fenced by the leader's epoch.
+    """The leader's work for one epoch: every partition, each write checked against the
+    leader's ownership epoch.
 
     Under the shard registry a member's core starts with no partition (`partitions=[]`)
-    and is given each partition it takes with that partition's own epoch and fence
+    and is given each partition it takes with that partition's own epoch and ownership
     (`own`), and loses it again (`disown`). What happens to an acquired chunk is
     `scheduler_core.firepath`'s: the core builds the path's parts and hands each acquirer
     the path, never a call back into itself."""
@@ -117,7 +118,7 @@ class SchedulerCore:
         ]
         self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self.in_flight)
 
-    def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
+    def _acquirer(self, partition: Partition, epoch: Epoch, ownership: str | None) -> PartitionAcquirer:
         return PartitionAcquirer(
             partition=partition,
             store=self.store,
@@ -127,18 +128,18 @@ class SchedulerCore:
             settings=self.settings,
             metrics=self.metrics,
             epoch=epoch,
-            fence=fence,
+            ownership=ownership,
             lookahead=self.lookahead,
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
         """Admit `partition` from now on as its owner of `epoch` (the registry handed it
-        over and the store's partition fence was claimed with that epoch)."""
+        over and the partition's ownership was claimed in the store with that epoch)."""
         acq = self._acquirer(partition, epoch, partition_fence(partition))
         # not under the admission lock: a take must not wait for another partition's tick
         # (the list is replaced, never changed in place, so a reclaim pass keeps its own)
         with self._lock:
-            self.in_flight.restore(acq.fence, epoch)
+            self.in_flight.restore(acq.ownership, epoch)
             self.acquirers = [a for a in self.acquirers if a.partition.index != partition.index] + [acq]
         return acq
 
@@ -150,9 +151,9 @@ class SchedulerCore:
             with self._lock:
                 self.acquirers = [a for a in self.acquirers if a is not acq]
             if lost:
-                self.in_flight.revoke(acq.fence, acq.epoch)
+                self.in_flight.revoke(acq.ownership, acq.epoch)
                 return True
-            return self.in_flight.wait_done(acq.fence, timeout)
+            return self.in_flight.wait_done(acq.ownership, timeout)
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
         return self.admission.tick(acquirer)
@@ -256,9 +257,11 @@ class Scheduler:
                 if epoch is None:
                     continue
                 if not self.store.claim_epoch(epoch):
-                    # a newer leader already fenced the store: we are not it
+                    # a newer leader already claimed the store's ownership: we are not it
                     log.warning(
-                        "epoch %s is older than the store's fence; stepping down", epoch, extra=log_fields(epoch=epoch)
+                        "epoch %s is older than the store's ownership epoch; stepping down",
+                        epoch,
+                        extra=log_fields(epoch=epoch),
                     )
                     self.election.resign()
                     continue
@@ -308,7 +311,7 @@ class Scheduler:
                 loop.join(timeout=10)
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
-                # publish duplicates (the fence refuses their outcome anyway)
+                # publish duplicates (their outcome is refused anyway: the epoch no longer holds the ownership)
                 core.shutdown(cancel=True)
             else:
                 core.drain(timeout=30)
