@@ -14,9 +14,9 @@ The path of a held one-shot (a chunk due within `hold_within`, threaded pool), i
    3. `FirePath.fire_chunk` decides hold or fire now: a chunk of one-shots, with a hold
       queue, is cut by T (`hold.by_due`); each group the hold accepts is prepared
       (`FirePipeline.prepare`: its fired records written while the epoch holds the
-      ownership) and
-      held (`HeldChunks.hold`, delivered by `FirePath.deliver_held`); the rest, and every
-      recurring chunk, is fired now (`FirePipeline.fire`: prepare, publish, outcome).
+      ownership) and held (`HeldChunks.hold`, delivered by `FirePath.deliver_held`); the
+      rest, and every recurring chunk, is fired now (`FirePipeline.fire`: prepare,
+      publish, outcome).
   held-chunks thread (`scheduler_core.hold`)
    4. at T (less `hold_read_ahead`) the parts held for one T and owner go to the pool
       (`FirePool.try_submit`) as one piece of work.
@@ -28,7 +28,13 @@ The path of a held one-shot (a chunk due within `hold_within`, threaded pool), i
 Every step of 3 and 5 runs through `FirePath._step`: nothing for an ownership that was
 revoked, an error counted and logged, never raised (the rows stay acquired by the epoch,
 reclaimed after their deadline with the same command ids), and the chunk out of flight
-once done, unless the step prepared it for a later one.
+once done, unless the step prepared it for a later one. Before publishing, a registry
+member's path asks `InFlight.may_publish` (its partition not revoked, its lease alive). A
+reclaimed chunk enters at 2 (`Reclaimer` -> `PartitionAcquirer.submit`).
+
+The path calls nothing of the scheduler that owns it (`scheduler_core.scheduler`): what
+it needs (the store, the bus, the clock, the settings, the metrics, the pool, the hold
+queue, the in-flight book and the figures) is given to it.
 
 Words: an ownership is the right to fire a set of triggers: the single leader's (None)
 or one partition's under the shard registry (`ports.partition_fence`). The store keeps
@@ -37,9 +43,7 @@ the epoch that holds each ownership (its ownership epoch), and every write of th
 still it, so a deposed owner's writes are refused. "Fence" means only the rollback
 fence of a business (`scheduler_core.fence`); the store port still spells the ownership
 and its epoch `fence` and `fence_epoch` (`Transition`, `claim_epoch`, `put_fired_fenced`,
-the `dus_fence` table), and the log field is `fence`. The path calls nothing of the
-scheduler that owns it: what it needs (the store, the bus, the clock, the settings, the
-metrics, the pool, the hold queue, the in-flight book and the figures) is given to it.
+the `dus_fence` table), and the log field is `fence`.
 """
 
 from __future__ import annotations
