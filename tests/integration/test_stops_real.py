@@ -354,25 +354,30 @@ def test_cancel_a_business_freeze_and_a_pause_across_a_leader_restart(stack: Sta
     anchors = _triggers(store)
     ids = list(anchors)
     store.put_job(Job(job_code=JobCode("other"), biz_code="other-biz", handler="quick", timeout=timedelta(0)))
-    (one,) = store.add_triggers(
-        [
-            Trigger(
-                job_code=JobCode("quick"),
-                biz_code=BIZ,
-                kind=TriggerKind.ONCE,
-                next_fire_at=_now() + timedelta(seconds=8),
-            )
-        ]
-    )
     leader = stack.start_leader("cancel-leader")
     executor = Invocations(stack)
     stops = StopService(SqlStops(store))
     try:
         start_ms = min(anchors.values())
         assert until(lambda: any(s >= start_ms for _c, s, _w in executor.read()), 30), executor.tail()
+        # the one-shot is added once the leader and the executor run (added with the others,
+        # a loaded machine's slow start-up used up its 8 s and the cancel came after its T),
+        # published ahead, then cancelled before its T: the premise checked, not assumed
+        (one,) = store.add_triggers(
+            [
+                Trigger(
+                    job_code=JobCode("quick"),
+                    biz_code=BIZ,
+                    kind=TriggerKind.ONCE,
+                    next_fire_at=_now() + timedelta(seconds=9),
+                )
+            ]
+        )
         one_ms = to_ms(one.next_fire_at)
-        assert until(lambda: (stored_id(one), one_ms) in _records(store, one_ms, one_ms + 1), 10), "not published"
-        rep = operations.cancel(store, stops, [stored_id(one)], _now() + LEAD, actor="ops", reason="wrong amount")
+        assert until(lambda: (stored_id(one), one_ms) in _records(store, one_ms, one_ms + 1), 8), "not published"
+        cancel_at = _now() + LEAD
+        assert cancel_at < one.next_fire_at, f"the one-shot was published {one.next_fire_at - cancel_at} before T only"
+        rep = operations.cancel(store, stops, [stored_id(one)], cancel_at, actor="ops", reason="wrong amount")
         assert rep.changed == [stored_id(one)]
         # a freeze of another business leaves this one running
         other = stops.stop(Scope.BUSINESS, "other-biz", _now() + LEAD, Cause.FREEZE, "ops", "incident")
