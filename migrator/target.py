@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from dbkit import fastpath
+from dbkit.fastpath import driver_tuples, render_plain, takes_rendered
 from migrator.edited_state import edited_state
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
@@ -22,9 +24,7 @@ from migrator.store import MigratorStore
 from readers.records import StreamPosition
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store import fastpath
 from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
-from scheduler_core.store.fastpath import driver_rows, render_plain, takes_rendered
 from scheduler_core.store.rows import trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -143,7 +143,7 @@ class TargetWriter:
                 f"IF({quarantined}, {q('field')}, NULL)",
                 f"IF({quarantined}, {q('reason')}, NULL)",
             )
-            rows = driver_rows(conn, self._ledger_sql(conn, columns, len(keys)), (source, *keys))
+            rows = driver_tuples(conn, self._ledger_sql(conn, columns, len(keys)), (source, *keys))
         status_of = _STATUS
         return {key: LedgerDigest(status_of[status], half, fld, reason) for key, status, half, fld, reason in rows}
 
@@ -154,7 +154,7 @@ class TargetWriter:
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
             names = ("source_key", "status", "content_hash", "target_job_code", "field", "reason")
-            return driver_rows(conn, self._ledger_sql(conn, [q(n) for n in names], len(keys)), (source, *keys))
+            return driver_tuples(conn, self._ledger_sql(conn, [q(n) for n in names], len(keys)), (source, *keys))
         return conn.execute(
             select(
                 lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code, lg.c.field, lg.c.reason

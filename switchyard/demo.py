@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from dbkit.engine import make_engine
 from dualrun.boundary_store import BoundaryTally, put_boundary_tally
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
@@ -64,7 +65,6 @@ from scheduler_core.ports import MessageBus, TriggerStore
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import StopService, is_stop_skip
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from dbkit.engine import make_engine
 from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 
@@ -142,10 +142,10 @@ def stream_catchup(
 ) -> StreamCatchup | None:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
+    from dbkit.capabilities import capabilities
     from migrator.catchup import StreamCatchup
-    from readers.fastpath import fast
 
-    if not fast(legacy):
+    if not capabilities(legacy).binlog:
         return None
     return StreamCatchup(own, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 

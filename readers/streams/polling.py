@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -93,10 +94,8 @@ class PollingChangeStream:
             raise ValueError(f"table {table!r} has no column(s) {missing}")
         if schema:
             self.schema = schema
-        elif engine.dialect.name == "sqlite":
-            self.schema = "main"
         else:
-            self.schema = engine.url.database or ""
+            self.schema = capabilities(engine).default_schema or engine.url.database or ""
         self._ucol = self._table.c[update_column]
         self._kcols = [self._table.c[k] for k in self.key_columns]
         self._numeric_update = isinstance(self._ucol.type, (sa.Integer, sa.Numeric))

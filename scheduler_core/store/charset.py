@@ -29,9 +29,9 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
+from dbkit.capabilities import MYSQL_DIALECTS, capabilities
+from dbkit.translate import driver_message
 from scheduler_core.errors import SchemaError
-from scheduler_core.store.driver_errors import driver_message
-from scheduler_core.store.schema import MYSQL_DIALECTS
 
 CHARSET = "utf8mb4"
 COLLATION = "utf8mb4_bin"
@@ -73,7 +73,7 @@ class NotUtf8mb4:
 def not_utf8mb4(engine: Engine, tables: Collection[str]) -> list[NotUtf8mb4]:
     """The tables among `tables` (those that exist) that are not utf8mb4, in name order;
     always none on SQLite (its text is Unicode whatever the table says)."""
-    if engine.dialect.name not in MYSQL_DIALECTS or not tables:
+    if not capabilities(engine).table_charset or not tables:
         return []
     names = sorted(tables)
     marks = ", ".join(f":t{i}" for i in range(len(names)))

@@ -16,6 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
+from dbkit.capabilities import capabilities
+from dbkit.engine import autocommit_twin
+from dbkit.translate import translated_methods
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.item_states import ItemState
@@ -40,8 +43,6 @@ from scheduler_core.states import check_transition
 from scheduler_core.stops import Cause, Scope, Window
 from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
-from scheduler_core.store.driver_errors import translated_methods
-from scheduler_core.store.engine import autocommit_twin
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -405,11 +406,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         winners are read back by their token in a statement of their own: a winner changed
         by someone else in between is not counted, as if the change had come just before
         the UPDATE. Anything larger: one transaction on the store's pool, as before."""
-        if (
-            len(changes) == 1
-            and len(set(changes[0].ids)) <= _IN_CHUNK
-            and self.engine.dialect.name in ("mysql", "mariadb")
-        ):
+        if len(changes) == 1 and len(set(changes[0].ids)) <= _IN_CHUNK and capabilities(self.engine).autocommit_twin:
             return self._autocommit_engine().connect()
         return self.engine.begin()
 
@@ -600,7 +597,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         MariaDB/MySQL the AUTOCOMMIT twin, whose statement is its own snapshot, as READ
         COMMITTED gives, with no transaction left open to roll back (a ROLLBACK round trip
         per read on the plain pool); elsewhere the store's engine."""
-        return self._autocommit_engine() if self.engine.dialect.name in ("mysql", "mariadb") else self.engine
+        return self._autocommit_engine() if capabilities(self.engine).autocommit_twin else self.engine
 
     def _autocommit_engine(self) -> Engine:
         if self._autocommit is None:
@@ -632,7 +629,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         first = "SELECT " + ", ".join(f"{mark} AS c{i}" for i in varying)
         rest = " UNION ALL SELECT " + ", ".join([mark] * len(varying))
         lock_clause = " LOCK IN SHARE MODE" if lock else ""
-        verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
+        verb = f"INSERT {capabilities(conn).ignore_prefix} INTO"
         # IGNORE only skips the duplicate key here: every value was length-checked in
         # rows.fired_row, so no truncation warning can be swallowed.
         sql = (
@@ -649,8 +646,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
 
     def _lock_fence_reads(self, conn: Connection) -> bool:
         if self._shared_fence_read is None:
-            version = str(conn.exec_driver_sql("SELECT VERSION()").scalar()) if result_joins.is_mysql(conn) else ""
-            self._shared_fence_read = bool(version) and "tidb" not in version.lower()
+            self._shared_fence_read = capabilities(conn).shared_lock_reads
         return self._shared_fence_read
 
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
@@ -665,7 +661,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             mark = self._mark()
             # IGNORE only skips the duplicate key here: every value was length-checked in
             # rows.fired_row, so no truncation warning can be swallowed.
-            verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
+            verb = f"INSERT {capabilities(self.engine).ignore_prefix} INTO"
             self._fired_sql = (
                 f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)})"
                 f" VALUES ({', '.join([mark] * len(FIRED_COLUMNS))})"
@@ -764,7 +760,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 }
             )
         with self.engine.begin() as conn:
-            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per page
+            if capabilities(conn).joined_update:  # one joined UPDATE per batch, not one per page
                 return result_joins.update_pages(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(self._page_update, params)
         return max(0, result.rowcount or 0)
@@ -785,7 +781,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             for u in updates
         ]
         with self.engine.begin() as conn:
-            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per item
+            if capabilities(conn).joined_update:  # one joined UPDATE per batch, not one per item
                 return result_joins.update_items(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(self._item_update, params)
         return max(0, result.rowcount or 0)

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from dbkit.capabilities import capabilities
 from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
@@ -173,7 +174,7 @@ class SqlSupersedes:
                 return False
             if records:  # insert-if-absent by command id
                 fr = self.t.fired
-                verb = "OR IGNORE" if self.t.sliced_by_column else "IGNORE"
+                verb = capabilities(conn).ignore_prefix
                 rows = [dict(zip(FIRED_COLUMNS, fired_row(r), strict=True)) for r in records]
                 conn.execute(insert(fr).prefix_with(verb), rows)
         return True

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from sqlalchemy import Column, Index, MetaData, Table, func, insert, inspect, select, update
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Lane
 from scheduler_core.stops import Cause, Window, windows_to_text
@@ -121,7 +122,7 @@ def replace_indexes(engine: Engine, tables: Tables) -> list[str]:
         wanted = {i.name for i in table.indexes}
         for old, new in REPLACED_INDEXES.get(name, {}).items():
             if old in have and new in wanted:
-                on = f" ON {q(name)}" if engine.dialect.name in ("mysql", "mariadb") else ""
+                on = f" ON {q(name)}" if capabilities(engine).drop_index_on_table else ""
                 with engine.begin() as conn:
                     conn.exec_driver_sql(f"DROP INDEX {q(old)}{on}")
                 out.append(f"-{name}.{old}")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
+from dbkit.redact import safe_url
 from scheduler_core.ports import MessageBus
-from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.durations import seconds

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dbkit.engine import make_engine
 from dualrun.boundary_store import record_cutover_boundary
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
@@ -29,7 +30,6 @@ from readers.errors import MissingTables, ReaderError, SourceUnavailable, Unknow
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from readers.timezones import LegacyZones
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.durations import POSITIVE, parse_duration

@@ -13,6 +13,7 @@ from datetime import timedelta, timezone
 import click
 from sqlalchemy.engine import Connection, Engine
 
+from dbkit.engine import make_engine
 from migrator.apply import Migrator
 from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
@@ -23,7 +24,6 @@ from readers.records import SourceSystem, StreamPosition
 from readers.timezones import LegacyZones
 from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
-from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
+from dbkit.redact import safe_url
 from scheduler_core.executor import Executor
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.alerts.loop import Alerter, AlertSettings
 from switchyard.alerts.send import Sender
