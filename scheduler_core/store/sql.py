@@ -137,6 +137,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # loops tick in time; in process by default, across processes when wired to etcd
         self.wakeups: Wakeups | None = LocalWakeups()
 
+    def close(self) -> None:
+        """Close every pooled connection of the store (its AUTOCOMMIT twin's too); a later
+        call opens new ones. The store's owner calls it when done, instead of reaching
+        into the engine."""
+        self.engine.dispose()
+
     # --- partitions ------------------------------------------------------------------
 
     def partitions(self) -> list[Partition]:

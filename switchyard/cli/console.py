@@ -214,4 +214,4 @@ def console(
             server = serve_console(src, bind, port, token, tokens=tokens, writes=writes, bus=bus)
             server.run()  # type: ignore[attr-defined]
     finally:
-        store.engine.dispose()
+        store.close()

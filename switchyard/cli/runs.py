@@ -99,7 +99,7 @@ def runs(
             job_code=job_code, biz_code=biz_code, states=states, since=now - window, before=until, limit=limit
         )
     finally:
-        store.engine.dispose()
+        store.close()
     out = [_row(r) for r in rows]
     if as_json:
         click.echo(json.dumps(out))
@@ -165,7 +165,7 @@ def log_lines(fired_id: str, item: int | None, url: str, as_json: bool) -> None:
             raise CliFailure(f"bad input: fired id: no fired record {fired_id!r}", exitcodes.USAGE)
         lines = run_log.logs(store, fired_id, item)
     finally:
-        store.engine.dispose()
+        store.close()
     out = [{**r, "logged_at": _iso(r["logged_at"])} for r in lines]
     if as_json:
         click.echo(json.dumps({"run": _row(record), "logs": out}))
@@ -242,7 +242,7 @@ def purge(
             on_batch=progress,
         )
     finally:
-        store.engine.dispose()
+        store.close()
     body = {**done.as_dict(), "cutoff": cutoff.isoformat(timespec="seconds"), "business": biz_code}
     if as_json:
         click.echo(json.dumps(body))

@@ -149,7 +149,7 @@ def serve(
     own = migrator_store(store)
     unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
     if unknown:
-        store.engine.dispose()
+        store.close()
         raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
     def register(ex: Executor) -> None:
@@ -217,4 +217,4 @@ def serve(
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)
         legacy.close()
-        store.engine.dispose()
+        store.close()
