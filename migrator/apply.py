@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dbkit import fastpath
+from dbkit.connections import connect
 from dbkit.fastpath import driver_tuples
 from migrator.holds import LegacyHolds
 from migrator.ledger_hash import (
@@ -340,7 +341,7 @@ class Migrator:
         )
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
-        with self.writer.own.engine.connect() as conn:
+        with connect(self.writer.own.engine) as conn:
             if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [

@@ -14,6 +14,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from dbkit import fastpath
+from dbkit.connections import begin, connect
 from dbkit.fastpath import driver_tuples, render_plain, takes_rendered
 from migrator.edited_state import edited_state
 from migrator.ledger_hash import HALF, source_half
@@ -111,7 +112,7 @@ class TargetWriter:
         if not keys:
             return out
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 rows = self._ledger_rows(c, source, keys)
         else:
             rows = self._ledger_rows(conn, source, keys)
@@ -127,7 +128,7 @@ class TargetWriter:
         texts nobody reads were most of a re-run's CPU)."""
         if not keys:
             return {}
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             if not fastpath.fast(conn):
                 return {
                     k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
@@ -173,7 +174,7 @@ class TargetWriter:
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""
         lg = self.own.t.ledger
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return (
                 conn.execute(
                     select(lg.c.source_key)
@@ -187,7 +188,7 @@ class TargetWriter:
         b = self.own.t.business
         stmt = select(b.c.state).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 state = c.execute(stmt).scalar_one_or_none()
         else:
             state = conn.execute(stmt).scalar_one_or_none()
@@ -199,7 +200,7 @@ class TargetWriter:
         b = self.own.t.business
         stmt = select(b.c.default_lane).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 lane = c.execute(stmt).scalar_one_or_none()
         else:
             lane = conn.execute(stmt).scalar_one_or_none()
@@ -233,7 +234,7 @@ class TargetWriter:
         these writes' rows as `render` gave them (used where the connection escapes alike)."""
         if conn is not None:
             return self._apply(conn, writes, checkpoint, rendered)
-        with self.own.engine.begin() as c:
+        with begin(self.own.engine) as c:
             return self._apply(c, writes, checkpoint, rendered)
 
     def render(self, writes: Sequence[Write]) -> Rendered | None:
@@ -494,7 +495,7 @@ class TargetWriter:
 
     def checkpoint(self, stream_id: str) -> StreamPosition | None:
         ck = self.own.t.checkpoint
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             row = conn.execute(
                 select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)
             ).first()
@@ -509,7 +510,7 @@ class TargetWriter:
         )
         if biz_code:
             stmt = stmt.where(lg.c.business == biz_code)
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from dbkit.connections import begin
 from dbkit.engine import make_engine
 from dualrun.boundary_store import BoundaryTally, put_boundary_tally
 from dualrun.collect import CompareRequest, compare_business
@@ -228,7 +229,7 @@ def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
     from sqlalchemy import text
 
     first = int((START + timedelta(minutes=1)).timestamp() * 1000)
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         ids = [
             i
             for (i,) in conn.execute(
@@ -262,7 +263,7 @@ def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
     from sqlalchemy import text
 
     wall = (START + timedelta(hours=8, minutes=1)).strftime("%Y-%m-%d %H:%M:%S")  # Asia/Shanghai wall time
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         ids = [
             i
             for (i,) in conn.execute(

@@ -10,6 +10,7 @@ from importlib import resources
 from sqlalchemy import Connection, Engine, text
 
 from dbkit.capabilities import capabilities
+from dbkit.connections import begin
 from readers.errors import UnknownSystem
 from readers.legacy_ddl.tables import (
     XxlJobLineage,
@@ -82,7 +83,7 @@ def create_legacy_schema(
     """
     sys_ = _system(system)
     if isinstance(bind, Engine):
-        with bind.begin() as conn:
+        with begin(bind) as conn:
             _create(conn, sys_, lineage, tz)
     else:
         _create(bind, sys_, lineage, tz)

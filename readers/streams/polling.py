@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dbkit.capabilities import capabilities
+from dbkit.connections import connect
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -157,7 +158,7 @@ class PollingChangeStream:
             if cursor is not None:
                 query = query.where(sa.tuple_(self._ucol, *self._kcols) > sa.tuple_(*cursor))
             query = query.order_by(self._ucol, *self._kcols).limit(self.batch_size)
-            with self.engine.connect() as conn:
+            with connect(self.engine) as conn:
                 rows = conn.execute(query).all()
             before_hw = self._hw
             changes: list[RowChange] = []
@@ -226,7 +227,7 @@ class PollingChangeStream:
         tuples in `key_columns` order, of the types the driver returns (int for INT columns)."""
         keys = list(dict.fromkeys(tuple(k) for k in known_keys))
         present: set[tuple[Any, ...]] = set()
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for i in range(0, len(keys), chunk):
                 part = keys[i : i + chunk]
                 if len(self._kcols) == 1:

@@ -13,6 +13,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from dbkit.capabilities import capabilities
+from dbkit.connections import begin, connect
 from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
@@ -118,7 +119,7 @@ class SqlSupersedes:
         ts = self.t.trigger_supersede
         assert trigger.id is not None
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             prior = conn.execute(select(ts).where(ts.c.trigger_id == trigger.id).with_for_update()).first()
             if prior is None:
                 conn.execute(
@@ -151,12 +152,12 @@ class SqlSupersedes:
         if changed_within is not None:
             recent = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
             stmt = stmt.where((ts.c.updated_at >= recent) | (ts.c.pending != "[]"))
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [_supersede_of(r) for r in conn.execute(stmt)]
 
     def claim_pending(self, s: Supersede, records: list[FiredRecord], owned: Owned | None = None) -> bool:
         ts = self.t.trigger_supersede
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             if owned is not None and owned.fence is not None and owned.epoch is not None:
                 # a partition's owner under the registry: only while its fence still holds
                 # the ownership (read with a shared lock as the fire pipeline's records
@@ -183,7 +184,7 @@ class SqlSupersedes:
         ts = self.t.trigger_supersede
         if command_ids:
             self.store.mark_published(command_ids, self.store.clock.now())
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             conn.execute(
                 update(ts)
                 .where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)
