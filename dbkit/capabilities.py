@@ -66,6 +66,9 @@ class Capabilities:
     utc_now_sql: str | None
     # the schema a table lives in when the URL names none ("main"), else the URL's database
     default_schema: str | None
+    # a multi-row INSERT ... RETURNING gives the rows in the order of its parameters
+    # (SQLAlchemy's answer for the engine's dialect and driver: known only with an engine)
+    returning_in_order: bool = False
 
 
 _MYSQL_NOW_MS = "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)"
@@ -140,6 +143,9 @@ def capabilities(bind: Engine | Connection) -> Capabilities:
     caps = _decided.get(engine)
     if caps is None:
         caps = decide(engine.dialect.name, _server_version(engine))
+        # asked after the server's version: a server dialect answers it once connected
+        ordered = bool(getattr(engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False))
+        caps = replace(caps, returning_in_order=ordered)
         _decided[engine] = caps
     return caps
 

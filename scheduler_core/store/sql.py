@@ -240,7 +240,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
             _check_first_fire(trig)
             rows.append(trigger_values(trig, job.id, now))
-        if len(rows) > 1 and self.engine.dialect.insert_executemany_returning_sort_by_parameter_order:
+        if len(rows) > 1 and capabilities(self.engine).returning_in_order:
             # one statement (multi-row INSERT ... RETURNING, in the order given) instead of
             # an INSERT and a SELECT per trigger: a producer adding many at once
             with self.engine.begin() as conn:
