@@ -12,12 +12,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.engine.url import URL
 
 _PATTERNS = (
-    (re.compile(r"(?P<pre>[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+@", re.IGNORECASE), r"\g<pre>***@"),
+    # a password may hold a "/" (the driver echoes it undecoded): everything up to the "@"
+    (re.compile(r"(?P<pre>[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE), r"\g<pre>***@"),
     (re.compile(r"(?P<pre>\bbearer\s+)[A-Za-z0-9._~+/=\-]+", re.IGNORECASE), r"\g<pre>***"),
     (
         re.compile(
             r"(?P<pre>\b(?:access[_-]?token|token|password|passwd|pwd|secret|api[_-]?key|x-bc-token)"
-            r"\s*[=:]\s*[\"']?)[^\s\"'&,;]+",
+            # MySQL's "(using password: YES)" says whether one was sent, not what it is
+            r"\s*[=:]\s*[\"']?)(?!(?:YES|NO)\))[^\s\"'&,;]+",
             re.IGNORECASE,
         ),
         r"\g<pre>***",
