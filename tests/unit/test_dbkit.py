@@ -155,6 +155,6 @@ def test_one_redaction_for_urls_messages_and_driver_lines() -> None:
         == "cannot reach mysql+pymysql://app:***@127.0.0.1:3306/sy; token=***"
     )
     assert redact("mysql://app:s3/cret@127.0.0.1/sy") == "mysql://app:***@127.0.0.1/sy"
-    assert redact("(1045, \"Access denied (using password: YES)\")") == "(1045, \"Access denied (using password: YES)\")"
+    assert redact('(1045, "Access denied (using password: YES)")') == '(1045, "Access denied (using password: YES)")'
     said = OperationalError("SELECT 1", {}, Exception(f"(2003, 'no route to {url}')\nsecond line"))
     assert driver_message(said) == "(2003, 'no route to mysql+pymysql://app:***@127.0.0.1:3306/sy')"
