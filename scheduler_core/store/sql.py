@@ -17,7 +17,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
 from dbkit.capabilities import capabilities
-from dbkit.engine import autocommit_twin
+from dbkit.database import Database
 from dbkit.translate import translated_methods
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence, fence_of_stop
@@ -126,8 +126,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # successor claimed the fence. TiDB refuses that clause (a no-op at best), SQLite
         # writes one at a time: a plain read there, as before.
         self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
-        self._shared_fence_read: bool | None = None
-        self._autocommit: Engine | None = None  # see put_fired_fenced
+        # the engine's AUTOCOMMIT twin where the database has one (see put_fired_fenced, _reads)
+        self.db = Database(engine)
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
         # see _due_sql, by (partition index, lane or None)
@@ -141,7 +141,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         """Close every pooled connection of the store (its AUTOCOMMIT twin's too); a later
         call opens new ones. The store's owner calls it when done, instead of reaching
         into the engine."""
-        self.engine.dispose()
+        self.db.close()
 
     # --- partitions ------------------------------------------------------------------
 
@@ -413,7 +413,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         by someone else in between is not counted, as if the change had come just before
         the UPDATE. Anything larger: one transaction on the store's pool, as before."""
         if len(changes) == 1 and len(set(changes[0].ids)) <= _IN_CHUNK and capabilities(self.engine).autocommit_twin:
-            return self._autocommit_engine().connect()
+            return self.db.autocommit.connect()
         return self.engine.begin()
 
     def _cas_winners(self, conn: Connection, change: Transition) -> list[TriggerId]:
@@ -557,10 +557,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         inserted means duplicates (a re-fire of the same occurrence) or a moved fence; only
         then is the fence read, to tell which."""
         name = fence or FENCE_NAME
-        lock = self._shared_fence_read
-        if lock is None:  # once per store: the server's answer is kept
-            with self.engine.connect() as probe:
-                lock = self._lock_fence_reads(probe)
+        lock = capabilities(self.engine).shared_lock_reads
         rows = fired_rows(records)
         if lock:
             # MariaDB/MySQL: each statement commits as it ends, so the shared lock on the
@@ -571,7 +568,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             # statements of a large chunk leaves the first one's records: the trigger is
             # still acquired by this epoch, and the new owner re-fires it with the same ids,
             # as after a crash at that point.
-            with self._autocommit_engine().connect() as conn:
+            with self.db.autocommit.connect() as conn:
                 return self._put_fired_fenced(conn, rows, name, epoch, lock)
         with self.engine.connect() as conn:
             if not self._put_fired_fenced(conn, rows, name, epoch, lock):
@@ -603,12 +600,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         MariaDB/MySQL the AUTOCOMMIT twin, whose statement is its own snapshot, as READ
         COMMITTED gives, with no transaction left open to roll back (a ROLLBACK round trip
         per read on the plain pool); elsewhere the store's engine."""
-        return self._autocommit_engine() if capabilities(self.engine).autocommit_twin else self.engine
-
-    def _autocommit_engine(self) -> Engine:
-        if self._autocommit is None:
-            self._autocommit = autocommit_twin(self.engine)
-        return self._autocommit
+        return self.db.autocommit
 
     def _fence_holds(self, conn: Connection, name: str, epoch: Epoch, lock: bool) -> bool:
         # with a shared lock where the server has one (see __init__)
@@ -649,11 +641,6 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         params += [fence_name, int(epoch)]
         result = conn.exec_driver_sql(sql, tuple(params))
         return max(0, result.rowcount or 0)
-
-    def _lock_fence_reads(self, conn: Connection) -> bool:
-        if self._shared_fence_read is None:
-            self._shared_fence_read = capabilities(conn).shared_lock_reads
-        return self._shared_fence_read
 
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
         # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain

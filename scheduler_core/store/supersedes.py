@@ -162,7 +162,7 @@ class SqlSupersedes:
                 # a partition's owner under the registry: only while its fence still holds
                 # the ownership (read with a shared lock as the fire pipeline's records
                 # are: a newer owner's claim waits for this transaction, or is seen by it)
-                lock = self.store._lock_fence_reads(conn)
+                lock = capabilities(conn).shared_lock_reads
                 if not self.store._fence_holds(conn, owned.fence, owned.epoch, lock):
                     return False
             # the row lock first (see record_edit): an edit in between makes this a no-op
