@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table
 
 from dbkit.capabilities import capabilities
+from dbkit.connections import begin, connect
 from readers.legacy_ddl.tables import XxlJobLineage, batch_center_metadata, xxljob_metadata
 from readers.records import SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, to_epoch_ms
@@ -74,7 +75,7 @@ def _insert(bind: Engine | Connection, table: Table, rows: Iterable[dict[str, An
 
     def flush() -> None:
         if isinstance(bind, Engine):
-            with bind.begin() as conn:
+            with begin(bind) as conn:
                 conn.execute(table.insert(), batch)
         else:
             bind.execute(table.insert(), batch)
@@ -93,7 +94,7 @@ def _insert(bind: Engine | Connection, table: Table, rows: Iterable[dict[str, An
 
 def _db_now(bind: Engine | Connection) -> datetime:
     if isinstance(bind, Engine):
-        with bind.connect() as conn:
+        with connect(bind) as conn:
             return db_utc_now(conn)
     return db_utc_now(bind)
 
