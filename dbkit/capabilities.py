@@ -136,13 +136,15 @@ _decided: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDicti
 
 
 def capabilities(bind: Engine | Connection) -> Capabilities:
-    """The capabilities of `bind`'s engine, decided on the first call for that engine (on a
-    MySQL-compatible server that asks the server's version once, on a connection of its
-    own; a driver error comes out as the database's error) and the same object after."""
+    """The capabilities of `bind`'s engine, decided on the first call for that engine and
+    the same object after. A MySQL-compatible server's answers depend on what it calls
+    itself, which its driver keeps from the handshake: read from `bind` when it is a
+    connection (no statement, no second connection), else from a connection of the
+    engine's own (a driver error then comes out as the database's error)."""
     engine = bind.engine
     caps = _decided.get(engine)
     if caps is None:
-        caps = decide(engine.dialect.name, _server_version(engine))
+        caps = decide(engine.dialect.name, _server_version(bind))
         # asked after the server's version: a server dialect answers it once connected
         ordered = bool(getattr(engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False))
         caps = replace(caps, returning_in_order=ordered)
@@ -150,8 +152,21 @@ def capabilities(bind: Engine | Connection) -> Capabilities:
     return caps
 
 
-def _server_version(engine: Engine) -> str:
-    if not for_dialect(engine.dialect.name).mysql_sql:
+def _server_version(bind: Engine | Connection) -> str:
+    if not for_dialect(bind.engine.dialect.name).mysql_sql:
         return ""  # only a MySQL-compatible server's answers depend on its version
-    with store_errors(), engine.connect() as conn:
-        return str(conn.exec_driver_sql("SELECT VERSION()").scalar() or "")
+    with store_errors():
+        if isinstance(bind, Connection):
+            return _handshake_version(bind)
+        with bind.connect() as conn:
+            return _handshake_version(conn)
+
+
+def _handshake_version(conn: Connection) -> str:
+    dbapi = conn.connection.dbapi_connection
+    version = getattr(dbapi, "server_version", None)  # PyMySQL's, from the handshake
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    if isinstance(version, str):
+        return version
+    return str(conn.exec_driver_sql("SELECT VERSION()").scalar() or "")  # another driver

@@ -79,6 +79,20 @@ def test_the_capabilities_of_the_real_mariadb_are_decided_once_and_hold() -> Non
         assert _idle(db.autocommit) == 0 and _idle(db.engine) == 0
 
 
+def test_capabilities_asked_on_a_connection_neither_begin_a_transaction_nor_take_a_second_connection() -> None:
+    with mariadb_database("kit") as url:
+        db = Database.open(url)
+        try:
+            with db.connect() as conn:
+                caps = capabilities(conn)
+                assert not conn.in_transaction()
+                pool = db.engine.pool
+                assert isinstance(pool, QueuePool) and pool.checkedout() == 1
+            assert caps.shared_lock_reads and capabilities(db.engine) is caps
+        finally:
+            db.close()
+
+
 def test_the_real_servers_errors_come_out_of_connect_and_begin_as_ours() -> None:
     with mariadb_database("kit") as url:
         wrong = make_url(url).set(port=_free_port()).render_as_string(hide_password=False)
