@@ -305,7 +305,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             p0 = now_ms()
             done = SqlPurge(purge_store).run(now_ms() - 30 * DAY_MS, batch=5000, pause_s=0.05)
             p1 = now_ms()
-            purge_store.engine.dispose()
+            purge_store.close()
             time.sleep(1.0)  # the fires due during the purge's last batch
         finally:
             ts.close()
@@ -334,7 +334,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                 f"{(during['p50'] or 0) * 1000:.0f} vs {(before['p50'] or 0) * 1000:.0f} ms",
             )
         )
-        store.engine.dispose()
+        store.close()
     if quick:
         sec.notes.append("quick profile: 100,000 run-log rows, not the issue's 1,000,000")
     return sec

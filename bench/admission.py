@@ -65,7 +65,7 @@ def _prepare(url: str, n: int) -> int:
     t = now_ms()
     load_triggers(url, job, n, first_ms=t - 60_000, spread_ms=60_000)
     analyze(url)
-    store.engine.dispose()
+    store.close()
     return t
 
 
@@ -419,7 +419,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
                         dl = Deadline(limit_s)
                         drive = drive_inline if mode == "inline" else drive_threaded
                         d = drive(store, the_bus, settings, n, dl)
-                        store.engine.dispose()
+                        store.close()
                         record(
                             f"sy_{mode}_{which}",
                             {

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         st = build_state(legacy, target, groups=args.businesses, jobs_per_group=args.jobs_per_business, bad_rows=20)
         jobs = len(st.env.store.triggers_of())
         st.env.legacy.dispose()
-        st.env.store.engine.dispose()
+        st.env.store.close()
         print(
             f"built {args.businesses} businesses / {jobs} jobs on {'MariaDB' if args.mariadb else 'SQLite'} "
             f"in {time.perf_counter() - started:.1f} s"

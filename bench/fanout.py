@@ -154,7 +154,7 @@ def one_run(
                 fig = host.wait(limit_s)[BIZ]
         finally:
             bus.close()
-            store.engine.dispose()
+            store.close()
             delete_topics(env.pulsar_admin_url, prefix)
     end = fig.last_handled or time.time()
     secs = end - started

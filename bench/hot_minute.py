@@ -143,7 +143,7 @@ def scenario(
             for h in hosts:
                 h.__exit__(None, None, None)
             bus.close()
-            store.engine.dispose()
+            store.close()
             delete_topics(env.pulsar_admin_url, prefix)
     out: dict[str, Any] = {
         "T0_ms": t0,

@@ -147,7 +147,7 @@ def scenario(env: StackEnv, way: str, sz: dict[str, Any]) -> dict[str, Any]:
             for h in hosts:
                 h.__exit__(None, None, None)
             bus.close()
-            store.engine.dispose()
+            store.close()
             delete_topics(env.pulsar_admin_url, prefix)
     small_lags = [v / 1000 for b in SMALL for v in figs[b].start_lag_ms]
     out: dict[str, Any] = {

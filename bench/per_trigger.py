@@ -107,7 +107,7 @@ def count_store(
         event.remove(Engine, "after_cursor_execute", on_execute)
         event.remove(Engine, "commit", on_commit)
         event.remove(Engine, "rollback", on_rollback)
-        store.engine.dispose()
+        store.close()
     return counts, result.fired, time.perf_counter() - started
 
 

@@ -34,7 +34,7 @@ def _measure(url: str, partitions: int, due: int, limit_s: float, q: Any) -> Non
         d = drive_inline(store, CountingBus(), SchedulerSettings(), due, Deadline(limit_s))
         cpu = time.process_time() - t0
         rss1 = peak_rss_mb()
-        store.engine.dispose()
+        store.close()
         q.put(
             {
                 "seconds": d.seconds,
@@ -119,7 +119,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         store = make_store(url, 16)
         far = store.put_job(bench_job("far"))
         job = store.put_job(bench_job("scale"))
-        store.engine.dispose()
+        store.close()
         have = 0
         for size in sizes:
             t = time.perf_counter()
@@ -143,7 +143,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             store = make_store(url, p)
             far = store.put_job(bench_job("far"))
             job = store.put_job(bench_job("scale"))
-            store.engine.dispose()
+            store.close()
             load_triggers(url, far, part_size - due, first_ms=now_ms() + DAY_MS, spread_ms=29 * DAY_MS)
             runs = []
             for _ in range(reps):

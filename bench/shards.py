@@ -44,7 +44,7 @@ def _prepare_at(url: str, n: int, due_ms: int) -> None:
     job = store.put_job(bench_job("shd"))
     load_triggers(url, job, n, first_ms=due_ms, spread_ms=10)
     analyze(url)
-    store.engine.dispose()
+    store.close()
 
 
 NAME = "shards"
@@ -112,7 +112,7 @@ def _member(
             }
         )
         registry.close()
-        store.engine.dispose()
+        store.close()
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         q.put({"member": name, "error": f"{type(exc).__name__}: {exc}"})
 
@@ -220,7 +220,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
             _prepare(url, n)
             store = make_store(url, PARTITIONS, pool_size=8)
             d = drive_threaded(store, CountingBus(), SchedulerSettings(), n, Deadline(limit_s))
-            store.engine.dispose()
+            store.close()
             raw.setdefault("leader", []).append(
                 {"rate": d.rate, "fired": d.fired, "seconds": d.seconds, "complete": d.complete}
             )

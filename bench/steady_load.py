@@ -312,6 +312,6 @@ def run_switchyard(env: StackEnv, url: str, rates: tuple[float, ...], seconds: f
         ts.close()
         store.wakeups.close()
         bus.close()
-        store.engine.dispose()
+        store.close()
         delete_topics(env.pulsar_admin_url, prefix)
     return steps

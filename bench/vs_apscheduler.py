@@ -153,7 +153,7 @@ def run_switchyard(env: StackEnv, url: str, n: int, limit_s: float, envelope_siz
             ts.close()
     finally:
         bus.close()
-        store.engine.dispose()
+        store.close()
         delete_topics(env.pulsar_admin_url, prefix)
     end = fig.last_handled or time.time()
     secs = end - t0

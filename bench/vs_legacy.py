@@ -330,7 +330,7 @@ def run_switchyard(
             conn.close()
         finally:
             bus.close()
-            store.engine.dispose()
+            store.close()
             delete_topics(env.pulsar_admin_url, prefix)
     secs = published if published is not None else limit_s
     handled_secs = ((fig.last_handled or time.time()) - t0) if fig.items else None

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
+from dbkit.connections import begin, connect
 from dualrun.boundary import BoundaryCheck, Switch, check_boundary
 from dualrun.model import Window, iso
 from dualrun.store import DualRunStore
@@ -67,7 +68,7 @@ class BoundaryTally:
 
 def put_boundary_tally(own: DualRunStore, tally: BoundaryTally) -> None:
     t = own.t.boundary
-    with own.engine.begin() as conn:
+    with begin(own.engine) as conn:
         conn.execute(
             insert(t).values(
                 biz_code=tally.biz_code,
@@ -90,7 +91,7 @@ def boundary_tallies(own: DualRunStore, biz_code: str | None = None) -> dict[str
     if biz_code is not None:
         stmt = stmt.where(t.c.biz_code == biz_code)
     latest: dict[tuple[str, str, int], BoundaryTally] = {}
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         for r in conn.execute(stmt).mappings():
             latest[(r["biz_code"], r["switch"], int(r["switched_at"]))] = BoundaryTally(
                 biz_code=r["biz_code"],

@@ -22,3 +22,7 @@ class DualRunStore:
         self.engine = engine
         self.t: DualRunTables = _TABLES
         self.migration = migration
+
+    def close(self) -> None:
+        """Close the pooled connections of the store's database (a later call opens new ones)."""
+        self.engine.dispose()

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
+from dbkit.connections import begin, connect
 from dualrun.model import Comparison, Mode, StoredVerdict, Verdict, Window, as_dict, comparison_from_dict
 from dualrun.store import DualRunStore
 from dualrun.verdict import SHADOW_WARNING
@@ -20,7 +21,7 @@ def put_comparison(own: DualRunStore, comparison: Comparison) -> int:
     """Store one comparison (the full JSON in `body`); returns its id."""
     body = as_dict(comparison)
     t = own.t.comparison
-    with own.engine.begin() as conn:
+    with begin(own.engine) as conn:
         result = conn.execute(
             insert(t).values(
                 biz_code=comparison.biz_code,
@@ -64,7 +65,7 @@ def latest(own: DualRunStore, biz_code: str) -> StoredVerdict | None:
     reads (`.is_ready`, `.reasons`, `.age(now)` / `.is_fresh(now, max_age)`)."""
     t = own.t.comparison
     stmt = select(t).where(t.c.biz_code == biz_code).order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(1)
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         row = conn.execute(stmt).first()
     return None if row is None else _stored(row)
 
@@ -76,14 +77,14 @@ def history(own: DualRunStore, biz_code: str, *, since: datetime | None = None, 
     if since is not None:
         stmt = stmt.where(t.c.computed_at >= to_ms(since))
     stmt = stmt.order_by(t.c.computed_at.desc(), t.c.id.desc()).limit(limit)
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         bodies = [r.body for r in conn.execute(stmt)]
     return [comparison_from_dict(json.loads(b)) for b in reversed(bodies)]
 
 
 def load_comparison(own: DualRunStore, comparison_id: int) -> Comparison | None:
     t = own.t.comparison
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         body = conn.execute(select(t.c.body).where(t.c.id == comparison_id)).scalar_one_or_none()
     return None if body is None else comparison_from_dict(json.loads(body))
 
@@ -91,7 +92,7 @@ def load_comparison(own: DualRunStore, comparison_id: int) -> Comparison | None:
 def latest_by_business(own: DualRunStore) -> dict[str, StoredVerdict]:
     """The latest verdict of every business that has one (for the overview page)."""
     t = own.t.comparison
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         codes = [r[0] for r in conn.execute(select(t.c.biz_code).distinct())]
     out = {}
     for code in sorted(codes):
@@ -110,5 +111,5 @@ def verdicts_of(own: DualRunStore, comparison_ids: Sequence[int]) -> dict[int, s
     if not ids:
         return {}
     t = own.t.comparison
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         return {int(i): str(v) for i, v in conn.execute(select(t.c.id, t.c.verdict).where(t.c.id.in_(ids)))}

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, func, or_, select, update
 
+from dbkit.connections import begin
 from legacy_sim._timeline import EventQueue, catch_up, first_tick_at_or_after, from_ms, to_ms
 from legacy_sim.outcomes import Outcome, Result, coerce, succeed
 from readers.legacy_ddl.tables import batch_center_metadata
@@ -271,7 +272,7 @@ class BatchCenterSimulator:
         wall_now = self.zone.to_wall(from_ms(t))
         min_due: Any = None
         conflicts = self.conflicts
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             rows = conn.execute(
                 self._eligible(select(task).select_from(joined))
                 .where(task.c.fire_time <= wall_now)
@@ -369,7 +370,7 @@ class BatchCenterSimulator:
                 LOG_FAIL: (500, "callback returned 500: simulated handler failure"),
                 LOG_TIMEOUT: (None, f"callback timed out after {task.callback_timeout_ms} ms"),
             }[status]
-            with self.engine.begin() as conn:
+            with begin(self.engine) as conn:
                 conn.execute(
                     update(self._log).where(self._log.c.id == log_id)
                     .values(end_time=self.zone.to_wall(from_ms(at)), status=status, http_status=http, error_msg=error)
@@ -384,12 +385,12 @@ class BatchCenterSimulator:
             self._complete(run, at)
 
     def _start_retry(self, at: int, run: _Run, shard: int, attempt: int) -> None:
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             self._start(conn, run, shard, attempt, at)
 
     def _complete(self, run: _Run, at: int) -> None:
         task = self._task
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             for _ in range(3):
                 row = conn.execute(select(task).where(task.c.id == run.task.id)).mappings().first()
                 if row is None or parse_int(row["status"]) != RUNNING:

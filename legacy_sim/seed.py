@@ -29,6 +29,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import begin, connect
 from readers.legacy_ddl.tables import XxlJobLineage, batch_center_metadata, xxljob_metadata
 from readers.records import SourceSystem
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, to_epoch_ms
@@ -73,7 +75,7 @@ def _insert(bind: Engine | Connection, table: Table, rows: Iterable[dict[str, An
 
     def flush() -> None:
         if isinstance(bind, Engine):
-            with bind.begin() as conn:
+            with begin(bind) as conn:
                 conn.execute(table.insert(), batch)
         else:
             bind.execute(table.insert(), batch)
@@ -92,7 +94,7 @@ def _insert(bind: Engine | Connection, table: Table, rows: Iterable[dict[str, An
 
 def _db_now(bind: Engine | Connection) -> datetime:
     if isinstance(bind, Engine):
-        with bind.connect() as conn:
+        with connect(bind) as conn:
             return db_utc_now(conn)
     return db_utc_now(bind)
 
@@ -151,8 +153,8 @@ def _rng(seed: int, stream: str) -> random.Random:
     return random.Random(f"{seed}:{stream}")
 
 
-def _is_sqlite(bind: Engine | Connection) -> bool:
-    return bind.dialect.name == "sqlite"
+def _stores_any_text(bind: Engine | Connection) -> bool:
+    return not capabilities(bind).enforces_text_columns
 
 
 # -- xxl-job -----------------------------------------------------------------------------
@@ -366,7 +368,7 @@ def seed_xxljob(
     zone = LegacyTimeZone(admin_tz)
     total = groups * jobs_per_group
     spoiled = _spoiled(
-        xxl_bad_kinds(lin, sqlite=_is_sqlite(bind)),
+        xxl_bad_kinds(lin, sqlite=_stores_any_text(bind)),
         total=total,
         bad_rows=bad_rows,
         malformed_crons=malformed_crons,
@@ -691,7 +693,7 @@ def seed_batchcenter(
     zone = LegacyTimeZone(tz)
     total = businesses * tasks_per_business
     spoiled = _spoiled(
-        bc_bad_kinds(sqlite=_is_sqlite(bind), businesses=businesses),
+        bc_bad_kinds(sqlite=_stores_any_text(bind), businesses=businesses),
         total=total,
         bad_rows=bad_rows,
         malformed_crons=malformed_crons,

@@ -80,6 +80,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, not_, or_, select, update
 
+from dbkit.connections import begin, connect
 from legacy_sim._timeline import EventQueue, catch_up, first_tick_at_or_after, from_ms, to_ms
 from legacy_sim.outcomes import Outcome, Result, coerce, succeed
 from legacy_sim.xxl_executor import Finish, Run, XxlExecutors, handler_identity
@@ -358,7 +359,7 @@ class XxlJobSimulator:
         `trigger_last_time 0`, `trigger_next_time 0`, `update_time` (database zone). A fire
         already in the ring still happens (the ring is memory). False: no such job."""
         info = self._info
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             return bool(conn.execute(
                 update(info).where(info.c.id == job_id)
                 .values(trigger_status=0, trigger_last_time=0, trigger_next_time=0, update_time=self._wall(self._api_now()))
@@ -370,7 +371,7 @@ class XxlJobSimulator:
         `trigger_last_time 0`, `trigger_status 1`. Returns that next time (epoch ms);
         raises ValueError as the admin refuses (no such job, schedule NONE, no next time)."""
         info = self._info
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             job = self._view(self._job_row(conn, job_id))
             if job.schedule_type not in ("CRON", "FIX_RATE"):
                 raise ValueError(f"xxl_job_info id {job_id}: schedule_type {job.schedule_type} cannot be started")
@@ -395,7 +396,7 @@ class XxlJobSimulator:
         unknown = sorted(set(columns) - set(info.c.keys()))
         if unknown or {"trigger_status", "trigger_next_time", "trigger_last_time"} & set(columns):
             raise ValueError(f"update edits the job's definition, not {unknown or 'its trigger state'}")
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             row = self._job_row(conn, job_id)
             old, new = self._view(row), self._view({**row, **columns})
             nxt = old.trigger_next_time
@@ -432,7 +433,7 @@ class XxlJobSimulator:
         trigger sends, which makes the executor rebuild (and kill) the job's GLUE thread."""
         info = self._info
         now = self._wall(self._api_now())
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             if not conn.execute(
                 update(info)
                 .where(info.c.id == job_id)
@@ -446,7 +447,7 @@ class XxlJobSimulator:
         reg = self._registry
         now = self._wall(self._api_now())
         key = and_(reg.c.registry_group == "EXECUTOR", reg.c.registry_key == app_name, reg.c.registry_value == address)
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             if not conn.execute(update(reg).where(key).values(update_time=now)).rowcount:
                 conn.execute(
                     reg.insert().values(
@@ -462,7 +463,7 @@ class XxlJobSimulator:
         reg, group = self._registry, self._group
         cutoff = self._wall(self._api_now() - DEAD_TIMEOUT_MS)
         out: dict[str, str | None] = {}
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             conn.execute(reg.delete().where(reg.c.update_time < cutoff))
             live: dict[str, set[str]] = {}
             for key, value in conn.execute(
@@ -548,7 +549,7 @@ class XxlJobSimulator:
         window = t + self.pre_read_ms
         direct: list[tuple[int, str, int]] = []
         min_next: int | None = None
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             conn.execute(
                 select(self._lock.c.lock_name).where(self._lock.c.lock_name == "schedule_lock").with_for_update()
             )
@@ -743,7 +744,7 @@ class XxlJobSimulator:
         param: Any = None,
     ) -> None:
         """`XxlJobTrigger.trigger`: one log row per shard, written in one transaction."""
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             row = conn.execute(self._q_job, {"p_id": job_id}).mappings().first()
             if row is None:
                 return  # deleted: nothing fires
@@ -901,7 +902,7 @@ class XxlJobSimulator:
             if nxt is not None:
                 self._schedule_end(address, nxt.job_id, nxt.log_id)
         self._pending.discard(log_id)
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             changed = conn.execute(self._q_handle, {
                 "p_id": log_id, "p_handle_time": self.zone.to_wall(from_ms(at)), "p_handle_code": code,
                 "p_handle_msg": finish.msg if finish.msg is not None else _HANDLE_MSG.get(code),
@@ -926,7 +927,7 @@ class XxlJobSimulator:
         self._fail_next = None if self.skip_idle else at + FAIL_MONITOR_MS
         log = self._log
         running = and_(log.c.trigger_code.in_([0, 200]), log.c.handle_code == 0)
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             ids = [
                 int(i)
                 for i in conn.execute(
@@ -935,7 +936,7 @@ class XxlJobSimulator:
                 ).scalars()
             ]  # fmt: skip
         for log_id in ids:
-            with self.engine.begin() as conn:
+            with begin(self.engine) as conn:
                 claimed = conn.execute(
                     update(log).where(log.c.id == log_id, log.c.alarm_status == 0).values(alarm_status=-1)
                 ).rowcount
@@ -952,12 +953,12 @@ class XxlJobSimulator:
                     retry_count=remaining - 1, sharding=raw_text(row["executor_sharding_param"])[0],
                     param=row["executor_param"],
                 )  # fmt: skip
-                with self.engine.begin() as conn:
+                with begin(self.engine) as conn:
                     conn.execute(
                         update(log).where(log.c.id == log_id)
                         .values(trigger_msg=(raw_text(row["trigger_msg"])[0] or "") + RETRY_BANNER)
                     )  # fmt: skip
-            with self.engine.begin() as conn:
+            with begin(self.engine) as conn:
                 conn.execute(
                     update(log)
                     .where(log.c.id == log_id, log.c.alarm_status == -1)
@@ -973,7 +974,7 @@ class XxlJobSimulator:
             self._lost_next = first_tick_at_or_after(self._monitor_anchor, LOST_MONITOR_MS, min(self._lost_watch))
         log = self._log
         cutoff = self.zone.to_wall(from_ms(at - LOST_AFTER_MS))
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             rows = conn.execute(
                 select(log.c.id, log.c.executor_address)
                 .where(log.c.trigger_code == 200, log.c.handle_code == 0, log.c.trigger_time <= cutoff)

@@ -20,6 +20,9 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from dbkit import fastpath
+from dbkit.connections import connect
+from dbkit.fastpath import driver_tuples
 from migrator.holds import LegacyHolds
 from migrator.ledger_hash import (
     HALF,
@@ -39,8 +42,6 @@ from readers.ports import LegacyReader
 from readers.records import LegacyBusiness, LegacyDefinition
 from scheduler_core.model import Lane, TriggerState
 from scheduler_core.ports import Clock
-from scheduler_core.store import fastpath
-from scheduler_core.store.fastpath import driver_rows
 
 CHUNK = 1000
 DELETE_SCAN_PAGE = 10_000  # ledger keys per read of the deleted-row scan
@@ -340,7 +341,7 @@ class Migrator:
         )
         if wanted is not None:
             stmt = stmt.where(lg.c.business.in_(sorted(wanted)))
-        with self.writer.own.engine.connect() as conn:
+        with connect(self.writer.own.engine) as conn:
             if fastpath.fast(conn):
                 return self._deleted_on_driver(conn, src, wanted, seen)
             return [
@@ -374,7 +375,7 @@ class Migrator:
         out: list[Write] = []
         sql, after = first, ""  # the first page from the smallest key (an empty one included)
         while True:  # ends: every page starts past the last key of the one before
-            rows = driver_rows(conn, sql, (*args, after))
+            rows = driver_tuples(conn, sql, (*args, after))
             out += [Write(action=Action.DELETE, source=src, source_key=k, biz_code=b) for k, b in rows if k not in seen]
             if len(rows) < DELETE_SCAN_PAGE:
                 return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from dbkit.connections import begin, connect
 from migrator.model import BusinessState as B
 from migrator.store import MigratorStore
 from scheduler_core.model import Lane
@@ -67,13 +68,13 @@ class BusinessRegistry:
 
     def get(self, biz_code: str) -> BusinessRecord | None:
         b = self.t.business
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             row = conn.execute(select(b).where(b.c.biz_code == biz_code)).mappings().first()
         return None if row is None else _record(row)
 
     def all(self) -> list[BusinessRecord]:
         b = self.t.business
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [_record(r) for r in conn.execute(select(b).order_by(b.c.biz_code)).mappings()]
 
     def ensure(self, biz_code: str, source_system: str) -> BusinessRecord:
@@ -103,7 +104,7 @@ class BusinessRegistry:
             raise LookupError(f"no such business: {biz_code}")
         b, a = self.t.business, self.t.audit
         now = self.own.clock.now_ms()
-        with self.own.engine.begin() as conn:
+        with begin(self.own.engine) as conn:
             conn.execute(update(b).where(b.c.biz_code == biz_code).values(default_lane=lane.value, updated_at=now))
             conn.execute(
                 insert(a).values(
@@ -133,7 +134,7 @@ class BusinessRegistry:
         if self.get(biz_code) is None:
             b, a = self.t.business, self.t.audit
             now = self.own.clock.now_ms()
-            with self.own.engine.begin() as conn:
+            with begin(self.own.engine) as conn:
                 if conn.execute(select(b.c.biz_code).where(b.c.biz_code == biz_code)).first() is None:
                     conn.execute(
                         insert(b).values(
@@ -180,7 +181,7 @@ class BusinessRegistry:
             )
         b, a = self.t.business, self.t.audit
         now = self.own.clock.now_ms()
-        with self.own.engine.begin() as conn:
+        with begin(self.own.engine) as conn:
             res = conn.execute(
                 update(b)
                 .where(b.c.biz_code == current.biz_code, b.c.version == current.version)
@@ -219,7 +220,7 @@ class BusinessRegistry:
         if current is None:
             return
         a = self.t.audit
-        with self.own.engine.begin() as conn:
+        with begin(self.own.engine) as conn:
             conn.execute(
                 insert(a).values(
                     biz_code=biz_code,
@@ -239,7 +240,7 @@ class BusinessRegistry:
         stmt = select(a).order_by(a.c.at, a.c.id)
         if biz_code is not None:
             stmt = stmt.where(a.c.biz_code == biz_code)
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [
                 AuditEntry(
                     biz_code=r["biz_code"],

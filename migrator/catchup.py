@@ -32,8 +32,10 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
+from dbkit.connections import connect
+from dbkit.errors import StoreError
+from dbkit.translate import store_errors
 from migrator.store import MigratorStore
 from migrator.stream import BUSINESS_TABLE, DEFINITION_TABLE
 from readers.records import SourceSystem, StreamPosition
@@ -112,7 +114,7 @@ def checkpoints_of(own: MigratorStore, source: str, biz_code: str) -> list[Check
     """The checkpoints of the streams that follow `business`: stream ids `<source>@<url>`
     (every business) or `<source>@<url>#b1,b2` (listing it), freshest first."""
     ck = own.t.checkpoint
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         rows = conn.execute(
             select(ck.c.stream_id, ck.c.log_file, ck.c.log_pos, ck.c.gtid, ck.c.updated_at).where(
                 ck.c.stream_id.like(f"{source}@%")
@@ -136,7 +138,7 @@ def checkpoints_of(own: MigratorStore, source: str, biz_code: str) -> list[Check
 
 
 def _binlog_files(legacy: Engine) -> list[tuple[str, int]]:
-    with legacy.connect() as conn:
+    with connect(legacy) as conn:
         return [(str(r[0]), int(r[1])) for r in conn.exec_driver_sql("SHOW BINARY LOGS").fetchall()]
 
 
@@ -159,7 +161,7 @@ def pending_binlog_changes(
         return 0, False  # at or past the head taken when the check began
     wanted = {(schema, t) for t in tables}
     found, scanned = 0, 0
-    with legacy.connect() as conn:
+    with connect(legacy) as conn:
         for f in files[files.index(start.log_file) :]:
             pos = start.log_pos if f == start.log_file else 4
             while scanned < SCAN_LIMIT:
@@ -189,7 +191,7 @@ def pending_polled_changes(legacy: Engine, high_water_ms: int, table: str, tz: s
     """Definition rows updated after the polling stream's high water (legacy DATETIMEs are
     naive wall-clock times in `tz`)."""
     local = from_ms(high_water_ms).astimezone(ZoneInfo(tz)).replace(tzinfo=None)
-    with legacy.connect() as conn:
+    with connect(legacy) as conn:
         return int(
             conn.execute(
                 text(f"SELECT COUNT(*) FROM {table} WHERE update_time > :hw"),  # noqa: S608 - fixed name
@@ -226,15 +228,17 @@ class StreamCatchup:
         first = checkpoints_of(self.own, source, biz_code)[0]
         started = time.monotonic()
         try:
-            head = None if first.position.log_file == POLL_FILE else current_position(self.legacy)
-        except (StreamError, DBAPIError) as exc:
+            with store_errors():  # the readers' position read lets the driver's errors through
+                head = None if first.position.log_file == POLL_FILE else current_position(self.legacy)
+        except (StreamError, StoreError) as exc:
             return self._unknown(first, exc)
         deadline = started + self.wait.total_seconds()
         while True:
             ck = checkpoints_of(self.own, source, biz_code)[0]
             try:
-                state = self._state(ck, head, tables, time.monotonic() - started)
-            except (StreamError, DBAPIError) as exc:
+                with store_errors():
+                    state = self._state(ck, head, tables, time.monotonic() - started)
+            except (StreamError, StoreError) as exc:
                 return self._unknown(ck, exc)
             if state.caught_up:
                 return state

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
+from dbkit.connections import connect
 from migrator.model import LedgerStatus
 from migrator.store import MigratorStore
 from readers.records import SourceSystem
@@ -74,7 +75,7 @@ def child_chains(store: SqlTriggerStore, own: MigratorStore, biz: str, links: Se
         return out
     lg = own.t.ledger
     keys = sorted({c for ids in wanted.values() for c in ids})
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         rows = {
             r.source_key: r
             for r in conn.execute(

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
+from dbkit.connections import connect
 from migrator.business import BusinessRecord, BusinessRegistry, TransitionRefused
 from migrator.catchup import StreamCatchup
 from migrator.child_jobs import ChildChains, child_chains
@@ -698,7 +699,7 @@ def _left_dark(links: Sequence[Link], running: set[str]) -> str:
 def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:
     """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
     lg = own.t.ledger
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         rows = conn.execute(
             select(lg.c.source_key, lg.c.target_job_code).where(
                 lg.c.business == biz, lg.c.status == LedgerStatus.MIGRATED.value
@@ -711,7 +712,7 @@ def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]
 def migrated_job_codes(own: MigratorStore, biz: str) -> set[str]:
     """Every job code the migration ever wrote for the business (any ledger status)."""
     lg = own.t.ledger
-    with own.engine.connect() as conn:
+    with connect(own.engine) as conn:
         return {
             str(c) for (c,) in conn.execute(select(lg.c.target_job_code).where(lg.c.business == biz)) if c is not None
         }

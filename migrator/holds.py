@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
+from dbkit.connections import begin, connect
 from migrator.store import MigratorStore
 
 CUTOVER = "cutover"
@@ -33,7 +34,7 @@ class LegacyHolds:
         if not keys:
             return
         now = self.own.clock.now_ms()
-        with self.own.engine.begin() as conn:
+        with begin(self.own.engine) as conn:
             have = self._held(conn, source, list(keys))
             rows = [
                 {"source_system": source, "source_key": k, "biz_code": biz, "reason": reason, "held_at": now}
@@ -46,7 +47,7 @@ class LegacyHolds:
         ks = sorted(set(keys))
         if not ks:
             return
-        with self.own.engine.begin() as conn:
+        with begin(self.own.engine) as conn:
             for i in range(0, len(ks), _PAGE):
                 conn.execute(
                     delete(self.t).where(self.t.c.source_system == source, self.t.c.source_key.in_(ks[i : i + _PAGE]))
@@ -58,11 +59,11 @@ class LegacyHolds:
             return set()
         if conn is not None:
             return self._held(conn, source, keys)
-        with self.own.engine.connect() as c:
+        with connect(self.own.engine) as c:
             return self._held(c, source, keys)
 
     def of_business(self, biz: str) -> set[str]:
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return set(conn.execute(select(self.t.c.source_key).where(self.t.c.biz_code == biz)).scalars())
 
     def of_businesses(self, bizs: Collection[str] | None = None) -> dict[str, set[str]]:

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import column, select, table
 from sqlalchemy.engine import Engine
 
+from dbkit.connections import begin, connect
 from migrator.ports import LegacyControl, Settled
 from readers.batchcenter import flag
 from readers.legacy_ddl.tables import WallTime
@@ -74,7 +75,7 @@ class XxlJobControl(LegacyControl):
 
     def _stop(self, ids: Sequence[int]) -> tuple[int, ...]:
         # under the admin's schedule lock: between two scans, never inside one
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             control.take_schedule_lock(conn)
             return control.set_trigger_status(conn, ids, 0)
 
@@ -153,7 +154,7 @@ class BatchCenterControl(LegacyControl):
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         ids = [int(k) for k in keys]
         out: dict[str, datetime | None] = {}
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for i in range(0, len(ids), 500):
                 rows = conn.execute(
                     select(_TASK.c.id, _TASK.c.status, _TASK.c.fire_time).where(_TASK.c.id.in_(ids[i : i + 500]))
@@ -166,7 +167,7 @@ class BatchCenterControl(LegacyControl):
     def live(self, keys: Sequence[str]) -> set[str]:
         ids = [int(k) for k in keys]
         out: set[str] = set()
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for i in range(0, len(ids), 500):
                 out.update(
                     str(tid)
@@ -178,7 +179,7 @@ class BatchCenterControl(LegacyControl):
         return out
 
     def _status(self, task_id: int) -> int | None:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return conn.execute(select(_TASK.c.status).where(_TASK.c.id == task_id)).scalar_one_or_none()
 
     def start(self, next_due: Mapping[str, datetime]) -> list[str]:

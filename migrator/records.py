@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
+from dbkit.connections import connect
 from migrator.business import BusinessRecord, BusinessRegistry
 from migrator.model import BusinessState, LedgerStatus
 from migrator.ports import VERDICT_MAX_AGE
@@ -40,7 +41,7 @@ class MigratorRecords:
         stmt = select(lg.c.source_key, lg.c.target_job_code).where(
             lg.c.source_system == source, lg.c.business == biz_code, lg.c.target_job_code.is_not(None)
         )
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return {k: c for k, c in conn.execute(stmt).all()}
 
     def quarantined(self, source: str, biz_code: str) -> list[tuple[str, str | None, str | None]]:
@@ -54,7 +55,7 @@ class MigratorRecords:
             )
             .order_by(lg.c.source_key)
         )
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [(k, f, r) for k, f, r in conn.execute(stmt).all()]
 
     def switches(self, biz_code: str) -> list[tuple[int, str, str]]:
@@ -64,7 +65,7 @@ class MigratorRecords:
             .where(a.c.biz_code == biz_code, a.c.from_state != a.c.to_state)
             .order_by(a.c.at, a.c.id)
         )
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [(int(at), f, t) for at, f, t in conn.execute(stmt).all()]
 
     def last_cutover(self, biz_code: str) -> tuple[int, str, str, bool, int | None, str | None] | None:
@@ -76,7 +77,7 @@ class MigratorRecords:
             .order_by(a.c.at.desc(), a.c.id.desc())
             .limit(1)
         )
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             row = conn.execute(stmt).first()
         if row is None:
             return None

@@ -21,11 +21,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from dbkit.translate import as_store_error
 from migrator.ledger_hash import combined
 from migrator.model import Action
 from migrator.target import Rendered, Write
 from scheduler_core.errors import StoreValueRefused
-from scheduler_core.store.driver_errors import as_store_error
 
 # MySQL/MariaDB name the column: "... for column `db`.`table`.`col` at row 2" (MariaDB),
 # "... for column 'col' at row 2" (MySQL, TiDB); "Data too long for column 'col' at row 1"

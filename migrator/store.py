@@ -21,3 +21,7 @@ class MigratorStore:
         self.engine = engine
         self.clock = clock
         self.t: MigratorTables = _TABLES
+
+    def close(self) -> None:
+        """Close the pooled connections of the store's database (a later call opens new ones)."""
+        self.engine.dispose()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from dbkit.connections import begin, connect
 from migrator.apply import AfterCommit, Migrator
 from migrator.ledger_hash import context_digest, dialect_context, source_half
 from migrator.model import Action, BusinessState, LedgerStatus
@@ -206,7 +207,7 @@ class StreamMigrator:
         writes in one piece; else each piece behind a savepoint, a refused row quarantined.
         Returns the writes as applied."""
         checkpoint = (self.stream_id, position)
-        with self.writer.own.engine.begin() as conn:
+        with begin(self.writer.own.engine) as conn:
             self._states = self.writer.business_states(conn)
             writes = self._writes(latest, conn)
             if refresh:
@@ -413,7 +414,7 @@ class KeyCompare:
         """The next page of migrated keys after the cursor; a short page ends a round and
         the next pass starts again from the first key."""
         lg = writer.own.t.ledger
-        with writer.own.engine.connect() as conn:
+        with connect(writer.own.engine) as conn:
             keys = [
                 str(k)
                 for (k,) in conn.execute(

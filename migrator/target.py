@@ -13,6 +13,9 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from dbkit import fastpath
+from dbkit.connections import begin, connect
+from dbkit.fastpath import driver_tuples, render_plain, takes_rendered
 from migrator.edited_state import edited_state
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
@@ -22,9 +25,7 @@ from migrator.store import MigratorStore
 from readers.records import StreamPosition
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, Trigger, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.store import fastpath
 from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
-from scheduler_core.store.fastpath import driver_rows, render_plain, takes_rendered
 from scheduler_core.store.rows import trigger_values
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -111,7 +112,7 @@ class TargetWriter:
         if not keys:
             return out
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 rows = self._ledger_rows(c, source, keys)
         else:
             rows = self._ledger_rows(conn, source, keys)
@@ -127,7 +128,7 @@ class TargetWriter:
         texts nobody reads were most of a re-run's CPU)."""
         if not keys:
             return {}
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             if not fastpath.fast(conn):
                 return {
                     k: LedgerDigest(e.status, source_half(e.content_hash), e.field, e.reason)
@@ -143,7 +144,7 @@ class TargetWriter:
                 f"IF({quarantined}, {q('field')}, NULL)",
                 f"IF({quarantined}, {q('reason')}, NULL)",
             )
-            rows = driver_rows(conn, self._ledger_sql(conn, columns, len(keys)), (source, *keys))
+            rows = driver_tuples(conn, self._ledger_sql(conn, columns, len(keys)), (source, *keys))
         status_of = _STATUS
         return {key: LedgerDigest(status_of[status], half, fld, reason) for key, status, half, fld, reason in rows}
 
@@ -154,7 +155,7 @@ class TargetWriter:
             # driver, without Core's IN-list rendering and Row objects (half its CPU)
             q = conn.dialect.identifier_preparer.quote
             names = ("source_key", "status", "content_hash", "target_job_code", "field", "reason")
-            return driver_rows(conn, self._ledger_sql(conn, [q(n) for n in names], len(keys)), (source, *keys))
+            return driver_tuples(conn, self._ledger_sql(conn, [q(n) for n in names], len(keys)), (source, *keys))
         return conn.execute(
             select(
                 lg.c.source_key, lg.c.status, lg.c.content_hash, lg.c.target_job_code, lg.c.field, lg.c.reason
@@ -173,7 +174,7 @@ class TargetWriter:
     def has_migrated(self, source: str) -> bool:
         """Whether any row of this source system is migrated (one indexed probe)."""
         lg = self.own.t.ledger
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return (
                 conn.execute(
                     select(lg.c.source_key)
@@ -187,7 +188,7 @@ class TargetWriter:
         b = self.own.t.business
         stmt = select(b.c.state).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 state = c.execute(stmt).scalar_one_or_none()
         else:
             state = conn.execute(stmt).scalar_one_or_none()
@@ -199,7 +200,7 @@ class TargetWriter:
         b = self.own.t.business
         stmt = select(b.c.default_lane).where(b.c.biz_code == biz_code)
         if conn is None:
-            with self.own.engine.connect() as c:
+            with connect(self.own.engine) as c:
                 lane = c.execute(stmt).scalar_one_or_none()
         else:
             lane = conn.execute(stmt).scalar_one_or_none()
@@ -233,7 +234,7 @@ class TargetWriter:
         these writes' rows as `render` gave them (used where the connection escapes alike)."""
         if conn is not None:
             return self._apply(conn, writes, checkpoint, rendered)
-        with self.own.engine.begin() as c:
+        with begin(self.own.engine) as c:
             return self._apply(c, writes, checkpoint, rendered)
 
     def render(self, writes: Sequence[Write]) -> Rendered | None:
@@ -494,7 +495,7 @@ class TargetWriter:
 
     def checkpoint(self, stream_id: str) -> StreamPosition | None:
         ck = self.own.t.checkpoint
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             row = conn.execute(
                 select(ck.c.log_file, ck.c.log_pos, ck.c.gtid).where(ck.c.stream_id == stream_id)
             ).first()
@@ -509,7 +510,7 @@ class TargetWriter:
         )
         if biz_code:
             stmt = stmt.where(lg.c.business == biz_code)
-        with self.own.engine.connect() as conn:
+        with connect(self.own.engine) as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 

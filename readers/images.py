@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 
-from readers.fastpath import fast
+from dbkit.fastpath import fast
 
 T = TypeVar("T")
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from dbkit.redact import redact_tree
 from dualrun.model import Comparison, Mode, SideMeasures, as_dict, iso
-from reports.redact import redact_tree
 
 REPORT_VERSION = 1
 

@@ -31,6 +31,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from dbkit.connections import begin
+from dbkit.engine import make_engine
 from dualrun.boundary_store import BoundaryTally, put_boundary_tally
 from dualrun.collect import CompareRequest, compare_business
 from dualrun.model import Window
@@ -64,7 +66,6 @@ from scheduler_core.ports import MessageBus, TriggerStore
 from scheduler_core.scheduler import SchedulerCore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import StopService, is_stop_skip
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -228,7 +229,7 @@ def _quicken_xxljob(engine: Any, bad: set[str]) -> None:
     from sqlalchemy import text
 
     first = int((START + timedelta(minutes=1)).timestamp() * 1000)
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         ids = [
             i
             for (i,) in conn.execute(
@@ -262,7 +263,7 @@ def _quicken_batchcenter(engine: Any, bad: set[str]) -> None:
     from sqlalchemy import text
 
     wall = (START + timedelta(hours=8, minutes=1)).strftime("%Y-%m-%d %H:%M:%S")  # Asia/Shanghai wall time
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         ids = [
             i
             for (i,) in conn.execute(

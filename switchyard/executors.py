@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 
+from dbkit.engine import make_engine
 from readers.records import RegisteredExecutor
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.executors import ExecutorEntry, SqlExecutorRegistry
 
 NATIVE = "switchyard"

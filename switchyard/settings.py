@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from dbkit.engine import DEFAULT_SQLITE_URL
 from readers.records import SourceSystem
-from scheduler_core.store.engine import DEFAULT_SQLITE_URL
 
 if TYPE_CHECKING:
     from readers.timezones import LegacyZones

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from dbkit.connections import connect
+from dbkit.engine import make_engine
 from scheduler_core.clock import SystemClock
 from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 
@@ -142,10 +143,10 @@ def stream_catchup(
 ) -> StreamCatchup | None:
     """The cutover gate's change-stream check (migrator.catchup) for a legacy database with a
     binlog (MySQL / MariaDB); None for others (SQLite: no stream can follow it)."""
+    from dbkit.capabilities import capabilities
     from migrator.catchup import StreamCatchup
-    from readers.fastpath import fast
 
-    if not fast(legacy):
+    if not capabilities(legacy).binlog:
         return None
     return StreamCatchup(own, legacy, tz=tz, wait=timedelta(seconds=wait_s), max_pending=max_pending)
 
@@ -260,7 +261,7 @@ class XxlRegistryAddresses:
             if hit is not None and now - hit[0] < self._refresh_s:
                 return list(hit[1])
         cutoff = (datetime.now(self._zone) - timedelta(seconds=self.DEAD_TIMEOUT_S)).replace(tzinfo=None)
-        with self._engine.connect() as conn:
+        with connect(self._engine) as conn:
             rows = conn.execute(
                 text(
                     "SELECT DISTINCT registry_value FROM xxl_job_registry WHERE registry_group = 'EXECUTOR' "
@@ -308,7 +309,7 @@ class XxlCurrentRunFields:
             hit = self._cache.get(job_id)
             if hit is not None and now - hit[0] < self._refresh_s:
                 return None if hit[1] is None else dict(hit[1])
-        with self._engine.connect() as conn:
+        with connect(self._engine) as conn:
             row = conn.execute(text(self._SQL), {"id": int(job_id)}).mappings().first()
         fields = None if row is None else self._fields(dict(row))
         with self._lock:
@@ -355,7 +356,7 @@ def batch_center_tokens(legacy_url: str) -> Callable[[str], str | None]:
         kind, _, biz = ref.partition(":")
         if kind != "bc_biz" or not biz:
             return None
-        with engine.connect() as conn:
+        with connect(engine) as conn:
             row = conn.execute(text("SELECT access_token FROM bc_biz WHERE biz_code = :b"), {"b": biz}).first()
         return None if row is None or not row[0] else str(row[0])
 

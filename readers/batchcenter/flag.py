@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, column, select, table, update
 
+from dbkit.connections import begin
 from readers.batchcenter.mapping import TaskStatus
 from readers.legacy_ddl.tables import WallTime
 from readers.timezones import DEFAULT_ZONE, LegacyTimeZone, parse_wall
@@ -156,7 +157,7 @@ class _begin:
     def __enter__(self) -> Connection:
         if isinstance(self._bind, Connection):
             return self._bind
-        self._ctx = self._bind.begin()
+        self._ctx = begin(self._bind)
         return self._ctx.__enter__()  # type: ignore[no-any-return]
 
     def __exit__(self, *exc: object) -> None:

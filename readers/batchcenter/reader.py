@@ -19,6 +19,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 
+from dbkit.fastpath import fast
 from readers.batchcenter.mapping import (
     DIGEST_MASKED,
     DIGEST_SKIP,
@@ -32,7 +33,6 @@ from readers.batchcenter.mapping import (
 )
 from readers.digest import column_kinds, digest_sql
 from readers.errors import MissingTables, SourceUnavailable
-from readers.fastpath import fast
 from readers.images import session_zone, shaped_decoder
 from readers.legacy_ddl.tables import WallTime
 from readers.legacy_ddl.values import parse_int, raw_text

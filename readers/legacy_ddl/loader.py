@@ -9,8 +9,9 @@ from importlib import resources
 
 from sqlalchemy import Connection, Engine, text
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import begin
 from readers.errors import UnknownSystem
-from readers.fastpath import fast
 from readers.legacy_ddl.tables import (
     XxlJobLineage,
     batch_center_metadata,
@@ -82,14 +83,15 @@ def create_legacy_schema(
     """
     sys_ = _system(system)
     if isinstance(bind, Engine):
-        with bind.begin() as conn:
+        with begin(bind) as conn:
             _create(conn, sys_, lineage, tz)
     else:
         _create(bind, sys_, lineage, tz)
 
 
 def _create(conn: Connection, system: SourceSystem, lineage: str | None, tz: str) -> None:
-    if fast(conn):
+    caps = capabilities(conn)
+    if caps.mysql_sql:
         for statement in split_statements(load_ddl(system, lineage)):
             conn.exec_driver_sql(statement)
         return
@@ -97,7 +99,7 @@ def _create(conn: Connection, system: SourceSystem, lineage: str | None, tz: str
     assert offset is not None
     if system is SourceSystem.BATCH_CENTER:
         batch_center_metadata(local_offset=offset).create_all(conn)
-        if conn.dialect.name == "sqlite":
+        if caps.update_time_by_trigger:
             conn.exec_driver_sql(sqlite_update_time_trigger(offset))
         else:
             logger.warning("no ON UPDATE emulation for bc_task.update_time on %s", conn.dialect.name)

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from readers.fastpath import MYSQL_DIALECTS
+from dbkit.capabilities import for_dialect
 
 
 class XxlJobLineage(enum.StrEnum):
@@ -62,9 +62,10 @@ class WallTime(TypeDecorator[datetime]):
         self.fsp = fsp
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name in MYSQL_DIALECTS:
+        caps = for_dialect(dialect.name)
+        if caps.mysql_sql:
             return dialect.type_descriptor(mysql.DATETIME(fsp=self.fsp or None))
-        if dialect.name == "sqlite":
+        if caps.datetime_as_text:
             fmt = "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d"
             if self.fsp:
                 fmt += ".%(microsecond)06d"

@@ -39,6 +39,8 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import connect
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -93,10 +95,8 @@ class PollingChangeStream:
             raise ValueError(f"table {table!r} has no column(s) {missing}")
         if schema:
             self.schema = schema
-        elif engine.dialect.name == "sqlite":
-            self.schema = "main"
         else:
-            self.schema = engine.url.database or ""
+            self.schema = capabilities(engine).default_schema or engine.url.database or ""
         self._ucol = self._table.c[update_column]
         self._kcols = [self._table.c[k] for k in self.key_columns]
         self._numeric_update = isinstance(self._ucol.type, (sa.Integer, sa.Numeric))
@@ -158,7 +158,7 @@ class PollingChangeStream:
             if cursor is not None:
                 query = query.where(sa.tuple_(self._ucol, *self._kcols) > sa.tuple_(*cursor))
             query = query.order_by(self._ucol, *self._kcols).limit(self.batch_size)
-            with self.engine.connect() as conn:
+            with connect(self.engine) as conn:
                 rows = conn.execute(query).all()
             before_hw = self._hw
             changes: list[RowChange] = []
@@ -227,7 +227,7 @@ class PollingChangeStream:
         tuples in `key_columns` order, of the types the driver returns (int for INT columns)."""
         keys = list(dict.fromkeys(tuple(k) for k in known_keys))
         present: set[tuple[Any, ...]] = set()
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for i in range(0, len(keys), chunk):
                 part = keys[i : i + chunk]
                 if len(self._kcols) == 1:

@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from readers.fastpath import fast
+from dbkit.capabilities import capabilities
 from readers.records import StreamPosition
 from readers.streams.binlog import current_position
 from readers.streams.errors import StreamError
@@ -79,7 +79,7 @@ def consistent_snapshot(engine_or_connection: Engine | Connection) -> Iterator[t
     else:
         raise TypeError(f"expected a SQLAlchemy Engine or Connection, got {type(engine_or_connection)!r}")
     try:
-        if not fast(conn):
+        if not capabilities(conn).binlog:
             raise StreamError(f"consistent_snapshot needs a MySQL/MariaDB source, not {conn.dialect.name}")
         mariadb = _is_mariadb(conn)
         conn.rollback()  # end the implicit transaction SQLAlchemy began for the probe

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, bindparam, column, inspect, select, table, update
 
+from dbkit.connections import begin, connect
 from readers.legacy_ddl.values import parse_int
 
 _CHUNK = 500
@@ -100,7 +101,7 @@ def set_trigger_status(
     if not ids:
         return ()
     if isinstance(bind, Engine):
-        with bind.begin() as conn:
+        with begin(bind) as conn:
             return _set(conn, ids, status, next_time_ms)
     return _set(bind, ids, status, next_time_ms)
 
@@ -164,7 +165,7 @@ def read_trigger_state(bind: Engine | Connection, job_ids: Collection[int]) -> d
     ids = sorted({int(j) for j in job_ids})
     out: dict[int, TriggerState] = {}
     if isinstance(bind, Engine):
-        with bind.connect() as conn:
+        with connect(bind) as conn:
             for chunk in _chunks(ids):
                 out.update((s.job_id, s) for s in _states(conn, chunk))
     else:

@@ -34,9 +34,10 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.elements import ColumnClause
 
+from dbkit.capabilities import capabilities
+from dbkit.fastpath import driver_rows, driver_tuples, fast
 from readers.digest import digest_sql
 from readers.errors import MissingTables, SourceUnavailable
-from readers.fastpath import driver_rows, driver_tuples, fast
 from readers.images import session_zone, shaped_decoder
 from readers.legacy_ddl.tables import WallTime, XxlJobLineage
 from readers.legacy_ddl.values import parse_int, raw_text
@@ -519,10 +520,9 @@ def _binary_prefix(name: str, length: int) -> Any:
 
 def db_utc_now(conn: Connection) -> datetime:
     """The database server's clock as aware UTC (registry liveness is judged by it)."""
-    if fast(conn):
-        value = conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
-    elif conn.dialect.name == "sqlite":
-        value = conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
+    utc_now = capabilities(conn).utc_now_sql
+    if utc_now is not None:
+        value = conn.execute(text(utc_now)).scalar_one()
     else:
         value = conn.execute(select(func.current_timestamp())).scalar_one()
     if isinstance(value, datetime) and value.tzinfo is not None:

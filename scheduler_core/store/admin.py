@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from sqlalchemy import MetaData, Table, func, inspect, select, text
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
+from dbkit.translate import translated
 from scheduler_core.errors import SchemaError
 from scheduler_core.ports import LEADER_FENCE, Partition
 from scheduler_core.store import charset
 from scheduler_core.store.charset import NotUtf8mb4
-from scheduler_core.store.driver_errors import translated
 from scheduler_core.store.schema import (
     DEFAULT_PARTITIONS,
-    MYSQL_DIALECTS,
     SCHEMA_VERSION,
     Tables,
     build_tables,
@@ -193,7 +193,7 @@ def check_schema(engine: Engine, also: Sequence[MetaData] = ()) -> SchemaReport:
     report.missing += [f"{ix.table.name}.{ix.name}" for ix in missing_indexes(engine, tables)]  # type: ignore[union-attr]
     report.not_utf8mb4 = charset.not_utf8mb4(engine, [name for name, _ in _all_tables(tables, also)])
     if tables.trigger.name in present:
-        if dialect in MYSQL_DIALECTS:
+        if capabilities(engine).server_partitions:
             report.partitions = [p.name for p in discover_partitions(engine, tables)]
         else:
             report.partitions = [f"part={i}" for i in range(n)]

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
-from scheduler_core.errors import SchemaError
-from scheduler_core.store.driver_errors import driver_message
-from scheduler_core.store.schema import MYSQL_DIALECTS
+from dbkit.capabilities import MYSQL_DIALECTS, capabilities
+from dbkit.connections import begin, connect
+from scheduler_core.errors import SchemaError, StoreError
 
 CHARSET = "utf8mb4"
 COLLATION = "utf8mb4_bin"
@@ -73,12 +72,12 @@ class NotUtf8mb4:
 def not_utf8mb4(engine: Engine, tables: Collection[str]) -> list[NotUtf8mb4]:
     """The tables among `tables` (those that exist) that are not utf8mb4, in name order;
     always none on SQLite (its text is Unicode whatever the table says)."""
-    if engine.dialect.name not in MYSQL_DIALECTS or not tables:
+    if not capabilities(engine).table_charset or not tables:
         return []
     names = sorted(tables)
     marks = ", ".join(f":t{i}" for i in range(len(names)))
     args = {f"t{i}": n for i, n in enumerate(names)}
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         # a table's character set is its default collation's (information_schema.TABLES
         # names only the collation; every collation name starts with its character set's)
         table_collation: dict[str, str] = dict(
@@ -118,11 +117,11 @@ def convert(engine: Engine, tables: Collection[str]) -> list[str]:
     done: list[str] = []
     for finding in not_utf8mb4(engine, tables):
         try:
-            with engine.begin() as conn:
+            with begin(engine) as conn:
                 conn.exec_driver_sql(finding.fix)
-        except DBAPIError as exc:
+        except StoreError as exc:
             raise SchemaError(
-                f"{finding}; the server refused the conversion ({driver_message(exc)}): run it by hand, "
+                f"{finding}; the server refused the conversion ({exc.detail or exc.what}): run it by hand, "
                 "then `switchyard db check`"
             ) from exc
         was = {finding.charset, *(c for _, c in finding.columns)} - {CHARSET}

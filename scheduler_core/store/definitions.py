@@ -1,7 +1,7 @@
 """Bulk writes of job definitions (jobs, their triggers and sharding items) on a caller's
 transaction: the migrator writes a chunk of them and commits its own ledger rows in the
 same transaction. The statements are the core's; which rows to write is the caller's.
-MySQL-compatible servers take the fast path (scheduler_core.store.fastpath), others
+MySQL-compatible servers take the fast path (dbkit.fastpath), others
 the plain SQLAlchemy Core path it is tested against."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import delete, literal_column, select, update
 from sqlalchemy.engine import Connection
 
+from dbkit import fastpath
 from scheduler_core.model import Job, ShardingItem, TriggerState
-from scheduler_core.store import fastpath
 from scheduler_core.store.rows import job_values
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -96,7 +96,7 @@ class DefinitionWrites:
             return dict(conn.execute(select(j.c.job_code, j.c.id).where(j.c.job_code.in_(codes))).all())
         q = conn.dialect.identifier_preparer.quote
         return dict(
-            fastpath.driver_rows(
+            fastpath.driver_tuples(
                 conn,
                 f"SELECT {q('job_code')}, {q('id')} FROM {q(j.name)} "
                 f"WHERE {q('job_code')} IN ({', '.join(['%s'] * len(codes))})",

@@ -25,18 +25,15 @@ from sqlalchemy import BigInteger, MetaData, Table, delete, insert, inspect, lit
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from dbkit.capabilities import for_dialect
+from dbkit.translate import translated_methods
 from scheduler_core.errors import SchemaError
-from scheduler_core.store.driver_errors import translated_methods
-from scheduler_core.store.schema import MYSQL_DIALECTS, executor_table
+from scheduler_core.store.schema import executor_table
 from scheduler_core.times import from_ms
 
 LOST_AFTER_BEATS = 3  # beats missed in a row before a process is called lost
 RETENTION = timedelta(days=7)  # stopped and lost rows are kept this long after their last beat
 PRUNE_BATCH = 500  # rows one prune deletes at most: a backlog goes over several beats
-
-# The database server's clock as epoch milliseconds, inside the statement that uses it.
-_MYSQL_NOW_MS = "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)"
-_SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
 
 class ExecutorState(StrEnum):
@@ -94,11 +91,10 @@ class ExecutorEntry:
 
 def now_ms_sql(dialect: str) -> ColumnElement[Any]:
     """The database's clock in epoch ms, as an SQL expression of `dialect`."""
-    if dialect in MYSQL_DIALECTS:
-        return literal_column(_MYSQL_NOW_MS, BigInteger())
-    if dialect == "sqlite":
-        return literal_column(_SQLITE_NOW_MS, BigInteger())
-    raise SchemaError(f"the executor registry does not know the clock of a {dialect} store")
+    sql = for_dialect(dialect).now_ms_sql
+    if sql is None:
+        raise SchemaError(f"the executor registry does not know the clock of a {dialect} store")
+    return literal_column(sql, BigInteger())
 
 
 def _joined(biz_codes: tuple[str, ...]) -> str:

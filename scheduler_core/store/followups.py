@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, insert, select, tuple_
 
+from dbkit.connections import begin, connect
 from scheduler_core.model import CommandId, FiredRecord, TriggerId
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class FollowupRows:
             for parent, children in links.items()
             for i, c in enumerate(dict.fromkeys(children))
         ]
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             for i in range(0, len(parents), 500):
                 conn.execute(delete(fu).where(fu.c.trigger_id.in_(parents[i : i + 500])))
             if rows:
@@ -54,7 +55,7 @@ class FollowupRows:
             if parents is None
             else [base.where(fu.c.trigger_id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)]
         )
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for stmt in stmts:
                 for parent, child in conn.execute(stmt).all():
                     out.setdefault(TriggerId(int(parent)), []).append(TriggerId(int(child)))
@@ -67,7 +68,7 @@ class FollowupRows:
         ff = self.t.followup_fired
         out: dict[tuple[CommandId, TriggerId], CommandId] = {}
         keys = [(str(p), int(c)) for p, c in dict.fromkeys(pairs)]
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             for i in range(0, len(keys), 200):
                 rows = conn.execute(
                     select(ff.c.parent_command_id, ff.c.child_trigger_id, ff.c.child_command_id)
@@ -93,7 +94,7 @@ class FollowupRows:
             .prefix_with("OR IGNORE", dialect="sqlite").prefix_with("IGNORE", dialect="mysql")
             .prefix_with("IGNORE", dialect="mariadb")
         )  # fmt: skip
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             if conn.execute(stmt).rowcount == 1:
                 self._insert_fired(conn, records)
                 return ours

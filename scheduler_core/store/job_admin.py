@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, or_, select, update
 
+from dbkit.connections import begin, connect
 from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.store.rows import job_from_row, trigger_from_row
@@ -66,7 +67,7 @@ class SqlJobAdmin:
         stmt = select(j).order_by(j.c.biz_code, j.c.job_code)
         if biz_code is not None:
             stmt = stmt.where(j.c.biz_code == biz_code)
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [job_from_row(r) for r in conn.execute(stmt).mappings()]
 
     def reschedule(self, trigger_id: TriggerId, new: Trigger, margin: timedelta = MARGIN) -> Rescheduled:
@@ -80,7 +81,7 @@ class SqlJobAdmin:
         tr = self.t.trigger
         now_ms = self.store.clock.now_ms()
         effective_ms = now_ms + int(margin.total_seconds() * 1000)
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             row = conn.execute(select(tr).where(tr.c.id == trigger_id).with_for_update()).mappings().one_or_none()
             if row is None:
                 raise KeyError(f"no trigger {trigger_id}")
@@ -141,7 +142,7 @@ class SqlJobAdmin:
         admitted (on the old lane's topic), and the next admission is the new lane's."""
         j, tr = self.t.job, self.t.trigger
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             conn.execute(update(j).where(j.c.job_code == job_code).values(lane=lane.value, updated_at=now))
             return int(
                 conn.execute(
@@ -153,7 +154,7 @@ class SqlJobAdmin:
         """The job's definition, sharding items and follow-up links go; its triggers stay
         (cancelled by the caller first) with the fired history attached to them."""
         j, si, fu, tr = self.t.job, self.t.sharding_item, self.t.followup, self.t.trigger
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             job_id = conn.execute(select(j.c.id).where(j.c.job_code == job_code)).scalar_one_or_none()
             if job_id is None:
                 raise KeyError(f"no job {job_code!r}")
@@ -192,7 +193,7 @@ class SqlJobAdmin:
         if states:
             stmt = stmt.where(state.in_(list(states)))
         stmt = stmt.order_by(fr.c.scheduled_at.desc(), fr.c.trigger_id, fr.c.item_index).limit(max(1, limit))
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
+from dbkit.connections import begin, connect
 from scheduler_core.control import EVERYTHING, RelayScope
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillRelay
@@ -55,7 +56,7 @@ class SqlKills:
     ) -> Kill:
         kr = self.t.kill_request
         by = requested_by[:REQUESTED_BY_MAX]
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             result = conn.execute(
                 insert(kr).values(
                     biz_code=biz_code,
@@ -71,7 +72,7 @@ class SqlKills:
     def kills_since(self, since_ms: int) -> list[Kill]:
         kr = self.t.kill_request
         stmt = select(kr).where(kr.c.requested_at >= since_ms).order_by(kr.c.id)
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [_kill_of(r) for r in conn.execute(stmt)]
 
     # -- what `run kill` looks up ----------------------------------------------------------
@@ -87,7 +88,7 @@ class SqlKills:
             fr.c.item_index <= index,
             fr.c.item_index + fr.c.item_count > index,
         )
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             row = conn.execute(stmt).mappings().first()
         return None if row is None else _item_of(fired_from_row(row), index)
 

@@ -30,6 +30,7 @@ from sqlalchemy import Table, and_, delete, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
+from dbkit.connections import begin, connect
 from scheduler_core.model import SHADOW_NOTE, FiredState, command_id
 from scheduler_core.store.rows import FINAL_RANK
 from scheduler_core.store.sql import SqlTriggerStore
@@ -98,13 +99,13 @@ class SqlPurge:
         after: tuple[int, str] | None = None
         while True:  # ends: each batch starts past the last one's keyset position
             started = time.perf_counter()
-            with self.store.engine.connect() as conn:
+            with connect(self.store.engine) as conn:
                 found, after = self._next_batch(conn, cutoff_ms, biz_code, batch, after)
             # a short transaction per CHUNK of records (their dependents with them): the
             # scheduler's commits never queue behind one big delete (its binlog event, its
             # locks, its undo)
             for i in range(0, len(found), CHUNK):
-                with self.store.engine.begin() as conn:
+                with begin(self.store.engine) as conn:
                     self._delete(conn, found[i : i + CHUNK], progress, dry_run)
             took = time.perf_counter() - started
             if found:

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.sql import ColumnElement
 
+from dbkit.connections import begin, connect
 from scheduler_core.fence import MESSAGE_PREFIX
 from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
@@ -42,7 +43,7 @@ def fired_rows(
     )
     if by_time:
         stmt = stmt.order_by(fr.c.scheduled_at)
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return [tuple(r) for r in conn.execute(stmt).all()]
 
 
@@ -55,7 +56,7 @@ def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_m
         .select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
         .where(tr.c.biz_code == biz_code, ff.c.at >= from_ms, ff.c.at < until_ms)
     )
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
 
 
@@ -77,7 +78,7 @@ def _state(store: SqlTriggerStore, fenced_as: str | None, stopped_as: str | None
 def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
     """Whether the business has a fired record scheduled after `at_ms`."""
     fr = store.t.fired
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return (
             conn.execute(
                 select(fr.c.command_id).where(fr.c.biz_code == biz_code, fr.c.scheduled_at > at_ms).limit(1)
@@ -89,7 +90,7 @@ def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
 def job_biz_codes(store: SqlTriggerStore) -> set[str]:
     """Every business (biz_code) that has a job in the store."""
     j = store.t.job
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
 
 
@@ -241,7 +242,7 @@ def published_ahead(store: SqlTriggerStore, now_ms: int) -> dict[tuple[str, Lane
 def has_fired_records(store: SqlTriggerStore, biz_code: str) -> bool:
     """Whether any fired record belongs to the business (one row on idx_fired_biz_time)."""
     fr = store.t.fired
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return conn.execute(select(fr.c.biz_code).where(fr.c.biz_code == biz_code).limit(1)).first() is not None
 
 
@@ -249,7 +250,7 @@ def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
     """How many triggers wait, and the earliest next fire time among them (epoch ms):
     one aggregate on the (state, next_fire_at) index."""
     tr = store.t.trigger
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         count, oldest_ms = conn.execute(
             select(func.count(), func.min(tr.c.next_fire_at)).where(tr.c.state == TriggerState.WAITING.value)
         ).one()
@@ -259,7 +260,7 @@ def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
 def set_shadow(store: SqlTriggerStore, biz_code: str, shadow: bool) -> None:
     """Every job of the business records only (shadow) or runs its handlers."""
     j = store.t.job
-    with store.engine.begin() as conn:
+    with begin(store.engine) as conn:
         conn.execute(update(j).where(j.c.biz_code == biz_code).values(shadow=int(shadow)))
 
 
@@ -298,5 +299,5 @@ def runs_oldest_first(
         at, cid = after
         stmt = stmt.where((fr.c.scheduled_at > at) | and_(fr.c.scheduled_at == at, fr.c.command_id > cid))
     stmt = stmt.order_by(fr.c.scheduled_at, fr.c.command_id).limit(max(1, limit))
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]

@@ -25,14 +25,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from scheduler_core.store.schema import MYSQL_DIALECTS
-
 # rows per statement: 1,000 x 14 parameters stays far below the 65,535-placeholder limit
 ROWS_PER_STATEMENT = 1000
-
-
-def is_mysql(conn: Connection) -> bool:
-    return conn.dialect.name in MYSQL_DIALECTS
 
 
 def _derived(columns: Sequence[str], n: int) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import and_, case, func, literal, or_, select
 
+from dbkit.connections import connect
 from scheduler_core.model import FiredState
 from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
 
@@ -83,7 +84,7 @@ def page(
         # the stored state says it unless pending/published are asked: no subquery per row
         stmt = stmt.where((fr.c.state if derived.isdisjoint(wanted) else state).in_(wanted))
     stmt = stmt.order_by(fr.c.scheduled_at.desc(), fr.c.command_id.desc()).limit(limit + 1)
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         rows = [dict(r) for r in conn.execute(stmt).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
@@ -98,7 +99,7 @@ def one(store: SqlTriggerStore, fired_id: str) -> dict[str, Any] | None:
     stmt = select(*(state if c == "state" else fr.c[c] for c in PAGE_COLUMNS), fr.c.item_states).where(
         fr.c.command_id == fired_id
     )
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         row = conn.execute(stmt).mappings().first()
     return None if row is None else dict(row)
 
@@ -112,7 +113,7 @@ def logs(store: SqlTriggerStore, fired_id: str, item: int | None = None) -> list
     ).where(rl.c.fired_id == fired_id)
     if item is not None:
         stmt = stmt.where(rl.c.item_index == item)
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         rows = conn.execute(stmt.order_by(rl.c.item_index, rl.c.attempt)).mappings().all()
     return [{**dict(r), "truncated": bool(r["truncated"])} for r in rows]
 
@@ -135,7 +136,7 @@ def daily(store: SqlTriggerStore, biz_code: str, since_ms: int, until_ms: int) -
         .group_by(day, fr.c.state, bucket)
     )
     days: dict[int, dict[str, Any]] = {}
-    with store.engine.connect() as conn:
+    with connect(store.engine) as conn:
         for d, state, b, n in conn.execute(stmt).all():
             entry = days.setdefault(int(d), {"by_result": {}, "hist": [0] * (len(LAG_BOUNDS_MS) + 1)})
             entry["by_result"][str(state)] = entry["by_result"].get(str(state), 0) + int(n)

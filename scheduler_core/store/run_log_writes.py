@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from sqlalchemy import insert
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import begin
 from scheduler_core.model import parse_command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.store.schema import Tables
@@ -39,8 +41,8 @@ def write_logs(engine: Engine, t: Tables, updates: Sequence[FiredUpdate]) -> int
             )
     if not rows:
         return 0
-    verb = "OR IGNORE" if t.sliced_by_column else "IGNORE"
-    with engine.begin() as conn:
+    verb = capabilities(engine).ignore_prefix
+    with begin(engine) as conn:
         for i in range(0, len(rows), ROWS_PER_INSERT):
             conn.execute(insert(t.run_log).prefix_with(verb), rows[i : i + ROWS_PER_INSERT])
     return len(rows)

@@ -27,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
+from dbkit.capabilities import MYSQL_DIALECTS, for_dialect
+
 # 2: dus_job_trigger.cron_dialect (an older store gets it from `db init`: store/upgrade.py)
 # 3: dus_job.lane, dus_job_trigger.lane and the due index with the lane (issue 29)
 # 4: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
@@ -36,7 +38,6 @@ from sqlalchemy.dialects import mysql
 #    result consumer writes it, so an older store is refused until `db init`
 SCHEMA_VERSION = 6
 DEFAULT_PARTITIONS = 16
-MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
 # a primary key that autoincrements on both: SQLite only aliases rowid for INTEGER (the
 # other packages' tables use these too: migrator.tables, dualrun.tables)
@@ -73,7 +74,7 @@ class Tables:
     @property
     def sliced_by_column(self) -> bool:
         """True where partitions are a column slice (SQLite), not a server partition."""
-        return self.dialect not in MYSQL_DIALECTS
+        return not for_dialect(self.dialect).server_partitions
 
 
 def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
@@ -159,7 +160,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
     ]
     trigger_args: list[object] = []
     table_kw: dict[str, str] = {}
-    if dialect in MYSQL_DIALECTS:
+    if for_dialect(dialect).server_partitions:
         # local per-partition index: serves state='waiting' AND next_fire_at BETWEEN ? AND ?
         # ORDER BY next_fire_at LIMIT ? inside one partition, with no filesort. The lane
         # trails it: a read of one lane (a lane at its budget, acquire.py) skips the other
@@ -172,7 +173,7 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         ]
         table_kw = {
             f"{d}_{k}": v
-            for d in ("mysql", "mariadb")
+            for d in MYSQL_DIALECTS
             for k, v in (("partition_by", "HASH(id)"), ("partitions", str(partitions)))
         }
     else:

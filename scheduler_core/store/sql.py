@@ -16,6 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
+from dbkit.capabilities import capabilities
+from dbkit.database import Database
+from dbkit.translate import translated_methods
 from scheduler_core.errors import IllegalTransition
 from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.item_states import ItemState
@@ -40,8 +43,6 @@ from scheduler_core.states import check_transition
 from scheduler_core.stops import Cause, Scope, Window
 from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
-from scheduler_core.store.driver_errors import translated_methods
-from scheduler_core.store.engine import autocommit_twin
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -125,8 +126,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # successor claimed the fence. TiDB refuses that clause (a no-op at best), SQLite
         # writes one at a time: a plain read there, as before.
         self._fence_epoch_shared = self._fence_epoch.with_for_update(read=True)
-        self._shared_fence_read: bool | None = None
-        self._autocommit: Engine | None = None  # see put_fired_fenced
+        # the engine's AUTOCOMMIT twin where the database has one (see put_fired_fenced, _reads)
+        self.db = Database(engine)
         self._page_update = _page_update_statement(self.t.fired)
         self._item_update = _item_update_statement(self.t.fired)
         # see _due_sql, by (partition index, lane or None)
@@ -135,6 +136,12 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         # told of the partitions that got triggers due soon (`add_triggers`), so their
         # loops tick in time; in process by default, across processes when wired to etcd
         self.wakeups: Wakeups | None = LocalWakeups()
+
+    def close(self) -> None:
+        """Close every pooled connection of the store (its AUTOCOMMIT twin's too); a later
+        call opens new ones. The store's owner calls it when done, instead of reaching
+        into the engine."""
+        self.db.close()
 
     # --- partitions ------------------------------------------------------------------
 
@@ -233,7 +240,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 raise KeyError(f"trigger refers to unknown job {trig.job_code!r}")
             _check_first_fire(trig)
             rows.append(trigger_values(trig, job.id, now))
-        if len(rows) > 1 and self.engine.dialect.insert_executemany_returning_sort_by_parameter_order:
+        if len(rows) > 1 and capabilities(self.engine).returning_in_order:
             # one statement (multi-row INSERT ... RETURNING, in the order given) instead of
             # an INSERT and a SELECT per trigger: a producer adding many at once
             with self.engine.begin() as conn:
@@ -405,12 +412,8 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         winners are read back by their token in a statement of their own: a winner changed
         by someone else in between is not counted, as if the change had come just before
         the UPDATE. Anything larger: one transaction on the store's pool, as before."""
-        if (
-            len(changes) == 1
-            and len(set(changes[0].ids)) <= _IN_CHUNK
-            and self.engine.dialect.name in ("mysql", "mariadb")
-        ):
-            return self._autocommit_engine().connect()
+        if len(changes) == 1 and len(set(changes[0].ids)) <= _IN_CHUNK and capabilities(self.engine).autocommit_twin:
+            return self.db.autocommit.connect()
         return self.engine.begin()
 
     def _cas_winners(self, conn: Connection, change: Transition) -> list[TriggerId]:
@@ -554,10 +557,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         inserted means duplicates (a re-fire of the same occurrence) or a moved fence; only
         then is the fence read, to tell which."""
         name = fence or FENCE_NAME
-        lock = self._shared_fence_read
-        if lock is None:  # once per store: the server's answer is kept
-            with self.engine.connect() as probe:
-                lock = self._lock_fence_reads(probe)
+        lock = capabilities(self.engine).shared_lock_reads
         rows = fired_rows(records)
         if lock:
             # MariaDB/MySQL: each statement commits as it ends, so the shared lock on the
@@ -568,7 +568,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             # statements of a large chunk leaves the first one's records: the trigger is
             # still acquired by this epoch, and the new owner re-fires it with the same ids,
             # as after a crash at that point.
-            with self._autocommit_engine().connect() as conn:
+            with self.db.autocommit.connect() as conn:
                 return self._put_fired_fenced(conn, rows, name, epoch, lock)
         with self.engine.connect() as conn:
             if not self._put_fired_fenced(conn, rows, name, epoch, lock):
@@ -600,12 +600,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         MariaDB/MySQL the AUTOCOMMIT twin, whose statement is its own snapshot, as READ
         COMMITTED gives, with no transaction left open to roll back (a ROLLBACK round trip
         per read on the plain pool); elsewhere the store's engine."""
-        return self._autocommit_engine() if self.engine.dialect.name in ("mysql", "mariadb") else self.engine
-
-    def _autocommit_engine(self) -> Engine:
-        if self._autocommit is None:
-            self._autocommit = autocommit_twin(self.engine)
-        return self._autocommit
+        return self.db.autocommit
 
     def _fence_holds(self, conn: Connection, name: str, epoch: Epoch, lock: bool) -> bool:
         # with a shared lock where the server has one (see __init__)
@@ -632,7 +627,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         first = "SELECT " + ", ".join(f"{mark} AS c{i}" for i in varying)
         rest = " UNION ALL SELECT " + ", ".join([mark] * len(varying))
         lock_clause = " LOCK IN SHARE MODE" if lock else ""
-        verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
+        verb = f"INSERT {capabilities(conn).ignore_prefix} INTO"
         # IGNORE only skips the duplicate key here: every value was length-checked in
         # rows.fired_row, so no truncation warning can be swallowed.
         sql = (
@@ -647,12 +642,6 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
         result = conn.exec_driver_sql(sql, tuple(params))
         return max(0, result.rowcount or 0)
 
-    def _lock_fence_reads(self, conn: Connection) -> bool:
-        if self._shared_fence_read is None:
-            version = str(conn.exec_driver_sql("SELECT VERSION()").scalar()) if result_joins.is_mysql(conn) else ""
-            self._shared_fence_read = bool(version) and "tidb" not in version.lower()
-        return self._shared_fence_read
-
     def _insert_fired(self, conn: Connection, records: Sequence[FiredRecord]) -> int:
         # The driver's own executemany (PyMySQL sends one multi-row INSERT) with plain
         # tuples: no compile and no per-row parameter processing, which cost more than the
@@ -665,7 +654,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             mark = self._mark()
             # IGNORE only skips the duplicate key here: every value was length-checked in
             # rows.fired_row, so no truncation warning can be swallowed.
-            verb = "INSERT OR IGNORE INTO" if self.t.sliced_by_column else "INSERT IGNORE INTO"
+            verb = f"INSERT {capabilities(self.engine).ignore_prefix} INTO"
             self._fired_sql = (
                 f"{verb} {self.t.fired.name} ({', '.join(FIRED_COLUMNS)})"
                 f" VALUES ({', '.join([mark] * len(FIRED_COLUMNS))})"
@@ -768,7 +757,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 }
             )
         with self.engine.begin() as conn:
-            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per page
+            if capabilities(conn).joined_update:  # one joined UPDATE per batch, not one per page
                 return result_joins.update_pages(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(self._page_update, params)
         return max(0, result.rowcount or 0)
@@ -790,7 +779,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
             for u in updates
         ]
         with self.engine.begin() as conn:
-            if result_joins.is_mysql(conn):  # one joined UPDATE per batch, not one per item
+            if capabilities(conn).joined_update:  # one joined UPDATE per batch, not one per item
                 return result_joins.update_items(conn, fr.name, FINAL_RANK, [_unprefixed(p) for p in params])
             result = conn.execute(self._item_update, params)
         return max(0, result.rowcount or 0)

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
+from dbkit.connections import begin, connect
 from scheduler_core.model import FiredRecord, FiredState, TriggerId, TriggerState
 from scheduler_core.ports import Transition
 from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
@@ -24,44 +25,44 @@ class SqlStops:
         self.t = store.t
 
     def open_window(self, scope: Scope, key: str, window: Window) -> Applied:
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             return stop_rows.open_window(conn, self.t, scope, key, window, self.store.clock.now_ms())
 
     def close_window(self, scope: Scope, key: str, until_ms: int, causes: tuple[Cause, ...]) -> Applied | None:
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             return stop_rows.close_window(conn, self.t, scope, key, until_ms, causes, self.store.clock.now_ms())
 
     def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             return stop_rows.open_windows(conn, self.t, scope, keys, window, self.store.clock.now_ms())
 
     def close_windows(
         self, scope: Scope, keys: list[str], until_ms: int, causes: tuple[Cause, ...]
     ) -> tuple[list[Applied], int]:
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             return stop_rows.close_windows(conn, self.t, scope, keys, until_ms, causes, self.store.clock.now_ms())
 
     def stops(self, changed_within: timedelta | None = None) -> list[Stop]:
         since = None
         if changed_within is not None:
             since = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return stop_rows.read_stops(conn, self.t, since_ms=since)
 
     def stop_of(self, scope: Scope, key: str) -> Stop | None:
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             found = stop_rows.read_stops(conn, self.t, scope, key)
         return found[0] if found else None
 
     def stops_of(self, scope: Scope, keys: list[str]) -> list[Stop]:
         out: list[Stop] = []
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             for i in range(0, len(keys), 500):
                 out += stop_rows.read_stops(conn, self.t, scope, keys=keys[i : i + 500])
         return out
 
     def settle_trigger(self, trigger_id: int, to: TriggerState) -> bool:
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             # the stop row's lock first: a resume's lift waits for this, or this sees it
             stop = stop_rows.locked_stop(conn, self.t, Scope.TRIGGER, str(trigger_id), self.store.clock.now_ms())
             cause = Cause.CANCEL if to is TriggerState.CANCELLED else Cause.PAUSE
@@ -86,13 +87,13 @@ class SqlStops:
             )
             .order_by(fr.c.scheduled_at, fr.c.trigger_id, fr.c.item_index)
         )
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [fired_from_row(r) for r in conn.execute(stmt).mappings()]
 
     def mark_relayed(self, stops: list[Stop], by: str) -> None:
         st = self.t.stop
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:  # one transaction for a round's stops
+        with begin(self.store.engine) as conn:  # one transaction for a round's stops
             for stop in stops:
                 conn.execute(
                     update(st)

@@ -12,6 +12,8 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import begin, connect
 from scheduler_core.control import EVERYTHING, Owned, RelayScope
 from scheduler_core.fire import FirePipeline
 from scheduler_core.metrics import SchedulerMetrics
@@ -117,7 +119,7 @@ class SqlSupersedes:
         ts = self.t.trigger_supersede
         assert trigger.id is not None
         now = self.store.clock.now_ms()
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             prior = conn.execute(select(ts).where(ts.c.trigger_id == trigger.id).with_for_update()).first()
             if prior is None:
                 conn.execute(
@@ -150,17 +152,17 @@ class SqlSupersedes:
         if changed_within is not None:
             recent = self.store.clock.now_ms() - int(changed_within.total_seconds() * 1000)
             stmt = stmt.where((ts.c.updated_at >= recent) | (ts.c.pending != "[]"))
-        with self.store.engine.connect() as conn:
+        with connect(self.store.engine) as conn:
             return [_supersede_of(r) for r in conn.execute(stmt)]
 
     def claim_pending(self, s: Supersede, records: list[FiredRecord], owned: Owned | None = None) -> bool:
         ts = self.t.trigger_supersede
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             if owned is not None and owned.fence is not None and owned.epoch is not None:
                 # a partition's owner under the registry: only while its fence still holds
                 # the ownership (read with a shared lock as the fire pipeline's records
                 # are: a newer owner's claim waits for this transaction, or is seen by it)
-                lock = self.store._lock_fence_reads(conn)
+                lock = capabilities(conn).shared_lock_reads
                 if not self.store._fence_holds(conn, owned.fence, owned.epoch, lock):
                     return False
             # the row lock first (see record_edit): an edit in between makes this a no-op
@@ -173,7 +175,7 @@ class SqlSupersedes:
                 return False
             if records:  # insert-if-absent by command id
                 fr = self.t.fired
-                verb = "OR IGNORE" if self.t.sliced_by_column else "IGNORE"
+                verb = capabilities(conn).ignore_prefix
                 rows = [dict(zip(FIRED_COLUMNS, fired_row(r), strict=True)) for r in records]
                 conn.execute(insert(fr).prefix_with(verb), rows)
         return True
@@ -182,7 +184,7 @@ class SqlSupersedes:
         ts = self.t.trigger_supersede
         if command_ids:
             self.store.mark_published(command_ids, self.store.clock.now())
-        with self.store.engine.begin() as conn:
+        with begin(self.store.engine) as conn:
             conn.execute(
                 update(ts)
                 .where(ts.c.trigger_id == s.trigger_id, ts.c.epoch == s.epoch)

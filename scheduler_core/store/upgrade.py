@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from sqlalchemy import Column, Index, MetaData, Table, func, insert, inspect, select, update
 from sqlalchemy.engine import Engine
 
+from dbkit.capabilities import capabilities
+from dbkit.connections import begin, connect
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Lane
 from scheduler_core.stops import Cause, Window, windows_to_text
@@ -59,7 +61,7 @@ def add_missing_columns(engine: Engine, tables: Tables, also: Sequence[MetaData]
             )
     added: list[str] = []
     q = engine.dialect.identifier_preparer.quote
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         for table, col in todo:
             kind = col.type.compile(dialect=engine.dialect)
             conn.exec_driver_sql(f"ALTER TABLE {q(table.name)} ADD COLUMN {q(col.name)} {kind} NULL")
@@ -72,13 +74,13 @@ def fill_lanes(engine: Engine, tables: Tables) -> list[str]:
     steps of FILL_STEP ids. Returns "table.lane (n rows)" for each table it filled."""
     out: list[str] = []
     for table in (tables.job, tables.trigger):
-        with engine.connect() as conn:
+        with connect(engine) as conn:
             if conn.execute(select(table.c.id).where(table.c.lane.is_(None)).limit(1)).first() is None:
                 continue
             low, high = conn.execute(select(func.min(table.c.id), func.max(table.c.id))).one()
         filled = 0
         for start in range(int(low), int(high) + 1, FILL_STEP):
-            with engine.begin() as conn:
+            with begin(engine) as conn:
                 filled += conn.execute(
                     update(table)
                     .where(table.c.lane.is_(None), table.c.id.between(start, start + FILL_STEP - 1))
@@ -121,8 +123,8 @@ def replace_indexes(engine: Engine, tables: Tables) -> list[str]:
         wanted = {i.name for i in table.indexes}
         for old, new in REPLACED_INDEXES.get(name, {}).items():
             if old in have and new in wanted:
-                on = f" ON {q(name)}" if engine.dialect.name in ("mysql", "mariadb") else ""
-                with engine.begin() as conn:
+                on = f" ON {q(name)}" if capabilities(engine).drop_index_on_table else ""
+                with begin(engine) as conn:
                     conn.exec_driver_sql(f"DROP INDEX {q(old)}{on}")
                 out.append(f"-{name}.{old}")
     return out
@@ -142,7 +144,7 @@ def carry_business_fences(engine: Engine, tables: Tables, present: set[str]) -> 
     old = Table(OLD_FENCE_TABLE, MetaData(), autoload_with=engine)
     st = tables.stop
     carried = 0
-    with engine.begin() as conn:
+    with begin(engine) as conn:
         have = {k for (k,) in conn.execute(select(st.c.scope_key).where(st.c.scope == "business"))}
         for row in conn.execute(select(old)).all():
             if row.biz_code in have:

@@ -15,8 +15,9 @@ from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError
 
+from dbkit.connections import begin, connect
+from dbkit.errors import StoreConflict
 from scheduler_core.alert_rule import AlertRule
 from scheduler_core.ports import Clock
 from scheduler_core.times import from_ms
@@ -102,14 +103,14 @@ class AlertStore:
 
     def rule(self, job_code: str) -> AlertRule:
         ja = self.t.job_alert
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             row = conn.execute(select(ja).where(ja.c.job_code == job_code)).first()
         return AlertRule() if row is None else _rule(row)
 
     def rules(self) -> dict[str, tuple[str, AlertRule]]:
         """job code -> (business, rule) of every job with a target."""
         ja = self.t.job_alert
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return {r.job_code: (r.biz_code, _rule(r)) for r in conn.execute(select(ja).order_by(ja.c.job_code))}
 
     def set_rule(self, job_code: str, biz_code: str, rule: AlertRule) -> None:
@@ -118,7 +119,7 @@ class AlertStore:
         alerts are not told."""
         ja, cp = self.t.job_alert, self.t.checkpoint
         now = self.clock.now_ms()
-        with self.engine.begin() as c:
+        with begin(self.engine) as c:
             c.execute(delete(ja).where(ja.c.job_code == job_code))
             if rule.targets and c.execute(select(cp.c.job_code).where(cp.c.job_code == job_code)).first() is None:
                 c.execute(insert(cp).values(job_code=job_code, scan_from=now, updated_at=now))
@@ -137,14 +138,14 @@ class AlertStore:
 
     def scan_from(self, job_code: str) -> int | None:
         cp = self.t.checkpoint
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             v = conn.execute(select(cp.c.scan_from).where(cp.c.job_code == job_code)).scalar()
         return None if v is None else int(v)
 
     def set_scan_from(self, job_code: str, at_ms: int) -> None:
         cp = self.t.checkpoint
         now = self.clock.now_ms()
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             done = conn.execute(update(cp).where(cp.c.job_code == job_code).values(scan_from=at_ms, updated_at=now))
             if done.rowcount == 0:
                 conn.execute(insert(cp).values(job_code=job_code, scan_from=at_ms, updated_at=now))
@@ -162,7 +163,7 @@ class AlertStore:
         ev, inc = self.t.event, self.t.incident
         now = self.clock.now_ms()
         try:
-            with self.engine.begin() as conn:
+            with begin(self.engine) as conn:
                 have = {
                     (r.event_key, r.kind)
                     for r in conn.execute(
@@ -227,14 +228,14 @@ class AlertStore:
                         ],
                     )
                 return len(fresh)
-        except IntegrityError:
+        except StoreConflict:
             return 0
 
     def resolve(self, job_code: str, kind: str, ok_scheduled_ms: int) -> bool:
         """A run scheduled at `ok_scheduled_ms` went well: the kind's open incident whose
         events are all older is resolved."""
         inc = self.t.incident
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             done = conn.execute(
                 update(inc)
                 .where(
@@ -263,21 +264,21 @@ class AlertStore:
         scan reads again, so no longer needed to count them once), seen before it too;
         their incidents and the messages sent stay."""
         ev = self.t.event
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             # and seen as long ago: a trigger still not fired (its event re-seen each scan) is
             # counted again at most once per period, a reminder, never once per tick
             old = and_(ev.c.scheduled_at < scheduled_before_ms, ev.c.seen_at < scheduled_before_ms)
             return int(conn.execute(delete(ev).where(old)).rowcount or 0)
 
     def open_incident(self, job_code: str, kind: str) -> Incident | None:
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             return self._open(conn, job_code, kind)
 
     def to_tell(self) -> list[Incident]:
         """Incidents with something not told yet: open ones with events beyond the last
         message's count, resolved ones whose resolution was not sent."""
         inc = self.t.incident
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             rows = conn.execute(
                 select(inc)
                 .where(
@@ -291,7 +292,7 @@ class AlertStore:
     def event_ids(self, incident_id: int, limit: int = 20) -> list[str]:
         """The newest events' command ids (or keys) of an incident, newest first."""
         ev = self.t.event
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             rows = conn.execute(
                 select(ev.c.event_key, ev.c.command_id)
                 .where(ev.c.incident_id == incident_id)
@@ -312,7 +313,7 @@ class AlertStore:
         values: dict[str, Any] = {"sent_count": incident.count, "last_sent_at": now}
         if status == "resolved":
             values["resolved_sent"] = 1
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             done = conn.execute(
                 update(inc)
                 .where(
@@ -342,7 +343,7 @@ class AlertStore:
             )
 
     def claim_test(self, job_code: str, biz_code: str, payload: dict[str, Any], targets: Sequence[str]) -> list[int]:
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             return self._sending(
                 conn, None, job_code, biz_code, "test", "test", 0, payload, targets, self.clock.now_ms()
             )
@@ -386,7 +387,7 @@ class AlertStore:
 
     def finish(self, sent_id: int, outcome: str, attempts: int, error: str = "") -> None:
         sent = self.t.sent
-        with self.engine.begin() as conn:
+        with begin(self.engine) as conn:
             conn.execute(
                 update(sent).where(sent.c.id == sent_id).values(outcome=outcome, attempts=attempts, error=error[:1024])
             )
@@ -402,7 +403,7 @@ class AlertStore:
         if biz_code is not None:
             stmt = stmt.where(sent.c.biz_code == biz_code)
         stmt = stmt.order_by(sent.c.at.desc(), sent.c.id.desc()).limit(max(1, limit))
-        with self.engine.connect() as conn:
+        with connect(self.engine) as conn:
             rows = conn.execute(stmt).all()
         return [
             {

@@ -73,7 +73,7 @@ def alerts(ctx: click.Context, job_name: str | None, biz_code: str | None, limit
     except UnknownName as exc:
         raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
     finally:
-        store.engine.dispose()
+        store.close()
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -163,7 +163,7 @@ def run_alerter(
             return
         alerter.run(stop_event())
     finally:
-        store.engine.dispose()
+        store.close()
 
 
 @exits_as({**dict.fromkeys(STORE), exitcodes.FAILED: "a target did not take the test alert (each is listed)"})
@@ -187,7 +187,7 @@ def test_alert(job_name: str, biz_code: str | None, url: str, as_json: bool) -> 
             )
         sent = alerter.test(job_code, biz)
     finally:
-        store.engine.dispose()
+        store.close()
     out = [{"target": s["target"], "ok": s["ok"], "attempts": s["attempts"], "error": s["error"]} for s in sent]
     if as_json:
         click.echo(json.dumps(out))

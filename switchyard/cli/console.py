@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
+from dbkit.redact import safe_url
 from scheduler_core.ports import MessageBus
-from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.durations import seconds
@@ -214,4 +214,4 @@ def console(
             server = serve_console(src, bind, port, token, tokens=tokens, writes=writes, bus=bus)
             server.run()  # type: ignore[attr-defined]
     finally:
-        store.engine.dispose()
+        store.close()

@@ -97,7 +97,7 @@ def _switch(
         finally:
             control.engine.dispose()  # type: ignore[attr-defined]
     finally:
-        store.engine.dispose()
+        store.close()
 
 
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
@@ -209,7 +209,7 @@ def status(
         )
         frozen = standing_freezes(store)
     finally:
-        store.engine.dispose()
+        store.close()
     rows = []
     problems = 0
     for bo in owned:
@@ -383,7 +383,7 @@ def _tell_fence_reach(url: str, biz_code: str, bus_args: _BusArgs) -> None:
         stop = stops.stop_of(Scope.BUSINESS, biz_code)
         reach = await_relay(stops, [stop] if stop is not None else [], bus_args.reaches_executors)
     finally:
-        store.engine.dispose()
+        store.close()
     tell(reach)
 
 

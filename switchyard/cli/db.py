@@ -6,7 +6,8 @@ import json
 
 import click
 
-from scheduler_core.store.engine import make_engine, missing_sqlite_file, safe_url
+from dbkit.engine import make_engine, missing_sqlite_file
+from dbkit.redact import safe_url
 from switchyard import exitcodes
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as

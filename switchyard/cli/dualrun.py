@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dbkit.engine import make_engine
 from dualrun.boundary_store import record_cutover_boundary
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
@@ -29,7 +30,6 @@ from readers.errors import MissingTables, ReaderError, SourceUnavailable, Unknow
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from readers.timezones import LegacyZones
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.durations import POSITIVE, parse_duration
@@ -382,7 +382,7 @@ def compare_cmd(
             biz_code, since=since, until=until, legacy_biz_code=legacy_biz_code, shadow=shadow
         )
     finally:
-        sources.store.engine.dispose()
+        sources.store.close()
     click.echo(
         redact(
             json.dumps({"comparison_id": cid, **as_dict(result)}, ensure_ascii=False)
@@ -428,7 +428,7 @@ def check_boundary_cmd(biz_code: str, settle: timedelta, as_json: bool, **source
             sources.store, sources.own, sources.reader(source), biz_code, now=sources.store.clock.now(), settle=settle
         )
     finally:
-        sources.store.engine.dispose()
+        sources.store.close()
     if tally is None:
         raise CliFailure(
             f"{biz_code} was never cut over, or its cutover kept no handover times: no boundary to check",
@@ -508,7 +508,7 @@ def watch_cmd(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exitcodes.FAILED)
-    sources.store.engine.dispose()
+    sources.store.close()
     sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
 
 
@@ -635,7 +635,7 @@ def watch_cutover_cmd(
     try:
         _known(sources.store, biz_codes)
     except CliFailure:
-        sources.store.engine.dispose()
+        sources.store.close()
         raise
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "cutover"]
     if not names:
@@ -644,7 +644,7 @@ def watch_cutover_cmd(
         try:
             cutover_time(sources.own, name)
         except NotCutOver as exc:
-            sources.store.engine.dispose()
+            sources.store.close()
             raise CliFailure(str(exc), exitcodes.USAGE) from None
     gauges = AfterCutoverGauges()
     if metrics_port is not None:
@@ -689,5 +689,5 @@ def watch_cutover_cmd(
                 break
             stop.wait(every.total_seconds())
     finally:
-        sources.store.engine.dispose()
+        sources.store.close()
     sys.exit(exitcodes.FAILED if problems or failures else exitcodes.OK)

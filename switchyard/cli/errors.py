@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from dbkit.redact import redact
+from dbkit.translate import as_store_error, driver_message
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage
 from readers.streams.errors import StreamError, StreamPermissionError, StreamStalled, StreamUnreachable
 from scheduler_core.errors import (
@@ -23,15 +24,9 @@ from scheduler_core.errors import (
     StoreError,
     StoreUnavailable,
 )
-from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard import exitcodes
 
 F = TypeVar("F", bound=Callable[..., Any])
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
-
-
-def redact(text: str) -> str:
-    return _URL_PASSWORD.sub(r"\1***@", text)
 
 
 class CliFailure(click.ClickException):

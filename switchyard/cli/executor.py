@@ -20,11 +20,11 @@ from typing import Any
 
 import click
 
+from dbkit.engine import make_engine
 from scheduler_core.executor import Executor
 from scheduler_core.executor.heartbeat import Heartbeat
 from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.model import Lane
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.executors import SqlExecutorRegistry
 from switchyard import exitcodes
 from switchyard.cli.bus_reach import require_shared_bus

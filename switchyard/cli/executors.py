@@ -53,7 +53,7 @@ def executors(
     try:
         rows = native_executors(executor_registry(store), biz_code=biz_code, include_stopped=include_stopped)
     finally:
-        store.engine.dispose()
+        store.close()
     for legacy in legacy_urls:
         rows += legacy_executors(legacy, biz_code=biz_code, db_tz=legacy_db_tz)
     rows = sorted_rows(rows)

@@ -77,7 +77,7 @@ def _switch(
                         detail={"action": action, "scope": "all" if everything else "business", "at": at.isoformat()},
                     )
     finally:
-        store.engine.dispose()
+        store.close()
     what = "everything" if everything else f"business {biz_code}"
     if as_json:
         click.echo(

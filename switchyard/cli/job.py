@@ -67,7 +67,7 @@ def _opened(url: str, actor: str, bus_args: BusArgs | None = None) -> Iterator[_
     except PermissionError as exc:
         raise CliFailure(f"refused: {exc}", exitcodes.REFUSED) from None
     finally:
-        store.engine.dispose()
+        store.close()
 
 
 json_opt = click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON instead of text.")

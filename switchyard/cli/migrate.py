@@ -13,6 +13,7 @@ from datetime import timedelta, timezone
 import click
 from sqlalchemy.engine import Connection, Engine
 
+from dbkit.engine import make_engine
 from migrator.apply import Migrator
 from migrator.fire_preview import FirePreview, preview
 from migrator.mapping import MappingOptions
@@ -23,7 +24,6 @@ from readers.records import SourceSystem, StreamPosition
 from readers.timezones import LegacyZones
 from readers.xxljob.cron_lineage import CronLineage, parse_version
 from readers.xxljob.reader import XxlJobReader
-from scheduler_core.store.engine import make_engine
 from switchyard import exitcodes
 from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
@@ -210,7 +210,7 @@ def plan_cmd(defs: DefinitionArgs, as_json: bool) -> None:
         cron = reader.cron_lineage() if isinstance(reader, XxlJobReader) else CronLineage("2.5", "the batch center")
     finally:
         legacy.dispose()
-        store.engine.dispose()
+        store.close()
     if as_json:
         click.echo(
             json.dumps(
@@ -268,7 +268,7 @@ def run_cmd(defs: DefinitionArgs, as_json: bool) -> None:
         )
     finally:
         legacy.dispose()
-        store.engine.dispose()
+        store.close()
     _print_summary(summary, as_json=as_json, title="migrated")
 
 
@@ -316,7 +316,7 @@ def quarantine_cmd(url: str, biz_codes: Sequence[str], as_json: bool) -> None:
         if unknown:
             raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
     finally:
-        store.engine.dispose()
+        store.close()
     if as_json:
         click.echo(
             json.dumps(
@@ -523,7 +523,7 @@ def stream_cmd(
         )
     finally:
         legacy.dispose()
-        store.engine.dispose()
+        store.close()
 
 
 def _poll_notice(exc: Exception, table: str, every_s: float, compare_every_s: float) -> None:

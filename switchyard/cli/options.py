@@ -9,7 +9,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from scheduler_core.store.engine import DEFAULT_SQLITE_URL, safe_url
+from dbkit.engine import DEFAULT_SQLITE_URL
+from dbkit.redact import safe_url
 from switchyard.cli.durations import seconds
 from switchyard.cli.passwords import LEGACY_PASSWORD_FILE_ENV, PASSWORD_FILE_ENV, password_file_option, warn_if_typed
 from switchyard.logs import FORMATS

@@ -101,5 +101,5 @@ def report(
     except ReportError as exc:
         raise CliFailure(str(exc), exitcodes.FAILED) from None
     finally:
-        store.engine.dispose()
+        store.close()
     click.echo(f"wrote {path}")

@@ -153,7 +153,7 @@ def kill_cmd(
             feed.close()
         if bus is not None:
             bus.close()
-        store.engine.dispose()
+        store.close()
 
 
 def _targets(

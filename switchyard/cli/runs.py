@@ -100,7 +100,7 @@ def runs(
         )
         names = executor_registry(store).names(r["executor"] for r in rows)
     finally:
-        store.engine.dispose()
+        store.close()
     out = [_row(r, names) for r in rows]
     if as_json:
         click.echo(json.dumps(out))
@@ -171,7 +171,7 @@ def log_lines(fired_id: str, item: int | None, url: str, as_json: bool) -> None:
         lines = run_log.logs(store, fired_id, item)
         names = executor_registry(store).names([record["executor"]])
     finally:
-        store.engine.dispose()
+        store.close()
     out = [{**r, "logged_at": _iso(r["logged_at"])} for r in lines]
     if as_json:
         click.echo(json.dumps({"run": _row(record, names), "logs": out}))
@@ -251,7 +251,7 @@ def purge(
             on_batch=progress,
         )
     finally:
-        store.engine.dispose()
+        store.close()
     body = {**done.as_dict(), "cutoff": cutoff.isoformat(timespec="seconds"), "business": biz_code}
     if as_json:
         click.echo(json.dumps(body))

@@ -231,7 +231,7 @@ def run_cmd(
             registry.close()
             wakeups.close()
             bus.close()
-            store.engine.dispose()
+            store.close()
         log.info(
             "scheduler %s stopped (%d incarnation(s), %d rebalance(s))",
             name,
@@ -259,7 +259,7 @@ def run_cmd(
         election.close()
         wakeups.close()
         bus.close()
-        store.engine.dispose()
+        store.close()
     log.info("scheduler %s stopped after %d term(s)", name, sched.status.terms)
 
 
@@ -369,7 +369,7 @@ def stats_cmd(url: str, since: timedelta, as_json: bool) -> None:
         biz_codes = lag_stats(records)
         epoch = store.current_epoch()
     finally:
-        store.engine.dispose()
+        store.close()
     body = {"epoch": epoch, "triggers": states, "businesses": [d.as_dict() for d in biz_codes.values()]}
     if as_json:
         click.echo(json.dumps(body))

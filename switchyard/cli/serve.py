@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
+from dbkit.redact import safe_url
 from scheduler_core.executor import Executor
 from scheduler_core.settings import SchedulerSettings
-from scheduler_core.store.engine import safe_url
 from switchyard import exitcodes
 from switchyard.alerts.loop import Alerter, AlertSettings
 from switchyard.alerts.send import Sender
@@ -149,7 +149,7 @@ def serve(
     own = migrator_store(store)
     unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
     if unknown:
-        store.engine.dispose()
+        store.close()
         raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
     def register(ex: Executor) -> None:
@@ -221,4 +221,4 @@ def serve(
             console_server.should_exit = True  # type: ignore[attr-defined]
             console_thread.join(timeout=10)
         legacy.close()
-        store.engine.dispose()
+        store.close()

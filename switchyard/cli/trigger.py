@@ -123,7 +123,7 @@ def _command(action: str) -> click.Command:
             touched = stop_store.stops_of(Scope.TRIGGER, [str(tid) for tid in report.changed])
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)
         finally:
-            store.engine.dispose()
+            store.close()
         _report(action, report, guard.refused, reach.as_json() if touched else None, as_json)
         if not as_json and touched:
             tell(reach)

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from dbkit.translate import as_store_error, driver_message
 from reports.redact import redact, redact_tree
 from scheduler_core.errors import SchemaError, StoreError
-from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard.console.data import Sources
 from switchyard.console.templating import render
 from switchyard.executors import (

@@ -11,10 +11,10 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from dbkit.translate import as_store_error, driver_message
 from dualrun.errors import NoComparison
 from reports.redact import redact
 from scheduler_core.errors import StoreError
-from scheduler_core.store.driver_errors import as_store_error, driver_message
 from switchyard.console import data
 from switchyard.console.auth import ANONYMOUS, Authority, Principal, Role
 from switchyard.console.templating import render

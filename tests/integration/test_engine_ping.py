@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from scheduler_core.store import engine as engine_mod
+from dbkit import engine as engine_mod
 from scheduler_core.store.engine import make_engine
 from tests.backends import mariadb_database
 

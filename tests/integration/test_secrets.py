@@ -39,6 +39,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from dbkit.redact import safe_url
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
@@ -46,7 +47,7 @@ from migrator.target import TargetWriter
 from readers.batchcenter.reader import BatchCenterReader
 from readers.legacy_ddl.loader import create_legacy_schema
 from scheduler_core.clock import SystemClock
-from scheduler_core.store.engine import make_engine, safe_url
+from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.wiring import migrator_store, open_bus, open_store
 from tests.argv_urls import urls_in_env

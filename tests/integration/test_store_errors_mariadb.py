@@ -13,12 +13,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from dbkit import engine as engine_mod
+from dbkit.translate import store_errors
 from scheduler_core.clock import SystemClock
 from scheduler_core.errors import SchemaError, StoreAccessDenied, StoreConflict, StoreUnavailable
 from scheduler_core.model import Job, JobCode, ShardingItem, TriggerId
-from scheduler_core.store import engine as engine_mod
 from scheduler_core.store.admin import init_schema
-from scheduler_core.store.driver_errors import store_errors
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes

@@ -1,4 +1,4 @@
-"""The migrator's MySQL fast path (scheduler_core.store.fastpath: multi-row statements
+"""The migrator's MySQL fast path (dbkit.fastpath: multi-row statements
 rendered here, rows rendered ahead, driver reads) against its reference, the plain
 SQLAlchemy Core path the same code takes when `fastpath.fast` says no: the same legacy
 rows migrated both ways, then changed and migrated again, leave the same target rows."""
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from dbkit import fastpath
 from legacy_sim.seed import seed_xxljob
 from migrator.apply import Migrator
-from scheduler_core.store import fastpath
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema

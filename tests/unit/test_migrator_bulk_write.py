@@ -13,13 +13,13 @@ import pymysql.converters
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, select, text
 
-import scheduler_core.store.fastpath as upsert_mod
+import dbkit.fastpath as upsert_mod
+from dbkit.fastpath import _renderer, _statements, insert_rows
 from legacy_sim.seed import seed_xxljob
 from migrator.model import LedgerStatus
 from readers.legacy_ddl import create_legacy_schema
 from readers.xxljob import XxlJobReader
 from scheduler_core.store.engine import make_engine
-from scheduler_core.store.fastpath import _renderer, _statements, insert_rows
 from tests.backends import mariadb_database
 from tests.migration_env import make_env
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from dbkit.fastpath import _renderer, render_plain
 from legacy_sim.seed import seed_xxljob
 from migrator.apply import Migrator
 from migrator.model import LedgerStatus
 from migrator.target import TargetWriter
 from scheduler_core.store.engine import make_engine
-from scheduler_core.store.fastpath import _renderer, render_plain
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.schema import init_schema
 from switchyard.wiring import migrator_store

@@ -12,13 +12,13 @@ import pymysql
 import pytest
 from sqlalchemy.exc import DataError, OperationalError
 
+from dbkit.translate import as_store_error
 from migrator.ledger_hash import HALF, source_half
 from migrator.mapping import Mapped
 from migrator.model import Action
 from migrator.refused_rows import UNKNOWN_FIELD, write_or_quarantine
 from migrator.target import Rendered, Write
 from scheduler_core.errors import StoreUnavailable, StoreValueRefused
-from scheduler_core.store.driver_errors import as_store_error
 
 MARIADB_1366 = "Incorrect string value: '\\xF0\\x9F\\x9A\\x80' for column `store`.`dus_job`.`params` at row 2"
 MYSQL_1406 = "Data too long for column 'handler' at row 1"

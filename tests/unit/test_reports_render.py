@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dbkit.redact import redact
 from dualrun.verdict_store import put_comparison
 from reports.errors import UnknownFormat
 from reports.load import load_overview, load_report
-from reports.redact import redact
 from reports.write import format_for, render_report, write_report
 from scheduler_core.model import FiredState
 from switchyard.cli import cli

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from dbkit.translate import store_errors, translate
 from scheduler_core.clock import SystemClock
 from scheduler_core.errors import (
     BadStoreUrl,
@@ -25,7 +26,6 @@ from scheduler_core.errors import (
 from scheduler_core.model import Job, JobCode, ShardingItem, TriggerId
 from scheduler_core.ports import FenceStore, TriggerStore
 from scheduler_core.store.admin import check_schema, init_schema
-from scheduler_core.store.driver_errors import store_errors, translate
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes

@@ -10,7 +10,7 @@ import pytest
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import convert_datetime
 
-from readers.fastpath import _datetime, _fast_datetimes
+from dbkit.fastpath import _datetime, _fast_datetimes
 
 
 @pytest.mark.parametrize(

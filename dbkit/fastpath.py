@@ -1,4 +1,5 @@
-"""The MySQL fast path of bulk writes and reads, and its one dialect decision (`fast`).
+"""The MySQL fast path of bulk writes and reads, and its one decision (`fast`): the
+stores' and the readers' in one place.
 
 Set-based "insert or update" of many rows in one statement.
 
@@ -18,20 +19,29 @@ Callers ask `fast(conn)` once and otherwise take the plain SQLAlchemy Core path
 against (tests/unit/test_fastpath_reference.py). One renderer (`_render`) serves the rows
 rendered ahead without a connection (`render_plain`) and those rendered on one
 (`_renderer`); the escapes are PyMySQL's own (`escape_string`), not a copy of its table.
+
+The readers compute content digests in SQL and read hot pages as the driver's plain
+tuples (`driver_rows`, `driver_tuples`): SQLAlchemy's result rows and their mappings cost
+about as much CPU per row as mapping the row. Elsewhere (SQLite) they take the plain
+SQLAlchemy Core path, which gives the same values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pymysql.converters
+from pymysql.constants import FIELD_TYPE
+from pymysql.converters import convert_datetime
 from sqlalchemy import Table, and_, bindparam, insert, select, tuple_, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
-from scheduler_core.store.schema import MYSQL_DIALECTS
+from dbkit.capabilities import capabilities
 
 # one statement's size bound: PyMySQL's own executemany bound, far under the servers'
 # default max_allowed_packet (16-64 MiB)
@@ -39,11 +49,14 @@ MAX_STATEMENT_BYTES = 1_000_000
 _NO_BACKSLASH_ESCAPES = 512  # SERVER_STATUS_NO_BACKSLASH_ESCAPES (the MySQL protocol's status flag)
 
 
-def fast(conn: Connection) -> bool:
-    """Whether this connection takes the fast path: a MySQL-compatible server (MariaDB,
-    MySQL, TiDB) through PyMySQL. The one decision for every caller of this module (the
-    migrator's writer and reads, scheduler_core.store.definitions)."""
-    return conn.dialect.name in MYSQL_DIALECTS
+_DATETIME_TYPES = (FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP)
+
+
+def fast(bind: Connection | Engine) -> bool:
+    """Whether this connection or engine takes the fast path (the engine's
+    `driver_fast_path` capability). The one decision for every caller of this module (the
+    migrator's writer and reads, the store's definitions, the readers)."""
+    return capabilities(bind).driver_fast_path
 
 
 def upsert(
@@ -60,12 +73,12 @@ def upsert(
     if not rows:
         return
     extra = dict(also or {})
-    name = conn.dialect.name
-    if name in MYSQL_DIALECTS:  # the dialect's own upsert (the plain path too)
+    style = capabilities(conn).upsert
+    if style == "on_duplicate_key":  # the dialect's own upsert (the plain path too)
         stmt = mysql_insert(table)
         conn.execute(stmt.on_duplicate_key_update({**{c: stmt.inserted[c] for c in set_columns}, **extra}), rows)
         return
-    if name == "sqlite":
+    if style == "on_conflict":
         lite = sqlite_insert(table)
         conn.execute(
             lite.on_conflict_do_update(
@@ -106,9 +119,9 @@ def insert_rows(
         cursor.close()
 
 
-def driver_rows(conn: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """The rows of one statement sent on the transaction's own PyMySQL connection, as
-    plain tuples: no Core rendering of long IN lists and no Row objects, which cost more
+def driver_tuples(conn: Connection, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of one statement (`%s` placeholders for `args`) sent on the transaction's
+    own PyMySQL connection, as plain tuples: no Core rendering of long IN lists and no Row objects, which cost more
     than the reads themselves on the migration's hot paths (MySQL-compatible servers only)."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
@@ -315,3 +328,50 @@ def write_rendered(
         return 0
     sql = dict(mysql_also or {})
     return insert_rendered(conn, table, columns, literals, [c for c in set_columns if c not in sql], sql)
+
+
+def driver_rows(conn: Connection, sql: str, args: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The rows of one statement (`%s` placeholders for `args`) as dicts straight from
+    the driver's tuples, on the connection's own PyMySQL connection (fast path only):
+    the values are the ones a Core read gives (binary text as bytes, DATETIMEs as
+    datetimes). `driver_tuples` for pages that need no names."""
+    dbapi = conn.connection.dbapi_connection
+    cursor = dbapi.cursor()  # type: ignore[union-attr]
+    with _fast_datetimes(dbapi):
+        try:
+            cursor.execute(sql, tuple(args))
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+
+def _datetime(value: str) -> Any:
+    """PyMySQL's `convert_datetime`, the server's canonical text first: a job row has
+    three DATETIMEs, and the driver's regular expression and int() calls for them cost
+    more than the rest of the row's decoding. The same datetime for the same text; any
+    other text (a zero date, an invalid one) goes to the driver's own converter."""
+    if (len(value) == 19 or len(value) == 26) and value[13] == ":" and value[16] == ":":
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return convert_datetime(value)
+
+
+@contextmanager
+def _fast_datetimes(dbapi: Any) -> Iterator[None]:
+    """`_datetime` as the connection's DATETIME/TIMESTAMP decoder for one read of
+    `driver_rows` only (the decoders are the connection's own, put back after the read;
+    a connection whose decoders were customised is left alone)."""
+    decoders = getattr(dbapi, "decoders", None)
+    if not isinstance(decoders, dict) or any(decoders.get(t) is not convert_datetime for t in _DATETIME_TYPES):
+        yield
+        return
+    for t in _DATETIME_TYPES:
+        decoders[t] = _datetime
+    try:
+        yield
+    finally:
+        for t in _DATETIME_TYPES:
+            decoders[t] = convert_datetime

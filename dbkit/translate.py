@@ -1,9 +1,10 @@
-"""The store's boundary for driver errors: SQLAlchemy's exceptions (with PyMySQL's or
-sqlite3's inside) become the port's errors here, and nowhere else.
+"""The boundary for driver errors: SQLAlchemy's exceptions (with PyMySQL's or sqlite3's
+inside) become the database's errors (`dbkit.errors`) here, and nowhere else.
 
-As procrastinate's connector wraps its driver's errors once, every public method of the
-SQL store, and the schema functions `db init|check` call, run inside `store_errors`: a
-caller catches `StoreError` (or one of its kinds) and never imports `sqlalchemy.exc`.
+As procrastinate's connector wraps its driver's errors once, every connection opened
+through `dbkit.connect` / `dbkit.begin` (and every public method of a class marked
+`translated_methods`) runs inside `store_errors`: a caller catches `StoreError` (or one of
+its kinds) and never imports `sqlalchemy.exc`.
 The kinds are what a caller decides on: unavailable (retry later: the server is down,
 the connection was cut, a lock timed out), access denied (fix the credentials or the
 grants), conflict (a uniqueness or foreign-key rule refused the write), schema (a table
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -36,7 +36,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from scheduler_core.errors import (
+from dbkit.errors import (
     BadStoreUrl,
     SchemaError,
     StoreAccessDenied,
@@ -46,6 +46,7 @@ from scheduler_core.errors import (
     StoreUnavailable,
     StoreValueRefused,
 )
+from dbkit.redact import redact
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,7 +63,6 @@ MISSING_SCHEMA_CODES = frozenset({1146, 1054})
 SQLITE_ERROR = 1
 SQLITE_DENIED = frozenset({3, 8, 23})
 _SQLITE_MISSING = ("no such table", "no such column")
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
 
 
 def driver_message(exc: BaseException) -> str:
@@ -70,7 +70,7 @@ def driver_message(exc: BaseException) -> str:
     text = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
     text = text.strip()
     line = text.splitlines()[0] if text else type(exc).__name__
-    return _URL_PASSWORD.sub(r"\1***@", line)
+    return redact(line)
 
 
 def _driver_code(exc: DBAPIError) -> int | None:
@@ -112,8 +112,8 @@ def _not_from_the_driver(exc: SQLAlchemyError, detail: str) -> StoreError:
     return StoreRefused("database error", detail)
 
 
-def _wrapped(exc: pymysql.err.Error) -> SQLAlchemyError:
-    """A driver error raised past SQLAlchemy (the fast path's own cursor: store/fastpath.py)
+def wrapped(exc: pymysql.err.Error) -> SQLAlchemyError:
+    """A driver error raised past SQLAlchemy (the fast path's own cursor: dbkit/fastpath.py)
     as SQLAlchemy wraps one: the same class by the driver's (DataError for DataError)."""
     return DBAPIError.instance(None, None, exc, pymysql.err.Error)
 
@@ -122,7 +122,7 @@ def as_store_error(exc: BaseException) -> BaseException:
     """`exc` translated if it is a driver error, else itself (for callers that handle
     errors from code not yet behind a port, such as the CLI's last line of defence)."""
     if isinstance(exc, pymysql.err.Error):
-        return translate(_wrapped(exc))
+        return translate(wrapped(exc))
     return translate(exc) if isinstance(exc, SQLAlchemyError) else exc
 
 
@@ -134,7 +134,7 @@ def store_errors() -> Iterator[None]:
     except SQLAlchemyError as exc:
         raise translate(exc) from exc
     except pymysql.err.Error as exc:
-        raise translate(_wrapped(exc)) from exc
+        raise translate(wrapped(exc)) from exc
 
 
 def translated(fn: Callable[P, R]) -> Callable[P, R]:
@@ -149,7 +149,7 @@ def translated(fn: Callable[P, R]) -> Callable[P, R]:
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
         except pymysql.err.Error as exc:
-            raise translate(_wrapped(exc)) from exc
+            raise translate(wrapped(exc)) from exc
 
     return wrapper
 
