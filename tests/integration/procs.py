@@ -154,13 +154,17 @@ def start_scheduler(
     return SchedulerProc(name, proc, log)
 
 
-def cli_json(url: str, *args: str) -> Any:
+def cli_json(url: str, *args: str, env: dict[str, str] | None = None) -> Any:
     """The answer of `switchyard ARGS --json` against the store at `url` (given as
-    SWITCHYARD_URL, the bus in memory), run in this process by click's runner: these calls
-    test the command and its answer, not a process boundary, and a CLI process costs
-    seconds of start-up on a loaded machine (a poll loop of them, most of a test's time)."""
+    SWITCHYARD_URL, the bus in memory, `env`: more of the environment), run in this process
+    by click's runner: these calls test the command and its answer, not a process boundary,
+    and a CLI process costs seconds of start-up on a loaded machine (a poll loop of them,
+    most of a test's time)."""
     res = CliRunner().invoke(
-        cli, [*args, "--json"], env={"SWITCHYARD_URL": url, "SWITCHYARD_BUS": "memory"}, catch_exceptions=False
+        cli,
+        [*args, "--json"],
+        env={"SWITCHYARD_URL": url, "SWITCHYARD_BUS": "memory", **(env or {})},
+        catch_exceptions=False,
     )
     assert res.exit_code == 0, f"switchyard {' '.join(args)}: exit {res.exit_code}\n{res.output}"
     return json.loads(res.stdout)
