@@ -96,6 +96,9 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
             tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
             start=checkpoint,
             heartbeat_s=1.0,
+            # through the other tests' transactions on the shared server, progress every 0.5 s
+            # (not the default 10 s): the waits for the head below end on it
+            progress_every_s=0.5,
             stall_timeout_s=5.0,
         )
         head = current_position(env.legacy)  # the edit is before it

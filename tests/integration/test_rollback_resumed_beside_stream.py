@@ -108,6 +108,9 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
                 tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
                 start=checkpoint,
                 heartbeat_s=1.0,
+                # through the other tests' transactions on the shared server, progress every 0.5 s
+                # (not the default 10 s): the waits for the head below end on it
+                progress_every_s=0.5,
                 stall_timeout_s=30.0,
             )
 
