@@ -168,7 +168,8 @@ def test_with_concurrency_1_the_rest_of_the_pack_waits_for_the_overrunning_handl
     ids = _pack(bus, 1, 4, timeout=timedelta(milliseconds=100))
     with _Running(ex):
         assert entered.wait(10)
-        # past the 100 ms timeout: a successor has had time to run on, were it allowed to
+        # past the 100 ms timeout: a successor has had time to run on, were it allowed to (the
+        # watch ends at a successor's run, which the assertion below names)
         stays(lambda: later_ran_while_stuck == [1], 0.5)
         stuck = list(later_ran_while_stuck)
         release.set()
