@@ -159,7 +159,7 @@ def cli_json(url: str, *args: str, env: dict[str, str] | None = None) -> Any:
     SWITCHYARD_URL, the bus in memory, `env`: more of the environment), run in this process
     by click's runner: these calls test the command and its answer, not a process boundary,
     and a CLI process costs seconds of start-up on a loaded machine (a poll loop of them,
-    most of a test's time)."""
+    most of a test's time). From one thread at a time: the runner swaps sys.stdout."""
     res = CliRunner().invoke(
         cli,
         [*args, "--json"],
