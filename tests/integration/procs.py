@@ -190,11 +190,18 @@ class SchedulerAndExecutor:
 
 @contextmanager
 def scheduler_and_executor(
-    tmp: Path, biz: str, handlers: str, *, concurrency: int = 2, env: dict[str, str] | None = None
+    tmp: Path,
+    biz: str,
+    handlers: str,
+    *,
+    concurrency: int = 2,
+    env: dict[str, str] | None = None,
+    executor_more: tuple[str, ...] = (),
 ) -> Iterator[SchedulerAndExecutor]:
     """A store of the current schema on a database of its own, a scheduler (local election)
     and an executor of business `biz` with the handlers of module `handlers`; `env`: more
-    of the executor's environment (where its handlers write what they saw). The store URL
+    of the executor's environment (where its handlers write what they saw); `executor_more`:
+    more of its arguments. The store URL
     reaches both processes through SWITCHYARD_URL, never their arguments. Both are ended by
     their PID when the block ends."""
     bus = server_url("pulsar")
@@ -208,7 +215,7 @@ def scheduler_and_executor(
             log = tmp / "executor.log"
             child_env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url, **(env or {})}
             with log.open("wb") as out:
-                args = executor_args(biz, bus, prefix, concurrency, "--handlers", handlers)
+                args = executor_args(biz, bus, prefix, concurrency, "--handlers", handlers, *executor_more)
                 executor = start_cli(args, out, cwd=REPO, env=child_env)
             try:
                 yield SchedulerAndExecutor(url, bus, prefix, scheduler, executor, log)
