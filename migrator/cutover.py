@@ -322,6 +322,7 @@ class BusinessSwitch:
             {ln.trigger.id: [] for ln in links if ln.trigger.id is not None}, to_ms(self.clock.now())
         )
         fence_at = self._handover_instant()
+        live_dual = current.state is B.DUAL_RUN and not current.shadow
         if self.fences is not None:
             report.fenced = self.fences.raise_fence(biz, fence_at)
             report.fence_at = fence_at.isoformat()
@@ -332,11 +333,16 @@ class BusinessSwitch:
                 # a dual-run (or an operator's start): legacy fires it already; the new side
                 # stops at the fence, which is this job's handover
                 t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
-                if t is not None and self.fences is not None:
+                if t is not None and self.fences is not None and live_dual:
                     # both sides fire up to the fence: what the new side was behind on is its
-                    # runs too (the soak saw a live dual-run's new side stop 2 s short)
+                    # runs too (the soak saw a live dual-run's new side stop 2 s short). Only
+                    # in a live dual-run: in a shadow one the new side invokes nothing, and
+                    # its backlog published as runs ran every occurrence it was behind on a
+                    # second time (the soak, seed 11: 98 of one job at the rollback's instant)
                     self._run_before_fence(t, fence_at)
-                    report.handover[key] = self._legacy_start(t, fence_at).isoformat()
+                    at = self._legacy_start(t, fence_at)
+                    if at is not None:
+                        report.handover[key] = at.isoformat()
                 continue
             t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
             if t is None:
@@ -359,7 +365,11 @@ class BusinessSwitch:
                     )
                 continue
             self._run_before_fence(t, fence_at)
-            starts[key] = self._legacy_start(t, fence_at)
+            at = self._legacy_start(t, fence_at)
+            if at is None:
+                self._end_before_fence(t, key, report)
+            else:
+                starts[key] = at
         for key, start in starts.items():
             report.handover[key] = start.isoformat()
         started = set(self.control.start(starts))
@@ -392,14 +402,17 @@ class BusinessSwitch:
         off = self._deactivate(late)
         keys = [ln.source_key for ln in late]
         live = self.control.live(keys)
-        starts = {
-            ln.source_key: self._legacy_start(t, fence_at)
-            for ln in late
-            if ln.source_key not in live and (t := off.get(ln.trigger.id)) is not None  # type: ignore[arg-type]
-        }
+        starts: dict[str, datetime] = {}
         for ln in late:
-            if ln.source_key in starts and (t := off.get(ln.trigger.id)) is not None:  # type: ignore[arg-type]
-                self._run_before_fence(t, fence_at)
+            t = off.get(ln.trigger.id)  # type: ignore[arg-type]
+            if ln.source_key in live or t is None:
+                continue
+            self._run_before_fence(t, fence_at)
+            at = self._legacy_start(t, fence_at)
+            if at is None:
+                self._end_before_fence(t, ln.source_key, report)
+            else:
+                starts[ln.source_key] = at
         started = set(self.control.start(starts))
         for key in sorted(set(starts) - started - self.control.live(list(starts))):
             report.not_handed_back[key] = (
@@ -567,7 +580,7 @@ class BusinessSwitch:
     def _handover_instant(self) -> datetime:
         return self.clock.now() + self.control.start_margin
 
-    def _legacy_start(self, t: Trigger, fence_at: datetime) -> datetime:
+    def _legacy_start(self, t: Trigger, fence_at: datetime) -> datetime | None:
         """Where legacy takes over a trigger taken off the scheduler (next_fire_at = the
         first occurrence it has not published): with a fence, its first occurrence at or
         after the fence (what was published from there on is skipped). The occurrences
@@ -575,22 +588,33 @@ class BusinessSwitch:
         resumed, a leader failing over; or a lookahead shorter than the margin) are the
         new side's to run (`_run_before_fence`): handed to legacy they would be due less
         than its start margin ahead, which the xxl-job admin loses (the chaos soak found
-        occurrences fired by neither side so)."""
+        occurrences fired by neither side so). None: no occurrence is left from the fence
+        on (a one-shot or a cron with a year due before it): nothing for legacy to fire."""
         if self.fences is None:
             return t.next_fire_at
-        first = self._first_at_or_after(t, fence_at)
-        return t.next_fire_at if first is None else first
+        return self._first_at_or_after(t, fence_at)
 
     def _run_before_fence(self, t: Trigger, fence_at: datetime) -> None:
         """The occurrences of `t` from its first unpublished one up to the fence, published
         as runs by whoever holds the bus (the relay of pending runs, as a resume's backlog:
-        command ids of (trigger, time), so a repeat is a redelivery). Only when legacy
-        starts at the fence (`_legacy_start`); bounded."""
-        if self.fences is None or self._first_at_or_after(t, fence_at) is None:
+        command ids of (trigger, time), so a repeat is a redelivery). Also for a trigger
+        with no occurrence left from the fence on: handed to legacy its last ones would be
+        due inside legacy's start margin, which loses them. Bounded."""
+        if self.fences is None:
             return
         times = times_until(t, t.next_fire_at, fence_at, BACKLOG_CAP)
         if times:
             SqlSupersedes(self.store).add_pending(t, times)
+
+    def _end_before_fence(self, t: Trigger, key: str, report: SwitchReport) -> None:
+        """A trigger whose every occurrence left falls before the fence: the new side runs
+        them (`_run_before_fence`) and the trigger ends there (completed: `status --check`
+        counts it ended, not orphaned); legacy is not started, it has nothing left to fire."""
+        self.store.cas(Transition(ids=[t.id], from_state=S.CREATED, to_state=S.COMPLETED))  # type: ignore[list-item]
+        report.notes.append(
+            f"{key}: every occurrence left is before the fence ({t.next_fire_at.isoformat()} on): "
+            "the new side runs them and the job ends there; legacy is not started"
+        )
 
     def _once_fenced(self, t: Trigger, fence_at: datetime) -> datetime | None:
         """A one-shot the new side published for at or after the fence: it will be skipped,

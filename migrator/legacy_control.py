@@ -104,6 +104,7 @@ class XxlJobControl(LegacyControl):
         return [str(j) for j in changed]
 
 
+_LIVE = (0, 1)  # WAITING, RUNNING: the batch center still fires the task
 _TASK = table("bc_task", column("id"), column("status"), column("fire_time", WallTime()), column("task_type"))
 
 
@@ -134,8 +135,11 @@ class BatchCenterControl(LegacyControl):
         while pending:
             out = flag.pause_tasks(self.engine, pending)
             # RUNNING tasks are refused (the center owns them until the callback returns),
-            # version conflicts are retried; finished tasks stay as they are
-            retry = [*out.conflicts, *[t for t in out.refused if self._status(t) == 1]]
+            # version conflicts are retried; finished tasks stay as they are. A refused task
+            # is retried while it is live, WAITING too: its run may end between the refusal
+            # and the read of its status (the chaos soak saw a task left firing on legacy
+            # through a whole cutover so, when only RUNNING ones were retried)
+            retry = [*out.conflicts, *[t for t in out.refused if self._status(t) in _LIVE]]
             if not retry:
                 break
             if waited >= self.patience.total_seconds():
@@ -169,8 +173,8 @@ class BatchCenterControl(LegacyControl):
                     for tid, status in conn.execute(
                         select(_TASK.c.id, _TASK.c.status).where(_TASK.c.id.in_(ids[i : i + 500]))
                     )
-                    if int(status) in (0, 1)
-                )  # WAITING, RUNNING
+                    if int(status) in _LIVE
+                )
         return out
 
     def _status(self, task_id: int) -> int | None:

@@ -19,6 +19,7 @@ from readers.records import LegacyBusiness, LegacyDefinition, MisfireRule, Sched
 from scheduler_core.cron import DIALECTS, CronExpression, CronSyntaxError, Dialect
 from scheduler_core.model import (
     DEFAULT_CRON_DIALECT,
+    Block,
     Job,
     JobCode,
     Lane,
@@ -123,6 +124,7 @@ def map_definition(
         max_retry=defn.max_retry,
         priority=defn.priority,
         explicit_items=explicit,
+        block=_block(defn),
     )
     trigger = _trigger(defn, job, zone, now, options, active)
     if isinstance(trigger, Rejection):
@@ -137,6 +139,20 @@ def with_lane(mapped: Mapped, lane: Lane) -> Mapped:
         return mapped
     trigger = None if mapped.trigger is None else replace(mapped.trigger, lane=lane)
     return replace(mapped, job=replace(mapped.job, lane=lane), trigger=trigger)
+
+
+def _block(defn: LegacyDefinition) -> Block:
+    """The executor's block strategy for the job: an xxl-job job's SERIAL_EXECUTION (also
+    what xxl-job does with none or an unknown one, its default) is serial, so a run waits
+    in the executor's queue holding no worker (its bridged call would otherwise hold one
+    while it waits in the legacy executor's queue). DISCARD_LATER and COVER_EARLY stay
+    with the legacy executor, which the bridge sends them to as before; the batch center
+    has no block strategy. (Not in the mapping's hash: the strategy is in the params,
+    which are.)"""
+    if defn.source is not SourceSystem.XXL_JOB:
+        return Block.CONCURRENT
+    raw = str(defn.raw.get("executor_block_strategy") or "").strip().upper()
+    return Block.CONCURRENT if raw in ("DISCARD_LATER", "COVER_EARLY") else Block.SERIAL
 
 
 def _params(defn: LegacyDefinition, business: LegacyBusiness | None, glue: str) -> str:

@@ -14,12 +14,16 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from migrator.business import BusinessRegistry
-from migrator.cutover import links_of, migrated_job_codes, native_links
+from migrator.cutover import migrated_job_codes
 from migrator.holds import LegacyHolds
 from migrator.model import BusinessState as B
+from migrator.model import LedgerStatus
 from migrator.store import MigratorStore
 from scheduler_core.model import Trigger, TriggerId, TriggerState
+from scheduler_core.store.reads import TriggerBrief, trigger_briefs
 from scheduler_core.store.sql import SqlTriggerStore
 
 S = TriggerState
@@ -127,47 +131,88 @@ def ownership(
     """Per business and job, which side fires it. `legacy_live` reads the legacy switches
     (the legacy database); without it, legacy is inferred from the store: a job the
     switch stopped (held) is off; in a business cut over every legacy job is off; else a
-    job is live on legacy unless its mirrored trigger says the legacy job is off."""
-    registry = BusinessRegistry(own)
-    holds = LegacyHolds(own)
+    job is live on legacy unless its mirrored trigger says the legacy job is off.
+
+    The jobs are those of `links_of` and `native_links`, read for every business at once
+    (the console's overview asks for all of them on every load): the ledger, the holds,
+    the triggers' id, job, kind and state with whether the job exists, one query each."""
+    records = [r for r in BusinessRegistry(own).all() if not biz_codes or r.biz_code in biz_codes]
+    if not records:
+        return []
+    wanted = None if not biz_codes else [r.biz_code for r in records]
+    migrated, ledger_codes = _ledger_links(own, wanted)
+    held_by = LegacyHolds(own).of_businesses(wanted)
+    newest: dict[tuple[str, str], TriggerBrief] = {}  # per (business, job): its newest trigger
+    oldest_live: dict[tuple[str, str], TriggerBrief] = {}  # its oldest not cancelled
+    for t in trigger_briefs(store, wanted):  # in id order
+        key = (t.biz_code, t.job_code)
+        newest[key] = t
+        if t.state is not S.CANCELLED:
+            oldest_live.setdefault(key, t)
+    # jobs created in the new center (never migrated): no legacy side to fire them
+    natives: dict[str, list[TriggerBrief]] = {}
+    for (biz, code), t in oldest_live.items():
+        if code not in ledger_codes.get(biz, ()):
+            natives.setdefault(biz, []).append(t)
     out: list[BusinessOwnership] = []
-    for rec in registry.all():
-        if biz_codes and rec.biz_code not in biz_codes:
-            continue
+    for rec in records:
         bo = BusinessOwnership(rec.biz_code, rec.source_system, rec.state, rec.shadow)
-        links = links_of(store, own, rec.biz_code)
-        keys = [ln.source_key for ln in links]
-        # jobs created in the new center (never migrated): no legacy side to fire them
-        links += native_links(store, own, rec.biz_code)
-        held = holds.of_business(rec.biz_code)
+        links = [
+            (k, code, newest[(rec.biz_code, code)], False)
+            for k, code in migrated.get(rec.biz_code, [])
+            if (rec.biz_code, code) in newest
+        ]
+        keys = [k for k, _c, _t, _n in links]
+        links += [(t.job_code, t.job_code, t, True) for t in natives.get(rec.biz_code, []) if t.has_job]
+        held = held_by.get(rec.biz_code, set())
         live = legacy_live(rec.source_system, keys) if legacy_live is not None and keys else None
-        for ln in links:
-            t = ln.trigger
-            if ln.native:
+        for source_key, job_code, t, native in links:
+            if native:
                 leg = False
             elif live is not None:
-                leg = ln.source_key in live
+                leg = source_key in live
             else:
-                leg = ln.source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE
-            side, why = classify(rec.state, rec.shadow, t.state, leg, ln.source_key in held)
+                leg = source_key not in held and rec.state is not B.CUTOVER and t.state in _RUNNABLE
+            side, why = classify(rec.state, rec.shadow, t.state, leg, source_key in held)
             new_live = t.state in (S.WAITING, S.ACQUIRED) and not rec.shadow
             bo.jobs.append(
                 JobOwnership(
                     biz_code=rec.biz_code,
-                    source_key=ln.source_key,
-                    job_code=ln.job_code,
+                    source_key=source_key,
+                    job_code=job_code,
                     trigger_id=t.id,
                     trigger_state=t.state.value,
                     new_live=new_live,
                     legacy_live=leg,
                     legacy_known=live is not None,
-                    held=ln.source_key in held,
+                    held=source_key in held,
                     side=side,
                     why=why,
                 )
             )
         out.append(bo)
     return out
+
+
+def _ledger_links(
+    own: MigratorStore, biz_codes: Sequence[str] | None
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, set[str]]]:
+    """Per business: its migrated (source key, job code) pairs (`links_of`), and every job
+    code the migration ever wrote for it, whatever the status (`migrated_job_codes`)."""
+    lg = own.t.ledger
+    stmt = select(lg.c.business, lg.c.source_key, lg.c.target_job_code, lg.c.status)
+    if biz_codes is not None:
+        stmt = stmt.where(lg.c.business.in_(sorted(set(biz_codes))))
+    migrated: dict[str, list[tuple[str, str]]] = {}
+    codes: dict[str, set[str]] = {}
+    with own.engine.connect() as conn:
+        for biz, key, code, status in conn.execute(stmt).all():
+            if code is None:
+                continue
+            codes.setdefault(str(biz), set()).add(str(code))
+            if status == LedgerStatus.MIGRATED.value:
+                migrated.setdefault(str(biz), []).append((str(key), str(code)))
+    return migrated, codes
 
 
 @dataclass

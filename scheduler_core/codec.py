@@ -41,6 +41,8 @@ from scheduler_core.ports import FiredUpdate
 from scheduler_core.times import from_ms, opt_from_ms, opt_to_ms, to_ms
 
 WIRE_VERSION = 1
+# the longest executor id a result names (dus_fired_record.executor, dus_executor.instance_id)
+EXECUTOR_ID_MAX = 64
 
 
 class CodecError(ValueError):
@@ -350,6 +352,7 @@ def encode_results(updates: Sequence[FiredUpdate]) -> bytes:
                 "st": opt_to_ms(u.started_at),
                 **({"pg": u.page_id} if u.page_id else {}),
                 **({"lg": [list(x) for x in u.logs]} if u.logs else {}),
+                **({"ex": u.executor} if u.executor else {}),
             }
             for u in updates
         ],
@@ -371,6 +374,7 @@ def decode_results(payload: bytes) -> list[FiredUpdate]:
                 started_at=opt_from_ms(r.get("st")),
                 page_id=CommandId(r["pg"]) if r.get("pg") else None,
                 logs=tuple((int(a), str(x), bool(c)) for a, x, c in r.get("lg", ())),
+                executor=_executor(r.get("ex")),
             )
             for r in body.get("r", ())
         ]
@@ -414,6 +418,9 @@ class EnvelopeResult:
     exceptions: Sequence[tuple[int, int, str]] = field(default_factory=tuple)
     # the handlers' own log lines: (item index, attempt, text, truncated), few or none
     logs: Sequence[tuple[int, int, str, bool]] = field(default_factory=tuple)
+    # the executor process's instance id (its executor registry row); None: not said (an
+    # executor older than the field)
+    executor: str | None = None
 
     def updates(self) -> list[FiredUpdate]:
         n = len(self.indices)
@@ -433,7 +440,7 @@ class EnvelopeResult:
             starts = [from_ms(st)] * n
         else:
             starts = [from_ms(st + o) for o in offsets]
-        tid, ms, default = self.trigger_id, self.scheduled_ms, self.message
+        tid, ms, default, executor = self.trigger_id, self.scheduled_ms, self.message, self.executor
         logs: dict[int, list[tuple[int, str, bool]]] = {}
         for i, att, text, cut in self.logs:
             logs.setdefault(int(i), []).append((int(att), str(text), bool(cut)))
@@ -452,6 +459,7 @@ class EnvelopeResult:
                     started_at=starts[k],
                     page_id=self.page_id,
                     logs=tuple(logs.get(idx, ())),
+                    executor=executor,
                 )
             )
         return out
@@ -492,6 +500,8 @@ def _envelope_result_to_wire(r: EnvelopeResult) -> dict[str, Any]:
         body["x"] = [list(x) for x in r.exceptions]
     if r.logs:  # an older scheduler ignores the key: the results apply, the lines are lost
         body["lg"] = [list(x) for x in r.logs]
+    if r.executor:  # an older scheduler ignores the key: the result applies, the executor is not named
+        body["ex"] = r.executor
     return body
 
 
@@ -514,7 +524,16 @@ def _envelope_result_from_wire(e: dict[str, Any]) -> EnvelopeResult:
         message=str(e.get("m", "")),
         exceptions=[(int(p), int(a), str(m)) for p, a, m in e.get("x", ())],
         logs=[(int(i), int(a), str(x), bool(c)) for i, a, x, c in e.get("lg", ())],
+        executor=_executor(e.get("ex")),
     )
+
+
+def _executor(value: object) -> str | None:
+    """A result's executor id as stored (at most EXECUTOR_ID_MAX characters); absent,
+    empty or not a string: None (not named)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value[:EXECUTOR_ID_MAX]
 
 
 def _load(payload: bytes) -> dict[str, Any]:

@@ -78,6 +78,10 @@ class Block(enum.StrEnum):
     # the earlier run is killed (cooperatively, as `run kill` does; recorded killed, covered)
     # and the later one runs
     COVER_EARLY = "cover_early"
+    # the later run waits in the executor's queue and runs after the earlier one, in
+    # arrival order, per job and sharding item (xxl-job's SERIAL_EXECUTION, its default);
+    # a stop still skips a queued run, and a full queue answers the run failed
+    SERIAL = "serial"
 
     @staticmethod
     def of(value: str | None) -> Block:
@@ -95,6 +99,11 @@ class MisfirePolicy(enum.StrEnum):
 
 _LANES = {lane.value: lane for lane in Lane}
 _BLOCKS = {block.value: block for block in Block}
+
+
+# what a shadow-mode executor records for a run it took and did not invoke: its last word
+# (the record stays `received`), so the run log's retention purges it as if final
+SHADOW_NOTE = "shadow: recorded, not invoked"
 
 
 class FiredState(enum.StrEnum):

@@ -122,6 +122,9 @@ class FiredUpdate:
     # the handler's own log lines of this item, per attempt: (attempt, text, truncated)
     # (scheduler_core.executor.run_logs); kept in dus_run_log
     logs: tuple[tuple[int, str, bool], ...] = ()
+    # the executor process that ran it: the instance id it heartbeats with into the
+    # executor registry (dus_executor); None from an executor older than the field
+    executor: str | None = None
 
 
 class TriggerStore(Protocol):

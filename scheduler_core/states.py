@@ -21,6 +21,7 @@ TRANSITIONS: dict[tuple[S, S], str] = {
     (S.PAUSED, S.WAITING): "resume",
     (S.PAUSED, S.COMPLETED): "resume of a one-shot whose time passed while it was paused",
     (S.CREATED, S.CANCELLED): "cancel",
+    (S.CREATED, S.COMPLETED): "a rollback: every occurrence left falls before the fence (the new side runs them)",
     (S.WAITING, S.CANCELLED): "cancel",
     (S.PAUSED, S.CANCELLED): "cancel",
     (S.ACQUIRED, S.CANCELLED): "cancel after admission: its stop (scheduler_core.stops) skips what was published",

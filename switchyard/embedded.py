@@ -40,6 +40,7 @@ from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_pa
 from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
+from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job, Lane
 from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
@@ -228,6 +229,8 @@ class EmbeddedCenter:
     # the business's other lanes (issue 29): an executor each, on the lane's own topic
     lane_executors: dict[tuple[str, Lane], tuple[Executor, threading.Thread]] = field(default_factory=dict, init=False)
     republished: int = field(default=0, init=False)
+    # the process's executor identity: its executors' results name it, its heartbeat's row has it
+    instance_id: str = field(default_factory=new_instance_id)
 
     def __post_init__(self) -> None:
         self.bus = InProcessBus(self.store.clock)
@@ -236,7 +239,7 @@ class EmbeddedCenter:
 
     def _add_executor(self, biz_code: str) -> None:
         for lane in Lane:
-            ex = Executor(self.bus, biz_code, concurrency=self.concurrency, lane=lane)
+            ex = Executor(self.bus, biz_code, concurrency=self.concurrency, lane=lane, instance_id=self.instance_id)
             self.register(ex)
             name = f"executor-{biz_code}" if lane is Lane.DEFAULT else f"executor-{biz_code}-{lane.value}"
             th = threading.Thread(target=ex.run, args=(self._exec_stop,), name=name, daemon=True)

@@ -16,6 +16,7 @@ edits, copies, deletes, starts, stops and runs a job and its trigger, for the CL
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -69,13 +70,7 @@ class JobView:
     @property
     def state(self) -> str:
         t = self.trigger
-        if t is None:
-            return "deleted"
-        if t.kind is TriggerKind.NONE:
-            return "child"
-        if t.state in (S.WAITING, S.ACQUIRED):
-            return "running"
-        return {S.PAUSED: "stopped", S.CREATED: "not admitted"}.get(t.state, t.state.value)
+        return job_state(None if t is None else t.kind, None if t is None else t.state)
 
     def spec(self) -> JobSpec:
         """The job as a JobSpec (needs every item: `Jobs.view(job, all_items=True)`)."""
@@ -126,9 +121,26 @@ class JobView:
         }
 
 
+def job_state(kind: TriggerKind | None, state: S | None) -> str:
+    """A job's state as the list and its page name it, from its schedule trigger's kind
+    and state (None: no trigger left, the job is deleted)."""
+    if kind is None or state is None:
+        return "deleted"
+    if kind is TriggerKind.NONE:
+        return "child"
+    if state in (S.WAITING, S.ACQUIRED):
+        return "running"
+    return {S.PAUSED: "stopped", S.CREATED: "not admitted"}.get(state, state.value)
+
+
+_NUMBERS = re.compile(r"(\d+)")
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(code: str) -> tuple[tuple[int, int | str], ...]:
-    """A job code's sort key with its numbers as numbers: xxl:billing:9 before xxl:billing:10."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", code) if part)
+    """A job code's sort key with its numbers as numbers: xxl:billing:9 before xxl:billing:10.
+    Kept per code: the job list sorts every job on every load."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _NUMBERS.split(code) if part)
 
 
 def preview(t: Trigger | None, now: datetime, n: int = 5) -> list[str]:

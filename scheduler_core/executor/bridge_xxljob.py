@@ -38,7 +38,10 @@ One handler call:
    queued run: "... [job not executed, in the job queue, killed.]"); it answers code 200,
    also when no thread runs the job (msg "job thread already killed."). The run is then
    recorded killed. Like the admin's, the kill is per job thread: a run queued behind it
-   (SERIAL_EXECUTION) is called back killed too.
+   (SERIAL_EXECUTION) is called back killed too. (A job the migrator mapped from
+   SERIAL_EXECUTION is serial in the SDK too, `model.Block.SERIAL`: its later runs wait in
+   this process's queue, not the executor's, so a kill of the running one leaves them;
+   each is killed by its own kill.)
 
 The job id on the executor: the executor keeps one job thread per job id, and a request
 with another GLUE version or handler kills the running thread (block strategies queue,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from scheduler_core.executor.kills import KillListener, dispatch_kill
@@ -37,6 +38,9 @@ class FenceView:
         self.heard: dict[tuple[str, str, int], int] = {}
         self._lock = threading.Lock()
         self.kill_listeners: list[KillListener] = []  # the executors following kills through this view
+        # told of every new stop (on the control follower's thread), after the view has it:
+        # an executor re-judges the runs waiting in its serial queues
+        self.stop_listeners: list[Callable[[], None]] = []
         self._feed: ControlFeed = bus.follow_control(self._on_message)
         if not self._feed.wait_synced(initial_sync):
             log.warning("the control channel is not in sync after %s; commands wait until it is", initial_sync)
@@ -100,6 +104,11 @@ class FenceView:
             self.stops = self.stops.with_stop(stop)  # one reference swap: readers see old or new, whole
             self.heard[(stop.scope.value, stop.key, stop.epoch)] = int(time.time() * 1000)
         log.info("now following the %s", stop)
+        for listener in list(self.stop_listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a listener's failure must not stop the follower
+                log.exception("a stop listener failed")
 
     def close(self) -> None:
         self._feed.close()

@@ -1,7 +1,7 @@
 """An executor process's heartbeat into the executor registry (scheduler_core.store.executors).
 
     registry = SqlExecutorRegistry(engine)          # the store's engine
-    with Heartbeat(registry, lambda: [executor], name="billing-1"):
+    with Heartbeat(registry, lambda: [executor], name="billing-1", instance_id=executor.instance_id):
         executor.run(stop)
 
 One thread per process, apart from the receive and worker threads: every `interval` it
@@ -19,13 +19,13 @@ import logging
 import os
 import socket
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Protocol
 
+from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.store.executors import ExecutorBeat
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ class Heartbeat:
         *,
         name: str,
         interval: timedelta = DEFAULT_INTERVAL,
+        instance_id: str | None = None,
     ) -> None:
         if interval <= timedelta(0):
             raise ValueError(f"the heartbeat interval must be positive, got {interval}")
@@ -73,7 +74,8 @@ class Heartbeat:
         self.executors = executors
         self.name = name
         self.interval = interval
-        self.instance_id = uuid.uuid4().hex
+        # the id the process's executors name in their results (Executor.instance_id)
+        self.instance_id = instance_id or new_instance_id()
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.version = package_version()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from scheduler_core.control import decode_control
@@ -28,10 +29,20 @@ RunKey = tuple[int, int, int]  # (trigger id, scheduled ms, item index): a comma
 KillListener = Callable[[Kill], None]
 
 
+# items an operator killed whose run is over, remembered (oldest dropped first) so that a
+# second copy of their message is answered killed instead of running them again
+ENDED_MEMORY = 10_000
+
+
 class Cancellations:
     def __init__(self) -> None:
         # read without the lock on the hot path (truth test, then membership); changed under it
         self.cancelled: set[RunKey] = set()
+        # an operator's kills (not a block strategy's covers) whose run is over: a copy of
+        # the message (parked behind the killed run, or redelivered after a broker restart)
+        # is answered killed; run again, it undid the kill (the chaos soak saw both)
+        self.ended: OrderedDict[RunKey, str] = OrderedDict()
+        self._operator: set[RunKey] = set()
         self._messages: dict[RunKey, str] = {}
         self._events: dict[RunKey, threading.Event] = {}
         self._callbacks: dict[RunKey, list[Callable[[], None]]] = {}
@@ -49,6 +60,7 @@ class Cancellations:
             self._messages[key] = message
             if answered:
                 self._landed.setdefault(key, (threading.Event(), []))
+                self._operator.add(key)
             self.cancelled.add(key)
             event = self._events.get(key)
             callbacks = self._callbacks.pop(key, [])
@@ -61,10 +73,10 @@ class Cancellations:
                 log.exception("a handler's cancel callback failed for %s", key)
 
     def is_cancelled(self, key: RunKey) -> bool:
-        return bool(self.cancelled) and key in self.cancelled
+        return (bool(self.cancelled) and key in self.cancelled) or (bool(self.ended) and key in self.ended)
 
     def message(self, key: RunKey) -> str:
-        return self._messages.get(key, "")
+        return self._messages.get(key) or self.ended.get(key, "")
 
     def event(self, key: RunKey) -> threading.Event:
         """The event set when `key` is cancelled (set already if it is)."""
@@ -105,7 +117,12 @@ class Cancellations:
         with self._lock:
             for key in keys:
                 self.cancelled.discard(key)
-                self._messages.pop(key, None)
+                message = self._messages.pop(key, None)
+                if key in self._operator:
+                    self._operator.discard(key)
+                    self.ended[key] = message or "killed by an operator"
+                    while len(self.ended) > ENDED_MEMORY:
+                        self.ended.popitem(last=False)
                 self._events.pop(key, None)
                 self._callbacks.pop(key, None)
                 # not `_landed`: the answer to the kill reads it, later (`answered`)
@@ -118,6 +135,10 @@ class Cancellations:
     def watched(self) -> bool:
         """Anything kept (a kill in progress, or a handler waiting on its event)."""
         return bool(self.cancelled or self._events or self._callbacks)
+
+    def any_killed(self) -> bool:
+        """A kill in progress or remembered: a run's items are checked one by one."""
+        return bool(self.cancelled or self.ended)
 
 
 def dispatch_kill(payload: bytes, listeners: Sequence[KillListener]) -> bool:

@@ -35,12 +35,16 @@ class PackRun:
     results of those done (published together when the last is done). `share` is what
     their results ack: the message's own receipt, or for a packed message a PackShare."""
 
-    __slots__ = ("share", "envs", "pos", "results", "quick")
+    __slots__ = ("share", "envs", "pos", "results", "quick", "ready", "stepped")
 
     def __init__(self, share: Received | PackShare, envs: list[Envelope]) -> None:
         self.share = share
         self.envs = envs
         self.pos = 0
+        # a serial job's run that waited in its queue and may start now (its pack is its
+        # own, over the message's share: the message's other runs went on without it)
+        self.ready: Any = None
+        self.stepped = True  # it holds a step of the executor's quota (given back when done)
         self.results: list[tuple[Received | PackShare, Any]] = []
         # (trigger id, T ms), item index of the quick runs done, remembered together
         self.quick: list[tuple[tuple[int, int], int]] = []

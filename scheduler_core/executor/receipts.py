@@ -35,13 +35,24 @@ FORGET_AFTER_MS = 24 * 3600 * 1000  # a run open this long was lost (e.g. its th
 
 
 class ReceiptStamps:
-    def __init__(self, bus: MessageBus, clock: Clock, after: timedelta, *, compact: bool, name: str) -> None:
+    def __init__(
+        self,
+        bus: MessageBus,
+        clock: Clock,
+        after: timedelta,
+        *,
+        compact: bool,
+        name: str,
+        executor: str | None = None,
+    ) -> None:
         self._bus, self._clock, self._compact = bus, clock, compact
+        self._executor = executor  # the executor's instance id, named in each stamp
         self._after_ms = max(0, int(after.total_seconds() * 1000))
         self._tick = max(MIN_TICK_S, after.total_seconds() / 2)
-        # id(envelope) -> (envelope, received ms): set and popped by the worker threads
+        # id(envelope) -> (envelope, received ms, started ms or None while queued): set and
+        # popped by the worker threads
         # (single dict operations, atomic in CPython), read by the stamping thread
-        self._open: dict[int, tuple[Envelope, int]] = {}
+        self._open: dict[int, tuple[Envelope, int, int | None]] = {}
         # held while stamps are taken and published: a worker whose run was taken for a
         # stamp waits on it in `end`, so its final result is published after the stamp
         self._publishing = threading.Lock()
@@ -50,8 +61,18 @@ class ReceiptStamps:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def begin(self, env: Envelope, received_ms: int) -> None:
-        self._open[id(env)] = (env, received_ms)
+    def begin(self, env: Envelope, received_ms: int, *, queued: bool = False) -> None:
+        """A run taken at `received_ms`; it starts then, unless `queued` (a serial job's run
+        waiting for an earlier one: `started` says when it does)."""
+        self._open[id(env)] = (env, received_ms, None if queued else received_ms)
+
+    def started(self, env: Envelope, started_ms: int) -> None:
+        """A queued run starts: a stamp not sent yet carries its start. (One already sent
+        said received only; the result carries the start.)"""
+        with self._publishing:  # not between a stamp's taking of the run and its publish
+            entry = self._open.get(id(env))
+            if entry is not None:
+                self._open[id(env)] = (env, entry[1], started_ms)
 
     def end(self, env: Envelope) -> None:
         if self._open.pop(id(env), None) is None:
@@ -77,7 +98,7 @@ class ReceiptStamps:
     def _stamp_due(self) -> int:
         now = self._clock.now_ms()
         due: list[EnvelopeResult] = []
-        for key, (env, received_ms) in list(self._open.items()):
+        for key, (env, received_ms, started_ms) in list(self._open.items()):
             age = now - received_ms
             if age < self._after_ms:
                 continue
@@ -94,11 +115,13 @@ class ReceiptStamps:
                     indices=indices,
                     letters=ItemState.RECEIVED * len(indices),
                     received_ms=received_ms,
-                    # one item starts at receipt; later items' starts come with the
-                    # result (a started_at, once stored, is never moved)
-                    started_ms=received_ms if len(indices) == 1 else None,
+                    # one item starts at receipt (a queued one when it leaves the queue);
+                    # later items' starts come with the result (a started_at, once stored,
+                    # is never moved)
+                    started_ms=started_ms if len(indices) == 1 else None,
                     finished_ms=now,
                     message=RECEIPT_MESSAGE,
+                    executor=self._executor,
                 )
             )
         if due:

@@ -59,6 +59,7 @@ class EnvelopeRun:
         "result",
         "pack",
         "kills",
+        "queued",
     )
 
     def __init__(
@@ -96,6 +97,7 @@ class EnvelopeRun:
         self.result: object = None
         self.pack: object = None  # the packed message this run is one of (sdk.PackRun), if any
         self.kills = kills  # the executor's kill requests (executor.kills), None: none can come
+        self.queued = False  # it waited in a serial job's queue (sdk: block strategy serial)
 
     def mark_done(self) -> None:
         with self.lock:
@@ -128,7 +130,8 @@ class EnvelopeRun:
     def killed(self, pos: int, idx: int, attempt: int, outcome: HandlerResult | None = None) -> bool:
         """If an operator killed item `idx` (at `pos`), record it killed and say so: once
         its handler returned (`outcome`, what it returned), or before it started (None).
-        Called only when `kills.cancelled` is not empty."""
+        Called only when `kills.cancelled` or `kills.ended` is not empty (an item killed
+        earlier here, met again in a copy of its message, is answered killed, not run)."""
         kills = self.kills
         key = (self.env.trigger_id, self.env.scheduled_ms, idx)
         if kills is None or not kills.is_cancelled(key):
@@ -160,6 +163,7 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
     """Every item, no timeout: nothing can take the run away from this thread."""
     env, fn, letters, starts, skip, kills = run.env, run.fn, run.letters, run.starts, run.skip, run.kills
     cancelled = kills.cancelled if kills is not None else ()  # live: empty unless a kill is in progress
+    ended = kills.ended if kills is not None else ()  # live: items killed earlier here
     make = ExecutionContext.of
     mono = time.monotonic
     for pos, (idx, param) in enumerate(env.items):
@@ -168,7 +172,7 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
             run.duplicates += 1
             run.record(pos, None, skip[idx])
             continue
-        if cancelled and run.killed(pos, idx, 0):
+        if (cancelled or ended) and run.killed(pos, idx, 0):
             continue
         # inlined attempt_once for the common case: a call and a None check
         try:
@@ -222,6 +226,7 @@ def run_watched(run: EnvelopeRun, gen: int, backoff: Backoff) -> bool:
     ran it to the end; False when the watchdog took it over (the caller must stop)."""
     env, fn, items, lock, kills = run.env, run.fn, run.env.items, run.lock, run.kills
     cancelled = kills.cancelled if kills is not None else ()
+    ended = kills.ended if kills is not None else ()
     n = len(items)
     timeout = env.timeout.total_seconds()
     mono = time.monotonic
@@ -242,7 +247,7 @@ def run_watched(run: EnvelopeRun, gen: int, backoff: Backoff) -> bool:
                     run.record(pos, None, run.skip[idx])
                     run.pos = pos + 1
                     continue
-            if cancelled and run.killed(pos, idx, attempt):
+            if (cancelled or ended) and run.killed(pos, idx, attempt):
                 run.pos, run.attempt = pos + 1, 0
                 continue
             run.deadline = mono() + timeout

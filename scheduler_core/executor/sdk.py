@@ -40,9 +40,15 @@ default a later run of a job starts beside an earlier one still in work (differe
 times take different workers, up to the quota); only a second copy of the same run waits.
 A job set to discard_later has a later run answered failed, never invoked, while an earlier
 run of it is in work in this process; cover_early cancels the earlier run's items (the kill
-mechanism: recorded killed, "covered by ...") and runs the later one. Pages of one run do
-not block each other. It holds per executor process, as xxl-job's per executor: two
-processes of the business may each run the job at once.
+mechanism: recorded killed, "covered by ...") and runs the later one. With serial (xxl-job's
+SERIAL_EXECUTION) the later run waits in the job's queue here and runs once the earlier
+ones that share a sharding item with it have left work (a handler past its timeout
+counts until it returns), in arrival order; a waiting run holds no worker and no quota
+step (the business's other jobs go on), a stop or kill answers it at once, never
+invoked, a run beyond `serial_queue` waiting ones is answered failed, and a stopping
+executor hands its queued runs back to the bus. Pages of one run do not block each
+other. It holds per executor process, as xxl-job's per executor: two processes of the
+business may each run the job at once.
 
 Shadow mode (for handlers that are not idempotent during dual-run): commands are
 received and recorded, the handler is never called.
@@ -65,7 +71,7 @@ import queue
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -81,6 +87,7 @@ from scheduler_core.codec import (
 from scheduler_core.executor import run_logs
 from scheduler_core.executor.context import ExecutionContext, Handler, HandlerResult
 from scheduler_core.executor.fences import FenceView
+from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
@@ -90,7 +97,7 @@ from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
-from scheduler_core.model import Block, Lane, command_id
+from scheduler_core.model import SHADOW_NOTE, Block, Lane, command_id
 from scheduler_core.ports import Clock, MessageBus, Received
 from scheduler_core.stops import Cause, Window
 from scheduler_core.times import from_ms
@@ -100,6 +107,10 @@ __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
 log = logging.getLogger(__name__)
 SUBSCRIPTION = EXECUTOR_SUBSCRIPTION
 OUTBOX_ENVELOPES = 1024
+# block strategy serial: the runs of one job that may wait in one executor process at once;
+# one more is answered failed (xxl-job's queue is unbounded: a job slower than its period
+# grew it until the executor's memory ran out)
+SERIAL_QUEUE = 100
 HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one log line per this
 HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
 # after a kill, how long a handler has to return before the answer says it is still running
@@ -154,12 +165,18 @@ class Executor:
         receipt_after: timedelta | None = timedelta(seconds=1),
         name: str | None = None,
         lane: Lane = Lane.DEFAULT,
+        instance_id: str | None = None,
+        serial_queue: int = SERIAL_QUEUE,
     ) -> None:
         self.bus = bus
         # the lane whose command topic it takes (codec.command_topic): one executor per lane,
         # so a stalled lane's backlog never holds this one's receive loop or quota
         self.lane = lane
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{biz_code}"
+        # who ran a run, as its result says (the run log's executor): the instance id this
+        # process heartbeats with into the executor registry (give the heartbeat's, or the
+        # heartbeat this one: `Heartbeat(..., instance_id=executor.instance_id)`)
+        self.instance_id = instance_id or new_instance_id()
         self.biz_code = biz_code
         self.clock = clock or SystemClock()
         self.shadow = shadow
@@ -179,7 +196,12 @@ class Executor:
             None
             if receipt_after is None
             else ReceiptStamps(
-                bus, self.clock, receipt_after, compact=compact_results, name=f"exec-{biz_code}-receipts"
+                bus,
+                self.clock,
+                receipt_after,
+                compact=compact_results,
+                name=f"exec-{biz_code}-receipts",
+                executor=self.instance_id,
             )
         )
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
@@ -230,6 +252,20 @@ class Executor:
         self._job_runs: dict[str, dict[tuple[int, int], list[Envelope]]] = {}
         self.discarded = 0  # runs not run: an earlier run of their job was in work (discard_later)
         self.covered = 0  # runs killed by a later run of their job (cover_early)
+        # serial: job code -> its runs waiting here, in arrival order (no thread, no quota step)
+        self._waiting: dict[str, list[EnvelopeRun]] = {}
+        self.serial_queue = serial_queue  # runs of one job that may wait here at once
+        # waiting runs free to start, each for the next quota step given back (packs.PackRun.ready)
+        self._ready: deque[PackRun] = deque()
+        # id(envelope) of a serial run -> its handlers still running past their timeout: the
+        # run is left in work (for the job's next run) until they have returned
+        self._overrunning: dict[int, int] = {}
+        self._overrun_landed: dict[int, Envelope] = {}
+        self._serving = False  # run() is serving: released runs go to the workers
+        self._closing = False  # run() is stopping: queued runs go back to the bus
+        self.queued = 0  # runs that waited in a serial queue
+        self.queue_full = 0  # runs answered failed: their job's serial queue was full
+        self.fences.stop_listeners.append(self._on_stop)
         run_logs.install()  # the handlers' own log lines go with their results
 
     # -- registration ----------------------------------------------------------------
@@ -271,6 +307,7 @@ class Executor:
         )
         for i in range(self.concurrency):
             self._spawn(self._serve, f"exec-{self.biz_code}-{i}")
+        self._serving = True
         try:
             while not stop.is_set():
                 got = self.sub.receive(batch, timedelta(milliseconds=200))
@@ -284,18 +321,24 @@ class Executor:
                     self._quota.acquire()  # released when the message's runs are done
                     self._inbox.put(pack)
         finally:
+            with self._lock:  # runs waiting in serial queues go back to the bus, not run
+                self._closing = True
+            self._hand_back_queued()
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
+            self._hand_back_queued()  # (those that were queued behind them meanwhile)
             for _ in range(self.concurrency):  # ...then each serving worker stops
                 self._inbox.put(_STOP)
             for _ in range(self.concurrency):
                 self._quota.release()
             self._outbox.close()  # ...and its results are published and acked
             self._outbox = None
+            self._serving = self._closing = False
 
     def poll_once(self, batch: int = 100, timeout: timedelta = timedelta(milliseconds=50)) -> int:
         """Receive and process one batch on the caller's thread (tests, demos); results
         are published and the messages acked before it returns."""
+        self._work_released_polled()
         got = self.sub.receive(batch, timeout)
         if got and not self.fences.synced():
             self._hold(got)
@@ -305,7 +348,7 @@ class Executor:
                 nack(self.sub, r)  # a copy in work on another thread: back to the bus, answered later
                 continue
             run = self._start((r, env), serve_after=False)
-            if run is None:
+            if run is None or run.queued:  # queued: worked once released (_work_released_polled)
                 continue
             if run.finished:  # shadow, or no handler: answered already
                 pass
@@ -316,8 +359,9 @@ class Executor:
                 run.wait_done()
             else:
                 self._work(run)
-            if isinstance(run.result, EnvelopeResult):
+            if isinstance(run.result, EnvelopeResult) and not run.queued:
                 publish_and_ack(self.bus, self.sub, [(r, run.result)], self.compact_results)
+        self._work_released_polled()
         return len(got)
 
     def _serve(self) -> None:
@@ -333,6 +377,11 @@ class Executor:
         this thread; then their results go to the outbox together and the message's quota
         step is given back. False if the watchdog took a run over: its successor carries
         on with the rest."""
+        released = pack.ready
+        if released is not None:  # a serial job's run that waited for an earlier one
+            pack.ready = None
+            if not self._work_released(released):
+                return False
         while pack.pos < len(pack.envs):
             env = pack.envs[pack.pos]
             if not self._claim(env, pack):
@@ -341,14 +390,15 @@ class Executor:
             if self._quick_run(pack, env):
                 continue
             run = self._start((pack.share, env), serve_after=True, pack=pack)
-            if run is None or run.finished:
+            if run is None or run.finished or run.queued:
                 continue
             if not self._work(run):
                 return False
         self._remember_quick(pack)
         if self._outbox is not None:
             self._outbox.put_many(pack.results)
-        self._quota.release()
+        if pack.stepped:
+            self._give_step()
         return True
 
     def _claim(self, env: Envelope, pack: PackRun) -> bool:
@@ -427,18 +477,257 @@ class Executor:
         )
 
     def _unblock(self, env: Envelope) -> None:
-        """A run of a job with a block strategy leaves work."""
-        key = (env.trigger_id, env.scheduled_ms)
+        """A run of a job with a block strategy leaves work (a serial one once its handlers
+        past their timeout have returned too): the job's queued runs that may start now
+        are released."""
         with self._lock:
-            runs = self._job_runs.get(env.job_code)
-            envs = runs.get(key) if runs is not None else None
-            if envs is None or not any(e is env for e in envs):
-                return  # discarded, or never started
-            envs[:] = [e for e in envs if e is not env]
-            if not envs:
-                del runs[key]  # type: ignore[union-attr]
-                if not runs:
-                    del self._job_runs[env.job_code]
+            if env.block is Block.SERIAL and self._overrunning.get(id(env), 0) > 0:
+                self._overrun_landed[id(env)] = env  # left in work until they return
+                return
+            self._unregister(env)
+            released = self._release(env.job_code) if self._waiting else []
+        for run in released:
+            self._dispatch(run)
+
+    def _unregister(self, env: Envelope) -> None:
+        """Out of the job's runs in work (under `_lock`); nothing if it never was in
+        (discarded, or it waited in a serial queue and was answered from there)."""
+        key = (env.trigger_id, env.scheduled_ms)
+        runs = self._job_runs.get(env.job_code)
+        envs = runs.get(key) if runs is not None else None
+        if runs is None or envs is None or not any(e is env for e in envs):
+            return
+        envs[:] = [e for e in envs if e is not env]
+        if not envs:
+            del runs[key]
+            if not runs:
+                del self._job_runs[env.job_code]
+
+    # -- block strategy serial ---------------------------------------------------------
+
+    def _serial(self, run: EnvelopeRun) -> None:
+        """Block strategy serial, before its run starts: with an earlier run of the job in
+        work here on one of its items (or queued before it), the run waits in the job's
+        queue, holding no thread and no quota step, until the earlier ones have left work;
+        a full queue answers it failed, never invoked."""
+        env = run.env
+        with self._lock:
+            runs = self._job_runs.setdefault(env.job_code, {})
+            waiting = self._waiting.get(env.job_code, [])
+            if not self._serial_blocked(env, runs, waiting):
+                runs.setdefault((env.trigger_id, env.scheduled_ms), []).append(env)
+                return
+            if not runs:
+                del self._job_runs[env.job_code]
+            full = len(waiting) >= self.serial_queue
+            if full:
+                self.queue_full += 1
+            else:
+                run.queued = True
+                solo = PackRun(run.received, [env])  # type: ignore[arg-type]
+                solo.pos, solo.stepped = 1, False
+                run.pack = solo
+                self._waiting.setdefault(env.job_code, []).append(run)
+                self.queued += 1
+        if full:
+            log.warning(
+                "%s at %s not run: %d run(s) of it already wait in this executor (block strategy serial)",
+                env.job_code,
+                env.scheduled_at.isoformat(),
+                len(waiting),
+                extra=log_fields(biz_code=env.biz_code),
+            )
+            self._finish(
+                run,
+                ItemState.FAILED,
+                f"block strategy serial: not run, {len(waiting)} run(s) of {env.job_code} already wait "
+                f"in executor {self.name} (its queue holds {self.serial_queue})",
+                started=False,
+            )
+            return
+        if self.receipts is not None:  # stamped received (not started) if it waits long
+            self.receipts.begin(env, run.received_ms, queued=True)
+
+    @staticmethod
+    def _serial_blocked(env: Envelope, runs: dict[tuple[int, int], list[Envelope]], ahead: list[EnvelopeRun]) -> bool:
+        """Whether a run of another fire of the job, in work or queued before `env`, has one
+        of `env`'s items (pages of one fire never block each other)."""
+        key = (env.trigger_id, env.scheduled_ms)
+        mine = {idx for idx, _p in env.items}
+        for k, envs in runs.items():
+            if k != key and any(idx in mine for e in envs for idx, _p in e.items):
+                return True
+        return any(
+            (w.env.trigger_id, w.env.scheduled_ms) != key and any(idx in mine for idx, _p in w.env.items) for w in ahead
+        )
+
+    def _release(self, job_code: str) -> list[EnvelopeRun]:
+        """Under `_lock`: the job's queued runs that may start now, in arrival order, taken
+        into work."""
+        waiting = self._waiting.get(job_code)
+        if not waiting:
+            return []
+        runs = self._job_runs.setdefault(job_code, {})
+        out: list[EnvelopeRun] = []
+        still: list[EnvelopeRun] = []
+        for w in waiting:
+            if self._serial_blocked(w.env, runs, still):
+                still.append(w)
+            else:
+                runs.setdefault((w.env.trigger_id, w.env.scheduled_ms), []).append(w.env)
+                out.append(w)
+        if still:
+            self._waiting[job_code] = still
+        else:
+            del self._waiting[job_code]
+        if not runs:
+            del self._job_runs[job_code]
+        return out
+
+    def _dispatch(self, run: EnvelopeRun) -> None:
+        """A released run to the workers, in a quota step of its own: a free one now, or the
+        next one given back (`_give_step`). Polled (no workers): the next poll_once works it;
+        stopping: back to the bus."""
+        pack = run.pack
+        assert isinstance(pack, PackRun)
+        pack.ready = run
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                if self._serving and self._quota.acquire(blocking=False):
+                    pack.stepped = True
+                    self._inbox.put(pack)
+                else:
+                    self._ready.append(pack)
+        if closing:
+            self._hand_back(run)
+
+    def _give_step(self) -> None:
+        """A quota step is free: to the first released run waiting for one, else back."""
+        with self._lock:
+            pack = self._ready.popleft() if self._ready and self._serving and not self._closing else None
+            if pack is None:
+                self._quota.release()
+        if pack is not None:
+            pack.stepped = True
+            self._inbox.put(pack)
+
+    def _work_released(self, run: EnvelopeRun) -> bool:
+        """A queued run starts now, on this thread (a stop that came meanwhile skips it);
+        False if the watchdog took it over."""
+        run.started_ms = self.clock.now_ms()
+        env = run.env
+        window = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
+        if window is not None:
+            self._skip_stopped(run, window)
+            return True
+        return self._work(run)
+
+    def _work_released_polled(self) -> None:
+        """poll_once: the queued runs released since, worked on the caller's thread."""
+        while True:
+            with self._lock:
+                pack = self._ready.popleft() if self._ready else None
+            if pack is None:
+                return
+            run = pack.ready
+            pack.ready = None
+            if _watched(run):  # as poll_once runs one: a timeout hands the rest to a successor
+                self._spawn(functools.partial(self._work_released, run), f"exec-{self.biz_code}-poll")
+                run.wait_done()
+            else:
+                self._work_released(run)
+            publish_and_ack(self.bus, self.sub, pack.results, self.compact_results)
+
+    def _overrun_ended(self, env: Envelope, step: int) -> None:
+        """A serial run's handler overran its timeout (+1) or returned after it did (-1, which
+        can come first): once none is running, a run that left work leaves it for its job."""
+        with self._lock:
+            n = self._overrunning.get(id(env), 0) + step
+            if n:
+                self._overrunning[id(env)] = n
+                return
+            self._overrunning.pop(id(env), None)
+            landed = self._overrun_landed.pop(id(env), None)
+        if landed is not None:
+            self._unblock(landed)
+
+    def _take_waiting(self, leaves: Callable[[EnvelopeRun], bool]) -> list[EnvelopeRun]:
+        """The queued runs `leaves` picks, out of their queues (they never start)."""
+        out: list[EnvelopeRun] = []
+        with self._lock:
+            for job_code, waiting in list(self._waiting.items()):
+                gone = [w for w in waiting if leaves(w)]
+                if not gone:
+                    continue
+                out += gone
+                kept = [w for w in waiting if w not in gone]
+                if kept:
+                    self._waiting[job_code] = kept
+                else:
+                    del self._waiting[job_code]
+        return out
+
+    def _on_stop(self) -> None:
+        """A stop came (on the control follower's thread): the queued runs it covers are
+        answered skipped now, not when their turn comes (a thread of their own: the answer
+        goes to the outbox, which may wait)."""
+        if self._waiting:
+            self._spawn(self._skip_stopped_waiting, f"exec-{self.biz_code}-stop")
+
+    def _skip_stopped_waiting(self) -> None:
+        def stopping(w: EnvelopeRun) -> Window | None:
+            e = w.env
+            return self.fences.stopping(e.trigger_id, e.job_code, e.biz_code, e.scheduled_ms)
+
+        for w in self._take_waiting(lambda w: stopping(w) is not None):
+            window = stopping(w)
+            assert window is not None  # a stop's windows only grow over a fire time
+            self._skip_stopped(w, window)
+            self._deliver(w)
+
+    def _kill_waiting(self) -> None:
+        """Queued runs every item of which an operator killed: recorded killed before they
+        started, now, not when their turn comes."""
+        kills = self.kills
+
+        def killed(w: EnvelopeRun) -> bool:
+            e = w.env
+            return all(kills.is_cancelled((e.trigger_id, e.scheduled_ms, idx)) for idx, _p in e.items)
+
+        for w in self._take_waiting(killed):
+            for pos, (idx, _p) in enumerate(w.env.items):
+                w.killed(pos, idx, 0)
+            self._finish(w, "".join(w.letters), "", started=False)
+            self._deliver(w)
+
+    def _deliver(self, run: EnvelopeRun) -> None:
+        """The result of a queued run answered without a worker (stopped, killed)."""
+        pack = run.pack
+        assert isinstance(pack, PackRun)
+        if self._outbox is not None:
+            self._outbox.put_many(pack.results)
+        else:
+            publish_and_ack(self.bus, self.sub, pack.results, self.compact_results)
+
+    def _hand_back_queued(self) -> None:
+        """Stopping: every queued run (waiting, or released and waiting for a quota step)
+        goes back to the bus."""
+        with self._lock:
+            runs = [w for waiting in self._waiting.values() for w in waiting]
+            runs += [p.ready for p in self._ready]
+            self._waiting.clear()
+            self._ready.clear()
+        for run in runs:
+            self._hand_back(run)
+
+    def _hand_back(self, run: EnvelopeRun) -> None:
+        """A queued run not started, back to the bus (redelivered, here or elsewhere)."""
+        if self.receipts is not None:
+            self.receipts.end(run.env)
+        nack(self.sub, run.received)  # type: ignore[arg-type]
+        self._land(run.env)
+        run.mark_done()
 
     def _land(self, env: Envelope) -> None:
         if env.block is not _CONCURRENT:
@@ -472,6 +761,8 @@ class Executor:
         key = (env.trigger_id, env.scheduled_ms)
         if key in self._done:  # a redelivery: the ordinary path answers from memory
             return False
+        if self.kills.ended and (*key, env.items[0][0]) in self.kills.ended:
+            return False  # killed here before: the ordinary path answers it killed
         fn = self._lookup(env)
         if fn is None:
             return False
@@ -521,6 +812,7 @@ class Executor:
                     message="",
                     exceptions=[],
                     logs=run_logs.take(env),
+                    executor=self.instance_id,
                 ),
             )
         )
@@ -588,7 +880,7 @@ class Executor:
             if stopped is not None:
                 self._skip_stopped(run, stopped)
             elif shadow:
-                self._finish(run, ItemState.RECEIVED, "shadow: recorded, not invoked", started=False)
+                self._finish(run, ItemState.RECEIVED, SHADOW_NOTE, started=False)
             elif fn is None:
                 self._finish(
                     run,
@@ -596,6 +888,8 @@ class Executor:
                     f"no handler registered for job {env.job_code!r} (handler {env.handler!r})",
                     started=False,
                 )
+            elif env.block is Block.SERIAL:
+                self._serial(run)
             elif env.block is not _CONCURRENT:
                 self._block(run)
             return run
@@ -607,7 +901,10 @@ class Executor:
     def _work(self, run: EnvelopeRun) -> bool:
         """Run the items on this thread; False if the watchdog took the run over."""
         if self.receipts is not None:
-            self.receipts.begin(run.env, run.received_ms)
+            if run.queued:
+                self.receipts.started(run.env, run.started_ms)
+            else:
+                self.receipts.begin(run.env, run.received_ms)
         try:
             if _watched(run):
                 self._watchdog.watch(run)
@@ -629,6 +926,9 @@ class Executor:
 
     def _take_over(self, run: EnvelopeRun, gen: int, wait: float) -> None:
         """The watchdog's hand-over: a successor thread carries on with the run."""
+
+        if run.env.block is Block.SERIAL:  # its job's next run waits for the overrun handler too
+            self._overrun_ended(run.env, +1)
 
         def carry_on() -> None:
             # The overrun handler still runs (a thread cannot be killed), in the message's
@@ -679,8 +979,10 @@ class Executor:
             if hand.extra:
                 self._handoffs.pop((run, gen), None)
         if hand.extra:
-            self._quota.release()  # the spare step its successor took
+            self._give_step()  # the spare step its successor took
         hand.event.set()
+        if run.env.block is Block.SERIAL:
+            self._overrun_ended(run.env, -1)
 
     def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
         """Answer a run a stop covers (a pause, cancel or freeze, or a rollback's fence):
@@ -760,6 +1062,7 @@ class Executor:
             message=message,
             exceptions=run.extras,
             logs=run_logs.take(env),
+            executor=self.instance_id,
         )
         if letter is None:
             self._remember_successes(run, indices, letters)
@@ -838,6 +1141,8 @@ class Executor:
             return
         for key, _f, _e in covered:
             self.kills.cancel(key, kill.message)
+        if self._waiting:  # queued serial runs: answered now, not when their turn comes
+            self._spawn(self._kill_waiting, f"exec-{self.biz_code}-kill")
         log.info(
             "%s: cancelling %d run item(s) in work here", kill, len(covered), extra=log_fields(biz_code=self.biz_code)
         )
@@ -910,10 +1215,10 @@ class Executor:
             log.warning("could not publish the answer to the %s: %s", kill, answer, exc_info=True)
 
     def close(self) -> None:
-        try:
+        if self._on_kill in self.fences.kill_listeners:
             self.fences.kill_listeners.remove(self._on_kill)
-        except ValueError:
-            pass
+        if self._on_stop in self.fences.stop_listeners:
+            self.fences.stop_listeners.remove(self._on_stop)
         self._watchdog.close()
         if self.receipts is not None:
             self.receipts.close()

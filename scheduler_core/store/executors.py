@@ -15,6 +15,7 @@ process that made an instance id ever writes its row.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -189,6 +190,18 @@ class SqlExecutorRegistry:
             rows = conn.execute(stmt).mappings().all()
         out = [_entry(r, now_ms) for r in rows]
         return [e for e in out if biz_code is None or biz_code in e.biz_codes]
+
+    def names(self, instance_ids: Iterable[str]) -> dict[str, str]:
+        """The registry names of these instance ids (a run log page's executors), as far
+        as the registry still has them: a row past the retention, or a store without the
+        table, names nothing (the run log then shows the bare id)."""
+        ids = sorted({i for i in instance_ids if i})
+        if not ids or not inspect(self.engine).has_table(self.t.name):
+            return {}
+        c = self.t.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(c.instance_id, c.name).where(c.instance_id.in_(ids))).all()
+        return {str(i): str(n) for i, n in rows}
 
     def db_now_ms(self, conn: Connection) -> int:
         return int(conn.execute(select(self._now)).scalar_one())

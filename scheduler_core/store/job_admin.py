@@ -42,6 +42,7 @@ RUN_COLUMNS = (
     "attempt",
     "misfired",
     "message",
+    "executor",
 )
 
 

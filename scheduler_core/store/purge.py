@@ -1,8 +1,10 @@
 """The run log's retention (`switchyard runs purge`): fired records scheduled before a
 cutoff that are final, with what hangs on them, deleted a batch at a time.
 
-Only final records go (state rank final: succeeded, failed, timed out, skipped, killed).
-A record still pending, published, received, or skipped only provisionally by a stop or
+Only final records go (state rank final: succeeded, failed, timed out, skipped, killed),
+and the records of shadow runs (received, and marked by the shadow executor as taken and
+not invoked: nothing answers them further; kept, they would pile up for ever). A record
+still pending, published, received, or skipped only provisionally by a stop or
 a rollback fence (rank `received`: the fence or a resume may still revive it) is kept, so
 nothing an executor, a stop or a fence still answers to disappears. Ranks only move
 forward, so a record found final stays final while its batch is deleted.
@@ -28,7 +30,7 @@ from sqlalchemy import Table, and_, delete, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
-from scheduler_core.model import command_id
+from scheduler_core.model import SHADOW_NOTE, FiredState, command_id
 from scheduler_core.store.rows import FINAL_RANK
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -122,7 +124,14 @@ class SqlPurge:
         keyset position to go on from (None: the cutoff is reached)."""
         fr = self.t.fired
         stmt = select(
-            fr.c.command_id, fr.c.scheduled_at, fr.c.state_rank, fr.c.trigger_id, fr.c.item_index, fr.c.item_count
+            fr.c.command_id,
+            fr.c.scheduled_at,
+            fr.c.state_rank,
+            fr.c.state,
+            fr.c.message,
+            fr.c.trigger_id,
+            fr.c.item_index,
+            fr.c.item_count,
         ).where(fr.c.scheduled_at < cutoff_ms)
         if biz_code is not None:
             stmt = stmt.where(fr.c.biz_code == biz_code)
@@ -133,7 +142,7 @@ class SqlPurge:
         final = [
             (str(r.command_id), int(r.scheduled_at), int(r.trigger_id), int(r.item_index), int(r.item_count or 1))
             for r in rows
-            if int(r.state_rank) >= FINAL_RANK
+            if int(r.state_rank) >= FINAL_RANK or (r.state == FiredState.RECEIVED.value and r.message == SHADOW_NOTE)
         ]
         nxt = (int(rows[-1].scheduled_at), str(rows[-1].command_id)) if len(rows) == batch else None
         return final, nxt
@@ -156,17 +165,22 @@ class SqlPurge:
             p.followup_claims += self._count_or_delete(conn, ff, ff.c.parent_command_id.in_(chunk), dry_run)
             p.kill_requests += self._count_or_delete(conn, kr, kr.c.command_id.in_(chunk), dry_run)
         for chunk in _chunks(ids):
-            # the rank again: a record is deleted only as final (it was when read; ranks
-            # only move forward, so this never skips one, it only says so)
-            p.fired += self._count_or_delete(
-                conn, fr, and_(fr.c.command_id.in_(chunk), fr.c.state_rank >= FINAL_RANK), dry_run
-            )
+            # the rank again: a record is deleted only as final or shadow (it was when read;
+            # ranks only move forward, so this never skips one, it only says so)
+            p.fired += self._count_or_delete(conn, fr, and_(fr.c.command_id.in_(chunk), _done(fr)), dry_run)
 
     @staticmethod
     def _count_or_delete(conn: Connection, table: Table, where: ColumnElement[bool], dry_run: bool) -> int:
         if dry_run:
             return int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
         return max(0, conn.execute(delete(table).where(where)).rowcount or 0)
+
+
+def _done(fr: Table) -> ColumnElement[bool]:
+    """A record nothing answers any more: final, or a shadow run's."""
+    return or_(
+        fr.c.state_rank >= FINAL_RANK, and_(fr.c.state == FiredState.RECEIVED.value, fr.c.message == SHADOW_NOTE)
+    )
 
 
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:

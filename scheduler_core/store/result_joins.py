@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from scheduler_core.store.schema import MYSQL_DIALECTS
 
-# rows per statement: 1,000 x 13 parameters stays far below the 65,535-placeholder limit
+# rows per statement: 1,000 x 14 parameters stays far below the 65,535-placeholder limit
 ROWS_PER_STATEMENT = 1000
 
 
@@ -90,6 +90,7 @@ PAGE_COLUMNS = (
     "at",
     "received",
     "started",
+    "executor",
 )
 
 
@@ -104,13 +105,14 @@ def update_pages(conn: Connection, table: str, final_rank: int, rows: list[dict[
         f"f.state_rank = {rank}, f.attempt = v.attempt, f.item_states = v.states, "
         "f.succeeded_items = v.ok, f.failed_items = v.failed, f.message = v.message, "
         f"f.result_at = CASE WHEN {done} THEN v.at ELSE f.result_at END, "
-        "f.received_at = COALESCE(f.received_at, v.received), f.started_at = COALESCE(f.started_at, v.started) "
+        "f.received_at = COALESCE(f.received_at, v.received), f.started_at = COALESCE(f.started_at, v.started), "
+        "f.executor = COALESCE(v.executor, f.executor) "
         f"WHERE f.state_rank < {rank} OR (f.state_rank = {final_rank} AND {done} AND f.attempt < v.attempt)"
     )
     return _run(conn, head, tail, PAGE_COLUMNS, rows)
 
 
-ITEM_COLUMNS = ("cid", "rank", "attempt", "state", "message", "at", "received", "started")
+ITEM_COLUMNS = ("cid", "rank", "attempt", "state", "message", "at", "received", "started", "executor")
 
 
 def update_items(conn: Connection, table: str, final_rank: int, rows: list[dict[str, Any]]) -> int:
@@ -119,7 +121,8 @@ def update_items(conn: Connection, table: str, final_rank: int, rows: list[dict[
     tail = (
         "SET f.state = v.state, f.state_rank = v.rank, f.attempt = v.attempt, f.message = v.message, "
         f"f.result_at = CASE WHEN v.rank = {final_rank} THEN v.at ELSE f.result_at END, "
-        "f.received_at = COALESCE(f.received_at, v.received), f.started_at = COALESCE(f.started_at, v.started) "
+        "f.received_at = COALESCE(f.received_at, v.received), f.started_at = COALESCE(f.started_at, v.started), "
+        "f.executor = COALESCE(v.executor, f.executor) "
         f"WHERE f.state_rank < v.rank OR (f.state_rank = v.rank AND v.rank = {final_rank} AND f.attempt < v.attempt)"
     )
     return _run(conn, head, tail, ITEM_COLUMNS, rows)

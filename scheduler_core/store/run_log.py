@@ -41,6 +41,7 @@ PAGE_COLUMNS = (
     "attempt",
     "misfired",
     "message",
+    "executor",
 )
 
 

@@ -32,7 +32,9 @@ from sqlalchemy.dialects import mysql
 # 4: dus_run_log, and the run log's indexes on dus_fired_record (idx_fired_time,
 #    idx_fired_job_time); the result consumer writes log lines, so an older store is refused
 # 5: dus_job.block, the job's block strategy (issue 28; NULL: concurrent)
-SCHEMA_VERSION = 5
+# 6: dus_fired_record.executor, the executor process that ran the run (issue 28); the
+#    result consumer writes it, so an older store is refused until `db init`
+SCHEMA_VERSION = 6
 DEFAULT_PARTITIONS = 16
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
@@ -207,6 +209,9 @@ def build_tables(dialect: str, partitions: int = DEFAULT_PARTITIONS) -> Tables:
         Column("item_states", Text),
         Column("succeeded_items", Integer, nullable=False, default=0),
         Column("failed_items", Integer, nullable=False, default=0),
+        # the instance id of the executor process whose result moved the record last (its
+        # row in dus_executor); NULL: no result yet, or one from an executor older than it
+        Column("executor", String(64)),
         Index("idx_fired_biz_time", "biz_code", "scheduled_at"),
         Index("idx_fired_trigger_time", "trigger_id", "scheduled_at"),
         # the run log across businesses, newest first, and the purge's oldest-first scan

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import String, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
@@ -746,6 +746,9 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 final_state, message = FiredState.SUCCEEDED, ""
             received = [u.received_at for u in group if u.received_at is not None]
             started = [u.started_at for u in group if u.started_at is not None]
+            # the executor of the group's latest result (one message's items: one executor)
+            named = [u for u in group if u.executor]
+            executor = max(named, key=lambda u: u.at).executor if named else None
             params.append(
                 {
                     "p_cid": page_id,
@@ -761,6 +764,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                     "p_at": to_ms(max(u.at for u in group)),
                     "p_received": to_ms(min(received)) if received else None,
                     "p_started": to_ms(min(started)) if started else None,
+                    "p_executor": executor,
                 }
             )
         with self.engine.begin() as conn:
@@ -781,6 +785,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
                 "u_at": to_ms(u.at),
                 "u_received": opt_to_ms(u.received_at) if u.received_at else to_ms(u.at),
                 "u_started": opt_to_ms(u.started_at),
+                "u_executor": u.executor,
             }
             for u in updates
         ]
@@ -889,6 +894,7 @@ def _page_update_statement(fr: Any) -> Any:
             result_at=case((n_final >= fr.c.item_count, bindparam("p_at")), else_=fr.c.result_at),
             received_at=func.coalesce(fr.c.received_at, bindparam("p_received")),
             started_at=func.coalesce(fr.c.started_at, bindparam("p_started")),
+            executor=func.coalesce(bindparam("p_executor", type_=String), fr.c.executor),
         )
     )
 
@@ -913,6 +919,7 @@ def _item_update_statement(fr: Any) -> Any:
             result_at=case((new_rank == FINAL_RANK, bindparam("u_at")), else_=fr.c.result_at),
             received_at=func.coalesce(fr.c.received_at, bindparam("u_received")),
             started_at=func.coalesce(fr.c.started_at, bindparam("u_started")),
+            executor=func.coalesce(bindparam("u_executor", type_=String), fr.c.executor),
         )
     )
 

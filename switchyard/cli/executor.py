@@ -22,6 +22,7 @@ import click
 
 from scheduler_core.executor import Executor
 from scheduler_core.executor.heartbeat import Heartbeat
+from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.model import Lane
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.executors import SqlExecutorRegistry
@@ -151,12 +152,17 @@ heartbeat_interval = click.option(
 
 
 def start_heartbeat(
-    registry: SqlExecutorRegistry, executors: Callable[[], Sequence[Executor]], name: str, interval: timedelta
+    registry: SqlExecutorRegistry,
+    executors: Callable[[], Sequence[Executor]],
+    name: str,
+    interval: timedelta,
+    instance_id: str,
 ) -> Heartbeat:
     """The process's heartbeat into `registry` (its own thread;
-    a failed beat is a warning, never the executor's end)."""
+    a failed beat is a warning, never the executor's end), under the instance id its
+    executors name in their results."""
 
-    return Heartbeat(registry, executors, name=name, interval=interval).start()
+    return Heartbeat(registry, executors, name=name, interval=interval, instance_id=instance_id).start()
 
 
 # which bridges a process serves (`executor run` and `serve` share it)
@@ -310,8 +316,11 @@ def run_cmd(
         )
         closers.append(bus.close)
         executors: list[Executor] = []
+        instance_id = new_instance_id()  # the process's: its registry row and its results
         for lane in dict.fromkeys(lanes or (Lane.DEFAULT.value,)):
-            ex = Executor(bus, biz_code, concurrency=concurrency, shadow=shadow, lane=Lane(lane))
+            ex = Executor(
+                bus, biz_code, concurrency=concurrency, shadow=shadow, lane=Lane(lane), instance_id=instance_id
+            )
             closers.append(ex.close)
             executors.append(ex)
             legacy.register(ex)
@@ -331,7 +340,9 @@ def run_cmd(
         beat = (
             None
             if engine is None
-            else start_heartbeat(SqlExecutorRegistry(engine), lambda: executors, executors[0].name, heartbeat_interval)
+            else start_heartbeat(
+                SqlExecutorRegistry(engine), lambda: executors, executors[0].name, heartbeat_interval, instance_id
+            )
         )
         if beat is None:
             log.info("no store given (--url, SWITCHYARD_URL): this process is not in the executor registry")

@@ -128,7 +128,8 @@ def _definition_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
                 default=None,
                 help="A later run while an earlier one of the job is still in work in an executor process: "
                 "concurrent (runs beside it), discard_later (not run, recorded failed), cover_early (the earlier "
-                "one is killed, recorded killed). Per executor process. [default: concurrent]",
+                "one is killed, recorded killed), serial (waits in a queue, runs after it; xxl-job's "
+                "SERIAL_EXECUTION). Per executor process. [default: concurrent]",
             ),
             click.option(
                 "--child", "children", multiple=True, help="A child job run after each successful run (repeatable)."

@@ -1,6 +1,6 @@
 """`switchyard runs` (issue 28): the run log, one row per fire and sharding item, read from
 the fired records: when it was scheduled, published, received, started and finished, its
-result, attempt, lag and message."""
+result, attempt, lag, message and the executor process that ran it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import click
 from scheduler_core.model import FiredState, JobCode
 from scheduler_core.stops import StopService
 from scheduler_core.store import run_log
+from scheduler_core.store.executors import SqlExecutorRegistry
 from scheduler_core.store.job_admin import SqlJobAdmin
 from scheduler_core.store.purge import MAX_BATCH, PurgeProgress, SqlPurge
 from scheduler_core.store.stops import SqlStops
@@ -98,9 +99,10 @@ def runs(
         rows = SqlJobAdmin(store).runs(
             job_code=job_code, biz_code=biz_code, states=states, since=now - window, before=until, limit=limit
         )
+        names = SqlExecutorRegistry(store.engine).names(r["executor"] for r in rows)
     finally:
         store.engine.dispose()
-    out = [_row(r) for r in rows]
+    out = [_row(r, names) for r in rows]
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -112,6 +114,7 @@ def runs(
             f"{r['scheduled_at']}  {r['business']}:{r['job']}  item {r['item']}/{r['items']}  "
             f"{r['result']:<9} attempt {r['attempt']}  lag {lag}"
             + (f"  finished {r['finished_at']}" if r["finished_at"] else "")
+            + (f"  executor {r['executor_name'] or r['executor']}" if r["executor"] else "")
             + (f"  {r['message']}" if r["message"] else "")
         )
 
@@ -122,9 +125,12 @@ def _iso(ms: int | None) -> str | None:
     )
 
 
-def _row(r: dict[str, Any]) -> dict[str, Any]:
+def _row(r: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     """A fired record as a run: the lag is the executor's start (else its receipt) after the
-    scheduled time, what an operator means by "late"."""
+    scheduled time, what an operator means by "late". The executor is the instance id of
+    the process that ran it (`switchyard executors --json`), with its registry name while
+    the registry keeps the row; None for a run with no result yet, or whose executor is
+    older than the field."""
     began = r["started_at"] if r["started_at"] is not None else r["received_at"]
     return {
         "command_id": r["command_id"],
@@ -143,8 +149,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "misfired": bool(r["misfired"]),
         "lag_ms": None if began is None else int(began) - int(r["scheduled_at"]),
         "message": r["message"] or "",
-        # the fired record does not name the executor that ran it (yet): left out, not guessed
-        "executor": None,
+        "executor": r["executor"],
+        "executor_name": names.get(r["executor"] or ""),
     }
 
 
@@ -164,12 +170,16 @@ def log_lines(fired_id: str, item: int | None, url: str, as_json: bool) -> None:
         if record is None:
             raise CliFailure(f"bad input: fired id: no fired record {fired_id!r}", exitcodes.USAGE)
         lines = run_log.logs(store, fired_id, item)
+        names = SqlExecutorRegistry(store.engine).names([record["executor"]])
     finally:
         store.engine.dispose()
     out = [{**r, "logged_at": _iso(r["logged_at"])} for r in lines]
     if as_json:
-        click.echo(json.dumps({"run": _row(record), "logs": out}))
+        click.echo(json.dumps({"run": _row(record, names), "logs": out}))
         return
+    run = _row(record, names)
+    if run["executor"]:
+        click.echo(f"{fired_id}: {run['result']}, run by executor {run['executor_name'] or run['executor']}")
     if not out:
         click.echo(f"no log lines kept for {fired_id}" + (f" item {item}" if item is not None else ""))
     for r in out:

@@ -204,7 +204,11 @@ def serve(
     stop = stop_event()
     # one row in the executor registry for the process, whatever businesses it finds
     beat = start_heartbeat(
-        executor_registry(store), lambda: [ex for ex, _th in list(center.executors.values())], name, heartbeat_interval
+        executor_registry(store),
+        lambda: [ex for ex, _th in list(center.executors.values())],
+        name,
+        heartbeat_interval,
+        center.instance_id,
     )
     try:
         center.run(stop, on_started=started)

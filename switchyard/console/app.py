@@ -8,6 +8,7 @@ a token every request needs `Authorization: Bearer <token>` (401 without it).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -24,8 +25,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reports.load import load_report
 from reports.render_html import render_html
 from scheduler_core.ports import MessageBus
-from switchyard.console import data, executors, job_pages, runs
-from switchyard.console.auth import ANONYMOUS, COOKIE, CSRF_FIELD, CSRF_HEADER, Authority, Role, Token
+from switchyard.console import data, executors, job_pages, lanes, runs
+from switchyard.console.auth import (
+    ANONYMOUS,
+    COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    LOGIN_COOKIE,
+    LOGIN_NONCE_TTL_S,
+    Authority,
+    Role,
+    Token,
+)
 from switchyard.console.responses import (
     AUTHORITY,
     BODY,
@@ -222,6 +233,7 @@ def make_app(
         Route("/api/quarantine", api_quarantine),
         *executors.routes(src),
         *runs.routes(src),
+        *lanes.routes(src),
     ]
     # each page family's own module adds its routes here (its writes behind the gate below)
     routes += job_pages.routes(src, bus)
@@ -231,30 +243,60 @@ def make_app(
 
 
 def _login(request: Request, authority: Authority, back_to: str | None = None) -> Response:
-    """GET: the form. POST: the token checked, a session cookie set (HttpOnly,
-    SameSite=Strict: never sent with another site's request), back to where it came from."""
+    """GET: the form. POST: the form's CSRF pair checked (login CSRF), then the token, a
+    session cookie set (HttpOnly, SameSite=Strict: never sent with another site's
+    request), back to where it came from."""
     nxt = back_to or request.query_params.get("next", "/")
     if not nxt.startswith("/") or nxt.startswith("//"):
         nxt = "/"  # only a page of this console: never an open redirect
-    ctx = {"now": None, "next": nxt, "required": authority.required, **page_context(request)}
-    if request.method != "POST":
-        return HTMLResponse(render("login.html.j2", error="", **ctx), headers=HEADERS)
-    client = request.client.host if request.client else "?"
-    if authority.throttle.blocked(client):
-        return HTMLResponse(
-            render("login.html.j2", error="Too many wrong tokens from here: wait a minute.", **ctx),
-            429,
-            headers={**HEADERS, "Retry-After": str(int(authority.throttle.window_s))},
+    # one nonce per browser while its cookie lives (two tabs' forms both post)
+    had = request.cookies.get(LOGIN_COOKIE, "")
+    nonce = had if re.fullmatch(r"[0-9a-f]{32}", had) else authority.login_nonce()
+    ctx = {
+        "now": None,
+        "next": nxt,
+        "required": authority.required,
+        "login_csrf": authority.login_csrf(nonce),
+        **page_context(request),
+    }
+
+    def form(error: str = "", status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        response = HTMLResponse(
+            render("login.html.j2", error=error, **ctx), status, headers={**HEADERS, **(headers or {})}
         )
+        if authority.required:
+            response.set_cookie(
+                LOGIN_COOKIE,
+                nonce,
+                max_age=LOGIN_NONCE_TTL_S,
+                path="/login",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+        return response
+
+    if request.method != "POST":
+        return form()
+    client = request.client.host if request.client else "?"
     body = request.scope.get(BODY, b"")
-    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
-    who = authority.bearer(form.get("token", "").strip().encode("utf-8"))
+    fields = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    if not authority.login_csrf_ok(had, fields.get(CSRF_FIELD, "")):
+        # another site's post (it sends no cookie of ours, and cannot read the form's field),
+        # or a form older than its cookie: refused before the token is looked at
+        log.warning("console login refused from %s: no or a wrong login CSRF token", client)
+        return form("This login form is stale or not this console's: log in again from this page.", 403)
+    if authority.throttle.blocked(client):
+        return form(
+            "Too many wrong tokens from here: wait a minute.",
+            429,
+            {"Retry-After": str(int(authority.throttle.window_s))},
+        )
+    who = authority.bearer(fields.get("token", "").strip().encode("utf-8"))
     if who is None:
         authority.throttle.failed(client)
         log.warning("console login refused from %s", client)
-        return HTMLResponse(
-            render("login.html.j2", error="That token is not one of this console's.", **ctx), 401, headers=HEADERS
-        )
+        return form("That token is not one of this console's.", 401)
     log.info("console login: %s (%s)", who.name, who.role.label)
     response = RedirectResponse(nxt, 303, headers=HEADERS)
     response.set_cookie(
@@ -266,6 +308,7 @@ def _login(request: Request, authority: Authority, back_to: str | None = None) -
         samesite="strict",
         secure=request.url.scheme == "https",
     )
+    response.delete_cookie(LOGIN_COOKIE, path="/login", httponly=True, samesite="strict")
     return response
 
 

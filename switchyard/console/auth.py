@@ -12,6 +12,10 @@ the CSRF token of its forms (issue 28, "writes are safe").
 - A write through the cookie must carry the session's CSRF token (the form's hidden
   field, or the X-CSRF-Token header for the API); a bearer request sends no cookie, so it
   cannot be forged by another site and needs none.
+- The login form has its own (login CSRF: another site must not log a browser in as the
+  other site's token, to read what the victim then does as theirs): the form's page sets a
+  nonce cookie (SameSite=Strict, path /login) and carries the nonce's MAC in the form; a
+  login post without the pair is refused before its token is looked at.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pathlib import Path
 COOKIE = "switchyard_session"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
+LOGIN_COOKIE = "switchyard_login"
+LOGIN_NONCE_TTL_S = 3600
 SESSION_TTL_S = 12 * 3600
 MIN_TOKEN_LEN = 16
 
@@ -213,6 +219,22 @@ class Authority:
         want = self.csrf(p)
         return bool(want) and hmac.compare_digest(want.encode("ascii"), given.encode("ascii", "replace"))
 
+    @staticmethod
+    def login_nonce() -> str:
+        """A new login form's nonce (its cookie's value)."""
+        return secrets.token_hex(16)
+
+    def login_csrf(self, nonce: str) -> str:
+        """The login form's CSRF token: the MAC of its nonce cookie."""
+        return _b64(hmac.new(self.key, b"login:" + nonce.encode("ascii", "replace"), hashlib.sha256).digest())
+
+    def login_csrf_ok(self, nonce: str, given: str) -> bool:
+        """Whether a login post carries the pair its form was given (the cookie, which another
+        site's post does not send, and the field, which another site cannot read)."""
+        if not nonce or not given:
+            return False
+        return hmac.compare_digest(self.login_csrf(nonce).encode("ascii"), given.encode("ascii", "replace"))
+
 
 class LoginThrottle:
     """At most `attempts` wrong tokens per client address in `window_s`: a login form is
@@ -253,6 +275,7 @@ __all__ = [
     "COOKIE",
     "CSRF_FIELD",
     "CSRF_HEADER",
+    "LOGIN_COOKIE",
     "Authority",
     "LoginThrottle",
     "Principal",

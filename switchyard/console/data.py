@@ -46,6 +46,28 @@ class UnknownBusiness(LookupError):
         self.biz_code = biz_code
 
 
+@dataclass(frozen=True)
+class LaneGauges:
+    """A scheduler's lane gauges (scheduler_core.lookahead, with --adaptive-lookahead):
+    per (lane, business) the window in use, the forecast and the published-not-yet-due
+    backlog it counts; per lane the lookahead lag (negative: admission behind now)."""
+
+    lookahead_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    forecast: dict[tuple[str, str], float] = field(default_factory=dict)
+    backlog: dict[tuple[str, str], float] = field(default_factory=dict)
+    lag_s: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.lookahead_s or self.forecast or self.backlog or self.lag_s)
+
+
+_LANE_GAUGES = {
+    "switchyard_lane_lookahead_seconds": "lookahead_s",
+    "switchyard_lane_forecast_triggers": "forecast",
+    "switchyard_lane_published_not_due": "backlog",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Member:
     """One scheduler process as its metrics show it."""
@@ -60,6 +82,7 @@ class Member:
     admission_idle: bool = False
     published: float | None = None
     error: str = ""
+    lanes: LaneGauges = field(default_factory=LaneGauges)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,9 +106,15 @@ def member_from_text(name: str, text: str) -> Member:
     lag: float | None = None
     admission: list[float] = []
     published = 0.0
+    lanes = LaneGauges()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "switchyard_is_leader":
+            if sample.name in _LANE_GAUGES:
+                key = (sample.labels.get("lane", ""), sample.labels.get("biz_code", ""))
+                getattr(lanes, _LANE_GAUGES[sample.name])[key] = sample.value
+            elif sample.name == "switchyard_lane_lookahead_lag_seconds":
+                lanes.lag_s[sample.labels.get("lane", "")] = sample.value
+            elif sample.name == "switchyard_is_leader":
                 leader = sample.value
             elif sample.name == "switchyard_lookahead_lag_seconds":
                 lag = sample.value
@@ -102,6 +131,7 @@ def member_from_text(name: str, text: str) -> Member:
         admission_lag_s=max(behind) if behind else None,
         admission_idle=bool(admission) and not behind,
         published=published,
+        lanes=lanes,
     )
 
 

@@ -23,9 +23,9 @@ from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Block, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
-from scheduler_core.store.job_admin import SqlJobAdmin
+from scheduler_core.store.reads import JobBrief, TriggerBrief, job_briefs, job_keys, job_schedules, trigger_briefs
 from switchyard.console.data import Sources
-from switchyard.jobs import JobView, natural_key
+from switchyard.jobs import JobView, job_state, natural_key
 
 KINDS = {"cron": TriggerKind.CRON, "every": TriggerKind.FIXED_RATE, "once": TriggerKind.ONCE, "none": TriggerKind.NONE}
 KIND_OF = {v: k for k, v in KINDS.items()}
@@ -97,15 +97,24 @@ def _schedule_text(t: Trigger | None) -> str:
 
 def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     """Every job matching the filters, by business then code with numbers as numbers
-    (xxl:billing:9 before xxl:billing:10), one page of them with each one's state, live
-    side, schedule and next fire time. One read of the jobs, one of their triggers, one of
-    the sides (of the page's businesses; of every business only under a side filter)."""
+    (xxl:billing:9 before xxl:billing:10), one page of them with each one's state, lane,
+    live side, schedule and next fire time. A narrow read of every job (its code and
+    business; its handler and parameter too under a search or a handler filter, every
+    trigger's state under a state filter), then for the page alone: its jobs and their
+    schedules, and the sides (of the page's businesses; of every business only under a
+    side filter)."""
     biz = f.business or None
-    jobs = SqlJobAdmin(src.store).jobs(biz)
-    first: dict[str, Trigger] = {}
-    for t in src.store.triggers_of(biz_code=biz):  # by id: the oldest live one is the schedule
-        if t.state is not TriggerState.CANCELLED:
-            first.setdefault(t.job_code, t)
+    # the handler and parameter of every job only to filter by them; else the page's jobs' own
+    briefs = job_briefs(src.store, biz) if f.q or f.handler else None
+    keys = job_keys(src.store, biz) if briefs is None else [(j.job_code, j.biz_code) for j in briefs]
+    # every job's state only to filter by it; else the page's jobs' own (their schedules, read below)
+    states: dict[str, str] = {}
+    if f.state:
+        first: dict[str, TriggerBrief] = {}
+        for b in trigger_briefs(src.store, None if biz is None else [biz]):  # by id: the oldest live one
+            if b.state is not TriggerState.CANCELLED:
+                first.setdefault(b.job_code, b)
+        states = {code: job_state(b.kind, b.state) for code, b in first.items()}
 
     def sides_of(biz_codes: list[str] | None) -> dict[str, str]:
         return {
@@ -118,48 +127,58 @@ def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     # business only when the list is filtered by it, else for the page's businesses only
     sides = sides_of([biz] if biz else None) if f.side else {}
     q = f.q.lower()
-    rows = []
-    for j in jobs:
-        view = JobView(j, first.get(j.job_code), (), ())
+    name = f.name.lower()
+    rows: list[tuple[str, str]] = []
+    for i, (code, biz_of) in enumerate(keys):
         if (
-            (f.state and view.state != f.state)
-            or (f.handler and j.handler != f.handler)
-            or (f.name and f.name.lower() not in j.job_code.lower())
-            or (f.side and sides.get(j.job_code, "") != f.side)
-            or (q and not any(q in s.lower() for s in (j.job_code, j.handler, j.params)))
+            (f.state and states.get(code, "deleted") != f.state)
+            or (name and name not in code.lower())
+            or (f.side and sides.get(code, "") != f.side)
         ):
             continue
-        rows.append((j, view))
-    rows.sort(key=lambda r: (r[0].biz_code, natural_key(r[0].job_code)))
+        if briefs is not None:
+            j = briefs[i]
+            if (f.handler and j.handler != f.handler) or (
+                q and not any(q in s.lower() for s in (j.job_code, j.handler, j.params))
+            ):
+                continue
+        rows.append((code, biz_of))
+    rows.sort(key=lambda r: (r[1], natural_key(r[0])))
     total = len(rows)
     pages = max(1, -(-total // f.size))
     page = min(f.page, pages)
-    page_rows = rows[(page - 1) * f.size : page * f.size]
-    if not f.side and page_rows:
-        sides = sides_of(sorted({j.biz_code for j, _v in page_rows}))
-    shown = [(j, v, sides.get(j.job_code, "")) for j, v in page_rows]
+    shown = rows[(page - 1) * f.size : page * f.size]
+    if not f.side and shown:
+        sides = sides_of(sorted({b for _c, b in shown}))
+    by_code: dict[str, JobBrief] = {
+        j.job_code: j
+        for j in (briefs if briefs is not None else job_briefs(src.store, job_codes=[c for c, _b in shown]))
+    }
+    page_rows = [by_code[c] for c, _b in shown if c in by_code]
+    triggers = job_schedules(src.store, [j.job_code for j in page_rows])
     t_next = (TriggerState.WAITING, TriggerState.ACQUIRED)
+
     return redact_tree(
         {
             "total": total,
             "page": page,
             "pages": pages,
             "size": f.size,
-            "businesses": sorted({j.biz_code for j in jobs}) if biz is None else [biz],
+            "businesses": sorted({b for _c, b in keys}) if biz is None else [biz],
             "jobs": [
                 {
                     "job": j.job_code,
                     "business": j.biz_code,
                     "handler": j.handler,
                     "params": j.params,
-                    "state": v.state,
-                    "side": side,
-                    "schedule": _schedule_text(v.trigger),
-                    "next_fire_at": None
-                    if v.trigger is None or v.trigger.state not in t_next
-                    else v.trigger.next_fire_at.isoformat(),
+                    "lane": j.lane.value,
+                    "state": job_state(None if t is None else t.kind, None if t is None else t.state),
+                    "side": sides.get(j.job_code, ""),
+                    "schedule": _schedule_text(t),
+                    "next_fire_at": None if t is None or t.state not in t_next else t.next_fire_at.isoformat(),
                 }
-                for j, v, side in shown
+                for j in page_rows
+                for t in (triggers.get(j.job_code),)
             ],
         }
     )

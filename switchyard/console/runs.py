@@ -21,6 +21,7 @@ from dualrun.settings import parse_duration
 from reports.redact import redact_tree
 from scheduler_core.model import FiredState
 from scheduler_core.store import run_log
+from scheduler_core.store.executors import SqlExecutorRegistry
 from switchyard.console import run_charts
 from switchyard.console.data import Sources
 from switchyard.console.responses import HEADERS, BadInput, Failure, error_response, failure, page_context
@@ -44,9 +45,11 @@ def _iso(ms: int | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(int(ms) / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def run_row(r: dict[str, Any]) -> dict[str, Any]:
+def run_row(r: dict[str, Any], names: dict[str, str] | None = None) -> dict[str, Any]:
     """A fired record as a run: lag is the start (else the receipt) after the scheduled
-    time; duration the result after the start."""
+    time; duration the result after the start; executor the instance id of the process
+    that ran it (None: no result yet, or from an executor older than the field), with its
+    registry name in `names` while the registry keeps its row."""
     began = r["started_at"] if r["started_at"] is not None else r["received_at"]
     items = int(r.get("item_count") or 1)
     return {
@@ -70,7 +73,8 @@ def run_row(r: dict[str, Any]) -> dict[str, Any]:
         "lag_ms": None if began is None else int(began) - int(r["scheduled_at"]),
         "duration_ms": None if began is None or r["result_at"] is None else int(r["result_at"]) - int(began),
         "message": r["message"] or "",
-        "executor": None,  # not recorded on the fired record (yet)
+        "executor": r.get("executor"),
+        "executor_name": (names or {}).get(r.get("executor") or ""),
     }
 
 
@@ -119,9 +123,10 @@ def _limit(q: Any) -> int:
 def runs_page(src: Sources, q: Any) -> dict[str, Any]:
     f, shown = _filter(src, q)
     rows, nxt = run_log.page(src.store, f, before=_cursor(q.get("before")), limit=_limit(q))
+    names = SqlExecutorRegistry(src.store.engine).names(r["executor"] for r in rows)
     body = {
         "filter": shown,
-        "runs": [run_row(r) for r in rows],
+        "runs": [run_row(r, names) for r in rows],
         "next": None if nxt is None else f"{nxt[0]}:{nxt[1]}",
     }
     return redact_tree(body)
@@ -132,7 +137,8 @@ def run_detail(src: Sources, fired_id: str) -> dict[str, Any] | None:
     if row is None:
         return None
     logs = [{**r, "logged_at": _iso(r["logged_at"])} for r in run_log.logs(src.store, fired_id)]
-    return redact_tree({"run": {**run_row(row), "item_states": row.get("item_states") or ""}, "logs": logs})
+    names = SqlExecutorRegistry(src.store.engine).names([row["executor"] or ""])
+    return redact_tree({"run": {**run_row(row, names), "item_states": row.get("item_states") or ""}, "logs": logs})
 
 
 def daily(src: Sources, business: str, days: int = CHART_DAYS) -> list[dict[str, Any]]:

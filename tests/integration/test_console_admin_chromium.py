@@ -5,8 +5,8 @@ form after previewing its cron's next 5 fire times in the job's zone, sees it fi
 it once now with a parameter of its own (the executor's handler receives it), stops it
 (nothing runs at or after the stop), and edits its cron with the preview of the new
 times; a failing job created with a webhook alert target reaches a real HTTP receiver;
-the executor in the registry page goes from live to lost when its process is killed -9.
-Every write is on the audit page under the token's name.
+the executor in the registry page goes from live to lost when its process is killed -9;
+the job's lane shows in the job list and on the lanes page. Every write is on the audit page under the token's name.
 
 The tokens and the store URL reach the console through its environment, never its
 arguments."""
@@ -147,6 +147,13 @@ def daily_loop(
 
     # it fires: the executor's handler runs it with the job's parameter
     assert until(lambda: any(p == "scheduled" for _, p in _ran(events)), 60), on_fail()
+
+    # its lane (the business's default) in the job list, and on the lanes page with its runs
+    page.goto(f"{base}/jobs?business={BIZ}")
+    assert page.text("#job-tick td.lane") == "default", on_fail()
+    page.goto(base + "/lanes")
+    assert page.text(f"#lane-default-{BIZ} td") == "default", on_fail()
+    page.goto(base + "/jobs/tick")
 
     # run once now with a parameter of its own: the console publishes it
     page.check("#run-with")

@@ -204,7 +204,7 @@ def _legacy_log_disproves(reader: LegacyReader, biz_code: str, key: str | None, 
     return not any(r.source_key == key for r in rows)
 
 
-def _in_spans(at: datetime, spans: Sequence[DualSpan]) -> bool:
+def in_spans(at: datetime, spans: Sequence[DualSpan]) -> bool:
     return any(s.start <= at <= s.end for s in spans)
 
 
@@ -237,9 +237,9 @@ def check_business(
                 or _legacy_log_disproves(reader, biz_code, key_of.get(issue.job_code), issue)
             ):
                 out.across += 1
-            elif (
-                issue.what == "doubled" and "both sides" in issue.detail and _in_spans(issue.scheduled_at, spans)
-            ) or (issue.what == "stray" and _in_spans(issue.scheduled_at, spans)):
+            elif (issue.what == "doubled" and "both sides" in issue.detail and in_spans(issue.scheduled_at, spans)) or (
+                issue.what == "stray" and in_spans(issue.scheduled_at, spans)
+            ):
                 out.both += 1
             else:
                 getattr(out, issue.what).append(issue)

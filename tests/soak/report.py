@@ -52,6 +52,7 @@ class Report:
     memory_not_flat: list[str]
     crashes: list[str]
     legacy_errors: list[str]
+    refused_at_start: list[str] = field(default_factory=list)  # exits 3 while a server restarted
     not_run: list[str] = field(default_factory=list)
     databases: dict[str, str] = field(default_factory=dict)  # --keep: where to look afterwards
     self_test: dict[str, int] = field(default_factory=dict)  # the checker shown able to fail (run.self_test)
@@ -74,6 +75,9 @@ class Report:
         ):
             if getattr(self, name):
                 out.append(f"{name}: {len(getattr(self, name))}")
+        unrecovered = {k: r["unrecovered"] for k, r in self.recovery_s.items() if r["unrecovered"]}
+        if unrecovered:
+            out.append(f"components not working again within the bound after a fault: {unrecovered}")
         if self.status_check_end != 0:
             out.append(f"status --check at the end exited {self.status_check_end}")
         st = self.self_test
@@ -131,6 +135,7 @@ class Report:
                 )
             )
         rows.append(("crashes (not the nemesis's)", str(len(self.crashes))))
+        rows.append(("exits 3 in a server restart (restarted)", str(len(self.refused_at_start))))
         st = self.self_test
         rows.append(
             (
@@ -180,6 +185,7 @@ def build_report(
     status_end: tuple[int, str],
     memory: Sequence[MemorySeries],
     crashes: list[str],
+    refused_at_start: list[str] | None = None,
     legacy_errors: list[str],
     private_stack: bool,
 ) -> Report:
@@ -230,6 +236,7 @@ def build_report(
         memory_growth=growth,
         memory_not_flat=not_flat,
         crashes=crashes,
+        refused_at_start=refused_at_start or [],
         legacy_errors=legacy_errors[:50],
         not_run=[] if private_stack else ["server restarts (no private stack: SWITCHYARD_SOAK_STACK_DIR)"],
     )

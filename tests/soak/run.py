@@ -18,19 +18,25 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from click.testing import CliRunner
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 
 from dualrun.model import Window
 from readers.batchcenter.reader import BatchCenterReader
 from readers.timezones import LegacyTimeZone
 from readers.xxljob.reader import XxlJobReader
+from switchyard import exitcodes
 from switchyard.cli import cli
+from switchyard.wiring import dualrun_store
 from tests.soak.checker import (
     Invocation,
     MemorySeries,
     StatusSample,
+    audited_switches,
     check_business,
     check_duplicates,
+    in_spans,
+    owner_at,
+    plan_switches,
     problems_of,
     read_invocations,
 )
@@ -42,6 +48,7 @@ from tests.soak.workload import CLI_LOCK, XXL, Business, Workload
 SAMPLE_EVERY_S = 5.0
 SETTLE_S = 20.0  # after the last fault and operator step: runs under way finish, records land
 EDGE = timedelta(seconds=3)  # occurrences this close to the window's ends are not judged
+PLANTED = 5  # legacy fires the self-test deletes
 
 
 @dataclass
@@ -128,19 +135,39 @@ def recovery_checks(w: Workload) -> Recovery:
 
 def self_test(w: Workload, window: Window, invocations: list[Invocation], end: datetime) -> dict[str, int]:
     """The checker must be able to fail, on this run's own data: legacy fires deleted from
-    an xxl-job business's log (a stretch before any switch, legacy's alone) must come back
-    missing, and an invocation repeated in its process must come back invoked twice."""
+    an xxl-job business's log where legacy alone owned them must come back missing, and an
+    invocation repeated in its process must come back invoked twice. The fires are chosen
+    from the run's own switches (legacy's owner 3 s either side, outside any live
+    dual-run): a stretch picked by time alone fell in a live dual-run, where a one-sided
+    fire is no miss, and the self-test failed a sound checker."""
     b = next(b for b in w.businesses if b.source == XXL)
+    own = dualrun_store(w.store)
+    keys = own.migration.job_codes("xxl-job", b.biz)
+    planned, spans = plan_switches(audited_switches(w.store, b.biz), keys, window.start, end)
     zone = LegacyTimeZone("Asia/Shanghai")
-    lo, hi = zone.to_wall(window.start + timedelta(seconds=1)), zone.to_wall(window.start + timedelta(seconds=3))
+    margin = timedelta(seconds=3)
+
+    def legacy_alone(key: str, at: datetime) -> bool:
+        return all(
+            owner_at(planned, key, t) is False and not in_spans(t, spans) for t in (at - margin, at, at + margin)
+        )
+
+    lo, hi = window.start + margin, window.end - margin
     with w.xxl.begin() as conn:
-        deleted = conn.execute(
+        rows = conn.execute(
             text(
-                "DELETE FROM xxl_job_log WHERE trigger_time >= :lo AND trigger_time < :hi AND job_group = "
-                "(SELECT id FROM xxl_job_group WHERE app_name = :b)"
+                "SELECT l.id, l.job_id, l.trigger_time FROM xxl_job_log l JOIN xxl_job_group g ON g.id = l.job_group "
+                "WHERE g.app_name = :b AND l.trigger_time >= :lo AND l.trigger_time < :hi ORDER BY l.trigger_time"
             ),
-            {"lo": lo, "hi": hi, "b": b.biz},
-        ).rowcount
+            {"b": b.biz, "lo": zone.to_wall(lo), "hi": zone.to_wall(hi)},
+        ).all()
+        chosen = [r.id for r in rows if legacy_alone(str(r.job_id), zone.to_utc(r.trigger_time))][:PLANTED]
+        deleted = (
+            conn.execute(text("DELETE FROM xxl_job_log WHERE id IN :ids").bindparams(bindparam("ids", expanding=True)),
+                         {"ids": chosen}).rowcount
+            if chosen
+            else 0
+        )  # fmt: skip
     found = check_business(w.store, XxlJobReader(w.xxl), b.biz, window, invocations, now=end)
     base = list(invocations) or [Invocation(1, "1-1000-0", 1000, 1000, "planted")]  # a run with no handler run
     twice = check_duplicates([*base, base[0]]).twice_in_one_process
@@ -174,6 +201,7 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         nem.start()
         deadline = w.t0 + minutes * 60 - SETTLE_S
         crashes: list[str] = []
+        refused: list[str] = []  # exits "unreachable" while the nemesis restarted a server
         operators = [
             threading.Thread(target=_operator, args=(w, b, deadline), name=f"operator-{b.biz}", daemon=True)
             for b in w.businesses
@@ -183,7 +211,11 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         while time.monotonic() < deadline:
             for p in w.procs:  # a process that died on its own (not by the nemesis) is a finding
                 if not p.in_fault and p.proc is not None and p.proc.poll() is not None:
-                    crashes.append(f"{p.name} exited {p.proc.returncode} at {w.elapsed():.0f}s")
+                    down = nemesis.server_down_lately()
+                    if p.proc.returncode == exitcodes.UNREACHABLE and down is not None:
+                        refused.append(f"{p.name} exited 3 at {w.elapsed():.0f}s ({down} restarting)")
+                    else:
+                        crashes.append(f"{p.name} exited {p.proc.returncode} at {w.elapsed():.0f}s")
                     p.ensure_running()
             time.sleep(1.0)
         for t in operators:
@@ -217,6 +249,7 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
             status_end=(status_end.returncode, (status_end.stdout + status_end.stderr)[-2000:]),
             memory=samplers.series(),
             crashes=crashes,
+            refused_at_start=refused,
             legacy_errors=[e for loop in w.legacy_loops for e in loop.errors],
             private_stack=private is not None,
         )

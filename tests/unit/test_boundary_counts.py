@@ -18,7 +18,7 @@ from dualrun.model import Window
 from dualrun.testing import cron_definition, fired
 from migrator.tables import migrator_tables
 from readers.records import LegacyDefinition
-from scheduler_core.model import FiredState, Job, JobCode, Trigger, TriggerKind
+from scheduler_core.model import SHADOW_NOTE, FiredState, Job, JobCode, Trigger, TriggerKind
 from scheduler_core.times import to_ms
 from switchyard.wiring import dualrun_store
 from tests.unit.test_dualrun_support import Scenario
@@ -128,8 +128,6 @@ def test_a_fire_by_the_side_that_handed_over_is_a_double_or_a_stray(tmp_path: Pa
 
 
 # --- what the checker reads and how it owns: each line of check_boundary held by a test ---------
-
-SHADOW_NOTE = "shadow: recorded, not invoked"  # what a shadow-mode executor records (Executor)
 
 
 def _marked(s: Scenario, at: datetime, **changes: object) -> None:

@@ -62,9 +62,16 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def login_form(c: TestClient) -> dict[str, str]:
+    """The login form's CSRF field, as its page gives it (with its nonce cookie)."""
+    m = re.search(r'name="csrf" value="([^"]+)"', c.get("/login").text)
+    assert m, "the login form carries its CSRF token"
+    return {"csrf": m.group(1)}
+
+
 def login(c: TestClient, token: str) -> str:
     """Log in through the form; the CSRF token of the session (read from a page's form)."""
-    r = c.post("/login", data={"token": token}, follow_redirects=False)
+    r = c.post("/login", data={"token": token, **login_form(c)}, follow_redirects=False)
     assert r.status_code == 303, r.text
     cookie = r.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
@@ -166,19 +173,37 @@ def test_without_credentials_401_and_the_login_form(src: Sources) -> None:
     assert page.status_code == 401 and 'id="login"' in page.text
     assert c.post("/api/jobs", json={"job": "x"}).status_code == 401
     assert c.get("/api/jobs", headers=bearer("not-a-token-0123456789")).status_code == 401
-    bad = c.post("/login", data={"token": "wrong-token-0123456789"}, follow_redirects=False)
+    bad = c.post("/login", data={"token": "wrong-token-0123456789", **login_form(c)}, follow_redirects=False)
     assert bad.status_code == 401 and COOKIE not in bad.headers.get("set-cookie", "")
     assert c.get("/api/jobs", headers=bearer(VIEW)).status_code == 200
 
 
 def test_wrong_tokens_at_the_login_form_are_throttled(src: Sources) -> None:
     c = client(src)
+    form = login_form(c)
     for _ in range(10):
-        assert c.post("/login", data={"token": "wrong-token-0123456789"}).status_code == 401
+        assert c.post("/login", data={"token": "wrong-token-0123456789", **form}).status_code == 401
     # the eleventh try within the minute is refused before its token is even compared
-    r = c.post("/login", data={"token": ADMIN}, follow_redirects=False)
+    r = c.post("/login", data={"token": ADMIN, **form}, follow_redirects=False)
     assert r.status_code == 429 and "Too many" in r.text and COOKIE not in r.headers.get("set-cookie", "")
     assert c.get("/api/jobs", headers=bearer(ADMIN)).status_code == 200  # a script's bearer is not a login
+
+
+def test_a_cross_site_login_post_is_refused(src: Sources) -> None:
+    """Login CSRF: another site's page posting its own token to /login (to have the browser
+    work under the attacker's name) sends no login cookie of ours and cannot read the
+    form's field: refused 403, no session, before the token is looked at."""
+    attacker = client(src)
+    stolen = login_form(attacker)  # a field from the attacker's own visit, with the attacker's cookie
+    victim = client(src)
+    for data in ({"token": ADMIN}, {"token": ADMIN, **stolen}, {"token": ADMIN, "csrf": "made-up"}):
+        r = victim.post("/login", data=data, follow_redirects=False, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403, (data, r.status_code)
+        assert "stale or not this console" in r.text and COOKIE not in r.headers.get("set-cookie", "")
+    assert victim.get("/api/jobs").status_code == 401  # not logged in
+    # the victim's own form (its cookie and its field) logs in; the throttle counted none of the above
+    login(victim, ADMIN)
+    assert victim.get("/api/jobs").status_code == 200
 
 
 def test_a_viewer_reads_and_an_operator_cannot_edit(src: Sources) -> None:
@@ -285,7 +310,7 @@ def test_create_a_job_by_the_form_with_its_cron_previewed_and_audited(src: Sourc
         ({"children": "nosuchjob"}, "children", "no such job"),
         ({"shards": "3", "items": "a\nb"}, "items", "2 item parameters for 3 shards"),
         ({"lane": "fast"}, "lane", "unknown lane"),
-        ({"block": "serial"}, "block", "unknown block strategy"),
+        ({"block": "serial_execution"}, "block", "unknown block strategy"),
         ({"alerts": "webhook:ftp://x"}, "alerts", "http:// or https://"),
         ({"alerts": "mail:ops@example.com", "alert_on": "failure, lateness"}, "alerts", "unknown alert kind"),
     ],

@@ -160,6 +160,35 @@ def test_batch_center_boundary(tmp_path: Path) -> None:
         assert str(wall).startswith(expected.strftime("%Y-%m-%d %H:%M:%S"))
 
 
+def test_a_batch_center_task_whose_run_ends_while_its_pause_is_refused_is_paused_all_the_same(
+    tmp_path: Path,
+) -> None:
+    """The pause of a RUNNING task is refused; when its run ends (back to WAITING) before
+    the switch reads its status, the pause must be retried, not given up: the chaos soak
+    (seed 11) saw such a task left firing on legacy through a whole cutover (double)."""
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=3, bad_rows=0, malformed_crons=0, rng_seed=4)
+    with env.legacy.begin() as conn:
+        (tid,) = conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 1")).one()
+        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": tid})
+
+    class RunEndsMeanwhile(BatchCenterControl):
+        def _status(self, task_id: int) -> int | None:
+            with self.engine.begin() as conn:  # the center completes the run: WAITING again
+                conn.execute(
+                    text("UPDATE bc_task SET status = 0, version = version + 1 WHERE id = :id AND status = 1"),
+                    {"id": task_id},
+                )
+            return super()._status(task_id)
+
+    control = RunEndsMeanwhile(env.legacy, env.migrator.clock, retry_every=timedelta(0))
+    control.stop([str(tid)])
+    with env.legacy.connect() as conn:
+        status = conn.execute(text("SELECT status FROM bc_task WHERE id = :id"), {"id": tid}).scalar_one()
+    assert status == 5, "the task was left live on legacy"
+    assert control.live([str(tid)]) == set()
+
+
 def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(tmp_path: Path) -> None:
     env, biz = _xxl(tmp_path)
     sw = env.xxl_switch(FixedGate(None))

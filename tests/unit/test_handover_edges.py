@@ -150,8 +150,9 @@ def test_a_one_shot_published_for_at_or_after_f_is_handed_to_legacy_at_its_due_t
 def test_legacy_takes_a_trigger_over_at_its_first_occurrence_at_or_after_f(tmp_path: Path) -> None:
     """With a fence: the first occurrence at or after F (F itself when due there), also when
     the new side published less than F (those before F are its runs: test_rollback_behind);
-    a one-shot due before F (not published: a lookahead shorter than the margin) at its due
-    time. Without one: where the new side stopped publishing (next_fire_at)."""
+    none for a one-shot due before F (not published: a lookahead shorter than the margin):
+    the new side runs it, legacy would be handed it inside its start margin. Without a
+    fence: where the new side stopped publishing (next_fire_at)."""
     sw = _switch(tmp_path)
     f = T0 + 20 * S
     published_to = T0 + 50 * S
@@ -160,7 +161,7 @@ def test_legacy_takes_a_trigger_over_at_its_first_occurrence_at_or_after_f(tmp_p
     assert sw._legacy_start(_rate(15, published_to), f) == f  # 50 - 2 * 15: on its grid
     assert sw._legacy_start(_rate(15, published_to), f + MS) == T0 + 35 * S
     assert sw._legacy_start(_cron("0/10 * * * * ?", T0 + 10 * S), f) == f  # published less than F
-    assert sw._legacy_start(_once(f - S), f) == f - S
+    assert sw._legacy_start(_once(f - S), f) is None
     assert sw._legacy_start(_once(f + S), f) == f + S
     unfenced = _switch(tmp_path / "unfenced", fenced=False)
     assert unfenced._legacy_start(_cron("0/10 * * * * ?", published_to), f) == published_to

@@ -14,6 +14,8 @@ from pathlib import Path
 from sqlalchemy import text
 
 from migrator.cutover import BusinessSwitch
+from migrator.legacy_control import XxlJobControl
+from migrator.ownership import Side, ownership
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.fence import FenceService
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -31,7 +33,8 @@ def test_legacy_is_never_handed_an_occurrence_already_due(tmp_path: Path) -> Non
     now = sw.clock.now()
     fence_at = sw._handover_instant()  # now + the legacy side's start margin
     behind = _cron("* * * * * ?", now - S)  # due a second ago, never published by the new side
-    assert sw._legacy_start(behind, fence_at) >= fence_at
+    start = sw._legacy_start(behind, fence_at)
+    assert start is not None and start >= fence_at
 
 
 def test_a_rollback_runs_the_occurrences_the_new_side_is_behind_on_and_legacy_starts_at_the_fence(
@@ -95,3 +98,73 @@ def test_a_rollback_from_a_live_dual_run_runs_what_the_new_side_is_behind_on_up_
         want.append(to_ms(at))
         at += S
     assert list(pending.pending_ms) == want
+
+
+def test_a_rollback_from_a_shadow_dual_run_never_runs_what_the_new_side_was_behind_on(tmp_path: Path) -> None:
+    """In a shadow dual-run the new side invokes nothing: legacy fired every occurrence.
+    The chaos soak (seed 11) saw a rollback publish the 98 occurrences the new side was
+    behind on as real runs (each ran a second time, at the rollback's instant)."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    (ln, *_) = sw.links(biz)
+    behind_at = sw.clock.now().replace(microsecond=0) - 3 * S
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(behind_at), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    assert rep.fence_at is not None
+    assert [s for s in SqlSupersedes(env.store).supersedes() if s.pending_ms] == []
+
+
+def test_a_rollback_of_a_trigger_whose_last_occurrences_fall_before_the_fence_runs_them_and_ends_it(
+    tmp_path: Path,
+) -> None:
+    """A trigger with nothing left from the fence on (its end before the fence, or a
+    one-shot due before it), not yet published by the new side: handed to legacy, its last
+    occurrences would be due inside legacy's start margin, which loses them (fired by
+    neither side). The new side runs them, the trigger ends (completed: `status --check`
+    says ended, not orphaned, also after a read-back of the legacy rows) and legacy is
+    not started (started, it would fire them a second time, or fire on past the end)."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops", reason="go")
+    ln, other = sw.links(biz)[:2]
+    now = sw.clock.now()
+    behind_at = now.replace(microsecond=0) - 2 * S
+    end_at = behind_at + 3 * S  # before the fence (now + the start margin, seconds ahead)
+    assert end_at < sw._handover_instant()
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at, end_at = :end WHERE id = :id"
+            ),
+            {"at": to_ms(behind_at), "end": to_ms(end_at), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    assert ln.source_key not in rep.handover and ln.source_key not in rep.not_handed_back
+    assert any(n.startswith(f"{ln.source_key}: every occurrence left is before the fence") for n in rep.notes)
+    assert other.source_key in rep.handover  # the business's other job is handed back as ever
+    with env.legacy.connect() as conn:
+        status = conn.execute(
+            text("SELECT trigger_status FROM xxl_job_info WHERE id = :id"), {"id": int(ln.source_key)}
+        ).scalar_one()
+    assert status == 0, "legacy was started for a job with nothing left to fire"
+    t = env.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
+    assert t is not None and t.state.value == "completed"
+    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == ln.trigger.id]
+    want, at = [], behind_at
+    while at <= end_at:
+        want.append(to_ms(at))
+        at += S
+    assert list(pending.pending_ms) == want
+    control = XxlJobControl(env.legacy, env.migrator.clock)
+    for step in ("rollback", "read-back"):
+        owned = ownership(env.store, env.own, lambda _source, keys: control.live(keys), [biz])[0]
+        sides = {j.source_key: j.side for j in owned.jobs}
+        assert sides[ln.source_key] is Side.ENDED, (step, sides)
+        assert not owned.problems, (step, owned.problems)
+        env.migrator.run()

@@ -182,6 +182,54 @@ def test_a_cooperating_handler_sees_the_kill_returns_and_is_recorded_killed(time
     assert answers.outcomes(cid) == [Outcome.KILLED]
 
 
+@pytest.mark.parametrize("timeout", [timedelta(0), timedelta(seconds=20)], ids=["unwatched", "watched"])
+def test_a_killed_run_is_never_run_again_by_a_copy_of_its_message(timeout: timedelta) -> None:
+    """A copy of the message of a run in work waits for it (parked); the chaos soak (seed
+    11) saw the copies run the handler again once the run was killed, and a copy
+    redelivered after a broker restart run it again 38 s later: a kill undone. Every copy,
+    parked or later, is answered killed; the handler ran once."""
+    clock = SystemClock()
+    bus = InProcessBus(clock)
+    results = bus.subscribe(CALLBACK_TOPIC, "t")
+    ex = Executor(bus, BIZ, clock=clock, concurrency=4)
+    started = threading.Event()
+    calls: list[str] = []
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> HandlerResult:
+        calls.append(ctx.command_id)
+        started.set()
+        ctx.cancel_event.wait(10)
+        return HandlerResult(ok=True)
+
+    now = clock.now_ms()
+    (cid,) = _publish(bus, now, timeout=timeout)
+    stop, th = _running(ex)
+    got: list[FiredUpdate] = []
+
+    def answers(n: int) -> bool:
+        for r in results.receive(100, timedelta(milliseconds=50)):
+            got.extend(u for u in decode_results(r.message.payload) if u.state is not FiredState.RECEIVED)
+            results.ack(r)
+        return len(got) >= n
+
+    try:
+        assert started.wait(10)
+        _publish(bus, now, timeout=timeout)  # the broker hands the message over again: parked
+        _until(lambda: ex.waited >= 1, "the second copy waiting for the first")
+        _kill(bus, 1, cid=cid, at_ms=clock.now_ms())
+        _until(lambda: answers(2), "both copies answered")
+        _publish(bus, now, timeout=timeout)  # redelivered later (a broker restart)
+        _until(lambda: answers(3), "the late copy answered")
+    finally:
+        stop.set()
+        th.join(10)
+        ex.close()
+    assert calls == [cid], "the handler ran again for a killed run"
+    assert [u.state for u in got] == [FiredState.KILLED] * 3, got
+    assert all(u.command_id == cid for u in got)
+
+
 def test_a_handler_that_ignores_the_kill_is_answered_still_running_then_times_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

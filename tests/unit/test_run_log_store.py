@@ -6,6 +6,7 @@ the daily chart data counts runs by result."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sqlalchemy import func, insert, select, text, update
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import SchemaError
-from scheduler_core.model import CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
+from scheduler_core.model import SHADOW_NOTE, CommandId, FiredRecord, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import FiredUpdate
 from scheduler_core.store import run_log
 from scheduler_core.store.admin import tables_for
@@ -69,6 +70,8 @@ def _fill(store: SqlTriggerStore) -> tuple[set[str], set[str]]:
         gone.append(_rec(100 + i, OLD + timedelta(minutes=i), state))
     page = _rec(200, OLD + timedelta(hours=1), FiredState.SUCCEEDED, count=3)
     gone.append(page)
+    # a shadow run's record: received, the shadow executor's note its last word
+    gone.append(replace(_rec(201, OLD + timedelta(hours=2), FiredState.RECEIVED), message=SHADOW_NOTE))
     stay = [
         _rec(300, OLD, FiredState.PENDING),
         _rec(301, OLD, FiredState.RECEIVED),
@@ -129,7 +132,7 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
         t = store.t
         dry = SqlPurge(store).run(to_ms(CUTOFF), batch=4, dry_run=True)
         assert _ids(store) == gone | stay  # nothing deleted
-        assert (dry.fired, dry.run_logs, dry.followup_claims, dry.kill_requests) == (16, 5 + 6, 5, 1)
+        assert (dry.fired, dry.run_logs, dry.followup_claims, dry.kill_requests) == (17, 5 + 6, 5, 1)
 
         pauses: list[float] = []
         seen: list[int] = []
@@ -141,7 +144,7 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
             "dry_run": False,
             "slowest_batch_ms": None,
         }
-        # 20 old rows (16 final, 4 kept) at 4 a batch: every batch at most 4 deleted, a pause after each full one
+        # 21 old rows (16 final and a shadow one, 4 kept) at 4 a batch: every batch at most 4 deleted, a pause after each full one
         assert len(seen) >= 4 and all(b - a <= 4 for a, b in zip([0, *seen], seen, strict=False))
         assert len(pauses) >= 4 and min(pauses) >= 0.25  # or longer: as long as the batch took
         assert _count(store, t.run_log) == len(stay)  # the kept records' lines stay

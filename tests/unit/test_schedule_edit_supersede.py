@@ -374,3 +374,37 @@ def test_an_occurrence_both_schedules_have_exactly_at_e_fires_once(tmp_path: Pat
     (s,) = SqlSupersedes(h.store).supersedes()
     assert to_ms(e) not in s.skipped_ms, "the kept command is not superseded"
     assert _records(h)[e][0] is FiredState.SUCCEEDED
+
+
+def test_an_edit_of_a_trigger_the_scheduler_is_behind_on_runs_the_old_schedules_due_occurrences(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The scheduler is behind (down, stalled, failing over) when a schedule edit lands:
+    the occurrences the old schedule made due before the edit and nobody published are
+    run (the edit's pending runs), each once; the new schedule fires from its next time.
+    The chaos soak saw an edit that moved next_fire_at to the new schedule's first future
+    time drop them: four jobs fired by legacy alone for 42 s of a live dual-run."""
+    h = make_harness(tmp_path, clock)
+    writer = TargetWriter(h.store, migrator_store(h.store))
+    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
+    (t,) = h.store.triggers_of(biz_code="biz-a")
+    first = t.next_fire_at
+    clock.advance(timedelta(seconds=35))  # nothing ticked: every occurrence since `first` is due
+    edited_at = clock.now()
+    due = []
+    at = first
+    while at < edited_at:
+        due.append(at)
+        at += timedelta(seconds=10)
+    assert len(due) >= 3
+    edit = _write(h, EVERY_7S, Action.UPDATE)
+    writer.apply([edit])
+    (t,) = h.store.triggers_of(biz_code="biz-a")
+    new_first = t.next_fire_at  # the new schedule's, as the write gave it
+    run = _Run(h)
+    run.step(clock.now() + timedelta(seconds=30))
+    counts = Counter(run.ran)
+    assert all(counts[d] == 1 for d in due), f"the old schedule's due occurrences did not run once each: {counts}"
+    assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
+    later = sorted(x for x in run.ran if x >= edited_at)
+    assert later and later[0] == new_first and all(x.second % 7 == 0 for x in later[1:]), later
