@@ -10,7 +10,7 @@ capacity), leaving out businesses whose pool budget is spent; per lane (issue 29
 its tick budget, the rest of the tick going to the other lanes' due rows, and none of a
 lane whose pool share is spent (`select_within_lanes`); CAS waiting -> acquired with
 the epoch and a deadline; hand chunks to the fire pool, retrying; release what the pool
-keeps refusing. Nothing is lost: a row is either waiting, or acquired by an epoch that
+keeps refusing (the hand-over and everything after it: `scheduler_core.firepath`). Nothing is lost: a row is either waiting, or acquired by an epoch that
 fires it or lets a newer epoch reclaim it after its deadline.
 """
 
@@ -24,13 +24,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
+from scheduler_core.firepath import CoreStats, FirePath
 from scheduler_core.firepool import FirePool, group_by_biz_code
 from scheduler_core.logfields import log_fields
 from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Job, JobCode, Lane, Trigger, TriggerId, TriggerState, slot_replacer
+from scheduler_core.model import Epoch, Lane, Trigger, TriggerId, TriggerState, slot_replacer
 from scheduler_core.ports import Clock, Partition, Transition, TriggerStore
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.times import UTC, from_ms, to_ms
@@ -74,17 +74,6 @@ class TickResult:
     wait: timedelta = timedelta(0)
 
 
-# (chunk, epoch, fence, jobs): the fence row that epoch is checked against (None: the
-# leader's), and the chunk's job definitions as read at admission
-FireChunk = Callable[[Sequence[Trigger], Epoch, "str | None", Mapping[JobCode, Job]], object]
-
-
-class OnSubmitted(Protocol):
-    """Told of each chunk handed to the pool (`queued`) or refused by it (released to waiting)."""
-
-    def __call__(self, chunk: Sequence[Trigger], *, queued: bool) -> None: ...
-
-
 def chunked(triggers: Sequence[Trigger], size: int) -> list[Sequence[Trigger]]:
     return [triggers[i : i + size] for i in range(0, len(triggers), size)]
 
@@ -96,35 +85,33 @@ class PartitionAcquirer:
         partition: Partition,
         store: TriggerStore,
         pool: FirePool,
-        fire_chunk: FireChunk,
+        path: FirePath,
         clock: Clock,
         settings: SchedulerSettings,
         metrics: SchedulerMetrics,
         epoch: Epoch,
         rng: random.Random | None = None,
-        on_submitted: OnSubmitted | None = None,
-        fence: str | None = None,
+        ownership: str | None = None,
         lookahead: AdaptiveLookahead | None = None,
     ) -> None:
         self.partition = partition
         # each lane's own window (settings.adaptive_lookahead); None: `settings.lookahead` for all
         self.lookahead = lookahead
         self.store = store
+        # read for its free capacity and spent budgets; chunks go to it through `path`
         self.pool = pool
-        self.fire_chunk = fire_chunk
+        # where each acquired chunk is handed over, to be fired or held
+        self.path = path
         self.clock = clock
         self.settings = settings
         self.metrics = metrics
         self.epoch = epoch
-        # the fence row the epoch is checked against: the leader's (None), or this
+        # the ownership the epoch is checked against: the leader's (None), or this
         # partition's own when the shard registry gives partitions owners of their own
-        self.fence = fence
+        self.ownership = ownership
         self.last_seen: datetime | None = None
         self.ticks = 0
         self.rng = rng or random.Random()
-        # told of every chunk handed to the pool, before it runs: a queued chunk is this
-        # epoch's work and must never look reclaimable
-        self.on_submitted = on_submitted
 
     def tick(self) -> TickResult:
         started = self.clock.monotonic()
@@ -169,7 +156,7 @@ class PartitionAcquirer:
                     epoch=self.epoch,
                     deadline=deadline,
                     fence_epoch=self.epoch,
-                    fence=self.fence,
+                    fence=self.ownership,
                     # the rows just read are fired as read: one rewritten since (a migration,
                     # a cutover) loses here and is read again on the next tick
                     expected_version={t.id: t.version for t in due if t.id is not None},
@@ -255,29 +242,19 @@ class PartitionAcquirer:
         return kept, more
 
     def submit(self, won: Sequence[Trigger]) -> tuple[int, int]:
-        """Chunks per business to the pool, with retries; release what keeps being refused.
-        The job definitions are read once here for every chunk, not once per chunk."""
-        s = self.settings
+        """Chunks per business and lane handed over to the fire path (the pool, with
+        retries); release what keeps being refused. The job definitions are read once here
+        for every chunk, not once per chunk."""
         jobs = self.store.get_jobs(list(dict.fromkeys(t.job_code for t in won))) if won else {}
         submitted = 0
         refused: list[TriggerId] = []
         for (biz_code, lane), triggers in group_by_biz_code(won).items():
-            for chunk in chunked(triggers, s.chunk_size):
-                ok = False
-                if self.on_submitted is not None:
-                    self.on_submitted(chunk, queued=True)
-                for attempt in range(s.submit_retries + 1):
-                    fire = _bind(self.fire_chunk, chunk, self.epoch, self.fence, jobs)
-                    if self.pool.try_submit(biz_code, len(chunk), fire, lane):
-                        ok = True
-                        break
-                    if attempt < s.submit_retries:
-                        self.clock.sleep(s.submit_retry_wait.total_seconds())
-                if ok:
+            for chunk in chunked(triggers, self.settings.chunk_size):
+                if self.path.hand_over(
+                    chunk, biz_code=biz_code, lane=lane, epoch=self.epoch, ownership=self.ownership, jobs=jobs
+                ):
                     submitted += len(chunk)
                 else:
-                    if self.on_submitted is not None:
-                        self.on_submitted(chunk, queued=False)  # refused: released to waiting below
                     refused += [t.id for t in chunk if t.id is not None]
         released = 0
         if refused:
@@ -289,7 +266,7 @@ class PartitionAcquirer:
                     expected_epoch=self.epoch,
                     clear_epoch=True,
                     fence_epoch=self.epoch,
-                    fence=self.fence,
+                    fence=self.ownership,
                 )
             )
             released = len(back)
@@ -298,19 +275,13 @@ class PartitionAcquirer:
                 "partition %s: fire pool refused %d trigger(s); released to waiting",
                 self.partition.name,
                 released,
-                extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.fence),
+                extra=log_fields(partition=self.partition.index, epoch=self.epoch, fence=self.ownership),
             )
         return submitted, released
 
 
 def _due_order(t: Trigger) -> tuple[datetime, int, int]:
     return (t.next_fire_at, t.priority, t.id or 0)
-
-
-def _bind(
-    fn: FireChunk, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, jobs: Mapping[JobCode, Job]
-) -> Callable[[], object]:
-    return lambda: fn(chunk, epoch, fence, jobs)
 
 
 class Admission:
@@ -322,15 +293,18 @@ class Admission:
     acquisitions for the same fires, and twice the ticks, in bench/admission). The loops
     still each own their partition; only the admit step (select, CAS, hand-off) is
     serialized, and the fire pool's work runs outside it. Reclaim hands chunks to the pool
-    too, so it takes the same lock.
+    too, so it takes the same lock. Each tick is counted in `stats` (the scheduler's figures).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stats: CoreStats | None = None) -> None:
         self.lock = threading.Lock()
+        self.stats = stats if stats is not None else CoreStats()
 
     def tick(self, acq: PartitionAcquirer) -> TickResult:
         with self.lock:
-            return acq.tick()
+            result = acq.tick()
+        self.stats.add_tick(result.acquired, result.released)
+        return result
 
 
 class PartitionLoop:
@@ -402,7 +376,9 @@ class PartitionLoop:
                 log.exception(
                     "partition %s: tick failed; retrying",
                     self.acq.partition.name,
-                    extra=log_fields(partition=self.acq.partition.index, epoch=self.acq.epoch, fence=self.acq.fence),
+                    extra=log_fields(
+                        partition=self.acq.partition.index, epoch=self.acq.epoch, fence=self.acq.ownership
+                    ),
                 )
                 wait = 1.0
             # at most max_wait between ticks (1 s, as before); real time, whatever the clock,

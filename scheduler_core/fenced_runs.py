@@ -5,8 +5,8 @@ is not published at all after the fence, and ends the same way in the store: its
 records (written pending when the chunk was admitted) say "skipped by the rollback
 fence" (final: no handler ran) and the one-shot is
 completed, which is what a rollback reads to hand the occurrence to legacy (a completed
-one-shot at or after the fence starts on legacy at its T). The completion is fenced by
-the chunk's epoch, as the fire pipeline's outcome is; the records are marked after a read
+one-shot at or after the fence starts on legacy at its T). The completion holds only
+while the chunk's epoch holds its ownership, as the fire pipeline's outcome does; the records are marked after a read
 of the epoch (a record a deposed owner marks skipped in between is one the fence covers:
 every executor skips its command when the new owner re-publishes it).
 
@@ -49,14 +49,14 @@ def skip_fenced(
     chunk: Sequence[Trigger],
     records: Sequence[FiredRecord],
     epoch: Epoch,
-    fence_name: str | None,
+    ownership: str | None,
     now: datetime,
 ) -> list[TriggerId]:
     """The chunk's runs skipped by `fence` and its one-shots completed, publishing nothing;
-    returns the triggers completed (none when the epoch is fenced: the rows stay acquired,
-    for the owner that fenced it to reclaim). `records`: the chunk's fired records as its
+    returns the triggers completed (none when the epoch no longer holds `ownership`: the
+    rows stay acquired, for the newer owner to reclaim). `records`: the chunk's fired records as its
     prepare wrote them (pending), when it was admitted."""
-    if store.current_epoch(fence_name) != epoch:
+    if store.current_epoch(ownership) != epoch:
         return []
     # pending since admission (or marked skipped only provisionally by a fence raised
     # since, undone if it is lifted): final now, for no command of theirs was published
@@ -68,10 +68,10 @@ def skip_fenced(
         ]
     )
     ids = [t.id for t in chunk if t.id is not None]
-    # acquired by this epoch -> completed, fenced by it (a one-shot's outcome, as fire.py's)
+    # acquired by this epoch -> completed, while it holds the ownership (a one-shot's outcome, as fire.py's)
     done = Transition(ids=ids, from_state=TriggerState.ACQUIRED, to_state=TriggerState.COMPLETED, fired_at_next=True)
     won = store.cas_ids(
-        dataclasses.replace(done, expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=fence_name)
+        dataclasses.replace(done, expected_epoch=epoch, clear_epoch=True, fence_epoch=epoch, fence=ownership)
     )
     log.info(
         "%d held run(s) of %s not published: the %s covers them (legacy takes them)",

@@ -1,15 +1,17 @@
 """The fire pipeline: for a chunk of acquired triggers, compute the next occurrence,
 expand sharding items page by page, persist fired records, publish each command with
-deliver-at = T, then record the outcome with a fenced CAS.
+deliver-at = T, then record the outcome with a CAS that holds only while the chunk's epoch
+still holds its ownership (the leader's, or the chunk's partition's: the store keeps the
+epoch that holds each, its ownership epoch).
 
 Order of writes (two transactions per chunk), and what a crash at each point leaves:
   1. the fired records inserted (INSERT-if-absent by command_id, state `pending`) on the
-     condition that the fence still holds the epoch, in one transaction; a deposed
-     leader writes and publishes nothing. Afterwards the trigger is still `acquired` by
+     condition that the epoch still holds the ownership, in one transaction; a deposed
+     owner writes and publishes nothing. Afterwards the trigger is still `acquired` by
      this epoch: reclaimed after its deadline and fired again, same command ids;
   2. commands published -> same, the re-fire publishes duplicates with the same ids;
   3. one transaction: the trigger CAS (next occurrence or completed, last_fired_at = the
-     occurrence), fenced by the epoch inside each UPDATE. The records are not touched:
+     occurrence), the ownership epoch checked inside each UPDATE. The records are not touched:
      this outcome, written only after the broker's ack, is what says they were published
      (`FiredState`; `SqlTriggerStore.outcome_recorded`), one row write per trigger less.
 A crash therefore leaves a re-firable trigger or a fired record, never a silent loss.
@@ -69,7 +71,7 @@ class FireOutcome:
     misfired: list[TriggerId] = field(default_factory=list)
     skipped: list[TriggerId] = field(default_factory=list)
     released: list[TriggerId] = field(default_factory=list)  # publication failed: back to waiting
-    lost: list[TriggerId] = field(default_factory=list)  # final CAS lost (fenced or reclaimed)
+    lost: list[TriggerId] = field(default_factory=list)  # final CAS lost (ownership lost, or reclaimed)
     commands: int = 0
     messages: int = 0
 
@@ -88,7 +90,7 @@ class _Plan:
 
 @dataclass(slots=True, kw_only=True)
 class Prepared:
-    """A chunk whose fired records are written (fenced) and whose messages are built, not
+    """A chunk whose fired records are written (owner-checked) and whose messages are built, not
     yet published: what a held chunk keeps until its T (`FirePipeline.deliver`)."""
 
     plans: list[_Plan]
@@ -131,31 +133,32 @@ class FirePipeline:
         self,
         triggers: Sequence[Trigger],
         epoch: Epoch,
-        fence: str | None = None,
+        ownership: str | None = None,
         may_publish: Callable[[], bool] | None = None,
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> FireOutcome:
-        """Fire a chunk acquired by `epoch`; every write is fenced by that epoch on `fence`
-        (the leader's fence when None, the chunk's partition fence under the registry).
-        `may_publish`, asked between the fired records and the publication, is the
-        owner's last look at its lease: the broker has no fence, so an owner that knows
+        """Fire a chunk acquired by `epoch`; every write holds only while `epoch` still
+        holds `ownership` (the leader's when None, the chunk's partition's under the
+        registry). `may_publish`, asked between the fired records and the publication, is
+        the owner's last look at its lease: the broker checks no epoch, so an owner that knows
         it lost the partition (a pause past its lease) publishes nothing. `jobs`: the
         chunk's job definitions as read at admission (one read per tick, not per chunk);
         read here when not given."""
-        prepared = self.prepare(triggers, epoch, fence, jobs)
+        prepared = self.prepare(triggers, epoch, ownership, jobs)
         if isinstance(prepared, FireOutcome):
             return prepared
-        return self.deliver(prepared, epoch, fence, may_publish)
+        return self.deliver(prepared, epoch, ownership, may_publish)
 
     def prepare(
         self,
         triggers: Sequence[Trigger],
         epoch: Epoch,
-        fence: str | None = None,
+        ownership: str | None = None,
         jobs: Mapping[JobCode, Job] | None = None,
     ) -> Prepared | FireOutcome:
-        """Step 1: the chunk's fired records written behind the fence, and its messages
-        built; nothing published. A FireOutcome (all lost) when the epoch is fenced. A
+        """Step 1: the chunk's fired records written while `epoch` holds `ownership`, and
+        its messages built; nothing published. A FireOutcome (all lost) when the epoch
+        no longer holds it. A
         held chunk is prepared at admission and only delivered at T (`scheduler_core.hold`):
         its records are in the store from admission on, as a chunk published ahead."""
         out = FireOutcome()
@@ -179,15 +182,17 @@ class FirePipeline:
                 else:
                     messages.append(e.message())
         messages += _pack(small, int(self.settings.pack_window.total_seconds() * 1000))
-        # 1. fired records first, behind the fence read in the same transaction: from here
-        # on the occurrence can never be lost silently, and a deposed leader (a newer one
-        # fenced the store) writes and publishes nothing; its rows stay acquired by the
-        # dead epoch and the new leader reclaims them (same command ids)
-        if not self.store.put_fired_fenced(records, epoch, fence):
+        # 1. fired records first, the ownership epoch read in the same transaction: from
+        # here on the occurrence can never be lost silently, and a deposed owner (a newer
+        # epoch claimed the ownership) writes and publishes nothing; its rows stay acquired
+        # by the dead epoch and the new owner reclaims them (same command ids)
+        if not self.store.put_fired_fenced(records, epoch, ownership):
             out.lost = [p.trigger.id for p in plans if p.trigger.id is not None]
             self.metrics.cas_losses.labels(stage="fenced").inc(len(out.lost))
             log.warning(
-                "epoch %s is fenced; dropping a chunk of %d trigger(s) for the new leader", epoch, len(out.lost)
+                "epoch %s no longer holds its ownership; dropping a chunk of %d trigger(s) for the new owner",
+                epoch,
+                len(out.lost),
             )
             return out
         return Prepared(plans=plans, records=records, messages=messages)
@@ -196,7 +201,7 @@ class FirePipeline:
         self,
         prepared: Prepared,
         epoch: Epoch,
-        fence: str | None = None,
+        ownership: str | None = None,
         may_publish: Callable[[], bool] | None = None,
     ) -> FireOutcome:
         """Steps 2 and 3 of a prepared chunk: publish, then the outcome CAS."""
@@ -242,16 +247,16 @@ class FirePipeline:
             # Release to waiting with the same next_fire_at: the next tick fires the same
             # occurrence again with the same command ids.
             ids = [p.trigger.id for p in plans if p.trigger.id is not None]
-            out.released = self.store.cas_ids(_settle(ids, TriggerState.WAITING, epoch, fence, clear_epoch=True))
+            out.released = self.store.cas_ids(_settle(ids, TriggerState.WAITING, epoch, ownership, clear_epoch=True))
             return out
         out.commands = sum(r.item_count for r in records if r.state is FiredState.PENDING)
         out.messages = len(messages)
         # one counter update per business, not per message
         for biz_code, n in Counter(m.properties.get("biz_code", "") for m in messages).items():
             self.metrics.published.labels(biz_code=biz_code).inc(n)
-        # 3. the outcome, fenced by the epoch: recorded only now, after the broker's ack, it
+        # 3. the outcome, checked against the ownership epoch: recorded only now, after the broker's ack, it
         # is what says the chunk's records were published (no stamp on them: FiredState)
-        self._record_outcome(plans, epoch, self.clock.now(), out, fence)
+        self._record_outcome(plans, epoch, self.clock.now(), out, ownership)
         return out
 
     def run_now(
@@ -423,7 +428,7 @@ class FirePipeline:
         epoch: Epoch,
         now: datetime,
         out: FireOutcome,
-        fence: str | None = None,
+        ownership: str | None = None,
     ) -> None:
         reschedule = {p.trigger.id: p.next_at for p in plans if p.next_at is not None and p.trigger.id is not None}
         complete = [p.trigger.id for p in plans if p.next_at is None and p.trigger.id is not None]
@@ -437,7 +442,7 @@ class FirePipeline:
                 ids,
                 TriggerState.WAITING,
                 epoch,
-                fence,
+                ownership,
                 clear_epoch=True,
                 next_fire_at=reschedule,
                 last_fired_at={i: fired_at[i] for i in ids},
@@ -445,7 +450,7 @@ class FirePipeline:
         if complete:
             # a completing trigger's next_fire_at is the occurrence just fired: stamped
             # from the row itself, in one statement for the whole chunk
-            changes["completed"] = _settle(complete, TriggerState.COMPLETED, epoch, fence, fired_at_next=True)
+            changes["completed"] = _settle(complete, TriggerState.COMPLETED, epoch, ownership, fired_at_next=True)
         answered = self.store.finish_fire(list(changes.values()))
         winners = dict(zip(changes, answered, strict=True))
         out.rescheduled = winners.get("rescheduled", [])
@@ -465,9 +470,13 @@ class FirePipeline:
             if p.misfired:
                 out.misfired.append(tid)
         if out.lost:
-            # Fenced or reclaimed: the newer owner fires the same occurrence with the same ids.
+            # Ownership lost or rows reclaimed: the newer owner fires the same occurrence with the same ids.
             self.metrics.cas_losses.labels(stage="outcome").inc(len(out.lost))
-            log.warning("lost the outcome CAS for %d trigger(s) (epoch %s fenced or reclaimed)", len(out.lost), epoch)
+            log.warning(
+                "lost the outcome CAS for %d trigger(s) (epoch %s lost its ownership, or they were reclaimed)",
+                len(out.lost),
+                epoch,
+            )
         for p in plans:
             if p.misfired:
                 self.metrics.misfires.labels(policy=p.trigger.misfire_policy.value).inc()
@@ -479,7 +488,7 @@ def _settle(
     ids: Sequence[TriggerId],
     to_state: TriggerState,
     epoch: Epoch,
-    fence: str | None,
+    ownership: str | None,
     *,
     clear_epoch: bool = False,
     next_fire_at: Mapping[TriggerId, datetime] | None = None,
@@ -487,8 +496,9 @@ def _settle(
     fired_at_next: bool = False,
 ) -> Transition:
     """A chunk's triggers out of ACQUIRED, back to waiting or completed: only the rows
-    `epoch` still holds change, and only while `epoch` still leads (fenced), so a deposed
-    or reclaimed owner's release or outcome is refused."""
+    `epoch` still holds change, and only while `epoch` still holds `ownership`, so a
+    deposed or reclaimed owner's release or outcome is refused. (`Transition`'s
+    `fence`/`fence_epoch` are the store port's names for the ownership and its epoch.)"""
     return Transition(
         ids=ids,
         from_state=TriggerState.ACQUIRED,
@@ -496,7 +506,7 @@ def _settle(
         expected_epoch=epoch,
         clear_epoch=clear_epoch,
         fence_epoch=epoch,
-        fence=fence,
+        fence=ownership,
         next_fire_at=next_fire_at,
         last_fired_at=last_fired_at,
         fired_at_next=fired_at_next,

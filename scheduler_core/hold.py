@@ -1,6 +1,6 @@
 """Chunks of one-shot triggers admitted shortly before their fire time, held by the
 scheduler and fired at T (recurring triggers keep publishing their lookahead ahead: see
-`SchedulerCore._fire_chunk`).
+`scheduler_core.firepath`, which decides what is held).
 
 A command published ahead of T waits at the broker for its deliver-at, and the broker's
 delayed delivery runs on a tick: Pulsar hands it over up to a tick late (100 ms here,
@@ -10,9 +10,9 @@ its T (a trigger created with a short delay, woken at once) is kept here, still 
 by this epoch, and handed to the fire pool at T; its lag is then the fire itself.
 
 A held chunk is prepared when it is admitted (`FirePipeline.prepare`: its fired records
-written behind the fence, its messages built), so at T only the publication and the
+written while the epoch holds its ownership, its messages built), so at T only the publication and the
 outcome CAS are left. Chunks held for the same T by the same owner (one business, epoch
-and fence) are delivered as one at T: a business adding 20 jobs due together, spread
+and ownership) are delivered as one at T: a business adding 20 jobs due together, spread
 over a tick's 16 partitions, is one publication and one outcome CAS at T, not eight
 parallel fires queueing for the pool and the GIL (p50 52 ms at 200/s before, measured).
 
@@ -32,6 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from scheduler_core.model import Trigger
@@ -58,9 +59,6 @@ class _Held:
     parts: list[Any] = field(compare=False)
     fire: Fire = field(compare=False)
     bucket: int = field(compare=False)
-
-    def work(self) -> None:
-        self.fire(self.due_ms, self.parts)
 
 
 def by_due(chunk: Sequence[Trigger], spread_ms: int) -> list[tuple[int, list[Trigger]]]:
@@ -133,7 +131,7 @@ class HeldChunks:
         """Keep `part` (`size` triggers of one business, owned under `key`) until `due_ms`
         when it is due within the hold and the hold of its broker tick has room; False:
         the caller fires it now. Parts held for the same T under the same key are fired
-        together, by the first one's `fire`: one key, one owner (epoch and fence)."""
+        together, by the first one's `fire`: one key, one owner (epoch and ownership)."""
         bucket = due_ms // self.window_ms
         with self._lock:
             if not self._takes(due_ms, size):
@@ -182,7 +180,8 @@ class HeldChunks:
 
     def _offer(self, h: _Held) -> bool:
         try:
-            return self.submit(h.biz_code, h.size, h.work)
+            # the pool runs the owner's delivery itself: no hop back through this module
+            return self.submit(h.biz_code, h.size, partial(h.fire, h.due_ms, h.parts))
         except RuntimeError as exc:  # the pool is shutting down: the rows are reclaimed
             log.warning("a held chunk of %d trigger(s) not fired (%s); reclaimed after its deadline", h.size, exc)
             return True

@@ -5,10 +5,11 @@ partition's current owner and fired again with the same command ids."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from scheduler_core.acquire import Admission, PartitionAcquirer
+from scheduler_core.firepath import InFlight
 from scheduler_core.logfields import log_fields
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import Epoch, TriggerId, TriggerState
@@ -26,7 +27,7 @@ class Reclaimer:
         settings: SchedulerSettings,
         metrics: SchedulerMetrics,
         admission: Admission,
-        in_flight: Callable[[TriggerId], bool],
+        in_flight: InFlight,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -45,7 +46,7 @@ class Reclaimer:
         return self.reclaim(acquirers)
 
     def reclaim(self, acquirers: Sequence[PartitionAcquirer]) -> int:
-        """Each partition's expired acquisitions, under its owner's epoch and fence."""
+        """Each partition's expired acquisitions, under its owner's epoch and ownership."""
         now = self.clock.now()
         total = 0
         for acq in acquirers:
@@ -58,7 +59,7 @@ class Reclaimer:
         expired = self.store.select_expired(acq.partition, now, None, self.settings.batch_size)
         by_epoch: dict[Epoch | None, list[TriggerId]] = {}
         for t in expired:
-            if t.id is not None and not self.in_flight(t.id):
+            if t.id is not None and not self.in_flight.contains(t.id):
                 by_epoch.setdefault(t.owner_epoch, []).append(t.id)
         for old_epoch, ids in by_epoch.items():
             won = self.store.cas(
@@ -70,7 +71,7 @@ class Reclaimer:
                     epoch=acq.epoch,
                     deadline=now + self.settings.acquire_deadline,
                     fence_epoch=acq.epoch,
-                    fence=acq.fence,
+                    fence=acq.ownership,
                 )
             )
             if won:
@@ -79,7 +80,7 @@ class Reclaimer:
                     acq.partition.name,
                     len(won),
                     old_epoch,
-                    extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.fence),
+                    extra=log_fields(partition=acq.partition.index, epoch=acq.epoch, fence=acq.ownership),
                 )
                 self.metrics.reclaimed.inc(len(won))
                 acq.submit(won)

@@ -1,4 +1,4 @@
-"""The scheduler: campaigns for leadership, fences the store with its epoch, runs one
+"""The scheduler: campaigns for leadership, claims the store's ownership with its epoch, runs one
 acquire loop per partition and the reclaimer while it leads, and applies results from
 the callback topic whether it leads or not.
 
@@ -10,29 +10,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import partial
 
 from scheduler_core.acquire import Admission, PartitionAcquirer, PartitionLoop, TickResult
 from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.control import Owned, Relay, RelayScope, relay_round
 from scheduler_core.errors import BusError, StoreError
-from scheduler_core.fence import Fence
-from scheduler_core.fenced_runs import covered, skip_fenced
-from scheduler_core.fire import FireOutcome, FirePipeline, Prepared
+from scheduler_core.firepath import CoreStats, FirePath, InFlight
 from scheduler_core.firepool import FirePool
-from scheduler_core.hold import HeldChunks, by_due
+from scheduler_core.hold import HeldChunks
 from scheduler_core.logfields import log_fields
 from scheduler_core.lookahead import AdaptiveLookahead
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, Job, JobCode, Trigger, TriggerId, TriggerKind
+from scheduler_core.model import Epoch
 from scheduler_core.ports import (
     Clock,
     Election,
-    FenceStore,
     MessageBus,
     Partition,
     TriggerStore,
@@ -44,40 +39,18 @@ from scheduler_core.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class CoreStats:
-    ticks: int = 0
-    acquired: int = 0
-    fired: int = 0
-    commands: int = 0
-    messages: int = 0
-    completed: int = 0
-    misfired: int = 0
-    skipped: int = 0
-    released: int = 0
-    reclaimed: int = 0
-    lost: int = 0
-    fire_errors: int = 0
-    last_error: str = ""
-
-    def add(self, out: FireOutcome) -> None:
-        self.fired += len(out.fired)
-        self.commands += out.commands
-        self.messages += out.messages
-        self.completed += len(out.completed)
-        self.misfired += len(out.misfired)
-        self.skipped += len(out.skipped)
-        self.released += len(out.released)
-        self.lost += len(out.lost)
+__all__ = ["CoreStats", "Scheduler", "SchedulerCore", "SchedulerStatus", "consume_results", "listen_for_wakeups"]
 
 
 class SchedulerCore:
-    """The leader's work for one epoch: every partition, fenced by the leader's epoch.
+    """The leader's work for one epoch: every partition, each write checked against the
+    leader's ownership epoch.
 
     Under the shard registry a member's core starts with no partition (`partitions=[]`)
-    and is given each partition it takes with that partition's own epoch and fence
-    (`own`), and loses it again (`disown`)."""
+    and is given each partition it takes with that partition's own epoch and ownership
+    (`own`), and loses it again (`disown`). What happens to an acquired chunk is
+    `scheduler_core.firepath`'s: the core builds the path's parts and hands each acquirer
+    the path, never a call back into itself."""
 
     def __init__(
         self,
@@ -90,25 +63,19 @@ class SchedulerCore:
         *,
         inline: bool = False,
         partitions: Sequence[Partition] | None = None,
+        ownership_alive: Callable[[], bool] | None = None,
     ) -> None:
+        """`ownership_alive`: under the registry, whether the member's lease is known
+        alive (asked before publishing)."""
         self.store = store
         self.clock = clock
         self.epoch = epoch
         self.settings = settings or SchedulerSettings()
         self.metrics = metrics or SchedulerMetrics()
         self.stats = CoreStats()
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self.admission = Admission()
-        self._in_flight: set[TriggerId] = set()
-        # triggers queued or firing, per fence: a partition handed over on purpose is
-        # released only once its own chunks are done
-        self._pending: Counter[str | None] = Counter()
-        # fences whose ownership was lost: their queued chunks are dropped, not fired (the
-        # new owner reclaims those rows after their deadline, same command ids)
-        self._revoked: set[tuple[str | None, Epoch]] = set()
-        # under the registry: the member's lease is known alive (asked before publishing)
-        self.ownership_alive: Callable[[], bool] = lambda: True
+        self._lock = threading.Lock()  # the acquirers list is replaced under it
+        self.admission = Admission(self.stats)
+        self.in_flight = InFlight(ownership_alive)
         self.pool = FirePool(
             self.settings.fire_pool_capacity,
             self.settings.fire_workers,
@@ -116,9 +83,6 @@ class SchedulerCore:
             inline=inline,
             lane_budget_of=self.settings.lane_pool_budget,
         )
-        self.pipeline = FirePipeline(store, bus, clock, self.settings, self.metrics)
-        # the rollback fences, read for a held chunk at its T (the SQL store keeps them)
-        self.fences: FenceStore | None = store if isinstance(store, FenceStore) else None
         # chunks due within hold_within, fired at T (the threaded pool only: driven-clock
         # tests fire on the caller's thread as they tick)
         within_ms = int(self.settings.hold_within.total_seconds() * 1000)
@@ -133,6 +97,18 @@ class SchedulerCore:
                 merge_max=self.settings.batch_size,
                 early_ms=int(self.settings.hold_read_ahead.total_seconds() * 1000),
             )
+        self.path = FirePath(
+            store=store,
+            bus=bus,
+            clock=clock,
+            settings=self.settings,
+            metrics=self.metrics,
+            pool=self.pool,
+            held=self.held,
+            in_flight=self.in_flight,
+            stats=self.stats,
+        )
+        self.pipeline = self.path.pipeline
         # each lane's window from the forecast (issue 29); None: the one fixed lookahead
         self.lookahead = (
             AdaptiveLookahead(store, clock, self.settings, self.metrics) if self.settings.adaptive_lookahead else None
@@ -140,31 +116,30 @@ class SchedulerCore:
         self.acquirers = [
             self._acquirer(p, epoch, None) for p in (store.partitions() if partitions is None else partitions)
         ]
-        self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self._is_in_flight)
+        self.reclaimer = Reclaimer(store, clock, self.settings, self.metrics, self.admission, self.in_flight)
 
-    def _acquirer(self, partition: Partition, epoch: Epoch, fence: str | None) -> PartitionAcquirer:
+    def _acquirer(self, partition: Partition, epoch: Epoch, ownership: str | None) -> PartitionAcquirer:
         return PartitionAcquirer(
             partition=partition,
             store=self.store,
             pool=self.pool,
-            fire_chunk=self._fire_chunk,
+            path=self.path,
             clock=self.clock,
             settings=self.settings,
             metrics=self.metrics,
             epoch=epoch,
-            fence=fence,
-            on_submitted=lambda chunk, *, queued: self._queued(chunk, queued=queued, fence=fence),
+            ownership=ownership,
             lookahead=self.lookahead,
         )
 
     def own(self, partition: Partition, epoch: Epoch) -> PartitionAcquirer:
         """Admit `partition` from now on as its owner of `epoch` (the registry handed it
-        over and the store's partition fence was claimed with that epoch)."""
+        over and the partition's ownership was claimed in the store with that epoch)."""
         acq = self._acquirer(partition, epoch, partition_fence(partition))
         # not under the admission lock: a take must not wait for another partition's tick
         # (the list is replaced, never changed in place, so a reclaim pass keeps its own)
         with self._lock:
-            self._revoked.discard((acq.fence, epoch))
+            self.in_flight.restore(acq.ownership, epoch)
             self.acquirers = [a for a in self.acquirers if a.partition.index != partition.index] + [acq]
         return acq
 
@@ -172,184 +147,16 @@ class SchedulerCore:
         """Stop admitting `acq`'s partition. Lost (the lease expired, a newer owner may be
         admitting): its queued chunks are dropped. Handed over on purpose: wait, at most
         `timeout`, until its chunks are done; True when none is left."""
-        with self.admission.lock, self._lock:
-            self.acquirers = [a for a in self.acquirers if a is not acq]
-            if lost:
-                self._revoked.add((acq.fence, acq.epoch))
-                return True
-            return self._idle.wait_for(lambda: self._pending[acq.fence] <= 0, timeout)
-
-    def _may_publish(self, fence: str, epoch: Epoch) -> bool:
-        with self._lock:
-            if (fence, epoch) in self._revoked:
-                return False
-        return self.ownership_alive()
-
-    def _is_in_flight(self, trigger_id: TriggerId) -> bool:
-        with self._lock:
-            return trigger_id in self._in_flight
-
-    def _queued(self, chunk: Sequence[Trigger], *, queued: bool, fence: str | None) -> None:
-        ids = [t.id for t in chunk if t.id is not None]
-        with self._lock:
-            if queued:
-                self._in_flight.update(ids)
-                self._pending[fence] += len(chunk)
-            else:
-                self._in_flight.difference_update(ids)
-                self._done(fence, len(chunk))
-
-    def _done(self, fence: str | None, n: int) -> None:
-        self._pending[fence] = max(0, self._pending[fence] - n)
-        self._idle.notify_all()
-
-    def _fire_chunk(
-        self,
-        chunk: Sequence[Trigger],
-        epoch: Epoch,
-        fence: str | None = None,
-        jobs: Mapping[JobCode, Job] | None = None,
-    ) -> None:
-        if self.held is not None and chunk and all(t.kind is TriggerKind.ONCE for t in chunk):
-            # a one-shot due shortly: prepared now (its fired records written), kept (still
-            # queued and in flight for the reclaimer and a handover) and delivered at T; a
-            # later tick's chunks never wait behind it. Recurring triggers are not held:
-            # held, a trigger firing every second would publish one occurrence per T instead
-            # of its lookahead's ahead of time, which rollback fences and a scheduler's
-            # downtime rely on (the broker holds them). Cut by T (no trigger published
-            # ahead of its T, to the broker's tick) and delivered with what this owner
-            # holds for the same T (one publication and one CAS at T for all)
-            rest: list[Trigger] = []
-            biz_code = chunk[0].biz_code
-            for due_ms, group in by_due(chunk, int(self.settings.hold_spread.total_seconds() * 1000)):
-                if not self.held.accepts(due_ms, len(group)):
-                    rest += group
-                    continue
-                prepared = self._guard(group, epoch, fence, partial(self.pipeline.prepare, group, epoch, fence, jobs))
-                if isinstance(prepared, Prepared) and not self.held.hold(
-                    due_ms, (biz_code, epoch, fence), biz_code, len(group), prepared, self._deliver_held(epoch, fence)
-                ):
-                    self._guard(group, epoch, fence, partial(self.pipeline.deliver, prepared, epoch, fence))
-            if not rest:
-                return
-            chunk = rest
-        self._fire_now(chunk, epoch, fence, jobs)
-
-    def _fire_now(
-        self,
-        chunk: Sequence[Trigger],
-        epoch: Epoch,
-        fence: str | None = None,
-        jobs: Mapping[JobCode, Job] | None = None,
-    ) -> None:
-        self._guard(
-            chunk,
-            epoch,
-            fence,
-            lambda: self.pipeline.fire(chunk, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs),
-        )
-
-    def _check(self, fence: str | None, epoch: Epoch) -> Callable[[], bool] | None:
-        """The owner's last look at its partition before publishing (registry members)."""
-        return None if fence is None else partial(self._may_publish, fence, epoch)
-
-    def _guard(
-        self, chunk: Sequence[Trigger], epoch: Epoch, fence: str | None, step: Callable[[], FireOutcome | Prepared]
-    ) -> Prepared | None:
-        """One step of a chunk's fire on a pool thread: nothing for an owner whose fence
-        was revoked, an error counted and logged, never raised (the rows stay acquired by
-        this epoch: reclaimed after their deadline, same command ids). The chunk is done
-        (out of flight) after the step, unless the step prepared it for a later one."""
-        ids = [t.id for t in chunk if t.id is not None]
-        with self._lock:
-            self._in_flight.update(ids)
-            dropped = (fence, epoch) in self._revoked
-        result: FireOutcome | Prepared | None = None
-        try:
-            if dropped:
-                log.warning(
-                    "partition fence %s: ownership of epoch %s lost; %d queued trigger(s) left to the new owner",
-                    fence,
-                    epoch,
-                    len(ids),
-                    extra=log_fields(epoch=epoch, fence=fence),
-                )
-                return None
-            result = step()
-            if isinstance(result, FireOutcome):
-                with self._lock:
-                    self.stats.add(result)
-            return result if isinstance(result, Prepared) else None
-        except Exception as exc:  # a chunk must never kill the pool thread
-            self.metrics.errors.labels(component="fire").inc()
+        with self.admission.lock:
             with self._lock:
-                self.stats.fire_errors += 1
-                self.stats.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception(
-                "fire of %d trigger(s) failed; they will be reclaimed after their deadline",
-                len(ids),
-                extra=log_fields(epoch=epoch, fence=fence),
-            )
-            return None
-        finally:
-            if not isinstance(result, Prepared):
-                with self._lock:
-                    self._in_flight.difference_update(ids)
-                    self._done(fence, len(chunk))
-
-    def _deliver_held(self, epoch: Epoch, fence: str | None) -> Callable[[int, list[Prepared]], None]:
-        def deliver(due_ms: int, parts: list[Prepared]) -> None:
-            prepared = Prepared.merged(parts)
-            self._guard(prepared.triggers, epoch, fence, partial(self._held_at_due, prepared, epoch, fence, due_ms))
-
-        return deliver
-
-    def _held_at_due(self, prepared: Prepared, epoch: Epoch, fence: str | None, due_ms: int) -> FireOutcome:
-        """Held chunks at their T: what a rollback fence raised while they were held covers
-        is not published, only recorded skipped (`scheduler_core.fenced_runs`); the rest is
-        published, with the records written at admission."""
-        chunk = prepared.triggers
-        hit: list[Trigger] = []
-        business_fence: Fence | None = None
-        if self.fences is not None:
-            try:
-                hit, _rest, business_fence = covered(self.fences, chunk)
-            except Exception:  # the store briefly away: fire as before (the executors follow the fence)
-                log.exception(
-                    "reading the rollback fence of a held chunk failed; firing it", extra=log_fields(epoch=epoch)
-                )
-        # handed over up to hold_read_ahead early: nothing is published before T (a chunk
-        # handed over earlier, by a stop, goes out now with its deliver-at, as unheld ones)
-        ahead_s = (due_ms - self.clock.now_ms()) / 1000
-        if ahead_s <= self.settings.hold_read_ahead.total_seconds():
-            self.clock.sleep(ahead_s)
-        if not hit or business_fence is None:
-            return self.pipeline.deliver(prepared, epoch, fence, self._check(fence, epoch))
-        skipped = {t.id for t in hit}
-        records = [r for r in prepared.records if r.trigger_id in skipped]
-        done = skip_fenced(self.store, business_fence, hit, records, epoch, fence, self.clock.now())
-        with self._lock:
-            self.stats.skipped += len(done)
-        rest = [t for t in chunk if t.id not in skipped]
-        # a chunk the fence cut (rare: the fence's `from` inside the chunk's few ms): the rest
-        # fired afresh, as unheld (its records are there already: the same ids, no-ops;
-        # its messages are rebuilt, a packed one may carry runs of both parts)
-        jobs = {p.job.job_code: p.job for p in prepared.plans if p.job is not None}
-        return (
-            self.pipeline.fire(rest, epoch, fence=fence, may_publish=self._check(fence, epoch), jobs=jobs)
-            if rest
-            else FireOutcome()
-        )
+                self.acquirers = [a for a in self.acquirers if a is not acq]
+            if lost:
+                self.in_flight.revoke(acq.ownership, acq.epoch)
+                return True
+            return self.in_flight.wait_done(acq.ownership, timeout)
 
     def tick(self, acquirer: PartitionAcquirer) -> TickResult:
-        result = self.admission.tick(acquirer)
-        with self._lock:
-            self.stats.ticks += 1
-            self.stats.acquired += result.acquired
-            # acquired but refused by the fire pool, and released to waiting: they come back
-            # on a later tick, so `acquired` exceeds `fired` by exactly these
-            self.stats.released += result.released
-        return result
+        return self.admission.tick(acquirer)
 
     def tick_all(self) -> list[TickResult]:
         """One tick of every partition, then reclaim if due (driven tests, demos)."""
@@ -366,8 +173,7 @@ class SchedulerCore:
         return self._count_reclaimed(self.reclaimer.reclaim(self.acquirers))
 
     def _count_reclaimed(self, n: int) -> int:
-        with self._lock:
-            self.stats.reclaimed += n
+        self.stats.add_reclaimed(n)
         return n
 
     def drain(self, timeout: float = 30.0) -> bool:
@@ -451,9 +257,11 @@ class Scheduler:
                 if epoch is None:
                     continue
                 if not self.store.claim_epoch(epoch):
-                    # a newer leader already fenced the store: we are not it
+                    # a newer leader already claimed the store's ownership: we are not it
                     log.warning(
-                        "epoch %s is older than the store's fence; stepping down", epoch, extra=log_fields(epoch=epoch)
+                        "epoch %s is older than the store's ownership epoch; stepping down",
+                        epoch,
+                        extra=log_fields(epoch=epoch),
                     )
                     self.election.resign()
                     continue
@@ -471,7 +279,9 @@ class Scheduler:
         self.status.terms += 1
         self.status.stats = core.stats
         self.metrics.leader.set(1)
-        loops = [PartitionLoop(a, core.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers]
+        loops = [
+            PartitionLoop(a, core.admission.tick, stop, self.election.is_leader, self.metrics) for a in core.acquirers
+        ]
         for loop in loops:
             loop.start()
         unlisten = listen_for_wakeups(
@@ -501,7 +311,7 @@ class Scheduler:
                 loop.join(timeout=10)
             if deposed:
                 # queued chunks are the new leader's to reclaim; firing them now would only
-                # publish duplicates (the fence refuses their outcome anyway)
+                # publish duplicates (their outcome is refused anyway: the epoch no longer holds the ownership)
                 core.shutdown(cancel=True)
             else:
                 core.drain(timeout=30)

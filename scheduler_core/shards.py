@@ -2,8 +2,8 @@
 
 Each member computes the same rendezvous assignment from the live member set
 (`assignment`), takes a partition assigned to it only when nobody owns it (released by
-its previous owner, or gone with that owner's lease), claims the partition's fence in the
-store with the ownership's epoch, and runs that partition's acquire loop. A partition no
+its previous owner, or gone with that owner's lease), claims the partition's ownership in
+the store with the ownership's epoch, and runs that partition's acquire loop. A partition no
 longer assigned to it (a member joined) is stopped, its chunks finished, and released.
 A lost lease (a pause longer than the TTL) stops every partition at once and drops what
 is queued; the member rejoins as a new incarnation and takes partitions with new epochs.
@@ -82,9 +82,16 @@ class ShardedScheduler:
         self.partitions = {p.index: p for p in store.partitions()}
         self.run_loops = run_loops
         self.core = SchedulerCore(
-            store, bus, clock, Epoch(0), self.settings, self.metrics, partitions=[], inline=inline
+            store,
+            bus,
+            clock,
+            Epoch(0),
+            self.settings,
+            self.metrics,
+            partitions=[],
+            inline=inline,
+            ownership_alive=registry.alive,
         )
-        self.core.ownership_alive = registry.alive
         self.status = MemberStatus(member=registry.member, stats=self.core.stats)
         self._owned: dict[int, _Owned] = {}
         self._wanted_since: dict[int, float] = {}
@@ -97,13 +104,13 @@ class ShardedScheduler:
 
     def owner(self, trigger_id: int) -> Owned | None:
         """The ownership of the trigger's partition when this member holds it (and knows
-        its lease alive): the relays write under that partition's epoch and fence."""
+        its lease alive): the relays write under that partition's epoch and ownership."""
         if not self.partitions:
             return None
         owned = self._owned.get(partition_of(trigger_id, len(self.partitions)))
         if owned is None or owned.loop.lost.is_set() or not self.registry.alive():
             return None
-        return Owned(owned.acq.epoch, owned.acq.fence)
+        return Owned(owned.acq.epoch, owned.acq.ownership)
 
     def business_wide(self) -> bool:
         """The owner of the lowest partition relays the business-wide messages: one member
@@ -223,7 +230,7 @@ class ShardedScheduler:
                 return
             current = view.owners.get(index)
             if current is not None and current.member == me:
-                # ours in etcd but not running here: a take whose fence claim failed (the
+                # ours in etcd but not running here: a take whose ownership claim failed (the
                 # database away, or a lock held by a paused predecessor): claim again
                 self._start(index, current.epoch, now)
                 continue
@@ -248,9 +255,9 @@ class ShardedScheduler:
     def _start(self, index: int, epoch: Epoch, now: float) -> None:
         partition = self.partitions[index]
         if not self.store.claim_epoch(epoch, partition_fence(partition)):
-            # a newer ownership already fenced it: ours is stale, give the key back
+            # a newer epoch already holds the ownership: ours is stale, give the key back
             log.warning(
-                "partition %s: epoch %s is older than the store's fence; releasing",
+                "partition %s: epoch %s is older than the store's ownership epoch; releasing",
                 index,
                 epoch,
                 extra=log_fields(partition=index, epoch=epoch),
@@ -258,7 +265,9 @@ class ShardedScheduler:
             self.registry.release(index, epoch)
             return
         acq = self.core.own(partition, epoch)
-        loop = PartitionLoop(acq, self.core.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics)
+        loop = PartitionLoop(
+            acq, self.core.admission.tick, threading.Event(), lambda: self._owns(index, epoch), self.metrics
+        )
         self._owned[index] = _Owned(acq, loop)
         self._takes += 1  # the relays read the store whole once: the previous owner's may not have carried all
         if self.run_loops:
@@ -319,7 +328,7 @@ class ShardedScheduler:
             self.core.shutdown()
         else:
             # queued chunks are the next owners' to reclaim: firing them would only be
-            # refused by the fences (or publish duplicates)
+            # refused by the ownership epochs (or publish duplicates)
             self.core.shutdown(cancel=True)
         self._owned.clear()
         self.metrics.partitions_owned.set(0)

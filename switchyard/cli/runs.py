@@ -13,7 +13,6 @@ import click
 from scheduler_core.model import FiredState, JobCode
 from scheduler_core.stops import StopService
 from scheduler_core.store import run_log
-from scheduler_core.store.executors import SqlExecutorRegistry
 from scheduler_core.store.job_admin import SqlJobAdmin
 from scheduler_core.store.purge import MAX_BATCH, PurgeProgress, SqlPurge
 from scheduler_core.store.stops import SqlStops
@@ -24,7 +23,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits
 from switchyard.cli.options import store_url
 from switchyard.jobs import Jobs, UnknownName
-from switchyard.wiring import migrator_store, open_existing_store
+from switchyard.wiring import executor_registry, migrator_store, open_existing_store
 
 STATES = [s.value for s in FiredState]
 # a younger final run may still have a result redelivered (its follow-up claim must stand)
@@ -99,7 +98,7 @@ def runs(
         rows = SqlJobAdmin(store).runs(
             job_code=job_code, biz_code=biz_code, states=states, since=now - window, before=until, limit=limit
         )
-        names = SqlExecutorRegistry(store.engine).names(r["executor"] for r in rows)
+        names = executor_registry(store).names(r["executor"] for r in rows)
     finally:
         store.engine.dispose()
     out = [_row(r, names) for r in rows]
@@ -170,7 +169,7 @@ def log_lines(fired_id: str, item: int | None, url: str, as_json: bool) -> None:
         if record is None:
             raise CliFailure(f"bad input: fired id: no fired record {fired_id!r}", exitcodes.USAGE)
         lines = run_log.logs(store, fired_id, item)
-        names = SqlExecutorRegistry(store.engine).names([record["executor"]])
+        names = executor_registry(store).names([record["executor"]])
     finally:
         store.engine.dispose()
     out = [{**r, "logged_at": _iso(r["logged_at"])} for r in lines]

@@ -21,11 +21,11 @@ from dualrun.settings import parse_duration
 from reports.redact import redact_tree
 from scheduler_core.model import FiredState
 from scheduler_core.store import run_log
-from scheduler_core.store.executors import SqlExecutorRegistry
 from switchyard.console import run_charts
 from switchyard.console.data import Sources
 from switchyard.console.responses import HEADERS, BadInput, Failure, error_response, failure, page_context
 from switchyard.console.templating import render
+from switchyard.wiring import executor_registry
 
 STATES = tuple(s.value for s in FiredState)
 WINDOWS = ("1h", "24h", "7d", "30d")
@@ -123,7 +123,7 @@ def _limit(q: Any) -> int:
 def runs_page(src: Sources, q: Any) -> dict[str, Any]:
     f, shown = _filter(src, q)
     rows, nxt = run_log.page(src.store, f, before=_cursor(q.get("before")), limit=_limit(q))
-    names = SqlExecutorRegistry(src.store.engine).names(r["executor"] for r in rows)
+    names = executor_registry(src.store).names(r["executor"] for r in rows)
     body = {
         "filter": shown,
         "runs": [run_row(r, names) for r in rows],
@@ -137,7 +137,7 @@ def run_detail(src: Sources, fired_id: str) -> dict[str, Any] | None:
     if row is None:
         return None
     logs = [{**r, "logged_at": _iso(r["logged_at"])} for r in run_log.logs(src.store, fired_id)]
-    names = SqlExecutorRegistry(src.store.engine).names([row["executor"] or ""])
+    names = executor_registry(src.store).names([row["executor"] or ""])
     return redact_tree({"run": {**run_row(row, names), "item_states": row.get("item_states") or ""}, "logs": logs})
 
 

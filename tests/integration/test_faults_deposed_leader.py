@@ -48,7 +48,7 @@ BIZ = "deposed"
 FIRE_WORKERS, CHUNK = 2, 100  # CHUNK: SchedulerSettings.chunk_size (the default)
 # generous on a loaded machine: the deposed epoch's rows are reclaimed by the new leader
 # once this has passed (a leader never reclaims its own queued chunks: they are marked in
-# flight when submitted, `SchedulerCore._queued`)
+# flight when submitted, `scheduler_core.firepath.InFlight.queued`)
 ACQUIRE_DEADLINE_S = 10
 LOST_BOUND_S = 20.0  # lease TTL 2 s, one keep-alive round trip, joins of the acquire loops
 
