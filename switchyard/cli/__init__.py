@@ -2,32 +2,85 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import click
 
 from switchyard import exitcodes
-from switchyard.cli.alerts import alerts
 from switchyard.cli.config import config_option
-from switchyard.cli.console import console
-from switchyard.cli.cron import cron
-from switchyard.cli.cutover import cutover, dualrun_start, rollback, status
-from switchyard.cli.db import db
-from switchyard.cli.demo import demo
-from switchyard.cli.dualrun import dualrun
-from switchyard.cli.executor import executor
-from switchyard.cli.executors import executors
 from switchyard.cli.exits import exits_as
-from switchyard.cli.freeze import freeze, unfreeze
-from switchyard.cli.job import job
-from switchyard.cli.migrate import migrate
-from switchyard.cli.report import report
-from switchyard.cli.run import run_group
-from switchyard.cli.runs import runs
-from switchyard.cli.scheduler import scheduler
-from switchyard.cli.serve import serve
-from switchyard.cli.trigger import trigger
+
+# Each command: (its module, the command's name there). A command's module is imported when
+# the command is looked up, not when `switchyard` starts: most commands need neither pandas
+# nor matplotlib (the dual-run's frames, the reports' plots), whose import took most of a
+# process's start (3 s of 4 on a loaded 2-core machine), paid by every `scheduler run`,
+# `executor run` and `job add`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "db": ("switchyard.cli.db", "db"),
+    "cron": ("switchyard.cli.cron", "cron"),
+    "demo": ("switchyard.cli.demo", "demo"),
+    "scheduler": ("switchyard.cli.scheduler", "scheduler"),
+    "executor": ("switchyard.cli.executor", "executor"),
+    "trigger": ("switchyard.cli.trigger", "trigger"),
+    "freeze": ("switchyard.cli.freeze", "freeze"),
+    "unfreeze": ("switchyard.cli.freeze", "unfreeze"),
+    "run": ("switchyard.cli.run", "run_group"),
+    "migrate": ("switchyard.cli.migrate", "migrate"),
+    "dualrun": ("switchyard.cli.dualrun", "dualrun"),
+    "report": ("switchyard.cli.report", "report"),
+    "status": ("switchyard.cli.cutover", "status"),
+    "cutover": ("switchyard.cli.cutover", "cutover"),
+    "rollback": ("switchyard.cli.cutover", "rollback"),
+    "console": ("switchyard.cli.console", "console"),
+    "serve": ("switchyard.cli.serve", "serve"),
+    "job": ("switchyard.cli.job", "job"),
+    "runs": ("switchyard.cli.runs", "runs"),
+    "executors": ("switchyard.cli.executors", "executors"),
+    "alerts": ("switchyard.cli.alerts", "alerts"),
+}
+
+
+def _load(name: str) -> click.Command:
+    module, attr = COMMANDS[name]
+    cmd = getattr(importlib.import_module(module), attr)
+    if not isinstance(cmd, click.Command):
+        raise TypeError(f"{module}.{attr} is not a click command")
+    if name == "dualrun" and isinstance(cmd, click.Group) and "start" not in cmd.commands:
+        # `dualrun start` is the first of the switches, beside cutover and rollback
+        start = importlib.import_module("switchyard.cli.cutover").dualrun_start
+        cmd.add_command(start)
+    return cmd
+
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """The root group's commands: every name of COMMANDS is listed, a command's module is
+    imported on its first lookup (click looks up only the command a user runs; --help and
+    `.items()` load them all)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._loaded[name] = _load(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, cmd: click.Command) -> None:
+        self._loaded[name] = cmd
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._loaded))
 
 
 class OneLineErrors(click.Group):
@@ -65,28 +118,7 @@ def cli() -> None:
     """
 
 
-cli.add_command(db)
-cli.add_command(cron)
-cli.add_command(demo)
-cli.add_command(scheduler)
-cli.add_command(executor)
-cli.add_command(trigger)
-cli.add_command(freeze)
-cli.add_command(unfreeze)
-cli.add_command(run_group)
-cli.add_command(migrate)
-cli.add_command(dualrun)
-cli.add_command(report)
-cli.add_command(status)
-cli.add_command(cutover)
-cli.add_command(rollback)
-cli.add_command(console)
-cli.add_command(serve)
-cli.add_command(job)
-cli.add_command(runs)
-cli.add_command(executors)
-cli.add_command(alerts)
-dualrun.add_command(dualrun_start)
+cli.commands = LazyCommands()
 
 
 def main() -> None:

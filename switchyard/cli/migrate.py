@@ -390,6 +390,14 @@ POLL_FALLBACK_S = 2.0  # the polling interval when the binlog cannot be read and
     show_default=True,
     help="A change stream silent this long while the legacy database moves on is stalled (exit 3).",
 )
+@click.option(
+    "--progress-every",
+    type=seconds(0.1),
+    default="10s",
+    show_default=True,
+    help="Binlog: how often the checkpoint follows the position reached through other databases' "
+    "transactions on the same server (a check that the stream has caught up waits for it).",
+)
 @password_file_option("binlog_url", "--binlog-url", "--binlog-password-file", BINLOG_PASSWORD_FILE_ENV)
 @log_level
 @log_format
@@ -402,6 +410,7 @@ def stream_cmd(
     compare_every: timedelta,
     compare_batch: int,
     stall_timeout: timedelta,
+    progress_every: timedelta,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -505,6 +514,7 @@ def stream_cmd(
                 tables=[DEFINITION_TABLE[system], "xxl_job_group", "bc_biz"],
                 start=position,
                 stall_timeout_s=stall_timeout.total_seconds(),
+                progress_every_s=progress_every.total_seconds(),
             )
             batches = binlog.batches(stop)
         try:

@@ -1,19 +1,30 @@
 """Scheduler processes for fault tests: started as real `switchyard scheduler run`
-subprocesses, ended by their PID only; and CPU hogs for the stress variants (the same)."""
+subprocesses, ended by their PID only; a scheduler and an executor process on MariaDB and
+Pulsar for the end-to-end tests of native jobs (`scheduler_and_executor`), and the CLI's
+answers read in this process (`cli_json`); CPU hogs for the stress variants."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from click.testing import CliRunner
+
+from scheduler_core.store.engine import make_engine
+from switchyard.cli import cli
+from switchyard.schema import init_schema
 from tests.argv_urls import urls_in_env
+from tests.backends import mariadb_database
+from tests.servers import REPO, server_url
 
 
 @dataclass
@@ -141,6 +152,77 @@ def start_scheduler(
     with log.open("wb") as out:
         proc = start_cli(args, out)
     return SchedulerProc(name, proc, log)
+
+
+def cli_json(url: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    """The answer of `switchyard ARGS --json` against the store at `url` (given as
+    SWITCHYARD_URL, the bus in memory, `env`: more of the environment), run in this process
+    by click's runner: these calls test the command and its answer, not a process boundary,
+    and a CLI process costs seconds of start-up on a loaded machine (a poll loop of them,
+    most of a test's time). From one thread at a time: the runner swaps sys.stdout."""
+    res = CliRunner().invoke(
+        cli,
+        [*args, "--json"],
+        env={"SWITCHYARD_URL": url, "SWITCHYARD_BUS": "memory", **(env or {})},
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, f"switchyard {' '.join(args)}: exit {res.exit_code}\n{res.output}"
+    return json.loads(res.stdout)
+
+
+@dataclass
+class SchedulerAndExecutor:
+    """A `switchyard scheduler run` and a `switchyard executor run` process on a fresh
+    MariaDB database and the Pulsar broker, under a topic prefix of their own."""
+
+    url: str
+    bus: str
+    prefix: str
+    scheduler: SchedulerProc
+    executor: subprocess.Popen[bytes]
+    executor_log: Path
+
+    def logs(self) -> str:
+        """Both processes' last lines, for an assertion's message."""
+        executor = self.executor_log.read_text(errors="replace")[-3000:]
+        return f"--- scheduler\n{self.scheduler.log_text()[-3000:]}\n--- executor\n{executor}"
+
+
+@contextmanager
+def scheduler_and_executor(
+    tmp: Path,
+    biz: str,
+    handlers: str,
+    *,
+    concurrency: int = 2,
+    env: dict[str, str] | None = None,
+    executor_more: tuple[str, ...] = (),
+) -> Iterator[SchedulerAndExecutor]:
+    """A store of the current schema on a database of its own, a scheduler (local election)
+    and an executor of business `biz` with the handlers of module `handlers`; `env`: more
+    of the executor's environment (where its handlers write what they saw); `executor_more`:
+    more of its arguments. The store URL
+    reaches both processes through SWITCHYARD_URL, never their arguments. Both are ended by
+    their PID when the block ends."""
+    bus = server_url("pulsar")
+    with mariadb_database() as url:
+        engine = make_engine(url)
+        init_schema(engine, 4)
+        engine.dispose()
+        prefix = f"{biz[:8]}{uuid.uuid4().hex[:6]}"
+        scheduler = start_scheduler("s0", tmp, url=url, bus=bus, etcd="local", key="/k", prefix=prefix)
+        try:
+            log = tmp / "executor.log"
+            child_env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url, **(env or {})}
+            with log.open("wb") as out:
+                args = executor_args(biz, bus, prefix, concurrency, "--handlers", handlers, *executor_more)
+                executor = start_cli(args, out, cwd=REPO, env=child_env)
+            try:
+                yield SchedulerAndExecutor(url, bus, prefix, scheduler, executor, log)
+            finally:
+                stop_process(executor)
+        finally:
+            scheduler.stop()
 
 
 # a busy loop that ends itself after argv[1] seconds, whatever happens to the test that started it

@@ -10,11 +10,6 @@ scheduler's, as the job CLI test starts it)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,42 +17,20 @@ import pytest
 
 from scheduler_core.model import JobCode
 from scheduler_core.stops import StopService
-from scheduler_core.store.engine import make_engine
 from scheduler_core.store.job_admin import SqlJobAdmin
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
 from switchyard.jobs import Jobs
-from switchyard.schema import init_schema
 from switchyard.wiring import migrator_store, open_existing_store
-from tests.backends import mariadb_database
-from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process
+from tests.integration.procs import cli_json, scheduler_and_executor
 from tests.receivers import webhook
-from tests.servers import REPO, server_url
 from tests.waiting import until
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
 
 BIZ = "alertsreal"
 NO_EXECUTOR = "alertsorphan"  # a business no executor serves: its runs are never taken
-ALERTER = ["alerts", "run", "--once", "--group-wait", "0s", "--grace", "2s", "--json"]
-
-
-def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "switchyard", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_BUS": "memory", "SWITCHYARD_URL": url},
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def _json(url: str, *args: str) -> Any:
-    done = _cli(url, *args, "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)
+ALERTER = ["alerts", "run", "--once", "--group-wait", "0s", "--grace", "2s"]
 
 
 def _runs(store: SqlTriggerStore, job: str, state: str) -> list[dict[str, Any]]:
@@ -66,27 +39,12 @@ def _runs(store: SqlTriggerStore, job: str, state: str) -> list[dict[str, Any]]:
 
 
 def test_failures_timeouts_and_missed_fires_reach_a_real_webhook_once(tmp_path: Path) -> None:
-    pulsar = server_url("pulsar")
-    with mariadb_database() as url, webhook("/alerts/x") as hook:
-        engine = make_engine(url)
-        init_schema(engine, 4)
-        engine.dispose()
-        prefix = f"alerts{uuid.uuid4().hex[:6]}"
-        env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url}
+    with (
+        webhook("/alerts/x") as hook,
+        scheduler_and_executor(tmp_path, BIZ, "tests.integration.alert_handlers") as procs,
+    ):
+        url, logs = procs.url, procs.logs
         store = open_existing_store(url)
-        scheduler = start_scheduler("s0", tmp_path, url=url, bus=pulsar, etcd="local", key="/k", prefix=prefix)
-        log = tmp_path / "executor.log"
-        with log.open("wb") as out:
-            executor = start_cli(
-                executor_args(BIZ, pulsar, prefix, 2, "--handlers", "tests.integration.alert_handlers"),
-                out,
-                cwd=REPO,
-                env=env,
-            )
-
-        def logs() -> str:
-            return f"--- scheduler\n{scheduler.log_text()[-3000:]}\n--- executor\n{log.read_text(errors='replace')[-3000:]}"
-
         try:
             target = f"webhook:{hook.url}"
             for name, handler, kind, more in (
@@ -94,7 +52,7 @@ def test_failures_timeouts_and_missed_fires_reach_a_real_webhook_once(tmp_path: 
                 (f"{BIZ}:report", "slow", "timeout", ["--timeout", "1s"]),
                 (f"{NO_EXECUTOR}:sweep", "fail", "missed", []),
             ):
-                added = _json(
+                added = cli_json(
                     url, "job", "add", name, "--handler", handler, "--no-schedule",
                     "--alert", target, "--alert-on", kind, *more,
                 )  # fmt: skip
@@ -113,7 +71,7 @@ def test_failures_timeouts_and_missed_fires_reach_a_real_webhook_once(tmp_path: 
             assert hook.calls() == [], "nothing is sent before an alerter runs"
 
             def alerter() -> dict[str, Any]:
-                out: dict[str, Any] = _json(url, *ALERTER)
+                out: dict[str, Any] = cli_json(url, *ALERTER)
                 return out
 
             first = alerter()  # one pass: it returns once its messages were sent
@@ -134,18 +92,16 @@ def test_failures_timeouts_and_missed_fires_reach_a_real_webhook_once(tmp_path: 
             assert again["sent"] == [] and again["events"] == 0, again
             assert len(hook.calls()) == 3
 
-            listed = _json(url, "alerts")
+            listed = cli_json(url, "alerts")
             assert sorted((r["job"], r["kind"], r["outcome"], r["count"]) for r in listed) == [
                 ("pay", "failure", "delivered", 3),
                 ("report", "timeout", "delivered", 1),
                 ("sweep", "missed", "delivered", 1),
             ]
-            assert [r["job"] for r in _json(url, "alerts", "--job", f"{BIZ}:pay")] == ["pay"]
+            assert [r["job"] for r in cli_json(url, "alerts", "--job", f"{BIZ}:pay")] == ["pay"]
 
-            tested = _json(url, "alerts", "test", "--job", f"{BIZ}:pay")
+            tested = cli_json(url, "alerts", "test", "--job", f"{BIZ}:pay")
             assert tested == [{"target": target, "ok": True, "attempts": 1, "error": ""}]
             assert hook.calls()[-1]["status"] == "test" and len(hook.calls()) == 4
         finally:
-            stop_process(executor)
-            scheduler.stop()
             store.engine.dispose()

@@ -13,40 +13,17 @@ The store URL reaches every process through SWITCHYARD_URL, never its arguments.
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scheduler_core.store.engine import make_engine
-from switchyard.schema import init_schema
-from tests.backends import mariadb_database
-from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process
-from tests.servers import REPO, server_url
+from tests.integration.procs import cli_json, scheduler_and_executor
 from tests.waiting import until
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.pulsar]
 
 BIZ = "blockreal"
-
-
-def _json(url: str, *args: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-m", "switchyard", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_BUS": "memory", "SWITCHYARD_URL": url},
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)
 
 
 def _events(path: Path) -> dict[str, list[str]]:
@@ -72,78 +49,59 @@ def _spans(path: Path) -> list[tuple[int, int]]:
 
 
 def test_discard_later_and_cover_early_through_the_cli_on_real_servers(tmp_path: Path) -> None:
-    pulsar = server_url("pulsar")
-    with mariadb_database() as url:
-        engine = make_engine(url)
-        init_schema(engine, 4)
-        engine.dispose()
-        prefix = f"block{uuid.uuid4().hex[:6]}"
-        events = tmp_path / "events.txt"
-        events.touch()
-        env = {**os.environ, "BLOCK_EVENTS": str(events), "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url}
-        scheduler = start_scheduler("s0", tmp_path, url=url, bus=pulsar, etcd="local", key="/k", prefix=prefix)
-        log = tmp_path / "executor.log"
-        with log.open("wb") as out:
-            executor = start_cli(
-                executor_args(BIZ, pulsar, prefix, 4, "--handlers", "tests.integration.block_handlers"),
-                out,
-                cwd=REPO,
-                env=env,
-            )
-
-        def logs() -> str:
-            return f"--- scheduler\n{scheduler.log_text()[-3000:]}\n--- executor\n{log.read_text(errors='replace')[-3000:]}"
+    events = tmp_path / "events.txt"
+    events.touch()
+    with scheduler_and_executor(
+        tmp_path, BIZ, "tests.integration.block_handlers", concurrency=4, env={"BLOCK_EVENTS": str(events)}
+    ) as procs:
+        url, logs = procs.url, procs.logs
 
         def runs(job: str, state: str) -> list[dict[str, Any]]:
-            got: list[dict[str, Any]] = _json(url, "runs", "--job", f"{BIZ}:{job}", "--limit", "1000")
+            got: list[dict[str, Any]] = cli_json(url, "runs", "--job", f"{BIZ}:{job}", "--limit", "1000")
             return [r for r in got if r["result"] == state]
 
-        try:
-            # every 2 s, each run holding 5 s: the runs due while one holds are discarded
-            added = _json(
-                url, "job", "add", f"{BIZ}:discard", "--handler", "hold", "--param", "5", "--every", "2s",
-                "--block", "discard_later",
-            )  # fmt: skip
-            assert added["block"] == "discard_later", added
-            # every 3 s, each run holding 60 s unless covered: each later run covers the one before
-            added = _json(
-                url, "job", "add", f"{BIZ}:cover", "--handler", "hold", "--param", "60", "--every", "3s",
-                "--block", "cover_early",
-            )  # fmt: skip
-            assert added["block"] == "cover_early", added
-            assert _json(url, "job", "show", f"{BIZ}:cover")["block"] == "cover_early"
+        # every 2 s, each run holding 5 s: the runs due while one holds are discarded
+        added = cli_json(
+            url, "job", "add", f"{BIZ}:discard", "--handler", "hold", "--param", "5", "--every", "2s",
+            "--block", "discard_later",
+        )  # fmt: skip
+        assert added["block"] == "discard_later", added
+        # every 3 s, each run holding 60 s unless covered: each later run covers the one before
+        added = cli_json(
+            url, "job", "add", f"{BIZ}:cover", "--handler", "hold", "--param", "60", "--every", "3s",
+            "--block", "cover_early",
+        )  # fmt: skip
+        assert added["block"] == "cover_early", added
+        assert cli_json(url, "job", "show", f"{BIZ}:cover")["block"] == "cover_early"
 
-            discarded: list[dict[str, Any]] = []
-            killed: list[dict[str, Any]] = []
+        discarded: list[dict[str, Any]] = []
+        killed: list[dict[str, Any]] = []
 
-            def handled() -> bool:  # read from the events file: no process per look
-                lines = events.read_text()
-                return lines.count("returned cancelled=True") >= 2 and lines.count("returned cancelled=False") >= 2
+        def handled() -> bool:  # read from the events file: no process per look
+            lines = events.read_text()
+            return lines.count("returned cancelled=True") >= 2 and lines.count("returned cancelled=False") >= 2
 
-            def both_applied() -> bool:
-                discarded[:] = runs("discard", "failed")
-                killed[:] = runs("cover", "killed")
-                return len(discarded) >= 2 and len(killed) >= 2
+        def both_applied() -> bool:
+            discarded[:] = runs("discard", "failed")
+            killed[:] = runs("cover", "killed")
+            return len(discarded) >= 2 and len(killed) >= 2
 
-            assert until(handled, 90), logs()
-            assert until(both_applied, 60), logs()
-            _json(url, "job", "stop", f"{BIZ}:discard")
-            _json(url, "job", "stop", f"{BIZ}:cover")
+        assert until(handled, 90), logs()
+        assert until(both_applied, 60, every_s=0.5), logs()
+        cli_json(url, "job", "stop", f"{BIZ}:discard")
+        cli_json(url, "job", "stop", f"{BIZ}:cover")
 
-            seen = _events(events)
-            for r in discarded:
-                assert "block strategy discard_later" in r["message"] and "still in work" in r["message"], r
-                assert r["command_id"] not in seen, f"a discarded run reached its handler: {r}"
-            for r in killed:
-                assert "covered by the run of cover" in r["message"] and "cover_early" in r["message"], r
-                # its handler heard the cancel and returned early (it holds 60 s otherwise)
-                assert seen[r["command_id"]] == ["started", "returned cancelled=True"], (r, logs())
-            # the discard job's runs that reached the handler never overlapped in this process
-            discard_ids = {r["command_id"] for r in runs("discard", "succeeded")}
-            spans = sorted(
-                s for s in _spans(events) if events.read_text().splitlines()[s[0]].split(" ", 1)[0] in discard_ids
-            )
-            assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
-        finally:
-            stop_process(executor)
-            scheduler.stop()
+        seen = _events(events)
+        for r in discarded:
+            assert "block strategy discard_later" in r["message"] and "still in work" in r["message"], r
+            assert r["command_id"] not in seen, f"a discarded run reached its handler: {r}"
+        for r in killed:
+            assert "covered by the run of cover" in r["message"] and "cover_early" in r["message"], r
+            # its handler heard the cancel and returned early (it holds 60 s otherwise)
+            assert seen[r["command_id"]] == ["started", "returned cancelled=True"], (r, logs())
+        # the discard job's runs that reached the handler never overlapped in this process
+        discard_ids = {r["command_id"] for r in runs("discard", "succeeded")}
+        spans = sorted(
+            s for s in _spans(events) if events.read_text().splitlines()[s[0]].split(" ", 1)[0] in discard_ids
+        )
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,9 @@ import pytest
 
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
-from tests.backends import mariadb_database
-from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process
-from tests.integration.test_block_strategy_real import _events, _json, _spans
-from tests.servers import REPO, server_url
+from tests.integration.procs import cli_json, scheduler_and_executor, start_cli, stop_process
+from tests.integration.test_block_strategy_real import _events, _spans
+from tests.servers import REPO
 from tests.waiting import until
 
 BIZ = "serialreal"
@@ -35,95 +33,72 @@ HOLD_S = "3"  # each run holds 3 s, every 2 s: the runs queue up behind each oth
 @pytest.mark.mariadb
 @pytest.mark.pulsar
 def test_a_serial_job_slower_than_its_period_runs_one_at_a_time_none_lost(tmp_path: Path) -> None:
-    pulsar = server_url("pulsar")
-    with mariadb_database() as url:
-        engine = make_engine(url)
-        init_schema(engine, 4)
-        engine.dispose()
-        prefix = f"serial{uuid.uuid4().hex[:6]}"
-        events = tmp_path / "events.txt"
-        events.touch()
-        env = {**os.environ, "BLOCK_EVENTS": str(events), "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url}
-        scheduler = start_scheduler("s0", tmp_path, url=url, bus=pulsar, etcd="local", key="/k", prefix=prefix)
-        log = tmp_path / "executor.log"
-        with log.open("wb") as out:
-            executor = start_cli(
-                executor_args(
-                    BIZ,
-                    pulsar,
-                    prefix,
-                    4,
-                    "--handlers",
-                    "tests.integration.block_handlers",
-                    "--heartbeat-interval",
-                    "1s",
-                ),
-                out,
-                cwd=REPO,
-                env=env,
-            )
-
-        def logs() -> str:
-            return f"--- scheduler\n{scheduler.log_text()[-3000:]}\n--- executor\n{log.read_text(errors='replace')[-3000:]}"
+    events = tmp_path / "events.txt"
+    events.touch()
+    with scheduler_and_executor(
+        tmp_path,
+        BIZ,
+        "tests.integration.block_handlers",
+        concurrency=4,
+        env={"BLOCK_EVENTS": str(events)},
+        executor_more=("--heartbeat-interval", "1s"),
+    ) as procs:
+        url, logs = procs.url, procs.logs
 
         def runs() -> list[dict[str, Any]]:
-            got: list[dict[str, Any]] = _json(url, "runs", "--job", f"{BIZ}:slow", "--limit", "5000")
+            got: list[dict[str, Any]] = cli_json(url, "runs", "--job", f"{BIZ}:slow", "--limit", "5000")
             return sorted(got, key=lambda r: r["scheduled_at"])
 
-        try:
-            added = _json(
-                url, "job", "add", f"{BIZ}:slow", "--handler", "hold", "--param", HOLD_S, "--every", "2s",
-                "--block", "serial",
-            )  # fmt: skip
-            assert added["block"] == "serial", added
-            assert _json(url, "job", "show", f"{BIZ}:slow")["block"] == "serial"
+        added = cli_json(
+            url, "job", "add", f"{BIZ}:slow", "--handler", "hold", "--param", HOLD_S, "--every", "2s",
+            "--block", "serial",
+        )  # fmt: skip
+        assert added["block"] == "serial", added
+        assert cli_json(url, "job", "show", f"{BIZ}:slow")["block"] == "serial"
 
-            # 4 runs done, so 2 or more have waited behind the one before
-            assert until(lambda: events.read_text().count("returned cancelled=False") >= 4, 90), logs()
-            _json(url, "job", "stop", f"{BIZ}:slow")
+        # 4 runs done, so 2 or more have waited behind the one before
+        assert until(lambda: events.read_text().count("returned cancelled=False") >= 4, 90), logs()
+        cli_json(url, "job", "stop", f"{BIZ}:slow")
 
-            rows: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
 
-            def all_final() -> bool:  # the runs queued before the stop's instant run to the end
-                rows[:] = runs()
-                return bool(rows) and all(r["result"] in ("succeeded", "skipped", "failed") for r in rows)
+        def all_final() -> bool:  # the runs queued before the stop's instant run to the end
+            rows[:] = runs()
+            return bool(rows) and all(r["result"] in ("succeeded", "skipped", "failed") for r in rows)
 
-            assert until(all_final, 120), (rows, logs())
-            registry: list[dict[str, Any]] = _json(url, "executors", "--business", BIZ)
-        finally:
-            stop_process(executor)
-            scheduler.stop()
+        assert until(all_final, 120), (rows, logs())
+        registry: list[dict[str, Any]] = cli_json(url, "executors", "--business", BIZ)
 
-        seen = _events(events)
-        done = [r for r in rows if r["result"] == "succeeded"]
-        skipped = [r for r in rows if r["result"] == "skipped"]
-        assert not [r for r in rows if r["result"] == "failed"], rows
-        assert len(done) >= 4, rows
-        # none lost: every occurrence up to the last run is in the log, run or skipped by the stop
-        ran_until = max(r["scheduled_at"] for r in done)
-        upto = [r for r in rows if r["scheduled_at"] <= ran_until]
-        ms = [int(r["command_id"].split("-")[1]) for r in upto]
-        assert all(b - a == PERIOD_MS for a, b in itertools.pairwise(ms)), ms
-        for r in upto:
-            if r["result"] == "succeeded":  # run once, to its end
-                assert seen[r["command_id"]] == ["started", "returned cancelled=False"], (r, seen)
-            else:
-                assert r["result"] == "skipped" and r["message"].startswith("stopped: "), r
-        for r in skipped:
-            assert r["command_id"] not in seen, f"a skipped run reached its handler: {r}"
-        # one after another, never two at once, in fire-time order
-        lines = events.read_text().splitlines()
-        spans = sorted(_spans(events))
-        assert len(spans) == len(done)
-        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), lines
-        started = [int(line.split(" ")[1]) for line in lines if line.endswith(" started")]
-        assert started == sorted(started), lines
-        # queued runs started late: the wait shows in their lag
-        assert max(r["lag_ms"] for r in done) > 1000, done
-        # each row names the executor process that ran it, as the registry lists it
-        (ours,) = [e for e in registry if not e["legacy"]]
-        assert {r["executor"] for r in done} == {ours["instance_id"]}, (done, registry)
-        assert {r["executor_name"] for r in done} == {ours["name"]}
+    seen = _events(events)
+    done = [r for r in rows if r["result"] == "succeeded"]
+    skipped = [r for r in rows if r["result"] == "skipped"]
+    assert not [r for r in rows if r["result"] == "failed"], rows
+    assert len(done) >= 4, rows
+    # none lost: every occurrence up to the last run is in the log, run or skipped by the stop
+    ran_until = max(r["scheduled_at"] for r in done)
+    upto = [r for r in rows if r["scheduled_at"] <= ran_until]
+    ms = [int(r["command_id"].split("-")[1]) for r in upto]
+    assert all(b - a == PERIOD_MS for a, b in itertools.pairwise(ms)), ms
+    for r in upto:
+        if r["result"] == "succeeded":  # run once, to its end
+            assert seen[r["command_id"]] == ["started", "returned cancelled=False"], (r, seen)
+        else:
+            assert r["result"] == "skipped" and r["message"].startswith("stopped: "), r
+    for r in skipped:
+        assert r["command_id"] not in seen, f"a skipped run reached its handler: {r}"
+    # one after another, never two at once, in fire-time order
+    lines = events.read_text().splitlines()
+    spans = sorted(_spans(events))
+    assert len(spans) == len(done)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), lines
+    started = [int(line.split(" ")[1]) for line in lines if line.endswith(" started")]
+    assert started == sorted(started), lines
+    # queued runs started late: the wait shows in their lag
+    assert max(r["lag_ms"] for r in done) > 1000, done
+    # each row names the executor process that ran it, as the registry lists it
+    (ours,) = [e for e in registry if not e["legacy"]]
+    assert {r["executor"] for r in done} == {ours["instance_id"]}, (done, registry)
+    assert {r["executor_name"] for r in done} == {ours["name"]}
 
 
 def test_on_serve_a_run_log_row_names_the_process_that_ran_it(tmp_path: Path) -> None:
@@ -133,7 +108,7 @@ def test_on_serve_a_run_log_row_names_the_process_that_ran_it(tmp_path: Path) ->
     engine = make_engine(url)
     init_schema(engine, 2)
     engine.dispose()
-    added = _json(url, "job", "add", "alpha:tick", "--handler", "h", "--every", "1s", "--block", "serial")
+    added = cli_json(url, "job", "add", "alpha:tick", "--handler", "h", "--every", "1s", "--block", "serial")
     assert added["block"] == "serial"
     env = {**os.environ, "SERVE_RUN_LOG": str(tmp_path / "runs.jsonl"), "PYTHONPATH": str(REPO)}
     args = ["serve", "--url", url, "--handlers", "tests.serve_handlers", "--name", "exec-serve"]
@@ -145,11 +120,11 @@ def test_on_serve_a_run_log_row_names_the_process_that_ran_it(tmp_path: Path) ->
         done: list[dict[str, Any]] = []
 
         def ran() -> bool:
-            done[:] = [r for r in _json(url, "runs", "--job", "alpha:tick") if r["result"] == "succeeded"]
+            done[:] = [r for r in cli_json(url, "runs", "--job", "alpha:tick") if r["result"] == "succeeded"]
             return len(done) >= 2
 
         assert until(ran, 90, 0.5), log.read_text(errors="replace")[-3000:]
-        (row,) = _json(url, "executors")
+        (row,) = cli_json(url, "executors")
     finally:
         stop_process(proc)
     assert {(r["executor"], r["executor_name"]) for r in done} == {(row["instance_id"], "exec-serve")}, (done, row)

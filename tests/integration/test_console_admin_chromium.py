@@ -30,14 +30,11 @@ from typing import Any
 
 import pytest
 
-from scheduler_core.store.engine import make_engine
-from switchyard.schema import init_schema
-from tests.backends import mariadb_database
 from tests.integration.cdp import Page
 from tests.integration.console_browser import chromium, free_port
-from tests.integration.procs import executor_args, start_cli, start_scheduler, stop_process
+from tests.integration.procs import scheduler_and_executor, start_cli, stop_process
 from tests.receivers import Webhook, webhook
-from tests.servers import REPO, missing, server_url
+from tests.servers import REPO, missing
 from tests.waiting import until
 
 BIZ = "adminui"
@@ -229,27 +226,18 @@ def daily_loop(
 @pytest.mark.mariadb
 @pytest.mark.pulsar
 def test_the_daily_loop_on_mariadb_and_pulsar(tmp_path: Path, page: Page) -> None:
-    pulsar = server_url("pulsar")
-    with mariadb_database() as url:
-        engine = make_engine(url)
-        init_schema(engine, 4)
-        engine.dispose()
-        prefix = f"adm{uuid.uuid4().hex[:6]}"
-        events = tmp_path / "events.txt"
-        events.touch()
-        env = {**os.environ, "JOB_EVENTS": str(events), "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url}
-        scheduler = start_scheduler("s0", tmp_path, url=url, bus=pulsar, etcd="local", key="/k", prefix=prefix)
-        exec_log = tmp_path / "executor.log"
-        with exec_log.open("wb") as out:
-            # the store from SWITCHYARD_URL: it heartbeats into the registry, every second
-            executor = start_cli(
-                executor_args(
-                    BIZ, pulsar, prefix, 2, "--handlers", "tests.integration.job_handlers", "--heartbeat-interval", "1"
-                ),
-                out,
-                cwd=REPO,
-                env=env,
-            )
+    events = tmp_path / "events.txt"
+    events.touch()
+    with scheduler_and_executor(
+        tmp_path,
+        BIZ,
+        "tests.integration.job_handlers",
+        env={"JOB_EVENTS": str(events)},
+        # the store from SWITCHYARD_URL: it heartbeats into the registry, every second
+        executor_more=("--heartbeat-interval", "1"),
+    ) as procs:
+        url, pulsar, prefix, executor = procs.url, procs.bus, procs.prefix, procs.executor
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHYARD_URL": url}
         alerts_log = tmp_path / "alerts.log"
         with alerts_log.open("wb") as out:
             alerter = start_cli(["alerts", "run", "--interval", "1s", "--group-wait", "1s"], out, cwd=REPO, env=env)
@@ -258,8 +246,7 @@ def test_the_daily_loop_on_mariadb_and_pulsar(tmp_path: Path, page: Page) -> Non
 
         def logs() -> str:
             return (
-                f"--- scheduler\n{scheduler.log_text()[-2000:]}\n--- executor\n"
-                f"{exec_log.read_text(errors='replace')[-2000:]}\n--- alerts\n"
+                f"{procs.logs()}\n--- alerts\n"
                 f"{alerts_log.read_text(errors='replace')[-1500:]}\n--- console\n"
                 f"{console_log.read_text(errors='replace')[-3000:]}"
             )
@@ -274,8 +261,6 @@ def test_the_daily_loop_on_mariadb_and_pulsar(tmp_path: Path, page: Page) -> Non
         finally:
             stop_process(console)
             stop_process(alerter)
-            stop_process(executor)
-            scheduler.stop()
         text = console_log.read_text(errors="replace")
         assert ADMIN_TOKEN not in text and "Traceback" not in text, text[-3000:]
 

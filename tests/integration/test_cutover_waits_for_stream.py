@@ -20,20 +20,15 @@ from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
 from migrator.stream import StreamMigrator
 from readers.records import ChangeBatch, StreamPosition
-from readers.streams import BinlogChangeStream, current_position
+from readers.streams import current_position
 from tests.backends import mariadb_database
+from tests.integration.legacy_binlog import legacy_binlog
 from tests.integration.procs import forced_cutover_args
-from tests.integration.test_binlog_stream import new_server_id
 from tests.migration_env import make_env, ready_switch
 from tests.servers import server_url
 
 pytestmark = pytest.mark.mariadb
 UTC = timezone.utc
-
-
-def _settings(url: str) -> dict[str, object]:
-    u = make_url(url)
-    return {"host": u.host, "port": u.port or 3306, "user": u.username, "password": u.password or ""}
 
 
 def _up_to(batches: Iterator[ChangeBatch], head: StreamPosition) -> Iterator[ChangeBatch]:
@@ -89,15 +84,7 @@ def test_a_stopped_stream_refuses_the_cutover_until_it_has_caught_up() -> None:
         # the stream runs again and applies the edit: the same cutover passes
         checkpoint = sm.checkpoint()
         assert checkpoint is not None
-        binlog = BinlogChangeStream(
-            _settings(cdc),
-            server_id=new_server_id(),
-            schemas=[str(make_url(legacy_url).database)],
-            tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
-            start=checkpoint,
-            heartbeat_s=1.0,
-            stall_timeout_s=5.0,
-        )
+        binlog = legacy_binlog(cdc, legacy_url, checkpoint, stall_timeout_s=5.0)
         head = current_position(env.legacy)  # the edit is before it
         try:
             # read up to the head, not until 2 s without a batch: the idle time counts from

@@ -8,11 +8,8 @@ The store's URL reaches every process through the environment, never its argumen
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,7 +23,7 @@ from readers.legacy_ddl import create_legacy_schema
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
 from tests.backends import mariadb_database
-from tests.integration.procs import executor_args, start_cli, stop_process
+from tests.integration.procs import cli_json, executor_args, start_cli, stop_process
 from tests.servers import REPO, server_url
 from tests.waiting import until
 
@@ -42,17 +39,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _executors(env: dict[str, str], *more: str) -> list[dict[str, Any]]:
-    res = subprocess.run(
-        [sys.executable, "-m", "switchyard", "executors", "--json", *more],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=env,
+def _executors(url: str, *more: str, legacy: str | None = None) -> list[dict[str, Any]]:
+    """`switchyard executors --json` (in this process: tests.integration.procs.cli_json)."""
+    rows: list[dict[str, Any]] = cli_json(
+        url, "executors", *more, env={"SWITCHYARD_LEGACY_URL": legacy} if legacy else None
     )
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    return rows
 
 
 def _by_pid(rows: list[dict[str, Any]]) -> dict[int, str]:
@@ -128,7 +120,7 @@ def test_executors_show_live_then_lost_after_sigkill_and_stopped_after_sigterm(t
             rows: list[dict[str, Any]] = []
 
             def both_live() -> bool:
-                rows[:] = _executors(env)
+                rows[:] = _executors(url)
                 return _by_pid(rows) == {a.pid: "live", b.pid: "live"}
 
             assert until(both_live, 90, 0.5), (rows, logs())
@@ -142,15 +134,13 @@ def test_executors_show_live_then_lost_after_sigkill_and_stopped_after_sigterm(t
             # When one is killed with SIGKILL (no goodbye): it goes lost, the other stays live
             a.kill()
             a.wait(10)
-            assert until(lambda: _by_pid(_executors(env)) == {a.pid: "lost", b.pid: "live"}, 60, 0.5), logs()
+            assert until(lambda: _by_pid(_executors(url)) == {a.pid: "lost", b.pid: "live"}, 60, 0.5), logs()
 
             # When the other is stopped with SIGTERM: it says stopped, shown with --all only
             stop_process(b)
             assert b.returncode == 0, logs()
-            assert _by_pid(_executors(env)) == {a.pid: "lost"}
-            every = _executors(
-                {**env, "SWITCHYARD_LEGACY_URL": legacy}, "--all", "--business", BIZ, "--legacy-db-tz", "Asia/Shanghai"
-            )
+            assert _by_pid(_executors(url)) == {a.pid: "lost"}
+            every = _executors(url, "--all", "--business", BIZ, "--legacy-db-tz", "Asia/Shanghai", legacy=legacy)
             assert _by_pid(every) == {a.pid: "lost", b.pid: "stopped"}
             stopped = next(r for r in every if r["pid"] == b.pid)
             assert stopped["stopped_at"] is not None and stopped["in_flight"] == 0

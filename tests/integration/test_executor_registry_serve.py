@@ -4,10 +4,7 @@ and says stopped on SIGTERM; `switchyard executors` reads it from the same file.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +12,15 @@ from scheduler_core.model import Job, JobCode
 from scheduler_core.store.engine import make_engine
 from switchyard.schema import init_schema
 from switchyard.wiring import open_store
-from tests.integration.procs import start_cli, stop_process
+from tests.integration.procs import cli_json, start_cli, stop_process
 from tests.servers import REPO
 from tests.waiting import until
 
 
 def _executors(url: str, *more: str) -> list[dict[str, Any]]:
-    res = subprocess.run(
-        [sys.executable, "-m", "switchyard", "executors", "--url", url, "--json", *more],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)  # type: ignore[no-any-return]
+    """`switchyard executors --json` (in this process: tests.integration.procs.cli_json)."""
+    rows: list[dict[str, Any]] = cli_json(url, "executors", *more)
+    return rows
 
 
 def test_serve_heartbeats_one_row_for_its_businesses_and_stops_cleanly(tmp_path: Path) -> None:

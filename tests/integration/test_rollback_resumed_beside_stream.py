@@ -28,18 +28,13 @@ from readers.records import LegacyBusiness, LegacyDefinition
 from readers.streams import BinlogChangeStream, current_position
 from scheduler_core.model import TriggerState
 from tests.backends import mariadb_database
-from tests.integration.test_binlog_stream import new_server_id
+from tests.integration.legacy_binlog import legacy_binlog
 from tests.migration_env import make_env, ready_switch
 from tests.operator import resume
 from tests.servers import server_url
 
 pytestmark = pytest.mark.mariadb
 UTC = timezone.utc
-
-
-def _settings(url: str) -> dict[str, object]:
-    u = make_url(url)
-    return {"host": u.host, "port": u.port or 3306, "user": u.username, "password": u.password or ""}
 
 
 def _caught_up(sm: StreamMigrator, legacy, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
@@ -101,15 +96,7 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             sm.snapshot(env.reader, current_position(env.legacy))
             checkpoint = sm.checkpoint()
             assert checkpoint is not None
-            binlog = BinlogChangeStream(
-                _settings(cdc),
-                server_id=new_server_id(),
-                schemas=[str(make_url(legacy_url).database)],
-                tables=["xxl_job_info", "xxl_job_group", "bc_biz"],
-                start=checkpoint,
-                heartbeat_s=1.0,
-                stall_timeout_s=30.0,
-            )
+            binlog = legacy_binlog(cdc, legacy_url, checkpoint, stall_timeout_s=30.0)
 
             def run() -> None:
                 try:

@@ -78,8 +78,9 @@ def _remigrate(source: str, legacy_url: str, target_url: str, stop: threading.Ev
 
 
 # the stream reads every event of the server's binlog (other databases' too) and moves its
-# checkpoint over foreign ones only every 10 s: behind the concurrent re-migration's writes on a
-# loaded machine it took over 60 s to reach the head (3 of 5 runs under load)
+# checkpoint over foreign ones every --progress-every (here 0.5 s): behind the concurrent
+# re-migration's writes on a loaded machine it took over 60 s to reach the head (3 of 5 runs
+# under load, at the default 10 s)
 def _caught_up(env, stream_id: str, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
     final = current_position(env.legacy)
     deadline = time.monotonic() + timeout
@@ -118,6 +119,10 @@ def test_cutover_and_rollback_beside_a_running_stream_pause_nothing(source: str,
                 str(new_server_id()),
                 "--log-level",
                 "WARNING",
+                # through the other tests' transactions on the shared server: the waits for
+                # the head below end on it (every 10 s by default)
+                "--progress-every",
+                "0.5s",
             ),
             log,
         )

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -101,6 +102,8 @@ def _examples(fn):  # type: ignore[no-untyped-def]
 
 
 # ~2-3 s per example on the 2-core box: 20 drawn + the explicit ones fit in about a minute
+# (80 s with the suite's workers beside it): above the default per-test bound's margin
+@pytest.mark.timeout(600)
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     source=st.sampled_from(["xxl-job", "batch-center"]),

@@ -19,6 +19,7 @@ import pytest
 from scheduler_core.executor.bridges import XxlJobBridge
 from tests.standins.xxl_executor import XxlExecutorStandIn
 from tests.unit.test_bridges import XXL_TOKEN, Xxl, ctx, post, xxl_params
+from tests.waiting import until
 
 V1, V2 = "#!/bin/sh\necho v1\n", "#!/bin/sh\necho v2\n"
 T1, T2 = 1_764_000_000_000, 1_764_000_600_000
@@ -203,9 +204,7 @@ def test_busyover_through_the_bridge_asks_about_the_bridges_own_job_thread() -> 
         box: list[Any] = []
         first = threading.Thread(target=lambda: box.append(x.bridge(ctx(xxl_params(route_strategy="BUSYOVER")))))
         first.start()
-        deadline = time.monotonic() + 5
-        while not x.executor.started and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: bool(x.executor.started), 5, every_s=0.01)
         gate.set()
         assert x.bridge(ctx(xxl_params(route_strategy="BUSYOVER"))).ok
         first.join(5)

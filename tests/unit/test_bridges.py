@@ -31,6 +31,7 @@ from scheduler_core.model import CommandId, ExecutionCommand, FiredState, JobCod
 from scheduler_core.ports import BusMessage
 from tests.standins.bc_callback import CallbackRecorder
 from tests.standins.xxl_executor import XxlExecutorStandIn
+from tests.waiting import until
 
 TOKEN = "s3cr3t-bc-token-9f2c"
 XXL_TOKEN = "xxl-default-token"
@@ -545,9 +546,7 @@ def test_xxl_close_stops_the_callback_server_and_releases_waiters() -> None:
         box: list[Any] = []
         t = threading.Thread(target=lambda: box.append(x.bridge(ctx(xxl_params(), timeout=timedelta(seconds=20)))))
         t.start()
-        deadline = time.monotonic() + 5
-        while not x.executor.triggers and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: bool(x.executor.triggers), 5, every_s=0.01)
         host, port = x.bridge.callback_address
         x.bridge.close()
         t.join(5)

@@ -487,6 +487,8 @@ def long_running(paths: Paths, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 proc.wait(timeout=10)
 
 
+# its module fixture waits up to SUBPROCESS_TIMEOUT_S for its processes, with a message of its own
+@pytest.mark.timeout(SUBPROCESS_TIMEOUT_S + 120)
 @pytest.mark.parametrize(("case", "args", "want"), [pytest.param(i, a, w, id=i) for i, a, w in SUBPROCESS])
 def test_long_running_command_fails_with_one_line_and_its_documented_code(
     long_running: dict[str, Finished], paths: Paths, case: str, args: list[str], want: int

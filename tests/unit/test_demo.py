@@ -6,9 +6,13 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from switchyard.demo import run_demo
 
 
+# two whole demos (about 55 s each alone, 135 s in all with the suite's workers beside it)
+@pytest.mark.timeout(600)
 def test_demo_end_to_end(tmp_path: Path) -> None:
     result = run_demo(tmp_path / "demo", say=lambda _m: None)
     states = {b.biz_code: b for b in result.businesses}

@@ -16,6 +16,7 @@ from scheduler_core.codec import CALLBACK_TOPIC
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.model import FiredState
 from tests.unit.test_executor_packs import _collect, _pack, _Running
+from tests.waiting import until
 
 
 class _Gauge:
@@ -58,9 +59,7 @@ def test_a_burst_never_runs_more_than_n_handlers_and_reaches_n(n: int) -> None:
         ids += _pack(bus, 1 + 2 * burst, 2, timeout=timedelta(milliseconds=50))
     with _Running(ex):
         got = _collect(results, len(ids), within_s=60)
-        deadline = time.monotonic() + 10
-        while gauge.now and time.monotonic() < deadline:  # the last overrun handlers return
-            time.sleep(0.01)
+        until(lambda: not gauge.now, 10, every_s=0.01)  # the last overrun handlers return
     assert len(got) == len(ids)
     timed_out = [c for c in ids if got[c].state is FiredState.TIMED_OUT]
     assert timed_out, "no handler overran: the test did not exercise the timeout path"

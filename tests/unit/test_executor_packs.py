@@ -15,6 +15,7 @@ from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.times import from_ms
+from tests.waiting import stays
 
 T_MS = 1_796_000_000_000
 
@@ -167,7 +168,9 @@ def test_with_concurrency_1_the_rest_of_the_pack_waits_for_the_overrunning_handl
     ids = _pack(bus, 1, 4, timeout=timedelta(milliseconds=100))
     with _Running(ex):
         assert entered.wait(10)
-        time.sleep(0.5)  # past the 100 ms timeout: a successor has had time to run on, were it allowed to
+        # past the 100 ms timeout: a successor has had time to run on, were it allowed to (the
+        # watch ends at a successor's run, which the assertion below names)
+        stays(lambda: later_ran_while_stuck == [1], 0.5)
         stuck = list(later_ran_while_stuck)
         release.set()
         got = _collect(results, 4)

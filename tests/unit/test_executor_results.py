@@ -34,6 +34,7 @@ from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState,
 from scheduler_core.ports import BusMessage, FiredUpdate
 from scheduler_core.times import from_ms
 from tests.harness import make_harness, stored_id
+from tests.waiting import until
 
 T_MS = 1_796_000_000_000
 
@@ -306,9 +307,7 @@ def test_a_job_timeout_is_reported_at_its_deadline_without_a_thread_per_item() -
     assert "timed out after 0.1s" in got[ids[1]].message
     # the stuck handler's late return changes nothing: exactly three results went out. Its
     # thread is not joined by the stop, so the return is waited for, not slept for
-    end = time.monotonic() + 10
-    while not late and time.monotonic() < end:
-        time.sleep(0.01)
+    until(lambda: bool(late), 10, every_s=0.01)
     assert late == [1] and results.receive(10, timedelta(milliseconds=50)) == []
     ex.close()
 

@@ -22,17 +22,13 @@ from scheduler_core.store.admin import init_schema
 from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
+from tests.waiting import stays, until
 
 T0 = datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)
 
 
 def _wait(cond: Callable[[], bool], bound_s: float = 30.0) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+    return until(cond, bound_s, every_s=0.01)
 
 
 def _ts(n: int, due_ms: int = 0) -> list[Trigger]:
@@ -62,8 +58,7 @@ def test_the_hold_takes_chunks_due_within_it_up_to_its_bound_per_broker_tick() -
         assert not _hold(held, now + 1050, "b", 100), "the same broker tick is full: fired now"
         assert _hold(held, now + 1150, "c", 100), "the next tick has room"
         assert held.pending() == 200
-        time.sleep(0.3)
-        assert offered == [], "nothing is handed to the pool before its T"
+        assert stays(lambda: offered == [], 0.3), "nothing is handed to the pool before its T"
         clock.advance(timedelta(milliseconds=1000))
         assert _wait(lambda: offered == ["a"])
         clock.advance(timedelta(milliseconds=200))
@@ -146,8 +141,7 @@ def test_a_held_chunk_is_handed_over_early_ms_before_its_T_with_its_T() -> None:
     try:
         assert held.hold(now + 500, "k", "b", 1, "p", lambda due, parts: got.append((due, parts)))
         clock.advance(timedelta(milliseconds=489))
-        time.sleep(0.3)
-        assert got == [], "not before T - early_ms"
+        assert stays(lambda: got == [], 0.3), "not before T - early_ms"
         clock.advance(timedelta(milliseconds=1))
         assert _wait(lambda: got == [(now + 500, ["p"])]), "at T - early_ms, told its T (it publishes at T)"
     finally:

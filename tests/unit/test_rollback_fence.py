@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from switchyard.schema import init_schema
 from tests.harness import Harness, make_harness, stored_id
+from tests.waiting import until
 
 
 def _drain(h: Harness, ex: Executor, consumer: ResultConsumer) -> None:
@@ -302,12 +302,7 @@ def _running(ex: Executor) -> tuple[threading.Event, threading.Thread]:
 
 
 def _until(check: Callable[[], bool], within_s: float = 10.0) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
+    return until(check, within_s, every_s=0.02)
 
 
 @pytest.mark.parametrize(

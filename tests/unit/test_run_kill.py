@@ -59,15 +59,13 @@ from switchyard.embedded import EmbeddedCenter
 from switchyard.schema import init_schema
 from tests.standins.xxl_executor import XxlExecutorStandIn
 from tests.unit.test_bridges import XXL_TOKEN, Xxl, xxl_params
+from tests.waiting import wait_for
 
 BIZ = "billing"
 
 
 def _until(cond: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    wait_for(cond, what, timeout, every_s=0.02)
 
 
 def _publish(

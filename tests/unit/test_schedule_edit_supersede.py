@@ -23,6 +23,7 @@ from scheduler_core.times import from_ms, to_ms
 from switchyard.wiring import migrator_store
 from tests.cron_writes import cron_write
 from tests.harness import Harness, make_harness
+from tests.waiting import wait_for
 
 EVERY_10S = "0/10 * * * * ?"
 EVERY_7S = "0/7 * * * * ?"  # seconds 0, 7, .. 56 of each minute: only :00 is in both
@@ -228,10 +229,13 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
     th = threading.Thread(target=center.run, args=(stop,), daemon=True)
     th.start()
     try:
-        deadline = time.monotonic() + 60
-        while len(h_records := store.fired_between("biz-a", now, now + timedelta(minutes=5))) < 8:
-            assert time.monotonic() < deadline, "the old schedule was not published ahead"
-            time.sleep(0.1)
+        h_records: list[object] = []
+
+        def published_ahead() -> bool:
+            h_records[:] = store.fired_between("biz-a", now, now + timedelta(minutes=5))
+            return len(h_records) >= 8
+
+        wait_for(published_ahead, "the old schedule published ahead", 60, every_s=0.1)
         (tid,) = [t.id for t in store.triggers_of(biz_code="biz-a")]
         for _ in range(100):
             # a trigger being fired right now keeps its row and the ledger its old hash:
@@ -244,12 +248,17 @@ def test_serve_relays_an_edit_a_stream_beside_it_wrote(tmp_path: Path) -> None:
         e = from_ms(edit.effective_ms)
         old_ahead = {r.scheduled_at for r in store.fired_between("biz-a", e, e + timedelta(minutes=5))}
         end = e + timedelta(seconds=15)
-        deadline = time.monotonic() + 90
-        while store.clock.now() < end or any(
-            r.state in (FiredState.PENDING, FiredState.PUBLISHED) for r in store.fired_between("biz-a", e, end)
-        ):
-            assert time.monotonic() < deadline, "the runs up to E + 15 s did not finish"
-            time.sleep(0.2)
+        wait_for(
+            lambda: (
+                store.clock.now() >= end
+                and not any(
+                    r.state in (FiredState.PENDING, FiredState.PUBLISHED) for r in store.fired_between("biz-a", e, end)
+                )
+            ),
+            "the runs up to E + 15 s to finish",
+            90,
+            every_s=0.2,
+        )
     finally:
         stop.set()
         th.join(timeout=60)

@@ -22,15 +22,13 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from switchyard.embedded import EmbeddedCenter, untaken_commands
 from switchyard.schema import init_schema
+from tests.waiting import wait_for
 
 DUE_AFTER_S = 20
 
 
 def _until(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_for(cond, what, timeout)
 
 
 class Runs:

@@ -30,6 +30,7 @@ from scheduler_core.store.engine import make_engine
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added, partitions_to_wake
+from tests.waiting import stays, until
 
 PARTITIONS = 4
 # the loops' wait when idle: far longer than any wait below, so only a wake-up admits in time
@@ -80,12 +81,7 @@ def embedded(tmp_path: Path) -> Iterator[Embedded]:
 
 
 def _wait(cond: Callable[[], bool], bound_s: float = BOUND_S) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
+    return until(cond, bound_s, every_s=0.02)
 
 
 def _t(tid: int, due: datetime) -> Trigger:
@@ -147,8 +143,7 @@ def test_a_wakeup_ticks_by_the_triggers_T_minus_the_lead_never_before() -> None:
         assert _wait(lambda: len(ticks) == 2), "the wake-up's time ended the 60 s wait"
         assert ticks[1] - woken_at >= 0.9, "not before T minus the lead"
         loop.wake(clock.now_ms() + 600_000)
-        time.sleep(1.0)
-        assert len(ticks) == 2, "a trigger due in 10 minutes is left to the regular ticks"
+        assert stays(lambda: len(ticks) == 2, 1.0), "a trigger due in 10 minutes is left to the regular ticks"
         loop.wake(clock.now_ms() - 10)
         assert _wait(lambda: len(ticks) == 3), "T minus the lead has passed: at once"
         assert loop.wakeups == 2
@@ -206,9 +201,10 @@ def test_without_wakeups_the_same_trigger_waits_for_the_idle_wait(embedded: Embe
         assert _wait(lambda: sched.status.stats.ticks >= PARTITIONS)
         ticks = sched.status.stats.ticks
         t = embedded.add(0.2)
-        time.sleep(2.0)
+        assert stays(lambda: sched.status.stats.ticks == ticks, 2.0, every_s=0.05), (
+            "no loop ticked during its idle wait"
+        )
         assert embedded.state(t) is TriggerState.WAITING
-        assert sched.status.stats.ticks == ticks, "no loop ticked during its idle wait"
     finally:
         stop.set()
         th.join(timeout=30)
