@@ -24,6 +24,26 @@ from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
 from tests.unit.test_handover_edges import S, _cron, _switch
 
 
+def _every_second_behind(env: MigrationEnv, trigger_id: object, now: datetime) -> datetime:
+    """The trigger made every second, its first unpublished occurrence 3 s ago (the new side
+    behind: just resumed, a leader failing over); returns that occurrence."""
+    behind_at = now.replace(microsecond=0) - 3 * S
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(behind_at), "id": trigger_id},
+        )
+    return behind_at
+
+
+def _pending_until(env: MigrationEnv, trigger_id: object, behind_at: datetime, fence_at: datetime) -> list[int]:
+    """The trigger's pending runs, and every second from `behind_at` up to the fence (want)."""
+    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == trigger_id]
+    assert list(pending.pending_ms) == [to_ms(behind_at + k * S) for k in range(int((fence_at - behind_at) / S) + 1)
+                                         if behind_at + k * S < fence_at]  # fmt: skip
+    return list(pending.pending_ms)
+
+
 def _switch_of(env: MigrationEnv) -> BusinessSwitch:
     return ready_switch(env, fences=FenceService(env.store, InProcessBus(env.migrator.clock)))
 
@@ -64,12 +84,7 @@ def test_a_rollback_runs_the_occurrences_the_new_side_is_behind_on_and_legacy_st
             {"id": int(ln.source_key)},
         ).one()
     assert status == 1 and next_ms >= to_ms(fence_at), (next_ms, rep.fence_at)
-    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == ln.trigger.id]
-    want, at = [], behind_at
-    while at < fence_at:
-        want.append(to_ms(at))
-        at += S
-    assert list(pending.pending_ms) == want
+    want = _pending_until(env, ln.trigger.id, behind_at, fence_at)
     # every occurrence accounted for: the new side's runs up to the fence, legacy's from it
     assert want[-1] + 1000 == next_ms
 
@@ -84,20 +99,10 @@ def test_a_rollback_from_a_live_dual_run_runs_what_the_new_side_is_behind_on_up_
     sw = _switch_of(env)
     sw.start_dual_run(biz, shadow=False, actor="ops")
     (ln, *_) = sw.links(biz)
-    behind_at = sw.clock.now().replace(microsecond=0) - 3 * S
-    with env.store.engine.begin() as conn:
-        conn.execute(
-            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
-            {"at": to_ms(behind_at), "id": ln.trigger.id},
-        )
+    behind_at = _every_second_behind(env, ln.trigger.id, sw.clock.now())
     rep = sw.rollback(biz, actor="ops", reason="back")
     fence_at = datetime.fromisoformat(rep.fence_at)  # type: ignore[arg-type]
-    (pending,) = [s for s in SqlSupersedes(env.store).supersedes() if s.trigger_id == ln.trigger.id]
-    want, at = [], behind_at
-    while at < fence_at:
-        want.append(to_ms(at))
-        at += S
-    assert list(pending.pending_ms) == want
+    _pending_until(env, ln.trigger.id, behind_at, fence_at)
 
 
 def test_a_rollback_from_a_shadow_dual_run_never_runs_what_the_new_side_was_behind_on(tmp_path: Path) -> None:
@@ -108,12 +113,7 @@ def test_a_rollback_from_a_shadow_dual_run_never_runs_what_the_new_side_was_behi
     sw = _switch_of(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     (ln, *_) = sw.links(biz)
-    behind_at = sw.clock.now().replace(microsecond=0) - 3 * S
-    with env.store.engine.begin() as conn:
-        conn.execute(
-            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
-            {"at": to_ms(behind_at), "id": ln.trigger.id},
-        )
+    behind_at = _every_second_behind(env, ln.trigger.id, sw.clock.now())
     rep = sw.rollback(biz, actor="ops", reason="back")
     assert rep.fence_at is not None
     assert [s for s in SqlSupersedes(env.store).supersedes() if s.pending_ms] == []
