@@ -113,7 +113,7 @@ def test_a_rollback_from_a_shadow_dual_run_never_runs_what_the_new_side_was_behi
     sw = _switch_of(env)
     sw.start_dual_run(biz, shadow=True, actor="ops")
     (ln, *_) = sw.links(biz)
-    behind_at = _every_second_behind(env, ln.trigger.id, sw.clock.now())
+    _every_second_behind(env, ln.trigger.id, sw.clock.now())
     rep = sw.rollback(biz, actor="ops", reason="back")
     assert rep.fence_at is not None
     assert [s for s in SqlSupersedes(env.store).supersedes() if s.pending_ms] == []
