@@ -66,7 +66,7 @@ The job's run fields as the admin reads them at trigger time: an operator's edit
 admin (GLUE source, param, handler, block strategy, timeout, route) takes effect at its
 next trigger there, while the commands the scheduler has already published (its
 lookahead, 30 min by default) carry the params of when they were fired. With
-`current_params` (the legacy `xxl_job_info` row, `switchyard.wiring.XxlCurrentRunFields`)
+`current_params` (the legacy `xxl_job_info` row, `readers.xxljob.live_rows.XxlCurrentRunFields`)
 each run takes those fields from the row as it is now, as the admin does; a row that is
 gone, of another GLUE type (the migration decides that change) or unreadable leaves the
 command's params as they are. Seen on a real 3.4.2 admin: a GLUE edit during a live

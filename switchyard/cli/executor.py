@@ -382,7 +382,7 @@ def _xxl_settings(bridges: tuple[str, ...], settings: BridgeSettings) -> dict[st
     provider = None
     current = None
     if legacy_url:
-        from switchyard.wiring import XxlCurrentRunFields
+        from readers.xxljob.live_rows import XxlCurrentRunFields
 
         # each run takes the job's run fields from its legacy row as it is now, as the
         # admin does at every trigger (an edit made after the commands were published)
@@ -391,7 +391,7 @@ def _xxl_settings(bridges: tuple[str, ...], settings: BridgeSettings) -> dict[st
         given = [a.strip() for a in executor_addresses if a.strip()]
         provider = lambda _app: list(given)  # noqa: E731 - every app: the addresses given
     elif legacy_url:
-        from switchyard.wiring import XxlRegistryAddresses
+        from readers.xxljob.live_rows import XxlRegistryAddresses
 
         provider = XxlRegistryAddresses(legacy_url, legacy_db_tz)
     # else: the executors that register with the bridge's endpoint
@@ -413,7 +413,7 @@ def _bc_tokens(bridges: tuple[str, ...], legacy_url: str | None, bc_token_env: s
         token = _secret(bc_token_env, "--bc-token-env")
         return lambda _ref: token
     if legacy_url:
-        from switchyard.wiring import batch_center_tokens
+        from readers.batchcenter.tokens import batch_center_tokens
 
         return batch_center_tokens(legacy_url)
     raise CliFailure("--bridge batch-center needs --legacy-url (bc_biz tokens) or --bc-token-env", exitcodes.USAGE)

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from readers.legacy_ddl.tables import xxljob_metadata
+from readers.xxljob.live_rows import XxlCurrentRunFields
 from scheduler_core.store.engine import make_engine
-from switchyard.wiring import XxlCurrentRunFields
 from tests.backends import mariadb_database
 from tests.unit.test_bridge_xxljob_threads import V1, V2, glue_params
 from tests.unit.test_bridges import Xxl, ctx

@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import text
 
+from readers.xxljob.live_rows import XxlRegistryAddresses
 from scheduler_core.store.engine import make_engine
-from switchyard.wiring import XxlRegistryAddresses
 from tests.backends import mariadb_database
 
 pytestmark = pytest.mark.mariadb
