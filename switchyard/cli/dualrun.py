@@ -112,7 +112,7 @@ def parse_when(text: str | None, now: datetime) -> datetime | None:
 
 
 @dataclass(frozen=True)
-class Sources:
+class ComparisonInputs:
     """What every comparison of a command needs: the store, the legacy side, settings."""
 
     store: SqlTriggerStore
@@ -301,7 +301,7 @@ def _sources(
     pulsar_admin: str | None,
     pulsar_token_env: str,
     topic_prefix: str,
-) -> Sources:
+) -> ComparisonInputs:
     overrides = {
         k: v for k, v in (("min_window", min_window), ("min_fires_per_job", min_fires_per_job)) if v is not None
     }
@@ -309,7 +309,7 @@ def _sources(
         zones = parse_zones(legacy_tz, legacy_db_tz, legacy_cron_tz)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    return Sources(
+    return ComparisonInputs(
         store=(store := open_existing_store(url)),
         own=dualrun_store(store),
         legacy_url=legacy_url,
@@ -520,7 +520,7 @@ def _known(store: SqlTriggerStore, biz_codes: Sequence[str]) -> None:
         raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
 
-def _watch_one(sources: Sources, biz_code: str, as_json: bool) -> Comparison:
+def _watch_one(sources: ComparisonInputs, biz_code: str, as_json: bool) -> Comparison:
     result, cid = sources.compare(biz_code)
     if as_json:
         click.echo(
@@ -620,7 +620,7 @@ def watch_cutover_cmd(
     from switchyard.cli.signals import stop_event
 
     ensure_free("--metrics-port", metrics_port)
-    sources = Sources(
+    sources = ComparisonInputs(
         store=(store := open_existing_store(url)),
         own=dualrun_store(store),
         legacy_url=legacy_url,

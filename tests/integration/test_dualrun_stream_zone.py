@@ -18,7 +18,7 @@ from readers.records import SourceSystem
 from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
-from switchyard.cli.dualrun import Sources
+from switchyard.cli.dualrun import ComparisonInputs
 from switchyard.wiring import dualrun_store, open_store
 from tests.backends import mariadb_database
 
@@ -79,7 +79,7 @@ def test_the_stream_check_reads_legacy_datetimes_in_the_database_zone(
                 )
             # the cron zone differs from the database zone: only the database zone may count
             zones = LegacyZones(db=db_zone, cron="America/New_York")
-            sources = Sources(
+            sources = ComparisonInputs(
                 store=store,
                 own=dualrun_store(store),
                 legacy_url=legacy_url,
