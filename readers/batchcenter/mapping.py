@@ -57,7 +57,7 @@ class TaskStatus(enum.IntEnum):
     PAUSED = 5
 
 
-class MisfirePolicy(enum.IntEnum):
+class BcMisfirePolicy(enum.IntEnum):
     FIRE_ONCE_NOW = 1
     SKIP = 2
 
@@ -74,7 +74,7 @@ _KIND = {
     TaskType.CRON: ScheduleKind.CRON,
     TaskType.FIXED_RATE: ScheduleKind.FIXED_RATE,
 }
-_MISFIRE = {MisfirePolicy.FIRE_ONCE_NOW: MisfireRule.FIRE_ONCE_NOW, MisfirePolicy.SKIP: MisfireRule.SKIP}
+_MISFIRE = {BcMisfirePolicy.FIRE_ONCE_NOW: MisfireRule.FIRE_ONCE_NOW, BcMisfirePolicy.SKIP: MisfireRule.SKIP}
 _EXEC = {
     LogStatus.RUNNING: ExecStatus.RUNNING,
     LogStatus.SUCCESS: ExecStatus.SUCCESS,
@@ -244,7 +244,7 @@ def map_task(row: Mapping[Any, Any], ctx: TaskContext) -> LegacyDefinition:
     shard_total = dec.integer("shard_total", v.get("shard_total"), minimum=1, default=1)
     priority = dec.integer("priority", v.get("priority"), minimum=1, maximum=9, default=5)
     max_retry = dec.integer("max_retry", v.get("max_retry"), minimum=0)
-    misfire = _code(dec, "misfire_policy", v.get("misfire_policy"), MisfirePolicy)
+    misfire = _code(dec, "misfire_policy", v.get("misfire_policy"), BcMisfirePolicy)
     status = _code(dec, "status", v.get("status"), TaskStatus)
     migrated = dec.integer("migrated", v.get("migrated"), minimum=0, maximum=1)
     version = dec.integer("version", v.get("version"))

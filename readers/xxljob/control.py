@@ -39,7 +39,7 @@ _INFO = table(
 
 
 @dataclass(frozen=True, slots=True)
-class TriggerState:
+class XxlTriggerState:
     job_id: int
     trigger_status: int
     trigger_next_time_ms: int
@@ -147,12 +147,12 @@ def _enable(conn: Connection, times: dict[int, int], has_types: bool) -> tuple[i
     return tuple(changed)
 
 
-def _states(conn: Connection, ids: Sequence[int]) -> list[TriggerState]:
+def _states(conn: Connection, ids: Sequence[int]) -> list[XxlTriggerState]:
     stmt = select(_INFO.c.id, _INFO.c.trigger_status, _INFO.c.trigger_next_time, _INFO.c.trigger_last_time).where(
         _INFO.c.id.in_(bindparam("ids", expanding=True))
     )
     return [
-        TriggerState(
+        XxlTriggerState(
             int(r.id), parse_int(r.trigger_status) or 0, parse_int(r.trigger_next_time) or 0,
             parse_int(r.trigger_last_time) or 0,
         )
@@ -160,10 +160,10 @@ def _states(conn: Connection, ids: Sequence[int]) -> list[TriggerState]:
     ]  # fmt: skip
 
 
-def read_trigger_state(bind: Engine | Connection, job_ids: Collection[int]) -> dict[int, TriggerState]:
+def read_trigger_state(bind: Engine | Connection, job_ids: Collection[int]) -> dict[int, XxlTriggerState]:
     """The switch as it stands (to re-check a stop on <= 2.4.2 after two scan periods)."""
     ids = sorted({int(j) for j in job_ids})
-    out: dict[int, TriggerState] = {}
+    out: dict[int, XxlTriggerState] = {}
     if isinstance(bind, Engine):
         with connect(bind) as conn:
             for chunk in _chunks(ids):
