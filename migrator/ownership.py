@@ -30,7 +30,9 @@ S = TriggerState
 _RUNNABLE = (S.CREATED, S.WAITING, S.ACQUIRED)  # meant to run: not paused, not ended
 
 
-class Side(enum.StrEnum):
+class Firing(enum.StrEnum):
+    """Which side fires a job (`status --check`: ORPHANED and DOUBLE are the problems)."""
+
     NEW = "new"
     LEGACY = "legacy"
     BOTH = "both"  # a live dual-run: by design
@@ -40,7 +42,7 @@ class Side(enum.StrEnum):
     DOUBLE = "double"  # fires on both sides outside a live dual-run
 
 
-PROBLEMS = (Side.ORPHANED, Side.DOUBLE)
+PROBLEMS = (Firing.ORPHANED, Firing.DOUBLE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +56,7 @@ class JobOwnership:
     legacy_live: bool
     legacy_known: bool  # read from the legacy tables (else inferred from the store)
     held: bool  # stopped on legacy by the switch itself
-    side: Side
+    side: Firing
     why: str = ""
 
     def as_dict(self) -> dict[str, object]:
@@ -86,13 +88,13 @@ class BusinessOwnership:
         return [j for j in self.jobs if j.side in PROBLEMS]
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in Side}
+        out = {s.value: 0 for s in Firing}
         for j in self.jobs:
             out[j.side.value] += 1
         return out
 
 
-def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: bool, held: bool) -> tuple[Side, str]:
+def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: bool, held: bool) -> tuple[Firing, str]:
     """Which side fires a job, from its business's state, its new-side trigger and its
     legacy switch. Pure: the whole rule in one place."""
     # the scheduler fires waiting triggers whatever the business state; a legacy
@@ -100,23 +102,23 @@ def classify(state: B, shadow: bool, trigger_state: TriggerState, legacy_live: b
     new_live = trigger_state in (S.WAITING, S.ACQUIRED) and not shadow
     if new_live and legacy_live:
         if state is B.DUAL_RUN:
-            return Side.BOTH, ""
-        return Side.DOUBLE, (
+            return Firing.BOTH, ""
+        return Firing.DOUBLE, (
             f"live on both sides while the business is {state.value}: stop it in the legacy admin"
             if state is B.CUTOVER
             else "roll back again, or pause the trigger"
         )
     if new_live:
-        return Side.NEW, ""
+        return Firing.NEW, ""
     if legacy_live:
-        return Side.LEGACY, ""
+        return Firing.LEGACY, ""
     if trigger_state is S.PAUSED:
-        return Side.PAUSED, ""
+        return Firing.PAUSED, ""
     if trigger_state in (S.COMPLETED, S.CANCELLED):
-        return Side.ENDED, ""
+        return Firing.ENDED, ""
     why = f"the new-side trigger is {trigger_state.value}" + (" (shadow)" if shadow else "")
     why += "; on legacy it is stopped" + (" by the switch (cutover)" if held else "")
-    return Side.ORPHANED, why
+    return Firing.ORPHANED, why
 
 
 LegacyLive = Callable[[str, Sequence[str]], set[str] | None]  # (source system, keys) -> live keys, None: unknown

@@ -25,7 +25,7 @@ from dualrun.verdict_store import latest_by_business, verdicts_of
 from migrator.business import BusinessRegistry
 from migrator.cutover import first_at_or_after
 from migrator.model import BusinessState
-from migrator.ownership import PROBLEMS, LegacyLive, Side, ownership
+from migrator.ownership import PROBLEMS, Firing, LegacyLive, ownership
 from migrator.ports import VERDICT_MAX_AGE
 from migrator.store import MigratorStore
 from migrator.target import TargetWriter
@@ -258,15 +258,15 @@ def _schedule(t: Trigger | None) -> str:
     return t.kind.value
 
 
-def _next_fire(t: Trigger | None, side: Side, now: datetime) -> dict[str, Any]:
+def _next_fire(t: Trigger | None, side: Firing, now: datetime) -> dict[str, Any]:
     """When the job fires next, on the side that fires it: the new side's stored next
     fire time, or (on legacy) the definition's next occurrence from now; none for a job
     that fires nowhere (paused, ended, orphaned)."""
     if t is None:
         return {"next_fire_at": None, "next_fire_from": None}
-    if side in (Side.NEW, Side.BOTH, Side.DOUBLE):
+    if side in (Firing.NEW, Firing.BOTH, Firing.DOUBLE):
         return {"next_fire_at": _iso(t.next_fire_at), "next_fire_from": "store"}
-    if side is Side.LEGACY:
+    if side is Firing.LEGACY:
         try:
             at = first_at_or_after(t, now)
         except ValueError:  # a schedule that cannot be evaluated has no next time to show

@@ -21,7 +21,7 @@ from legacy_sim.seed import seed_xxljob
 from migrator.business import BusinessRegistry
 from migrator.cutover import links_of
 from migrator.model import BusinessState
-from migrator.ownership import Side, ownership
+from migrator.ownership import Firing, ownership
 from migrator.stream import StreamMigrator
 from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition
@@ -163,7 +163,7 @@ def test_rollback_hands_back_a_job_resumed_after_the_cutover_beside_the_stream(o
             assert t.state is TriggerState.CREATED, t.state
             owned = ownership(env.store, env.own, _legacy_live(env.legacy), [biz])[0]
             sides = {j.source_key: j.side for j in owned.jobs}
-            assert sides[key] is Side.LEGACY, owned.jobs
+            assert sides[key] is Firing.LEGACY, owned.jobs
             assert not owned.problems, owned.problems
         finally:
             rolled_back.set()

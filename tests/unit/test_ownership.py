@@ -21,7 +21,7 @@ from migrator.cutover import BusinessSwitch
 from migrator.holds import LegacyHolds
 from migrator.legacy_control import BatchCenterControl, XxlJobControl
 from migrator.model import BusinessState
-from migrator.ownership import Side, classify, ownership
+from migrator.ownership import Firing, classify, ownership
 from scheduler_core.model import JobCode
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
@@ -275,20 +275,20 @@ def test_status_check_finds_orphans_and_doubles(urls: tuple[str, str]) -> None:
 @pytest.mark.parametrize(
     "state, shadow, trig, legacy, held, side",
     [
-        (B.DUAL_RUN, False, S.WAITING, True, False, Side.BOTH),
-        (B.DUAL_RUN, True, S.WAITING, True, False, Side.LEGACY),
-        (B.DUAL_RUN, True, S.WAITING, False, True, Side.ORPHANED),
-        (B.CUTOVER, False, S.WAITING, False, True, Side.NEW),
-        (B.CUTOVER, False, S.WAITING, True, True, Side.DOUBLE),
-        (B.CUTOVER, False, S.CREATED, False, True, Side.ORPHANED),
-        (B.CUTOVER, False, S.PAUSED, False, False, Side.PAUSED),
-        (B.CUTOVER, False, S.CANCELLED, False, False, Side.ENDED),
-        (B.LEGACY, False, S.CREATED, True, False, Side.LEGACY),
-        (B.LEGACY, False, S.CREATED, False, True, Side.ORPHANED),
-        (B.LEGACY, False, S.WAITING, True, False, Side.DOUBLE),
+        (B.DUAL_RUN, False, S.WAITING, True, False, Firing.BOTH),
+        (B.DUAL_RUN, True, S.WAITING, True, False, Firing.LEGACY),
+        (B.DUAL_RUN, True, S.WAITING, False, True, Firing.ORPHANED),
+        (B.CUTOVER, False, S.WAITING, False, True, Firing.NEW),
+        (B.CUTOVER, False, S.WAITING, True, True, Firing.DOUBLE),
+        (B.CUTOVER, False, S.CREATED, False, True, Firing.ORPHANED),
+        (B.CUTOVER, False, S.PAUSED, False, False, Firing.PAUSED),
+        (B.CUTOVER, False, S.CANCELLED, False, False, Firing.ENDED),
+        (B.LEGACY, False, S.CREATED, True, False, Firing.LEGACY),
+        (B.LEGACY, False, S.CREATED, False, True, Firing.ORPHANED),
+        (B.LEGACY, False, S.WAITING, True, False, Firing.DOUBLE),
     ],
 )
-def test_which_side_fires_a_job(state: B, shadow: bool, trig: S, legacy: bool, held: bool, side: Side) -> None:
+def test_which_side_fires_a_job(state: B, shadow: bool, trig: S, legacy: bool, held: bool, side: Firing) -> None:
     assert classify(state, shadow, trig, legacy, held)[0] is side
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from migrator.cutover import BusinessSwitch
 from migrator.legacy_control import XxlJobControl
-from migrator.ownership import Side, ownership
+from migrator.ownership import Firing, ownership
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.fence import FenceService
 from scheduler_core.store.supersedes import SqlSupersedes
@@ -165,6 +165,6 @@ def test_a_rollback_of_a_trigger_whose_last_occurrences_fall_before_the_fence_ru
     for step in ("rollback", "read-back"):
         owned = ownership(env.store, env.own, lambda _source, keys: control.live(keys), [biz])[0]
         sides = {j.source_key: j.side for j in owned.jobs}
-        assert sides[ln.source_key] is Side.ENDED, (step, sides)
+        assert sides[ln.source_key] is Firing.ENDED, (step, sides)
         assert not owned.problems, (step, owned.problems)
         env.migrator.run()

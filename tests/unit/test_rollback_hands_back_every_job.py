@@ -21,7 +21,7 @@ from migrator.business import BusinessRegistry
 from migrator.cutover import BusinessSwitch, links_of
 from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
-from migrator.ownership import PROBLEMS, GuardOutcome, Side, ownership
+from migrator.ownership import PROBLEMS, Firing, GuardOutcome, ownership
 from migrator.stream import KeyCompare, StreamMigrator, polling_batches
 from migrator.target import Write
 from readers.records import LegacyBusiness, LegacyDefinition, SourceSystem
@@ -68,7 +68,7 @@ def _legacy_live(env: MigrationEnv) -> Callable[[str, Sequence[str]], set[str] |
     return live
 
 
-def _sides(env: MigrationEnv, biz: str) -> dict[str, Side]:
+def _sides(env: MigrationEnv, biz: str) -> dict[str, Firing]:
     owned = ownership(env.store, env.own, _legacy_live(env), [biz])[0]
     return {j.source_key: j.side for j in owned.jobs}
 
@@ -157,7 +157,7 @@ def test_the_polling_stream_never_admits_a_trigger_from_the_rollbacks_own_start(
     assert held_back == [key]
     assert _state(env, tid) is S.CREATED
     sides = _sides(env, biz)
-    assert sides[key] is Side.LEGACY, sides
+    assert sides[key] is Firing.LEGACY, sides
     assert not set(sides.values()) & set(PROBLEMS), sides
 
 
@@ -238,7 +238,7 @@ def test_a_job_started_in_the_legacy_admin_and_mirrored_while_the_rollback_runs_
     # live on legacy (the operator's start), taken off the new side
     assert _state(env, tid) is S.CREATED
     sides = _sides(env, biz)
-    assert sides[key] is Side.LEGACY, sides
+    assert sides[key] is Firing.LEGACY, sides
     assert not set(sides.values()) & set(PROBLEMS), sides
 
 
@@ -273,4 +273,4 @@ def test_a_resume_whose_guard_read_before_a_rollback_and_wrote_after_it_is_pause
     assert tid not in report.changed and "rolled back to legacy while it was being resumed" in guard.refused[tid]
     assert _state(env, tid) is S.PAUSED
     sides = _sides(env, biz)
-    assert sides[key] is Side.PAUSED and not set(sides.values()) & set(PROBLEMS), sides
+    assert sides[key] is Firing.PAUSED and not set(sides.values()) & set(PROBLEMS), sides

@@ -20,7 +20,7 @@ from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, links_of
 from migrator.legacy_control import XxlJobControl
 from migrator.model import BusinessState
-from migrator.ownership import Side, ownership
+from migrator.ownership import Firing, ownership
 from scheduler_core.model import TriggerId
 from switchyard.cli import cli
 from tests.migration_env import MigrationEnv, make_env, migrated_xxljob_urls, ready_switch
@@ -55,7 +55,7 @@ def _stop_in_the_admin(env: MigrationEnv, key: str) -> None:
         )
 
 
-def _side(env: MigrationEnv, biz: str, key: str) -> Side:
+def _side(env: MigrationEnv, biz: str, key: str) -> Firing:
     control = XxlJobControl(env.legacy, env.migrator.clock)
     owned = ownership(env.store, env.own, lambda _source, keys: control.live(keys), [biz])[0]
     return next(j.side for j in owned.jobs if j.source_key == key)
@@ -104,7 +104,7 @@ def test_one_live_side_or_none_on_record(
         # during the dual-run the read-back mirrors the operator's stop in the legacy admin
         env.migrator.run()
         if not legacy_on and new == "waiting":
-            assert _side(env, biz, key) is Side.PAUSED
+            assert _side(env, biz, key) is Firing.PAUSED
     _checked(tmp_path, "the dual-run")
 
     # the cutover: one that would leave a job running on legacy fire nowhere is refused, nothing changed
@@ -116,17 +116,17 @@ def test_one_live_side_or_none_on_record(
         switch.cutover(biz, actor="ops", force=True, reason=FORCED)
     else:
         switch.cutover(biz, actor="ops")
-    expected = Side.NEW if legacy_on and new == "waiting" else Side.ENDED if new == "cancelled" else Side.PAUSED
+    expected = Firing.NEW if legacy_on and new == "waiting" else Firing.ENDED if new == "cancelled" else Firing.PAUSED
     assert _side(env, biz, key) is expected
-    if expected is not Side.NEW:
+    if expected is not Firing.NEW:
         _off_on_record(env, biz, legacy_on)
     _readback(env, biz, key, readback)
     _checked(tmp_path, "the cutover")
 
     if resumed:
         # the operator resumes it on the new side (a paused job only: the others are not paused)
-        assert operate(env.store, "resume", tid) is (expected is Side.PAUSED)
-        expected = Side.NEW if expected is Side.PAUSED else expected
+        assert operate(env.store, "resume", tid) is (expected is Firing.PAUSED)
+        expected = Firing.NEW if expected is Firing.PAUSED else expected
         assert _side(env, biz, key) is expected
         _readback(env, biz, key, readback)
         _checked(tmp_path, "the resume")
@@ -134,10 +134,10 @@ def test_one_live_side_or_none_on_record(
     report = BusinessSwitch(
         env.store, env.own, XxlJobControl(env.legacy, env.migrator.clock), env.migrator.clock
     ).rollback(biz, actor="ops", reason="drill")
-    if expected is Side.NEW:
+    if expected is Firing.NEW:
         # live on the new side: handed back, started on legacy, its trigger taken off
         assert key in report.handover and key not in report.not_handed_back, report
-        assert _side(env, biz, key) is Side.LEGACY
+        assert _side(env, biz, key) is Firing.LEGACY
     else:
         # off on both by the operator: it stays off; when the cutover stopped it on legacy,
         # the rollback says so (not a success: the job is named)
