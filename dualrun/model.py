@@ -216,7 +216,7 @@ def _precision(ms: int) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StreamCatchup:
+class StreamState:
     """The change stream of the business when it was checked (by the CLI, with the
     migrator's catch-up check): whether the target holds every legacy edit, and how far
     behind it is otherwise."""
@@ -235,8 +235,8 @@ class StreamCatchup:
         }
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> StreamCatchup:
-        return StreamCatchup(
+    def from_dict(d: dict[str, Any]) -> StreamState:
+        return StreamState(
             caught_up=bool(d["caught_up"]),
             sentence=d["sentence"],
             checked_at=from_iso(d["checked_at"]),
@@ -403,7 +403,7 @@ class Comparison:
     quarantined: tuple[QuarantinedJob, ...] = ()  # legacy jobs never migrated (ledger: quarantined)
     span: CompareSpan | None = None  # the window asked for and where it was clipped (None: not clipped)
     lag_precision: LagPrecision | None = None
-    stream: StreamCatchup | None = None  # the business's change stream, when the caller checked it
+    stream: StreamState | None = None  # the business's change stream, when the caller checked it
 
     def __post_init__(self) -> None:
         require_aware(self.computed_at, "computed_at")
@@ -656,7 +656,7 @@ def comparison_from_dict(d: dict[str, Any]) -> Comparison:
             new_ms=d["lag_precision"]["new_ms"],
             legacy_source=d["lag_precision"]["legacy_source"],
         ),
-        stream=None if d.get("stream") is None else StreamCatchup.from_dict(d["stream"]),
+        stream=None if d.get("stream") is None else StreamState.from_dict(d["stream"]),
     )
 
 

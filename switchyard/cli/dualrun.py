@@ -20,7 +20,7 @@ from dbkit.engine import make_engine
 from dualrun.boundary_store import record_cutover_boundary
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
-from dualrun.model import Comparison, StreamCatchup, as_dict, iso
+from dualrun.model import Comparison, StreamState, as_dict, iso
 from dualrun.ports import BacklogProbe
 from dualrun.settings import CompareSettings, Thresholds, override, thresholds_from_mapping
 from dualrun.store import DualRunStore
@@ -157,7 +157,7 @@ class ComparisonInputs:
         result = replace(result, stream=self.stream_state(biz_code, source, now))
         return result, put_comparison(self.own, result)
 
-    def stream_state(self, biz_code: str, source: SourceSystem, now: datetime) -> StreamCatchup | None:
+    def stream_state(self, biz_code: str, source: SourceSystem, now: datetime) -> StreamState | None:
         """The business's change stream now (no waiting), as the cutover gate will judge it;
         None when no stream follows it or the legacy database has no binlog."""
         legacy = make_engine(self.legacy_url, must_exist=True)
@@ -174,7 +174,7 @@ class ComparisonInputs:
         return (
             None
             if state is None
-            else StreamCatchup(
+            else StreamState(
                 caught_up=state.caught_up, sentence=state.sentence, checked_at=now, stream_id=state.stream_id
             )
         )

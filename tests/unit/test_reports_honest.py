@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from dualrun.model import StreamCatchup
+from dualrun.model import StreamState
 from dualrun.verdict_store import put_comparison
 from migrator.catchup import CatchupState
 from migrator.tables import migrator_tables
@@ -51,7 +51,7 @@ def test_every_form_shows_the_compared_span_precision_and_stream(tmp_path: Path)
     s.legacy(d)
     s.new(d, [t for t in s.times(d) if t >= began])
     c = s.compare()
-    stream = StreamCatchup(
+    stream = StreamState(
         caught_up=False,
         checked_at=s.now,
         stream_id="xxl-job@db",
