@@ -54,7 +54,7 @@ from scheduler_core.times import duration_ms, from_ms, to_ms
 
 
 @dataclass(frozen=True, slots=True)
-class Switch:
+class HandoverPlan:
     """One switch: source key -> handover time (ISO text or aware datetime), the side
     that owns the job from then on, and the instant the switch began (`at`: dual-run
     ends there; from then on no occurrence of a handed-over job may go unfired, even one
@@ -141,7 +141,7 @@ def check_boundary(
     own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,
-    switches: Sequence[Switch],
+    switches: Sequence[HandoverPlan],
     *,
     window: Window,
     settings: CompareSettings | None = None,
@@ -271,4 +271,4 @@ def _iso(ms: np.ndarray) -> list[str]:
     return [from_ms(int(v)).isoformat() for v in np.asarray(ms).tolist()]
 
 
-__all__ = ["BoundaryCheck", "BoundaryIssue", "Switch", "check_boundary", "fetch_new_fired"]
+__all__ = ["BoundaryCheck", "BoundaryIssue", "HandoverPlan", "check_boundary", "fetch_new_fired"]

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import insert, select
 
 from dbkit.connections import begin, connect
-from dualrun.boundary import BoundaryCheck, Switch, check_boundary
+from dualrun.boundary import BoundaryCheck, HandoverPlan, check_boundary
 from dualrun.model import Window, iso
 from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
@@ -157,7 +157,7 @@ def record_cutover_boundary(
         own,
         reader,
         biz_code,
-        [Switch(handover=handover, to_new=True, at=at)],
+        [HandoverPlan(handover=handover, to_new=True, at=at)],
         window=Window(start=at, end=horizon),
         now=now,
     )

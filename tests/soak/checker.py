@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from dualrun.boundary import BoundaryIssue, Switch, check_boundary
+from dualrun.boundary import BoundaryIssue, HandoverPlan, check_boundary
 from dualrun.model import Window
 from dualrun.stopped import stopped_occurrences
 from readers.ports import LegacyReader
@@ -82,7 +82,7 @@ class DualSpan:
 
 def plan_switches(
     switches: Sequence[AuditedSwitch], keys: Iterable[str], start: datetime, now: datetime
-) -> tuple[list[Switch], list[DualSpan]]:
+) -> tuple[list[HandoverPlan], list[DualSpan]]:
     """The boundary checker's switches (who owns each job from when), and the live
     dual-run spans inside which a fire by both sides is the dual-run itself.
 
@@ -94,18 +94,18 @@ def plan_switches(
     legacy owns every job (from `start`)."""
     keys = list(keys)
     # every business starts on legacy: legacy owns each job from the window's start
-    out: list[Switch] = [Switch(handover=dict.fromkeys(keys, start), to_new=False, at=start)]
+    out: list[HandoverPlan] = [HandoverPlan(handover=dict.fromkeys(keys, start), to_new=False, at=start)]
     spans: list[DualSpan] = []
     open_dual: datetime | None = None
     for sw in switches:
         if sw.to_state == "dual_run" and not sw.shadow:
             lead = sw.at + DUAL_RUN_LEAD
-            out.append(Switch(handover=dict.fromkeys(keys, lead), to_new=True, at=lead))
+            out.append(HandoverPlan(handover=dict.fromkeys(keys, lead), to_new=True, at=lead))
             # the triggers are activated before the audit row is written: an occurrence
             # due in between is the dual-run's first
             open_dual = sw.at - DUAL_RUN_LEAD
         elif sw.to_state == "cutover":
-            out.append(Switch(handover=sw.handover, to_new=True, at=sw.at))
+            out.append(HandoverPlan(handover=sw.handover, to_new=True, at=sw.at))
             if open_dual is not None:
                 last = max([datetime.fromisoformat(v) for v in sw.handover.values()], default=sw.at)
                 spans.append(DualSpan(open_dual, max(last, sw.at)))
@@ -113,7 +113,7 @@ def plan_switches(
         elif sw.to_state == "legacy":
             handover: dict[str, str | datetime] = {k: sw.at for k in keys}
             handover.update(sw.handover)
-            out.append(Switch(handover=handover, to_new=False, at=sw.at))
+            out.append(HandoverPlan(handover=handover, to_new=False, at=sw.at))
             if open_dual is not None:
                 last = max([datetime.fromisoformat(v) for v in sw.handover.values()], default=sw.at)
                 spans.append(DualSpan(open_dual, max(last, sw.at)))
@@ -165,7 +165,7 @@ class BusinessCheck:
 _BOTH = re.compile(r"legacy at (\S+), new at (\S+)\)")
 
 
-def owner_at(planned: Sequence[Switch], key: str, at: datetime) -> bool | None:
+def owner_at(planned: Sequence[HandoverPlan], key: str, at: datetime) -> bool | None:
     """True: the new side owns the job's occurrence at `at`; False: legacy; None: nobody
     yet (as `check_boundary` reads the switches: the last handover at or before wins)."""
     owner = None
@@ -180,7 +180,7 @@ def owner_at(planned: Sequence[Switch], key: str, at: datetime) -> bool | None:
     return owner
 
 
-def _each_on_its_side(issue: BoundaryIssue, planned: Sequence[Switch], key: str | None) -> bool:
+def _each_on_its_side(issue: BoundaryIssue, planned: Sequence[HandoverPlan], key: str | None) -> bool:
     """A "fired by both sides" pair the matching made of two different occurrences within
     its tolerance, each fired by the side that owned it (a legacy fire just before a
     handover and a new-side one just after, or the reverse): two right fires, no double.

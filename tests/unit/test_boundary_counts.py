@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from dualrun.boundary import BoundaryCheck, Switch, check_boundary
+from dualrun.boundary import BoundaryCheck, HandoverPlan, check_boundary
 from dualrun.model import Window
 from dualrun.testing import cron_definition, fired
 from migrator.tables import migrator_tables
@@ -49,7 +49,7 @@ def _switched(tmp_path: Path, to_new: bool) -> tuple[Scenario, LegacyDefinition,
 
 def _check(s: Scenario, d: LegacyDefinition, h: datetime, to_new: bool) -> BoundaryCheck:
     s.flush()
-    switch = Switch(handover={d.source_key: h}, to_new=to_new, at=h)
+    switch = HandoverPlan(handover={d.source_key: h}, to_new=to_new, at=h)
     window = Window(start=s.current.start, end=s.current.end)
     return check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
 
@@ -170,7 +170,7 @@ def test_handovers_given_as_report_text_and_issues_name_job_and_window(tmp_path:
     s.records.append(fired(s.code(d), s.biz_code, OTHER_TRIGGER, after[0]))
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={d.source_key: h.isoformat()}, to_new=True, at=h)  # as SwitchReport.handover
+    switch = HandoverPlan(handover={d.source_key: h.isoformat()}, to_new=True, at=h)  # as SwitchReport.handover
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [("doubled", s.code(d), after[0])]
     assert check.window == window and check.owned == len(after)
@@ -188,10 +188,10 @@ def test_a_switch_covers_from_when_it_began_not_only_from_its_handover(tmp_path:
     s.records = [r for r in s.records if r.scheduled_at != gone]
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    began = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=30))
+    began = HandoverPlan(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=30))
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [began], window=window, now=s.now)
     assert _issues(check) == [("missing", gone, "legacy")]
-    late = Switch(handover={d.source_key: h}, to_new=True, at=h)
+    late = HandoverPlan(handover={d.source_key: h}, to_new=True, at=h)
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [late], window=window, now=s.now)
     assert check.clean, "before the switch began, dual-run: not the checker's"
 
@@ -205,7 +205,7 @@ def test_lateness_is_judged_at_now_not_at_the_window_end(tmp_path: Path) -> None
     _marked(s, last, state=FiredState.PUBLISHED, received_at=None, started_at=None, result_at=None)
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
+    switch = HandoverPlan(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
     for now, late in ((last + timedelta(seconds=1), 0), (window.end, 1)):
         check = check_boundary(
             s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=now
@@ -230,7 +230,7 @@ def test_every_job_is_owned_and_judged_on_its_own(tmp_path: Path) -> None:
     s.records = [r for r in s.records if not (r.job_code == s.code(two) and r.scheduled_at == gone)]
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={one.source_key: h, two.source_key: h}, to_new=True, at=h)
+    switch = HandoverPlan(handover={one.source_key: h, two.source_key: h}, to_new=True, at=h)
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [
         ("doubled", s.code(two), both),
@@ -250,8 +250,8 @@ def test_switches_apply_in_time_order_and_the_later_wins_at_the_same_instant(tmp
     s.new(d, [t for t in times if h <= t < f])
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    cut = Switch(handover={d.source_key: h}, to_new=True, at=h)
-    back = Switch(handover={d.source_key: f}, to_new=False, at=f)
+    cut = HandoverPlan(handover={d.source_key: h}, to_new=True, at=h)
+    back = HandoverPlan(handover={d.source_key: f}, to_new=False, at=f)
     for order in ([cut, back], [back, cut]):
         check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, order, window=window, now=s.now)
         assert check.clean, [str(i) for i in check.issues[:3]]
@@ -262,7 +262,10 @@ def test_switches_apply_in_time_order_and_the_later_wins_at_the_same_instant(tmp
     s2.legacy(d2)
     s2.flush()
     at = s2.times(d2)[len(s2.times(d2)) // 2]
-    pair = [Switch(handover={d2.source_key: at}, to_new=True, at=at), Switch({d2.source_key: at}, False, at)]
+    pair = [
+        HandoverPlan(handover={d2.source_key: at}, to_new=True, at=at),
+        HandoverPlan({d2.source_key: at}, False, at),
+    ]
     check = check_boundary(s2.store, dualrun_store(s2.store), s2.reader(), s2.biz_code, pair, window=window, now=s2.now)
     assert check.clean, [str(i) for i in check.issues[:3]]
 
@@ -300,7 +303,7 @@ def test_a_job_with_nothing_in_the_window_does_not_hide_the_next_jobs_issues(tmp
     s.legacy(two, [both])
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={daily.source_key: h, two.source_key: h}, to_new=True, at=h)
+    switch = HandoverPlan(handover={daily.source_key: h, two.source_key: h}, to_new=True, at=h)
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window)
     assert [(i.what, i.job_code, i.scheduled_at) for i in check.issues] == [("doubled", s.code(two), both)]
 
@@ -340,7 +343,7 @@ def test_a_failure_in_the_covered_dual_run_stretch_is_counted(tmp_path: Path) ->
     _marked(s, failed, state=FiredState.FAILED)
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
+    switch = HandoverPlan(handover={d.source_key: h}, to_new=True, at=h - timedelta(seconds=60))
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert check.mismatch_counts.get("failed_on_new") == 1, check.mismatch_counts
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from dualrun.boundary import Switch, check_boundary
+from dualrun.boundary import HandoverPlan, check_boundary
 from dualrun.model import Window
 from migrator.apply import Migrator
 from migrator.business import BusinessRegistry
@@ -161,13 +161,13 @@ def test_every_occurrence_is_fired_by_exactly_one_side(
         cut_at = clock.now()
         rep = sw.cutover(biz, actor="prop", reason="property")
         handover = Handover(to_new=True, first={k: datetime.fromisoformat(v) for k, v in rep.handover.items()})
-        switches = [Switch(rep.handover, to_new=True, at=cut_at)]
+        switches = [HandoverPlan(rep.handover, to_new=True, at=cut_at)]
         _advance(clock, timedelta(seconds=after_cutover_s), [lg.sim], side)
         if roll_back:
             back_at = clock.now()
             back = sw.rollback(biz, actor="prop", reason="property")
             handover = _rollback_handover(back, sw.links(biz))
-            switches.append(Switch(back.handover, to_new=False, at=back_at))
+            switches.append(HandoverPlan(back.handover, to_new=False, at=back_at))
             _advance(clock, timedelta(minutes=15), [lg.sim], side)
         else:
             _advance(clock, timedelta(minutes=10), [lg.sim], side)

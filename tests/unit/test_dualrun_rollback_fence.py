@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from dualrun.boundary import Switch, check_boundary
+from dualrun.boundary import HandoverPlan, check_boundary
 from dualrun.collect import Collector
 from dualrun.match import ClassifyContext, JobFlags, Table, match
 from dualrun.model import Label, MismatchKind, Window
@@ -116,7 +116,7 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
     s, d, f, _after = _rolled_back(tmp_path)
     s.flush()
     window = Window(start=s.current.start, end=s.current.end)
-    switch = Switch(handover={d.source_key: f}, to_new=False, at=f)
+    switch = HandoverPlan(handover={d.source_key: f}, to_new=False, at=f)
     check = check_boundary(s.store, dualrun_store(s.store), s.reader(), s.biz_code, [switch], window=window, now=s.now)
     assert check.clean, [str(i) for i in check.issues]
 
@@ -127,7 +127,7 @@ def test_the_boundary_of_a_fenced_rollback_is_clean_and_a_run_after_f_is_doubled
         dualrun_store(s2.store),
         s2.reader(),
         s2.biz_code,
-        [Switch(handover={d2.source_key: f2}, to_new=False, at=f2)],
+        [HandoverPlan(handover={d2.source_key: f2}, to_new=False, at=f2)],
         window=window,
         now=s2.now,
     )

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import StaticPool
 
-from dualrun.boundary import Switch, check_boundary
+from dualrun.boundary import HandoverPlan, check_boundary
 from dualrun.model import Window
 from legacy_sim import XxlJobSimulator
 from legacy_sim.seed import seed_xxljob
@@ -293,7 +293,7 @@ def test_cutover_of_a_2_4_2_business_restops_and_the_report_matching_shows_a_cle
         dualrun_store(store),
         reader,
         biz,
-        [Switch(rep.handover, to_new=True, at=cut_at)],
+        [HandoverPlan(rep.handover, to_new=True, at=cut_at)],
         window=Window(start=dual_start, end=clock.now() - timedelta(minutes=1)),
         now=clock.now(),
     )
