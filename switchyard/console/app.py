@@ -140,7 +140,7 @@ def make_app(
 
         def work() -> str:
             if data.business_exists(src, code) is False:
-                raise data.UnknownBusiness(code)
+                raise data.UnknownBusiness(code, "not in the store")
             return render_html(load_report(src.dualrun, code, now=src.now()).content())
 
         return await answer(request, work, "report")
@@ -180,7 +180,7 @@ def make_app(
 
         def work() -> dict[str, Any]:
             if data.business_exists(src, code) is False:
-                raise data.UnknownBusiness(code)
+                raise data.UnknownBusiness(code, "not in the store")
             return load_report(src.dualrun, code, now=src.now()).content()
 
         return await answer(request, work)

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dualrun.boundary_store import boundary_tallies
+from dualrun.errors import UnknownBusiness
 from dualrun.settings import parse_duration
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import latest_by_business, verdicts_of
@@ -38,12 +39,6 @@ from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms
 from switchyard.freezes import standing_freezes
 from switchyard.wiring import dualrun_store, migrator_store
-
-
-class UnknownBusiness(LookupError):
-    def __init__(self, biz_code: str) -> None:
-        super().__init__(f"no business {biz_code!r} in the store")
-        self.biz_code = biz_code
 
 
 @dataclass(frozen=True)
@@ -280,7 +275,7 @@ def business(src: Sources, code: str) -> dict[str, Any]:
     its audit log and quarantined rows."""
     record = BusinessRegistry(src.migrator).get(code)
     if record is None:
-        raise UnknownBusiness(code)
+        raise UnknownBusiness(code, "not in the store")
     now = src.now()
     owned = ownership(src.store, src.migrator, src.legacy_live, [code])
     triggers = {t.id: t for t in src.store.triggers_of(biz_code=code)}
