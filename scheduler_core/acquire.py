@@ -42,14 +42,14 @@ _as_acquired = slot_replacer(Trigger, "state", "owner_epoch", "acquire_deadline"
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class AdmissionWindow:
     start: datetime
     end: datetime
 
 
 def plan_window(
     now: datetime, last_seen: datetime | None, settings: SchedulerSettings, *, sweep: bool = False
-) -> Window:
+) -> AdmissionWindow:
     """The tick's window. The floor is the older of the partition's last seen
     next_fire_at and now - misfire threshold; before anything was seen (start-up) it
     reaches back to the startup floor. A sweep tick reaches back to the beginning, so a
@@ -61,7 +61,7 @@ def plan_window(
         floor = now - settings.startup_floor
     else:
         floor = min(last_seen, threshold_floor)
-    return Window(floor, now + settings.lookahead)
+    return AdmissionWindow(floor, now + settings.lookahead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ class PartitionAcquirer:
         ends = None
         if self.lookahead is not None:
             ends = self.lookahead.windows(now)
-            window = Window(window.start, max(ends.values()))
+            window = AdmissionWindow(window.start, max(ends.values()))
         due, more = self.select_within_lanes(window, limit, ends)
         admission_lag = self.metrics.admission_lag.labels(partition=self.partition.name)
         if not due:
@@ -194,7 +194,7 @@ class PartitionAcquirer:
             self.lookahead.observe(lane, now, frontier, more)
 
     def select_within_lanes(
-        self, window: Window, limit: int, ends: Mapping[Lane, datetime] | None = None
+        self, window: AdmissionWindow, limit: int, ends: Mapping[Lane, datetime] | None = None
     ) -> tuple[list[Trigger], bool]:
         """The tick's due rows, each lane within its budgets; and whether more are due
         behind them (a read came back full, or a lane was held to its budget).
