@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import lru_cache
 
 from scheduler_core.cron import CronExpression, Dialect
@@ -65,14 +65,3 @@ def times_until(trigger: Trigger, first: datetime | None, end: datetime, cap: in
         out.append(to_ms(at))
         at = next_after(trigger, at)
     return out
-
-
-def validate_schedule(trigger: Trigger) -> None:
-    """Raise ValueError when the trigger's schedule cannot be evaluated."""
-    if trigger.kind is TriggerKind.CRON:
-        assert trigger.cron is not None
-        _cron(trigger.cron, trigger.time_zone, trigger.cron_dialect)
-    elif trigger.kind is TriggerKind.FIXED_RATE:
-        assert trigger.interval is not None
-        if trigger.interval < timedelta(milliseconds=1):
-            raise ValueError("interval must be at least 1 ms")

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from dbkit.engine import DEFAULT_SQLITE_URL
 from readers.records import SourceSystem
 
 if TYPE_CHECKING:
     from readers.timezones import LegacyZones
-
-
-def default_store_url() -> str:
-    return os.environ.get("SWITCHYARD_URL", DEFAULT_SQLITE_URL)
 
 
 def legacy_zones(

@@ -136,10 +136,6 @@ class Cancellations:
         """Anything kept (a kill in progress, or a handler waiting on its event)."""
         return bool(self.cancelled or self._events or self._callbacks)
 
-    def any_killed(self) -> bool:
-        """A kill in progress or remembered: a run's items are checked one by one."""
-        return bool(self.cancelled or self.ended)
-
 
 def dispatch_kill(payload: bytes, listeners: Sequence[KillListener]) -> bool:
     """For the executor's control follower (`FenceView`): a kill request goes to every

@@ -270,10 +270,6 @@ class AlertStore:
             old = and_(ev.c.scheduled_at < scheduled_before_ms, ev.c.seen_at < scheduled_before_ms)
             return int(conn.execute(delete(ev).where(old)).rowcount or 0)
 
-    def open_incident(self, job_code: str, kind: str) -> Incident | None:
-        with connect(self.engine) as conn:
-            return self._open(conn, job_code, kind)
-
     def to_tell(self) -> list[Incident]:
         """Incidents with something not told yet: open ones with events beyond the last
         message's count, resolved ones whose resolution was not sent."""
