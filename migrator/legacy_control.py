@@ -130,26 +130,56 @@ class BatchCenterControl(LegacyControl):
         self.patience = patience
 
     def stop(self, keys: Sequence[str]) -> Settled:
+        """Pause every live task of `keys`; all or nothing: a stop that cannot finish (a
+        task still RUNNING after `patience`, the database lost) starts again what it
+        paused, as the xxl-job control does, and raises. Left paused, those tasks fired
+        nowhere while the business stayed in its dual-run (a shadow one invokes nothing on
+        the new side: the chaos soak saw three jobs dark for 50 minutes so)."""
         pending = [int(k) for k in keys]
         notes: list[str] = []
+        paused: list[int] = []  # by this call
         waited = 0.0
-        while pending:
-            out = flag.pause_tasks(self.engine, pending)
-            # RUNNING tasks are refused (the center owns them until the callback returns),
-            # version conflicts are retried; finished tasks stay as they are. A refused task
-            # is retried while it is live, WAITING too: its run may end between the refusal
-            # and the read of its status (the chaos soak saw a task left firing on legacy
-            # through a whole cutover so, when only RUNNING ones were retried)
-            retry = [*out.conflicts, *[t for t in out.refused if self._status(t) in _LIVE]]
-            if not retry:
-                break
-            if waited >= self.patience.total_seconds():
-                raise RuntimeError(f"batch-center tasks {retry[:10]} still running after {self.patience}")
-            notes.append(f"{len(retry)} task(s) running or moving; retrying the pause")
-            self.clock.sleep(self.retry_every.total_seconds())
-            waited += self.retry_every.total_seconds()
-            pending = retry
+        try:
+            while pending:
+                out = flag.pause_tasks(self.engine, pending)
+                paused += out.changed
+                # RUNNING tasks are refused (the center owns them until the callback
+                # returns), version conflicts are retried; finished tasks stay as they are.
+                # A refused task is retried while it is live, WAITING too: its run may end
+                # between the refusal and the read of its status (the chaos soak saw a task
+                # left firing on legacy through a whole cutover so, when only RUNNING ones
+                # were retried)
+                retry = [*out.conflicts, *[t for t in out.refused if self._status(t) in _LIVE]]
+                if not retry:
+                    break
+                if waited >= self.patience.total_seconds():
+                    said, paused = self._undo(paused), []
+                    raise RuntimeError(f"batch-center tasks {retry[:10]} still running after {self.patience}; {said}")
+                notes.append(f"{len(retry)} task(s) running or moving; retrying the pause")
+                self.clock.sleep(self.retry_every.total_seconds())
+                waited += self.retry_every.total_seconds()
+                pending = retry
+        except Exception as exc:
+            if paused:  # the database lost half-way, say: the error stands, the stop is undone
+                exc.add_note(self._undo(paused))
+            raise
         return Settled(self.next_due(keys), tuple(notes))
+
+    def _undo(self, paused: Sequence[int]) -> str:
+        """The tasks this stop paused, started again at their own fire time; says how it went."""
+        if not paused:
+            return "nothing was paused"
+        try:
+            due = {int(k): at for k, at in self.next_due([str(t) for t in paused]).items() if at is not None}
+            out = flag.resume_tasks(self.engine, due, tz=self.tz)
+        except Exception as exc:
+            log.error("the %d task(s) a failed stop paused could not be started again: %s", len(paused), exc)
+            return (
+                f"the {len(paused)} task(s) it had paused ({sorted(paused)[:10]}) could NOT be started again "
+                f"({exc}): run the cutover again, or roll back"
+            )
+        back = len(out.changed) + len(out.unchanged)
+        return f"the {back} task(s) it had paused are running on legacy again (the stop is undone)"
 
     def next_due(self, keys: Sequence[str]) -> Mapping[str, datetime | None]:
         ids = [int(k) for k in keys]
