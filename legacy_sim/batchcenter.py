@@ -132,6 +132,7 @@ class _Run:
     open_chains: int
     failed: int = 0
     logs: list[int] = field(default_factory=list)
+    ended: set[tuple[int, int]] = field(default_factory=set)  # (shard, attempt) chains counted ended
 
 
 class BatchCenterSimulator:
@@ -217,10 +218,17 @@ class BatchCenterSimulator:
             else:
                 _, payload = self._events.pop()
                 kind, *args = payload
-                if kind == "end":
-                    self._end(at, *args)
-                else:
-                    self._start_retry(at, *args)
+                try:
+                    if kind == "end":
+                        self._end(at, *args)
+                    else:
+                        self._start_retry(at, *args)
+                except Exception:
+                    # the database went away (a restart): the worker keeps what it has to
+                    # write and writes it at the next poll, as a center's worker would; a
+                    # dropped event left its task RUNNING for good (seen in the chaos soak)
+                    self._events.push(at + self.poll_interval_ms, _WORK, payload)
+                    raise
         catch_up(self.clock, until_ms)
         self._pos = until_ms
         return self.fired[first:]
@@ -378,9 +386,11 @@ class BatchCenterSimulator:
             if status != LOG_SUCCESS and attempt < task.max_retry:
                 self._events.push(at + self.retry_delay_ms, _WORK, ("start", run, shard, attempt + 1))
                 return
-        if status != LOG_SUCCESS:
-            run.failed += 1
-        run.open_chains -= 1
+        if (shard, attempt) not in run.ended:  # once, however often a failed write is retried
+            run.ended.add((shard, attempt))
+            if status != LOG_SUCCESS:
+                run.failed += 1
+            run.open_chains -= 1
         if run.open_chains == 0:
             self._complete(run, at)
 

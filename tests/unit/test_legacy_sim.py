@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import StaticPool
 
 from legacy_sim import (
@@ -658,6 +659,34 @@ def test_bc_task_is_running_while_its_callback_runs(clock: ManualClock) -> None:
     sim.step(at(14, 1, 11))
     assert (db.row(1)["status"], db.logs(1)[0]["status"]) == (2, 1)  # DELAY -> SUCCESS
     assert db.row(1)["fire_time"] == "2026-12-02 14:01:00"
+
+
+def test_bc_a_completion_the_database_refused_is_written_at_a_later_step(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away as a run ends (a restart): the worker writes the end and the
+    task's completion at a later step, once; dropped, the task stayed RUNNING for good and
+    the switch could never pause it (the chaos soak, seed 23: 50 minutes)."""
+    db = Bc()
+    db.task(1, cron="0 * * * * ?", fire=sh(14, 1))
+    sim = db.sim(clock, outcome=always(Result.SUCCESS, 250))
+    real = BatchCenterSimulator._complete
+    calls = {"n": 0}
+
+    def refused_once(self: BatchCenterSimulator, run: Any, at_ms: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("UPDATE bc_task", {}, Exception("Lost connection to MySQL server during query"))
+        real(self, run, at_ms)
+
+    monkeypatch.setattr(BatchCenterSimulator, "_complete", refused_once)
+    with pytest.raises(OperationalError):
+        sim.step(at(14, 1, 30))
+    assert db.row(1)["status"] == 1  # RUNNING: its completion is still to be written
+    sim.step(at(14, 2, 30))
+    task = db.row(1)
+    assert task["status"] == 0 and task["fire_time"] == "2026-12-02 14:03:00", task
+    assert [r["status"] for r in db.logs(1)] == [1, 1]  # both runs ended SUCCESS, each logged once
 
 
 def test_bc_fixed_rate_is_anchored_at_fire_time(clock: ManualClock) -> None:
