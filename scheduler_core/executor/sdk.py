@@ -148,6 +148,10 @@ def _watched(run: EnvelopeRun) -> bool:
     return run.env.timeout.total_seconds() > 0 and not getattr(run.fn, "enforces_own_timeout", False)
 
 
+# how an item can end that a copy of its message must not undo by running it again
+_ENDED_BADLY = frozenset({ItemState.FAILED, ItemState.TIMED_OUT})
+
+
 class Executor:
     def __init__(
         self,
@@ -206,6 +210,11 @@ class Executor:
         )
         # (trigger id, T ms) -> {item index: attempt} of items that succeeded here
         self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
+        # runs that ended here failed or timed out (their retries spent): item -> letter. A
+        # copy of the message (a broker's redelivery after a restart, one parked behind the
+        # run) is answered with that end instead of running the handler again (the chaos
+        # soak saw a timed-out run invoked a second time 37 s later so). Bounded as `_done`.
+        self._ended: OrderedDict[tuple[int, int], dict[int, str]] = OrderedDict()
         self._done_items = 0
         self._remember = remember
         self._lock = threading.Lock()
@@ -759,7 +768,7 @@ class Executor:
         ):
             return False  # the ordinary path answers it skipped
         key = (env.trigger_id, env.scheduled_ms)
-        if key in self._done:  # a redelivery: the ordinary path answers from memory
+        if key in self._done or (self._ended and key in self._ended):  # a redelivery: answered from memory
             return False
         if self.kills.ended and (*key, env.items[0][0]) in self.kills.ended:
             return False  # killed here before: the ordinary path answers it killed
@@ -863,6 +872,7 @@ class Executor:
             fn = None if shadow else self._lookup(env)
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
+                ended = self._ended.get((env.trigger_id, env.scheduled_ms)) if self._ended else None
             run = EnvelopeRun(
                 env,
                 fn,  # type: ignore[arg-type]
@@ -879,6 +889,10 @@ class Executor:
             stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)
             if stopped is not None:
                 self._skip_stopped(run, stopped)
+            elif ended is not None and all(idx in ended or (skip is not None and idx in skip) for idx, _p in env.items):
+                # a copy of a run that ended here: answered with how each item ended, not run again
+                letters = "".join(ended.get(idx, ItemState.SUCCEEDED) for idx, _p in env.items)
+                self._finish(run, letters, "a copy of a run that already ended here: not run again", started=False)
             elif shadow:
                 self._finish(run, ItemState.RECEIVED, SHADOW_NOTE, started=False)
             elif fn is None:
@@ -1077,6 +1091,12 @@ class Executor:
             ok = dict.fromkeys(indices, 0)
         else:
             ok = {indices[k]: 0 for k, c in enumerate(letters) if c == ItemState.SUCCEEDED}
+            bad = {indices[k]: c for k, c in enumerate(letters) if c in _ENDED_BADLY}
+            if bad:
+                with self._lock:
+                    self._ended.setdefault((run.env.trigger_id, run.env.scheduled_ms), {}).update(bad)
+                    while len(self._ended) > max(1, self._remember // 8):
+                        self._ended.popitem(last=False)
         for pos, attempt, _m in run.extras:
             if attempt and indices[pos] in ok:
                 ok[indices[pos]] = attempt

@@ -69,3 +69,30 @@ def test_a_second_copy_of_a_message_in_work_never_invokes_a_handler_twice(timeou
     assert all(u.state is FiredState.SUCCEEDED for u in got)  # ...with what the first copy did
     assert sorted(u.command_id for u in got) == sorted(ids * 2)
     assert ex.duplicates == runs  # the second copy's runs, answered from memory
+
+
+@pytest.mark.parametrize("timeout", [timedelta(0), timedelta(seconds=30)], ids=["quick", "watched"])
+def test_a_copy_of_a_run_that_failed_here_is_answered_failed_and_never_runs_the_handler_again(
+    timeout: timedelta,
+) -> None:
+    """A run that failed (its retries spent) is final: a copy of its message (a broker's
+    redelivery after a restart) is answered failed, the handler not called again. The
+    chaos soak (seed 23) saw a run invoked a second time 37 s later after a Pulsar restart."""
+    bus = InProcessBus(SystemClock())
+    results = bus.subscribe(CALLBACK_TOPIC, "t")
+    ex = Executor(bus, "d", concurrency=2, receipt_after=None)
+    calls: list[CommandId] = []
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> bool:
+        calls.append(ctx.command_id)
+        return False  # failed
+
+    ids = _pack(bus, 1, 1, timeout=timeout)
+    with _Running(ex):
+        got = _results(results, 1)
+        _pack(bus, 1, 1, timeout=timeout)  # the same message again, after the run ended
+        got += _results(results, 1)
+    assert calls == ids, "the handler ran again for a run that had failed here"
+    assert [u.state for u in got] == [FiredState.FAILED, FiredState.FAILED]
+    assert [u.command_id for u in got] == ids * 2
