@@ -53,6 +53,7 @@ class Report:
     crashes: list[str]
     legacy_errors: list[str]
     refused_at_start: list[str] = field(default_factory=list)  # exits 3 while a server restarted
+    legacy_lost_in_restart: list[str] = field(default_factory=list)  # legacy's own, its database down
     not_run: list[str] = field(default_factory=list)
     databases: dict[str, str] = field(default_factory=dict)  # --keep: where to look afterwards
     self_test: dict[str, int] = field(default_factory=dict)  # the checker shown able to fail (run.self_test)
@@ -109,6 +110,7 @@ class Report:
             ("  stopped on purpose", str(self.stopped_occurrences)),
             ("  two fires paired across a handover", str(self.paired_across)),
             ("missing", str(len(self.missing))),
+            ("  legacy's own, lost while its database restarted", str(len(self.legacy_lost_in_restart))),
             ("doubled", str(len(self.doubled))),
             ("stray", str(len(self.stray))),
             ("ran at/after a stop", str(len(self.ran_after_stop))),
@@ -218,6 +220,7 @@ def build_report(
         stopped_occurrences=sum(b.stopped for b in businesses),
         paired_across=sum(b.across for b in businesses),
         missing=[f"{b.biz_code} {i}" for b in businesses for i in b.missing],
+        legacy_lost_in_restart=[f"{b.biz_code} {i}" for b in businesses for i in b.legacy_lost_in_restart],
         doubled=[f"{b.biz_code} {i}" for b in businesses for i in b.doubled],
         stray=[f"{b.biz_code} {i}" for b in businesses for i in b.stray],
         ran_after_stop=[x for b in businesses for x in b.ran_after_stop],

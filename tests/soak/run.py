@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -39,6 +39,7 @@ from tests.soak.checker import (
     plan_switches,
     problems_of,
     read_invocations,
+    set_apart_legacy_outages,
 )
 from tests.soak.nemesis import Nemesis, Recovery
 from tests.soak.processes import rss_kib
@@ -233,9 +234,17 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         invocations = read_invocations(sorted(workdir.glob("invocations-*.log")))
         window = Window(start=window_start + EDGE, end=window_end - EDGE)
         checks = []
+        # the database restarts, as wall-clock spans (a fault's `at` counts from t0)
+        t0_wall = datetime.now(UTC) - timedelta(seconds=time.monotonic() - w.t0)
+        outages = [
+            (t0_wall + timedelta(seconds=f.at), t0_wall + timedelta(seconds=f.at + (f.recovery_s or 90.0) + 2.0))
+            for f in nemesis.faults
+            if f.kind == "restart-mariadb"
+        ]
         for b in w.businesses:
             reader = XxlJobReader(w.xxl) if b.source == XXL else BatchCenterReader(w.bc)
             checks.append(check_business(w.store, reader, b.biz, window, invocations, now=end))
+            set_apart_legacy_outages(checks[-1], outages)
         report = build_report(
             seed=seed,
             minutes=minutes,

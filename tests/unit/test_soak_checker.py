@@ -75,3 +75,19 @@ def test_memory_growth_is_measured_after_warm_up_and_only_for_long_lives() -> No
 def test_status_problems_are_named_per_job() -> None:
     out = '[{"business": "b", "problems": [{"job_code": "j", "side": "orphaned", "why": "w"}]}]'
     assert problems_of(out) == ("b j orphaned w",)
+
+
+def test_only_legacys_own_misses_inside_its_database_restart_are_set_apart() -> None:
+    """A restart of the database legacy fires from loses legacy's fires, as the real admin's
+    would be lost: listed apart. The new side's misses, or legacy's outside it, stay missing."""
+    from datetime import UTC, datetime, timedelta
+
+    from dualrun.boundary import BoundaryIssue
+    from tests.soak.checker import BusinessCheck, set_apart_legacy_outages
+
+    t = datetime(2026, 12, 6, 18, 40, tzinfo=UTC)
+    issue = lambda owner, at: BoundaryIssue("missing", "j", at, owner, "")  # noqa: E731
+    check = BusinessCheck("b", missing=[issue("legacy", t), issue("new", t), issue("legacy", t + timedelta(minutes=5))])
+    set_apart_legacy_outages(check, [(t - timedelta(seconds=1), t + timedelta(seconds=3))])
+    assert [(i.owner, i.scheduled_at) for i in check.legacy_lost_in_restart] == [("legacy", t)]
+    assert [(i.owner, i.scheduled_at) for i in check.missing] == [("new", t), ("legacy", t + timedelta(minutes=5))]
