@@ -73,7 +73,11 @@ def test_check_boundary_stores_the_tally_and_exits_by_it(
     res = CliRunner().invoke(cli, _args(s, tmp_path, "--json"))
     assert res.exit_code == (exitcodes.FAILED if doubled else exitcodes.OK), res.output
     out = json.loads(res.stdout)
-    owned = [t for t in times if h <= t < s.now - timedelta(minutes=1)]
+    # up to the command's own horizon (its clock, a moment after the scenario's "now", less
+    # the settle): read back, not assumed, or an occurrence due in between miscounts (seen in CI)
+    horizon = datetime.fromisoformat(out["horizon"])
+    assert s.now - timedelta(minutes=1) <= horizon < s.now
+    owned = [t for t in times if h <= t < horizon]
     assert (out["switch"], out["checked"], out["missing"], out["doubled"]) == (
         "cutover",
         len(owned),
