@@ -7,9 +7,10 @@ first occurrence the legacy side will not fire: the handover time. A stop that d
 settle within the re-checks is undone (the jobs it switched off run on at their own next
 time) and refused, so a cutover never ends half-way with the legacy jobs off.
 
-Batch center: tasks are paused (status 5, optimistic version); a RUNNING task is its
-own until its callback returns, so settling retries until every task is paused; its
-settled `fire_time` is the handover time (for a finished one-shot there is none).
+Batch center: tasks are paused (status 5, optimistic version) all in one transaction; a
+RUNNING task is its own until its callback returns, so settling waits for such runs to
+end and pauses them all at once (never some first); its settled `fire_time` is the
+handover time (for a finished one-shot there is none).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy.engine import Engine
 from dbkit.connections import begin, connect
 from migrator.ports import LegacyControl, Settled
 from readers.batchcenter import flag
+from readers.batchcenter.mapping import TaskStatus
 from readers.legacy_ddl.tables import WallTime
 from readers.timezones import LegacyTimeZone
 from readers.xxljob import control
@@ -119,7 +121,7 @@ class BatchCenterControl(LegacyControl):
         clock: Clock,
         *,
         tz: str = "Asia/Shanghai",
-        retry_every: timedelta = timedelta(milliseconds=500),
+        retry_every: timedelta = timedelta(milliseconds=100),
         patience: timedelta = timedelta(minutes=5),
     ) -> None:
         self.engine = engine
@@ -130,38 +132,47 @@ class BatchCenterControl(LegacyControl):
         self.patience = patience
 
     def stop(self, keys: Sequence[str]) -> Settled:
-        """Pause every live task of `keys`; all or nothing: a stop that cannot finish (a
-        task still RUNNING after `patience`, the database lost) starts again what it
-        paused, as the xxl-job control does, and raises. Left paused, those tasks fired
-        nowhere while the business stayed in its dual-run (a shadow one invokes nothing on
-        the new side: the chaos soak saw three jobs dark for 50 minutes so)."""
-        pending = [int(k) for k in keys]
+        """Pause every live task of `keys` at one instant, or none: while one is RUNNING
+        (the center owns it until its callback returns) nothing is paused; the stop waits
+        until those runs have ended and tries all of them again. Pausing the idle ones
+        first left them firing nowhere until the last run ended, up to the patience, and
+        in a shadow cutover the new side invokes nothing meanwhile. A stop still refused
+        after `patience` raises with nothing paused (the cutover is refused, as xxl-job's
+        is when its stop does not settle)."""
+        ids = [int(k) for k in keys]
         notes: list[str] = []
-        paused: list[int] = []  # by this call
         waited = 0.0
+        before = self._statuses(ids)
         try:
-            while pending:
-                out = flag.pause_tasks(self.engine, pending)
-                paused += out.changed
-                # RUNNING tasks are refused (the center owns them until the callback
-                # returns), version conflicts are retried; finished tasks stay as they are.
-                # A refused task is retried while it is live, WAITING too: its run may end
-                # between the refusal and the read of its status (the chaos soak saw a task
-                # left firing on legacy through a whole cutover so, when only RUNNING ones
-                # were retried)
-                retry = [*out.conflicts, *[t for t in out.refused if self._status(t) in _LIVE]]
-                if not retry:
+            while True:
+                out = flag.pause_together(self.engine, ids)
+                busy = [*out.refused, *out.conflicts]
+                if not busy:
                     break
-                if waited >= self.patience.total_seconds():
-                    said, paused = self._undo(paused), []
-                    raise RuntimeError(f"batch-center tasks {retry[:10]} still running after {self.patience}; {said}")
-                notes.append(f"{len(retry)} task(s) running or moving; retrying the pause")
-                self.clock.sleep(self.retry_every.total_seconds())
-                waited += self.retry_every.total_seconds()
-                pending = retry
+                if not notes:
+                    notes.append(f"{len(busy)} task(s) running; the pause waited for their runs to end")
+                # the next try comes as soon as the runs it waits on have ended: with many
+                # busy tasks, a fixed wait would rarely find them all idle at once
+                while busy and waited < self.patience.total_seconds():
+                    self.clock.sleep(self.retry_every.total_seconds())
+                    waited += self.retry_every.total_seconds()
+                    now = self._statuses(busy)
+                    busy = [t for t in busy if now.get(t) == TaskStatus.RUNNING]
+                if busy:
+                    raise RuntimeError(
+                        f"batch-center tasks {busy[:10]} still running after {self.patience}; nothing was paused "
+                        "(the stop is undone: every task runs on legacy as before)"
+                    )
         except Exception as exc:
-            if paused:  # the database lost half-way, say: the error stands, the stop is undone
-                exc.add_note(self._undo(paused))
+            # one transaction pauses them all, so an error means none, unless the database
+            # went away between committing and answering: what it did paused is undone
+            ours = [
+                t
+                for t, s in self._safe_statuses(ids).items()
+                if s == TaskStatus.PAUSED and before.get(t) == TaskStatus.WAITING
+            ]
+            if ours:
+                exc.add_note(self._undo(ours))
             raise
         return Settled(self.next_due(keys), tuple(notes))
 
@@ -208,9 +219,20 @@ class BatchCenterControl(LegacyControl):
                 )
         return out
 
-    def _status(self, task_id: int) -> int | None:
+    def _statuses(self, ids: Sequence[int]) -> dict[int, int]:
+        out: dict[int, int] = {}
         with connect(self.engine) as conn:
-            return conn.execute(select(_TASK.c.status).where(_TASK.c.id == task_id)).scalar_one_or_none()
+            for i in range(0, len(ids), 500):
+                q = select(_TASK.c.id, _TASK.c.status).where(_TASK.c.id.in_(ids[i : i + 500]))
+                out.update((int(t), int(s)) for t, s in conn.execute(q))
+        return out
+
+    def _safe_statuses(self, ids: Sequence[int]) -> dict[int, int]:
+        try:
+            return self._statuses(ids)
+        except Exception as exc:
+            log.error("after a failed stop the tasks' status could not be read back: %s", exc)
+            return {}
 
     def start(self, next_due: Mapping[str, datetime]) -> list[str]:
         if not next_due:

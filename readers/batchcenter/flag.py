@@ -6,8 +6,9 @@ contract documents, and these functions are all of them (with xxl-job's
 
 - `set_migrated`: `bc_task.migrated` (0 not migrated, 1 migrated: after the business's
   cutover the batch center skips rows with migrated = 1);
-- `pause_tasks` / `resume_tasks`: `bc_task.status` 5 PAUSED, and back to 0 WAITING
-  with the `fire_time` it is next due at;
+- `pause_tasks` / `pause_together` / `resume_tasks`: `bc_task.status` 5 PAUSED (task by
+  task, or a set at one instant), and back to 0 WAITING with the `fire_time` it is next
+  due at;
 - `set_business_enabled`: `bc_biz.enabled` (0: the batch center skips the business).
 
 Every `bc_task` write is an optimistic update, as the contract asks of every update:
@@ -80,10 +81,12 @@ def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
         yield ids[i : i + _CHUNK]
 
 
-def _read(conn: Connection, ids: Sequence[int]) -> dict[int, _Seen]:
+def _read(conn: Connection, ids: Sequence[int], *, lock: bool = False) -> dict[int, _Seen]:
     stmt = select(_TASK.c.id, _TASK.c.version, _TASK.c.status, _TASK.c.migrated, _TASK.c.fire_time).where(
         _TASK.c.id.in_(bindparam("ids", expanding=True))
     )
+    if lock:
+        stmt = stmt.with_for_update()
     out: dict[int, _Seen] = {}
     for r in conn.execute(stmt, {"ids": list(ids)}):
         fire = parse_wall(r.fire_time) if r.fire_time is not None else None
@@ -190,6 +193,37 @@ def pause_tasks(bind: Engine | Connection, task_ids: Targets) -> FlagOutcome:
         return "write" if row.status == TaskStatus.WAITING else "refuse"
 
     return _write(bind, task_ids, decide, lambda row: {"status": int(TaskStatus.PAUSED)})
+
+
+def pause_together(bind: Engine, task_ids: Collection[int]) -> FlagOutcome:
+    """The documented switch-off of a set of tasks at one instant, or of none of them.
+
+    One transaction reads the rows FOR UPDATE (a claim by the center of one of them waits
+    the few ms this takes, then loses its version check) and pauses the WAITING ones only
+    when none is RUNNING. With one RUNNING (the center owns it until its callback returns)
+    nothing is written and it is listed in `refused`: pausing the others meanwhile left
+    them firing nowhere until that run ended, which in a shadow cutover (the new side still
+    invokes nothing) was minutes. Finished tasks fire no more: they count as `unchanged`,
+    as already PAUSED ones do."""
+    ids = sorted({int(t) for t in task_ids})
+    with begin(bind) as conn:
+        seen: dict[int, _Seen] = {}
+        for chunk in _chunks(ids):
+            seen.update(_read(conn, chunk, lock=True))
+        running = tuple(i for i in ids if i in seen and seen[i].status == TaskStatus.RUNNING)
+        missing = tuple(i for i in ids if i not in seen)
+        waiting = [seen[i] for i in ids if i in seen and seen[i].status == TaskStatus.WAITING]
+        unchanged = tuple(
+            i for i in ids if i in seen and seen[i].status not in (TaskStatus.RUNNING, TaskStatus.WAITING)
+        )
+        if running:
+            conn.rollback()
+            return FlagOutcome(unchanged=unchanged, refused=running, missing=missing)
+        lost = tuple(row.task_id for row in waiting if not _cas(conn, row, {"status": int(TaskStatus.PAUSED)}))
+        if lost:  # a backend without row locks (SQLite) let a write in: all or none
+            conn.rollback()
+            return FlagOutcome(unchanged=unchanged, conflicts=lost, missing=missing)
+    return FlagOutcome(changed=tuple(r.task_id for r in waiting), unchanged=unchanged, missing=missing)
 
 
 def resume_tasks(

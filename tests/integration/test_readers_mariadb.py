@@ -11,7 +11,7 @@ from sqlalchemy import Engine, bindparam, inspect, text
 
 from legacy_sim.seed import seed_batchcenter, seed_xxljob
 from readers.batchcenter import BatchCenterReader
-from readers.batchcenter.flag import pause_tasks, resume_tasks, set_business_enabled, set_migrated
+from readers.batchcenter.flag import pause_tasks, pause_together, resume_tasks, set_business_enabled, set_migrated
 from readers.legacy_ddl import XxlJobLineage, batch_center_metadata, create_legacy_schema, xxljob_metadata
 from readers.records import ExecStatus, ScheduleKind
 from readers.xxljob import XxlJobReader
@@ -223,3 +223,42 @@ def test_an_unchanged_rerun_on_the_server_maps_nothing_and_still_reports_each_qu
         assert key in mapped
         env.legacy.dispose()
         env.store.engine.dispose()
+
+
+def test_pause_together_on_the_server_pauses_all_at_one_instant_or_none(engine: Engine) -> None:
+    """The cutover's switch-off of a batch-center business: with one task RUNNING no row is
+    written (no version moves), with none every WAITING task is paused in one transaction
+    and a claim the center prepared from the row as it was before loses its version check."""
+    create_legacy_schema(engine, "batch-center")
+    seed_batchcenter(engine, businesses=1, tasks_per_business=4, bad_rows=0, malformed_crons=0)
+    with engine.begin() as conn:
+        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 3"))]
+        conn.execute(
+            text("UPDATE bc_task SET status = 0 WHERE id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            {"ids": ids},
+        )
+        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[2]})
+    versions = text("SELECT id, version FROM bc_task WHERE id IN :ids").bindparams(bindparam("ids", expanding=True))
+    with engine.connect() as conn:
+        before: dict[int, int] = dict(conn.execute(versions, {"ids": ids}).all())  # type: ignore[arg-type]
+    refused = pause_together(engine, ids)
+    assert (refused.refused, refused.changed) == ((ids[2],), ())
+    with engine.connect() as conn:
+        assert dict(conn.execute(versions, {"ids": ids}).all()) == before, "a row was written though one ran"
+    with engine.begin() as conn:  # the run ends
+        conn.execute(text("UPDATE bc_task SET status = 0, version = version + 1 WHERE id = :id"), {"id": ids[2]})
+        seen: dict[int, int] = dict(conn.execute(versions, {"ids": ids}).all())  # type: ignore[arg-type]
+    done = pause_together(engine, ids)
+    assert done.changed == tuple(ids)
+    with engine.begin() as conn:  # the center's claim, from what it read before the pause
+        claim = text(
+            "UPDATE bc_task SET status = 1, version = version + 1 WHERE id = :id AND version = :v AND status = 0"
+        )
+        assert all(conn.execute(claim, {"id": i, "v": seen[i]}).rowcount == 0 for i in ids)
+        assert {
+            s
+            for (s,) in conn.execute(
+                text("SELECT status FROM bc_task WHERE id IN :ids").bindparams(bindparam("ids", expanding=True)),
+                {"ids": ids},
+            )
+        } == {5}

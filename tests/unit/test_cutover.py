@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -173,13 +174,18 @@ def test_a_batch_center_task_whose_run_ends_while_its_pause_is_refused_is_paused
         conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": tid})
 
     class RunEndsMeanwhile(BatchCenterControl):
-        def _status(self, task_id: int) -> int | None:
+        looks = 0
+
+        def _statuses(self, ids: Sequence[int]) -> dict[int, int]:
+            self.looks += 1
+            if self.looks < 2:  # the first look is before the first try, refused
+                return super()._statuses(ids)
             with self.engine.begin() as conn:  # the center completes the run: WAITING again
                 conn.execute(
                     text("UPDATE bc_task SET status = 0, version = version + 1 WHERE id = :id AND status = 1"),
-                    {"id": task_id},
+                    {"id": tid},
                 )
-            return super()._status(task_id)
+            return super()._statuses(ids)
 
     control = RunEndsMeanwhile(env.legacy, env.migrator.clock, retry_every=timedelta(0))
     control.stop([str(tid)])
@@ -318,7 +324,7 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
 
 def test_a_batch_center_stop_that_cannot_finish_starts_again_what_it_paused(tmp_path: Path) -> None:
     """All or nothing, as the xxl-job control: a task still RUNNING past the patience makes
-    the stop fail, and the tasks it had paused run on legacy again at their own fire time.
+    the stop fail, and the other tasks run on legacy at their own fire time.
     Left paused (and held), they fired nowhere while the business stayed in its dual-run:
     the chaos soak (seed 23) saw three jobs of a shadow dual-run dark for 50 minutes after a
     cutover failed so."""
@@ -330,9 +336,7 @@ def test_a_batch_center_stop_that_cannot_finish_starts_again_what_it_paused(tmp_
         conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[1]})  # stays running
         before = conn.execute(text("SELECT fire_time FROM bc_task WHERE id = :id"), {"id": ids[0]}).scalar_one()
     control = BatchCenterControl(env.legacy, env.migrator.clock, retry_every=timedelta(0), patience=timedelta(0))
-    with pytest.raises(
-        RuntimeError, match=r"still running after .*the 1 task\(s\) it had paused are running on legacy"
-    ):
+    with pytest.raises(RuntimeError, match=r"still running after .*nothing was paused"):
         control.stop([str(i) for i in ids])
     with env.legacy.connect() as conn:
         rows: dict[Any, Any] = dict(
@@ -341,3 +345,41 @@ def test_a_batch_center_stop_that_cannot_finish_starts_again_what_it_paused(tmp_
         after = conn.execute(text("SELECT fire_time FROM bc_task WHERE id = :id"), {"id": ids[0]}).scalar_one()
     assert rows == {ids[0]: 0, ids[1]: 1}, "the stop was left half-way"
     assert str(after)[:19] == str(before)[:19]  # at its own fire time
+
+
+def test_a_batch_center_stop_pauses_no_task_while_another_one_runs(tmp_path: Path) -> None:
+    """Tasks paused while another still ran fired nowhere until that run ended (up to the
+    patience, 5 minutes): in a shadow cutover the new side invokes nothing meanwhile. The
+    stop pauses them all at one instant, once the run has ended."""
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=4, bad_rows=0, malformed_crons=0, rng_seed=4)
+    with env.legacy.begin() as conn:
+        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 3")).all()]
+        conn.execute(text("UPDATE bc_task SET status = 0 WHERE id IN (:a, :b)"), {"a": ids[0], "b": ids[1]})
+        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[2]})
+    seen_while_running: list[dict[int, int]] = []
+
+    class RunEndsAfterThreeLooks(BatchCenterControl):
+        def _statuses(self, task_ids: Sequence[int]) -> dict[int, int]:
+            with self.engine.connect() as conn:
+                seen_while_running.append(
+                    dict(
+                        conn.execute(
+                            text("SELECT id, status FROM bc_task WHERE id IN (:a, :b)"), {"a": ids[0], "b": ids[1]}
+                        ).all()
+                    )
+                )
+            if len(seen_while_running) == 4:  # the center completes the run: WAITING again
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        text("UPDATE bc_task SET status = 0, version = version + 1 WHERE id = :id"), {"id": ids[2]}
+                    )
+            return super()._statuses(task_ids)
+
+    control = RunEndsAfterThreeLooks(env.legacy, env.migrator.clock, retry_every=timedelta(0))
+    settled = control.stop([str(i) for i in ids])
+    assert len(seen_while_running) >= 4
+    assert all(set(look.values()) == {0} for look in seen_while_running), "a task was paused while another ran"
+    assert control.live([str(i) for i in ids]) == set()
+    assert set(settled.next_due) == {str(i) for i in ids}
+    assert any("waited for their runs" in n for n in settled.notes)

@@ -3,6 +3,7 @@ ownership it reads from the audit, duplicates, memory growth."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 from tests.soak.checker import (
@@ -16,6 +17,7 @@ from tests.soak.checker import (
     plan_switches,
     problems_of,
 )
+from tests.soak.processes import wait_for
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
 
@@ -91,3 +93,18 @@ def test_only_legacys_own_misses_inside_its_database_restart_are_set_apart() -> 
     set_apart_legacy_outages(check, [(t - timedelta(seconds=1), t + timedelta(seconds=3))])
     assert [(i.owner, i.scheduled_at) for i in check.legacy_lost_in_restart] == [("legacy", t)]
     assert [(i.owner, i.scheduled_at) for i in check.missing] == [("new", t), ("legacy", t + timedelta(minutes=5))]
+
+
+def test_a_recovery_probe_that_raises_while_a_server_restarts_is_asked_again() -> None:
+    """The probe of a MariaDB restart failed once on a pooled connection from before it
+    ("lost connection"): the error killed the probe's thread and the run counted the
+    restart unrecovered though the server was back in seconds."""
+    answers: Iterator[bool | Exception] = iter([ConnectionError("lost connection"), False, True])
+
+    def probe() -> bool:
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return bool(a)
+
+    assert wait_for(probe, within_s=5.0, every_s=0.0) is not None
