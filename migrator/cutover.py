@@ -611,10 +611,19 @@ class BusinessSwitch:
         """A trigger whose every occurrence left falls before the fence: the new side runs
         them (`_run_before_fence`) and the trigger ends there (completed: `status --check`
         counts it ended, not orphaned); legacy is not started, it has nothing left to fire."""
-        self.store.cas(Transition(ids=[t.id], from_state=S.CREATED, to_state=S.COMPLETED))  # type: ignore[list-item]
+        if self.store.cas(Transition(ids=[t.id], from_state=S.CREATED, to_state=S.COMPLETED)):  # type: ignore[list-item]
+            report.notes.append(
+                f"{key}: every occurrence left is before the fence ({t.next_fire_at.isoformat()} on): "
+                "the new side runs them and the job ends there; legacy is not started"
+            )
+            return
+        # changed since it was taken off (an operator's pause, an edit read from the change
+        # stream): it is not ended, and saying so would hide where it stands. Admitted
+        # again, `_hand_back_late` takes it off once the business is on legacy.
+        now = self._settled_trigger(t)
         report.notes.append(
-            f"{key}: every occurrence left is before the fence ({t.next_fire_at.isoformat()} on): "
-            "the new side runs them and the job ends there; legacy is not started"
+            f"{key}: every occurrence left is before the fence ({t.next_fire_at.isoformat()} on): the new side "
+            f"runs them; the trigger changed meanwhile and is {now.state.value}, not ended; legacy is not started"
         )
 
     def _once_fenced(self, t: Trigger, fence_at: datetime) -> datetime | None:

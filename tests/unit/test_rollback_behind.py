@@ -18,6 +18,8 @@ from migrator.legacy_control import XxlJobControl
 from migrator.ownership import Firing, ownership
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.fence import FenceService
+from scheduler_core.model import Trigger, TriggerState
+from scheduler_core.ports import Transition
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import to_ms
 from tests.migration_env import MigrationEnv, migrated_xxljob, ready_switch
@@ -168,3 +170,37 @@ def test_a_rollback_of_a_trigger_whose_last_occurrences_fall_before_the_fence_ru
         assert sides[ln.source_key] is Firing.ENDED, (step, sides)
         assert not owned.problems, (step, owned.problems)
         env.migrator.run()
+
+
+def test_a_trigger_ending_before_the_fence_that_an_operator_pauses_meanwhile_is_not_said_ended(
+    tmp_path: Path,
+) -> None:
+    """The rollback ends a trigger whose last occurrences fall before the fence by a CAS
+    created -> completed. Paused by an operator in between, the CAS lost and the report
+    still said "the job ends there": it now says what the trigger is."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    sw = _switch_of(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops", reason="go")
+    ln = sw.links(biz)[0]
+    behind_at = sw.clock.now().replace(microsecond=0) - 2 * S
+    with env.store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at, end_at = :end WHERE id = :id"
+            ),
+            {"at": to_ms(behind_at), "end": to_ms(behind_at + 3 * S), "id": ln.trigger.id},
+        )
+    run_before = sw._run_before_fence
+
+    def paused_meanwhile(t: Trigger, fence_at: datetime) -> None:
+        run_before(t, fence_at)
+        if t.id == ln.trigger.id:
+            assert env.store.cas(Transition(ids=[t.id], from_state=TriggerState.CREATED, to_state=TriggerState.PAUSED))  # type: ignore[list-item]
+
+    sw._run_before_fence = paused_meanwhile  # type: ignore[method-assign]
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    (said,) = [n for n in rep.notes if n.startswith(f"{ln.source_key}: every occurrence left is before the fence")]
+    assert "is paused, not ended" in said and "ends there" not in said
+    t = env.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
+    assert t is not None and t.state is TriggerState.PAUSED
