@@ -62,10 +62,16 @@ class SqlSupersedes:
             )
         }
         skipped = {t for t in published if t not in new}
+        owed: set[int] = set()
         if prior is not None:
             # an earlier edit's supersedes still ahead stand, unless this schedule has them again
             skipped |= {t for t in json.loads(prior.skipped) if t >= now_ms and t not in new}
-        pending = sorted(t for t in new if t not in published)
+            # runs queued before E and not yet published (an earlier edit's, a resume's
+            # backlog, a rollback's runs before its fence) are owed whatever the schedule
+            # becomes from E: written over, they ran nowhere
+            owed = {t for t in json.loads(prior.pending) if t < effective_ms}
+            owed -= self._published(conn, trigger_id, owed)
+        pending = sorted({t for t in new if t not in published} | owed)
         revived = sorted(t for t in new if t in published)
         message = skip_message(effective_ms)
         for chunk in _chunks(sorted(skipped)):
@@ -109,6 +115,14 @@ class SqlSupersedes:
         # mechanism of every stop: scheduler_core.stops), relayed by whoever holds the bus
         stop_rows.set_edit_windows(conn, self.t, trigger_id, skipped, effective_ms, now_ms)
         return Supersede(trigger_id, biz_code, effective_ms, frozenset(skipped), tuple(pending), epoch)
+
+    def _published(self, conn: Connection, trigger_id: int, times: set[int]) -> set[int]:
+        fr = self.t.fired
+        out: set[int] = set()
+        for chunk in _chunks(sorted(times)):
+            q = select(fr.c.scheduled_at).where(fr.c.trigger_id == trigger_id, fr.c.scheduled_at.in_(chunk))
+            out.update(int(r.scheduled_at) for r in conn.execute(q))
+        return out
 
     # -- runs outside the schedule, published by the relay ---------------------------------
 

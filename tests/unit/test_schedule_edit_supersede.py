@@ -408,3 +408,48 @@ def test_an_edit_of_a_trigger_the_scheduler_is_behind_on_runs_the_old_schedules_
     assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
     later = sorted(x for x in run.ran if x >= edited_at)
     assert later and later[0] == new_first and all(x.second % 7 == 0 for x in later[1:]), later
+
+
+def test_a_second_edit_before_the_relay_ran_keeps_the_first_edits_pending_runs(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """An edit's pending runs (here: the old schedule's occurrences due while the scheduler
+    was behind) wait for the relay. A second edit landing first wrote its own pending list
+    over them: due occurrences that nobody then ran."""
+    h = make_harness(tmp_path, clock)
+    writer = TargetWriter(h.store, migrator_store(h.store))
+    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
+    (t,) = h.store.triggers_of(biz_code="biz-a")
+    first = t.next_fire_at
+    clock.advance(timedelta(seconds=35))  # nothing ticked: every occurrence since `first` is due
+    edited_at = clock.now()
+    due = []
+    at = first
+    while at < edited_at:
+        due.append(at)
+        at += timedelta(seconds=10)
+    writer.apply([_write(h, EVERY_7S, Action.UPDATE)])
+    clock.advance(timedelta(seconds=1))
+    writer.apply([_write(h, EVERY_10S, Action.UPDATE)])  # and back, before anything ran
+    run = _Run(h)
+    run.step(clock.now() + timedelta(seconds=30))
+    counts = Counter(run.ran)
+    assert all(counts[d] == 1 for d in due), f"the first edit's pending runs were lost: {sorted(counts)} vs {due}"
+    assert all(n == 1 for n in counts.values()), f"a run invoked twice: {counts}"
+
+
+def test_an_edit_before_the_relay_ran_keeps_a_resumes_pending_runs(tmp_path: Path, clock: ManualClock) -> None:
+    """Runs queued for the relay outside any edit (a resume's backlog, a rollback's runs
+    before its fence: `SqlSupersedes.add_pending`) are owed: a schedule edit landing before
+    the relay published them must not drop them."""
+    h = make_harness(tmp_path, clock)
+    writer = TargetWriter(h.store, migrator_store(h.store))
+    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
+    (t,) = h.store.triggers_of(biz_code="biz-a")
+    owed = [to_ms(t.next_fire_at - timedelta(seconds=20)), to_ms(t.next_fire_at - timedelta(seconds=10))]
+    SqlSupersedes(h.store).add_pending(t, owed)
+    writer.apply([_write(h, EVERY_7S, Action.UPDATE)])
+    run = _Run(h)
+    run.step(clock.now() + timedelta(seconds=30))
+    counts = Counter(to_ms(x) for x in run.ran)
+    assert all(counts[o] == 1 for o in owed), f"the queued runs were dropped by the edit: {sorted(counts)}"
