@@ -35,8 +35,8 @@ from scheduler_core.stops import (
     ROLLBACK_PREFIX,
     Cause,
     Scope,
+    SkipWindow,
     Stop,
-    Window,
     decode_stop,
     encode_stop,
     rollback_message,
@@ -92,7 +92,7 @@ class Fence:
     def as_stop(self) -> Stop:
         if self.stop is not None:
             return self.stop
-        window = Window(self.from_ms, self.until_ms, Cause.ROLLBACK)
+        window = SkipWindow(self.from_ms, self.until_ms, Cause.ROLLBACK)
         return Stop(Scope.BUSINESS, self.biz_code, (window,), self.epoch)
 
     def __str__(self) -> str:

@@ -31,7 +31,7 @@ from typing import Protocol
 from scheduler_core.model import MisfirePolicy, Trigger, TriggerId, TriggerState
 from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.ports import Transition, TriggerStore
-from scheduler_core.stops import Cause, Scope, Stop, StopService, StopStore, Window
+from scheduler_core.stops import Cause, Scope, SkipWindow, Stop, StopService, StopStore
 from scheduler_core.times import from_ms, to_ms
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def resume(
     report = OperationReport("resume", at=at)
     wanted = list(dict.fromkeys(ids))
     current = {t.id: t for t in store.get_triggers(wanted)}
-    windows: dict[TriggerId, Window] = {}
+    windows: dict[TriggerId, SkipWindow] = {}
     for stop in stops.store.stops_of(Scope.TRIGGER, [str(tid) for tid in wanted]):
         w = stop.open_window((Cause.PAUSE,))
         if w is not None:
@@ -240,7 +240,7 @@ def resume(
 BACKLOG_CAP = 1000  # occurrences before S a resume publishes at most (a trigger days behind: the first ones)
 
 
-def _behind(t: Trigger, window: Window | None) -> list[int]:
+def _behind(t: Trigger, window: SkipWindow | None) -> list[int]:
     """The occurrences of a paused trigger due before its pause's S that it never fired:
     the scheduler was behind on it when the pause came (a leader failing over). The pause
     stops only what is at or after S, so these still run; `_wake` moves the trigger past

@@ -81,7 +81,7 @@ class Cause(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class SkipWindow:
     """Commands scheduled in [from_ms, until_ms) are skipped (until_ms None: open)."""
 
     from_ms: int
@@ -119,7 +119,7 @@ class Window:
         return body
 
     @classmethod
-    def from_json(cls, body: dict[str, object]) -> Window:
+    def from_json(cls, body: dict[str, object]) -> SkipWindow:
         until = body.get("u")
         return cls(
             from_ms=int(body["f"]),  # type: ignore[call-overload]
@@ -137,20 +137,20 @@ class Stop:
 
     scope: Scope
     key: str
-    windows: tuple[Window, ...]
+    windows: tuple[SkipWindow, ...]
     epoch: int
     updated_ms: int = 0
     relayed_epoch: int = 0
     relayed_by: str = ""
     relayed_ms: int | None = None
 
-    def covering(self, scheduled_ms: int) -> Window | None:
+    def covering(self, scheduled_ms: int) -> SkipWindow | None:
         for w in self.windows:
             if w.covers(scheduled_ms):
                 return w
         return None
 
-    def open_window(self, causes: tuple[Cause, ...] | None = None) -> Window | None:
+    def open_window(self, causes: tuple[Cause, ...] | None = None) -> SkipWindow | None:
         for w in self.windows:
             if w.open and (causes is None or w.cause in causes):
                 return w
@@ -212,19 +212,19 @@ def decode_stop(payload: bytes) -> Stop | None:
         return Stop(
             scope=Scope(str(body["s"])),
             key=str(body["x"]),
-            windows=tuple(Window.from_json(w) for w in body["w"]),
+            windows=tuple(SkipWindow.from_json(w) for w in body["w"]),
             epoch=int(body["e"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed stop message: {exc}") from exc
 
 
-def windows_to_text(windows: tuple[Window, ...]) -> str:
+def windows_to_text(windows: tuple[SkipWindow, ...]) -> str:
     return json.dumps([w.to_json() for w in windows], separators=(",", ":"))
 
 
-def windows_from_text(text: str) -> tuple[Window, ...]:
-    return tuple(Window.from_json(w) for w in json.loads(text or "[]"))
+def windows_from_text(text: str) -> tuple[SkipWindow, ...]:
+    return tuple(SkipWindow.from_json(w) for w in json.loads(text or "[]"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ class Applied:
     """What one stop or lift did in the store."""
 
     stop: Stop
-    window: Window
+    window: SkipWindow
     changed: bool  # False: the same window stood already (a repeated pause): nothing written
     records: int = 0  # fired records marked skipped (a stop) or revived (a lift)
 
@@ -241,7 +241,7 @@ class StopStore(Protocol):
     """Where stops live (`scheduler_core.store.stops.SqlStops`)."""
 
     @abstractmethod
-    def open_window(self, scope: Scope, key: str, window: Window) -> Applied:
+    def open_window(self, scope: Scope, key: str, window: SkipWindow) -> Applied:
         """In one transaction: the window is added to the scope's row with the next epoch
         (unless a window of the same cause is open already: `changed` False), and the
         fired records of the scope at or after its start not final yet are marked skipped
@@ -266,7 +266,7 @@ class StopStore(Protocol):
         """The stops of these keys of one scope (those that exist)."""
 
     @abstractmethod
-    def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
+    def open_windows(self, scope: Scope, keys: list[str], window: SkipWindow) -> tuple[list[Applied], int]:
         """`open_window` for many keys of one scope in one transaction; with the records
         marked in all."""
 
@@ -295,7 +295,7 @@ class StopIndex:
 
     by_scope: dict[tuple[Scope, str], Stop] = field(default_factory=dict)
 
-    def covering(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
+    def covering(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> SkipWindow | None:
         stops = self.by_scope
         if not stops:
             return None
@@ -332,7 +332,7 @@ class StopService:
         self, scope: Scope, key: str, at: datetime | int, cause: Cause, actor: str = "", reason: str = ""
     ) -> Applied:
         at_ms = at if isinstance(at, int) else to_ms(at)
-        applied = self.store.open_window(scope, key, Window(at_ms, None, cause, actor, reason))
+        applied = self.store.open_window(scope, key, SkipWindow(at_ms, None, cause, actor, reason))
         if applied.changed:
             self._broadcast(applied.stop)
             log.info("stored the %s; %d fired record(s) marked skipped", applied.stop, applied.records)
@@ -344,7 +344,7 @@ class StopService:
         """`stop` of many keys of one scope in one transaction (a pause of every trigger of
         a job); with the records marked in all."""
         at_ms = at if isinstance(at, int) else to_ms(at)
-        applied, marked = self.store.open_windows(scope, keys, Window(at_ms, None, cause, actor, reason))
+        applied, marked = self.store.open_windows(scope, keys, SkipWindow(at_ms, None, cause, actor, reason))
         for a in applied:
             if a.changed:
                 self._broadcast(a.stop)
@@ -434,12 +434,12 @@ __all__ = [
     "Applied",
     "Cause",
     "Scope",
+    "SkipWindow",
     "Stop",
     "StopIndex",
     "StopRelay",
     "StopService",
     "StopStore",
-    "Window",
     "decode_stop",
     "edit_message",
     "encode_stop",

@@ -20,7 +20,7 @@ from datetime import timedelta
 from scheduler_core.executor.kills import KillListener, dispatch_kill
 from scheduler_core.fence import Fence, fence_of_stop
 from scheduler_core.ports import ControlFeed, MessageBus
-from scheduler_core.stops import Cause, Scope, Stop, StopIndex, Window, decode_stop
+from scheduler_core.stops import Cause, Scope, SkipWindow, Stop, StopIndex, decode_stop
 
 log = logging.getLogger(__name__)
 # How long a new executor waits for its first catch-up before it starts anyway (holding
@@ -70,7 +70,7 @@ class FenceView:
                 return Fence(biz_code, w.from_ms, w.until_ms, stop.epoch, stop)
         return None
 
-    def superseding(self, trigger_id: int, scheduled_ms: int) -> Window | None:
+    def superseding(self, trigger_id: int, scheduled_ms: int) -> SkipWindow | None:
         """The schedule edit's window that skips a command of `trigger_id` due at
         `scheduled_ms`, if any."""
         stop = self.stops.by_scope.get((Scope.TRIGGER, str(trigger_id)))
@@ -82,7 +82,7 @@ class FenceView:
         stop = self.stops.by_scope.get((Scope.TRIGGER, str(trigger_id)))
         return set() if stop is None else {w.from_ms for w in stop.windows if w.cause is Cause.EDIT}
 
-    def stopping(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> Window | None:
+    def stopping(self, trigger_id: int, job_code: str, biz_code: str, scheduled_ms: int) -> SkipWindow | None:
         """The stop window (an operator's or a rollback's) that skips this command, if any."""
         return self.stops.covering(trigger_id, job_code, biz_code, scheduled_ms)
 

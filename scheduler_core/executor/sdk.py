@@ -99,7 +99,7 @@ from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
 from scheduler_core.logfields import log_fields
 from scheduler_core.model import SHADOW_NOTE, Block, Lane, command_id
 from scheduler_core.ports import Clock, MessageBus, Received
-from scheduler_core.stops import Cause, Window
+from scheduler_core.stops import Cause, SkipWindow
 from scheduler_core.times import from_ms
 
 __all__ = ["ExecutionContext", "Executor", "Handler", "HandlerResult"]
@@ -685,7 +685,7 @@ class Executor:
             self._spawn(self._skip_stopped_waiting, f"exec-{self.biz_code}-stop")
 
     def _skip_stopped_waiting(self) -> None:
-        def stopping(w: EnvelopeRun) -> Window | None:
+        def stopping(w: EnvelopeRun) -> SkipWindow | None:
             e = w.env
             return self.fences.stopping(e.trigger_id, e.job_code, e.biz_code, e.scheduled_ms)
 
@@ -998,7 +998,7 @@ class Executor:
         if run.env.block is Block.SERIAL:
             self._overrun_ended(run.env, -1)
 
-    def _skip_stopped(self, run: EnvelopeRun, window: Window) -> None:
+    def _skip_stopped(self, run: EnvelopeRun, window: SkipWindow) -> None:
         """Answer a run a stop covers (a pause, cancel or freeze, or a rollback's fence):
         skipped, never invoked. An item that already succeeded here (a redelivery) keeps
         its success: it did run."""

@@ -40,7 +40,7 @@ from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Transition, TriggerStore, Wakeups
 from scheduler_core.states import check_transition
-from scheduler_core.stops import Cause, Scope, Window
+from scheduler_core.stops import Cause, Scope, SkipWindow
 from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
 from scheduler_core.store.followups import FollowupRows
@@ -823,7 +823,7 @@ class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
     # --- rollback fences (FenceStore): rollback windows of dus_stop --------------------
 
     def raise_business_fence(self, biz_code: str, from_ms: int) -> tuple[Fence, int]:
-        window = Window(from_ms, None, Cause.ROLLBACK)
+        window = SkipWindow(from_ms, None, Cause.ROLLBACK)
         with self.engine.begin() as conn:
             applied = stop_rows.open_window(conn, self.t, Scope.BUSINESS, biz_code, window, self.clock.now_ms())
         fence = fence_of_stop(applied.stop)

@@ -14,12 +14,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.model import FiredState
-from scheduler_core.stops import RETAIN, Applied, Cause, Scope, Stop, Window, windows_from_text, windows_to_text
+from scheduler_core.stops import RETAIN, Applied, Cause, Scope, SkipWindow, Stop, windows_from_text, windows_to_text
 from scheduler_core.store.rows import FINAL_RANK, MESSAGE_MAX, PROVISIONAL_SKIP_RANK, unskipped_values
 from scheduler_core.store.schema import Tables
 
 
-def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: Window, now: int) -> Applied:
+def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: SkipWindow, now: int) -> Applied:
     """The window added to the scope's row with the next epoch, and the scope's fired
     records at or after its start not final yet marked skipped provisionally (at the rank
     of `received`: an executor's final result, skipped or what really ran before the stop
@@ -30,7 +30,7 @@ def open_window(conn: Connection, t: Tables, scope: Scope, key: str, window: Win
 
 
 def open_windows(
-    conn: Connection, t: Tables, scope: Scope, keys: list[str], window: Window, now: int
+    conn: Connection, t: Tables, scope: Scope, keys: list[str], window: SkipWindow, now: int
 ) -> tuple[list[Applied], int]:
     """`open_window` for many keys of one scope in the caller's transaction (a pause of
     every trigger of a job): the rows one by one, the fired records in one statement per
@@ -134,7 +134,7 @@ def set_edit_windows(
     windows = _kept(windows_from_text(row.windows), now)
     had = {w.from_ms: w for w in windows if w.cause is Cause.EDIT}
     edits = [w for at, w in had.items() if at in skipped or at < now]
-    edits += [Window(at, at + 1, Cause.EDIT, effective_ms=effective_ms) for at in sorted(skipped) if at not in had]
+    edits += [SkipWindow(at, at + 1, Cause.EDIT, effective_ms=effective_ms) for at in sorted(skipped) if at not in had]
     others = tuple(w for w in windows if w.cause is not Cause.EDIT)
     return _write(conn, t.stop, row, (*others, *sorted(edits, key=lambda w: w.from_ms)), now)
 
@@ -185,7 +185,7 @@ def _locked_row(conn: Connection, st: Any, scope: Scope, key: str, now: int) -> 
     return conn.execute(select(st).where(st.c.scope == scope.value, st.c.scope_key == key)).one()
 
 
-def _write(conn: Connection, st: Any, row: Any, windows: tuple[Window, ...], now: int) -> Stop:
+def _write(conn: Connection, st: Any, row: Any, windows: tuple[SkipWindow, ...], now: int) -> Stop:
     epoch = int(row.epoch) + 1
     conn.execute(
         update(st)
@@ -195,7 +195,7 @@ def _write(conn: Connection, st: Any, row: Any, windows: tuple[Window, ...], now
     return dataclasses.replace(stop_of_row(row, windows), epoch=epoch, updated_ms=now)
 
 
-def _kept(windows: tuple[Window, ...], now: int) -> tuple[Window, ...]:
+def _kept(windows: tuple[SkipWindow, ...], now: int) -> tuple[SkipWindow, ...]:
     """Without the windows that ended more than RETAIN ago (or never began: empty)."""
     horizon = now - int(RETAIN.total_seconds() * 1000)
     return tuple(w for w in windows if w.until_ms is None or (w.until_ms >= horizon and w.until_ms > w.from_ms))
@@ -221,7 +221,7 @@ def _in_scope(fr: Any, scope: Scope, key: str) -> ColumnElement[bool]:
     return true()
 
 
-def stop_of_row(row: Any, windows: tuple[Window, ...]) -> Stop:
+def stop_of_row(row: Any, windows: tuple[SkipWindow, ...]) -> Stop:
     return Stop(
         scope=Scope(row.scope),
         key=row.scope_key,

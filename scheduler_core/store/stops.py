@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from dbkit.connections import begin, connect
 from scheduler_core.model import FiredRecord, FiredState, TriggerId, TriggerState
 from scheduler_core.ports import Transition
-from scheduler_core.stops import Applied, Cause, Scope, Stop, Window
+from scheduler_core.stops import Applied, Cause, Scope, SkipWindow, Stop
 from scheduler_core.store import stop_rows
 from scheduler_core.store.rows import PROVISIONAL_SKIP_RANK, fired_from_row
 from scheduler_core.store.sql import SqlTriggerStore
@@ -24,7 +24,7 @@ class SqlStops:
         self.store = store
         self.t = store.t
 
-    def open_window(self, scope: Scope, key: str, window: Window) -> Applied:
+    def open_window(self, scope: Scope, key: str, window: SkipWindow) -> Applied:
         with begin(self.store.engine) as conn:
             return stop_rows.open_window(conn, self.t, scope, key, window, self.store.clock.now_ms())
 
@@ -32,7 +32,7 @@ class SqlStops:
         with begin(self.store.engine) as conn:
             return stop_rows.close_window(conn, self.t, scope, key, until_ms, causes, self.store.clock.now_ms())
 
-    def open_windows(self, scope: Scope, keys: list[str], window: Window) -> tuple[list[Applied], int]:
+    def open_windows(self, scope: Scope, keys: list[str], window: SkipWindow) -> tuple[list[Applied], int]:
         with begin(self.store.engine) as conn:
             return stop_rows.open_windows(conn, self.t, scope, keys, window, self.store.clock.now_ms())
 

@@ -23,7 +23,7 @@ from dbkit.capabilities import capabilities
 from dbkit.connections import begin, connect
 from scheduler_core.errors import SchemaError
 from scheduler_core.model import Lane
-from scheduler_core.stops import Cause, Window, windows_to_text
+from scheduler_core.stops import Cause, SkipWindow, windows_to_text
 from scheduler_core.store.schema import REPLACED_INDEXES, Tables
 
 # rows per UPDATE filling the lane columns: a store of millions of triggers is filled in
@@ -150,7 +150,7 @@ def carry_business_fences(engine: Engine, tables: Tables, present: set[str]) -> 
             if row.biz_code in have:
                 continue
             until = None if row.until_at is None else int(row.until_at)
-            window = Window(int(row.from_at), until, Cause.ROLLBACK)
+            window = SkipWindow(int(row.from_at), until, Cause.ROLLBACK)
             conn.execute(
                 insert(st).values(
                     scope="business",

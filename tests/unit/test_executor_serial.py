@@ -25,7 +25,7 @@ from scheduler_core.jobspec import JobInputError, parse_block
 from scheduler_core.kills import Kill, encode_kill
 from scheduler_core.model import Block, CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage
-from scheduler_core.stops import MESSAGE_PREFIX, Cause, Scope, Stop, Window, encode_stop
+from scheduler_core.stops import MESSAGE_PREFIX, Cause, Scope, SkipWindow, Stop, encode_stop
 from scheduler_core.times import from_ms
 from switchyard import exitcodes
 from switchyard.cli import cli
@@ -177,7 +177,7 @@ def test_a_stop_skips_the_queued_runs_at_once() -> None:
         assert job.first_in.wait(WAIT_S)
         queued = [_publish(bus, T1 + k * STEP)[0] for k in (1, 2)]
         assert until(lambda: ex.queued == 2, WAIT_S, 0.01)  # the stop comes while they wait
-        stop = Stop(Scope.JOB, "j", (Window(T1 + STEP, None, Cause.PAUSE, actor="ops"),), epoch=1)
+        stop = Stop(Scope.JOB, "j", (SkipWindow(T1 + STEP, None, Cause.PAUSE, actor="ops"),), epoch=1)
         bus.publish_control("d", encode_stop(stop))
         skipped = _collect(results, 2)  # while the first still holds: not at their turn
         job.release.set()

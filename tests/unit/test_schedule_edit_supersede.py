@@ -15,7 +15,7 @@ from scheduler_core.executor.fences import FenceView
 from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import FiredState
 from scheduler_core.scheduler import SchedulerCore
-from scheduler_core.stops import Cause, Scope, Stop, StopRelay, Window, decode_stop, encode_stop
+from scheduler_core.stops import Cause, Scope, SkipWindow, Stop, StopRelay, decode_stop, encode_stop
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import SqlSupersedes, supersede_relay
 from scheduler_core.supersede import SupersedeRelay
@@ -175,10 +175,10 @@ def test_an_edits_windows_reach_followers_as_the_triggers_stop_and_a_later_epoch
     h = make_harness(tmp_path, clock)
     view = FenceView(h.bus)
     e = to_ms(clock.now())
-    one = Stop(Scope.TRIGGER, "7", tuple(Window(t, t + 1, Cause.EDIT, effective_ms=e) for t in (1000, 2000)), 2)
+    one = Stop(Scope.TRIGGER, "7", tuple(SkipWindow(t, t + 1, Cause.EDIT, effective_ms=e) for t in (1000, 2000)), 2)
     assert decode_stop(encode_stop(one)) == one
     h.bus.publish_control("biz-a", encode_stop(one))
-    h.bus.publish_control("biz-a", encode_stop(Stop(Scope.TRIGGER, "7", (Window(3000, 3001, Cause.EDIT),), 1)))
+    h.bus.publish_control("biz-a", encode_stop(Stop(Scope.TRIGGER, "7", (SkipWindow(3000, 3001, Cause.EDIT),), 1)))
     assert view.superseding(7, 1000) is not None and view.superseding(7, 3000) is None
     assert view.superseding(7, 1001) is None, "a point window: that occurrence only"
     assert view.superseding(8, 1000) is None

@@ -36,10 +36,10 @@ from scheduler_core.stops import (
     ALL_KEY,
     Cause,
     Scope,
+    SkipWindow,
     Stop,
     StopRelay,
     StopService,
-    Window,
     decode_stop,
     encode_stop,
     is_stop_skip,
@@ -351,7 +351,7 @@ def test_windows_add_up_and_a_later_epoch_wins_in_any_order(tmp_path: Path, cloc
     assert view.stopping(7, "j", "biz", t0 + 500) is not None
     assert view.stopping(7, "j", "biz", t0 + 1_000) is None
     assert view.stopping(7, "j", "biz", t0 + 5_000) is not None
-    old = Stop(Scope.TRIGGER, "7", (Window(t0, None, Cause.PAUSE),), 1)
+    old = Stop(Scope.TRIGGER, "7", (SkipWindow(t0, None, Cause.PAUSE),), 1)
     h.bus.publish_control("7", encode_stop(old))  # older, late: ignored
     assert view.stopping(7, "j", "biz", t0 + 2_000) is None
     assert decode_stop(encode_stop(stop)) == Stop(stop.scope, stop.key, stop.windows, stop.epoch)

@@ -21,11 +21,11 @@ from scheduler_core.stops import (
     KIND,
     Cause,
     Scope,
+    SkipWindow,
     Stop,
     StopIndex,
     StopRelay,
     StopService,
-    Window,
     decode_stop,
     is_stop_skip,
     windows_from_text,
@@ -44,8 +44,8 @@ def _service(tmp_path: Path, clock: ManualClock) -> tuple[Harness, StopService]:
 
 
 def test_a_stop_names_its_scope_epoch_and_each_window_with_its_span() -> None:
-    closed = Window(MS, MS + 60_000, Cause.PAUSE)
-    opened = Window(MS + 120_000, None, Cause.FREEZE)
+    closed = SkipWindow(MS, MS + 60_000, Cause.PAUSE)
+    opened = SkipWindow(MS + 120_000, None, Cause.FREEZE)
     assert str(Stop(Scope.TRIGGER, "7", (closed, opened), 3)) == (
         "stop of trigger 7 epoch 3: pause [2026-12-02T06:00:00+00:00, 2026-12-02T06:01:00+00:00), "
         "freeze [2026-12-02T06:02:00+00:00, open)"
@@ -58,8 +58,8 @@ def test_a_stop_names_its_scope_epoch_and_each_window_with_its_span() -> None:
 def test_a_stop_of_more_than_three_windows_counts_them_by_cause() -> None:
     """A schedule edit's point windows are many: the text counts them, per cause, in the
     order the causes first appear."""
-    points = tuple(Window(MS + i * 1000, MS + i * 1000 + 1, Cause.EDIT) for i in range(3))
-    stop = Stop(Scope.TRIGGER, "7", (Window(MS - 5000, MS - 4000, Cause.PAUSE), *points), 9)
+    points = tuple(SkipWindow(MS + i * 1000, MS + i * 1000 + 1, Cause.EDIT) for i in range(3))
+    stop = Stop(Scope.TRIGGER, "7", (SkipWindow(MS - 5000, MS - 4000, Cause.PAUSE), *points), 9)
     assert str(stop) == "stop of trigger 7 epoch 9: 1 pause window(s), 3 edit window(s)"
     three = Stop(Scope.TRIGGER, "7", points, 9)
     assert "window(s)" not in str(three) and str(three).count("edit [") == 3
@@ -161,7 +161,10 @@ def test_a_malformed_stop_message_is_refused_saying_what_it_is() -> None:
 def test_a_scopes_windows_are_stored_as_compact_json() -> None:
     """An edit's thousands of point windows are rewritten into the row at each change: no
     blank after a separator (and the text reads back as written)."""
-    windows = (Window(1000, 1001, Cause.EDIT, effective_ms=900), Window(5000, None, Cause.PAUSE, "ops", "db down"))
+    windows = (
+        SkipWindow(1000, 1001, Cause.EDIT, effective_ms=900),
+        SkipWindow(5000, None, Cause.PAUSE, "ops", "db down"),
+    )
     text = windows_to_text(windows)
     assert text == '[{"f":1000,"u":1001,"c":"edit","e":900},{"f":5000,"u":null,"c":"pause","a":"ops","r":"db down"}]'
     assert windows_from_text(text) == windows
@@ -170,7 +173,7 @@ def test_a_scopes_windows_are_stored_as_compact_json() -> None:
 def test_a_follower_takes_a_stop_only_at_a_later_epoch_than_it_knows() -> None:
     """A relay carries every stop again after a restart: the same epoch again is no change
     (the follower keeps when it first heard it)."""
-    one = Stop(Scope.JOB, "j1", (Window(MS, None, Cause.PAUSE),), 2)
+    one = Stop(Scope.JOB, "j1", (SkipWindow(MS, None, Cause.PAUSE),), 2)
     index = StopIndex().with_stop(one)
     assert not index.newer(one)
     assert not index.newer(Stop(Scope.JOB, "j1", (), 1))
