@@ -3,12 +3,14 @@ ownership it reads from the audit, duplicates, memory growth."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
+from dualrun.boundary import BoundaryIssue
 from tests.soak.checker import (
     DUAL_RUN_LEAD,
     AuditedSwitch,
+    DualSpan,
     Invocation,
     MemorySeries,
     check_duplicates,
@@ -16,6 +18,7 @@ from tests.soak.checker import (
     owner_at,
     plan_switches,
     problems_of,
+    stop_excuses,
 )
 from tests.soak.processes import wait_for
 
@@ -108,3 +111,17 @@ def test_a_recovery_probe_that_raises_while_a_server_restarts_is_asked_again() -
         return bool(a)
 
     assert wait_for(probe, within_s=5.0, every_s=0.0) is not None
+
+
+def test_a_new_side_stop_never_excuses_a_miss_of_an_occurrence_legacy_alone_owned() -> None:
+    """A rollback's fence stays open over all that legacy owns afterwards: it excused every
+    legacy miss from then on (the self-test's planted misses came back "stopped on
+    purpose"). A stop accounts for the new side's misses, in a dual-run for either's."""
+    stopped_all: Callable[[str, int], bool] = lambda _job, _ms: True  # noqa: E731
+    span = DualSpan(_at(10), _at(20))
+    legacy_miss = BoundaryIssue("missing", "j1", _at(30), "legacy", "")
+    assert not stop_excuses(legacy_miss, [span], stopped_all)
+    assert stop_excuses(BoundaryIssue("missing", "j1", _at(30), "new", ""), [span], stopped_all)
+    assert stop_excuses(BoundaryIssue("missing", "j1", _at(15), "legacy", ""), [span], stopped_all)
+    assert stop_excuses(BoundaryIssue("stray", "j1", _at(30), "legacy", ""), [span], stopped_all)
+    assert not stop_excuses(BoundaryIssue("missing", "j1", _at(30), "new", ""), [span], lambda _j, _m: False)
