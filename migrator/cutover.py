@@ -279,8 +279,8 @@ class BusinessSwitch:
         (with a record) every command of the business at or after F, and each job handed
         back is started on legacy at its first occurrence at or after F. Order: refuse
         before anything changes if a job could not be handed back and would be left
-        nowhere; take the triggers off the scheduler; raise the fence; start the legacy
-        jobs; release the holds. A failure half-way leaves the business in its state, and
+        nowhere; take the triggers off the scheduler; store the fence; start the legacy
+        jobs; tell the executors of the fence; release the holds. A failure half-way leaves the business in its state, and
         the rollback can simply be run again."""
         current = self.registry.get(biz)
         if current is None or current.state is B.LEGACY:
@@ -325,9 +325,15 @@ class BusinessSwitch:
         fence_at = self._handover_instant()
         live_dual = current.state is B.DUAL_RUN and not current.shadow
         if self.fences is not None:
-            report.fenced = self.fences.raise_fence(biz, fence_at)
+            # stored now, told to the executors once legacy is started: the broadcast can
+            # take seconds on a loaded broker, and legacy had to be started within its
+            # start margin of F (started after it, the xxl-job admin fired the first
+            # occurrence late or not at all: the soak saw two jobs fired by neither side)
+            report.fenced = self.fences.store_fence(biz, fence_at)
             report.fence_at = fence_at.isoformat()
         starts: dict[str, datetime] = {}
+        before_fence: list[Trigger] = []  # their occurrences before F are the new side's runs
+        ending: list[tuple[Trigger, str]] = []  # nothing left from F on: they end there
         for ln in links:
             key = ln.source_key
             if key in legacy_live:
@@ -340,7 +346,7 @@ class BusinessSwitch:
                     # in a live dual-run: in a shadow one the new side invokes nothing, and
                     # its backlog published as runs ran every occurrence it was behind on a
                     # second time (the soak, seed 11: 98 of one job at the rollback's instant)
-                    self._run_before_fence(t, fence_at)
+                    before_fence.append(t)
                     at = self._legacy_start(t, fence_at)
                     if at is not None:
                         report.handover[key] = at.isoformat()
@@ -365,15 +371,21 @@ class BusinessSwitch:
                         f"{key}: stopped on legacy by an operator and paused on the new side: stays paused on both"
                     )
                 continue
-            self._run_before_fence(t, fence_at)
+            before_fence.append(t)
             at = self._legacy_start(t, fence_at)
             if at is None:
-                self._end_before_fence(t, key, report)
+                ending.append((t, key))
             else:
                 starts[key] = at
         for key, start in starts.items():
             report.handover[key] = start.isoformat()
         started = set(self.control.start(starts))
+        if self.fences is not None:
+            self.fences.broadcast_fence(biz)
+        for t in before_fence:
+            self._run_before_fence(t, fence_at)
+        for t, key in ending:
+            self._end_before_fence(t, key, report)
         for key in sorted(set(starts) - started - self.control.live(list(starts))):
             report.not_handed_back[key] = "the legacy job did not switch back on (its row changed or is gone)"
         # a hold is released once its job is live on legacy again, or left to an operator's

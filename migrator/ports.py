@@ -87,5 +87,14 @@ class FencePort(Protocol):
         so marked."""
 
     @abstractmethod
+    def store_fence(self, biz_code: str, at: datetime) -> int:
+        """`raise_fence` without telling the executors yet (a leader relays a stored fence
+        within its relay period); `broadcast_fence` tells them now."""
+
+    @abstractmethod
+    def broadcast_fence(self, biz_code: str) -> None:
+        """The business's stored fence, to the executors now."""
+
+    @abstractmethod
     def lift_fence(self, biz_code: str, at: datetime) -> None:
         """Commands scheduled at or after `at` run again (the fence becomes [from, at))."""

@@ -138,8 +138,16 @@ class FenceService:
     def raise_fence(self, biz_code: str, at: datetime) -> int:
         """From `at` on, no command of the business is invoked; fired records at or after
         `at` not final yet are marked skipped. Returns how many records were marked."""
+        marked = self.store_fence(biz_code, at)
+        self.broadcast_fence(biz_code)
+        return marked
+
+    def store_fence(self, biz_code: str, at: datetime) -> int:
+        """`raise_fence` without its broadcast: the fence is stored (records marked), and
+        the leader relays it to the executors within its relay period; `broadcast_fence`
+        sends it at once. Split so a rollback starts legacy between the two: a broker slow
+        to take the broadcast then never eats into legacy's start margin."""
         fence, marked = self.store.raise_business_fence(biz_code, to_ms(at))
-        self._broadcast(fence)
         log.info(
             "raised the %s; %d fired record(s) marked skipped",
             fence,
@@ -147,6 +155,12 @@ class FenceService:
             extra=log_fields(biz_code=biz_code, epoch=fence.epoch),
         )
         return marked
+
+    def broadcast_fence(self, biz_code: str) -> None:
+        """The business's stored fence, published to the executors now."""
+        fence = self.store.business_fence(biz_code)
+        if fence is not None:
+            self._broadcast(fence)
 
     def lift_fence(self, biz_code: str, at: datetime) -> None:
         """Commands scheduled at or after `at` run again (the fence becomes [from, at));

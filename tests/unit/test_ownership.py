@@ -81,6 +81,12 @@ class RecordingFences:
         self.calls.append(("raise", biz_code, at))
         return 0
 
+    def store_fence(self, biz_code: str, at: datetime) -> int:
+        return self.raise_fence(biz_code, at)
+
+    def broadcast_fence(self, biz_code: str) -> None:
+        pass
+
     def lift_fence(self, biz_code: str, at: datetime) -> None:
         self.calls.append(("lift", biz_code, at))
 

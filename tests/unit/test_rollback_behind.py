@@ -8,15 +8,17 @@ legacy starts at the fence (`BusinessSwitch._run_before_fence`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import text
 
 from migrator.cutover import BusinessSwitch
-from migrator.legacy_control import XxlJobControl
+from migrator.legacy_control import PRE_READ, XxlJobControl
 from migrator.ownership import Firing, ownership
 from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.clock import ManualClock
 from scheduler_core.fence import FenceService
 from scheduler_core.model import Trigger, TriggerState
 from scheduler_core.ports import Transition
@@ -204,3 +206,41 @@ def test_a_trigger_ending_before_the_fence_that_an_operator_pauses_meanwhile_is_
     assert "is paused, not ended" in said and "ends there" not in said
     t = env.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
     assert t is not None and t.state is TriggerState.PAUSED
+
+
+def test_a_broker_slow_to_take_the_fence_never_delays_the_legacy_start(tmp_path: Path) -> None:
+    """F = now + legacy's start margin, and legacy must be started inside that margin (the
+    xxl-job admin fires a job it finds less than its pre-read ahead late, or not at all).
+    The rollback broadcast the fence before starting legacy: a broker 7 s slow to take the
+    broadcast (the soak's loaded Pulsar) left the first occurrence at F fired by neither
+    side. The fence is stored first, legacy started, then the broadcast goes out."""
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    clock = env.migrator.clock
+    assert isinstance(clock, ManualClock)
+    manual: ManualClock = clock
+
+    class SlowBroker(InProcessBus):
+        def publish_control(self, biz_code: str, payload: bytes) -> None:
+            manual.advance(7 * S)  # the broadcast takes 7 s
+            super().publish_control(biz_code, payload)
+
+    written: list[datetime] = []
+
+    class Recorded(XxlJobControl):
+        def start(self, next_due: Mapping[str, datetime]) -> list[str]:
+            written.append(clock.now())
+            return super().start(next_due)
+
+    sw = ready_switch(env, Recorded(env.legacy, clock), fences=FenceService(env.store, SlowBroker(clock)))
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    sw.cutover(biz, actor="ops", reason="go")
+    ln = sw.links(biz)[0]
+    with env.store.engine.begin() as conn:  # due every second: its first occurrence from F is F's second
+        conn.execute(
+            text("UPDATE dus_job_trigger SET cron_expr = '* * * * * ?', next_fire_at = :at WHERE id = :id"),
+            {"at": to_ms(clock.now().replace(microsecond=0) + S), "id": ln.trigger.id},
+        )
+    rep = sw.rollback(biz, actor="ops", reason="back")
+    assert ln.source_key in rep.handover and written
+    first = datetime.fromisoformat(rep.handover[ln.source_key])
+    assert first - written[-1] >= PRE_READ, f"legacy started {first - written[-1]} before its first occurrence"
