@@ -1,4 +1,4 @@
-"""What a database can do, decided once per engine: every question the code used to ask of
+"""What a database can do, decided once per engine: every question the code would ask of
 the dialect's name is one named capability here.
 
 The stores run on MySQL-compatible servers (MariaDB, MySQL, TiDB through PyMySQL) and on

@@ -40,7 +40,7 @@ class Cancellations:
         self.cancelled: set[RunKey] = set()
         # an operator's kills (not a block strategy's covers) whose run is over: a copy of
         # the message (parked behind the killed run, or redelivered after a broker restart)
-        # is answered killed; run again, it undid the kill (the chaos soak saw both)
+        # is answered killed: run again, it would undo the operator's kill
         self.ended: OrderedDict[RunKey, str] = OrderedDict()
         self._operator: set[RunKey] = set()
         self._messages: dict[RunKey, str] = {}

@@ -1,7 +1,7 @@
 """Publishing results off the worker threads.
 
-A worker used to publish its envelope's result and wait for the broker's ack before
-taking the next message: one round trip per envelope per worker. The outbox takes
+A worker that published its envelope's result and waited for the broker's ack before
+taking the next message would pay one round trip per envelope. The outbox takes
 whatever results have queued up, packs them into as few messages as fit (whole
 envelopes only: a page record is updated from one message's items at a time), publishes
 them in one `bus.publish` (one wait for all the broker acks), and only then acks the

@@ -7,9 +7,9 @@ no datetime, lock, dict copy or log call per item unless the item fails. Outcome
 kept as one letter per item plus a short list of the items that have something to say
 (a retry, a message), which is also what goes on the wire (`codec.EnvelopeResult`).
 
-A job timeout used to cost a thread per item (the handler ran on it, the worker joined
-it with the timeout). Now the handler runs on the worker itself and one watchdog per
-executor looks at each watched run's deadline. When an item overruns, the watchdog
+A job timeout must not cost a thread per item (a handler run on a thread of its own,
+joined with the timeout, doubles the threads of a busy executor): the handler runs on
+the worker itself and one watchdog per executor looks at each watched run's deadline. When an item overruns, the watchdog
 reports it timed out (or schedules its retry), bumps the run's generation and has a
 fresh thread carry on with the rest of the envelope; the overrunning thread, whenever
 its handler returns, finds the generation moved on and drops its result. So a handler

@@ -212,8 +212,8 @@ class Executor:
         self._done: OrderedDict[tuple[int, int], dict[int, int]] = OrderedDict()
         # runs that ended here failed or timed out (their retries spent): item -> letter. A
         # copy of the message (a broker's redelivery after a restart, one parked behind the
-        # run) is answered with that end instead of running the handler again (the chaos
-        # soak saw a timed-out run invoked a second time 37 s later so). Bounded as `_done`.
+        # run) is answered with that end instead of running the handler again (a timed-out
+        # run's copy would otherwise be a second invocation, seconds later). Bounded as `_done`.
         self._ended: OrderedDict[tuple[int, int], dict[int, str]] = OrderedDict()
         self._done_items = 0
         self._remember = remember

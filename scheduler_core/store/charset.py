@@ -10,7 +10,7 @@ no emoji).
 Why utf8mb4_bin: keys (job codes, business codes, ledger keys) are compared exactly
 everywhere else: in Python, on SQLite (BINARY), and on TiDB, whose default utf8mb4
 collation is utf8mb4_bin. A case- or accent-insensitive collation (MariaDB's
-utf8mb4_general_ci, which a store used to inherit from the test servers' default) would
+utf8mb4_general_ci, which a table inherits from a server's default unless it names one) would
 make `xxl:App:1` and `xxl:app:1` one job on the store and two in the code. Both MariaDB
 and TiDB have utf8mb4_bin; TiDB has utf8mb4_general_ci only with its new collation
 framework (without it, general_ci quietly compares as bin), and MariaDB 11's default
