@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scheduler_core.errors import BusError
 from scheduler_core.model import (
@@ -30,6 +30,7 @@ from scheduler_core.model import (
 
 if TYPE_CHECKING:
     from scheduler_core.fence import Fence
+    from scheduler_core.stops import Stop
 
 
 class Clock(Protocol):
@@ -287,6 +288,41 @@ class FenceStore(Protocol):
 
     @abstractmethod
     def business_fences(self) -> list[Fence]: ...
+
+
+class RunRecordReads(Protocol):
+    """A business's run records as a comparison of the two sides reads them (dual-run,
+    the post-cutover watch, the cutover boundary): plain tuples of the named columns of
+    the fired records, and the follow-up runs claimed."""
+
+    @abstractmethod
+    def fired_rows_of(
+        self,
+        biz_code: str,
+        start_ms: int,
+        end_ms: int,
+        columns: Sequence[str],
+        *,
+        fenced_as: str | None = None,
+        stopped_as: str | None = None,
+        by_time: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """The `columns` of the business's fired records scheduled in [start_ms, end_ms);
+        "state" as read (published derived from the trigger's outcome; a rollback fence's
+        skip named `fenced_as`, an operator's stop's `stopped_as`, when given); `by_time`:
+        in scheduled order."""
+
+    @abstractmethod
+    def followup_claims_of(self, biz_code: str, from_ms: int, until_ms: int) -> list[tuple[str, str]]:
+        """(child job code, child command id) of the business's follow-up runs claimed in
+        [from_ms, until_ms)."""
+
+
+class StopReads(Protocol):
+    """The standing operator stops (pause, cancel, freeze: `scheduler_core.stops`)."""
+
+    @abstractmethod
+    def stops(self) -> list[Stop]: ...
 
 
 # --- command bus ---------------------------------------------------------------------

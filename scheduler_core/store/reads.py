@@ -5,74 +5,16 @@ store's port (tests/unit/test_table_owners.py holds that)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, select, update
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy import and_, func, select, update
 
 from dbkit.connections import begin, connect
-from scheduler_core.fence import MESSAGE_PREFIX
 from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
-from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
 from scheduler_core.store.rows import trigger_from_row
-from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
-
-
-def fired_rows(
-    store: SqlTriggerStore,
-    biz_code: str,
-    start_ms: int,
-    end_ms: int,
-    columns: Sequence[str],
-    *,
-    fenced_as: str | None = None,
-    stopped_as: str | None = None,
-    by_time: bool = False,
-) -> list[tuple[Any, ...]]:
-    """The `columns` of a business's fired records scheduled in [start_ms, end_ms); the
-    "state" column as read by `_state` (published derived from the trigger's outcome).
-    `fenced_as`: the "state" column names a rollback fence's skip so (told from a misfire
-    policy's skip by the message the fence writes, in the query: the message itself is
-    never fetched unless asked for); `stopped_as`: an operator's stop's skip (pause, cancel,
-    freeze) so, else as `fenced_as` (both deliberate). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
-    fr = store.t.fired
-    stmt = select(*(_state(store, fenced_as, stopped_as) if c == "state" else fr.c[c] for c in columns)).where(
-        fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms
-    )
-    if by_time:
-        stmt = stmt.order_by(fr.c.scheduled_at)
-    with connect(store.engine) as conn:
-        return [tuple(r) for r in conn.execute(stmt).all()]
-
-
-def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_ms: int) -> list[tuple[str, str]]:
-    """(child job code, child command id) of the business's follow-up claims written in
-    [from_ms, until_ms) (`dus_followup_fired`: one per child run after a parent's success)."""
-    ff, tr = store.t.followup_fired, store.t.trigger
-    stmt = (
-        select(tr.c.job_code, ff.c.child_command_id)
-        .select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
-        .where(tr.c.biz_code == biz_code, ff.c.at >= from_ms, ff.c.at < until_ms)
-    )
-    with connect(store.engine) as conn:
-        return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
-
-
-def _state(store: SqlTriggerStore, fenced_as: str | None, stopped_as: str | None = None) -> ColumnElement[Any]:
-    """The "state" column as read: `published` for a pending record whose trigger recorded
-    its occurrence's outcome (the fire path stamps none: FiredState), a fence's skip as
-    `fenced_as` and an operator's stop's as `stopped_as` (else `fenced_as`) when given."""
-    fr = store.t.fired
-    whens: list[tuple[ColumnElement[bool], str]] = [(published_by_outcome(store.t), FiredState.PUBLISHED.value)]
-    if fenced_as is not None:
-        # a deliberate skip on the new side: a rollback's fence, or an operator's stop
-        # (pause, cancel, freeze); neither a missing run nor a failed one
-        skipped = fr.c.state == FiredState.SKIPPED.value
-        whens.append((and_(skipped, fr.c.message.like(f"{MESSAGE_PREFIX}%")), fenced_as))
-        whens.append((and_(skipped, fr.c.message.like(f"{STOP_PREFIX}%")), stopped_as or fenced_as))
-    return case(*whens, else_=fr.c.state).label("state")
+from scheduler_core.store.sql import SqlTriggerStore
 
 
 def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
