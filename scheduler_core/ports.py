@@ -25,6 +25,7 @@ from scheduler_core.model import (
     ShardingItem,
     Trigger,
     TriggerId,
+    TriggerKind,
     TriggerState,
 )
 
@@ -316,6 +317,49 @@ class RunRecordReads(Protocol):
     def followup_claims_of(self, biz_code: str, from_ms: int, until_ms: int) -> list[tuple[str, str]]:
         """(child job code, child command id) of the business's follow-up runs claimed in
         [from_ms, until_ms)."""
+
+    @abstractmethod
+    def runs_oldest_first(
+        self,
+        *,
+        biz_code: str,
+        job_code: str,
+        since_ms: int,
+        after: tuple[int, str] | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """A job's fired records scheduled at or after `since_ms`, oldest first, at most
+        `limit`, after `after` (the (scheduled_at, command_id) of the page before): what an
+        alert's detection reads of a run, by column name."""
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerBrief:
+    """What a view over every job needs of a trigger (which side fires it, the job's
+    state); its full row, for the few shown: `TriggerStore.get_triggers`."""
+
+    id: TriggerId
+    job_code: str
+    biz_code: str
+    kind: TriggerKind
+    state: TriggerState
+    has_job: bool = True  # a job row of its code exists
+
+
+class CatalogReads(Protocol):
+    """What the store holds, in brief: the views' and checks' reads over every job."""
+
+    @abstractmethod
+    def trigger_briefs(self, biz_codes: Collection[str] | None = None) -> list[TriggerBrief]:
+        """The triggers of these businesses (None: all), in id order."""
+
+    @abstractmethod
+    def job_biz_codes(self) -> set[str]:
+        """Every business that has a job."""
+
+    @abstractmethod
+    def has_fired_records(self, biz_code: str) -> bool:
+        """Whether any run record belongs to the business."""
 
 
 class StopReads(Protocol):

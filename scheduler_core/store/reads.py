@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import func, select, update
 
 from dbkit.connections import begin, connect
-from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
+from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerState
 from scheduler_core.store.rows import trigger_from_row
 from scheduler_core.store.sql import SqlTriggerStore
 
@@ -27,50 +26,6 @@ def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
             ).first()
             is not None
         )
-
-
-def job_biz_codes(store: SqlTriggerStore) -> set[str]:
-    """Every business (biz_code) that has a job in the store."""
-    j = store.t.job
-    with connect(store.engine) as conn:
-        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerBrief:
-    """What a view over every job needs of a trigger (which side fires it, the job's
-    state); its full row, for the few shown: `store.get_triggers`."""
-
-    id: TriggerId
-    job_code: str
-    biz_code: str
-    kind: TriggerKind
-    state: TriggerState
-    has_job: bool = True  # a job row of its code exists
-
-
-# the stored values' members, looked up (the enum's call costs more than the row's read)
-_KIND = {k.value: k for k in TriggerKind}
-_STATE = {s.value: s for s in TriggerState}
-
-
-def trigger_briefs(store: SqlTriggerStore, biz_codes: Collection[str] | None = None) -> list[TriggerBrief]:
-    """The triggers of these businesses (None: all), in id order, each with whether its
-    job exists: narrow columns in one query, where the full rows of thousands of
-    triggers (and a second read of the jobs) took most of a page's time."""
-    tr, j = store.t.trigger, store.t.job
-    stmt = (
-        select(tr.c.id, tr.c.job_code, tr.c.biz_code, tr.c.kind, tr.c.state, j.c.id.is_not(None))
-        .select_from(tr.outerjoin(j, j.c.job_code == tr.c.job_code))
-        .order_by(tr.c.id)
-    )
-    if biz_codes is not None:
-        stmt = stmt.where(tr.c.biz_code.in_(sorted(set(biz_codes))))
-    with store.engine.connect() as conn:
-        return [
-            TriggerBrief(TriggerId(i), code, biz, _KIND[kind], _STATE[state], bool(has_job))
-            for i, code, biz, kind, state, has_job in conn.execute(stmt).all()
-        ]
 
 
 def job_schedules(store: SqlTriggerStore, job_codes: Collection[str]) -> dict[str, Trigger]:
@@ -181,13 +136,6 @@ def published_ahead(store: SqlTriggerStore, now_ms: int) -> dict[tuple[str, Lane
     return out
 
 
-def has_fired_records(store: SqlTriggerStore, biz_code: str) -> bool:
-    """Whether any fired record belongs to the business (one row on idx_fired_biz_time)."""
-    fr = store.t.fired
-    with connect(store.engine) as conn:
-        return conn.execute(select(fr.c.biz_code).where(fr.c.biz_code == biz_code).limit(1)).first() is not None
-
-
 def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
     """How many triggers wait, and the earliest next fire time among them (epoch ms):
     one aggregate on the (state, next_fire_at) index."""
@@ -204,42 +152,3 @@ def set_shadow(store: SqlTriggerStore, biz_code: str, shadow: bool) -> None:
     j = store.t.job
     with begin(store.engine) as conn:
         conn.execute(update(j).where(j.c.biz_code == biz_code).values(shadow=int(shadow)))
-
-
-# the columns `runs_oldest_first` reads (what an alert's detection needs of a run)
-RUN_OUTCOME_COLUMNS = (
-    "command_id",
-    "trigger_id",
-    "scheduled_at",
-    "state",
-    "received_at",
-    "started_at",
-    "result_at",
-    "misfired",
-    "message",
-)
-
-
-def runs_oldest_first(
-    store: SqlTriggerStore,
-    *,
-    biz_code: str,
-    job_code: str,
-    since_ms: int,
-    after: tuple[int, str] | None = None,
-    limit: int = 1000,
-) -> list[dict[str, Any]]:
-    """A job's fired records scheduled at or after `since_ms`, oldest first, paged by
-    (scheduled_at, command_id) after `after` (the last row of the page before): the
-    alerter's scan (switchyard.alerts). By business first, so the (biz_code, scheduled_at)
-    index serves it."""
-    fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in RUN_OUTCOME_COLUMNS)).where(
-        and_(fr.c.biz_code == biz_code, fr.c.job_code == job_code, fr.c.scheduled_at >= since_ms)
-    )
-    if after is not None:
-        at, cid = after
-        stmt = stmt.where((fr.c.scheduled_at > at) | and_(fr.c.scheduled_at == at, fr.c.command_id > cid))
-    stmt = stmt.order_by(fr.c.scheduled_at, fr.c.command_id).limit(max(1, limit))
-    with connect(store.engine) as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]

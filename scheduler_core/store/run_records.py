@@ -24,6 +24,20 @@ if TYPE_CHECKING:
     from scheduler_core.store.schema import Tables
 
 
+# the columns `runs_oldest_first` reads (what an alert's detection needs of a run)
+RUN_OUTCOME_COLUMNS = (
+    "command_id",
+    "trigger_id",
+    "scheduled_at",
+    "state",
+    "received_at",
+    "started_at",
+    "result_at",
+    "misfired",
+    "message",
+)
+
+
 def published_by_outcome(t: Tables) -> ColumnElement[bool]:
     """SQL condition on `t.fired`: a record the fire path left `pending` whose trigger has
     recorded the outcome of its occurrence (last_fired_at at or after it), so was
@@ -92,6 +106,30 @@ class RunRecordRows:
         )
         with connect(self.engine) as conn:
             return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
+
+    def runs_oldest_first(
+        self,
+        *,
+        biz_code: str,
+        job_code: str,
+        since_ms: int,
+        after: tuple[int, str] | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """A job's fired records scheduled at or after `since_ms`, oldest first, paged by
+        (scheduled_at, command_id) after `after` (the last row of the page before): the
+        alerter's scan (switchyard.alerts). By business first, so the (biz_code, scheduled_at)
+        index serves it."""
+        fr = self.t.fired
+        stmt = select(*(fr.c[c] for c in RUN_OUTCOME_COLUMNS)).where(
+            and_(fr.c.biz_code == biz_code, fr.c.job_code == job_code, fr.c.scheduled_at >= since_ms)
+        )
+        if after is not None:
+            at, cid = after
+            stmt = stmt.where((fr.c.scheduled_at > at) | and_(fr.c.scheduled_at == at, fr.c.command_id > cid))
+        stmt = stmt.order_by(fr.c.scheduled_at, fr.c.command_id).limit(max(1, limit))
+        with connect(self.engine) as conn:
+            return [dict(r) for r in conn.execute(stmt).mappings()]
 
     def stops(self) -> list[Stop]:
         """Every standing stop (pause, cancel, freeze), by scope and key."""

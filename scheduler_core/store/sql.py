@@ -39,6 +39,7 @@ from scheduler_core.model import (
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import (
+    CatalogReads,
     Clock,
     FenceStore,
     FiredUpdate,
@@ -53,6 +54,7 @@ from scheduler_core.states import check_transition
 from scheduler_core.stops import Cause, Scope, Window
 from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.catalog import CatalogRows
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -119,7 +121,16 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
 
 
 @translated_methods  # driver errors leave every public method as the port's StoreError
-class SqlTriggerStore(FollowupRows, RunRecordRows, TriggerStore, FenceStore, RunRecordReads, StopReads):
+class SqlTriggerStore(
+    FollowupRows,
+    RunRecordRows,
+    CatalogRows,
+    TriggerStore,
+    FenceStore,
+    RunRecordReads,
+    StopReads,
+    CatalogReads,
+):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
         self.clock = clock
