@@ -4,13 +4,18 @@ runs were recorded for it (its jobs since deleted: its history can still be comp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from migrator.business import BusinessRegistry
-from scheduler_core.ports import CatalogReads
+from scheduler_core.ports import CatalogReads, TriggerStore
 
 if TYPE_CHECKING:
     from migrator.store import MigratorStore
+
+
+class NamedStore(TriggerStore, CatalogReads, Protocol):
+    """What resolving an operator's names reads of the store: its jobs and triggers, and
+    the businesses it knows."""
 
 
 def known_business(store: CatalogReads, own: MigratorStore, biz_code: str) -> bool:
@@ -21,4 +26,4 @@ def known_business(store: CatalogReads, own: MigratorStore, biz_code: str) -> bo
     )
 
 
-__all__ = ["known_business"]
+__all__ = ["NamedStore", "known_business"]
