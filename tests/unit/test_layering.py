@@ -46,7 +46,6 @@ CONCRETE_STORE_ALLOWED = {
     "switchyard/demo.py",
     "switchyard/jobs.py",
     "switchyard/trigger_actions.py",
-    "switchyard/cli/dualrun.py",
     "switchyard/cli/scheduler.py",
     "switchyard/cli/alerts.py",
     "switchyard/console/data.py",
