@@ -48,6 +48,15 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
+class Clocked(Protocol):
+    """Something with the clock its writes are stamped by (a store: a caller that stamps
+    an operator's action or a scan with the store's now)."""
+
+    @property
+    @abstractmethod
+    def clock(self) -> Clock: ...
+
+
 # --- trigger store -------------------------------------------------------------------
 
 

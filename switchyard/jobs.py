@@ -41,6 +41,7 @@ from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
 from scheduler_core.store.job_admin import Rescheduled, SqlJobAdmin, TriggerBusy
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard.trigger_actions import STOP_LEAD, act
 from switchyard.wiring import alert_store
 
@@ -468,7 +469,15 @@ class Jobs:
     def _act(self, action: str, ids: list[TriggerId], reason: str) -> tuple[operations.OperationReport, str]:
         started = self.store.clock.now()
         report, guard = act(
-            self.store, self.own, self.stops, action, ids, actor=self.actor, reason=reason, started=started
+            self.store,
+            self.own,
+            self.stops,
+            SqlSupersedes(self.store),
+            action,
+            ids,
+            actor=self.actor,
+            reason=reason,
+            started=started,
         )
         refused = "; ".join(f"trigger {k}: {v}" for k, v in guard.refused.items())
         return report, refused

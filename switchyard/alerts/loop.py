@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from abc import abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -30,7 +29,7 @@ from urllib.parse import quote
 
 from scheduler_core.alert_rule import AlertRule
 from scheduler_core.model import JobCode
-from scheduler_core.ports import Clock, RunRecordReads, TriggerStore
+from scheduler_core.ports import Clocked, RunRecordReads, TriggerStore
 from scheduler_core.times import from_ms
 from switchyard.alerts.detect import Scan, scan_runs, scan_triggers
 from switchyard.alerts.send import Delivery, Sender
@@ -71,13 +70,9 @@ def link(biz_code: str, job_code: str) -> str:
     return f"/business/{quote(biz_code, safe='')}?job={quote(job_code, safe='')}"
 
 
-class WatchedRuns(RunRecordReads, TriggerStore, Protocol):
+class WatchedRuns(RunRecordReads, TriggerStore, Clocked, Protocol):
     """What the alerter reads of the trigger store: a job's runs oldest first, its
     triggers, and the store's clock."""
-
-    @property
-    @abstractmethod
-    def clock(self) -> Clock: ...
 
 
 class Alerter:

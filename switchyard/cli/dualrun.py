@@ -31,7 +31,7 @@ from readers.errors import MissingTables, ReaderError, SourceUnavailable, Unknow
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from readers.timezones import LegacyZones
-from scheduler_core.ports import CatalogReads, Clock
+from scheduler_core.ports import CatalogReads, Clocked
 from switchyard import exitcodes
 from switchyard.cli.durations import POSITIVE, parse_duration
 from switchyard.cli.errors import CliFailure, cli_errors, redact
@@ -115,13 +115,9 @@ def parse_when(text: str | None, now: datetime) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
-class ComparedStore(NewSide, CatalogReads, Protocol):
+class ComparedStore(NewSide, CatalogReads, Clocked, Protocol):
     """What a dual-run command reads of the trigger store (the new side, the names it
     knows, its clock) and closes when done."""
-
-    @property
-    @abstractmethod
-    def clock(self) -> Clock: ...
 
     @abstractmethod
     def close(self) -> None: ...

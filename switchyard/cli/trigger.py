@@ -23,6 +23,7 @@ from scheduler_core import operations
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.stops import Scope, StopService
 from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
@@ -123,7 +124,9 @@ def _command(action: str) -> click.Command:
             stop_store = SqlStops(store)
             with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
                 stops = StopService(stop_store, bus)
-                report, guard = act(store, own, stops, action, chosen, actor=actor, reason=reason, started=started)
+                report, guard = act(
+                    store, own, stops, SqlSupersedes(store), action, chosen, actor=actor, reason=reason, started=started
+                )
             touched = stop_store.stops_of(Scope.TRIGGER, [str(tid) for tid in report.changed])
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)
         finally:

@@ -45,7 +45,6 @@ CONCRETE_STORE_ALLOWED = {
     "switchyard/embedded.py",
     "switchyard/demo.py",
     "switchyard/jobs.py",
-    "switchyard/trigger_actions.py",
     "switchyard/cli/scheduler.py",
     "switchyard/cli/alerts.py",
     "switchyard/console/data.py",
