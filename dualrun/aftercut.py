@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from dualrun.collect import Collector
 from dualrun.errors import DualRunError
 from dualrun.model import Window, iso
+from dualrun.ports import NewSide
 from dualrun.settings import CompareSettings
 from dualrun.span import fetch_switches
 from dualrun.stopped import stopped_occurrences
@@ -31,8 +32,7 @@ from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from scheduler_core.model import FiredState
-from scheduler_core.store.reads import fired_rows
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import RunRecordReads
 from scheduler_core.times import duration_ms, from_ms, to_ms
 
 MAX_LISTED = 50
@@ -122,12 +122,14 @@ def cutover_time(own: DualRunStore, biz_code: str) -> datetime:
 _COLS = ("command_id", "job_code", "item_index", "scheduled_at", "received_at", "state")
 
 
-def _fired(store: SqlTriggerStore, biz_code: str, window: Window) -> pd.DataFrame:
-    return pd.DataFrame(fired_rows(store, biz_code, to_ms(window.start), to_ms(window.end), _COLS), columns=list(_COLS))
+def _fired(store: RunRecordReads, biz_code: str, window: Window) -> pd.DataFrame:
+    return pd.DataFrame(
+        store.fired_rows_of(biz_code, to_ms(window.start), to_ms(window.end), _COLS), columns=list(_COLS)
+    )
 
 
 def check_after_cutover(
-    store: SqlTriggerStore,
+    store: NewSide,
     own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,

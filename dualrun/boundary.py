@@ -48,8 +48,7 @@ from dualrun.settings import CompareSettings
 from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
-from scheduler_core.store.reads import fired_rows
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import RunRecordReads
 from scheduler_core.times import duration_ms, from_ms, to_ms
 
 
@@ -117,12 +116,12 @@ _FIRED = (
 )
 
 
-def fetch_new_fired(store: SqlTriggerStore, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
+def fetch_new_fired(store: RunRecordReads, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """The new side's fired records of the window, as `dualrun.collect.fetch_new` reads
     them, without records that never ran a handler (shadow-only, never published; one a
     rollback fence skipped is not a fire of the new side either: `match` sets it apart)."""
-    rows = fired_rows(
-        store, biz_code, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
+    rows = store.fired_rows_of(
+        biz_code, to_ms(window.start), to_ms(window.end), _FIRED, fenced_as=FENCED_STATE, by_time=True
     )
     raw = pd.DataFrame(rows, columns=list(_FIRED))
     if len(raw):
@@ -137,7 +136,7 @@ def _when(v: str | datetime) -> datetime:
 
 
 def check_boundary(
-    store: SqlTriggerStore,
+    store: RunRecordReads,
     own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,

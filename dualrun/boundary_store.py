@@ -23,7 +23,7 @@ from dualrun.boundary import BoundaryCheck, HandoverPlan, check_boundary
 from dualrun.model import Window, iso
 from dualrun.store import DualRunStore
 from readers.ports import LegacyReader
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import RunRecordReads
 from scheduler_core.times import from_ms, to_ms
 
 
@@ -128,7 +128,7 @@ def tally_of(
 
 
 def record_cutover_boundary(
-    store: SqlTriggerStore,
+    store: RunRecordReads,
     own: DualRunStore,
     reader: LegacyReader,
     biz_code: str,

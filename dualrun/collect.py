@@ -44,8 +44,7 @@ from readers.records import LegacyDefinition, SourceSystem
 from scheduler_core.codec import command_topic
 from scheduler_core.errors import BusError
 from scheduler_core.executor.sdk import SUBSCRIPTION
-from scheduler_core.store.reads import fired_rows
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import RunRecordReads
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -113,11 +112,10 @@ STOPPED_STATE = "stopped"
 _READ_STATUS = {**FIRED_STATUS, FENCED_STATE: FENCED, STOPPED_STATE: STOPPED}
 
 
-def fetch_new(store: SqlTriggerStore, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
+def fetch_new(store: RunRecordReads, biz_code: str, window: Window, jobs: JobIndex) -> pd.DataFrame:
     """Fired records of a business with scheduled_at in the window, as a new-side frame."""
     # a fence's skip read as FENCED_STATE; time order: the matcher's sorts are then cheap
-    rows = fired_rows(
-        store,
+    rows = store.fired_rows_of(
         biz_code,
         to_ms(window.start),
         to_ms(window.end),
@@ -175,7 +173,7 @@ class Collector:
 
     def __init__(
         self,
-        store: SqlTriggerStore,
+        store: RunRecordReads,
         own: DualRunStore,
         reader: LegacyReader,
         *,
@@ -280,7 +278,7 @@ def resolve(own: DualRunStore, request: CompareRequest) -> tuple[SourceSystem, M
 
 
 def compare_business(
-    store: SqlTriggerStore,
+    store: RunRecordReads,
     own: DualRunStore,
     reader: LegacyReader,
     request: CompareRequest,

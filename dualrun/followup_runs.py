@@ -17,8 +17,7 @@ import pandas as pd
 
 from dualrun.model import Window
 from scheduler_core.model import parse_command_id
-from scheduler_core.store.reads import followup_claims
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import RunRecordReads
 from scheduler_core.times import to_ms
 
 # a claim is written when the parent's result is applied: after the parent's time, and at
@@ -26,10 +25,9 @@ from scheduler_core.times import to_ms
 _CLAIM_MARGIN = timedelta(days=2)
 
 
-def followup_runs(store: SqlTriggerStore, biz_code: str, window: Window) -> set[tuple[str, int]]:
+def followup_runs(store: RunRecordReads, biz_code: str, window: Window) -> set[tuple[str, int]]:
     """(job code, scheduled ms) of every follow-up run of the business in the window."""
-    claims = followup_claims(
-        store,
+    claims = store.followup_claims_of(
         biz_code,
         to_ms(window.start - _CLAIM_MARGIN),
         to_ms(window.end + _CLAIM_MARGIN),

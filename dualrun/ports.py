@@ -1,7 +1,7 @@
 """What the comparator needs from outside, as Protocols in domain terms only.
 
-The legacy side is `readers.ports.LegacyReader`; the new side is the trigger store
-(`scheduler_core.store.sql.SqlTriggerStore`). Consumer lag comes from any bus with a
+The legacy side is `readers.ports.LegacyReader`; the new side is the trigger store's
+ports (`scheduler_core.ports`: `RunRecordReads`, `StopReads`, `TriggerStore`). Consumer lag comes from any bus with a
 `backlog(topic, subscription) -> (due, delayed)` view (PulsarBus, InProcessBus).
 """
 
@@ -10,6 +10,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from datetime import timedelta
 from typing import Protocol
+
+from scheduler_core.ports import RunRecordReads, StopReads, TriggerStore
+
+
+class NewSide(RunRecordReads, StopReads, TriggerStore, Protocol):
+    """The new side as the post-cutover watch reads it: a business's run records, its
+    triggers and the operators' standing stops."""
 
 
 class BacklogProbe(Protocol):

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dualrun.ports import NewSide
 from scheduler_core.stops import StopIndex
-from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.store.stops import SqlStops
 
 Stopped = Callable[[str, int], bool]
 
 
-def stopped_occurrences(store: SqlTriggerStore, biz_code: str) -> Stopped:
+def stopped_occurrences(store: NewSide, biz_code: str) -> Stopped:
     """`stopped(job_code, scheduled_ms)`: whether a stop covers that occurrence of the
     business (through any of the job's triggers, the job, the business or everything)."""
-    index = StopIndex({(s.scope, s.key): s for s in SqlStops(store).stops()})
+    index = StopIndex({(s.scope, s.key): s for s in store.stops()})
     if not index.by_scope:
         return lambda _job, _ms: False
     triggers: dict[str, list[int]] = {}

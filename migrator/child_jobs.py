@@ -28,7 +28,7 @@ from migrator.model import LedgerStatus
 from migrator.store import MigratorStore
 from readers.records import SourceSystem
 from scheduler_core.model import JobCode, TriggerId
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import TriggerStore
 
 if TYPE_CHECKING:
     from migrator.cutover import Link
@@ -55,7 +55,7 @@ def child_ids(value: str, parent: str) -> tuple[list[str], list[str]]:
     return ids, skipped
 
 
-def child_chains(store: SqlTriggerStore, own: MigratorStore, biz: str, links: Sequence[Link]) -> ChildChains:
+def child_chains(store: TriggerStore, own: MigratorStore, biz: str, links: Sequence[Link]) -> ChildChains:
     # every parent of the business is in `links`, those without children with none: a
     # child removed since an earlier cutover is not fired any more
     out = ChildChains(links={ln.trigger.id: [] for ln in links if ln.trigger.id is not None})

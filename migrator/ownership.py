@@ -23,8 +23,7 @@ from migrator.model import BusinessState as B
 from migrator.model import LedgerStatus
 from migrator.store import MigratorStore
 from scheduler_core.model import Trigger, TriggerId, TriggerState
-from scheduler_core.store.reads import TriggerBrief, trigger_briefs
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import CatalogReads, TriggerBrief, TriggerStore
 
 S = TriggerState
 _RUNNABLE = (S.CREATED, S.WAITING, S.ACQUIRED)  # meant to run: not paused, not ended
@@ -125,7 +124,7 @@ LegacyLive = Callable[[str, Sequence[str]], set[str] | None]  # (source system, 
 
 
 def ownership(
-    store: SqlTriggerStore,
+    store: CatalogReads,
     own: MigratorStore,
     legacy_live: LegacyLive | None = None,
     biz_codes: Sequence[str] | None = None,
@@ -146,7 +145,7 @@ def ownership(
     held_by = LegacyHolds(own).of_businesses(wanted)
     newest: dict[tuple[str, str], TriggerBrief] = {}  # per (business, job): its newest trigger
     oldest_live: dict[tuple[str, str], TriggerBrief] = {}  # its oldest not cancelled
-    for t in trigger_briefs(store, wanted):  # in id order
+    for t in store.trigger_briefs(wanted):  # in id order
         key = (t.biz_code, t.job_code)
         newest[key] = t
         if t.state is not S.CANCELLED:
@@ -242,7 +241,7 @@ class MigratedJobs:
 
 
 def guard_trigger_operation(
-    store: SqlTriggerStore, own: MigratorStore, action: str, ids: Sequence[TriggerId], reason: str = ""
+    store: TriggerStore, own: MigratorStore, action: str, ids: Sequence[TriggerId], reason: str = ""
 ) -> GuardOutcome:
     """Which of these triggers `action` (pause, resume, cancel) may change without
     breaking the ownership invariant.

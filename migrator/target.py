@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,17 +23,24 @@ from migrator.model import Action, BusinessState, LedgerStatus
 from migrator.schedule_edits import ScheduleEdit, plan_edit
 from migrator.store import MigratorStore
 from readers.records import StreamPosition
-from scheduler_core.model import DEFAULT_CRON_DIALECT, Lane, Trigger, TriggerKind, TriggerState
+from scheduler_core.model import (
+    DEFAULT_CRON_DIALECT,
+    Lane,
+    ShardingItem,
+    Trigger,
+    TriggerId,
+    TriggerKind,
+    TriggerState,
+)
 from scheduler_core.occurrences import next_after
-from scheduler_core.store.definitions import DefinitionWrites, item_values, new_job_values
-from scheduler_core.store.rows import trigger_values
+from scheduler_core.store.definitions import Definition, DefinitionWrites, RenderedDefinitions
 from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.supersede import MARGIN as SUPERSEDE_MARGIN
 from scheduler_core.times import from_ms, to_ms
 
 _STATUS = {s.value: s for s in LedgerStatus}
-_EDITABLE = (TriggerState.CREATED.value, TriggerState.WAITING.value, TriggerState.PAUSED.value)
+_EDITABLE_STATES = (TriggerState.CREATED, TriggerState.WAITING, TriggerState.PAUSED)
+_EDITABLE = tuple(s.value for s in _EDITABLE_STATES)
 # a trigger with no schedule (xxl-job NONE) is stored completed and stays editable: the
 # legacy job may get a schedule later, and its trigger then takes it
 _NONE = TriggerKind.NONE.value
@@ -88,15 +95,13 @@ class Rendered:
     """A chunk's rows as SQL tuple literals (`TargetWriter.render`), made while the chunk
     before it is written: rendering is a fifth of a snapshot's CPU, and on the writing
     thread it ran between the server's statements instead of beside them. Keyed by
-    source key; a trigger or sharding item row without its leading job id (known only
-    once the job is written): "<the other values>)"."""
+    source key: the definitions' rows as the core's store renders them, the ledger rows
+    as this package does."""
 
     now: int  # the chunk's write time (the rows carry it)
-    jobs: Mapping[str, str]
-    triggers: Mapping[str, str]  # the trigger a new job gets
-    items: Mapping[str, tuple[str, ...]]
+    definitions: RenderedDefinitions
     ledger: Mapping[str, str]  # the ledger row the write takes (not for deletes)
-    columns: Mapping[str, tuple[str, ...]]  # table name -> the rendered rows' columns
+    ledger_columns: tuple[str, ...]
 
 
 class TargetWriter:
@@ -241,18 +246,10 @@ class TargetWriter:
         """The rows `apply` writes for these writes, rendered now (no I/O); None when one
         cannot be rendered without a connection (then `apply` renders as it writes)."""
         now = self.store.clock.now_ms()
-        jobs: dict[str, str] = {}
-        triggers: dict[str, str] = {}
-        items: dict[str, tuple[str, ...]] = {}
         ledger: dict[str, str] = {}
-        columns: dict[str, tuple[str, ...]] = {}
-        lg, jb, tg, si = self.own.t.ledger.name, self.defs.job_table, self.defs.trigger_table, self.defs.item_table
+        ledger_columns: tuple[str, ...] = ()
+        puts: dict[str, Definition] = {}
         seen: set[str] = set()
-
-        def literal(table: str, row: dict[str, Any]) -> str | None:
-            columns.setdefault(table, tuple(row))  # every row of a table has the same keys in the same order
-            return render_plain(tuple(row.values()))
-
         for w in writes:
             key = w.source_key
             if key in seen:
@@ -260,35 +257,16 @@ class TargetWriter:
             seen.add(key)
             row = _ledger_row(w, now)
             if row is not None:
-                lit = literal(lg, row)
+                ledger_columns = ledger_columns or tuple(row)  # every ledger row has the same keys in order
+                lit = render_plain(tuple(row.values()))
                 if lit is None:
                     return None
                 ledger[key] = lit
             m = w.mapped
-            if m is None or (w.action is not Action.CREATE and w.action is not Action.UPDATE):
-                continue
-            lit = literal(jb, new_job_values(m.job, now))
-            if lit is None:
-                return None
-            jobs[key] = lit
-            if m.trigger is not None:
-                tv = trigger_values(m.trigger, 0, now)
-                if tg not in columns:
-                    columns[tg] = tuple(tv)
-                lit = _after_job_id(tv)
-                if lit is None:
-                    return None
-                triggers[key] = lit
-            if m.items:
-                its = [_after_job_id(item_values(0, i)) for i in m.items]
-                if None in its:
-                    return None
-                if si not in columns:
-                    columns[si] = tuple(item_values(0, m.items[0]))
-                items[key] = tuple(its)  # type: ignore[arg-type]
-            else:
-                items[key] = ()
-        return Rendered(now, jobs, triggers, items, ledger, columns)
+            if m is not None and w.action in (Action.CREATE, Action.UPDATE):
+                puts[key] = Definition(m.job, m.trigger, m.items)
+        definitions = self.defs.render(puts, now)
+        return None if definitions is None else Rendered(now, definitions, ledger, ledger_columns)
 
     def _apply(
         self,
@@ -310,8 +288,7 @@ class TargetWriter:
         # row created and deleted in one group of changes must be found by its delete)
         if rendered is not None:
             lits = [rendered.ledger[w.source_key] for w in ledger if w.source_key in rendered.ledger]
-            lg = self.own.t.ledger
-            fastpath.write_rendered(conn, lg, rendered.columns.get(lg.name, ()), lits, _LEDGER_SET)
+            fastpath.write_rendered(conn, self.own.t.ledger, rendered.ledger_columns, lits, _LEDGER_SET)
             written += len(lits)
         else:
             written += self._ledger_many(conn, [row for w in ledger if (row := _ledger_row(w, now)) is not None])
@@ -333,11 +310,9 @@ class TargetWriter:
         defs = self.defs
         codes = [w.mapped.job.job_code for w in writes]  # type: ignore[union-attr]
         if rendered is not None:
-            affected: int | None = defs.upsert_rendered_jobs(
-                conn, rendered.columns.get(defs.job_table, ()), [rendered.jobs[w.source_key] for w in writes]
-            )
+            affected: int | None = defs.upsert_rendered_jobs(conn, rendered.definitions, [w.source_key for w in writes])
         else:
-            affected = defs.upsert_jobs(conn, [new_job_values(w.mapped.job, now) for w in writes])  # type: ignore[union-attr]
+            affected = defs.upsert_jobs(conn, [w.mapped.job for w in writes], now)  # type: ignore[union-attr]
         # every job new (one affected row each; an existing one counts 2, see definitions.JOB_TOUCH):
         # no trigger and no sharding item can exist for them, so neither is read or deleted.
         # (A concurrent writer of the same job code makes this insert wait for its commit
@@ -352,22 +327,22 @@ class TargetWriter:
             for tid, code, state, *schedule in defs.lock_triggers(conn, codes):
                 existing.setdefault(code, []).append((tid, state, tuple(schedule)))
         if rendered is not None:
-            # the job id in front of each rendered row: "(" + id + "," + the rest
-            lits = [
-                f"({ids[w.mapped.job.job_code]},{rest}"  # type: ignore[union-attr]
-                for w in writes
-                for rest in rendered.items[w.source_key]
-            ]
-            defs.insert_rendered_items(conn, rendered.columns.get(defs.item_table, ()), lits)
-            n_items = len(lits)
+            n_items = defs.insert_rendered_items(
+                conn,
+                rendered.definitions,
+                [(w.source_key, ids[w.mapped.job.job_code]) for w in writes],  # type: ignore[union-attr]
+            )
         else:
-            items = [item_values(ids[w.mapped.job.job_code], i) for w in writes for i in w.mapped.items]  # type: ignore[union-attr]
-            defs.insert_items(conn, items)
-            n_items = len(items)
-        fresh: list[dict[str, Any]] = []
-        fresh_lits: list[str] = []
+            items: dict[int, tuple[ShardingItem, ...]] = {}
+            for w in writes:
+                m = w.mapped
+                assert m is not None
+                items[ids[m.job.job_code]] = items.get(ids[m.job.job_code], ()) + m.items
+            n_items = defs.insert_items(conn, items)
+        fresh: list[tuple[int, Trigger]] = []
+        fresh_rendered: list[tuple[str, int]] = []  # (source key, job id) of a rendered new trigger
         states: dict[str, BusinessState] | None = None  # read once, when an existing trigger is edited
-        edits: list[dict[str, Any]] = []
+        edits: list[tuple[int, Trigger]] = []
         held: set[str] = set()
         schedule_edits: list[ScheduleEdit] = []
         for w in writes:
@@ -376,12 +351,12 @@ class TargetWriter:
             if m.trigger is None:
                 continue
             there = existing.get(m.job.job_code)
+            job_id = ids[m.job.job_code]
             if not there and rendered is not None:
-                fresh_lits.append(f"({ids[m.job.job_code]},{rendered.triggers[w.source_key]}")
+                fresh_rendered.append((w.source_key, job_id))
                 continue
-            values = trigger_values(m.trigger, ids[m.job.job_code], now)
             if not there:
-                fresh.append(values)
+                fresh.append((job_id, m.trigger))
                 continue
             if states is None:
                 # read after the triggers are locked, and share-locked: a switch's transition
@@ -391,9 +366,10 @@ class TargetWriter:
             business = states.get(w.biz_code, BusinessState.LEGACY)
             for tid, state, kept_schedule in there:
                 if state in _EDITABLE or (state == TriggerState.COMPLETED.value and kept_schedule[1] == _NONE):
-                    edits.append({**values, "id": tid, **_kept(m.trigger, state, kept_schedule, business)})
+                    edited = replace(_kept(m.trigger, state, kept_schedule, business), id=TriggerId(tid))
+                    edits.append((job_id, edited))
                     plan = plan_edit(
-                        m.trigger, tid, state, kept_schedule, edits[-1]["next_fire_at"], now, self.supersede_margin
+                        m.trigger, tid, state, kept_schedule, to_ms(edited.next_fire_at), now, self.supersede_margin
                     )
                     if plan is not None:
                         schedule_edits.append(plan)
@@ -402,16 +378,14 @@ class TargetWriter:
                     # the next change event) applies this update; nothing is half-written.
                     held.add(w.source_key)
                 # completed/cancelled targets keep their terminal state
-        defs.insert_triggers(conn, fresh)
-        if fresh_lits:
-            defs.insert_rendered_triggers(conn, rendered.columns[defs.trigger_table], fresh_lits)  # type: ignore[union-attr]
-        defs.update_triggers(conn, edits)
+        defs.insert_triggers(conn, fresh, now)
+        if fresh_rendered:
+            defs.insert_rendered_triggers(conn, rendered.definitions, fresh_rendered)  # type: ignore[union-attr]
+        defs.update_triggers(conn, edits, now)
         for plan in schedule_edits:  # after the trigger rows, in the same transaction
-            SqlSupersedes(self.store).record_edit(
-                conn, plan.trigger_id, plan.biz_code, plan.effective_ms, plan.new_times, now
-            )
+            defs.record_schedule_edit(conn, plan.trigger_id, plan.biz_code, plan.effective_ms, plan.new_times, now)
         ledger += [w for w in writes if w.source_key not in held]
-        return len(writes) + n_items + len(fresh) + len(fresh_lits) + len(edits)
+        return len(writes) + n_items + len(fresh) + len(fresh_rendered) + len(edits)
 
     def _delete_many(self, conn: Connection, writes: list[Write], now: int) -> int:
         if not writes:
@@ -421,7 +395,7 @@ class TargetWriter:
         if codes:
             # a source row deleted: the target stops firing (cancel, not delete: the fired
             # history stays attached to it)
-            self.defs.cancel_triggers(conn, codes, _EDITABLE, now)
+            self.defs.cancel_triggers(conn, codes, _EDITABLE_STATES, now)
         return self._ledger_many(
             conn,
             [
@@ -514,8 +488,8 @@ class TargetWriter:
             return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
-def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], business: BusinessState) -> dict[str, Any]:
-    """What an edit of a live trigger keeps of the row it updates.
+def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], business: BusinessState) -> Trigger:
+    """`new` as an edit of a live trigger writes it: with what it keeps of the row it updates.
 
     - Its state follows migrator.edited_state: a legacy row read back never admits or
       withdraws a trigger (the switch's and the operator's), it carries the operator's
@@ -526,9 +500,7 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], business: Busines
       ids fired twice) and never into the past.
     """
     old_next, kind, cron, interval_ms, tz, dialect = schedule
-    out: dict[str, Any] = {
-        "state": edited_state(TriggerState(state), new.state, business, had_schedule=kind != _NONE).value
-    }
+    out = replace(new, state=edited_state(TriggerState(state), new.state, business, had_schedule=kind != _NONE))
     if state == TriggerState.CREATED.value or new.kind is TriggerKind.ONCE or old_next is None:
         return out  # not admitted yet (a dual-run start recomputes it), or a one-shot's own time
     interval = new.interval.total_seconds() * 1000 if new.interval else None
@@ -542,18 +514,11 @@ def _kept(new: Trigger, state: str, schedule: tuple[Any, ...], business: Busines
         new.cron_dialect if new.kind is TriggerKind.CRON else None,
     )
     if same:
-        out["next_fire_at"] = old_next
-    else:
-        moved = next_after(new, from_ms(int(old_next)) - timedelta(milliseconds=1))
-        if moved is not None and moved > new.next_fire_at:
-            out["next_fire_at"] = to_ms(moved)
+        return replace(out, next_fire_at=from_ms(int(old_next)))
+    moved = next_after(new, from_ms(int(old_next)) - timedelta(milliseconds=1))
+    if moved is not None and moved > new.next_fire_at:
+        return replace(out, next_fire_at=moved)
     return out
-
-
-def _after_job_id(row: dict[str, Any]) -> str | None:
-    """A row rendered without its first column, the job id: "<the rest>)"."""
-    lit = render_plain(tuple(row.values())[1:])
-    return None if lit is None else lit[1:]
 
 
 def _ledger_row(w: Write, now: int) -> dict[str, Any] | None:

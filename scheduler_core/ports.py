@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scheduler_core.errors import BusError
 from scheduler_core.model import (
@@ -25,11 +25,13 @@ from scheduler_core.model import (
     ShardingItem,
     Trigger,
     TriggerId,
+    TriggerKind,
     TriggerState,
 )
 
 if TYPE_CHECKING:
     from scheduler_core.fence import Fence
+    from scheduler_core.stops import Stop
 
 
 class Clock(Protocol):
@@ -44,6 +46,15 @@ class Clock(Protocol):
 
     @abstractmethod
     def monotonic(self) -> float: ...
+
+
+class Clocked(Protocol):
+    """Something with the clock its writes are stamped by (a store: a caller that stamps
+    an operator's action or a scan with the store's now)."""
+
+    @property
+    @abstractmethod
+    def clock(self) -> Clock: ...
 
 
 # --- trigger store -------------------------------------------------------------------
@@ -287,6 +298,84 @@ class FenceStore(Protocol):
 
     @abstractmethod
     def business_fences(self) -> list[Fence]: ...
+
+
+class RunRecordReads(Protocol):
+    """A business's run records as a comparison of the two sides reads them (dual-run,
+    the post-cutover watch, the cutover boundary): plain tuples of the named columns of
+    the fired records, and the follow-up runs claimed."""
+
+    @abstractmethod
+    def fired_rows_of(
+        self,
+        biz_code: str,
+        start_ms: int,
+        end_ms: int,
+        columns: Sequence[str],
+        *,
+        fenced_as: str | None = None,
+        stopped_as: str | None = None,
+        by_time: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """The `columns` of the business's fired records scheduled in [start_ms, end_ms);
+        "state" as read (published derived from the trigger's outcome; a rollback fence's
+        skip named `fenced_as`, an operator's stop's `stopped_as`, when given); `by_time`:
+        in scheduled order."""
+
+    @abstractmethod
+    def followup_claims_of(self, biz_code: str, from_ms: int, until_ms: int) -> list[tuple[str, str]]:
+        """(child job code, child command id) of the business's follow-up runs claimed in
+        [from_ms, until_ms)."""
+
+    @abstractmethod
+    def runs_oldest_first(
+        self,
+        *,
+        biz_code: str,
+        job_code: str,
+        since_ms: int,
+        after: tuple[int, str] | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """A job's fired records scheduled at or after `since_ms`, oldest first, at most
+        `limit`, after `after` (the (scheduled_at, command_id) of the page before): what an
+        alert's detection reads of a run, by column name."""
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerBrief:
+    """What a view over every job needs of a trigger (which side fires it, the job's
+    state); its full row, for the few shown: `TriggerStore.get_triggers`."""
+
+    id: TriggerId
+    job_code: str
+    biz_code: str
+    kind: TriggerKind
+    state: TriggerState
+    has_job: bool = True  # a job row of its code exists
+
+
+class CatalogReads(Protocol):
+    """What the store holds, in brief: the views' and checks' reads over every job."""
+
+    @abstractmethod
+    def trigger_briefs(self, biz_codes: Collection[str] | None = None) -> list[TriggerBrief]:
+        """The triggers of these businesses (None: all), in id order."""
+
+    @abstractmethod
+    def job_biz_codes(self) -> set[str]:
+        """Every business that has a job."""
+
+    @abstractmethod
+    def has_fired_records(self, biz_code: str) -> bool:
+        """Whether any run record belongs to the business."""
+
+
+class StopReads(Protocol):
+    """The standing operator stops (pause, cancel, freeze: `scheduler_core.stops`)."""
+
+    @abstractmethod
+    def stops(self) -> list[Stop]: ...
 
 
 # --- command bus ---------------------------------------------------------------------

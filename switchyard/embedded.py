@@ -48,7 +48,6 @@ from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import Cause, StopIndex, StopRelay
 from scheduler_core.store.kills import kill_relay
-from scheduler_core.store.reads import job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
 from scheduler_core.store.supersedes import supersede_relay
@@ -210,7 +209,7 @@ def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRe
 
 def store_biz_codes(store: SqlTriggerStore) -> set[str]:
     """Every business (biz_code) that has a job in the store."""
-    return job_biz_codes(store)
+    return store.job_biz_codes()
 
 
 @dataclass

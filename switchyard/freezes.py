@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler_core.ports import StopReads
 from scheduler_core.stops import Cause, Scope
-from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.store.stops import SqlStops
 
 
 @dataclass(frozen=True)
@@ -22,10 +21,10 @@ class Freezes:
         return None if self.everything is None else f"everything frozen: {self.everything}"
 
 
-def standing_freezes(store: SqlTriggerStore) -> Freezes:
+def standing_freezes(store: StopReads) -> Freezes:
     of_business: dict[str, str] = {}
     everything = None
-    for stop in SqlStops(store).stops():
+    for stop in store.stops():
         w = stop.open_window((Cause.FREEZE,))
         if w is None:
             continue

@@ -40,8 +40,8 @@ from scheduler_core.ports import MessageBus
 from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
 from scheduler_core.store.job_admin import Rescheduled, SqlJobAdmin, TriggerBusy
-from scheduler_core.store.reads import has_fired_records, job_biz_codes
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard.trigger_actions import STOP_LEAD, act
 from switchyard.wiring import alert_store
 
@@ -209,8 +209,8 @@ class Jobs:
         # store's is of it, or runs were recorded for it
         known = (
             self.registry.get(biz_code) is not None
-            or biz_code in job_biz_codes(self.store)
-            or has_fired_records(self.store, biz_code)
+            or biz_code in self.store.job_biz_codes()
+            or self.store.has_fired_records(biz_code)
         )
         if not known:
             raise UnknownName(f"no such business: {biz_code}")
@@ -469,7 +469,15 @@ class Jobs:
     def _act(self, action: str, ids: list[TriggerId], reason: str) -> tuple[operations.OperationReport, str]:
         started = self.store.clock.now()
         report, guard = act(
-            self.store, self.own, self.stops, action, ids, actor=self.actor, reason=reason, started=started
+            self.store,
+            self.own,
+            self.stops,
+            SqlSupersedes(self.store),
+            action,
+            ids,
+            actor=self.actor,
+            reason=reason,
+            started=started,
         )
         refused = "; ".join(f"trigger {k}: {v}" for k, v in guard.refused.items())
         return report, refused

@@ -7,6 +7,7 @@ dual-run or cut over."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from migrator.business import BusinessRegistry
 from migrator.model import BusinessState
@@ -14,9 +15,8 @@ from migrator.ownership import GuardOutcome, MigratedJobs, guard_trigger_operati
 from migrator.store import MigratorStore
 from scheduler_core import operations
 from scheduler_core.model import TriggerId
+from scheduler_core.ports import Clocked, TriggerStore
 from scheduler_core.stops import StopService
-from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.store.supersedes import SqlSupersedes
 
 STOP_LEAD = timedelta(seconds=1)
 RESUME_LEAD = timedelta(seconds=2)
@@ -31,10 +31,15 @@ def stop_instant(started: datetime, writing: datetime) -> datetime:
     return max(started, writing) + STOP_LEAD
 
 
+class ActedStore(TriggerStore, Clocked, Protocol):
+    """What an operator's action on triggers reads and writes of the trigger store."""
+
+
 def act(
-    store: SqlTriggerStore,
+    store: ActedStore,
     own: MigratorStore,
     stops: StopService,
+    runs: operations.ResumeRuns,
     action: str,
     ids: list[TriggerId],
     *,
@@ -48,7 +53,7 @@ def act(
         stop = operations.pause if action == "pause" else operations.cancel
         report = stop(store, stops, allowed, stop_instant(started, store.clock.now()), actor, reason)
     else:  # R: 2 s after the lift is written (not after the start): every executor hears it first
-        report = operations.resume(store, stops, SqlSupersedes(store), allowed, store.clock.now() + RESUME_LEAD)
+        report = operations.resume(store, stops, runs, allowed, store.clock.now() + RESUME_LEAD)
         _undo_rolled_back_meanwhile(store, own, stops, report, guard, actor)
     changed = set(report.changed)
     registry = BusinessRegistry(own)
@@ -64,7 +69,7 @@ def act(
 
 
 def _undo_rolled_back_meanwhile(
-    store: SqlTriggerStore,
+    store: ActedStore,
     own: MigratorStore,
     stops: StopService,
     report: operations.OperationReport,

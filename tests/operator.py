@@ -9,6 +9,7 @@ from scheduler_core.model import TriggerId
 from scheduler_core.stops import StopService
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store
 
@@ -18,7 +19,15 @@ def operate(store: SqlTriggerStore, action: str, tid: TriggerId, reason: str = "
     refused by the guard or left unchanged."""
     stops = StopService(SqlStops(store))
     report, _guard = act(
-        store, migrator_store(store), stops, action, [tid], actor=actor, reason=reason, started=store.clock.now()
+        store,
+        migrator_store(store),
+        stops,
+        SqlSupersedes(store),
+        action,
+        [tid],
+        actor=actor,
+        reason=reason,
+        started=store.clock.now(),
     )
     return tid in report.changed
 

@@ -16,7 +16,8 @@ from dbkit.connections import begin, connect
 from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.store.rows import job_from_row, trigger_from_row
-from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
+from scheduler_core.store.run_records import published_by_outcome
+from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.supersede import MARGIN, Supersede
 from scheduler_core.times import from_ms, opt_to_ms, to_ms

@@ -5,74 +5,15 @@ store's port (tests/unit/test_table_owners.py holds that)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import and_, case, func, select, update
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy import func, select, update
 
 from dbkit.connections import begin, connect
-from scheduler_core.fence import MESSAGE_PREFIX
-from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
-from scheduler_core.stops import MESSAGE_PREFIX as STOP_PREFIX
+from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerState
 from scheduler_core.store.rows import trigger_from_row
-from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
-
-
-def fired_rows(
-    store: SqlTriggerStore,
-    biz_code: str,
-    start_ms: int,
-    end_ms: int,
-    columns: Sequence[str],
-    *,
-    fenced_as: str | None = None,
-    stopped_as: str | None = None,
-    by_time: bool = False,
-) -> list[tuple[Any, ...]]:
-    """The `columns` of a business's fired records scheduled in [start_ms, end_ms); the
-    "state" column as read by `_state` (published derived from the trigger's outcome).
-    `fenced_as`: the "state" column names a rollback fence's skip so (told from a misfire
-    policy's skip by the message the fence writes, in the query: the message itself is
-    never fetched unless asked for); `stopped_as`: an operator's stop's skip (pause, cancel,
-    freeze) so, else as `fenced_as` (both deliberate). `by_time`: in scheduled_at order (idx_fired_biz_time)."""
-    fr = store.t.fired
-    stmt = select(*(_state(store, fenced_as, stopped_as) if c == "state" else fr.c[c] for c in columns)).where(
-        fr.c.biz_code == biz_code, fr.c.scheduled_at >= start_ms, fr.c.scheduled_at < end_ms
-    )
-    if by_time:
-        stmt = stmt.order_by(fr.c.scheduled_at)
-    with connect(store.engine) as conn:
-        return [tuple(r) for r in conn.execute(stmt).all()]
-
-
-def followup_claims(store: SqlTriggerStore, biz_code: str, from_ms: int, until_ms: int) -> list[tuple[str, str]]:
-    """(child job code, child command id) of the business's follow-up claims written in
-    [from_ms, until_ms) (`dus_followup_fired`: one per child run after a parent's success)."""
-    ff, tr = store.t.followup_fired, store.t.trigger
-    stmt = (
-        select(tr.c.job_code, ff.c.child_command_id)
-        .select_from(ff.join(tr, tr.c.id == ff.c.child_trigger_id))
-        .where(tr.c.biz_code == biz_code, ff.c.at >= from_ms, ff.c.at < until_ms)
-    )
-    with connect(store.engine) as conn:
-        return [(str(code), str(cid)) for code, cid in conn.execute(stmt).all()]
-
-
-def _state(store: SqlTriggerStore, fenced_as: str | None, stopped_as: str | None = None) -> ColumnElement[Any]:
-    """The "state" column as read: `published` for a pending record whose trigger recorded
-    its occurrence's outcome (the fire path stamps none: FiredState), a fence's skip as
-    `fenced_as` and an operator's stop's as `stopped_as` (else `fenced_as`) when given."""
-    fr = store.t.fired
-    whens: list[tuple[ColumnElement[bool], str]] = [(published_by_outcome(store.t), FiredState.PUBLISHED.value)]
-    if fenced_as is not None:
-        # a deliberate skip on the new side: a rollback's fence, or an operator's stop
-        # (pause, cancel, freeze); neither a missing run nor a failed one
-        skipped = fr.c.state == FiredState.SKIPPED.value
-        whens.append((and_(skipped, fr.c.message.like(f"{MESSAGE_PREFIX}%")), fenced_as))
-        whens.append((and_(skipped, fr.c.message.like(f"{STOP_PREFIX}%")), stopped_as or fenced_as))
-    return case(*whens, else_=fr.c.state).label("state")
+from scheduler_core.store.sql import SqlTriggerStore
 
 
 def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
@@ -85,50 +26,6 @@ def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
             ).first()
             is not None
         )
-
-
-def job_biz_codes(store: SqlTriggerStore) -> set[str]:
-    """Every business (biz_code) that has a job in the store."""
-    j = store.t.job
-    with connect(store.engine) as conn:
-        return {str(d) for (d,) in conn.execute(select(j.c.biz_code).distinct())}
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerBrief:
-    """What a view over every job needs of a trigger (which side fires it, the job's
-    state); its full row, for the few shown: `store.get_triggers`."""
-
-    id: TriggerId
-    job_code: str
-    biz_code: str
-    kind: TriggerKind
-    state: TriggerState
-    has_job: bool = True  # a job row of its code exists
-
-
-# the stored values' members, looked up (the enum's call costs more than the row's read)
-_KIND = {k.value: k for k in TriggerKind}
-_STATE = {s.value: s for s in TriggerState}
-
-
-def trigger_briefs(store: SqlTriggerStore, biz_codes: Collection[str] | None = None) -> list[TriggerBrief]:
-    """The triggers of these businesses (None: all), in id order, each with whether its
-    job exists: narrow columns in one query, where the full rows of thousands of
-    triggers (and a second read of the jobs) took most of a page's time."""
-    tr, j = store.t.trigger, store.t.job
-    stmt = (
-        select(tr.c.id, tr.c.job_code, tr.c.biz_code, tr.c.kind, tr.c.state, j.c.id.is_not(None))
-        .select_from(tr.outerjoin(j, j.c.job_code == tr.c.job_code))
-        .order_by(tr.c.id)
-    )
-    if biz_codes is not None:
-        stmt = stmt.where(tr.c.biz_code.in_(sorted(set(biz_codes))))
-    with store.engine.connect() as conn:
-        return [
-            TriggerBrief(TriggerId(i), code, biz, _KIND[kind], _STATE[state], bool(has_job))
-            for i, code, biz, kind, state, has_job in conn.execute(stmt).all()
-        ]
 
 
 def job_schedules(store: SqlTriggerStore, job_codes: Collection[str]) -> dict[str, Trigger]:
@@ -239,13 +136,6 @@ def published_ahead(store: SqlTriggerStore, now_ms: int) -> dict[tuple[str, Lane
     return out
 
 
-def has_fired_records(store: SqlTriggerStore, biz_code: str) -> bool:
-    """Whether any fired record belongs to the business (one row on idx_fired_biz_time)."""
-    fr = store.t.fired
-    with connect(store.engine) as conn:
-        return conn.execute(select(fr.c.biz_code).where(fr.c.biz_code == biz_code).limit(1)).first() is not None
-
-
 def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
     """How many triggers wait, and the earliest next fire time among them (epoch ms):
     one aggregate on the (state, next_fire_at) index."""
@@ -262,42 +152,3 @@ def set_shadow(store: SqlTriggerStore, biz_code: str, shadow: bool) -> None:
     j = store.t.job
     with begin(store.engine) as conn:
         conn.execute(update(j).where(j.c.biz_code == biz_code).values(shadow=int(shadow)))
-
-
-# the columns `runs_oldest_first` reads (what an alert's detection needs of a run)
-RUN_OUTCOME_COLUMNS = (
-    "command_id",
-    "trigger_id",
-    "scheduled_at",
-    "state",
-    "received_at",
-    "started_at",
-    "result_at",
-    "misfired",
-    "message",
-)
-
-
-def runs_oldest_first(
-    store: SqlTriggerStore,
-    *,
-    biz_code: str,
-    job_code: str,
-    since_ms: int,
-    after: tuple[int, str] | None = None,
-    limit: int = 1000,
-) -> list[dict[str, Any]]:
-    """A job's fired records scheduled at or after `since_ms`, oldest first, paged by
-    (scheduled_at, command_id) after `after` (the last row of the page before): the
-    alerter's scan (switchyard.alerts). By business first, so the (biz_code, scheduled_at)
-    index serves it."""
-    fr = store.t.fired
-    stmt = select(*(fr.c[c] for c in RUN_OUTCOME_COLUMNS)).where(
-        and_(fr.c.biz_code == biz_code, fr.c.job_code == job_code, fr.c.scheduled_at >= since_ms)
-    )
-    if after is not None:
-        at, cid = after
-        stmt = stmt.where((fr.c.scheduled_at > at) | and_(fr.c.scheduled_at == at, fr.c.command_id > cid))
-    stmt = stmt.order_by(fr.c.scheduled_at, fr.c.command_id).limit(max(1, limit))
-    with connect(store.engine) as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]

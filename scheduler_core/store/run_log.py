@@ -14,7 +14,8 @@ from sqlalchemy import and_, case, func, literal, or_, select
 
 from dbkit.connections import connect
 from scheduler_core.model import FiredState
-from scheduler_core.store.sql import SqlTriggerStore, published_by_outcome
+from scheduler_core.store.run_records import published_by_outcome
+from scheduler_core.store.sql import SqlTriggerStore
 
 DAY_MS = 86_400_000
 MAX_PAGE = 500

@@ -38,11 +38,23 @@ from scheduler_core.model import (
 )
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
-from scheduler_core.ports import Clock, FenceStore, FiredUpdate, Partition, Transition, TriggerStore, Wakeups
+from scheduler_core.ports import (
+    CatalogReads,
+    Clock,
+    FenceStore,
+    FiredUpdate,
+    Partition,
+    RunRecordReads,
+    StopReads,
+    Transition,
+    TriggerStore,
+    Wakeups,
+)
 from scheduler_core.states import check_transition
 from scheduler_core.stops import Cause, Scope, SkipWindow
 from scheduler_core.store import result_joins, stop_rows
 from scheduler_core.store.admin import FENCE_NAME, discover_partitions, tables_for
+from scheduler_core.store.catalog import CatalogRows
 from scheduler_core.store.followups import FollowupRows
 from scheduler_core.store.rows import (
     FINAL_RANK,
@@ -61,6 +73,7 @@ from scheduler_core.store.rows import (
     triggers_from_packed,
 )
 from scheduler_core.store.run_log_writes import write_logs
+from scheduler_core.store.run_records import RunRecordRows, published_by_outcome
 from scheduler_core.store.schema import Tables
 from scheduler_core.times import opt_to_ms, to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added
@@ -108,7 +121,16 @@ def _per_row_sql(key: str, values: dict[Any, int], otherwise: str) -> str:
 
 
 @translated_methods  # driver errors leave every public method as the port's StoreError
-class SqlTriggerStore(FollowupRows, TriggerStore, FenceStore):
+class SqlTriggerStore(
+    FollowupRows,
+    RunRecordRows,
+    CatalogRows,
+    TriggerStore,
+    FenceStore,
+    RunRecordReads,
+    StopReads,
+    CatalogReads,
+):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine
         self.clock = clock
@@ -916,13 +938,3 @@ def _item_update_statement(fr: Any) -> Any:
 def _unprefixed(params: dict[str, Any]) -> dict[str, Any]:
     """`p_x` / `u_x` -> `x`: the joined form's column names (result_joins)."""
     return {k[2:]: v for k, v in params.items()}
-
-
-def published_by_outcome(t: Tables) -> ColumnElement[bool]:
-    """SQL condition on `t.fired`: a record the fire path left `pending` whose trigger has
-    recorded the outcome of its occurrence (last_fired_at at or after it), so was
-    published (`SqlTriggerStore.outcome_recorded` says why). Per pending record, one
-    primary-key read of its trigger."""
-    fr, tr = t.fired, t.trigger
-    last = select(tr.c.last_fired_at).where(tr.c.id == fr.c.trigger_id).scalar_subquery()
-    return and_(fr.c.state == FiredState.PENDING.value, fr.c.published_at.is_(None), last >= fr.c.scheduled_at)

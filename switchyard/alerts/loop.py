@@ -24,13 +24,12 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from scheduler_core.alert_rule import AlertRule
 from scheduler_core.model import JobCode
-from scheduler_core.store.reads import runs_oldest_first
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import Clocked, RunRecordReads, TriggerStore
 from scheduler_core.times import from_ms
 from switchyard.alerts.detect import Scan, scan_runs, scan_triggers
 from switchyard.alerts.send import Delivery, Sender
@@ -71,8 +70,13 @@ def link(biz_code: str, job_code: str) -> str:
     return f"/business/{quote(biz_code, safe='')}?job={quote(job_code, safe='')}"
 
 
+class WatchedRuns(RunRecordReads, TriggerStore, Clocked, Protocol):
+    """What the alerter reads of the trigger store: a job's runs oldest first, its
+    triggers, and the store's clock."""
+
+
 class Alerter:
-    def __init__(self, store: SqlTriggerStore, alerts: AlertStore, sender: Sender, settings: AlertSettings) -> None:
+    def __init__(self, store: WatchedRuns, alerts: AlertStore, sender: Sender, settings: AlertSettings) -> None:
         self.store = store
         self.alerts = alerts
         self.sender = sender
@@ -106,8 +110,8 @@ class Alerter:
         after: tuple[int, str] | None = None
         truncated_at: int | None = None
         for _ in range(MAX_PAGES):
-            rows = runs_oldest_first(
-                self.store, biz_code=biz_code, job_code=job_code, since_ms=since, after=after, limit=PAGE
+            rows = self.store.runs_oldest_first(
+                biz_code=biz_code, job_code=job_code, since_ms=since, after=after, limit=PAGE
             )
             part = scan_runs(rows, now, _ms(s.grace))
             scan.events += part.events

@@ -8,11 +8,12 @@ import logging
 import os
 import sys
 import tomllib
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
@@ -21,7 +22,7 @@ from dualrun.boundary_store import record_cutover_boundary
 from dualrun.collect import CompareRequest, compare_business, default_window, fetch_businesses
 from dualrun.errors import DualRunError, NoSourceSystem, UnknownBusiness
 from dualrun.model import Comparison, StreamState, as_dict, iso
-from dualrun.ports import BacklogProbe
+from dualrun.ports import BacklogProbe, NewSide
 from dualrun.settings import CompareSettings, Thresholds, override, thresholds_from_mapping
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import put_comparison
@@ -30,7 +31,7 @@ from readers.errors import MissingTables, ReaderError, SourceUnavailable, Unknow
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
 from readers.timezones import LegacyZones
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import CatalogReads, Clocked
 from switchyard import exitcodes
 from switchyard.cli.durations import POSITIVE, parse_duration
 from switchyard.cli.errors import CliFailure, cli_errors, redact
@@ -58,6 +59,9 @@ from switchyard.wiring import (
     open_existing_store,
     stream_catchup,
 )
+
+if TYPE_CHECKING:
+    from migrator.store import MigratorStore
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,12 +115,21 @@ def parse_when(text: str | None, now: datetime) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
+class ComparedStore(NewSide, CatalogReads, Clocked, Protocol):
+    """What a dual-run command reads of the trigger store (the new side, the names it
+    knows, its clock) and closes when done."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class ComparisonInputs:
     """What every comparison of a command needs: the store, the legacy side, settings."""
 
-    store: SqlTriggerStore
+    store: ComparedStore
     own: DualRunStore  # dual-run's store beside it, with the migrator's records (wiring.dualrun_store)
+    migrator: MigratorStore  # the migrator's store beside it (wiring.migrator_store): names, stream state
     legacy_url: str
     legacy_tz: LegacyZones  # the DATETIMEs' zone (the log) and the crons' (expected fires)
     source: SourceSystem | None
@@ -162,9 +175,7 @@ class ComparisonInputs:
         None when no stream follows it or the legacy database has no binlog."""
         legacy = make_engine(self.legacy_url, must_exist=True)
         try:
-            check = stream_catchup(
-                migrator_store(self.store), legacy, self.legacy_tz.db
-            )  # polled update_times: the DATETIMEs' zone
+            check = stream_catchup(self.migrator, legacy, self.legacy_tz.db)  # polled update_times: the DATETIMEs' zone
             if check is None:
                 return None
             check.wait = timedelta(0)
@@ -312,6 +323,7 @@ def _sources(
     return ComparisonInputs(
         store=(store := open_existing_store(url)),
         own=dualrun_store(store),
+        migrator=migrator_store(store),
         legacy_url=legacy_url,
         legacy_tz=zones,
         source=SourceSystem(source) if source else None,
@@ -376,7 +388,7 @@ def compare_cmd(
     sources = _sources(**source_kw)
     try:
         # a typo'd business would be compared against nothing and the verdict stored for it
-        if not known_business(sources.store, migrator_store(sources.store), biz_code):
+        if not known_business(sources.store, sources.migrator, biz_code):
             raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         result, cid = sources.compare(
             biz_code, since=since, until=until, legacy_biz_code=legacy_biz_code, shadow=shadow
@@ -421,7 +433,7 @@ def check_boundary_cmd(biz_code: str, settle: timedelta, as_json: bool, **source
     and again later: each run replaces the last tally of that switch."""
     sources = _sources(**source_kw)
     try:
-        if not known_business(sources.store, migrator_store(sources.store), biz_code):
+        if not known_business(sources.store, sources.migrator, biz_code):
             raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         source = sources.source or _stored_source(sources.own, biz_code)
         tally = record_cutover_boundary(
@@ -480,7 +492,7 @@ def watch_cmd(
     from switchyard.cli.signals import stop_event
 
     sources = _sources(**source_kw)
-    _known(sources.store, biz_codes)
+    _known(sources, biz_codes)
     names = list(biz_codes) or [b.biz_code for b in fetch_businesses(sources.own) if b.state == "dual_run"]
     if not names:
         raise CliFailure("nothing to watch: no --business given and no business is in dual_run", exitcodes.USAGE)
@@ -512,10 +524,9 @@ def watch_cmd(
     sys.exit(exitcodes.FAILED if summary.errors and not summary.runs else exitcodes.OK)
 
 
-def _known(store: SqlTriggerStore, biz_codes: Sequence[str]) -> None:
+def _known(sources: ComparisonInputs, biz_codes: Sequence[str]) -> None:
     """Every business named exists (else exit 2 naming each one that does not)."""
-    own = migrator_store(store)
-    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(store, own, b)]
+    unknown = [b for b in dict.fromkeys(biz_codes) if not known_business(sources.store, sources.migrator, b)]
     if unknown:
         raise CliFailure(f"no such business: {', '.join(unknown)}", exitcodes.USAGE)
 
@@ -623,6 +634,7 @@ def watch_cutover_cmd(
     sources = ComparisonInputs(
         store=(store := open_existing_store(url)),
         own=dualrun_store(store),
+        migrator=migrator_store(store),
         legacy_url=legacy_url,
         legacy_tz=legacy_zones,
         source=SourceSystem(source) if source else None,
@@ -633,7 +645,7 @@ def watch_cutover_cmd(
     )
     settings = CompareSettings(match=MatchSettings(late_after=late_after) if late_after else MatchSettings())
     try:
-        _known(sources.store, biz_codes)
+        _known(sources, biz_codes)
     except CliFailure:
         sources.store.close()
         raise

@@ -4,22 +4,26 @@ runs were recorded for it (its jobs since deleted: its history can still be comp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from migrator.business import BusinessRegistry
-from scheduler_core.store.reads import has_fired_records, job_biz_codes
-from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.ports import CatalogReads, TriggerStore
 
 if TYPE_CHECKING:
     from migrator.store import MigratorStore
 
 
-def known_business(store: SqlTriggerStore, own: MigratorStore, biz_code: str) -> bool:
+class NamedStore(TriggerStore, CatalogReads, Protocol):
+    """What resolving an operator's names reads of the store: its jobs and triggers, and
+    the businesses it knows."""
+
+
+def known_business(store: CatalogReads, own: MigratorStore, biz_code: str) -> bool:
     return (
         BusinessRegistry(own).get(biz_code) is not None
-        or biz_code in job_biz_codes(store)
-        or has_fired_records(store, biz_code)
+        or biz_code in store.job_biz_codes()
+        or store.has_fired_records(biz_code)
     )
 
 
-__all__ = ["known_business"]
+__all__ = ["NamedStore", "known_business"]

@@ -28,9 +28,8 @@ import click
 
 from scheduler_core.kills import Kill, KillAnswer, KillService, decode_answer
 from scheduler_core.model import JobCode
-from scheduler_core.ports import ControlFeed, MessageBus
+from scheduler_core.ports import ControlFeed, MessageBus, TriggerStore
 from scheduler_core.store.kills import RunItem, SqlKills
-from scheduler_core.store.sql import SqlTriggerStore
 from switchyard import exitcodes
 from switchyard.cli.durations import seconds
 from switchyard.cli.errors import CliFailure, cli_errors
@@ -157,7 +156,7 @@ def kill_cmd(
 
 
 def _targets(
-    store: SqlTriggerStore, kills: SqlKills, command_id: str | None, job_code: str | None
+    store: TriggerStore, kills: SqlKills, command_id: str | None, job_code: str | None
 ) -> tuple[list[RunItem], str]:
     if command_id is not None:
         try:

@@ -15,24 +15,28 @@ from __future__ import annotations
 import getpass
 import json
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 import click
 
 from scheduler_core import operations
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.stops import Scope, StopService
-from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard import exitcodes
 from switchyard.cli.bus_args import BusArgs, bus_opts
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
-from switchyard.cli.names import known_business
+from switchyard.cli.names import NamedStore, known_business
 from switchyard.cli.options import store_url
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED, OK, REFUSED
 from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store, open_existing_store
+
+if TYPE_CHECKING:
+    from migrator.store import MigratorStore
 
 
 @exits(*STORE, FAILED, REFUSED)
@@ -41,9 +45,10 @@ def trigger() -> None:
     """Pause, resume or cancel triggers: effective in seconds, whatever the lookahead."""
 
 
-def _select(store: SqlTriggerStore, ids: tuple[int, ...], job: str | None, biz_code: str | None) -> list[TriggerId]:
+def _select(
+    store: NamedStore, own: MigratorStore, ids: tuple[int, ...], job: str | None, biz_code: str | None
+) -> list[TriggerId]:
     """The triggers named; an unknown trigger, job or business is an error naming it."""
-    own = migrator_store(store)
     if biz_code is not None and not known_business(store, own, biz_code):
         raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
     found_job = store.get_job(JobCode(job)) if job is not None else None
@@ -115,11 +120,13 @@ def _command(action: str) -> click.Command:
         started = store.clock.now()
         try:
             own = migrator_store(store)
-            chosen = _select(store, ids, job, biz_code)
+            chosen = _select(store, own, ids, job, biz_code)
             stop_store = SqlStops(store)
             with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
                 stops = StopService(stop_store, bus)
-                report, guard = act(store, own, stops, action, chosen, actor=actor, reason=reason, started=started)
+                report, guard = act(
+                    store, own, stops, SqlSupersedes(store), action, chosen, actor=actor, reason=reason, started=started
+                )
             touched = stop_store.stops_of(Scope.TRIGGER, [str(tid) for tid in report.changed])
             reach = await_relay(stop_store, touched, bus_args.reaches_executors)
         finally:

@@ -23,7 +23,8 @@ from scheduler_core.alert_rule import KINDS as ALERT_KINDS
 from scheduler_core.alert_rule import AlertRule, parse_kinds
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule, parse_block, parse_lane
 from scheduler_core.model import DEFAULT_CRON_DIALECT, Block, Lane, MisfirePolicy, Trigger, TriggerKind, TriggerState
-from scheduler_core.store.reads import JobBrief, TriggerBrief, job_briefs, job_keys, job_schedules, trigger_briefs
+from scheduler_core.ports import TriggerBrief
+from scheduler_core.store.reads import JobBrief, job_briefs, job_keys, job_schedules
 from switchyard.console.data import Sources
 from switchyard.jobs import JobView, job_state, natural_key
 
@@ -111,7 +112,7 @@ def job_list(src: Sources, f: Filters) -> dict[str, Any]:
     states: dict[str, str] = {}
     if f.state:
         first: dict[str, TriggerBrief] = {}
-        for b in trigger_briefs(src.store, None if biz is None else [biz]):  # by id: the oldest live one
+        for b in src.store.trigger_briefs(None if biz is None else [biz]):  # by id: the oldest live one
             if b.state is not TriggerState.CANCELLED:
                 first.setdefault(b.job_code, b)
         states = {code: job_state(b.kind, b.state) for code, b in first.items()}

@@ -32,7 +32,6 @@ from scheduler_core.model import (
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import FiredUpdate, Transition
 from scheduler_core.store.admin import check_schema, init_schema
-from scheduler_core.store.reads import fired_rows
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import to_ms
 from tests.backends import sql_store
@@ -638,7 +637,7 @@ def test_finish_fire_applies_each_transition_and_its_outcome_says_published(
     got = store.get_fired(cids)
     assert {(r.state, r.published_at) for r in got.values()} == {(FiredState.PENDING, None)}
     assert store.outcome_recorded(list(got.values())) == set(cids)
-    rows = fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"])
+    rows = store.fired_rows_of("biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"])
     assert dict(rows) == dict.fromkeys(cids, FiredState.PUBLISHED.value), "read as published"
 
 
@@ -683,7 +682,7 @@ def test_released_trigger_and_stamped_runs_are_told_apart_from_recorded_outcomes
     got = store.get_fired([r.command_id for r in recs])
     assert got[recs[1].command_id].state is FiredState.PUBLISHED
     assert store.outcome_recorded(list(got.values())) == set(), "neither the released nor the stamped one"
-    rows = dict(fired_rows(store, "biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"]))
+    rows = dict(store.fired_rows_of("biz-a", 0, to_ms(clock.now() + timedelta(days=1)), ["command_id", "state"]))
     assert rows == {
         recs[0].command_id: FiredState.PENDING.value,
         recs[1].command_id: FiredState.PUBLISHED.value,

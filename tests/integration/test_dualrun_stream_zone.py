@@ -19,7 +19,7 @@ from readers.timezones import LegacyZones
 from scheduler_core.store.engine import make_engine
 from switchyard.cli import cli
 from switchyard.cli.dualrun import ComparisonInputs
-from switchyard.wiring import dualrun_store, open_store
+from switchyard.wiring import dualrun_store, migrator_store, open_store
 from tests.backends import mariadb_database
 
 pytestmark = pytest.mark.mariadb
@@ -82,6 +82,7 @@ def test_the_stream_check_reads_legacy_datetimes_in_the_database_zone(
             sources = ComparisonInputs(
                 store=store,
                 own=dualrun_store(store),
+                migrator=migrator_store(store),
                 legacy_url=legacy_url,
                 legacy_tz=zones,
                 source=SourceSystem.XXL_JOB,

@@ -29,6 +29,7 @@ from readers.streams.polling import PollingChangeStream
 from scheduler_core.model import TriggerId, TriggerState
 from scheduler_core.stops import StopService
 from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import to_ms
 from switchyard import trigger_actions
 from tests.migration_env import MigrationEnv, make_env, ready_switch
@@ -267,7 +268,15 @@ def test_a_resume_whose_guard_read_before_a_rollback_and_wrote_after_it_is_pause
     monkeypatch.setattr(trigger_actions, "guard_trigger_operation", guard_then_rollback)
     stops = StopService(SqlStops(env.store))
     report, guard = trigger_actions.act(
-        env.store, env.own, stops, "resume", [tid], actor="ops", reason="", started=env.store.clock.now()
+        env.store,
+        env.own,
+        stops,
+        SqlSupersedes(env.store),
+        "resume",
+        [tid],
+        actor="ops",
+        reason="",
+        started=env.store.clock.now(),
     )
     assert rolled_back
     assert tid not in report.changed and "rolled back to legacy while it was being resumed" in guard.refused[tid]

@@ -11,6 +11,7 @@ from pathlib import Path
 from scheduler_core.clock import ManualClock
 from scheduler_core.stops import StopService
 from scheduler_core.store.stops import SqlStops
+from scheduler_core.store.supersedes import SqlSupersedes
 from switchyard.trigger_actions import STOP_LEAD, act
 from switchyard.wiring import migrator_store
 from tests.harness import make_harness, stored_id
@@ -23,7 +24,7 @@ def test_a_slow_command_dates_its_stop_a_lead_after_the_write(tmp_path: Path, cl
     started = clock.now()
     clock.advance(timedelta(milliseconds=1500))  # the command's reads took 1.5 s
     report, _guard = act(
-        h.store, migrator_store(h.store), StopService(SqlStops(h.store)), "pause", [stored_id(t)],
+        h.store, migrator_store(h.store), StopService(SqlStops(h.store)), SqlSupersedes(h.store), "pause", [stored_id(t)],
         actor="ops", reason="slow", started=started,
     )  # fmt: skip
     assert report.at is not None and report.at >= clock.now() + STOP_LEAD, (report.at, clock.now())
