@@ -71,7 +71,11 @@ class MatchSettings:
     # xxl-job stores no fire time: a log row belongs to the latest expected occurrence at
     # or before trigger_time + early, no further back than `nominal_tolerance`
     nominal_tolerance: timedelta = timedelta(seconds=30)
-    early: timedelta = timedelta(seconds=1)  # 2.x FIX_RATE can fire up to 999 ms early
+    # 2.x FIX_RATE can fire up to 999 ms early (a next time with a millisecond part fires at
+    # the start of its second). Never a whole second: trigger_time is whole seconds, and
+    # with 1 s every fire of a job due every second snapped to the occurrence after its
+    # own (a rollback's first legacy fire read as the one after it: "fired by neither")
+    early: timedelta = timedelta(milliseconds=999)
     retry_window: timedelta = timedelta(minutes=10)  # a retry row within this of its fire
     pair_tolerance: timedelta = timedelta(seconds=5)  # second pass: nearest pairing
     late_after: timedelta = timedelta(seconds=5)  # a fire later than this is "late"
