@@ -376,6 +376,19 @@ def test_an_occurrence_both_schedules_have_exactly_at_e_fires_once(tmp_path: Pat
     assert _records(h)[e][0] is FiredState.SUCCEEDED
 
 
+def _created_and_behind(h: Harness) -> tuple[TargetWriter, list[datetime]]:
+    """A trigger every 10 s created, then 35 s with nothing ticking: its due occurrences."""
+    writer = TargetWriter(h.store, migrator_store(h.store))
+    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
+    (t,) = h.store.triggers_of(biz_code="biz-a")
+    h.clock.advance(timedelta(seconds=35))
+    due, at = [], t.next_fire_at
+    while at < h.clock.now():
+        due.append(at)
+        at += timedelta(seconds=10)
+    return writer, due
+
+
 def test_an_edit_of_a_trigger_the_scheduler_is_behind_on_runs_the_old_schedules_due_occurrences(
     tmp_path: Path, clock: ManualClock
 ) -> None:
@@ -385,17 +398,8 @@ def test_an_edit_of_a_trigger_the_scheduler_is_behind_on_runs_the_old_schedules_
     The chaos soak saw an edit that moved next_fire_at to the new schedule's first future
     time drop them: four jobs fired by legacy alone for 42 s of a live dual-run."""
     h = make_harness(tmp_path, clock)
-    writer = TargetWriter(h.store, migrator_store(h.store))
-    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
-    (t,) = h.store.triggers_of(biz_code="biz-a")
-    first = t.next_fire_at
-    clock.advance(timedelta(seconds=35))  # nothing ticked: every occurrence since `first` is due
+    writer, due = _created_and_behind(h)
     edited_at = clock.now()
-    due = []
-    at = first
-    while at < edited_at:
-        due.append(at)
-        at += timedelta(seconds=10)
     assert len(due) >= 3
     edit = _write(h, EVERY_7S, Action.UPDATE)
     writer.apply([edit])
@@ -417,17 +421,7 @@ def test_a_second_edit_before_the_relay_ran_keeps_the_first_edits_pending_runs(
     was behind) wait for the relay. A second edit landing first wrote its own pending list
     over them: due occurrences that nobody then ran."""
     h = make_harness(tmp_path, clock)
-    writer = TargetWriter(h.store, migrator_store(h.store))
-    writer.apply([_write(h, EVERY_10S, Action.CREATE)])
-    (t,) = h.store.triggers_of(biz_code="biz-a")
-    first = t.next_fire_at
-    clock.advance(timedelta(seconds=35))  # nothing ticked: every occurrence since `first` is due
-    edited_at = clock.now()
-    due = []
-    at = first
-    while at < edited_at:
-        due.append(at)
-        at += timedelta(seconds=10)
+    writer, due = _created_and_behind(h)
     writer.apply([_write(h, EVERY_7S, Action.UPDATE)])
     clock.advance(timedelta(seconds=1))
     writer.apply([_write(h, EVERY_10S, Action.UPDATE)])  # and back, before anything ran
