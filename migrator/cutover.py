@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy import select
 
@@ -37,10 +38,7 @@ from scheduler_core.executor.bridge_xxljob import BRIDGE_JOB_ID_LIMIT, XXL_JOB_H
 from scheduler_core.model import JobCode, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after, times_until
 from scheduler_core.operations import BACKLOG_CAP
-from scheduler_core.ports import Clock, Transition
-from scheduler_core.store.reads import published_after, set_shadow
-from scheduler_core.store.sql import SqlTriggerStore
-from scheduler_core.store.supersedes import SqlSupersedes
+from scheduler_core.ports import BusinessSwitchRows, Clock, Transition, TriggerStore
 from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
@@ -93,10 +91,14 @@ class Link:
     native: bool = False  # a job created in the new center: no legacy key, no legacy side
 
 
+class SwitchedStore(TriggerStore, BusinessSwitchRows, Protocol):
+    """The new side as a business switch uses it: its triggers, and the switch's own rows."""
+
+
 class BusinessSwitch:
     def __init__(
         self,
-        store: SqlTriggerStore,
+        store: SwitchedStore,
         own: MigratorStore,
         control: LegacyControl,
         clock: Clock,
@@ -505,7 +507,7 @@ class BusinessSwitch:
         return out
 
     def _set_shadow(self, biz: str, shadow: bool) -> None:
-        set_shadow(self.store, biz, shadow)
+        self.store.set_shadow(biz, shadow)
 
     def _align_new_side(self, ln: Link, handover: datetime | None, shadow: bool, report: SwitchReport) -> None:
         t = self._settled_trigger(ln.trigger)
@@ -576,7 +578,7 @@ class BusinessSwitch:
     def _published_after(self, biz: str, at: datetime) -> bool:
         """Whether the new side published a command of the business due after `at` (a
         rollback's fenced lookahead)."""
-        return published_after(self.store, biz, to_ms(at))
+        return self.store.published_after(biz, to_ms(at))
 
     def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,
@@ -617,7 +619,7 @@ class BusinessSwitch:
             return
         times = times_until(t, t.next_fire_at, fence_at, BACKLOG_CAP)
         if times:
-            SqlSupersedes(self.store).add_pending(t, times)
+            self.store.add_pending(t, times)
 
     def _end_before_fence(self, t: Trigger, key: str, report: SwitchReport) -> None:
         """A trigger whose every occurrence left falls before the fence: the new side runs
@@ -717,7 +719,7 @@ def _left_dark(links: Sequence[Link], running: set[str]) -> str:
     )
 
 
-def links_of(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:
+def links_of(store: TriggerStore, own: MigratorStore, biz: str) -> list[Link]:
     """The business's migrated legacy jobs and their triggers (the ledger's migrated rows)."""
     lg = own.t.ledger
     with connect(own.engine) as conn:
@@ -739,7 +741,7 @@ def migrated_job_codes(own: MigratorStore, biz: str) -> set[str]:
         }
 
 
-def native_links(store: SqlTriggerStore, own: MigratorStore, biz: str) -> list[Link]:
+def native_links(store: TriggerStore, own: MigratorStore, biz: str) -> list[Link]:
     """The business's jobs created in the new center (issue 28): jobs of the store the
     migration never wrote (no ledger row names them), each with its schedule: its oldest
     trigger that is not cancelled (a run-now adds one-shots after it; a deleted job's

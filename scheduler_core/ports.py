@@ -371,6 +371,24 @@ class CatalogReads(Protocol):
         """Whether any run record belongs to the business."""
 
 
+class BusinessSwitchRows(Protocol):
+    """What a business switch (dual-run start, cutover, rollback) writes and asks of the
+    new side beyond moving triggers."""
+
+    @abstractmethod
+    def set_shadow(self, biz_code: str, shadow: bool) -> None:
+        """Every job of the business records only (shadow) or runs its handlers."""
+
+    @abstractmethod
+    def published_after(self, biz_code: str, at_ms: int) -> bool:
+        """Whether the business has a run record scheduled after `at_ms`."""
+
+    @abstractmethod
+    def add_pending(self, trigger: Trigger, times_ms: Sequence[int]) -> None:
+        """Runs of `trigger` at `times_ms` outside its schedule, for whoever holds the bus
+        to publish (command ids of (trigger, time): a repeat is a redelivery)."""
+
+
 class StopReads(Protocol):
     """The standing operator stops (pause, cancel, freeze: `scheduler_core.stops`)."""
 

@@ -1,31 +1,18 @@
 """Read-only queries over the core's tables for the packages above the core (dual-run's
-collectors, the cutover, the console, the embedded center), and the one shadow switch
-the cutover writes: those packages reach the core's tables only here and through the
-store's port (tests/unit/test_table_owners.py holds that)."""
+collectors, the console, the embedded center): those packages reach the core's tables
+only here and through the store's ports (tests/unit/test_table_owners.py holds that)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
-from dbkit.connections import begin, connect
+from dbkit.connections import connect
 from scheduler_core.model import FiredState, JobCode, Lane, Trigger, TriggerState
 from scheduler_core.store.rows import trigger_from_row
 from scheduler_core.store.sql import SqlTriggerStore
-
-
-def published_after(store: SqlTriggerStore, biz_code: str, at_ms: int) -> bool:
-    """Whether the business has a fired record scheduled after `at_ms`."""
-    fr = store.t.fired
-    with connect(store.engine) as conn:
-        return (
-            conn.execute(
-                select(fr.c.command_id).where(fr.c.biz_code == biz_code, fr.c.scheduled_at > at_ms).limit(1)
-            ).first()
-            is not None
-        )
 
 
 def job_schedules(store: SqlTriggerStore, job_codes: Collection[str]) -> dict[str, Trigger]:
@@ -145,10 +132,3 @@ def waiting_summary(store: SqlTriggerStore) -> tuple[int, int | None]:
             select(func.count(), func.min(tr.c.next_fire_at)).where(tr.c.state == TriggerState.WAITING.value)
         ).one()
     return int(count), None if oldest_ms is None else int(oldest_ms)
-
-
-def set_shadow(store: SqlTriggerStore, biz_code: str, shadow: bool) -> None:
-    """Every job of the business records only (shadow) or runs its handlers."""
-    j = store.t.job
-    with begin(store.engine) as conn:
-        conn.execute(update(j).where(j.c.biz_code == biz_code).values(shadow=int(shadow)))

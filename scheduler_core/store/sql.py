@@ -39,6 +39,7 @@ from scheduler_core.model import (
 from scheduler_core.model import TriggerState as S
 from scheduler_core.occurrences import next_after
 from scheduler_core.ports import (
+    BusinessSwitchRows,
     CatalogReads,
     Clock,
     FenceStore,
@@ -75,6 +76,7 @@ from scheduler_core.store.rows import (
 from scheduler_core.store.run_log_writes import write_logs
 from scheduler_core.store.run_records import RunRecordRows, published_by_outcome
 from scheduler_core.store.schema import Tables
+from scheduler_core.store.switch_rows import SwitchRows
 from scheduler_core.times import opt_to_ms, to_ms
 from scheduler_core.wakeup import LocalWakeups, notify_added
 
@@ -125,11 +127,13 @@ class SqlTriggerStore(
     FollowupRows,
     RunRecordRows,
     CatalogRows,
+    SwitchRows,
     TriggerStore,
     FenceStore,
     RunRecordReads,
     StopReads,
     CatalogReads,
+    BusinessSwitchRows,
 ):
     def __init__(self, engine: Engine, clock: Clock, tables: Tables | None = None) -> None:
         self.engine = engine

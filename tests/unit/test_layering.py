@@ -37,7 +37,7 @@ def test_readers_know_nothing_of_ours() -> None:
 
 # The modules outside the core that still name the store's implementation: the
 # composition root, the demo and the benches build it; the others build store-side
-# services from it (the migrator's writer and cutover, the job service, the CLI commands
+# services from it (the migrator's writer, the job service, the CLI commands
 # and console sources that open a store). Every other module types against the ports
 # (scheduler_core.ports): this list only shrinks.
 CONCRETE_STORE_ALLOWED = {
@@ -48,7 +48,6 @@ CONCRETE_STORE_ALLOWED = {
     "switchyard/cli/scheduler.py",
     "switchyard/cli/alerts.py",
     "switchyard/console/data.py",
-    "migrator/cutover.py",
     "migrator/target.py",
 }
 _PACKAGES = ("readers", "migrator", "dualrun", "reports", "switchyard")
