@@ -80,16 +80,35 @@ class AdaptiveLookahead:
         # (business, lane) -> {T in whole seconds: admitted triggers}: the published-not-yet-due backlog
         self._ahead: dict[tuple[str, Lane], Counter[int]] = defaultdict(Counter)
         self._behind_logged: dict[Lane, float] = {}
+        self.refreshed_elsewhere = False  # a maintenance loop calls refresh_if_due
 
     def windows(self, now: datetime) -> dict[Lane, datetime]:
-        """Each lane's window end now (reads the forecast again when it is older than
-        `forecast_every`)."""
+        """Each lane's window end now. The forecast is kept fresh by `refresh_if_due`, off
+        the admission path: read inside a tick, its grouped count (tens to hundreds of ms
+        over a waiting burst) held every lane's admission, as ticks are serialized. A tick
+        reads it itself only when nobody else does (a core driven by hand) or when it has
+        gone three periods stale (that loop stalled)."""
         now_ms = to_ms(now)
-        every_ms = int(self.settings.forecast_every.total_seconds() * 1000)
-        if self.forecast is None or now_ms - self.forecast.read_ms >= every_ms:
+        if self._stale(now_ms, 3 if self.refreshed_elsewhere else 1):
             self.refresh(now_ms)
             self.backlog(now)
-        return {lane: from_ms(now_ms + w) for lane, w in self._windows.items()}
+        with self._lock:
+            windows = self._windows
+        return {lane: from_ms(now_ms + w) for lane, w in windows.items()}
+
+    def refresh_if_due(self, now: datetime) -> None:
+        """The forecast read again when it is `forecast_every` old: called by the leader's
+        (or a shard member's) maintenance loop, beside the reclaim."""
+        self.refreshed_elsewhere = True
+        now_ms = to_ms(now)
+        if self._stale(now_ms, 1):
+            self.refresh(now_ms)
+            self.backlog(now)
+
+    def _stale(self, now_ms: int, periods: int) -> bool:
+        forecast = self.forecast
+        every_ms = int(self.settings.forecast_every.total_seconds() * 1000)
+        return forecast is None or now_ms - forecast.read_ms >= periods * every_ms
 
     def refresh(self, now_ms: int) -> None:
         s = self.settings

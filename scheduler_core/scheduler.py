@@ -164,6 +164,16 @@ class SchedulerCore:
         self.reclaim_if_due()
         return results
 
+    def maintain(self) -> int:
+        """The loop beside the ticks (the leader's, a shard member's): the adaptive
+        lookahead's forecast read again when due, then `reclaim_if_due`."""
+        if self.lookahead is not None:
+            try:
+                self.lookahead.refresh_if_due(self.clock.now())
+            except Exception:  # the store briefly away: the ticks fall back to reading it
+                log.warning("reading the lookahead's forecast failed; retrying", exc_info=True)
+        return self.reclaim_if_due()
+
     def reclaim_if_due(self) -> int:
         return self._count_reclaimed(self.reclaimer.reclaim_if_due(self.acquirers))
 
@@ -292,7 +302,7 @@ class Scheduler:
                 if not self.election.is_leader():
                     break
                 try:
-                    core.reclaim_if_due()
+                    core.maintain()
                 except StoreError as exc:  # the store is down: expected, retried without a trace
                     self.metrics.errors.labels(component="store").inc()
                     log.warning("reclaim failed (%s); retrying", exc, extra=log_fields(epoch=epoch))

@@ -241,7 +241,7 @@ class ShardedScheduler:
             self._settled = True
         self.metrics.partitions_owned.set(len(self._owned))
         self.status.owned = {i: o.acq.epoch for i, o in self._owned.items()}
-        self.core.reclaim_if_due()
+        self.core.maintain()
 
     def _loops_of(self, index: int) -> list[PartitionLoop]:
         owned = self._owned.get(index)  # read without the step's care: a dict lookup is atomic

@@ -23,7 +23,8 @@ from scheduler_core.codec import command_topic, decode_commands
 from scheduler_core.errors import SchemaError
 from scheduler_core.executor import ExecutionContext, Executor
 from scheduler_core.firepool import FirePool
-from scheduler_core.lookahead import lane_window
+from scheduler_core.lookahead import AdaptiveLookahead, lane_window
+from scheduler_core.metrics import SchedulerMetrics
 from scheduler_core.model import ExecutionCommand, Job, JobCode, Lane, TriggerKind, TriggerState
 from scheduler_core.settings import LaneBudget, SchedulerSettings
 from scheduler_core.store.admin import tables_for
@@ -360,6 +361,38 @@ def test_a_quiet_lane_keeps_its_minimum_window_and_a_burst_reaches_it_early_enou
     assert lane_window(burst, 240_000, lo, hi, 10.0, 1.0) == 420_000  # from 4 min on: up to its minute's end
     assert lane_window({1_200_000: 10**6}, 0, lo, hi, 10.0, 1.0) == 1_260_000
     assert lane_window({3_600_000: 10**9}, 0, lo, hi, 10.0, 1.0) == lo  # past lookahead_max: not in reach
+
+
+def test_the_forecast_is_read_beside_the_ticks_not_in_them(tmp_path: Path, clock: ManualClock) -> None:
+    """Ticks are serialized across partitions: a forecast read inside one (a grouped count
+    over a waiting burst, tens to hundreds of ms) held every lane's admission every
+    `forecast_every`. With the maintenance loop reading it, a tick never does, unless
+    that loop has left it three periods stale."""
+    h = make_harness(tmp_path, clock)
+    reads: list[int] = []
+
+    class Counted(SqlTriggerStore):
+        def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+            reads.append(start_ms)
+            return super().due_forecast(start_ms, end_ms, bucket_ms)
+
+    store = Counted(h.store.engine, clock)
+    settings = SchedulerSettings(adaptive_lookahead=True)
+    every = settings.forecast_every
+    ahead = AdaptiveLookahead(store, clock, settings, SchedulerMetrics())
+    ahead.windows(clock.now())  # no loop yet: the tick reads it
+    assert len(reads) == 1
+    ahead.refresh_if_due(clock.now())  # fresh: nothing read
+    assert len(reads) == 1
+    for _ in range(2):
+        clock.advance(every)
+        ahead.windows(clock.now())  # stale, but the loop reads it: not the tick
+        assert len(reads) == 1
+    ahead.refresh_if_due(clock.now())
+    assert len(reads) == 2
+    clock.advance(3 * every)  # the loop stalled
+    ahead.windows(clock.now())
+    assert len(reads) == 3
 
 
 def _run_to(h: Harness, core: Any, until: Any, step: timedelta = timedelta(seconds=1)) -> None:
