@@ -20,6 +20,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from sqlalchemy import bindparam, text
 
+from dbkit.errors import StoreError
 from dualrun.model import Window
 from readers.batchcenter.reader import BatchCenterReader
 from readers.timezones import LegacyTimeZone
@@ -44,7 +45,7 @@ from tests.soak.checker import (
 from tests.soak.nemesis import Nemesis, Recovery
 from tests.soak.processes import rss_kib
 from tests.soak.report import Report, build_report
-from tests.soak.workload import CLI_LOCK, XXL, Business, Workload
+from tests.soak.workload import CLI_LOCK, XXL, Action, Business, Workload
 
 SAMPLE_EVERY_S = 5.0
 SETTLE_S = 20.0  # after the last fault and operator step: runs under way finish, records land
@@ -179,7 +180,14 @@ def _operator(w: Workload, b: Business, deadline: float) -> None:
     """One operator per business, each on its own thread (a command takes seconds on a
     loaded machine: one operator for all would leave the businesses mostly idle)."""
     while time.monotonic() < deadline:
-        w.operate(b)
+        try:
+            w.operate(b)
+        except StoreError as exc:
+            # the driver's own read of the store (the nemesis restarting MariaDB): an
+            # operator waits and goes on, as a person would; uncaught, it ended the
+            # business's thread and left the business unoperated for the rest of the run
+            w.actions.append(Action(w.elapsed(), b.biz, "operator read failed (server restart)", -1, str(exc)[:300]))
+            time.sleep(2.0)
         time.sleep(1.0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 from dualrun.boundary import BoundaryIssue
 from tests.soak.checker import (
@@ -125,3 +126,27 @@ def test_a_new_side_stop_never_excuses_a_miss_of_an_occurrence_legacy_alone_owne
     assert stop_excuses(BoundaryIssue("missing", "j1", _at(15), "legacy", ""), [span], stopped_all)
     assert stop_excuses(BoundaryIssue("stray", "j1", _at(30), "legacy", ""), [span], stopped_all)
     assert not stop_excuses(BoundaryIssue("missing", "j1", _at(30), "new", ""), [span], lambda _j, _m: False)
+
+
+def test_an_operator_whose_read_fails_in_a_server_restart_goes_on() -> None:
+    """A MariaDB restart failed the operator's own read of the store once, and the error
+    ended the business's operator thread: no more switches for the rest of the run."""
+    from dbkit.errors import StoreUnavailable
+    from tests.soak.run import _operator
+
+    class Steps:
+        def __init__(self) -> None:
+            self.calls, self.actions = 0, []  # type: ignore[var-annotated]
+
+        def elapsed(self) -> float:
+            return 0.0
+
+        def operate(self, _b: object) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise StoreUnavailable("cannot reach the database")
+
+    w = Steps()
+    deadline = __import__("time").monotonic() + 4.0
+    _operator(w, SimpleNamespace(biz="b"), deadline)  # type: ignore[arg-type]
+    assert w.calls >= 2 and [a.what for a in w.actions] == ["operator read failed (server restart)"]
