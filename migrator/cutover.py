@@ -183,6 +183,7 @@ class BusinessSwitch:
                 if t.kind is not TriggerKind.ONCE and nexts[t.id] < lift_at:  # type: ignore[index]
                     nexts[t.id] = self._first_at_or_after(t, lift_at) or nexts[t.id]  # type: ignore[index]
             self.fences.lift_fence(biz, lift_at)
+        began = lift_at if self.fences is not None else now
         won = self.store.cas(Transition(ids=list(nexts), from_state=S.CREATED, to_state=S.WAITING, next_fire_at=nexts))
         report.activated = len(won)
         self._dual_run_links(biz, shadow, report)
@@ -192,7 +193,9 @@ class BusinessSwitch:
             actor=actor,
             reason=reason or "dual-run start",
             shadow=shadow,
-            detail={"shadow": shadow, "activated": report.activated},
+            # when the new side began: the lift's broadcast (a broker slow or restarting)
+            # can put it seconds before this row
+            detail={"shadow": shadow, "activated": report.activated, "from": began.isoformat()},
         )
         return report
 

@@ -50,6 +50,9 @@ class AuditedSwitch:
     to_state: str
     shadow: bool
     handover: dict[str, str]
+    # a dual-run start: the instant its new side began firing (its fence lift), which a
+    # slow broadcast of the lift (a broker restarting) can put seconds before `at`
+    began: datetime | None = None
 
 
 def audited_switches(store: SqlTriggerStore, biz_code: str) -> list[AuditedSwitch]:
@@ -67,7 +70,17 @@ def audited_switches(store: SqlTriggerStore, biz_code: str) -> list[AuditedSwitc
     for at, frm, to, detail in rows:
         d = json.loads(detail or "{}") if detail else {}
         handover = d.get("handover") or {} if isinstance(d, dict) else {}
-        out.append(AuditedSwitch(from_ms(int(at)), str(frm), str(to), bool(d.get("shadow")), dict(handover)))
+        began = d.get("from") if isinstance(d, dict) else None
+        out.append(
+            AuditedSwitch(
+                from_ms(int(at)),
+                str(frm),
+                str(to),
+                bool(d.get("shadow")),
+                dict(handover),
+                datetime.fromisoformat(began) if isinstance(began, str) else None,
+            )
+        )
     return out
 
 
@@ -102,8 +115,9 @@ def plan_switches(
             lead = sw.at + DUAL_RUN_LEAD
             out.append(HandoverPlan(handover=dict.fromkeys(keys, lead), to_new=True, at=lead))
             # the triggers are activated before the audit row is written: an occurrence
-            # due in between is the dual-run's first
-            open_dual = sw.at - DUAL_RUN_LEAD
+            # due in between is the dual-run's first (seconds, when the fence lift's
+            # broadcast waited on a restarting broker: the audit says when it began)
+            open_dual = sw.at - DUAL_RUN_LEAD if sw.began is None else min(sw.at - DUAL_RUN_LEAD, sw.began)
         elif sw.to_state == "cutover":
             out.append(HandoverPlan(handover=sw.handover, to_new=True, at=sw.at))
             if open_dual is not None:

@@ -150,3 +150,15 @@ def test_an_operator_whose_read_fails_in_a_server_restart_goes_on() -> None:
     deadline = __import__("time").monotonic() + 4.0
     _operator(w, SimpleNamespace(biz="b"), deadline)  # type: ignore[arg-type]
     assert w.calls >= 2 and [a.what for a in w.actions] == ["operator read failed (server restart)"]
+
+
+def test_a_dual_run_is_read_from_when_its_new_side_began_not_from_its_audit_row() -> None:
+    """A dual-run start whose fence-lift broadcast waited on a restarting broker wrote its
+    audit row 8 s after its new side began firing: the checker read the first seconds of
+    the dual-run as legacy's alone and their fires by both sides as doubled (the 60-minute
+    run: 63, in bursts of 2-7 s)."""
+    audit = [AuditedSwitch(_at(20), "legacy", "dual_run", False, {}, began=_at(12))]
+    _planned, spans = plan_switches(audit, ["1"], T0, _at(60))
+    assert spans and spans[0].start == _at(12)
+    _planned, spans = plan_switches([AuditedSwitch(_at(20), "legacy", "dual_run", False, {})], ["1"], T0, _at(60))
+    assert spans[0].start == _at(20) - DUAL_RUN_LEAD  # no such record (an older row): as before
