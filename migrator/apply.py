@@ -312,7 +312,7 @@ class Migrator:
                 elif same and entry is not None and entry.status is LedgerStatus.QUARANTINED and entry.field:
                     # the same content in the same context, mapped by the same mapping code
                     # (its fingerprint is in the digest), is rejected the same way again:
-                    # ~15% of a real table, which a re-run used to read and map every time
+                    # ~15% of a real table, which a re-run would otherwise read and map every time
                     summary.add(
                         PlannedRow(
                             source=source,

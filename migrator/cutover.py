@@ -255,7 +255,7 @@ class BusinessSwitch:
         # shadow flag when it fires, and a trigger rewound to H (seconds away, well inside
         # the lookahead) is admitted at once. Rewound first, H was fired as a shadow copy
         # (recorded, never invoked) whenever the scheduler won the race with the flag:
-        # the occurrence at the switch instant was lost (seen under load in CI). Off
+        # the occurrence at the switch instant would be lost. Off
         # first, anything the scheduler fires meanwhile is at or after its next_fire_at,
         # which the stopped legacy side no longer fires: real, as it must be.
         self._set_shadow(biz, shadow=False)
@@ -331,9 +331,9 @@ class BusinessSwitch:
         live_dual = current.state is B.DUAL_RUN and not current.shadow
         if self.fences is not None:
             # stored now, told to the executors once legacy is started: the broadcast can
-            # take seconds on a loaded broker, and legacy had to be started within its
-            # start margin of F (started after it, the xxl-job admin fired the first
-            # occurrence late or not at all: the soak saw two jobs fired by neither side)
+            # take seconds on a loaded broker, and legacy must be started within its start
+            # margin of F (started after it, the xxl-job admin fires the first occurrence
+            # late or not at all; a leader relays a stored fence within 200 ms anyway)
             report.fenced = self.fences.store_fence(biz, fence_at)
             report.fence_at = fence_at.isoformat()
         starts: dict[str, datetime] = {}
@@ -347,10 +347,9 @@ class BusinessSwitch:
                 t = deactivated.get(ln.trigger.id)  # type: ignore[arg-type]
                 if t is not None and self.fences is not None and live_dual:
                     # both sides fire up to the fence: what the new side was behind on is its
-                    # runs too (the soak saw a live dual-run's new side stop 2 s short). Only
-                    # in a live dual-run: in a shadow one the new side invokes nothing, and
-                    # its backlog published as runs ran every occurrence it was behind on a
-                    # second time (the soak, seed 11: 98 of one job at the rollback's instant)
+                    # runs too (else it stops short of the fence). Only in a live dual-run: in
+                    # a shadow one the new side invokes nothing, and its backlog published as
+                    # runs would run every occurrence it was behind on a second time
                     before_fence.append(t)
                     at = self._legacy_start(t, fence_at)
                     if at is not None:

@@ -64,8 +64,7 @@ def plan_edit(
         # nothing published at or after E: the scheduler fires the new schedule as usual.
         # Behind (old_next already due, never published: the scheduler down, stalled or
         # failing over), the old schedule's due occurrences are the edit's runs: moved to
-        # the new schedule's next time they were run by nobody (the chaos soak saw a live
-        # dual-run's new side miss 42 s of four jobs so)
+        # the new schedule's next time, they would be run by nobody
         if int(old_next) >= now_ms:
             return None
         old = dataclasses.replace(
