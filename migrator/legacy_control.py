@@ -143,9 +143,12 @@ class BatchCenterControl(LegacyControl):
         notes: list[str] = []
         waited = 0.0
         before = self._statuses(ids)
+        pausing = False  # an error inside pause_together may follow its commit
         try:
             while True:
+                pausing = True
                 out = flag.pause_together(self.engine, ids)
+                pausing = False
                 busy = [*out.refused, *out.conflicts]
                 if not busy:
                     break
@@ -165,10 +168,11 @@ class BatchCenterControl(LegacyControl):
                     )
         except Exception as exc:
             # one transaction pauses them all, so an error means none, unless the database
-            # went away between committing and answering: what it did paused is undone
+            # went away between committing and answering: what it did paused is undone.
+            # Only then: a task paused while the stop waited is an operator's, and stays so
             ours = [
                 t
-                for t, s in self._safe_statuses(ids).items()
+                for t, s in (self._safe_statuses(ids) if pausing else {}).items()
                 if s == TaskStatus.PAUSED and before.get(t) == TaskStatus.WAITING
             ]
             if ours:

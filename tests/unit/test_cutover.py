@@ -383,3 +383,34 @@ def test_a_batch_center_stop_pauses_no_task_while_another_one_runs(tmp_path: Pat
     assert control.live([str(i) for i in ids]) == set()
     assert set(settled.next_due) == {str(i) for i in ids}
     assert any("waited for their runs" in n for n in settled.notes)
+
+
+def test_a_batch_center_stop_that_gives_up_leaves_an_operators_pause_made_meanwhile(tmp_path: Path) -> None:
+    """A stop that times out paused nothing; a task an operator paused while it waited
+    is the operator's, and the stop's undo must not start it again."""
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=3, bad_rows=0, malformed_crons=0, rng_seed=4)
+    with env.legacy.begin() as conn:
+        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 2")).all()]
+        conn.execute(text("UPDATE bc_task SET status = 0 WHERE id = :id"), {"id": ids[0]})
+        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[1]})  # stays running
+
+    class OperatorPausesMeanwhile(BatchCenterControl):
+        looks = 0
+
+        def _statuses(self, task_ids: Sequence[int]) -> dict[int, int]:
+            self.looks += 1
+            if self.looks == 2:  # while the stop waits on the running task
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        text("UPDATE bc_task SET status = 5, version = version + 1 WHERE id = :id"), {"id": ids[0]}
+                    )
+            return super()._statuses(task_ids)
+
+    wait = timedelta(milliseconds=1)  # one look while it waits
+    control = OperatorPausesMeanwhile(env.legacy, env.migrator.clock, retry_every=wait, patience=wait)
+    with pytest.raises(RuntimeError, match="nothing was paused"):
+        control.stop([str(i) for i in ids])
+    with env.legacy.connect() as conn:
+        status = conn.execute(text("SELECT status FROM bc_task WHERE id = :id"), {"id": ids[0]}).scalar_one()
+    assert status == 5, "the stop's undo started a task an operator had paused"
