@@ -138,8 +138,8 @@ class FenceService:
     def raise_fence(self, biz_code: str, at: datetime) -> int:
         """From `at` on, no command of the business is invoked; fired records at or after
         `at` not final yet are marked skipped. Returns how many records were marked."""
-        marked = self.store_fence(biz_code, at)
-        self.broadcast_fence(biz_code)
+        fence, marked = self._store(biz_code, at)
+        self._broadcast(fence)
         return marked
 
     def store_fence(self, biz_code: str, at: datetime) -> int:
@@ -147,6 +147,9 @@ class FenceService:
         the leader relays it to the executors within its relay period; `broadcast_fence`
         sends it at once. Split so a rollback starts legacy between the two: a broker slow
         to take the broadcast then never eats into legacy's start margin."""
+        return self._store(biz_code, at)[1]
+
+    def _store(self, biz_code: str, at: datetime) -> tuple[Fence, int]:
         fence, marked = self.store.raise_business_fence(biz_code, to_ms(at))
         log.info(
             "raised the %s; %d fired record(s) marked skipped",
@@ -154,7 +157,7 @@ class FenceService:
             marked,
             extra=log_fields(biz_code=biz_code, epoch=fence.epoch),
         )
-        return marked
+        return fence, marked
 
     def broadcast_fence(self, biz_code: str) -> None:
         """The business's stored fence, published to the executors now."""
