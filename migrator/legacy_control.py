@@ -47,6 +47,10 @@ class XxlJobControl(LegacyControl):
         self.settle = settle
         self.rechecks = rechecks
 
+    def close(self) -> None:
+        # the pool's idle connections closed; the engine stays usable (a new pool)
+        self.engine.dispose()
+
     def stop(self, keys: Sequence[str]) -> Settled:
         ids = [int(k) for k in keys]
         notes: list[str] = []
@@ -130,6 +134,10 @@ class BatchCenterControl(LegacyControl):
         self.zone = LegacyTimeZone(tz)
         self.retry_every = retry_every
         self.patience = patience
+
+    def close(self) -> None:
+        # the pool's idle connections closed; the engine stays usable (a new pool)
+        self.engine.dispose()
 
     def stop(self, keys: Sequence[str]) -> Settled:
         """Pause every live task of `keys` at one instant, or none: while one is RUNNING

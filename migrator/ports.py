@@ -65,6 +65,9 @@ class LegacyControl(Protocol):
         """The keys whose legacy job is switched on now (it fires at its next time);
         a key missing from the legacy tables is not live."""
 
+    def close(self) -> None:
+        """Release what the control holds (its engine's pooled connections)."""
+
     # How far ahead of now a job switched back on must be due for the legacy scheduler to
     # fire it on time (xxl-job: its scan pre-reads 5 s and, idle, scans every 5 s; a job
     # it finds late fires once and then skips ahead). A rollback hands over at least

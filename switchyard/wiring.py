@@ -11,7 +11,7 @@ from scheduler_core.ports import Clock, Election, MessageBus, Wakeups
 from scheduler_core.store.sql import SqlTriggerStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from sqlalchemy.engine import Connection, Engine
 
@@ -182,25 +182,45 @@ def legacy_reader(
     raise ValueError(f"unknown source system {source!r}")
 
 
-def legacy_switches(urls: Sequence[str], clock: Clock) -> Callable[[str, Sequence[str]], set[str] | None]:
-    """Reads the legacy switches (which jobs are switched on) for `status`: each URL's
-    system is told by its tables (xxl_job_info: xxl-job; bc_task: the batch center); a
-    business whose system has no URL here is answered None (inferred by the caller)."""
-    from sqlalchemy import inspect
+class LegacySwitches:
+    """Reads the legacy switches (which jobs are switched on) for `status` and the
+    console: each URL's system is told by its tables (xxl_job_info: xxl-job; bc_task: the
+    batch center); a business whose system has no URL here is answered None (inferred by
+    the caller). Holds an engine per legacy database: `close()` them when done (a caller
+    that asks in a loop, the soak's sampler or a script, would otherwise leave their pools
+    to the garbage collector, one set per call)."""
 
-    controls: dict[str, LegacyControl] = {}
-    for url in urls:
-        names = set(inspect(make_engine(url, must_exist=True)).get_table_names())
-        source = "xxl-job" if "xxl_job_info" in names else "batch-center" if "bc_task" in names else None
-        if source is None:
-            raise ValueError(f"{url!r} holds neither xxl_job_info nor bc_task: not a legacy database")
-        controls[source] = legacy_control(source, url, clock)
+    def __init__(self, urls: Sequence[str], clock: Clock) -> None:
+        from sqlalchemy import inspect
 
-    def live(source: str, keys: Sequence[str]) -> set[str] | None:
-        control = controls.get(source)
+        self.controls: dict[str, LegacyControl] = {}
+        try:
+            for url in urls:
+                probe = make_engine(url, must_exist=True)
+                try:
+                    names = set(inspect(probe).get_table_names())
+                finally:
+                    probe.dispose()
+                source = "xxl-job" if "xxl_job_info" in names else "batch-center" if "bc_task" in names else None
+                if source is None:
+                    raise ValueError(f"{url!r} holds neither xxl_job_info nor bc_task: not a legacy database")
+                self.controls[source] = legacy_control(source, url, clock)
+        except BaseException:
+            self.close()
+            raise
+
+    def __call__(self, source: str, keys: Sequence[str]) -> set[str] | None:
+        control = self.controls.get(source)
         return None if control is None else control.live(keys)
 
-    return live
+    def close(self) -> None:
+        for control in self.controls.values():
+            control.close()
+
+
+def legacy_switches(urls: Sequence[str], clock: Clock) -> LegacySwitches:
+    """The legacy switches of `urls` (see LegacySwitches)."""
+    return LegacySwitches(urls, clock)
 
 
 def load_handlers(executor: Executor, module_name: str) -> None:

@@ -95,7 +95,7 @@ def _switch(
                 ),
             )
         finally:
-            control.engine.dispose()  # type: ignore[attr-defined]
+            control.close()
     finally:
         store.close()
 
@@ -204,9 +204,12 @@ def status(
                 exitcodes.USAGE,
             )
         verdicts = latest_by_business(dualrun_store(store))
-        owned = ownership(
-            store, own, legacy_switches(legacy_urls, store.clock) if legacy_urls else None, list(biz_codes) or None
-        )
+        switches = legacy_switches(legacy_urls, store.clock) if legacy_urls else None
+        try:
+            owned = ownership(store, own, switches, list(biz_codes) or None)
+        finally:
+            if switches is not None:
+                switches.close()
         frozen = standing_freezes(store)
     finally:
         store.close()

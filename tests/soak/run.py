@@ -276,7 +276,17 @@ def run_soak(minutes: float, seed: int, workdir: Path, *, shards: bool | None = 
         (workdir / "report.json").write_text(json.dumps(report.as_dict(), indent=2, default=str))
         (workdir / "timeline.json").write_text(
             json.dumps(
-                {"faults": [asdict(f) for f in nemesis.faults], "actions": [asdict(a) for a in w.actions]}, indent=1
+                {
+                    "faults": [asdict(f) for f in nemesis.faults],
+                    "actions": [asdict(a) for a in w.actions],
+                    # the RSS curves behind the report's growth figures: a leak climbs to
+                    # the end, a cache filling levels off
+                    "memory_kib": [
+                        {"role": m.role, "pid": m.pid, "samples": [[round(t, 1), kb] for t, kb in m.samples]}
+                        for m in samplers.series()
+                    ],
+                },
+                indent=1,
             )
         )
         return report
