@@ -14,12 +14,12 @@ from typing import Any
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.engine.url import URL
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 
 from dbkit.capabilities import MYSQL_DIALECTS
 from dbkit.errors import BadStoreUrl
 from dbkit.redact import safe_url
-from dbkit.translate import translated
+from dbkit.translate import lost_in_cut_packet, translated
 
 DEFAULT_SQLITE_URL = "sqlite:///switchyard.db"
 # A pooled connection idle longer than this is pinged before use. SQLAlchemy's
@@ -107,6 +107,8 @@ def _engine(parsed: URL, pool_size: int) -> Engine:
     engine = create_engine(parsed, **kwargs)
     _ping_if_idle(engine)
     _rollback_if_open(engine)
+    if parsed.get_backend_name() in MYSQL_DIALECTS:
+        _cut_packets_are_lost_connections(engine)
     return engine
 
 
@@ -134,6 +136,7 @@ def autocommit_twin(engine: Engine) -> Engine:
         },
     )
     _ping_if_idle(twin)
+    _cut_packets_are_lost_connections(twin)
     # Every statement has committed as it ended: the COMMIT or ROLLBACK that SQLAlchemy sends
     # when a Connection ends would be a round trip that does nothing (PyMySQL sends it anyway).
     twin.dialect.do_commit = _nothing_to_end  # type: ignore[method-assign,assignment]
@@ -179,6 +182,21 @@ def _rollback_if_open(engine: Engine) -> None:
         if not stale and isinstance(status, int) and not status & SERVER_STATUS_IN_TRANS:
             return
         dbapi_conn.rollback()
+
+
+def _cut_packets_are_lost_connections(engine: Engine) -> None:
+    """A packet cut short is a lost connection (MySQL error 2013), as the server's restart
+    that cut it is: the connection is discarded and the caller gets the OperationalError
+    every store path already treats as "unreachable, try again". The chaos soak saw a
+    `migrate stream` exit 1 on the bare AssertionError while MariaDB restarted."""
+
+    @event.listens_for(engine, "handle_error")
+    def _cut(ctx: Any) -> BaseException | None:
+        lost = lost_in_cut_packet(ctx.original_exception)
+        if lost is None:
+            return None
+        ctx.is_disconnect = True  # the pool discards it (and checks the others)
+        return OperationalError(ctx.statement, ctx.parameters, lost, connection_invalidated=True)
 
 
 def _ping_if_idle(engine: Engine) -> None:

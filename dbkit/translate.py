@@ -112,6 +112,22 @@ def _not_from_the_driver(exc: SQLAlchemyError, detail: str) -> StoreError:
     return StoreRefused("database error", detail)
 
 
+# PyMySQL's packet reader asserts each packet's length: one cut short by a server that
+# died while sending it (a restart) raises a bare AssertionError, which SQLAlchemy passes
+# through unwrapped (and without discarding the connection)
+CUT_PACKET = "Result length not requested length"
+
+
+def lost_in_cut_packet(exc: BaseException) -> pymysql.err.OperationalError | None:
+    """The lost connection (MySQL error 2013) that `exc` is, when it is PyMySQL's assertion
+    on a packet cut short; None for anything else (a real assertion stays one)."""
+    if not (isinstance(exc, AssertionError) and exc.args and str(exc.args[0]).startswith(CUT_PACKET)):
+        return None
+    return pymysql.err.OperationalError(
+        2013, f"Lost connection to MySQL server during query ({str(exc.args[0]).splitlines()[0]})"
+    )
+
+
 def wrapped(exc: pymysql.err.Error) -> SQLAlchemyError:
     """A driver error raised past SQLAlchemy (the fast path's own cursor: dbkit/fastpath.py)
     as SQLAlchemy wraps one: the same class by the driver's (DataError for DataError)."""
@@ -135,6 +151,10 @@ def store_errors() -> Iterator[None]:
         raise translate(exc) from exc
     except pymysql.err.Error as exc:
         raise translate(wrapped(exc)) from exc
+    except AssertionError as exc:
+        if (lost := lost_in_cut_packet(exc)) is None:
+            raise
+        raise translate(wrapped(lost)) from exc
 
 
 def translated(fn: Callable[P, R]) -> Callable[P, R]:
@@ -150,6 +170,10 @@ def translated(fn: Callable[P, R]) -> Callable[P, R]:
             raise translate(exc) from exc
         except pymysql.err.Error as exc:
             raise translate(wrapped(exc)) from exc
+        except AssertionError as exc:  # a packet cut short (the fast path's own cursor)
+            if (lost := lost_in_cut_packet(exc)) is None:
+                raise
+            raise translate(wrapped(lost)) from exc
 
     return wrapper
 

@@ -81,3 +81,30 @@ def test_connections_in_steady_use_are_not_pinged() -> None:
             assert pings == 1
         finally:
             engine.dispose()
+
+
+def test_a_packet_cut_short_is_a_lost_connection_that_the_pool_discards() -> None:
+    """PyMySQL asserts a packet's length; a server restarting mid-packet makes it raise a
+    bare AssertionError, which crashed a `migrate stream` in the chaos soak."""
+    from dbkit.errors import StoreUnavailable
+    from dbkit.translate import translate
+
+    with mariadb_database("ping") as url:
+        engine = make_engine(url, pool_size=1)
+        try:
+            first = _connection_id(engine)
+            with engine.connect() as conn:
+                raw = conn.connection.dbapi_connection
+
+                def cut(*_a: object, **_k: object) -> None:
+                    raise AssertionError("Result length not requested length:\nExpected=4.  Actual=1.")
+
+                raw.query = cut  # type: ignore[union-attr]
+                with pytest.raises(OperationalError) as caught:
+                    conn.execute(text("SELECT 1"))
+                assert caught.value.orig.args[0] == 2013  # type: ignore[union-attr]
+                assert caught.value.connection_invalidated
+                assert isinstance(translate(caught.value), StoreUnavailable)
+            assert _connection_id(engine) != first  # the cut connection was discarded
+        finally:
+            engine.dispose()

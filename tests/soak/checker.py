@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
@@ -32,6 +33,7 @@ from dualrun.stopped import stopped_occurrences
 from readers.ports import LegacyReader
 from scheduler_core.fence import is_fence_skip
 from scheduler_core.model import FiredState, parse_command_id
+from scheduler_core.stops import StopIndex
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 from switchyard.wiring import dualrun_store
@@ -175,6 +177,10 @@ class BusinessCheck:
     doubled: list[BoundaryIssue] = field(default_factory=list)
     stray: list[BoundaryIssue] = field(default_factory=list)
     ran_after_stop: list[str] = field(default_factory=list)
+    # invoked for an occurrence at or after a stop's S before the command that wrote the
+    # stop had returned: the stop was still going out (README "A stop is a stop": no
+    # handler at or after S *after the command returned*); reported, not a failure
+    ran_while_stop_went_out: list[str] = field(default_factory=list)
     stopped_not_skipped: list[str] = field(default_factory=list)
     skipped_without_reason: list[str] = field(default_factory=list)
 
@@ -233,6 +239,7 @@ def check_business(
     invocations: Sequence[Invocation],
     *,
     now: datetime,
+    stop_returned: Mapping[tuple[str, int], int] | None = None,
 ) -> BusinessCheck:
     """Occurrence by occurrence over `window`: the boundary of every switch, the dual-runs,
     and the stops of the business (see docs/soak.md)."""
@@ -260,7 +267,7 @@ def check_business(
                 out.both += 1
             else:
                 getattr(out, issue.what).append(issue)
-    _check_stops(store, biz_code, window, invocations, out)
+    _check_stops(store, biz_code, window, invocations, out, stop_returned or {})
     return out
 
 
@@ -277,14 +284,38 @@ def stop_excuses(issue: BoundaryIssue, spans: Sequence[DualSpan], stopped: Calla
 
 
 def _check_stops(
-    store: SqlTriggerStore, biz_code: str, window: Window, invocations: Sequence[Invocation], out: BusinessCheck
+    store: SqlTriggerStore,
+    biz_code: str,
+    window: Window,
+    invocations: Sequence[Invocation],
+    out: BusinessCheck,
+    stop_returned: Mapping[tuple[str, int], int],
 ) -> None:
-    """None at or after a stop's instant ran; each stopped record says skipped and why."""
+    """None at or after a stop's instant ran once the command that wrote the stop had
+    returned; each stopped record says skipped and why (but for a run invoked before)."""
+    index = StopIndex({(s.scope, s.key): s for s in store.stops()})
     stopped = stopped_occurrences(store, biz_code)
-    codes = {str(t.job_code) for t in store.triggers_of(biz_code=biz_code)}
+    triggers: dict[str, list[int]] = {}
+    for t in store.triggers_of(biz_code=biz_code):
+        if t.id is not None:
+            triggers.setdefault(str(t.job_code), []).append(int(t.id))
+    in_flight: set[str] = set()
     for inv in invocations:
-        if inv.job_code in codes and stopped(inv.job_code, inv.scheduled_ms):
-            out.ran_after_stop.append(f"{inv.command_id} ({inv.job_code} at {from_ms(inv.scheduled_ms)})")
+        if inv.job_code not in triggers:
+            continue
+        windows = [
+            w for tid in triggers[inv.job_code] if (w := index.covering(tid, inv.job_code, biz_code, inv.scheduled_ms))
+        ]
+        if not windows:
+            continue
+        what = f"{inv.command_id} ({inv.job_code} at {from_ms(inv.scheduled_ms)})"
+        if ran_before_its_stop_returned(inv, biz_code, [w.from_ms for w in windows], stop_returned):
+            in_flight.add(inv.command_id)
+            out.ran_while_stop_went_out.append(
+                f"{what}, invoked {inv.wall_ms - min(w.from_ms for w in windows)} ms after S"
+            )
+        else:
+            out.ran_after_stop.append(what)
     for r in store.fired_between(biz_code, window.start, window.end):
         if not stopped(str(r.job_code), to_ms(r.scheduled_at)):
             continue
@@ -292,8 +323,37 @@ def _check_stops(
             msg = r.message or ""
             if not (msg.startswith("stopped:") or is_fence_skip(r.state, msg)):
                 out.skipped_without_reason.append(f"{r.command_id}: {msg!r}")
-        elif r.state in (FiredState.SUCCEEDED, FiredState.FAILED):
+        elif r.state in (FiredState.SUCCEEDED, FiredState.FAILED) and r.command_id not in in_flight:
             out.stopped_not_skipped.append(f"{r.command_id} {r.state.value}")
+
+
+# what a stopping command prints its S as: `pause ... from <S>`, `froze business X from
+# <S>`, a rollback's `fence: the new side invokes nothing at or after <S>`
+_STOP_FROM = re.compile(r"(?:\bfrom|at or after) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\+00:00)")
+STOPPING = ("pause", "freeze", "rollback", "cancel")
+
+
+def ran_before_its_stop_returned(
+    inv: Invocation, biz_code: str, froms: Sequence[int], stop_returned: Mapping[tuple[str, int], int]
+) -> bool:
+    """Whether `inv`, covered by stops starting at `froms`, was invoked before every command
+    that wrote them had returned. A stop no operator command wrote (a schedule edit's,
+    written by the stream) never excuses a run."""
+    returned = [stop_returned.get((biz_code, f)) for f in froms]
+    return bool(returned) and all(r is not None and inv.wall_ms < r for r in returned)
+
+
+def stop_returns(actions: Iterable[Any], t0_wall: datetime) -> dict[tuple[str, int], int]:
+    """(business, S in ms) -> when the command that wrote that stop returned (wall ms),
+    from the operator's actions (`at`: seconds after `t0_wall`, taken as it returned)."""
+    out: dict[tuple[str, int], int] = {}
+    for a in actions:
+        if a.code != 0 or not a.what.startswith(STOPPING):
+            continue
+        returned = to_ms(t0_wall + timedelta(seconds=a.at))
+        for m in _STOP_FROM.finditer(a.out):
+            out[(a.biz, to_ms(datetime.fromisoformat(m.group(1))))] = returned
+    return out
 
 
 @dataclass
@@ -372,7 +432,9 @@ __all__ = [
     "memory_growth",
     "plan_switches",
     "problems_of",
+    "ran_before_its_stop_returned",
     "read_invocations",
+    "stop_returns",
 ]
 
 

@@ -36,6 +36,7 @@ class Report:
     doubled: list[str]
     stray: list[str]
     ran_after_stop: list[str]
+    ran_while_stop_went_out: list[str]
     stopped_not_skipped: list[str]
     skipped_without_reason: list[str]
     redelivered: int
@@ -114,6 +115,7 @@ class Report:
             ("doubled", str(len(self.doubled))),
             ("stray", str(len(self.stray))),
             ("ran at/after a stop", str(len(self.ran_after_stop))),
+            ("  (ran before its stop's command returned)", str(len(self.ran_while_stop_went_out))),
             ("stopped, not recorded skipped", str(len(self.stopped_not_skipped) + len(self.skipped_without_reason))),
             ("redelivered (another process)", str(self.redelivered)),
             ("invoked twice in one process", str(len(self.invoked_twice_in_one_process))),
@@ -224,6 +226,7 @@ def build_report(
         doubled=[f"{b.biz_code} {i}" for b in businesses for i in b.doubled],
         stray=[f"{b.biz_code} {i}" for b in businesses for i in b.stray],
         ran_after_stop=[x for b in businesses for x in b.ran_after_stop],
+        ran_while_stop_went_out=[x for b in businesses for x in b.ran_while_stop_went_out],
         stopped_not_skipped=[x for b in businesses for x in b.stopped_not_skipped],
         skipped_without_reason=[x for b in businesses for x in b.skipped_without_reason],
         redelivered=duplicates.redelivered,

@@ -19,7 +19,9 @@ from tests.soak.checker import (
     owner_at,
     plan_switches,
     problems_of,
+    ran_before_its_stop_returned,
     stop_excuses,
+    stop_returns,
 )
 from tests.soak.processes import wait_for
 
@@ -162,3 +164,38 @@ def test_a_dual_run_is_read_from_when_its_new_side_began_not_from_its_audit_row(
     assert spans and spans[0].start == _at(12)
     _planned, spans = plan_switches([AuditedSwitch(_at(20), "legacy", "dual_run", False, {})], ["1"], T0, _at(60))
     assert spans[0].start == _at(20) - DUAL_RUN_LEAD  # no such record (an older row): as before
+
+
+def test_a_run_invoked_before_its_stops_command_returned_is_told_apart_from_one_after() -> None:
+    """README "A stop is a stop": no handler at or after S once the command has returned.
+    A soak slowed down saw a pause whose relay took 1.6 s while a run due 0.5 s after S
+    was invoked; that is the stop still going out, not a run after it. Only a stop an
+    operator command wrote (its S in the command's output) is read so."""
+    from scheduler_core.times import to_ms
+
+    pause_out = (
+        "pause: 1 changed; from 2026-12-06T12:00:10.493794+00:00\n  9 run(s) already published recorded skipped\n"
+        "  reaches the executors: broadcast on the bus by this command and relayed by soak-s1 after 1648 ms\n"
+    )
+    rollback_out = (
+        "b: dual_run -> legacy\n  fence: the new side invokes nothing at or after 2026-12-06T12:00:30.250000+00:00"
+    )
+    actions = [
+        SimpleNamespace(at=12.2, biz="b", what="pause", code=0, out=pause_out),
+        SimpleNamespace(at=31.0, biz="b", what="rollback", code=0, out=rollback_out),
+        SimpleNamespace(at=40.0, biz="b", what="pause", code=2, out="pause: from 2026-12-06T12:00:39+00:00"),
+        SimpleNamespace(at=50.0, biz="b", what="edit definitions (v1)", code=0, out=""),
+    ]
+    returned = stop_returns(actions, T0)
+    s_pause, s_fence = to_ms(_at(10.493794)), to_ms(_at(30.25))
+    assert returned == {("b", s_pause): to_ms(_at(12.2)), ("b", s_fence): to_ms(_at(31.0))}
+
+    def inv(wall_s: float) -> Invocation:
+        return Invocation(1, "1-x-0", s_pause + 500, to_ms(_at(wall_s)), "job")
+
+    assert ran_before_its_stop_returned(inv(11.0), "b", [s_pause], returned)  # going out
+    assert not ran_before_its_stop_returned(inv(12.5), "b", [s_pause], returned)  # after: a defect
+    assert not ran_before_its_stop_returned(inv(11.0), "other", [s_pause], returned)
+    # covered by two stops: excused only while neither command had returned
+    assert not ran_before_its_stop_returned(inv(11.0), "b", [s_pause, to_ms(_at(5.0))], returned)
+    assert not ran_before_its_stop_returned(inv(11.0), "b", [], returned)
