@@ -6,8 +6,10 @@ than the window. Here each lane's window is its `lookahead_min` when quiet (few 
 published ahead, little for a stop to skip) and reaches out to a forecast burst early
 enough that it is admitted by its minute, never past `lookahead_max`.
 
-The forecast is a grouped count of waiting triggers per business, lane and minute over
-[now, now + the largest lookahead_max], read from the store every `forecast_every`. For
+The forecast is a grouped count of waiting triggers per lane and minute over [now, now +
+the largest lookahead_max], read from the due index alone every `forecast_every` (the
+per-business count behind the gauges reads a row per trigger, so only every
+`forecast_business_every`). For
 each lane, with the triggers due up to the end of minute k counted as cum(k), admitting
 them takes lead(k) = cum(k) / admit_rate * lead_margin; minute k must be in the window as
 soon as end(k) - lead(k) <= lookahead_min. The window is the latest such end.
@@ -59,8 +61,8 @@ def lane_window(
 @dataclass(frozen=True, slots=True)
 class Forecast:
     read_ms: int
-    # (business, lane) -> {minute bucket start ms: waiting triggers due in it}
-    buckets: Mapping[tuple[str, Lane], Mapping[int, int]]
+    # lane -> {minute bucket start ms: waiting triggers due in it}
+    buckets: Mapping[Lane, Mapping[int, int]]
 
 
 class AdaptiveLookahead:
@@ -81,6 +83,8 @@ class AdaptiveLookahead:
         self._ahead: dict[tuple[str, Lane], Counter[int]] = defaultdict(Counter)
         self._behind_logged: dict[Lane, float] = {}
         self.refreshed_elsewhere = False  # a maintenance loop calls refresh_if_due
+        self._businesses_read_ms: int | None = None
+        self._businesses: set[tuple[str, Lane]] = set()  # (business, lane) the gauges name
 
     def windows(self, now: datetime) -> dict[Lane, datetime]:
         """Each lane's window end now. The forecast is kept fresh by `refresh_if_due`, off
@@ -114,14 +118,10 @@ class AdaptiveLookahead:
         s = self.settings
         hi = max(int(s.lane_budget(lane).lookahead_max.total_seconds() * 1000) for lane in Lane)
         start = now_ms - now_ms % MINUTE_MS
-        rows = self.store.due_forecast(start, now_ms + hi, MINUTE_MS)
-        buckets: dict[tuple[str, Lane], dict[int, int]] = defaultdict(dict)
-        for biz, lane, bucket, n in rows:
-            buckets[biz, lane][bucket] = n
-        self.forecast = Forecast(now_ms, buckets)
         by_lane: dict[Lane, Counter[int]] = defaultdict(Counter)
-        for (_biz, lane), counts in buckets.items():
-            by_lane[lane].update(counts)
+        for lane, bucket, n in self.store.due_forecast_by_lane(start, now_ms + hi, MINUTE_MS):
+            by_lane[lane][bucket] += n
+        self.forecast = Forecast(now_ms, by_lane)
         windows: dict[Lane, int] = {}
         for lane in Lane:
             budget = s.lane_budget(lane)
@@ -130,12 +130,26 @@ class AdaptiveLookahead:
             windows[lane] = lane_window(by_lane.get(lane, {}), now_ms, lo, lane_hi, s.admit_rate, s.lead_margin)
         with self._lock:
             self._windows = windows
+        every_ms = int(s.forecast_business_every.total_seconds() * 1000)
+        if self._businesses_read_ms is None or now_ms - self._businesses_read_ms >= every_ms:
+            self._businesses_read_ms = now_ms
+            self._business_forecast(start, now_ms, hi)
+        for biz, lane in self._businesses:  # the window in use, fresh at every read
+            self.metrics.lane_lookahead.labels(lane=lane.value, biz_code=biz).set(windows[lane] / 1000)
+
+    def _business_forecast(self, start: int, now_ms: int, hi: int) -> None:
+        """Per business and lane, the forecast within the lane's lookahead_max (a gauge)."""
+        buckets: dict[tuple[str, Lane], dict[int, int]] = defaultdict(dict)
+        for biz, lane, bucket, n in self.store.due_forecast(start, now_ms + hi, MINUTE_MS):
+            buckets[biz, lane][bucket] = n
         for (biz, lane), counts in buckets.items():
-            lane_hi = now_ms + int(s.lane_budget(lane).lookahead_max.total_seconds() * 1000)
+            lane_hi = now_ms + int(self.settings.lane_budget(lane).lookahead_max.total_seconds() * 1000)
             self.metrics.lane_forecast.labels(lane=lane.value, biz_code=biz).set(
                 sum(n for b, n in counts.items() if b <= lane_hi)
             )
-            self.metrics.lane_lookahead.labels(lane=lane.value, biz_code=biz).set(windows[lane] / 1000)
+        for biz, lane in self._businesses - buckets.keys():  # nothing due any more
+            self.metrics.lane_forecast.labels(lane=lane.value, biz_code=biz).set(0)
+        self._businesses |= set(buckets)
 
     def window_of(self, lane: Lane) -> timedelta:
         with self._lock:

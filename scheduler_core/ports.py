@@ -192,6 +192,14 @@ class TriggerStore(Protocol):
         `start_ms` to `end_ms` (the adaptive lookahead's forecast); none by default."""
         return []
 
+    def due_forecast_by_lane(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[Lane, int, int]]:
+        """As `due_forecast`, summed over businesses: what the lanes' windows are planned
+        with. A store whose due index holds the lane answers it from the index alone."""
+        sums: dict[tuple[Lane, int], int] = {}
+        for _biz, lane, bucket, n in self.due_forecast(start_ms, end_ms, bucket_ms):
+            sums[lane, bucket] = sums.get((lane, bucket), 0) + n
+        return [(lane, bucket, n) for (lane, bucket), n in sums.items()]
+
     @abstractmethod
     def select_expired(
         self, partition: Partition, now: datetime, live_epoch: Epoch | None, limit: int

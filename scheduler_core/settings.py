@@ -64,8 +64,11 @@ class SchedulerSettings:
     # lookahead_min when quiet and reaches out to admit a forecast burst by its minute;
     # off: one fixed `lookahead` for every lane, as before
     adaptive_lookahead: bool = False
-    # how often the forecast (due triggers per business, lane and minute) is read again
+    # how often the forecast (due triggers per lane and minute, from the due index alone)
+    # is read again; the per-business figures (a row read per waiting trigger: the
+    # business is not in the index) only every `forecast_business_every`, for the gauges
     forecast_every: timedelta = timedelta(seconds=10)
+    forecast_business_every: timedelta = timedelta(seconds=60)
     # the triggers per second one lane's admission sustains, which the forecast plans
     # with (bench/admission measures 2-9K/s on MariaDB); `lead_margin` over it
     admit_rate: float = 2000.0

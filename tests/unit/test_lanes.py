@@ -372,9 +372,9 @@ def test_the_forecast_is_read_beside_the_ticks_not_in_them(tmp_path: Path, clock
     reads: list[int] = []
 
     class Counted(SqlTriggerStore):
-        def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+        def due_forecast_by_lane(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[Lane, int, int]]:
             reads.append(start_ms)
-            return super().due_forecast(start_ms, end_ms, bucket_ms)
+            return super().due_forecast_by_lane(start_ms, end_ms, bucket_ms)
 
     store = Counted(h.store.engine, clock)
     settings = SchedulerSettings(adaptive_lookahead=True)
@@ -393,6 +393,42 @@ def test_the_forecast_is_read_beside_the_ticks_not_in_them(tmp_path: Path, clock
     clock.advance(3 * every)  # the loop stalled
     ahead.windows(clock.now())
     assert len(reads) == 3
+
+
+def test_the_windows_read_the_lanes_every_period_the_businesses_less_often(tmp_path: Path, clock: ManualClock) -> None:
+    """The windows need the count per lane only, which the due index answers alone; the
+    per-business count (a row read per waiting trigger) feeds gauges and is read every
+    `forecast_business_every`. Both agree on what is due."""
+    h = make_harness(tmp_path, clock)
+    job = h.store.put_job(Job(job_code=JobCode("sop"), biz_code="sop", handler="h", lane=Lane.BURST))
+    due = clock.now() + timedelta(minutes=5)
+    h.store.add_triggers([trigger_of(job, TriggerKind.ONCE, due, lane=Lane.BURST) for _ in range(7)])
+    calls: list[str] = []
+
+    class Counted(SqlTriggerStore):
+        def due_forecast(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[str, Lane, int, int]]:
+            calls.append("business")
+            return super().due_forecast(start_ms, end_ms, bucket_ms)
+
+        def due_forecast_by_lane(self, start_ms: int, end_ms: int, bucket_ms: int) -> list[tuple[Lane, int, int]]:
+            calls.append("lane")
+            return super().due_forecast_by_lane(start_ms, end_ms, bucket_ms)
+
+    store = Counted(h.store.engine, clock)
+    settings = SchedulerSettings(adaptive_lookahead=True)
+    metrics = SchedulerMetrics()
+    ahead = AdaptiveLookahead(store, clock, settings, metrics)
+    periods = int(settings.forecast_business_every / settings.forecast_every)
+    for _ in range(periods):
+        ahead.refresh_if_due(clock.now())
+        clock.advance(settings.forecast_every)
+    assert calls.count("lane") == periods and calls.count("business") == 1
+    ahead.refresh_if_due(clock.now())
+    assert calls.count("business") == 2
+    assert ahead.forecast is not None and sum(ahead.forecast.buckets[Lane.BURST].values()) == 7
+    by_business = store.due_forecast(to_ms(clock.now()) - to_ms(clock.now()) % 60_000, to_ms(due) + 1, 60_000)
+    assert [(biz, lane, n) for biz, lane, _b, n in by_business] == [("sop", Lane.BURST, 7)]
+    assert metrics.lane_forecast.labels(lane="burst", biz_code="sop")._value.get() == 7
 
 
 def _run_to(h: Harness, core: Any, until: Any, step: timedelta = timedelta(seconds=1)) -> None:
