@@ -19,7 +19,7 @@ once due, so its publication time minus its T is the fire lag the store's conten
 show; with a lookahead the runs are published ahead and wait on the broker) fires STEADY
 fixed-rate 1 s triggers on a bus that records that lag per message. p99 over BEFORE_S
 seconds alone (the peer), then while `runs purge --older-than 30d` (SqlPurge, batches
-of 5,000, 250 to a transaction, a pause twice as long as each batch took) deletes the old final
+of 5,000, 250 to a transaction, a pause after each transaction twice as long as it took) deletes the old final
 rows; ratio during / before (goal: within 1.5x, the noise on this shared box).
 """
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import event, func, insert, select, text, update
 
 from scheduler_core.clock import ManualClock
 from scheduler_core.errors import SchemaError
@@ -136,9 +136,21 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
 
         pauses: list[float] = []
         seen: list[int] = []
+        events: list[str] = []
+
+        def committed(_conn: object) -> None:
+            events.append("commit")
+
+        event.listen(store.engine, "commit", committed)
+
+        def pause(s: float) -> None:
+            pauses.append(s)
+            events.append("pause")
+
         done = SqlPurge(store).run(
-            to_ms(CUTOFF), batch=4, pause_s=0.25, sleep=pauses.append, on_batch=lambda p: seen.append(p.fired)
+            to_ms(CUTOFF), batch=4, chunk=2, pause_s=0.25, sleep=pause, on_batch=lambda p: seen.append(p.fired)
         )
+        event.remove(store.engine, "commit", committed)
         assert _ids(store) == stay
         assert done.as_dict() | {"slowest_batch_ms": None} == dry.as_dict() | {
             "dry_run": False,
@@ -146,7 +158,12 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
         }
         # 21 old rows (16 final and a shadow one, 4 kept) at 4 a batch: every batch at most 4 deleted, a pause after each full one
         assert len(seen) >= 4 and all(b - a <= 4 for a, b in zip([0, *seen], seen, strict=False))
-        assert len(pauses) >= 4 and min(pauses) >= 0.25  # or longer: as long as the batch took
+        # at least pause_s between batches, and a pause after every transaction (two to a
+        # batch here): never two deleting transactions back to back
+        assert sum(1 for p in pauses if p >= 0.25) >= 4
+        assert events.count("commit") >= 2 * 4 and "commit" not in [
+            b for a, b in zip(events, events[1:], strict=False) if a == "commit"
+        ]
         assert _count(store, t.run_log) == len(stay)  # the kept records' lines stay
         assert _count(store, t.followup_fired) == 2
         assert _count(store, t.kill_request) == 1
