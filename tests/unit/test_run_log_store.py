@@ -6,6 +6,7 @@ the daily chart data counts runs by result."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -162,7 +163,7 @@ def test_purge_deletes_only_old_final_records_with_their_dependents_in_batches(k
         # batch here): never two deleting transactions back to back
         assert sum(1 for p in pauses if p >= 0.25) >= 4
         assert events.count("commit") >= 2 * 4 and "commit" not in [
-            b for a, b in zip(events, events[1:], strict=False) if a == "commit"
+            b for a, b in itertools.pairwise(events) if a == "commit"
         ]
         assert _count(store, t.run_log) == len(stay)  # the kept records' lines stay
         assert _count(store, t.followup_fired) == 2
