@@ -28,6 +28,7 @@ from switchyard.cli.ports import ensure_free
 from switchyard.console.auth import Token, TokenError, tokens_from_env, tokens_from_file
 from switchyard.console.data import Sources, scraped_members
 from switchyard.logs import configure_logging
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.wiring import legacy_switches, open_existing_store
 
 log = logging.getLogger(__name__)
@@ -188,6 +189,7 @@ def console(
     """The console: businesses, verdicts, jobs by live side, lag, scheduler, audit,
     quarantine; with --writes and role tokens also the job admin (every write audited)."""
     configure_logging(log_level, log_format)
+    cap_malloc_arenas()  # before the threads start (switchyard/malloc_arenas.py)
     tokens = console_tokens(tokens_env, tokens_file)
     token = os.environ.get(token_env) or None if tokens else console_token(bind, token_env)
     if writes and not tokens:

@@ -45,6 +45,7 @@ from switchyard.cli.passwords import PASSWORD_FILE_ENV, password_file_option, wa
 from switchyard.cli.signals import stop_event
 from switchyard.exitcodes import OK, UNREACHABLE, USAGE
 from switchyard.logs import configure_logging
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.wiring import load_handlers, open_bus
 
 log = logging.getLogger(__name__)
@@ -297,6 +298,7 @@ def run_cmd(
     """Consume the business's commands and run its handlers (a --handlers module's, or the
     legacy bridges'), until SIGTERM; the results go back to the scheduler on the bus."""
     configure_logging(log_level, log_format)
+    cap_malloc_arenas()  # before the threads start (switchyard/malloc_arenas.py)
     if not module_name and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     if module_name:

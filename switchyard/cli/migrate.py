@@ -33,6 +33,7 @@ from switchyard.cli.options import BINLOG_URL_ENV, legacy_url_option, log_format
 from switchyard.cli.passwords import BINLOG_PASSWORD_FILE_ENV, password_file_option, warn_if_typed
 from switchyard.exitcodes import FAILED, OK, UNREACHABLE
 from switchyard.logs import configure_logging
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.settings import legacy_zones
 from switchyard.wiring import legacy_reader, open_existing_store, target_writer
 
@@ -436,6 +437,7 @@ def stream_cmd(
     from switchyard.cli.signals import stop_event
 
     configure_logging(log_level, log_format)
+    cap_malloc_arenas()  # before the threads start (switchyard/malloc_arenas.py)
     source, legacy_url, businesses, zones = defs.source, defs.legacy_url, defs.biz_codes, defs.zones
     legacy = make_engine(legacy_url, must_exist=True)
     store = open_existing_store(defs.url)

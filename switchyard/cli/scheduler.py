@@ -39,6 +39,7 @@ from switchyard.cli.ports import ensure_free
 from switchyard.cli.signals import stop_event
 from switchyard.exitcodes import OK, UNREACHABLE, USAGE
 from switchyard.logs import configure_logging
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.wiring import open_bus, open_election, open_existing_store, open_wakeups
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,7 @@ def run_cmd(
     """Campaign for leadership (or, with --shards, join the registry); while leading (for the
     partitions owned), admit and fire; always apply results."""
     configure_logging(log_level, log_format)
+    cap_malloc_arenas()  # before the threads start (switchyard/malloc_arenas.py)
     if shards and not election_url.startswith("http://"):
         raise click.BadParameter(
             "--shards needs an etcd URL http://HOST:PORT (the registry lives in etcd)", param_hint="--election"

@@ -37,6 +37,7 @@ from switchyard.console.data import Sources, registry_members
 from switchyard.embedded import EmbeddedCenter
 from switchyard.exitcodes import OK
 from switchyard.logs import configure_logging
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.wiring import alert_store, executor_registry, load_handlers, migrator_store, open_store
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ def serve(
     """Scheduler, executors, result consumer, the alerter (and console) in one process,
     in-process bus. Alert mail goes through SWITCHYARD_SMTP_HOST, _PORT, _FROM."""
     configure_logging(log_level, log_format)
+    cap_malloc_arenas()  # before the threads start (switchyard/malloc_arenas.py)
     if not modules and not bridges:
         raise CliFailure("give --handlers MODULE, or --bridge xxl-job / --bridge batch-center", exitcodes.USAGE)
     tokens = console_tokens(TOKENS_ENV, console_tokens_file) if with_console else []

@@ -28,6 +28,7 @@ from readers.timezones import LegacyTimeZone
 from readers.xxljob.reader import XxlJobReader
 from switchyard import exitcodes
 from switchyard.cli import cli
+from switchyard.malloc_arenas import cap_malloc_arenas
 from switchyard.wiring import dualrun_store
 from tests.soak.checker import (
     Invocation,
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a `timeout`, an operator's kill) unwinds like an error: the processes the
     # soak started are stopped by its ExitStack, not left running orphaned
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    cap_malloc_arenas()  # the driver runs the operator's commands and the simulators: threads
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
     out = args.out or Path("test-artifacts") / f"soak-{seed}"
     report = run_soak(args.minutes, seed, out, shards=args.shards, keep=args.keep)
