@@ -86,6 +86,11 @@ def test_a_stalled_bulk_consumer_does_not_slow_the_default_lane(stack) -> None: 
     clock = store.clock
     store.put_job(Job(job_code=JobCode("export"), biz_code="shop", handler="export", lane=Lane.BULK))
     store.put_job(Job(job_code=JobCode("ping"), biz_code="shop", handler="ping"))
+    # the executors first, as in a deployment: each reads the control channel before it
+    # runs anything, which on a broker just started took seconds (built after t0, they
+    # made the default lane's first commands 5-9 s late on a fresh stack)
+    stalled = Executor(bus, "shop", clock=clock, concurrency=1, lane=Lane.BULK, receipt_after=None)
+    default = Executor(bus, "shop", clock=clock, lane=Lane.DEFAULT)
     t0 = clock.now() + timedelta(seconds=4)
     bulk = [
         Trigger(job_code=JobCode("export"), biz_code="shop", kind=TriggerKind.ONCE, next_fire_at=t0, lane=Lane.BULK)
@@ -105,8 +110,6 @@ def test_a_stalled_bulk_consumer_does_not_slow_the_default_lane(stack) -> None: 
     started: dict[str, float] = {}
     bulk_started: list[str] = []
     lock = threading.Lock()
-    stalled = Executor(bus, "shop", clock=clock, concurrency=1, lane=Lane.BULK, receipt_after=None)
-    default = Executor(bus, "shop", clock=clock, lane=Lane.DEFAULT)
 
     @stalled.handler("export")
     def export(ctx: ExecutionContext) -> None:
