@@ -123,6 +123,9 @@ class BusinessSwitch:
         self.registry = BusinessRegistry(own)
         self.max_verdict_age = max_verdict_age
         self.acquired_patience = acquired_patience
+        # set by a rollback once it has changed something (its triggers off the scheduler):
+        # cut short after that, the jobs may be live on neither side until it is run again
+        self.half_done = False
 
     # -- the three moves ------------------------------------------------------------------
 
@@ -320,6 +323,7 @@ class BusinessSwitch:
         # take a moment), so the whole start margin is left for legacy to pick its jobs
         # up (the xxl-job admin loses a fire it finds less than ~4 s ahead, see
         # LegacyControl.start_margin); the fence is raised before legacy starts.
+        self.half_done = True
         deactivated = self._deactivate(links)
         report.deactivated = len(deactivated)
         # legacy fires the children again (its parents run there): the new side's links go

@@ -27,6 +27,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import legacy_url_option, legacy_zone_options, store_url
+from switchyard.cli.outages import CompletedBefore, through_outages
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED, OK, REFUSED, SCHEMA, UNREACHABLE, USAGE
 from switchyard.freezes import standing_freezes
@@ -368,7 +369,13 @@ def rollback(
     (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
     could not be handed back (each one named)."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        report = sw.rollback(biz_code, actor=actor, reason=reason)
+        try:
+            report = through_outages(
+                lambda: sw.rollback(biz_code, actor=actor, reason=reason), "rollback", half_done=lambda: sw.half_done
+            )
+        except CompletedBefore as done:
+            click.echo(str(done))
+            return
     _emit(report, as_json)
     if report.fence_at and not as_json:
         _tell_fence_reach(url, biz_code, bus_args)
