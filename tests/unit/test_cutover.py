@@ -322,18 +322,27 @@ def test_a_live_dual_run_is_refused_for_xxl_job_ids_the_bridge_cannot_mirror(tmp
     assert sw.start_dual_run(biz, shadow=True, actor="ops").activated > 0
 
 
+def _bc_tasks(tmp_path: Path, tasks: int, waiting: int) -> tuple[Any, list[int]]:
+    """A batch center with `tasks` tasks; of the first `waiting + 1`, the first `waiting`
+    WAITING (status 0) and the next one RUNNING (status 1). Returns (env, those ids)."""
+    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
+    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=tasks, bad_rows=0, malformed_crons=0, rng_seed=4)
+    with env.legacy.begin() as conn:
+        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT :n"), {"n": waiting + 1})]
+        for i in ids[:waiting]:
+            conn.execute(text("UPDATE bc_task SET status = 0 WHERE id = :id"), {"id": i})
+        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[waiting]})  # stays running
+    return env, ids
+
+
 def test_a_batch_center_stop_that_cannot_finish_starts_again_what_it_paused(tmp_path: Path) -> None:
     """All or nothing, as the xxl-job control: a task still RUNNING past the patience makes
     the stop fail, and the other tasks run on legacy at their own fire time.
     Left paused (and held), they fired nowhere while the business stayed in its dual-run:
     the chaos soak (seed 23) saw three jobs of a shadow dual-run dark for 50 minutes after a
     cutover failed so."""
-    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
-    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=3, bad_rows=0, malformed_crons=0, rng_seed=4)
-    with env.legacy.begin() as conn:
-        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 2")).all()]
-        conn.execute(text("UPDATE bc_task SET status = 0 WHERE id = :id"), {"id": ids[0]})
-        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[1]})  # stays running
+    env, ids = _bc_tasks(tmp_path, tasks=3, waiting=1)
+    with env.legacy.connect() as conn:
         before = conn.execute(text("SELECT fire_time FROM bc_task WHERE id = :id"), {"id": ids[0]}).scalar_one()
     control = BatchCenterControl(env.legacy, env.migrator.clock, retry_every=timedelta(0), patience=timedelta(0))
     with pytest.raises(RuntimeError, match=r"still running after .*nothing was paused"):
@@ -351,12 +360,7 @@ def test_a_batch_center_stop_pauses_no_task_while_another_one_runs(tmp_path: Pat
     """Tasks paused while another still ran fired nowhere until that run ended (up to the
     patience, 5 minutes): in a shadow cutover the new side invokes nothing meanwhile. The
     stop pauses them all at one instant, once the run has ended."""
-    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
-    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=4, bad_rows=0, malformed_crons=0, rng_seed=4)
-    with env.legacy.begin() as conn:
-        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 3")).all()]
-        conn.execute(text("UPDATE bc_task SET status = 0 WHERE id IN (:a, :b)"), {"a": ids[0], "b": ids[1]})
-        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[2]})
+    env, ids = _bc_tasks(tmp_path, tasks=4, waiting=2)
     seen_while_running: list[dict[int, int]] = []
 
     class RunEndsAfterThreeLooks(BatchCenterControl):
@@ -388,12 +392,7 @@ def test_a_batch_center_stop_pauses_no_task_while_another_one_runs(tmp_path: Pat
 def test_a_batch_center_stop_that_gives_up_leaves_an_operators_pause_made_meanwhile(tmp_path: Path) -> None:
     """A stop that times out paused nothing; a task an operator paused while it waited
     is the operator's, and the stop's undo must not start it again."""
-    env = make_env(f"sqlite:///{tmp_path / 'bc.db'}", f"sqlite:///{tmp_path / 't.db'}", "batch-center")
-    seed_batchcenter(env.legacy, businesses=1, tasks_per_business=3, bad_rows=0, malformed_crons=0, rng_seed=4)
-    with env.legacy.begin() as conn:
-        ids = [i for (i,) in conn.execute(text("SELECT id FROM bc_task ORDER BY id LIMIT 2")).all()]
-        conn.execute(text("UPDATE bc_task SET status = 0 WHERE id = :id"), {"id": ids[0]})
-        conn.execute(text("UPDATE bc_task SET status = 1 WHERE id = :id"), {"id": ids[1]})  # stays running
+    env, ids = _bc_tasks(tmp_path, tasks=3, waiting=1)
 
     class OperatorPausesMeanwhile(BatchCenterControl):
         looks = 0
