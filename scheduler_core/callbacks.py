@@ -54,7 +54,15 @@ class ResultConsumer:
                 # a poison message must not block the topic: count, log, ack
                 self.malformed += 1
                 log.error("dropping malformed result message: %s", exc)
-        changed = self.store.update_fired(updates) if updates else 0
+        try:
+            changed = self.store.update_fired(updates) if updates else 0
+        except Exception:
+            # handed back, not left unacked: Pulsar redelivers an unacked message only when
+            # its consumer disconnects (no ack timeout is set), so a batch that met a
+            # database restart stayed with this consumer and its records pending for good
+            for r in got:
+                self.sub.nack(r)
+            raise
         # label lookups once per batch, not per item (tens of thousands per poll)
         for state, n in Counter(u.state.value for u in updates).items():
             self.metrics.results.labels(state=state).inc(n)

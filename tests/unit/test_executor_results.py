@@ -29,6 +29,7 @@ from scheduler_core.codec import (
     encode_results,
     envelope_body,
 )
+from scheduler_core.errors import StoreUnavailable
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
@@ -414,3 +415,37 @@ def test_a_late_older_page_result_does_not_undo_a_later_attempt(tmp_path: Path, 
     assert final.state is FiredState.SUCCEEDED and final.attempt == 1
     assert send("FFFF", [(k, 0, "first try failed") for k in range(4)]) == 0  # the late first run
     assert record() == final
+
+
+def test_results_the_store_could_not_apply_come_back_to_the_consumer(tmp_path: Path, clock: ManualClock) -> None:
+    """The store down while a batch of results is applied: the batch is handed back to the
+    bus, and the same consumer applies it once the store answers. Left unacked and not
+    nacked, the messages stayed with this consumer until its process ended (Pulsar has no
+    ack timeout here): the run had happened, its record stayed pending (soak, seed 23)."""
+    h = make_harness(tmp_path, clock)
+    job = h.job("fan", shard_total=1)
+    t = h.once(job, 0)
+    core = h.core()
+    consumer = h.results(core)
+    h.listen(job.biz_code)
+    core.tick_all()
+    clock.advance(timedelta(seconds=1))  # to its fire time: its command is delivered
+    (cmd,) = h.delivered(job.biz_code)
+    real = h.store.update_fired
+    calls = {"n": 0}
+
+    def down_once(updates):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreUnavailable("the database restarts")
+        return real(updates)
+
+    h.store.update_fired = down_once  # type: ignore[method-assign]
+    done = FiredUpdate(cmd.command_id, FiredState.SUCCEEDED, at=clock.now())
+    h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([done]))])
+    with pytest.raises(StoreUnavailable):
+        consumer.poll(timeout=timedelta(0))
+    clock.advance(timedelta(seconds=5))  # past the bus's redelivery delay
+    assert consumer.poll(timeout=timedelta(0)) == 1
+    assert h.store.get_fired([cmd.command_id])[cmd.command_id].state is FiredState.SUCCEEDED
+    assert cmd.trigger_id == stored_id(t)
