@@ -205,6 +205,22 @@ def test_nack_counts_redeliveries_and_closed_bus_refuses(bus: PulsarBus) -> None
     sub.ack(second[0])  # after close: a no-op, like the in-process bus
 
 
+def test_a_message_neither_acked_nor_nacked_stays_with_its_consumer_until_it_closes(bus: PulsarBus) -> None:
+    """No ack timeout is set: a received message left alone is not redelivered while its
+    consumer lives (so a consumer that cannot apply a batch must nack it, as the result
+    consumer does), and goes to the others once that consumer closes."""
+    topic = command_topic("biz-unacked")
+    held = bus.subscribe(topic, "executor")
+    bus.publish([BusMessage(topic, b"left")])
+    assert [r.message.payload for r in held.receive(1, timedelta(seconds=5))] == [b"left"]
+    other = bus.subscribe(topic, "executor")
+    assert held.receive(1, timedelta(seconds=3)) == []  # three nack delays: not back
+    assert other.receive(1, timedelta(0)) == []
+    held.close()
+    again = other.receive(1, timedelta(seconds=10))
+    assert [r.message.payload for r in again] == [b"left"]
+
+
 def test_chunks_published_concurrently_into_one_bus_arrive_exactly_once(bus: PulsarBus) -> None:
     # the threaded Scheduler's fire pool: several workers, each publishing its own chunk
     # and waiting for its acknowledgements, into the same bus and producer
