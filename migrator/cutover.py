@@ -123,8 +123,9 @@ class BusinessSwitch:
         self.registry = BusinessRegistry(own)
         self.max_verdict_age = max_verdict_age
         self.acquired_patience = acquired_patience
-        # set by a rollback once it has changed something (its triggers off the scheduler):
-        # cut short after that, the jobs may be live on neither side until it is run again
+        # set by a rollback once it has changed something (its triggers off the scheduler),
+        # by a cutover once it holds legacy jobs to stop them: cut short after that, the
+        # jobs may be live on neither side until it is run again
         self.half_done = False
 
     # -- the three moves ------------------------------------------------------------------
@@ -213,11 +214,22 @@ class BusinessSwitch:
         links = self.links(biz)
         keys = [ln.source_key for ln in links]
         # (a cutover run again after one stopped half-way: the jobs it held are its own)
-        running = self.control.live(keys) | (self.holds.of_business(biz) & set(keys))
+        resumed = self.holds.of_business(biz) & set(keys)
+        running = self.control.live(keys) | resumed
         dark = _left_dark(links, running)
         if dark:
             refusals.append(dark)
         warnings = list(decision.warnings) if decision is not None else []
+        if resumed and refusals and not dark:
+            # An earlier cutover stopped these jobs on legacy and was cut short (a database
+            # restart) before the new side took them over: refusing now, on a verdict grown
+            # old or a stream lagging after that restart, would leave them live on neither
+            # side. The gate was passed when legacy was stopped; the rest is finished.
+            warnings.append(
+                f"finishing a cutover cut short after it stopped {len(resumed)} legacy job(s), past: "
+                + "; ".join(refusals)
+            )
+            refusals = []
         if refusals and not force:
             raise TransitionRefused(
                 f"cutover of {biz} refused: " + "; ".join(refusals) + "".join(f"; warning: {w}" for w in warnings)
@@ -244,6 +256,7 @@ class BusinessSwitch:
         # committed BEFORE the stop: a change stream or a `migrate run` that reads the
         # stopped rows meanwhile (the business is still dual_run until the end) must see
         # the switch's own stop, never an operator's.
+        self.half_done = True  # from here a failure can leave jobs stopped on legacy alone
         self.holds.add(source, biz, running)
         try:
             settled = self.control.stop(keys)

@@ -12,6 +12,7 @@ import click
 
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
+from migrator.model import BusinessState
 from migrator.ownership import PROBLEMS
 from migrator.ports import VERDICT_MAX_AGE
 from readers.timezones import LegacyZones
@@ -99,6 +100,11 @@ def _switch(
             control.close()
     finally:
         store.close()
+
+
+def _state(sw: BusinessSwitch, biz: str) -> BusinessState | None:
+    rec = sw.registry.get(biz)
+    return None if rec is None else rec.state
 
 
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
@@ -332,7 +338,17 @@ def cutover(
         stream_wait_s=stream_wait.total_seconds(),
         stream_max_pending=stream_max_pending,
     ) as sw:
-        _emit(sw.cutover(biz_code, actor=actor, reason=reason, force=force), as_json)
+        try:
+            report = through_outages(
+                lambda: sw.cutover(biz_code, actor=actor, reason=reason, force=force),
+                "cutover",
+                half_done=lambda: sw.half_done,
+                done=lambda: _state(sw, biz_code) is BusinessState.CUTOVER,
+            )
+        except CompletedBefore as done:
+            click.echo(str(done))
+            return
+    _emit(report, as_json)
 
 
 @exits_as(

@@ -1,11 +1,13 @@
 """A switch cut short by its database: run it again as soon as the database answers.
 
 A rollback takes the business's triggers off the scheduler, stores its fence, starts the
-legacy jobs and records the transition. A MariaDB restart between the first step and the
-third left the jobs live on neither side (the chaos soak, seed 23: four jobs for 13-19 s,
-until its operator ran the rollback again). The switch is safe to run again (each step
-finds what the previous run did), so the command does that itself, every second, for as
-long as the outage lasts up to its patience, and says so on stderr."""
+legacy jobs and records the transition; a cutover holds and stops the legacy jobs, then
+gives them to the new side. A MariaDB restart in between left the jobs live on neither
+side (the chaos soak, seed 23: a rollback, four jobs for 13-19 s, until its operator ran
+it again). A switch is safe to run again (each step finds what the previous run did; a
+stopped legacy job keeps its next time, so the handover is the same), so the command does
+that itself, every second, for as long as the outage lasts up to its patience, and says
+so on stderr."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ def through_outages(
     what: str,
     *,
     half_done: Callable[[], bool] = lambda: True,
+    done: Callable[[], bool] = lambda: True,
     patience_s: float = PATIENCE_S,
     every_s: float = EVERY_S,
     sleep: Callable[[float], None] = time.sleep,
@@ -41,16 +44,16 @@ def through_outages(
     """`step()`, run again while it fails because a database cannot be reached once it
     is `half_done()` (before it changed anything, the failure is raised at once: a wrong
     URL is an error now, not in two minutes), up to `patience_s`; the last failure is
-    raised after that. A refusal on a later attempt
-    (the business already in the state the switch leads to) means an earlier attempt
-    had got as far as its transition: CompletedBefore."""
+    raised after that. A refusal on a later attempt with the business already where the
+    switch leads (`done()`) means an earlier attempt had got as far as its transition:
+    CompletedBefore; any other refusal is raised as it is."""
     deadline = clock() + patience_s
     failed = 0
     while True:
         try:
             return step()
         except TransitionRefused as refused:
-            if failed:
+            if failed and done():
                 raise CompletedBefore(
                     f"{what}: done by the attempt the database cut short ({refused}); "
                     "run `switchyard status --check` to see every job on its side"

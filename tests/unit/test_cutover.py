@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from dbkit.errors import StoreUnavailable
 from legacy_sim.seed import seed_batchcenter
 from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch
@@ -413,3 +414,61 @@ def test_a_batch_center_stop_that_gives_up_leaves_an_operators_pause_made_meanwh
     with env.legacy.connect() as conn:
         status = conn.execute(text("SELECT status FROM bc_task WHERE id = :id"), {"id": ids[0]}).scalar_one()
     assert status == 5, "the stop's undo started a task an operator had paused"
+
+
+def test_a_cutover_cut_short_after_it_stopped_legacy_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """A shadow cutover stops the legacy jobs, then takes the new side out of shadow and
+    rewinds it to legacy's next times. A database restart in between left the jobs
+    stopped on legacy and only recorded (shadow) on the new side: live on neither. Run
+    again it finishes, with the handover an uncut one has (a stopped legacy job keeps its
+    next time), even when the gate would now refuse a fresh cutover (a verdict grown old
+    in the outage): refusing would leave the jobs dark."""
+    env, biz = _xxl(tmp_path)
+    sw = ready_switch(env)
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    with env.store.engine.begin() as conn:  # the shadow side ran an hour ahead
+        conn.execute(text("UPDATE dus_job_trigger SET next_fire_at = next_fire_at + 3600000 WHERE state='waiting'"))
+    with env.legacy.connect() as conn:
+        legacy_next = dict(
+            conn.execute(text("SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1")).all()
+        )
+    real = env.store.set_shadow
+
+    def restarting(*_a: object) -> None:
+        raise StoreUnavailable("the database restarts", "")
+
+    env.store.set_shadow = restarting  # type: ignore[method-assign]
+    assert not sw.half_done
+    with pytest.raises(StoreUnavailable):
+        sw.cutover(biz, actor="ops")
+    assert sw.half_done  # legacy is stopped: the command runs it again
+    keys = {int(ln.source_key) for ln in sw.links(biz)}
+    legacy_next = {k: ms for k, ms in legacy_next.items() if k in keys}
+    with env.legacy.connect() as conn:
+        on = {i for (i,) in conn.execute(text("SELECT id FROM xxl_job_info WHERE trigger_status = 1"))}
+    assert legacy_next and not on & keys  # stopped on legacy, and the new side is in shadow
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.DUAL_RUN  # type: ignore[union-attr]
+    env.store.set_shadow = real  # type: ignore[method-assign]
+    sw.gate.value = GateDecision(ready=False, comparison_id=2, computed_at=env.migrator.clock.now(), reasons=("x",))  # type: ignore[union-attr]
+    rep = sw.cutover(biz, actor="ops")
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.CUTOVER  # type: ignore[union-attr]
+    assert rep.warnings and "cut short" in rep.warnings[-1]
+    rewound = 0
+    for ln in sw.links(biz):
+        if int(ln.source_key) in legacy_next:
+            t = env.store.get_trigger(ln.trigger.id)  # type: ignore[arg-type]
+            assert t.state is TriggerState.WAITING and t.next_fire_at == from_ms(legacy_next[int(ln.source_key)])
+            rewound += 1
+    assert rewound == rep.rewound > 0
+    assert all(not j.shadow for j in (env.store.get_job(ln.job_code) for ln in sw.links(biz)) if j)
+
+
+def test_a_cutover_that_stopped_nothing_yet_is_still_gated(tmp_path: Path) -> None:
+    """Only a cutover that holds legacy jobs it stopped is finished past the gate."""
+    env, biz = _xxl(tmp_path)
+    sw = ready_switch(env)
+    sw.start_dual_run(biz, shadow=True, actor="ops")
+    sw.gate.value = GateDecision(ready=False, comparison_id=2, computed_at=env.migrator.clock.now(), reasons=("x",))  # type: ignore[union-attr]
+    with pytest.raises(TransitionRefused, match="not ready"):
+        sw.cutover(biz, actor="ops")
+    assert not sw.half_done

@@ -71,3 +71,17 @@ def test_an_outage_before_the_switch_changed_anything_is_raised_at_once() -> Non
     with pytest.raises(StoreUnavailable):
         through_outages(step, "rollback", half_done=lambda: False, sleep=lambda _s: None)
     assert step.calls == 1
+
+
+def test_a_refusal_after_an_outage_is_completed_before_only_where_the_switch_leads() -> None:
+    """A cutover run again after an outage can be refused for another reason (a job left
+    dark): that is not "done by the attempt cut short" unless the business is cut over."""
+    outage = StoreUnavailable("cannot reach the database", "")
+    with pytest.raises(TransitionRefused, match="dark"):
+        through_outages(
+            Steps(outage, TransitionRefused("a job left dark")), "cutover", done=lambda: False, sleep=lambda _s: None
+        )
+    with pytest.raises(CompletedBefore, match="cutover: done by the attempt"):
+        through_outages(
+            Steps(outage, TransitionRefused("not dual_run")), "cutover", done=lambda: True, sleep=lambda _s: None
+        )
