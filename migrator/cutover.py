@@ -124,8 +124,9 @@ class BusinessSwitch:
         self.max_verdict_age = max_verdict_age
         self.acquired_patience = acquired_patience
         # set by a rollback once it has changed something (its triggers off the scheduler),
-        # by a cutover once it holds legacy jobs to stop them: cut short after that, the
-        # jobs may be live on neither side until it is run again
+        # by a cutover once it holds legacy jobs to stop them, by a dual-run start once it
+        # sets the jobs' shadow flag: cut short after that, the jobs may be live on neither
+        # side (or on both) until it is run again
         self.half_done = False
 
     # -- the three moves ------------------------------------------------------------------
@@ -161,6 +162,9 @@ class BusinessSwitch:
         if not shadow:
             self._refuse_unmirrorable(biz)
         report = SwitchReport(biz, current.state.value, B.DUAL_RUN.value)
+        # from here a failure can leave the new side firing beside legacy before the
+        # business is recorded in dual-run (live on both, as `status --check` says)
+        self.half_done = True
         self._set_shadow(biz, shadow=shadow)
         now = self.clock.now()
         created = [ln.trigger for ln in self.links(biz) if ln.trigger.state is S.CREATED]
@@ -201,6 +205,7 @@ class BusinessSwitch:
             # can put it seconds before this row
             detail={"shadow": shadow, "activated": report.activated, "from": began.isoformat()},
         )
+        self.half_done = False  # completed: nothing left half-way
         return report
 
     def cutover(self, biz: str, *, actor: str, reason: str = "", force: bool = False) -> SwitchReport:
@@ -292,6 +297,7 @@ class BusinessSwitch:
             forced=report.forced,
             detail=report.as_dict(),
         )
+        self.half_done = False  # completed: nothing left half-way
         return report
 
     def rollback(self, biz: str, *, actor: str, reason: str = "") -> SwitchReport:
@@ -420,6 +426,7 @@ class BusinessSwitch:
             current, B.LEGACY, actor=actor, reason=reason or "rollback", shadow=False, detail=report.as_dict()
         )
         self._hand_back_late(biz, source, fence_at, report, actor)
+        self.half_done = False  # completed: nothing left half-way
         return report
 
     def _hand_back_late(self, biz: str, source: str, fence_at: datetime, report: SwitchReport, actor: str) -> None:

@@ -436,4 +436,14 @@ def dualrun_start(
     """Move a migrated business into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        _emit(sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason), as_json)
+        try:
+            report = through_outages(
+                lambda: sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason),
+                "dual-run start",
+                half_done=lambda: sw.half_done,
+                done=lambda: _state(sw, biz_code) is BusinessState.DUAL_RUN,
+            )
+        except CompletedBefore as done:
+            click.echo(str(done))
+            return
+    _emit(report, as_json)

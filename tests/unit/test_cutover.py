@@ -472,3 +472,32 @@ def test_a_cutover_that_stopped_nothing_yet_is_still_gated(tmp_path: Path) -> No
     with pytest.raises(TransitionRefused, match="not ready"):
         sw.cutover(biz, actor="ops")
     assert not sw.half_done
+
+
+def test_a_dual_run_start_cut_short_after_it_activated_the_new_side_is_finished_by_running_it_again(
+    tmp_path: Path,
+) -> None:
+    """Cut short between the activation and its record, the new side fires beside legacy
+    while the business is still recorded on legacy (both, for `status --check`). Run again
+    it records the dual-run and leaves every trigger as one uncut start does."""
+    env, biz = _xxl(tmp_path)
+    sw = ready_switch(env)
+    real = sw.registry.transition
+    calls = {"n": 0}
+
+    def restarting(*a: Any, **kw: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreUnavailable("the database restarts", "")
+        return real(*a, **kw)
+
+    sw.registry.transition = restarting  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        sw.start_dual_run(biz, shadow=False, actor="ops")
+    assert sw.half_done
+    active = {t.id for t in env.store.triggers_of(biz_code=biz) if t.state is TriggerState.WAITING}
+    assert active and BusinessRegistry(env.own).get(biz).state is BusinessState.LEGACY  # type: ignore[union-attr]
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    assert BusinessRegistry(env.own).get(biz).state is BusinessState.DUAL_RUN  # type: ignore[union-attr]
+    assert {t.id for t in env.store.triggers_of(biz_code=biz) if t.state is TriggerState.WAITING} == active
+    assert [a.to_state for a in BusinessRegistry(env.own).audit(biz)] == ["dual_run"]
