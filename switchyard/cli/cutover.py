@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -102,9 +102,21 @@ def _switch(
         store.close()
 
 
-def _state(sw: BusinessSwitch, biz: str) -> BusinessState | None:
-    rec = sw.registry.get(biz)
-    return None if rec is None else rec.state
+def _switched(
+    sw: BusinessSwitch, biz: str, what: str, leads_to: BusinessState, step: Callable[[], SwitchReport]
+) -> SwitchReport | None:
+    """`step` run through a database's outages (switchyard/cli/outages.py); None when an
+    attempt the outage cut short had completed it (said on stdout)."""
+
+    def done() -> bool:
+        rec = sw.registry.get(biz)
+        return rec is not None and rec.state is leads_to
+
+    try:
+        return through_outages(step, what, half_done=lambda: sw.half_done, done=done)
+    except CompletedBefore as completed:
+        click.echo(str(completed))
+        return None
 
 
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
@@ -338,17 +350,15 @@ def cutover(
         stream_wait_s=stream_wait.total_seconds(),
         stream_max_pending=stream_max_pending,
     ) as sw:
-        try:
-            report = through_outages(
-                lambda: sw.cutover(biz_code, actor=actor, reason=reason, force=force),
-                "cutover",
-                half_done=lambda: sw.half_done,
-                done=lambda: _state(sw, biz_code) is BusinessState.CUTOVER,
-            )
-        except CompletedBefore as done:
-            click.echo(str(done))
-            return
-    _emit(report, as_json)
+        report = _switched(
+            sw,
+            biz_code,
+            "cutover",
+            BusinessState.CUTOVER,
+            lambda: sw.cutover(biz_code, actor=actor, reason=reason, force=force),
+        )
+    if report is not None:
+        _emit(report, as_json)
 
 
 @exits_as(
@@ -385,13 +395,11 @@ def rollback(
     (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
     could not be handed back (each one named)."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        try:
-            report = through_outages(
-                lambda: sw.rollback(biz_code, actor=actor, reason=reason), "rollback", half_done=lambda: sw.half_done
-            )
-        except CompletedBefore as done:
-            click.echo(str(done))
-            return
+        report = _switched(
+            sw, biz_code, "rollback", BusinessState.LEGACY, lambda: sw.rollback(biz_code, actor=actor, reason=reason)
+        )
+    if report is None:
+        return
     _emit(report, as_json)
     if report.fence_at and not as_json:
         _tell_fence_reach(url, biz_code, bus_args)
@@ -436,14 +444,12 @@ def dualrun_start(
     """Move a migrated business into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        try:
-            report = through_outages(
-                lambda: sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason),
-                "dual-run start",
-                half_done=lambda: sw.half_done,
-                done=lambda: _state(sw, biz_code) is BusinessState.DUAL_RUN,
-            )
-        except CompletedBefore as done:
-            click.echo(str(done))
-            return
-    _emit(report, as_json)
+        report = _switched(
+            sw,
+            biz_code,
+            "dual-run start",
+            BusinessState.DUAL_RUN,
+            lambda: sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason),
+        )
+    if report is not None:
+        _emit(report, as_json)
