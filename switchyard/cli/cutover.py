@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 from collections.abc import Callable, Iterator
@@ -103,20 +104,22 @@ def _switch(
 
 
 def _switched(
-    sw: BusinessSwitch, biz: str, what: str, leads_to: BusinessState, step: Callable[[], SwitchReport]
+    sw: BusinessSwitch, biz: str, what: str, leads_to: BusinessState, step: Callable[[], SwitchReport], as_json: bool
 ) -> SwitchReport | None:
-    """`step` run through a database's outages (switchyard/cli/outages.py); None when an
-    attempt the outage cut short had completed it (said on stdout)."""
+    """`step` run through a database's outages (switchyard/cli/outages.py), its report
+    printed; None when an attempt the outage cut short had completed it (said instead)."""
 
     def done() -> bool:
         rec = sw.registry.get(biz)
         return rec is not None and rec.state is leads_to
 
     try:
-        return through_outages(step, what, half_done=lambda: sw.half_done, done=done)
+        report = through_outages(step, what, half_done=lambda: sw.half_done, done=done)
     except CompletedBefore as completed:
         click.echo(str(completed))
         return None
+    _emit(report, as_json)
+    return report
 
 
 def _switch_opts(fn):  # type: ignore[no-untyped-def]
@@ -350,15 +353,8 @@ def cutover(
         stream_wait_s=stream_wait.total_seconds(),
         stream_max_pending=stream_max_pending,
     ) as sw:
-        report = _switched(
-            sw,
-            biz_code,
-            "cutover",
-            BusinessState.CUTOVER,
-            lambda: sw.cutover(biz_code, actor=actor, reason=reason, force=force),
-        )
-    if report is not None:
-        _emit(report, as_json)
+        step = functools.partial(sw.cutover, biz_code, actor=actor, reason=reason, force=force)
+        _switched(sw, biz_code, "cutover", BusinessState.CUTOVER, step, as_json)
 
 
 @exits_as(
@@ -395,12 +391,10 @@ def rollback(
     (exit 5, nothing changed) when a job would be left firing nowhere; exit 1 when a job
     could not be handed back (each one named)."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        report = _switched(
-            sw, biz_code, "rollback", BusinessState.LEGACY, lambda: sw.rollback(biz_code, actor=actor, reason=reason)
-        )
+        step = functools.partial(sw.rollback, biz_code, actor=actor, reason=reason)
+        report = _switched(sw, biz_code, "rollback", BusinessState.LEGACY, step, as_json)
     if report is None:
         return
-    _emit(report, as_json)
     if report.fence_at and not as_json:
         _tell_fence_reach(url, biz_code, bus_args)
     if not report.ok:
@@ -444,12 +438,5 @@ def dualrun_start(
     """Move a migrated business into dual-run (both paths fire, or the new one in shadow).
     After a rollback, the new side starts after the last command the rollback fenced."""
     with bus_args.opened() as bus, _switch(url, biz_code, legacy_url, legacy_zones, bus=bus) as sw:
-        report = _switched(
-            sw,
-            biz_code,
-            "dual-run start",
-            BusinessState.DUAL_RUN,
-            lambda: sw.start_dual_run(biz_code, shadow=shadow, actor=actor, reason=reason),
-        )
-    if report is not None:
-        _emit(report, as_json)
+        step = functools.partial(sw.start_dual_run, biz_code, shadow=shadow, actor=actor, reason=reason)
+        _switched(sw, biz_code, "dual-run start", BusinessState.DUAL_RUN, step, as_json)
