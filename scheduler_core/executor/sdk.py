@@ -92,7 +92,14 @@ from scheduler_core.executor.kills import Cancellations
 from scheduler_core.executor.outbox import ResultOutbox, publish_and_ack
 from scheduler_core.executor.packs import PackRun, PackShare, nack
 from scheduler_core.executor.receipts import ReceiptStamps
-from scheduler_core.executor.runner import EnvelopeRun, failed_now, run_unwatched, run_watched, settle
+from scheduler_core.executor.runner import (
+    EnvelopeRun,
+    failed_now,
+    returned,
+    run_unwatched,
+    run_watched,
+    settle,
+)
 from scheduler_core.executor.watchdog import Watchdog
 from scheduler_core.item_states import ItemState
 from scheduler_core.kills import Kill, KillAnswer, Outcome, encode_answer
@@ -134,6 +141,17 @@ class _Handoff:
         self.event = threading.Event()
         self.extra = False
         self.returned = False
+
+
+class _Progress:
+    """A quick run of several items in work (`Executor._quick_many`), as a kill sees it:
+    the letters of its items that have their result (`Executor._recorded`)."""
+
+    __slots__ = ("env", "letters")
+
+    def __init__(self, env: Envelope, letters: list[str]) -> None:
+        self.env = env
+        self.letters = letters
 
 
 def _flight_key(env: Envelope) -> tuple[int, int, int]:
@@ -253,7 +271,7 @@ class Executor:
         self.kills = Cancellations()  # run items an operator asked to kill (executor.kills)
         # the runs of several items in work, by flight key: a kill of one of their items that
         # already has its result is answered so, not cancelled (one-item runs need no entry)
-        self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun] = {}
+        self._runs_in_work: dict[tuple[int, int, int], EnvelopeRun | _Progress] = {}
         self._kills_heard: OrderedDict[int, None] = OrderedDict()
         self.fences.kill_listeners.append(self._on_kill)
         # the runs in work here of jobs with a block strategy other than concurrent (model.Block):
@@ -851,43 +869,78 @@ class Executor:
         return True
 
     def _quick_many(self, pack: PackRun, env: Envelope, fn: Handler) -> bool:
-        """A quick run of several items: the ordinary item loop (`run_unwatched`: kills,
-        failures and retries item by item, as always), then, if every item simply
-        succeeded, its result without the ordinary bookkeeping (see `_quick_run`)."""
+        """A quick run of several items: a plain loop while every item simply succeeds (no
+        run object, no per-item bookkeeping); at the first item that does not, or once a
+        kill is in progress, the run becomes an ordinary one from that item on (kills,
+        failures and retries item by item, as `runner.run_unwatched`) and is finished as
+        usual. See `_quick_run`."""
         received_ms = self.clock.now_ms()
         kills = self.kills
-        run = EnvelopeRun(
-            env,
-            fn,
-            received=pack.share,
-            received_ms=received_ms,
-            started_ms=received_ms,
-            skip=None,
-            serve_after=True,
-            kills=kills,
-        )
-        run.pack = pack
-        # as `_start` does: a kill of an item that already has its result is answered so
-        # (`_recorded`); left with the run's flight (`_remember_quick`, or `_land`)
-        self._runs_in_work[_flight_key(env)] = run
+        cancelled = kills.cancelled  # live: empty unless a kill is in progress
+        items = env.items
+        letters: list[str] = []
+        starts: list[float] = []
+        # as `_start` does with its run: a kill of an item that already has its result is
+        # answered so (`_recorded`); left with the run's flight (`_remember_quick`, `_land`)
+        fkey = _flight_key(env)
+        self._runs_in_work[fkey] = _Progress(env, letters)
         receipts = self.receipts
         if receipts is not None:
             receipts.begin(env, received_ms)
+        make = ExecutionContext.of
+        mono = time.monotonic
+        ok = ItemState.SUCCEEDED
+        pos = -1
+        value: object = None
+        called = False
         try:
-            run_unwatched(run, self._backoff)
+            for pos, (idx, param) in enumerate(items):  # noqa: B007 - pos and idx are read after a break
+                starts.append(mono())
+                if cancelled:
+                    break
+                try:
+                    value = fn(make(env, idx, param, 0, kills))
+                except Exception:
+                    value = failed_now()
+                if cancelled or (value is not None and value is not True):
+                    called = True
+                    break
+                letters.append(ok)
+            else:
+                pos = len(items)
+            if pos < len(items):  # the rest the ordinary way, from this item on
+                run = EnvelopeRun(
+                    env,
+                    fn,
+                    received=pack.share,
+                    received_ms=received_ms,
+                    started_ms=received_ms,
+                    skip=None,
+                    serve_after=True,
+                    kills=kills,
+                )
+                run.pack = pack
+                run.letters = letters
+                run.starts = starts
+                self._runs_in_work[fkey] = run
+                if called:
+                    idx, param = items[pos]
+                    returned(run, pos, idx, param, value, self._backoff)
+                    pos += 1
+                else:
+                    starts.pop()  # run_unwatched stamps this item's start again
+                run_unwatched(run, self._backoff, pos)
+                self._finish(run)
+                return True
         except Exception:  # as `_work`: back to the bus
             if receipts is not None:
                 receipts.end(env)
             self._failed(pack.share)
             self._land(env)
             return True
-        letters = "".join(run.letters)
-        n = len(env.items)
-        if run.extras or kills.cancelled or letters.count(ItemState.SUCCEEDED) != n:
-            self._finish(run)  # a failure, a retry or a kill: finished as usual
-            return True
         if receipts is not None:
             receipts.end(env)
+        s0 = starts[0]
         pack.results.append(
             (
                 pack.share,
@@ -895,12 +948,12 @@ class Executor:
                     trigger_id=env.trigger_id,
                     scheduled_ms=env.scheduled_ms,
                     page_id=env.page_id,
-                    indices=[idx for idx, _p in env.items],
-                    letters=letters,
+                    indices=[idx for idx, _p in items],
+                    letters="".join(letters),
                     received_ms=received_ms,
                     started_ms=received_ms,
                     finished_ms=self.clock.now_ms(),
-                    start_offsets_ms=run.start_offsets_ms(),
+                    start_offsets_ms=[int((s - s0) * 1000) for s in starts],
                     message="",
                     exceptions=[],
                     logs=run_logs.take(env),
