@@ -467,12 +467,38 @@ class EnvelopeResult:
 
 def encode_envelope_results(results: Sequence[EnvelopeResult]) -> bytes:
     """One result message for one or more envelopes. Keep an envelope's items in one
-    message: a page record is updated from the items of one message at a time."""
-    return json.dumps(
-        {"v": WIRE_VERSION, "e": [_envelope_result_to_wire(r) for r in results]},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode("utf-8")
+    message: a page record is updated from the items of one message at a time.
+
+    The bytes of `json.dumps({"v": WIRE_VERSION, "e": [_envelope_result_to_wire(r), ...]})`
+    (tests/unit/test_codec_result_encoding.py holds them byte for byte), written without
+    json.dumps for the common result (nothing to say: no message, exceptions or log lines):
+    building each envelope's dict and walking it cost ~4 us an envelope, a fifth of an
+    executor's whole time per item in a packed burst."""
+    return b'{"v":%d,"e":[' % WIRE_VERSION + ",".join(map(_result_json, results)).encode("utf-8") + b"]}"
+
+
+def _result_json(r: EnvelopeResult) -> str:
+    """One envelope's result as `json.dumps(_envelope_result_to_wire(r))` writes it (the
+    same members in the same order)."""
+    if r.message or r.exceptions or r.logs:  # rare: json.dumps, as the wire form says
+        return json.dumps(_envelope_result_to_wire(r), separators=(",", ":"), ensure_ascii=False)
+    indices = r.indices
+    first = indices[0] if indices else 0
+    out = f'{{"t":{r.trigger_id},"T":{r.scheduled_ms},"s":{_json_str(r.letters)},"rc":{r.received_ms},"at":{r.finished_ms}'
+    if list(indices) == list(range(first, first + len(indices))):
+        out += f',"i0":{first}'
+    else:
+        out += f',"ix":[{",".join(map(str, map(int, indices)))}]'
+    if r.page_id:
+        out += ',"pg":' + _json_str(r.page_id)
+    if r.started_ms is not None:
+        out += f',"st":{r.started_ms}'
+    offsets = r.start_offsets_ms
+    if offsets is not None and any(offsets):
+        out += f',"so":[{",".join(map(str, map(int, offsets)))}]'
+    if r.executor:
+        out += ',"ex":' + _json_str(r.executor)
+    return out + "}"
 
 
 def _envelope_result_to_wire(r: EnvelopeResult) -> dict[str, Any]:

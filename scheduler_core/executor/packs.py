@@ -46,8 +46,8 @@ class PackRun:
         self.ready: Any = None
         self.stepped = True  # it holds a step of the executor's quota (given back when done)
         self.results: list[tuple[Received | PackShare, Any]] = []
-        # (trigger id, T ms), item index of the quick runs done, remembered together
-        self.quick: list[tuple[tuple[int, int], int]] = []
+        # the quick runs done (sdk.Executor._quick_run), remembered together
+        self.quick: list[Envelope] = []
 
 
 def ack(sub: Subscription, receipt: Received | PackShare) -> None:

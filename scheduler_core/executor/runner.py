@@ -159,14 +159,16 @@ def attempt_once(fn: Handler, ctx: ExecutionContext) -> HandlerResult | None:
     return _judge(value)
 
 
-def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
-    """Every item, no timeout: nothing can take the run away from this thread."""
+def run_unwatched(run: EnvelopeRun, backoff: Backoff, first: int = 0) -> None:
+    """Every item from position `first` on (the ones before it have their letters), no
+    timeout: nothing can take the run away from this thread."""
     env, fn, letters, starts, skip, kills = run.env, run.fn, run.letters, run.starts, run.skip, run.kills
     cancelled = kills.cancelled if kills is not None else ()  # live: empty unless a kill is in progress
     ended = kills.ended if kills is not None else ()  # live: items killed earlier here
     make = ExecutionContext.of
     mono = time.monotonic
-    for pos, (idx, param) in enumerate(env.items):
+    items = env.items
+    for pos, (idx, param) in enumerate(items[first:] if first else items, first):
         starts.append(mono())
         if skip is not None and idx in skip:
             run.duplicates += 1
@@ -179,12 +181,23 @@ def run_unwatched(run: EnvelopeRun, backoff: Backoff) -> None:
             value = fn(make(env, idx, param, 0, kills))
         except Exception:
             value = failed_now()
-        if cancelled and run.killed(pos, idx, 0, _judge(value) or HandlerResult()):
+        if cancelled or (value is not None and value is not True):
+            returned(run, pos, idx, param, value, backoff)
             continue
-        if value is None or value is True:
-            letters.append(ItemState.SUCCEEDED)
-            continue
-        settle(run, pos, idx, param, value, backoff)
+        letters.append(ItemState.SUCCEEDED)
+
+
+def returned(run: EnvelopeRun, pos: int, idx: int, param: str, value: object, backoff: Backoff) -> None:
+    """Item `idx` (at `pos`) returned `value` from its first attempt, and that was not a
+    plain success or a kill is in progress: recorded killed if it is one an operator
+    killed (not retried), else judged and retried with back-off (`settle`)."""
+    kills = run.kills
+    if kills is not None and kills.cancelled and run.killed(pos, idx, 0, _judge(value) or HandlerResult()):
+        return
+    if value is None or value is True:
+        run.letters.append(ItemState.SUCCEEDED)
+        return
+    settle(run, pos, idx, param, value, backoff)
 
 
 def failed_now() -> HandlerResult:

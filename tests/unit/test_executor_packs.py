@@ -21,9 +21,16 @@ T_MS = 1_796_000_000_000
 
 
 def _pack(
-    bus: InProcessBus, first_trigger: int, runs: int, *, timeout: timedelta = timedelta(0), max_retry: int = 0
+    bus: InProcessBus,
+    first_trigger: int,
+    runs: int,
+    *,
+    timeout: timedelta = timedelta(0),
+    max_retry: int = 0,
+    items: int = 1,
 ) -> list[CommandId]:
-    """One packed message of `runs` one-item runs (triggers first_trigger.. onwards)."""
+    """One packed message of `runs` runs of `items` items each (triggers first_trigger..
+    onwards): their command ids."""
     t = from_ms(T_MS)
     bodies, ids = [], []
     for tid in range(first_trigger, first_trigger + runs):
@@ -38,8 +45,8 @@ def _pack(
             timeout=timeout,
             max_retry=max_retry,
         )
-        bodies.append(envelope_body(run, [(0, "")], page_record=True))
-        ids.append(run.command_id)
+        bodies.append(envelope_body(run, [(i, f"p{i}") for i in range(items)], page_record=True))
+        ids += [command_id(tid, t, i) for i in range(items)]
     bus.publish([BusMessage(command_topic("d"), encode_packed(bodies), key=str(first_trigger))])
     return ids
 
@@ -100,6 +107,50 @@ def test_the_runs_of_a_packed_message_run_on_one_worker_with_their_own_results()
         assert states[command_id(tid, T_MS, 0)] is FiredState.SUCCEEDED
     assert sum(s is FiredState.SUCCEEDED for s in states.values()) == 199
     assert ex.processed == 200 and bus.backlog(command_topic("d"), "executor") == (0, 0)  # all acked
+    ex.close()
+
+
+def test_runs_of_several_items_in_a_pack_keep_their_results_per_item_failures_and_retries_included() -> None:
+    # the quick path of runs of several items: a run whose items all succeed at once is
+    # remembered with its pack; one with a failure, a retry or an exception goes on the
+    # ordinary way from that item on, with the same results as before
+    bus = InProcessBus(SystemClock())
+    results = bus.subscribe(CALLBACK_TOPIC, "t")
+    ex = Executor(bus, "d", concurrency=2, retry_backoff=timedelta(milliseconds=1))
+    calls: list[tuple[int, int, int, str]] = []
+
+    @ex.handler()
+    def handle(ctx: ExecutionContext) -> HandlerResult | bool | None:
+        calls.append((ctx.trigger_id, ctx.item_index, ctx.attempt, ctx.item_param))
+        if ctx.trigger_id == 2 and ctx.item_index == 1 and ctx.attempt == 0:
+            raise RuntimeError("first attempt fails")
+        if ctx.trigger_id == 3 and ctx.item_index == 2:
+            return HandlerResult(ok=False, message="never works")
+        if ctx.trigger_id == 4 and ctx.item_index == 0:
+            return False
+        return True if ctx.item_index == 3 else None
+
+    ids = _pack(bus, 1, 5, items=4, max_retry=1)
+    with _Running(ex):
+        got = _collect(results, len(ids))
+        assert set(got) == set(ids)
+        _pack(bus, 1, 5, items=4, max_retry=1)  # a copy of the message: answered from memory
+        again = _collect(results, len(ids))
+    state = {cid: u.state for cid, u in got.items()}
+    bad = {command_id(3, T_MS, 2), command_id(4, T_MS, 0)}
+    assert {cid for cid, s in state.items() if s is FiredState.FAILED} == bad
+    assert got[command_id(3, T_MS, 2)].message == "never works" and got[command_id(3, T_MS, 2)].attempt == 1
+    assert got[command_id(4, T_MS, 0)].message == "handler returned False"
+    assert got[command_id(2, T_MS, 1)].state is FiredState.SUCCEEDED and got[command_id(2, T_MS, 1)].attempt == 1
+    assert all(s is FiredState.SUCCEEDED for cid, s in state.items() if cid not in bad)
+    # every item ran in order, the items after a failure too, each with its own param
+    assert [(t, i) for t, i, a, _p in calls if a == 0] == [(t, i) for t in range(1, 6) for i in range(4)]
+    assert all(p == f"p{i}" for _t, i, _a, p in calls)
+    assert sorted((t, i) for t, i, a, _p in calls if a) == [(2, 1), (3, 2), (4, 0)]
+    assert {got[cid].page_id for cid in ids} == {command_id(t, T_MS, 0) for t in range(1, 6)}
+    # the copy: what succeeded is answered from memory, what failed with how it ended
+    assert {cid: u.state for cid, u in again.items()} == state
+    assert len(calls) == 23 and ex.processed == 20 and ex.duplicates == 12  # (the failed runs: from `_ended`)
     ex.close()
 
 
