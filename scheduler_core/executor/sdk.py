@@ -830,42 +830,12 @@ class Executor:
             receipts.end(env)
         if (value is not None and value is not True) or kills.cancelled:
             # not a plain success: judged, retried with back-off, finished as usual
-            run = EnvelopeRun(
-                env,
-                fn,
-                received=pack.share,
-                received_ms=received_ms,
-                started_ms=received_ms,
-                skip=None,
-                serve_after=True,
-                kills=kills,
-            )
-            run.pack = pack
+            run = self._ordinary(pack, env, fn, received_ms)
             run.starts.append(started)
             settle(run, 0, idx, param, value, self._backoff)
             self._finish(run)
             return True
-        pack.results.append(
-            (
-                pack.share,
-                EnvelopeResult(
-                    trigger_id=env.trigger_id,
-                    scheduled_ms=env.scheduled_ms,
-                    page_id=env.page_id,
-                    indices=[idx],
-                    letters=ItemState.SUCCEEDED,
-                    received_ms=received_ms,
-                    started_ms=received_ms,
-                    finished_ms=self.clock.now_ms(),
-                    start_offsets_ms=[0],
-                    message="",
-                    exceptions=[],
-                    logs=run_logs.take(env),
-                    executor=self.instance_id,
-                ),
-            )
-        )
-        pack.quick.append(env)
+        self._quick_done(pack, env, [idx], ItemState.SUCCEEDED, received_ms, [0])
         return True
 
     def _quick_many(self, pack: PackRun, env: Envelope, fn: Handler) -> bool:
@@ -909,17 +879,7 @@ class Executor:
             else:
                 pos = len(items)
             if pos < len(items):  # the rest the ordinary way, from this item on
-                run = EnvelopeRun(
-                    env,
-                    fn,
-                    received=pack.share,
-                    received_ms=received_ms,
-                    started_ms=received_ms,
-                    skip=None,
-                    serve_after=True,
-                    kills=kills,
-                )
-                run.pack = pack
+                run = self._ordinary(pack, env, fn, received_ms)
                 run.letters = letters
                 run.starts = starts
                 self._runs_in_work[fkey] = run
@@ -941,28 +901,46 @@ class Executor:
         if receipts is not None:
             receipts.end(env)
         s0 = starts[0]
-        pack.results.append(
-            (
-                pack.share,
-                EnvelopeResult(
-                    trigger_id=env.trigger_id,
-                    scheduled_ms=env.scheduled_ms,
-                    page_id=env.page_id,
-                    indices=[idx for idx, _p in items],
-                    letters="".join(letters),
-                    received_ms=received_ms,
-                    started_ms=received_ms,
-                    finished_ms=self.clock.now_ms(),
-                    start_offsets_ms=[int((s - s0) * 1000) for s in starts],
-                    message="",
-                    exceptions=[],
-                    logs=run_logs.take(env),
-                    executor=self.instance_id,
-                ),
-            )
-        )
-        pack.quick.append(env)
+        offsets = [int((s - s0) * 1000) for s in starts]
+        self._quick_done(pack, env, [idx for idx, _p in items], "".join(letters), received_ms, offsets)
         return True
+
+    def _ordinary(self, pack: PackRun, env: Envelope, fn: Handler, received_ms: int) -> EnvelopeRun:
+        """A quick run that met an item not simply succeeding, as an ordinary run of `pack`."""
+        run = EnvelopeRun(
+            env,
+            fn,
+            received=pack.share,
+            received_ms=received_ms,
+            started_ms=received_ms,
+            skip=None,
+            serve_after=True,
+            kills=self.kills,
+        )
+        run.pack = pack
+        return run
+
+    def _quick_done(
+        self, pack: PackRun, env: Envelope, indices: list[int], letters: str, received_ms: int, offsets: list[int]
+    ) -> None:
+        """A quick run's result, with its pack's (remembered with them: `_remember_quick`)."""
+        result = EnvelopeResult(
+            trigger_id=env.trigger_id,
+            scheduled_ms=env.scheduled_ms,
+            page_id=env.page_id,
+            indices=indices,
+            letters=letters,
+            received_ms=received_ms,
+            started_ms=received_ms,
+            finished_ms=self.clock.now_ms(),
+            start_offsets_ms=offsets,
+            message="",
+            exceptions=[],
+            logs=run_logs.take(env),
+            executor=self.instance_id,
+        )
+        pack.results.append((pack.share, result))
+        pack.quick.append(env)
 
     def _remember_quick(self, pack: PackRun) -> None:
         """The quick runs' successes, and their leaving work, under one lock acquisition
