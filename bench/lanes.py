@@ -7,7 +7,7 @@ one SOP business has a burst at T0 of one-shot triggers of several sharding item
 (quick: 50,000 items, full: 200,000; spread over one second, its items packed PACK to a
 message, as README advises). Run four ways, each on a fresh
 database and topics, the threaded production Scheduler, one executor process for the
-small businesses and SOP_PROCESSES for SOP (no-op handlers):
+small businesses and one for SOP (no-op handlers):
 
   alone           the small businesses only, today's settings (the baseline);
   no_lanes_fixed  today: SOP in the default lane, one global fixed 30-minute lookahead;
@@ -43,11 +43,6 @@ PARTITIONS = 16
 SMALL = ("reminder", "coupon", "report", "push")
 PACK = 100
 WAYS = ("alone", "no_lanes_fixed", "lanes_fixed", "lanes_adaptive")
-# SOP's executor processes (one Shared subscription), as a business with an hourly burst
-# scales its executors out (the SDK's advice: more processes to use more cores). One
-# process is one core at most (the GIL): on the 2-core box it handled ~35-55K burst
-# items/s beside the scheduler, broker and database, two ~55-90K/s.
-SOP_PROCESSES = 2
 
 
 def _sizes(quick: bool) -> dict[str, Any]:
@@ -135,7 +130,6 @@ def scenario(env: StackEnv, way: str, sz: dict[str, Any]) -> dict[str, Any]:
                         {"sop": sz["burst"] * sz["shards"]},
                         deadline_s=sz["limit_s"] + 60,
                         lanes={"sop": sop_lane.value},
-                        processes=SOP_PROCESSES,
                     )
                 )
             )
@@ -194,8 +188,7 @@ def run(env: StackEnv, profile: dict[str, Any], options: dict[str, Any]) -> Sect
         "small": list(SMALL),
         "sop_envelope_size": PACK,
         "scheduler": "threaded Scheduler; lookahead 30 min fixed, or adaptive (2..30 min per lane)",
-        "executors": f"one process for the four small businesses, {SOP_PROCESSES} for SOP (its lane's topic); no-op handlers",
-        "sop_processes": SOP_PROCESSES,
+        "executors": "one process for the four small businesses, one for SOP (its lane's topic); no-op handlers",
     }
     alone = runs["alone"]["small_start_lag_s"]["p99"]
     for way in WAYS[1:]:
