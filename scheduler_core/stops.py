@@ -39,6 +39,7 @@ from functools import partial
 from typing import Protocol
 
 from scheduler_core.control import EVERYTHING, ControlBroadcasts, RelayScope, decode_control, encode_control
+from scheduler_core.errors import BusError
 from scheduler_core.model import FiredState, TriggerState
 from scheduler_core.ports import MessageBus
 from scheduler_core.times import from_ms, to_ms
@@ -327,6 +328,11 @@ class StopService:
     def __init__(self, store: StopStore, bus: MessageBus | None = None) -> None:
         self.store = store
         self.bus = bus
+        # stops stored whose broadcast here failed (the broker down): the relay carries
+        # them once it answers. Raised instead, the command said it failed after the stop
+        # had taken effect (the soak: a pause "failed" in a Pulsar restart, its job then
+        # handed back to legacy stopped, as an operator's pause is)
+        self.unsent = 0
 
     def stop(
         self, scope: Scope, key: str, at: datetime | int, cause: Cause, actor: str = "", reason: str = ""
@@ -369,8 +375,13 @@ class StopService:
         return applied
 
     def _broadcast(self, stop: Stop) -> None:
-        if self.bus is not None:
+        if self.bus is None:
+            return
+        try:
             self.bus.publish_control(stop.key, encode_stop(stop))
+        except BusError as exc:
+            self.unsent += 1
+            log.warning("the %s is stored; its broadcast failed (%s): the relay carries it", stop, exc)
 
 
 class StopRelay:

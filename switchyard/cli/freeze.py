@@ -23,6 +23,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import known_business
 from switchyard.cli.options import store_url
+from switchyard.cli.outages import through_outages
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED
 from switchyard.trigger_actions import RESUME_LEAD, stop_instant
@@ -53,18 +54,33 @@ def _switch(
             raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
         stop_store = SqlStops(store)
         now = store.clock.now()
-        with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
-            stops = StopService(stop_store, bus)
-            applied: Applied | None
-            if action == "freeze":
-                at = stop_instant(now, store.clock.now())
-                applied = stops.stop(scope, key, at, Cause.FREEZE, actor, reason)
-            else:
-                at = now + RESUME_LEAD
-                applied = stops.lift(scope, key, at, (Cause.FREEZE,))
+        at = stop_instant(now, store.clock.now()) if action == "freeze" else now + RESUME_LEAD
+        tries = unsent = 0
+
+        def attempt() -> Applied | None:
+            nonlocal tries, unsent
+            tries += 1
+            with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
+                stops = StopService(stop_store, bus)
+                try:
+                    if action == "freeze":
+                        return stops.stop(scope, key, at, Cause.FREEZE, actor, reason)
+                    return stops.lift(scope, key, at, (Cause.FREEZE,))
+                finally:
+                    unsent += stops.unsent
+
+        # the store answered: an outage from here is a restart, and the change may be
+        # stored already: run again, it finds what the cut-short attempt did
+        applied = through_outages(attempt, action, done=lambda: False)
+        if applied is None and tries > 1:
+            # not frozen any more: the attempt the database cut short had lifted it
+            click.echo(
+                f"unfroze {'everything' if everything else biz_code}: done by the attempt the database cut short"
+            )
+            return
         if applied is None:
             raise CliFailure(f"{'everything' if everything else biz_code} is not frozen", exitcodes.FAILED)
-        reach = await_relay(stop_store, [applied.stop], bus_args.reaches_executors)
+        reach = await_relay(stop_store, [applied.stop], bus_args.reaches_executors, unsent=unsent)
         registry = BusinessRegistry(own)
         targets = [r.biz_code for r in registry.all()] if everything else [str(biz_code)]
         if applied.changed:

@@ -26,15 +26,26 @@ class Reach:
     broadcast: bool  # this command put it on the bus itself
     relayed_by: str  # the process that relayed it ("" if none did within RELAY_WAIT)
     relay_ms: int | None  # from the store's write to the relay's record
+    # this command's broadcast failed (the broker did not answer; the stop is stored)
+    unsent: bool = False
 
     def as_json(self) -> dict[str, object]:
-        return {"broadcast": self.broadcast, "relayed_by": self.relayed_by, "relay_ms": self.relay_ms}
+        return {
+            "broadcast": self.broadcast,
+            "relayed_by": self.relayed_by,
+            "relay_ms": self.relay_ms,
+            "broadcast_failed": self.unsent,
+        }
 
 
-def await_relay(store: StopStore, stops: Sequence[Stop], broadcast: bool, wait: timedelta = RELAY_WAIT) -> Reach:
-    """Wait until every stop's epoch is recorded relayed (or `wait` passes)."""
+def await_relay(
+    store: StopStore, stops: Sequence[Stop], broadcast: bool, wait: timedelta = RELAY_WAIT, *, unsent: int = 0
+) -> Reach:
+    """Wait until every stop's epoch is recorded relayed (or `wait` passes). `unsent`: how
+    many of this command's broadcasts failed (`StopService.unsent`)."""
+    broadcast = broadcast and not unsent
     if not stops:
-        return Reach(broadcast, "", None)
+        return Reach(broadcast, "", None, bool(unsent))
     deadline = time.monotonic() + wait.total_seconds()
     while True:
         # one read per scope, however many stops the command wrote (a job of 300 triggers)
@@ -48,9 +59,9 @@ def await_relay(store: StopStore, stops: Sequence[Stop], broadcast: bool, wait: 
             last = max(done, key=lambda s: s.relayed_ms or 0)
             first_write = min(s.updated_ms for s in stops)
             relay_ms = None if last.relayed_ms is None else max(0, last.relayed_ms - first_write)
-            return Reach(broadcast, last.relayed_by, relay_ms)
+            return Reach(broadcast, last.relayed_by, relay_ms, bool(unsent))
         if time.monotonic() >= deadline:
-            return Reach(broadcast, "", None)
+            return Reach(broadcast, "", None, bool(unsent))
         time.sleep(0.05)
 
 
@@ -59,6 +70,13 @@ def tell(reach: Reach) -> None:
     if reach.relayed_by:
         via = "broadcast on the bus by this command and " if reach.broadcast else ""
         click.echo(f"  reaches the executors: {via}relayed by {reach.relayed_by} after {reach.relay_ms} ms")
+    elif reach.unsent:
+        click.echo(
+            "  WARNING: stored, but this command's broadcast failed (the broker did not answer) and no process "
+            f"holding the bus relayed it within {RELAY_WAIT.total_seconds():.0f} s: a relay carries it once the "
+            "broker answers (the broker delivers nothing meanwhile)",
+            err=True,
+        )
     elif reach.broadcast:
         click.echo(
             "  reaches the executors: broadcast on the bus by this command (no scheduler or serve has relayed it "

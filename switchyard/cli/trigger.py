@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from migrator.ownership import GuardOutcome
 from scheduler_core import operations
 from scheduler_core.model import JobCode, TriggerId
 from scheduler_core.stops import Scope, StopService
@@ -30,6 +31,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.names import NamedStore, known_business
 from switchyard.cli.options import store_url
+from switchyard.cli.outages import through_outages
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED, OK, REFUSED
 from switchyard.trigger_actions import act
@@ -122,13 +124,26 @@ def _command(action: str) -> click.Command:
             own = migrator_store(store)
             chosen = _select(store, own, ids, job, biz_code)
             stop_store = SqlStops(store)
-            with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
-                stops = StopService(stop_store, bus)
-                report, guard = act(
-                    store, own, stops, SqlSupersedes(store), action, chosen, actor=actor, reason=reason, started=started
-                )
+            unsent = 0
+
+            def attempt() -> tuple[operations.OperationReport, GuardOutcome]:
+                nonlocal unsent
+                with bus_args.opened() if bus_args.reaches_executors else nullcontext() as bus:
+                    stops = StopService(stop_store, bus)
+                    try:
+                        return act(
+                            store, own, stops, SqlSupersedes(store), action, chosen, actor=actor, reason=reason,
+                            started=started,
+                        )  # fmt: skip
+                    finally:
+                        unsent += stops.unsent
+
+            # the store answered the selection: an outage from here is a restart, and the
+            # stop may be stored already (the relay then sets the trigger's state): run
+            # again, it finds what the cut-short attempt did (switchyard/cli/outages.py)
+            report, guard = through_outages(attempt, action, done=lambda: False)
             touched = stop_store.stops_of(Scope.TRIGGER, [str(tid) for tid in report.changed])
-            reach = await_relay(stop_store, touched, bus_args.reaches_executors)
+            reach = await_relay(stop_store, touched, bus_args.reaches_executors, unsent=unsent)
         finally:
             store.close()
         _report(action, report, guard.refused, reach.as_json() if touched else None, as_json)

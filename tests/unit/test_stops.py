@@ -567,3 +567,86 @@ def test_a_settling_round_with_a_stale_read_never_pauses_a_resumed_trigger_again
     assert state_of(h.store, t) is TriggerState.WAITING
     assert operations.settle(h.store, stop_store, stale) == []
     assert state_of(h.store, t) is TriggerState.WAITING, "re-paused from a stale read of its stop"
+
+
+def test_a_stop_whose_broadcast_fails_is_stored_and_left_to_the_relay(tmp_path: Path, clock: ManualClock) -> None:
+    """The broker down when an operator pauses: the stop is stored (it takes effect from
+    S; the relay carries it once the broker answers) and the failure is counted, not
+    raised. Raised, the pause command exited 3 "cannot reach" with the job paused all
+    the same (the relay settles its state): the soak's operator took it for not paused."""
+    from scheduler_core.errors import BusError
+
+    h = make_harness(tmp_path, clock)
+    rig = Rig(h)
+
+    def down(*_a: object) -> None:
+        raise BusError("cannot create the retaining subscription: ConnectError")
+
+    h.bus.publish_control = down  # type: ignore[method-assign, assignment]
+    report = operations.pause(h.store, rig.stops, [rig.tid], clock.now(), "ops", "incident")
+    assert report.changed == [rig.tid] and rig.stops.unsent == 1
+    assert state_of(h.store, rig.trigger) is TriggerState.PAUSED
+    stop = SqlStops(h.store).stop_of(Scope.TRIGGER, str(rig.tid))
+    assert stop is not None and stop.standing
+
+
+def _cut_short_once(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+    """`module.name` does its work, then its first call fails as a database restart does
+    after a commit (the lost connection of the next statement)."""
+    from dbkit.errors import StoreUnavailable
+
+    real = getattr(module, name)
+    calls = {"n": 0}
+
+    def once(*a: object, **kw: object) -> object:
+        out = real(*a, **kw)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreUnavailable("cannot reach the database", "(2013, 'Lost connection to MySQL server')")
+        return out
+
+    monkeypatch.setattr(module, name, once)
+
+
+def test_a_pause_cut_short_by_a_database_restart_is_run_again_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak: a pause met a MariaDB restart after its stop was stored; it exited 3 and
+    the operator took the job for running, while it was paused. Run again it finds the
+    pause done (and says so), exit 0."""
+    from switchyard.cli import cli
+    from switchyard.cli import trigger as trigger_cli
+    from switchyard.wiring import open_store
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "init", "--url", url]).exit_code == 0
+    store = open_store(url)
+    job = store.put_job(Job(job_code=JobCode("billing:reconcile"), biz_code="billing", handler="h"))
+    (t,) = store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, store.clock.now() + EVERY, interval=EVERY)])
+    _cut_short_once(monkeypatch, trigger_cli, "act")
+    res = runner.invoke(cli, ["trigger", "pause", "--job", "billing:reconcile", "--url", url, "--reason", "x"])
+    assert res.exit_code == 0, res.output
+    assert "pause cut short" in res.stderr and "already paused" in res.output
+    assert state_of(store, t) is TriggerState.PAUSED
+    store.engine.dispose()
+
+
+def test_an_unfreeze_cut_short_after_its_lift_is_done_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run again after the lift was stored, an unfreeze found the business not frozen and
+    exited 1: the soak's operator kept it for frozen and was refused for the rest of the
+    hour. It says the cut-short attempt did it, exit 0."""
+    from switchyard.cli import cli
+
+    env, biz, _sw = _cut_over(tmp_path)
+    url = str(env.store.engine.url)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["freeze", "--business", biz, "--reason", "r", "--url", url]).exit_code == 0
+    _cut_short_once(monkeypatch, StopService, "lift")
+    res = runner.invoke(cli, ["unfreeze", "--business", biz, "--url", url])
+    assert res.exit_code == 0, res.output
+    assert "done by the attempt the database cut short" in res.output
+    stop = SqlStops(env.store).stop_of(Scope.BUSINESS, biz)
+    assert stop is not None and not stop.standing
