@@ -56,6 +56,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from dbkit.translate import lost_in_cut_packet
 from readers.records import ChangeBatch, ChangeOp, RowChange, StreamPosition
 from readers.streams.errors import (
     StreamError,
@@ -177,13 +178,20 @@ def _query(connection: dict[str, Any] | Any, sql: str, args: tuple[Any, ...] | N
     """Run one statement on a dict of settings (own short connection) or on a SQLAlchemy
     Engine / Connection."""
     if isinstance(connection, dict):
-        conn = pymysql.connect(**_settings(connection), autocommit=True)
         try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+            conn = pymysql.connect(**_settings(connection), autocommit=True)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return list(cur.fetchall())
+            finally:
+                conn.close()
+        except AssertionError as exc:
+            # a packet cut short by a server restarting: the lost connection it is (2013),
+            # not an "unexpected error" that ended `migrate stream` with exit 1 (the soak)
+            if (lost := lost_in_cut_packet(exc)) is None:
+                raise
+            raise lost from exc
     from sqlalchemy.engine import Connection, Engine
 
     if isinstance(connection, Engine):

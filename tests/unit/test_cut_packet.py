@@ -29,3 +29,38 @@ def test_any_other_assertion_is_left_alone() -> None:
         translated(wrong)()
     assert lost_in_cut_packet(AssertionError()) is None
     assert lost_in_cut_packet(ValueError("Result length not requested length")) is None
+
+
+def test_the_binlog_streams_own_short_connections_read_a_cut_packet_as_a_lost_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`migrate stream` reads the server's position on a short PyMySQL connection of its
+    own; a packet cut short there (the soak: a MariaDB restart as the stream started)
+    ended it with exit 1 "unexpected error (AssertionError)" instead of the lost
+    connection (2013) it retries."""
+    import pymysql
+
+    from readers.streams import binlog
+
+    class Cursor:
+        def __enter__(self) -> Cursor:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def execute(self, sql: str, args: object = None) -> None:
+            _cut()
+
+    class Conn:
+        def cursor(self) -> Cursor:
+            return Cursor()
+
+        def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(binlog.pymysql, "connect", lambda **_kw: Conn())
+    settings = {"host": "127.0.0.1", "port": 1, "user": "u", "password": "p"}
+    with pytest.raises(pymysql.err.OperationalError) as caught:
+        binlog.current_position(settings)
+    assert caught.value.args[0] == 2013
