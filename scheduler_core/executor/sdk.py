@@ -907,14 +907,28 @@ class Executor:
 
     def _ordinary(self, pack: PackRun, env: Envelope, fn: Handler, received_ms: int) -> EnvelopeRun:
         """A quick run that met an item not simply succeeding, as an ordinary run of `pack`."""
+        return self._run_of(env, fn, pack.share, received_ms, skip=None, serve_after=True, pack=pack)
+
+    def _run_of(
+        self,
+        env: Envelope,
+        fn: Handler | None,
+        received: Received | PackShare,
+        received_ms: int,
+        *,
+        skip: dict[int, int] | None,
+        serve_after: bool,
+        pack: PackRun | None,
+    ) -> EnvelopeRun:
+        """The run of `env` (None for `fn`: a shadow run, nothing invoked)."""
         run = EnvelopeRun(
             env,
-            fn,
-            received=pack.share,
+            fn,  # type: ignore[arg-type]
+            received=received,
             received_ms=received_ms,
             started_ms=received_ms,
-            skip=None,
-            serve_after=True,
+            skip=skip,
+            serve_after=serve_after,
             kills=self.kills,
         )
         run.pack = pack
@@ -1010,17 +1024,7 @@ class Executor:
             with self._lock:
                 skip = self._done.get((env.trigger_id, env.scheduled_ms))
                 ended = self._ended.get((env.trigger_id, env.scheduled_ms)) if self._ended else None
-            run = EnvelopeRun(
-                env,
-                fn,  # type: ignore[arg-type]
-                received=r,
-                received_ms=received_ms,
-                started_ms=received_ms,
-                skip=skip,
-                serve_after=serve_after,
-                kills=self.kills,
-            )
-            run.pack = pack
+            run = self._run_of(env, fn, r, received_ms, skip=skip, serve_after=serve_after, pack=pack)
             if len(env.items) > 1:
                 self._runs_in_work[_flight_key(env)] = run
             stopped = self.fences.stopping(env.trigger_id, env.job_code, env.biz_code, env.scheduled_ms)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -378,16 +379,25 @@ def test_the_stop_commands_refuse_names_that_do_not_exist(tmp_path: Path) -> Non
         assert named in res.output, (args, res.output)
 
 
-def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_it(tmp_path: Path) -> None:
+def _cli_store(tmp_path: Path) -> tuple[str, Any, Any]:
+    """A store made by `db init` with one job `billing:reconcile` firing every 10 s: its URL,
+    the store and the trigger."""
     from switchyard.cli import cli
     from switchyard.wiring import open_store
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
-    runner = CliRunner()
-    assert runner.invoke(cli, ["db", "init", "--url", url]).exit_code == 0
+    assert CliRunner().invoke(cli, ["db", "init", "--url", url]).exit_code == 0
     store = open_store(url)
-    h_job = store.put_job(Job(job_code=JobCode("billing:reconcile"), biz_code="billing", handler="h"))
-    (t,) = store.add_triggers([trigger_of(h_job, TriggerKind.FIXED_RATE, store.clock.now() + EVERY, interval=EVERY)])
+    job = store.put_job(Job(job_code=JobCode("billing:reconcile"), biz_code="billing", handler="h"))
+    (t,) = store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, store.clock.now() + EVERY, interval=EVERY)])
+    return url, store, t
+
+
+def test_trigger_pause_on_the_cli_stores_the_stop_and_warns_when_nobody_relays_it(tmp_path: Path) -> None:
+    from switchyard.cli import cli
+
+    url, store, t = _cli_store(tmp_path)
+    runner = CliRunner()
     res = runner.invoke(cli, ["trigger", "pause", "--job", "billing:reconcile", "--url", url, "--reason", "incident"])
     assert res.exit_code == 0, res.output
     assert "pause: 1 changed" in res.output and "no process holding the bus" in res.output
@@ -616,14 +626,9 @@ def test_a_pause_cut_short_by_a_database_restart_is_run_again_and_exits_0(
     pause done (and says so), exit 0."""
     from switchyard.cli import cli
     from switchyard.cli import trigger as trigger_cli
-    from switchyard.wiring import open_store
 
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    url, store, t = _cli_store(tmp_path)
     runner = CliRunner()
-    assert runner.invoke(cli, ["db", "init", "--url", url]).exit_code == 0
-    store = open_store(url)
-    job = store.put_job(Job(job_code=JobCode("billing:reconcile"), biz_code="billing", handler="h"))
-    (t,) = store.add_triggers([trigger_of(job, TriggerKind.FIXED_RATE, store.clock.now() + EVERY, interval=EVERY)])
     _cut_short_once(monkeypatch, trigger_cli, "act")
     res = runner.invoke(cli, ["trigger", "pause", "--job", "billing:reconcile", "--url", url, "--reason", "x"])
     assert res.exit_code == 0, res.output
