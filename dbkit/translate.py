@@ -139,6 +139,8 @@ def as_store_error(exc: BaseException) -> BaseException:
     errors from code not yet behind a port, such as the CLI's last line of defence)."""
     if isinstance(exc, pymysql.err.Error):
         return translate(wrapped(exc))
+    if (lost := lost_in_cut_packet(exc)) is not None:  # from a driver connection of its own
+        return translate(wrapped(lost))
     return translate(exc) if isinstance(exc, SQLAlchemyError) else exc
 
 

@@ -64,3 +64,22 @@ def test_the_binlog_streams_own_short_connections_read_a_cut_packet_as_a_lost_on
     with pytest.raises(pymysql.err.OperationalError) as caught:
         binlog.current_position(settings)
     assert caught.value.args[0] == 2013
+
+
+def test_a_cut_packet_that_reaches_a_command_is_unreachable_not_unexpected() -> None:
+    """Any read on a connection of its own (the soak's fifth hour: another start-up read of
+    `migrate stream`) that lets PyMySQL's assertion through ends the command with exit 3,
+    which a supervisor restarts, not exit 1 "unexpected error"."""
+    import click
+    from click.testing import CliRunner
+
+    from switchyard import exitcodes
+    from switchyard.cli.errors import cli_errors
+
+    @click.command()
+    @cli_errors
+    def cmd() -> None:
+        _cut()
+
+    res = CliRunner().invoke(cmd, [])
+    assert res.exit_code == exitcodes.UNREACHABLE and "2013" in res.output, res.output
