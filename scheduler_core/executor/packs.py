@@ -35,7 +35,7 @@ class PackRun:
     results of those done (published together when the last is done). `share` is what
     their results ack: the message's own receipt, or for a packed message a PackShare."""
 
-    __slots__ = ("share", "envs", "pos", "results", "quick", "ready", "stepped")
+    __slots__ = ("share", "envs", "pos", "results", "quick", "ready", "stepped", "loose")
 
     def __init__(self, share: Received | PackShare, envs: list[Envelope]) -> None:
         self.share = share
@@ -45,6 +45,9 @@ class PackRun:
         # own, over the message's share: the message's other runs went on without it)
         self.ready: Any = None
         self.stepped = True  # it holds a step of the executor's quota (given back when done)
+        # a copy parked behind its first copy, put back to work without a step while the
+        # executor stopped: the stop waits for it by count (sdk.Executor._loose)
+        self.loose = False
         self.results: list[tuple[Received | PackShare, Any]] = []
         # the quick runs done (sdk.Executor._quick_run), remembered together
         self.quick: list[Envelope] = []

@@ -118,6 +118,9 @@ OUTBOX_ENVELOPES = 1024
 # one more is answered failed (xxl-job's queue is unbounded: a job slower than its period
 # grew it until the executor's memory ran out)
 SERIAL_QUEUE = 100
+# How long a stopping executor waits for the copies it parked to be answered from memory
+# once their first copies are done (each is a look-up, not a run): bounded, not forever.
+LOOSE_WAIT_S = 30.0
 HELD_LOG_EVERY_S = 10.0  # messages held back while the fences are unknown: one log line per this
 HOLD_WAIT = timedelta(milliseconds=200)  # after handing messages back, wait this long for the sync
 # after a kill, how long a handler has to return before the answer says it is still running
@@ -246,8 +249,15 @@ class Executor:
         # preempted before recording it). Claimed with dict.setdefault (atomic), left under
         # `_lock`.
         self._flights: dict[tuple[int, int, int], Envelope] = {}
-        # copies that found their run in work: (their pack, parked) until the first copy lands
+        # copies that found their run in work: (their pack, parked) until the first copy lands.
+        # A parked pack holds no quota step: a broker's redelivery after a restart hands over
+        # a copy of every run in work or queued here, and a serial job's queue is as long as
+        # its backlog; parked in their steps, a few such copies held them all and the
+        # executor took nothing more of its business for minutes (the chaos soak, seed 23:
+        # every job of a business pending behind one slow serial job's 75 queued runs)
         self._parked: dict[tuple[int, int, int], list[PackRun]] = {}
+        self._loose = 0  # parked copies put back to work without a step while stopping
+        self._loose_done = threading.Condition(self._lock)
         self.waited = 0  # second copies of a run in work that waited for the first
         self._handoffs: dict[tuple[EnvelopeRun, int], _Handoff] = {}  # (run, generation) -> its predecessor
         # the fences first: a subscription would start taking messages it cannot judge
@@ -354,6 +364,8 @@ class Executor:
             for _ in range(self.concurrency):  # every envelope taken is finished...
                 self._quota.acquire()
             self._hand_back_queued()  # (those that were queued behind them meanwhile)
+            with self._lock:  # ...and the copies that waited for them, answered from memory
+                self._loose_done.wait_for(lambda: self._loose == 0, timeout=LOOSE_WAIT_S)
             for _ in range(self.concurrency):  # ...then each serving worker stops
                 self._inbox.put(_STOP)
             for _ in range(self.concurrency):
@@ -426,13 +438,21 @@ class Executor:
             self._outbox.put_many(pack.results)
         if pack.stepped:
             self._give_step()
+        elif pack.loose:
+            with self._lock:
+                pack.loose = False
+                self._loose -= 1
+                if not self._loose:
+                    self._loose_done.notify_all()
         return True
 
     def _claim(self, env: Envelope, pack: PackRun) -> bool:
         """Take the run of `env` into work; False if another copy of it is in work here:
-        then `pack` waits (parked, in its quota step, no thread) until that copy is
-        finished, and is put back in the inbox, where this run is answered from memory."""
+        then `pack` waits (parked, no thread, its quota step given back) until that copy
+        is finished, and goes back to work (`_resume`), where this run is answered from
+        memory."""
         key = _flight_key(env)
+        stepped = False
         while True:
             owner = self._flights.setdefault(key, env)  # atomic: one copy wins
             if owner is env:
@@ -442,10 +462,15 @@ class Executor:
             self._remember_quick(pack)
             with self._lock:
                 if self._flights.get(key) is owner:
+                    # the step is let go before the pack is visible to `_leave`: whoever
+                    # resumes it sees it stepless, and gives it a step of its own
+                    stepped, pack.stepped = pack.stepped, False
                     self._parked.setdefault(key, []).append(pack)
                     self.waited += 1
                     break
             # the first copy finished meanwhile: claim again
+        if stepped:
+            self._give_step()
         log.info(
             "a second copy of the run of trigger %s at %s came while the first is in work here; it waits for "
             "the first and is answered with its result",
@@ -659,6 +684,8 @@ class Executor:
                 return
             run = pack.ready
             pack.ready = None
+            if run is None:  # a resumed copy: polled, copies are nacked, never parked
+                continue
             if _watched(run):  # as poll_once runs one: a timeout hands the rest to a successor
                 self._spawn(functools.partial(self._work_released, run), f"exec-{self.biz_code}-poll")
                 run.wait_done()
@@ -742,11 +769,14 @@ class Executor:
         goes back to the bus."""
         with self._lock:
             runs = [w for waiting in self._waiting.values() for w in waiting]
-            runs += [p.ready for p in self._ready]
+            runs += [p.ready for p in self._ready if p.ready is not None]
+            copies = [p for p in self._ready if p.ready is None]  # resumed copies (`_resume`)
             self._waiting.clear()
             self._ready.clear()
         for run in runs:
             self._hand_back(run)
+        for pack in copies:
+            self._resume(pack)  # stopping: back to work without a step
 
     def _hand_back(self, run: EnvelopeRun) -> None:
         """A queued run not started, back to the bus (redelivered, here or elsewhere)."""
@@ -771,7 +801,23 @@ class Executor:
     def _unpark(self, parked: list[list[PackRun] | None]) -> None:
         for packs in parked:
             for p in packs or ():
-                self._inbox.put(p)
+                self._resume(p)
+
+    def _resume(self, pack: PackRun) -> None:
+        """A parked copy goes back to work once its first copy landed, in a quota step of
+        its own: a free one now, or the next one given back (`_give_step`). While the
+        executor stops, at once without one: its answer comes from memory, where handed
+        back to the bus it would run the handler again in another process."""
+        with self._lock:
+            if self._serving and not self._closing:
+                if not self._quota.acquire(blocking=False):
+                    self._ready.append(pack)
+                    return
+                pack.stepped = True
+            elif not pack.loose:
+                pack.loose = True
+                self._loose += 1
+        self._inbox.put(pack)
 
     def _quick_run(self, pack: PackRun, env: Envelope) -> bool:
         """The common run, at a few microseconds an item: no job timeout, none of its items

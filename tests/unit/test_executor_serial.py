@@ -128,6 +128,36 @@ def test_serial_runs_a_jobs_runs_one_after_another_in_arrival_order_without_hold
     assert all((s := got[c].started_at) is not None and s >= first_done for c in later)
 
 
+def test_copies_of_queued_runs_hold_no_quota_step_while_they_wait() -> None:
+    """A broker's redelivery after a restart hands over a copy of every run taken here and
+    not yet answered: the run in work and every run queued behind it. Each copy waits for
+    its first copy (answered from memory, never invoked twice) holding no quota step, so
+    the business's other jobs still run. Parked in their steps, two such copies stopped
+    the executor taking anything for minutes (the chaos soak, seed 23: a whole business
+    pending behind one slow serial job's 75 queued runs after a Pulsar restart)."""
+    bus, ex, results = _executor()
+    job = _Job(ex)
+    with _Running(ex):
+        (a,) = _publish(bus, T1)
+        assert job.first_in.wait(WAIT_S)
+        queued = [_publish(bus, T1 + k * STEP)[0] for k in (1, 2, 3)]
+        assert until(lambda: ex.queued == 3, WAIT_S, 0.01)
+        for k in (0, 1, 2, 3):  # the same messages again: the broker's redelivery
+            _publish(bus, T1 + k * STEP)
+        assert until(lambda: ex.waited == 4, WAIT_S, 0.01)
+        (other,) = _publish(bus, T1, job="k", block=Block.CONCURRENT)
+        got_other = _collect(results, 1)
+        assert other in got_other, "the copies held every quota step: the business's other job did not run"
+        assert job.started == [(T1, 0)]
+        job.release.set()
+        got = _collect(results, 4)
+    ex.close()
+    assert got_other[other].state is FiredState.SUCCEEDED
+    assert {got[c].state for c in [a, *queued]} == {FiredState.SUCCEEDED}
+    assert job.started == [(T1 + k * STEP, 0) for k in (0, 1, 2, 3)]  # each once, in order
+    assert ex.duplicates == 4  # the copies, answered from memory
+
+
 def test_serial_is_per_sharding_item() -> None:
     """A later run's item 1 runs beside the earlier run's item 0; its item 0 waits."""
     bus, ex, results = _executor()
