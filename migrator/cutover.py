@@ -584,6 +584,14 @@ class BusinessSwitch:
         for _attempt in range(DEACTIVATE_ATTEMPTS):
             if t.state not in (S.WAITING, S.CREATED):
                 raise TransitionRefused(f"trigger {t.id} became {t.state.value} during the cutover; run it again")
+            if not shadow and t.state is S.WAITING:
+                # A live dual-run's new side fires every occurrence already, and keeps doing
+                # so: left as it is. One behind (its broker down: the occurrences before H
+                # not fired yet) fires them late, as the dual-run it still is would have;
+                # moved on to H, as it was, it skipped them unrecorded (the chaos soak,
+                # seed 23: 138 occurrences of a live dual-run the new side never fired
+                # after a 140 s Pulsar outage and a cutover right after it).
+                return
             target = handover if shadow else max(t.next_fire_at, handover)
             if target == t.next_fire_at and t.state is S.WAITING:
                 return

@@ -234,6 +234,41 @@ def test_rollback_of_a_live_dual_run_never_sends_legacy_back_over_what_it_fired(
     assert checked > 0 and rep.legacy_started == 0 and rep.ok
 
 
+def test_a_live_cutover_leaves_a_new_side_that_fell_behind_its_backlog(tmp_path: Path) -> None:
+    """A live dual-run's new side fires every occurrence; one behind (its broker down for
+    minutes, the occurrences before H not fired yet) fires them late after the cutover, as
+    the dual-run would have. Moved on to H, it skipped them with no record (the chaos soak,
+    seed 23: 138 occurrences fired by legacy alone after a 140 s Pulsar outage)."""
+    env, biz = _xxl(tmp_path)
+    sw = ready_switch(env)
+    sw.start_dual_run(biz, shadow=False, actor="ops")
+    links = {ln.source_key: ln for ln in sw.links(biz)}
+    with env.legacy.connect() as conn:
+        legacy_next = dict(
+            conn.execute(text("SELECT id, trigger_next_time FROM xxl_job_info WHERE trigger_status = 1")).all()
+        )
+    # the new side fell behind: an hour of backlog before the legacy side's next time
+    with env.store.engine.begin() as conn:
+        for key, ln in links.items():
+            if int(key) in legacy_next:
+                conn.execute(
+                    text("UPDATE dus_job_trigger SET next_fire_at = :ms WHERE id = :id AND state = 'waiting'"),
+                    {"ms": legacy_next[int(key)] - 3_600_000, "id": ln.trigger.id},
+                )
+    behind = {k: env.store.get_trigger(ln.trigger.id) for k, ln in links.items() if int(k) in legacy_next}  # type: ignore[arg-type]
+    behind = {k: t for k, t in behind.items() if t is not None and t.state is TriggerState.WAITING}
+    assert behind
+    rep = sw.cutover(biz, actor="ops", reason="go")
+    with env.legacy.connect() as conn:
+        status = dict(conn.execute(text("SELECT id, trigger_status FROM xxl_job_info")).all())
+    for key, t in behind.items():
+        assert status[int(key)] == 0, f"legacy job {key} still on after cutover"
+        after = env.store.get_trigger(t.id)  # type: ignore[arg-type]
+        assert after is not None and after.state is TriggerState.WAITING
+        assert after.next_fire_at == t.next_fire_at, f"{key}: the new side's backlog was skipped unrecorded"
+    assert rep.rewound == 0 and rep.handover
+
+
 def test_a_shadow_cutover_rewinds_only_jobs_that_left_shadow(tmp_path: Path) -> None:
     """The root cause of the occurrence lost at H under load: a trigger rewound to H is
     admitted at once (H is inside the lookahead), and the scheduler reads the job's shadow
