@@ -36,6 +36,7 @@ from scheduler_core.ports import (
 )
 from scheduler_core.reclaim import Reclaimer
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stops import StopStore
 
 log = logging.getLogger(__name__)
 
@@ -222,11 +223,14 @@ class Scheduler:
         consume_results: bool = True,
         wakeups: Wakeups | None = None,
         relays: Callable[[RelayScope], Sequence[Relay]] | None = None,
+        stops: StopStore | None = None,
     ) -> None:
         """`wakeups`: where wake-ups for short delays are heard (default: the store's own,
         which hears the triggers added through this process's store). `relays`: builds,
         for this scheduler's scope (everything, a new generation per leadership won), the
-        relays of the control channel run every loop of the leader's."""
+        relays of the control channel run every loop of the leader's. `stops`: where the
+        stops live, for the result consumer (`ResultConsumer`)."""
+        self.stops = stops
         self.store = store
         self.bus = bus
         self.election = election
@@ -334,7 +338,9 @@ class Scheduler:
                 self.election.resign()
 
     def _consume(self, stop: threading.Event) -> None:
-        consume_results(self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings)
+        consume_results(
+            self.bus, self.store, self.metrics, stop, clock=self.clock, settings=self.settings, stops=self.stops
+        )
 
 
 def listen_for_wakeups(
@@ -362,6 +368,7 @@ def consume_results(
     *,
     clock: Clock | None = None,
     settings: SchedulerSettings | None = None,
+    stops: StopStore | None = None,
 ) -> None:
     """Apply results from the callback topic until stopped (every scheduler process does,
     leading or not: the subscription is shared)."""
@@ -370,7 +377,7 @@ def consume_results(
         while not stop.is_set():
             try:
                 if consumer is None:  # the bus may be down at start: subscribe with the retries
-                    consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings)
+                    consumer = ResultConsumer(bus, store, metrics, clock=clock, settings=settings, stops=stops)
                 consumer.poll()
             except (StoreError, BusError) as exc:  # the store or the bus is down: expected, retried
                 metrics.errors.labels(component="results").inc()

@@ -28,6 +28,7 @@ from scheduler_core.model import Epoch
 from scheduler_core.ports import Clock, MessageBus, Registry, TriggerStore, Wakeups, partition_fence, partition_of
 from scheduler_core.scheduler import CoreStats, SchedulerCore, consume_results, listen_for_wakeups
 from scheduler_core.settings import SchedulerSettings
+from scheduler_core.stops import StopStore
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class ShardedScheduler:
         run_loops: bool = True,
         wakeups: Wakeups | None = None,
         relays: Callable[[RelayScope], Sequence[Relay]] | None = None,
+        stops: StopStore | None = None,
     ) -> None:
         """`inline` and `run_loops=False` are for driven-clock tests: chunks fire on the
         caller's thread, and no loop thread ticks (the test ticks `core` itself).
@@ -99,6 +101,7 @@ class ShardedScheduler:
         self.wakeups: Wakeups | None = wakeups if wakeups is not None else getattr(store, "wakeups", None)
         self._takes = 0  # partitions taken so far: the relays' scope generation
         self.relays: list[Relay] = list(relays(self)) if relays is not None else []
+        self.stops = stops  # where the stops live, for the result consumer (callbacks.ResultConsumer)
 
     # --- the relays' scope (scheduler_core.control.RelayScope) ---------------------------
 
@@ -132,7 +135,7 @@ class ShardedScheduler:
             consumer = threading.Thread(
                 target=consume_results,
                 args=(self.bus, self.store, self.metrics, stop),
-                kwargs={"clock": self.clock, "settings": self.settings},
+                kwargs={"clock": self.clock, "settings": self.settings, "stops": self.stops},
                 name="results",
                 daemon=True,
             )

@@ -36,14 +36,14 @@ from functools import partial
 from scheduler_core import operations
 from scheduler_core.bus.memory import InProcessBus
 from scheduler_core.callbacks import ResultConsumer
-from scheduler_core.codec import EXECUTOR_SUBSCRIPTION, command_topic, encode_packed, envelope_body
 from scheduler_core.control import run_relays
 from scheduler_core.election.local import LocalElection, LocalElectionGroup
 from scheduler_core.executor import Executor
 from scheduler_core.executor.identity import new_instance_id
 from scheduler_core.metrics import SchedulerMetrics
-from scheduler_core.model import Epoch, ExecutionCommand, FiredRecord, FiredState, Job, Lane
-from scheduler_core.ports import BusMessage, Election, FiredUpdate, MessageBus
+from scheduler_core.model import Epoch, FiredRecord, FiredState, Lane
+from scheduler_core.ports import Election, FiredUpdate
+from scheduler_core.republish import republish
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stops import Cause, StopIndex, StopRelay
@@ -149,64 +149,6 @@ def marked_liftable(store: SqlTriggerStore, index: StopIndex | None = None) -> l
     return out
 
 
-def _items(store: SqlTriggerStore, job: Job, first: int, count: int) -> list[tuple[int, str]]:
-    if not job.explicit_items:
-        return [(i, "") for i in range(first, first + count)]
-    return [(it.index, it.param) for it in store.sharding_page(job.job_code, first, count)]
-
-
-def republish(store: SqlTriggerStore, bus: MessageBus, records: Sequence[FiredRecord]) -> int:
-    """Publish these records' commands again (same command ids, deliver-at T): one message
-    per record (a page record carries its envelope's items). Returns the messages sent."""
-    jobs = store.get_jobs(list({r.job_code for r in records}))
-    messages: list[BusMessage] = []
-    for r in records:
-        job = jobs.get(r.job_code)
-        if job is None:
-            log.warning("command %s: its job %s is gone; not published again", r.command_id, r.job_code)
-            continue
-        run = ExecutionCommand(
-            command_id=r.command_id,
-            trigger_id=r.trigger_id,
-            job_code=job.job_code,
-            biz_code=job.biz_code,
-            handler=job.handler,
-            scheduled_at=r.scheduled_at,
-            item_index=r.item_index,
-            item_total=r.item_total,
-            params=job.params,
-            timeout=job.timeout,
-            max_retry=job.max_retry,
-            epoch=r.epoch,
-            shadow=job.shadow,
-            block=job.block,
-        )
-        items = _items(store, job, r.item_index, r.item_count)
-        if not items:
-            continue
-        body = envelope_body(run, items, page_record=r.item_count > 1)
-        props = {
-            "job_code": job.job_code,
-            "biz_code": job.biz_code,
-            "scheduled_at": str(to_ms(r.scheduled_at)),
-            "trigger_id": str(r.trigger_id),
-        }
-        messages.append(
-            BusMessage(
-                command_topic(job.biz_code, job.lane),
-                encode_packed([body]),
-                deliver_at_ms=to_ms(r.scheduled_at),
-                properties=props,
-                key=r.command_id,
-            )
-        )
-    for topic in {m.topic for m in messages}:
-        bus.ensure_subscription(topic, EXECUTOR_SUBSCRIPTION)
-    if messages:
-        bus.publish(messages)
-    return len(messages)
-
-
 def store_biz_codes(store: SqlTriggerStore) -> set[str]:
     """Every business (biz_code) that has a job in the store."""
     return store.job_biz_codes()
@@ -287,7 +229,7 @@ class EmbeddedCenter:
         # the results' subscription first: the in-process bus keeps messages only for subscriptions that exist
         consumer = threading.Thread(
             target=self._consume,
-            args=(ResultConsumer(self.bus, self.store, self.metrics),),
+            args=(ResultConsumer(self.bus, self.store, self.metrics, stops=SqlStops(self.store)),),
             name="results",
             daemon=True,
         )

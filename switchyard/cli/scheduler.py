@@ -18,6 +18,7 @@ from scheduler_core.scheduler import Scheduler
 from scheduler_core.settings import SchedulerSettings
 from scheduler_core.stats import lag_stats
 from scheduler_core.store.sql import SqlTriggerStore
+from scheduler_core.store.stops import SqlStops
 from switchyard.cli.bus_reach import require_shared_bus
 from switchyard.cli.durations import seconds
 from switchyard.cli.errors import cli_errors
@@ -225,6 +226,7 @@ def run_cmd(
             settings=settings,
             metrics=metrics,
             relays=lambda scope: _relays(store, bus, settings, metrics, scope, name),
+            stops=SqlStops(store),
         )
         log.info("scheduler %s joining the shard registry (store %d partitions)", name, len(store.partitions()))
         try:
@@ -253,6 +255,7 @@ def run_cmd(
         settings=settings,
         metrics=metrics,
         relays=lambda scope: _relays(store, bus, settings, metrics, scope, name),
+        stops=SqlStops(store),
     )
     log.info("scheduler %s starting (store %d partitions)", name, len(store.partitions()))
     try:
@@ -276,7 +279,6 @@ def _relays(
     from scheduler_core import operations
     from scheduler_core.stops import StopRelay
     from scheduler_core.store.kills import kill_relay
-    from scheduler_core.store.stops import SqlStops
     from scheduler_core.store.supersedes import supersede_relay
 
     return [

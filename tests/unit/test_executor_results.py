@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from scheduler_core.bus.memory import InProcessBus
+from scheduler_core.callbacks import ResultConsumer
 from scheduler_core.clock import ManualClock, SystemClock
 from scheduler_core.codec import (
     CALLBACK_TOPIC,
@@ -33,7 +34,9 @@ from scheduler_core.errors import StoreUnavailable
 from scheduler_core.executor import ExecutionContext, Executor, HandlerResult
 from scheduler_core.model import CommandId, Epoch, ExecutionCommand, FiredState, JobCode, TriggerId, command_id
 from scheduler_core.ports import BusMessage, FiredUpdate
-from scheduler_core.times import from_ms
+from scheduler_core.stops import Cause, Scope, SkipWindow
+from scheduler_core.store.stops import SqlStops
+from scheduler_core.times import from_ms, to_ms
 from tests.harness import make_harness, stored_id
 from tests.waiting import until
 
@@ -449,3 +452,41 @@ def test_results_the_store_could_not_apply_come_back_to_the_consumer(tmp_path: P
     assert consumer.poll(timeout=timedelta(0)) == 1
     assert h.store.get_fired([cmd.command_id])[cmd.command_id].state is FiredState.SUCCEEDED
     assert cmd.trigger_id == stored_id(t)
+
+
+@pytest.mark.parametrize("lifted", [True, False], ids=["lifted", "standing"])
+def test_a_skip_under_a_stop_the_store_has_lifted_is_published_again_not_recorded(
+    tmp_path: Path, clock: ManualClock, lifted: bool
+) -> None:
+    """An executor skips a run under a freeze whose lift it has not heard (the lift's
+    message and the commands travel on different topics: after a broker restart the
+    commands came first, and three runs after an unfreeze were recorded skipped as frozen
+    in the chaos soak, seed 23). The store no longer covers the run: the skip is not
+    recorded and the command is published again, same command id. Under a standing stop
+    the skip is the stop's: recorded, nothing published."""
+    h = make_harness(tmp_path, clock)
+    job = h.job("fan", shard_total=1)
+    h.once(job, 0)
+    core = h.core()
+    stops = SqlStops(h.store)
+    consumer = ResultConsumer(h.bus, h.store, core.metrics, clock=clock, settings=core.settings, stops=stops)
+    h.listen(job.biz_code)
+    core.tick_all()
+    clock.advance(timedelta(seconds=1))  # to its fire time: its command is delivered
+    (cmd,) = h.delivered(job.biz_code)
+    at = to_ms(cmd.scheduled_at)
+    window = SkipWindow(at - 60_000, None, Cause.FREEZE, actor="ops")
+    stops.open_window(Scope.BUSINESS, job.biz_code, window)
+    if lifted:  # unfrozen before the run's time: the run is due again
+        stops.close_window(Scope.BUSINESS, job.biz_code, at - 1_000, (Cause.FREEZE,))
+    skipped = FiredUpdate(cmd.command_id, FiredState.SKIPPED, at=clock.now(), message=window.message)
+    h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([skipped]))])
+    consumer.poll(timeout=timedelta(0))
+    record = h.store.get_fired([cmd.command_id])[cmd.command_id]
+    again = h.delivered(job.biz_code)
+    if lifted:
+        assert record.state is not FiredState.SKIPPED, "a skip the store's stops do not back was recorded"
+        assert [c.command_id for c in again] == [cmd.command_id] and consumer.republished == 1
+    else:
+        assert record.state is FiredState.SKIPPED and record.message == window.message
+        assert again == [] and consumer.republished == 0
