@@ -96,6 +96,10 @@ PRE_READ_MS = 5000
 FAIL_MONITOR_MS = 10_000
 LOST_MONITOR_MS = 60_000
 LOST_AFTER_MS = 10 * 60_000
+# log ids whose nominal time is kept for a retry (a failed run's, found by the fail monitor
+# within seconds, or a lost one's after LOST_AFTER_MS): far more than that many minutes of
+# logs, and bounded, so an admin that runs for hours keeps its memory flat
+NOMINAL_KEPT = 100_000
 DEAD_TIMEOUT_MS = 90_000  # Const.DEAD_TIMEOUT: three missed 30 s registration beats
 STARTUP_SLEEP_MS = 5000  # scheduleThread: sleep(5000 - now % 1000) before the first scan
 BROADCAST = "SHARDING_BROADCAST"
@@ -209,9 +213,14 @@ class XxlJobSimulator:
         admin_address: str = "10.255.0.1",
         down_until: datetime | None = None,
         skip_idle: bool = True,
+        history: bool = True,
     ) -> None:
+        """`history`: keep what it fired in memory (`fired`, `attempts`), as the tests read
+        it; False for a long run (the chaos soak), which reads the `xxl_job_log` as a real
+        admin's is read, and whose memory stays flat as the real admin's."""
         self.engine = engine
         self.lineage = XxlJobLineage(lineage)
+        self.history = history
         if pre_read_ms <= 0 or pre_read_ms % 1000:
             raise ValueError("pre_read_ms must be a positive whole number of seconds")
         if skip_month_end_L and self.lineage is not XxlJobLineage.V2_4:
@@ -780,9 +789,13 @@ class XxlJobSimulator:
         )
         log_id = int(inserted.inserted_primary_key[0])  # type: ignore[index]  # an INSERT has a key
         self._nominal[log_id] = nominal
+        if len(self._nominal) > NOMINAL_KEPT:  # the oldest first (insertion order)
+            del self._nominal[next(iter(self._nominal))]
         scheduled = from_ms(nominal if nominal is not None else t)
 
         def record(code: int, address: str | None, result: Result | None) -> None:
+            if not self.history:
+                return
             attempt = XxlAttempt(log_id, job.id, kind, nominal, index, total, t, code, retries, address, result)
             self.attempts.append(attempt)
             if attempt.fired is not None:

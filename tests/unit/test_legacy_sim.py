@@ -1034,3 +1034,29 @@ def test_bc_pause_and_resume_fire_each_occurrence_once(every: int, pause_s: int,
     sim.step(end)
     expected = [o for o in takewhile(lambda o: o <= end, expr.iter_after(T0)) if o <= pause or resume <= o]
     assert [f.scheduled_time for f in sim.fired] == expected
+
+
+@pytest.mark.parametrize("which", ["xxl-job", "batch-center"])
+def test_without_history_a_simulator_keeps_nothing_in_memory_and_logs_the_same(which: str) -> None:
+    """A long run (the chaos soak: an hour of fires, read from the database as a real
+    admin's log is) keeps no lists of what fired: kept, they grew the soak's driver by a
+    fifth over the hour, the memory bound its processes are held to. The logs written are
+    those written with the history kept."""
+    logged = []
+    for history in (True, False):
+        clock = ManualClock(T0)
+        if which == "xxl-job":
+            xdb = Xxl("3.4")
+            xdb.group(addresses=(A1,))
+            xdb.job(1, cron="0 * * * * ?", next_at=at(14, 1))
+            sim: XxlJobSimulator | BatchCenterSimulator = xdb.sim(clock, history=history)
+            logs: Callable[[int], list[dict[str, Any]]] = xdb.logs
+        else:
+            bdb = Bc()
+            bdb.task(1, cron="0 * * * * ?", fire=sh(14, 1))
+            sim = bdb.sim(clock, history=history)
+            logs = bdb.logs
+        fired = sim.step(at(14, 5, 30))
+        assert (len(fired), len(sim.fired), len(sim.attempts)) == ((5, 5, 5) if history else (0, 0, 0))
+        logged.append([{k: v for k, v in r.items() if k != "id"} for r in logs(1)])
+    assert len(logged[0]) == 5 and logged[0] == logged[1]
