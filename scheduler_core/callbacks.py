@@ -80,8 +80,7 @@ class ResultConsumer:
             # handed back, not left unacked: Pulsar redelivers an unacked message only when
             # its consumer disconnects (no ack timeout is set), so a batch that met a
             # database restart stayed with this consumer and its records pending for good
-            for r in got:
-                self.sub.nack(r)
+            self._hand_back(got)
             raise
         # label lookups once per batch, not per item (tens of thousands per poll)
         for state, n in Counter(u.state.value for u in updates).items():
@@ -99,12 +98,15 @@ class ResultConsumer:
         except Exception:
             # a child run not published: the results come again (applying them again
             # changes nothing) and the same child runs are published then
-            for r in got:
-                self.sub.nack(r)
+            self._hand_back(got)
             raise
         for r in got:
             self.sub.ack(r)  # acked only after the store applied the batch and its follow-ups
         return changed
+
+    def _hand_back(self, got: list[Any]) -> None:
+        for r in got:
+            self.sub.nack(r)
 
     def _lifted_skips(self, updates: list[FiredUpdate]) -> list[FiredRecord]:
         """The records of runs an executor answered skipped under a stop window (an
