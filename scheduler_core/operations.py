@@ -63,6 +63,9 @@ class OperationReport:
     run_once: list[TriggerId] = field(default_factory=list)  # resumed with one run at R (FIRE_ONCE_NOW)
     # stopped, but its state could not follow yet (still being fired): the stop covers it
     still_acquired: list[TriggerId] = field(default_factory=list)
+    # stopped while the scheduler was behind on it: its occurrences before S, handed out as
+    # runs (`_stop_behind`), by trigger
+    backlog: dict[TriggerId, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -74,13 +77,27 @@ class OperationReport:
 
 
 def pause(
-    store: TriggerStore, stops: StopService, ids: Sequence[TriggerId], at: datetime, actor: str = "", reason: str = ""
+    store: TriggerStore,
+    stops: StopService,
+    ids: Sequence[TriggerId],
+    at: datetime,
+    actor: str = "",
+    reason: str = "",
+    runs: ResumeRuns | None = None,
 ) -> OperationReport:
-    return _stop(store, stops, "pause", ids, at, Cause.PAUSE, S.PAUSED, (S.WAITING,), actor, reason)
+    """`runs`: where the occurrences due before S of a trigger the scheduler is behind on
+    go out as runs (`_stop_behind`); None leaves them to a resume."""
+    return _stop(store, stops, "pause", ids, at, Cause.PAUSE, S.PAUSED, (S.WAITING,), actor, reason, runs)
 
 
 def cancel(
-    store: TriggerStore, stops: StopService, ids: Sequence[TriggerId], at: datetime, actor: str = "", reason: str = ""
+    store: TriggerStore,
+    stops: StopService,
+    ids: Sequence[TriggerId],
+    at: datetime,
+    actor: str = "",
+    reason: str = "",
+    runs: ResumeRuns | None = None,
 ) -> OperationReport:
     return _stop(
         store,
@@ -93,6 +110,7 @@ def cancel(
         (S.CREATED, S.WAITING, S.PAUSED, S.ACQUIRED),
         actor,
         reason,
+        runs,
     )
 
 
@@ -107,6 +125,7 @@ def _stop(
     from_states: tuple[TriggerState, ...],
     actor: str,
     reason: str,
+    runs: ResumeRuns | None = None,
 ) -> OperationReport:
     report = OperationReport(action, at=at)
     wanted = list(dict.fromkeys(ids))
@@ -134,6 +153,8 @@ def _stop(
         _applied, report.records = stops.stop_many(Scope.TRIGGER, [str(tid) for tid in live], at, cause, actor, reason)
     report.changed = live
     pending = [tid for tid in live if tid not in published_only]
+    if runs is not None:
+        pending = _stop_behind(store, runs, [current[tid] for tid in pending], at, to, report)
     deadline = time.monotonic() + ACQUIRED_WAIT.total_seconds()
     while pending:
         for src in from_states:
@@ -149,6 +170,47 @@ def _stop(
     for tid in pending:
         log.warning("trigger %s is still being fired: stopped from %s, its state follows after this fire", tid, at)
     return report
+
+
+def _stop_behind(
+    store: TriggerStore,
+    runs: ResumeRuns,
+    triggers: Sequence[Trigger],
+    at: datetime,
+    to: TriggerState,
+    report: OperationReport,
+) -> list[TriggerId]:
+    """The waiting triggers the scheduler is behind on (occurrences before S not fired yet:
+    the broker or a leader away) move to `to` past S, each in one conditional update, and
+    their occurrences before S go out as runs, as a resume hands them out (`_behind`). A
+    stop stops what is at or after S only; left inside a paused or cancelled trigger, those
+    ran if it was resumed and never if not. Returns the others (and one fired meanwhile:
+    moved below as any other, its backlog left to a resume as before)."""
+    rest: list[TriggerId] = []
+    for t in triggers:
+        assert t.id is not None
+        if t.state is not S.WAITING or t.next_fire_at >= at:
+            rest.append(t.id)
+            continue
+        due = times_until(t, t.next_fire_at, at, BACKLOG_CAP)
+        nxt = next_after(t, at - ONE_MS)
+        won = store.cas(
+            Transition(
+                ids=[t.id],
+                from_state=S.WAITING,
+                to_state=to,
+                next_fire_at={t.id: at if nxt is None else nxt},
+                expected_version={t.id: t.version},
+            )
+        )
+        if not won:
+            rest.append(t.id)
+            continue
+        if due:
+            runs.add_pending(t, due)
+            report.backlog[t.id] = len(due)
+            log.info("trigger %s: %d occurrence(s) due before the stop at %s handed out as runs", t.id, len(due), at)
+    return rest
 
 
 def settle(store: TriggerStore, stop_store: StopStore, stops: Sequence[Stop]) -> list[Stop]:

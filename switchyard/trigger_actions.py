@@ -51,7 +51,7 @@ def act(
     allowed = guard.allowed
     if action in ("pause", "cancel"):
         stop = operations.pause if action == "pause" else operations.cancel
-        report = stop(store, stops, allowed, stop_instant(started, store.clock.now()), actor, reason)
+        report = stop(store, stops, allowed, stop_instant(started, store.clock.now()), actor, reason, runs)
     else:  # R: 2 s after the lift is written (not after the start): every executor hears it first
         report = operations.resume(store, stops, runs, allowed, store.clock.now() + RESUME_LEAD)
         _undo_rolled_back_meanwhile(store, own, stops, report, guard, actor)

@@ -174,6 +174,7 @@ def _report(
                     "changed": report.changed,
                     "records": report.records,
                     "run_once": report.run_once,
+                    "backlog": {str(k): v for k, v in report.backlog.items()},
                     "still_acquired": report.still_acquired,
                     "unchanged": {str(k): v for k, v in report.unchanged.items()},
                     "failed": sorted(report.failed),
@@ -188,6 +189,9 @@ def _report(
     if report.records:
         verb = "revived" if action == "resume" else "recorded skipped"
         click.echo(f"  {report.records} run(s) already published {verb}")
+    if report.backlog:
+        behind = ", ".join(f"{tid}: {n}" for tid, n in report.backlog.items())
+        click.echo(f"  due before {at} and not fired yet (the scheduler was behind), handed out as runs: {behind}")
     if report.run_once:
         click.echo(f"  runs once at {at} (misfire policy fire_once_now): triggers {report.run_once}")
     if report.still_acquired:
