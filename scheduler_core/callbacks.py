@@ -28,10 +28,12 @@ from scheduler_core.times import to_ms
 
 log = logging.getLogger(__name__)
 SUBSCRIPTION = "scheduler-results"
-# How many times one command skipped under a lifted stop is published again before its
-# skip is taken as it came: an executor hears the lift within a relay round or two once
-# the broker is back, so this is a bound on a loop, never reached in a healthy system.
+# How many times one command skipped under a lifted stop is published again (each a
+# second later) before its skip is taken as it came: an executor hears the lift within a
+# relay round or two once the broker is back, so this bounds a loop a healthy system never
+# comes near.
 REPUBLISH_LIMIT = 20
+REPUBLISH_DELAY_MS = 1_000  # a command published again is delivered no sooner than this
 _REMEMBERED = 10_000  # commands published again, remembered for the bound (oldest dropped)
 
 
@@ -49,6 +51,7 @@ class ResultConsumer:
         # after a successful run, its trigger's follow-ups (child jobs) are fired
         # (the clock: the given one, else the store's, so a driven clock drives both)
         clock = clock or getattr(store, "clock", None) or SystemClock()
+        self.clock = clock
         self.followups = Followups(store, bus, clock, settings or SchedulerSettings(), metrics)
         self.metrics = metrics
         self.sub = bus.subscribe(CALLBACK_TOPIC, SUBSCRIPTION)
@@ -74,7 +77,9 @@ class ResultConsumer:
                 # every item of each: a page record's items answer under their own ids
                 gone = {(int(r.trigger_id), to_ms(r.scheduled_at)) for r in again}
                 updates = [u for u in updates if _occurrence(u) not in gone]
-                self.republished += republish(self.store, self.bus, again)
+                # a second later: time for the lift to reach the executor that skipped it
+                not_before = self.clock.now_ms() + REPUBLISH_DELAY_MS
+                self.republished += republish(self.store, self.bus, again, not_before_ms=not_before)
             changed = self.store.update_fired(updates) if updates else 0
         except Exception:
             # handed back, not left unacked: Pulsar redelivers an unacked message only when

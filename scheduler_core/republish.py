@@ -23,9 +23,12 @@ def _items(store: TriggerStore, job: Job, first: int, count: int) -> list[tuple[
     return [(it.index, it.param) for it in store.sharding_page(job.job_code, first, count)]
 
 
-def republish(store: TriggerStore, bus: MessageBus, records: Sequence[FiredRecord]) -> int:
-    """Publish these records' commands again (same command ids, deliver-at T): one message
-    per record (a page record carries its envelope's items). Returns the messages sent."""
+def republish(
+    store: TriggerStore, bus: MessageBus, records: Sequence[FiredRecord], *, not_before_ms: int | None = None
+) -> int:
+    """Publish these records' commands again (same command ids, deliver-at T, or
+    `not_before_ms` when later): one message per record (a page record carries its
+    envelope's items). Returns the messages sent."""
     jobs = store.get_jobs(list({r.job_code for r in records}))
     messages: list[BusMessage] = []
     for r in records:
@@ -63,7 +66,7 @@ def republish(store: TriggerStore, bus: MessageBus, records: Sequence[FiredRecor
             BusMessage(
                 command_topic(job.biz_code, job.lane),
                 encode_packed([body]),
-                deliver_at_ms=to_ms(r.scheduled_at),
+                deliver_at_ms=max(to_ms(r.scheduled_at), not_before_ms or 0),
                 properties=props,
                 key=r.command_id,
             )

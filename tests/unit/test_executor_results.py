@@ -483,6 +483,8 @@ def test_a_skip_under_a_stop_the_store_has_lifted_is_published_again_not_recorde
     h.bus.publish([BusMessage(CALLBACK_TOPIC, encode_results([skipped]))])
     consumer.poll(timeout=timedelta(0))
     record = h.store.get_fired([cmd.command_id])[cmd.command_id]
+    assert h.delivered(job.biz_code) == []  # a second later: time for the lift to reach the executor
+    clock.advance(timedelta(seconds=1))
     again = h.delivered(job.biz_code)
     if lifted:
         assert record.state is not FiredState.SKIPPED, "a skip the store's stops do not back was recorded"
