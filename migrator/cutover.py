@@ -282,11 +282,12 @@ class BusinessSwitch:
         self._set_shadow(biz, shadow=False)
         # the parents' child jobs follow their successful runs from the first one on
         self.store.set_followups(chains.links, to_ms(self.clock.now()))
+        left_off = self._left_off_by_rollbacks(biz)
         for ln in links:
             if ln.source_key in running:
                 self._align_new_side(ln, settled.next_due.get(ln.source_key), shadow, report)
             else:
-                self._keep_stopped(ln, report)
+                self._keep_stopped(ln, report, shadow, ln.source_key in left_off)
         self.registry.transition(
             current,
             B.CUTOVER,
@@ -614,10 +615,37 @@ class BusinessSwitch:
         rollback's fenced lookahead)."""
         return self.store.published_after(biz, to_ms(at))
 
-    def _keep_stopped(self, ln: Link, report: SwitchReport) -> None:
+    def _left_off_by_rollbacks(self, biz: str) -> set[str]:
+        """The jobs whose legacy job is stopped by a switch, not by an operator: a rollback
+        left them off on both sides (paused on the new side then, `not_handed_back`), and no
+        switch handed them over since (from the business's audit, oldest first)."""
+        left: set[str] = set()
+        for a in self.registry.audit(biz):
+            if a.from_state == a.to_state:
+                continue
+            left -= set(a.detail.get("handover") or {})
+            if a.to_state == B.LEGACY.value:
+                left |= set(a.detail.get("not_handed_back") or {})
+        return left
+
+    def _keep_stopped(self, ln: Link, report: SwitchReport, shadow: bool, left_by_rollback: bool) -> None:
         """A job an operator stopped on legacy before the cutover: paused on both sides,
-        resumable on the new one (`trigger resume`), never cancelled."""
+        resumable on the new one (`trigger resume`), never cancelled.
+
+        One a rollback left off on both sides (its legacy job stopped by the switch, not an
+        operator) whose trigger waits again was resumed on the new side since: it is handed
+        over to the new side, at H = now + the legacy start margin, as a job running on
+        legacy is (`_align_new_side`: a live dual-run's trigger left running, a shadow
+        one's rewound to H to fire for real). Paused by the cutover as if the legacy stop
+        were an operator's newer word, it fired on neither side (the chaos soak, seed 23:
+        ten minutes of `reminder-executor:6`)."""
         t = self._settled_trigger(ln.trigger)
+        if t.state is S.WAITING and left_by_rollback:
+            self._align_new_side(ln, self._handover_instant(), shadow, report)
+            report.notes.append(
+                f"{ln.source_key}: left stopped on legacy by a rollback, resumed on the new side since: handed over to it"
+            )
+            return
         if t.state in (S.CREATED, S.WAITING):
             # the legacy stop is newer than the last migration: mirror it
             self._move(t, t.state, S.PAUSED)

@@ -33,7 +33,7 @@ from dualrun.stopped import stopped_occurrences
 from readers.ports import LegacyReader
 from scheduler_core.fence import is_fence_skip
 from scheduler_core.model import FiredState, parse_command_id
-from scheduler_core.stops import StopIndex
+from scheduler_core.stops import Cause, StopIndex
 from scheduler_core.store.sql import SqlTriggerStore
 from scheduler_core.times import from_ms, to_ms
 from switchyard.wiring import dualrun_store
@@ -253,8 +253,9 @@ def check_business(
         check = check_boundary(store, own, reader, biz_code, planned, window=window, now=now)
         out.owned = check.owned
         key_of = {code: key for key, code in keys.items()}
+        kept_paused = left_paused_by_rollback(store, biz_code, switches)
         for issue in check.issues:
-            if stop_excuses(issue, spans, stopped):
+            if stop_excuses(issue, spans, stopped) or kept_paused(issue, key_of.get(issue.job_code)):
                 out.stopped += 1
             elif issue.what == "doubled" and (
                 _each_on_its_side(issue, planned, key_of.get(issue.job_code))
@@ -269,6 +270,38 @@ def check_business(
                 getattr(out, issue.what).append(issue)
     _check_stops(store, biz_code, window, invocations, out, stop_returned or {})
     return out
+
+
+def left_paused_by_rollback(
+    store: SqlTriggerStore, biz_code: str, switches: Sequence[AuditedSwitch]
+) -> Callable[[BoundaryIssue, str | None], bool]:
+    """Whether a legacy-owned miss is a job the last rollback before it left off on both
+    sides, as documented (README, "rollback of a job paused or cancelled on the new side"):
+    not in that rollback's handover, and an operator's pause or cancel of its trigger
+    standing over the occurrence. Only then does a new-side stop account for a legacy
+    miss (`stop_excuses`): a job handed back is legacy's to fire whatever the new side's
+    stops, so the self-test's planted misses are still found."""
+    index = StopIndex({(st.scope, st.key): st for st in store.stops()})
+    trigger_ids: dict[str, list[int]] = defaultdict(list)
+    for t in store.triggers_of(biz_code=biz_code):
+        if t.id is not None:
+            trigger_ids[str(t.job_code)].append(int(t.id))
+    rollbacks = [sw for sw in switches if sw.to_state == "legacy"]
+
+    def kept(issue: BoundaryIssue, key: str | None) -> bool:
+        if key is None or issue.what != "missing" or issue.owner != "legacy":
+            return False
+        last = next((sw for sw in reversed(switches) if sw.at <= issue.scheduled_at), None)
+        if last is None or last not in rollbacks or key in last.handover:
+            return False
+        ms = to_ms(issue.scheduled_at)
+        return any(
+            (w := index.covering(tid, issue.job_code, biz_code, ms)) is not None
+            and w.cause in (Cause.PAUSE, Cause.CANCEL)
+            for tid in trigger_ids.get(issue.job_code, ())
+        )
+
+    return kept
 
 
 def stop_excuses(issue: BoundaryIssue, spans: Sequence[DualSpan], stopped: Callable[[str, int], bool]) -> bool:

@@ -33,7 +33,7 @@ from scheduler_core.store.supersedes import SqlSupersedes
 from scheduler_core.times import to_ms
 from switchyard import trigger_actions
 from tests.migration_env import MigrationEnv, make_env, ready_switch
-from tests.operator import resume
+from tests.operator import operate, resume
 
 S = TriggerState
 TEN_YEARS_S = 10 * 365 * 86400.0  # every row in the polling stream's overlap: a changed row is always seen
@@ -283,3 +283,36 @@ def test_a_resume_whose_guard_read_before_a_rollback_and_wrote_after_it_is_pause
     assert _state(env, tid) is S.PAUSED
     sides = _sides(env, biz)
     assert sides[key] is Firing.PAUSED and not set(sides.values()) & set(PROBLEMS), sides
+
+
+@pytest.mark.parametrize("shadow", [False, True], ids=["live", "shadow"])
+def test_a_job_resumed_in_a_dual_run_after_a_rollback_left_it_paused_is_handed_over_by_the_cutover(
+    tmp_path: Path, shadow: bool
+) -> None:
+    """Paused on the new side while cut over, a job is not handed back by the rollback: off on
+    both sides, as its operator asked. Resumed in the next dual-run, it is on the new side
+    alone (its legacy job is still the one the first cutover stopped); the next cutover
+    hands it over to the new side at H. It paused it again, as if the legacy stop were an
+    operator's newer word, and the job fired on neither side for ten minutes (the chaos
+    soak, seed 23)."""
+    env, biz, _stopped, _tid = _stopped_then_migrated(tmp_path)
+    switch = ready_switch(env)
+    switch.start_dual_run(biz, shadow=False, actor="ops")
+    live = {ln.source_key: ln.trigger.id for ln in switch.links(biz) if ln.trigger.state is S.WAITING}
+    key, tid = sorted(live.items())[0]
+    assert tid is not None
+    switch.cutover(biz, actor="ops")
+    assert operate(env.store, "pause", tid, reason="downstream down")  # audited: it fires nowhere now
+    back = switch.rollback(biz, actor="ops", reason="drill")
+    assert key in back.not_handed_back and _state(env, tid) is S.PAUSED  # off on both: the operator's pause
+    switch.start_dual_run(biz, shadow=shadow, actor="ops")
+    assert resume(env.store, tid) and _state(env, tid) is S.WAITING  # on the new side alone (shadow: recorded)
+    report = switch.cutover(biz, actor="ops")
+    assert _state(env, tid) is S.WAITING, f"the cutover paused a job resumed on the new side: {report.notes}"
+    if shadow:  # rewound to H: from there it fires for real
+        t = env.store.get_trigger(tid)
+        assert t is not None and t.next_fire_at <= datetime.fromisoformat(report.handover[key])
+    assert any(n.startswith(f"{key}: left stopped on legacy by a rollback") for n in report.notes), report.notes
+    assert key in report.handover  # the new side's from H: what a boundary check reads
+    sides = _sides(env, biz)
+    assert sides[key] not in PROBLEMS, sides
