@@ -24,4 +24,11 @@ def test_three_minutes_under_the_nemesis_fire_every_occurrence_on_the_side_that_
     seed = int(os.environ.get("SWITCHYARD_SOAK_SEED") or random.SystemRandom().randrange(100_000))
     report = run_soak(3, seed, tmp_path)
     print(f"\n{report.table()}")
-    assert report.passed, f"seed {seed}: {report.failures}\n{report.table()}\nlogs and report.json in {tmp_path}"
+    # what failed, by name (pytest's temporary directories are rotated away: the report
+    # in tmp_path is soon gone, and a seed does not replay the processes' timing)
+    named = [*report.missing[:10], *report.doubled[:10], *report.stray[:10]]
+    assert report.passed, (
+        f"seed {seed}: {report.failures}\n{report.table()}\n"
+        + "\n".join(named)
+        + f"\nlogs and report.json in {tmp_path}"
+    )
