@@ -248,8 +248,10 @@ def guard_trigger_operation(
 
     - resume in a business on legacy: the legacy job is the live one; the trigger would
       fire beside it (twice) while the business is not even in dual-run: refused.
-    - pause or cancel of a trigger live only on the new side (a business cut over): the
-      job would fire nowhere; allowed only as an explicit decision (a reason), audited.
+    - pause or cancel of a migrated job's trigger live only on the new side (a business
+      cut over, its legacy job stopped): the job would fire nowhere while an operator
+      might take it for a switch's leftover; allowed only as an explicit decision (a
+      reason), audited. A job created here (a native business's) is paused as any stop.
     Every operation on a business in dual-run or cut over is audited."""
     states: Mapping[str, B] = {r.biz_code: r.state for r in BusinessRegistry(own).all()}
     is_migrated = MigratedJobs(own)
@@ -268,7 +270,13 @@ def guard_trigger_operation(
                 "run follows), or start a dual-run"
             )
             continue
-        if action in ("pause", "cancel") and state is B.CUTOVER and t.state in (S.WAITING, S.ACQUIRED) and not reason:
+        if (
+            action in ("pause", "cancel")
+            and state is B.CUTOVER
+            and t.state in (S.WAITING, S.ACQUIRED)
+            and not reason
+            and is_migrated(t)  # a job created here has no legacy job: its pause is a plain stop
+        ):
             out.refused[tid] = (
                 f"{t.job_code}: business {t.biz_code} is cut over and its legacy job is stopped; "
                 f"to {action} it here leaves it firing on neither side. Say why with --reason "

@@ -300,3 +300,20 @@ def test_a_migrated_job_is_listed_and_the_legacy_admin_keeps_it_until_the_cutove
     assert sy_json("job", "show", "native1", "--url", store_url)["state"] == "running"
     code, out = sy("job", "start", code_, "--url", store_url)
     assert code == exitcodes.REFUSED and "on legacy" in out, out  # a migrated job's resume here stays refused
+
+
+def test_a_native_business_s_triggers_pause_and_resume_without_a_reason(url: str) -> None:
+    """A business made here is cut over from its first job and has no legacy job: pausing
+    its triggers (`trigger pause --business`, as an operator stops a whole business for
+    the night) is a plain stop, not the "firing on neither side" refusal a migrated job
+    gets, which named a legacy job that never existed."""
+    for n in range(2):
+        _add(f"nightly:j{n}", "--every", "1m")
+    code, out = sy("trigger", "pause", "--business", "nightly")
+    assert code == 0 and "refused" not in out, out
+    assert {j["state"] for j in sy_json("job", "list", "--business", "nightly")} == {"stopped"}
+    code, out = sy("trigger", "resume", "--business", "nightly")
+    assert code == 0, out
+    assert {j["state"] for j in sy_json("job", "list", "--business", "nightly")} == {"running"}
+    audit = [e.reason for e in BusinessRegistry(migrator_store(open_existing_store(url))).audit("nightly")]
+    assert "trigger pause" in audit and "trigger resume" in audit  # still audited
