@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from types import SimpleNamespace
 
 from dualrun.boundary import BoundaryIssue
@@ -199,3 +200,26 @@ def test_a_run_invoked_before_its_stops_command_returned_is_told_apart_from_one_
     # covered by two stops: excused only while neither command had returned
     assert not ran_before_its_stop_returned(inv(11.0), "b", [s_pause, to_ms(_at(5.0))], returned)
     assert not ran_before_its_stop_returned(inv(11.0), "b", [], returned)
+
+
+def test_the_driver_s_traced_growth_names_the_line_that_kept_memory(tmp_path: Path) -> None:
+    """SWITCHYARD_SOAK_TRACEMALLOC's report: what grew between two snapshots, by site."""
+    import tracemalloc
+
+    from tests.soak.run import write_trace_growth
+
+    kept: list[bytes] = []
+    tracemalloc.start(5)
+    try:
+        before = tracemalloc.take_snapshot()
+        kept.extend(bytes(1024) for _ in range(512))  # the growth: 512 KiB kept
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    out = tmp_path / "tracemalloc.txt"
+    write_trace_growth(before, after, out)
+    text = out.read_text()
+    first = text.split("\n\n")[1]  # the biggest growth, after the total line
+    assert "+5" in first.splitlines()[0] and "KiB" in first, text[:500]
+    assert "test_soak_checker.py" in first and "kept.extend" in first, first
+    assert len(kept) == 512
