@@ -36,7 +36,7 @@ from scheduler_core.executor.bridges import XXL_JOB_HANDLER
 from scheduler_core.jobspec import JobInputError, JobSpec, Schedule
 from scheduler_core.model import Job, JobCode, Lane, Trigger, TriggerId, TriggerKind, TriggerState
 from scheduler_core.occurrences import next_after
-from scheduler_core.ports import MessageBus
+from scheduler_core.ports import MessageBus, TriggerStore
 from scheduler_core.run_now import publish_run
 from scheduler_core.stops import StopService
 from scheduler_core.store.job_admin import Rescheduled, SqlJobAdmin, TriggerBusy
@@ -54,6 +54,26 @@ SHOWN_ITEMS = 20
 
 class UnknownName(LookupError):
     """A job or business that does not exist (the CLI's exit 2, naming it)."""
+
+
+def find_job(store: TriggerStore, name: str, biz_code: str | None = None) -> Job:
+    """A job named by its code or as `business:job`, as every command that takes a job
+    reads it (a migrated job's code has colons of its own: the whole name is tried as a
+    code first). An unknown job, or one of another business than `biz_code`, raises
+    UnknownName naming it."""
+    job = store.get_job(JobCode(name))
+    if job is None and ":" in name:
+        biz, _, code = name.partition(":")
+        found = store.get_job(JobCode(code))
+        if found is not None and found.biz_code == biz:
+            job = found
+        elif found is not None:
+            raise UnknownName(f"job {code} is of business {found.biz_code}, not {biz}")
+    if job is None:
+        raise UnknownName(f"no such job: {name}")
+    if biz_code is not None and job.biz_code != biz_code:
+        raise UnknownName(f"job {job.job_code} is of business {job.biz_code}, not {biz_code}")
+    return job
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,21 +208,7 @@ class Jobs:
     # -- reading ---------------------------------------------------------------------
 
     def resolve(self, name: str, biz_code: str | None = None) -> Job:
-        """A job named by its code or as `business:job` (a migrated job's code has colons
-        of its own: the whole name is tried as a code first)."""
-        job = self.store.get_job(JobCode(name))
-        if job is None and ":" in name:
-            biz, _, code = name.partition(":")
-            found = self.store.get_job(JobCode(code))
-            if found is not None and found.biz_code == biz:
-                job = found
-            elif found is not None:
-                raise UnknownName(f"job {code} is of business {found.biz_code}, not {biz}")
-        if job is None:
-            raise UnknownName(f"no such job: {name}")
-        if biz_code is not None and job.biz_code != biz_code:
-            raise UnknownName(f"job {job.job_code} is of business {job.biz_code}, not {biz_code}")
-        return job
+        return find_job(self.store, name, biz_code)
 
     def check_business(self, biz_code: str) -> None:
         # known as `switchyard.cli.names.known_business` knows it: registered, a job of the
@@ -517,4 +523,4 @@ def _live(t: Trigger, now: datetime) -> bool:
     return t.state is S.COMPLETED and t.kind is TriggerKind.ONCE and t.next_fire_at >= now - STOP_LEAD
 
 
-__all__ = ["JobView", "Jobs", "UnknownName"]
+__all__ = ["JobView", "Jobs", "UnknownName", "find_job"]

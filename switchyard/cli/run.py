@@ -36,6 +36,7 @@ from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits, exits_as
 from switchyard.cli.options import bus_url, pulsar_token, store_url, topic_prefix
 from switchyard.exitcodes import OK, USAGE
+from switchyard.jobs import UnknownName, find_job
 from switchyard.wiring import open_bus, open_existing_store
 
 POLL_S = 0.1
@@ -93,7 +94,7 @@ class _Answers:
 )
 @run_group.command("kill")
 @click.argument("command_id", required=False)
-@click.option("--job", "job_code", default=None, help="Every run of this job in work now.")
+@click.option("--job", "job_code", default=None, help="Every run of this job in work now (its code, or business:job).")
 @store_url
 @bus_url
 @pulsar_token
@@ -128,6 +129,11 @@ def kill_cmd(
     feed: ControlFeed | None = None
     try:
         kills = SqlKills(store)
+        if job_code is not None:  # its code or business:job, as the job commands take it
+            try:
+                job_code = find_job(store, job_code).job_code
+            except UnknownName as exc:
+                raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
         wait_s = wait.total_seconds()
         targets, biz_code = _targets(store, kills, command_id, job_code)
         running = [t for t in targets if not t.state.is_final]

@@ -34,6 +34,7 @@ from switchyard.cli.options import store_url
 from switchyard.cli.outages import through_outages
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED, OK, REFUSED
+from switchyard.jobs import UnknownName, find_job
 from switchyard.trigger_actions import act
 from switchyard.wiring import migrator_store, open_existing_store
 
@@ -53,12 +54,13 @@ def _select(
     """The triggers named; an unknown trigger, job or business is an error naming it."""
     if biz_code is not None and not known_business(store, own, biz_code):
         raise CliFailure(f"no such business: {biz_code}", exitcodes.USAGE)
-    found_job = store.get_job(JobCode(job)) if job is not None else None
-    if job is not None and found_job is None:
-        raise CliFailure(f"no such job: {job}", exitcodes.USAGE)
-    if found_job is not None and biz_code is not None and found_job.biz_code != biz_code:
-        # both named, and they disagree: a typo in one of them, never "no trigger"
-        raise CliFailure(f"job {job} is of business {found_job.biz_code}, not {biz_code}", exitcodes.USAGE)
+    if job is not None:
+        # its code or business:job, as the job commands take it; both named and
+        # disagreeing is a typo in one of them, never "no trigger"
+        try:
+            job = find_job(store, job, biz_code).job_code
+        except UnknownName as exc:
+            raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
     chosen = [TriggerId(i) for i in ids]
     found = {t.id for t in store.get_triggers(chosen)}
     unknown = [str(i) for i in chosen if i not in found]
@@ -95,7 +97,7 @@ def _command(action: str) -> click.Command:
         "to do (already so, finished: its reason is printed); 1 when one should have changed and did not.",
     )
     @click.argument("ids", nargs=-1, type=int)
-    @click.option("--job", default=None, help="Every trigger of this job (its job code).")
+    @click.option("--job", default=None, help="Every trigger of this job (its code, or business:job).")
     @click.option("--business", "biz_code", default=None, help="Every trigger of this business (its biz_code).")
     @store_url
     @bus_opts

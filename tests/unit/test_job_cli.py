@@ -317,3 +317,21 @@ def test_a_native_business_s_triggers_pause_and_resume_without_a_reason(url: str
     assert {j["state"] for j in sy_json("job", "list", "--business", "nightly")} == {"running"}
     audit = [e.reason for e in BusinessRegistry(migrator_store(open_existing_store(url))).audit("nightly")]
     assert "trigger pause" in audit and "trigger resume" in audit  # still audited
+
+
+def test_trigger_and_run_kill_take_a_job_as_business_job_as_the_job_commands_do(url: str) -> None:
+    """`job show shop:clean` worked and `trigger pause --job shop:clean` said "no such job":
+    every command that takes a job reads its code or business:job alike."""
+    _add("shop:clean", "--every", "1m")
+    code, out = sy("trigger", "pause", "--job", "shop:clean")
+    assert code == 0, out
+    assert sy_json("job", "show", "shop:clean")["state"] == "stopped"
+    code, out = sy("trigger", "resume", "--job", "shop:clean")
+    assert code == 0, out
+    assert sy_json("job", "show", "clean")["state"] == "running"
+    code, out = sy("trigger", "pause", "--job", "depot:clean")
+    assert code == exitcodes.USAGE and "job clean is of business shop, not depot" in out, out
+    code, out = sy("run", "kill", "--job", "shop:clean")
+    assert code == 0 and "nothing to kill" in out, out
+    code, out = sy("run", "kill", "--job", "shop:nosuch")
+    assert code == exitcodes.USAGE and "no such job: shop:nosuch" in out, out
