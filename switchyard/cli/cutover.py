@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import click
 
-from migrator.business import BusinessRegistry, TransitionRefused
+from migrator.business import NATIVE, BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
 from migrator.model import BusinessState
 from migrator.ownership import PROBLEMS
@@ -74,6 +74,13 @@ def _switch(
         rec = BusinessRegistry(own).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
+        if rec.source_system == NATIVE:
+            raise CliFailure(
+                f"{biz} was created in this center (native): it has no legacy scheduler to switch to or from, "
+                "its jobs run here only (stop one with `switchyard job stop`, every run of the business with "
+                "`switchyard freeze`)",
+                exitcodes.USAGE,
+            )
         try:
             zones_for_source(rec.source_system, zones)
         except ValueError as exc:

@@ -27,6 +27,7 @@ from dualrun.settings import CompareSettings, Thresholds, override, thresholds_f
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
+from migrator.business import NATIVE
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
@@ -194,6 +195,11 @@ class ComparisonInputs:
 def _stored_source(own: DualRunStore, biz_code: str) -> SourceSystem:
     for info in fetch_businesses(own):
         if info.biz_code == biz_code:
+            if info.source_system == NATIVE:
+                raise CliFailure(
+                    f"{biz_code} was created in this center (native): it has no legacy side to compare with",
+                    exitcodes.USAGE,
+                )
             return SourceSystem(info.source_system)
     raise NoSourceSystem(biz_code)
 

@@ -335,3 +335,15 @@ def test_trigger_and_run_kill_take_a_job_as_business_job_as_the_job_commands_do(
     assert code == 0 and "nothing to kill" in out, out
     code, out = sy("run", "kill", "--job", "shop:nosuch")
     assert code == exitcodes.USAGE and "no such job: shop:nosuch" in out, out
+
+
+def test_a_switch_or_a_comparison_of_a_native_business_says_it_has_no_legacy_side(url: str, tmp_path: Path) -> None:
+    """rollback / cutover / dualrun start / dualrun compare of a business made here: exit 2
+    saying it has no legacy side (it said "unknown source system 'native'"), nothing changed."""
+    _add("shop:clean", "--every", "1m")
+    legacy = f"sqlite:///{tmp_path / 'center.db'}"  # any existing database: it is never read
+    for args in (("rollback",), ("cutover",), ("dualrun", "start"), ("dualrun", "compare")):
+        code, out = sy(*args, "--business", "shop", "--legacy-url", legacy)
+        assert code == exitcodes.USAGE and "shop was created in this center (native)" in out, (args, out)
+    assert sy_json("job", "show", "shop:clean")["state"] == "running"
+    assert [r.state.value for r in BusinessRegistry(migrator_store(open_existing_store(url))).all()] == ["cutover"]
