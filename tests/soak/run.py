@@ -93,6 +93,8 @@ class Samplers:
             for p in [*self.w.procs, None]:
                 role, pid = ("driver", os.getpid()) if p is None else (p.name, p.pid)
                 kb = rss_kib(pid) if pid is not None else None
+                if p is None and kb is not None and tracemalloc.is_tracing():
+                    kb -= tracemalloc.get_tracemalloc_memory() // 1024  # the traces' own memory is no growth
                 if kb is not None:
                     self.memory.setdefault((role, pid), []).append((t, kb))  # type: ignore[arg-type]
 
@@ -188,7 +190,11 @@ def self_test(w: Workload, window: Window, invocations: list[Invocation], end: d
 def write_trace_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, path: Path, top: int = 25) -> None:
     """The allocation sites whose live memory grew most between the two snapshots, each
     with its traceback (the driver's own frames and the library's)."""
-    lines = [f"traced now {sum(s.size for s in after.statistics('filename')) / 2**20:.1f} MiB"]
+
+    def total(snap: tracemalloc.Snapshot) -> float:
+        return sum(s.size for s in snap.statistics("filename")) / 2**20
+
+    lines = [f"traced {total(before):.1f} MiB at warm-up, {total(after):.1f} MiB at the end"]
     for stat in after.compare_to(before, "traceback")[:top]:
         lines.append(
             f"\n{stat.size_diff / 1024:+.0f} KiB in {stat.count_diff:+d} blocks (now {stat.size / 1024:.0f} KiB)"
