@@ -28,7 +28,7 @@ from switchyard.cli.durations import format_duration, seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits_as
 from switchyard.cli.names import known_business
-from switchyard.cli.options import legacy_url_option, legacy_zone_options, store_url
+from switchyard.cli.options import LEGACY_URL_ENV, legacy_url_option, legacy_zone_options, store_url
 from switchyard.cli.outages import CompletedBefore, through_outages
 from switchyard.cli.stop_reach import await_relay, tell
 from switchyard.exitcodes import FAILED, OK, REFUSED, SCHEMA, UNREACHABLE, USAGE
@@ -45,7 +45,9 @@ from switchyard.wiring import (
     stream_catchup,
 )
 
-legacy_opt = legacy_url_option("URL of the business's legacy database.")
+# not required by click: a native business is told it has no legacy side before it is asked
+# for a legacy database (`_switch` asks for it otherwise)
+legacy_opt = legacy_url_option("URL of the business's legacy database.", required=False)
 actor_opt = click.option(
     "--actor", default=getpass.getuser, show_default="the current user", help="Who is switching (audited)."
 )
@@ -56,7 +58,7 @@ json_opt = click.option("--json", "as_json", is_flag=True, help="Print the answe
 def _switch(
     url: str,
     biz: str,
-    legacy_url: str,
+    legacy_url: str | None,
     zones: LegacyZones,
     max_age_s: float = 3600.0,
     bus: MessageBus | None = None,
@@ -80,6 +82,10 @@ def _switch(
                 "its jobs run here only (stop one with `switchyard job stop`, every run of the business with "
                 "`switchyard freeze`)",
                 exitcodes.USAGE,
+            )
+        if not legacy_url:
+            raise CliFailure(
+                f"{biz}: its legacy database is needed: give --legacy-url (or {LEGACY_URL_ENV})", exitcodes.USAGE
             )
         try:
             zones_for_source(rec.source_system, zones)
@@ -339,7 +345,7 @@ def status(
 def cutover(
     biz_code: str,
     url: str,
-    legacy_url: str,
+    legacy_url: str | None,
     legacy_zones: LegacyZones,
     actor: str,
     force: bool,
@@ -384,7 +390,7 @@ def cutover(
 def rollback(
     biz_code: str,
     url: str,
-    legacy_url: str,
+    legacy_url: str | None,
     legacy_zones: LegacyZones,
     actor: str,
     reason: str,
@@ -434,7 +440,7 @@ def _tell_fence_reach(url: str, biz_code: str, bus_args: _BusArgs) -> None:
 def dualrun_start(
     biz_code: str,
     url: str,
-    legacy_url: str,
+    legacy_url: str | None,
     legacy_zones: LegacyZones,
     actor: str,
     shadow: bool,

@@ -345,5 +345,23 @@ def test_a_switch_or_a_comparison_of_a_native_business_says_it_has_no_legacy_sid
     for args in (("rollback",), ("cutover",), ("dualrun", "start"), ("dualrun", "compare")):
         code, out = sy(*args, "--business", "shop", "--legacy-url", legacy)
         assert code == exitcodes.USAGE and "shop was created in this center (native)" in out, (args, out)
+    # without a legacy database named at all: the same answer, not "--legacy-url missing"
+    code, out = sy("rollback", "--business", "shop")
+    assert code == exitcodes.USAGE and "shop was created in this center (native)" in out, out
     assert sy_json("job", "show", "shop:clean")["state"] == "running"
     assert [r.state.value for r in BusinessRegistry(migrator_store(open_existing_store(url))).all()] == ["cutover"]
+
+
+def test_a_switch_of_a_migrated_business_without_its_legacy_database_names_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.migration_env import migrated_xxljob, migrated_xxljob_urls
+
+    env, biz = migrated_xxljob(tmp_path, groups=1, jobs_per_group=2)
+    env.legacy.dispose()
+    env.store.engine.dispose()
+    monkeypatch.delenv("SWITCHYARD_LEGACY_URL", raising=False)
+    store_url = migrated_xxljob_urls(tmp_path)[1]
+    for args in (("dualrun", "start"), ("cutover",), ("rollback",)):
+        code, out = sy(*args, "--business", biz, "--url", store_url)
+        assert code == exitcodes.USAGE and f"{biz}: its legacy database is needed: give --legacy-url" in out, out
