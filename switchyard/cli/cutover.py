@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import click
 
-from migrator.business import NATIVE, BusinessRegistry, TransitionRefused
+from migrator.business import BusinessRegistry, TransitionRefused
 from migrator.cutover import BusinessSwitch, SwitchReport
 from migrator.model import BusinessState
 from migrator.ownership import PROBLEMS
@@ -27,7 +27,7 @@ from switchyard.cli.business import one_business
 from switchyard.cli.durations import format_duration, seconds
 from switchyard.cli.errors import CliFailure, cli_errors
 from switchyard.cli.exits import STORE, exits_as
-from switchyard.cli.names import known_business
+from switchyard.cli.names import known_business, refuse_native
 from switchyard.cli.options import LEGACY_URL_ENV, legacy_url_option, legacy_zone_options, store_url
 from switchyard.cli.outages import CompletedBefore, through_outages
 from switchyard.cli.stop_reach import await_relay, tell
@@ -76,13 +76,7 @@ def _switch(
         rec = BusinessRegistry(own).get(biz)
         if rec is None:
             raise CliFailure(f"unknown business {biz!r}: migrate it first (`switchyard migrate run`)", exitcodes.USAGE)
-        if rec.source_system == NATIVE:
-            raise CliFailure(
-                f"{biz} was created in this center (native): it has no legacy scheduler to switch to or from, "
-                "its jobs run here only (stop one with `switchyard job stop`, every run of the business with "
-                "`switchyard freeze`)",
-                exitcodes.USAGE,
-            )
+        refuse_native(biz, rec.source_system, "switch to or from")
         if not legacy_url:
             raise CliFailure(
                 f"{biz}: its legacy database is needed: give --legacy-url (or {LEGACY_URL_ENV})", exitcodes.USAGE

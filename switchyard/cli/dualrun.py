@@ -27,7 +27,6 @@ from dualrun.settings import CompareSettings, Thresholds, override, thresholds_f
 from dualrun.store import DualRunStore
 from dualrun.verdict_store import put_comparison
 from dualrun.watch import Watch
-from migrator.business import NATIVE
 from readers.errors import MissingTables, ReaderError, SourceUnavailable, UnknownLineage, UnknownSystem
 from readers.ports import LegacyReader
 from readers.records import SourceSystem
@@ -37,7 +36,7 @@ from switchyard import exitcodes
 from switchyard.cli.durations import POSITIVE, parse_duration
 from switchyard.cli.errors import CliFailure, cli_errors, redact
 from switchyard.cli.exits import STORE, exits, exits_as
-from switchyard.cli.names import known_business
+from switchyard.cli.names import known_business, refuse_native
 from switchyard.cli.options import (
     BUS_ENV,
     legacy_url_option,
@@ -195,11 +194,7 @@ class ComparisonInputs:
 def _stored_source(own: DualRunStore, biz_code: str) -> SourceSystem:
     for info in fetch_businesses(own):
         if info.biz_code == biz_code:
-            if info.source_system == NATIVE:
-                raise CliFailure(
-                    f"{biz_code} was created in this center (native): it has no legacy side to compare with",
-                    exitcodes.USAGE,
-                )
+            refuse_native(biz_code, info.source_system, "compare with")
             return SourceSystem(info.source_system)
     raise NoSourceSystem(biz_code)
 

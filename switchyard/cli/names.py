@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from migrator.business import BusinessRegistry
+from migrator.business import NATIVE, BusinessRegistry
 from scheduler_core.ports import CatalogReads, TriggerStore
+from switchyard import exitcodes
+from switchyard.cli.errors import CliFailure
 
 if TYPE_CHECKING:
     from migrator.store import MigratorStore
@@ -26,4 +28,15 @@ def known_business(store: CatalogReads, own: MigratorStore, biz_code: str) -> bo
     )
 
 
-__all__ = ["NamedStore", "known_business"]
+def refuse_native(biz_code: str, source_system: str, doing: str) -> None:
+    """A business created in this center has no legacy side: a switch or a comparison of
+    it is bad input (exit 2, nothing changed), said in those words."""
+    if source_system == NATIVE:
+        raise CliFailure(
+            f"{biz_code} was created in this center (native): it has no legacy side to {doing}; its jobs run "
+            "here only (stop one with `switchyard job stop`, every run of the business with `switchyard freeze`)",
+            exitcodes.USAGE,
+        )
+
+
+__all__ = ["NamedStore", "known_business", "refuse_native"]

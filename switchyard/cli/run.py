@@ -27,8 +27,8 @@ from typing import Any
 import click
 
 from scheduler_core.kills import Kill, KillAnswer, KillService, decode_answer
-from scheduler_core.model import JobCode
-from scheduler_core.ports import ControlFeed, MessageBus, TriggerStore
+from scheduler_core.model import Job
+from scheduler_core.ports import ControlFeed, MessageBus
 from scheduler_core.store.kills import RunItem, SqlKills
 from switchyard import exitcodes
 from switchyard.cli.durations import seconds
@@ -129,13 +129,15 @@ def kill_cmd(
     feed: ControlFeed | None = None
     try:
         kills = SqlKills(store)
+        job: Job | None = None
         if job_code is not None:  # its code or business:job, as the job commands take it
             try:
-                job_code = find_job(store, job_code).job_code
+                job = find_job(store, job_code)
             except UnknownName as exc:
                 raise CliFailure(str(exc.args[0]), exitcodes.USAGE) from None
+            job_code = job.job_code
         wait_s = wait.total_seconds()
-        targets, biz_code = _targets(store, kills, command_id, job_code)
+        targets, biz_code = _targets(kills, command_id, job)
         running = [t for t in targets if not t.state.is_final]
         if not running:
             _finished(targets, job_code, as_json)
@@ -161,9 +163,7 @@ def kill_cmd(
         store.close()
 
 
-def _targets(
-    store: TriggerStore, kills: SqlKills, command_id: str | None, job_code: str | None
-) -> tuple[list[RunItem], str]:
+def _targets(kills: SqlKills, command_id: str | None, job: Job | None) -> tuple[list[RunItem], str]:
     if command_id is not None:
         try:
             item = kills.run_item(command_id)
@@ -174,11 +174,8 @@ def _targets(
         if item is None:
             raise CliFailure(f"no such run: {command_id}", exitcodes.USAGE)
         return [item], item.biz_code
-    assert job_code is not None
-    job = store.get_job(JobCode(job_code))
-    if job is None:
-        raise CliFailure(f"no such job: {job_code}", exitcodes.USAGE)
-    return kills.unfinished_items(job.biz_code, job_code), job.biz_code
+    assert job is not None
+    return kills.unfinished_items(job.biz_code, job.job_code), job.biz_code
 
 
 def _finished(targets: list[RunItem], job_code: str | None, as_json: bool) -> None:
